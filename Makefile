@@ -1,0 +1,50 @@
+# AutoRL — one-command set-up, run and test.
+PYTHON ?= python3.11
+VENV := .venv
+OC_VENV := .venv-opencompass
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
+# Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
+OC_PINS := opencompass==0.5.2 'transformers>=4.50,<5' 'pyarrow<26' 'datasets<4' torch==2.13.0
+RUN_TIMEOUT ?= 300
+
+.PHONY: setup run test test-fast lint bench chart crd images clean help
+
+help:
+	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
+	@echo "make test   - install, then run the whole test suite"
+	@echo "make lint   - ruff + mypy"
+
+setup: $(VENV)/.installed $(OC_VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt $(wildcard services/*/pyproject.toml)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -c constraints.txt -e '.[ml,dev]' $(foreach s,$(SERVICES),-e $(s)) -r requirements-test.txt
+	touch $@
+
+$(OC_VENV)/.installed: Makefile
+	test -x $(OC_VENV)/bin/python || $(PYTHON) -m venv $(OC_VENV)
+	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install $(OC_PINS)
+	$(OC_VENV)/bin/opencompass --help >/dev/null
+	touch $@
+
+run: setup
+	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow and not opencompass"
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check autorl services tests bench
+	$(VENV)/bin/ruff format --check autorl services tests bench
+	$(VENV)/bin/mypy
+
+bench: setup
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache

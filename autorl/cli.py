@@ -1,0 +1,71 @@
+"""The ``autorl`` command. The core defines it; each installed service adds its subcommands
+through the entry-point group ``autorl.commands`` (a ``register(subparsers)`` function), so the
+core never imports a service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+
+from autorl.errors import AutoRLError
+
+#: Exit code for bad input (argparse uses it too).
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+Command = Callable[[argparse.Namespace], int | None]
+
+
+class UsageError(AutoRLError):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autorl",
+        description="AutoRL: post-train small language models with RL under a time budget.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from autorl import results
+
+    results.register(sub)
+    for ep in sorted(entry_points(group="autorl.commands"), key=lambda e: e.name):
+        try:
+            register = ep.load()
+        except ImportError as exc:  # a service whose optional dependencies are missing
+            missing = sub.add_parser(ep.name, help=f"(unavailable: {exc})")
+            missing.set_defaults(func=_unavailable(ep.name, exc))
+            continue
+        register(sub)
+    return parser
+
+
+def _unavailable(name: str, exc: Exception) -> Command:
+    def run(_: argparse.Namespace) -> int:
+        print(f"autorl {name}: cannot start ({exc}); install its service package", file=sys.stderr)
+        return 1
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except UsageError as exc:
+        print(f"autorl {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except AutoRLError as exc:
+        print(f"autorl {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

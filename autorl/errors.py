@@ -1,0 +1,47 @@
+"""Small, named exceptions shared by every service; the API edge maps them to HTTP errors."""
+
+from __future__ import annotations
+
+
+class AutoRLError(Exception):
+    """Base class. `str(err)` is a message for a person and names the fix."""
+
+
+class ConfigurationError(AutoRLError):
+    """A setting is missing or unsafe; the service refuses to start."""
+
+
+class UnknownTaskError(AutoRLError):
+    """No task is registered under the given name."""
+
+
+class ModelSourceError(AutoRLError):
+    """A model source (hub id, local folder, builtin:NAME) cannot be resolved."""
+
+
+class CheckpointError(AutoRLError):
+    """A submitted checkpoint breaks one of the trust-model rules."""
+
+
+class NotFoundError(AutoRLError):
+    """The experiment or submission does not exist (or is not visible to the caller)."""
+
+
+class ConflictError(AutoRLError):
+    """The request conflicts with the current state (an existing name, a finished experiment)."""
+
+
+class DeadlineExceededError(AutoRLError):
+    """The experiment's time budget is over."""
+
+
+class SubmissionLimitError(AutoRLError):
+    """The experiment reached its maximum number of submissions."""
+
+
+class ServiceUnavailableError(AutoRLError):
+    """Postgres or Redis cannot be reached."""
+
+
+class EvaluationError(AutoRLError):
+    """The evaluation backend failed; the submission is marked failed with this message."""

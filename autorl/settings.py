@@ -1,0 +1,112 @@
+"""Platform settings, read from the environment (prefix ``AUTORL_``) or mounted secret files.
+
+Settings are built once by each service's entry point and passed in, never at import time,
+so that tests construct their own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from autorl.errors import ConfigurationError
+
+DEFAULT_HOME = Path("~/.autorl")
+#: Tokens that are refused outside local mode: the chart and docs examples, and obvious placeholders.
+UNSAFE_ADMIN_TOKENS = frozenset({"", "admin", "changeme", "change-me", "secret", "token", "autorl"})
+EVAL_TIMEOUT_S = 7200
+SUBMIT_WAIT_S = 540.0
+
+
+def _secrets_dir() -> str | None:
+    path = os.environ.get("AUTORL_SECRETS_DIR", "/run/secrets/autorl")
+    return path if Path(path).is_dir() else None
+
+
+class Settings(BaseSettings):
+    """Every knob of the platform. Field descriptions double as documentation."""
+
+    model_config = SettingsConfigDict(env_prefix="AUTORL_", secrets_dir=_secrets_dir(), extra="ignore")
+
+    home: Path = Field(DEFAULT_HOME, description="Platform home: database, caches, results.csv, runs.")
+    cache_dir: Path | None = Field(None, description="Models and datasets cache (default HOME/cache).")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL: postgresql+psycopg://... or sqlite:///... (default SQLite in HOME)."
+    )
+    redis_url: str | None = Field(None, description="Redis URL for the RQ queue; absent → local dispatch.")
+    redis_key_prefix: str = Field("autorl", description="Prefix of the RQ queue name (one per deployment).")
+    admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API.")
+    local_mode: bool = Field(False, description="Single-machine mode: allows an empty admin token.")
+    eval_timeout_s: int = Field(EVAL_TIMEOUT_S, gt=0, description="Hard limit of one evaluation.")
+    submit_wait_s: float = Field(
+        SUBMIT_WAIT_S, ge=0, description="How long a blocking /submit waits before answering 202."
+    )
+    max_submissions: int = Field(100, gt=0, description="Default per-experiment submission limit.")
+    max_eval_attempts: int = Field(3, gt=0, description="Evaluation attempts before a submission fails.")
+    data_source_dir: Path | None = Field(
+        None,
+        description="Air-gapped data: a folder with <task>/train.jsonl and <task>/test.jsonl "
+        "(or train.jsonl/test.jsonl) used instead of the Hugging Face hub.",
+    )
+    eval_dir: Path | None = Field(
+        None, description="Evaluator-only storage: test split, per-sample outputs (default HOME/eval)."
+    )
+    eval_backend: Literal["hf", "opencompass"] = Field("hf", description="Evaluation backend.")
+    eval_limit: int | None = Field(
+        None, gt=0, description="Evaluate only the first N test problems (smoke tests; recorded in the key)."
+    )
+    eval_max_new_tokens: int | None = Field(
+        None, gt=0, description="Override the task's generation limit (recorded in the evaluation key)."
+    )
+    eval_batch_size: int = Field(64, gt=0, description="Prompts per generation batch (hf backend).")
+    eval_device: str | None = Field(None, description="torch device for the hf backend (default: cuda if any).")
+    opencompass_bin: Path = Field(
+        Path(".venv-opencompass/bin/opencompass"), description="The opencompass command of its own venv."
+    )
+    public_url: str = Field("http://127.0.0.1:8000", description="Base URL agents use to reach the grader.")
+
+    @model_validator(mode="after")
+    def _fill_paths(self) -> Settings:
+        self.home = self.home.expanduser()
+        if self.cache_dir is None:
+            self.cache_dir = self.home / "cache"
+        if self.eval_dir is None:
+            self.eval_dir = self.home / "eval"
+        if self.database_url is None:
+            self.database_url = f"sqlite:///{self.home / 'autorl.db'}"
+        return self
+
+    @property
+    def models_dir(self) -> Path:
+        assert self.cache_dir is not None
+        return self.cache_dir / "models"
+
+    @property
+    def data_dir(self) -> Path:
+        assert self.cache_dir is not None
+        return self.cache_dir / "data"
+
+    @property
+    def queue_name(self) -> str:
+        return f"{self.redis_key_prefix}-eval"
+
+    def require_safe_admin_token(self) -> None:
+        """Fail fast at start-up: outside local mode an admin token must be set and not a placeholder."""
+        if self.local_mode:
+            return
+        token = self.admin_token.get_secret_value() if self.admin_token else ""
+        if token.strip().lower() in UNSAFE_ADMIN_TOKENS or len(token) < 16:
+            raise ConfigurationError(
+                "AUTORL_ADMIN_TOKEN is empty, a placeholder or shorter than 16 characters; "
+                "set it to a random secret (e.g. `openssl rand -hex 32`) or set AUTORL_LOCAL_MODE=1 "
+                "on a single machine"
+            )
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment, with explicit overrides (used by CLIs and tests)."""
+    return Settings(**overrides)  # type: ignore[arg-type]
