@@ -1,0 +1,9 @@
+"""Persistence: SQLAlchemy 2 models, repository functions, Alembic migrations.
+
+The database is the truth; workspace mirrors (`run_meta.json`, `scores.json`) are copies.
+"""
+
+from autorl.store.db import Database, migrate
+from autorl.store.models import BaselineCache, Experiment, Submission, SubmissionStatus
+
+__all__ = ["BaselineCache", "Database", "Experiment", "Submission", "SubmissionStatus", "migrate"]

@@ -1,0 +1,140 @@
+"""Typed SQLAlchemy models. Times are timezone-aware UTC; the API turns them into epoch seconds."""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SubmissionStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SCORED = "scored"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (SubmissionStatus.SCORED, SubmissionStatus.FAILED)
+
+
+class ExperimentStatus(enum.StrEnum):
+    PENDING = "pending"  # registered; the agent's budget has not started
+    RUNNING = "running"  # budget started
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (ExperimentStatus.PENDING, ExperimentStatus.RUNNING)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    task: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(512))  # the source as given: hub id, path, builtin:NAME
+    base_model_dir: Mapped[str] = mapped_column(Text)  # as the grader and evaluator see it
+    workspace: Mapped[str] = mapped_column(Text)  # as the grader sees it
+    agent_workspace: Mapped[str | None] = mapped_column(Text)  # as the agent sees it (a pod's mount point)
+    output_dir: Mapped[str] = mapped_column(Text)
+    agent: Mapped[str | None] = mapped_column(String(512))
+    driver_model: Mapped[str | None] = mapped_column(String(512))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex; the token itself is never stored
+    status: Mapped[ExperimentStatus] = mapped_column(
+        Enum(ExperimentStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+        default=ExperimentStatus.PENDING,
+    )
+    message: Mapped[str | None] = mapped_column(Text)
+    timeout_s: Mapped[int] = mapped_column(Integer)
+    max_submissions: Mapped[int] = mapped_column(Integer)
+    eval_key: Mapped[str] = mapped_column(String(64))  # hash of task + protocol + backend settings
+    eval_config: Mapped[dict[str, object]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    start_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    end_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    baseline_submission_id: Mapped[int | None] = mapped_column(Integer)
+
+    submissions: Mapped[list[Submission]] = relationship(
+        back_populates="experiment", order_by="Submission.id", foreign_keys="Submission.experiment_id"
+    )
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+    __table_args__ = (
+        Index("ix_submissions_status", "status"),
+        Index("ix_submissions_fingerprint", "eval_key", "fingerprint"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
+    model_path: Mapped[str] = mapped_column(Text)  # resolved, inside the experiment's output/
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    eval_key: Mapped[str] = mapped_column(String(64))
+    status: Mapped[SubmissionStatus] = mapped_column(
+        Enum(SubmissionStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+        default=SubmissionStatus.QUEUED,
+    )
+    score: Mapped[float | None] = mapped_column(Float)  # headline: the opencompass protocol
+    score_flexible: Mapped[float | None] = mapped_column(Float)
+    score_strict: Mapped[float | None] = mapped_column(Float)
+    n_samples: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    reused_from: Mapped[int | None] = mapped_column(Integer)  # id whose score identical weights reused
+    eval_seconds: Mapped[float | None] = mapped_column(Float)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    details: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    experiment: Mapped[Experiment] = relationship(back_populates="submissions", foreign_keys=[experiment_id])
+
+
+class BaselineCache(Base):
+    """One baseline score per (task, base model, evaluation key): measured once, reused by every run."""
+
+    __tablename__ = "baseline_cache"
+    __table_args__ = (UniqueConstraint("task", "model", "eval_key", name="uq_baseline_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(512))
+    eval_key: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    submission_id: Mapped[int] = mapped_column(Integer)
+    score: Mapped[float] = mapped_column(Float)
+    score_flexible: Mapped[float | None] = mapped_column(Float)
+    score_strict: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,370 @@
+"""Repository functions: every read and write of the store goes through here, each taking a session."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from autorl.errors import ConflictError, NotFoundError
+from autorl.store.models import (
+    BaselineCache,
+    Experiment,
+    ExperimentStatus,
+    Submission,
+    SubmissionStatus,
+    utcnow,
+)
+
+TOKEN_BYTES = 32
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# -- experiments -------------------------------------------------------------------------------
+
+
+def create_experiment(session: Session, *, token: str, **fields: object) -> Experiment:
+    name = str(fields["name"])
+    if session.scalar(select(Experiment.id).where(Experiment.name == name)) is not None:
+        raise ConflictError(
+            f"an experiment named {name!r} already exists; choose another name, or call "
+            f"POST /v1/experiments/{name}/token for a new token"
+        )
+    experiment = Experiment(token_hash=hash_token(token), **fields)
+    session.add(experiment)
+    session.flush()
+    return experiment
+
+
+def get_experiment(session: Session, name: str, *, for_update: bool = False) -> Experiment:
+    stmt = select(Experiment).where(Experiment.name == name)
+    if for_update:
+        stmt = stmt.with_for_update()
+    experiment = session.scalar(stmt)
+    if experiment is None:
+        raise NotFoundError(f"no experiment named {name!r}; list them with GET /v1/experiments")
+    return experiment
+
+
+def experiment_by_token(session: Session, token: str) -> Experiment | None:
+    return session.scalar(select(Experiment).where(Experiment.token_hash == hash_token(token)))
+
+
+def list_experiments(session: Session) -> Sequence[Experiment]:
+    return session.scalars(select(Experiment).order_by(Experiment.id)).all()
+
+
+def rotate_token(session: Session, experiment: Experiment) -> str:
+    token = new_token()
+    experiment.token_hash = hash_token(token)
+    return token
+
+
+def start_budget(session: Session, experiment: Experiment, *, timeout_s: int | None = None) -> None:
+    now = utcnow()
+    if timeout_s is not None:
+        experiment.timeout_s = timeout_s
+    experiment.start_time = now
+    experiment.end_time = now + timedelta(seconds=experiment.timeout_s)
+    experiment.status = ExperimentStatus.RUNNING
+
+
+def finish_experiment(
+    session: Session, experiment: Experiment, status: ExperimentStatus, message: str | None = None
+) -> None:
+    if experiment.status.finished:
+        return  # idempotent: the first verdict stands
+    experiment.status = status
+    experiment.message = message
+    experiment.finished_at = utcnow()
+
+
+# -- submissions -------------------------------------------------------------------------------
+
+
+def agent_submissions_count(session: Session, experiment: Experiment) -> int:
+    return session.scalar(
+        select(func.count(Submission.id)).where(
+            Submission.experiment_id == experiment.id, Submission.is_baseline.is_(False)
+        )
+    ) or 0
+
+
+def reusable_result(session: Session, eval_key: str, fingerprint: str) -> Submission | None:
+    """The earliest scored evaluation of identical files under the same evaluation settings."""
+    return session.scalar(
+        select(Submission)
+        .where(
+            Submission.eval_key == eval_key,
+            Submission.fingerprint == fingerprint,
+            Submission.status == SubmissionStatus.SCORED,
+            Submission.reused_from.is_(None),
+        )
+        .order_by(Submission.id)
+        .limit(1)
+    )
+
+
+def create_submission(
+    session: Session, experiment: Experiment, *, model_path: str, fingerprint: str, is_baseline: bool = False
+) -> Submission:
+    """Insert a submission. Identical files already scored under the same settings reuse that score."""
+    submission = Submission(
+        experiment_id=experiment.id,
+        is_baseline=is_baseline,
+        model_path=model_path,
+        fingerprint=fingerprint,
+        eval_key=experiment.eval_key,
+        status=SubmissionStatus.QUEUED,
+    )
+    earlier = reusable_result(session, experiment.eval_key, fingerprint)
+    if earlier is not None:
+        now = utcnow()
+        submission.status = SubmissionStatus.SCORED
+        submission.score = earlier.score
+        submission.score_flexible = earlier.score_flexible
+        submission.score_strict = earlier.score_strict
+        submission.n_samples = earlier.n_samples
+        submission.reused_from = earlier.id
+        submission.eval_seconds = 0.0
+        submission.started_at = submission.finished_at = now
+    session.add(submission)
+    session.flush()
+    return submission
+
+
+def get_submission(session: Session, submission_id: int, experiment: Experiment | None = None) -> Submission:
+    submission = session.get(Submission, submission_id)
+    if submission is None or (experiment is not None and submission.experiment_id != experiment.id):
+        # Another experiment's submission looks exactly like a missing one: no cross-experiment probing.
+        raise NotFoundError(f"no submission {submission_id} in this experiment; list yours with GET /scores")
+    return submission
+
+
+def experiment_submissions(session: Session, experiment: Experiment) -> Sequence[Submission]:
+    return session.scalars(
+        select(Submission).where(Submission.experiment_id == experiment.id).order_by(Submission.id)
+    ).all()
+
+
+def best_submission(session: Session, experiment: Experiment) -> Submission | None:
+    return session.scalar(
+        select(Submission)
+        .where(
+            Submission.experiment_id == experiment.id,
+            Submission.is_baseline.is_(False),
+            Submission.status == SubmissionStatus.SCORED,
+        )
+        .order_by(Submission.score.desc(), Submission.id)
+        .limit(1)
+    )
+
+
+def baseline_submission(session: Session, experiment: Experiment) -> Submission | None:
+    if experiment.baseline_submission_id is None:
+        return None
+    return session.get(Submission, experiment.baseline_submission_id)
+
+
+def queue_position(session: Session, submission: Submission) -> int:
+    """1-based position among queued submissions (FIFO by id); 0 when it is not waiting."""
+    if submission.status != SubmissionStatus.QUEUED:
+        return 0
+    ahead = session.scalar(
+        select(func.count(Submission.id)).where(
+            Submission.status == SubmissionStatus.QUEUED, Submission.id < submission.id
+        )
+    )
+    return int(ahead or 0) + 1
+
+
+def in_flight_count(session: Session, experiment: Experiment | None = None) -> int:
+    stmt = select(func.count(Submission.id)).where(
+        Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING])
+    )
+    if experiment is not None:
+        stmt = stmt.where(Submission.experiment_id == experiment.id)
+    return int(session.scalar(stmt) or 0)
+
+
+# -- evaluation lifecycle ----------------------------------------------------------------------
+
+
+def claim(session: Session, submission_id: int, *, worker: str, lease_s: float) -> bool:
+    """Atomically take a queued submission (or one whose worker's lease expired). True if ours now."""
+    now = utcnow()
+    result = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == submission_id,
+            or_(
+                Submission.status == SubmissionStatus.QUEUED,
+                (Submission.status == SubmissionStatus.RUNNING) & (Submission.lease_expires_at < now),
+            ),
+        )
+        .values(
+            status=SubmissionStatus.RUNNING,
+            attempts=Submission.attempts + 1,
+            worker=worker,
+            started_at=now,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            error=None,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def renew_lease(session: Session, submission_id: int, *, worker: str, lease_s: float) -> bool:
+    result = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == submission_id,
+            Submission.status == SubmissionStatus.RUNNING,
+            Submission.worker == worker,
+        )
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def record_score(
+    session: Session,
+    submission_id: int,
+    *,
+    worker: str,
+    scores: dict[str, float],
+    n_samples: int,
+    seconds: float,
+    details: dict[str, object] | None = None,
+) -> bool:
+    """Write a result, only if this worker still holds the submission (no double counting)."""
+    result = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == submission_id,
+            Submission.status == SubmissionStatus.RUNNING,
+            Submission.worker == worker,
+        )
+        .values(
+            status=SubmissionStatus.SCORED,
+            score=scores["opencompass"],
+            score_flexible=scores.get("flexible"),
+            score_strict=scores.get("strict"),
+            n_samples=n_samples,
+            eval_seconds=seconds,
+            details=details,
+            finished_at=utcnow(),
+            lease_expires_at=None,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    submission = session.get(Submission, submission_id)
+    assert submission is not None
+    session.refresh(submission)
+    if submission.is_baseline:
+        remember_baseline(session, submission)
+    return True
+
+
+def record_failure(session: Session, submission_id: int, *, error: str, worker: str | None = None) -> bool:
+    stmt = update(Submission).where(
+        Submission.id == submission_id,
+        Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]),
+    )
+    if worker is not None:
+        stmt = stmt.where(Submission.worker == worker)
+    result = session.execute(
+        stmt.values(
+            status=SubmissionStatus.FAILED, error=error[-4000:], finished_at=utcnow(), lease_expires_at=None
+        ).execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def release(session: Session, submission_id: int, *, worker: str, error: str) -> None:
+    """Give a submission back to the queue after a transient failure (the worker is shutting down)."""
+    session.execute(
+        update(Submission)
+        .where(Submission.id == submission_id, Submission.worker == worker)
+        .where(Submission.status == SubmissionStatus.RUNNING)
+        .values(status=SubmissionStatus.QUEUED, error=error[-4000:], lease_expires_at=None, worker=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def stale_submissions(session: Session, *, now: datetime | None = None) -> Sequence[Submission]:
+    """Running submissions whose worker stopped renewing its lease (crashed, killed, lost)."""
+    now = now or utcnow()
+    return session.scalars(
+        select(Submission).where(
+            Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at < now
+        )
+    ).all()
+
+
+def queued_ids(session: Session, *, older_than: datetime | None = None) -> list[int]:
+    stmt = select(Submission.id).where(Submission.status == SubmissionStatus.QUEUED)
+    if older_than is not None:
+        stmt = stmt.where(Submission.created_at < older_than)
+    return list(session.scalars(stmt.order_by(Submission.id)).all())
+
+
+def next_claimable_id(session: Session) -> int | None:
+    now = utcnow()
+    return session.scalar(
+        select(Submission.id)
+        .where(
+            or_(
+                Submission.status == SubmissionStatus.QUEUED,
+                (Submission.status == SubmissionStatus.RUNNING) & (Submission.lease_expires_at < now),
+            )
+        )
+        .order_by(Submission.id)
+        .limit(1)
+    )
+
+
+# -- baseline cache ----------------------------------------------------------------------------
+
+
+def cached_baseline(session: Session, *, task: str, model: str, eval_key: str) -> BaselineCache | None:
+    return session.scalar(
+        select(BaselineCache).where(
+            BaselineCache.task == task, BaselineCache.model == model, BaselineCache.eval_key == eval_key
+        )
+    )
+
+
+def remember_baseline(session: Session, submission: Submission) -> None:
+    experiment = session.get(Experiment, submission.experiment_id)
+    assert experiment is not None and submission.score is not None
+    existing = cached_baseline(session, task=experiment.task, model=experiment.model, eval_key=submission.eval_key)
+    if existing is not None:
+        return
+    session.add(
+        BaselineCache(
+            task=experiment.task,
+            model=experiment.model,
+            eval_key=submission.eval_key,
+            fingerprint=submission.fingerprint,
+            submission_id=submission.id,
+            score=submission.score,
+            score_flexible=submission.score_flexible,
+            score_strict=submission.score_strict,
+        )
+    )

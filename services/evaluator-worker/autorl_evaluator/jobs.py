@@ -1,0 +1,166 @@
+"""The job function every queue runs: `evaluate(submission_id)`.
+
+It claims the submission atomically, re-checks the fingerprint, runs the backend named by the
+experiment's evaluation settings, and writes `scored` or `failed`. While it works it renews a lease;
+a worker that dies stops renewing, and the grader's reconciler hands the submission to another.
+Per-sample outputs (they contain test questions and answers) stay in evaluator storage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from autorl.checkpoints import fingerprint
+from autorl.errors import AutoRLError
+from autorl.settings import Settings, load_settings
+from autorl.store import Database, Experiment, Submission
+from autorl.store import repository as repo
+from autorl.tasks import get_task
+
+log = logging.getLogger("autorl.evaluator")
+LEASE_S = 120.0
+LEASE_RENEW_S = 30.0
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@lru_cache(maxsize=4)
+def _database(url: str) -> Database:
+    return Database(url)
+
+
+@contextmanager
+def _lease(db: Database, submission_id: int, worker: str) -> Iterator[None]:
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(LEASE_RENEW_S):
+            try:
+                with db.session() as session:
+                    repo.renew_lease(session, submission_id, worker=worker, lease_s=LEASE_S)
+            except AutoRLError as exc:
+                log.warning("event=lease_renew_failed submission=%d reason=%s", submission_id, exc)
+
+    thread = threading.Thread(target=renew, name=f"lease-{submission_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def eval_settings(settings: Settings, config: dict[str, Any]) -> Settings:
+    """The experiment's evaluation settings win over the worker's: scores stay comparable."""
+    return settings.model_copy(
+        update={
+            "eval_backend": config.get("backend", settings.eval_backend),
+            "eval_max_new_tokens": config.get("max_new_tokens"),
+            "eval_limit": config.get("limit"),
+        }
+    )
+
+
+def predictions_path(settings: Settings, submission_id: int) -> Path:
+    assert settings.eval_dir is not None
+    return settings.eval_dir / "submissions" / str(submission_id) / "predictions.jsonl"
+
+
+def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, Any]:
+    """Evaluate one submission. Safe to call twice or concurrently: only one claim succeeds."""
+    from autorl_evaluator.backends import get_backend
+
+    settings = settings or load_settings()
+    assert settings.database_url is not None
+    db = _database(settings.database_url)
+    worker = worker_name()
+    with db.session() as session:
+        if not repo.claim(session, submission_id, worker=worker, lease_s=LEASE_S):
+            log.info("event=claim_skipped submission=%d", submission_id)
+            return {"submission_id": submission_id, "claimed": False}
+        submission: Submission = repo.get_submission(session, submission_id)
+        experiment: Experiment = submission.experiment
+        model_path, expected, config = Path(submission.model_path), submission.fingerprint, dict(experiment.eval_config)
+        task_name, attempt = experiment.task, submission.attempts
+    log.info("event=evaluation_started submission=%d attempt=%d worker=%s", submission_id, attempt, worker)
+    started = time.monotonic()
+    try:
+        with _lease(db, submission_id, worker):
+            if fingerprint(model_path) != expected:
+                raise AutoRLError(
+                    "the checkpoint's files changed after it was submitted; save each checkpoint to a new "
+                    "folder and submit it once it is complete"
+                )
+            run_settings = eval_settings(settings, config)
+            task = get_task(task_name)
+            assert run_settings.eval_dir is not None
+            problems = task.load_test_problems(
+                run_settings.eval_dir / "data" / task.name,
+                source_dir=run_settings.data_source_dir,
+                limit=run_settings.eval_limit,
+            )
+            backend = get_backend(run_settings.eval_backend)
+            result = backend.evaluate(model_path, task, problems, run_settings)
+        _write_predictions(predictions_path(settings, submission_id), problems, result.completions)
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+        with db.session() as session:
+            repo.record_failure(session, submission_id, error=message, worker=worker)
+        log.warning("event=evaluation_failed submission=%d error=%s", submission_id, message.splitlines()[0][:300])
+        return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
+    seconds = time.monotonic() - started
+    with db.session() as session:
+        recorded = repo.record_score(
+            session,
+            submission_id,
+            worker=worker,
+            scores=result.scores,
+            n_samples=result.n_samples,
+            seconds=seconds,
+            details=result.details,
+        )
+    log.info(
+        "event=evaluation_scored submission=%d score=%.4f samples=%d seconds=%.1f recorded=%s",
+        submission_id,
+        result.scores["opencompass"],
+        result.n_samples,
+        seconds,
+        recorded,
+    )
+    return {"submission_id": submission_id, "claimed": True, "status": "scored", "scores": result.scores}
+
+
+def _write_predictions(path: Path, problems: list[Any], completions: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for problem, completion in zip(problems, completions, strict=True):
+            fh.write(json.dumps({"question": problem.question, "answer": problem.answer, "completion": completion},
+                                ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def main() -> int:
+    """`python -m autorl_evaluator.jobs SUBMISSION_ID`: one evaluation in a process of its own."""
+    import sys
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    result = evaluate(int(sys.argv[1]))
+    return 0 if result.get("status") != "failed" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

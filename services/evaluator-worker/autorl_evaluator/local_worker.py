@@ -1,0 +1,91 @@
+"""The single-machine worker: the submissions table is the queue.
+
+It claims nothing itself; it finds the next claimable submission and runs `evaluate` in a child
+process group with a hard timeout, so a hung evaluation (or anything it started) is killed whole and
+the submission is failed with the reason, leaving the worker ready for the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from autorl.errors import ServiceUnavailableError
+from autorl.settings import Settings
+from autorl.store import Database
+from autorl.store import repository as repo
+
+log = logging.getLogger("autorl.evaluator.local")
+POLL_INTERVAL_S = 1.0
+#: The child gets the evaluation's own timeout plus this margin for start-up and writing the result.
+CHILD_MARGIN_S = 60.0
+KILL_GRACE_S = 10.0
+
+
+class LocalWorker:
+    def __init__(self, settings: Settings) -> None:
+        assert settings.database_url is not None
+        self.settings = settings
+        self.db = Database(settings.database_url)
+        self.stopping = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def request_stop(self, *_: object) -> None:
+        if self.stopping and self.child is not None:
+            _kill_group(self.child)  # second signal: stop now
+        self.stopping = True
+
+    def run(self, *, burst: bool = False) -> int:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        log.info("event=worker_started mode=local burst=%s", burst)
+        while not self.stopping:
+            try:
+                with self.db.session() as session:
+                    submission_id = repo.next_claimable_id(session)
+            except ServiceUnavailableError as exc:
+                log.warning("event=poll_failed reason=%s", exc)
+                submission_id = None
+            if submission_id is None:
+                if burst:
+                    return 0
+                time.sleep(POLL_INTERVAL_S)
+                continue
+            self.run_one(submission_id)
+        return 0
+
+    def run_one(self, submission_id: int) -> None:
+        timeout = self.settings.eval_timeout_s + CHILD_MARGIN_S
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)], start_new_session=True
+        )
+        try:
+            self.child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.child)
+            with self.db.session() as session:
+                repo.record_failure(
+                    session,
+                    submission_id,
+                    error=f"evaluation exceeded its hard timeout of {self.settings.eval_timeout_s} s and was "
+                    "stopped (AUTORL_EVAL_TIMEOUT_S)",
+                )
+        finally:
+            self.child = None
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=KILL_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()

@@ -1,0 +1,77 @@
+"""Dependencies, each declared once as an `Annotated` alias."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from autorl.settings import Settings
+from autorl.store import Database, Experiment
+from autorl.store import repository as repo
+
+from autorl_grader.state import GraderState
+
+
+def get_state(request: Request) -> GraderState:
+    state: GraderState = request.app.state.grader
+    return state
+
+
+StateDep = Annotated[GraderState, Depends(get_state)]
+
+
+def get_settings(state: StateDep) -> Settings:
+    return state.settings
+
+
+def get_db(state: StateDep) -> Database:
+    return state.db
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+DbDep = Annotated[Database, Depends(get_db)]
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def get_agent_experiment(request: Request, db: DbDep) -> Experiment:
+    """The experiment of the caller: from the capability URL `/a/<token>/...` or a bearer token."""
+    token = request.path_params.get("token") or _bearer(request)
+    if not token:
+        raise HTTPException(
+            401,
+            detail="missing credentials: use the GRADING_SERVER_URL you were given (it carries your token) "
+            "or send 'Authorization: Bearer <AUTORL_TOKEN>'",
+        )
+    with db.session() as session:
+        experiment = repo.experiment_by_token(session, token)
+    if experiment is None:
+        raise HTTPException(
+            401, detail="unknown or revoked token: use the GRADING_SERVER_URL / AUTORL_TOKEN of your experiment"
+        )
+    return experiment
+
+
+AgentExperimentDep = Annotated[Experiment, Depends(get_agent_experiment)]
+
+
+def require_admin(request: Request, settings: SettingsDep) -> None:
+    expected = settings.admin_token.get_secret_value() if settings.admin_token else ""
+    given = _bearer(request) or ""
+    if not expected:
+        if settings.local_mode:
+            return
+        raise HTTPException(503, detail="the admin API is disabled: set AUTORL_ADMIN_TOKEN")
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise HTTPException(401, detail="admin API: send 'Authorization: Bearer <AUTORL_ADMIN_TOKEN>'")
+
+
+AdminDep = Depends(require_admin)

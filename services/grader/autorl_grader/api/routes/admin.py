@@ -1,0 +1,149 @@
+"""The admin API used by the controller and `autorl run` (admin bearer token)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.concurrency import run_in_threadpool
+
+from autorl.store import repository as repo
+from autorl.store.models import ExperimentStatus
+from autorl.tasks import get_task
+
+from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
+from autorl_grader.evaluation import eval_config, eval_key
+from autorl_grader.submissions import request_baseline, wait_for_result
+from autorl_grader.views import experiment_view, submission_view
+
+router = APIRouter(prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep])
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class RegisterExperiment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=253, description="Unique name (lowercase DNS-1123, as a Kubernetes name).")
+    task: str
+    model: str = Field(min_length=1, description="Model source: hub id, local folder or builtin:NAME.")
+    timeout_s: int = Field(gt=0, description="The agent's time budget in seconds.")
+    workspace: str = Field(description="The experiment's workspace as the grader sees it.")
+    base_model_dir: str = Field(description="The prepared base model folder as the grader sees it.")
+    output_dir: str | None = Field(None, description="Default: WORKSPACE/output.")
+    agent_workspace: str | None = Field(None, description="The workspace as the agent sees it (pod mount).")
+    max_submissions: int | None = Field(None, gt=0)
+    agent: str | None = None
+    driver_model: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("use lowercase letters, digits, '-' and '.', starting and ending alphanumeric")
+        return value
+
+    @field_validator("workspace", "base_model_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not Path(value).is_absolute():
+            raise ValueError("must be an absolute path")
+        return value
+
+
+class StartBudget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timeout_s: int | None = Field(None, gt=0)
+
+
+class FinishExperiment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["completed", "interrupted", "failed", "timed_out"]
+    message: str | None = None
+
+
+@router.post("", status_code=201)
+def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
+    task = get_task(body.task)
+    config = eval_config(task.name, settings)
+    token = repo.new_token()
+    with state.db.session() as session:
+        experiment = repo.create_experiment(
+            session,
+            token=token,
+            name=body.name,
+            task=task.name,
+            model=body.model,
+            base_model_dir=str(Path(body.base_model_dir).resolve()),
+            workspace=str(Path(body.workspace).resolve()),
+            output_dir=str(Path(body.output_dir or Path(body.workspace) / "output").resolve()),
+            agent_workspace=body.agent_workspace,
+            agent=body.agent,
+            driver_model=body.driver_model,
+            timeout_s=body.timeout_s,
+            max_submissions=body.max_submissions or settings.max_submissions,
+            eval_config=config,
+            eval_key=eval_key(config),
+        )
+        view = experiment_view(session, experiment)
+    return {**view, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
+
+
+@router.get("")
+def list_all(db: DbDep) -> list[dict[str, Any]]:
+    with db.session() as session:
+        return [experiment_view(session, e) for e in repo.list_experiments(session)]
+
+
+@router.get("/{name}")
+def get_one(name: str, db: DbDep) -> dict[str, Any]:
+    with db.session() as session:
+        return experiment_view(session, repo.get_experiment(session, name))
+
+
+@router.post("/{name}/token")
+def new_token(name: str, db: DbDep, settings: SettingsDep) -> dict[str, Any]:
+    with db.session() as session:
+        token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
+    return {"name": name, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
+
+
+@router.post("/{name}/baseline")
+async def baseline(
+    name: str, state: StateDep, wait: bool = Query(False), timeout_s: float | None = Query(None, gt=0)
+) -> JSONResponse:
+    submission_id = await run_in_threadpool(request_baseline, state, name)
+    limit = (timeout_s or state.settings.submit_wait_s) if wait else 0.0
+    final, view = await wait_for_result(state, name, submission_id, limit)
+    return JSONResponse(view, status_code=200 if final else 202)
+
+
+@router.post("/{name}/start")
+def start(name: str, body: StartBudget, db: DbDep) -> dict[str, Any]:
+    with db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
+        if experiment.status.finished:
+            return JSONResponse(  # type: ignore[return-value]
+                {"detail": f"experiment {name!r} is already {experiment.status.value}; register a new one"},
+                status_code=409,
+            )
+        repo.start_budget(session, experiment, timeout_s=body.timeout_s)
+        return experiment_view(session, experiment)
+
+
+@router.post("/{name}/finish")
+def finish(name: str, body: FinishExperiment, db: DbDep) -> dict[str, Any]:
+    with db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
+        repo.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
+        return experiment_view(session, experiment)
+
+
+@router.get("/{name}/submissions")
+def submissions(name: str, db: DbDep) -> list[dict[str, Any]]:
+    with db.session() as session:
+        experiment = repo.get_experiment(session, name)
+        return [submission_view(session, experiment, s) for s in repo.experiment_submissions(session, experiment)]

@@ -1,0 +1,31 @@
+"""Structured one-line logs; access logs never show an agent's token."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+CAPABILITY_PATH = re.compile(r"/a/[^/\s\"?]+")
+
+
+def redact(text: str) -> str:
+    return CAPABILITY_PATH.sub("/a/<redacted>", text)
+
+
+class RedactTokens(logging.Filter):
+    """Rewrites capability URLs in a record's message and arguments (uvicorn's access log passes the
+    path as an argument)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def install_redaction() -> None:
+    for name in ("uvicorn.access", "uvicorn.error", "autorl", "autorl.grader"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactTokens) for f in logger.filters):
+            logger.addFilter(RedactTokens())

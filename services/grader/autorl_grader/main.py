@@ -1,0 +1,98 @@
+"""Only wiring: `create_app(settings)` builds the grader."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from autorl import __version__
+from autorl.errors import (
+    AutoRLError,
+    CheckpointError,
+    ConflictError,
+    DeadlineExceededError,
+    ModelSourceError,
+    NotFoundError,
+    ServiceUnavailableError,
+    SubmissionLimitError,
+    UnknownTaskError,
+)
+from autorl.settings import Settings
+from autorl.store import migrate
+
+from autorl_grader.api.routes import admin, agent, ops
+from autorl_grader.logging_setup import install_redaction
+from autorl_grader.reconciler import Reconciler
+from autorl_grader.state import GraderState
+
+log = logging.getLogger("autorl.grader")
+
+STATUS_BY_ERROR: list[tuple[type[AutoRLError], int]] = [
+    (CheckpointError, 400),
+    (UnknownTaskError, 400),
+    (ModelSourceError, 400),
+    (DeadlineExceededError, 403),
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (SubmissionLimitError, 429),
+    (ServiceUnavailableError, 503),
+]
+
+
+def _status_for(exc: AutoRLError) -> int:
+    for cls, status in STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg')}")
+    return "invalid request: " + "; ".join(parts) + " (see the API schema at /docs)"
+
+
+def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bool = True) -> FastAPI:
+    settings.require_safe_admin_token()
+    state = GraderState.build(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        install_redaction()
+        state.db.wait_until_ready()
+        if run_migrations:
+            migrate(state.db)
+        reconciler = Reconciler(state) if reconcile else None
+        if reconciler:
+            reconciler.start()
+        log.info("event=grader_started queue=%s", state.dispatcher.kind)
+        try:
+            yield
+        finally:
+            if reconciler:
+                reconciler.stop()
+            state.db.dispose()
+
+    app = FastAPI(title="AutoRL grader", version=__version__, lifespan=lifespan)
+    app.state.grader = state
+
+    @app.exception_handler(AutoRLError)
+    async def _autorl_error(_: Request, exc: AutoRLError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=_status_for(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _describe_validation(exc)}, status_code=422)
+
+    app.include_router(ops.router)
+    app.include_router(admin.router)
+    app.include_router(agent.router)
+    app.include_router(agent.router, prefix="/a/{token}")
+    return app

@@ -1,0 +1,68 @@
+"""Makes sure nothing is lost: re-enqueues what the queue dropped and what a dead worker held."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from autorl.errors import ServiceUnavailableError
+from autorl.store import SubmissionStatus
+from autorl.store import repository as repo
+from autorl.store.models import utcnow
+
+from autorl_grader.state import GraderState
+
+log = logging.getLogger("autorl.grader.reconciler")
+RECONCILE_INTERVAL_S = 15.0
+#: A queued row younger than this may simply not have been enqueued yet by its request.
+QUEUED_GRACE_S = 30.0
+
+
+def reconcile_once(state: GraderState, *, queued_grace_s: float = QUEUED_GRACE_S) -> dict[str, int]:
+    """One pass. Returns counts of what it did (for logs and tests)."""
+    requeued = failed = enqueued = 0
+    with state.db.session() as session:
+        for submission in repo.stale_submissions(session):
+            if submission.attempts >= state.settings.max_eval_attempts:
+                repo.record_failure(
+                    session,
+                    submission.id,
+                    error=f"evaluation was interrupted {submission.attempts} times (its worker stopped); "
+                    "submit again or ask an operator to check the evaluator workers",
+                )
+                failed += 1
+            else:
+                submission.status = SubmissionStatus.QUEUED
+                submission.worker = None
+                submission.lease_expires_at = None
+                requeued += 1
+        session.flush()
+        candidates = repo.queued_ids(session, older_than=utcnow() - timedelta(seconds=queued_grace_s))
+    for submission_id in candidates:
+        if not state.dispatcher.is_queued(submission_id):
+            state.dispatcher.enqueue(submission_id)
+            enqueued += 1
+    if requeued or failed or enqueued:
+        log.info("event=reconciled requeued=%d failed=%d enqueued=%d", requeued, failed, enqueued)
+    return {"requeued": requeued, "failed": failed, "enqueued": enqueued}
+
+
+class Reconciler(threading.Thread):
+    def __init__(self, state: GraderState, interval_s: float = RECONCILE_INTERVAL_S) -> None:
+        super().__init__(name="autorl-reconciler", daemon=True)
+        self.state = state
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            try:
+                reconcile_once(self.state)
+            except ServiceUnavailableError as exc:
+                log.warning("event=reconcile_skipped reason=%s", exc)
+            except Exception:
+                log.exception("event=reconcile_error")
+
+    def stop(self) -> None:
+        self.stopped.set()

@@ -1,0 +1,138 @@
+"""Accepting submissions: validate, fingerprint, commit, then enqueue; and waiting for results."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from autorl.checkpoints import fingerprint, validate_checkpoint
+from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
+from autorl.store import Experiment, Submission
+from autorl.store import repository as repo
+from autorl.store.models import utcnow
+
+from autorl_grader.state import GraderState
+from autorl_grader.views import pending_view, submission_view
+
+log = logging.getLogger("autorl.grader")
+POLL_INTERVAL_S = 0.25
+
+
+def rebase_agent_path(experiment: Experiment, model_path: str) -> str:
+    """Map a path in the agent's view (e.g. /workspace/output/x in a pod) onto the grader's view."""
+    if experiment.agent_workspace and Path(model_path).is_absolute():
+        try:
+            relative = Path(model_path).relative_to(experiment.agent_workspace)
+        except ValueError:
+            return model_path
+        return str(Path(experiment.workspace) / relative)
+    return model_path
+
+
+def check_open(experiment: Experiment) -> None:
+    if experiment.status.finished:
+        raise ConflictError(
+            f"experiment {experiment.name!r} is {experiment.status.value}; it accepts no more submissions"
+        )
+    if experiment.end_time is not None and utcnow() > experiment.end_time:
+        raise DeadlineExceededError(
+            f"the time budget of experiment {experiment.name!r} ended at {experiment.end_time.isoformat()}; "
+            "submissions are accepted only before GET /time's end_time"
+        )
+
+
+def check_limit(count: int, experiment: Experiment) -> None:
+    if count >= experiment.max_submissions:
+        raise SubmissionLimitError(
+            f"experiment {experiment.name!r} reached its limit of {experiment.max_submissions} submissions; "
+            "submit only your best checkpoints (GET /scores shows what you have)"
+        )
+
+
+def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
+    """Blocking: validates and commits a submission, then enqueues it. Returns its id."""
+    check_open(experiment)
+    with state.db.session() as session:
+        check_limit(repo.agent_submissions_count(session, experiment), experiment)
+    resolved = validate_checkpoint(
+        rebase_agent_path(experiment, model_path),
+        workspace=Path(experiment.workspace),
+        output_dir=Path(experiment.output_dir),
+        base_model_dir=Path(experiment.base_model_dir),
+    )
+    digest = fingerprint(resolved)
+    # Refuse before writing anything when the queue is down: no half-accepted submission.
+    state.dispatcher.ping()
+    with state.db.session() as session:
+        locked = repo.get_experiment(session, experiment.name, for_update=True)
+        check_open(locked)
+        check_limit(repo.agent_submissions_count(session, locked), locked)
+        submission = repo.create_submission(session, locked, model_path=str(resolved), fingerprint=digest)
+        submission_id, queued = submission.id, not submission.status.final
+    state.metrics.inc("autorl_submissions_total", outcome="queued" if queued else "reused")
+    log.info("event=submission_accepted experiment=%s submission=%d reused=%s", experiment.name, submission_id, not queued)
+    if queued:
+        enqueue_committed(state, submission_id)
+    return submission_id
+
+
+def enqueue_committed(state: GraderState, submission_id: int) -> None:
+    """The row is committed: a queue failure now only delays it (the reconciler enqueues it later)."""
+    try:
+        state.dispatcher.enqueue(submission_id)
+    except ServiceUnavailableError as exc:
+        log.warning("event=enqueue_deferred submission=%d reason=%s", submission_id, exc)
+
+
+def request_baseline(state: GraderState, name: str) -> int:
+    """Create (once) the experiment's baseline evaluation: cached per task, model and evaluation key."""
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, name)
+        if experiment.baseline_submission_id is not None:
+            return experiment.baseline_submission_id
+        cached = repo.cached_baseline(
+            session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
+        )
+        known_fingerprint = cached.fingerprint if cached else None
+        base_dir = experiment.base_model_dir
+    digest = known_fingerprint or fingerprint(Path(base_dir))
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
+        if experiment.baseline_submission_id is not None:
+            return experiment.baseline_submission_id
+        submission = repo.create_submission(
+            session, experiment, model_path=base_dir, fingerprint=digest, is_baseline=True
+        )
+        experiment.baseline_submission_id = submission.id
+        submission_id, queued = submission.id, not submission.status.final
+    if queued:
+        enqueue_committed(state, submission_id)
+    return submission_id
+
+
+def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple[Submission, dict[str, Any]]:
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, experiment_name)
+        submission = repo.get_submission(session, submission_id, experiment)
+        if submission.status.final:
+            return submission, submission_view(session, experiment, submission)
+        return submission, pending_view(session, submission)
+
+
+async def wait_for_result(
+    state: GraderState, experiment_name: str, submission_id: int, timeout_s: float
+) -> tuple[bool, dict[str, Any]]:
+    """Poll the store until the submission is final or the wait ends. Returns (final, view)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
+        if submission.status.final:
+            return True, view
+        if time.monotonic() >= deadline:
+            return False, view
+        await asyncio.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,134 @@
+"""JSON views of store rows. Times are epoch seconds, as in the workspace's run_meta.json."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autorl.store import Experiment, Submission, SubmissionStatus
+from autorl.store import repository as repo
+
+
+def epoch(dt: datetime | None) -> float | None:
+    return None if dt is None else round(dt.timestamp(), 3)
+
+
+def _improvement(score: float | None, baseline: float | None) -> float | None:
+    return None if score is None or baseline is None else score - baseline
+
+
+def display_path(experiment: Experiment, path: str) -> str:
+    """A submission's path as the agent knows it: relative to its workspace when inside it."""
+    try:
+        return str(Path(path).relative_to(experiment.workspace))
+    except ValueError:
+        return path
+
+
+def baseline_score(session: Session, experiment: Experiment) -> float | None:
+    baseline = repo.baseline_submission(session, experiment)
+    return baseline.score if baseline is not None and baseline.status == SubmissionStatus.SCORED else None
+
+
+def best_view(session: Session, experiment: Experiment) -> dict[str, Any]:
+    best = repo.best_submission(session, experiment)
+    return {"submission_id": best.id if best else None, "score": best.score if best else None}
+
+
+def submission_view(session: Session, experiment: Experiment, submission: Submission) -> dict[str, Any]:
+    baseline = baseline_score(session, experiment)
+    view: dict[str, Any] = {
+        "submission_id": submission.id,
+        "status": submission.status.value,
+        "score": submission.score,
+        "scores": {
+            "opencompass": submission.score,
+            "flexible": submission.score_flexible,
+            "strict": submission.score_strict,
+        },
+        "baseline_score": baseline,
+        "improvement": _improvement(submission.score, baseline),
+        "best": best_view(session, experiment),
+        "total_submissions": repo.agent_submissions_count(session, experiment),
+        "model_path": display_path(experiment, submission.model_path),
+        "is_baseline": submission.is_baseline,
+        "reused_from": submission.reused_from,
+        "n_samples": submission.n_samples,
+        "eval_seconds": submission.eval_seconds,
+        "attempts": submission.attempts,
+        "error": submission.error,
+        "created_at": epoch(submission.created_at),
+        "finished_at": epoch(submission.finished_at),
+    }
+    if not submission.status.final:
+        view["queue_position"] = repo.queue_position(session, submission)
+    return view
+
+
+def pending_view(session: Session, submission: Submission) -> dict[str, Any]:
+    return {
+        "submission_id": submission.id,
+        "status": submission.status.value,
+        "queue_position": repo.queue_position(session, submission),
+    }
+
+
+def time_view(experiment: Experiment, session: Session) -> dict[str, Any]:
+    now = time.time()
+    end = epoch(experiment.end_time)
+    remaining = None if end is None else max(0.0, round(end - now, 3))
+    last = None
+    submissions = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+    if submissions:
+        last = epoch(submissions[-1].created_at)
+    return {
+        "start_time": epoch(experiment.start_time),
+        "timeout_s": experiment.timeout_s,
+        "end_time": end,
+        "remaining": remaining,
+        "remaining_s": remaining,
+        "last_submit_time": last,
+        "now": round(now, 3),
+    }
+
+
+def experiment_view(session: Session, experiment: Experiment) -> dict[str, Any]:
+    baseline_row = repo.baseline_submission(session, experiment)
+    baseline = baseline_score(session, experiment)
+    best = repo.best_submission(session, experiment)
+    agent_rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+    timing = time_view(experiment, session)
+    return {
+        "name": experiment.name,
+        "task": experiment.task,
+        "model": experiment.model,
+        "agent": experiment.agent,
+        "driver_model": experiment.driver_model,
+        "status": experiment.status.value,
+        "message": experiment.message,
+        "baseline_score": baseline,
+        "baseline_status": baseline_row.status.value if baseline_row else None,
+        "baseline_submission": baseline_row.id if baseline_row else None,
+        "baseline_error": baseline_row.error if baseline_row else None,
+        "best_score": best.score if best else None,
+        "best_submission": best.id if best else None,
+        "improvement": _improvement(best.score if best else None, baseline),
+        "submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.SCORED),
+        "total_submissions": len(agent_rows),
+        "failed_submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.FAILED),
+        "in_flight": repo.in_flight_count(session, experiment),
+        "max_submissions": experiment.max_submissions,
+        "timeout_s": experiment.timeout_s,
+        "start_time": timing["start_time"],
+        "end_time": timing["end_time"],
+        "remaining_s": timing["remaining_s"],
+        "last_submit_time": timing["last_submit_time"],
+        "created_at": epoch(experiment.created_at),
+        "finished_at": epoch(experiment.finished_at),
+        "workspace": experiment.workspace,
+        "eval_config": experiment.eval_config,
+    }

@@ -1,0 +1,334 @@
+"""The agent and admin APIs against real Postgres, with every refusal checked for its status code,
+a message that names the fix, and no row written."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from autorl.errors import ConfigurationError
+from autorl.settings import Settings
+from autorl.store import Database, Submission
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+    return make_settings(database_url=pg_url, submit_wait_s=0.5)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def experiment(client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path) -> RegisteredExperiment:
+    return register(client, settings, tiny_base_model, make_workspace(tmp_path))
+
+
+def submission_count(settings: Settings, experiment: RegisteredExperiment) -> int:
+    from autorl.store import Experiment
+
+    db = Database(settings.database_url or "")
+    try:
+        with db.session() as session:
+            exp_id = session.scalar(select(Experiment.id).where(Experiment.name == experiment.name))
+            return int(session.scalar(select(func.count(Submission.id)).where(Submission.experiment_id == exp_id)) or 0)
+    finally:
+        db.dispose()
+
+
+def submit(client: TestClient, experiment: RegisteredExperiment, model_path: str, **kwargs: Any) -> Any:
+    return client.post(f"{experiment.url_path}/submit", json={"model_path": model_path}, **kwargs)
+
+
+# -- authentication ----------------------------------------------------------------------------
+
+
+def test_no_token_is_401_and_names_the_fix(client: TestClient) -> None:
+    response = client.post("/submit", json={"model_path": "output/x"})
+    assert response.status_code == 401
+    assert "GRADING_SERVER_URL" in response.json()["detail"]
+
+
+def test_wrong_token_is_401(client: TestClient, experiment: RegisteredExperiment) -> None:
+    assert client.get("/a/not-a-token/time").status_code == 401
+    response = client.get("/time", headers={"Authorization": "Bearer nope"})
+    assert response.status_code == 401
+    assert "AUTORL_TOKEN" in response.json()["detail"]
+
+
+def test_capability_url_and_bearer_reach_the_same_experiment(
+    client: TestClient, experiment: RegisteredExperiment
+) -> None:
+    by_url = client.get(f"{experiment.url_path}/time").json()
+    by_header = client.get("/time", headers=experiment.bearer).json()
+    assert by_url["timeout_s"] == by_header["timeout_s"] == 3600
+    assert set(by_url) >= {"start_time", "timeout_s", "end_time", "remaining", "remaining_s", "last_submit_time"}
+
+
+def test_admin_api_requires_the_admin_token(client: TestClient, experiment: RegisteredExperiment) -> None:
+    assert client.get("/v1/experiments").status_code == 401
+    response = client.get("/v1/experiments", headers=experiment.bearer)  # an agent token is not admin
+    assert response.status_code == 401
+    assert "AUTORL_ADMIN_TOKEN" in response.json()["detail"]
+
+
+def test_grader_refuses_a_placeholder_admin_token(make_settings: Callable[..., Settings], pg_url: str) -> None:
+    for token in ("", "changeme", "admin"):
+        with pytest.raises(ConfigurationError, match="openssl rand"):
+            create_app(make_settings(database_url=pg_url, admin_token=token))
+    create_app(make_settings(database_url=pg_url, admin_token="", local_mode=True))  # fine on one machine
+
+
+# -- checkpoint refusals -----------------------------------------------------------------------
+
+
+def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: Path) -> str:
+    out = experiment.output_dir
+    if kind == "outside":
+        copy_model(base, tmp_path / "elsewhere")
+        return str(tmp_path / "elsewhere")
+    if kind == "symlink-escape":
+        copy_model(base, tmp_path / "elsewhere")
+        (out / "link").symlink_to(tmp_path / "elsewhere")
+        return "output/link"
+    if kind == "missing":
+        return "output/never-saved"
+    if kind == "file":
+        (out / "model.safetensors").write_bytes(b"x")
+        return "output/model.safetensors"
+    target = copy_model(base, out / "ckpt")
+    if kind == "no-config":
+        (target / "config.json").unlink()
+    elif kind == "no-safetensors":
+        for weights in target.glob("*.safetensors"):
+            weights.unlink()
+    elif kind == "pickle":
+        (target / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    elif kind == "adapter":
+        (target / "adapter_config.json").write_text("{}")
+    elif kind == "architecture":
+        config = json.loads((target / "config.json").read_text())
+        config["architectures"], config["model_type"] = ["LlamaForCausalLM"], "llama"
+        (target / "config.json").write_text(json.dumps(config))
+    return "output/ckpt"
+
+
+@pytest.mark.parametrize(
+    ("kind", "fix"),
+    [
+        ("outside", "OUTPUT_DIR"),
+        ("symlink-escape", "OUTPUT_DIR"),
+        ("missing", "save_pretrained"),
+        ("file", "folder"),
+        ("no-config", "save_pretrained"),
+        ("no-safetensors", "safetensors"),
+        ("pickle", "save_pretrained"),
+        ("adapter", "merge_and_unload()"),
+        ("architecture", "architecture"),
+    ],
+)
+def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
+    kind: str,
+    fix: str,
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    tmp_path: Path,
+) -> None:
+    path = _prepare(kind, experiment, tiny_base_model, tmp_path)
+    response = submit(client, experiment, path)
+    assert response.status_code == 400, response.text
+    assert fix in response.json()["detail"]
+    assert submission_count(settings, experiment) == 0
+
+
+def test_missing_model_path_is_422_with_a_readable_detail(client: TestClient, experiment: RegisteredExperiment) -> None:
+    response = client.post(f"{experiment.url_path}/submit", json={"path": "output/x"})
+    assert response.status_code == 422
+    assert "model_path" in response.json()["detail"]
+
+
+# -- limits, deadline, scoping -----------------------------------------------------------------
+
+
+def test_submission_limit_is_429(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
+    copy_model(tiny_base_model, experiment.output_dir / "a")
+    first = submit(client, experiment, "output/a", params={"wait": "false"})
+    assert first.status_code == 202
+    assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
+    second = submit(client, experiment, "output/a")
+    assert second.status_code == 429
+    assert "best checkpoints" in second.json()["detail"]
+    assert submission_count(settings, experiment) == 1
+
+
+def test_submission_after_the_deadline_is_refused(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    started = client.post(f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings))
+    assert started.status_code == 200
+    copy_model(tiny_base_model, experiment.output_dir / "late")
+    time.sleep(1.2)
+    assert client.get(f"{experiment.url_path}/time").json()["remaining_s"] == 0
+    response = submit(client, experiment, "output/late")
+    assert response.status_code == 403
+    assert "end_time" in response.json()["detail"]
+    assert submission_count(settings, experiment) == 0
+
+
+def test_finished_experiment_refuses_submissions(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    client.post(f"/v1/experiments/{experiment.name}/finish", json={"status": "completed"}, headers=admin_headers(settings))
+    copy_model(tiny_base_model, experiment.output_dir / "after")
+    response = submit(client, experiment, "output/after")
+    assert response.status_code == 409
+    assert "completed" in response.json()["detail"]
+
+
+def test_an_experiment_sees_only_its_own_submissions(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    mine = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    other = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    copy_model(tiny_base_model, mine.output_dir / "m")
+    submission_id = submit(client, mine, "output/m", params={"wait": "false"}).json()["submission_id"]
+    assert client.get(f"{mine.url_path}/submissions/{submission_id}").status_code == 200
+    response = client.get(f"{other.url_path}/submissions/{submission_id}")
+    assert response.status_code == 404
+    assert client.get(f"{other.url_path}/scores").json()["submissions"] == []
+
+
+def test_gpu_field_is_accepted_and_ignored(client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path) -> None:
+    copy_model(tiny_base_model, experiment.output_dir / "g")
+    response = client.post(
+        f"{experiment.url_path}/submit", params={"wait": "false"}, json={"model_path": "output/g", "gpu": "0,1"}
+    )
+    assert response.status_code == 202
+
+
+def test_blocking_submit_answers_202_with_the_id_when_the_wait_ends(
+    client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    copy_model(tiny_base_model, experiment.output_dir / "w")
+    started = time.monotonic()
+    response = submit(client, experiment, "output/w")  # no worker runs: the 0.5 s wait ends
+    assert response.status_code == 202
+    assert time.monotonic() - started < 10
+    body = response.json()
+    assert body["status"] == "queued" and isinstance(body["submission_id"], int)
+    shown = client.get(f"{experiment.url_path}/submissions/{body['submission_id']}").json()
+    assert shown["status"] == "queued" and shown["model_path"] == "output/w"
+
+
+# -- admin API ---------------------------------------------------------------------------------
+
+
+def test_register_conflict_and_unknown_task(client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path) -> None:
+    body = {"name": experiment.name, "task": "gsm8k", "model": "m", "timeout_s": 10,
+            "workspace": str(experiment.workspace), "base_model_dir": str(tiny_base_model)}
+    conflict = client.post("/v1/experiments", json=body, headers=admin_headers(settings))
+    assert conflict.status_code == 409
+    assert "/token" in conflict.json()["detail"]
+    unknown = client.post("/v1/experiments", json={**body, "name": "fresh-name-1", "task": "chess"}, headers=admin_headers(settings))
+    assert unknown.status_code == 400
+    assert "gsm8k" in unknown.json()["detail"]
+    negative = client.post("/v1/experiments", json={**body, "name": "fresh-name-2", "timeout_s": -5}, headers=admin_headers(settings))
+    assert negative.status_code == 422
+    assert "timeout_s" in negative.json()["detail"]
+
+
+def test_rotating_a_token_revokes_the_old_one(client: TestClient, settings: Settings, experiment: RegisteredExperiment) -> None:
+    response = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
+    assert response.status_code == 200
+    assert client.get(f"{experiment.url_path}/time").status_code == 401
+    assert client.get(f"/a/{response.json()['token']}/time").status_code == 200
+
+
+def test_ops_endpoints(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json()["status"] == "ready"
+    assert "autorl_database_up 1" in client.get("/metrics").text
+    assert "/submit" in client.get("/openapi.json").json()["paths"]
+
+
+def test_access_log_never_shows_a_token(settings: Settings, experiment: RegisteredExperiment, caplog: pytest.LogCaptureFixture) -> None:
+    from autorl_grader.logging_setup import RedactTokens
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1", "GET", f"{experiment.url_path}/time", "1.1", 200), None)
+    RedactTokens().filter(record)
+    assert experiment.token not in record.getMessage()
+    assert "/a/<redacted>/time" in record.getMessage()
+
+
+# -- unavailable services ----------------------------------------------------------------------
+
+
+def test_redis_down_is_503_and_nothing_is_written(
+    make_settings: Callable[..., Settings], pg_url: str, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    from tests.support.infra import free_port
+
+    settings = make_settings(database_url=pg_url, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    with TestClient(create_app(settings, reconcile=False)) as client:
+        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+        copy_model(tiny_base_model, experiment.output_dir / "c")
+        response = submit(client, experiment, "output/c")
+        assert response.status_code == 503
+        assert "Redis" in response.json()["detail"]
+        assert client.get("/readyz").status_code == 503
+    assert submission_count(settings, experiment) == 0
+
+
+def test_postgres_down_is_503(make_settings: Callable[..., Settings], pg_url: str) -> None:
+    from tests.support.infra import free_port
+
+    settings = make_settings(database_url=f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x")
+    app = create_app(settings, run_migrations=False, reconcile=False)
+    client = TestClient(app)  # no lifespan: the database is down from the start
+    response = client.get("/a/some-token/time")
+    assert response.status_code == 503
+    assert "AUTORL_DATABASE_URL" in response.json()["detail"]
+
+
+def test_identical_weights_reuse_the_score(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    from autorl.store import SubmissionStatus
+    from autorl.store import repository as repo
+
+    first_dir = copy_model(tiny_base_model, experiment.output_dir / "one")
+    first = submit(client, experiment, "output/one", params={"wait": "false"}).json()["submission_id"]
+    db = Database(settings.database_url or "")
+    with db.session() as session:  # stand in for a worker that finished the first evaluation
+        row = repo.get_submission(session, first)
+        row.status, row.score, row.score_flexible, row.score_strict, row.n_samples = (
+            SubmissionStatus.SCORED, 37.5, 40.0, 12.5, 8)
+    db.dispose()
+    shutil.copytree(first_dir, experiment.output_dir / "two")
+    response = submit(client, experiment, "output/two")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "scored" and body["score"] == 37.5
+    assert body["reused_from"] == first and body["eval_seconds"] == 0.0
+    assert body["submission_id"] != first and body["total_submissions"] == 2

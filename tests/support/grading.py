@@ -1,0 +1,65 @@
+"""Helpers to stand up a grader and an experiment workspace in tests."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+
+@dataclass
+class RegisteredExperiment:
+    name: str
+    token: str
+    url_path: str  # /a/<token>
+    workspace: Path
+    output_dir: Path
+    view: dict[str, Any]
+
+    @property
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+def admin_headers(settings: Any) -> dict[str, str]:
+    return {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
+
+
+def make_workspace(root: Path) -> Path:
+    workspace = root / f"ws-{uuid.uuid4().hex[:8]}"
+    (workspace / "output").mkdir(parents=True)
+    return workspace
+
+
+def register(
+    client: TestClient, settings: Any, base_model_dir: Path, workspace: Path, **fields: Any
+) -> RegisteredExperiment:
+    body = {
+        "name": f"exp-{uuid.uuid4().hex[:10]}",
+        "task": "gsm8k",
+        "model": f"local:{base_model_dir.name}-{uuid.uuid4().hex[:6]}",
+        "timeout_s": 3600,
+        "workspace": str(workspace),
+        "base_model_dir": str(base_model_dir),
+        **fields,
+    }
+    response = client.post("/v1/experiments", json=body, headers=admin_headers(settings))
+    assert response.status_code == 201, response.text
+    view = response.json()
+    return RegisteredExperiment(
+        name=view["name"],
+        token=view["token"],
+        url_path=f"/a/{view['token']}",
+        workspace=workspace,
+        output_dir=workspace / "output",
+        view=view,
+    )
+
+
+def copy_model(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
