@@ -170,7 +170,7 @@ def test_submission_limit_is_429(
     client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
-    copy_model(tiny_base_model, experiment.output_dir / "a")
+    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     first = submit(client, experiment, "output/a", params={"wait": "false"})
     assert first.status_code == 202
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
@@ -186,7 +186,7 @@ def test_submission_after_the_deadline_is_refused(
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     started = client.post(f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings))
     assert started.status_code == 200
-    copy_model(tiny_base_model, experiment.output_dir / "late")
+    copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
     time.sleep(1.2)
     assert client.get(f"{experiment.url_path}/time").json()["remaining_s"] == 0
     response = submit(client, experiment, "output/late")
@@ -199,7 +199,7 @@ def test_finished_experiment_refuses_submissions(
     client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     client.post(f"/v1/experiments/{experiment.name}/finish", json={"status": "completed"}, headers=admin_headers(settings))
-    copy_model(tiny_base_model, experiment.output_dir / "after")
+    copy_model(tiny_base_model, experiment.output_dir / "after", unique=True)
     response = submit(client, experiment, "output/after")
     assert response.status_code == 409
     assert "completed" in response.json()["detail"]
@@ -210,7 +210,7 @@ def test_an_experiment_sees_only_its_own_submissions(
 ) -> None:
     mine = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     other = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    copy_model(tiny_base_model, mine.output_dir / "m")
+    copy_model(tiny_base_model, mine.output_dir / "m", unique=True)
     submission_id = submit(client, mine, "output/m", params={"wait": "false"}).json()["submission_id"]
     assert client.get(f"{mine.url_path}/submissions/{submission_id}").status_code == 200
     response = client.get(f"{other.url_path}/submissions/{submission_id}")
@@ -219,7 +219,7 @@ def test_an_experiment_sees_only_its_own_submissions(
 
 
 def test_gpu_field_is_accepted_and_ignored(client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path) -> None:
-    copy_model(tiny_base_model, experiment.output_dir / "g")
+    copy_model(tiny_base_model, experiment.output_dir / "g", unique=True)
     response = client.post(
         f"{experiment.url_path}/submit", params={"wait": "false"}, json={"model_path": "output/g", "gpu": "0,1"}
     )
@@ -229,7 +229,7 @@ def test_gpu_field_is_accepted_and_ignored(client: TestClient, experiment: Regis
 def test_blocking_submit_answers_202_with_the_id_when_the_wait_ends(
     client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
-    copy_model(tiny_base_model, experiment.output_dir / "w")
+    copy_model(tiny_base_model, experiment.output_dir / "w", unique=True)
     started = time.monotonic()
     response = submit(client, experiment, "output/w")  # no worker runs: the 0.5 s wait ends
     assert response.status_code == 202
@@ -292,7 +292,7 @@ def test_redis_down_is_503_and_nothing_is_written(
     settings = make_settings(database_url=pg_url, redis_url=f"redis://127.0.0.1:{free_port()}/0")
     with TestClient(create_app(settings, reconcile=False)) as client:
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-        copy_model(tiny_base_model, experiment.output_dir / "c")
+        copy_model(tiny_base_model, experiment.output_dir / "c", unique=True)
         response = submit(client, experiment, "output/c")
         assert response.status_code == 503
         assert "Redis" in response.json()["detail"]
@@ -317,7 +317,7 @@ def test_identical_weights_reuse_the_score(
     from autorl.store import SubmissionStatus
     from autorl.store import repository as repo
 
-    first_dir = copy_model(tiny_base_model, experiment.output_dir / "one")
+    first_dir = copy_model(tiny_base_model, experiment.output_dir / "one", unique=True)
     first = submit(client, experiment, "output/one", params={"wait": "false"}).json()["submission_id"]
     db = Database(settings.database_url or "")
     with db.session() as session:  # stand in for a worker that finished the first evaluation

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -60,6 +61,12 @@ def register(
     )
 
 
-def copy_model(source: Path, target: Path) -> Path:
+def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
+    """Copy a model folder. `unique` adds a harmless config key so that the copy's fingerprint differs
+    (identical weights would otherwise reuse an earlier test's score)."""
     shutil.copytree(source, target)
+    if unique:
+        config = json.loads((target / "config.json").read_text())
+        config["autorl_test_nonce"] = uuid.uuid4().hex
+        (target / "config.json").write_text(json.dumps(config))
     return target

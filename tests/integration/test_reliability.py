@@ -1,0 +1,121 @@
+"""Nothing lost, nothing double-counted: claims, leases and the reconciler on real Postgres and Redis."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+from rq import Queue
+
+from autorl.settings import Settings
+from autorl.store import Database, SubmissionStatus
+from autorl.store import repository as repo
+from autorl.store.models import utcnow
+from autorl_grader.main import create_app
+from autorl_grader.reconciler import reconcile_once
+from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str, redis_url: str) -> Settings:
+    return make_settings(database_url=pg_url, redis_url=redis_url, submit_wait_s=0.0)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    database = Database(settings.database_url or "")
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def queued_id(client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path) -> int:
+    experiment: RegisteredExperiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
+    response = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
+    assert response.status_code == 202
+    return int(response.json()["submission_id"])
+
+
+def rq_queue(settings: Settings) -> Queue:
+    return Queue(settings.queue_name, connection=Redis.from_url(settings.redis_url or ""))
+
+
+def test_submit_commits_then_enqueues_one_rq_job(settings: Settings, queued_id: int) -> None:
+    jobs = rq_queue(settings).jobs
+    assert [job.args for job in jobs if job.args == (queued_id,)] == [(queued_id,)]
+    job = next(j for j in jobs if j.args == (queued_id,))
+    assert job.func_name == "autorl_evaluator.jobs.evaluate"
+    assert job.timeout == settings.eval_timeout_s + 300
+    assert job.retries_left == 2
+
+
+def test_only_one_of_many_concurrent_claims_wins(db: Database, queued_id: int) -> None:
+    winners: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def claim(worker: str) -> None:
+        barrier.wait()
+        with db.session() as session:
+            if repo.claim(session, queued_id, worker=worker, lease_s=60):
+                winners.append(worker)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(winners) == 1
+    with db.session() as session:
+        row = repo.get_submission(session, queued_id)
+        assert row.status == SubmissionStatus.RUNNING and row.attempts == 1 and row.worker == winners[0]
+
+
+def test_a_dead_workers_submission_is_requeued_and_its_late_result_ignored(
+    settings: Settings, db: Database, queued_id: int
+) -> None:
+    state = TestClient(create_app(settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
+    with db.session() as session:
+        assert repo.claim(session, queued_id, worker="dead", lease_s=60)
+        repo.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
+    rq_queue(settings).empty()  # the queue lost the job too
+    done = reconcile_once(state, queued_grace_s=0)
+    assert done["requeued"] == 1 and done["enqueued"] >= 1  # other tests may leave queued rows too
+    assert any(job.args == (queued_id,) for job in rq_queue(settings).jobs)
+    with db.session() as session:
+        assert repo.get_submission(session, queued_id).status == SubmissionStatus.QUEUED
+        assert repo.claim(session, queued_id, worker="alive", lease_s=60)
+    with db.session() as session:  # the dead worker wakes up: its result must not count
+        assert not repo.record_score(session, queued_id, worker="dead", scores={"opencompass": 99.0},
+                                     n_samples=1, seconds=1.0)
+        assert repo.record_score(session, queued_id, worker="alive", scores={"opencompass": 25.0},
+                                 n_samples=4, seconds=1.0)
+    with db.session() as session:
+        row = repo.get_submission(session, queued_id)
+        assert row.score == 25.0 and row.attempts == 2
+
+
+def test_after_max_attempts_a_submission_fails_with_a_reason(
+    settings: Settings, db: Database, queued_id: int
+) -> None:
+    state = TestClient(create_app(settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
+    for attempt in range(settings.max_eval_attempts):
+        with db.session() as session:
+            assert repo.claim(session, queued_id, worker=f"crash{attempt}", lease_s=60)
+            repo.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
+        reconcile_once(state, queued_grace_s=3600)
+    with db.session() as session:
+        row = repo.get_submission(session, queued_id)
+        assert row.status == SubmissionStatus.FAILED
+        assert "interrupted 3 times" in (row.error or "")

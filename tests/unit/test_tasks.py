@@ -1,0 +1,226 @@
+"""The task registry, the arith generator, data preparation and prompt rendering."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autorl.errors import ConfigurationError, UnknownTaskError
+from autorl.tasks import Problem, Task, get_task, task_names
+from autorl.tasks.arith import ArithTask, generate_problems
+from autorl.tasks.base import read_problems
+from autorl.tasks.gsm8k import GSM8KTask, extract_answer, is_correct
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "data"
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+# --- registry ----------------------------------------------------------------------------------
+
+
+def test_registry_lists_and_builds_tasks() -> None:
+    assert task_names() == ["arith", "gsm8k"]
+    for name in task_names():
+        task = get_task(name)
+        assert isinstance(task, Task)
+        assert task.name == name
+        assert task.max_new_tokens == 512
+        assert task.description().lower().startswith(f"# {name}")
+        assert "train.jsonl" in task.description()
+
+
+def test_unknown_task_names_the_known_ones() -> None:
+    with pytest.raises(UnknownTaskError, match=r"unknown task 'gsm9k'; known tasks: arith, gsm8k"):
+        get_task("gsm9k")
+
+
+# --- arith -------------------------------------------------------------------------------------
+
+
+def _final(problem: Problem) -> int:
+    return int(problem.answer.rsplit("#### ", 1)[1])
+
+
+def test_arith_is_deterministic_by_seed() -> None:
+    assert generate_problems(7, 50) == generate_problems(7, 50)
+    assert generate_problems(7, 50) != generate_problems(8, 50)
+    assert ArithTask(seed=3).test_problems() == ArithTask(seed=3).test_problems()
+
+
+def test_arith_splits_have_the_promised_properties() -> None:
+    task = ArithTask()
+    train, test = task.train_problems(), task.test_problems()
+    assert len(train) == 2000
+    assert len(test) >= 200
+    assert len({_final(p) for p in test}) >= 50
+    assert not {p.question for p in train} & {p.question for p in test}
+    exemplar_questions = {shot["question"] for shot in task.exemplars()}
+    for problem in train + test:
+        answer = _final(problem)
+        assert problem.question not in exemplar_questions
+        assert str(answer) not in problem.question
+        # The worked line's calculator annotation holds the arithmetic that gives the answer.
+        (expression, result) = re.findall(r"<<([\d+-]+)=(\d+)>>", problem.answer)[0]
+        a, op, b = re.fullmatch(r"(\d+)([+-])(\d+)", expression).groups()  # type: ignore[union-attr]
+        assert int(a) + (int(b) if op == "+" else -int(b)) == int(result) == answer
+        assert int(a) < 50 and int(b) < 50
+        assert is_correct(problem.answer, problem.answer)
+
+
+def test_arith_exemplars_have_the_gsm8k_shape() -> None:
+    shots = ArithTask().few_shot_messages()
+    assert [m["role"] for m in shots] == ["user", "assistant"] * 4
+    for question, response in zip(shots[::2], shots[1::2], strict=True):
+        assert question["content"].startswith("Question: ")
+        assert question["content"].endswith("\nLet's think step by step\nAnswer:")
+        match = re.search(r"\nThe answer is (\d+)\n$", response["content"])
+        assert match is not None
+        assert extract_answer(response["content"]) == match.group(1)
+
+
+def test_arith_data_files(tmp_path: Path) -> None:
+    task = ArithTask()
+    train_file = task.download_train_data(tmp_path / "data")
+    assert train_file == tmp_path / "data" / "train.jsonl"
+    assert read_problems(train_file) == task.train_problems()
+    assert task.load_test_problems(tmp_path / "eval", limit=10) == task.test_problems()[:10]
+    assert not (tmp_path / "eval").exists()
+
+
+# --- gsm8k data --------------------------------------------------------------------------------
+
+
+def _fixture(split: str) -> list[Problem]:
+    return read_problems(FIXTURE_DIR / "gsm8k" / f"{split}.jsonl")
+
+
+@pytest.mark.parametrize("source", [FIXTURE_DIR, FIXTURE_DIR / "gsm8k"], ids=["task-folder", "flat"])
+def test_gsm8k_train_data_from_a_source_folder(tmp_path: Path, source: Path) -> None:
+    task = GSM8KTask()
+    target = task.download_train_data(tmp_path, source_dir=source)
+    assert target == tmp_path / "train.jsonl"
+    assert read_problems(target) == _fixture("train")
+    assert os.stat(target).st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["train.jsonl"]
+    for line in target.read_text(encoding="utf-8").splitlines():
+        assert set(json.loads(line)) == {"question", "answer"}
+
+
+def test_gsm8k_train_data_is_written_once(tmp_path: Path) -> None:
+    task = GSM8KTask()
+    source = tmp_path / "source"
+    source.mkdir()
+    problem = Problem("Zoë pays 3 € for 4 crêpes. How much?", "3*4=<<3*4=12>>12\n#### 12")
+    (source / "train.jsonl").write_text(
+        json.dumps({"question": problem.question, "answer": problem.answer, "extra": 1}, ensure_ascii=False)
+        + "\n",
+        encoding="utf-8",
+    )
+    target = task.download_train_data(tmp_path / "data", source_dir=source)
+    assert "Zoë pays 3 € for 4 crêpes" in target.read_text(encoding="utf-8")
+    assert read_problems(target) == [problem]
+    # Present already: kept as is, even when another source is named.
+    assert task.download_train_data(tmp_path / "data", source_dir=FIXTURE_DIR) == target
+    assert read_problems(target) == [problem]
+
+
+def test_gsm8k_test_split_is_cached_for_the_evaluator(tmp_path: Path) -> None:
+    task = GSM8KTask()
+    problems = task.load_test_problems(tmp_path, source_dir=FIXTURE_DIR)
+    assert problems == _fixture("test")
+    cache = tmp_path / "gsm8k" / "test.jsonl"
+    assert read_problems(cache) == problems
+    # From the cache now: no source needed.
+    assert task.load_test_problems(tmp_path, limit=5) == problems[:5]
+
+
+def test_gsm8k_source_folder_without_the_split(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"has no test split.*AUTORL_DATA_SOURCE_DIR"):
+        GSM8KTask().load_test_problems(tmp_path / "eval", source_dir=tmp_path)
+
+
+def test_gsm8k_source_file_without_final_answers(tmp_path: Path) -> None:
+    (tmp_path / "train.jsonl").write_text(json.dumps({"question": "q", "answer": "42"}) + "\n")
+    with pytest.raises(ConfigurationError, match=r"train.jsonl: problem 1 has no '#### N' answer line"):
+        GSM8KTask().download_train_data(tmp_path / "data", source_dir=tmp_path)
+
+
+def test_gsm8k_without_hub_or_source_names_the_setting(tmp_path: Path) -> None:
+    # A fresh interpreter, so that the hub libraries read the offline switch at import.
+    code = (
+        "import sys; from pathlib import Path; from autorl.tasks import get_task\n"
+        "get_task('gsm8k').download_train_data(Path(sys.argv[1]))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "data")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "ConfigurationError" in result.stderr
+    assert "set AUTORL_DATA_SOURCE_DIR" in result.stderr
+    assert not (tmp_path / "data" / "train.jsonl").exists()
+
+
+# --- prompts -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer() -> object:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = [p.question + " " + p.answer for p in _fixture("train")]
+    backend.train_from_iterator(
+        corpus, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<|im_start|>", "<|im_end|>"])
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="<|im_end|>")
+    tokenizer.chat_template = CHATML
+    return tokenizer
+
+
+def _turn(role: str, content: str) -> str:
+    return f"<|im_start|>{role}\n{content}<|im_end|>\n"
+
+
+def test_gsm8k_prompt_is_opencompass_4_shot(chat_tokenizer: object) -> None:
+    question = "A box has {n} 3 pens and 4 pencils. How many?"
+    prompt = GSM8KTask().render_prompt(chat_tokenizer, question)  # type: ignore[arg-type]
+    turns = re.findall(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", prompt, re.DOTALL)
+    assert [role for role, _ in turns] == ["user", "assistant"] * 4 + ["user"]
+    assert turns[0][1].startswith("Question: Angelo and Melanie want to plan")
+    assert [
+        re.search(r"The answer is (\d+)\n$", text).group(1) for role, text in turns if role == "assistant"
+    ] == [  # type: ignore[union-attr]
+        "4",
+        "201",
+        "140",
+        "146",
+    ]
+    assert prompt.endswith(
+        _turn("user", f"Question: {question}\nLet's think step by step\nAnswer:") + "<|im_start|>assistant\n"
+    )
+
+
+def test_arith_prompt_uses_its_own_exemplars(chat_tokenizer: object) -> None:
+    task = ArithTask()
+    problem = task.test_problems()[0]
+    prompt = task.render_prompt(chat_tokenizer, problem.question)  # type: ignore[arg-type]
+    expected = "".join(_turn(m["role"], m["content"]) for m in task.build_messages(problem.question))
+    assert prompt == expected + "<|im_start|>assistant\n"
+    assert "Angelo" not in prompt
+    assert prompt.count("Let's think step by step") == 5
