@@ -71,12 +71,17 @@ class RQDispatcher:
 
     def is_queued(self, submission_id: int) -> bool:
         from redis.exceptions import RedisError
-        from rq.job import Job, JobStatus
         from rq.exceptions import NoSuchJobError
+        from rq.job import Job, JobStatus
 
         try:
             job = Job.fetch(job_id(self.prefix, submission_id), connection=self.redis)
-            return job.get_status() in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+            return job.get_status() in (
+                JobStatus.QUEUED,
+                JobStatus.STARTED,
+                JobStatus.SCHEDULED,
+                JobStatus.DEFERRED,
+            )
         except NoSuchJobError:
             return False
         except RedisError as exc:

@@ -35,7 +35,8 @@ class Settings(BaseSettings):
     home: Path = Field(DEFAULT_HOME, description="Platform home: database, caches, results.csv, runs.")
     cache_dir: Path | None = Field(None, description="Models and datasets cache (default HOME/cache).")
     database_url: str | None = Field(
-        None, description="SQLAlchemy URL: postgresql+psycopg://... or sqlite:///... (default SQLite in HOME)."
+        None,
+        description="SQLAlchemy URL: postgresql+psycopg://... or sqlite:///... (default SQLite in HOME).",
     )
     redis_url: str | None = Field(None, description="Redis URL for the RQ queue; absent → local dispatch.")
     redis_key_prefix: str = Field("autorl", description="Prefix of the RQ queue name (one per deployment).")
@@ -63,7 +64,9 @@ class Settings(BaseSettings):
         None, gt=0, description="Override the task's generation limit (recorded in the evaluation key)."
     )
     eval_batch_size: int = Field(64, gt=0, description="Prompts per generation batch (hf backend).")
-    eval_device: str | None = Field(None, description="torch device for the hf backend (default: cuda if any).")
+    eval_device: str | None = Field(
+        None, description="torch device for the hf backend (default: cuda if any)."
+    )
     opencompass_bin: Path = Field(
         Path(".venv-opencompass/bin/opencompass"), description="The opencompass command of its own venv."
     )

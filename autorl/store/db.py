@@ -37,7 +37,9 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": 5})
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": 5}
+    )
 
 
 class Database:
@@ -59,7 +61,8 @@ class Database:
                 yield session
         except OperationalError as exc:
             raise ServiceUnavailableError(
-                f"the database is unreachable ({_short(exc)}); check AUTORL_DATABASE_URL and that it is running"
+                f"the database is unreachable ({_short(exc)}); "
+                "check AUTORL_DATABASE_URL and that the database is running"
             ) from exc
 
     def ping(self) -> None:

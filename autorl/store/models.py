@@ -66,7 +66,9 @@ class Experiment(Base):
     output_dir: Mapped[str] = mapped_column(Text)
     agent: Mapped[str | None] = mapped_column(String(512))
     driver_model: Mapped[str | None] = mapped_column(String(512))
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex; the token itself is never stored
+    token_hash: Mapped[str] = mapped_column(
+        String(64), unique=True
+    )  # sha256 hex; the token itself is never stored
     status: Mapped[ExperimentStatus] = mapped_column(
         Enum(ExperimentStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
         default=ExperimentStatus.PENDING,

@@ -94,11 +94,14 @@ def finish_experiment(
 
 
 def agent_submissions_count(session: Session, experiment: Experiment) -> int:
-    return session.scalar(
-        select(func.count(Submission.id)).where(
-            Submission.experiment_id == experiment.id, Submission.is_baseline.is_(False)
+    return (
+        session.scalar(
+            select(func.count(Submission.id)).where(
+                Submission.experiment_id == experiment.id, Submission.is_baseline.is_(False)
+            )
         )
-    ) or 0
+        or 0
+    )
 
 
 def reusable_result(session: Session, eval_key: str, fingerprint: str) -> Submission | None:
@@ -353,7 +356,9 @@ def cached_baseline(session: Session, *, task: str, model: str, eval_key: str) -
 def remember_baseline(session: Session, submission: Submission) -> None:
     experiment = session.get(Experiment, submission.experiment_id)
     assert experiment is not None and submission.score is not None
-    existing = cached_baseline(session, task=experiment.task, model=experiment.model, eval_key=submission.eval_key)
+    existing = cached_baseline(
+        session, task=experiment.task, model=experiment.model, eval_key=submission.eval_key
+    )
     if existing is not None:
         return
     session.add(

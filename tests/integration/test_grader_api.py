@@ -34,7 +34,9 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def experiment(client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path) -> RegisteredExperiment:
+def experiment(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> RegisteredExperiment:
     return register(client, settings, tiny_base_model, make_workspace(tmp_path))
 
 
@@ -45,7 +47,10 @@ def submission_count(settings: Settings, experiment: RegisteredExperiment) -> in
     try:
         with db.session() as session:
             exp_id = session.scalar(select(Experiment.id).where(Experiment.name == experiment.name))
-            return int(session.scalar(select(func.count(Submission.id)).where(Submission.experiment_id == exp_id)) or 0)
+            return int(
+                session.scalar(select(func.count(Submission.id)).where(Submission.experiment_id == exp_id))
+                or 0
+            )
     finally:
         db.dispose()
 
@@ -76,7 +81,14 @@ def test_capability_url_and_bearer_reach_the_same_experiment(
     by_url = client.get(f"{experiment.url_path}/time").json()
     by_header = client.get("/time", headers=experiment.bearer).json()
     assert by_url["timeout_s"] == by_header["timeout_s"] == 3600
-    assert set(by_url) >= {"start_time", "timeout_s", "end_time", "remaining", "remaining_s", "last_submit_time"}
+    assert set(by_url) >= {
+        "start_time",
+        "timeout_s",
+        "end_time",
+        "remaining",
+        "remaining_s",
+        "last_submit_time",
+    }
 
 
 def test_admin_api_requires_the_admin_token(client: TestClient, experiment: RegisteredExperiment) -> None:
@@ -86,7 +98,9 @@ def test_admin_api_requires_the_admin_token(client: TestClient, experiment: Regi
     assert "AUTORL_ADMIN_TOKEN" in response.json()["detail"]
 
 
-def test_grader_refuses_a_placeholder_admin_token(make_settings: Callable[..., Settings], pg_url: str) -> None:
+def test_grader_refuses_a_placeholder_admin_token(
+    make_settings: Callable[..., Settings], pg_url: str
+) -> None:
     for token in ("", "changeme", "admin"):
         with pytest.raises(ConfigurationError, match="openssl rand"):
             create_app(make_settings(database_url=pg_url, admin_token=token))
@@ -157,7 +171,9 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
     assert submission_count(settings, experiment) == 0
 
 
-def test_missing_model_path_is_422_with_a_readable_detail(client: TestClient, experiment: RegisteredExperiment) -> None:
+def test_missing_model_path_is_422_with_a_readable_detail(
+    client: TestClient, experiment: RegisteredExperiment
+) -> None:
     response = client.post(f"{experiment.url_path}/submit", json={"path": "output/x"})
     assert response.status_code == 422
     assert "model_path" in response.json()["detail"]
@@ -184,7 +200,9 @@ def test_submission_after_the_deadline_is_refused(
     client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    started = client.post(f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings))
+    started = client.post(
+        f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings)
+    )
     assert started.status_code == 200
     copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
     time.sleep(1.2)
@@ -198,7 +216,11 @@ def test_submission_after_the_deadline_is_refused(
 def test_finished_experiment_refuses_submissions(
     client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
-    client.post(f"/v1/experiments/{experiment.name}/finish", json={"status": "completed"}, headers=admin_headers(settings))
+    client.post(
+        f"/v1/experiments/{experiment.name}/finish",
+        json={"status": "completed"},
+        headers=admin_headers(settings),
+    )
     copy_model(tiny_base_model, experiment.output_dir / "after", unique=True)
     response = submit(client, experiment, "output/after")
     assert response.status_code == 409
@@ -218,10 +240,14 @@ def test_an_experiment_sees_only_its_own_submissions(
     assert client.get(f"{other.url_path}/scores").json()["submissions"] == []
 
 
-def test_gpu_field_is_accepted_and_ignored(client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path) -> None:
+def test_gpu_field_is_accepted_and_ignored(
+    client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
     copy_model(tiny_base_model, experiment.output_dir / "g", unique=True)
     response = client.post(
-        f"{experiment.url_path}/submit", params={"wait": "false"}, json={"model_path": "output/g", "gpu": "0,1"}
+        f"{experiment.url_path}/submit",
+        params={"wait": "false"},
+        json={"model_path": "output/g", "gpu": "0,1"},
     )
     assert response.status_code == 202
 
@@ -243,21 +269,39 @@ def test_blocking_submit_answers_202_with_the_id_when_the_wait_ends(
 # -- admin API ---------------------------------------------------------------------------------
 
 
-def test_register_conflict_and_unknown_task(client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path) -> None:
-    body = {"name": experiment.name, "task": "gsm8k", "model": "m", "timeout_s": 10,
-            "workspace": str(experiment.workspace), "base_model_dir": str(tiny_base_model)}
+def test_register_conflict_and_unknown_task(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    body = {
+        "name": experiment.name,
+        "task": "gsm8k",
+        "model": "m",
+        "timeout_s": 10,
+        "workspace": str(experiment.workspace),
+        "base_model_dir": str(tiny_base_model),
+    }
     conflict = client.post("/v1/experiments", json=body, headers=admin_headers(settings))
     assert conflict.status_code == 409
     assert "/token" in conflict.json()["detail"]
-    unknown = client.post("/v1/experiments", json={**body, "name": "fresh-name-1", "task": "chess"}, headers=admin_headers(settings))
+    unknown = client.post(
+        "/v1/experiments",
+        json={**body, "name": "fresh-name-1", "task": "chess"},
+        headers=admin_headers(settings),
+    )
     assert unknown.status_code == 400
     assert "gsm8k" in unknown.json()["detail"]
-    negative = client.post("/v1/experiments", json={**body, "name": "fresh-name-2", "timeout_s": -5}, headers=admin_headers(settings))
+    negative = client.post(
+        "/v1/experiments",
+        json={**body, "name": "fresh-name-2", "timeout_s": -5},
+        headers=admin_headers(settings),
+    )
     assert negative.status_code == 422
     assert "timeout_s" in negative.json()["detail"]
 
 
-def test_rotating_a_token_revokes_the_old_one(client: TestClient, settings: Settings, experiment: RegisteredExperiment) -> None:
+def test_rotating_a_token_revokes_the_old_one(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment
+) -> None:
     response = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
     assert response.status_code == 200
     assert client.get(f"{experiment.url_path}/time").status_code == 401
@@ -271,11 +315,20 @@ def test_ops_endpoints(client: TestClient) -> None:
     assert "/submit" in client.get("/openapi.json").json()["paths"]
 
 
-def test_access_log_never_shows_a_token(settings: Settings, experiment: RegisteredExperiment, caplog: pytest.LogCaptureFixture) -> None:
+def test_access_log_never_shows_a_token(
+    settings: Settings, experiment: RegisteredExperiment, caplog: pytest.LogCaptureFixture
+) -> None:
     from autorl_grader.logging_setup import RedactTokens
 
-    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
-                               ("127.0.0.1", "GET", f"{experiment.url_path}/time", "1.1", 200), None)
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1", "GET", f"{experiment.url_path}/time", "1.1", 200),
+        None,
+    )
     RedactTokens().filter(record)
     assert experiment.token not in record.getMessage()
     assert "/a/<redacted>/time" in record.getMessage()
@@ -323,7 +376,12 @@ def test_identical_weights_reuse_the_score(
     with db.session() as session:  # stand in for a worker that finished the first evaluation
         row = repo.get_submission(session, first)
         row.status, row.score, row.score_flexible, row.score_strict, row.n_samples = (
-            SubmissionStatus.SCORED, 37.5, 40.0, 12.5, 8)
+            SubmissionStatus.SCORED,
+            37.5,
+            40.0,
+            12.5,
+            8,
+        )
     db.dispose()
     shutil.copytree(first_dir, experiment.output_dir / "two")
     response = submit(client, experiment, "output/two")

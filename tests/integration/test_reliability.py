@@ -97,10 +97,12 @@ def test_a_dead_workers_submission_is_requeued_and_its_late_result_ignored(
         assert repo.get_submission(session, queued_id).status == SubmissionStatus.QUEUED
         assert repo.claim(session, queued_id, worker="alive", lease_s=60)
     with db.session() as session:  # the dead worker wakes up: its result must not count
-        assert not repo.record_score(session, queued_id, worker="dead", scores={"opencompass": 99.0},
-                                     n_samples=1, seconds=1.0)
-        assert repo.record_score(session, queued_id, worker="alive", scores={"opencompass": 25.0},
-                                 n_samples=4, seconds=1.0)
+        assert not repo.record_score(
+            session, queued_id, worker="dead", scores={"opencompass": 99.0}, n_samples=1, seconds=1.0
+        )
+        assert repo.record_score(
+            session, queued_id, worker="alive", scores={"opencompass": 25.0}, n_samples=4, seconds=1.0
+        )
     with db.session() as session:
         row = repo.get_submission(session, queued_id)
         assert row.score == 25.0 and row.attempts == 2

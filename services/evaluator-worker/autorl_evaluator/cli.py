@@ -6,7 +6,7 @@ import argparse
 import logging
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("worker", help="evaluate queued submissions (settings from AUTORL_* variables)")
     parser.add_argument("--burst", action="store_true", help="exit once nothing is left to evaluate")
     parser.set_defaults(func=run)

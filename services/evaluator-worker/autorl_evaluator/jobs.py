@@ -93,7 +93,11 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             return {"submission_id": submission_id, "claimed": False}
         submission: Submission = repo.get_submission(session, submission_id)
         experiment: Experiment = submission.experiment
-        model_path, expected, config = Path(submission.model_path), submission.fingerprint, dict(experiment.eval_config)
+        model_path, expected, config = (
+            Path(submission.model_path),
+            submission.fingerprint,
+            dict(experiment.eval_config),
+        )
         task_name, attempt = experiment.task, submission.attempts
     log.info("event=evaluation_started submission=%d attempt=%d worker=%s", submission_id, attempt, worker)
     started = time.monotonic()
@@ -119,7 +123,9 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
         message = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
         with db.session() as session:
             repo.record_failure(session, submission_id, error=message, worker=worker)
-        log.warning("event=evaluation_failed submission=%d error=%s", submission_id, message.splitlines()[0][:300])
+        log.warning(
+            "event=evaluation_failed submission=%d error=%s", submission_id, message.splitlines()[0][:300]
+        )
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
     seconds = time.monotonic() - started
     with db.session() as session:
@@ -148,8 +154,13 @@ def _write_predictions(path: Path, problems: list[Any], completions: list[str]) 
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as fh:
         for problem, completion in zip(problems, completions, strict=True):
-            fh.write(json.dumps({"question": problem.question, "answer": problem.answer, "completion": completion},
-                                ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {"question": problem.question, "answer": problem.answer, "completion": completion},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     tmp.replace(path)
 
 

@@ -7,6 +7,7 @@ the submission is failed with the reason, leaving the worker ready for the next 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -84,8 +85,7 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
         child.wait(timeout=KILL_GRACE_S)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
-    try:
+    # The group may outlive its leader (a grandchild left behind): SIGKILL whatever is left of it.
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     child.wait()

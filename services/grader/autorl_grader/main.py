@@ -24,7 +24,6 @@ from autorl.errors import (
 )
 from autorl.settings import Settings
 from autorl.store import migrate
-
 from autorl_grader.api.routes import admin, agent, ops
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler

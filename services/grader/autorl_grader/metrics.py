@@ -20,12 +20,12 @@ class Metrics:
         with self._lock:
             items = sorted(self._counters.items())
         seen: set[str] = set()
-        for (name, labels), value in items:
+        for (name, labels), count in items:
             if name not in seen:
                 lines.append(f"# TYPE {name} counter")
                 seen.add(name)
             label_text = ",".join(f'{k}="{v}"' for k, v in labels)
-            lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
+            lines.append(f"{name}{{{label_text}}} {count}" if label_text else f"{name} {count}")
         for name, value in sorted(gauges.items()):
             lines.append(f"# TYPE {name} gauge")
             lines.append(f"{name} {value}")

@@ -10,7 +10,6 @@ from autorl.errors import ServiceUnavailableError
 from autorl.store import SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
-
 from autorl_grader.state import GraderState
 
 log = logging.getLogger("autorl.grader.reconciler")

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from autorl.queue import Dispatcher, make_dispatcher
 from autorl.settings import Settings
 from autorl.store import Database
-
 from autorl_grader.metrics import Metrics
 
 
@@ -21,4 +20,6 @@ class GraderState:
     @classmethod
     def build(cls, settings: Settings) -> GraderState:
         assert settings.database_url is not None
-        return cls(settings=settings, db=Database(settings.database_url), dispatcher=make_dispatcher(settings))
+        return cls(
+            settings=settings, db=Database(settings.database_url), dispatcher=make_dispatcher(settings)
+        )

@@ -15,7 +15,6 @@ from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailab
 from autorl.store import Experiment, Submission
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
-
 from autorl_grader.state import GraderState
 from autorl_grader.views import pending_view, submission_view
 
@@ -75,7 +74,12 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         submission = repo.create_submission(session, locked, model_path=str(resolved), fingerprint=digest)
         submission_id, queued = submission.id, not submission.status.final
     state.metrics.inc("autorl_submissions_total", outcome="queued" if queued else "reused")
-    log.info("event=submission_accepted experiment=%s submission=%d reused=%s", experiment.name, submission_id, not queued)
+    log.info(
+        "event=submission_accepted experiment=%s submission=%d reused=%s",
+        experiment.name,
+        submission_id,
+        not queued,
+    )
     if queued:
         enqueue_committed(state, submission_id)
     return submission_id

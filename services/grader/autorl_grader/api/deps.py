@@ -10,7 +10,6 @@ from fastapi import Depends, HTTPException, Request
 from autorl.settings import Settings
 from autorl.store import Database, Experiment
 from autorl.store import repository as repo
-
 from autorl_grader.state import GraderState
 
 
@@ -55,7 +54,8 @@ def get_agent_experiment(request: Request, db: DbDep) -> Experiment:
         experiment = repo.experiment_by_token(session, token)
     if experiment is None:
         raise HTTPException(
-            401, detail="unknown or revoked token: use the GRADING_SERVER_URL / AUTORL_TOKEN of your experiment"
+            401,
+            detail="unknown or revoked token: use the GRADING_SERVER_URL / AUTORL_TOKEN of your experiment",
         )
     return experiment
 

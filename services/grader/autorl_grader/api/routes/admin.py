@@ -14,7 +14,6 @@ from starlette.concurrency import run_in_threadpool
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
-
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.evaluation import eval_config, eval_key
 from autorl_grader.submissions import request_baseline, wait_for_result
@@ -108,7 +107,11 @@ def get_one(name: str, db: DbDep) -> dict[str, Any]:
 def new_token(name: str, db: DbDep, settings: SettingsDep) -> dict[str, Any]:
     with db.session() as session:
         token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
-    return {"name": name, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
+    return {
+        "name": name,
+        "token": token,
+        "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}",
+    }
 
 
 @router.post("/{name}/baseline")
@@ -146,4 +149,6 @@ def finish(name: str, body: FinishExperiment, db: DbDep) -> dict[str, Any]:
 def submissions(name: str, db: DbDep) -> list[dict[str, Any]]:
     with db.session() as session:
         experiment = repo.get_experiment(session, name)
-        return [submission_view(session, experiment, s) for s in repo.experiment_submissions(session, experiment)]
+        return [
+            submission_view(session, experiment, s) for s in repo.experiment_submissions(session, experiment)
+        ]

@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from autorl.store import repository as repo
-
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
 from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.views import baseline_score, best_view, submission_view, time_view

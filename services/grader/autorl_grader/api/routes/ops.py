@@ -9,7 +9,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from autorl.errors import ServiceUnavailableError
 from autorl.store import repository as repo
-
 from autorl_grader.api.deps import StateDep
 
 router = APIRouter(tags=["ops"])
