@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
-OC_PINS := opencompass==0.5.2 'transformers>=4.50,<5' 'pyarrow<26' 'datasets<4' torch==2.13.0
+# setuptools<81: mmengine loads every OpenCompass config through pkg_resources, which setuptools 81 removed.
+OC_PINS := opencompass==0.5.2 'transformers>=4.50,<5' 'pyarrow<26' 'datasets<4' torch==2.13.0 'setuptools<81'
 RUN_TIMEOUT ?= 300
 
 .PHONY: setup run test test-fast lint bench chart crd images clean help
@@ -42,6 +43,15 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check autorl services tests bench
 	$(VENV)/bin/ruff format --check autorl services tests bench
 	$(VENV)/bin/mypy
+
+# The CRD is generated from the pydantic models in autorl/experiment.py (a test fails on drift).
+crd: $(VENV)/.installed
+	$(PY) -m autorl.experiment > charts/autorl/crds/experiments.autorl.io.yaml
+
+# Lint (strict) and package the chart into dist/ with Helm's own Go SDK (no helm binary needed).
+chart: crd
+	$(PY) -c 'import sys, helm_python as h; r = h.lint("charts/autorl", strict=True); [print(m) for m in r["messages"]]; sys.exit(bool(r["errors"]))'
+	$(PY) -c 'import helm_python as h; print(h.package("charts/autorl", destination="dist"))'
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -14,7 +14,7 @@ import pytest
 from autorl.errors import ConfigurationError, UnknownTaskError
 from autorl.tasks import Problem, Task, get_task, task_names
 from autorl.tasks.arith import ArithTask, generate_problems
-from autorl.tasks.base import read_problems
+from autorl.tasks.base import ChatTokenizer, read_problems
 from autorl.tasks.gsm8k import GSM8KTask, extract_answer, is_correct
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -69,8 +69,9 @@ def test_arith_splits_have_the_promised_properties() -> None:
         assert problem.question not in exemplar_questions
         assert str(answer) not in problem.question
         # The worked line's calculator annotation holds the arithmetic that gives the answer.
-        (expression, result) = re.findall(r"<<([\d+-]+)=(\d+)>>", problem.answer)[0]
-        a, op, b = re.fullmatch(r"(\d+)([+-])(\d+)", expression).groups()  # type: ignore[union-attr]
+        calculation = re.search(r"<<(\d+)([+-])(\d+)=(\d+)>>", problem.answer)
+        assert calculation is not None
+        a, op, b, result = calculation.groups()
         assert int(a) + (int(b) if op == "+" else -int(b)) == int(result) == answer
         assert int(a) < 50 and int(b) < 50
         assert is_correct(problem.answer, problem.answer)
@@ -178,7 +179,7 @@ def test_gsm8k_without_hub_or_source_names_the_setting(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def chat_tokenizer() -> object:
+def chat_tokenizer() -> ChatTokenizer:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -197,29 +198,24 @@ def _turn(role: str, content: str) -> str:
     return f"<|im_start|>{role}\n{content}<|im_end|>\n"
 
 
-def test_gsm8k_prompt_is_opencompass_4_shot(chat_tokenizer: object) -> None:
+def test_gsm8k_prompt_is_opencompass_4_shot(chat_tokenizer: ChatTokenizer) -> None:
     question = "A box has {n} 3 pens and 4 pencils. How many?"
-    prompt = GSM8KTask().render_prompt(chat_tokenizer, question)  # type: ignore[arg-type]
+    prompt = GSM8KTask().render_prompt(chat_tokenizer, question)
     turns = re.findall(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", prompt, re.DOTALL)
     assert [role for role, _ in turns] == ["user", "assistant"] * 4 + ["user"]
     assert turns[0][1].startswith("Question: Angelo and Melanie want to plan")
-    assert [
-        re.search(r"The answer is (\d+)\n$", text).group(1) for role, text in turns if role == "assistant"
-    ] == [  # type: ignore[union-attr]
-        "4",
-        "201",
-        "140",
-        "146",
-    ]
+    responses = [text for role, text in turns if role == "assistant"]
+    assert [extract_answer(text) for text in responses] == ["4", "201", "140", "146"]
+    assert all(re.search(r"\nThe answer is \d+\n$", text) for text in responses)
     assert prompt.endswith(
         _turn("user", f"Question: {question}\nLet's think step by step\nAnswer:") + "<|im_start|>assistant\n"
     )
 
 
-def test_arith_prompt_uses_its_own_exemplars(chat_tokenizer: object) -> None:
+def test_arith_prompt_uses_its_own_exemplars(chat_tokenizer: ChatTokenizer) -> None:
     task = ArithTask()
     problem = task.test_problems()[0]
-    prompt = task.render_prompt(chat_tokenizer, problem.question)  # type: ignore[arg-type]
+    prompt = task.render_prompt(chat_tokenizer, problem.question)
     expected = "".join(_turn(m["role"], m["content"]) for m in task.build_messages(problem.question))
     assert prompt == expected + "<|im_start|>assistant\n"
     assert "Angelo" not in prompt

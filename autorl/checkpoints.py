@@ -1,0 +1,638 @@
+"""Model sources and submitted-checkpoint checks.
+
+- :func:`resolve_model` turns a model source into a local folder: a folder holding
+  ``config.json``, ``builtin:tiny-qwen2`` (built here once, offline), or a Hugging Face hub id
+  ``org/name`` (downloaded once into the models cache).
+- :func:`validate_checkpoint` enforces the trust model's rules on a submitted checkpoint; each
+  refusal is a :class:`~autorl.errors.CheckpointError` whose message names the fix.
+- :func:`fingerprint` is a streaming content hash of everything that changes an evaluation.
+
+torch, tokenizers, safetensors and huggingface_hub are imported inside the functions that need
+them: the grader validates and fingerprints checkpoints without any of them installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from autorl.errors import CheckpointError, ModelSourceError
+
+BUILTIN_PREFIX = "builtin:"
+#: Bumped whenever the builtin builder's output changes, so a cache never serves an old build.
+BUILTIN_BUILD_VERSION = 1
+#: Only what evaluation and training read: pickle weights and duplicate formats are never fetched.
+HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+WEIGHT_SUFFIX = ".safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+#: A config.json beyond this is not a model config; refusing it keeps a submission from making
+#: the grader parse gigabytes of JSON.
+CONFIG_MAX_BYTES = 4 * 1024 * 1024
+FINGERPRINT_CHUNK_BYTES = 1024 * 1024
+_FINGERPRINT_SCHEME = b"autorl-fingerprint-v1\0"
+#: Files besides the weights that change what a model generates: the architecture and its
+#: hyper-parameters, generation defaults (eos ids, repetition penalty), and the tokenizer and
+#: chat template that turn the prompt into ids. Two checkpoints with equal weights but a
+#: different one of these can score differently, so they must not share a fingerprint.
+EVAL_AFFECTING_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "chat_template.jinja",
+        "chat_template.json",
+    }
+)
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+# --- model sources --------------------------------------------------------------------------
+
+
+def resolve_model(source: str, models_dir: Path) -> Path:
+    """A local folder holding the model named by ``source``; builds or downloads it once.
+
+    ``source`` is an existing folder with ``config.json``, ``builtin:NAME`` or a hub id
+    ``org/name``. Raises :class:`ModelSourceError` with the fix when it cannot be resolved.
+    """
+    if source.startswith(BUILTIN_PREFIX):
+        return _resolve_builtin(source[len(BUILTIN_PREFIX) :], models_dir)
+    local = Path(source).expanduser()
+    if local.exists() or not _HUB_ID.fullmatch(source) or ".." in source:
+        return _resolve_local(local)
+    return _download_from_hub(source, models_dir)
+
+
+def model_dir_name(source: str) -> str:
+    """The folder name of a model source inside a workspace's ``models/``.
+
+    ``builtin:tiny-qwen2`` → ``tiny-qwen2``, ``Qwen/Qwen2.5-1.5B`` → ``Qwen2.5-1.5B``, a local
+    folder → its own name; characters unsafe in a path become ``-``.
+    """
+    if source.startswith(BUILTIN_PREFIX):
+        raw = source[len(BUILTIN_PREFIX) :]
+    elif Path(source).expanduser().exists() or not _HUB_ID.fullmatch(source):
+        raw = Path(source).expanduser().resolve().name
+    else:
+        raw = source.split("/", 1)[1]
+    name = _UNSAFE_NAME_CHARS.sub("-", raw).strip("-")
+    return name if name not in ("", ".", "..") else "model"
+
+
+def _resolve_local(folder: Path) -> Path:
+    if not folder.exists():
+        raise ModelSourceError(
+            f"model folder {folder} does not exist; pass an existing folder that holds config.json, "
+            f"a Hugging Face hub id (org/name) or {BUILTIN_PREFIX}{', '.join(sorted(BUILTIN_MODELS))}"
+        )
+    if not folder.is_dir():
+        raise ModelSourceError(f"model source {folder} is a file; pass the folder that holds config.json")
+    if not (folder / "config.json").is_file():
+        raise ModelSourceError(
+            f"model folder {folder} has no config.json; pass a folder written by save_pretrained "
+            "(config.json, tokenizer files and weights)"
+        )
+    return folder.resolve()
+
+
+def _resolve_builtin(name: str, models_dir: Path) -> Path:
+    builder = BUILTIN_MODELS.get(name)
+    if builder is None:
+        known = ", ".join(f"{BUILTIN_PREFIX}{n}" for n in sorted(BUILTIN_MODELS))
+        raise ModelSourceError(f"unknown builtin model {BUILTIN_PREFIX}{name}; use one of: {known}")
+    target = models_dir / "builtin" / f"{name}-v{BUILTIN_BUILD_VERSION}"
+    return _build_once(target, builder)
+
+
+def _build_once(target: Path, builder: Callable[[Path], Path]) -> Path:
+    """Build into a temporary sibling and rename: a reader sees no folder or a complete one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if (target / "config.json").is_file():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            builder(staging)
+            # mkdtemp makes the folder 0700; the model is meant to be read by other users (an agent).
+            staging.chmod(0o755)
+            os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return target
+
+
+def _download_from_hub(repo_id: str, models_dir: Path) -> Path:
+    import httpx
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+
+    target = models_dir / "hub" / repo_id.replace("/", "--")
+    # A marker beside the folder, written after a full download: snapshot_download asks the hub
+    # even when the files are all there, and a cached model must keep working offline.
+    complete = target.parent / f".{target.name}.complete"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if complete.is_file() and (target / "config.json").is_file():
+            return target
+        try:
+            snapshot_download(repo_id, local_dir=target, allow_patterns=HUB_ALLOW_PATTERNS)
+        except RepositoryNotFoundError as exc:
+            raise ModelSourceError(
+                f"{repo_id} is not a model on the Hugging Face hub (or is private); check the id, "
+                "set HF_TOKEN for a private model, or pass a local folder that holds config.json"
+            ) from exc
+        except GatedRepoError as exc:
+            raise ModelSourceError(
+                f"{repo_id} is gated on the Hugging Face hub; accept its license on the hub and set "
+                "HF_TOKEN, or pass a local folder that holds config.json"
+            ) from exc
+        except (HfHubHTTPError, HFValidationError, httpx.HTTPError, OSError) as exc:
+            raise ModelSourceError(
+                f"cannot download {repo_id} from the Hugging Face hub ({type(exc).__name__}: "
+                f"{_first_line(exc)}); pre-download it where the hub is reachable "
+                f"(`hf download {repo_id} --local-dir DIR`) and pass DIR as the model, "
+                "or place it in the models cache at "
+                f"{target}"
+            ) from exc
+        if not (target / "config.json").is_file():
+            raise ModelSourceError(
+                f"{repo_id} on the Hugging Face hub has no config.json; it is not a transformers model"
+            )
+        if not any(target.glob(f"*{WEIGHT_SUFFIX}")):
+            raise ModelSourceError(
+                f"{repo_id} publishes no safetensors weights; convert it (load it and save_pretrained "
+                "into a folder) and pass that folder as the model"
+            )
+        complete.touch()
+    return target
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no detail"
+
+
+# --- the builtin tiny Qwen2 -----------------------------------------------------------------
+
+TINY_QWEN2_VOCAB_SIZE = 2048
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+#: Qwen2's pre-tokenization regex: contractions, letter runs, ONE digit per token, punctuation
+#: runs, newlines, spaces. transformers 5 rebuilds a Qwen2Tokenizer from vocab and merges with
+#: this exact pipeline (ignoring the one in tokenizer.json), and transformers 4's slow and fast
+#: Qwen2 tokenizers use it too; training with it makes all of them produce the same ids.
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+#: ChatML as Qwen2-Instruct writes it, default system turn included.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def build_tiny_qwen2(target: Path, *, seed: int = 0) -> Path:
+    """Write a tiny, randomly initialised Qwen2ForCausalLM with its own tokenizer into ``target``.
+
+    Same seed → byte-identical files. The tokenizer is a Qwen2-style byte-level BPE trained
+    here on generated grade-school word-problem text (no download); the weights are drawn from
+    a seeded generator, independent of how a transformers version initialises modules.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer()
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    _save_tokenizer(tokenizer, target)
+    config = _tiny_qwen2_config(
+        vocab_size=len(vocab), eos_token_id=vocab[IM_END], pad_token_id=vocab[ENDOFTEXT]
+    )
+    (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    generation_config = {"eos_token_id": [vocab[IM_END], vocab[ENDOFTEXT]], "pad_token_id": vocab[ENDOFTEXT]}
+    (target / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
+    _save_random_weights(config, target / "model.safetensors", seed=seed)
+    for path in target.iterdir():
+        # Written 0600 by some writers; the model is meant to be read by other users (an agent).
+        path.chmod(0o644)
+    return target
+
+
+def _tiny_qwen2_config(*, vocab_size: int, eos_token_id: int, pad_token_id: int) -> dict[str, Any]:
+    hidden_size, heads, kv_heads = 64, 4, 2
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "intermediate_size": 4 * hidden_size,
+        "num_hidden_layers": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": hidden_size // heads,
+        "hidden_act": "silu",
+        # Room for a 4-shot GSM8K prompt plus 512 generated tokens with this small vocabulary.
+        "max_position_embeddings": 4096,
+        "initializer_range": 0.02,
+        "rms_norm_eps": 1e-6,
+        # Both spellings: transformers 4 reads rope_theta, 5 reads rope_parameters.
+        "rope_theta": 10000.0,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": 2,
+        "attention_dropout": 0.0,
+        "bos_token_id": None,
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+        "torch_dtype": "float32",
+    }
+
+
+def _qwen2_parameter_shapes(config: dict[str, Any]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """Qwen2ForCausalLM's state-dict layout (lm_head is tied to the embeddings, so absent)."""
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    q_out = config["num_attention_heads"] * config["head_dim"]
+    kv_out = config["num_key_value_heads"] * config["head_dim"]
+    yield "model.embed_tokens.weight", (config["vocab_size"], hidden)
+    for layer in range(config["num_hidden_layers"]):
+        prefix = f"model.layers.{layer}"
+        yield f"{prefix}.input_layernorm.weight", (hidden,)
+        yield f"{prefix}.self_attn.q_proj.weight", (q_out, hidden)
+        yield f"{prefix}.self_attn.q_proj.bias", (q_out,)
+        yield f"{prefix}.self_attn.k_proj.weight", (kv_out, hidden)
+        yield f"{prefix}.self_attn.k_proj.bias", (kv_out,)
+        yield f"{prefix}.self_attn.v_proj.weight", (kv_out, hidden)
+        yield f"{prefix}.self_attn.v_proj.bias", (kv_out,)
+        yield f"{prefix}.self_attn.o_proj.weight", (hidden, q_out)
+        yield f"{prefix}.post_attention_layernorm.weight", (hidden,)
+        yield f"{prefix}.mlp.gate_proj.weight", (inter, hidden)
+        yield f"{prefix}.mlp.up_proj.weight", (inter, hidden)
+        yield f"{prefix}.mlp.down_proj.weight", (hidden, inter)
+    yield "model.norm.weight", (hidden,)
+
+
+def _save_random_weights(config: dict[str, Any], path: Path, *, seed: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
+    tensors: dict[str, Any] = {}
+    for name, shape in _qwen2_parameter_shapes(config):
+        if name.endswith("norm.weight"):
+            tensors[name] = torch.ones(shape)
+        elif name.endswith(".bias"):
+            tensors[name] = torch.zeros(shape)
+        else:
+            tensors[name] = torch.normal(0.0, config["initializer_range"], shape, generator=generator)
+    # transformers refuses safetensors files without the "format" metadata.
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def _train_tokenizer() -> Any:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    special = [ENDOFTEXT, IM_START, IM_END]
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_QWEN2_VOCAB_SIZE - len(special),
+        min_frequency=2,
+        show_progress=False,
+        # Every byte is in the vocabulary, so any text (other languages, symbols) still encodes.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    tokenizer.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
+    # Added after training, so that, as in Qwen2, special tokens follow the BPE vocabulary.
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in special])
+    return tokenizer
+
+
+def _save_tokenizer(tokenizer: Any, target: Path) -> None:
+    """tokenizer.json for fast tokenizers, vocab.json + merges.txt for transformers 4's slow
+    Qwen2Tokenizer (OpenCompass loads that one), and a tokenizer_config.json both versions read."""
+    tokenizer.save(str(target / "tokenizer.json"))
+    tokenizer.model.save(str(target))
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    added = {
+        str(vocab[token]): {
+            "content": token,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for token in (ENDOFTEXT, IM_START, IM_END)
+    }
+    tokenizer_config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "added_tokens_decoder": added,
+        "additional_special_tokens": [IM_START, IM_END],
+        "bos_token": None,
+        "eos_token": IM_END,
+        "pad_token": ENDOFTEXT,
+        "unk_token": None,
+        "chat_template": CHATML_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "errors": "replace",
+        "model_max_length": 4096,
+        "split_special_tokens": False,
+    }
+    (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+
+
+_NAMES = (
+    "Janet Tom Maria James Sarah John Lisa Mark Emma Carlos Aisha Wei Priya Omar Grace Liam Olivia Noah "
+    "Sophia Ben Chloe Jack Mia Leo Zoe Sam Ella Max Nina Raj Hana Ivan Fatima Diego Yuki Paul Anna Kevin "
+    "Rose Henry Lucy Adam Julia Peter Amy David Kate Brian Linda Oscar Tina Victor Wendy Frank Helen"
+).split()
+_ITEMS = (
+    "apples oranges eggs cookies marbles books pencils stickers cupcakes candies flowers cards toys shirts "
+    "tickets bottles boxes bags balloons muffins pies sandwiches chickens cows ducks trees pages coins "
+    "shells stamps crayons dolls cars bricks plants seeds baskets cups plates chairs pizzas slices "
+    "students rows seats songs videos photos emails puzzles games bananas lemons carrots potatoes "
+    "tomatoes beads buttons nails boards tiles bowls spoons jars cans sheep goats horses pigs fish birds"
+).split()
+_UNITS = (
+    "dollars cents hours minutes seconds miles pounds ounces gallons cups feet inches yards meters "
+    "kilometers liters days weeks months years points laps"
+).split()
+_PLACES = "store market farm school bakery library park zoo garden shop class team party restaurant".split()
+_GAINS = "buys finds gets picks makes bakes collects earns receives wins plants saves orders adds".split()
+_LOSSES = "eats sells gives loses uses spends breaks shares donates drinks returns throws".split()
+_FILLER = (
+    "Every morning, the first, second, third and last of them go together. Each week her brother and "
+    "sister, his mother and father, their friends and neighbors, the teacher and the coach decide "
+    "whether to walk, drive, ride or run. Altogether, on average, the remaining rest costs twice, three "
+    "times or half as much; a quarter, a third, a dozen, one hundred, a thousand, a million. What is the "
+    "difference, the sum, the product, the ratio, the percentage, the price, the profit, the discount, "
+    "the area, the perimeter, the length, the width, the speed, the distance, the time, the total?"
+)
+
+
+def _tokenizer_corpus() -> Iterator[str]:
+    """Word problems and solutions in GSM8K's style, the 4-shot GSM8K exemplars that every
+    evaluation prompt starts with (so they encode compactly) and the chat roles. Everything is
+    fixed (a fixed seed, no download): the tokenizer is the same on every machine."""
+    from autorl.tasks import get_task
+
+    rng = random.Random(20240531)
+    exemplars = "\n".join(message["content"] for message in get_task("gsm8k").few_shot_messages())
+    for _ in range(3):
+        yield exemplars
+        yield _FILLER
+        yield "system\nYou are a helpful assistant.\nuser\nassistant\n"
+    for _ in range(8000):
+        name, other = rng.sample(_NAMES, 2)
+        item, unit, place = rng.choice(_ITEMS), rng.choice(_UNITS), rng.choice(_PLACES)
+        gain, loss = rng.choice(_GAINS), rng.choice(_LOSSES)
+        a, b, c = rng.randint(2, 99), rng.randint(2, 60), rng.randint(2, 12)
+        price = f"{rng.randint(1, 40)}.{rng.randint(0, 99):02d}"
+        big = rng.randint(1000, 999_999)
+        percent = rng.choice((10, 20, 25, 30, 40, 50, 75))
+        question = rng.choice(
+            (
+                f"{name} has {a} {item}. {name} {gain} {b} more {item} at the {place}. "
+                f"How many {item} does {name} have now?",
+                f"{name} had {a + b} {item} and {loss} {b} of them to {other}. How many {item} are left?",
+                f"Each box holds {c} {item}. If {name} fills {a} boxes, how many {item} are there in total?",
+                f"A {place} sells {item} for ${price} each. How much does {name} pay for {c} {item}?",
+                f"{name} works {c} {unit} a day for {a} days. How many {unit} does {name} work in all?",
+                f"The {place} had ${big:,} last year and {percent}% more this year. How much money is that?",
+                f"{name} is {a} years old. {other} is {c} times as old as {name}. How old is {other}?",
+                f"{name} splits {a * c} {item} equally among {c} friends. How many {item} does each get?",
+                f"{name} spends {c} {unit} on {item} and {a} {unit} on {rng.choice(_ITEMS)}. "
+                f"What is the total number of {unit} {name} spends?",
+            )
+        )
+        reasoning = rng.choice(
+            (
+                f"{name} starts with {a} {item} and {gain} {b} more, so {a} + {b} = {a + b}.",
+                f"There are {a + b} - {b} = {a} {item} left after {name} {loss} some.",
+                f"That is {c} * {a} = {c * a} {item} in total.",
+                f"Half of {2 * a} is {2 * a} / 2 = {a}, and {a} + {c} = {a + c}.",
+                f"{percent}% of {big:,} is {big * percent / 100:,.2f}, "
+                f"so the total is {big * (100 + percent) / 100:,.2f}.",
+                f"Each friend gets {a * c} / {c} = {a} {item}.",
+                f"{other} has {c} x {a} = {c * a} {unit}, which is {c * a - a} more than {name}.",
+            )
+        )
+        answer = rng.choice((a + b, a * c, a, big))
+        yield f"Question: {question}\nLet's think step by step\nAnswer:"
+        yield f"{reasoning}\nThe answer is {answer}\n#### {answer}"
+        yield f"{IM_START}user\n{question}{IM_END}\n{IM_START}assistant\n{reasoning}{IM_END}"
+
+
+#: builtin:NAME → a builder writing the model into the folder it is given.
+BUILTIN_MODELS: dict[str, Callable[[Path], Path]] = {"tiny-qwen2": build_tiny_qwen2}
+
+
+# --- checkpoint validation ------------------------------------------------------------------
+
+
+def validate_checkpoint(
+    model_path: str | Path, *, workspace: Path, output_dir: Path, base_model_dir: Path
+) -> Path:
+    """Check a submitted checkpoint against the trust model; return its resolved folder.
+
+    A relative ``model_path`` resolves against ``workspace``. Each broken rule raises a
+    :class:`CheckpointError` saying what to do instead.
+    """
+    output_root = output_dir.resolve()
+    candidate = Path(model_path)
+    if not candidate.is_absolute():
+        candidate = workspace / candidate
+    try:
+        folder = candidate.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise CheckpointError(
+            f"model_path {model_path} cannot be resolved ({exc}); submit a plain folder under {output_dir}"
+        ) from exc
+    # Checked first, and the answer names no resolved path, so that a submission cannot probe
+    # what exists outside its own output folder.
+    if not folder.is_relative_to(output_root):
+        raise CheckpointError(
+            f"model_path {model_path} lies (after following symlinks) outside this experiment's output "
+            f"folder {output_dir}; save the model under OUTPUT_DIR ({output_dir}) and submit that folder"
+        )
+    if not folder.exists():
+        raise CheckpointError(
+            f"model_path {model_path} does not exist; save the model there first "
+            "(model.save_pretrained(path) and tokenizer.save_pretrained(path)) and submit that folder"
+        )
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"model_path {model_path} is a file, not a folder; submit the folder that save_pretrained wrote"
+        )
+    pickles = _scan_tree(folder, output_root, model_path)
+    entries = {entry.name: entry for entry in folder.iterdir()}
+    if ADAPTER_CONFIG in entries:
+        raise CheckpointError(
+            f"{model_path} holds {ADAPTER_CONFIG}: a LoRA/PEFT adapter, not a full model; merge it "
+            "with model = model.merge_and_unload() and save the full model with "
+            "model.save_pretrained(path) (plus the tokenizer), then submit that folder"
+        )
+    if pickles:
+        raise CheckpointError(
+            f"{model_path} holds pickle files ({', '.join(pickles[:5])}), which can run code when "
+            "loaded and are not accepted; delete them, or save the final model into a fresh folder "
+            "with model.save_pretrained(path) (it writes safetensors), and submit again"
+        )
+    if "config.json" not in entries:
+        raise CheckpointError(
+            f"{model_path} has no config.json; save the model with model.save_pretrained(path), "
+            "which writes it, and submit that folder"
+        )
+    weights = sorted(name for name in entries if name.endswith(WEIGHT_SUFFIX))
+    if not weights:
+        raise CheckpointError(
+            f"{model_path} has no *.safetensors weights; save the full model with "
+            "model.save_pretrained(path) (safetensors is its default) and submit that folder"
+        )
+    for name in [*weights, "config.json"]:
+        if not stat.S_ISREG(entries[name].stat().st_mode):
+            raise CheckpointError(
+                f"{model_path}/{name} is not a regular file; save the model with model.save_pretrained(path)"
+            )
+    _check_architecture(folder / "config.json", base_model_dir / "config.json", model_path)
+    return folder
+
+
+def _scan_tree(folder: Path, output_root: Path, model_path: str | Path) -> list[str]:
+    """Walk the checkpoint without following links; return its pickle files (relative names).
+
+    A link may point elsewhere in output/, never outside: a weight file linked to another
+    experiment's (or the base) model would be scored as this agent's work.
+    """
+    pickles: list[str] = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files):
+            entry = Path(root) / name
+            relative = str(entry.relative_to(folder))
+            if name.lower().endswith(PICKLE_SUFFIXES):
+                pickles.append(relative)
+            if not entry.is_symlink():
+                continue
+            try:
+                target = entry.resolve()
+            except (OSError, RuntimeError) as exc:  # a symlink loop
+                raise CheckpointError(
+                    f"{model_path}: {relative} is a symlink that cannot be resolved ({exc}); "
+                    "replace it with a real file"
+                ) from exc
+            if not target.is_relative_to(output_root):
+                raise CheckpointError(
+                    f"{model_path}: {relative} is a symlink to {target}, outside this experiment's "
+                    "output folder; copy the file into the checkpoint instead of linking it"
+                )
+    return sorted(pickles)
+
+
+def _check_architecture(config_path: Path, base_config_path: Path, model_path: str | Path) -> None:
+    config = _read_config(config_path, f"{model_path}/config.json", submitted=True)
+    base = _read_config(base_config_path, str(base_config_path), submitted=False)
+    got = (config.get("architectures"), config.get("model_type"))
+    want = (base.get("architectures"), base.get("model_type"))
+    if got != want:
+        raise CheckpointError(
+            f"{model_path} is a {got[0]} (model_type {got[1]!r}), but the base model is a {want[0]} "
+            f"(model_type {want[1]!r}); fine-tune the base model itself and save it with "
+            "model.save_pretrained(path), keeping its architecture"
+        )
+
+
+def _read_config(path: Path, shown: str, *, submitted: bool) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > CONFIG_MAX_BYTES:
+            raise CheckpointError(
+                f"{shown} is larger than {CONFIG_MAX_BYTES} bytes; save the model with "
+                "model.save_pretrained(path), which writes a small config.json"
+            )
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if not submitted:
+            raise ModelSourceError(
+                f"the base model's config {shown} cannot be read ({exc}); resolve the base model again"
+            ) from exc
+        raise CheckpointError(
+            f"{shown} is not a readable JSON file ({exc}); save the model with model.save_pretrained(path)"
+        ) from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{shown} is not a JSON object; save the model with model.save_pretrained(path)")
+    return data
+
+
+# --- fingerprint ----------------------------------------------------------------------------
+
+
+def fingerprint(model_dir: Path) -> str:
+    """sha256 (hex) over the checkpoint's top-level weights and evaluation-affecting files.
+
+    Files are taken in sorted name order; each contributes its name and the sha256 of its
+    content, read in 1 MiB chunks, so a multi-GB model never sits in memory. Covered are ``*.safetensors``
+    and :data:`EVAL_AFFECTING_FILES` (config, generation config, tokenizer and chat template):
+    equal fingerprints must mean equal scores, since identical submissions reuse a score.
+    Other files (README, trainer state, nested checkpoints) do not change evaluation and are
+    left out. Raises :class:`CheckpointError` for a covered entry that is not a regular file.
+    """
+    names = sorted(
+        entry.name
+        for entry in model_dir.iterdir()
+        if entry.name.endswith(WEIGHT_SUFFIX) or entry.name in EVAL_AFFECTING_FILES
+    )
+    digest = hashlib.sha256(_FINGERPRINT_SCHEME)
+    for name in names:
+        _hash_file(digest, model_dir / name, name)
+    return digest.hexdigest()
+
+
+def _hash_file(digest: Any, path: Path, name: str) -> None:
+    # O_NONBLOCK and a check on the open descriptor: a FIFO swapped in under a weight file's
+    # name cannot make the reader wait forever, and nothing can change between check and read.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CheckpointError(f"{name} is not a regular file; save the model with model.save_pretrained(path)")
+        content = hashlib.sha256()
+        while chunk := stream.read(FINGERPRINT_CHUNK_BYTES):
+            content.update(chunk)
+    # Name and content digest, length-prefixed name: no two file lists can hash the same bytes.
+    encoded = name.encode("utf-8")
+    digest.update(len(encoded).to_bytes(8, "big") + encoded + content.digest())

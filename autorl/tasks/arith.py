@@ -1,0 +1,173 @@
+"""arith: synthetic one-step word problems in the GSM8K format, generated offline.
+
+Each problem adds or subtracts two numbers below 50, so that a tiny model trained for minutes on
+a CPU gets some right: the platform's demos and end-to-end tests need scores strictly between 0
+and 100 without network access. Answers are GSM8K answer fields (``... <<a+b=c>>c ... #### c``)
+and the prompt has the gsm8k_gen_1d7fe4 shape, so scoring is exactly GSM8K's.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from autorl.tasks.base import Problem, write_problems
+from autorl.tasks.gsm8k import GSM8KFormatTask
+
+DEFAULT_SEED = 0
+TRAIN_SIZE = 2000
+TEST_SIZE = 200
+#: Operands are drawn from 1..MAX_OPERAND.
+MAX_OPERAND = 49
+
+_NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gia", "Hugo")
+_ITEMS = ("apples", "pens", "cards", "books", "shells", "coins", "cups", "eggs")
+
+
+@dataclass(frozen=True)
+class _Template:
+    question: str
+    working: str
+    subtract: bool
+
+
+# {n}: a name, {i}: an item (plural), {a} and {b}: the operands, {c}: the result,
+# {calc}: the GSM8K calculator annotation (left out of the few-shot exemplars, as in GSM8K's).
+_TEMPLATES = (
+    _Template(
+        "{n} has {a} {i}. {n} gets {b} more {i}. How many {i} does {n} have now?",
+        "{n} has {a} + {b} = {calc}{c} {i} now.",
+        subtract=False,
+    ),
+    _Template(
+        "{n} has {a} {i}. {n} gives away {b} {i}. How many {i} does {n} have left?",
+        "{n} has {a} - {b} = {calc}{c} {i} left.",
+        subtract=True,
+    ),
+    _Template(
+        "There are {a} {i} in a box. {n} puts in {b} more {i}. How many {i} are in the box now?",
+        "The box holds {a} + {b} = {calc}{c} {i} now.",
+        subtract=False,
+    ),
+    _Template(
+        "There are {a} {i} on a table. {n} takes {b} {i} away. How many {i} are on the table now?",
+        "The table holds {a} - {b} = {calc}{c} {i} now.",
+        subtract=True,
+    ),
+)
+
+# One exemplar per template; generated problems never repeat these questions.
+_EXEMPLAR_SPECS = (
+    (0, "Ivy", "stamps", 23, 14),
+    (1, "Jack", "marbles", 45, 17),
+    (2, "Kim", "beads", 8, 36),
+    (3, "Leo", "plates", 31, 9),
+)
+
+
+def _render(
+    template: _Template, name: str, item: str, a: int, b: int, *, annotate: bool
+) -> tuple[str, str, int]:
+    """The question, the worked answer line and the result."""
+    sign, c = ("-", a - b) if template.subtract else ("+", a + b)
+    calc = f"<<{a}{sign}{b}={c}>>" if annotate else ""
+    fields = {"n": name, "i": item, "a": a, "b": b, "c": c, "calc": calc}
+    return template.question.format(**fields), template.working.format(**fields), c
+
+
+def _exemplar_shots() -> list[dict[str, str]]:
+    shots = []
+    for index, name, item, a, b in _EXEMPLAR_SPECS:
+        question, working, c = _render(_TEMPLATES[index], name, item, a, b, annotate=False)
+        shots.append({"question": question, "response": f"{working}\nThe answer is {c}\n"})
+    return shots
+
+
+def generate_problems(seed: int, count: int) -> list[Problem]:
+    """``count`` distinct problems, the same for the same seed.
+
+    Each answer is a positive integer that does not occur anywhere in its question's text (not
+    even inside a larger number), so it cannot be copied from the question.
+    """
+    rng = random.Random(seed)
+    seen = {shot["question"] for shot in _exemplar_shots()}
+    problems: list[Problem] = []
+    while len(problems) < count:
+        template = rng.choice(_TEMPLATES)
+        a, b = rng.randint(1, MAX_OPERAND), rng.randint(1, MAX_OPERAND)
+        if template.subtract and a <= b:
+            a, b = b, a
+            if a == b:
+                continue
+        question, working, c = _render(template, rng.choice(_NAMES), rng.choice(_ITEMS), a, b, annotate=True)
+        if str(c) in question or question in seen:
+            continue
+        seen.add(question)
+        problems.append(Problem(question, f"{working}\n#### {c}"))
+    return problems
+
+
+class ArithTask(GSM8KFormatTask):
+    """Offline arithmetic word problems; train and test come from one seeded stream, so never overlap."""
+
+    name = "arith"
+
+    def __init__(self, seed: int = DEFAULT_SEED, train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE):
+        self.seed = seed
+        self.train_size = train_size
+        self.test_size = test_size
+
+    def train_problems(self) -> list[Problem]:
+        """The train split: the first ``train_size`` problems of the seeded stream."""
+        return generate_problems(self.seed, self.train_size + self.test_size)[: self.train_size]
+
+    def test_problems(self) -> list[Problem]:
+        """The test split: the ``test_size`` problems that follow the train split."""
+        return generate_problems(self.seed, self.train_size + self.test_size)[self.train_size :]
+
+    def description(self) -> str:
+        return _DESCRIPTION.format(train_size=self.train_size, max_operand=MAX_OPERAND)
+
+    def exemplars(self) -> list[dict[str, str]]:
+        return _exemplar_shots()
+
+    def download_train_data(self, target_dir: Path, *, source_dir: Path | None = None) -> Path:
+        """Write the generated train split to ``target_dir/train.jsonl`` (kept if present).
+
+        ``source_dir`` is accepted for the common interface and unused: nothing is downloaded.
+        """
+        target = target_dir / "train.jsonl"
+        if target.is_file():
+            return target
+        return write_problems(target, self.train_problems())
+
+    def load_test_problems(
+        self, eval_data_dir: Path, *, source_dir: Path | None = None, limit: int | None = None
+    ) -> list[Problem]:
+        """The generated test split (nothing is read or cached); the first ``limit`` if set."""
+        problems = self.test_problems()
+        return problems if limit is None else problems[:limit]
+
+
+_DESCRIPTION = """\
+# arith
+
+Short arithmetic word problems: one addition or subtraction of two numbers from 1 to \
+{max_operand}, e.g. "Ann has 12 apples. Ann gets 7 more apples. How many apples does Ann have now?".
+
+## Data
+
+`$DATA_PATH/train.jsonl` holds {train_size} problems: one JSON object a line with `question` and
+`answer`. The answer field follows GSM8K: worked reasoning with a calculator annotation such as
+`<<12+7=19>>`, ending in a line `#### N` with the final answer. The test split is never shown.
+
+## Evaluation
+
+Exactly as for GSM8K: four worked examples, then `Question: ...\\nLet's think step by step\\nAnswer:`
+in the model's chat template; greedy, at most 512 new tokens. The score is exact-match accuracy
+(0-100) as OpenCompass computes it: the reply is cut at the first `Question:` and the last number
+in what remains is the prediction.
+
+`autorl.tasks.gsm8k.reward(completions, answer)` is a ready TRL reward function (+1 / -1).
+"""

@@ -1,0 +1,115 @@
+"""What every task provides: data, the few-shot chat prompt, scoring and the RL reward."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem; ``answer`` is a GSM8K answer field (``"...reasoning... #### 42"``)."""
+
+    question: str
+    answer: str
+
+
+class ChatTokenizer(Protocol):
+    """The part of a transformers tokenizer that prompt rendering uses."""
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+class Task(ABC):
+    """A benchmark task. Instances are stateless; the registry builds them."""
+
+    #: Registry key, e.g. ``"gsm8k"``.
+    name: str
+    #: Generation limit at evaluation (OpenCompass's ``max_out_len``).
+    max_new_tokens: int = 512
+
+    @abstractmethod
+    def description(self) -> str:
+        """Markdown written to the workspace's ``description.md``."""
+
+    @abstractmethod
+    def download_train_data(self, target_dir: Path, *, source_dir: Path | None = None) -> Path:
+        """Write ``target_dir/train.jsonl`` (once) and return its path."""
+
+    @abstractmethod
+    def load_test_problems(
+        self, eval_data_dir: Path, *, source_dir: Path | None = None, limit: int | None = None
+    ) -> list[Problem]:
+        """The test split, in a fixed order; only the evaluator calls this."""
+
+    @abstractmethod
+    def few_shot_messages(self) -> list[dict[str, str]]:
+        """Four user/assistant exemplar pairs."""
+
+    @abstractmethod
+    def score(self, completions: Sequence[str], answers: Sequence[str]) -> dict[str, float]:
+        """Accuracy (0-100, unrounded) under each protocol: ``opencompass``, ``flexible``, ``strict``."""
+
+    @abstractmethod
+    def reward(self, completions: Sequence[Any], answer: Any, **kwargs: Any) -> list[float]:
+        """A TRL reward function: one float per completion."""
+
+    @abstractmethod
+    def build_messages(self, question: str) -> list[dict[str, str]]:
+        """The few-shot turns followed by the user turn asking ``question``."""
+
+    def render_prompt(self, tokenizer: ChatTokenizer, question: str) -> str:
+        """The prompt text in the model's own chat template, ready for generation."""
+        rendered = tokenizer.apply_chat_template(
+            self.build_messages(question), tokenize=False, add_generation_prompt=True
+        )
+        if not isinstance(rendered, str):
+            raise TypeError(f"apply_chat_template returned {type(rendered).__name__}, expected str")
+        return rendered
+
+
+def read_problems(path: Path) -> list[Problem]:
+    """Problems from a JSON-lines file of ``{"question", "answer"}`` objects; errors name the line."""
+    problems: list[Problem] = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc})") from exc
+            if not (
+                isinstance(record, dict)
+                and isinstance(record.get("question"), str)
+                and isinstance(record.get("answer"), str)
+            ):
+                raise ValueError(f'{path}:{number}: expected an object with string "question" and "answer"')
+            problems.append(Problem(record["question"], record["answer"]))
+    return problems
+
+
+def write_problems(path: Path, problems: Sequence[Problem]) -> Path:
+    """Write JSON lines atomically: readers see the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for problem in problems:
+                record = {"question": problem.question, "answer": problem.answer}
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+            # mkstemp creates 0600; the data is meant to be read by other users (a sandboxed agent).
+            os.fchmod(out.fileno(), 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path

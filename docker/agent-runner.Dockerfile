@@ -1,0 +1,24 @@
+# The agent runner and the built-in agents (TRL on CUDA). Also runs the prepare Jobs.
+# Its user id is the chart's agents.uid (1000): workspaces on the shared volume belong to it.
+#   docker build -f docker/agent-runner.Dockerfile -t ghcr.io/autorl/agent-runner:0.1.0 .
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY autorl ./autorl
+COPY services/agent-runner ./services/agent-runner
+# The training stack is pinned: an agent's results must not change with an upstream release.
+# PyPI's Linux torch wheels carry their CUDA runtime; the node's driver comes from the container runtime.
+RUN pip install torch==2.13.0 transformers==5.24.0 trl==1.16.0 \
+ && pip install '.[ml]' './services/agent-runner[agents]' \
+ && python -c "import trl, transformers; assert (trl.__version__, transformers.__version__) == ('1.16.0', '5.24.0')"
+
+FROM python:3.11-slim
+RUN useradd --uid 1000 --user-group --create-home --shell /bin/bash agent
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 AUTORL_HOME=/tmp/autorl HF_HUB_DISABLE_TELEMETRY=1
+USER 1000
+WORKDIR /workspace
+CMD ["autorl", "agent-runner", "--help"]

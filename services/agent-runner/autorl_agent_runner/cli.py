@@ -1,0 +1,166 @@
+"""``autorl agent-runner``: run one agent in its workspace under the experiment's time budget.
+
+This is the agent pod's entry point in Kubernetes, so every flag also reads an environment
+variable (the contract's own names where there is one): with ``GRADING_SERVER_URL``,
+``WORKSPACE``, ``TASK`` and ``BASE_MODEL`` set, ``autorl agent-runner --agent example_grpo`` is
+enough. ``autorl run`` uses the same code in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from autorl.cli import EXIT_INTERRUPTED, UsageError
+from autorl.errors import AutoRLError
+
+#: Exit status after SIGTERM to the runner itself (128 + 15, as a shell reports it).
+EXIT_TERMINATED = 143
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "agent-runner",
+        help="run one agent in its workspace under a time budget (the agent pod's entry point)",
+        description="Create the workspace if needed, start the agent with exactly the contract's "
+        "environment, keep run_meta.json and scores.json fresh, end every agent process at the deadline.",
+    )
+    parser.add_argument(
+        "--agent", "-a", default=_env("AUTORL_AGENT"), help="built-in name or executable path"
+    )
+    parser.add_argument("--workspace", type=Path, default=_env("WORKSPACE"), help="the run's workspace")
+    parser.add_argument("--task", "-t", default=_env("TASK"), help="task name (env TASK)")
+    parser.add_argument("--base-model", default=_env("BASE_MODEL"), help="base model source (env BASE_MODEL)")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=_env("AUTORL_BASE_MODEL_DIR"),
+        help="prepared base model folder, linked into models/ when the workspace is new",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=_env("AUTORL_TRAIN_DATA_DIR"),
+        help="folder with the train split, copied into data/ when the workspace is new",
+    )
+    parser.add_argument("--grading-url", default=_env("GRADING_SERVER_URL"), help="env GRADING_SERVER_URL")
+    parser.add_argument("--token", default=_env("AUTORL_TOKEN"), help="env AUTORL_TOKEN")
+    parser.add_argument("--run-id", default=_env("AUTORL_RUN_ID"), help="the run this workspace belongs to")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="budget in seconds when the grader reports none"
+    )
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME[=VALUE]", help="pass a variable to the agent"
+    )
+    parser.add_argument(
+        "--sandbox", choices=("auto", "user", "bwrap", "none"), default=_env("AUTORL_SANDBOX") or "auto"
+    )
+    parser.add_argument("--grace-period", type=float, default=30.0, help="seconds from SIGTERM to SIGKILL")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autorl.checkpoints import model_dir_name
+    from autorl.client import GradingClient
+    from autorl.settings import load_settings
+    from autorl.tasks import get_task
+    from autorl_agent_runner.agents import resolve_agent
+    from autorl_agent_runner.environment import ContractValues, parse_env_items
+    from autorl_agent_runner.runner import AgentRunner, RunnerConfig
+    from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, resolve_mode
+    from autorl_agent_runner.workspace import RUN_MARKER_FILE, Workspace, create_workspace
+
+    missing = [
+        flag
+        for flag, value in (
+            ("--agent", args.agent),
+            ("--workspace", args.workspace),
+            ("--task", args.task),
+            ("--base-model", args.base_model),
+            ("--grading-url", args.grading_url),
+        )
+        if not value
+    ]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
+    try:
+        agent = resolve_agent(args.agent)
+        task = get_task(args.task)
+        passed = parse_env_items(args.env, os.environ)
+    except AutoRLError as exc:
+        raise UsageError(str(exc)) from exc
+    settings = load_settings()
+    base_name = model_dir_name(args.base_model)
+    root: Path = args.workspace.absolute()
+    if (root / RUN_MARKER_FILE).exists() and (root / "models" / base_name).exists():
+        workspace = Workspace(root.resolve(), base_name)
+    else:
+        if args.model_dir is None or args.data_dir is None:
+            raise UsageError(
+                f"workspace {root} is not prepared; pass --model-dir and --data-dir to create it"
+            )
+        workspace = create_workspace(
+            root,
+            run_id=args.run_id or root.name,
+            task_name=task.name,
+            description=task.description(),
+            base_model_dir=args.model_dir,
+            base_model_name=base_name,
+            train_data_dir=args.data_dir,
+            timeout_s=args.timeout or 0.0,
+            link_model=can_share_base_model(resolve_mode(SandboxMode(args.sandbox))),
+        )
+    contract = ContractValues(
+        grading_server_url=args.grading_url,
+        token=args.token or "",
+        task=task.name,
+        base_model=args.base_model,
+        model_path=workspace.model,
+        data_path=workspace.data,
+        output_dir=workspace.output,
+        workspace=workspace.root,
+    )
+    config = RunnerConfig(
+        workspace=workspace,
+        contract=contract,
+        agent=agent,
+        passed_env=passed,
+        sandbox=SandboxMode(args.sandbox),
+        hidden=[p for p in (settings.home, settings.cache_dir, settings.eval_dir) if p is not None],
+        grace_period_s=args.grace_period,
+        timeout_s=args.timeout,
+    )
+    with GradingClient(args.grading_url, args.token) as client:
+        runner = AgentRunner(config, client)
+        terminated = False
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            nonlocal terminated
+            terminated = True
+            runner.stop()
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            outcome = runner.run()
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    print(
+        f"agent {agent.name}: exit code {outcome.exit_code}, "
+        f"{'ended at the deadline' if outcome.timed_out else 'finished'}",
+        file=sys.stderr,
+    )
+    if terminated:
+        return EXIT_TERMINATED
+    if outcome.timed_out:
+        return 0
+    return outcome.exit_code or 0

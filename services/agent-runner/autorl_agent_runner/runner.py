@@ -1,0 +1,289 @@
+"""Run one agent under its time budget: start it, keep the mirrors fresh, end it at the deadline.
+
+The budget's truth is the grader (``GET /time``): the runner reads ``end_time`` from it when
+the agent starts, and falls back to ``now + timeout_s`` only where the grader has no budget.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from autorl.client import GradingClient
+from autorl.errors import AutoRLError
+from autorl_agent_runner.agents import AgentCommand
+from autorl_agent_runner.environment import ContractValues, build_agent_env
+from autorl_agent_runner.processes import AgentProcesses, end_processes
+from autorl_agent_runner.sandbox import (
+    SandboxMode,
+    SandboxPlan,
+    can_share_base_model,
+    give_to_agent,
+    plan_sandbox,
+    reclaim,
+)
+from autorl_agent_runner.workspace import Workspace, detach_model, write_json, write_run_meta
+
+#: Default seconds between SIGTERM and SIGKILL at the deadline.
+GRACE_PERIOD_S = 30.0
+#: How often run_meta.json and scores.json are refreshed from the grader.
+MIRROR_INTERVAL_S = 10.0
+_TICK_S = 0.25
+
+
+class AgentStartError(AutoRLError):
+    """The agent's program could not be executed."""
+
+
+EventSink = Callable[[str, Mapping[str, object]], None]
+
+
+@dataclass
+class RunnerConfig:
+    workspace: Workspace
+    contract: ContractValues
+    agent: AgentCommand
+    passed_env: Mapping[str, str] = field(default_factory=dict)
+    platform_env: Mapping[str, str] = field(default_factory=dict)
+    sandbox: SandboxMode = SandboxMode.AUTO
+    #: Folders the agent must not see (platform home, caches, evaluator storage).
+    hidden: Sequence[Path] = ()
+    grace_period_s: float = GRACE_PERIOD_S
+    mirror_interval_s: float = MIRROR_INTERVAL_S
+    #: Used only when the grader reports no budget (a runner started on its own).
+    timeout_s: float | None = None
+
+
+@dataclass
+class AgentOutcome:
+    exit_code: int | None
+    #: The deadline came while the agent still ran.
+    timed_out: bool
+    #: Something (Ctrl-C, SIGTERM to the runner) stopped the agent before its deadline.
+    interrupted: bool
+    #: SIGKILL was needed after the grace period.
+    killed: bool
+    start_time: float
+    end_time: float
+    finished_at: float
+    sandbox: str
+
+
+class AgentRunner:
+    """Starts one agent and watches it. ``run()`` does everything; ``stop()`` may come from another thread."""
+
+    def __init__(
+        self, config: RunnerConfig, client: GradingClient, on_event: EventSink | None = None
+    ) -> None:
+        self.config = config
+        self.client = client
+        self._on_event = on_event
+        self._stop = threading.Event()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._processes: AgentProcesses | None = None
+        self._plan: SandboxPlan | None = None
+        self._log: IO[bytes] | None = None
+        self._log_lock = threading.Lock()
+        self._next_mirror = 0.0
+        self.start_time = 0.0
+        self.end_time = 0.0
+
+    # --- logging -------------------------------------------------------------------------
+
+    def log(self, line: str) -> None:
+        """A platform line in agent.log (the agent's own output goes there too)."""
+        with self._log_lock:
+            if self._log is not None:
+                self._log.write(f"[autorl {time.strftime('%H:%M:%S')}] {line}\n".encode())
+                self._log.flush()
+
+    def _event(self, name: str, **fields: object) -> None:
+        if self._on_event is not None:
+            self._on_event(name, fields)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def run(self) -> AgentOutcome:
+        self.start()
+        try:
+            return self.supervise()
+        except BaseException:  # Ctrl-C in the caller: end the agent before passing it on
+            self.log("event=interrupted action=SIGTERM")
+            try:
+                self._end()
+            except BaseException:  # a second Ctrl-C: no more grace
+                self._end(grace_period_s=0.0)
+                raise
+            finally:
+                self._finish(timed_out=False, interrupted=True, killed=True)
+            raise
+
+    def start(self) -> None:
+        config, workspace = self.config, self.config.workspace
+        self.start_time, self.end_time = self._budget()
+        write_run_meta(
+            workspace,
+            start_time=self.start_time,
+            timeout_s=self.end_time - self.start_time,
+            last_submit_time=None,
+            end_time=self.end_time,
+        )
+        self._plan = plan_sandbox(
+            config.sandbox,
+            workspace=workspace.root,
+            read_only=workspace.read_only_dirs,
+            hidden=config.hidden,
+            exposed=[config.agent.folder] if config.agent.folder else [],
+        )
+        if not can_share_base_model(self._plan.mode):
+            detach_model(workspace)
+        if self._plan.uid is not None and self._plan.gid is not None:
+            give_to_agent([workspace.root, workspace.code, workspace.output], self._plan.uid, self._plan.gid)
+        marker = secrets.token_hex(16)
+        env = build_agent_env(
+            config.contract, config.passed_env, run_marker=marker, extra_platform=config.platform_env
+        )
+        self._log = workspace.agent_log.open("ab")
+        if self._plan.warning:
+            print(self._plan.warning, file=sys.stderr)
+            self.log(self._plan.warning)
+        self.log(
+            f"event=agent_start agent={config.agent.name} sandbox={self._plan.mode.value} "
+            f"timeout_s={self.end_time - self.start_time:.0f} end_time={self.end_time:.0f}"
+        )
+        try:
+            self._process = subprocess.Popen(
+                self._plan.command(config.agent.argv),
+                cwd=workspace.root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            self.log(f"event=agent_not_started error={exc.strerror}")
+            self._plan.cleanup()
+            raise AgentStartError(
+                f"agent {config.agent.name} cannot be started ({exc.strerror}); an executable script "
+                "needs a shebang line such as #!/usr/bin/env python3"
+            ) from exc
+        self._processes = AgentProcesses(self._process.pid, marker, uid=self._plan.uid, gid=self._plan.gid)
+        self._event(
+            "agent_started", pid=self._process.pid, sandbox=self._plan.mode.value, end_time=self.end_time
+        )
+
+    def _budget(self) -> tuple[float, float]:
+        try:
+            info = self.client.time()
+        except AutoRLError as exc:
+            info = None
+            reason = str(exc)
+        else:
+            reason = "the grader reports no budget"
+        if info is not None and info.start_time is not None and info.end_time is not None:
+            return info.start_time, info.end_time
+        if self.config.timeout_s is None:
+            raise AutoRLError(f"no time budget: {reason}; start the experiment's budget or pass --timeout")
+        now = time.time()
+        return now, now + self.config.timeout_s
+
+    def supervise(self) -> AgentOutcome:
+        assert self._process is not None
+        while True:
+            if self._process.poll() is not None:
+                self.log(f"event=agent_exit code={self._process.returncode}")
+                return self._finish(timed_out=False, interrupted=False)
+            now = time.time()
+            if now >= self.end_time:
+                self.log("event=deadline action=SIGTERM")
+                self._event("deadline")
+                killed = self._end()
+                return self._finish(timed_out=True, interrupted=False, killed=killed)
+            if self._stop.is_set():
+                self.log("event=stop_requested action=SIGTERM")
+                killed = self._end()
+                return self._finish(timed_out=False, interrupted=True, killed=killed)
+            if now >= self._next_mirror:
+                self.refresh_mirrors()
+                self._next_mirror = now + self.config.mirror_interval_s
+            time.sleep(min(_TICK_S, max(0.01, self.end_time - now)))
+
+    def stop(self) -> None:
+        """Ask the supervising loop to end the agent now (Ctrl-C, the runner's own SIGTERM)."""
+        self._stop.set()
+
+    def _end(self, grace_period_s: float | None = None) -> bool:
+        assert self._processes is not None and self._process is not None
+        process = self._process
+
+        def reap() -> None:
+            process.poll()
+
+        grace = self.config.grace_period_s if grace_period_s is None else grace_period_s
+        killed, _ = end_processes(self._processes, grace_period_s=grace, reap=reap, log=self.log)
+        process.wait()
+        return killed
+
+    def _finish(self, *, timed_out: bool, interrupted: bool, killed: bool = False) -> AgentOutcome:
+        """After the leader exited: end stragglers, refresh the mirrors, give the files back."""
+        process, plan = self._process, self._plan
+        if self._processes is not None and self._processes.alive():
+            # The agent exited but left processes behind: they end with it.
+            self.log("event=agent_leftovers action=SIGTERM")
+            killed = self._end() or killed
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        self.refresh_mirrors()
+        if plan is not None:
+            if plan.uid is not None:
+                reclaim(self.config.workspace.root)
+            plan.cleanup()
+        finished = time.time()
+        outcome = AgentOutcome(
+            exit_code=process.returncode if process is not None else None,
+            timed_out=timed_out,
+            interrupted=interrupted,
+            killed=killed,
+            start_time=self.start_time,
+            end_time=self.end_time,
+            finished_at=finished,
+            sandbox=plan.mode.value if plan else "none",
+        )
+        self.log(
+            f"event=agent_finished exit_code={outcome.exit_code} timed_out={timed_out} "
+            f"interrupted={interrupted} killed={killed}"
+        )
+        self._event("agent_finished", outcome=outcome)
+        with self._log_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+        return outcome
+
+    def refresh_mirrors(self) -> None:
+        """Copy the grader's view into run_meta.json and scores.json (best effort: a mirror)."""
+        workspace = self.config.workspace
+        try:
+            info = self.client.time()
+            scores = self.client.scores()
+        except AutoRLError as exc:
+            self.log(f"event=mirror_skipped reason={type(exc).__name__}")
+            return
+        write_run_meta(
+            workspace,
+            start_time=info.start_time if info.start_time is not None else self.start_time,
+            timeout_s=info.timeout_s,
+            last_submit_time=info.last_submit_time,
+            end_time=info.end_time if info.end_time is not None else self.end_time,
+        )
+        write_json(workspace.scores, scores.raw)

@@ -1,0 +1,396 @@
+"""The workspace an agent sees (DESIGN.md, "Workspace"), and the two mirrors the platform keeps in it.
+
+    code/  output/  models/<base>/ (read-only)  data/ (train split only, read-only)
+    description.md  instructions.md  run_meta.json  scores.json  agent.log
+
+Everything here is written by the platform. ``run_meta.json`` and ``scores.json`` are mirrors:
+the grader's database is the truth, and nothing an agent writes here is ever read back as a score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.errors import AutoRLError
+
+#: Written by the platform; proves a non-empty folder is this run's own workspace.
+RUN_MARKER_FILE = ".autorl-run.json"
+READ_ONLY_FILE = 0o444
+READ_ONLY_DIR = 0o555
+PLATFORM_FILE = 0o644
+
+
+class WorkspaceError(AutoRLError):
+    """The workspace cannot be created (a foreign non-empty folder, a missing input)."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Paths of one run's workspace."""
+
+    root: Path
+    base_model_name: str
+
+    @property
+    def code(self) -> Path:
+        return self.root / "code"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def model(self) -> Path:
+        return self.models / self.base_model_name
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def description(self) -> Path:
+        return self.root / "description.md"
+
+    @property
+    def instructions(self) -> Path:
+        return self.root / "instructions.md"
+
+    @property
+    def run_meta(self) -> Path:
+        return self.root / "run_meta.json"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / "scores.json"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.root / "agent.log"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / RUN_MARKER_FILE
+
+    @property
+    def read_only_dirs(self) -> tuple[Path, ...]:
+        return (self.models, self.data)
+
+
+def check_workspace_free(root: Path, run_id: str) -> None:
+    """Accept a missing or empty folder, or one this run created; refuse anything else."""
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise WorkspaceError(f"workspace {root} is a file; pass a new or empty folder with --workspace")
+    if not any(root.iterdir()):
+        return
+    owner = _marker_run_id(root)
+    if owner == run_id:
+        return
+    whose = f"run {owner}" if owner else "something else"
+    raise WorkspaceError(
+        f"workspace {root} is not empty (it holds {whose}); pass a new or empty folder with --workspace"
+    )
+
+
+def _marker_run_id(root: Path) -> str | None:
+    try:
+        data = json.loads((root / RUN_MARKER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    run_id = data.get("run_id") if isinstance(data, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def create_workspace(
+    root: Path,
+    *,
+    run_id: str,
+    task_name: str,
+    description: str,
+    base_model_dir: Path,
+    base_model_name: str,
+    train_data_dir: Path,
+    timeout_s: float,
+    max_submissions: int | None = None,
+    link_model: bool = True,
+) -> Workspace:
+    """Create (or complete, for this same run) the workspace under ``root``.
+
+    The base model is hard-linked when ``link_model`` and the file system allow it (a 3 GB model
+    is not copied per run), else copied. Its files become read-only (0444): an agent that saves
+    into ``MODEL_PATH`` by mistake gets a permission error instead of silently changing the
+    cached model that baselines are measured on. The sandbox mounts models/ and data/ read-only
+    on top of that wherever it can.
+    """
+    check_workspace_free(root, run_id)
+    if not (base_model_dir / "config.json").is_file():
+        raise WorkspaceError(
+            f"base model folder {base_model_dir} has no config.json; prepare the model first"
+        )
+    train_files = (
+        sorted(p for p in train_data_dir.iterdir() if p.is_file()) if train_data_dir.is_dir() else []
+    )
+    if not train_files:
+        raise WorkspaceError(f"train data folder {train_data_dir} is empty; prepare the task's data first")
+    root.mkdir(parents=True, exist_ok=True)
+    workspace = Workspace(root.resolve(), base_model_name)
+    write_platform_file(
+        workspace.marker,
+        json.dumps({"run_id": run_id, "task": task_name, "base_model": base_model_name}) + "\n",
+    )
+    workspace.code.mkdir(exist_ok=True)
+    workspace.output.mkdir(exist_ok=True)
+    workspace.models.mkdir(exist_ok=True)
+    if not workspace.model.exists():
+        _install_tree(base_model_dir, workspace.model, link=link_model)
+    workspace.data.mkdir(exist_ok=True)
+    for source in train_files:
+        target = workspace.data / source.name
+        if not target.exists():
+            _install_file(source, target, link=False)
+    for folder in (workspace.models, workspace.data):
+        folder.chmod(READ_ONLY_DIR)
+    write_platform_file(workspace.description, description.rstrip() + "\n")
+    write_platform_file(
+        workspace.instructions,
+        render_instructions(
+            task_name=task_name,
+            base_model_name=base_model_name,
+            timeout_s=timeout_s,
+            max_submissions=max_submissions,
+        ),
+    )
+    if not workspace.run_meta.exists():
+        write_run_meta(workspace, start_time=None, timeout_s=timeout_s, last_submit_time=None, end_time=None)
+    if not workspace.scores.exists():
+        write_json(workspace.scores, {"baseline_score": None, "best": None, "submissions": []})
+    return workspace
+
+
+def _install_tree(source: Path, target: Path, *, link: bool) -> None:
+    """Mirror ``source`` into ``target`` (a staging sibling, then one rename)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for folder, dirs, files in os.walk(source):
+            relative = Path(folder).relative_to(source)
+            for name in dirs:
+                (staging / relative / name).mkdir()
+            for name in files:
+                _install_file(Path(folder) / name, staging / relative / name, link=link)
+        for folder, dirs, _files in os.walk(staging, topdown=False):
+            for name in dirs:
+                (Path(folder) / name).chmod(READ_ONLY_DIR)
+        staging.chmod(READ_ONLY_DIR)
+        os.replace(staging, target)
+    except BaseException:
+        _make_writable(staging)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _install_file(source: Path, target: Path, *, link: bool) -> None:
+    # A hub cache holds symlinks to blobs: link (or copy) the file itself, never the link.
+    source = source.resolve()
+    if link:
+        try:
+            os.link(source, target)
+            # The mode is the inode's, so the cached file becomes read-only too, as it should be.
+            target.chmod(READ_ONLY_FILE)
+            return
+        except OSError:  # another file system, or links not allowed: copy instead
+            pass
+    shutil.copyfile(source, target)
+    target.chmod(READ_ONLY_FILE)
+
+
+def detach_model(workspace: Workspace) -> int:
+    """Replace hard links into the model cache by copies; returns how many files were copied.
+
+    For an agent that could write through a link (root without a sandbox).
+    """
+    copied = 0
+    for folder, _dirs, files in os.walk(workspace.models):
+        for name in files:
+            path = Path(folder) / name
+            if path.stat().st_nlink > 1:
+                fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+                os.close(fd)
+                shutil.copyfile(path, tmp_name)
+                Path(tmp_name).chmod(READ_ONLY_FILE)
+                os.replace(tmp_name, path)
+                copied += 1
+    return copied
+
+
+def _make_writable(root: Path) -> None:
+    for folder, _dirs, _files in os.walk(root):
+        Path(folder).chmod(0o755)
+
+
+def remove_workspace(root: Path) -> None:
+    """Delete a workspace, read-only parts included."""
+    if root.exists():
+        _make_writable(root)
+        shutil.rmtree(root)
+
+
+def write_platform_file(path: Path, text: str) -> None:
+    """Write atomically, safe in a folder the agent owns.
+
+    ``mkstemp`` opens with O_EXCL, so a symlink the agent planted cannot redirect the write, and
+    the final rename replaces a link instead of following it.
+    """
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            os.fchmod(out.fileno(), PLATFORM_FILE)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_platform_file(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_run_meta(
+    workspace: Workspace,
+    *,
+    start_time: float | None,
+    timeout_s: float | None,
+    last_submit_time: float | None,
+    end_time: float | None,
+) -> None:
+    """``run_meta.json``: the budget in epoch seconds (null before the agent's budget starts)."""
+    write_json(
+        workspace.run_meta,
+        {
+            "start_time": start_time,
+            "timeout_s": timeout_s,
+            "last_submit_time": last_submit_time,
+            "end_time": end_time,
+        },
+    )
+
+
+def is_read_only_tree(root: Path) -> bool:
+    """True when no file or folder under ``root`` has a write bit (used by checks and tests)."""
+    for folder, _dirs, files in os.walk(root):
+        for entry in [Path(folder), *(Path(folder) / f for f in files)]:
+            if entry.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+                return False
+    return True
+
+
+def render_instructions(
+    *, task_name: str, base_model_name: str, timeout_s: float, max_submissions: int | None
+) -> str:
+    limit = (
+        f"at most {max_submissions} submissions" if max_submissions else "a per-experiment submission limit"
+    )
+    return _INSTRUCTIONS.format(
+        task=task_name,
+        base=base_model_name,
+        timeout_s=int(timeout_s),
+        timeout_min=timeout_s / 60,
+        limit=limit,
+    )
+
+
+_INSTRUCTIONS = """\
+# Instructions
+
+Post-train the base model `{base}` so that it scores higher on the `{task}` benchmark than it
+does now. You have **{timeout_s} seconds** ({timeout_min:.1f} min) from the moment you start. Submit
+checkpoints while you work; the best score counts. The benchmark's test split is not here and
+cannot be read: only the grader sees it. `description.md` describes the task and its data.
+
+## Your workspace
+
+| path / variable | what it is |
+| --- | --- |
+| `$WORKSPACE` (also your `HOME` and working folder) | this folder |
+| `$MODEL_PATH` = `models/{base}/` | the base model, **read-only** |
+| `$DATA_PATH` = `data/` | the train split, **read-only** |
+| `$OUTPUT_DIR` = `output/` | write checkpoints here; only folders under it can be submitted |
+| `code/` | your scripts |
+| `run_meta.json` | `start_time`, `timeout_s`, `last_submit_time`, `end_time` (epoch seconds) |
+| `scores.json` | your submissions and scores, refreshed by the platform |
+| `$GRADING_SERVER_URL` | the grading API; the URL itself carries your credentials |
+| `$TASK`, `$BASE_MODEL` | the task name and the base model |
+
+`run_meta.json` and `scores.json` are copies for convenience; the grading API is the truth.
+There is no internet access to model hubs (`HF_HUB_OFFLINE=1`): load models from `$MODEL_PATH`.
+
+## Time budget
+
+`GET $GRADING_SERVER_URL/time` answers `start_time`, `end_time`, `remaining_s` and
+`last_submit_time`. At `end_time` your processes get SIGTERM, and SIGKILL shortly after; every
+process you started ends then, including background ones. Submissions after `end_time` are
+refused. Save and submit well before the end: an evaluation takes a while.
+
+## Submitting
+
+Save a **full model** (not an adapter) with its tokenizer into a new folder under `output/`,
+then submit that folder:
+
+```bash
+curl -s -X POST "$GRADING_SERVER_URL/submit" -H 'Content-Type: application/json' \\
+     -d '{{"model_path": "output/epoch-1"}}'
+```
+
+or, in Python (the platform's Python has `torch`, `transformers`, `trl` and this client):
+
+```python
+from autorl.client import GradingClient
+
+client = GradingClient.from_env()
+result = client.submit("output/epoch-1")            # waits for the score
+print(result.score, result.baseline_score, result.improvement)
+pending = client.submit("output/epoch-2", wait=False)  # returns at once; poll later
+print(client.submission(pending.submission_id).status, client.time().remaining_s)
+```
+
+A blocking submit returns once the checkpoint is scored (the server holds the request for up to
+540 s, then answers 202 with the submission id: poll `GET $GRADING_SERVER_URL/submissions/ID`).
+`?wait=false` returns at once. `GET $GRADING_SERVER_URL/scores` lists your submissions.
+
+## Rules
+
+- Submit a folder under `output/` (symlinks are followed and must stay inside `output/`).
+- Full weights in safetensors, the base model's architecture, plus the tokenizer files. Pickle
+  weights (`*.bin`, `*.pt`) and LoRA/PEFT adapters (`adapter_config.json`) are refused.
+- Submitting identical weights twice reuses the earlier score. There is {limit}.
+- The score is exact-match accuracy (0-100) of greedy generation on the test split, prompted
+  exactly as `autorl.tasks.get_task("{task}").render_prompt(tokenizer, question)` renders a
+  question (four worked examples in the model's chat template). Train on that format.
+
+## Saving a model
+
+```python
+model.save_pretrained(path)          # safetensors by default
+tokenizer.save_pretrained(path)
+```
+
+With LoRA/PEFT, merge the adapter into the weights first:
+
+```python
+merged = peft_model.merge_and_unload()
+merged.save_pretrained(path)
+tokenizer.save_pretrained(path)
+```
+"""

@@ -1,0 +1,1 @@
+"""The single-machine backend: ``autorl run`` drives a whole experiment with local processes."""

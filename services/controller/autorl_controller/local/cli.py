@@ -1,0 +1,113 @@
+"""``autorl run``: one experiment on this machine, from preparation to the results row."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from autorl.cli import UsageError
+
+DEFAULT_PORT = 8000
+
+
+def _gpu_list(text: str) -> str:
+    """``0,1`` or ``none``; returned in CUDA_VISIBLE_DEVICES form."""
+    value = text.strip().lower()
+    if value in {"none", ""}:
+        return ""
+    parts = [part.strip() for part in value.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1 or none, not {text!r}")
+    return ",".join(parts)
+
+
+def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run one experiment on this machine (prepare, baseline, agent, scoring, results row)",
+        description="Prepare the model and data, measure the baseline, run the agent under a time "
+        "budget, score what it submits and append a row to $AUTORL_HOME/results.csv.",
+    )
+    parser.add_argument(
+        "--agent", "-a", required=True, help="a built-in agent name or the path of an executable"
+    )
+    parser.add_argument("--task", "-t", required=True, help="benchmark task, e.g. gsm8k or arith")
+    parser.add_argument(
+        "--model", "-m", required=True, help="base model: hub id, local folder or builtin:tiny-qwen2"
+    )
+    parser.add_argument("--timeout", type=float, required=True, help="the agent's time budget in seconds")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="grader port on 127.0.0.1")
+    parser.add_argument(
+        "--workspace", type=Path, default=None, help="the run's workspace (default $AUTORL_HOME/runs/RUN_ID)"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="pass a variable to the agent (repeatable); NAME alone copies it from this environment",
+    )
+    parser.add_argument(
+        "--backend", choices=("hf", "opencompass"), default="hf", help="evaluation backend (default hf)"
+    )
+    parser.add_argument(
+        "--agent-gpus",
+        type=_gpu_list,
+        default=None,
+        metavar="IDS",
+        help="GPUs the agent sees, e.g. 0 or none",
+    )
+    parser.add_argument(
+        "--eval-gpus", type=_gpu_list, default=None, metavar="IDS", help="GPUs the evaluator uses, e.g. 1"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="local evaluator worker processes")
+    parser.add_argument(
+        "--finish-wait",
+        type=float,
+        default=600.0,
+        help="seconds to wait for evaluations in flight at the end",
+    )
+    parser.add_argument(
+        "--grace-period", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL at the deadline"
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=("auto", "user", "bwrap", "none"),
+        default="auto",
+        help="agent isolation (auto: own user when root, else bubblewrap, else none with a warning)",
+    )
+    parser.add_argument("--driver-model", default=None, help="the LLM driving an LLM agent, for results.csv")
+    parser.add_argument("--max-submissions", type=int, default=None, help="per-experiment submission limit")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autorl_controller.local.experiment import LocalRunConfig, run_experiment
+
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.finish_wait < 0 or args.grace_period < 0:
+        raise UsageError("--finish-wait and --grace-period must not be negative")
+    config = LocalRunConfig(
+        agent=args.agent,
+        task=args.task,
+        model=args.model,
+        timeout_s=args.timeout,
+        port=args.port,
+        workspace=args.workspace,
+        env=list(args.env),
+        backend=args.backend,
+        agent_gpus=args.agent_gpus,
+        eval_gpus=args.eval_gpus,
+        workers=args.workers,
+        finish_wait_s=args.finish_wait,
+        grace_period_s=args.grace_period,
+        sandbox=args.sandbox,
+        driver_model=args.driver_model,
+        max_submissions=args.max_submissions,
+    )
+    return run_experiment(config)

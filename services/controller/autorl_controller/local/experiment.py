@@ -1,0 +1,414 @@
+"""One experiment on this machine, start to finish (``autorl run``).
+
+    validate input ─► prepare model + data (cached) ─► workspace ─► grader + workers
+      ─► register ─► baseline (cached) ─► start budget ─► agent ─► wait for evaluations
+      ─► finish ─► results row ─► summary
+
+Bad input is refused before anything starts. From the moment services start, every exit path
+(a failure, Ctrl-C) stops them again and records the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from autorl.checkpoints import model_dir_name, resolve_model
+from autorl.cli import EXIT_INTERRUPTED, UsageError
+from autorl.client import GradingClient
+from autorl.errors import AutoRLError, ModelSourceError
+from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
+from autorl.settings import Settings, load_settings
+from autorl.tasks import Task, get_task
+from autorl_agent_runner.agents import AgentCommand, resolve_agent
+from autorl_agent_runner.environment import ContractValues, parse_env_items
+from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
+from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, resolve_mode
+from autorl_agent_runner.workspace import Workspace, check_workspace_free, create_workspace
+from autorl_controller.local.admin import AdminClient
+from autorl_controller.local.progress import Progress, fmt_duration, fmt_score
+from autorl_controller.local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
+
+EXIT_FAILED = 1
+POLL_S = 2.0
+
+
+@dataclass(frozen=True)
+class LocalRunConfig:
+    agent: str
+    task: str
+    model: str
+    timeout_s: float
+    port: int = 8000
+    workspace: Path | None = None
+    env: list[str] = field(default_factory=list)
+    backend: str = "hf"
+    agent_gpus: str | None = None
+    eval_gpus: str | None = None
+    workers: int = 1
+    finish_wait_s: float = 600.0
+    grace_period_s: float = 30.0
+    sandbox: str = "auto"
+    driver_model: str | None = None
+    max_submissions: int | None = None
+
+
+class RunFailedError(AutoRLError):
+    """The run cannot go on (a failed baseline, a dead grader)."""
+
+
+def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> int:
+    """Run the experiment; return the process exit code (0, 1 failed, 130 interrupted)."""
+    settings = settings or load_settings()
+    try:
+        task = get_task(config.task)
+        agent = resolve_agent(config.agent)
+        passed = parse_env_items(config.env, os.environ)
+        sandbox = SandboxMode(config.sandbox)
+    except (AutoRLError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    if port_in_use(config.port):
+        raise UsageError(
+            f"port {config.port} on 127.0.0.1 is already in use; pass --port with a free port "
+            "or stop what listens there"
+        )
+    run_id = new_run_id(task.name)
+    run_dir = settings.home / "runs" / run_id
+    workspace_root = (config.workspace or run_dir / "workspace").expanduser().absolute()
+    try:
+        check_workspace_free(workspace_root, run_id)
+    except AutoRLError as exc:
+        raise UsageError(str(exc)) from exc
+    # Preparing is part of validating: an unknown model source is bad input, refused before
+    # anything starts. Both are cached, so a second run with the same inputs skips this.
+    console = Console(stderr=True)
+    with console.status(f"preparing model {config.model} and the {task.name} train split"):
+        try:
+            base_dir = resolve_model(config.model, settings.models_dir)
+        except ModelSourceError as exc:
+            raise UsageError(str(exc)) from exc
+        data_dir = task.download_train_data(
+            settings.data_dir / task.name, source_dir=settings.data_source_dir
+        )
+    prepared = Prepared(base_dir=base_dir, train_data_dir=data_dir.parent)
+    run = LocalRun(config, settings, task, agent, passed, sandbox, run_id, run_dir, workspace_root, prepared)
+    return run.execute()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    base_dir: Path
+    train_data_dir: Path
+
+
+class LocalRun:
+    def __init__(
+        self,
+        config: LocalRunConfig,
+        settings: Settings,
+        task: Task,
+        agent: AgentCommand,
+        passed_env: dict[str, str],
+        sandbox: SandboxMode,
+        run_id: str,
+        run_dir: Path,
+        workspace_root: Path,
+        prepared: Prepared,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.task = task
+        self.agent = agent
+        self.passed_env = passed_env
+        self.sandbox = sandbox
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.workspace_root = workspace_root
+        self.prepared = prepared
+        self.admin_token = secrets.token_urlsafe(32)
+        self.url = f"http://127.0.0.1:{config.port}"
+        self.services: list[ManagedProcess] = []
+        self.admin = AdminClient(self.url, self.admin_token)
+        self.progress = Progress(
+            f"autorl run {run_id}: task={task.name} model={config.model} agent={agent.name} "
+            f"timeout={config.timeout_s:g}s"
+        )
+        self.registered = False
+        self.last_view: dict[str, Any] = {}
+        self._stop_polling = threading.Event()
+
+    # --- the whole run ----------------------------------------------------------------------
+
+    def execute(self) -> int:
+        started = time.time()
+        status: RunStatus = "failed"
+        message: str | None = None
+        timed_out = False
+        exit_code = EXIT_FAILED
+        try:
+            with self.progress:
+                status, message, timed_out = self._lifecycle()
+            exit_code = 0
+        except KeyboardInterrupt:
+            status, message, exit_code = "interrupted", "stopped by Ctrl-C", EXIT_INTERRUPTED
+            self.progress.note("interrupted: stopping everything this run started")
+        except AutoRLError as exc:
+            status, message = "failed", str(exc)
+            print(f"autorl run: error: {exc}", file=sys.stderr)
+        finally:
+            # A second Ctrl-C must not leave services running or the run unrecorded.
+            with _ignore_sigint():
+                self._finalize(status, message, timed_out)
+                row = self._record(status, started)
+        self._print_summary(row, message)
+        return exit_code
+
+    def _lifecycle(self) -> tuple[RunStatus, str | None, bool]:
+        """Returns the run's status, a note, and whether the agent was ended at its deadline."""
+        config, task, prepared = self.config, self.task, self.prepared
+        workspace = create_workspace(
+            self.workspace_root,
+            run_id=self.run_id,
+            task_name=task.name,
+            description=task.description(),
+            base_model_dir=prepared.base_dir,
+            base_model_name=model_dir_name(config.model),
+            train_data_dir=prepared.train_data_dir,
+            timeout_s=config.timeout_s,
+            max_submissions=config.max_submissions,
+            link_model=can_share_base_model(resolve_mode(self.sandbox)),
+        )
+        self.progress.phase(
+            "starting services", f"grader on {self.url}, {config.workers} evaluator worker(s)"
+        )
+        self._start_services()
+        registered = self.admin.register(
+            name=self.run_id,
+            task=task.name,
+            model=config.model,
+            timeout_s=math.ceil(config.timeout_s),
+            workspace=str(workspace.root),
+            base_model_dir=str(prepared.base_dir),
+            output_dir=str(workspace.output),
+            agent=self.agent.name,
+            driver_model=config.driver_model,
+            max_submissions=config.max_submissions,
+        )
+        self.registered = True
+        self.progress.phase("baseline", f"evaluating {config.model} with the {config.backend} backend")
+        baseline = self.admin.baseline(self.run_id, max_wait_s=float(self.settings.eval_timeout_s))
+        if baseline.get("status") != "scored":
+            raise RunFailedError(
+                f"the baseline evaluation {baseline.get('status')}: {baseline.get('error') or 'no score'}; "
+                f"see {self.run_dir / 'logs'}"
+            )
+        self.progress.set_baseline(baseline.get("score"))
+        self.progress.note(f"baseline score {fmt_score(baseline.get('score'))}")
+        outcome = self._run_agent(workspace, registered)
+        self.progress.phase("finishing", "waiting for evaluations in flight")
+        self._wait_in_flight()
+        if outcome.exit_code not in (0, None) and not outcome.timed_out:
+            note = f"the agent exited with code {outcome.exit_code}; see {workspace.agent_log}"
+            return "failed", note, False
+        return "completed", None, outcome.timed_out
+
+    def _run_agent(self, workspace: Workspace, registered: dict[str, Any]) -> AgentOutcome:
+        config = self.config
+        contract = ContractValues(
+            grading_server_url=registered["grading_server_url"],
+            token=registered["token"],
+            task=self.task.name,
+            base_model=config.model,
+            model_path=workspace.model,
+            data_path=workspace.data,
+            output_dir=workspace.output,
+            workspace=workspace.root,
+        )
+        platform_env = {} if config.agent_gpus is None else {"CUDA_VISIBLE_DEVICES": config.agent_gpus}
+        runner_config = RunnerConfig(
+            workspace=workspace,
+            contract=contract,
+            agent=self.agent,
+            passed_env=self.passed_env,
+            platform_env=platform_env,
+            sandbox=self.sandbox,
+            hidden=self._hidden_paths(),
+            grace_period_s=config.grace_period_s,
+        )
+        self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
+        started = self.admin.start(self.run_id)
+        self.progress.set_deadline(started.get("end_time"))
+        poller = threading.Thread(target=self._poll, name="autorl-progress", daemon=True)
+        poller.start()
+        try:
+            with GradingClient(contract.grading_server_url) as client:
+                runner = AgentRunner(runner_config, client)
+                outcome = runner.run()
+        finally:
+            self._stop_polling.set()
+            poller.join(timeout=5)
+        if outcome.timed_out:
+            killed = " (SIGKILL after the grace period)" if outcome.killed else ""
+            self.progress.note(f"agent reached its deadline and was stopped{killed}")
+        else:
+            self.progress.note(f"agent exited with code {outcome.exit_code}")
+        return outcome
+
+    def _hidden_paths(self) -> list[Path]:
+        settings = self.settings
+        candidates = [settings.home, settings.cache_dir, settings.eval_dir, Path.home()]
+        return [p.expanduser().absolute() for p in candidates if p is not None]
+
+    # --- services ---------------------------------------------------------------------------
+
+    def _service_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "AUTORL_LOCAL_MODE": "1",
+                "AUTORL_HOME": str(self.settings.home),
+                "AUTORL_DATABASE_URL": str(self.settings.database_url),
+                "AUTORL_ADMIN_TOKEN": self.admin_token,
+                "AUTORL_EVAL_BACKEND": self.config.backend,
+                "AUTORL_PUBLIC_URL": self.url,
+            }
+        )
+        return env
+
+    def _start_services(self) -> None:
+        logs = self.run_dir / "logs"
+        env = self._service_env()
+        grader = ManagedProcess(
+            "grader",
+            autorl_command("grader", "--host", "127.0.0.1", "--port", str(self.config.port)),
+            env,
+            logs / "grader.log",
+        )
+        self.services.append(grader)
+        grader.start()
+        wait_until_ready(grader, self.admin.ready)
+        worker_env = dict(env)
+        if self.config.eval_gpus is not None:
+            worker_env["CUDA_VISIBLE_DEVICES"] = self.config.eval_gpus
+        for index in range(self.config.workers):
+            worker = ManagedProcess(
+                f"worker-{index}", autorl_command("worker"), worker_env, logs / f"worker-{index}.log"
+            )
+            self.services.append(worker)
+            worker.start()
+
+    def _check_services(self) -> None:
+        for service in self.services:
+            if not service.running():
+                raise RunFailedError(
+                    f"{service.name} exited with code {service.exit_code()}; its log "
+                    f"({service.log_path}) ends with:\n{service.log_tail()}"
+                )
+
+    def _stop_services(self) -> None:
+        # Workers first, so that none is left claiming work from a grader that is gone.
+        for service in reversed(self.services):
+            service.stop()
+        self.admin.close()
+
+    def _poll(self) -> None:
+        while not self._stop_polling.wait(POLL_S):
+            self._refresh_view()
+
+    def _refresh_view(self) -> None:
+        try:
+            view = self.admin.experiment(self.run_id)
+            submissions = self.admin.submissions(self.run_id)
+        except AutoRLError:
+            return
+        self.last_view = view
+        self.progress.update(view, submissions)
+
+    def _wait_in_flight(self) -> None:
+        deadline = time.monotonic() + self.config.finish_wait_s
+        while True:
+            self._check_services()
+            self._refresh_view()
+            in_flight = int(self.last_view.get("in_flight") or 0)
+            if in_flight == 0:
+                return
+            if time.monotonic() >= deadline:
+                self.progress.note(
+                    f"{in_flight} evaluation(s) still running after {self.config.finish_wait_s:g} s; "
+                    "finishing without them (raise --finish-wait to wait longer)"
+                )
+                return
+            self.progress.phase("finishing", f"{in_flight} evaluation(s) in flight")
+            time.sleep(POLL_S)
+
+    # --- the end ----------------------------------------------------------------------------
+
+    def _finalize(self, status: RunStatus, message: str | None, timed_out: bool) -> None:
+        if self.registered:
+            db_status = "timed_out" if status == "completed" and timed_out else status
+            try:
+                self._refresh_view()
+                self.admin.finish(self.run_id, db_status, message)
+                self._refresh_view()
+            except AutoRLError as exc:
+                print(f"autorl run: could not record the end in the grader: {exc}", file=sys.stderr)
+        self._stop_services()
+
+    def _record(self, status: RunStatus, started: float) -> ResultRow:
+        view = self.last_view
+        scored = int(view.get("submissions") or 0)
+        row = ResultRow(
+            run_id=self.run_id,
+            timestamp=utc_timestamp(),
+            task=self.task.name,
+            agent=self.agent.name,
+            driver_model=self.config.driver_model,
+            base_model=self.config.model,
+            baseline=view.get("baseline_score"),
+            best_score=view.get("best_score"),
+            improvement=view.get("improvement"),
+            submissions=scored,
+            duration_s=round(time.time() - started, 1),
+            success=status == "completed" and scored > 0,
+            status=status,
+            workspace=str(self.workspace_root),
+        )
+        append_row(row, self.settings.home)
+        return row
+
+    def _print_summary(self, row: ResultRow, message: str | None) -> None:
+        console = Console()
+        improvement = "-" if row.improvement is None else f"{row.improvement:+.2f}"
+        console.print(f"\n[bold]Run {row.run_id}[/bold] {row.status} in {fmt_duration(row.duration_s)}")
+        if message:
+            console.print(f"  note         {message}", highlight=False)
+        console.print(f"  baseline     {fmt_score(row.baseline)}")
+        console.print(f"  best score   {fmt_score(row.best_score)}")
+        console.print(f"  improvement  {improvement}")
+        console.print(f"  submissions  {row.submissions} scored")
+        console.print(f"  workspace    {row.workspace}", highlight=False)
+        console.print(f"  results      {results_path(self.settings.home)}", highlight=False)
+
+
+@contextmanager
+def _ignore_sigint() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,142 @@
+"""What ``autorl run`` shows while it works: phase, time left, each submission and its score.
+
+On a terminal this is a rich live panel; otherwise (CI, a log file) one line per change, so that
+a log reads as a history rather than a pile of redraws.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+
+def fmt_score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+@dataclass
+class _State:
+    phase: str = "starting"
+    detail: str = ""
+    baseline: float | None = None
+    best: float | None = None
+    end_time: float | None = None
+    submissions: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+class Progress:
+    """Thread-safe: the main thread sets phases, a poller thread feeds submissions."""
+
+    def __init__(self, title: str, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.title = title
+        self._state = _State()
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal:
+            self._live = Live(console=self.console, refresh_per_second=2, get_renderable=self._render)
+            self._live.start()
+        else:
+            self.console.print(self.title)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _say(self, text: str) -> None:
+        if self._live is None:
+            self.console.print(f"[{fmt_duration(time.monotonic() - self._started)}] {text}", highlight=False)
+
+    def phase(self, name: str, detail: str = "") -> None:
+        with self._lock:
+            self._state.phase, self._state.detail = name, detail
+        self._say(f"phase={name}" + (f" {detail}" if detail else ""))
+
+    def note(self, text: str) -> None:
+        """A line that stays in the scrollback in both modes."""
+        if self._live is not None:
+            self._live.console.print(text, highlight=False)
+        else:
+            self._say(text)
+
+    def set_deadline(self, end_time: float | None) -> None:
+        with self._lock:
+            self._state.end_time = end_time
+
+    def set_baseline(self, score: float | None) -> None:
+        with self._lock:
+            self._state.baseline = score
+
+    def update(self, experiment: dict[str, Any], submissions: list[dict[str, Any]]) -> None:
+        changed: list[str] = []
+        with self._lock:
+            state = self._state
+            state.baseline = experiment.get("baseline_score", state.baseline)
+            state.best = experiment.get("best_score")
+            for view in submissions:
+                if view.get("is_baseline"):
+                    continue
+                sid = int(view["submission_id"])
+                old = state.submissions.get(sid)
+                if old is None or old.get("status") != view.get("status"):
+                    changed.append(self._describe(view))
+                state.submissions[sid] = view
+        for line in changed:
+            self._say(line)
+
+    @staticmethod
+    def _describe(view: dict[str, Any]) -> str:
+        text = f"submission {view['submission_id']} {view.get('model_path', '')} status={view.get('status')}"
+        if view.get("status") == "scored":
+            text += f" score={fmt_score(view.get('score'))} improvement={fmt_score(view.get('improvement'))}"
+        elif view.get("status") == "failed" and view.get("error"):
+            text += f" error={str(view['error'])[:200]}"
+        return text
+
+    def _render(self) -> Group:
+        with self._lock:
+            state = self._state
+            remaining = None if state.end_time is None else state.end_time - time.time()
+            header = Text.assemble(
+                (self.title, "bold"),
+                "\nphase: ",
+                (state.phase, "cyan"),
+                f"  {state.detail}" if state.detail else "",
+                "\nelapsed: ",
+                fmt_duration(time.monotonic() - self._started),
+                "   agent time left: ",
+                fmt_duration(remaining) if remaining is not None else "-",
+                "\nbaseline: ",
+                fmt_score(state.baseline),
+                "   best: ",
+                (fmt_score(state.best), "green"),
+            )
+            table = Table(show_edge=False, pad_edge=False)
+            for column in ("id", "checkpoint", "status", "score", "improvement"):
+                table.add_column(column)
+            for sid, view in sorted(state.submissions.items())[-12:]:
+                table.add_row(
+                    str(sid),
+                    str(view.get("model_path", "")),
+                    str(view.get("status")),
+                    fmt_score(view.get("score")),
+                    fmt_score(view.get("improvement")),
+                )
+        return Group(header, table) if state.submissions else Group(header)

@@ -1,0 +1,1 @@
+"""The Kubernetes operator: ``Experiment`` objects become Jobs, a Secret and a NetworkPolicy."""

@@ -1,0 +1,50 @@
+"""``autorl controller``: run the Kubernetes operator, or print the CRD it serves."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from autorl.experiment import render_crd_yaml
+
+
+def register_controller(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "controller",
+        help="run the Kubernetes operator that turns Experiment objects into Jobs",
+        description="Watch Experiment objects (autorl.io/v1alpha1) and run each one as Jobs: prepare, "
+        "baseline, agent, scoring. Settings come from AUTORL_* variables (see the Helm chart).",
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=None,
+        metavar="NS",
+        help="watch only this namespace (repeatable; default: AUTORL_WATCH_NAMESPACES, else all)",
+    )
+    parser.add_argument(
+        "--print-crd", action="store_true", help="print the CustomResourceDefinition and exit"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.print_crd:
+        print(render_crd_yaml(), end="")
+        return 0
+    from autorl_controller.operator.main import run_operator
+    from autorl_controller.operator.settings import ControllerSettings
+
+    settings = ControllerSettings()
+    if args.namespace:
+        settings = settings.model_copy(update={"watch_namespaces": args.namespace})
+    settings.require_safe_admin_token()
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    asyncio.run(run_operator(settings))
+    return 0

@@ -1,0 +1,1 @@
+"""One module per kopf event; ``operator.main`` registers them."""

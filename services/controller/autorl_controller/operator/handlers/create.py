@@ -1,0 +1,59 @@
+"""``@kopf.on.create``: validate the spec; a bad one ends Failed at once, with the reason, never retried."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from autorl.experiment import ExperimentSpec, Phase, validate_name
+from autorl_controller.operator.context import context_of
+from autorl_controller.operator.kube import EXPERIMENTS
+from autorl_controller.operator.manifests import check_cluster_model
+from autorl_controller.operator.reporting import transition
+
+
+def describe(exc: ValidationError) -> str:
+    """One line naming each bad field, as a person would fix it in the manifest."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field (remove it, or check its spelling)"
+        parts.append(f"spec.{where}: {message}" if where else f"spec: {message}")
+    return "invalid spec: " + "; ".join(parts)
+
+
+def validation_error(name: str, spec: Any) -> str | None:
+    """Why an Experiment cannot run, or None when it can."""
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        return str(exc)
+    try:
+        parsed = ExperimentSpec.model_validate(dict(spec))
+    except ValidationError as exc:
+        return describe(exc)
+    try:
+        check_cluster_model(parsed.model)
+    except ValueError as exc:
+        return f"invalid spec: spec.model: {exc}"
+    return None
+
+
+async def validate(
+    *, body: kopf.Body, name: str, namespace: str | None, spec: Any, memo: Any, **_: Any
+) -> None:
+    assert namespace is not None  # Experiments are namespaced
+    context = context_of(memo)
+    # The status kopf hands over can lag behind our own patches (kopf may call again on their echo).
+    fresh = await context.kube.get(EXPERIMENTS, namespace, name) or dict(body)
+    current = dict(fresh.get("status") or {})
+    error = validation_error(name, spec)
+    if error is not None:
+        await transition(context, fresh, current, Phase.FAILED, error)
+        raise kopf.PermanentError(error)
+    if not current.get("phase"):
+        await transition(context, fresh, current, Phase.PENDING, "accepted; preparing the model and data")

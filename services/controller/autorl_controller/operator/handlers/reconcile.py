@@ -1,0 +1,301 @@
+"""``@kopf.timer``: drive one Experiment a step further on each tick.
+
+Level-triggered on purpose: every tick reads the Experiment, its Jobs and the grader's view afresh
+and acts on what it finds, so a restarted controller (or a missed watch event) simply carries on.
+Each step is idempotent: objects are created only if missing, and the grader is asked to register
+only when the token Secret does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from autorl.experiment import ExperimentSpec, Phase
+from autorl_controller.operator.context import OperatorContext, context_of
+from autorl_controller.operator.grader import GraderError
+from autorl_controller.operator.handlers.create import describe
+from autorl_controller.operator.kube import EXPERIMENTS, JOBS, NETWORK_POLICIES, SECRETS, KubeError
+from autorl_controller.operator.lifecycle import (
+    JobState,
+    Outcome,
+    agent_outcome,
+    epoch_from_iso,
+    job_status,
+    outcome_condition,
+    outcome_from_conditions,
+    status_from_view,
+)
+from autorl_controller.operator.manifests import (
+    ExperimentRef,
+    build_agent_job,
+    build_network_policy,
+    build_prepare_job,
+    build_registration,
+    build_token_secret,
+)
+from autorl_controller.operator.reporting import as_body, patch_status, transition
+
+#: A resolver that does not answer must not stall the experiment's tick.
+DNS_TIMEOUT_S = 5.0
+#: Kubernetes answers that no retry will fix: the manifest itself is refused.
+_PERMANENT_KUBE_STATUSES = (400, 422)
+
+
+def is_active(*, status: kopf.Status, **_: Any) -> bool:
+    """Timer filter: validated (a phase is set) and not finished yet."""
+    phase = status.get("phase")
+    return bool(phase) and not Phase(str(phase)).terminal
+
+
+async def reconcile(*, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # Experiments are namespaced
+    context = context_of(memo)
+    fresh = await context.kube.get(EXPERIMENTS, namespace, name)
+    if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+        return
+    status = dict(fresh.get("status") or {})
+    phase = status.get("phase")
+    if not phase or Phase(str(phase)).terminal:
+        return
+    ref = ExperimentRef(name, namespace)
+    try:
+        spec = ExperimentSpec.model_validate(fresh["spec"])
+    except ValidationError as exc:
+        # Validated at creation; only a changed model (an upgrade) can get here. Say so, once.
+        await transition(context, fresh, status, Phase.FAILED, describe(exc))
+        return
+    step = Step(context, fresh, ref, spec, status)
+    try:
+        await step.run(Phase(str(phase)))
+    except GraderError as exc:
+        if exc.retryable:
+            raise kopf.TemporaryError(str(exc), delay=context.settings.sync_interval_s) from exc
+        await step.fail(f"the grader refused the experiment: {exc.detail}")
+    except KubeError as exc:
+        if exc.status in _PERMANENT_KUBE_STATUSES:
+            await step.fail(f"Kubernetes refused an object: {exc}")
+        else:
+            raise kopf.TemporaryError(str(exc), delay=context.settings.sync_interval_s) from exc
+
+
+async def resolve_hosts(hosts: list[str]) -> dict[str, list[str]]:
+    """Addresses of the egress host names; a name that does not resolve allows nothing (yet)."""
+    loop = asyncio.get_running_loop()
+    resolved: dict[str, list[str]] = {}
+    for host in hosts:
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), timeout=DNS_TIMEOUT_S
+            )
+        except (OSError, TimeoutError):
+            resolved[host] = []
+            continue
+        resolved[host] = sorted({str(info[4][0]) for info in infos})
+    return resolved
+
+
+class Step:
+    """One reconcile tick of one experiment."""
+
+    def __init__(
+        self,
+        context: OperatorContext,
+        body: dict[str, Any],
+        ref: ExperimentRef,
+        spec: ExperimentSpec,
+        status: dict[str, Any],
+    ) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.body = body
+        self.ref = ref
+        self.spec = spec
+        self.status = status
+
+    async def run(self, phase: Phase) -> None:
+        if phase in (Phase.PENDING, Phase.PREPARING):
+            await self.prepare()
+        elif phase is Phase.BASELINE:
+            await self.baseline()
+        elif phase is Phase.RUNNING:
+            await self.running()
+        elif phase is Phase.FINISHING:
+            await self.finishing()
+
+    async def _move(self, phase: Phase, message: str, extra: dict[str, Any] | None = None) -> None:
+        await transition(self.context, self.body, self.status, phase, message, extra=extra)
+
+    async def _adopt_and_create(self, resource: Any, manifest: dict[str, Any]) -> bool:
+        kopf.adopt(manifest, owner=as_body(self.body))
+        _, created = await self.context.kube.ensure(resource, manifest)
+        return created
+
+    async def fail(self, message: str) -> None:
+        """End Failed; the grader closes the experiment too (best effort: it may never have known it)."""
+        try:
+            view = await self.context.grader.experiment(self.ref.grader_name)
+            if view is not None and view.get("status") in ("pending", "running"):
+                await self.context.grader.finish(self.ref.grader_name, "failed", message)
+        except GraderError:
+            pass
+        await self._move(Phase.FAILED, message)
+
+    # --- Pending / Preparing: register, keep the token, fill the cache --------------------------------
+
+    async def register(self) -> None:
+        if await self.context.kube.get(SECRETS, self.ref.namespace, self.ref.secret_name) is not None:
+            return
+        try:
+            answer = await self.context.grader.register(
+                build_registration(self.ref, self.spec, self.settings)
+            )
+        except GraderError as exc:
+            if exc.status != 409:
+                raise
+            # Registered by an earlier tick whose Secret was never written: its token is lost.
+            answer = await self.context.grader.new_token(self.ref.grader_name)
+        secret = build_token_secret(
+            self.ref, token=answer["token"], grading_server_url=answer["grading_server_url"]
+        )
+        await self._adopt_and_create(SECRETS, secret)
+
+    async def prepare(self) -> None:
+        await self.register()
+        job = await self.context.kube.get(JOBS, self.ref.namespace, self.ref.prepare_job_name)
+        if job is None:
+            await self._adopt_and_create(JOBS, build_prepare_job(self.ref, self.spec, self.settings))
+        state = job_status(job)
+        if state.state in (JobState.FAILED, JobState.DEADLINE_EXCEEDED):
+            detail = f": {state.message}" if state.message else ""
+            await self.fail(
+                f"the prepare Job failed ({state.reason}){detail}; "
+                f"see kubectl logs job/{self.ref.prepare_job_name} -n {self.ref.namespace}"
+            )
+            return
+        if state.state is not JobState.SUCCEEDED:
+            await self._move(
+                Phase.PREPARING, f"preparing {self.spec.model} and the {self.spec.task} train split"
+            )
+            return
+        await self.context.grader.request_baseline(self.ref.grader_name)
+        await self._move(Phase.BASELINE, "evaluating the base model")
+
+    # --- Baseline: wait for the base model's score, then start the agent ------------------------------
+
+    async def baseline(self) -> None:
+        view = await self._view()
+        if view is None:
+            return
+        baseline = view.get("baseline_status")
+        if baseline is None:
+            await self.context.grader.request_baseline(self.ref.grader_name)
+            return
+        if baseline == "failed":
+            await self.fail(
+                f"the base model could not be evaluated: {view.get('baseline_error') or 'unknown error'}"
+            )
+            return
+        if baseline != "scored":
+            return
+        await self.sync_policy()
+        await self._adopt_and_create(JOBS, build_agent_job(self.ref, self.spec, self.settings))
+        await self._move(Phase.RUNNING, "the agent Job is waiting for its pod", status_from_view(view))
+
+    async def sync_policy(self) -> None:
+        hosts = [rule.host for rule in self.spec.egress or [] if rule.host is not None]
+        resolved = await resolve_hosts(hosts) if hosts else {}
+        policy = build_network_policy(self.ref, self.spec, self.settings, resolved)
+        created = await self._adopt_and_create(NETWORK_POLICIES, policy)
+        if not created and hosts:
+            existing = await self.context.kube.get(NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name)
+            if existing is not None and existing.get("spec") != policy["spec"]:
+                # Addresses behind a name change (CDNs): the agent keeps reaching what the spec allows.
+                await self.context.kube.patch(
+                    NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name, {"spec": policy["spec"]}
+                )
+
+    # --- Running: the budget starts with the agent's pod; watch the Job and the clock ------------------
+
+    async def running(self) -> None:
+        view = await self._view()
+        if view is None:
+            return
+        job = await self.context.kube.get(JOBS, self.ref.namespace, self.ref.agent_job_name)
+        state = job_status(job)
+        if view.get("start_time") is None and (state.state is JobState.ACTIVE or state.state.ended):
+            # With Kueue a Job may wait long for quota: the budget starts when the agent really does.
+            view = await self.context.grader.start(self.ref.grader_name)
+        if any(rule.host for rule in self.spec.egress or []):
+            await self.sync_policy()
+        end_time = view.get("end_time")
+        past_deadline = end_time is not None and time.time() > end_time + self.settings.deadline_grace_s
+        outcome = agent_outcome(state, past_deadline=past_deadline)
+        synced = status_from_view(view)
+        if outcome is None:
+            waiting = state.state is JobState.WAITING
+            message = "the agent Job is waiting for its pod" if waiting else "the agent is training"
+            await self._move(Phase.RUNNING, message, synced)
+            return
+        if outcome.phase is Phase.TIMED_OUT and not state.state.ended:
+            await self.context.kube.delete(JOBS, self.ref.namespace, self.ref.agent_job_name)
+        condition = outcome_condition(outcome, datetime.now(UTC))
+        await self._move(
+            Phase.FINISHING,
+            f"{outcome.message}; waiting for evaluations in flight",
+            {**synced, "conditions": [condition]},
+        )
+
+    # --- Finishing: let evaluations in flight complete, then close the experiment ----------------------
+
+    async def finishing(self) -> None:
+        conditions = self.status.get("conditions")
+        outcome = outcome_from_conditions(conditions) or Outcome(
+            Phase.FAILED, "failed", "the agent's outcome was lost"
+        )
+        view = await self._view()
+        if view is None:
+            return
+        since = next(
+            (
+                epoch_from_iso(c.get("lastTransitionTime"))
+                for c in conditions or []
+                if c.get("lastTransitionTime")
+            ),
+            None,
+        )
+        waited = time.time() - since if since is not None else 0.0
+        if (view.get("in_flight") or 0) > 0 and waited < self.settings.finish_wait_s:
+            await patch_status(self.context, self.body, self.status, status_from_view(view))
+            return
+        if view.get("status") in ("pending", "running"):
+            view = await self.context.grader.finish(
+                self.ref.grader_name, outcome.grader_status, outcome.message
+            )
+        await self._move(outcome.phase, summary(outcome, view), status_from_view(view))
+
+    async def _view(self) -> dict[str, Any] | None:
+        view = await self.context.grader.experiment(self.ref.grader_name)
+        if view is None:
+            await self.fail(
+                f"the grader has no experiment {self.ref.grader_name!r} (was its database reset?)"
+            )
+        return view
+
+
+def summary(outcome: Outcome, view: dict[str, Any]) -> str:
+    """The final message: how it ended and what it scored."""
+    best, baseline, improvement = view.get("best_score"), view.get("baseline_score"), view.get("improvement")
+    if best is None:
+        scored = "no submission was scored"
+    else:
+        scored = f"best {best:.2f} vs baseline {baseline:.2f}" if baseline is not None else f"best {best:.2f}"
+        if improvement is not None:
+            scored += f" ({improvement:+.2f})"
+    return f"{outcome.message}; {scored} over {view.get('submissions') or 0} scored submission(s)"

@@ -1,0 +1,146 @@
+"""Pure rules of the lifecycle: what a Job's status means, what the grader's view becomes in status.
+
+    Pending → Preparing → Baseline → Running → Finishing → Succeeded | Failed | TimedOut
+
+Kept apart from the handlers so that each rule is tested without a server.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from autorl.experiment import Phase
+from autorl_controller.operator.grader import FinishStatus
+
+#: The condition that remembers, through Finishing, how the agent's Job ended.
+AGENT_FINISHED = "AgentFinished"
+
+
+class JobState(enum.Enum):
+    MISSING = "missing"
+    WAITING = "waiting"  # created, no pod running yet (scheduling, image pull, queued by Kueue)
+    ACTIVE = "active"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.DEADLINE_EXCEEDED)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: JobState
+    reason: str = ""
+    message: str = ""
+
+
+def job_status(job: dict[str, Any] | None) -> JobStatus:
+    """Read a Job's outcome from its conditions (the Job controller's verdict), else its counters."""
+    if job is None:
+        return JobStatus(JobState.MISSING)
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        kind, reason, message = (
+            condition.get("type"),
+            condition.get("reason", ""),
+            condition.get("message", ""),
+        )
+        if kind in ("Complete", "SuccessCriteriaMet"):
+            return JobStatus(JobState.SUCCEEDED, reason or "Completed", message)
+        if kind in ("Failed", "FailureTarget"):
+            if reason == "DeadlineExceeded":
+                return JobStatus(JobState.DEADLINE_EXCEEDED, reason, message)
+            return JobStatus(JobState.FAILED, reason or "Failed", message)
+    if status.get("succeeded"):
+        return JobStatus(JobState.SUCCEEDED, "Completed")
+    if status.get("failed") and not status.get("active"):
+        return JobStatus(JobState.FAILED, "PodFailed")
+    if status.get("active") or status.get("ready"):
+        return JobStatus(JobState.ACTIVE)
+    return JobStatus(JobState.WAITING)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an experiment ends: its final phase and what the grader records."""
+
+    phase: Phase
+    grader_status: FinishStatus
+    message: str
+
+
+def agent_outcome(job: JobStatus, *, past_deadline: bool) -> Outcome | None:
+    """The experiment's outcome once the agent Job has ended (or overrun its budget); None: still running."""
+    if job.state is JobState.SUCCEEDED:
+        return Outcome(Phase.SUCCEEDED, "completed", "the agent finished within its budget")
+    if job.state is JobState.DEADLINE_EXCEEDED or (past_deadline and not job.state.ended):
+        return Outcome(Phase.TIMED_OUT, "timed_out", "the agent was stopped at the end of its budget")
+    if job.state is JobState.FAILED:
+        detail = f": {job.message}" if job.message else ""
+        return Outcome(Phase.FAILED, "failed", f"the agent Job failed ({job.reason}){detail}")
+    if job.state is JobState.MISSING:
+        return Outcome(Phase.FAILED, "failed", "the agent Job was deleted before it finished")
+    return None
+
+
+def outcome_condition(outcome: Outcome, now: datetime) -> dict[str, Any]:
+    return {
+        "type": AGENT_FINISHED,
+        "status": "True",
+        "reason": outcome.phase.value,
+        "message": outcome.message,
+        "lastTransitionTime": iso(now),
+    }
+
+
+def outcome_from_conditions(conditions: list[dict[str, Any]] | None) -> Outcome | None:
+    """Recover the outcome recorded when Finishing began."""
+    by_phase = {Phase.SUCCEEDED: "completed", Phase.FAILED: "failed", Phase.TIMED_OUT: "timed_out"}
+    for condition in conditions or []:
+        if condition.get("type") == AGENT_FINISHED and condition.get("status") == "True":
+            phase = Phase(str(condition.get("reason")))
+            status: FinishStatus = by_phase[phase]  # type: ignore[assignment]
+            return Outcome(phase, status, str(condition.get("message") or ""))
+    return None
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_from_epoch(seconds: float | None) -> str | None:
+    return None if seconds is None else iso(datetime.fromtimestamp(seconds, UTC))
+
+
+def epoch_from_iso(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def status_from_view(view: dict[str, Any]) -> dict[str, Any]:
+    """The grader's experiment view as Experiment status fields (the database is the truth)."""
+    best = view.get("best_submission")
+    if isinstance(best, dict):
+        best = best.get("submission_id")
+    return {
+        "baselineScore": view.get("baseline_score"),
+        "bestScore": view.get("best_score"),
+        "bestSubmission": best,
+        "improvement": view.get("improvement"),
+        "submissions": view.get("submissions"),
+        "startTime": iso_from_epoch(view.get("start_time")),
+        "deadline": iso_from_epoch(view.get("end_time")),
+    }
+
+
+def changed(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``update`` that differs from ``current`` (a status patch of nothing is not sent)."""
+    return {key: value for key, value in update.items() if current.get(key) != value}

@@ -1,0 +1,57 @@
+"""Status patches and Events: every phase transition is written to status and posted as an Event."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+
+from autorl.experiment import Phase
+from autorl_controller.operator.context import OperatorContext
+from autorl_controller.operator.kube import EXPERIMENTS
+from autorl_controller.operator.lifecycle import changed, iso
+
+
+def as_body(body: Mapping[str, Any]) -> kopf.Body:
+    """kopf's view of a raw object (a fresh GET rather than the watch's copy)."""
+    return body if isinstance(body, kopf.Body) else kopf.Body(cast(kopf.RawBody, dict(body)))
+
+
+async def patch_status(
+    context: OperatorContext,
+    body: Mapping[str, Any],
+    current: dict[str, Any],
+    update: dict[str, Any],
+) -> None:
+    """Merge-patch the status subresource with what differs from ``current`` (nothing: no call)."""
+    diff = changed(current, update)
+    if diff:
+        meta = body["metadata"]
+        await context.kube.patch(
+            EXPERIMENTS, meta["namespace"], meta["name"], {"status": diff}, subresource="status"
+        )
+        current.update(diff)
+
+
+async def transition(
+    context: OperatorContext,
+    body: Mapping[str, Any],
+    current: dict[str, Any],
+    phase: Phase,
+    message: str,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Move to ``phase`` (status and an Event), unless the experiment is there already."""
+    if current.get("phase") == phase.value and current.get("message") == message and not extra:
+        return
+    update: dict[str, Any] = {"phase": phase.value, "message": message, **(extra or {})}
+    if phase.terminal:
+        update["completionTime"] = iso(datetime.now(UTC))
+    entered = current.get("phase") != phase.value
+    await patch_status(context, body, current, update)
+    if entered:
+        post = kopf.warn if phase in (Phase.FAILED, Phase.TIMED_OUT) else kopf.info
+        post(as_body(body), reason=phase.value, message=message)

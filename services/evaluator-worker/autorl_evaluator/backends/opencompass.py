@@ -1,0 +1,357 @@
+"""The ``opencompass`` backend: the reference's evaluator, run as a subprocess and made safe.
+
+One evaluation is one folder under ``EVAL_DIR/opencompass/`` (evaluator-only storage):
+
+- ``data/gsm8k/{train,test}.jsonl``: the problems the worker passes in (so ``eval_limit`` works
+  and the test split never leaves evaluator storage); ``COMPASS_DATA_CACHE`` points here;
+- ``model/``: the sanitized read-only view of the checkpoint (:mod:`autorl_evaluator.sanitize`);
+- ``config.py``: the OpenCompass config (:mod:`autorl_evaluator.opencompass_config`);
+- ``work/``: OpenCompass's ``--work-dir``; ``opencompass.log``: its output.
+
+OpenCompass exits 0 when a task fails, so its exit code is never trusted: the score comes from
+the newest summary CSV, and a ``-`` (or no row) is a failure carrying the log tail. Per-sample
+completions come from the predictions file and are scored with the task's own three protocols,
+so the result has the same keys as the ``hf`` backend's. The folder is removed after a success
+and kept after a failure, for the operator.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from autorl.errors import EvaluationError
+from autorl.settings import Settings
+from autorl.tasks.base import Problem, Task, write_problems
+from autorl.tasks.gsm8k import GSM8KFormatTask
+from autorl_evaluator.backends.base import EvalResult
+from autorl_evaluator.model_settings import settings_for
+from autorl_evaluator.opencompass_config import (
+    DATASET_ABBR,
+    DATASET_DATA_SUBDIR,
+    MODEL_ABBR,
+    ConfigInputs,
+    GpuPlan,
+    render,
+)
+from autorl_evaluator.parallel import tensor_parallel_size
+from autorl_evaluator.sanitize import build_view, remove_view
+from autorl_evaluator.subprocess_group import log_tail, run_in_group
+
+log = logging.getLogger("autorl.evaluator.opencompass")
+
+#: Variables of the worker's environment that OpenCompass may see: the system's basics and the
+#: GPU stack's tuning knobs. Everything else (database URLs, tokens, the agent's settings) stays
+#: out of a process that handles untrusted files.
+PASSED_VARIABLES = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "OMP_NUM_THREADS"})
+PASSED_PREFIXES = ("NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "VLLM_", "CUDA_")
+#: How much of OpenCompass's logs an error message carries.
+ERROR_TAIL_LINES = 30
+ERROR_TAIL_CHARS = 3000
+REDACT_PIECE_CHARS = 32
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model runs: on the CPU (``gpu`` None) or on these devices through vLLM."""
+
+    gpu: GpuPlan | None
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        # An empty value hides every GPU: a CPU evaluation must not pick one up by accident.
+        return self.gpu.cuda_visible_devices if self.gpu is not None else ""
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[int]:
+    """Indices of the GPUs this worker may use: ``CUDA_VISIBLE_DEVICES`` if set, else all of them.
+
+    OpenCompass's runner reads device indices back from ``CUDA_VISIBLE_DEVICES`` as integers, so
+    device UUIDs cannot be passed on; they are refused with the fix.
+    """
+    raw = environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return list(range(_cuda_device_count()))
+    entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
+    devices: list[int] = []
+    for entry in entries:
+        if not entry.lstrip("-").isdigit():
+            raise EvaluationError(
+                f"CUDA_VISIBLE_DEVICES={raw!r} names devices by UUID; the opencompass backend needs "
+                "integer indices (e.g. CUDA_VISIBLE_DEVICES=0,1)"
+            )
+        index = int(entry)
+        if index < 0:
+            # CUDA ignores this entry and every one after it.
+            break
+        devices.append(index)
+    return devices
+
+
+def _cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def place(settings: Settings, environ: Mapping[str, str]) -> Placement:
+    """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; otherwise vLLM on
+    ``tensor_parallel_size(visible GPUs)`` of them, the first ones."""
+    if settings.eval_device == "cpu":
+        return Placement(gpu=None)
+    gpus = visible_gpus(environ)
+    if not gpus:
+        if settings.eval_device is not None and settings.eval_device.startswith("cuda"):
+            raise EvaluationError(
+                f"AUTORL_EVAL_DEVICE={settings.eval_device} but no GPU is visible to the worker"
+            )
+        return Placement(gpu=None)
+    size = tensor_parallel_size(len(gpus))
+    return Placement(gpu=GpuPlan(devices=tuple(gpus[:size])))
+
+
+def subprocess_environment(
+    environ: Mapping[str, str], *, run_dir: Path, cache_dir: Path, placement: Placement
+) -> dict[str, str]:
+    """The environment OpenCompass runs in: offline, contained in the run folder, on the planned devices."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name in PASSED_VARIABLES or name.startswith(PASSED_PREFIXES)
+    }
+    env.setdefault("PATH", os.defpath)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": placement.cuda_visible_devices,
+            "COMPASS_DATA_CACHE": str(run_dir),
+            "HOME": str(run_dir / "home"),
+            "HF_HOME": str(run_dir / "home" / "huggingface"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            # vLLM's workers must not fork a process that has already touched CUDA.
+            "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+            "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
+            "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+class OpenCompassBackend:
+    """Evaluates with the ``opencompass`` command of its own environment (``AUTORL_OPENCOMPASS_BIN``)."""
+
+    name = "opencompass"
+
+    def evaluate(self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings) -> EvalResult:
+        if not isinstance(task, GSM8KFormatTask):
+            raise EvaluationError(
+                f"the opencompass backend evaluates tasks in GSM8K's format; use the hf backend for {task.name}"
+            )
+        if not problems:
+            raise EvaluationError("no test problems to evaluate")
+        command = _opencompass_command(settings.opencompass_bin)
+        placement = place(settings, os.environ)
+        assert settings.eval_dir is not None
+        root = settings.eval_dir / "opencompass"
+        run_dir = root / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "home").mkdir()
+        started = time.monotonic()
+        try:
+            result = self._run(command, model_dir, task, problems, settings, placement, run_dir, root / "cache")
+        except BaseException:
+            log.warning("event=opencompass_failed run_dir=%s", run_dir)
+            remove_view(run_dir / "model")
+            raise
+        result.seconds = time.monotonic() - started
+        remove_view(run_dir / "model")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return result
+
+    def _run(
+        self,
+        command: Path,
+        model_dir: Path,
+        task: Task,
+        problems: list[Problem],
+        settings: Settings,
+        placement: Placement,
+        run_dir: Path,
+        cache_dir: Path,
+    ) -> EvalResult:
+        data_dir = run_dir / DATASET_DATA_SUBDIR
+        write_problems(data_dir / "test.jsonl", problems)
+        # OpenCompass's GSM8K loader opens both splits; the retriever (zero-shot) never reads train.
+        write_problems(data_dir / "train.jsonl", [])
+        view = build_view(model_dir, run_dir / "model")
+        model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
+        config_path = run_dir / "config.py"
+        max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
+        config_path.write_text(
+            render(
+                ConfigInputs(
+                    model_dir=view,
+                    task=task,
+                    max_out_len=max_out_len,
+                    model=settings_for(model_config),
+                    gpu=placement.gpu,
+                    cpu_batch_size=settings.eval_batch_size,
+                )
+            ),
+            encoding="utf-8",
+        )
+        work_dir = run_dir / "work"
+        env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
+        log_path = run_dir / "opencompass.log"
+        log.info(
+            "event=opencompass_started run_dir=%s samples=%d device=%s tensor_parallel_size=%s",
+            run_dir,
+            len(problems),
+            "cuda" if placement.gpu else "cpu",
+            placement.gpu.tensor_parallel_size if placement.gpu else "-",
+        )
+        # OpenCompass writes its task configs to ./tmp: the working directory is the run folder.
+        outcome = run_in_group(
+            [str(command), str(config_path), "--work-dir", str(work_dir)],
+            cwd=run_dir,
+            env=env,
+            timeout_s=settings.eval_timeout_s,
+            log_path=log_path,
+        )
+        log.info(
+            "event=opencompass_finished returncode=%d timed_out=%s seconds=%.1f",
+            outcome.returncode,
+            outcome.timed_out,
+            outcome.seconds,
+        )
+        if outcome.survivors:
+            log.error("event=opencompass_survivors pids=%s", outcome.survivors)
+        if outcome.timed_out:
+            raise EvaluationError(
+                f"OpenCompass did not finish within the hard timeout of {settings.eval_timeout_s} s "
+                "(AUTORL_EVAL_TIMEOUT_S); it and every process it started were stopped.\n"
+                + _error_tail(run_dir, problems)
+            )
+        accuracy = read_summary_accuracy(work_dir)
+        if accuracy is None:
+            raise EvaluationError(
+                f"OpenCompass produced no score (exit code {outcome.returncode}; it exits 0 even when "
+                "a task fails): the checkpoint could not be evaluated.\n" + _error_tail(run_dir, problems)
+            )
+        completions = read_predictions(work_dir, len(problems))
+        scores = task.score(completions, [problem.answer for problem in problems])
+        if abs(scores["opencompass"] - accuracy) > 1e-6:
+            # OpenCompass rounds its summary to 2 decimals; beyond that the two must agree.
+            log.warning(
+                "event=opencompass_score_mismatch summary=%.4f recomputed=%.4f", accuracy, scores["opencompass"]
+            )
+        return EvalResult(
+            completions=completions,
+            scores=scores,
+            n_samples=len(problems),
+            seconds=outcome.seconds,
+            details={
+                "backend": self.name,
+                "device": "cuda" if placement.gpu else "cpu",
+                "model_type": "VLLMwithChatTemplate" if placement.gpu else "HuggingFacewithChatTemplate",
+                "tensor_parallel_size": placement.gpu.tensor_parallel_size if placement.gpu else 0,
+                "devices": list(placement.gpu.devices) if placement.gpu else [],
+                "max_new_tokens": max_out_len,
+                "summary_accuracy": accuracy,
+                "opencompass_seconds": round(outcome.seconds, 3),
+            },
+        )
+
+
+def _opencompass_command(configured: Path) -> Path:
+    command = configured.expanduser()
+    if not command.is_absolute():
+        # Relative to where the worker was started (the repository root in development).
+        command = Path.cwd() / command
+    if not command.is_file():
+        raise EvaluationError(
+            f"the opencompass command {command} does not exist; build its environment with "
+            "`make .venv-opencompass/.installed` or point AUTORL_OPENCOMPASS_BIN at it"
+        )
+    return command
+
+
+def newest_run(work_dir: Path) -> Path | None:
+    """The newest of OpenCompass's timestamped run folders under ``work_dir``."""
+    runs = sorted(path for path in work_dir.glob("*") if path.is_dir())
+    return runs[-1] if runs else None
+
+
+def read_summary_accuracy(work_dir: Path) -> float | None:
+    """The ``accuracy`` of dataset ``gsm8k`` for our model in the newest summary CSV; None when
+    there is no summary, no such row, or OpenCompass wrote ``-`` (the task failed)."""
+    run = newest_run(work_dir)
+    if run is None:
+        return None
+    summaries = sorted((run / "summary").glob("summary_*.csv"))
+    if not summaries:
+        return None
+    with summaries[-1].open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("dataset") == DATASET_ABBR and row.get("metric") == "accuracy":
+                value = (row.get(MODEL_ABBR) or "").strip()
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
+    return None
+
+
+def read_predictions(work_dir: Path, expected: int) -> list[str]:
+    """Raw completions in problem order from OpenCompass's predictions file."""
+    run = newest_run(work_dir)
+    path = run / "predictions" / MODEL_ABBR / f"{DATASET_ABBR}.json" if run else None
+    if path is None or not path.is_file():
+        raise EvaluationError("OpenCompass reported a score but wrote no predictions file")
+    records = json.loads(path.read_text(encoding="utf-8"))
+    if len(records) != expected:
+        raise EvaluationError(f"OpenCompass wrote {len(records)} predictions for {expected} problems")
+    return [str(records[str(index)]["prediction"]) for index in range(expected)]
+
+
+def _error_tail(run_dir: Path, problems: Sequence[Problem]) -> str:
+    """The end of OpenCompass's own log and of each task log, with any line quoting a test
+    question removed: the message is shown to the agent, the test set is not."""
+    sections: list[str] = []
+    task_logs = sorted((run_dir / "work").glob("*/logs/*/*/*.out"))
+    for path in [*task_logs, run_dir / "opencompass.log"]:
+        tail = log_tail(path, max_lines=ERROR_TAIL_LINES, max_chars=ERROR_TAIL_CHARS)
+        if tail:
+            sections.append(f"--- {path.relative_to(run_dir)} (last lines) ---\n{redact(tail, problems)}")
+    return "\n".join(sections) if sections else "(OpenCompass wrote no log)"
+
+
+def redact(text: str, problems: Sequence[Problem]) -> str:
+    """``text`` without the lines that quote a test question or answer."""
+    needles = [snippet for problem in problems for snippet in _snippets(problem)]
+    kept = [line for line in text.splitlines() if not any(needle in line for needle in needles)]
+    return "\n".join(kept)
+
+
+def _snippets(problem: Problem) -> list[str]:
+    # Consecutive 32-character pieces: any quote of 63 characters or more holds one whole, and
+    # a piece this long does not turn up in a log line by chance.
+    text = " ".join([problem.question, problem.answer])
+    return [text[start : start + REDACT_PIECE_CHARS] for start in range(0, len(text) - REDACT_PIECE_CHARS + 1, REDACT_PIECE_CHARS)]

@@ -1,0 +1,165 @@
+"""The OpenCompass config file an evaluation runs: dataset ``gsm8k_gen_1d7fe4`` and one model.
+
+Two model types, chosen by where the evaluation runs:
+
+- GPU: ``VLLMwithChatTemplate``. ``tensor_parallel_size`` and ``run_cfg.num_gpus`` are the same
+  number, and the caller makes exactly that many devices visible to OpenCompass
+  (:class:`GpuPlan`): OpenCompass's ``LocalRunner`` hands a task ``num_gpus`` of the devices it
+  can see, and vLLM shards over all the devices its process sees, so the three must agree.
+- CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests.
+
+Every value is written with ``repr`` so that a path or a prompt can never break out of its
+string. Nothing from the checkpoint is trusted to run: ``trust_remote_code=False`` everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.tasks.base import Task
+from autorl.tasks.gsm8k import QUESTION_TEMPLATE
+from autorl_evaluator.model_settings import ModelSettings
+
+#: OpenCompass's dataset config that the reference evaluates GSM8K with.
+DATASET_MODULE = "opencompass.configs.datasets.gsm8k.gsm8k_gen_1d7fe4"
+#: The dataset abbreviation: the summary's ``dataset`` column and the predictions' file name.
+DATASET_ABBR = "gsm8k"
+#: OpenCompass loads ``$COMPASS_DATA_CACHE/data/gsm8k/{train,test}.jsonl`` for this dataset path.
+DATASET_DATA_SUBDIR = Path("data") / "gsm8k"
+#: The model column of the summary and the predictions' folder name.
+MODEL_ABBR = "submission"
+_ROLES = {"user": "HUMAN", "assistant": "BOT", "system": "SYSTEM"}
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """Devices for one vLLM evaluation: one number drives all three places it appears."""
+
+    devices: tuple[int, ...]
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(str(device) for device in self.devices)
+
+
+@dataclass(frozen=True)
+class ConfigInputs:
+    """Everything a config is made from."""
+
+    model_dir: Path
+    task: Task
+    max_out_len: int
+    model: ModelSettings
+    #: None: evaluate on the CPU with transformers.
+    gpu: GpuPlan | None
+    #: Prompts per batch on the CPU; the same as the in-process backend's, so both pad alike.
+    cpu_batch_size: int
+
+
+def render(inputs: ConfigInputs) -> str:
+    """The config file's text."""
+    model = _gpu_model(inputs) if inputs.gpu is not None else _cpu_model(inputs)
+    model_type = "VLLMwithChatTemplate" if inputs.gpu is not None else "HuggingFacewithChatTemplate"
+    lines = [
+        "# Written by autorl_evaluator.opencompass_config for one evaluation; not meant to be edited.",
+        "from mmengine.config import read_base",
+        f"from opencompass.models import {model_type}",
+        "from opencompass.partitioners import NaivePartitioner",
+        "from opencompass.runners import LocalRunner",
+        "from opencompass.tasks import OpenICLEvalTask, OpenICLInferTask",
+        "",
+        "with read_base():",
+        f"    from {DATASET_MODULE} import gsm8k_datasets",
+        "",
+        "datasets = [gsm8k_datasets[0]]",
+        f"datasets[0]['abbr'] = {DATASET_ABBR!r}",
+        f"datasets[0]['infer_cfg']['inferencer']['max_out_len'] = {inputs.max_out_len!r}",
+    ]
+    rounds = prompt_rounds(inputs.task)
+    if rounds is not None:
+        # A task in GSM8K's format with exemplars of its own: same prompt shape, its own shots.
+        lines.append(f"datasets[0]['infer_cfg']['prompt_template']['template']['round'] = {rounds!r}")
+    lines += [
+        "",
+        f"models = [dict(type={model_type}, **{model!r})]",
+        "",
+        # One task of each kind: a single worker, and no task competes for the devices.
+        "infer = dict(",
+        "    partitioner=dict(type=NaivePartitioner),",
+        "    runner=dict(type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLInferTask)),",
+        ")",
+        "eval = dict(",
+        "    partitioner=dict(type=NaivePartitioner),",
+        "    runner=dict(type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLEvalTask, dump_details=True)),",
+        ")",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def prompt_rounds(task: Task) -> list[dict[str, str]] | None:
+    """OpenCompass template rounds for ``task``, or None where the dataset config's own are used.
+
+    GSM8K keeps ``gsm8k_gen_1d7fe4``'s prompt untouched (the task's exemplars are the same four,
+    which the tests check); another task in the same format gets its own few-shot turns.
+    """
+    if task.name == DATASET_ABBR:
+        return None
+    return messages_to_rounds([*task.few_shot_messages(), {"role": "user", "content": QUESTION_TEMPLATE}])
+
+
+def messages_to_rounds(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"role": _ROLES[message["role"]], "prompt": message["content"]} for message in messages]
+
+
+def _common_model(inputs: ConfigInputs) -> dict[str, Any]:
+    path = str(inputs.model_dir)
+    common: dict[str, Any] = {
+        "abbr": MODEL_ABBR,
+        "path": path,
+        "max_seq_len": inputs.model.max_seq_len,
+    }
+    if inputs.model.strip_reasoning:
+        common["pred_postprocessor"] = {"type": "extract-non-reasoning-content"}
+    return common
+
+
+def _gpu_model(inputs: ConfigInputs) -> dict[str, Any]:
+    assert inputs.gpu is not None
+    settings = inputs.model
+    tp = inputs.gpu.tensor_parallel_size
+    return {
+        **_common_model(inputs),
+        "model_kwargs": {
+            "tensor_parallel_size": tp,
+            "gpu_memory_utilization": settings.gpu_memory_utilization,
+            "dtype": settings.dtype,
+            "max_model_len": settings.max_seq_len,
+            "trust_remote_code": False,
+            "enforce_eager": settings.enforce_eager,
+            # Ray would start daemons in sessions of their own, out of reach of the hard timeout.
+            "distributed_executor_backend": "mp",
+        },
+        "batch_size": settings.gpu_batch_size,
+        "generation_kwargs": settings.vllm_generation_kwargs(),
+        "chat_template_kwargs": settings.chat_template_kwargs(),
+        "run_cfg": {"num_gpus": tp, "num_procs": 1},
+    }
+
+
+def _cpu_model(inputs: ConfigInputs) -> dict[str, Any]:
+    return {
+        **_common_model(inputs),
+        "model_kwargs": {"device_map": "cpu", "torch_dtype": "torch.float", "trust_remote_code": False},
+        "tokenizer_kwargs": {"trust_remote_code": False},
+        "batch_size": inputs.cpu_batch_size,
+        "generation_kwargs": inputs.model.hf_generation_kwargs(),
+        "run_cfg": {"num_gpus": 0, "num_procs": 1},
+    }

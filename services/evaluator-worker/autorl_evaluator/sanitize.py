@@ -1,0 +1,141 @@
+"""A sanitized, read-only view of a submitted checkpoint, for evaluators on transformers 4.
+
+Agents save checkpoints with transformers 5; OpenCompass 0.5 (and the vLLM line that shares its
+environment) runs transformers 4, which misreads some of what version 5 writes, in part silently:
+
+- ``tokenizer_config.json``: ``tokenizer_class`` ``TokenizersBackend`` does not exist in version 4
+  (→ ``PreTrainedTokenizerFast``, which loads the same ``tokenizer.json``); a list-valued
+  ``extra_special_tokens`` makes version 4 fail (→ ``additional_special_tokens``); and the default
+  ``model_input_names`` of a fast tokenizer include ``token_type_ids``, which ``generate`` refuses.
+- ``config.json``: version 5 keeps RoPE settings only in ``rope_parameters``; version 4 ignores
+  that key and silently falls back to its default ``rope_theta`` (10000 instead of, say, Qwen2.5's
+  1000000), producing a different model. The values are copied to the keys version 4 reads.
+
+Only files that describe the model are taken (an allow-list): no Python files, so nothing in a
+submission can run even where a library asks for remote code, and no pickle weights. Weights are
+hard-linked (a symlink across filesystems); small files are copied, then the view is made
+read-only. The submitted folder is only ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+from autorl.errors import EvaluationError
+
+#: Small files that describe the model, copied (and some rewritten) into the view.
+COPIED_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "chat_template.jinja",
+        "chat_template.json",
+    }
+)
+WEIGHT_SUFFIX = ".safetensors"
+#: transformers 5's generic fast-tokenizer class; version 4 names the same thing this way.
+TRANSFORMERS5_TOKENIZER_CLASS = "TokenizersBackend"
+TRANSFORMERS4_FAST_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+_READ_ONLY_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+_READ_ONLY_DIR = _READ_ONLY_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def build_view(checkpoint: Path, view: Path) -> Path:
+    """Write the sanitized view of ``checkpoint`` into the new folder ``view`` and return it."""
+    if not (checkpoint / "config.json").is_file():
+        raise EvaluationError(f"checkpoint {checkpoint} has no config.json")
+    view.mkdir(parents=True, exist_ok=False)
+    for source in sorted(checkpoint.iterdir()):
+        if not source.is_file():
+            continue
+        target = view / source.name
+        if source.name.endswith(WEIGHT_SUFFIX):
+            _link(source, target)
+        elif source.name in COPIED_FILES:
+            shutil.copyfile(source, target)
+            target.chmod(_READ_ONLY_FILE)
+    _rewrite_json(view / "tokenizer_config.json", fix_tokenizer_config)
+    _rewrite_json(view / "config.json", fix_model_config)
+    view.chmod(_READ_ONLY_DIR)
+    return view
+
+
+def remove_view(view: Path) -> None:
+    """Delete a view (its folder is read-only, its links are not the submitted files)."""
+    if view.is_dir():
+        view.chmod(stat.S_IRWXU)
+        shutil.rmtree(view)
+
+
+def _link(source: Path, target: Path) -> None:
+    # A hard link keeps the bytes that were checked even if the agent later replaces the file
+    # (a rename gives a new inode); across filesystems only a symlink is possible.
+    try:
+        os.link(source, target)
+    except OSError:
+        target.symlink_to(source.resolve())
+
+
+def _rewrite_json(path: Path, fix: Any) -> None:
+    if not path.is_file():
+        return
+    try:
+        original = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvaluationError(f"{path.name} of the checkpoint is not valid JSON ({exc})") from exc
+    if not isinstance(original, dict):
+        raise EvaluationError(f"{path.name} of the checkpoint is not a JSON object")
+    fixed = fix(original)
+    if fixed == original:
+        return
+    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    path.write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.chmod(_READ_ONLY_FILE)
+
+
+def fix_tokenizer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``tokenizer_config.json`` as transformers 4 reads it (see the module docstring)."""
+    fixed = dict(config)
+    if fixed.get("tokenizer_class") == TRANSFORMERS5_TOKENIZER_CLASS:
+        fixed["tokenizer_class"] = TRANSFORMERS4_FAST_TOKENIZER_CLASS
+    extra = fixed.get("extra_special_tokens")
+    if isinstance(extra, list):
+        additional = list(fixed.get("additional_special_tokens") or [])
+        for token in extra:
+            if token not in additional:
+                additional.append(token)
+        fixed["additional_special_tokens"] = additional
+        del fixed["extra_special_tokens"]
+    names = fixed.get("model_input_names")
+    fixed["model_input_names"] = (
+        [name for name in names if name != "token_type_ids"]
+        if isinstance(names, list)
+        else ["input_ids", "attention_mask"]
+    )
+    return fixed
+
+
+def fix_model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config.json`` with RoPE settings where transformers 4 reads them; nothing is removed."""
+    fixed = dict(config)
+    rope = fixed.get("rope_parameters")
+    if isinstance(rope, dict):
+        if "rope_theta" in rope and "rope_theta" not in fixed:
+            fixed["rope_theta"] = rope["rope_theta"]
+        scaling = {key: value for key, value in rope.items() if key != "rope_theta"}
+        if scaling.get("rope_type", "default") != "default" and fixed.get("rope_scaling") is None:
+            fixed["rope_scaling"] = scaling
+    return fixed

@@ -1,0 +1,295 @@
+"""The Helm chart, rendered by Helm's own engine (helm-python-sdk) and checked against the Kubernetes
+OpenAPI schemas of a current release, for the default values and the variants operators use."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from autorl.experiment import crd_manifest
+from autorl_controller.operator.settings import ControllerSettings
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "autorl"
+RELEASE, NAMESPACE = "lab", "autorl"
+KUBERNETES_VERSION = kubernetes_validate.latest_version()
+
+#: Every image comes from these values; a rendered image outside them is hard-coded somewhere.
+IMAGES: dict[str, Any] = {
+    "image": {"registry": "registry.test", "tag": "9.9.9", "pullPolicy": "Always"},
+    "grader": {"image": {"repository": "team/grader"}},
+    "evaluator": {"image": {"repository": "team/evaluator", "tag": "9.9.9-cuda"}},
+    "controller": {"image": {"repository": "team/controller"}},
+    "agents": {"image": {"repository": "team/agent-runner"}},
+    "postgresql": {"image": {"registry": "mirror.test", "repository": "lib/postgres", "tag": "17"}},
+    "redis": {"image": {"registry": "mirror.test", "repository": "lib/redis", "tag": "7"}},
+}
+EXPECTED_IMAGES = {
+    "registry.test/team/grader:9.9.9",
+    "registry.test/team/evaluator:9.9.9-cuda",
+    "registry.test/team/controller:9.9.9",
+    "mirror.test/lib/postgres:17",
+    "mirror.test/lib/redis:7",
+}
+EXTERNAL: dict[str, Any] = {
+    "postgresql": {"enabled": False, "external": {"existingSecret": "pg-url", "existingSecretKey": "url"}},
+    "redis": {"enabled": False, "external": {"existingSecret": "redis-url"}},
+}
+GPU: dict[str, Any] = {
+    "evaluator": {
+        "replicas": 3,
+        "gpus": 4,
+        "runtimeClassName": "nvidia",
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "agents": {
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+}
+INGRESS: dict[str, Any] = {
+    "grader": {
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "host": "autorl.lab.test",
+            "tlsSecret": "autorl-tls",
+            "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "600"},
+        }
+    }
+}
+MULTI_NAMESPACE: dict[str, Any] = {
+    "controller": {"watchNamespaces": ["team-a", "team-b"]},
+    "shared": {"existingClaim": "rwx"},
+}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "external-databases": EXTERNAL,
+    "gpu-workers": GPU,
+    "ingress": INGRESS,
+}
+VARIANTS["watch-namespaces"] = MULTI_NAMESPACE
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        out[key] = (
+            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(values)
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    documents: list[dict[str, Any]] = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        documents.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return documents
+
+
+def of_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in documents if doc["kind"] == kind}
+
+
+def pod_specs(documents: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for doc in documents:
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "Pod":
+            yield doc["metadata"]["name"], doc["spec"]
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS), ids=list(VARIANTS))
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, render(merge(IMAGES, VARIANTS[request.param]))
+
+
+def test_every_object_passes_strict_kubernetes_validation(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, documents = rendered
+    assert documents
+    for doc in documents:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_no_image_is_hard_coded(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    variant, documents = rendered
+    images = {
+        container["image"]
+        for _, pod in pod_specs(documents)
+        for container in [*pod.get("initContainers", []), *pod["containers"]]
+    }
+    expected = EXPECTED_IMAGES - (
+        {"mirror.test/lib/postgres:17", "mirror.test/lib/redis:7"}
+        if variant == "external-databases"
+        else set()
+    )
+    assert images == expected
+    assert {pod["containers"][0]["imagePullPolicy"] for _, pod in pod_specs(documents)} == {"Always"}
+    controller = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-controller"]
+    env = {e["name"]: e.get("value") for e in controller["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["AUTORL_RUNNER_IMAGE"] == "registry.test/team/agent-runner:9.9.9"
+
+
+def test_lint_is_clean() -> None:
+    for name, variant in VARIANTS.items():
+        report = helm.lint(str(CHART), merge(IMAGES, variant), strict=True, namespace=NAMESPACE)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not report["errors"] and not problems, (name, report)
+
+
+def test_chart_ships_the_generated_crd() -> None:
+    with helm.Chart.load(CHART) as chart:
+        crds = chart.crds
+    assert [yaml.safe_load(crd["data"]) for crd in crds] == [crd_manifest()]
+
+
+def test_defaults_bundle_postgres_redis_and_a_generated_admin_token() -> None:
+    documents = render(IMAGES)
+    statefulsets = of_kind(documents, "StatefulSet")
+    assert set(statefulsets) == {f"{RELEASE}-autorl-postgres", f"{RELEASE}-autorl-redis"}
+    for statefulset in statefulsets.values():
+        assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+    secrets = of_kind(documents, "Secret")
+    assert len(secrets[f"{RELEASE}-autorl-admin-token"]["data"]["admin-token"]) >= 40
+    claim = of_kind(documents, "PersistentVolumeClaim")[f"{RELEASE}-autorl-shared"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    grader = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-grader"]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in grader["containers"][0]["env"]}
+    assert env["AUTORL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-postgres"
+    assert env["AUTORL_REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-redis"
+    assert env["AUTORL_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-admin-token"
+    assert {m["mountPath"]: m.get("readOnly") for m in grader["containers"][0]["volumeMounts"]}[
+        "/shared"
+    ] is True
+
+
+def test_external_databases_use_existing_secrets_and_bundle_nothing() -> None:
+    documents = render(merge(IMAGES, EXTERNAL))
+    assert of_kind(documents, "StatefulSet") == {}
+    for deployment in ("grader", "evaluator"):
+        pod = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-{deployment}"]["spec"]["template"]["spec"]
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["AUTORL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "pg-url", "key": "url"}
+        assert env["AUTORL_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": "redis-url",
+            "key": "redis-url",
+        }
+    with pytest.raises(helm.HelmError, match="existingSecret"):
+        render(merge(IMAGES, {"postgresql": {"enabled": False}}))
+
+
+def test_gpu_workers_get_gpus_node_selector_and_tolerations() -> None:
+    documents = render(merge(IMAGES, GPU))
+    evaluator = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-evaluator"]
+    assert evaluator["spec"]["replicas"] == 3
+    pod = evaluator["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == 4 and resources["requests"]["nvidia.com/gpu"] == 4
+    assert pod["nodeSelector"] == GPU["evaluator"]["nodeSelector"]
+    assert pod["tolerations"] == GPU["evaluator"]["tolerations"]
+    assert pod["runtimeClassName"] == "nvidia"
+    controller = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-controller"]
+    env = {e["name"]: e.get("value") for e in controller["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["AUTORL_AGENT_TOLERATIONS"]) == GPU["agents"]["tolerations"]
+    assert json.loads(env["AUTORL_AGENT_NODE_SELECTOR"]) == GPU["agents"]["nodeSelector"]
+
+
+def test_ingress_exposes_the_grader_service() -> None:
+    documents = render(merge(IMAGES, INGRESS))
+    ingress = of_kind(documents, "Ingress")[f"{RELEASE}-autorl-grader"]
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"hosts": ["autorl.lab.test"], "secretName": "autorl-tls"}]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] in of_kind(documents, "Service")
+    assert of_kind(render(IMAGES), "Ingress") == {}
+
+
+def test_controller_is_single_least_privileged_and_probed() -> None:
+    documents = render(merge(IMAGES, MULTI_NAMESPACE))
+    controller = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-controller"]
+    assert controller["spec"]["replicas"] == 1 and controller["spec"]["strategy"] == {"type": "Recreate"}
+    container = controller["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    roles = [doc for doc in documents if doc["kind"] == "Role"]
+    assert {role["metadata"]["namespace"] for role in roles} == {"team-a", "team-b"}
+    assert not [doc for doc in documents if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    for role in roles:
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+        secrets = next(r for r in role["rules"] if r["resources"] == ["secrets"])
+        assert "list" not in secrets["verbs"] and "watch" not in secrets["verbs"]
+
+
+def test_controller_settings_agree_with_the_rendered_grader() -> None:
+    """The controller's NetworkPolicy must select the grader pods the chart actually runs."""
+    documents = render(IMAGES)
+    deployments = of_kind(documents, "Deployment")
+    container = deployments[f"{RELEASE}-autorl-controller"]["spec"]["template"]["spec"]["containers"][0]
+    plain = {e["name"].removeprefix("AUTORL_").lower(): e["value"] for e in container["env"] if "value" in e}
+    settings = ControllerSettings.model_validate(
+        {k: json.loads(v) if v[:1] in "{[" else v for k, v in plain.items()}
+    )
+    grader = deployments[f"{RELEASE}-autorl-grader"]["spec"]["template"]
+    assert settings.grader_pod_labels.items() <= grader["metadata"]["labels"].items()
+    assert settings.grader_port == grader["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert settings.grader_namespace == NAMESPACE and settings.watch_namespaces == [NAMESPACE]
+    assert settings.shared_pvc in of_kind(documents, "PersistentVolumeClaim")
+    service = of_kind(documents, "Service")[f"{RELEASE}-autorl-grader"]
+    assert (
+        settings.grader_url
+        == f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+    )
+
+
+def test_helm_test_pod_checks_the_grader_health() -> None:
+    documents = render(IMAGES)
+    test_pod = next(doc for doc in documents if doc["kind"] == "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = test_pod["spec"]["containers"][0]["command"][-1]
+    assert f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:8000/healthz" in script
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"evaluator": {"backend": "vllm"}},
+        {"grader": {"replicas": 0}},
+        {"image": {"pullPolicy": "Sometimes"}},
+        {"controller": {"watchNamespaces": ["Team_A"]}},
+        {"redis": {"enabled": False}},
+        {"shared": {"mountPath": "relative"}},
+    ],
+)
+def test_schema_refuses_bad_values(values: dict[str, Any]) -> None:
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(merge(IMAGES, values))
+
+
+def test_every_default_value_is_documented_in_the_schema() -> None:
+    with helm.Chart.load(CHART) as chart:
+        defaults, schema = chart.values, chart.schema
+    assert schema is not None
+
+    def check(values: dict[str, Any], node: dict[str, Any], path: str) -> None:
+        for key, value in values.items():
+            child = node.get("properties", {}).get(key)
+            assert child is not None, f"{path}{key} is not in values.schema.json"
+            assert child.get("description"), f"{path}{key} has no description"
+            if isinstance(value, dict) and "properties" in child:
+                check(value, child, f"{path}{key}.")
+
+    check(defaults, schema, "")

@@ -1,0 +1,182 @@
+"""The Experiment CRD: generated from the models, checked in without drift, structural as an API server
+demands, and agreeing with the controller on which manifests are valid."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from autorl.experiment import crd_manifest, render_crd_yaml
+from autorl_controller.operator.handlers.create import validation_error
+
+REPO = Path(__file__).resolve().parents[2]
+CHECKED_IN = REPO / "charts" / "autorl" / "crds" / "experiments.autorl.io.yaml"
+EXAMPLES = sorted((REPO / "examples").glob("experiment-*.yaml"))
+INVALID = sorted((REPO / "tests" / "fixtures" / "k8s").glob("*.yaml"))
+
+#: Keywords of the apiextensions.k8s.io/v1 JSONSchemaProps (what an API server understands).
+K8S_SCHEMA_KEYWORDS = {
+    "description", "type", "format", "title", "default", "maximum", "exclusiveMaximum", "minimum",
+    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems",
+    "multipleOf", "enum", "maxProperties", "minProperties", "required", "items", "allOf", "oneOf",
+    "anyOf", "not", "properties", "additionalProperties", "nullable", "example", "externalDocs",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string",
+    "x-kubernetes-list-map-keys", "x-kubernetes-list-type", "x-kubernetes-map-type",
+    "x-kubernetes-validations",
+}  # fmt: skip
+#: Inside a logical junctor a structural schema allows value validations only.
+JUNCTOR_FORBIDDEN = {
+    "type",
+    "description",
+    "default",
+    "nullable",
+    "additionalProperties",
+    "x-kubernetes-int-or-string",
+}
+
+
+def schema() -> dict[str, Any]:
+    version = crd_manifest()["spec"]["versions"][0]
+    root: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return root
+
+
+def nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any], bool]]:
+    """Every schema node with its path and whether it sits inside allOf/anyOf/oneOf/not."""
+    yield path, node, False
+    for name, child in (node.get("properties") or {}).items():
+        yield from nodes(child, f"{path}.{name}")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from nodes(node["additionalProperties"], f"{path}.*")
+    if isinstance(node.get("items"), dict):
+        yield from nodes(node["items"], f"{path}[]")
+    for junctor in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(junctor) or []:
+            yield f"{path}<{junctor}>", branch, True
+    if isinstance(node.get("not"), dict):
+        yield f"{path}<not>", node["not"], True
+
+
+def test_checked_in_crd_is_the_generated_one() -> None:
+    assert CHECKED_IN.read_text() == render_crd_yaml(), (
+        "the CRD drifted from autorl/experiment.py: run `make crd`"
+    )
+
+
+def test_crd_passes_strict_kubernetes_validation() -> None:
+    kubernetes_validate.validate(
+        yaml.safe_load(CHECKED_IN.read_text()), kubernetes_validate.latest_version(), True
+    )
+
+
+def test_crd_schema_is_structural() -> None:
+    for path, node, in_junctor in nodes(schema()):
+        where = path or "<root>"
+        assert not set(node) - K8S_SCHEMA_KEYWORDS, (
+            f"{where}: unknown keywords {set(node) - K8S_SCHEMA_KEYWORDS}"
+        )
+        assert "$ref" not in node and "$defs" not in node, where
+        if in_junctor:
+            assert not set(node) & JUNCTOR_FORBIDDEN, (
+                f"{where}: {set(node) & JUNCTOR_FORBIDDEN} inside a junctor"
+            )
+            continue
+        for branch in node.get("anyOf", []) + node.get("oneOf", []):
+            assert branch.get("type") != "null", f"{where}: null as a variant (use nullable)"
+        if "properties" in node:
+            assert "additionalProperties" not in node, f"{where}: additionalProperties beside properties"
+        if "properties" in node or "additionalProperties" in node:
+            assert node.get("type") == "object", f"{where}: an object without type: object"
+        if not node.get("x-kubernetes-int-or-string"):
+            assert "type" in node, f"{where}: no type"
+        for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert isinstance(node.get(bound, False), bool), (
+                f"{where}: {bound} must be a boolean in OpenAPI v3.0"
+            )
+
+
+def test_crd_serves_status_and_the_documented_printer_columns() -> None:
+    version = crd_manifest()["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Phase": ".status.phase",
+        "Baseline": ".status.baselineScore",
+        "Best": ".status.bestScore",
+        "Improvement": ".status.improvement",
+        "Age": ".metadata.creationTimestamp",
+    }
+    status = schema()["properties"]["status"]["properties"]
+    assert set(status) == {
+        "phase", "conditions", "baselineScore", "bestScore", "bestSubmission", "improvement", "submissions",
+        "startTime", "deadline", "completionTime", "message",
+    }  # fmt: skip
+    assert status["phase"]["enum"] == [
+        "Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded", "Failed", "TimedOut",
+    ]  # fmt: skip
+
+
+def as_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """The CRD dialect as a draft-4 JSON schema, the way an API server applies it: ``nullable`` admits
+    null, int-or-string admits both, and unknown fields are errors (kubectl's strict field validation)."""
+    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-validations")}
+    if out.pop("x-kubernetes-int-or-string", False):
+        out["type"] = ["integer", "string"]
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [*([out["type"]] if isinstance(out["type"], str) else out["type"]), "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    if "properties" in out:
+        out["properties"] = {name: as_json_schema(child) for name, child in out["properties"].items()}
+        out["additionalProperties"] = False
+    elif isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = as_json_schema(out["additionalProperties"])
+    if isinstance(out.get("items"), dict):
+        out["items"] = as_json_schema(out["items"])
+    for junctor in ("allOf", "anyOf", "oneOf"):
+        if junctor in out:
+            out[junctor] = [as_json_schema(branch) for branch in out[junctor]]
+    return out
+
+
+def crd_errors(manifest: dict[str, Any]) -> list[str]:
+    schema_with_open_metadata = as_json_schema(schema())
+    schema_with_open_metadata["properties"]["metadata"] = {"type": "object"}
+    validator = jsonschema.Draft4Validator(schema_with_open_metadata)
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(manifest)]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_examples_are_valid_for_the_crd_and_the_controller(path: Path) -> None:
+    manifest = yaml.safe_load(path.read_text())
+    assert crd_errors(manifest) == []
+    assert validation_error(manifest["metadata"]["name"], manifest["spec"]) is None
+
+
+def test_examples_folder_holds_one_object_per_file() -> None:
+    for path in (REPO / "examples").glob("*.yaml"):
+        documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+        assert len(documents) == 1, path.name
+        if documents[0]["kind"] == "Secret":
+            assert "secret" in path.name
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.name for p in INVALID])
+def test_invalid_fixtures_are_refused_where_declared(path: Path) -> None:
+    text = path.read_text()
+    rejected_by = re.search(r"^# rejected-by: (.+)$", text, re.M)
+    expect = re.search(r"^# expect: (.+)$", text, re.M)
+    assert rejected_by and expect, f"{path.name} must declare '# rejected-by:' and '# expect:'"
+    manifest = yaml.safe_load(text)
+    layers = rejected_by.group(1).split()
+    errors = crd_errors(manifest)
+    assert bool(errors) == ("crd" in layers), errors
+    message = validation_error(manifest["metadata"]["name"], manifest.get("spec") or {})
+    assert message is not None and expect.group(1) in message, message

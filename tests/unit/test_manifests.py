@@ -1,0 +1,388 @@
+"""The pure ``build_*`` functions and lifecycle rules of the controller, without any server."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from autorl.experiment import ExperimentSpec, Phase
+from autorl_controller.operator.handlers.create import validation_error
+from autorl_controller.operator.handlers.reconcile import summary
+from autorl_controller.operator.lifecycle import (
+    JobState,
+    JobStatus,
+    agent_outcome,
+    job_status,
+    outcome_condition,
+    outcome_from_conditions,
+    status_from_view,
+)
+from autorl_controller.operator.manifests import (
+    KUEUE_QUEUE_LABEL,
+    ExperimentRef,
+    build_agent_job,
+    build_network_policy,
+    build_prepare_job,
+    build_registration,
+    build_token_secret,
+    cached_model_subpath,
+)
+from autorl_controller.operator.settings import ControllerSettings
+
+KUBERNETES_VERSION = kubernetes_validate.latest_version()
+REF = ExperimentRef("gsm8k-grpo", "team-a")
+SETTINGS = ControllerSettings(
+    admin_token="x" * 32,
+    runner_image="registry.example/autorl-agent-runner:0.1.0",
+    shared_pvc="autorl-shared",
+    grader_namespace="autorl",
+    deadline_grace_s=300,
+    agent_node_selector={"nvidia.com/gpu.present": "true"},
+    agent_tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+)
+BUILTIN = ExperimentSpec.model_validate(
+    {
+        "task": "gsm8k",
+        "model": "Qwen/Qwen2.5-1.5B",
+        "agent": {"builtin": "example_grpo", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+        "timeoutSeconds": 3600,
+    }
+)
+CUSTOM = ExperimentSpec.model_validate(
+    {
+        "task": "gsm8k",
+        "model": "builtin:tiny-qwen2",
+        "agent": {
+            "image": "registry.example/llm-agent:1",
+            "command": ["python", "-m", "agent"],
+            "args": ["--fast"],
+            "env": [{"name": "LOG_LEVEL", "value": "debug"}],
+            "envFrom": [{"secretRef": {"name": "llm-api-key"}}],
+        },
+        "timeoutSeconds": 600,
+        "egress": [{"host": "api.example.com"}, {"cidr": "203.0.113.0/24", "ports": [8443]}],
+        "queueName": "gpu-queue",
+    }
+)
+SPECS = pytest.mark.parametrize("spec", [BUILTIN, CUSTOM], ids=["builtin", "custom"])
+
+
+def pod_of(job: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
+
+
+def all_containers(job: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = pod_of(job)
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        build_agent_job(REF, BUILTIN, SETTINGS),
+        build_agent_job(REF, CUSTOM, SETTINGS),
+        build_prepare_job(REF, BUILTIN, SETTINGS),
+        build_network_policy(REF, CUSTOM, SETTINGS, {"api.example.com": ["198.51.100.7", "2001:db8::7"]}),
+        build_token_secret(REF, token="t0k3n", grading_server_url="http://grader/a/t0k3n"),
+    ],
+    ids=["agent-builtin", "agent-custom", "prepare", "policy", "secret"],
+)
+def test_every_manifest_passes_strict_kubernetes_validation(manifest: dict[str, Any]) -> None:
+    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+@SPECS
+def test_agent_pods_are_restricted_and_tokenless(spec: ExperimentSpec) -> None:
+    job = build_agent_job(REF, spec, SETTINGS)
+    pod = pod_of(job)
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False  # no Postgres/Redis addresses in the environment
+    assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in all_containers(job):
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert security["privileged"] is False
+    assert pod["nodeSelector"] == SETTINGS.agent_node_selector
+    assert pod["tolerations"] == SETTINGS.agent_tolerations
+
+
+@SPECS
+def test_agent_job_deadline_labels_and_owner_free_manifest(spec: ExperimentSpec) -> None:
+    job = build_agent_job(REF, spec, SETTINGS)
+    assert job["spec"]["activeDeadlineSeconds"] == spec.timeoutSeconds + SETTINGS.deadline_grace_s
+    assert job["metadata"]["namespace"] == REF.namespace
+    assert job["metadata"]["name"] == REF.agent_job_name
+    assert "ownerReferences" not in job["metadata"]  # the handler adopts it
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["autorl.io/experiment"] == REF.name and pod_labels["autorl.io/role"] == "agent"
+    assert job["metadata"]["labels"].get(KUEUE_QUEUE_LABEL) == spec.queueName
+
+
+@SPECS
+def test_agent_sees_its_workspace_read_write_and_only_its_inputs_read_only(spec: ExperimentSpec) -> None:
+    job = build_agent_job(REF, spec, SETTINGS)
+    for container in all_containers(job):
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert set(mounts) == {"/workspace", "/workspace/data", f"/workspace/models/{mounts_model(spec)}"}
+        assert mounts["/workspace"]["subPath"] == "experiments/team-a/gsm8k-grpo"
+        assert not mounts["/workspace"].get("readOnly")
+        assert mounts["/workspace/data"] == {
+            "name": "shared",
+            "mountPath": "/workspace/data",
+            "subPath": f"cache/data/{spec.task}",
+            "readOnly": True,
+        }
+        model_mount = mounts[f"/workspace/models/{mounts_model(spec)}"]
+        assert model_mount["readOnly"] is True
+        assert model_mount["subPath"] == f"cache/models/{cached_model_subpath(spec.model)}"
+
+
+def mounts_model(spec: ExperimentSpec) -> str:
+    return {"Qwen/Qwen2.5-1.5B": "Qwen2.5-1.5B", "builtin:tiny-qwen2": "tiny-qwen2"}[spec.model]
+
+
+@SPECS
+def test_agent_environment_is_the_contract_with_credentials_only_by_envfrom(spec: ExperimentSpec) -> None:
+    container = pod_of(build_agent_job(REF, spec, SETTINGS))["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["WORKSPACE"] == "/workspace" and env["OUTPUT_DIR"] == "/workspace/output"
+    assert env["MODEL_PATH"] == f"/workspace/models/{mounts_model(spec)}"
+    assert env["DATA_PATH"] == "/workspace/data"
+    assert env["TASK"] == spec.task and env["BASE_MODEL"] == spec.model
+    assert "AUTORL_TOKEN" not in env and "GRADING_SERVER_URL" not in env
+    assert all("valueFrom" not in item for item in container["env"])
+    assert container["envFrom"][0] == {"secretRef": {"name": REF.secret_name}}
+
+
+def test_builtin_agent_runs_under_the_agent_runner() -> None:
+    job = build_agent_job(REF, BUILTIN, SETTINGS)
+    pod = pod_of(job)
+    container = pod["containers"][0]
+    assert "initContainers" not in pod
+    assert container["image"] == SETTINGS.runner_image
+    assert container["command"] == ["autorl", "agent-runner", "run"]
+    assert container["args"] == [
+        "--agent", "example_grpo", "--task", "gsm8k", "--model", "Qwen/Qwen2.5-1.5B",
+        "--timeout", "3600", "--workspace", "/workspace",
+    ]  # fmt: skip
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
+def test_custom_agent_runs_its_own_image_after_the_runner_lays_out_the_workspace() -> None:
+    pod = pod_of(build_agent_job(REF, CUSTOM, SETTINGS))
+    init, agent = pod["initContainers"][0], pod["containers"][0]
+    assert init["image"] == SETTINGS.runner_image
+    assert init["command"] == ["autorl", "agent-runner", "workspace"]
+    assert agent["image"] == "registry.example/llm-agent:1"
+    assert agent["command"] == ["python", "-m", "agent"] and agent["args"] == ["--fast"]
+    assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
+    assert {"secretRef": {"name": "llm-api-key"}} not in init["envFrom"]  # the runner needs no LLM key
+    assert {"name": "LOG_LEVEL", "value": "debug"} in agent["env"]
+
+
+def test_prepare_job_fills_the_cache_as_the_agents_user() -> None:
+    job = build_prepare_job(REF, BUILTIN, SETTINGS)
+    pod = pod_of(job)
+    container = pod["containers"][0]
+    assert container["command"] == ["autorl", "agent-runner", "prepare"]
+    assert container["args"] == [
+        "--task", "gsm8k", "--model", "Qwen/Qwen2.5-1.5B",
+        "--workspace", "/shared/experiments/team-a/gsm8k-grpo",
+    ]  # fmt: skip
+    assert {"name": "AUTORL_CACHE_DIR", "value": "/shared/cache"} in container["env"]
+    assert container["volumeMounts"] == [{"name": "shared", "mountPath": "/shared"}]
+    assert pod["securityContext"]["runAsUser"] == SETTINGS.agent_uid
+    assert pod["automountServiceAccountToken"] is False
+    assert "envFrom" not in container
+    with_token = SETTINGS.model_copy(update={"prepare_env_secret": "hf-token"})
+    container = pod_of(build_prepare_job(REF, BUILTIN, with_token))["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "hf-token", "optional": True}}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "resolved", "extra_rules"),
+    [
+        (BUILTIN, {}, []),
+        (
+            CUSTOM,
+            {"api.example.com": ["198.51.100.7", "2001:db8::7"]},
+            [
+                {
+                    "to": [
+                        {"ipBlock": {"cidr": "198.51.100.7/32"}},
+                        {"ipBlock": {"cidr": "2001:db8::7/128"}},
+                    ],
+                    "ports": [{"protocol": "TCP", "port": 443}],
+                },
+                {
+                    "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+                    "ports": [{"protocol": "TCP", "port": 8443}],
+                },
+            ],
+        ),
+        (
+            CUSTOM,
+            {"api.example.com": []},  # not resolvable: allows nothing rather than everything
+            [{"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"protocol": "TCP", "port": 8443}]}],
+        ),
+    ],
+    ids=["dns-and-grader-only", "hosts-and-cidrs", "unresolved-host"],
+)
+def test_network_policy_allows_dns_the_grader_and_the_spec_only(
+    spec: ExperimentSpec, resolved: dict[str, list[str]], extra_rules: list[dict[str, Any]]
+) -> None:
+    policy = build_network_policy(REF, spec, SETTINGS, resolved)["spec"]
+    assert policy["podSelector"] == {
+        "matchLabels": {"autorl.io/experiment": REF.name, "autorl.io/role": "agent"}
+    }
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []
+    dns, grader, *rest = policy["egress"]
+    assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert {"protocol": "UDP", "port": 53} in dns["ports"]
+    assert grader["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "autorl"}}
+    assert grader["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "grader"
+    assert grader["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert rest == extra_rules
+
+
+def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> None:
+    body = build_registration(REF, BUILTIN, SETTINGS)
+    assert body == {
+        "name": "team-a.gsm8k-grpo",
+        "task": "gsm8k",
+        "model": "Qwen/Qwen2.5-1.5B",
+        "timeout_s": 3600,
+        "max_submissions": 100,
+        "workspace": "/shared/experiments/team-a/gsm8k-grpo",
+        "output_dir": "/shared/experiments/team-a/gsm8k-grpo/output",
+        "base_model_dir": "/shared/cache/models/hub/Qwen--Qwen2.5-1.5B",
+        "agent_workspace": "/workspace",
+        "agent": "example_grpo",
+    }
+
+
+def test_token_secret_holds_exactly_the_agents_two_variables() -> None:
+    secret = build_token_secret(REF, token="t0k3n", grading_server_url="http://grader:8000/a/t0k3n")
+    decoded = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    assert decoded == {"AUTORL_TOKEN": "t0k3n", "GRADING_SERVER_URL": "http://grader:8000/a/t0k3n"}
+    assert secret["immutable"] is True
+
+
+def condition(kind: str, reason: str = "", status: str = "True") -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": reason}
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "reason"),
+    [
+        (None, JobState.MISSING, ""),
+        ({}, JobState.WAITING, ""),
+        ({"active": 1}, JobState.ACTIVE, ""),
+        ({"conditions": [condition("Complete")], "succeeded": 1}, JobState.SUCCEEDED, "Completed"),
+        (
+            {"conditions": [condition("Failed", "BackoffLimitExceeded")]},
+            JobState.FAILED,
+            "BackoffLimitExceeded",
+        ),
+        (
+            {"conditions": [condition("Failed", "DeadlineExceeded")]},
+            JobState.DEADLINE_EXCEEDED,
+            "DeadlineExceeded",
+        ),
+        ({"conditions": [condition("Suspended")]}, JobState.WAITING, ""),
+        ({"conditions": [condition("Failed", status="False")], "active": 1}, JobState.ACTIVE, ""),
+    ],
+    ids=["missing", "created", "active", "complete", "failed", "deadline", "suspended", "false-condition"],
+)
+def test_job_status_reads_the_job_controllers_verdict(
+    status: dict[str, Any] | None, state: JobState, reason: str
+) -> None:
+    job = None if status is None else {"status": status}
+    assert job_status(job).state is state
+    assert job_status(job).reason == reason
+
+
+@pytest.mark.parametrize(
+    ("state", "past_deadline", "phase"),
+    [
+        (JobState.ACTIVE, False, None),
+        (JobState.WAITING, False, None),
+        (JobState.SUCCEEDED, False, Phase.SUCCEEDED),
+        (JobState.SUCCEEDED, True, Phase.SUCCEEDED),
+        (JobState.FAILED, False, Phase.FAILED),
+        (JobState.DEADLINE_EXCEEDED, False, Phase.TIMED_OUT),
+        (JobState.ACTIVE, True, Phase.TIMED_OUT),
+        (JobState.MISSING, False, Phase.FAILED),
+    ],
+)
+def test_agent_outcome_maps_the_job_to_a_final_phase(
+    state: JobState, past_deadline: bool, phase: Phase | None
+) -> None:
+    outcome = agent_outcome(JobStatus(state, "BackoffLimitExceeded"), past_deadline=past_deadline)
+    assert (outcome.phase if outcome else None) is phase
+
+
+def test_outcome_survives_finishing_in_a_condition() -> None:
+    outcome = agent_outcome(JobStatus(JobState.DEADLINE_EXCEEDED, "DeadlineExceeded"), past_deadline=False)
+    assert outcome is not None
+    condition = outcome_condition(outcome, datetime(2026, 1, 1, tzinfo=UTC))
+    assert condition["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert outcome_from_conditions([condition]) == outcome
+    assert outcome_from_conditions(None) is None
+
+
+def test_status_mirrors_the_graders_view() -> None:
+    view = {
+        "baseline_score": 25.0,
+        "best_score": 31.5,
+        "best_submission": 7,
+        "improvement": 6.5,
+        "submissions": 3,
+        "start_time": 1767225600.0,
+        "end_time": 1767232800.0,
+    }
+    assert status_from_view(view) == {
+        "baselineScore": 25.0,
+        "bestScore": 31.5,
+        "bestSubmission": 7,
+        "improvement": 6.5,
+        "submissions": 3,
+        "startTime": "2026-01-01T00:00:00Z",
+        "deadline": "2026-01-01T02:00:00Z",
+    }
+    outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
+    assert outcome is not None
+    assert summary(outcome, view).endswith("best 31.50 vs baseline 25.00 (+6.50) over 3 scored submission(s)")
+    assert "no submission was scored" in summary(outcome, {"baseline_score": 25.0})
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "fragment"),
+    [
+        ("ok", {"task": "gsm8k", "model": "Qwen/Qwen2.5-1.5B"}, None),
+        ("ok", {"task": "gsm8k", "model": "/data/my-model"}, "local folders do not exist inside a cluster"),
+        (
+            "ok",
+            {"task": "gsm8k", "model": "m/n", "agent": {"builtin": "a", "image": "b"}},
+            "exactly one of builtin",
+        ),
+        ("ok", {"task": "gsm8k", "model": "m/n", "timeoutSecs": 1}, "spec.timeoutSecs: unknown field"),
+        ("x" * 60, {"task": "gsm8k", "model": "m/n"}, "at most 50 characters"),
+    ],
+)
+def test_validation_errors_name_the_field_and_the_fix(
+    name: str, spec: dict[str, Any], fragment: str | None
+) -> None:
+    error = validation_error(name, spec)
+    if fragment is None:
+        assert error is None
+    else:
+        assert error is not None and fragment in error

@@ -1,0 +1,90 @@
+"""The hard timeout kills the whole process tree, and so does the death of the process that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from autorl_evaluator.subprocess_group import group_members, log_tail, run_in_group
+
+# A command that leaves a grandchild behind and then blocks: the shape of OpenCompass starting a
+# task process that starts vLLM workers.
+TREE = ["sh", "-c", "sleep 300 & echo started; sleep 300"]
+
+
+def _processes_in(cwd: Path) -> list[int]:
+    """Live processes whose working directory is ``cwd`` (everything the tree started is there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd") == str(cwd):
+                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state != "Z":
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_timeout_kills_the_group_including_grandchildren(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    started = time.monotonic()
+    result = run_in_group(TREE, cwd=tmp_path, env=dict(os.environ), timeout_s=1.5, log_path=log)
+    assert result.timed_out
+    assert result.survivors == []
+    assert time.monotonic() - started < 15
+    assert _processes_in(tmp_path) == []
+    assert "started" in log.read_text()
+
+
+def test_a_command_that_finishes_reports_its_exit_code(tmp_path: Path) -> None:
+    result = run_in_group(
+        ["sh", "-c", "echo done; exit 3"], cwd=tmp_path, env=dict(os.environ), timeout_s=30, log_path=tmp_path / "l"
+    )
+    assert (result.returncode, result.timed_out, result.survivors) == (3, False, [])
+    assert log_tail(tmp_path / "l") == "done"
+
+
+def test_what_a_finished_command_left_running_is_killed(tmp_path: Path) -> None:
+    result = run_in_group(
+        ["sh", "-c", "sleep 300 & exit 0"], cwd=tmp_path, env=dict(os.environ), timeout_s=30, log_path=tmp_path / "l"
+    )
+    assert result.returncode == 0 and not result.timed_out
+    assert _processes_in(tmp_path) == []
+
+
+def test_the_tree_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-evaluation (an RQ cold shutdown) must not leave an orphaned tree."""
+    parent_code = (
+        "import os, sys; from pathlib import Path; "
+        "from autorl_evaluator.subprocess_group import run_in_group; "
+        f"run_in_group({TREE!r}, cwd=Path({str(tmp_path)!r}), env=dict(os.environ), "
+        f"timeout_s=300, log_path=Path({str(tmp_path / 'l')!r}))"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code])
+    deadline = time.monotonic() + 30
+    while len(_processes_in(tmp_path)) < 3 and time.monotonic() < deadline:  # supervisor, sh, sleep
+        time.sleep(0.1)
+    tree = _processes_in(tmp_path)
+    assert len(tree) >= 3
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while _processes_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_in(tmp_path) == []
+
+
+def test_group_members_sees_only_live_members_of_the_group(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert group_members(child.pid) == [child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    assert group_members(child.pid) == []
