@@ -11,6 +11,8 @@ import pytest
 from autorl.settings import Settings
 from tests.support.infra import new_run_id, postgres_database, redis_db_index
 
+pytest_plugins = ["tests.support.fixtures"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = REPO_ROOT / "tests" / "data"
 

@@ -1,0 +1,50 @@
+"""The `autorl` command gathers its subcommands from installed services, and the light services
+never pull in the machine-learning stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AUTORL = str(Path(sys.executable).parent / "autorl")
+
+
+def test_every_service_adds_its_subcommand_through_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="autorl.commands")}
+    assert {"grader", "worker", "controller", "agent-runner"} <= names
+    help_text = subprocess.run([AUTORL, "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("grader", "worker", "controller", "run", "results"):
+        assert command in help_text
+
+
+def test_unknown_subcommand_is_a_usage_error() -> None:
+    result = subprocess.run([AUTORL, "frobnicate"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "autorl",
+        "autorl.cli",
+        "autorl.checkpoints",
+        "autorl.tasks",
+        "autorl.client",
+        "autorl_grader.main",
+        "autorl_controller.operator.main",
+    ],
+)
+def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
