@@ -29,6 +29,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from autorl.checkpoints import model_dir_name
 from autorl.experiment import crd_manifest
 from autorl.settings import Settings, load_settings
 from autorl.tasks import get_task
@@ -36,7 +37,7 @@ from autorl_controller.operator.main import run_operator
 from autorl_controller.operator.manifests import ExperimentRef, cached_model_subpath
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
-from tests.support.infra import serve
+from tests.support.infra import free_port, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -149,16 +150,30 @@ class Platform:
             if event.get("involvedObject", {}).get("name") == name
         ]
 
-    def run_prepare_pod(self, model: str, task: str, ref: ExperimentRef, tiny_model: Path) -> None:
-        """What the prepare Job's pod leaves on the shared volume: the model, the train split, the workspace.
+    def run_prepare_pod(self, spec: dict[str, Any], ref: ExperimentRef, tiny_model: Path) -> None:
+        """What the prepare Job's pod leaves on the shared volume: the model and train split in the
+        cache, and the laid-out workspace (the agent runner's own code).
 
         The hub is out of reach here, so a tiny model stands in for the hub id under its cache path.
         """
-        target = self.shared / "cache" / "models" / cached_model_subpath(model)
-        if not target.exists():
-            shutil.copytree(tiny_model, target)
-        get_task(task).download_train_data(self.shared / "cache" / "data" / task, source_dir=FIXTURE_DATA)
-        (self.shared / ref.workspace_subpath / "output").mkdir(parents=True, exist_ok=True)
+        from autorl_agent_runner.workspace import create_workspace
+
+        model_dir = self.shared / "cache" / "models" / cached_model_subpath(spec["model"])
+        if not model_dir.exists():
+            shutil.copytree(tiny_model, model_dir)
+        task = get_task(spec["task"])
+        data_dir = self.shared / "cache" / "data" / task.name
+        task.download_train_data(data_dir, source_dir=FIXTURE_DATA)
+        create_workspace(
+            self.shared / ref.workspace_subpath,
+            run_id=ref.grader_name,
+            task_name=task.name,
+            description=task.description(),
+            base_model_dir=model_dir,
+            base_model_name=model_dir_name(spec["model"]),
+            train_data_dir=data_dir,
+            timeout_s=spec["timeoutSeconds"],
+        )
 
     async def run_evaluator(self) -> None:
         """One evaluator worker pass: evaluate whatever the grader queued (the baseline), for real."""
@@ -181,11 +196,12 @@ class Platform:
         data = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
         return data["GRADING_SERVER_URL"], data["AUTORL_TOKEN"]
 
-    async def through_baseline(self, name: str, model: str, task: str, tiny_model: Path) -> dict[str, Any]:
+    async def through_baseline(self, manifest: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
         """Drive an applied Experiment to Running, playing the prepare pod and the evaluator."""
+        name = manifest["metadata"]["name"]
         ref = ExperimentRef(name, NAMESPACE)
         await self.wait_for(f"{JOBS}/{ref.prepare_job_name}", lambda _: True, "the prepare Job")
-        self.run_prepare_pod(model, task, ref, tiny_model)
+        self.run_prepare_pod(manifest["spec"], ref, tiny_model)
         await self.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
         await self.wait_phase(name, "Baseline")
         await self.run_evaluator()
@@ -208,10 +224,19 @@ def load_example(name: str, *, rename: str | None = None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def grader_settings(tmp_path_factory: pytest.TempPathFactory, pg_url: str, run_id: str) -> Settings:
+def grader_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def grader_settings(
+    tmp_path_factory: pytest.TempPathFactory, pg_url: str, run_id: str, grader_port: int
+) -> Settings:
     home = tmp_path_factory.mktemp("grader-home")
     return load_settings(
         home=home,
+        # As the chart does: the URL agents are given is the grader's own address.
+        public_url=f"http://127.0.0.1:{grader_port}",
         database_url=pg_url,
         admin_token=secrets.token_hex(16),
         data_source_dir=FIXTURE_DATA,
@@ -226,10 +251,10 @@ def grader_settings(tmp_path_factory: pytest.TempPathFactory, pg_url: str, run_i
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def platform(
-    grader_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    grader_settings: Settings, grader_port: int, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Platform]:
     shared = tmp_path_factory.mktemp("shared")
-    with serve(create_app(grader_settings)) as grader:
+    with serve(create_app(grader_settings), port=grader_port) as grader:
         async with ApiServerEmulator() as emulator, kmock.Server(emulator):
             declare_resources(emulator)
             api_url = str(emulator.url).rstrip("/")
@@ -283,7 +308,7 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     owner = {"kind": "Experiment", "name": name, "uid": experiment["metadata"]["uid"]}
     assert {k: secret["metadata"]["ownerReferences"][0][k] for k in owner} == owner
 
-    running = await platform.through_baseline(name, manifest["spec"]["model"], "gsm8k", tiny_base_model)
+    running = await platform.through_baseline(manifest, tiny_base_model)
     baseline = running["status"]["baselineScore"]
     assert isinstance(baseline, float) and 0.0 <= baseline <= 100.0
 
@@ -292,7 +317,7 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     assert {k: job["metadata"]["ownerReferences"][0][k] for k in owner} == owner
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["command"] == ["autorl", "agent-runner", "run"]
+    assert container["command"] == ["autorl", "agent-runner"]
     assert container["args"][:2] == ["--agent", "example_grpo"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -379,7 +404,7 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     ref = ExperimentRef(name, NAMESPACE)
     manifest = load_example("experiment-custom-agent.yaml")
     await platform.apply(manifest)
-    running = await platform.through_baseline(name, manifest["spec"]["model"], "gsm8k", tiny_base_model)
+    running = await platform.through_baseline(manifest, tiny_base_model)
 
     job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
     assert job is not None
@@ -389,7 +414,6 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     assert agent["image"] == manifest["spec"]["agent"]["image"]
     assert agent["command"] == ["python", "-m", "llm_agent"]
     assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
-    assert pod["initContainers"][0]["command"] == ["autorl", "agent-runner", "workspace"]
 
     await platform.patch_job_status(ref.agent_job_name, {"active": 1})
     await platform.patch_job_status(
@@ -418,7 +442,7 @@ async def test_agent_past_its_deadline_ends_timed_out(
     if how == "controller-clock":
         manifest["spec"]["timeoutSeconds"] = 1
     await platform.apply(manifest)
-    await platform.through_baseline(name, manifest["spec"]["model"], "gsm8k", tiny_base_model)
+    await platform.through_baseline(manifest, tiny_base_model)
     await platform.patch_job_status(ref.agent_job_name, {"active": 1})
     if how == "job-deadline-exceeded":
         # Kubernetes itself stops the Job at activeDeadlineSeconds.
@@ -451,7 +475,7 @@ async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Pla
     assert "exactly one of builtin" in message
     assert "spec.timeoutSecs: unknown field" in message
     ref = ExperimentRef(name, NAMESPACE)
-    await asyncio.sleep(5 * TICK_S)  # several reconcile ticks: nothing is created, nothing retried
+    # It never passed through Pending, the only phase in which anything is created or registered.
     assert await platform.get(f"{SECRETS}/{ref.secret_name}") is None
     assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None
     events = await platform.events(name)

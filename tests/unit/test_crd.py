@@ -160,12 +160,13 @@ def test_examples_are_valid_for_the_crd_and_the_controller(path: Path) -> None:
     assert validation_error(manifest["metadata"]["name"], manifest["spec"]) is None
 
 
-def test_examples_folder_holds_one_object_per_file() -> None:
+def test_examples_folder_holds_one_valid_object_per_file() -> None:
     for path in (REPO / "examples").glob("*.yaml"):
         documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
         assert len(documents) == 1, path.name
-        if documents[0]["kind"] == "Secret":
-            assert "secret" in path.name
+        if documents[0]["kind"] != "Experiment":
+            assert documents[0]["kind"] == "Secret" and "secret" in path.name, path.name
+            kubernetes_validate.validate(documents[0], kubernetes_validate.latest_version(), True)
 
 
 @pytest.mark.parametrize("path", INVALID, ids=[p.name for p in INVALID])

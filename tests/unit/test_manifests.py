@@ -6,12 +6,13 @@ import base64
 from datetime import UTC, datetime
 from typing import Any
 
+import kopf
 import kubernetes_validate
 import pytest
 
 from autorl.experiment import ExperimentSpec, Phase
 from autorl_controller.operator.handlers.create import validation_error
-from autorl_controller.operator.handlers.reconcile import summary
+from autorl_controller.operator.handlers.reconcile import is_active, summary
 from autorl_controller.operator.lifecycle import (
     JobState,
     JobStatus,
@@ -168,23 +169,22 @@ def test_builtin_agent_runs_under_the_agent_runner() -> None:
     container = pod["containers"][0]
     assert "initContainers" not in pod
     assert container["image"] == SETTINGS.runner_image
-    assert container["command"] == ["autorl", "agent-runner", "run"]
+    assert container["command"] == ["autorl", "agent-runner"]
     assert container["args"] == [
-        "--agent", "example_grpo", "--task", "gsm8k", "--model", "Qwen/Qwen2.5-1.5B",
-        "--timeout", "3600", "--workspace", "/workspace",
+        "--agent", "example_grpo", "--workspace", "/workspace", "--task", "gsm8k",
+        "--base-model", "Qwen/Qwen2.5-1.5B", "--timeout", "3600", "--sandbox", "none",
     ]  # fmt: skip
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
 
 
-def test_custom_agent_runs_its_own_image_after_the_runner_lays_out_the_workspace() -> None:
+def test_custom_agent_runs_its_own_image_in_the_prepared_workspace() -> None:
     pod = pod_of(build_agent_job(REF, CUSTOM, SETTINGS))
-    init, agent = pod["initContainers"][0], pod["containers"][0]
-    assert init["image"] == SETTINGS.runner_image
-    assert init["command"] == ["autorl", "agent-runner", "workspace"]
+    agent = pod["containers"][0]
+    assert "initContainers" not in pod
     assert agent["image"] == "registry.example/llm-agent:1"
     assert agent["command"] == ["python", "-m", "agent"] and agent["args"] == ["--fast"]
+    assert agent["workingDir"] == "/workspace"
     assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
-    assert {"secretRef": {"name": "llm-api-key"}} not in init["envFrom"]  # the runner needs no LLM key
     assert {"name": "LOG_LEVEL", "value": "debug"} in agent["env"]
 
 
@@ -195,7 +195,7 @@ def test_prepare_job_fills_the_cache_as_the_agents_user() -> None:
     assert container["command"] == ["autorl", "agent-runner", "prepare"]
     assert container["args"] == [
         "--task", "gsm8k", "--model", "Qwen/Qwen2.5-1.5B",
-        "--workspace", "/shared/experiments/team-a/gsm8k-grpo",
+        "--workspace", "/shared/experiments/team-a/gsm8k-grpo", "--timeout", "3600",
     ]  # fmt: skip
     assert {"name": "AUTORL_CACHE_DIR", "value": "/shared/cache"} in container["env"]
     assert container["volumeMounts"] == [{"name": "shared", "mountPath": "/shared"}]
@@ -386,3 +386,13 @@ def test_validation_errors_name_the_field_and_the_fix(
         assert error is None
     else:
         assert error is not None and fragment in error
+
+
+@pytest.mark.parametrize(
+    ("phase", "active"),
+    [(None, False), ("Pending", True), ("Running", True), ("Finishing", True)]
+    + [(phase.value, False) for phase in Phase if phase.terminal],
+)
+def test_reconcile_timer_runs_only_between_validation_and_the_end(phase: str | None, active: bool) -> None:
+    status = kopf.Status(kopf.Body({"status": {"phase": phase} if phase else {}}))
+    assert is_active(status=status) is active

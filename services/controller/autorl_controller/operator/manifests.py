@@ -188,6 +188,8 @@ def build_prepare_job(
             spec.model,
             "--workspace",
             shared_path(settings, ref.workspace_subpath),
+            "--timeout",
+            str(spec.timeoutSeconds),
         ],
         "env": [
             {"name": "AUTORL_CACHE_DIR", "value": cache},
@@ -260,21 +262,8 @@ def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, An
     ]
 
 
-def _runner_args(spec: ExperimentSpec) -> list[str]:
-    return [
-        "--task",
-        spec.task,
-        "--model",
-        spec.model,
-        "--timeout",
-        str(spec.timeoutSeconds),
-        "--workspace",
-        AGENT_WORKSPACE,
-    ]
-
-
 def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings) -> dict[str, Any]:
-    """The agent's Job: a built-in agent under the agent runner, or a custom image after the runner's init.
+    """The agent's Job: a built-in agent under the agent runner, or a custom image of its own.
 
     Restricted Pod Security, no service-account token, no service links (no addresses of Postgres or
     Redis in its environment), credentials only by ``envFrom``, and a hard deadline.
@@ -301,29 +290,29 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
     }
     if spec.agent.builtin is not None:
         container["image"] = settings.runner_image
-        container["command"] = ["autorl", "agent-runner", "run"]
-        container["args"] = ["--agent", spec.agent.builtin, *_runner_args(spec)]
+        container["command"] = ["autorl", "agent-runner"]
+        container["args"] = [
+            "--agent",
+            spec.agent.builtin,
+            "--workspace",
+            AGENT_WORKSPACE,
+            "--task",
+            spec.task,
+            "--base-model",
+            spec.model,
+            "--timeout",
+            str(spec.timeoutSeconds),
+            # The pod is the sandbox (restricted, own user, NetworkPolicy); no nested one.
+            "--sandbox",
+            "none",
+        ]
     else:
+        # The prepare Job laid out the workspace and its mirrors; the custom image runs as it is.
         container["image"] = spec.agent.image
         if spec.agent.command:
             container["command"] = list(spec.agent.command)
         if spec.agent.args:
             container["args"] = list(spec.agent.args)
-        # The runner lays out the workspace and its mirrors; the custom image then runs as it is.
-        pod["initContainers"] = [
-            {
-                "name": "workspace",
-                "image": settings.runner_image,
-                "imagePullPolicy": settings.image_pull_policy,
-                "command": ["autorl", "agent-runner", "workspace"],
-                "args": _runner_args(spec),
-                "env": agent_environment(spec),
-                "envFrom": [{"secretRef": {"name": ref.secret_name}}],
-                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-                "securityContext": _container_security(),
-                "volumeMounts": _agent_mounts(ref, spec),
-            }
-        ]
     pod["containers"] = [container]
     if settings.agent_node_selector:
         pod["nodeSelector"] = dict(settings.agent_node_selector)
