@@ -106,7 +106,8 @@ class Submission(Base):
         Enum(SubmissionStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
         default=SubmissionStatus.QUEUED,
     )
-    score: Mapped[float | None] = mapped_column(Float)  # headline: the opencompass protocol
+    score: Mapped[float | None] = mapped_column(Float)  # headline: the experiment's protocol
+    score_opencompass: Mapped[float | None] = mapped_column(Float)
     score_flexible: Mapped[float | None] = mapped_column(Float)
     score_strict: Mapped[float | None] = mapped_column(Float)
     n_samples: Mapped[int | None] = mapped_column(Integer)
@@ -137,6 +138,7 @@ class BaselineCache(Base):
     fingerprint: Mapped[str] = mapped_column(String(64))
     submission_id: Mapped[int] = mapped_column(Integer)
     score: Mapped[float] = mapped_column(Float)
+    score_opencompass: Mapped[float | None] = mapped_column(Float)
     score_flexible: Mapped[float | None] = mapped_column(Float)
     score_strict: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

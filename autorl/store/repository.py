@@ -136,6 +136,7 @@ def create_submission(
         now = utcnow()
         submission.status = SubmissionStatus.SCORED
         submission.score = earlier.score
+        submission.score_opencompass = earlier.score_opencompass
         submission.score_flexible = earlier.score_flexible
         submission.score_strict = earlier.score_strict
         submission.n_samples = earlier.n_samples
@@ -252,8 +253,10 @@ def record_score(
     n_samples: int,
     seconds: float,
     details: dict[str, object] | None = None,
+    protocol: str = "opencompass",
 ) -> bool:
-    """Write a result, only if this worker still holds the submission (no double counting)."""
+    """Write a result, only if this worker still holds the submission (no double counting).
+    The headline `score` is the experiment's protocol; the others are kept beside it."""
     result = session.execute(
         update(Submission)
         .where(
@@ -263,7 +266,8 @@ def record_score(
         )
         .values(
             status=SubmissionStatus.SCORED,
-            score=scores["opencompass"],
+            score=scores[protocol],
+            score_opencompass=scores.get("opencompass"),
             score_flexible=scores.get("flexible"),
             score_strict=scores.get("strict"),
             n_samples=n_samples,
@@ -369,6 +373,7 @@ def remember_baseline(session: Session, submission: Submission) -> None:
             fingerprint=submission.fingerprint,
             submission_id=submission.id,
             score=submission.score,
+            score_opencompass=submission.score_opencompass,
             score_flexible=submission.score_flexible,
             score_strict=submission.score_strict,
         )

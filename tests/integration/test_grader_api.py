@@ -390,3 +390,32 @@ def test_identical_weights_reuse_the_score(
     assert body["status"] == "scored" and body["score"] == 37.5
     assert body["reused_from"] == first and body["eval_seconds"] == 0.0
     assert body["submission_id"] != first and body["total_submissions"] == 2
+
+
+def test_the_headline_score_follows_the_experiments_protocol(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    from autorl.store import repository as repo
+
+    strict = register(client, settings, tiny_base_model, make_workspace(tmp_path), protocol="strict")
+    default = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    assert strict.view["eval_config"]["protocol"] == "strict"
+    assert default.view["eval_config"]["protocol"] == "opencompass"
+    copy_model(tiny_base_model, strict.output_dir / "s", unique=True)
+    submission_id = submit(client, strict, "output/s", params={"wait": "false"}).json()["submission_id"]
+    db = Database(settings.database_url or "")
+    with db.session() as session:
+        assert repo.claim(session, submission_id, worker="w", lease_s=60)
+        assert repo.record_score(
+            session,
+            submission_id,
+            worker="w",
+            scores={"opencompass": 50.0, "flexible": 60.0, "strict": 10.0},
+            n_samples=10,
+            seconds=1.0,
+            protocol="strict",
+        )
+    db.dispose()
+    body = client.get(f"{strict.url_path}/submissions/{submission_id}").json()
+    assert body["score"] == 10.0
+    assert body["scores"] == {"opencompass": 50.0, "flexible": 60.0, "strict": 10.0}

@@ -137,6 +137,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             n_samples=result.n_samples,
             seconds=seconds,
             details=result.details,
+            protocol=str(config.get("protocol", "opencompass")),
         )
     log.info(
         "event=evaluation_scored submission=%d score=%.4f samples=%d seconds=%.1f recorded=%s",

@@ -14,12 +14,12 @@ from autorl.tasks import get_task
 EVAL_PROTOCOL_VERSION = 1
 
 
-def eval_config(task_name: str, settings: Settings) -> dict[str, Any]:
+def eval_config(task_name: str, settings: Settings, *, protocol: str = "opencompass") -> dict[str, Any]:
     task = get_task(task_name)
     return {
         "task": task.name,
         "backend": settings.eval_backend,
-        "protocol": "opencompass",
+        "protocol": protocol,
         "protocol_version": EVAL_PROTOCOL_VERSION,
         "max_new_tokens": settings.eval_max_new_tokens or task.max_new_tokens,
         "limit": settings.eval_limit,

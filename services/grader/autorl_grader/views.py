@@ -46,7 +46,7 @@ def submission_view(session: Session, experiment: Experiment, submission: Submis
         "status": submission.status.value,
         "score": submission.score,
         "scores": {
-            "opencompass": submission.score,
+            "opencompass": submission.score_opencompass,
             "flexible": submission.score_flexible,
             "strict": submission.score_strict,
         },

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-29 23:25:14.071363
+Create Date: 2026-11-30 00:09:19.066140
 """
 
 from alembic import op
@@ -24,6 +24,7 @@ def upgrade() -> None:
     sa.Column('fingerprint', sa.String(length=64), nullable=False),
     sa.Column('submission_id', sa.Integer(), nullable=False),
     sa.Column('score', sa.Float(), nullable=False),
+    sa.Column('score_opencompass', sa.Float(), nullable=True),
     sa.Column('score_flexible', sa.Float(), nullable=True),
     sa.Column('score_strict', sa.Float(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
@@ -66,6 +67,7 @@ def upgrade() -> None:
     sa.Column('eval_key', sa.String(length=64), nullable=False),
     sa.Column('status', sa.Enum('queued', 'running', 'scored', 'failed', name='submissionstatus', native_enum=False, length=16), nullable=False),
     sa.Column('score', sa.Float(), nullable=True),
+    sa.Column('score_opencompass', sa.Float(), nullable=True),
     sa.Column('score_flexible', sa.Float(), nullable=True),
     sa.Column('score_strict', sa.Float(), nullable=True),
     sa.Column('n_samples', sa.Integer(), nullable=True),

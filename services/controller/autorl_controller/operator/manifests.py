@@ -117,6 +117,7 @@ def build_registration(
         "model": spec.model,
         "timeout_s": spec.timeoutSeconds,
         "max_submissions": spec.evaluation.maxSubmissions,
+        "protocol": spec.evaluation.protocol,
         "workspace": workspace,
         "output_dir": f"{workspace}/output",
         "base_model_dir": shared_path(settings, f"cache/models/{cached_model_subpath(spec.model)}"),

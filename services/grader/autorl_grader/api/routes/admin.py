@@ -35,6 +35,9 @@ class RegisterExperiment(BaseModel):
     output_dir: str | None = Field(None, description="Default: WORKSPACE/output.")
     agent_workspace: str | None = Field(None, description="The workspace as the agent sees it (pod mount).")
     max_submissions: int | None = Field(None, gt=0)
+    protocol: Literal["opencompass", "flexible", "strict"] = Field(
+        "opencompass", description="Scoring protocol of the headline score; the others are stored beside it."
+    )
     agent: str | None = None
     driver_model: str | None = None
 
@@ -67,7 +70,7 @@ class FinishExperiment(BaseModel):
 @router.post("", status_code=201)
 def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
     task = get_task(body.task)
-    config = eval_config(task.name, settings)
+    config = eval_config(task.name, settings, protocol=body.protocol)
     token = repo.new_token()
     with state.db.session() as session:
         experiment = repo.create_experiment(
