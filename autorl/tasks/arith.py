@@ -1,9 +1,10 @@
 """arith: synthetic one-step word problems in the GSM8K format, generated offline.
 
-Each problem adds or subtracts two numbers below 50, so that a tiny model trained for minutes on
-a CPU gets some right: the platform's demos and end-to-end tests need scores strictly between 0
-and 100 without network access. Answers are GSM8K answer fields (``... <<a+b=c>>c ... #### c``)
-and the prompt has the gsm8k_gen_1d7fe4 shape, so scoring is exactly GSM8K's.
+Each problem adds or subtracts two numbers below 50, small ones more often, so that a tiny model
+trained for minutes on a CPU gets some right: the platform's demos and end-to-end tests need
+scores strictly between 0 and 100 without network access. Answers are GSM8K answer fields
+(``... <<a+b=c>>c ... #### c``) and the prompt has the gsm8k_gen_1d7fe4 shape, so scoring is
+exactly GSM8K's.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from autorl.tasks.gsm8k import GSM8KFormatTask
 DEFAULT_SEED = 0
 TRAIN_SIZE = 2000
 TEST_SIZE = 200
-#: Operands are drawn from 1..MAX_OPERAND.
+#: Operands are drawn from 2..MAX_OPERAND with weight 1/n.
 MAX_OPERAND = 49
+# Small operands are what a tiny model learns first: the builtin 2-layer model, fine-tuned on 16
+# problems a step, got 3-10% of the test split right after 400 steps and 2-15% after 800 (six
+# seeds), where uniform operands gave 1-6%. The long tail keeps the answers varied; 1 is left out
+# so that no question reads "1 apples".
+_OPERANDS = range(2, MAX_OPERAND + 1)
+_OPERAND_WEIGHTS = [1 / n for n in _OPERANDS]
 
 _NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gia", "Hugo")
 _ITEMS = ("apples", "pens", "cards", "books", "shells", "coins", "cups", "eggs")
@@ -95,7 +102,7 @@ def generate_problems(seed: int, count: int) -> list[Problem]:
     problems: list[Problem] = []
     while len(problems) < count:
         template = rng.choice(_TEMPLATES)
-        a, b = rng.randint(1, MAX_OPERAND), rng.randint(1, MAX_OPERAND)
+        a, b = rng.choices(_OPERANDS, weights=_OPERAND_WEIGHTS, k=2)
         if template.subtract and a <= b:
             a, b = b, a
             if a == b:
@@ -153,8 +160,9 @@ class ArithTask(GSM8KFormatTask):
 _DESCRIPTION = """\
 # arith
 
-Short arithmetic word problems: one addition or subtraction of two numbers from 1 to \
-{max_operand}, e.g. "Ann has 12 apples. Ann gets 7 more apples. How many apples does Ann have now?".
+Short arithmetic word problems: one addition or subtraction of two numbers from 2 to \
+{max_operand} (small ones more often), e.g. "Ann has 12 apples. Ann gets 7 more apples. How many
+apples does Ann have now?".
 
 ## Data
 

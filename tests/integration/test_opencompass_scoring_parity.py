@@ -135,8 +135,8 @@ def _completion(rng: random.Random, target: int, written: str) -> str:
         "plain": lambda: rng.choice(["I am not sure.", "", "   ", "no numbers here", "Answer:"]),
         "huge": lambda: "9" * rng.choice([20, 400]),
     }
-    weights = {"filler": 4, "statement": 4, "marked": 2, "next_question": 1, "echo": 1, "think": 2}
-    weights |= {"think_end": 1, "think_open": 1, "operators": 1, "plain": 1, "huge": 0.3}
+    weights: dict[str, float] = {"filler": 4, "statement": 4, "marked": 2, "next_question": 1, "echo": 1}
+    weights |= {"think": 2, "think_end": 1, "think_open": 1, "operators": 1, "plain": 1, "huge": 0.3}
     names = rng.choices(list(weights), weights=list(weights.values()), k=rng.randint(0, 4))
     text = "".join(pieces[name]() + rng.choice(_SEPARATORS) for name in names)
     # Often a closing statement, as a model that learned the format writes it.
