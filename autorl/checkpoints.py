@@ -104,7 +104,7 @@ def _resolve_local(folder: Path) -> Path:
     if not folder.exists():
         raise ModelSourceError(
             f"model folder {folder} does not exist; pass an existing folder that holds config.json, "
-            f"a Hugging Face hub id (org/name) or {BUILTIN_PREFIX}{', '.join(sorted(BUILTIN_MODELS))}"
+            f"a Hugging Face hub id (org/name) or one of {_builtin_names()}"
         )
     if not folder.is_dir():
         raise ModelSourceError(f"model source {folder} is a file; pass the folder that holds config.json")
@@ -116,11 +116,16 @@ def _resolve_local(folder: Path) -> Path:
     return folder.resolve()
 
 
+def _builtin_names() -> str:
+    return ", ".join(f"{BUILTIN_PREFIX}{name}" for name in sorted(BUILTIN_MODELS))
+
+
 def _resolve_builtin(name: str, models_dir: Path) -> Path:
     builder = BUILTIN_MODELS.get(name)
     if builder is None:
-        known = ", ".join(f"{BUILTIN_PREFIX}{n}" for n in sorted(BUILTIN_MODELS))
-        raise ModelSourceError(f"unknown builtin model {BUILTIN_PREFIX}{name}; use one of: {known}")
+        raise ModelSourceError(
+            f"unknown builtin model {BUILTIN_PREFIX}{name}; use one of: {_builtin_names()}"
+        )
     target = models_dir / "builtin" / f"{name}-v{BUILTIN_BUILD_VERSION}"
     return _build_once(target, builder)
 
@@ -146,7 +151,12 @@ def _build_once(target: Path, builder: Callable[[Path], Path]) -> Path:
 def _download_from_hub(repo_id: str, models_dir: Path) -> Path:
     import httpx
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        RepositoryNotFoundError,
+    )
 
     target = models_dir / "hub" / repo_id.replace("/", "--")
     # A marker beside the folder, written after a full download: snapshot_download asks the hub
@@ -172,9 +182,7 @@ def _download_from_hub(repo_id: str, models_dir: Path) -> Path:
             raise ModelSourceError(
                 f"cannot download {repo_id} from the Hugging Face hub ({type(exc).__name__}: "
                 f"{_first_line(exc)}); pre-download it where the hub is reachable "
-                f"(`hf download {repo_id} --local-dir DIR`) and pass DIR as the model, "
-                "or place it in the models cache at "
-                f"{target}"
+                f"(`hf download {repo_id} --local-dir DIR`) and pass DIR as the model"
             ) from exc
         if not (target / "config.json").is_file():
             raise ModelSourceError(
@@ -196,6 +204,7 @@ def _first_line(exc: BaseException) -> str:
 
 # --- the builtin tiny Qwen2 -----------------------------------------------------------------
 
+#: The BPE trainer's upper bound; the corpus below runs out of merges at about 1,300 tokens.
 TINY_QWEN2_VOCAB_SIZE = 2048
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -223,9 +232,11 @@ CHATML_TEMPLATE = (
 def build_tiny_qwen2(target: Path, *, seed: int = 0) -> Path:
     """Write a tiny, randomly initialised Qwen2ForCausalLM with its own tokenizer into ``target``.
 
-    Same seed → byte-identical files. The tokenizer is a Qwen2-style byte-level BPE trained
-    here on generated grade-school word-problem text (no download); the weights are drawn from
-    a seeded generator, independent of how a transformers version initialises modules.
+    Same seed → byte-identical files. The tokenizer is a Qwen2-style byte-level BPE (eos
+    ``<|im_end|>``, pad ``<|endoftext|>``, ChatML template) trained here, without any download,
+    on generated grade-school word problems and the GSM8K few-shot exemplars; it does not depend
+    on the seed. The weights (hidden size 64, 2 layers, tied embeddings) are drawn from a seeded
+    generator, independent of how a transformers version initialises modules.
     """
     target.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer()
@@ -318,7 +329,16 @@ def _save_random_weights(config: dict[str, Any], path: Path, *, seed: int) -> No
 
 
 def _train_tokenizer() -> Any:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
 
     tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
@@ -378,25 +398,31 @@ def _save_tokenizer(tokenizer: Any, target: Path) -> None:
     (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
 
 
-_NAMES = (
-    "Janet Tom Maria James Sarah John Lisa Mark Emma Carlos Aisha Wei Priya Omar Grace Liam Olivia Noah "
-    "Sophia Ben Chloe Jack Mia Leo Zoe Sam Ella Max Nina Raj Hana Ivan Fatima Diego Yuki Paul Anna Kevin "
-    "Rose Henry Lucy Adam Julia Peter Amy David Kate Brian Linda Oscar Tina Victor Wendy Frank Helen"
-).split()
-_ITEMS = (
-    "apples oranges eggs cookies marbles books pencils stickers cupcakes candies flowers cards toys shirts "
-    "tickets bottles boxes bags balloons muffins pies sandwiches chickens cows ducks trees pages coins "
-    "shells stamps crayons dolls cars bricks plants seeds baskets cups plates chairs pizzas slices "
-    "students rows seats songs videos photos emails puzzles games bananas lemons carrots potatoes "
-    "tomatoes beads buttons nails boards tiles bowls spoons jars cans sheep goats horses pigs fish birds"
-).split()
-_UNITS = (
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+_NAMES = _words(
+    "Janet Tom Maria James Sarah John Lisa Mark Emma Carlos Aisha Wei Priya Omar Grace Liam Olivia "
+    "Noah Sophia Ben Chloe Jack Mia Leo Zoe Sam Ella Max Nina Raj Hana Ivan Fatima Diego Yuki Paul "
+    "Anna Kevin Rose Henry Lucy Adam Julia Peter Amy David Kate Brian Linda Oscar Tina Victor Wendy "
+    "Frank Helen"
+)
+_ITEMS = _words(
+    "apples oranges eggs cookies marbles books pencils stickers cupcakes candies flowers cards toys "
+    "shirts tickets bottles boxes bags balloons muffins pies sandwiches chickens cows ducks trees "
+    "pages coins shells stamps crayons dolls cars bricks plants seeds baskets cups plates chairs "
+    "pizzas slices students rows seats songs videos photos emails puzzles games bananas lemons "
+    "carrots potatoes tomatoes beads buttons nails boards tiles bowls spoons jars cans sheep goats "
+    "horses pigs fish birds"
+)
+_UNITS = _words(
     "dollars cents hours minutes seconds miles pounds ounces gallons cups feet inches yards meters "
     "kilometers liters days weeks months years points laps"
-).split()
-_PLACES = "store market farm school bakery library park zoo garden shop class team party restaurant".split()
-_GAINS = "buys finds gets picks makes bakes collects earns receives wins plants saves orders adds".split()
-_LOSSES = "eats sells gives loses uses spends breaks shares donates drinks returns throws".split()
+)
+_PLACES = _words("store market farm school bakery library park zoo garden shop class team party restaurant")
+_GAINS = _words("buys finds gets picks makes bakes collects earns receives wins plants saves orders adds")
+_LOSSES = _words("eats sells gives loses uses spends breaks shares donates drinks returns throws")
 _FILLER = (
     "Every morning, the first, second, third and last of them go together. Each week her brother and "
     "sister, his mother and father, their friends and neighbors, the teacher and the coach decide "
@@ -595,7 +621,9 @@ def _read_config(path: Path, shown: str, *, submitted: bool) -> dict[str, Any]:
             f"{shown} is not a readable JSON file ({exc}); save the model with model.save_pretrained(path)"
         ) from exc
     if not isinstance(data, dict):
-        raise CheckpointError(f"{shown} is not a JSON object; save the model with model.save_pretrained(path)")
+        raise CheckpointError(
+            f"{shown} is not a JSON object; save the model with model.save_pretrained(path)"
+        )
     return data
 
 
@@ -629,7 +657,9 @@ def _hash_file(digest: Any, path: Path, name: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as stream:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CheckpointError(f"{name} is not a regular file; save the model with model.save_pretrained(path)")
+            raise CheckpointError(
+                f"{name} is not a regular file; save the model with model.save_pretrained(path)"
+            )
         content = hashlib.sha256()
         while chunk := stream.read(FINGERPRINT_CHUNK_BYTES):
             content.update(chunk)

@@ -120,9 +120,16 @@ def reusable_result(session: Session, eval_key: str, fingerprint: str) -> Submis
 
 
 def create_submission(
-    session: Session, experiment: Experiment, *, model_path: str, fingerprint: str, is_baseline: bool = False
+    session: Session,
+    experiment: Experiment,
+    *,
+    model_path: str,
+    fingerprint: str,
+    is_baseline: bool = False,
+    reuse_from: int | None = None,
 ) -> Submission:
-    """Insert a submission. Identical files already scored under the same settings reuse that score."""
+    """Insert a submission. Identical files already scored under the same settings reuse that score
+    (`reuse_from` names the scored submission to take it from, e.g. a cached baseline)."""
     submission = Submission(
         experiment_id=experiment.id,
         is_baseline=is_baseline,
@@ -131,7 +138,9 @@ def create_submission(
         eval_key=experiment.eval_key,
         status=SubmissionStatus.QUEUED,
     )
-    earlier = reusable_result(session, experiment.eval_key, fingerprint)
+    earlier = session.get(Submission, reuse_from) if reuse_from is not None else None
+    if earlier is None or earlier.status != SubmissionStatus.SCORED:
+        earlier = reusable_result(session, experiment.eval_key, fingerprint)
     if earlier is not None:
         now = utcnow()
         submission.status = SubmissionStatus.SCORED
@@ -140,7 +149,7 @@ def create_submission(
         submission.score_flexible = earlier.score_flexible
         submission.score_strict = earlier.score_strict
         submission.n_samples = earlier.n_samples
-        submission.reused_from = earlier.id
+        submission.reused_from = earlier.reused_from or earlier.id
         submission.eval_seconds = 0.0
         submission.started_at = submission.finished_at = now
     session.add(submission)

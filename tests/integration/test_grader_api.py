@@ -419,3 +419,47 @@ def test_the_headline_score_follows_the_experiments_protocol(
     body = client.get(f"{strict.url_path}/submissions/{submission_id}").json()
     assert body["score"] == 10.0
     assert body["scores"] == {"opencompass": 50.0, "flexible": 60.0, "strict": 10.0}
+
+
+def test_baseline_is_measured_once_per_model_and_settings(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    from autorl.store import SubmissionStatus
+    from autorl.store import repository as repo
+
+    base = copy_model(tiny_base_model, tmp_path / "base", unique=True)
+    model = f"local:{tmp_path.name}"
+    first = register(client, settings, base, make_workspace(tmp_path), model=model)
+    headers = admin_headers(settings)
+    queued = client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
+    assert queued.status_code == 202 and queued.json()["status"] == "queued"
+    again = client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
+    assert again.json()["submission_id"] == queued.json()["submission_id"]  # idempotent
+    db = Database(settings.database_url or "")
+    with db.session() as session:
+        assert repo.claim(session, queued.json()["submission_id"], worker="w", lease_s=60)
+        assert repo.record_score(
+            session,
+            queued.json()["submission_id"],
+            worker="w",
+            scores={"opencompass": 12.5, "flexible": 12.5, "strict": 0.0},
+            n_samples=8,
+            seconds=3.0,
+        )
+        assert (
+            repo.cached_baseline(
+                session,
+                task="gsm8k",
+                model=model,
+                eval_key=first.view["eval_config"] and repo.get_experiment(session, first.name).eval_key,
+            )
+            is not None
+        )
+    db.dispose()
+    second = register(client, settings, base, make_workspace(tmp_path), model=model)
+    reused = client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)
+    assert reused.status_code == 200
+    assert reused.json()["score"] == 12.5
+    assert reused.json()["reused_from"] == queued.json()["submission_id"]
+    view = client.get(f"/v1/experiments/{second.name}", headers=headers).json()
+    assert view["baseline_score"] == 12.5 and view["baseline_status"] == SubmissionStatus.SCORED.value

@@ -112,7 +112,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             task = get_task(task_name)
             assert run_settings.eval_dir is not None
             problems = task.load_test_problems(
-                run_settings.eval_dir / "data" / task.name,
+                run_settings.eval_dir / "data",
                 source_dir=run_settings.data_source_dir,
                 limit=run_settings.eval_limit,
             )

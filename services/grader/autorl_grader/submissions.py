@@ -94,23 +94,29 @@ def enqueue_committed(state: GraderState, submission_id: int) -> None:
 
 
 def request_baseline(state: GraderState, name: str) -> int:
-    """Create (once) the experiment's baseline evaluation: cached per task, model and evaluation key."""
+    """Create (once) the experiment's baseline evaluation. The cache, keyed by task, model and
+    evaluation key, is trusted only while the base model's fingerprint still matches it (a rebuilt
+    or re-downloaded model is measured again)."""
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name)
+        if experiment.baseline_submission_id is not None:
+            return experiment.baseline_submission_id
+        base_dir = experiment.base_model_dir
+    digest = fingerprint(Path(base_dir))
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
         if experiment.baseline_submission_id is not None:
             return experiment.baseline_submission_id
         cached = repo.cached_baseline(
             session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
         )
-        known_fingerprint = cached.fingerprint if cached else None
-        base_dir = experiment.base_model_dir
-    digest = known_fingerprint or fingerprint(Path(base_dir))
-    with state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
-        if experiment.baseline_submission_id is not None:
-            return experiment.baseline_submission_id
         submission = repo.create_submission(
-            session, experiment, model_path=base_dir, fingerprint=digest, is_baseline=True
+            session,
+            experiment,
+            model_path=base_dir,
+            fingerprint=digest,
+            is_baseline=True,
+            reuse_from=cached.submission_id if cached and cached.fingerprint == digest else None,
         )
         experiment.baseline_submission_id = submission.id
         submission_id, queued = submission.id, not submission.status.final

@@ -12,7 +12,7 @@ OpenCompass exits 0 when a task fails, so its exit code is never trusted: the sc
 the newest summary CSV, and a ``-`` (or no row) is a failure carrying the log tail. Per-sample
 completions come from the predictions file and are scored with the task's own three protocols,
 so the result has the same keys as the ``hf`` backend's. The folder is removed after a success
-and kept after a failure, for the operator.
+(unless ``AUTORL_OPENCOMPASS_KEEP_RUNS``) and kept after a failure, for the operator.
 """
 
 from __future__ import annotations
@@ -159,10 +159,13 @@ class OpenCompassBackend:
 
     name = "opencompass"
 
-    def evaluate(self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings) -> EvalResult:
+    def evaluate(
+        self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+    ) -> EvalResult:
         if not isinstance(task, GSM8KFormatTask):
             raise EvaluationError(
-                f"the opencompass backend evaluates tasks in GSM8K's format; use the hf backend for {task.name}"
+                "the opencompass backend evaluates tasks in GSM8K's format; "
+                f"use the hf backend for {task.name}"
             )
         if not problems:
             raise EvaluationError("no test problems to evaluate")
@@ -175,14 +178,19 @@ class OpenCompassBackend:
         (run_dir / "home").mkdir()
         started = time.monotonic()
         try:
-            result = self._run(command, model_dir, task, problems, settings, placement, run_dir, root / "cache")
+            result = self._run(
+                command, model_dir, task, problems, settings, placement, run_dir, root / "cache"
+            )
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
             remove_view(run_dir / "model")
             raise
         result.seconds = time.monotonic() - started
         remove_view(run_dir / "model")
-        shutil.rmtree(run_dir, ignore_errors=True)
+        if settings.opencompass_keep_runs:
+            result.details["run_dir"] = str(run_dir)
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
         return result
 
     def _run(
@@ -260,7 +268,9 @@ class OpenCompassBackend:
         if abs(scores["opencompass"] - accuracy) > 1e-6:
             # OpenCompass rounds its summary to 2 decimals; beyond that the two must agree.
             log.warning(
-                "event=opencompass_score_mismatch summary=%.4f recomputed=%.4f", accuracy, scores["opencompass"]
+                "event=opencompass_score_mismatch summary=%.4f recomputed=%.4f",
+                accuracy,
+                scores["opencompass"],
             )
         return EvalResult(
             completions=completions,
@@ -336,8 +346,11 @@ def _error_tail(run_dir: Path, problems: Sequence[Problem]) -> str:
     question removed: the message is shown to the agent, the test set is not."""
     sections: list[str] = []
     task_logs = sorted((run_dir / "work").glob("*/logs/*/*/*.out"))
-    for path in [*task_logs, run_dir / "opencompass.log"]:
-        tail = log_tail(path, max_lines=ERROR_TAIL_LINES, max_chars=ERROR_TAIL_CHARS)
+    logs = [path for path in [*task_logs, run_dir / "opencompass.log"] if path.is_file()]
+    # One budget for all logs: the stored error keeps 4,000 characters, headline included.
+    budget = ERROR_TAIL_CHARS // max(len(logs), 1)
+    for path in logs:
+        tail = log_tail(path, max_lines=ERROR_TAIL_LINES, max_chars=budget)
         if tail:
             sections.append(f"--- {path.relative_to(run_dir)} (last lines) ---\n{redact(tail, problems)}")
     return "\n".join(sections) if sections else "(OpenCompass wrote no log)"
@@ -354,4 +367,7 @@ def _snippets(problem: Problem) -> list[str]:
     # Consecutive 32-character pieces: any quote of 63 characters or more holds one whole, and
     # a piece this long does not turn up in a log line by chance.
     text = " ".join([problem.question, problem.answer])
-    return [text[start : start + REDACT_PIECE_CHARS] for start in range(0, len(text) - REDACT_PIECE_CHARS + 1, REDACT_PIECE_CHARS)]
+    return [
+        text[start : start + REDACT_PIECE_CHARS]
+        for start in range(0, len(text) - REDACT_PIECE_CHARS + 1, REDACT_PIECE_CHARS)
+    ]

@@ -1,0 +1,34 @@
+"""What every evaluation backend returns and provides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from autorl.settings import Settings
+from autorl.tasks.base import Problem, Task
+
+
+@dataclass
+class EvalResult:
+    """One evaluation's outcome. ``completions`` hold test questions' answers: evaluator-side only."""
+
+    #: Per sample, in problem order.
+    completions: list[str]
+    #: Accuracy (0-100, unrounded) under each protocol: ``opencompass``, ``flexible``, ``strict``.
+    scores: dict[str, float]
+    n_samples: int
+    seconds: float
+    #: Backend facts worth recording (device, batch size, tensor-parallel size, ...).
+    details: dict[str, object] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """Generates completions for ``problems`` with the model in ``model_dir`` and scores them."""
+
+    name: str
+
+    def evaluate(
+        self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+    ) -> EvalResult: ...

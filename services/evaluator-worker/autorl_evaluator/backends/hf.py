@@ -1,0 +1,192 @@
+"""The ``hf`` backend: batched greedy generation with transformers, in this process.
+
+It gives the per-sample predictions OpenCompass's ``HuggingFacewithChatTemplate`` gives on the
+same files (docs/EVALUATION.md, "Parity with the hf backend"): the prompt is OpenCompass's chat
+handling of the task's few-shot turns (:mod:`autorl_evaluator.opencompass_chat`), encoded with
+no special tokens added and truncated from the left to the model's context; prompts go in problem
+order, ``eval_batch_size`` at a time, left-padded; decoding is greedy with the per-model settings
+of :mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
+decoded with special tokens kept, is cut at OpenCompass's stop words.
+
+The model is read from the sanitized read-only view (:mod:`autorl_evaluator.sanitize`), never with
+remote code, and from safetensors only. torch and transformers are imported inside functions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from autorl.errors import EvaluationError
+from autorl.settings import Settings
+from autorl.tasks.base import Problem, Task
+from autorl_evaluator.backends.base import EvalResult
+from autorl_evaluator.model_settings import ModelSettings, settings_for
+from autorl_evaluator.opencompass_chat import cut_at_stop_words, render, stop_words
+from autorl_evaluator.sanitize import build_view, remove_view
+
+log = logging.getLogger("autorl.evaluator.hf")
+
+
+def prompt_texts(tokenizer: Any, task: Task, questions: Sequence[str], model: ModelSettings) -> list[str]:
+    """The prompts this backend generates from: the task's few-shot turns and each question, as
+    OpenCompass shapes them, in the model's own chat template with the generation prompt."""
+    kwargs = model.chat_template_kwargs()
+    return [render(tokenizer, task.build_messages(question), **kwargs) for question in questions]
+
+
+def eos_token_ids(tokenizer: Any, *generation_eos: int | Sequence[int] | None) -> list[int]:
+    """Where generation stops: the given generation configs' eos ids and the tokenizer's eos."""
+    ids: set[int] = set()
+    for eos in generation_eos:
+        ids.update([eos] if isinstance(eos, int) else eos or ())
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)
+
+
+class HFBackend:
+    """In-process transformers evaluation (``AUTORL_EVAL_BACKEND=hf``)."""
+
+    name = "hf"
+
+    def evaluate(
+        self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+    ) -> EvalResult:
+        if not problems:
+            raise EvaluationError("no test problems to evaluate")
+        assert settings.eval_dir is not None
+        started = time.monotonic()
+        view_dir = settings.eval_dir / "hf" / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        view = build_view(model_dir, view_dir)
+        try:
+            completions, details = _generate(view, task, problems, settings)
+        finally:
+            remove_view(view)
+        scores = task.score(completions, [problem.answer for problem in problems])
+        return EvalResult(
+            completions=completions,
+            scores=scores,
+            n_samples=len(problems),
+            seconds=time.monotonic() - started,
+            details={"backend": self.name, **details},
+        )
+
+
+def _generate(
+    view: Path, task: Task, problems: list[Problem], settings: Settings
+) -> tuple[list[str], dict[str, object]]:
+    import torch
+
+    model_settings = settings_for(json.loads((view / "config.json").read_text(encoding="utf-8")))
+    device = torch.device(settings.eval_device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    # float32 on the CPU, as OpenCompass's CPU path loads it; the GPU dtype of the model settings.
+    dtype = torch.float32 if device.type == "cpu" else getattr(torch, model_settings.dtype)
+    tokenizer, model, generation_eos = _load(view, device, dtype)
+    max_new_tokens = settings.eval_max_new_tokens or task.max_new_tokens
+    words = stop_words(tokenizer, generation_eos)
+    # The model's own generation config falls back to config.json's eos when the file is absent.
+    eos_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id, generation_eos)
+    texts = prompt_texts(tokenizer, task, [problem.question for problem in problems], model_settings)
+    batch_size = settings.eval_batch_size
+    completions: list[str] = []
+    new_tokens = truncated = 0
+    generation_started = time.monotonic()
+    for start in range(0, len(texts), batch_size):
+        input_ids, attention_mask, cut = _encode_batch(
+            tokenizer, texts[start : start + batch_size], model_settings.max_seq_len
+        )
+        truncated += cut
+        encoded = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+        with torch.inference_mode():
+            output = model.generate(
+                **encoded,
+                **model_settings.hf_generation_kwargs(),
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos_ids or None,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        generated = output[:, encoded["input_ids"].shape[1] :].cpu()
+        new_tokens += int((generated != tokenizer.pad_token_id).sum())
+        completions.extend(cut_at_stop_words(text, words) for text in tokenizer.batch_decode(generated))
+        log.info(
+            "event=hf_batch done=%d total=%d seconds=%.1f",
+            len(completions),
+            len(texts),
+            time.monotonic() - generation_started,
+        )
+    seconds = time.monotonic() - generation_started
+    details: dict[str, object] = {
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch_size": batch_size,
+        "max_new_tokens": max_new_tokens,
+        "max_seq_len": model_settings.max_seq_len,
+        "truncated_prompts": truncated,
+        "new_tokens": new_tokens,
+        "new_tokens_per_s": round(new_tokens / seconds, 1) if seconds > 0 else None,
+        "tensor_parallel_size": 1,
+    }
+    return completions, details
+
+
+def _encode_batch(tokenizer: Any, texts: Sequence[str], max_len: int) -> tuple[Any, Any, int]:
+    """Left-padded ids and attention mask, each prompt keeping its last ``max_len`` ids (what
+    OpenCompass's left-side truncation keeps), and how many prompts were cut."""
+    import torch
+
+    rows = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    truncated = sum(1 for ids in rows if len(ids) > max_len)
+    rows = [ids[-max_len:] for ids in rows]
+    width = max(len(ids) for ids in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        if ids:
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+    return input_ids, attention_mask, truncated
+
+
+def _load(view: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int] | None]:
+    """Tokenizer, model and the generation config's eos ids, as OpenCompass's wrapper loads them."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            view, trust_remote_code=False, padding_side="left", truncation_side="left"
+        )
+        model = AutoModelForCausalLM.from_pretrained(
+            view, dtype=dtype, trust_remote_code=False, use_safetensors=True
+        )
+    # A submission's files can break loading in many ways (a truncated safetensors header, a
+    # config with wrong types, shapes that do not match); each is the checkpoint's fault.
+    except Exception as exc:
+        raise EvaluationError(
+            f"transformers cannot load the checkpoint ({type(exc).__name__}: {str(exc).strip()[:500]}); "
+            "save it with model.save_pretrained(path) and tokenizer.save_pretrained(path) "
+            "and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
+        ) from exc
+    model.to(device).eval()
+    # OpenCompass reads stop words and a missing pad id from generation_config.json alone.
+    try:
+        generation_config = GenerationConfig.from_pretrained(view)
+    except OSError:
+        generation_config = None
+    generation_eos = generation_config.eos_token_id if generation_config is not None else None
+    if tokenizer.pad_token_id is None:
+        # OpenCompass's fallback order: the generation config's pad id, then the eos token.
+        pad = generation_config.pad_token_id if generation_config is not None else None
+        if pad is None and tokenizer.eos_token_id is None:
+            raise EvaluationError(
+                "the tokenizer has neither a pad nor an eos token; set one (tokenizer.pad_token = ...) "
+                "and save it with tokenizer.save_pretrained(path)"
+            )
+        tokenizer.pad_token_id = pad if pad is not None else tokenizer.eos_token_id
+    return tokenizer, model, generation_eos

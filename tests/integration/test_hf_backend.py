@@ -1,0 +1,122 @@
+"""The in-process ``hf`` backend on a tiny model trained to answer half the fixture problems.
+
+The backend's score must be strictly between 0 and 100 and equal ``accuracy()`` recomputed from
+greedy outputs produced here, independently: one prompt at a time (no padding), with transformers
+called directly, decoded with special tokens skipped. The backend batches (left padding, a last
+batch of a different size), so equal outputs also show that padding changes nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.checkpoints import fingerprint
+from autorl.errors import ConfigurationError, EvaluationError
+from autorl.settings import Settings, load_settings
+from autorl.tasks import get_task
+from autorl.tasks.gsm8k import PROTOCOLS, accuracy
+from autorl_evaluator.backends import get_backend
+from autorl_evaluator.backends.base import EvalResult
+from autorl_evaluator.opencompass_chat import opencompass_messages
+from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
+
+pytestmark = pytest.mark.slow
+
+#: Not a divisor of the 16 fixture problems: batches of 5, 5, 5 and 1.
+BATCH_SIZE = 5
+
+
+def _independent_completions(model_dir: Path, questions: list[str]) -> list[str]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    task = get_task("gsm8k")
+    tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    completions = []
+    for question in questions:
+        text = tokenizer.apply_chat_template(
+            opencompass_messages(task.build_messages(question)), tokenize=False, add_generation_prompt=True
+        )
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            output = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=EVAL_MAX_NEW_TOKENS,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        completions.append(tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True))
+    return completions
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return load_settings(
+        home=tmp_path_factory.mktemp("home"),
+        eval_max_new_tokens=EVAL_MAX_NEW_TOKENS,
+        eval_batch_size=BATCH_SIZE,
+        eval_device="cpu",
+    )
+
+
+@pytest.fixture(scope="module")
+def evaluated(trained_tiny_model: TrainedModel, settings: Settings) -> EvalResult:
+    before = fingerprint(trained_tiny_model.path)
+    result = get_backend("hf").evaluate(
+        trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+    )
+    assert fingerprint(trained_tiny_model.path) == before, "the backend must only read the checkpoint"
+    return result
+
+
+def test_score_is_between_0_and_100_and_equals_recomputed_accuracy(
+    evaluated: EvalResult, trained_tiny_model: TrainedModel
+) -> None:
+    problems = list(trained_tiny_model.problems)
+    answers = [problem.answer for problem in problems]
+    independent = _independent_completions(
+        trained_tiny_model.path, [problem.question for problem in problems]
+    )
+    assert 0 < evaluated.scores["opencompass"] < 100
+    for protocol in PROTOCOLS:
+        assert evaluated.scores[protocol] == accuracy(independent, answers, protocol)
+    assert evaluated.completions == independent
+    assert evaluated.n_samples == len(problems) == 16
+    assert evaluated.scores["opencompass"] == pytest.approx(
+        100 * len(trained_tiny_model.right) / len(problems)
+    )
+
+
+def test_result_records_how_it_ran(evaluated: EvalResult, settings: Settings) -> None:
+    assert evaluated.details["backend"] == "hf"
+    assert evaluated.details["device"] == "cpu"
+    assert evaluated.details["batch_size"] == BATCH_SIZE
+    assert evaluated.details["max_new_tokens"] == EVAL_MAX_NEW_TOKENS
+    assert evaluated.details["truncated_prompts"] == 0
+    assert evaluated.seconds > 0
+    # The sanitized view the model was read from is gone.
+    assert settings.eval_dir is not None
+    assert not any((settings.eval_dir / "hf").iterdir())
+
+
+def test_unloadable_weights_fail_with_the_fix(
+    trained_tiny_model: TrainedModel, settings: Settings, tmp_path: Path
+) -> None:
+    broken = Path(shutil.copytree(trained_tiny_model.path, tmp_path / "broken"))
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(EvaluationError, match=r"cannot load the checkpoint .*save_pretrained"):
+        get_backend("hf").evaluate(broken, get_task("gsm8k"), list(trained_tiny_model.problems[:2]), settings)
+
+
+def test_backends_by_name() -> None:
+    assert get_backend("hf").name == "hf"
+    assert get_backend("opencompass").name == "opencompass"
+    with pytest.raises(ConfigurationError, match=r"set AUTORL_EVAL_BACKEND to one of hf, opencompass"):
+        get_backend("vllm-direct")
