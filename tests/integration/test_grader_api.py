@@ -446,13 +446,8 @@ def test_baseline_is_measured_once_per_model_and_settings(
             n_samples=8,
             seconds=3.0,
         )
-        assert (
-            repo.cached_baseline(
-                session,
-                task="gsm8k",
-                model=model,
-                eval_key=first.view["eval_config"] and repo.get_experiment(session, first.name).eval_key,
-            )
+        eval_key = repo.get_experiment(session, first.name).eval_key
+        assert repo.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
             is not None
         )
     db.dispose()
