@@ -448,8 +448,6 @@ def test_baseline_is_measured_once_per_model_and_settings(
         )
         eval_key = repo.get_experiment(session, first.name).eval_key
         assert repo.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
-            is not None
-        )
     db.dispose()
     second = register(client, settings, base, make_workspace(tmp_path), model=model)
     reused = client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)
