@@ -59,7 +59,9 @@ def submission(tmp_path: Path) -> Path:
     return folder
 
 
-def test_view_holds_only_model_files_and_leaves_the_submission_untouched(submission: Path, tmp_path: Path) -> None:
+def test_view_holds_only_model_files_and_leaves_the_submission_untouched(
+    submission: Path, tmp_path: Path
+) -> None:
     before = _digest(submission)
     view = build_view(submission, tmp_path / "view")
     assert _digest(submission) == before
@@ -100,16 +102,28 @@ def test_remove_view_deletes_the_view_but_not_the_weights(submission: Path, tmp_
 
 
 def test_a_scaled_rope_is_written_where_transformers_4_reads_it() -> None:
-    rope = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 500000.0, "original_max_position_embeddings": 32768}
+    rope = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "rope_theta": 500000.0,
+        "original_max_position_embeddings": 32768,
+    }
     fixed = fix_model_config({"rope_parameters": rope})
     assert fixed["rope_theta"] == 500000.0
-    assert fixed["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    assert fixed["rope_scaling"] == {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+    }
 
 
 def test_files_transformers_4_wrote_pass_unchanged() -> None:
     config = {"model_type": "qwen2", "rope_theta": 10000.0, "rope_scaling": None}
     assert fix_model_config(config) == config
-    tokenizer_config = {"tokenizer_class": "Qwen2Tokenizer", "model_input_names": ["input_ids", "attention_mask"]}
+    tokenizer_config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "model_input_names": ["input_ids", "attention_mask"],
+    }
     assert fix_tokenizer_config(tokenizer_config) == tokenizer_config
 
 

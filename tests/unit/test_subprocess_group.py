@@ -44,7 +44,11 @@ def test_timeout_kills_the_group_including_grandchildren(tmp_path: Path) -> None
 
 def test_a_command_that_finishes_reports_its_exit_code(tmp_path: Path) -> None:
     result = run_in_group(
-        ["sh", "-c", "echo done; exit 3"], cwd=tmp_path, env=dict(os.environ), timeout_s=30, log_path=tmp_path / "l"
+        ["sh", "-c", "echo done; exit 3"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        timeout_s=30,
+        log_path=tmp_path / "l",
     )
     assert (result.returncode, result.timed_out, result.survivors) == (3, False, [])
     assert log_tail(tmp_path / "l") == "done"
@@ -52,7 +56,11 @@ def test_a_command_that_finishes_reports_its_exit_code(tmp_path: Path) -> None:
 
 def test_what_a_finished_command_left_running_is_killed(tmp_path: Path) -> None:
     result = run_in_group(
-        ["sh", "-c", "sleep 300 & exit 0"], cwd=tmp_path, env=dict(os.environ), timeout_s=30, log_path=tmp_path / "l"
+        ["sh", "-c", "sleep 300 & exit 0"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        timeout_s=30,
+        log_path=tmp_path / "l",
     )
     assert result.returncode == 0 and not result.timed_out
     assert _processes_in(tmp_path) == []

@@ -97,7 +97,9 @@ def render(inputs: ConfigInputs) -> str:
         ")",
         "eval = dict(",
         "    partitioner=dict(type=NaivePartitioner),",
-        "    runner=dict(type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLEvalTask, dump_details=True)),",
+        "    runner=dict(",
+        "        type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLEvalTask, dump_details=True)",
+        "    ),",
         ")",
         "",
     ]

@@ -252,10 +252,14 @@ class OpenCompassBackend:
         if outcome.survivors:
             log.error("event=opencompass_survivors pids=%s", outcome.survivors)
         if outcome.timed_out:
+            stopped = (
+                f"{len(outcome.survivors)} of its processes survived SIGKILL (pids {outcome.survivors})"
+                if outcome.survivors
+                else "it and every process it started were stopped"
+            )
             raise EvaluationError(
                 f"OpenCompass did not finish within the hard timeout of {settings.eval_timeout_s} s "
-                "(AUTORL_EVAL_TIMEOUT_S); it and every process it started were stopped.\n"
-                + _error_tail(run_dir, problems)
+                f"(AUTORL_EVAL_TIMEOUT_S); {stopped}.\n" + _error_tail(run_dir, problems)
             )
         accuracy = read_summary_accuracy(work_dir)
         if accuracy is None:

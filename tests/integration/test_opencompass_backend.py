@@ -1,0 +1,245 @@
+"""Real OpenCompass on the CPU, through the worker path, against the in-process backend.
+
+One worker (RQ ``SimpleWorker`` on this run's Redis DB index, Postgres database of its own) takes
+two submissions: the first with a hard timeout OpenCompass cannot meet (the submission fails
+with the reason, no process is left, and the same worker goes on), the second, a tiny
+transformers-5 checkpoint, to the end (scored). The ``hf`` backend then evaluates the same checkpoint on
+the same problems in-process: per-sample predictions and all three scores must be identical.
+A checkpoint whose weights cannot be loaded is evaluated too: OpenCompass writes ``-`` in its
+summary and exits 0, and the backend fails with OpenCompass's own error instead of a score.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+from rq import Queue, SimpleWorker
+
+from autorl.errors import EvaluationError
+from autorl.settings import Settings, load_settings
+from autorl.tasks import get_task
+from autorl.tasks.base import Problem
+from autorl_evaluator.backends import get_backend
+from autorl_evaluator.backends.opencompass import OpenCompassBackend
+from autorl_evaluator.jobs import predictions_path
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.opencompass_models import corrupt_weights, save_sharp_model
+
+pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OPENCOMPASS_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
+#: Short answers keep a CPU evaluation to about a minute; the prompts are the real 4-shot ones.
+MAX_NEW_TOKENS = 24
+LIMIT = 4
+#: The timed-out submission belongs to an experiment asking for this many new tokens; the
+#: builtin tiny model never stops early, so its inference alone lasts minutes on a CPU, well past
+#: TIMEOUT_TOO_SHORT_S, by which time OpenCompass has long started its inference process.
+LONG_MAX_NEW_TOKENS = 2500
+TIMEOUT_TOO_SHORT_S = 90
+TIMEOUT_S = 900
+
+
+@dataclass
+class WorkerRun:
+    settings: Settings
+    checkpoint: Path
+    timed_out: dict[str, Any]
+    scored: dict[str, Any]
+    predictions: list[dict[str, str]]
+    leftovers: list[int]
+    #: Whether OpenCompass had started its inference process when the timeout struck.
+    inference_started: bool
+    problems: list[Problem]
+
+
+def _job_environment(settings: Settings, timeout_s: int) -> dict[str, str]:
+    """The worker's environment: the job reads its settings from AUTORL_* variables."""
+    assert settings.admin_token is not None
+    return {
+        "AUTORL_HOME": str(settings.home),
+        "AUTORL_DATABASE_URL": settings.database_url or "",
+        "AUTORL_REDIS_URL": settings.redis_url or "",
+        "AUTORL_REDIS_KEY_PREFIX": settings.redis_key_prefix,
+        "AUTORL_ADMIN_TOKEN": settings.admin_token.get_secret_value(),
+        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
+        "AUTORL_EVAL_DEVICE": "cpu",
+        "AUTORL_OPENCOMPASS_BIN": str(OPENCOMPASS_BIN),
+        "AUTORL_EVAL_TIMEOUT_S": str(timeout_s),
+    }
+
+
+def processes_under(root: Path) -> list[int]:
+    """Live processes whose working directory lies under ``root``: OpenCompass and everything it
+    started run in their evaluation's folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cwd.is_relative_to(root) and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_sharp_model(tiny_base_model, tmp_path_factory.mktemp("ckpt") / "model")
+
+
+@pytest.fixture(scope="module")
+def worker_run(
+    tiny_base_model: Path,
+    checkpoint: Path,
+    pg_url: str,
+    redis_url: str,
+    run_id: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WorkerRun]:
+    import secrets
+
+    from tests.conftest import FIXTURE_DATA
+
+    root = tmp_path_factory.mktemp("worker-path")
+    settings = load_settings(
+        home=root / "home",
+        admin_token=secrets.token_hex(16),
+        redis_key_prefix=f"autorl-test-{run_id}-oc",
+        data_source_dir=FIXTURE_DATA,
+        database_url=pg_url,
+        redis_url=redis_url,
+        submit_wait_s=0.0,
+        eval_backend="opencompass",
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        eval_limit=LIMIT,
+        eval_device="cpu",
+        opencompass_bin=OPENCOMPASS_BIN,
+    )
+    # Two graders on one database and queue: an experiment's generation limit is fixed when it
+    # is registered, from its grader's settings.
+    long_settings = settings.model_copy(update={"eval_max_new_tokens": LONG_MAX_NEW_TOKENS})
+    with (
+        TestClient(create_app(settings, reconcile=False)) as client,
+        TestClient(create_app(long_settings, reconcile=False)) as long_client,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        experiment = register(client, settings, tiny_base_model, make_workspace(root))
+        long_experiment = register(long_client, long_settings, tiny_base_model, make_workspace(root))
+        redis = Redis.from_url(redis_url)
+        worker = SimpleWorker([Queue(settings.queue_name, connection=redis)], connection=redis)
+
+        def submit_and_work(
+            client: TestClient, experiment: RegisteredExperiment, model: Path, timeout_s: int
+        ) -> dict[str, Any]:
+            copy_model(model, experiment.output_dir / "ckpt", unique=True)
+            response = client.post(
+                f"{experiment.url_path}/submit?wait=false", json={"model_path": "output/ckpt"}
+            )
+            assert response.status_code == 202, response.text
+            submission_id = int(response.json()["submission_id"])
+            for name, value in _job_environment(settings, timeout_s).items():
+                env.setenv(name, value)
+            worker.work(burst=True)
+            view = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
+            assert isinstance(view, dict)
+            return view
+
+        timed_out = submit_and_work(long_client, long_experiment, tiny_base_model, TIMEOUT_TOO_SHORT_S)
+        assert settings.eval_dir is not None
+        leftovers = processes_under(settings.eval_dir)
+        [timed_out_run] = (settings.eval_dir / "opencompass").glob("2*")
+        inference_started = any(timed_out_run.glob("work/*/logs/infer/*/*.out"))
+        scored = submit_and_work(client, experiment, checkpoint, TIMEOUT_S)
+        predictions_file = predictions_path(settings, int(scored["submission_id"]))
+        predictions = [json.loads(line) for line in predictions_file.read_text().splitlines()]
+        problems = get_task("gsm8k").load_test_problems(
+            settings.eval_dir / "data" / "gsm8k", source_dir=FIXTURE_DATA, limit=LIMIT
+        )
+        yield WorkerRun(
+            settings,
+            experiment.output_dir / "ckpt",
+            timed_out,
+            scored,
+            predictions,
+            leftovers,
+            inference_started,
+            problems,
+        )
+        redis.close()
+
+
+def test_the_worker_path_scores_a_submission_with_real_opencompass(worker_run: WorkerRun) -> None:
+    scored = worker_run.scored
+    assert scored["status"] == "scored", scored
+    completions = [p["completion"] for p in worker_run.predictions]
+    assert len(completions) == LIMIT and all(completions)
+    expected = get_task("gsm8k").score(completions, [p.answer for p in worker_run.problems])
+    assert scored["scores"] == pytest.approx(expected)
+    assert scored["n_samples"] == LIMIT
+
+
+def test_a_timed_out_evaluation_fails_with_the_reason_and_leaves_no_process(worker_run: WorkerRun) -> None:
+    failed = worker_run.timed_out
+    assert failed["status"] == "failed" and failed["score"] is None
+    assert f"hard timeout of {TIMEOUT_TOO_SHORT_S} s" in failed["error"]
+    # The kill reached OpenCompass's own task process (a grandchild of the worker) too.
+    assert worker_run.inference_started
+    assert worker_run.leftovers == []
+    # The same worker went on to evaluate the next submission.
+    assert worker_run.scored["status"] == "scored"
+
+
+def test_hf_and_opencompass_backends_agree_on_every_sample(worker_run: WorkerRun) -> None:
+    settings = worker_run.settings.model_copy(update={"eval_backend": "hf"})
+    result = get_backend("hf").evaluate(
+        worker_run.checkpoint, get_task("gsm8k"), worker_run.problems, settings
+    )
+    opencompass = [p["completion"] for p in worker_run.predictions]
+    # The model is sharp enough that its answers differ from prompt to prompt: equal outputs mean
+    # equal prompts, ids, decoding and stop handling, not just a constant model.
+    assert len(set(opencompass)) == LIMIT
+    assert result.completions == opencompass
+    assert result.scores == get_task("gsm8k").score(opencompass, [p.answer for p in worker_run.problems])
+    assert result.scores["opencompass"] == pytest.approx(worker_run.scored["score"])
+
+
+def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
+    checkpoint: Path, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    broken = corrupt_weights(checkpoint, tmp_path / "broken")
+    settings = make_settings(
+        eval_backend="opencompass", eval_max_new_tokens=MAX_NEW_TOKENS, opencompass_bin=OPENCOMPASS_BIN
+    )
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
+    started = time.monotonic()
+    with pytest.raises(EvaluationError) as failure:
+        OpenCompassBackend().evaluate(broken, task, problems, settings)
+    message = str(failure.value)
+    assert "produced no score (exit code 0" in message
+    assert "safetensors" in message.lower() or "deserializ" in message.lower()
+    assert not any(problem.question[:40] in message for problem in problems)
+    assert len(message) <= 4000
+    # The run folder is kept for the operator; its summary says what OpenCompass said: "-".
+    assert settings.eval_dir is not None
+    [run_dir] = (settings.eval_dir / "opencompass").glob("2*")
+    [summary] = run_dir.glob("work/*/summary/summary_*.csv")
+    rows = list(csv.DictReader(summary.open()))
+    assert [(r["dataset"], r["submission"]) for r in rows] == [("gsm8k", "-")]
+    assert processes_under(run_dir) == []
+    assert time.monotonic() - started < TIMEOUT_S

@@ -1,0 +1,222 @@
+"""The GPU path as far as a machine without GPUs can take it.
+
+- The generated vLLM config loads with OpenCompass's own config loader (mmengine ``Config.fromfile``
+  in ``.venv-opencompass``), and OpenCompass's own ``LocalRunner`` allocates devices for it: for 1,
+  2, 3, 4 and 8 visible GPUs the tensor-parallel size, ``run_cfg.num_gpus``, the devices made
+  visible to OpenCompass and the devices its runner hands the inference task are one number and
+  one list. Only the final start of the task is replaced by a record of it (no vLLM here).
+- The evaluator image's lock resolves for Linux x86_64 / Python 3.12 from package metadata alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.settings import load_settings
+from autorl.tasks import get_task
+from autorl_evaluator.backends.opencompass import place, subprocess_environment
+from autorl_evaluator.model_settings import settings_for
+from autorl_evaluator.opencompass_config import ConfigInputs, render
+from autorl_evaluator.parallel import tensor_parallel_size
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
+LOCK = REPO_ROOT / "docker" / "evaluator-worker.lock"
+LOCK_PLATFORM = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_36"]
+
+# Runs inside .venv-opencompass: OpenCompass's loader, partitioner and LocalRunner allocation.
+OC_SCRIPT = """
+import json, os, sys
+from mmengine.config import Config
+from opencompass.registry import PARTITIONERS, RUNNERS
+from opencompass.runners import LocalRunner
+from opencompass.runners.local import get_command_template
+
+
+class RecordingRunner(LocalRunner):
+    launched = []
+
+    def _launch(self, task, gpu_ids, index):
+        command = task.get_command(cfg_path='params.py', template=get_command_template(list(gpu_ids)))
+        RecordingRunner.launched.append(
+            {'num_gpus': task.num_gpus, 'gpu_ids': [int(i) for i in gpu_ids], 'command': command})
+        return task.name, 0
+
+
+results = []
+for case in json.load(open(sys.argv[1])):
+    os.environ['CUDA_VISIBLE_DEVICES'] = case['cuda_visible_devices']
+    cfg = Config.fromfile(case['config'], format_python_code=False)
+    cfg['work_dir'] = case['work_dir']
+    cfg.infer.partitioner['out_dir'] = os.path.join(case['work_dir'], 'predictions/')
+    tasks = PARTITIONERS.build(cfg.infer.partitioner)(cfg)
+    runner_cfg = dict(cfg.infer.runner)
+    runner_cfg['type'] = RecordingRunner
+    RecordingRunner.launched = []
+    list(RUNNERS.build(runner_cfg).launch(tasks))
+    model = cfg.models[0]
+    dataset = cfg.datasets[0]
+    results.append({
+        'model_type': model['type'].__name__,
+        'tensor_parallel_size': model['model_kwargs']['tensor_parallel_size'],
+        'num_gpus': model['run_cfg']['num_gpus'],
+        'model_kwargs': dict(model['model_kwargs']),
+        'generation_kwargs': dict(model['generation_kwargs']),
+        'chat_template_kwargs': dict(model['chat_template_kwargs']),
+        'pred_postprocessor': dict(model['pred_postprocessor']),
+        'dataset_type': dataset['type'].__name__,
+        'max_out_len': dataset['infer_cfg']['inferencer']['max_out_len'],
+        'launched': RecordingRunner.launched,
+    })
+json.dump(results, open(sys.argv[2], 'w'))
+"""
+
+pytestmark = pytest.mark.skipif(not OC_PYTHON.exists(), reason="needs .venv-opencompass (make setup)")
+
+
+def _gpu_config(tmp_path: Path, worker_devices: str) -> tuple[Path, dict[str, str], int]:
+    settings = load_settings(home=tmp_path / "home", eval_device=None)
+    environ = {"CUDA_VISIBLE_DEVICES": worker_devices}
+    placement = place(settings, environ)
+    assert placement.gpu is not None
+    model = settings_for({"model_type": "qwen2", "max_position_embeddings": 32768})
+    inputs = ConfigInputs(
+        model_dir=tmp_path / "model",
+        task=get_task("gsm8k"),
+        max_out_len=512,
+        model=model,
+        gpu=placement.gpu,
+        cpu_batch_size=64,
+    )
+    config = tmp_path / f"config-{worker_devices.replace(',', '_')}.py"
+    config.write_text(render(inputs))
+    env = subprocess_environment(environ, run_dir=tmp_path, cache_dir=tmp_path / "cache", placement=placement)
+    return config, env, placement.gpu.tensor_parallel_size
+
+
+WORKER_VIEWS = ["0", "0,1", "0,1,2", "0,1,2,3", "0,1,2,3,4,5,6,7", "2,3,5"]
+
+
+@dataclass
+class Allocation:
+    worker_view: str
+    tensor_parallel_size: int
+    devices: list[int]
+    env: dict[str, str]
+    opencompass: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
+    """Configs for each worker view, loaded and allocated by OpenCompass in one process."""
+    root = tmp_path_factory.mktemp("gpu-config")
+    prepared = []
+    for view in WORKER_VIEWS:
+        config, env, tp = _gpu_config(root, view)
+        prepared.append((view, config, env, tp))
+    cases = [
+        {"config": str(config), "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"], "work_dir": str(root)}
+        for _, config, env, _ in prepared
+    ]
+    (root / "cases.json").write_text(json.dumps(cases))
+    subprocess.run(
+        [str(OC_PYTHON), "-c", OC_SCRIPT, str(root / "cases.json"), str(root / "out.json")],
+        check=True,
+        capture_output=True,
+        cwd=root,
+        timeout=300,
+    )
+    results: list[dict[str, Any]] = json.loads((root / "out.json").read_text())
+    return [
+        Allocation(view, tp, [int(d) for d in view.split(",")][:tp], env, result)
+        for (view, _, env, tp), result in zip(prepared, results, strict=True)
+    ]
+
+
+@pytest.mark.opencompass
+def test_one_value_drives_tensor_parallel_size_num_gpus_and_visible_devices(
+    allocations: list[Allocation],
+) -> None:
+    assert [a.tensor_parallel_size for a in allocations] == [1, 2, 2, 4, 8, 2]
+    for allocation in allocations:
+        tp, devices, result = allocation.tensor_parallel_size, allocation.devices, allocation.opencompass
+        assert tp == tensor_parallel_size(len(allocation.worker_view.split(",")))
+        assert allocation.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, devices))
+        assert result["model_type"] == "VLLMwithChatTemplate"
+        assert result["tensor_parallel_size"] == result["num_gpus"] == tp
+        [launched] = result["launched"]
+        assert launched["num_gpus"] == tp
+        assert launched["gpu_ids"] == devices
+        assert launched["command"].startswith(f"CUDA_VISIBLE_DEVICES={','.join(map(str, devices))} ")
+        # vLLM shards itself: one process, never torchrun with one rank per GPU.
+        assert "torch.distributed.run" not in launched["command"]
+
+
+@pytest.mark.opencompass
+def test_gpu_config_carries_the_reference_settings(allocations: list[Allocation]) -> None:
+    result, env = allocations[0].opencompass, allocations[0].env
+    assert result["dataset_type"] == "GSM8KDataset" and result["max_out_len"] == 512
+    assert result["model_kwargs"] == {
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.9,
+        "dtype": "bfloat16",
+        "max_model_len": 32768,
+        "trust_remote_code": False,
+        "enforce_eager": True,
+        "distributed_executor_backend": "mp",
+    }
+    assert result["generation_kwargs"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 1}
+    assert result["chat_template_kwargs"] == {"enable_thinking": False}
+    assert result["pred_postprocessor"] == {"type": "extract-non-reasoning-content"}
+    assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == env["HF_DATASETS_OFFLINE"] == "1"
+
+
+def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
+    settings = load_settings(home=tmp_path / "home", eval_device="cpu")
+    placement = place(settings, {})
+    environ = {
+        "PATH": "/usr/bin",
+        "AUTORL_DATABASE_URL": "postgresql://user:pw-0a1b2c@db/autorl",
+        "AUTORL_ADMIN_TOKEN": "pw-0a1b2c",
+        "HF_TOKEN": "pw-0a1b2c",
+        "NCCL_NVLS_ENABLE": "0",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
+    env = subprocess_environment(environ, run_dir=tmp_path, cache_dir=tmp_path / "cache", placement=placement)
+    assert not any("pw-0a1b2c" in value for value in env.values())
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # a CPU evaluation sees no GPU
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin")) is None, reason="needs uv")
+def test_evaluator_image_lock_resolves_for_linux_python_312() -> None:
+    uv = shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin"))
+    assert uv is not None
+    resolved = subprocess.run(
+        [uv, "pip", "compile", str(LOCK), *LOCK_PLATFORM, "--no-header", "--no-annotate", "--quiet"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    ).stdout
+    pins = re.compile(r"^([A-Za-z0-9._-]+)(?:\[[^\]]*\])?==(\S+)", re.MULTILINE)
+    locked = dict(pins.findall(LOCK.read_text()))
+    assert dict(pins.findall(resolved)) == locked
+    assert locked["opencompass"] == "0.5.2" and locked["vllm"] == "0.13.0"
+    assert locked["transformers"].startswith("4.")
+    # The worker runs in the same environment: every dependency of the core is locked.
+    core = (REPO_ROOT / "pyproject.toml").read_text().split("dependencies = [", 1)[1].split("]", 1)[0]
+    for requirement in re.findall(r'"([A-Za-z0-9_-]+)', core):
+        assert requirement.lower().replace("_", "-") in {name.lower() for name in locked}, requirement

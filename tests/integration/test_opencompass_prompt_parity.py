@@ -1,0 +1,182 @@
+"""Same model input under transformers 4 (OpenCompass) and 5 (the in-process backend).
+
+OpenCompass's side is its own code in ``.venv-opencompass``: the generated CPU config loaded
+with its config loader, the dataset, retriever and prompt template it builds, its meta-template
+parsing, ``_convert_chat_messages``, the chat template and ``add_special_tokens=False`` encoding,
+and the stop words its model wrapper derives. Our side is :mod:`autorl_evaluator.opencompass_chat`
+under transformers 5. Checked for the builtin tiny Qwen2 and for a checkpoint saved by
+transformers 5 (through the sanitized view), whose logits must also agree, and do only because
+the view restores the RoPE setting that transformers 4 would otherwise misread.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.tasks import get_task
+from autorl.tasks.base import Problem, read_problems, write_problems
+from autorl_evaluator.model_settings import settings_for
+from autorl_evaluator.opencompass_chat import encode, render, stop_words
+from autorl_evaluator.opencompass_config import DATASET_DATA_SUBDIR, ConfigInputs
+from autorl_evaluator.opencompass_config import render as render_config
+from autorl_evaluator.sanitize import build_view
+from tests.support.opencompass_models import save_sharp_model
+
+pytestmark = pytest.mark.opencompass
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
+PROBLEMS = REPO_ROOT / "tests" / "data" / "gsm8k" / "test.jsonl"
+
+OC_SCRIPT = """
+import json, os, sys
+import torch, transformers
+from mmengine.config import Config
+from opencompass.models.huggingface_above_v4_33 import _convert_chat_messages
+from opencompass.registry import ICL_INFERENCERS, ICL_PROMPT_TEMPLATES, ICL_RETRIEVERS
+from opencompass.utils import build_dataset_from_cfg, build_model_from_cfg
+
+def opencompass_side(config_path):
+    cfg = Config.fromfile(config_path, format_python_code=False)
+    model_cfg = dict(cfg.models[0])
+    model_cfg['tokenizer_only'] = True
+    model = build_model_from_cfg(model_cfg)
+    dataset_cfg = cfg.datasets[0]
+    infer_cfg = dataset_cfg['infer_cfg']
+    retriever_cfg = dict(infer_cfg['retriever'])
+    retriever_cfg['dataset'] = build_dataset_from_cfg(dataset_cfg)
+    retriever = ICL_RETRIEVERS.build(retriever_cfg)
+    inferencer = ICL_INFERENCERS.build(
+        dict(infer_cfg['inferencer'], model=model, max_seq_len=model_cfg['max_seq_len']))
+    prompts = inferencer.get_generation_prompt_list_from_retriever_indices(
+        retriever.retrieve(), retriever, '', max_seq_len=model_cfg['max_seq_len'],
+        prompt_template=ICL_PROMPT_TEMPLATES.build(infer_cfg['prompt_template']))
+    messages = _convert_chat_messages([model.parse_template(p, mode='gen') for p in prompts])
+    texts = [model.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+             for m in messages]
+    ids = [model.tokenizer(t, add_special_tokens=False)['input_ids'] for t in texts]
+    lm = transformers.AutoModelForCausalLM.from_pretrained(cfg.models[0]['path'], torch_dtype=torch.float32)
+    with torch.no_grad():
+        logits = lm(torch.tensor([ids[0]])).logits[0, -1].tolist()
+    return {'texts': texts, 'ids': ids, 'stop_words': sorted(model.stop_words), 'logits': logits,
+            'transformers': transformers.__version__}
+
+
+# One process for every case: importing OpenCompass costs tens of seconds of CPU.
+results = {}
+for name, work in json.load(open(sys.argv[1])).items():
+    os.environ['COMPASS_DATA_CACHE'] = work
+    results[name] = opencompass_side(os.path.join(work, 'config.py'))
+json.dump(results, open(sys.argv[2], 'w'))
+"""
+
+
+def _prepare(view: Path, problems: list[Problem], work: Path) -> str:
+    """A work folder with OpenCompass's data and the generated CPU config for ``view``."""
+    work.mkdir()
+    write_problems(work / DATASET_DATA_SUBDIR / "test.jsonl", problems)
+    write_problems(work / DATASET_DATA_SUBDIR / "train.jsonl", [])
+    model_config = json.loads((view / "config.json").read_text())
+    inputs = ConfigInputs(view, get_task("gsm8k"), 32, settings_for(model_config), None, 4)
+    (work / "config.py").write_text(render_config(inputs))
+    return str(work)
+
+
+def _our_side(model_dir: Path, problems: list[Problem]) -> dict[str, Any]:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    assert transformers.__version__.startswith("5.")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    task = get_task("gsm8k")
+    texts = [render(tokenizer, task.build_messages(problem.question)) for problem in problems]
+    ids = [encode(tokenizer, text) for text in texts]
+    eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids[0]])).logits[0, -1].tolist()
+    return {"texts": texts, "ids": ids, "stop_words": stop_words(tokenizer, eos), "logits": logits}
+
+
+@pytest.fixture(scope="module")
+def problems() -> list[Problem]:
+    return read_problems(PROBLEMS)[:4]
+
+
+@pytest.fixture(scope="module")
+def saved_by_transformers5(tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_sharp_model(tiny_base_model, tmp_path_factory.mktemp("t5") / "model")
+
+
+@pytest.fixture(scope="module")
+def opencompass_side(
+    tiny_base_model: Path,
+    saved_by_transformers5: Path,
+    problems: list[Problem],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, dict[str, Any]]:
+    """OpenCompass's view of three checkpoints: the builtin tiny Qwen2, the transformers 5
+    checkpoint through the sanitized view, and that view with the checkpoint's own config.json."""
+    root = tmp_path_factory.mktemp("oc-side")
+    tiny_view = build_view(tiny_base_model, root / "tiny-view")
+    t5_view = build_view(saved_by_transformers5, root / "t5-view")
+    unfixed = root / "t5-unfixed"
+    shutil.copytree(t5_view, unfixed)
+    unfixed.chmod(0o755)
+    (unfixed / "config.json").chmod(0o644)
+    shutil.copyfile(saved_by_transformers5 / "config.json", unfixed / "config.json")
+    cases = {
+        "tiny": _prepare(tiny_view, problems, root / "tiny"),
+        "t5": _prepare(t5_view, problems, root / "t5"),
+        "t5-unfixed": _prepare(unfixed, problems, root / "t5-unfixed-work"),
+    }
+    (root / "cases.json").write_text(json.dumps(cases))
+    subprocess.run(
+        [str(OC_PYTHON), "-c", OC_SCRIPT, str(root / "cases.json"), str(root / "out.json")],
+        check=True,
+        capture_output=True,
+        cwd=root,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(root)},
+    )
+    results: dict[str, dict[str, Any]] = json.loads((root / "out.json").read_text())
+    assert {r["transformers"][:2] for r in results.values()} == {"4."}
+    return results
+
+
+def _max_abs_difference(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def test_builtin_tiny_qwen2_prompts_and_ids_are_identical(
+    tiny_base_model: Path, problems: list[Problem], opencompass_side: dict[str, dict[str, Any]]
+) -> None:
+    theirs = opencompass_side["tiny"]
+    ours = _our_side(tiny_base_model, problems)
+    assert ours["texts"] == theirs["texts"]
+    assert ours["ids"] == theirs["ids"]
+    assert ours["stop_words"] == theirs["stop_words"] == ["<|endoftext|>", "<|im_end|>"]
+    # OpenCompass's own turns: every user turn ends with the newline its meta template adds.
+    assert theirs["texts"][0].count("Answer:\n<|im_end|>") == 5
+
+
+def test_a_transformers5_checkpoint_reaches_transformers4_intact_through_the_view(
+    saved_by_transformers5: Path, problems: list[Problem], opencompass_side: dict[str, dict[str, Any]]
+) -> None:
+    theirs = opencompass_side["t5"]
+    ours = _our_side(saved_by_transformers5, problems)
+    assert ours["texts"] == theirs["texts"]
+    assert ours["ids"] == theirs["ids"]
+    assert ours["stop_words"] == theirs["stop_words"]
+    assert _max_abs_difference(ours["logits"], theirs["logits"]) < 1e-3
+    # Without the view's config fix transformers 4 runs another model (RoPE theta 10000).
+    misread = opencompass_side["t5-unfixed"]
+    assert misread["ids"] == ours["ids"]
+    assert _max_abs_difference(ours["logits"], misread["logits"]) > 1.0

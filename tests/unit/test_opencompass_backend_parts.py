@@ -1,0 +1,100 @@
+"""The opencompass backend's small parts: device placement, summary reading, OpenCompass's chat shaping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autorl.errors import EvaluationError
+from autorl.settings import Settings
+from autorl.tasks.base import Problem
+from autorl_evaluator.backends.opencompass import place, read_summary_accuracy, redact, visible_gpus
+from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
+
+HEADER = "dataset,version,metric,mode,submission\n"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "0,1,2"}, [0, 1, 2]),
+        ({"CUDA_VISIBLE_DEVICES": "3, 5"}, [3, 5]),
+        ({"CUDA_VISIBLE_DEVICES": ""}, []),
+        # CUDA stops at the first invalid index: "1,-1,2" means device 1 only.
+        ({"CUDA_VISIBLE_DEVICES": "1,-1,2"}, [1]),
+    ],
+)
+def test_visible_gpus_follow_cuda_visible_devices(environ: dict[str, str], expected: list[int]) -> None:
+    assert visible_gpus(environ) == expected
+
+
+def test_device_uuids_are_refused_with_the_fix() -> None:
+    with pytest.raises(EvaluationError, match="integer indices"):
+        visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f6c1a2e-0000-0000-0000-000000000000"})
+
+
+def test_placement(make_settings: Callable[..., Settings]) -> None:
+    assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}).gpu is None
+    assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}).gpu is None
+    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "4,5,6"}).gpu
+    assert gpu is not None and gpu.devices == (4, 5) and gpu.cuda_visible_devices == "4,5"
+    with pytest.raises(EvaluationError, match="no GPU is visible"):
+        place(make_settings(eval_device="cuda"), {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_summary_accuracy_is_read_and_a_dash_or_missing_row_is_no_score(tmp_path: Path) -> None:
+    def summary(name: str, body: str) -> Path:
+        work = tmp_path / name
+        (work / "20261129_100000" / "summary").mkdir(parents=True)
+        (work / "20261129_100000" / "summary" / "summary_20261129_100000.csv").write_text(HEADER + body)
+        return work
+
+    assert read_summary_accuracy(summary("ok", "gsm8k,1d7fe4,accuracy,gen,62.50\n")) == 62.5
+    assert read_summary_accuracy(summary("dash", "gsm8k,-,-,-,-\n")) is None
+    assert read_summary_accuracy(summary("missing", "math,abc,accuracy,gen,10.00\n")) is None
+    assert read_summary_accuracy(tmp_path / "nothing") is None
+
+
+def test_newest_summary_wins(tmp_path: Path) -> None:
+    for stamp, value in (("20261129_100000", "-"), ("20261129_110000", "25.00")):
+        folder = tmp_path / stamp / "summary"
+        folder.mkdir(parents=True)
+        (folder / f"summary_{stamp}.csv").write_text(HEADER + f"gsm8k,1d7fe4,accuracy,gen,{value}\n")
+    assert read_summary_accuracy(tmp_path) == 25.0
+
+
+def test_log_lines_quoting_a_test_problem_are_removed() -> None:
+    problem = Problem(
+        "Leah buys 6 packs of juice boxes with 8 boxes in each pack. How many boxes does she have?",
+        "Leah buys 6*8=<<6*8=48>>48 juice boxes.\n#### 48",
+    )
+    log = "\n".join(
+        [
+            "loading model",
+            f"prompt: [{problem.question[10:90]}]",
+            "ValueError: cannot load weights",
+        ]
+    )
+    assert redact(log, [problem]) == "loading model\nValueError: cannot load weights"
+
+
+def test_opencompass_shapes_turns_as_its_meta_template_does() -> None:
+    messages = [
+        {"role": "user", "content": "Question: 1+1?\nAnswer:"},
+        {"role": "assistant", "content": "The answer is 2\n"},
+        {"role": "user", "content": "Question: 2+2?\nAnswer:"},
+        {"role": "user", "content": ""},
+    ]
+    assert opencompass_messages(messages) == [
+        {"role": "user", "content": "Question: 1+1?\nAnswer:\n"},
+        {"role": "assistant", "content": "The answer is 2\n"},
+        # The empty user turn still carries the meta template's newline, and is merged with "\n".
+        {"role": "user", "content": "Question: 2+2?\nAnswer:\n\n\n"},
+    ]
+
+
+def test_a_completion_is_cut_at_every_stop_word() -> None:
+    text = "The answer is 4<|im_end|><|endoftext|><|endoftext|>"
+    assert cut_at_stop_words(text, ["<|endoftext|>", "<|im_end|>"]) == "The answer is 4"
