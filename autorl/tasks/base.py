@@ -64,14 +64,42 @@ class Task(ABC):
     def build_messages(self, question: str) -> list[dict[str, str]]:
         """The few-shot turns followed by the user turn asking ``question``."""
 
-    def render_prompt(self, tokenizer: ChatTokenizer, question: str) -> str:
-        """The prompt text in the model's own chat template, ready for generation."""
+    def render_prompt(self, tokenizer: ChatTokenizer, question: str, **template_kwargs: Any) -> str:
+        """The prompt text exactly as the evaluator feeds it to the model: the few-shot turns and the
+        question shaped as OpenCompass shapes them (:func:`evaluation_messages`), in the model's own
+        chat template with the generation prompt. Agents that train on this text train on what is
+        scored."""
         rendered = tokenizer.apply_chat_template(
-            self.build_messages(question), tokenize=False, add_generation_prompt=True
+            evaluation_messages(self.build_messages(question)),
+            tokenize=False,
+            add_generation_prompt=True,
+            **template_kwargs,
         )
         if not isinstance(rendered, str):
             raise TypeError(f"apply_chat_template returned {type(rendered).__name__}, expected str")
         return rendered
+
+
+#: What OpenCompass's default meta template appends to every user turn: its round is
+#: ``HUMAN, SYSTEM→HUMAN, BOT``, and the empty SYSTEM slot becomes a HUMAN turn merged into the
+#: previous one with a newline. The dataset config does not write it; the model sees it.
+USER_TURN_SUFFIX = "\n"
+
+
+def evaluation_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Chat turns as OpenCompass (``HuggingFacewithChatTemplate``, ``VLLMwithChatTemplate``) hands them
+    to the chat template: a newline after every user turn, empty turns dropped, consecutive turns of
+    one role merged with a newline."""
+    merged: list[dict[str, str]] = []
+    for message in messages:
+        content = message["content"] + USER_TURN_SUFFIX if message["role"] == "user" else message["content"]
+        if not content:
+            continue
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = {"role": message["role"], "content": merged[-1]["content"] + "\n" + content}
+        else:
+            merged.append({"role": message["role"], "content": content})
+    return merged
 
 
 def read_problems(path: Path) -> list[Problem]:

@@ -22,7 +22,7 @@ import pytest
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, read_problems, write_problems
 from autorl_evaluator.model_settings import settings_for
-from autorl_evaluator.opencompass_chat import encode, render, stop_words
+from autorl_evaluator.opencompass_chat import encode, stop_words
 from autorl_evaluator.opencompass_config import DATASET_DATA_SUBDIR, ConfigInputs
 from autorl_evaluator.opencompass_config import render as render_config
 from autorl_evaluator.sanitize import build_view
@@ -96,7 +96,8 @@ def _our_side(model_dir: Path, problems: list[Problem]) -> dict[str, Any]:
     assert transformers.__version__.startswith("5.")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     task = get_task("gsm8k")
-    texts = [render(tokenizer, task.build_messages(problem.question)) for problem in problems]
+    # The prompt agents train on (Task.render_prompt) is the one OpenCompass must produce.
+    texts = [task.render_prompt(tokenizer, problem.question) for problem in problems]
     ids = [encode(tokenizer, text) for text in texts]
     eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

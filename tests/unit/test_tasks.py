@@ -14,7 +14,7 @@ import pytest
 from autorl.errors import ConfigurationError, UnknownTaskError
 from autorl.tasks import Problem, Task, get_task, task_names
 from autorl.tasks.arith import ArithTask, generate_problems
-from autorl.tasks.base import ChatTokenizer, read_problems
+from autorl.tasks.base import ChatTokenizer, evaluation_messages, read_problems
 from autorl.tasks.gsm8k import GSM8KTask, extract_answer, is_correct
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -208,7 +208,8 @@ def test_gsm8k_prompt_is_opencompass_4_shot(chat_tokenizer: ChatTokenizer) -> No
     assert [extract_answer(text) for text in responses] == ["4", "201", "140", "146"]
     assert all(re.search(r"\nThe answer is \d+\n$", text) for text in responses)
     assert prompt.endswith(
-        _turn("user", f"Question: {question}\nLet's think step by step\nAnswer:") + "<|im_start|>assistant\n"
+        _turn("user", f"Question: {question}\nLet's think step by step\nAnswer:\n")
+        + "<|im_start|>assistant\n"
     )
 
 
@@ -216,7 +217,10 @@ def test_arith_prompt_uses_its_own_exemplars(chat_tokenizer: ChatTokenizer) -> N
     task = ArithTask()
     problem = task.test_problems()[0]
     prompt = task.render_prompt(chat_tokenizer, problem.question)
-    expected = "".join(_turn(m["role"], m["content"]) for m in task.build_messages(problem.question))
+    # OpenCompass's meta template ends every user turn with a newline; the training prompt does too.
+    messages = evaluation_messages(task.build_messages(problem.question))
+    assert all(m["content"].endswith("\n") for m in messages if m["role"] == "user")
+    expected = "".join(_turn(m["role"], m["content"]) for m in messages)
     assert prompt == expected + "<|im_start|>assistant\n"
     assert "Angelo" not in prompt
     assert prompt.count("Let's think step by step") == 5

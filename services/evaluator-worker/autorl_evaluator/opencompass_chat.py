@@ -20,35 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-#: What OpenCompass's meta template appends to every user turn (step 1 above).
-USER_TURN_SUFFIX = "\n"
-
-
-def opencompass_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
-    """``messages`` (a task's few-shot turns and question) as OpenCompass hands them to the template."""
-    shaped = [
-        {
-            "role": m["role"],
-            "content": m["content"] + USER_TURN_SUFFIX if m["role"] == "user" else m["content"],
-        }
-        for m in messages
-    ]
-    merged: list[dict[str, str]] = []
-    for message in shaped:
-        if not message["content"]:
-            continue
-        if merged and merged[-1]["role"] == message["role"]:
-            merged[-1] = {
-                "role": message["role"],
-                "content": merged[-1]["content"] + "\n" + message["content"],
-            }
-        else:
-            merged.append(message)
-    return merged
+from autorl.tasks.base import evaluation_messages as opencompass_messages
 
 
 def render(tokenizer: Any, messages: Sequence[dict[str, str]], **template_kwargs: Any) -> str:
-    """The prompt text: the chat template over OpenCompass's turns, generation prompt on."""
+    """The prompt text: the chat template over OpenCompass's turns (step 1 and 2 live in the core,
+    :func:`autorl.tasks.base.evaluation_messages`, so that agents train on the same text)."""
     text = tokenizer.apply_chat_template(
         opencompass_messages(messages), add_generation_prompt=True, tokenize=False, **template_kwargs
     )

@@ -28,7 +28,7 @@ from autorl.settings import Settings
 from autorl.tasks.base import Problem, Task
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.model_settings import ModelSettings, settings_for
-from autorl_evaluator.opencompass_chat import cut_at_stop_words, render, stop_words
+from autorl_evaluator.opencompass_chat import cut_at_stop_words, stop_words
 from autorl_evaluator.sanitize import build_view, remove_view
 
 log = logging.getLogger("autorl.evaluator.hf")
@@ -38,7 +38,7 @@ def prompt_texts(tokenizer: Any, task: Task, questions: Sequence[str], model: Mo
     """The prompts this backend generates from: the task's few-shot turns and each question, as
     OpenCompass shapes them, in the model's own chat template with the generation prompt."""
     kwargs = model.chat_template_kwargs()
-    return [render(tokenizer, task.build_messages(question), **kwargs) for question in questions]
+    return [task.render_prompt(tokenizer, question, **kwargs) for question in questions]
 
 
 def eos_token_ids(tokenizer: Any, *generation_eos: int | Sequence[int] | None) -> list[int]:
