@@ -20,6 +20,10 @@ DEFAULT_HOME = Path("~/.autorl")
 UNSAFE_ADMIN_TOKENS = frozenset({"", "admin", "changeme", "change-me", "secret", "token", "autorl"})
 EVAL_TIMEOUT_S = 7200
 SUBMIT_WAIT_S = 540.0
+#: Measured on one H200 (docs/PERFORMANCE.md): at batch 64 a decode step costs about what it costs at
+#: 256, so a small GPU batch leaves the device idle; 256 fits an 80 GB card with GSM8K's long prompts.
+GPU_EVAL_BATCH_SIZE = 256
+CPU_EVAL_BATCH_SIZE = 64
 
 
 def _secrets_dir() -> str | None:
@@ -63,12 +67,22 @@ class Settings(BaseSettings):
     eval_max_new_tokens: int | None = Field(
         None, gt=0, description="Override the task's generation limit (recorded in the evaluation key)."
     )
-    eval_batch_size: int = Field(64, gt=0, description="Prompts per generation batch (hf backend).")
+    eval_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Prompts per generation batch (hf backend; OpenCompass on CPU). Default: "
+        f"{CPU_EVAL_BATCH_SIZE} on CPU, {GPU_EVAL_BATCH_SIZE} on a GPU (halved after out-of-memory).",
+    )
     eval_device: str | None = Field(
         None, description="torch device for the hf backend (default: cuda if any)."
     )
     opencompass_bin: Path = Field(
         Path(".venv-opencompass/bin/opencompass"), description="The opencompass command of its own venv."
+    )
+    opencompass_keep_runs: bool = Field(
+        False,
+        description="Keep each OpenCompass evaluation folder (config, logs, predictions) after a success "
+        "too; failed ones are always kept. Evaluator storage only: the folders hold test questions.",
     )
     public_url: str = Field("http://127.0.0.1:8000", description="Base URL agents use to reach the grader.")
 

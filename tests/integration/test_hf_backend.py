@@ -120,3 +120,33 @@ def test_backends_by_name() -> None:
     assert get_backend("opencompass").name == "opencompass"
     with pytest.raises(ConfigurationError, match=r"set AUTORL_EVAL_BACKEND to one of hf, opencompass"):
         get_backend("vllm-direct")
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
+    evaluated: EvalResult,
+    trained_tiny_model: TrainedModel,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GPU out-of-memory error cannot be produced on this machine; batches above two prompts are
+    made to raise it, the way CUDA does, and the real generation runs for the smaller ones."""
+    import torch
+
+    from autorl_evaluator.backends import hf
+
+    real = hf._generate_batch
+    sizes: list[int] = []
+
+    def small_batches_only(model: Any, tokenizer: Any, texts: Any, *args: Any) -> Any:
+        sizes.append(len(texts))
+        if len(texts) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, tokenizer, texts, *args)
+
+    monkeypatch.setattr(hf, "_generate_batch", small_batches_only)
+    result = get_backend("hf").evaluate(
+        trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+    )
+    assert sizes[:3] == [BATCH_SIZE, 2, 2]  # 5 → 2, then it stays at the size that fits
+    assert result.completions == evaluated.completions
+    assert result.scores == evaluated.scores

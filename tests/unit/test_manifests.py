@@ -261,6 +261,7 @@ def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> Non
         "model": "Qwen/Qwen2.5-1.5B",
         "timeout_s": 3600,
         "max_submissions": 100,
+        "protocol": "opencompass",
         "workspace": "/shared/experiments/team-a/gsm8k-grpo",
         "output_dir": "/shared/experiments/team-a/gsm8k-grpo/output",
         "base_model_dir": "/shared/cache/models/hub/Qwen--Qwen2.5-1.5B",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import EvaluationError
-from autorl.settings import Settings
+from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.model_settings import ModelSettings, settings_for
@@ -94,27 +94,33 @@ def _generate(
     # The model's own generation config falls back to config.json's eos when the file is absent.
     eos_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id, generation_eos)
     texts = prompt_texts(tokenizer, task, [problem.question for problem in problems], model_settings)
-    batch_size = settings.eval_batch_size
+    batch_size = settings.eval_batch_size or (
+        GPU_EVAL_BATCH_SIZE if device.type == "cuda" else CPU_EVAL_BATCH_SIZE
+    )
     completions: list[str] = []
     new_tokens = truncated = 0
     generation_started = time.monotonic()
-    for start in range(0, len(texts), batch_size):
-        input_ids, attention_mask, cut = _encode_batch(
-            tokenizer, texts[start : start + batch_size], model_settings.max_seq_len
-        )
-        truncated += cut
-        encoded = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
-        with torch.inference_mode():
-            output = model.generate(
-                **encoded,
-                **model_settings.hf_generation_kwargs(),
-                max_new_tokens=max_new_tokens,
-                eos_token_id=eos_ids or None,
-                pad_token_id=tokenizer.pad_token_id,
+    start = 0
+    while start < len(texts):
+        batch = texts[start : start + batch_size]
+        try:
+            output, input_width, cut = _generate_batch(
+                model, tokenizer, batch, device, model_settings, max_new_tokens, eos_ids
             )
-        generated = output[:, encoded["input_ids"].shape[1] :].cpu()
+        except torch.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+            # Greedy decoding does not depend on the batch it runs in (up to numerical ties), so a
+            # smaller batch that fits gives the same completions.
+            batch_size = max(1, batch_size // 2)
+            torch.cuda.empty_cache()
+            log.warning("event=hf_out_of_memory new_batch_size=%d", batch_size)
+            continue
+        truncated += cut
+        generated = output[:, input_width:].cpu()
         new_tokens += int((generated != tokenizer.pad_token_id).sum())
         completions.extend(cut_at_stop_words(text, words) for text in tokenizer.batch_decode(generated))
+        start += len(batch)
         log.info(
             "event=hf_batch done=%d total=%d seconds=%.1f",
             len(completions),
@@ -134,6 +140,31 @@ def _generate(
         "tensor_parallel_size": 1,
     }
     return completions, details
+
+
+def _generate_batch(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    device: Any,
+    model_settings: ModelSettings,
+    max_new_tokens: int,
+    eos_ids: list[int],
+) -> tuple[Any, int, int]:
+    """Greedy generation for one batch: (output ids, prompt width, prompts truncated)."""
+    import torch
+
+    input_ids, attention_mask, cut = _encode_batch(tokenizer, texts, model_settings.max_seq_len)
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            **model_settings.hf_generation_kwargs(),
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_ids or None,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return output, int(input_ids.shape[1]), cut
 
 
 def _encode_batch(tokenizer: Any, texts: Sequence[str], max_len: int) -> tuple[Any, Any, int]:

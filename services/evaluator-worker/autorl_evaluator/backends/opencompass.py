@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from autorl.errors import EvaluationError
-from autorl.settings import Settings
+from autorl.settings import CPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
@@ -220,7 +220,7 @@ class OpenCompassBackend:
                     max_out_len=max_out_len,
                     model=settings_for(model_config),
                     gpu=placement.gpu,
-                    cpu_batch_size=settings.eval_batch_size,
+                    cpu_batch_size=settings.eval_batch_size or CPU_EVAL_BATCH_SIZE,
                 )
             ),
             encoding="utf-8",
