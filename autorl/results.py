@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import re
 import secrets
 import sys
 from collections.abc import Sequence
@@ -74,9 +75,13 @@ def results_path(home: Path) -> Path:
 
 
 def new_run_id(task: str, now: datetime | None = None) -> str:
-    """A sortable, unique id: UTC time, task, random suffix (``20261129T231500Z-arith-4f1c2a``)."""
+    """A sortable, unique id: UTC time, task, random suffix (``20261129-231500-arith-4f1c2a``).
+
+    Lowercase letters, digits and ``-`` only: it also names the experiment (a DNS-1123 name).
+    """
     moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return f"{moment:%Y%m%dT%H%M%SZ}-{task}-{secrets.token_hex(3)}"
+    safe_task = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-") or "task"
+    return f"{moment:%Y%m%d-%H%M%S}-{safe_task}-{secrets.token_hex(3)}"
 
 
 def utc_timestamp(now: datetime | None = None) -> str:
@@ -163,6 +168,9 @@ def _print_table(rows: list[ResultRow]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)  # piped or redirected: whole values, not ellipses at 80 columns
     table = Table(title="AutoRL runs", title_justify="left")
     shown = ("run_id", "task", "agent", "base_model", "baseline", "best_score", "improvement")
     for name in (*shown, "submissions", "duration_s", "status"):
@@ -170,7 +178,7 @@ def _print_table(rows: list[ResultRow]) -> None:
     for row in rows:
         cells = [_format_cell(name, getattr(row, name)) or "-" for name in shown]
         table.add_row(*cells, str(row.submissions), f"{row.duration_s:.0f}", row.status)
-    Console().print(table)
+    console.print(table)
 
 
 def _run(args: argparse.Namespace) -> int:

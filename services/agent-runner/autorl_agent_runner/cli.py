@@ -75,7 +75,12 @@ def _run(args: argparse.Namespace) -> int:
     from autorl_agent_runner.agents import resolve_agent
     from autorl_agent_runner.environment import ContractValues, parse_env_items
     from autorl_agent_runner.runner import AgentRunner, RunnerConfig
-    from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, resolve_mode
+    from autorl_agent_runner.sandbox import (
+        SandboxMode,
+        can_share_base_model,
+        check_agent_readable,
+        resolve_mode,
+    )
     from autorl_agent_runner.workspace import RUN_MARKER_FILE, Workspace, create_workspace
 
     missing = [
@@ -95,6 +100,8 @@ def _run(args: argparse.Namespace) -> int:
         agent = resolve_agent(args.agent)
         task = get_task(args.task)
         passed = parse_env_items(args.env, os.environ)
+        if agent.folder is not None:
+            check_agent_readable(resolve_mode(SandboxMode(args.sandbox)), Path(agent.argv[0]))
     except AutoRLError as exc:
         raise UsageError(str(exc)) from exc
     settings = load_settings()
@@ -134,7 +141,9 @@ def _run(args: argparse.Namespace) -> int:
         agent=agent,
         passed_env=passed,
         sandbox=SandboxMode(args.sandbox),
-        hidden=[p for p in (settings.home, settings.cache_dir, settings.eval_dir) if p is not None],
+        hidden=[
+            p for p in (settings.home, settings.cache_dir, settings.eval_dir, Path.home()) if p is not None
+        ],
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,
     )

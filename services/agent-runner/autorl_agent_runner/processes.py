@@ -58,6 +58,9 @@ class AgentProcesses:
     run_marker: str
     uid: int | None = None
     gid: int | None = None
+    #: The leader is a wrapper (bubblewrap) that dies on SIGTERM and takes the agent with it at
+    #: once; SIGTERM then goes to the agent's own processes only, so that the grace period holds.
+    wrapped: bool = False
 
     def alive(self) -> list[int]:
         """Live (non-zombie) processes of this run, the runner itself excluded."""
@@ -85,9 +88,13 @@ class AgentProcesses:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.leader_pid, signum)
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.leader_pid, signum)
+        spare_leader = self.wrapped and signum != signal.SIGKILL
+        if not spare_leader:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.leader_pid, signum)
         for pid in self.alive():
+            if spare_leader and pid == self.leader_pid:
+                continue
             try:
                 os.kill(pid, signum)
             except (ProcessLookupError, PermissionError):

@@ -176,7 +176,13 @@ class AgentRunner:
                 f"agent {config.agent.name} cannot be started ({exc.strerror}); an executable script "
                 "needs a shebang line such as #!/usr/bin/env python3"
             ) from exc
-        self._processes = AgentProcesses(self._process.pid, marker, uid=self._plan.uid, gid=self._plan.gid)
+        self._processes = AgentProcesses(
+            self._process.pid,
+            marker,
+            uid=self._plan.uid,
+            gid=self._plan.gid,
+            wrapped=self._plan.mode is SandboxMode.BWRAP,
+        )
         self._event(
             "agent_started", pid=self._process.pid, sandbox=self._plan.mode.value, end_time=self.end_time
         )

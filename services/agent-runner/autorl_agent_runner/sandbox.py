@@ -262,16 +262,21 @@ def plan_bwrap_sandbox(
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap) ; or use --sandbox none")
-    args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for root in _outermost(h for h in hidden if h.exists()):
+    args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
+    covers = _outermost([*(h for h in hidden if h.exists()), *(t for t in _SHARED_TMP if t.is_dir())])
+    for root in covers:
         args += ["--tmpfs", str(root)]
+    # What the agent must read but a tmpfs now hides: its interpreter, its own folder.
     for path in [*runtime_paths(), *exposed]:
-        if any(_inside(path, h) for h in hidden):
+        if any(path == c or _inside(path, c) for c in covers):
             args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(workspace), str(workspace)]
     for folder in read_only:
         args += ["--ro-bind", str(folder), str(folder)]
     args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", str(workspace), "--"]
+    # bubblewrap sets PWD after --chdir (after any --unsetenv); the agent's environment must be
+    # exactly the contract's.
+    args += [shutil.which("env") or "/usr/bin/env", "-u", "PWD", "--"]
     return SandboxPlan(mode=SandboxMode.BWRAP, prefix=tuple(args))
 
 
@@ -279,8 +284,9 @@ def unsandboxed_warning(reason: str) -> str:
     return (
         "WARNING: the agent runs WITHOUT a sandbox "
         f"({reason}). It runs as {_whoami()} and can read everything that user can (the platform "
-        "home with its database and tokens, other runs), and signal platform processes. Run the "
-        "platform as root (the agent then gets a user of its own) or install bubblewrap."
+        "home with its database and tokens, other runs), and signal platform processes. For "
+        "isolation, run the platform as root (the agent then gets a user of its own) or install "
+        "bubblewrap, and leave --sandbox at auto."
     )
 
 
@@ -352,11 +358,29 @@ def can_share_base_model(mode: SandboxMode) -> bool:
     return mode is not SandboxMode.NONE or os.geteuid() != 0
 
 
+def check_agent_readable(mode: SandboxMode, program: Path) -> None:
+    """In the ``user`` sandbox the agent runs as another user: its program must be readable.
+
+    The folders above it need not be (the sandbox re-creates the path), its own folder and the
+    file must. Checked before anything starts, so that the failure is a message, not a run.
+    """
+    if mode is not SandboxMode.USER:
+        return
+    folder = program.parent
+    if (folder.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH)) != stat.S_IROTH | stat.S_IXOTH or (
+        program.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH)
+    ) != stat.S_IROTH | stat.S_IXOTH:
+        raise SandboxError(
+            f"the agent {program} is not readable by the sandboxed agent's user; run "
+            f"`chmod o+rx {folder} {program}` or pass --sandbox none"
+        )
+
+
 def give_to_agent(paths: Iterable[Path], uid: int, gid: int) -> None:
-    """Let the agent's user write these folders (the workspace root, code/, output/)."""
+    """Let the agent's user, and only it, write and read these folders (workspace root, code/, output/)."""
     for path in paths:
         os.chown(path, uid, gid)
-        path.chmod(0o755)
+        path.chmod(0o700)
 
 
 def reclaim(root: Path) -> None:

@@ -35,7 +35,7 @@ from autorl.tasks import Task, get_task
 from autorl_agent_runner.agents import AgentCommand, resolve_agent
 from autorl_agent_runner.environment import ContractValues, parse_env_items
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
-from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, resolve_mode
+from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, check_agent_readable, resolve_mode
 from autorl_agent_runner.workspace import Workspace, check_workspace_free, create_workspace
 from autorl_controller.local.admin import AdminClient
 from autorl_controller.local.progress import Progress, fmt_duration, fmt_score
@@ -71,12 +71,15 @@ class RunFailedError(AutoRLError):
 
 def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> int:
     """Run the experiment; return the process exit code (0, 1 failed, 130 interrupted)."""
+    started = time.time()
     settings = settings or load_settings()
     try:
         task = get_task(config.task)
         agent = resolve_agent(config.agent)
         passed = parse_env_items(config.env, os.environ)
         sandbox = SandboxMode(config.sandbox)
+        if agent.folder is not None:
+            check_agent_readable(resolve_mode(sandbox), Path(agent.argv[0]))
     except (AutoRLError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if port_in_use(config.port):
@@ -102,7 +105,7 @@ def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> 
         data_dir = task.download_train_data(
             settings.data_dir / task.name, source_dir=settings.data_source_dir
         )
-    prepared = Prepared(base_dir=base_dir, train_data_dir=data_dir.parent)
+    prepared = Prepared(base_dir=base_dir, train_data_dir=data_dir.parent, started=started)
     run = LocalRun(config, settings, task, agent, passed, sandbox, run_id, run_dir, workspace_root, prepared)
     return run.execute()
 
@@ -111,6 +114,8 @@ def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> 
 class Prepared:
     base_dir: Path
     train_data_dir: Path
+    #: When `autorl run` began: a run's duration includes preparing the model and data.
+    started: float
 
 
 class LocalRun:
@@ -152,7 +157,6 @@ class LocalRun:
     # --- the whole run ----------------------------------------------------------------------
 
     def execute(self) -> int:
-        started = time.time()
         status: RunStatus = "failed"
         message: str | None = None
         timed_out = False
@@ -171,7 +175,7 @@ class LocalRun:
             # A second Ctrl-C must not leave services running or the run unrecorded.
             with _ignore_sigint():
                 self._finalize(status, message, timed_out)
-                row = self._record(status, started)
+                row = self._record(status, self.prepared.started)
         self._print_summary(row, message)
         return exit_code
 
@@ -216,15 +220,20 @@ class LocalRun:
             )
         self.progress.set_baseline(baseline.get("score"))
         self.progress.note(f"baseline score {fmt_score(baseline.get('score'))}")
-        outcome = self._run_agent(workspace, registered)
-        self.progress.phase("finishing", "waiting for evaluations in flight")
-        self._wait_in_flight()
+        with GradingClient(registered["grading_server_url"]) as client:
+            runner, outcome = self._run_agent(workspace, registered, client)
+            self.progress.phase("finishing", "waiting for evaluations in flight")
+            self._wait_in_flight()
+            # The mirrors' last refresh: with the scores of evaluations that ended after the agent.
+            runner.refresh_mirrors()
         if outcome.exit_code not in (0, None) and not outcome.timed_out:
             note = f"the agent exited with code {outcome.exit_code}; see {workspace.agent_log}"
             return "failed", note, False
         return "completed", None, outcome.timed_out
 
-    def _run_agent(self, workspace: Workspace, registered: dict[str, Any]) -> AgentOutcome:
+    def _run_agent(
+        self, workspace: Workspace, registered: dict[str, Any], client: GradingClient
+    ) -> tuple[AgentRunner, AgentOutcome]:
         config = self.config
         contract = ContractValues(
             grading_server_url=registered["grading_server_url"],
@@ -253,18 +262,18 @@ class LocalRun:
         poller = threading.Thread(target=self._poll, name="autorl-progress", daemon=True)
         poller.start()
         try:
-            with GradingClient(contract.grading_server_url) as client:
-                runner = AgentRunner(runner_config, client)
-                outcome = runner.run()
+            runner = AgentRunner(runner_config, client)
+            outcome = runner.run()
         finally:
             self._stop_polling.set()
             poller.join(timeout=5)
+            self.progress.set_deadline(None)
         if outcome.timed_out:
             killed = " (SIGKILL after the grace period)" if outcome.killed else ""
             self.progress.note(f"agent reached its deadline and was stopped{killed}")
         else:
             self.progress.note(f"agent exited with code {outcome.exit_code}")
-        return outcome
+        return runner, outcome
 
     def _hidden_paths(self) -> list[Path]:
         settings = self.settings

@@ -40,7 +40,8 @@ class Progress:
     """Thread-safe: the main thread sets phases, a poller thread feeds submissions."""
 
     def __init__(self, title: str, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        # soft_wrap: a line in a log file stays one line (no wrapping at 80 columns).
+        self.console = console or Console(stderr=True, soft_wrap=True)
         self.title = title
         self._state = _State()
         self._lock = threading.Lock()
@@ -66,8 +67,10 @@ class Progress:
 
     def phase(self, name: str, detail: str = "") -> None:
         with self._lock:
+            unchanged = (self._state.phase, self._state.detail) == (name, detail)
             self._state.phase, self._state.detail = name, detail
-        self._say(f"phase={name}" + (f" {detail}" if detail else ""))
+        if not unchanged:
+            self._say(f"phase={name}" + (f" {detail}" if detail else ""))
 
     def note(self, text: str) -> None:
         """A line that stays in the scrollback in both modes."""

@@ -1,0 +1,377 @@
+"""`autorl run` end to end, as a user runs it: a real grader, a real evaluator worker, real agents.
+
+Kept short: the tiny builtin model, a few test problems, few generated tokens. The database is
+the product's default (SQLite in the run's home) unless AUTORL_DATABASE_URL says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.infra import free_port
+
+pytestmark = pytest.mark.slow
+#: The installed command, as a user runs it.
+AUTORL = str(Path(sys.executable).parent / "autorl")
+
+#: A reference-style agent: plain Python (standard library only), no platform import, no header:
+#: the capability URL alone authenticates it.
+REFERENCE_AGENT = """\
+import json, os, shutil, urllib.error, urllib.request
+
+URL = os.environ["GRADING_SERVER_URL"]
+OUT = os.environ["OUTPUT_DIR"]
+
+
+def call(route, body=None):
+    request = urllib.request.Request(
+        URL + route,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def save(name, answers=None):
+    target = os.path.join(OUT, name)
+    shutil.copytree(os.environ["MODEL_PATH"], target)
+    os.chmod(target, 0o755)
+    for entry in os.listdir(target):
+        os.chmod(os.path.join(target, entry), 0o644)
+    return "output/" + name
+
+
+def record(name, value):
+    with open(os.path.join(OUT, name + ".json"), "w") as handle:
+        json.dump(value, handle)
+"""
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    home: Path
+    seconds: float
+
+    def results(self) -> list[dict[str, object]]:
+        out = subprocess.run(
+            [AUTORL, "results", "--json", "--home", str(self.home)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows: list[dict[str, object]] = json.loads(out)
+        return rows
+
+    def workspace(self) -> Path:
+        return Path(str(self.results()[-1]["workspace"]))
+
+
+@pytest.fixture
+def autorl_run(tmp_path: Path) -> Callable[..., Run]:
+    home = tmp_path / "home"
+
+    def start(*args: str, env: dict[str, str] | None = None, timeout_s: float = 300) -> Run:
+        environment = {
+            **os.environ,
+            "AUTORL_HOME": str(home),
+            "AUTORL_EVAL_LIMIT": "4",
+            "AUTORL_EVAL_MAX_NEW_TOKENS": "8",
+            "AUTORL_EVAL_DEVICE": "cpu",
+            **(env or {}),
+        }
+        started = time.monotonic()
+        done = subprocess.run(
+            [AUTORL, "run", *args],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=timeout_s,
+        )
+        return Run(done.returncode, done.stdout, done.stderr, home, time.monotonic() - started)
+
+    return start
+
+
+def write_agent(tmp_path: Path, body: str) -> str:
+    # Readable by the sandboxed agent's own user (pytest makes its folders private).
+    tmp_path.chmod(0o755)
+    path = tmp_path / "agent.py"
+    path.write_text("#!/usr/bin/env python3\n" + REFERENCE_AGENT + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def leftover_processes(home: Path) -> list[int]:
+    """Processes whose environment names this test's home (grader, workers, agents)."""
+    marker = f"AUTORL_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) -> None:
+    agent = write_agent(
+        tmp_path,
+        """
+        workspace = os.environ["WORKSPACE"]
+        record("mirrors_at_start", {
+            "run_meta": json.load(open(os.path.join(workspace, "run_meta.json"))),
+            "scores": json.load(open(os.path.join(workspace, "scores.json"))),
+        })
+        record("environ", open("/proc/self/environ", "rb").read().decode().split("\\0"))
+        record("time", call("/time"))
+        record("submit", call("/submit", {"model_path": save("copy-of-base")}))
+        """,
+    )
+    run = autorl_run(
+        "-a",
+        agent,
+        "-t",
+        "arith",
+        "-m",
+        "builtin:tiny-qwen2",
+        "--timeout",
+        "120",
+        "--port",
+        str(free_port()),
+        "--env",
+        "LLM_API_KEY",
+        "--env",
+        "MODE=fast",
+        env={"PARENT_SECRET": "hunter2", "LLM_API_KEY": "sk-passed"},
+    )
+    assert run.code == 0, run.stderr
+    assert "baseline" in run.stdout and "best score" in run.stdout and "improvement" in run.stdout
+
+    (row,) = run.results()
+    assert row["status"] == "completed" and row["success"] is True
+    assert row["task"] == "arith" and row["agent"] == agent and row["base_model"] == "builtin:tiny-qwen2"
+    assert isinstance(row["baseline"], float) and isinstance(row["best_score"], float)
+    assert isinstance(row["improvement"], float) and row["submissions"] == 1
+    assert isinstance(row["duration_s"], float) and 0 < row["duration_s"] < run.seconds + 1
+    assert row["driver_model"] is None
+
+    workspace = run.workspace()
+    for name in (
+        "code",
+        "output",
+        "models/tiny-qwen2",
+        "data/train.jsonl",
+        "description.md",
+        "instructions.md",
+        "run_meta.json",
+        "scores.json",
+        "agent.log",
+    ):
+        assert (workspace / name).exists(), name
+    out = workspace / "output"
+
+    status, submitted = json.loads((out / "submit.json").read_text())
+    assert status == 200 and submitted["status"] == "scored"
+    assert submitted["score"] == submitted["baseline_score"]  # identical weights reuse the baseline
+
+    start = json.loads((out / "mirrors_at_start.json").read_text())
+    assert start["run_meta"]["start_time"] is not None
+    assert start["run_meta"]["end_time"] - start["run_meta"]["start_time"] == pytest.approx(120, abs=1)
+    meta = json.loads((workspace / "run_meta.json").read_text())
+    assert meta["last_submit_time"] is not None and meta["timeout_s"] == 120
+    scores = json.loads((workspace / "scores.json").read_text())
+    assert [s["status"] for s in scores["submissions"]] == ["scored"]
+    assert scores["baseline_score"] == row["baseline"]
+
+    environ = dict(item.split("=", 1) for item in json.loads((out / "environ.json").read_text()) if item)
+    assert "PARENT_SECRET" not in environ and "AUTORL_ADMIN_TOKEN" not in environ
+    assert environ["LLM_API_KEY"] == "sk-passed" and environ["MODE"] == "fast"
+    assert environ["GRADING_SERVER_URL"].rsplit("/a/", 1)[1] == environ["AUTORL_TOKEN"]
+    assert not leftover_processes(run.home)
+
+
+def test_deadline_ends_an_agent_that_ignores_sigterm(tmp_path: Path, autorl_run: Callable[..., Run]) -> None:
+    agent = write_agent(
+        tmp_path,
+        """
+        import signal, time
+
+        def late_submission(*_):
+            # After the deadline: the grader must refuse, with a reason.
+            record("late_submit", call("/submit", {"model_path": save("late")}))
+
+        signal.signal(signal.SIGTERM, late_submission)
+        while True:
+            time.sleep(0.2)
+        """,
+    )
+    run = autorl_run(
+        "-a",
+        agent,
+        "-t",
+        "arith",
+        "-m",
+        "builtin:tiny-qwen2",
+        "--timeout",
+        "8",
+        "--grace-period",
+        "3",
+        "--port",
+        str(free_port()),
+    )
+    assert run.code == 0, run.stderr
+    (row,) = run.results()
+    assert row["status"] == "completed" and row["submissions"] == 0 and row["success"] is False
+    workspace = run.workspace()
+    status, refused = json.loads((workspace / "output" / "late_submit.json").read_text())
+    assert status == 403 and "end_time" in refused["detail"]
+    log = (workspace / "agent.log").read_text()
+    assert "event=deadline action=SIGTERM" in log and "signal=SIGKILL" in log
+    assert not leftover_processes(run.home)
+
+
+def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    agent = write_agent(tmp_path, "import time\nopen(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")
+    process = subprocess.Popen(
+        [
+            AUTORL,
+            "run",
+            "-a",
+            agent,
+            "-t",
+            "arith",
+            "-m",
+            "builtin:tiny-qwen2",
+            "--timeout",
+            "300",
+            "--grace-period",
+            "2",
+            "--port",
+            str(free_port()),
+        ],
+        env={
+            **os.environ,
+            "AUTORL_HOME": str(home),
+            "AUTORL_EVAL_LIMIT": "4",
+            "AUTORL_EVAL_MAX_NEW_TOKENS": "8",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not list(home.glob("runs/*/workspace/output/started")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    rows = json.loads(
+        subprocess.run(
+            [AUTORL, "results", "--json", "--home", str(home)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert rows[-1]["status"] == "interrupted" and rows[-1]["success"] is False
+    assert not leftover_processes(home)
+
+
+@pytest.mark.parametrize(
+    ("override", "fix"),
+    [
+        ({"-t": "no-such-task"}, "known tasks"),
+        ({"-a": "no_such_agent"}, "built-in name or the path of an executable"),
+        ({"-m": "builtin:nope"}, "use one of"),
+        ({"-m": "/no/such/model"}, "pass an existing folder"),
+        ({"--timeout": "-5"}, "positive number of seconds"),
+        ({"--env": "NOT_SET_ANYWHERE"}, "export it or pass"),
+    ],
+)
+def test_bad_input_is_one_line_and_starts_nothing(
+    autorl_run: Callable[..., Run], override: dict[str, str], fix: str
+) -> None:
+    flags = {"-t": "arith", "-a": "example_grpo", "-m": "builtin:tiny-qwen2", "--timeout": "60", **override}
+    run = autorl_run(
+        *[part for item in flags.items() for part in item], "--port", str(free_port()), timeout_s=120
+    )
+    assert run.code == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and fix in lines[0], run.stderr
+    assert not (run.home / "results.csv").exists()
+    assert not leftover_processes(run.home)
+
+
+def test_busy_port_and_foreign_workspace_are_refused(tmp_path: Path, autorl_run: Callable[..., Run]) -> None:
+    base = ["-a", "example_grpo", "-t", "arith", "-m", "builtin:tiny-qwen2", "--timeout", "60"]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        run = autorl_run(*base, "--port", str(port), timeout_s=60)
+    assert run.code == 2 and "already in use" in run.stderr and "--port" in run.stderr
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    run = autorl_run(*base, "--port", str(free_port()), "--workspace", str(foreign), timeout_s=60)
+    assert run.code == 2 and "not empty" in run.stderr and "--workspace" in run.stderr
+    assert (foreign / "notes.txt").read_text() == "keep"
+    assert not leftover_processes(run.home)
+
+
+def test_example_agent_runs_sft_then_grpo(tmp_path: Path, autorl_run: Callable[..., Run]) -> None:
+    """The built-in agent, both phases on a small slice: each phase submits, each submission is scored."""
+    run = autorl_run(
+        "-a",
+        "example_grpo",
+        "-t",
+        "arith",
+        "-m",
+        "builtin:tiny-qwen2",
+        "--timeout",
+        "75",
+        "--port",
+        str(free_port()),
+        "--env",
+        "AUTORL_AGENT_ARGS=--max-train-problems 160 --sft-epochs 1 --sft-time-fraction 0.4 --reserve-s 8",
+        env={"AUTORL_EVAL_MAX_NEW_TOKENS": "32"},
+        timeout_s=600,
+    )
+    assert run.code == 0, run.stderr
+    (row,) = run.results()
+    scores = json.loads((run.workspace() / "scores.json").read_text())
+    paths = [s["model_path"] for s in scores["submissions"]]
+    assert any(p.startswith("output/sft-") for p in paths) and any(
+        p.startswith("output/grpo-") for p in paths
+    )
+    assert all(s["status"] == "scored" for s in scores["submissions"]), scores
+    assert row["submissions"] == len(paths)
+    log = (run.workspace() / "agent.log").read_text()
+    assert "event=phase_start phase=sft" in log and "event=phase_start phase=grpo" in log
+    checkpoint = run.workspace() / "output" / paths[0].removeprefix("output/")
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "tokenizer_config.json").is_file()
+    assert not list(checkpoint.glob("*.bin"))

@@ -1,0 +1,272 @@
+"""The agent runner with real processes: the deadline ends every agent process (those that left
+its process group too), the environment holds only the contract, and the sandbox isolates.
+
+No grader runs here: a runner whose grader is unreachable uses its own ``timeout_s`` budget,
+which is the standalone mode these tests exercise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autorl.client import GradingClient
+from autorl.tasks import get_task
+from autorl_agent_runner.agents import resolve_agent
+from autorl_agent_runner.environment import ContractValues, parse_env_items
+from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
+from autorl_agent_runner.sandbox import SandboxMode, uid_processes
+from autorl_agent_runner.workspace import Workspace, create_workspace
+
+UNREACHABLE = "http://127.0.0.1:9/a/token-of-nothing"
+MODES = [
+    SandboxMode.NONE,
+    *([SandboxMode.USER] if os.geteuid() == 0 else []),
+    *([SandboxMode.BWRAP] if shutil.which("bwrap") else []),
+]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, tiny_base_model: Path) -> Workspace:
+    task = get_task("arith")
+    train = task.download_train_data(tmp_path / "cache" / "data").parent
+    return create_workspace(
+        tmp_path / "home" / "runs" / "r" / "workspace",
+        run_id="r",
+        task_name=task.name,
+        description=task.description(),
+        base_model_dir=tiny_base_model,
+        base_model_name="tiny-qwen2",
+        train_data_dir=train,
+        timeout_s=3,
+        link_model=False,
+    )
+
+
+#: A `sleep` duration no other process uses, so the escaped child can be found on the host
+#: whatever PID namespace it was started in.
+ESCAPED_SLEEP = "313.25"
+
+
+def escaped_children() -> list[int]:
+    """Live (non-zombie) host processes running ``sleep ESCAPED_SLEEP``."""
+    wanted = f"sleep\0{ESCAPED_SLEEP}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            running = entry.name.isdigit() and (entry / "cmdline").read_bytes() == wanted
+            if running and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def agent_script(tmp_path: Path, body: str, shebang: str = "#!/usr/bin/env python3") -> str:
+    path = tmp_path / "agents" / "agent"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(shebang + "\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def run(
+    workspace: Workspace,
+    agent: str,
+    *,
+    sandbox: SandboxMode,
+    timeout_s: float = 3.0,
+    env: list[str] | None = None,
+    hidden: list[Path] | None = None,
+) -> AgentOutcome:
+    contract = ContractValues(
+        grading_server_url=UNREACHABLE,
+        token="token-of-nothing",
+        task="arith",
+        base_model="builtin:tiny-qwen2",
+        model_path=workspace.model,
+        data_path=workspace.data,
+        output_dir=workspace.output,
+        workspace=workspace.root,
+    )
+    config = RunnerConfig(
+        workspace=workspace,
+        contract=contract,
+        agent=resolve_agent(agent),
+        passed_env=parse_env_items(env or [], os.environ),
+        sandbox=sandbox,
+        hidden=hidden or [],
+        grace_period_s=1.0,
+        mirror_interval_s=60.0,
+        timeout_s=timeout_s,
+    )
+    with GradingClient(UNREACHABLE, timeout_s=1.0) as client:
+        return AgentRunner(config, client).run()
+
+
+@pytest.mark.parametrize("sandbox", MODES)
+def test_agent_ignoring_sigterm_is_killed_with_its_escaped_children(
+    tmp_path: Path, workspace: Workspace, sandbox: SandboxMode
+) -> None:
+    agent = agent_script(
+        tmp_path,
+        """
+        import os, signal, subprocess, time
+        signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+        # A grandchild in a session of its own: outside the agent's process group.
+        subprocess.Popen(["setsid", "sleep", "313.25"])
+        open(os.path.join(os.environ["OUTPUT_DIR"], "started"), "w")
+        while True:
+            time.sleep(0.1)
+        """,
+    )
+    started = time.monotonic()
+    outcome = run(workspace, agent, sandbox=sandbox, timeout_s=3.0)
+    elapsed = time.monotonic() - started
+    assert outcome.timed_out and outcome.killed
+    assert elapsed < 3.0 + 1.0 + 5.0  # budget + grace + margin
+    assert (workspace.output / "started").exists() and not escaped_children()
+    log = workspace.agent_log.read_text()
+    assert "ignoring SIGTERM" in log and "event=agent_kill signal=SIGKILL" in log
+    meta = json.loads((workspace.root / "run_meta.json").read_text())
+    assert meta["end_time"] - meta["start_time"] == pytest.approx(3.0, abs=0.5)
+
+
+@pytest.mark.parametrize("sandbox", MODES)
+def test_parent_secret_reaches_the_agent_only_through_env(
+    tmp_path: Path, workspace: Workspace, sandbox: SandboxMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARENT_SECRET", "hunter2")
+    monkeypatch.setenv("LLM_API_KEY", "sk-passed")
+    # /proc/self/environ is the environment exactly as exec'd (before Python adjusts its locale).
+    agent = agent_script(
+        tmp_path,
+        """
+        import os
+        raw = open("/proc/self/environ", "rb").read()
+        open(os.path.join(os.environ["OUTPUT_DIR"], "env.txt"), "wb").write(raw)
+        """,
+    )
+    outcome = run(workspace, agent, sandbox=sandbox, env=["LLM_API_KEY", "MODE=fast"])
+    assert outcome.exit_code == 0 and not outcome.timed_out, workspace.agent_log.read_text()
+    raw = (workspace.output / "env.txt").read_text()
+    seen = dict(item.split("=", 1) for item in raw.split("\0") if item)
+    assert "PARENT_SECRET" not in seen and "hunter2" not in raw
+    assert seen["LLM_API_KEY"] == "sk-passed" and seen["MODE"] == "fast"
+    assert set(seen) == {
+        "GRADING_SERVER_URL",
+        "AUTORL_TOKEN",
+        "TASK",
+        "BASE_MODEL",
+        "MODEL_PATH",
+        "DATA_PATH",
+        "OUTPUT_DIR",
+        "WORKSPACE",
+        "HOME",
+        "PATH",
+        "HF_HUB_OFFLINE",
+        "AUTORL_RUN_MARKER",
+        "LLM_API_KEY",
+        "MODE",
+    }
+    assert seen["HOME"] == seen["WORKSPACE"] == str(workspace.root)
+
+
+def test_agent_leftovers_end_when_the_agent_exits(tmp_path: Path, workspace: Workspace) -> None:
+    agent = agent_script(
+        tmp_path,
+        """
+        import os, subprocess
+        subprocess.Popen(["setsid", "sleep", "313.25"])
+        open(os.path.join(os.environ["OUTPUT_DIR"], "started"), "w")
+        """,
+    )
+    outcome = run(workspace, agent, sandbox=SandboxMode.NONE, timeout_s=30.0)
+    assert outcome.exit_code == 0 and not outcome.timed_out
+    assert (workspace.output / "started").exists() and not escaped_children()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user sandbox needs root")
+def test_user_sandbox_isolates_the_agent(tmp_path: Path, workspace: Workspace) -> None:
+    home = tmp_path / "home"
+    (home / "autorl.db").write_text("the platform database")
+    agent = agent_script(
+        tmp_path,
+        """
+        import json, os
+        report = {"uid": os.getuid()}
+        def attempt(name, action):
+            try:
+                action()
+                report[name] = "allowed"
+            except OSError as exc:
+                report[name] = type(exc).__name__
+        home = os.environ["WORKSPACE"].split("/runs/")[0]
+        attempt("read_platform_db", lambda: open(os.path.join(home, "autorl.db")).read())
+        attempt("write_base_model", lambda: open(os.path.join(os.environ["MODEL_PATH"], "config.json"), "a"))
+        attempt("write_data", lambda: open(os.path.join(os.environ["DATA_PATH"], "x.jsonl"), "w"))
+        attempt("signal_runner", lambda: os.kill(int(os.environ.get("RUNNER_PID", "1")), 0))
+        attempt("write_output", lambda: open(os.path.join(os.environ["OUTPUT_DIR"], "ok"), "w").write("ok"))
+        import torch, transformers, autorl.client  # the platform's Python works inside
+        json.dump(report, open(os.path.join(os.environ["OUTPUT_DIR"], "report.json"), "w"))
+        """,
+    )
+    outcome = run(
+        workspace,
+        agent,
+        sandbox=SandboxMode.USER,
+        timeout_s=60.0,
+        hidden=[home],
+        env=[f"RUNNER_PID={os.getpid()}"],
+    )
+    assert outcome.exit_code == 0, workspace.agent_log.read_text()
+    report = json.loads((workspace.output / "report.json").read_text())
+    assert report["uid"] != 0
+    assert report["read_platform_db"] in ("FileNotFoundError", "PermissionError")
+    assert report["write_base_model"] in ("OSError", "PermissionError")
+    assert report["write_data"] in ("OSError", "PermissionError")
+    assert report["signal_runner"] == "PermissionError"
+    assert report["write_output"] == "allowed"
+    # Everything the agent wrote is handed back, so its uid owns nothing once the run is over.
+    assert (workspace.output / "report.json").stat().st_uid == os.geteuid()
+    assert not uid_processes(report["uid"])
+
+
+def test_agent_runner_command_runs_from_environment_alone(tmp_path: Path, tiny_base_model: Path) -> None:
+    """`autorl agent-runner` as a pod runs it: everything from variables, the workspace created on
+    first start, the budget enforced, exit 0 once the agent is ended at its deadline."""
+    train = get_task("arith").download_train_data(tmp_path / "data").parent
+    agent = agent_script(tmp_path, "import time\ntime.sleep(600)\n")
+    workspace = tmp_path / "pod-workspace"
+    env = {
+        "PATH": os.environ["PATH"],
+        "AUTORL_HOME": str(tmp_path / "home"),
+        "AUTORL_AGENT": agent,
+        "AUTORL_SANDBOX": "none",
+        "AUTORL_BASE_MODEL_DIR": str(tiny_base_model),
+        "AUTORL_TRAIN_DATA_DIR": str(train),
+        "WORKSPACE": str(workspace),
+        "TASK": "arith",
+        "BASE_MODEL": "builtin:tiny-qwen2",
+        "GRADING_SERVER_URL": UNREACHABLE,
+    }
+    autorl = str(Path(sys.executable).parent / "autorl")
+    done = subprocess.run(
+        [autorl, "agent-runner", "--timeout", "2", "--grace-period", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (workspace / "models" / "tiny-qwen2" / "config.json").is_file()
+    assert (workspace / "data" / "train.jsonl").is_file()
+    assert "event=deadline action=SIGTERM" in (workspace / "agent.log").read_text()

@@ -1,0 +1,147 @@
+"""`autorl.client.GradingClient` against a real grader over HTTP (real Postgres): typed results,
+both ways of authenticating, the 202-then-poll path, and errors that carry the server's reason.
+
+Scored submissions are covered end to end in tests/e2e (a worker evaluates them there)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autorl.client import (
+    AuthenticationError,
+    DeadlineError,
+    GradingClient,
+    NotFoundError,
+    SubmissionRejectedError,
+    SubmissionTimeoutError,
+)
+from autorl.errors import AutoRLError
+from autorl.settings import Settings
+from autorl_grader.main import create_app
+from tests.support.grading import admin_headers, make_workspace
+from tests.support.infra import ServedApp, serve
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+    return make_settings(database_url=pg_url, submit_wait_s=0.5)
+
+
+@pytest.fixture
+def grader(settings: Settings) -> Iterator[ServedApp]:
+    with serve(create_app(settings, reconcile=False)) as served:
+        yield served
+
+
+def register(
+    grader: ServedApp, settings: Settings, base: Path, workspace: Path, timeout_s: int
+) -> dict[str, str]:
+    headers = admin_headers(settings)
+    name = f"client-{workspace.name}"
+    body = {
+        "name": name,
+        "task": "arith",
+        "model": f"local:{base.name}-{workspace.name}",
+        "timeout_s": timeout_s,
+        "workspace": str(workspace),
+        "base_model_dir": str(base),
+    }
+    registered = httpx.post(f"{grader.url}/v1/experiments", json=body, headers=headers)
+    assert registered.status_code == 201, registered.text
+    started = httpx.post(f"{grader.url}/v1/experiments/{name}/start", json={}, headers=headers)
+    assert started.status_code == 200, started.text
+    view = registered.json()
+    return {"token": view["token"], "capability_url": f"{grader.url}/a/{view['token']}"}
+
+
+@pytest.fixture
+def experiment(
+    grader: ServedApp, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> dict[str, str]:
+    workspace = make_workspace(tmp_path)
+    shutil.copytree(tiny_base_model, workspace / "output" / "copy")
+    return {**register(grader, settings, tiny_base_model, workspace, 600), "workspace": str(workspace)}
+
+
+def test_capability_url_alone_authenticates(experiment: dict[str, str]) -> None:
+    with GradingClient.from_env({"GRADING_SERVER_URL": experiment["capability_url"]}) as client:
+        assert client.health()["status"] == "ok"
+        budget = client.time()
+        assert budget.start_time is not None and budget.end_time == pytest.approx(budget.start_time + 600)
+        assert 0 < (budget.remaining_s or 0) <= 600 and budget.last_submit_time is None
+        scores = client.scores()
+        assert scores.total_submissions == 0 and scores.submissions == [] and scores.best.score is None
+
+
+def test_root_url_with_token_sends_a_bearer_header(grader: ServedApp, experiment: dict[str, str]) -> None:
+    env = {"GRADING_SERVER_URL": grader.url, "AUTORL_TOKEN": experiment["token"]}
+    with GradingClient.from_env(env) as client:
+        assert client.time().timeout_s == 600
+
+
+def test_submit_without_waiting_then_poll(experiment: dict[str, str]) -> None:
+    with GradingClient(experiment["capability_url"]) as client:
+        queued = client.submit("output/copy", wait=False)
+        assert queued.status == "queued" and queued.submission_id > 0 and not queued.final
+        assert client.submission(queued.submission_id).status in ("queued", "running")
+        assert [s.submission_id for s in client.scores().submissions] == [queued.submission_id]
+        assert client.time().last_submit_time is not None
+
+
+def test_blocking_submit_polls_after_the_servers_202(experiment: dict[str, str]) -> None:
+    """The server holds /submit 0.5 s here, then answers 202; no worker runs, so the client's own
+    limit ends the wait, and the submission keeps its place."""
+    with GradingClient(experiment["capability_url"]) as client:
+        started = time.monotonic()
+        with pytest.raises(SubmissionTimeoutError, match="keeps its place") as caught:
+            client.submit("output/copy", max_wait_s=2.0, poll_interval_s=0.2)
+        assert 0.5 <= time.monotonic() - started < 10
+        assert client.submission(caught.value.submission_id).status == "queued"
+
+
+def test_refusals_carry_the_servers_reason(grader: ServedApp, experiment: dict[str, str]) -> None:
+    with (
+        GradingClient(f"{grader.url}/a/not-a-token") as stranger,
+        pytest.raises(AuthenticationError) as caught,
+    ):
+        stranger.scores()
+    assert caught.value.status_code == 401 and "GRADING_SERVER_URL" in caught.value.detail
+    assert "not-a-token" not in str(caught.value)
+    with GradingClient(experiment["capability_url"]) as client:
+        with pytest.raises(SubmissionRejectedError) as rejected:
+            client.submit("models/anything", wait=False)
+        assert rejected.value.status_code == 400 and "OUTPUT_DIR" in rejected.value.detail
+        with pytest.raises(NotFoundError):
+            client.submission(999_999_999)
+
+
+def test_submission_after_the_deadline_is_refused_with_a_reason(
+    grader: ServedApp, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    workspace = make_workspace(tmp_path)
+    shutil.copytree(tiny_base_model, workspace / "output" / "late")
+    registered = register(grader, settings, tiny_base_model, workspace, timeout_s=1)
+    with GradingClient(registered["capability_url"]) as client:
+        end_time = client.time().end_time
+        assert end_time is not None
+        time.sleep(max(0.0, end_time - time.time()) + 0.2)
+        with pytest.raises(DeadlineError) as caught:
+            client.submit("output/late", wait=False)
+    assert caught.value.status_code == 403 and "end_time" in caught.value.detail
+
+
+def test_unreachable_grader_and_missing_url_are_clear() -> None:
+    with pytest.raises(AutoRLError, match="GRADING_SERVER_URL is not set"):
+        GradingClient.from_env({})
+    with (
+        GradingClient("http://127.0.0.1:9/a/token", timeout_s=2) as client,
+        pytest.raises(AutoRLError) as caught,
+    ):
+        client.time()
+    assert "cannot reach the grader" in str(caught.value) and "/a/token" not in str(caught.value)

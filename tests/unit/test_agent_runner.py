@@ -1,0 +1,221 @@
+"""The agent runner's pure parts: workspace layout, the agent's environment, agent resolution,
+the sandbox's mount plan, and the example agent's settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from autorl.tasks import get_task
+from autorl_agent_runner.agents import AgentNotFoundError, resolve_agent
+from autorl_agent_runner.agents.example_grpo import (
+    ExampleGRPOConfig,
+    _common_prefix_length,
+    build_parser,
+    parse_config,
+    sft_target,
+)
+from autorl_agent_runner.environment import (
+    CONTRACT_VARIABLES,
+    RUN_MARKER_VARIABLE,
+    AgentEnvError,
+    ContractValues,
+    build_agent_env,
+    parse_env_items,
+)
+from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, plan_sandbox
+from autorl_agent_runner.workspace import (
+    WorkspaceError,
+    check_workspace_free,
+    create_workspace,
+    is_read_only_tree,
+)
+
+
+@pytest.fixture
+def train_dir(tmp_path: Path) -> Path:
+    return get_task("arith").download_train_data(tmp_path / "data").parent
+
+
+def make(root: Path, base: Path, train: Path, run_id: str = "run-1") -> object:
+    task = get_task("arith")
+    return create_workspace(
+        root,
+        run_id=run_id,
+        task_name=task.name,
+        description=task.description(),
+        base_model_dir=base,
+        base_model_name="tiny-qwen2",
+        train_data_dir=train,
+        timeout_s=120,
+        max_submissions=7,
+        link_model=False,
+    )
+
+
+def test_workspace_layout_and_read_only_parts(tmp_path: Path, tiny_base_model: Path, train_dir: Path) -> None:
+    workspace = make(tmp_path / "ws", tiny_base_model, train_dir)
+    root = tmp_path / "ws"
+    names = {p.name for p in root.iterdir()}
+    assert {
+        "code",
+        "output",
+        "models",
+        "data",
+        "description.md",
+        "instructions.md",
+        "run_meta.json",
+        "scores.json",
+    } <= names
+    assert (root / "models" / "tiny-qwen2" / "config.json").is_file()
+    assert [p.name for p in (root / "data").iterdir()] == ["train.jsonl"]
+    assert is_read_only_tree(root / "models") and is_read_only_tree(root / "data")
+    assert os.access(root / "output", os.W_OK)
+    meta = json.loads((root / "run_meta.json").read_text())
+    assert set(meta) == {"start_time", "timeout_s", "last_submit_time", "end_time"}
+    instructions = (root / "instructions.md").read_text()
+    assert "merge_and_unload()" in instructions and "120 seconds" in instructions
+    assert "at most 7 submissions" in instructions
+    assert workspace is not None
+
+
+def test_hard_linked_model_is_read_only_in_the_cache_too(
+    tmp_path: Path, tiny_base_model: Path, train_dir: Path
+) -> None:
+    task = get_task("arith")
+    create_workspace(
+        tmp_path / "ws",
+        run_id="r",
+        task_name="arith",
+        description=task.description(),
+        base_model_dir=tiny_base_model,
+        base_model_name="tiny-qwen2",
+        train_data_dir=train_dir,
+        timeout_s=60,
+        link_model=True,
+    )
+    linked = tmp_path / "ws" / "models" / "tiny-qwen2" / "model.safetensors"
+    assert linked.stat().st_ino == (tiny_base_model / "model.safetensors").stat().st_ino
+    assert not linked.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def test_non_empty_workspace_refused_unless_it_is_this_runs(
+    tmp_path: Path, tiny_base_model: Path, train_dir: Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    check_workspace_free(empty, "run-1")
+    make(tmp_path / "ws", tiny_base_model, train_dir, run_id="run-1")
+    check_workspace_free(tmp_path / "ws", "run-1")
+    with pytest.raises(WorkspaceError, match=r"not empty.*--workspace"):
+        check_workspace_free(tmp_path / "ws", "run-2")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(WorkspaceError, match="not empty"):
+        make(foreign, tiny_base_model, train_dir)
+
+
+def contract(tmp_path: Path) -> ContractValues:
+    return ContractValues(
+        grading_server_url="http://127.0.0.1:9/a/tok",
+        token="tok",
+        task="arith",
+        base_model="builtin:tiny-qwen2",
+        model_path=tmp_path / "models" / "tiny-qwen2",
+        data_path=tmp_path / "data",
+        output_dir=tmp_path / "output",
+        workspace=tmp_path,
+    )
+
+
+def test_agent_environment_is_built_from_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARENT_SECRET", "hunter2")
+    env = build_agent_env(contract(tmp_path), {"OPENAI_API_KEY": "k"}, run_marker="m")
+    assert set(env) == {
+        *CONTRACT_VARIABLES,
+        "HOME",
+        "PATH",
+        "HF_HUB_OFFLINE",
+        RUN_MARKER_VARIABLE,
+        "OPENAI_API_KEY",
+    }
+    assert env["HOME"] == str(tmp_path) and env["HF_HUB_OFFLINE"] == "1"
+    assert env["PATH"].split(":")[0].endswith("bin") and "/usr/bin" in env["PATH"]
+    assert "hunter2" not in env.values()
+
+
+def test_env_items_copy_set_and_refuse() -> None:
+    parent = {"API_KEY": "secret"}
+    assert parse_env_items(["API_KEY", "MODE=fast", "EMPTY="], parent) == {
+        "API_KEY": "secret",
+        "MODE": "fast",
+        "EMPTY": "",
+    }
+    with pytest.raises(AgentEnvError, match="not set in this environment"):
+        parse_env_items(["MISSING"], parent)
+    with pytest.raises(AgentEnvError, match="platform sets GRADING_SERVER_URL"):
+        parse_env_items(["GRADING_SERVER_URL=http://elsewhere"], parent)
+    with pytest.raises(AgentEnvError, match="NAME or NAME=VALUE"):
+        parse_env_items(["1BAD=x"], parent)
+
+
+def test_agents_resolve_by_name_or_executable_path(tmp_path: Path) -> None:
+    assert resolve_agent("example_grpo").argv[-1] == "autorl_agent_runner.agents.example_grpo"
+    script = tmp_path / "agent.py"
+    script.write_text("#!/usr/bin/env python3\n")
+    with pytest.raises(AgentNotFoundError, match="chmod \\+x"):
+        resolve_agent(str(script))
+    script.chmod(0o755)
+    assert resolve_agent(str(script)).argv == (str(script.resolve()),)
+    with pytest.raises(AgentNotFoundError, match="not a built-in agent"):
+        resolve_agent("no_such_agent")
+
+
+def test_root_without_sandbox_never_shares_the_cached_model() -> None:
+    assert can_share_base_model(SandboxMode.USER)
+    assert can_share_base_model(SandboxMode.NONE) is (os.geteuid() != 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user sandbox needs root")
+def test_user_sandbox_hides_home_and_binds_workspace(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    workspace = home / "runs" / "r" / "workspace"
+    (workspace / "models").mkdir(parents=True)
+    (workspace / "data").mkdir()
+    plan = plan_sandbox(
+        SandboxMode.USER,
+        workspace=workspace,
+        read_only=[workspace / "models", workspace / "data"],
+        hidden=[home],
+    )
+    try:
+        script = plan.prefix[plan.prefix.index("-c") + 1]
+        assert plan.uid is not None and plan.uid != 0
+        assert f"mount --rbind {workspace}" in script
+        assert f"mount --bind {workspace / 'models'} {workspace / 'models'}" in script
+        assert script.rstrip().endswith('-- "$@"') and "--no-new-privs" in script
+    finally:
+        plan.cleanup()
+
+
+def test_sft_targets_match_the_worked_examples() -> None:
+    target = sft_target("Ann has 3 + 4 = <<3+4=7>>7 pens now.\n#### 7")
+    assert target == "Ann has 3 + 4 = 7 pens now.\nThe answer is 7\n"
+    assert sft_target("#### 12") == "The answer is 12\n"
+
+
+def test_shared_prefix_leaves_each_sequence_a_token() -> None:
+    assert _common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert _common_prefix_length([[1, 2], [1, 2]]) == 1
+
+
+def test_example_agent_settings_are_its_cli() -> None:
+    help_text = build_parser().format_help()
+    assert "--sft-threshold" in help_text and "--num-generations" in help_text
+    config = parse_config(["--sft", "never", "--num-generations", "2", "--sft-learning-rate", "0.01"])
+    assert config == ExampleGRPOConfig(sft="never", num_generations=2, sft_learning_rate=0.01)
