@@ -5,9 +5,6 @@ OC_VENV := .venv-opencompass
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
-# Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
-# setuptools<81: mmengine loads every OpenCompass config through pkg_resources, which setuptools 81 removed.
-OC_PINS := opencompass==0.5.2 'transformers>=4.50,<5' 'pyarrow<26' 'datasets<4' torch==2.13.0 'setuptools<81'
 RUN_TIMEOUT ?= 300
 
 .PHONY: setup run test test-fast lint bench chart crd images clean help
@@ -19,14 +16,15 @@ help:
 
 setup: $(VENV)/.installed $(OC_VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt $(wildcard services/*/pyproject.toml)
+$(VENV)/.installed: pyproject.toml constraints.txt requirements-test.txt $(wildcard services/*/pyproject.toml)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt -e '.[ml,dev]' $(foreach s,$(SERVICES),-e $(s)) -r requirements-test.txt
 	touch $@
 
-$(OC_VENV)/.installed: Makefile
+# Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
+$(OC_VENV)/.installed: requirements-opencompass.txt
 	test -x $(OC_VENV)/bin/python || $(PYTHON) -m venv $(OC_VENV)
-	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install $(OC_PINS)
+	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install -r requirements-opencompass.txt
 	$(OC_VENV)/bin/opencompass --help >/dev/null
 	touch $@
 

@@ -10,17 +10,15 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
-from autorl.errors import AutoRLError
+from autorl.errors import AutoRLError, UsageError
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "UsageError", "main"]
 
 #: Exit code for bad input (argparse uses it too).
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 Command = Callable[[argparse.Namespace], int | None]
-
-
-class UsageError(AutoRLError):
-    """Bad command-line input: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,10 @@ class AutoRLError(Exception):
     """Base class. `str(err)` is a message for a person and names the fix."""
 
 
+class UsageError(AutoRLError):
+    """Bad command-line input: `autorl` prints it as one line and exits with code 2."""
+
+
 class ConfigurationError(AutoRLError):
     """A setting is missing or unsafe; the service refuses to start."""
 

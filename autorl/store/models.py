@@ -18,11 +18,31 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every database: SQLite stores no zone and hands back naive
+    values, which would not compare with aware ones."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column; use autorl.store.models.utcnow()")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 class Base(DeclarativeBase):
@@ -78,10 +98,10 @@ class Experiment(Base):
     max_submissions: Mapped[int] = mapped_column(Integer)
     eval_key: Mapped[str] = mapped_column(String(64))  # hash of task + protocol + backend settings
     eval_config: Mapped[dict[str, object]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    start_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    end_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    start_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    end_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     baseline_submission_id: Mapped[int | None] = mapped_column(Integer)
 
     submissions: Mapped[list[Submission]] = relationship(
@@ -116,11 +136,11 @@ class Submission(Base):
     reused_from: Mapped[int | None] = mapped_column(Integer)  # id whose score identical weights reused
     eval_seconds: Mapped[float | None] = mapped_column(Float)
     worker: Mapped[str | None] = mapped_column(String(255))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     details: Mapped[dict[str, object] | None] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     experiment: Mapped[Experiment] = relationship(back_populates="submissions", foreign_keys=[experiment_id])
 
@@ -141,4 +161,4 @@ class BaselineCache(Base):
     score_opencompass: Mapped[float | None] = mapped_column(Float)
     score_flexible: Mapped[float | None] = mapped_column(Float)
     score_strict: Mapped[float | None] = mapped_column(Float)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

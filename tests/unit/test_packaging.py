@@ -48,3 +48,24 @@ def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
+
+
+def test_bad_input_exits_2_also_when_run_as_a_module() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autorl.cli",
+            "run",
+            "-t",
+            "arith",
+            "-m",
+            "builtin:tiny-qwen2",
+            "--timeout",
+            "-5",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--timeout" in result.stderr
