@@ -65,6 +65,56 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--grace-period", type=float, default=30.0, help="seconds from SIGTERM to SIGKILL")
     parser.set_defaults(func=_run)
+    steps = parser.add_subparsers(dest="step", metavar="STEP", required=False)
+    prepare = steps.add_parser(
+        "prepare",
+        help="fill the cache with the base model and train split, and lay out the workspace",
+        description="Idempotent: the model is built or downloaded once into AUTORL_CACHE_DIR/models, the "
+        "train split once into AUTORL_CACHE_DIR/data/<task>; the workspace is created or completed. "
+        "The Kubernetes prepare Job runs this before the agent pod starts.",
+    )
+    prepare.add_argument("--task", "-t", dest="prepare_task", required=True, help="task name")
+    prepare.add_argument("--model", "-m", dest="prepare_model", required=True, help="base model source")
+    prepare.add_argument("--workspace", dest="prepare_workspace", type=Path, required=True)
+    prepare.add_argument("--timeout", dest="prepare_timeout", type=float, default=0.0, help="budget (s)")
+    prepare.add_argument("--run-id", dest="prepare_run_id", default=None, help="default: workspace name")
+    prepare.set_defaults(func=_prepare)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from autorl.checkpoints import model_dir_name, resolve_model
+    from autorl.errors import ModelSourceError, UnknownTaskError
+    from autorl.settings import load_settings
+    from autorl.tasks import get_task
+    from autorl_agent_runner.workspace import create_workspace
+
+    if args.prepare_timeout < 0:
+        raise UsageError(f"--timeout must not be negative, not {args.prepare_timeout:g}")
+    try:
+        task = get_task(args.prepare_task)
+    except UnknownTaskError as exc:
+        raise UsageError(str(exc)) from exc
+    settings = load_settings()
+    print(f"preparing {args.prepare_model} in {settings.models_dir}", file=sys.stderr, flush=True)
+    try:
+        base_dir = resolve_model(args.prepare_model, settings.models_dir)
+    except ModelSourceError as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"preparing the {task.name} train split in {settings.data_dir}", file=sys.stderr, flush=True)
+    train_file = task.download_train_data(settings.data_dir / task.name, source_dir=settings.data_source_dir)
+    root: Path = args.prepare_workspace.absolute()
+    workspace = create_workspace(
+        root,
+        run_id=args.prepare_run_id or root.name,
+        task_name=task.name,
+        description=task.description(),
+        base_model_dir=base_dir,
+        base_model_name=model_dir_name(args.prepare_model),
+        train_data_dir=train_file.parent,
+        timeout_s=args.prepare_timeout,
+    )
+    print(f"workspace ready: {workspace.root}", file=sys.stderr, flush=True)
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,0 +1,77 @@
+"""`autorl agent-runner prepare`, the Kubernetes prepare Job's command: fills the shared cache once
+and lays out the workspace the agent pod then finds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import FIXTURE_DATA
+
+AUTORL = str(Path(sys.executable).parent / "autorl")
+
+
+def prepare(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "AUTORL_CACHE_DIR": str(tmp_path / "shared" / "cache"),
+        "AUTORL_HOME": str(tmp_path / "home"),
+        "AUTORL_DATA_SOURCE_DIR": str(FIXTURE_DATA),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return subprocess.run([AUTORL, "agent-runner", "prepare", *args], env=env, capture_output=True, text=True)
+
+
+def test_prepare_fills_the_cache_once_and_lays_out_the_workspace(tmp_path: Path) -> None:
+    workspace = tmp_path / "shared" / "experiments" / "team-a" / "exp-1"
+    args = (
+        "--task",
+        "gsm8k",
+        "--model",
+        "builtin:tiny-qwen2",
+        "--workspace",
+        str(workspace),
+        "--timeout",
+        "600",
+    )
+    first = prepare(tmp_path, *args)
+    assert first.returncode == 0, first.stderr
+    cache = tmp_path / "shared" / "cache"
+    assert (cache / "models" / "builtin" / "tiny-qwen2-v1" / "config.json").is_file()
+    train = cache / "data" / "gsm8k" / "train.jsonl"
+    assert train.is_file()
+    assert sorted(p.name for p in workspace.iterdir() if not p.name.startswith(".")) == [
+        "code",
+        "data",
+        "description.md",
+        "instructions.md",
+        "models",
+        "output",
+        "run_meta.json",
+        "scores.json",
+    ]
+    assert (workspace / "data" / "train.jsonl").read_text() == train.read_text()
+    assert not (workspace / "data" / "test.jsonl").exists()
+    assert (workspace / "models" / "tiny-qwen2" / "config.json").is_file()
+    assert json.loads((workspace / "run_meta.json").read_text())["timeout_s"] == 600
+    built = (cache / "models" / "builtin" / "tiny-qwen2-v1" / "model.safetensors").stat().st_mtime_ns
+    again = prepare(tmp_path, *args)  # a retried Job: nothing rebuilt, nothing refused
+    assert again.returncode == 0, again.stderr
+    assert (cache / "models" / "builtin" / "tiny-qwen2-v1" / "model.safetensors").stat().st_mtime_ns == built
+
+
+def test_prepare_refuses_bad_input_with_the_fix(tmp_path: Path) -> None:
+    unknown = prepare(
+        tmp_path, "--task", "chess", "--model", "builtin:tiny-qwen2", "--workspace", str(tmp_path / "w")
+    )
+    assert unknown.returncode == 2
+    assert "known tasks: arith, gsm8k" in unknown.stderr
+    missing = prepare(
+        tmp_path, "--task", "gsm8k", "--model", str(tmp_path / "nowhere"), "--workspace", str(tmp_path / "w")
+    )
+    assert missing.returncode == 2
+    assert "config.json" in missing.stderr or "does not exist" in missing.stderr
+    assert not (tmp_path / "w").exists()
