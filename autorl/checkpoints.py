@@ -46,21 +46,20 @@ _FINGERPRINT_SCHEME = b"autorl-fingerprint-v1\0"
 #: hyper-parameters, generation defaults (eos ids, repetition penalty), and the tokenizer and
 #: chat template that turn the prompt into ids. Two checkpoints with equal weights but a
 #: different one of these can score differently, so they must not share a fingerprint.
+#: The tokenizer and chat template as a model folder ships them.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 EVAL_AFFECTING_FILES = frozenset(
-    {
-        "config.json",
-        "generation_config.json",
-        "model.safetensors.index.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "vocab.json",
-        "merges.txt",
-        "tokenizer.model",
-        "chat_template.jinja",
-        "chat_template.json",
-    }
+    {"config.json", "generation_config.json", "model.safetensors.index.json", *TOKENIZER_FILES}
 )
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -26,25 +26,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from autorl.checkpoints import EVAL_AFFECTING_FILES
 from autorl.errors import EvaluationError
 
 #: Small files that describe the model, copied (and some rewritten) into the view.
-COPIED_FILES = frozenset(
-    {
-        "config.json",
-        "generation_config.json",
-        "model.safetensors.index.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "vocab.json",
-        "merges.txt",
-        "tokenizer.model",
-        "chat_template.jinja",
-        "chat_template.json",
-    }
-)
+COPIED_FILES = EVAL_AFFECTING_FILES
 WEIGHT_SUFFIX = ".safetensors"
 #: transformers 5's generic fast-tokenizer class; version 4 names the same thing this way.
 TRANSFORMERS5_TOKENIZER_CLASS = "TokenizersBackend"

@@ -32,21 +32,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from autorl.checkpoints import TOKENIZER_FILES
+
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
 #: ships it loads in transformers 4 and 5 (re-saving it with 5 writes fields 4 rejects), and
 #: the generation defaults (eos ids) are the base model's.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-    "generation_config.json",
-)
+COPIED_FROM_BASE = (*TOKENIZER_FILES, "generation_config.json")
 #: Below this many parameters a model counts as "tiny": it needs far larger learning rates.
 TINY_MODEL_PARAMETERS = 50_000_000
 _CALCULATOR = re.compile(r"<<[^>]*>>")
@@ -213,7 +204,7 @@ class Agent:
         if target.exists():
             shutil.rmtree(target)
         self.model.save_pretrained(target)
-        for file_name in TOKENIZER_FILES:
+        for file_name in COPIED_FROM_BASE:
             source = self.base_dir / file_name
             if source.is_file():
                 shutil.copyfile(source, target / file_name)
