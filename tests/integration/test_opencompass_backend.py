@@ -43,10 +43,13 @@ OPENCOMPASS_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
 #: Short answers keep a CPU evaluation to about a minute; the prompts are the real 4-shot ones.
 MAX_NEW_TOKENS = 24
 LIMIT = 4
-#: The timed-out submission belongs to an experiment asking for this many new tokens; the
-#: builtin tiny model never stops early, so its inference alone lasts minutes on a CPU, well past
-#: TIMEOUT_TOO_SHORT_S, by which time OpenCompass has long started its inference process.
+#: The timed-out submission belongs to an experiment asking for this many new tokens on every
+#: fixture problem (16), generated one prompt at a time; the builtin tiny model never stops early
+#: (2,500 tokens take about 6 s a prompt with transformers 5 on an idle core, twice that with
+#: OpenCompass's transformers 4), so inference alone lasts minutes, well past TIMEOUT_TOO_SHORT_S,
+#: by which time OpenCompass (about 30 s to start it on an idle machine) has started inference.
 LONG_MAX_NEW_TOKENS = 2500
+LONG_BATCH_SIZE = 1
 TIMEOUT_TOO_SHORT_S = 90
 TIMEOUT_S = 900
 
@@ -64,10 +67,11 @@ class WorkerRun:
     problems: list[Problem]
 
 
-def _job_environment(settings: Settings, timeout_s: int) -> dict[str, str]:
+def _job_environment(settings: Settings, timeout_s: int, batch_size: int) -> dict[str, str]:
     """The worker's environment: the job reads its settings from AUTORL_* variables."""
     assert settings.admin_token is not None
     return {
+        "AUTORL_EVAL_BATCH_SIZE": str(batch_size),
         "AUTORL_HOME": str(settings.home),
         "AUTORL_DATABASE_URL": settings.database_url or "",
         "AUTORL_REDIS_URL": settings.redis_url or "",
@@ -132,7 +136,9 @@ def worker_run(
     )
     # Two graders on one database and queue: an experiment's generation limit is fixed when it
     # is registered, from its grader's settings.
-    long_settings = settings.model_copy(update={"eval_max_new_tokens": LONG_MAX_NEW_TOKENS})
+    long_settings = settings.model_copy(
+        update={"eval_max_new_tokens": LONG_MAX_NEW_TOKENS, "eval_limit": None}
+    )
     with (
         TestClient(create_app(settings, reconcile=False)) as client,
         TestClient(create_app(long_settings, reconcile=False)) as long_client,
@@ -144,7 +150,7 @@ def worker_run(
         worker = SimpleWorker([Queue(settings.queue_name, connection=redis)], connection=redis)
 
         def submit_and_work(
-            client: TestClient, experiment: RegisteredExperiment, model: Path, timeout_s: int
+            client: TestClient, experiment: RegisteredExperiment, model: Path, timeout_s: int, batch_size: int
         ) -> dict[str, Any]:
             copy_model(model, experiment.output_dir / "ckpt", unique=True)
             response = client.post(
@@ -152,19 +158,21 @@ def worker_run(
             )
             assert response.status_code == 202, response.text
             submission_id = int(response.json()["submission_id"])
-            for name, value in _job_environment(settings, timeout_s).items():
+            for name, value in _job_environment(settings, timeout_s, batch_size).items():
                 env.setenv(name, value)
             worker.work(burst=True)
             view = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
             assert isinstance(view, dict)
             return view
 
-        timed_out = submit_and_work(long_client, long_experiment, tiny_base_model, TIMEOUT_TOO_SHORT_S)
+        timed_out = submit_and_work(
+            long_client, long_experiment, tiny_base_model, TIMEOUT_TOO_SHORT_S, LONG_BATCH_SIZE
+        )
         assert settings.eval_dir is not None
         leftovers = processes_under(settings.eval_dir)
         [timed_out_run] = (settings.eval_dir / "opencompass").glob("2*")
         inference_started = any(timed_out_run.glob("work/*/logs/infer/*/*.out"))
-        scored = submit_and_work(client, experiment, checkpoint, TIMEOUT_S)
+        scored = submit_and_work(client, experiment, checkpoint, TIMEOUT_S, LIMIT)
         predictions_file = predictions_path(settings, int(scored["submission_id"]))
         predictions = [json.loads(line) for line in predictions_file.read_text().splitlines()]
         problems = get_task("gsm8k").load_test_problems(
