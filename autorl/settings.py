@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     eval_device: str | None = Field(
         None, description="torch device for the hf backend (default: cuda if any)."
     )
+    eval_gpu_min_free_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Local workers start an evaluation only once every visible GPU has at least this "
+        "fraction of its memory free (GPUs shared with a training agent); unset: start at once.",
+    )
     opencompass_bin: Path = Field(
         Path(".venv-opencompass/bin/opencompass"), description="The opencompass command of its own venv."
     )

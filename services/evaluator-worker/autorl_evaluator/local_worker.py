@@ -25,6 +25,7 @@ POLL_INTERVAL_S = 1.0
 #: The child gets the evaluation's own timeout plus this margin for start-up and writing the result.
 CHILD_MARGIN_S = 60.0
 KILL_GRACE_S = 10.0
+GPU_POLL_INTERVAL_S = 5.0
 
 
 class LocalWorker:
@@ -59,7 +60,28 @@ class LocalWorker:
             self.run_one(submission_id)
         return 0
 
+    def wait_for_gpu_share(self) -> None:
+        """Hold an evaluation back while a training agent fills the GPUs it shares with us."""
+        fraction = self.settings.eval_gpu_min_free_fraction
+        if fraction is None:
+            return
+        waiting_since: float | None = None
+        while not self.stopping:
+            free = gpu_free_fractions()
+            if not free or min(free) >= fraction:
+                if waiting_since is not None:
+                    log.info("event=gpu_share_free waited_s=%.0f", time.monotonic() - waiting_since)
+                return
+            if waiting_since is None:
+                waiting_since = time.monotonic()
+                shown = ",".join(f"{f:.2f}" for f in free)
+                log.info("event=gpu_share_wait free=%s needed=%.2f", shown, fraction)
+            time.sleep(GPU_POLL_INTERVAL_S)
+
     def run_one(self, submission_id: int) -> None:
+        self.wait_for_gpu_share()
+        if self.stopping:
+            return
         timeout = self.settings.eval_timeout_s + CHILD_MARGIN_S
         self.child = subprocess.Popen(
             [sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)], start_new_session=True
@@ -77,6 +99,26 @@ class LocalWorker:
                 )
         finally:
             self.child = None
+
+
+def gpu_free_fractions() -> list[float]:
+    """Free / total memory of each GPU this process may use, read with `nvidia-smi` (the worker's
+    own process imports no torch); empty without NVIDIA GPUs."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "none"):
+        return []
+    command = ["nvidia-smi", "--query-gpu=index,memory.free,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        output = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    wanted = {v.strip() for v in visible.split(",")} if visible else None
+    fractions = []
+    for line in output.strip().splitlines():
+        index, free, total = (field.strip() for field in line.split(","))
+        if (wanted is None or index in wanted) and float(total) > 0:
+            fractions.append(float(free) / float(total))
+    return fractions
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:

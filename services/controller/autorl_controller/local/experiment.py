@@ -41,6 +41,9 @@ from autorl_controller.local.admin import AdminClient
 from autorl_controller.local.progress import Progress, fmt_duration, fmt_score
 from autorl_controller.local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
 
+#: With GPUs shared between agent and evaluator, the evaluator's share: half of each GPU's memory.
+SHARED_GPU_MIN_FREE_FRACTION = 0.5
+
 EXIT_FAILED = 1
 POLL_S = 2.0
 
@@ -311,6 +314,10 @@ class LocalRun:
         worker_env = dict(env)
         if self.config.eval_gpus is not None:
             worker_env["CUDA_VISIBLE_DEVICES"] = self.config.eval_gpus
+        elif self.config.agent_gpus is None:
+            # Agent and evaluator share every GPU: an evaluation waits until enough of each GPU's
+            # memory is free rather than crash the agent's training (or itself) out of memory.
+            worker_env.setdefault("AUTORL_EVAL_GPU_MIN_FREE_FRACTION", str(SHARED_GPU_MIN_FREE_FRACTION))
         for index in range(self.config.workers):
             worker = ManagedProcess(
                 f"worker-{index}", autorl_command("worker"), worker_env, logs / f"worker-{index}.log"
