@@ -38,19 +38,19 @@ _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$"
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Variables of the workspace contract: the platform sets them, an Experiment may not override them.
-RESERVED_ENV = frozenset(
-    {
-        "GRADING_SERVER_URL",
-        "AUTORL_TOKEN",
-        "TASK",
-        "BASE_MODEL",
-        "MODEL_PATH",
-        "DATA_PATH",
-        "OUTPUT_DIR",
-        "WORKSPACE",
-    }
+#: DESIGN.md, "Workspace": the variables every agent is given. The platform sets them; an
+#: Experiment may not override them.
+CONTRACT_VARIABLES = (
+    "GRADING_SERVER_URL",
+    "AUTORL_TOKEN",
+    "TASK",
+    "BASE_MODEL",
+    "MODEL_PATH",
+    "DATA_PATH",
+    "OUTPUT_DIR",
+    "WORKSPACE",
 )
+RESERVED_ENV = frozenset(CONTRACT_VARIABLES)
 
 #: A Kubernetes quantity: ``"16Gi"``, ``"500m"`` or a plain integer.
 Quantity = Annotated[str | int, Field(json_schema_extra={"x-kubernetes-int-or-string": True})]

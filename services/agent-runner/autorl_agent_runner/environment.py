@@ -14,18 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import AutoRLError
+from autorl.experiment import CONTRACT_VARIABLES
 
-#: DESIGN.md, "Workspace": what every agent is given.
-CONTRACT_VARIABLES = (
-    "GRADING_SERVER_URL",
-    "AUTORL_TOKEN",
-    "TASK",
-    "BASE_MODEL",
-    "MODEL_PATH",
-    "DATA_PATH",
-    "OUTPUT_DIR",
-    "WORKSPACE",
-)
 #: Set in every agent process and inherited by its children, so that processes which left the
 #: agent's process group can still be found (and killed) at the deadline.
 RUN_MARKER_VARIABLE = "AUTORL_RUN_MARKER"
