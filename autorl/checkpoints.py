@@ -287,7 +287,7 @@ def _tiny_qwen2_config(*, vocab_size: int, eos_token_id: int, pad_token_id: int)
     }
 
 
-def _qwen2_parameter_shapes(config: dict[str, Any]) -> Iterator[tuple[str, tuple[int, ...]]]:
+def qwen2_parameter_shapes(config: dict[str, Any]) -> Iterator[tuple[str, tuple[int, ...]]]:
     """Qwen2ForCausalLM's state-dict layout (lm_head is tied to the embeddings, so absent)."""
     hidden, inter = config["hidden_size"], config["intermediate_size"]
     q_out = config["num_attention_heads"] * config["head_dim"]
@@ -316,7 +316,7 @@ def _save_random_weights(config: dict[str, Any], path: Path, *, seed: int) -> No
 
     generator = torch.Generator().manual_seed(seed)
     tensors: dict[str, Any] = {}
-    for name, shape in _qwen2_parameter_shapes(config):
+    for name, shape in qwen2_parameter_shapes(config):
         if name.endswith("norm.weight"):
             tensors[name] = torch.ones(shape)
         elif name.endswith(".bias"):

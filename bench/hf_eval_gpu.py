@@ -36,7 +36,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,32 +101,12 @@ def log(message: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
-def _parameter_shapes(config: dict[str, Any]) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """Qwen2ForCausalLM's tensors; ``lm_head`` is tied to the embeddings and not stored."""
-    hidden, inter = config["hidden_size"], config["intermediate_size"]
-    q_width = config["num_attention_heads"] * config["head_dim"]
-    kv_width = config["num_key_value_heads"] * config["head_dim"]
-    yield "model.embed_tokens.weight", (config["vocab_size"], hidden)
-    for index in range(config["num_hidden_layers"]):
-        layer = f"model.layers.{index}"
-        yield f"{layer}.input_layernorm.weight", (hidden,)
-        yield f"{layer}.post_attention_layernorm.weight", (hidden,)
-        for name, width in (("q_proj", q_width), ("k_proj", kv_width), ("v_proj", kv_width)):
-            yield f"{layer}.self_attn.{name}.weight", (width, hidden)
-            yield f"{layer}.self_attn.{name}.bias", (width,)
-        yield f"{layer}.self_attn.o_proj.weight", (hidden, q_width)
-        yield f"{layer}.mlp.gate_proj.weight", (inter, hidden)
-        yield f"{layer}.mlp.up_proj.weight", (inter, hidden)
-        yield f"{layer}.mlp.down_proj.weight", (hidden, inter)
-    yield "model.norm.weight", (hidden,)
-
-
 def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
     """The Qwen2.5-1.5B-shaped checkpoint in ``target``; returns it and its parameter count."""
     import torch
     from safetensors.torch import save_file
 
-    from autorl.checkpoints import build_tiny_qwen2
+    from autorl.checkpoints import build_tiny_qwen2, qwen2_parameter_shapes
 
     tiny = build_tiny_qwen2(target.parent / "tiny-qwen2")
     target.mkdir(parents=True)
@@ -145,7 +124,7 @@ def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
     generator = torch.Generator(device=device).manual_seed(seed)
     tensors: dict[str, Any] = {}
     count = 0
-    for name, shape in _parameter_shapes(config):
+    for name, shape in qwen2_parameter_shapes(config):
         if name.endswith("norm.weight"):
             tensor = torch.ones(shape, dtype=torch.bfloat16)
         elif name.endswith(".bias"):

@@ -104,6 +104,15 @@ def agent_submissions_count(session: Session, experiment: Experiment) -> int:
     )
 
 
+def last_submit_time(session: Session, experiment: Experiment) -> datetime | None:
+    """When the agent last submitted (baseline evaluations excluded)."""
+    return session.scalar(
+        select(func.max(Submission.created_at)).where(
+            Submission.experiment_id == experiment.id, Submission.is_baseline.is_(False)
+        )
+    )
+
+
 def reusable_result(session: Session, eval_key: str, fingerprint: str) -> Submission | None:
     """The earliest scored evaluation of identical files under the same evaluation settings."""
     return session.scalar(

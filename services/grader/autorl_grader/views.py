@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,28 @@ def best_view(session: Session, experiment: Experiment) -> dict[str, Any]:
     return {"submission_id": best.id if best else None, "score": best.score if best else None}
 
 
-def submission_view(session: Session, experiment: Experiment, submission: Submission) -> dict[str, Any]:
-    baseline = baseline_score(session, experiment)
+@dataclass(frozen=True)
+class ExperimentTotals:
+    """What every submission view of one experiment repeats: read once per request, not per row."""
+
+    baseline_score: float | None
+    best: dict[str, Any]
+    total_submissions: int
+
+    @classmethod
+    def read(cls, session: Session, experiment: Experiment) -> ExperimentTotals:
+        return cls(
+            baseline_score=baseline_score(session, experiment),
+            best=best_view(session, experiment),
+            total_submissions=repo.agent_submissions_count(session, experiment),
+        )
+
+
+def submission_view(
+    session: Session, experiment: Experiment, submission: Submission, totals: ExperimentTotals | None = None
+) -> dict[str, Any]:
+    totals = totals or ExperimentTotals.read(session, experiment)
+    baseline = totals.baseline_score
     view: dict[str, Any] = {
         "submission_id": submission.id,
         "status": submission.status.value,
@@ -52,8 +73,8 @@ def submission_view(session: Session, experiment: Experiment, submission: Submis
         },
         "baseline_score": baseline,
         "improvement": _improvement(submission.score, baseline),
-        "best": best_view(session, experiment),
-        "total_submissions": repo.agent_submissions_count(session, experiment),
+        "best": totals.best,
+        "total_submissions": totals.total_submissions,
         "model_path": display_path(experiment, submission.model_path),
         "is_baseline": submission.is_baseline,
         "reused_from": submission.reused_from,
@@ -81,10 +102,7 @@ def time_view(experiment: Experiment, session: Session) -> dict[str, Any]:
     now = time.time()
     end = epoch(experiment.end_time)
     remaining = None if end is None else max(0.0, round(end - now, 3))
-    last = None
-    submissions = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
-    if submissions:
-        last = epoch(submissions[-1].created_at)
+    last = epoch(repo.last_submit_time(session, experiment))
     return {
         "start_time": epoch(experiment.start_time),
         "timeout_s": experiment.timeout_s,

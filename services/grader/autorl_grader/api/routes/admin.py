@@ -17,7 +17,7 @@ from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.evaluation import eval_config, eval_key
 from autorl_grader.submissions import request_baseline, wait_for_result
-from autorl_grader.views import experiment_view, submission_view
+from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
 
 router = APIRouter(prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep])
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -152,6 +152,8 @@ def finish(name: str, body: FinishExperiment, db: DbDep) -> dict[str, Any]:
 def submissions(name: str, db: DbDep) -> list[dict[str, Any]]:
     with db.session() as session:
         experiment = repo.get_experiment(session, name)
+        totals = ExperimentTotals.read(session, experiment)
         return [
-            submission_view(session, experiment, s) for s in repo.experiment_submissions(session, experiment)
+            submission_view(session, experiment, s, totals)
+            for s in repo.experiment_submissions(session, experiment)
         ]

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
 from autorl_grader.submissions import accept, wait_for_result
-from autorl_grader.views import baseline_score, best_view, submission_view, time_view
+from autorl_grader.views import ExperimentTotals, submission_view, time_view
 
 router = APIRouter(tags=["agent"])
 
@@ -50,12 +50,13 @@ def get_submission(submission_id: int, experiment: AgentExperimentDep, db: DbDep
 def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
     with db.session() as session:
         rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+        totals = ExperimentTotals.read(session, experiment)
         return {
             "experiment": experiment.name,
-            "baseline_score": baseline_score(session, experiment),
-            "best": best_view(session, experiment),
-            "total_submissions": len(rows),
-            "submissions": [submission_view(session, experiment, s) for s in rows],
+            "baseline_score": totals.baseline_score,
+            "best": totals.best,
+            "total_submissions": totals.total_submissions,
+            "submissions": [submission_view(session, experiment, s, totals) for s in rows],
         }
 
 
