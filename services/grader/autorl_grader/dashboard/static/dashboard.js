@@ -224,6 +224,11 @@
     ["last_submit_gap", "last submission before end (s)"],
   ];
 
+  function metricText(key, value) {
+    if (value === null || value === undefined) return "–";
+    return /_(rate|ratio)$/.test(key) ? `${(100 * value).toFixed(1)} %` : String(value);
+  }
+
   function experimentPage() {
     const name = decodeURIComponent(window.location.pathname.split("/").pop());
     const base = "/ui/api/experiments/" + encodeURIComponent(name);
@@ -263,7 +268,7 @@
       document.querySelector("#submissions tbody").replaceChildren(...detail.submissions.map(submissionRow));
       summaryItems(
         document.getElementById("metrics"),
-        METRICS.map(([key, label]) => [label, detail.metrics[key]]),
+        METRICS.map(([key, label]) => [label, metricText(key, detail.metrics[key])]),
       );
       const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
       log.textContent = tail.available ? tail.text : "";
