@@ -165,7 +165,9 @@ def test_sign_out_ends_the_session(client: TestClient, admin_token: str) -> None
 
 def test_experiments_table_data(client: TestClient, admin_token: str, run: SeededExperiment) -> None:
     sign_in(client, admin_token)
-    rows = {r["name"]: r for r in client.get("/ui/api/experiments").json()["experiments"]}
+    response = client.get("/ui/api/experiments")
+    assert response.headers["cache-control"] == "no-store"
+    rows = {r["name"]: r for r in response.json()["experiments"]}
     row = rows[run.name]
     assert row["phase"] == "running" and row["task"] == "gsm8k" and row["model"] == "builtin:tiny-qwen2"
     assert row["agent"] == "example_grpo"

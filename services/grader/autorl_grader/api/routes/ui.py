@@ -9,6 +9,7 @@ has no dashboard routes at all: an agent never gets in.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 from urllib.parse import parse_qs
 
@@ -166,7 +167,9 @@ def static_file(path: str, request: Request, signer: SignerDep) -> Response:
 
 
 @router.get("/api/experiments", dependencies=[SessionDep])
-async def experiments_data(db: DbDep) -> ExperimentList:
+async def experiments_data(db: DbDep, response: Response) -> ExperimentList:
+    response.headers.update(SECURITY_HEADERS)
+
     def read() -> ExperimentList:
         with db.session() as session:
             return experiment_list(session)
@@ -175,7 +178,9 @@ async def experiments_data(db: DbDep) -> ExperimentList:
 
 
 @router.get("/api/experiments/{name}", dependencies=[SessionDep])
-async def experiment_data(name: str, db: DbDep) -> ExperimentDetail:
+async def experiment_data(name: str, db: DbDep, response: Response) -> ExperimentDetail:
+    response.headers.update(SECURITY_HEADERS)
+
     def read() -> ExperimentDetail:
         with db.session() as session:
             return experiment_detail(session, name)
@@ -185,12 +190,14 @@ async def experiment_data(name: str, db: DbDep) -> ExperimentDetail:
 
 @router.get("/api/experiments/{name}/log", dependencies=[SessionDep])
 async def agent_log(
-    name: str, db: DbDep, tail_bytes: int = Query(MAX_TAIL_BYTES, gt=0, le=MAX_TAIL_BYTES)
+    name: str, db: DbDep, response: Response, tail_bytes: int = Query(MAX_TAIL_BYTES, gt=0, le=MAX_TAIL_BYTES)
 ) -> LogTailView:
+    response.headers.update(SECURITY_HEADERS)
+
     def read() -> LogTailView:
         with db.session() as session:
             workspace = repo.get_experiment(session, name).workspace
         tail = read_tail(workspace, tail_bytes)
-        return LogTailView(**tail.__dict__)
+        return LogTailView(**asdict(tail))
 
     return await run_in_threadpool(read)
