@@ -1,7 +1,7 @@
 """The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, driven by Selenium)
 against a grader served over HTTP with its data in Postgres: sign in, read the experiments table,
 open an experiment, see its chart and a new submission arrive without a reload. The screenshot is
-kept in the test's tmp folder (its path is printed)."""
+kept in the test's tmp folder (their paths are printed)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from autorl.settings import Settings
 from autorl.store import Database
 from autorl_grader.main import create_app
 from tests.support.infra import serve
-from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
+from tests.support.runs import SeededExperiment, add_submission, create_experiment, finish, scores
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -99,6 +99,8 @@ def test_operator_signs_in_and_watches_an_experiment_live(
     from selenium.webdriver.support.ui import Select
 
     other = create_experiment(db, tmp_path / "other-workspace", started_minutes_ago=None)
+    ended = create_experiment(db, tmp_path / "ended-workspace", started_minutes_ago=2)
+    finish(db, ended.name, "timed_out")
     assert settings.admin_token is not None
     with serve(create_app(settings, reconcile=False)) as grader:
         # Signing in: the dashboard sends a stranger to the form first.
@@ -125,7 +127,9 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         )
         assert (baseline, best, improvement, subs) == ("10.00", "30.00", "+20.00", "2/3, 1 failed")
         assert left.startswith("5") and queue == "–"  # about 54 minutes of the hour left
-        assert cells(browser, f'tr[data-name="{other.name}"]')[1] == "pending"
+        assert cells(browser, f'tr[data-name="{other.name}"]')[1::8] == ["pending", "not started"]
+        assert cells(browser, f'tr[data-name="{ended.name}"]')[1::8] == ["timed_out", "ended"]
+        assert browser.save_screenshot(str(tmp_path / "dashboard-experiments.png"))
 
         # One experiment: the chart has one point per scored submission, the best marked.
         browser.find_element(By.LINK_TEXT, run.name).click()
@@ -161,7 +165,7 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert browser.execute_script("return window.autorlNoReload") is True
         screenshot = tmp_path / "dashboard-experiment.png"
         assert browser.save_screenshot(str(screenshot))
-        print(f"dashboard screenshot: {screenshot}")
+        print(f"dashboard screenshots: {tmp_path / 'dashboard-experiments.png'} {screenshot}")
 
         # The agent's capability URL leads to no dashboard, and its bearer token is refused.
         browser.get(f"{grader.url}/a/{run.token}/ui")

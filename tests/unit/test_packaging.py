@@ -44,7 +44,8 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
 def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
     code = (
         f"import sys, importlib; importlib.import_module({module!r}); "
-        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'matplotlib') if m in sys.modules]; "
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'matplotlib') "
+        "if m in sys.modules]; "
         "print(','.join(heavy))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

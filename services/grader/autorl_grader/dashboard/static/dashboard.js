@@ -80,6 +80,11 @@
     return parts.join(", ");
   }
 
+  function timeLeft(exp) {
+    if (!["pending", "baseline", "running", "finishing"].includes(exp.phase)) return "ended";
+    return exp.start_time === null ? "not started" : duration(exp.remaining_s);
+  }
+
   function submissionsText(exp) {
     const failed = exp.failed_submissions ? `, ${exp.failed_submissions} failed` : "";
     return `${exp.submissions}/${exp.total_submissions}${failed}`;
@@ -107,7 +112,7 @@
         cell(tr, num(exp.best_score), "num");
         cell(tr, signed(exp.improvement), "num " + (exp.improvement > 0 ? "up" : exp.improvement < 0 ? "down" : ""));
         cell(tr, submissionsText(exp), "num");
-        cell(tr, exp.start_time === null ? "not started" : duration(exp.remaining_s), "num");
+        cell(tr, timeLeft(exp), "num");
         cell(tr, queueText(exp));
         return tr;
       });
@@ -261,7 +266,7 @@
         ["best", exp.best_submission ? `${num(exp.best_score)} (#${exp.best_submission})` : "–"],
         ["improvement", signed(exp.improvement)],
         ["submissions (scored/all)", submissionsText(exp) + ` of ${exp.max_submissions}`],
-        ["time left", exp.start_time === null ? "not started" : duration(exp.remaining_s)],
+        ["time left", timeLeft(exp)],
         ["queue", queueText(exp)],
       ]);
       drawChart(chart, detail, chosen);
