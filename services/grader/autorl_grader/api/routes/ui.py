@@ -74,7 +74,7 @@ def _signer(request: Request, settings: SettingsDep) -> SessionSigner:
 SignerDep = Annotated[SessionSigner, Depends(_signer)]
 
 
-def _signed_in(request: Request, signer: SignerDep) -> bool:
+def _signed_in(request: Request, signer: SessionSigner) -> bool:
     return signer.verify(request.cookies.get(COOKIE_NAME))
 
 
