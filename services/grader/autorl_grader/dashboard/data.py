@@ -119,13 +119,16 @@ def experiment_row(session: Session, experiment: Experiment) -> ExperimentRow:
     view = experiment_view(session, experiment)
     waiting = [s for s in repo.experiment_submissions(session, experiment) if not s.status.final]
     queued = [s for s in waiting if s.status == SubmissionStatus.QUEUED]
-    return ExperimentRow(
-        **view,
-        phase=_phase(view),
-        protocol=str(experiment.eval_config.get("protocol", "opencompass")),
-        queued=len(queued),
-        running=len(waiting) - len(queued),
-        queue_position=repo.queue_position(session, queued[0]) if queued else None,
+    # Merged over the admin view, so that a field it gains later never clashes with these.
+    return ExperimentRow.model_validate(
+        {
+            **view,
+            "phase": _phase(view),
+            "protocol": str(experiment.eval_config.get("protocol", "opencompass")),
+            "queued": len(queued),
+            "running": len(waiting) - len(queued),
+            "queue_position": repo.queue_position(session, queued[0]) if queued else None,
+        }
     )
 
 
@@ -166,10 +169,12 @@ def experiment_detail(session: Session, name: str) -> ExperimentDetail:
     for row in rows:
         view = submission_view(session, experiment, row, totals)
         submissions.append(
-            SubmissionRow(
-                **view,
-                reused=row.reused_from is not None,
-                t_s=None if row.created_at is None else round(row.created_at.timestamp() - origin, 1),
+            SubmissionRow.model_validate(
+                {
+                    **view,
+                    "reused": row.reused_from is not None,
+                    "t_s": round(row.created_at.timestamp() - origin, 1),
+                }
             )
         )
     now = time.time()
