@@ -48,6 +48,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     options.binary_location = str(CHROMIUM)
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # to find script errors
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
         yield driver
@@ -163,6 +164,9 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert [p["y"] for p in browser.execute_script(POINTS_JS) if p["best"]] == [41.5]
         assert cells(browser, f'#submissions tr[data-id="{new}"]')[1:3] == ["scored", "41.50"]
         assert browser.execute_script("return window.autorlNoReload") is True
+        # No script error and nothing the Content-Security-Policy had to block on either page.
+        console = [entry["message"] for entry in browser.get_log("browser")]
+        assert not [m for m in console if "Uncaught" in m or "Content Security Policy" in m], console
         screenshot = tmp_path / "dashboard-experiment.png"
         assert browser.save_screenshot(str(screenshot))
         print(f"dashboard screenshots: {tmp_path / 'dashboard-experiments.png'} {screenshot}")
