@@ -318,8 +318,6 @@ def report_after_run(settings: Settings, run_id: str) -> Report | None:
 
     try:
         report = report_run(settings, run_id, time.time())
-    except NotFoundError:
-        return None  # the run ended before its experiment was registered: nothing to report
     except AutoRLError as exc:
         print(f"autorl run: no report: {exc}", file=sys.stderr)
         return None

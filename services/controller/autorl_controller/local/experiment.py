@@ -180,7 +180,8 @@ class LocalRun:
             with _ignore_sigint():
                 self._finalize(status, message, timed_out)
                 row = self._record(status, self.prepared.started)
-                report_after_run(self.settings, self.run_id)
+                if self.registered:
+                    report_after_run(self.settings, self.run_id)
         self._print_summary(row, message)
         return exit_code
 
