@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -314,8 +315,6 @@ def report_run(settings: Settings, run_id: str, now: float) -> Report:
 
 def report_after_run(settings: Settings, run_id: str) -> Report | None:
     """Write the report at the end of ``autorl run``; a missing report never fails the run."""
-    import time
-
     try:
         report = report_run(settings, run_id, time.time())
     except AutoRLError as exc:
@@ -326,8 +325,6 @@ def report_after_run(settings: Settings, run_id: str) -> Report | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import time
-
     from autorl.settings import load_settings
 
     overrides: dict[str, object] = {} if args.home is None else {"home": args.home}
@@ -338,7 +335,8 @@ def _run(args: argparse.Namespace) -> int:
         report = report_run(settings, run_id, time.time())
     except NotFoundError as exc:
         raise UsageError(
-            f"no run {run_id!r} in {settings.database_url}; list runs with `autorl results`"
+            f"no run {run_id!r} in the database of {settings.home} (or AUTORL_DATABASE_URL); "
+            "list the runs with `autorl results`"
         ) from exc
     if args.json:
         print(json.dumps(report.metrics, indent=2))
