@@ -25,6 +25,7 @@ from autorl_controller.operator.kube import EXPERIMENTS, JOBS, NETWORK_POLICIES,
 from autorl_controller.operator.lifecycle import (
     JobState,
     Outcome,
+    agent_deadline_s,
     agent_outcome,
     epoch_from_iso,
     job_status,
@@ -235,6 +236,8 @@ class Step:
         if any(rule.host for rule in self.spec.egress or []):
             await self.sync_policy()
         end_time = view.get("end_time")
+        if job is not None and not state.state.ended:
+            await self.hold_deadline(job, end_time)
         past_deadline = end_time is not None and time.time() > end_time + self.settings.deadline_grace_s
         outcome = agent_outcome(state, past_deadline=past_deadline)
         synced = status_from_view(view)
@@ -251,6 +254,19 @@ class Step:
             f"{outcome.message}; waiting for evaluations in flight",
             {**synced, "conditions": [condition]},
         )
+
+    async def hold_deadline(self, job: dict[str, Any], end_time: float | None) -> None:
+        """Let Kubernetes itself stop the agent at its budget's end, whether or not we are running then.
+
+        A custom image gets SIGTERM right at the deadline (nothing inside its pod keeps time); the
+        agent runner stops a built-in agent itself, so its Job ends only a grace period later.
+        """
+        slack_s = 0 if self.spec.agent.image is not None else self.settings.deadline_grace_s
+        wanted = agent_deadline_s(job, end_time, slack_s=slack_s)
+        if wanted is not None and job["spec"].get("activeDeadlineSeconds") != wanted:
+            await self.context.kube.patch(
+                JOBS, self.ref.namespace, self.ref.agent_job_name, {"spec": {"activeDeadlineSeconds": wanted}}
+            )
 
     # --- Finishing: let evaluations in flight complete, then close the experiment ----------------------
 
