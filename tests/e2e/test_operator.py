@@ -14,6 +14,7 @@ import base64
 import contextlib
 import datetime
 import itertools
+import math
 import secrets
 import shutil
 import uuid
@@ -462,6 +463,61 @@ async def test_agent_past_its_deadline_ends_timed_out(
         assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is None
     view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
     assert view["status"] == "timed_out"
+
+
+async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    """Nothing inside a custom image keeps time: the Job's own deadline is moved to the budget's end,
+    so the Job controller deletes the pod then (SIGTERM), and the kubelet kills it a grace period
+    later (SIGKILL), whether or not the controller is running at that moment."""
+    name = "gsm8k-custom-deadline"
+    ref = ExperimentRef(name, NAMESPACE)
+    manifest = load_example("experiment-custom-agent.yaml", rename=name)
+    manifest["spec"]["timeoutSeconds"] = 600
+    await platform.apply(manifest)
+    await platform.through_baseline(manifest, tiny_base_model)
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    pod = job["spec"]["template"]["spec"]
+    assert (
+        pod["terminationGracePeriodSeconds"] == ControllerSettings().agent_stop_grace_s
+    )  # SIGTERM → SIGKILL
+    backstop = job["spec"]["activeDeadlineSeconds"]
+    assert backstop == 600  # from the Job's start, before the budget is known (grace 0 here)
+
+    # The Job started 95 s ago (scheduling, a slow image pull); its pod runs now: the budget starts.
+    job_start = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=95)
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 1, "startTime": job_start.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    )
+    tightened = await platform.wait_for(
+        f"{JOBS}/{ref.agent_job_name}",
+        lambda obj: obj["spec"]["activeDeadlineSeconds"] != backstop,
+        "the Job's deadline to follow the budget",
+    )
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    until_end = view["end_time"] - job_start.timestamp()
+    assert 95 + 600 <= until_end < 95 + 600 + 5
+    assert tightened["spec"]["activeDeadlineSeconds"] == math.ceil(until_end)
+    # Later ticks leave it alone (no patch per tick).
+    await asyncio.sleep(TICK_S * 5)
+    again = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert again is not None
+    assert again["metadata"]["resourceVersion"] == tightened["metadata"]["resourceVersion"]
+
+    # At that deadline the Job controller stops it: the experiment ends TimedOut, its Job kept for logs.
+    await platform.patch_job_status(
+        ref.agent_job_name,
+        {
+            "active": 0,
+            "failed": 1,
+            "conditions": [failed("DeadlineExceeded", "Job was active longer than specified")],
+        },
+    )
+    done = await platform.wait_phase(name, "TimedOut")
+    assert "end of its budget" in done["status"]["message"]
+    assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is not None
 
 
 async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Platform) -> None:
