@@ -216,8 +216,9 @@ def test_prepare_job_fills_the_cache_as_the_platform_then_the_workspace_as_the_e
         "--workspace", "/shared/experiments/team-a/gsm8k-grpo", "--timeout", "3600",
     ]  # fmt: skip
     assert pod["securityContext"]["runAsUser"] == run_as
-    assert pod["securityContext"]["supplementalGroups"] == [SETTINGS.platform_gid]
-    assert "fsGroup" not in pod["securityContext"]
+    # In the platform group (it owns the experiment folders), which also makes a fresh volume writable.
+    assert pod["securityContext"]["fsGroup"] == SETTINGS.platform_gid
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     assert pod["automountServiceAccountToken"] is False
 
     (cache,) = pod["initContainers"]

@@ -52,7 +52,7 @@ def claim_workspace(root: Path, group: int) -> None:
     except PermissionError as exc:
         raise WorkspaceError(
             f"cannot give workspace {root} to group {group}: this user is not in it "
-            "(the prepare pod lists the platform group in supplementalGroups)"
+            "(the prepare pod's fsGroup is the platform group)"
         ) from exc
     # After the chown: the kernel keeps the setgid bit only for a group the caller is in.
     root.chmod(WORKSPACE_DIR_MODE)

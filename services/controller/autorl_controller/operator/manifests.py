@@ -169,9 +169,8 @@ def build_token_secret(ref: ExperimentRef, *, token: str, grading_server_url: st
     }
 
 
-def _pod_security(run_as: int, *, groups: Sequence[int] = ()) -> dict[str, Any]:
-    # No fsGroup: on volumes whose driver manages ownership the kubelet would hand the whole shared
-    # volume to the pod's group. "Strict": no extra groups from the image's own /etc/group.
+def _pod_security(run_as: int, *, volume_group: int | None = None) -> dict[str, Any]:
+    # "Strict": no extra groups from the image's own /etc/group.
     security: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": run_as,
@@ -179,8 +178,11 @@ def _pod_security(run_as: int, *, groups: Sequence[int] = ()) -> dict[str, Any]:
         "seccompProfile": {"type": "RuntimeDefault"},
         "supplementalGroupsPolicy": "Strict",
     }
-    if groups:
-        security["supplementalGroups"] = list(groups)
+    if volume_group is not None:
+        # The pod joins the group; a fresh volume's root becomes writable by it (setgid, g+rwx). Only
+        # when the root does not match yet: a recursive change of a full volume would take long.
+        security["fsGroup"] = volume_group
+        security["fsGroupChangePolicy"] = "OnRootMismatch"
     return security
 
 
@@ -292,7 +294,7 @@ def build_prepare_job(
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": _pod_security(run_as, groups=[settings.platform_gid]),
+                    "securityContext": _pod_security(run_as, volume_group=settings.platform_gid),
                     "initContainers": [fill],
                     "containers": [layout],
                     "volumes": [_shared_volume(settings), _tmp_volume()],
@@ -370,6 +372,7 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.agent_stop_grace_s,
+        # No fsGroup: the kubelet would hand the whole shared volume to the agent's group.
         "securityContext": _pod_security(agent_run_as_id(ref, settings)),
         "volumes": [_shared_volume(settings), _tmp_volume()],
     }
