@@ -334,7 +334,7 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     )
     assert mounts["/workspace/data"]["readOnly"] is True
     assert mounts["/workspace/models/Qwen2.5-1.5B"]["readOnly"] is True
-    assert not any("test" in m["subPath"] for m in container["volumeMounts"])
+    assert not any("test" in m.get("subPath", "") for m in container["volumeMounts"])
 
     policy = await platform.get(f"{POLICIES}/{ref.policy_name}")
     assert policy is not None

@@ -205,14 +205,21 @@ class Step:
             return
         if baseline != "scored":
             return
-        await self.sync_policy()
+        if not await self.sync_policy():
+            return
         await self._adopt_and_create(JOBS, build_agent_job(self.ref, self.spec, self.settings))
         await self._move(Phase.RUNNING, "the agent Job is waiting for its pod", status_from_view(view))
 
-    async def sync_policy(self) -> None:
+    async def sync_policy(self) -> bool:
+        """Create or refresh the agent's NetworkPolicy; False (and Failed) when its egress is refused."""
         hosts = [rule.host for rule in self.spec.egress or [] if rule.host is not None]
         resolved = await resolve_hosts(hosts) if hosts else {}
-        policy = build_network_policy(self.ref, self.spec, self.settings, resolved)
+        try:
+            policy = build_network_policy(self.ref, self.spec, self.settings, resolved)
+        except ValueError as exc:
+            # Validated at creation; only cluster ranges widened since then can get here.
+            await self.fail(f"invalid spec: {exc}")
+            return False
         created = await self._adopt_and_create(NETWORK_POLICIES, policy)
         if not created and hosts:
             existing = await self.context.kube.get(NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name)
@@ -221,6 +228,7 @@ class Step:
                 await self.context.kube.patch(
                     NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name, {"spec": policy["spec"]}
                 )
+        return True
 
     # --- Running: the budget starts with the agent's pod; watch the Job and the clock ------------------
 
@@ -233,8 +241,9 @@ class Step:
         if view.get("start_time") is None and (state.state is JobState.ACTIVE or state.state.ended):
             # With Kueue a Job may wait long for quota: the budget starts when the agent really does.
             view = await self.context.grader.start(self.ref.grader_name)
-        if any(rule.host for rule in self.spec.egress or []):
-            await self.sync_policy()
+        if any(rule.host for rule in self.spec.egress or []) and not await self.sync_policy():
+            await self.context.kube.delete(JOBS, self.ref.namespace, self.ref.agent_job_name)
+            return
         end_time = view.get("end_time")
         if job is not None and not state.state.ended:
             await self.hold_deadline(job, end_time)
