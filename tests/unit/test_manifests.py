@@ -116,6 +116,8 @@ def test_agent_pods_are_restricted_and_tokenless(spec: ExperimentSpec) -> None:
     # no supplementary groups, none taken from the image's /etc/group.
     assert "fsGroup" not in security and "supplementalGroups" not in security
     assert security["supplementalGroupsPolicy"] == "Strict"
+    lenient = SETTINGS.model_copy(update={"agent_strict_groups": False})
+    assert "supplementalGroupsPolicy" not in pod_of(build_agent_job(REF, spec, lenient))["securityContext"]
     for container in all_containers(job):
         security = container["securityContext"]
         assert security["allowPrivilegeEscalation"] is False

@@ -169,15 +169,18 @@ def build_token_secret(ref: ExperimentRef, *, token: str, grading_server_url: st
     }
 
 
-def _pod_security(run_as: int, *, volume_group: int | None = None) -> dict[str, Any]:
-    # "Strict": no extra groups from the image's own /etc/group.
+def _pod_security(
+    settings: ControllerSettings, run_as: int, *, volume_group: int | None = None
+) -> dict[str, Any]:
     security: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": run_as,
         "runAsGroup": run_as,
         "seccompProfile": {"type": "RuntimeDefault"},
-        "supplementalGroupsPolicy": "Strict",
     }
+    if settings.agent_strict_groups:
+        # No extra groups from the image's own /etc/group (where an image could name any group).
+        security["supplementalGroupsPolicy"] = "Strict"
     if volume_group is not None:
         # The pod joins the group; a fresh volume's root becomes writable by it (setgid, g+rwx). Only
         # when the root does not match yet: a recursive change of a full volume would take long.
@@ -294,7 +297,7 @@ def build_prepare_job(
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": _pod_security(run_as, volume_group=settings.platform_gid),
+                    "securityContext": _pod_security(settings, run_as, volume_group=settings.platform_gid),
                     "initContainers": [fill],
                     "containers": [layout],
                     "volumes": [_shared_volume(settings), _tmp_volume()],
@@ -373,7 +376,7 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.agent_stop_grace_s,
         # No fsGroup: the kubelet would hand the whole shared volume to the agent's group.
-        "securityContext": _pod_security(agent_run_as_id(ref, settings)),
+        "securityContext": _pod_security(settings, agent_run_as_id(ref, settings)),
         "volumes": [_shared_volume(settings), _tmp_volume()],
     }
     if spec.agent.builtin is not None:

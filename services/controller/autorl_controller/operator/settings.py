@@ -107,6 +107,12 @@ class ControllerSettings(BaseSettings):
         description="The cluster's pod, service and node ranges, comma-separated: agents never reach "
         "them through an egress rule (the default is every private range).",
     )
+    agent_strict_groups: bool = Field(
+        default=True,
+        description="supplementalGroupsPolicy Strict on agent and prepare pods (no groups from the "
+        "image's /etc/group); turn off on nodes whose runtime lacks it (containerd < 2.0, CRI-O < 1.31): "
+        "the kubelet refuses such pods there.",
+    )
     agent_stop_grace_s: int = Field(
         default=30,
         ge=0,
