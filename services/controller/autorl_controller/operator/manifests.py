@@ -43,8 +43,9 @@ PREPARE_BACKOFF_LIMIT = 3
 PREPARE_DEADLINE_S = 7200
 SHARED_VOLUME = "shared"
 TMP_VOLUME = "tmp"
-#: Link-local addresses (cloud metadata services hand out node credentials there): never a destination.
-ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10")
+#: Never a destination: link-local addresses (cloud metadata services hand out node credentials
+#: there), and IPv4-mapped IPv6, which a CNI may read as the IPv4 range it spells (::ffff:10.0.0.0/104).
+ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10", "::ffff:0:0/96")
 
 
 @dataclass(frozen=True)
