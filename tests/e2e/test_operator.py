@@ -538,3 +538,19 @@ async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Pla
     assert [reason for reason, _ in events].count("Failed") == 1, events
     registered = await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
     assert registered.status_code == 404
+
+
+async def test_egress_into_the_cluster_ends_failed_before_anything_runs(platform: Platform) -> None:
+    name = "egress-into-cluster"
+    manifest = load_example("experiment-custom-agent.yaml", rename=name)
+    manifest["spec"]["egress"].append({"cidr": "10.96.0.0/12", "ports": [443]})  # the Service range
+    await platform.apply(manifest)
+    done = await platform.wait_phase(name, "Failed")
+    assert "spec.egress[1].cidr: 10.96.0.0/12 lies inside 10.0.0.0/8" in done["status"]["message"]
+    ref = ExperimentRef(name, NAMESPACE)
+    for path in (
+        f"{SECRETS}/{ref.secret_name}",
+        f"{JOBS}/{ref.prepare_job_name}",
+        f"{POLICIES}/{ref.policy_name}",
+    ):
+        assert await platform.get(path) is None, path
