@@ -35,7 +35,7 @@ from autorl.experiment import crd_manifest
 from autorl.settings import Settings, load_settings
 from autorl.tasks import get_task
 from autorl_controller.operator.main import run_operator
-from autorl_controller.operator.manifests import ExperimentRef, cached_model_subpath
+from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id, cached_model_subpath
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
 from tests.support.infra import free_port, serve
@@ -554,3 +554,28 @@ async def test_egress_into_the_cluster_ends_failed_before_anything_runs(platform
         f"{POLICIES}/{ref.policy_name}",
     ):
         assert await platform.get(path) is None, path
+
+
+def colliding_names(settings: ControllerSettings) -> tuple[str, str]:
+    """Two Experiment names of this namespace whose hashed user ids are equal (a birthday search)."""
+    seen: dict[int, str] = {}
+    for i in itertools.count():
+        name = f"same-id-{i}"
+        run_as = agent_run_as_id(ExperimentRef(name, NAMESPACE), settings)
+        if run_as in seen:
+            return seen[run_as], name
+        seen[run_as] = name
+    raise AssertionError("unreachable")
+
+
+async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: Platform) -> None:
+    first, second = colliding_names(ControllerSettings())
+    await platform.apply(load_example("experiment-gsm8k.yaml", rename=first))
+    await platform.wait_phase(first, "Preparing")
+    await platform.apply(load_example("experiment-gsm8k.yaml", rename=second))
+    done = await platform.wait_phase(second, "Failed")
+    assert f"experiment {NAMESPACE}/{first} already has" in done["status"]["message"]
+    assert "apply it under another name" in done["status"]["message"]
+    ref = ExperimentRef(second, NAMESPACE)
+    assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None  # no folder, no pod for it
+    assert (await platform.get(f"{EXPERIMENTS}/{first}") or {})["status"]["phase"] == "Preparing"

@@ -35,6 +35,7 @@ from autorl_controller.operator.manifests import (
     build_token_secret,
     cached_model_subpath,
     check_egress,
+    id_collisions,
 )
 from autorl_controller.operator.settings import ControllerSettings
 
@@ -270,13 +271,23 @@ def test_each_experiment_runs_as_its_own_stable_id_in_the_documented_range(ref: 
     assert SETTINGS.agent_id_start <= run_as < SETTINGS.agent_id_start + SETTINGS.agent_id_count
     assert run_as not in (SETTINGS.platform_uid, SETTINGS.platform_gid, 0)
     # Stable: another controller (restart, other settings object) derives the same id.
-    assert (
-        agent_run_as_id(ExperimentRef(ref.name, ref.namespace), ControllerSettings(admin_token="y" * 32))
-        == run_as
-    )
+    assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace), ControllerSettings()) == run_as
     for job in (build_agent_job(ref, BUILTIN, SETTINGS), build_prepare_job(ref, BUILTIN, SETTINGS)):
         assert pod_of(job)["securityContext"]["runAsUser"] == run_as
         assert pod_of(job)["securityContext"]["runAsGroup"] == run_as
+
+
+def test_id_collisions_name_the_other_experiments_that_share_an_id() -> None:
+    tiny = SETTINGS.model_copy(update={"agent_id_count": 3})  # a range this small must collide
+    refs = [ExperimentRef(f"exp-{i}", "team-a") for i in range(10)]
+    for ref in refs:
+        same = id_collisions(ref, refs, tiny)
+        assert ref not in same
+        assert same == [
+            o for o in refs if o != ref and agent_run_as_id(o, tiny) == agent_run_as_id(ref, tiny)
+        ]
+    assert any(id_collisions(ref, refs, tiny) for ref in refs)
+    assert id_collisions(REF, NEIGHBOURS, SETTINGS) == []
 
 
 def test_experiments_get_distinct_ids() -> None:

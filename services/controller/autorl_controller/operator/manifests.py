@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,11 +105,19 @@ def agent_run_as_id(ref: ExperimentRef, settings: ControllerSettings) -> int:
     """The experiment's own user and group id: stable for its namespace and name, spread by SHA-256.
 
     Deterministic, so a restarted controller, a retried prepare Job and the agent Job agree without
-    stored state; with the default range of 2·10⁹ ids, two of a thousand live experiments share one
-    with probability ~2.5·10⁻⁴ (and even then each still mounts only its own folder).
+    stored state; with the default range of 2·10⁹ ids, two of a thousand experiments share one with
+    probability ~2.5·10⁻⁴, and then the younger is refused before it runs (``id_collisions``).
     """
     digest = hashlib.sha256(f"{ref.namespace}/{ref.name}".encode()).digest()
     return settings.agent_id_start + int.from_bytes(digest[:8], "big") % settings.agent_id_count
+
+
+def id_collisions(
+    ref: ExperimentRef, others: Iterable[ExperimentRef], settings: ControllerSettings
+) -> list[ExperimentRef]:
+    """The other experiments that run as the same id as ``ref`` (rare: see ``agent_run_as_id``)."""
+    mine = agent_run_as_id(ref, settings)
+    return [other for other in others if other != ref and agent_run_as_id(other, settings) == mine]
 
 
 def labels(ref: ExperimentRef, role: str) -> dict[str, str]:

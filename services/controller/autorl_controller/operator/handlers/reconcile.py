@@ -35,11 +35,13 @@ from autorl_controller.operator.lifecycle import (
 )
 from autorl_controller.operator.manifests import (
     ExperimentRef,
+    agent_run_as_id,
     build_agent_job,
     build_network_policy,
     build_prepare_job,
     build_registration,
     build_token_secret,
+    id_collisions,
 )
 from autorl_controller.operator.reporting import as_body, patch_status, transition
 
@@ -168,8 +170,10 @@ class Step:
         await self._adopt_and_create(SECRETS, secret)
 
     async def prepare(self) -> None:
-        await self.register()
         job = await self.context.kube.get(JOBS, self.ref.namespace, self.ref.prepare_job_name)
+        if job is None and not await self.own_id():
+            return
+        await self.register()
         if job is None:
             await self._adopt_and_create(JOBS, build_prepare_job(self.ref, self.spec, self.settings))
         state = job_status(job)
@@ -187,6 +191,31 @@ class Step:
             return
         await self.context.grader.request_baseline(self.ref.grader_name)
         await self._move(Phase.BASELINE, "evaluating the base model")
+
+    async def own_id(self) -> bool:
+        """Whether no older Experiment runs as this one's user id; else it ends Failed, saying which.
+
+        Ids are hashed, so two experiments can share one (rarely); the one created later yields, before
+        its folder or its pods exist. Finished experiments count too: their files stay.
+        """
+        namespaces: list[str | None] = list(self.settings.watch_namespaces) or [None]
+        metas = [
+            item["metadata"]
+            for namespace in namespaces
+            for item in await self.context.kube.list(EXPERIMENTS, namespace)
+        ]
+        age = {ExperimentRef(meta["name"], meta["namespace"]): _created(meta) for meta in metas}
+        mine = _created(self.body["metadata"])
+        older = [other for other in id_collisions(self.ref, age, self.settings) if age[other] < mine]
+        if older:
+            other = older[0]
+            await self.fail(
+                f"this experiment would run as user id {agent_run_as_id(self.ref, self.settings)}, which "
+                f"experiment {other.namespace}/{other.name} already has (ids are hashed from the namespace "
+                "and name); apply it under another name"
+            )
+            return False
+        return True
 
     # --- Baseline: wait for the base model's score, then start the agent ------------------------------
 
@@ -312,6 +341,11 @@ class Step:
                 f"the grader has no experiment {self.ref.grader_name!r} (was its database reset?)"
             )
         return view
+
+
+def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
+    """Creation order, ties broken by namespace and name: of two experiments, the older keeps an id."""
+    return (str(meta.get("creationTimestamp") or ""), str(meta["namespace"]), str(meta["name"]))
 
 
 def summary(outcome: Outcome, view: dict[str, Any]) -> str:
