@@ -118,12 +118,14 @@ podSelector:
       values: {{ toJson .components }}
 {{- end }}
 
-{{/* The platform's pod security context: its own user and group; fsGroup makes fresh claims writable. */}}
+{{/* The platform's pod security context: its own user and group; fsGroup makes fresh claims writable
+(checked at the root only: a full snapshot volume is not walked at every start). */}}
 {{- define "autorl.platformPodSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: {{ .Values.platform.uid }}
 runAsGroup: {{ .Values.platform.gid }}
 fsGroup: {{ .Values.platform.gid }}
+fsGroupChangePolicy: OnRootMismatch
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
