@@ -484,7 +484,7 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
         pod["terminationGracePeriodSeconds"] == ControllerSettings().agent_stop_grace_s
     )  # SIGTERM → SIGKILL
     backstop = job["spec"]["activeDeadlineSeconds"]
-    assert backstop == 600  # from the Job's start, before the budget is known (grace 0 here)
+    assert backstop == 600  # from the Job's start, before the budget is known: never past its end
 
     # The Job started 95 s ago (scheduling, a slow image pull); its pod runs now: the budget starts.
     job_start = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=95)

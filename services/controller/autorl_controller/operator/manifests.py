@@ -357,14 +357,22 @@ def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, An
     ]
 
 
+def agent_deadline_slack_s(spec: ExperimentSpec, settings: ControllerSettings) -> int:
+    """How long the agent's Job may outlast its budget before Kubernetes stops it.
+
+    None for a custom image: nothing inside its pod keeps time, so it gets SIGTERM at the deadline.
+    The agent runner stops a built-in agent itself at the deadline and then needs a moment to close.
+    """
+    return 0 if spec.agent.image is not None else settings.deadline_grace_s
+
+
 def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings) -> dict[str, Any]:
     """The agent's Job: a built-in agent under the agent runner, or a custom image of its own.
 
     Restricted Pod Security with a read-only root file system, the experiment's own user and group
     id, no service-account token, no service links (no addresses of Postgres or Redis in its
     environment), credentials only by ``envFrom``, and a hard deadline: at it the pod gets SIGTERM,
-    ``agent_stop_grace_s`` later SIGKILL (``activeDeadlineSeconds`` here is the backstop from the
-    Job's start; the controller tightens it to the budget's end once the budget starts).
+    ``agent_stop_grace_s`` later SIGKILL.
     """
     env_from: list[dict[str, Any]] = [{"secretRef": {"name": ref.secret_name}}]
     env_from += [source.model_dump(exclude_none=True) for source in spec.agent.envFrom or []]
@@ -429,7 +437,9 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "spec": {
             # A retried agent would start its budget over; one attempt, like a local run.
             "backoffLimit": 0,
-            "activeDeadlineSeconds": spec.timeoutSeconds + settings.deadline_grace_s,
+            # Counted from the Job's start, so never later than the budget's end; the controller moves
+            # it to exactly that end once the budget starts (after scheduling and the image pull).
+            "activeDeadlineSeconds": spec.timeoutSeconds + agent_deadline_slack_s(spec, settings),
             "template": {"metadata": {"labels": labels(ref, "agent")}, "spec": pod},
         },
     }

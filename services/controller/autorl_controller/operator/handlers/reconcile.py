@@ -35,6 +35,7 @@ from autorl_controller.operator.lifecycle import (
 )
 from autorl_controller.operator.manifests import (
     ExperimentRef,
+    agent_deadline_slack_s,
     agent_run_as_id,
     build_agent_job,
     build_network_policy,
@@ -294,13 +295,8 @@ class Step:
         )
 
     async def hold_deadline(self, job: dict[str, Any], end_time: float | None) -> None:
-        """Let Kubernetes itself stop the agent at its budget's end, whether or not we are running then.
-
-        A custom image gets SIGTERM right at the deadline (nothing inside its pod keeps time); the
-        agent runner stops a built-in agent itself, so its Job ends only a grace period later.
-        """
-        slack_s = 0 if self.spec.agent.image is not None else self.settings.deadline_grace_s
-        wanted = agent_deadline_s(job, end_time, slack_s=slack_s)
+        """Let Kubernetes itself stop the agent at its budget's end, whether or not we are running then."""
+        wanted = agent_deadline_s(job, end_time, slack_s=agent_deadline_slack_s(self.spec, self.settings))
         if wanted is not None and job["spec"].get("activeDeadlineSeconds") != wanted:
             await self.context.kube.patch(
                 JOBS, self.ref.namespace, self.ref.agent_job_name, {"spec": {"activeDeadlineSeconds": wanted}}
