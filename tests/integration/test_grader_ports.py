@@ -88,6 +88,10 @@ def admin_headers(grader: Grader) -> dict[str, str]:
         ("GET", "//v1/experiments"),
         ("GET", "/v1/experiments/"),
         ("GET", "/V1/experiments"),
+        ("GET", "/ui"),
+        ("POST", "/ui/login"),
+        ("GET", "/ui/api/experiments"),
+        ("GET", "/ui/static/chart.umd.min.js"),
     ],
 )
 def test_the_agent_port_never_serves_the_admin_api_or_metrics(grader: Grader, method: str, path: str) -> None:
