@@ -19,6 +19,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import h11
 
@@ -179,9 +180,11 @@ class _Connection:
             method = event.method.decode("latin-1")
             target = event.target.decode("latin-1")
             headers = [(k, v) for k, v in event.headers if k in FORWARDED_REQUEST_HEADERS]
+            declared = dict(event.headers).get(b"content-length", b"0")
             body = bytearray()
-            too_large = False
-            while True:
+            # Refused before it is read when declared too large; counted as it comes otherwise.
+            too_large = int(declared) > MAX_BODY_BYTES
+            while not too_large:
                 part = self._next_event()
                 if isinstance(part, h11.Data):
                     body += part.data
@@ -206,6 +209,8 @@ class _Connection:
         headers = [*answer.headers, ("content-length", str(len(answer.body)))]
         if close:
             headers.append(("connection", "close"))
-        self.sock.sendall(self.h11.send(h11.Response(status_code=answer.status, headers=headers)) or b"")
+        reason = HTTPStatus(answer.status).phrase
+        response = h11.Response(status_code=answer.status, headers=headers, reason=reason)
+        self.sock.sendall(self.h11.send(response) or b"")
         self.sock.sendall(self.h11.send(h11.Data(data=answer.body)) or b"")
         self.sock.sendall(self.h11.send(h11.EndOfMessage()) or b"")

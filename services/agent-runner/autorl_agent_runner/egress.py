@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Sequence
 
 from autorl.errors import AutoRLError
+from autorl_agent_runner.netns import network_owner_fd
 
 TAP_DEVICE = "tap0"
 SLIRP_GATEWAY = "10.0.2.2"
@@ -83,33 +84,45 @@ class Egress:
     @classmethod
     def start(cls, sandbox_pid: int) -> Egress:
         check_tools()
-        _run_in_netns(sandbox_pid, ["nft", "-f", "-"], firewall_rules([*host_addresses(), *ALWAYS_BLOCKED]))
+        # Root has every capability over the agent's namespaces from outside; otherwise the
+        # tools act from inside the user namespace that owns the agent's network.
+        owner = None if os.geteuid() == 0 else network_owner_fd(sandbox_pid)
         ready_r, ready_w = os.pipe()
         exit_r, exit_w = os.pipe()
-        command = [
-            "slirp4netns",
-            "--configure",
-            f"--mtu={SLIRP_MTU}",
-            "--disable-host-loopback",
-            "--enable-sandbox",
-            "--enable-seccomp",
-            f"--ready-fd={ready_w}",
-            f"--exit-fd={exit_r}",
-        ]
-        if os.geteuid() != 0:
-            command.append(f"--userns-path=/proc/{sandbox_pid}/ns/user")
-        command += [str(sandbox_pid), TAP_DEVICE]
         try:
+            _run_in_netns(
+                sandbox_pid, owner, ["nft", "-f", "-"], firewall_rules([*host_addresses(), *ALWAYS_BLOCKED])
+            )
+            command = [
+                "slirp4netns",
+                "--configure",
+                f"--mtu={SLIRP_MTU}",
+                "--disable-host-loopback",
+                "--enable-sandbox",
+                "--enable-seccomp",
+                f"--ready-fd={ready_w}",
+                f"--exit-fd={exit_r}",
+                "--netns-type=path",
+            ]
+            if owner is not None:
+                command.append(f"--userns-path=/proc/self/fd/{owner}")
+            command += [f"/proc/{sandbox_pid}/ns/net", TAP_DEVICE]
             process = subprocess.Popen(
                 command,
-                pass_fds=(ready_w, exit_r),
+                pass_fds=(ready_w, exit_r, *([owner] if owner is not None else [])),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
+        except BaseException:
+            os.close(exit_w)
+            os.close(ready_r)
+            raise
         finally:
             os.close(ready_w)
             os.close(exit_r)
+            if owner is not None:
+                os.close(owner)
         egress = cls(process, exit_w)
         try:
             readable, _, _ = select.select([ready_r], [], [], READY_TIMEOUT_S)
@@ -140,10 +153,16 @@ class Egress:
             self._process.stderr.close()
 
 
-def _run_in_netns(pid: int, command: list[str], stdin: str) -> None:
+def _run_in_netns(pid: int, owner: int | None, command: list[str], stdin: str) -> None:
     namespaces = [f"--net=/proc/{pid}/ns/net"]
-    if os.geteuid() != 0:
-        namespaces = [f"--user=/proc/{pid}/ns/user", "--preserve-credentials", *namespaces]
-    done = subprocess.run(["nsenter", *namespaces, *command], input=stdin, capture_output=True, text=True)
+    if owner is not None:
+        namespaces = [f"--user=/proc/self/fd/{owner}", "--preserve-credentials", *namespaces]
+    done = subprocess.run(
+        ["nsenter", *namespaces, *command],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        pass_fds=() if owner is None else (owner,),
+    )
     if done.returncode != 0:
         raise EgressError(f"cannot set the agent's firewall ({' '.join(command)}): {done.stderr.strip()}")

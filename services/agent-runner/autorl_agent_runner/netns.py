@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import os
 import socket
 
@@ -35,15 +36,24 @@ def _setns(fd: int, nstype: int) -> None:
         raise OSError(errno, os.strerror(errno))
 
 
+def network_owner_fd(pid: int) -> int:
+    """A descriptor of the user namespace that owns ``pid``'s network namespace.
+
+    Not root, the platform has capabilities over that namespace only from inside its owning
+    user namespace (bubblewrap's outer one; the agent itself sits in a nested one).
+    """
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fcntl.ioctl(net, NS_GET_USERNS)
+    finally:
+        os.close(net)
+
+
 def _enter_network_of(pid: int) -> None:
     """Join ``pid``'s network namespace (first its owning user namespace when not root)."""
-    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     if os.geteuid() != 0:
-        import fcntl
-
-        owner = fcntl.ioctl(net, NS_GET_USERNS)
-        _setns(owner, CLONE_NEWUSER)
-    _setns(net, CLONE_NEWNET)
+        _setns(network_owner_fd(pid), CLONE_NEWUSER)
+    _setns(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC), CLONE_NEWNET)
 
 
 def listen_in_netns(pid: int, host: str, port: int) -> socket.socket:
