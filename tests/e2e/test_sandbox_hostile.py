@@ -139,7 +139,8 @@ if os.environ["PHASE"] == "first":
                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
                 "beat = os.path.join(os.environ['OUTPUT_DIR'], 'daemon.txt')\\n"
                 "while True:\\n"
-                "    open(beat, 'w').write(str(time.time()))\\n"
+                "    open(beat + '.tmp', 'w').write(str(time.time()))\\n"
+                "    os.replace(beat + '.tmp', beat)\\n"
                 "    time.sleep(0.2)\\n"
             )
             os.execv(sys.executable, [sys.executable, "-c", daemon, f"hostile-daemon-{MARK}"])

@@ -20,10 +20,10 @@ import pytest
 
 from autorl.client import GradingClient
 from autorl.tasks import get_task
+from autorl_agent_runner.agent_user import uid_processes
 from autorl_agent_runner.agents import resolve_agent
 from autorl_agent_runner.environment import ContractValues, parse_env_items
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
-from autorl_agent_runner.agent_user import uid_processes
 from autorl_agent_runner.sandbox import SandboxMode
 from autorl_agent_runner.workspace import Workspace, create_workspace
 

@@ -98,13 +98,15 @@ class Egress:
                 "--configure",
                 f"--mtu={SLIRP_MTU}",
                 "--disable-host-loopback",
-                "--enable-sandbox",
                 "--enable-seccomp",
                 f"--ready-fd={ready_w}",
                 f"--exit-fd={exit_r}",
                 "--netns-type=path",
             ]
-            if owner is not None:
+            if owner is None:
+                # Its own mount namespace and no capabilities; it needs to be root to set that up.
+                command.append("--enable-sandbox")
+            else:
                 command.append(f"--userns-path=/proc/self/fd/{owner}")
             command += [f"/proc/{sandbox_pid}/ns/net", TAP_DEVICE]
             process = subprocess.Popen(
