@@ -102,10 +102,17 @@ class Gate:
     def __init__(self) -> None:
         self.info_read, self.info_write = os.pipe()
         self.block_read, self.block_write = os.pipe()
+        # Each descriptor is closed once: a number closed twice may belong to another file by then.
+        self._child_open = [self.info_write, self.block_read]
+        self._parent_open = [self.info_read, self.block_write]
 
     @property
-    def child_fds(self) -> tuple[int, int]:
-        return self.info_write, self.block_read
+    def child_fds(self) -> tuple[int, ...]:
+        return tuple(self._child_open)
+
+    def close_child_side(self) -> None:
+        _close(self._child_open)
+        self._child_open = []
 
     def args(self) -> list[str]:
         return ["--info-fd", str(self.info_write), "--block-fd", str(self.block_read)]
@@ -126,9 +133,9 @@ class Gate:
         os.write(self.block_write, b"1")
 
     def close(self) -> None:
-        for fd in (self.info_read, self.info_write, self.block_read, self.block_write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self.close_child_side()
+        _close(self._parent_open)
+        self._parent_open = []
 
 
 @dataclass
@@ -159,9 +166,10 @@ class SandboxPlan:
 
     def started(self) -> None:
         """The agent's process holds its copies now: close the platform's."""
-        for fd in self.pass_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _close(self.data_fds)
+        self.data_fds = ()
+        if self.gate is not None:
+            self.gate.close_child_side()
 
     def cleanup(self) -> None:
         """Close what is left and remove the (empty, on the host) staging folders."""
@@ -171,6 +179,12 @@ class SandboxPlan:
         for folder in self.staging_dirs:
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _close(fds: Sequence[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _memfd(name: str, text: str) -> int:
