@@ -7,14 +7,25 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup browser vendor-chartjs run test test-fast lint bench chart crd images clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd images clean help
 
 help:
 	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
 	@echo "make test   - install, then run the whole test suite"
 	@echo "make lint   - ruff + mypy"
 
-setup: $(VENV)/.installed $(OC_VENV)/.installed browser
+setup: system-packages $(VENV)/.installed $(OC_VENV)/.installed browser
+
+# The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
+# (setpriv, unshare, nsenter), iproute2. Installed with apt-get where missing; without root or
+# apt-get, the list of what to install is printed instead.
+SYSTEM_PACKAGES := bubblewrap slirp4netns nftables util-linux iproute2
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
+	else echo "the agent sandbox needs: $$missing (apt-get install $$missing)"; fi
 
 # The dashboard's browser test drives Debian's headless Chromium through its chromedriver
 # (browser builds that tools download for themselves cannot be fetched here).

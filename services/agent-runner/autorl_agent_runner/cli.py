@@ -230,7 +230,9 @@ def _run(args: argparse.Namespace) -> int:
         passed_env=passed,
         sandbox=SandboxMode(args.sandbox),
         hidden=[
-            p for p in (settings.home, settings.cache_dir, settings.eval_dir, Path.home()) if p is not None
+            p
+            for p in (settings.home, settings.cache_dir, settings.eval_dir, settings.data_source_dir)
+            if p is not None
         ],
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,

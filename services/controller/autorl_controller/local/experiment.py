@@ -65,6 +65,8 @@ class LocalRunConfig:
     finish_wait_s: float = 600.0
     grace_period_s: float = 30.0
     sandbox: str = "auto"
+    #: Internet access for the agent (an outside LLM API) through a user-mode network stack.
+    egress: bool = False
     driver_model: str | None = None
     max_submissions: int | None = None
 
@@ -260,6 +262,7 @@ class LocalRun:
             platform_env=platform_env,
             sandbox=self.sandbox,
             hidden=self._hidden_paths(),
+            egress=config.egress,
             grace_period_s=config.grace_period_s,
         )
         self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
@@ -283,7 +286,7 @@ class LocalRun:
 
     def _hidden_paths(self) -> list[Path]:
         settings = self.settings
-        candidates = [settings.home, settings.cache_dir, settings.eval_dir, Path.home()]
+        candidates = [settings.home, settings.cache_dir, settings.eval_dir, settings.data_source_dir]
         return [p.expanduser().absolute() for p in candidates if p is not None]
 
     # --- services ---------------------------------------------------------------------------
