@@ -2,6 +2,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 OC_VENV := .venv-opencompass
+AGENT_VENV := .venv-agent
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
@@ -14,11 +15,21 @@ help:
 	@echo "make test   - install, then run the whole test suite"
 	@echo "make lint   - ruff + mypy"
 
-setup: $(VENV)/.installed $(OC_VENV)/.installed
+setup: $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt requirements-test.txt $(wildcard services/*/pyproject.toml)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt -e '.[ml,dev]' $(foreach s,$(SERVICES),-e $(s)) -r requirements-test.txt
+	touch $@
+
+# The agents' Python (docs/AGENTS.md): what agents import, and copies (not editable links) of the
+# core and the agent runner, so that no path into this repository (test fixtures) is on its sys.path
+# and none of the platform's services or database drivers is in it.
+AGENT_SOURCES := $(shell find autorl services/agent-runner/autorl_agent_runner -type f \( -name '*.py' -o -name '*.json' \) 2>/dev/null)
+$(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml services/agent-runner/pyproject.toml $(AGENT_SOURCES)
+	test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
+	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -r requirements-agent.txt
+	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall . ./services/agent-runner
 	touch $@
 
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
@@ -55,4 +66,4 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -8,7 +8,6 @@ names it.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,27 +74,24 @@ def parse_env_items(items: Iterable[str], parent: Mapping[str, str]) -> dict[str
     return passed
 
 
-def platform_bin_dir() -> Path:
-    """The platform venv's ``bin`` (where ``python3`` has torch, transformers, trl and autorl)."""
-    return Path(sys.executable).absolute().parent
-
-
 def build_agent_env(
     contract: ContractValues,
     passed: Mapping[str, str],
     *,
     run_marker: str,
+    python_bin: Path,
     extra_platform: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of the agent: built from nothing, never copied from the parent.
 
-    ``extra_platform`` holds settings the platform adds for this run (the GPUs the agent may use).
+    ``python_bin`` is the agents' Python's ``bin`` (first on PATH); ``extra_platform`` holds
+    settings the platform adds for this run (the GPUs the agent may use).
     """
     env = contract.as_env()
     env.update(
         {
             "HOME": str(contract.workspace),
-            "PATH": f"{platform_bin_dir()}:{SYSTEM_PATH}",
+            "PATH": f"{python_bin}:{SYSTEM_PATH}",
             "HF_HUB_OFFLINE": "1",
             RUN_MARKER_VARIABLE: run_marker,
         }

@@ -29,7 +29,7 @@ from autorl_agent_runner.sandbox import (
     plan_sandbox,
     reclaim,
 )
-from autorl_agent_runner.workspace import Workspace, detach_model, write_json, write_run_meta
+from autorl_agent_runner.workspace import Workspace, detach_model, write_run_meta, write_scores
 
 #: Default seconds between SIGTERM and SIGKILL at the deadline.
 GRACE_PERIOD_S = 30.0
@@ -140,7 +140,10 @@ class AgentRunner:
             workspace=workspace.root,
             read_only=workspace.read_only_dirs,
             hidden=config.hidden,
-            exposed=[config.agent.folder] if config.agent.folder else [],
+            exposed=[
+                *([config.agent.folder] if config.agent.folder else []),
+                *config.agent.python.readable_paths(),
+            ],
         )
         if not can_share_base_model(self._plan.mode):
             detach_model(workspace)
@@ -148,7 +151,11 @@ class AgentRunner:
             give_to_agent([workspace.root, workspace.code, workspace.output], self._plan.uid, self._plan.gid)
         marker = secrets.token_hex(16)
         env = build_agent_env(
-            config.contract, config.passed_env, run_marker=marker, extra_platform=config.platform_env
+            config.contract,
+            {**config.agent.env, **config.passed_env},
+            run_marker=marker,
+            python_bin=config.agent.python.bin_dir,
+            extra_platform=config.platform_env,
         )
         self._log = workspace.agent_log.open("ab")
         if self._plan.warning:
@@ -292,4 +299,4 @@ class AgentRunner:
             last_submit_time=info.last_submit_time,
             end_time=info.end_time if info.end_time is not None else self.end_time,
         )
-        write_json(workspace.scores, scores.raw)
+        write_scores(workspace, scores.submissions)
