@@ -156,7 +156,9 @@ def _run(args: argparse.Namespace) -> int:
         task = get_task(args.task)
         passed = parse_env_items(args.env, os.environ)
         if agent.script is not None:
-            check_agent_readable(resolve_mode(SandboxMode(args.sandbox)), agent.script)
+            check_agent_readable(
+                resolve_mode(SandboxMode(args.sandbox)), agent.script, executed=agent.executes_script
+            )
     except AutoRLError as exc:
         raise UsageError(str(exc)) from exc
     base_name = model_dir_name(args.base_model)

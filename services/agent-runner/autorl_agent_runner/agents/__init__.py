@@ -43,6 +43,11 @@ class AgentCommand:
     script: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def executes_script(self) -> bool:
+        """Whether ``script`` is executed itself (its shebang counts), not read by an interpreter."""
+        return self.script is not None and self.argv[0] == str(self.script)
+
 
 def resolve_agent(agent: str, python: AgentPython | None = None) -> AgentCommand:
     """A built-in name, an agent folder, or the path of an executable (run as is: its shebang counts)."""

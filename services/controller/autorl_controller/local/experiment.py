@@ -83,7 +83,7 @@ def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> 
         passed = parse_env_items(config.env, os.environ)
         sandbox = SandboxMode(config.sandbox)
         if agent.script is not None:
-            check_agent_readable(resolve_mode(sandbox), agent.script)
+            check_agent_readable(resolve_mode(sandbox), agent.script, executed=agent.executes_script)
     except (AutoRLError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if port_in_use(config.port):
