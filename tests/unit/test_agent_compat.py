@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autorl.client import Submission
 from autorl.errors import ConfigurationError
@@ -17,6 +18,8 @@ from autorl_agent_runner.agents.reference_folder import AgentFolderError
 from autorl_agent_runner.env_file import parse_env_file
 from autorl_agent_runner.environment import AgentEnvError
 from autorl_agent_runner.workspace import Workspace, write_scores
+from autorl_controller.operator.handlers.create import validation_error
+from tests.unit.test_crd import crd_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "agents"
@@ -166,3 +169,10 @@ def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None
     assert json.loads(workspace.scores.read_text()) == [earlier.raw, later.raw]
     write_scores(workspace, [])
     assert json.loads(workspace.scores.read_text()) == []
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/experiment.yaml")), ids=lambda p: p.parent.name)
+def test_example_agent_experiments_are_valid(path: Path) -> None:
+    manifest = yaml.safe_load(path.read_text())
+    assert crd_errors(manifest) == []
+    assert validation_error(manifest["metadata"]["name"], manifest["spec"]) is None
