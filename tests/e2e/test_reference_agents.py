@@ -298,3 +298,86 @@ def test_reference_instructions_client_sees_the_references_shapes(
         ]
         for entry in mirror:
             assert_reference_entry(entry)
+
+
+FAKE_CLAUDE = """\
+#!/bin/bash
+# Stands in for the Claude Code CLI: records how it was started, then does what the prompt asks.
+printf '%s\\n' "$@" > "$OUTPUT_DIR/claude_args.txt"
+env > "$OUTPUT_DIR/claude_env.txt"
+python3 - <<'PY'
+import json, os, shutil
+
+import requests
+
+target = os.path.join(os.environ["OUTPUT_DIR"], "v1")
+shutil.copytree(os.environ["MODEL_PATH"], target)
+os.chmod(target, 0o755)
+answer = requests.post(os.environ["GRADING_SERVER_URL"] + "/submit", json={"model_path": target}, timeout=600)
+json.dump(answer.json(), open(os.path.join(os.environ["OUTPUT_DIR"], "v1.json"), "w"))
+PY
+"""
+
+
+def test_claude_code_example_gets_the_task_prompt_and_its_key(
+    tmp_path: Path, autorl_run: Callable[..., Run]
+) -> None:
+    """examples/agents/claude_code, with a stand-in for the CLI: started with the task prompt, the
+    model from config.yaml, the key from --env-file, a time limit inside the budget."""
+    folder = agent_folder(
+        tmp_path, {"fake-claude": FAKE_CLAUDE}, copy_of=REPO_ROOT / "examples/agents/claude_code"
+    )
+    (folder / "fake-claude").chmod(0o755)
+    env_file = tmp_path / ".env"
+    env_file.write_text("ANTHROPIC_API_KEY=sk-ant-test\n")
+    run = autorl_run(
+        "-a",
+        str(folder),
+        *TINY,
+        "--timeout",
+        "420",
+        "--port",
+        str(free_port()),
+        "--env-file",
+        str(env_file),
+        "--env",
+        f"CLAUDE_BIN={folder / 'fake-claude'}",
+    )
+    workspace = run.workspace()
+    assert run.code == 0, f"{run.stderr}\n{(workspace / 'agent.log').read_text()[-3000:]}"
+    out = workspace / "output"
+    args = (out / "claude_args.txt").read_text()
+    assert "--print\n" in args and "--dangerously-skip-permissions\n" in args and "--model\nsonnet\n" in args
+    prompt = args.split("--dangerously-skip-permissions\n", 1)[1]
+    description = (workspace / "description.md").read_text().strip()
+    instructions = (workspace / "instructions.md").read_text().strip()
+    first_train_line = (workspace / "data" / "train.jsonl").read_text().splitlines()[0]
+    for part in (description, instructions, first_train_line, str(out), "You have "):
+        assert part in prompt
+    seconds = int(prompt.split("You have ", 1)[1].split(" seconds", 1)[0])
+    assert 60 < seconds <= 420 - 300  # the budget less config.yaml's RESERVE_S
+    assert "ANTHROPIC_API_KEY=sk-ant-test" in (out / "claude_env.txt").read_text().splitlines()
+    assert json.loads((out / "v1.json").read_text())["status"] == "scored"
+
+
+def test_the_guides_minimal_training_loop_trains_and_is_scored(
+    tmp_path: Path, autorl_run: Callable[..., Run]
+) -> None:
+    """docs/AGENTS.md's "minimal training loop that submits", run as written (fewer rows)."""
+    guide = (REPO_ROOT / "docs" / "AGENTS.md").read_text()
+    section = guide.split("## A minimal training loop that submits", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert code.startswith("#!/usr/bin/env python3\n") and "[:200]" in code
+    tmp_path.chmod(0o755)
+    agent = tmp_path / "train.py"
+    agent.write_text(code.replace("[:200]", "[:8]"))
+    agent.chmod(0o755)
+    run = autorl_run("-a", str(agent), *TINY, "--timeout", "300", "--port", str(free_port()))
+    workspace = run.workspace()
+    log = (workspace / "agent.log").read_text()
+    assert run.code == 0, f"{run.stderr}\n{log[-3000:]}"
+    (row,) = run.results()
+    assert row["submissions"] == 1 and row["status"] == "completed", log[-3000:]
+    (entry,) = json.loads((workspace / "scores.json").read_text())
+    assert entry["model_path"] == "output/sft-1" and entry["status"] == "scored"
+    assert "200 " in log  # the loop prints the answer's status code and score

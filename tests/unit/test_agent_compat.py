@@ -4,6 +4,7 @@ reference-format scores.json, without a grader."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -176,3 +177,10 @@ def test_example_agent_experiments_are_valid(path: Path) -> None:
     manifest = yaml.safe_load(path.read_text())
     assert crd_errors(manifest) == []
     assert validation_error(manifest["metadata"]["name"], manifest["spec"]) is None
+
+
+def test_claude_code_example_without_a_key_says_how_to_pass_one(tmp_path: Path) -> None:
+    start = EXAMPLES / "claude_code" / "start.sh"
+    env = {"PATH": "/usr/bin:/bin", "WORKSPACE": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", str(start)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--env-file" in done.stdout
