@@ -49,9 +49,26 @@ def test_a_missing_model_path_is_a_400_naming_the_field(
     refusal(response, 400, "model_path", "OUTPUT_DIR")
 
 
+def test_a_form_body_is_a_400_that_names_the_json_header(
+    client: TestClient, experiment: RegisteredExperiment
+) -> None:
+    """`curl -d '{"model_path": ...}'` without `-H 'Content-Type: application/json'` sends a form."""
+    response = client.post(
+        f"{experiment.url_path}/submit",
+        content='{"model_path": "output/v1"}',
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    refusal(response, 400, "model_path", "Content-Type: application/json")
+
+
 @pytest.mark.parametrize(
     ("content", "word"),
-    [('{"model_path": 7}', "model_path"), ('{"model_path": ["a"]}', "model_path"), ("{not json", "JSON")],
+    [
+        ('{"model_path": 7}', "model_path"),
+        ('{"model_path": ["a"]}', "model_path"),
+        ("[1, 2]", "body"),
+        ("{not json", "JSON"),
+    ],
 )
 def test_other_malformed_bodies_stay_422(
     client: TestClient, experiment: RegisteredExperiment, content: str, word: str

@@ -31,19 +31,20 @@ class SubmitRequest(BaseModel):
 
 MISSING_MODEL_PATH = (
     'missing model_path: send a JSON body such as {"model_path": "output/v1"} naming a checkpoint '
-    "folder under your OUTPUT_DIR"
+    "folder under your OUTPUT_DIR, with the header Content-Type: application/json"
 )
 
 
 def lacks_model_path(errors: Sequence[Any]) -> bool:
-    """Whether a /submit body failed only for want of ``model_path`` (absent, null or empty, or no
-    body at all): the reference answers that with 400, and so does this API; any other malformed
-    body stays a 422."""
+    """Whether a /submit body failed only for want of ``model_path``: absent, null or empty, or no
+    JSON body at all (none, or a form as ``curl -d`` sends without a JSON header). The reference
+    answers those with 400, and so does this API; any other malformed body stays a 422."""
 
     def absent(error: Any) -> bool:
         loc, kind = tuple(error.get("loc", ())), error.get("type")
         if loc == ("body",):
-            return kind == "missing"
+            not_json = kind == "model_attributes_type" and isinstance(error.get("input"), bytes | str)
+            return kind == "missing" or not_json
         if loc != ("body", "model_path"):
             return False
         null = kind == "string_type" and error.get("input") is None
