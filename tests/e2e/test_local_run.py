@@ -305,7 +305,7 @@ def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
     ("override", "fix"),
     [
         ({"-t": "no-such-task"}, "known tasks"),
-        ({"-a": "no_such_agent"}, "built-in name or the path of an executable"),
+        ({"-a": "no_such_agent"}, "a folder with config.yaml, or the path of an executable"),
         ({"-m": "builtin:nope"}, "use one of"),
         ({"-m": "/no/such/model"}, "pass an existing folder"),
         ({"--timeout": "-5"}, "positive number of seconds"),
