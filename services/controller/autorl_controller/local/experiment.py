@@ -29,6 +29,7 @@ from autorl.checkpoints import model_dir_name, resolve_model
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
+from autorl.reports import report_after_run
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.settings import Settings, load_settings
 from autorl.tasks import Task, get_task
@@ -180,6 +181,8 @@ class LocalRun:
             with _ignore_sigint():
                 self._finalize(status, message, timed_out)
                 row = self._record(status, self.prepared.started)
+                if self.registered:
+                    report_after_run(self.settings, self.run_id)
         self._print_summary(row, message)
         return exit_code
 
