@@ -2,6 +2,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 OC_VENV := .venv-opencompass
+AGENT_VENV := .venv-agent
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
@@ -14,7 +15,7 @@ help:
 	@echo "make test   - install, then run the whole test suite"
 	@echo "make lint   - ruff + mypy"
 
-setup: system-packages $(VENV)/.installed $(OC_VENV)/.installed browser
+setup: system-packages $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed browser
 
 # The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
 # (setpriv, unshare, nsenter), iproute2. Installed with apt-get where missing; without root or
@@ -54,6 +55,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt requirements-test.txt $(wildc
 	$(PIP) install -c constraints.txt -e '.[ml,dev]' $(foreach s,$(SERVICES),-e $(s)) -r requirements-test.txt
 	touch $@
 
+# The agents' Python (docs/AGENTS.md): what agents import, and copies (not editable links) of the
+# core and the agent runner, so that no path into this repository (test fixtures) is on its sys.path
+# and none of the platform's services or database drivers is in it.
+AGENT_SOURCES := $(shell find autorl services/agent-runner/autorl_agent_runner -type f \( -name '*.py' -o -name '*.json' \) 2>/dev/null)
+$(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml services/agent-runner/pyproject.toml $(AGENT_SOURCES)
+	test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
+	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -r requirements-agent.txt
+	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall . ./services/agent-runner
+	touch $@
+
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
 $(OC_VENV)/.installed: requirements-opencompass.txt
 	test -x $(OC_VENV)/bin/python || $(PYTHON) -m venv $(OC_VENV)
@@ -88,4 +99,4 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache

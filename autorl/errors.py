@@ -27,6 +27,10 @@ class CheckpointError(AutoRLError):
     """A submitted checkpoint breaks one of the trust-model rules."""
 
 
+class ForbiddenError(AutoRLError):
+    """The caller may never do this (an agent setting its own baseline)."""
+
+
 class NotFoundError(AutoRLError):
     """The experiment or submission does not exist (or is not visible to the caller)."""
 

@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         "too; failed ones are always kept. Evaluator storage only: the folders hold test questions.",
     )
     public_url: str = Field("http://127.0.0.1:8000", description="Base URL agents use to reach the grader.")
+    agent_python: Path | None = Field(
+        None,
+        description="The agents' Python (an interpreter or an environment's folder) that agents start "
+        "with; default: .venv-agent beside the platform's environment, else the platform's interpreter.",
+    )
 
     @model_validator(mode="after")
     def _fill_paths(self) -> Settings:

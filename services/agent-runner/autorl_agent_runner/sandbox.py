@@ -410,19 +410,22 @@ def can_share_base_model(mode: SandboxMode) -> bool:
     return mode is not SandboxMode.NONE or os.geteuid() != 0
 
 
-def check_agent_readable(mode: SandboxMode, program: Path) -> None:
+def check_agent_readable(mode: SandboxMode, program: Path, *, executed: bool = True) -> None:
     """In the ``user`` sandbox the agent runs as another user: its program must be readable.
 
     The folders above it need not be (the sandbox mounts it at its path), its own folder and the
-    file must. Checked before anything starts, so that the failure is a message, not a run.
+    file must (and be executable when ``executed``; a start script run by bash need not be).
+    Checked before anything starts, so that the failure is a message, not a run.
     """
     if mode is not SandboxMode.USER:
         return
     folder = program.parent
+    needed = stat.S_IROTH | (stat.S_IXOTH if executed else 0)
     if (folder.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH)) != stat.S_IROTH | stat.S_IXOTH or (
-        program.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH)
-    ) != stat.S_IROTH | stat.S_IXOTH:
+        program.stat().st_mode & needed
+    ) != needed:
+        bits = "rx" if executed else "r"
         raise SandboxError(
             f"the agent {program} is not readable by the sandboxed agent's user; run "
-            f"`chmod o+rx {folder} {program}` or pass --sandbox none"
+            f"`chmod o+rx {folder} && chmod o+{bits} {program}` or pass --sandbox none"
         )

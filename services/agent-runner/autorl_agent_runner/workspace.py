@@ -14,11 +14,14 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.client import Submission
 from autorl.errors import AutoRLError
+from autorl_agent_runner.agent_python import AGENT_PACKAGES
 
 #: Written by the platform; proves a non-empty folder is this run's own workspace.
 RUN_MARKER_FILE = ".autorl-run.json"
@@ -179,7 +182,7 @@ def create_workspace(
     if not workspace.run_meta.exists():
         write_run_meta(workspace, start_time=None, timeout_s=timeout_s, last_submit_time=None, end_time=None)
     if not workspace.scores.exists():
-        write_json(workspace.scores, {"baseline_score": None, "best": None, "submissions": []})
+        write_scores(workspace, [])
     return workspace
 
 
@@ -291,6 +294,14 @@ def write_run_meta(
     )
 
 
+def write_scores(workspace: Workspace, submissions: Sequence[Submission]) -> None:
+    """``scores.json`` in the reference's format: a list of submission objects, oldest first,
+    each as the grader answers it (``submission_id``, ``timestamp``, ``model_path``, ``score``,
+    ``baseline_score``, ``improvement``, ``elapsed_seconds``, ...); the baseline is not one."""
+    ordered = sorted(submissions, key=lambda s: s.submission_id)
+    write_json(workspace.scores, [s.raw for s in ordered])
+
+
 def is_read_only_tree(root: Path) -> bool:
     """True when no file or folder under ``root`` has a write bit (used by checks and tests)."""
     for folder, _dirs, files in os.walk(root):
@@ -306,12 +317,14 @@ def render_instructions(
     limit = (
         f"at most {max_submissions} submissions" if max_submissions else "a per-experiment submission limit"
     )
+    packages = "\n".join(f"| `{name}` | {use} |" for name, use in AGENT_PACKAGES.items())
     return _INSTRUCTIONS.format(
         task=task_name,
         base=base_model_name,
         timeout_s=int(timeout_s),
         timeout_min=timeout_s / 60,
         limit=limit,
+        packages=packages,
     )
 
 
@@ -333,12 +346,23 @@ cannot be read: only the grader sees it. `description.md` describes the task and
 | `$OUTPUT_DIR` = `output/` | write checkpoints here; only folders under it can be submitted |
 | `code/` | your scripts |
 | `run_meta.json` | `start_time`, `timeout_s`, `last_submit_time`, `end_time` (epoch seconds) |
-| `scores.json` | your submissions and scores, refreshed by the platform |
+| `scores.json` | a JSON list of your submissions, oldest first, refreshed by the platform |
 | `$GRADING_SERVER_URL` | the grading API; the URL itself carries your credentials |
 | `$TASK`, `$BASE_MODEL` | the task name and the base model |
 
 `run_meta.json` and `scores.json` are copies for convenience; the grading API is the truth.
 There is no internet access to model hubs (`HF_HUB_OFFLINE=1`): load models from `$MODEL_PATH`.
+
+## Your Python
+
+`python3` (and `python`, `pip`, `accelerate`) on your `PATH` is the agents' Python environment.
+It holds (`python3 -m pip list` shows the versions):
+
+| package | for |
+| --- | --- |
+{packages}
+
+It is read-only: write your code in `code/`.
 
 ## Time budget
 
@@ -350,14 +374,17 @@ refused. Save and submit well before the end: an evaluation takes a while.
 ## Submitting
 
 Save a **full model** (not an adapter) with its tokenizer into a new folder under `output/`,
-then submit that folder:
+then submit that folder (a path relative to this folder, or absolute under `$OUTPUT_DIR`):
 
 ```bash
 curl -s -X POST "$GRADING_SERVER_URL/submit" -H 'Content-Type: application/json' \\
-     -d '{{"model_path": "output/epoch-1"}}'
+     -d '{{"model_path": "'$OUTPUT_DIR'/v1"}}'
 ```
 
-or, in Python (the platform's Python has `torch`, `transformers`, `trl` and this client):
+The answer (once scored) holds `submission_id`, `status`, `score`, `baseline_score`,
+`improvement`, `best`, `total_submissions`, `timestamp` and `elapsed_seconds`. A refusal is a
+4xx whose `error` (and `detail`) says why and what to do. In Python, with `requests` as the
+reference's example agent does, or with the platform's client:
 
 ```python
 from autorl.client import GradingClient
@@ -372,12 +399,18 @@ print(client.submission(pending.submission_id).status, client.time().remaining_s
 A blocking submit returns once the checkpoint is scored (the server holds the request for up to
 540 s, then answers 202 with the submission id: poll `GET $GRADING_SERVER_URL/submissions/ID`).
 `?wait=false` returns at once. `GET $GRADING_SERVER_URL/scores` lists your submissions.
+`GET $GRADING_SERVER_URL/health` answers `status` and `available_gpus`; the optional `gpu` field
+of `/submit` is accepted and ignored (evaluators have GPUs of their own). The baseline is
+measured by the platform: `POST /set_baseline` is refused.
 
 ## Rules
 
 - Submit a folder under `output/` (symlinks are followed and must stay inside `output/`).
 - Full weights in safetensors, the base model's architecture, plus the tokenizer files. Pickle
-  weights (`*.bin`, `*.pt`) and LoRA/PEFT adapters (`adapter_config.json`) are refused.
+  weights (`pytorch_model*.bin`) and LoRA/PEFT adapters (`adapter_config.json`) are refused. A
+  folder as `Trainer.save_model` or a `checkpoint-N/` save leaves it is fine: the trainer's own
+  files beside the weights (`training_args.bin`, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`,
+  `trainer_state.json`) are ignored, never loaded.
 - Submitting identical weights twice reuses the earlier score. There is {limit}.
 - The score is exact-match accuracy (0-100) of greedy generation on the test split, prompted
   exactly as `autorl.tasks.get_task("{task}").render_prompt(tokenizer, question)` renders a
@@ -390,7 +423,8 @@ model.save_pretrained(path)          # safetensors by default
 tokenizer.save_pretrained(path)
 ```
 
-With LoRA/PEFT, merge the adapter into the weights first:
+With TRL or `transformers.Trainer`: `trainer.save_model(path)` then
+`tokenizer.save_pretrained(path)`. With LoRA/PEFT, merge the adapter into the weights first:
 
 ```python
 merged = peft_model.merge_and_unload()

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from autorl import __version__
 from autorl.errors import (
@@ -16,6 +17,7 @@ from autorl.errors import (
     CheckpointError,
     ConflictError,
     DeadlineExceededError,
+    ForbiddenError,
     ModelSourceError,
     NotFoundError,
     ServiceUnavailableError,
@@ -36,6 +38,7 @@ STATUS_BY_ERROR: list[tuple[type[AutoRLError], int]] = [
     (UnknownTaskError, 400),
     (ModelSourceError, 400),
     (DeadlineExceededError, 403),
+    (ForbiddenError, 403),
     (NotFoundError, 404),
     (ConflictError, 409),
     (SubmissionLimitError, 429),
@@ -56,6 +59,11 @@ def _describe_validation(exc: RequestValidationError) -> str:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         parts.append(f"{where}: {err.get('msg')}")
     return "invalid request: " + "; ".join(parts) + " (see the API schema at /docs)"
+
+
+def refusal(status_code: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """Every refusal: ``detail`` (FastAPI's field) and ``error`` (what reference clients read)."""
+    return JSONResponse({"detail": message, "error": message}, status_code=status_code, headers=headers)
 
 
 def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bool = True) -> FastAPI:
@@ -84,11 +92,17 @@ def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bo
 
     @app.exception_handler(AutoRLError)
     async def _autorl_error(_: Request, exc: AutoRLError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=_status_for(exc))
+        return refusal(_status_for(exc), str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return refusal(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _describe_validation(exc)}, status_code=422)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if request.scope.get("endpoint") is agent.submit and agent.lacks_model_path(exc.errors()):
+            return refusal(400, agent.MISSING_MODEL_PATH)
+        return refusal(422, _describe_validation(exc))
 
     app.include_router(ops.router)
     app.include_router(admin.router)

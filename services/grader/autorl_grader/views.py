@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,17 @@ from autorl.store import repository as repo
 
 def epoch(dt: datetime | None) -> float | None:
     return None if dt is None else round(dt.timestamp(), 3)
+
+
+def iso_utc(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _elapsed_seconds(submission: Submission) -> float | None:
+    """From receipt to the final answer, as the reference's ``elapsed_seconds`` (queue wait included)."""
+    if submission.finished_at is None or not submission.status.final:
+        return None
+    return round(max(0.0, (submission.finished_at - submission.created_at).total_seconds()), 2)
 
 
 def _improvement(score: float | None, baseline: float | None) -> float | None:
@@ -76,6 +87,10 @@ def submission_view(
         "best": totals.best,
         "total_submissions": totals.total_submissions,
         "model_path": display_path(experiment, submission.model_path),
+        # The reference's two fields: when the submission was received (ISO 8601) and how long
+        # it took to answer; created_at / finished_at give the same in epoch seconds.
+        "timestamp": iso_utc(submission.created_at),
+        "elapsed_seconds": _elapsed_seconds(submission),
         "is_baseline": submission.is_baseline,
         "reused_from": submission.reused_from,
         "n_samples": submission.n_samples,

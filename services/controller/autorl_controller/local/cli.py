@@ -29,7 +29,10 @@ def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "budget, score what it submits and append a row to $AUTORL_HOME/results.csv.",
     )
     parser.add_argument(
-        "--agent", "-a", required=True, help="a built-in agent name or the path of an executable"
+        "--agent",
+        "-a",
+        required=True,
+        help="a built-in agent name, an agent folder (config.yaml + start script) or an executable's path",
     )
     parser.add_argument("--task", "-t", required=True, help="benchmark task, e.g. gsm8k or arith")
     parser.add_argument(
@@ -46,6 +49,14 @@ def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         default=[],
         metavar="NAME[=VALUE]",
         help="pass a variable to the agent (repeatable); NAME alone copies it from this environment",
+    )
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="pass the variables of a .env file (LLM API keys) to the agent, and nothing else of this "
+        "environment; --env wins over it",
     )
     parser.add_argument(
         "--backend", choices=("hf", "opencompass"), default="hf", help="evaluation backend (default hf)"
@@ -98,6 +109,15 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     if args.finish_wait < 0 or args.grace_period < 0:
         raise UsageError("--finish-wait and --grace-period must not be negative")
+    env = list(args.env)
+    if args.env_file is not None:
+        from autorl.errors import AutoRLError
+        from autorl_agent_runner.env_file import env_file_items
+
+        try:
+            env = [*env_file_items(args.env_file), *env]
+        except AutoRLError as exc:
+            raise UsageError(str(exc)) from exc
     config = LocalRunConfig(
         agent=args.agent,
         task=args.task,
@@ -105,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         port=args.port,
         workspace=args.workspace,
-        env=list(args.env),
+        env=env,
         backend=args.backend,
         agent_gpus=args.agent_gpus,
         eval_gpus=args.eval_gpus,

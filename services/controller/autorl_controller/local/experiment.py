@@ -33,6 +33,7 @@ from autorl.reports import report_after_run
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.settings import Settings, load_settings
 from autorl.tasks import Task, get_task
+from autorl_agent_runner.agent_python import find_agent_python
 from autorl_agent_runner.agents import AgentCommand, resolve_agent
 from autorl_agent_runner.environment import ContractValues, parse_env_items
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
@@ -81,11 +82,11 @@ def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> 
     settings = settings or load_settings()
     try:
         task = get_task(config.task)
-        agent = resolve_agent(config.agent)
+        agent = resolve_agent(config.agent, find_agent_python(settings.agent_python))
         passed = parse_env_items(config.env, os.environ)
         sandbox = SandboxMode(config.sandbox)
-        if agent.folder is not None:
-            check_agent_readable(resolve_mode(sandbox), Path(agent.argv[0]))
+        if agent.script is not None:
+            check_agent_readable(resolve_mode(sandbox), agent.script, executed=agent.executes_script)
     except (AutoRLError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if port_in_use(config.port):

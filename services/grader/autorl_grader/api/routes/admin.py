@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
+from autorl.errors import ConflictError
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
@@ -132,9 +133,8 @@ def start(name: str, body: StartBudget, db: DbDep) -> dict[str, Any]:
     with db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         if experiment.status.finished:
-            return JSONResponse(  # type: ignore[return-value]
-                {"detail": f"experiment {name!r} is already {experiment.status.value}; register a new one"},
-                status_code=409,
+            raise ConflictError(
+                f"experiment {name!r} is already {experiment.status.value}; register a new one"
             )
         repo.start_budget(session, experiment, timeout_s=body.timeout_s)
         return experiment_view(session, experiment)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -9,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from autorl.errors import ForbiddenError
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
 from autorl_grader.submissions import accept, wait_for_result
@@ -26,7 +29,37 @@ class SubmitRequest(BaseModel):
     gpu: Any = Field(None, description="Accepted for compatibility with reference clients and ignored.")
 
 
-@router.post("/submit", responses={202: {"description": "accepted; the evaluation is still running"}})
+MISSING_MODEL_PATH = (
+    'missing model_path: send a JSON body such as {"model_path": "output/v1"} naming a checkpoint '
+    "folder under your OUTPUT_DIR, with the header Content-Type: application/json"
+)
+
+
+def lacks_model_path(errors: Sequence[Any]) -> bool:
+    """Whether a /submit body failed only for want of ``model_path``: absent, null or empty, or no
+    JSON body at all (none, or a form as ``curl -d`` sends without a JSON header). The reference
+    answers those with 400, and so does this API; any other malformed body stays a 422."""
+
+    def absent(error: Any) -> bool:
+        loc, kind = tuple(error.get("loc", ())), error.get("type")
+        if loc == ("body",):
+            not_json = kind == "model_attributes_type" and isinstance(error.get("input"), bytes | str)
+            return kind == "missing" or not_json
+        if loc != ("body", "model_path"):
+            return False
+        null = kind == "string_type" and error.get("input") is None
+        return kind in {"missing", "string_too_short"} or null
+
+    return bool(errors) and all(absent(error) for error in errors)
+
+
+@router.post(
+    "/submit",
+    responses={
+        202: {"description": "accepted; the evaluation is still running"},
+        400: {"description": "no model_path, or a checkpoint that breaks a rule (the reason names the fix)"},
+    },
+)
 async def submit(
     body: SubmitRequest,
     experiment: AgentExperimentDep,
@@ -66,6 +99,24 @@ def time_left(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
         return time_view(experiment, session)
 
 
+def visible_gpus() -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` as the reference's ``/health`` lists it (numeric ids in order)."""
+    ids = {part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()}
+    return sorted(ids, key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))
+
+
 @router.get("/health")
-def health() -> dict[str, str]:
-    return {"status": "ok"}
+def health() -> dict[str, Any]:
+    """``available_gpus``: the GPU ids the reference's optional ``gpu`` field may name. Evaluators
+    here choose their own GPUs, so ``gpu`` is accepted and ignored."""
+    return {"status": "ok", "available_gpus": visible_gpus()}
+
+
+@router.post("/set_baseline", status_code=403, responses={403: {"description": "always refused"}})
+def set_baseline() -> None:
+    """The reference's runner sets the baseline through this route; here the platform measures
+    it itself before the agent starts, and an agent never sets it."""
+    raise ForbiddenError(
+        "the baseline is measured by the platform before your budget starts and cannot be set; "
+        "read it as baseline_score in a /submit answer or GET /scores"
+    )
