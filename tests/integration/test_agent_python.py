@@ -55,4 +55,4 @@ def test_agent_python_reads_nothing_of_the_repository(agent_python: Path) -> Non
 
 
 def test_the_platform_finds_it_beside_its_own_environment(agent_python: Path) -> None:
-    assert find_agent_python(None).executable == agent_python
+    assert find_agent_python(None).interpreter.parent == agent_python.parent

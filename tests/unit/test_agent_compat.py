@@ -21,7 +21,7 @@ from autorl_agent_runner.environment import AgentEnvError
 from autorl_agent_runner.python_env import PythonEnv, PythonEnvError
 from autorl_agent_runner.workspace import Workspace, write_scores
 from autorl_controller.operator.handlers.create import validation_error
-from tests.unit.test_crd import crd_errors
+from tests.unit.test_crd import CONTROLLER, crd_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "agents"
@@ -178,7 +178,7 @@ def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None
 def test_example_agent_experiments_are_valid(path: Path) -> None:
     manifest = yaml.safe_load(path.read_text())
     assert crd_errors(manifest) == []
-    assert validation_error(manifest["metadata"]["name"], manifest["spec"]) is None
+    assert validation_error(manifest["metadata"]["name"], manifest["spec"], CONTROLLER) is None
 
 
 def test_claude_code_example_without_a_key_says_how_to_pass_one(tmp_path: Path) -> None:
