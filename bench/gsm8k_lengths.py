@@ -18,7 +18,7 @@ Inputs: ``train.jsonl`` and ``test.jsonl`` of github.com/openai/grade-school-mat
 the same 151,643 merges with the same pre-tokenizer), read with ``tiktoken``:
 
     python3 -m pip install --target /tmp/tk tiktoken
-    PYTHONPATH=/tmp/tk:. python3 bench/gsm8k_lengths.py --data DIR --ranks qwen.tiktoken
+    PYTHONPATH=/tmp/tk:.:services/evaluator-worker python3 bench/gsm8k_lengths.py --data DIR --ranks qwen.tiktoken
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,10 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = REPO_ROOT / "bench" / "data" / "gsm8k_qwen25_lengths.json"
 #: Qwen2's pre-tokenizer (tokenizer.json's ``Split`` pattern).
-QWEN_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
 DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
@@ -79,6 +81,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     from autorl.tasks import get_task
+    from autorl_evaluator.backends.greedy_engine import shared_prefix_length
 
     enc = encoding(args.ranks)
     task = get_task("gsm8k")
@@ -92,7 +95,7 @@ def main() -> int:
         return [json.loads(line) for line in lines if line.strip()]
 
     prompts = [ids(task.render_prompt(chat, row["question"])) for row in read("test.jsonl")]
-    prefix = len(os.path.commonprefix(prompts))
+    prefix = shared_prefix_length(prompts)
     suffixes = [len(prompt) - prefix for prompt in prompts]
     answers = [len(ids(row["answer"])) + 1 for row in read("train.jsonl")]
     report = {
