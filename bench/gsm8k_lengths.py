@@ -18,7 +18,8 @@ Inputs: ``train.jsonl`` and ``test.jsonl`` of github.com/openai/grade-school-mat
 the same 151,643 merges with the same pre-tokenizer), read with ``tiktoken``:
 
     python3 -m pip install --target /tmp/tk tiktoken
-    PYTHONPATH=/tmp/tk:.:services/evaluator-worker python3 bench/gsm8k_lengths.py --data DIR --ranks qwen.tiktoken
+    PYTHONPATH=/tmp/tk:.:services/evaluator-worker python3 bench/gsm8k_lengths.py \\
+        --data DIR --ranks qwen.tiktoken
 """
 
 from __future__ import annotations
