@@ -83,7 +83,8 @@ class Settings(BaseSettings):
         gt=0,
         le=1,
         description="Local workers start an evaluation only once every visible GPU has at least this "
-        "fraction of its memory free (GPUs shared with a training agent); unset: start at once.",
+        "fraction of its memory free (GPUs shared with a training agent), and the hf backend's batch "
+        "then keeps within it; unset: start at once, batch from all free memory.",
     )
     opencompass_bin: Path = Field(
         Path(".venv-opencompass/bin/opencompass"), description="The opencompass command of its own venv."

@@ -52,6 +52,8 @@ CUDA_GRAPHS = True
 #: A decode step attends over a row's slots up to the next multiple of this past the slot it
 #: writes: fewer empty slots read, one new capture per this many steps.
 SPAN_SLOTS = 128
+#: Prefix positions one prefill pass of the single prefix row takes (its scores are prefix²-sized).
+PREFIX_CHUNK = 2048
 
 
 @dataclass
@@ -108,11 +110,13 @@ def generate_greedy(
     eos_ids: Sequence[int],
     pad_id: int,
     max_batch_size: int | None = None,
+    memory_share: float | None = None,
     generate_kwargs: dict[str, Any] | None = None,
 ) -> GreedyOutput:
     """Greedy completions of ``prompts`` (lists of ids, none empty). ``max_new_tokens`` is one
     limit for all rows or one per prompt. ``max_batch_size`` caps the batch; on a GPU the free
-    memory sets it otherwise, and an out-of-memory error halves it and retries the batch.
+    memory sets it otherwise (no more than ``memory_share`` of the device's memory, where a
+    training process shares the GPU), and an out-of-memory error halves it and retries the batch.
     A model the engine does not support (:func:`unsupported_reason`) decodes with
     ``model.generate(**generate_kwargs)`` in the same batches."""
     import torch
@@ -154,7 +158,10 @@ def generate_greedy(
             row_slots = aligned_slots(len(prompts[order[start]]) - shared + max(limits) - 1, SPAN_SLOTS)
             rows = min(cap, len(order) - start)
             if device.type == "cuda" and max_batch_size is None:
-                rows = min(rows, rows_that_fit(torch.cuda.mem_get_info(device)[0], shape, row_slots, shared))
+                free, total = torch.cuda.mem_get_info(device)
+                if memory_share is not None:
+                    free = min(free, int(memory_share * total))
+                rows = min(rows, rows_that_fit(free, shape, row_slots, shared))
             batch = order[start : start + rows]
             started = time.monotonic()
             try:
@@ -262,10 +269,6 @@ def _new_cache(shape: ModelShape, rows: int, slots: int, model: Any) -> SlotCach
         dtype=model.dtype,
         device=model.device,
     )
-
-
-#: Prefix positions one prefill pass of the single prefix row takes (its scores are prefix²-sized).
-PREFIX_CHUNK = 2048
 
 
 def _prefix_keys(forward: _Forward, shape: ModelShape, prefix: list[int]) -> tuple[tuple[Any, Any], ...]:

@@ -115,6 +115,8 @@ def _generate(
         eos_ids=eos_ids,
         pad_id=tokenizer.pad_token_id,
         max_batch_size=batch_size,
+        # A GPU shared with a training agent: the evaluation keeps to the share it waited for.
+        memory_share=settings.eval_gpu_min_free_fraction,
         generate_kwargs=model_settings.hf_generation_kwargs(),
     )
     seconds = time.monotonic() - generation_started
