@@ -3,10 +3,10 @@
 It gives the per-sample predictions OpenCompass's ``HuggingFacewithChatTemplate`` gives on the
 same files (docs/EVALUATION.md, "Parity with the hf backend"): the prompt is OpenCompass's chat
 handling of the task's few-shot turns (:mod:`autorl_evaluator.opencompass_chat`), encoded with
-no special tokens added and truncated from the left to the model's context; prompts go in problem
-order; decoding is greedy with the per-model settings of :mod:`autorl_evaluator.model_settings`;
-generation stops at the eos ids, and the completion, decoded with special tokens kept, is cut at
-OpenCompass's stop words.
+no special tokens added and truncated from the left to the model's context; completions come back
+in problem order; decoding is greedy with the per-model settings of
+:mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
+decoded with special tokens kept, is cut at OpenCompass's stop words.
 
 Generation runs on :mod:`autorl_evaluator.backends.greedy_engine`: the same greedy ids as
 ``generate``, batched from free GPU memory (or ``eval_batch_size``), the shared few-shot prefix
