@@ -20,8 +20,9 @@ DEFAULT_HOME = Path("~/.autorl")
 UNSAFE_ADMIN_TOKENS = frozenset({"", "admin", "changeme", "change-me", "secret", "token", "autorl"})
 EVAL_TIMEOUT_S = 7200
 SUBMIT_WAIT_S = 540.0
-#: Measured on one H200 (docs/PERFORMANCE.md): at batch 64 a decode step costs about what it costs at
-#: 256, so a small GPU batch leaves the device idle; 256 fits an 80 GB card with GSM8K's long prompts.
+#: GPU batch of plain ``generate`` (architectures the hf backend's engine does not know). Measured on
+#: one H200 (docs/PERFORMANCE.md): at batch 64 a decode step costs about what it costs at 256, so a
+#: small GPU batch leaves the device idle; 256 fits an 80 GB card with GSM8K's long prompts.
 GPU_EVAL_BATCH_SIZE = 256
 CPU_EVAL_BATCH_SIZE = 64
 
@@ -71,7 +72,8 @@ class Settings(BaseSettings):
         None,
         gt=0,
         description="Prompts per generation batch (hf backend; OpenCompass on CPU). Default: "
-        f"{CPU_EVAL_BATCH_SIZE} on CPU, {GPU_EVAL_BATCH_SIZE} on a GPU (halved after out-of-memory).",
+        f"{CPU_EVAL_BATCH_SIZE} on CPU; on a GPU as many as free memory holds ({GPU_EVAL_BATCH_SIZE} for "
+        "architectures the hf engine does not know). Halved after out-of-memory.",
     )
     eval_device: str | None = Field(
         None, description="torch device for the hf backend (default: cuda if any)."
@@ -81,7 +83,8 @@ class Settings(BaseSettings):
         gt=0,
         le=1,
         description="Local workers start an evaluation only once every visible GPU has at least this "
-        "fraction of its memory free (GPUs shared with a training agent); unset: start at once.",
+        "fraction of its memory free (GPUs shared with a training agent), and the hf backend's batch "
+        "then keeps within it; unset: start at once, batch from all free memory.",
     )
     opencompass_bin: Path = Field(
         Path(".venv-opencompass/bin/opencompass"), description="The opencompass command of its own venv."

@@ -132,21 +132,42 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
     made to raise it, the way CUDA does, and the real generation runs for the smaller ones."""
     import torch
 
-    from autorl_evaluator.backends import hf
+    from autorl_evaluator.backends import greedy_engine
 
-    real = hf._generate_batch
+    real = greedy_engine._decode_batch
     sizes: list[int] = []
 
-    def small_batches_only(model: Any, tokenizer: Any, texts: Any, *args: Any) -> Any:
-        sizes.append(len(texts))
-        if len(texts) > 2:
+    def small_batches_only(
+        forward: Any, shape: Any, prefix: Any, shared: int, suffixes: Any, *args: Any
+    ) -> Any:
+        sizes.append(len(suffixes))
+        if len(suffixes) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(model, tokenizer, texts, *args)
+        return real(forward, shape, prefix, shared, suffixes, *args)
 
-    monkeypatch.setattr(hf, "_generate_batch", small_batches_only)
+    monkeypatch.setattr(greedy_engine, "_decode_batch", small_batches_only)
     result = get_backend("hf").evaluate(
         trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
     )
     assert sizes[:3] == [BATCH_SIZE, 2, 2]  # 5 → 2, then it stays at the size that fits
+    assert result.completions == evaluated.completions
+    assert result.scores == evaluated.scores
+
+
+def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_same_completions(
+    evaluated: EvalResult,
+    trained_tiny_model: TrainedModel,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autorl_evaluator.backends import greedy_engine
+
+    monkeypatch.setattr(greedy_engine, "SUPPORTED_MODEL_TYPES", frozenset())
+    result = get_backend("hf").evaluate(
+        trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+    )
+    assert evaluated.details["engine"] == "greedy"
+    assert result.details["engine"] == "generate"
+    assert result.details["shared_prefix_ids"] == 0
     assert result.completions == evaluated.completions
     assert result.scores == evaluated.scores

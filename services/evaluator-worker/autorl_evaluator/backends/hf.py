@@ -3,10 +3,15 @@
 It gives the per-sample predictions OpenCompass's ``HuggingFacewithChatTemplate`` gives on the
 same files (docs/EVALUATION.md, "Parity with the hf backend"): the prompt is OpenCompass's chat
 handling of the task's few-shot turns (:mod:`autorl_evaluator.opencompass_chat`), encoded with
-no special tokens added and truncated from the left to the model's context; prompts go in problem
-order, ``eval_batch_size`` at a time, left-padded; decoding is greedy with the per-model settings
-of :mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
+no special tokens added and truncated from the left to the model's context; completions come back
+in problem order; decoding is greedy with the per-model settings of
+:mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
 decoded with special tokens kept, is cut at OpenCompass's stop words.
+
+Generation runs on :mod:`autorl_evaluator.backends.greedy_engine`: the same greedy ids as
+``generate``, batched from free GPU memory (or ``eval_batch_size``), the shared few-shot prefix
+computed once, CUDA graphs; architectures the engine does not know go through ``generate``,
+left-padded, in the same batches.
 
 The model is read from the sanitized read-only view (:mod:`autorl_evaluator.sanitize`), never with
 remote code, and from safetensors only. torch and transformers are imported inside functions.
@@ -27,8 +32,9 @@ from autorl.errors import EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task
 from autorl_evaluator.backends.base import EvalResult
+from autorl_evaluator.backends.greedy_engine import generate_greedy, unsupported_reason
 from autorl_evaluator.model_settings import ModelSettings, settings_for
-from autorl_evaluator.opencompass_chat import cut_at_stop_words, stop_words
+from autorl_evaluator.opencompass_chat import cut_at_stop_words, encode, stop_words
 from autorl_evaluator.sanitize import build_view, remove_view
 
 log = logging.getLogger("autorl.evaluator.hf")
@@ -94,95 +100,43 @@ def _generate(
     # The model's own generation config falls back to config.json's eos when the file is absent.
     eos_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id, generation_eos)
     texts = prompt_texts(tokenizer, task, [problem.question for problem in problems], model_settings)
-    batch_size = settings.eval_batch_size or (
-        GPU_EVAL_BATCH_SIZE if device.type == "cuda" else CPU_EVAL_BATCH_SIZE
-    )
-    completions: list[str] = []
-    new_tokens = truncated = 0
+    rows = [encode(tokenizer, text) for text in texts]
+    batch_size = settings.eval_batch_size
+    # The engine sizes a GPU batch from free memory; plain ``generate`` (other architectures) and
+    # the CPU take the configured or default size.
+    if batch_size is None and (device.type != "cuda" or unsupported_reason(model) is not None):
+        batch_size = GPU_EVAL_BATCH_SIZE if device.type == "cuda" else CPU_EVAL_BATCH_SIZE
     generation_started = time.monotonic()
-    start = 0
-    while start < len(texts):
-        batch = texts[start : start + batch_size]
-        try:
-            output, input_width, cut = _generate_batch(
-                model, tokenizer, batch, device, model_settings, max_new_tokens, eos_ids
-            )
-        except torch.OutOfMemoryError:
-            if batch_size == 1:
-                raise
-            # Greedy decoding does not depend on the batch it runs in (up to numerical ties), so a
-            # smaller batch that fits gives the same completions.
-            batch_size = max(1, batch_size // 2)
-            torch.cuda.empty_cache()
-            log.warning("event=hf_out_of_memory new_batch_size=%d", batch_size)
-            continue
-        truncated += cut
-        generated = output[:, input_width:].cpu()
-        new_tokens += int((generated != tokenizer.pad_token_id).sum())
-        completions.extend(cut_at_stop_words(text, words) for text in tokenizer.batch_decode(generated))
-        start += len(batch)
-        log.info(
-            "event=hf_batch done=%d total=%d seconds=%.1f",
-            len(completions),
-            len(texts),
-            time.monotonic() - generation_started,
-        )
+    output = generate_greedy(
+        model,
+        # OpenCompass's left truncation: each prompt keeps its last max_seq_len ids.
+        [ids[-model_settings.max_seq_len :] for ids in rows],
+        max_new_tokens=max_new_tokens,
+        eos_ids=eos_ids,
+        pad_id=tokenizer.pad_token_id,
+        max_batch_size=batch_size,
+        # A GPU shared with a training agent: the evaluation keeps to the share it waited for.
+        memory_share=settings.eval_gpu_min_free_fraction,
+        generate_kwargs=model_settings.hf_generation_kwargs(),
+    )
     seconds = time.monotonic() - generation_started
+    completions = [cut_at_stop_words(text, words) for text in tokenizer.batch_decode(output.tokens)]
+    new_tokens = sum(len(ids) for ids in output.tokens)
     details: dict[str, object] = {
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
-        "batch_size": batch_size,
+        "engine": output.engine,
+        "batch_size": max(output.batch_sizes),
+        "batches": len(output.batch_sizes),
+        "shared_prefix_ids": output.shared_prefix,
         "max_new_tokens": max_new_tokens,
         "max_seq_len": model_settings.max_seq_len,
-        "truncated_prompts": truncated,
+        "truncated_prompts": sum(1 for ids in rows if len(ids) > model_settings.max_seq_len),
         "new_tokens": new_tokens,
         "new_tokens_per_s": round(new_tokens / seconds, 1) if seconds > 0 else None,
         "tensor_parallel_size": 1,
     }
     return completions, details
-
-
-def _generate_batch(
-    model: Any,
-    tokenizer: Any,
-    texts: Sequence[str],
-    device: Any,
-    model_settings: ModelSettings,
-    max_new_tokens: int,
-    eos_ids: list[int],
-) -> tuple[Any, int, int]:
-    """Greedy generation for one batch: (output ids, prompt width, prompts truncated)."""
-    import torch
-
-    input_ids, attention_mask, cut = _encode_batch(tokenizer, texts, model_settings.max_seq_len)
-    with torch.inference_mode():
-        output = model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            **model_settings.hf_generation_kwargs(),
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos_ids or None,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    return output, int(input_ids.shape[1]), cut
-
-
-def _encode_batch(tokenizer: Any, texts: Sequence[str], max_len: int) -> tuple[Any, Any, int]:
-    """Left-padded ids and attention mask, each prompt keeping its last ``max_len`` ids (what
-    OpenCompass's left-side truncation keeps), and how many prompts were cut."""
-    import torch
-
-    rows = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-    truncated = sum(1 for ids in rows if len(ids) > max_len)
-    rows = [ids[-max_len:] for ids in rows]
-    width = max(len(ids) for ids in rows)
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for row, ids in enumerate(rows):
-        if ids:
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
-    return input_ids, attention_mask, truncated
 
 
 def _load(view: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int] | None]:

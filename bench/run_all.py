@@ -1,0 +1,60 @@
+"""``make bench``: every CPU benchmark, then docs/PERFORMANCE.md's figures rewritten from the results.
+
+CPU benchmarks run here, one after another, each writing its ``bench/results/*.json``. GPU
+benchmarks need a CUDA machine: their exact commands are printed, to be run there and their
+results files copied back (this machine's numbers would not be theirs). Last,
+``bench/report.py`` rewrites the document's generated blocks from whatever results are committed.
+
+    .venv/bin/python bench/run_all.py [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Name → arguments after the Python interpreter.
+CPU_BENCHMARKS: dict[str, list[str]] = {
+    "opencompass_cpu": ["bench/opencompass_cpu.py", "--problems", "4", "--max-new-tokens", "512"],
+}
+#: Name → the command to run on a GPU machine, from the repository root.
+GPU_BENCHMARKS: dict[str, str] = {
+    "hf_generation_gpu": "PYTHONPATH=bench:services/evaluator-worker python3 bench/hf_generation_gpu.py",
+    "hf_eval_gpu": "PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py "
+    "--variants 64@700 256@700 512@700 1319@700 64 256 512 1319 --max-new-tokens 512",
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(CPU_BENCHMARKS), help="CPU benchmarks to run")
+    args = parser.parse_args()
+    failed = []
+    for name, arguments in CPU_BENCHMARKS.items():
+        if args.only is not None and name not in args.only:
+            continue
+        print(f"== {name}: {' '.join(arguments)}", flush=True)
+        started = time.monotonic()
+        code = subprocess.run([sys.executable, *arguments], cwd=REPO_ROOT, check=False).returncode
+        print(f"== {name}: exit {code} after {time.monotonic() - started:.0f} s", flush=True)
+        if code:
+            failed.append(name)
+    print(
+        "\nGPU benchmarks (run on a CUDA machine from the repository root, "
+        "then copy bench/results/NAME.json here):"
+    )
+    for name, command in GPU_BENCHMARKS.items():
+        print(f"  {name}: {command}")
+    subprocess.run([sys.executable, "bench/report.py"], cwd=REPO_ROOT, check=True)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The hf backend's greedy engine gives the ids plain ``generate`` gives, on the CPU in float32.
+
+The reference is transformers ``generate`` called one prompt at a time (no padding, no shared
+prefix, its own cache and attention) on ``builtin:tiny-qwen2`` with random weights that make long,
+varied completions. The engine runs its own paths on the same prompts: the GSM8K
+few-shot prefix computed once, rows sorted and split into several batches, left padding, rows
+stopping at their own limit or their first eos and then dropped from the batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.tasks import get_task
+from autorl_evaluator.backends import greedy_engine
+from autorl_evaluator.backends.greedy_engine import generate_greedy
+
+pytestmark = pytest.mark.slow
+
+NEW_TOKENS = 20
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def model_and_prompts(
+    tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Any, Any, list[list[int]]]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_base_model, dtype=torch.float32).eval()
+    # The builtin's small initial weights answer every prompt with the same newline; weights drawn
+    # with a wider spread write long, varied completions, so that any wrong id would show.
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if not name.endswith("norm.weight"):
+                parameter.normal_(0.0, 0.3, generator=generator)
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path_factory.mktemp("data"), source_dir=DATA)[:6]
+    prompts = [
+        tokenizer(task.render_prompt(tokenizer, problem.question), add_special_tokens=False)["input_ids"]
+        for problem in problems
+    ]
+    return model, tokenizer, prompts
+
+
+def _generate_one_at_a_time(
+    model: Any, prompts: list[list[int]], new_tokens: int, pad_id: int
+) -> list[list[int]]:
+    import torch
+
+    completions = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            output = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                eos_token_id=None,
+                pad_token_id=pad_id,
+            )
+        completions.append(output[0, len(prompt) :].tolist())
+    return completions
+
+
+@pytest.fixture(scope="module")
+def reference(model_and_prompts: tuple[Any, Any, list[list[int]]]) -> list[list[int]]:
+    model, tokenizer, prompts = model_and_prompts
+    return _generate_one_at_a_time(model, prompts, NEW_TOKENS, tokenizer.pad_token_id)
+
+
+def test_same_ids_as_generate_with_the_shared_prefix_and_several_batches(
+    model_and_prompts: tuple[Any, Any, list[list[int]]], reference: list[list[int]]
+) -> None:
+    model, tokenizer, prompts = model_and_prompts
+    output = generate_greedy(
+        model, prompts, max_new_tokens=NEW_TOKENS, eos_ids=[], pad_id=tokenizer.pad_token_id, max_batch_size=4
+    )
+    assert output.engine == "greedy"
+    assert output.batch_sizes == [4, 2]
+    # The four exemplars: most of every prompt.
+    assert output.shared_prefix > 0.8 * min(len(p) for p in prompts)
+    assert output.tokens == reference
+    assert len({tuple(ids) for ids in reference}) > 1, "the reference must not be one repeated answer"
+
+
+def test_same_ids_as_generate_for_prompts_that_share_nothing(
+    model_and_prompts: tuple[Any, Any, list[list[int]]],
+) -> None:
+    model, tokenizer, prompts = model_and_prompts
+    # Different lengths and no common first id: left padding in the batch, no shared prefix.
+    unrelated = [prompts[0][-40:], prompts[1][-9:], prompts[2][-23:]]
+    expected = _generate_one_at_a_time(model, unrelated, NEW_TOKENS, tokenizer.pad_token_id)
+    output = generate_greedy(
+        model, unrelated, max_new_tokens=NEW_TOKENS, eos_ids=[], pad_id=tokenizer.pad_token_id
+    )
+    assert output.shared_prefix == 0
+    assert output.tokens == expected
+
+
+def test_rows_stop_at_their_limit_or_first_eos_and_finished_rows_leave_the_batch(
+    model_and_prompts: tuple[Any, Any, list[list[int]]],
+    reference: list[list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, tokenizer, prompts = model_and_prompts
+    # An id that the reference writes in the middle of a row (not at its start), as the eos.
+    eos = next(ids[10] for ids in reference if ids[10] not in ids[:10])
+    limits = [3, 20, 9, 12, 20, 5]
+    expected = []
+    for ids, limit in zip(reference, limits, strict=True):
+        ids = ids[:limit]
+        expected.append(ids[: ids.index(eos) + 1] if eos in ids else ids)
+    kept: list[int] = []
+    real_keep = greedy_engine.SlotCache.keep
+
+    def counting_keep(cache: Any, index: Any) -> None:
+        kept.append(int(index.shape[0]))
+        real_keep(cache, index)
+
+    monkeypatch.setattr(greedy_engine.SlotCache, "keep", counting_keep)
+    output = generate_greedy(
+        model, prompts, max_new_tokens=limits, eos_ids=[eos], pad_id=tokenizer.pad_token_id
+    )
+    assert output.tokens == expected
+    assert any(ids[-1] == eos for ids in output.tokens), "some row must stop at the eos"
+    assert kept and kept[0] < len(prompts), "finished rows must be dropped from the batch"
+
+
+def test_bad_requests_are_refused(model_and_prompts: tuple[Any, Any, list[list[int]]]) -> None:
+    model, _, prompts = model_and_prompts
+    with pytest.raises(ValueError, match="no empty prompt"):
+        generate_greedy(model, [prompts[0], []], max_new_tokens=4, eos_ids=[], pad_id=0)
+    with pytest.raises(ValueError, match="at least 1, once or once per prompt"):
+        generate_greedy(model, prompts[:2], max_new_tokens=[4], eos_ids=[], pad_id=0)
