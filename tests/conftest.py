@@ -1,4 +1,4 @@
-"""Shared fixtures. Each test run gets its own Postgres database and Redis DB index."""
+"""Shared fixtures. Each test run gets its own Postgres database and its own Redis server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autorl.settings import Settings
-from tests.support.infra import new_run_id, postgres_database, redis_db_index
+from tests.support.infra import new_run_id, postgres_database, private_redis
 
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -32,8 +32,8 @@ def pg_url(run_id: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(run_id: str) -> Iterator[str]:
-    with redis_db_index(run_id) as url:
+def redis_url(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with private_redis(run_id, tmp_path_factory.mktemp("redis")) as url:
         yield url
 
 

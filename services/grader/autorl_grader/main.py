@@ -60,6 +60,7 @@ def _describe_validation(exc: RequestValidationError) -> str:
 
 def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bool = True) -> FastAPI:
     settings.require_safe_admin_token()
+    settings.require_store_credentials()
     state = GraderState.build(settings)
 
     @asynccontextmanager
