@@ -31,6 +31,23 @@ def pg_url(run_id: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """A database of this test's own: for tests whose workers take whatever is queued (the run's
+    shared database keeps other tests' unevaluated submissions)."""
+    with postgres_database(new_run_id()) as url:
+        from autorl.store import migrate
+
+        migrate(url)
+        yield url
+
+
+@pytest.fixture
+def fresh_queue_prefix(run_id: str) -> str:
+    """A Redis key prefix (so a queue) of this test's own."""
+    return f"autorl-test-{run_id}-{new_run_id()}"
+
+
 @pytest.fixture(scope="session")
 def redis_url(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with private_redis(run_id, tmp_path_factory.mktemp("redis")) as url:

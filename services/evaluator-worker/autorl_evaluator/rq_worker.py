@@ -138,6 +138,8 @@ class EvaluationOnly:
             pipe.lrem(queue.key, 0, bad_id)
             pipe.delete(Job.key_for(bad_id))
             pipe.execute()
+        # A refused job may have borrowed a real submission's job id: hand that one in again.
+        self.feed()
 
     def feed(self) -> None:
         """A job just left the queue: its experiment may hand the next one in (fair order)."""
