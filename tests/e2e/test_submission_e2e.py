@@ -102,6 +102,8 @@ def test_trained_model_is_scored_end_to_end(
         assert baseline.json()["status"] == "scored", baseline.json()
         baseline_score = baseline.json()["score"]
 
+        started = http.post(f"/v1/experiments/{name}/start", json={}, headers=admin)
+        assert started.status_code == 200, started.text
         shutil.copytree(trained_tiny_model.path, workspace / "output" / "trained")
         # As reference agents do: the capability URL plus /submit, no header at all.
         response = httpx.post(f"{capability_url}/submit", json={"model_path": "output/trained"}, timeout=400)
