@@ -19,7 +19,7 @@ from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 
 
 @pytest.fixture
@@ -124,3 +124,28 @@ def test_after_max_attempts_a_submission_fails_with_a_reason(
         row = repo.get_submission(session, queued_id)
         assert row.status == SubmissionStatus.FAILED
         assert "interrupted 3 times" in (row.error or "")
+
+
+def test_redis_holds_one_waiting_job_per_experiment_and_none_once_it_finished(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    ids = []
+    for name in ("first", "second", "third"):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        response = client.post(
+            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{name}"}
+        )
+        ids.append(int(response.json()["submission_id"]))
+
+    def waiting() -> list[int]:
+        return [args[0] for args in (job.args for job in rq_queue(settings).jobs) if args[0] in ids]
+
+    assert waiting() == ids[:1]  # the others wait in the database, for their experiment's turn
+    finished = client.post(
+        f"/v1/experiments/{experiment.name}/finish",
+        json={"status": "completed"},
+        headers=admin_headers(settings),
+    )
+    assert finished.status_code == 200 and finished.json()["in_flight"] == 0
+    assert waiting() == []  # cancelled: nothing of it is left for an evaluator

@@ -87,17 +87,17 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         not queued,
     )
     if queued:
-        dispatch_committed(state, submission_id)
+        dispatch_committed(state)
     return submission_id
 
 
-def dispatch_committed(state: GraderState, submission_id: int) -> None:
-    """The row is committed: a queue failure now only delays it (the reconciler dispatches it later).
-    The dispatcher picks what to hand to evaluators in fair order, this submission or another."""
+def dispatch_committed(state: GraderState) -> None:
+    """The rows are committed: a queue failure now only delays them (the reconciler dispatches them
+    later). The dispatcher picks what to hand to evaluators in fair order."""
     try:
         state.dispatcher.dispatch(state.db)
     except ServiceUnavailableError as exc:
-        log.warning("event=dispatch_deferred submission=%d reason=%s", submission_id, exc)
+        log.warning("event=dispatch_deferred reason=%s", exc)
 
 
 def request_baseline(state: GraderState, name: str) -> int:
@@ -128,7 +128,7 @@ def request_baseline(state: GraderState, name: str) -> int:
         experiment.baseline_submission_id = submission.id
         submission_id, queued = submission.id, not submission.status.final
     if queued:
-        dispatch_committed(state, submission_id)
+        dispatch_committed(state)
     return submission_id
 
 
