@@ -1,20 +1,27 @@
 """One dispatch interface for evaluations.
 
 - `RQDispatcher`: RQ on Redis (cluster). The job is `autorl_evaluator.jobs.evaluate(submission_id)`,
-  named by its dotted path so the core never imports the evaluator.
+  named by its dotted path so the core never imports the evaluator, and serialized as JSON: nothing
+  in Redis is ever unpickled. The database is the queue of record; Redis holds at most
+  `queue_depth_per_experiment` waiting jobs of each experiment, fed from the database in fair
+  order (baselines first, at the front), so one flooding experiment cannot starve another.
 - `LocalDispatcher`: single machine. The submissions table is the queue: `autorl worker` processes
-  poll it and claim rows atomically, so nothing is lost when any process restarts.
+  poll it in the same fair order and claim rows atomically, so nothing is lost when any process
+  restarts.
 
-Either way the submission row is committed before `enqueue` is called; the grader's reconciler calls
-`enqueue` again for rows the queue lost, and the job's atomic claim makes that harmless.
+Either way the submission row is committed before `dispatch` is called; the grader's reconciler and
+every RQ worker call `dispatch` again, and the job's atomic claim makes a duplicate harmless.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Protocol
 
 from autorl.errors import ServiceUnavailableError
 from autorl.settings import Settings
+from autorl.store import Database
+from autorl.store import repository as repo
 
 EVALUATE_JOB = "autorl_evaluator.jobs.evaluate"
 #: RQ kills a job that runs longer than the evaluation's own hard timeout plus this margin.
@@ -22,14 +29,17 @@ JOB_TIMEOUT_MARGIN_S = 300
 #: Retries after a worker died mid-job (RQ moves abandoned jobs to the failed registry).
 JOB_RETRY_MAX = 2
 JOB_RETRY_INTERVALS_S = [30, 120]
+#: How long one dispatch may hold the dispatch lock, and wait for it, in seconds.
+DISPATCH_LOCK_S = 30
+DISPATCH_LOCK_WAIT_S = 10
 
 
 class Dispatcher(Protocol):
     kind: str
 
-    def enqueue(self, submission_id: int) -> None: ...
-
-    def is_queued(self, submission_id: int) -> bool: ...
+    def dispatch(self, db: Database) -> int:
+        """Hand queued submissions to the evaluators in fair order; returns how many were handed."""
+        ...
 
     def ping(self) -> None: ...
 
@@ -39,53 +49,122 @@ def job_id(prefix: str, submission_id: int) -> str:
     return f"{prefix}-submission-{submission_id}"
 
 
+def submission_of(prefix: str, job: str) -> int | None:
+    """The submission id a job id of this deployment names, or None for any other id."""
+    head, _, number = job.rpartition("-")
+    if head != f"{prefix}-submission" or not number.isdigit():
+        return None
+    return int(number)
+
+
 class RQDispatcher:
     kind = "rq"
 
-    def __init__(self, redis_url: str, queue_name: str, eval_timeout_s: int, prefix: str = "autorl") -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        queue_name: str,
+        eval_timeout_s: int,
+        prefix: str = "autorl",
+        depth_per_experiment: int = 1,
+    ) -> None:
         from redis import Redis
         from rq import Queue
+        from rq.serializers import JSONSerializer
 
         self.redis = Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
-        self.queue = Queue(queue_name, connection=self.redis)
+        self.queue = Queue(queue_name, connection=self.redis, serializer=JSONSerializer)
         self.job_timeout_s = eval_timeout_s + JOB_TIMEOUT_MARGIN_S
         self.prefix = prefix
+        self.depth_per_experiment = depth_per_experiment
 
-    def enqueue(self, submission_id: int) -> None:
-        from redis.exceptions import RedisError
-        from rq import Retry
+    def dispatch(self, db: Database) -> int:
+        from redis.exceptions import LockError, RedisError
 
         try:
-            self.queue.enqueue(
-                EVALUATE_JOB,
-                submission_id,
-                job_id=job_id(self.prefix, submission_id),
-                job_timeout=self.job_timeout_s,
-                retry=Retry(max=JOB_RETRY_MAX, interval=JOB_RETRY_INTERVALS_S),
-                result_ttl=86_400,
-                failure_ttl=7 * 86_400,
-                description=f"evaluate submission {submission_id}",
-            )
+            # One dispatcher at a time (grader requests, its reconciler, every worker): the
+            # per-experiment depth holds and no submission is pushed twice by a race.
+            with self.redis.lock(
+                f"{self.prefix}-dispatch-lock", timeout=DISPATCH_LOCK_S, blocking_timeout=DISPATCH_LOCK_WAIT_S
+            ):
+                return self._dispatch_locked(db)
+        except LockError:
+            return 0  # another dispatcher holds the lock and does the same work
         except RedisError as exc:
             raise ServiceUnavailableError(f"the queue (Redis) is unreachable: {exc}") from exc
 
-    def is_queued(self, submission_id: int) -> bool:
-        from redis.exceptions import RedisError
+    def _dispatch_locked(self, db: Database) -> int:
+        waiting = self.waiting_submissions()
+        with db.session() as session:
+            candidates = repo.claimable_in_fair_order(session)
+        claimable = {c.submission_id for c in candidates}
+        stale = waiting - claimable
+        if stale:  # finished, cancelled or claimed elsewhere: their jobs would only be skipped
+            self._remove_waiting(stale)
+        depth: Counter[int] = Counter(c.experiment_id for c in candidates if c.submission_id in waiting)
+        handed = 0
+        for candidate in candidates:
+            if candidate.submission_id in waiting:
+                continue
+            if not candidate.is_baseline and depth[candidate.experiment_id] >= self.depth_per_experiment:
+                continue
+            if self._job_active(candidate.submission_id):
+                continue
+            self._enqueue(candidate.submission_id, at_front=candidate.is_baseline)
+            if not candidate.is_baseline:
+                depth[candidate.experiment_id] += 1
+            handed += 1
+        return handed
+
+    def waiting_submissions(self) -> set[int]:
+        """Submissions whose jobs wait in the queue (not yet taken by a worker)."""
+        from rq.utils import as_text
+
+        ids = (submission_of(self.prefix, as_text(raw)) for raw in self.redis.lrange(self.queue.key, 0, -1))
+        return {i for i in ids if i is not None}
+
+    def _remove_waiting(self, submission_ids: set[int]) -> None:
+        from rq.job import Job
+
+        with self.redis.pipeline() as pipe:
+            for submission_id in submission_ids:
+                job = job_id(self.prefix, submission_id)
+                pipe.lrem(self.queue.key, 0, job)
+                pipe.delete(Job.key_for(job))
+            pipe.execute()
+
+    def _job_active(self, submission_id: int) -> bool:
+        """A job taken by a worker but not yet claimed in the database, or a retry RQ scheduled."""
         from rq.exceptions import NoSuchJobError
         from rq.job import Job, JobStatus
 
         try:
-            job = Job.fetch(job_id(self.prefix, submission_id), connection=self.redis)
-            return job.get_status() in (
-                JobStatus.QUEUED,
-                JobStatus.STARTED,
-                JobStatus.SCHEDULED,
-                JobStatus.DEFERRED,
+            job = Job.fetch(
+                job_id(self.prefix, submission_id), connection=self.redis, serializer=self.queue.serializer
             )
         except NoSuchJobError:
             return False
-        except RedisError as exc:
-            raise ServiceUnavailableError(f"the queue (Redis) is unreachable: {exc}") from exc
+        return job.get_status() in (
+            JobStatus.QUEUED,
+            JobStatus.STARTED,
+            JobStatus.SCHEDULED,
+            JobStatus.DEFERRED,
+        )
+
+    def _enqueue(self, submission_id: int, *, at_front: bool) -> None:
+        from rq import Retry
+
+        self.queue.enqueue(
+            EVALUATE_JOB,
+            submission_id,
+            job_id=job_id(self.prefix, submission_id),
+            job_timeout=self.job_timeout_s,
+            retry=Retry(max=JOB_RETRY_MAX, interval=JOB_RETRY_INTERVALS_S),
+            result_ttl=86_400,
+            failure_ttl=7 * 86_400,
+            description=f"evaluate submission {submission_id}",
+            at_front=at_front,
+        )
 
     def ping(self) -> None:
         from redis.exceptions import RedisError
@@ -99,15 +178,12 @@ class RQDispatcher:
 
 
 class LocalDispatcher:
-    """The database is the queue; local workers poll it. Enqueueing is therefore a no-op."""
+    """The database is the queue; local workers poll it in fair order. Dispatching is a no-op."""
 
     kind = "local"
 
-    def enqueue(self, submission_id: int) -> None:
-        return None
-
-    def is_queued(self, submission_id: int) -> bool:
-        return True
+    def dispatch(self, db: Database) -> int:
+        return 0
 
     def ping(self) -> None:
         return None
@@ -116,6 +192,10 @@ class LocalDispatcher:
 def make_dispatcher(settings: Settings) -> Dispatcher:
     if settings.redis_url:
         return RQDispatcher(
-            settings.redis_url, settings.queue_name, settings.eval_timeout_s, settings.redis_key_prefix
+            settings.redis_url,
+            settings.queue_name,
+            settings.eval_timeout_s,
+            settings.redis_key_prefix,
+            settings.queue_depth_per_experiment,
         )
     return LocalDispatcher()

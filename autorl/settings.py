@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +26,8 @@ SUBMIT_WAIT_S = 540.0
 #: small GPU batch leaves the device idle; 256 fits an 80 GB card with GSM8K's long prompts.
 GPU_EVAL_BATCH_SIZE = 256
 CPU_EVAL_BATCH_SIZE = 64
+#: One waiting job per experiment in Redis: another experiment's next job queues right behind it.
+QUEUE_DEPTH_PER_EXPERIMENT = 1
 
 
 def _secrets_dir() -> str | None:
@@ -46,12 +49,22 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="Redis URL for the RQ queue; absent → local dispatch.")
     redis_key_prefix: str = Field("autorl", description="Prefix of the RQ queue name (one per deployment).")
     admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API.")
-    local_mode: bool = Field(False, description="Single-machine mode: allows an empty admin token.")
+    local_mode: bool = Field(
+        False,
+        description="Single-machine mode (`autorl run`): allows an empty admin token and Redis or Postgres "
+        "URLs without a password.",
+    )
     eval_timeout_s: int = Field(EVAL_TIMEOUT_S, gt=0, description="Hard limit of one evaluation.")
     submit_wait_s: float = Field(
         SUBMIT_WAIT_S, ge=0, description="How long a blocking /submit waits before answering 202."
     )
     max_submissions: int = Field(100, gt=0, description="Default per-experiment submission limit.")
+    queue_depth_per_experiment: int = Field(
+        QUEUE_DEPTH_PER_EXPERIMENT,
+        gt=0,
+        description="Jobs of one experiment waiting in Redis at a time; the rest wait in the database and "
+        "are fed in fair order (baselines first, then the experiment served longest ago).",
+    )
     max_eval_attempts: int = Field(3, gt=0, description="Evaluation attempts before a submission fails.")
     data_source_dir: Path | None = Field(
         None,
@@ -137,6 +150,32 @@ class Settings(BaseSettings):
                 "set it to a random secret (e.g. `openssl rand -hex 32`) or set AUTORL_LOCAL_MODE=1 "
                 "on a single machine"
             )
+
+    def require_store_credentials(self) -> None:
+        """Fail fast at start-up: outside local mode, Redis and Postgres must ask for a password.
+
+        Anything that reaches an open Redis can push jobs to the evaluators, and an open Postgres can
+        rewrite scores; a password (with the chart's NetworkPolicies) keeps both to the platform."""
+        if self.local_mode:
+            return
+        if self.redis_url and not _has_password(self.redis_url):
+            raise ConfigurationError(
+                "AUTORL_REDIS_URL has no password; use redis://:PASSWORD@HOST:6379/0 with a Redis started "
+                "with --requirepass (the chart sets both), or set AUTORL_LOCAL_MODE=1 on a single machine"
+            )
+        database = self.database_url or ""
+        if database.startswith("postgres") and not _has_password(database):
+            raise ConfigurationError(
+                "AUTORL_DATABASE_URL has no password; use postgresql+psycopg://USER:PASSWORD@HOST:5432/DB "
+                "with a role that needs one (the chart sets it), or set AUTORL_LOCAL_MODE=1 on a single "
+                "machine"
+            )
+
+
+def _has_password(url: str) -> bool:
+    """A password in the URL's credentials or in its `password` query parameter."""
+    parts = urlsplit(url)
+    return bool(parts.password) or any(parse_qs(parts.query).get("password", []))
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -1,4 +1,5 @@
-"""Shared fixtures. Each test module gets its own Postgres database and Redis DB index."""
+"""Shared fixtures. Each test module gets its own Postgres database and Redis key prefix (so its
+own queues); each test run starts its own Redis server."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autorl.settings import Settings
-from tests.support.infra import new_run_id, postgres_database, redis_db_index
+from tests.support.infra import new_run_id, postgres_database, private_redis
 
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -33,9 +34,26 @@ def pg_url(run_id: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
-def redis_url(run_id: str) -> Iterator[str]:
-    with redis_db_index(run_id) as url:
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """A database of this test's own: for tests whose workers take whatever is queued (the run's
+    shared database keeps other tests' unevaluated submissions)."""
+    with postgres_database(new_run_id()) as url:
+        from autorl.store import migrate
+
+        migrate(url)
+        yield url
+
+
+@pytest.fixture
+def fresh_queue_prefix(run_id: str) -> str:
+    """A Redis key prefix (so a queue) of this test's own."""
+    return f"autorl-test-{run_id}-{new_run_id()}"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with private_redis(new_run_id(), tmp_path_factory.mktemp("redis")) as url:
         yield url
 
 

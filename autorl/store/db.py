@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -21,12 +21,24 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     # The grader and several worker processes share one SQLite file in local mode: WAL lets readers
-    # proceed during a write and the busy timeout turns lock contention into waiting, not errors.
+    # outside a transaction proceed during a write and the busy timeout turns lock contention into
+    # waiting, not errors.
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+    # The driver's own transaction handling starts a transaction only at the first write, so a
+    # count read before it is not protected (a limit check, then an insert). `_sqlite_begin` opens
+    # every transaction itself instead.
+    dbapi_conn.isolation_level = None
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # IMMEDIATE takes SQLite's write lock at BEGIN: transactions run one at a time, so a check and
+    # the write that depends on it (limits, claims, finishing) are atomic across processes, and no
+    # transaction fails half-way because another wrote first. They are all short.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def make_engine(url: str) -> Engine:
@@ -36,6 +48,7 @@ def make_engine(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(
         url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": 5}

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autorl.errors import ConflictError, NotFoundError
@@ -80,14 +81,38 @@ def start_budget(session: Session, experiment: Experiment, *, timeout_s: int | N
     experiment.status = ExperimentStatus.RUNNING
 
 
+#: The error of a submission that was still waiting or running when its experiment finished.
+CANCELLED_ERROR = (
+    "cancelled: the experiment finished before this submission was evaluated; submit earlier, "
+    "or give evaluations time to finish before the budget ends"
+)
+
+
 def finish_experiment(
     session: Session, experiment: Experiment, status: ExperimentStatus, message: str | None = None
 ) -> None:
+    """Record the verdict and cancel every unevaluated submission in the same transaction, so the
+    experiment's numbers are final from this commit on (a late worker result no longer counts)."""
     if experiment.status.finished:
         return  # idempotent: the first verdict stands
     experiment.status = status
     experiment.message = message
     experiment.finished_at = utcnow()
+    session.execute(
+        update(Submission)
+        .where(Submission.experiment_id == experiment.id, _unevaluated())
+        .values(
+            status=SubmissionStatus.FAILED,
+            error=CANCELLED_ERROR,
+            finished_at=experiment.finished_at,
+            lease_expires_at=None,
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _unevaluated() -> ColumnElement[bool]:
+    return Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING])
 
 
 # -- submissions -------------------------------------------------------------------------------
@@ -200,12 +225,15 @@ def baseline_submission(session: Session, experiment: Experiment) -> Submission 
 
 
 def queue_position(session: Session, submission: Submission) -> int:
-    """1-based position among queued submissions (FIFO by id); 0 when it is not waiting."""
+    """1-based position among its own experiment's queued submissions (oldest first); 0 when it is
+    not waiting. Other experiments' queues are never counted: they are not the caller's to see."""
     if submission.status != SubmissionStatus.QUEUED:
         return 0
     ahead = session.scalar(
         select(func.count(Submission.id)).where(
-            Submission.status == SubmissionStatus.QUEUED, Submission.id < submission.id
+            Submission.experiment_id == submission.experiment_id,
+            Submission.status == SubmissionStatus.QUEUED,
+            Submission.id < submission.id,
         )
     )
     return int(ahead or 0) + 1
@@ -342,26 +370,60 @@ def stale_submissions(session: Session, *, now: datetime | None = None) -> Seque
     ).all()
 
 
-def queued_ids(session: Session, *, older_than: datetime | None = None) -> list[int]:
-    stmt = select(Submission.id).where(Submission.status == SubmissionStatus.QUEUED)
-    if older_than is not None:
-        stmt = stmt.where(Submission.created_at < older_than)
-    return list(session.scalars(stmt.order_by(Submission.id)).all())
+@dataclass(frozen=True)
+class Claimable:
+    submission_id: int
+    experiment_id: int
+    is_baseline: bool
+
+
+def _claimable(now: datetime) -> ColumnElement[bool]:
+    """Queued, or running under a lease that expired (its worker is gone)."""
+    return or_(
+        Submission.status == SubmissionStatus.QUEUED,
+        and_(Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at < now),
+    )
+
+
+def claimable_in_fair_order(session: Session, *, limit: int | None = None) -> list[Claimable]:
+    """Submissions waiting for an evaluator, in the order evaluators should take them.
+
+    Baselines first (every experiment waits for its own); then round robin across experiments:
+    the experiment with the fewest evaluations running, then the one whose last evaluation started
+    longest ago (never comes first), then the oldest submission. A flooding experiment therefore
+    gets one evaluator turn per round, like every other, however many submissions it queued."""
+    now = utcnow()
+    served = (
+        select(
+            Submission.experiment_id.label("experiment_id"),
+            func.count(Submission.id)
+            .filter(Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at >= now)
+            .label("running"),
+            func.max(Submission.started_at).label("last_started"),
+        )
+        .where(Submission.started_at.is_not(None), Submission.reused_from.is_(None))
+        .group_by(Submission.experiment_id)
+        .subquery()
+    )
+    stmt = (
+        select(Submission.id, Submission.experiment_id, Submission.is_baseline)
+        .outerjoin(served, served.c.experiment_id == Submission.experiment_id)
+        .where(_claimable(now))
+        .order_by(
+            Submission.is_baseline.desc(),
+            func.coalesce(served.c.running, 0),
+            served.c.last_started.asc().nulls_first(),
+            Submission.id,
+        )
+    )
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return [Claimable(row.id, row.experiment_id, row.is_baseline) for row in session.execute(stmt)]
 
 
 def next_claimable_id(session: Session) -> int | None:
-    now = utcnow()
-    return session.scalar(
-        select(Submission.id)
-        .where(
-            or_(
-                Submission.status == SubmissionStatus.QUEUED,
-                (Submission.status == SubmissionStatus.RUNNING) & (Submission.lease_expires_at < now),
-            )
-        )
-        .order_by(Submission.id)
-        .limit(1)
-    )
+    first = claimable_in_fair_order(session, limit=1)
+    return first[0].submission_id if first else None
 
 
 # -- baseline cache ----------------------------------------------------------------------------

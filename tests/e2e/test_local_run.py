@@ -258,6 +258,50 @@ def test_deadline_ends_an_agent_that_ignores_sigterm(tmp_path: Path, autorl_run:
     assert not leftover_processes(run.home)
 
 
+def test_results_row_equals_the_database_when_evaluations_are_cancelled(
+    tmp_path: Path, autorl_run: Callable[..., Run]
+) -> None:
+    """The agent leaves evaluations queued and exits; with no time to finish them, the run cancels
+    them when it finishes, and results.csv reports exactly what the database holds."""
+    agent = write_agent(
+        tmp_path,
+        """
+        record("first", call("/submit", {"model_path": save("copy-of-base")}))
+        for index in range(3):
+            path = save(f"queued-{index}")
+            config_path = os.path.join(OUT, f"queued-{index}", "config.json")
+            config = json.load(open(config_path))
+            config["autorl_test_nonce"] = index  # new files: no score to reuse
+            json.dump(config, open(config_path, "w"))
+            record(f"queued-{index}", call("/submit?wait=false", {"model_path": path}))
+        """,
+    )
+    run = autorl_run(
+        "-a", agent, "-t", "arith", "-m", "builtin:tiny-qwen2", "--timeout", "120",
+        "--finish-wait", "0", "--port", str(free_port()),
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    (row,) = run.results()
+    from autorl.store import Database
+    from autorl.store import repository as repo
+
+    db = Database(f"sqlite:///{run.home / 'autorl.db'}")
+    with db.session() as session:
+        experiment = repo.get_experiment(session, str(row["run_id"]))
+        rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+        scored = [s for s in rows if s.status == "scored"]
+        baseline = repo.baseline_submission(session, experiment)
+        assert baseline is not None
+        baseline_score = baseline.score
+    db.dispose()
+    cancelled = [s for s in rows if s.status == "failed" and (s.error or "").startswith("cancelled:")]
+    assert len(rows) == 4 and len(scored) + len(cancelled) == 4 and cancelled
+    assert row["submissions"] == len(scored)
+    assert row["best_score"] == max(s.score for s in scored if s.score is not None)
+    assert row["baseline"] == baseline_score
+    assert not leftover_processes(run.home)
+
+
 def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
     home = tmp_path / "home"
     agent = write_agent(tmp_path, "import time\nopen(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from redis import Redis
 from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from autorl.queue import job_id
 from autorl.settings import Settings
@@ -29,9 +30,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str, redis_url: str) -> Settings:
+def settings(
+    make_settings: Callable[..., Settings], fresh_pg_url: str, redis_url: str, fresh_queue_prefix: str
+) -> Settings:
+    # A database and queue of its own: the worker takes whatever its database has queued.
     return make_settings(
-        database_url=pg_url, redis_url=redis_url, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS, submit_wait_s=300.0
+        database_url=fresh_pg_url,
+        redis_url=redis_url,
+        redis_key_prefix=fresh_queue_prefix,
+        eval_max_new_tokens=EVAL_MAX_NEW_TOKENS,
+        submit_wait_s=300.0,
     )
 
 
@@ -94,6 +102,8 @@ def test_trained_model_is_scored_end_to_end(
         assert baseline.json()["status"] == "scored", baseline.json()
         baseline_score = baseline.json()["score"]
 
+        started = http.post(f"/v1/experiments/{name}/start", json={}, headers=admin)
+        assert started.status_code == 200, started.text
         shutil.copytree(trained_tiny_model.path, workspace / "output" / "trained")
         # As reference agents do: the capability URL plus /submit, no header at all.
         response = httpx.post(f"{capability_url}/submit", json={"model_path": "output/trained"}, timeout=400)
@@ -126,6 +136,7 @@ def test_trained_model_is_scored_end_to_end(
     job = Job.fetch(
         job_id(settings.redis_key_prefix, body["submission_id"]),
         connection=Redis.from_url(settings.redis_url or ""),
+        serializer=JSONSerializer,
     )
     assert job.get_status() == "finished"
     assert rq_worker.poll() is None  # the worker is still there for the next job

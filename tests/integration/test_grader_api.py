@@ -308,11 +308,21 @@ def test_rotating_a_token_revokes_the_old_one(
     assert client.get(f"/a/{response.json()['token']}/time").status_code == 200
 
 
-def test_ops_endpoints(client: TestClient) -> None:
+def test_ops_endpoints(client: TestClient, settings: Settings, experiment: RegisteredExperiment) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json()["status"] == "ready"
-    assert "autorl_database_up 1" in client.get("/metrics").text
+    assert "autorl_database_up 1" in client.get("/metrics", headers=admin_headers(settings)).text
     assert "/submit" in client.get("/openapi.json").json()["paths"]
+
+
+def test_metrics_describe_every_experiment_so_only_the_admin_reads_them(
+    client: TestClient, experiment: RegisteredExperiment
+) -> None:
+    for headers in ({}, experiment.bearer):
+        response = client.get("/metrics", headers=headers)
+        assert response.status_code == 401
+        assert "AUTORL_ADMIN_TOKEN" in response.json()["detail"]
+    assert client.get(f"{experiment.url_path}/metrics").status_code == 404
 
 
 def test_access_log_never_shows_a_token(
@@ -342,7 +352,7 @@ def test_redis_down_is_503_and_nothing_is_written(
 ) -> None:
     from tests.support.infra import free_port
 
-    settings = make_settings(database_url=pg_url, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    settings = make_settings(database_url=pg_url, redis_url=f"redis://:down@127.0.0.1:{free_port()}/0")
     with TestClient(create_app(settings, reconcile=False)) as client:
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
         copy_model(tiny_base_model, experiment.output_dir / "c", unique=True)
@@ -356,7 +366,7 @@ def test_redis_down_is_503_and_nothing_is_written(
 def test_postgres_down_is_503(make_settings: Callable[..., Settings], pg_url: str) -> None:
     from tests.support.infra import free_port
 
-    settings = make_settings(database_url=f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x")
+    settings = make_settings(database_url=f"postgresql+psycopg://postgres:down@127.0.0.1:{free_port()}/x")
     app = create_app(settings, run_migrations=False, reconcile=False)
     client = TestClient(app)  # no lifespan: the database is down from the start
     response = client.get("/a/some-token/time")
@@ -453,7 +463,8 @@ def test_baseline_is_measured_once_per_model_and_settings(
     reused = client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)
     assert reused.status_code == 200
     assert reused.json()["score"] == 12.5
-    assert reused.json()["reused_from"] == queued.json()["submission_id"]
+    # Reused, but another experiment's submission id is never shown.
+    assert reused.json()["reused_from"] is None and reused.json()["eval_seconds"] == 0
     view = client.get(f"/v1/experiments/{second.name}", headers=headers).json()
     assert view["baseline_score"] == 12.5 and view["baseline_status"] == SubmissionStatus.SCORED.value
 

@@ -1,6 +1,6 @@
 """Real OpenCompass on the CPU, through the worker path, against the in-process backend.
 
-One worker (RQ ``SimpleWorker`` on this run's Redis DB index, Postgres database of its own) takes
+One worker (the in-process evaluation worker on this run's Redis, Postgres database of its own) takes
 two submissions: the first with a hard timeout OpenCompass cannot meet (the submission fails
 with the reason, no process is left, and the same worker goes on), the second, a tiny
 transformers-5 checkpoint, to the end (scored). The ``hf`` backend then evaluates the same checkpoint on
@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
-from rq import Queue, SimpleWorker
 
 from autorl.errors import EvaluationError
 from autorl.settings import Settings, load_settings
@@ -32,6 +31,7 @@ from autorl.tasks.base import Problem
 from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.opencompass import OpenCompassBackend
 from autorl_evaluator.jobs import predictions_path
+from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.opencompass_models import corrupt_weights, save_sharp_model
@@ -107,10 +107,22 @@ def checkpoint(tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="module")
+def own_pg_url() -> Iterator[str]:
+    """A database of this module's own: the grader hands everything queued in its database to its
+    queue, and other tests leave unevaluated submissions in the run's shared one."""
+    from autorl.store import migrate
+    from tests.support.infra import new_run_id, postgres_database
+
+    with postgres_database(new_run_id()) as url:
+        migrate(url)
+        yield url
+
+
+@pytest.fixture(scope="module")
 def worker_run(
     tiny_base_model: Path,
     checkpoint: Path,
-    pg_url: str,
+    own_pg_url: str,
     redis_url: str,
     run_id: str,
     tmp_path_factory: pytest.TempPathFactory,
@@ -119,6 +131,7 @@ def worker_run(
 
     from tests.conftest import FIXTURE_DATA
 
+    pg_url = own_pg_url
     root = tmp_path_factory.mktemp("worker-path")
     settings = load_settings(
         home=root / "home",
@@ -147,7 +160,11 @@ def worker_run(
         experiment = register(client, settings, tiny_base_model, make_workspace(root))
         long_experiment = register(long_client, long_settings, tiny_base_model, make_workspace(root))
         redis = Redis.from_url(redis_url)
-        worker = SimpleWorker([Queue(settings.queue_name, connection=redis)], connection=redis)
+        worker = InProcessEvaluationWorker(
+            [evaluation_queue(settings.queue_name, redis)],
+            connection=redis,
+            key_prefix=settings.redis_key_prefix,
+        )
 
         def submit_and_work(
             client: TestClient, experiment: RegisteredExperiment, model: Path, timeout_s: int, batch_size: int

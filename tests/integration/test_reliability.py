@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 from rq import Queue
+from rq.serializers import JSONSerializer
 
 from autorl.settings import Settings
 from autorl.store import Database, SubmissionStatus
@@ -18,7 +19,7 @@ from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 
 
 @pytest.fixture
@@ -49,13 +50,15 @@ def queued_id(client: TestClient, settings: Settings, tiny_base_model: Path, tmp
 
 
 def rq_queue(settings: Settings) -> Queue:
-    return Queue(settings.queue_name, connection=Redis.from_url(settings.redis_url or ""))
+    return Queue(
+        settings.queue_name, connection=Redis.from_url(settings.redis_url or ""), serializer=JSONSerializer
+    )
 
 
 def test_submit_commits_then_enqueues_one_rq_job(settings: Settings, queued_id: int) -> None:
     jobs = rq_queue(settings).jobs
-    assert [job.args for job in jobs if job.args == (queued_id,)] == [(queued_id,)]
-    job = next(j for j in jobs if j.args == (queued_id,))
+    assert [job.args for job in jobs if job.args == [queued_id]] == [[queued_id]]
+    job = next(j for j in jobs if j.args == [queued_id])
     assert job.func_name == "autorl_evaluator.jobs.evaluate"
     assert job.timeout == settings.eval_timeout_s + 300
     assert job.retries_left == 2
@@ -90,9 +93,9 @@ def test_a_dead_workers_submission_is_requeued_and_its_late_result_ignored(
         assert repo.claim(session, queued_id, worker="dead", lease_s=60)
         repo.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
     rq_queue(settings).empty()  # the queue lost the job too
-    done = reconcile_once(state, queued_grace_s=0)
+    done = reconcile_once(state)
     assert done["requeued"] == 1 and done["enqueued"] >= 1  # other tests may leave queued rows too
-    assert any(job.args == (queued_id,) for job in rq_queue(settings).jobs)
+    assert any(job.args == [queued_id] for job in rq_queue(settings).jobs)
     with db.session() as session:
         assert repo.get_submission(session, queued_id).status == SubmissionStatus.QUEUED
         assert repo.claim(session, queued_id, worker="alive", lease_s=60)
@@ -116,8 +119,33 @@ def test_after_max_attempts_a_submission_fails_with_a_reason(
         with db.session() as session:
             assert repo.claim(session, queued_id, worker=f"crash{attempt}", lease_s=60)
             repo.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
-        reconcile_once(state, queued_grace_s=3600)
+        reconcile_once(state)
     with db.session() as session:
         row = repo.get_submission(session, queued_id)
         assert row.status == SubmissionStatus.FAILED
         assert "interrupted 3 times" in (row.error or "")
+
+
+def test_redis_holds_one_waiting_job_per_experiment_and_none_once_it_finished(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    ids = []
+    for name in ("first", "second", "third"):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        response = client.post(
+            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{name}"}
+        )
+        ids.append(int(response.json()["submission_id"]))
+
+    def waiting() -> list[int]:
+        return [args[0] for args in (job.args for job in rq_queue(settings).jobs) if args[0] in ids]
+
+    assert waiting() == ids[:1]  # the others wait in the database, for their experiment's turn
+    finished = client.post(
+        f"/v1/experiments/{experiment.name}/finish",
+        json={"status": "completed"},
+        headers=admin_headers(settings),
+    )
+    assert finished.status_code == 200 and finished.json()["in_flight"] == 0
+    assert waiting() == []  # cancelled: nothing of it is left for an evaluator

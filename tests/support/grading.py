@@ -37,8 +37,16 @@ def make_workspace(root: Path) -> Path:
 
 
 def register(
-    client: TestClient, settings: Any, base_model_dir: Path, workspace: Path, **fields: Any
+    client: TestClient,
+    settings: Any,
+    base_model_dir: Path,
+    workspace: Path,
+    *,
+    start: bool = True,
+    **fields: Any,
 ) -> RegisteredExperiment:
+    """Register an experiment and (unless `start=False`) start its budget, as the platform does
+    before its agent runs: submissions are accepted only inside the budget."""
     body = {
         "name": f"exp-{uuid.uuid4().hex[:10]}",
         "task": "gsm8k",
@@ -51,6 +59,10 @@ def register(
     response = client.post("/v1/experiments", json=body, headers=admin_headers(settings))
     assert response.status_code == 201, response.text
     view = response.json()
+    if start:
+        path = f"/v1/experiments/{view['name']}/start"
+        started = client.post(path, json={}, headers=admin_headers(settings))
+        assert started.status_code == 200, started.text
     return RegisteredExperiment(
         name=view["name"],
         token=view["token"],

@@ -1,24 +1,28 @@
-"""Real infrastructure for tests: a Postgres database and a Redis DB index of this run's own, and a
+"""Real infrastructure for tests: a Postgres database and a Redis server of this run's own, and a
 grader served over real HTTP. The shared servers are never stopped, flushed or restarted."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 from redis import Redis
+from redis.exceptions import RedisError
 
 PG_ADMIN_DSN = os.environ.get("AUTORL_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
-PG_URL_BASE = os.environ.get("AUTORL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432")
-REDIS_BASE = os.environ.get("AUTORL_TEST_REDIS_URL", "redis://127.0.0.1:6379")
-REDIS_CLAIM_TTL_S = 4 * 3600
+#: With a password, as the grader and worker demand outside local mode (trust authentication ignores it).
+PG_URL_BASE = os.environ.get("AUTORL_TEST_PG_URL", "postgresql+psycopg://postgres:autorl-test@127.0.0.1:5432")
+REDIS_SERVER = os.environ.get("AUTORL_TEST_REDIS_SERVER", "redis-server")
 
 
 def new_run_id() -> str:
@@ -39,24 +43,42 @@ def postgres_database(run_id: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def redis_db_index(run_id: str) -> Iterator[str]:
-    """Claim a Redis DB index (1–15) no other run holds, by a claim key with a TTL in that index;
-    yield its URL; delete only this run's keys afterwards."""
-    for index in range(1, 16):
-        client = Redis.from_url(f"{REDIS_BASE}/{index}")
-        if client.set("autorl-test-claim", run_id, nx=True, ex=REDIS_CLAIM_TTL_S):
+def private_redis(run_id: str, workdir: Path) -> Iterator[str]:
+    """Start a Redis of this run's own that requires a password (as the platform does outside local
+    mode); yield its URL; stop it afterwards. The shared Redis of the machine is never touched."""
+    password = secrets.token_hex(16)
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    # The configuration comes on stdin, so the password never shows in the process list.
+    config = (
+        f'port {port}\nbind 127.0.0.1\nrequirepass {password}\nsave ""\nappendonly no\n'
+        f"dir {workdir}\nlogfile {workdir / 'redis.log'}\n"
+    )
+    server = subprocess.Popen([REDIS_SERVER, "-"], stdin=subprocess.PIPE)
+    assert server.stdin is not None
+    server.stdin.write(config.encode())
+    server.stdin.close()
+    url = f"redis://:{password}@127.0.0.1:{port}/0"
+    client = Redis.from_url(url)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
             break
-        client.close()
-    else:
-        raise RuntimeError("every Redis DB index 1-15 is claimed by another test run; wait and retry")
+        except RedisError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the test Redis ({REDIS_SERVER}, run {run_id}) did not start") from None
+            time.sleep(0.05)
     try:
-        yield f"{REDIS_BASE}/{index}"
+        yield url
     finally:
-        for key in client.scan_iter(match=f"*{run_id}*"):
-            client.delete(key)
-        if client.get("autorl-test-claim") == run_id.encode():
-            client.delete("autorl-test-claim")
         client.close()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def free_port() -> int:

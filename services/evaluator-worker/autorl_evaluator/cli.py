@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings()
+    settings.require_store_credentials()
     assert settings.database_url is not None
     db = Database(settings.database_url)
     db.wait_until_ready()
@@ -28,10 +29,20 @@ def run(args: argparse.Namespace) -> int:
         return LocalWorker(settings).run(burst=args.burst)
 
     from redis import Redis
-    from rq import Queue, Worker
+
+    from autorl.queue import make_dispatcher
+    from autorl_evaluator.rq_worker import EvaluationWorker, evaluation_queue
 
     redis = Redis.from_url(settings.redis_url)
-    worker = Worker([Queue(settings.queue_name, connection=redis)], connection=redis)
+    dispatcher = make_dispatcher(settings)
+    worker = EvaluationWorker(
+        [evaluation_queue(settings.queue_name, redis)],
+        connection=redis,
+        key_prefix=settings.redis_key_prefix,
+        dispatcher=dispatcher,
+        db=db,
+    )
+    worker.feed()  # what waited in the database while no worker ran
     # RQ shuts down in two stages on its own: the first SIGTERM finishes the job, a second kills it.
     worker.work(burst=args.burst, with_scheduler=True)
     return 0

@@ -68,6 +68,7 @@ def refusal(status_code: int, message: str, headers: dict[str, str] | None = Non
 
 def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bool = True) -> FastAPI:
     settings.require_safe_admin_token()
+    settings.require_store_credentials()
     state = GraderState.build(settings)
 
     @asynccontextmanager

@@ -1,26 +1,23 @@
-"""Makes sure nothing is lost: re-enqueues what the queue dropped and what a dead worker held."""
+"""Makes sure nothing is lost: requeues what a dead worker held, and feeds the queue from the
+database in fair order (what Redis lost, and each experiment's next job)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 
 from autorl.errors import ServiceUnavailableError
 from autorl.store import SubmissionStatus
 from autorl.store import repository as repo
-from autorl.store.models import utcnow
 from autorl_grader.state import GraderState
 
 log = logging.getLogger("autorl.grader.reconciler")
 RECONCILE_INTERVAL_S = 15.0
-#: A queued row younger than this may simply not have been enqueued yet by its request.
-QUEUED_GRACE_S = 30.0
 
 
-def reconcile_once(state: GraderState, *, queued_grace_s: float = QUEUED_GRACE_S) -> dict[str, int]:
+def reconcile_once(state: GraderState) -> dict[str, int]:
     """One pass. Returns counts of what it did (for logs and tests)."""
-    requeued = failed = enqueued = 0
+    requeued = failed = 0
     with state.db.session() as session:
         for submission in repo.stale_submissions(session):
             if submission.attempts >= state.settings.max_eval_attempts:
@@ -36,12 +33,7 @@ def reconcile_once(state: GraderState, *, queued_grace_s: float = QUEUED_GRACE_S
                 submission.worker = None
                 submission.lease_expires_at = None
                 requeued += 1
-        session.flush()
-        candidates = repo.queued_ids(session, older_than=utcnow() - timedelta(seconds=queued_grace_s))
-    for submission_id in candidates:
-        if not state.dispatcher.is_queued(submission_id):
-            state.dispatcher.enqueue(submission_id)
-            enqueued += 1
+    enqueued = state.dispatcher.dispatch(state.db)
     if requeued or failed or enqueued:
         log.info("event=reconciled requeued=%d failed=%d enqueued=%d", requeued, failed, enqueued)
     return {"requeued": requeued, "failed": failed, "enqueued": enqueued}

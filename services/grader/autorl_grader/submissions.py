@@ -34,11 +34,17 @@ def rebase_agent_path(experiment: Experiment, model_path: str) -> str:
 
 
 def check_open(experiment: Experiment) -> None:
+    """Submissions are accepted only inside the budget: after it started, before it ended."""
     if experiment.status.finished:
         raise ConflictError(
             f"experiment {experiment.name!r} is {experiment.status.value}; it accepts no more submissions"
         )
-    if experiment.end_time is not None and utcnow() > experiment.end_time:
+    if experiment.start_time is None or experiment.end_time is None:
+        raise DeadlineExceededError(
+            f"the time budget of experiment {experiment.name!r} has not started yet; submissions are "
+            "accepted once GET /time shows a start_time (the platform starts it when your agent starts)"
+        )
+    if utcnow() > experiment.end_time:
         raise DeadlineExceededError(
             f"the time budget of experiment {experiment.name!r} ended at {experiment.end_time.isoformat()}; "
             "submissions are accepted only before GET /time's end_time"
@@ -81,16 +87,17 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         not queued,
     )
     if queued:
-        enqueue_committed(state, submission_id)
+        dispatch_committed(state)
     return submission_id
 
 
-def enqueue_committed(state: GraderState, submission_id: int) -> None:
-    """The row is committed: a queue failure now only delays it (the reconciler enqueues it later)."""
+def dispatch_committed(state: GraderState) -> None:
+    """The rows are committed: a queue failure now only delays them (the reconciler dispatches them
+    later). The dispatcher picks what to hand to evaluators in fair order."""
     try:
-        state.dispatcher.enqueue(submission_id)
+        state.dispatcher.dispatch(state.db)
     except ServiceUnavailableError as exc:
-        log.warning("event=enqueue_deferred submission=%d reason=%s", submission_id, exc)
+        log.warning("event=dispatch_deferred reason=%s", exc)
 
 
 def request_baseline(state: GraderState, name: str) -> int:
@@ -121,7 +128,7 @@ def request_baseline(state: GraderState, name: str) -> int:
         experiment.baseline_submission_id = submission.id
         submission_id, queued = submission.id, not submission.status.final
     if queued:
-        enqueue_committed(state, submission_id)
+        dispatch_committed(state)
     return submission_id
 
 

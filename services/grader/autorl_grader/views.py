@@ -51,6 +51,15 @@ def best_view(session: Session, experiment: Experiment) -> dict[str, Any]:
     return {"submission_id": best.id if best else None, "score": best.score if best else None}
 
 
+def own_reused_from(session: Session, experiment: Experiment, submission: Submission) -> int | None:
+    """The submission whose score was reused, only when it is this experiment's own: another
+    experiment's ids are never shown (the reuse itself shows as 0 evaluation seconds)."""
+    if submission.reused_from is None:
+        return None
+    source = session.get(Submission, submission.reused_from)
+    return submission.reused_from if source is not None and source.experiment_id == experiment.id else None
+
+
 @dataclass(frozen=True)
 class ExperimentTotals:
     """What every submission view of one experiment repeats: read once per request, not per row."""
@@ -92,7 +101,7 @@ def submission_view(
         "timestamp": iso_utc(submission.created_at),
         "elapsed_seconds": _elapsed_seconds(submission),
         "is_baseline": submission.is_baseline,
-        "reused_from": submission.reused_from,
+        "reused_from": own_reused_from(session, experiment, submission),
         "n_samples": submission.n_samples,
         "eval_seconds": submission.eval_seconds,
         "attempts": submission.attempts,

@@ -379,12 +379,13 @@ class LocalRun:
     # --- the end ----------------------------------------------------------------------------
 
     def _finalize(self, status: RunStatus, message: str | None, timed_out: bool) -> None:
+        """Finish first: the grader cancels what was not evaluated, in the same transaction, and
+        answers with the experiment as finished. Those numbers cannot change any more, so the
+        results row written from them equals the database."""
         if self.registered:
             db_status = "timed_out" if status == "completed" and timed_out else status
             try:
-                self._refresh_view()
-                self.admin.finish(self.run_id, db_status, message)
-                self._refresh_view()
+                self.last_view = self.admin.finish(self.run_id, db_status, message)
             except AutoRLError as exc:
                 print(f"autorl run: could not record the end in the grader: {exc}", file=sys.stderr)
         self._stop_services()

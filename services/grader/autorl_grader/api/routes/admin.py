@@ -17,7 +17,7 @@ from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.evaluation import eval_config, eval_key
-from autorl_grader.submissions import request_baseline, wait_for_result
+from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
 from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
 
 router = APIRouter(prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep])
@@ -141,11 +141,14 @@ def start(name: str, body: StartBudget, db: DbDep) -> dict[str, Any]:
 
 
 @router.post("/{name}/finish")
-def finish(name: str, body: FinishExperiment, db: DbDep) -> dict[str, Any]:
-    with db.session() as session:
+def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]:
+    with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         repo.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
-        return experiment_view(session, experiment)
+        view = experiment_view(session, experiment)
+    # Its cancelled jobs leave the queue now, and other experiments' next jobs take their place.
+    dispatch_committed(state)
+    return view
 
 
 @router.get("/{name}/submissions")

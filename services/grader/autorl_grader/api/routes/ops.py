@@ -1,4 +1,4 @@
-"""Operations: liveness, readiness, Prometheus metrics."""
+"""Operations: liveness, readiness, Prometheus metrics (admin token: they describe every experiment)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from autorl.errors import ServiceUnavailableError
 from autorl.store import repository as repo
-from autorl_grader.api.deps import StateDep
+from autorl_grader.api.deps import AdminDep, StateDep
 
 router = APIRouter(tags=["ops"])
 
@@ -29,7 +29,7 @@ def readyz(state: StateDep) -> Any:
     return {"status": "ready", "queue": state.dispatcher.kind}
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse, dependencies=[AdminDep])
 def metrics(state: StateDep) -> str:
     gauges: dict[str, float] = {}
     try:

@@ -1,0 +1,168 @@
+"""The RQ worker: it runs only `evaluate(submission_id)`, whatever a queue holds.
+
+RQ trusts Redis: it unpickles payloads, imports any dotted function name, and imports and calls
+callbacks named in a job's hash (also while cleaning its registries). Anything that reaches Redis
+would run code here. So, by construction:
+
+- payloads are JSON (`JSONSerializer`): nothing read from Redis is ever unpickled;
+- `EvaluationJob` can resolve one function only, the evaluation, and never resolves a callback or
+  sends a webhook, wherever RQ asks it to;
+- `EvaluationWorker` checks every job before anything runs: `evaluate` with exactly one integer
+  argument, no keyword arguments, the job id this deployment gives that submission, no callbacks,
+  webhooks or dependencies. Anything else (an unreadable hash included) is removed and logged,
+  never imported, never run; the worker stays up.
+
+What a submission id means is decided by the database: `evaluate` claims the row, and a row that is
+not waiting is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from redis import Redis
+from rq import Queue, SimpleWorker, Worker
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from autorl.errors import AutoRLError
+from autorl.queue import EVALUATE_JOB, Dispatcher, job_id
+from autorl.store import Database
+
+log = logging.getLogger("autorl.evaluator.rq")
+
+
+class JobRefusedError(AutoRLError):
+    """A job in the queue is not the evaluation of one submission id."""
+
+
+class EvaluationJob(Job):
+    """A job as the worker loads it from Redis: it resolves only the evaluation function."""
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        if self.func_name != EVALUATE_JOB or self.instance is not None:
+            raise JobRefusedError(f"job {self.id!r} does not name {EVALUATE_JOB}; refused")
+        from autorl_evaluator.jobs import evaluate
+
+        return evaluate
+
+    @property
+    def success_callback(self) -> None:
+        return None
+
+    @property
+    def failure_callback(self) -> None:
+        return None
+
+    @property
+    def stopped_callback(self) -> None:
+        return None
+
+    def send_webhooks(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def refusal(job: Job, prefix: str) -> str | None:
+    """Why the worker must not run this job, or None for the evaluation of one submission."""
+    try:
+        func_name, instance, args, kwargs = job.func_name, job.instance, job.args, job.kwargs
+    except Exception as exc:  # not JSON (a pickled payload, garbage): it is never unpickled
+        return f"unreadable payload ({type(exc).__name__})"
+    if func_name != EVALUATE_JOB or instance is not None:
+        return f"function {func_name!r} is not {EVALUATE_JOB}"
+    if kwargs:
+        return "keyword arguments given"
+    if len(args) != 1 or type(args[0]) is not int:
+        return "arguments are not exactly one integer submission id"
+    if job.id != job_id(prefix, args[0]):
+        return f"job id is not {job_id(prefix, args[0])!r}"
+    # The hash fields RQ would import, call or follow after the job (private in RQ; read as data).
+    if any(getattr(job, f"_{kind}_callback_name", None) for kind in ("success", "failure", "stopped")):
+        return "callbacks given"
+    if job.webhooks:
+        return "webhooks given"
+    if job.dependency_ids:
+        return "dependencies given"
+    return None
+
+
+class EvaluationOnly:
+    """The checks of both worker classes: refuse before anything runs, then feed the queue."""
+
+    connection: Redis
+
+    def __init__(
+        self,
+        queues: list[Queue],
+        *,
+        connection: Redis,
+        key_prefix: str,
+        dispatcher: Dispatcher | None = None,
+        db: Database | None = None,
+    ) -> None:
+        super().__init__(  # type: ignore[call-arg]
+            queues, connection=connection, job_class=EvaluationJob, serializer=JSONSerializer
+        )
+        self.key_prefix = key_prefix
+        self.dispatcher = dispatcher
+        self.db = db
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        reason = refusal(job, self.key_prefix)
+        if reason is not None:
+            self.discard(job.id, queue, reason)
+            return
+        self.feed()
+        super().execute_job(job, queue)  # type: ignore[misc]
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        while True:
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)  # type: ignore[misc]
+            except Exception as exc:
+                # RQ names the job it could not load; without that, it is not a job's fault.
+                bad_id, queue = getattr(exc, "job_id", None), getattr(exc, "queue", None)
+                if bad_id is None or queue is None:
+                    raise
+                self.discard(str(bad_id), queue, f"unreadable job ({type(exc).__name__})")
+
+    def discard(self, bad_id: str, queue: Queue, reason: str) -> None:
+        log.warning("event=job_refused job=%r queue=%s reason=%r", bad_id, queue.name, reason)
+        with self.connection.pipeline() as pipe:
+            pipe.lrem(queue.intermediate_queue_key, 0, bad_id)
+            pipe.lrem(queue.key, 0, bad_id)
+            pipe.delete(Job.key_for(bad_id))
+            pipe.execute()
+        # A refused job may have borrowed a real submission's job id: hand that one in again.
+        self.feed()
+
+    def feed(self) -> None:
+        """A job just left the queue: its experiment may hand the next one in (fair order)."""
+        if self.dispatcher is None or self.db is None:
+            return
+        try:
+            self.dispatcher.dispatch(self.db)
+        except AutoRLError as exc:
+            log.warning("event=dispatch_failed reason=%s", exc)
+
+
+class EvaluationWorker(EvaluationOnly, Worker):
+    """`autorl worker`: each evaluation in a forked work horse, killed at the job's timeout."""
+
+    job_class = EvaluationJob
+
+
+class InProcessEvaluationWorker(EvaluationOnly, SimpleWorker):
+    """The same checks, jobs run in the worker's own process (tests run it in burst mode)."""
+
+    job_class = EvaluationJob
+
+
+def evaluation_queue(name: str, connection: Redis) -> Queue:
+    """The queue as workers read it: JSON payloads, loaded as `EvaluationJob`s."""
+    return Queue(name, connection=connection, job_class=EvaluationJob, serializer=JSONSerializer)

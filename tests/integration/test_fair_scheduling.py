@@ -1,0 +1,143 @@
+"""Experiments share the evaluators fairly: baselines first, then round robin across experiments, so
+an experiment that floods the queue cannot starve another. Checked for local workers (the
+submissions table is the queue, on SQLite and Postgres) and for RQ (a real worker, real Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from autorl.queue import make_dispatcher
+from autorl.settings import Settings
+from autorl.store import Database, Submission, SubmissionStatus
+from autorl.store import repository as repo
+from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+
+FLOOD = 4
+
+
+def submit_copies(
+    client: TestClient, experiment: RegisteredExperiment, base: Path, count: int, prefix: str
+) -> list[int]:
+    ids = []
+    for index in range(count):
+        copy_model(base, experiment.output_dir / f"{prefix}{index}", unique=True)
+        response = client.post(
+            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{prefix}{index}"}
+        )
+        assert response.status_code == 202, response.text
+        ids.append(int(response.json()["submission_id"]))
+    return ids
+
+
+def flood_then_one_then_a_baseline(
+    client: TestClient, settings: Settings, base: Path, tmp_path: Path
+) -> tuple[list[int], int, int]:
+    """A floods, then B submits once, then C's baseline is requested. Returns the three's ids."""
+    flooding = register(client, settings, base, make_workspace(tmp_path))
+    single = register(client, settings, base, make_workspace(tmp_path))
+    late = register(client, settings, base, make_workspace(tmp_path), model=f"local:late-{tmp_path.name}")
+    flood = submit_copies(client, flooding, base, FLOOD, "a")
+    (one,) = submit_copies(client, single, base, 1, "b")
+    baseline = client.post(f"/v1/experiments/{late.name}/baseline", headers=admin_headers(settings))
+    assert baseline.status_code == 202, baseline.text
+    return flood, one, int(baseline.json()["submission_id"])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def local_settings(request: pytest.FixtureRequest, make_settings: Callable[..., Settings]) -> Settings:
+    if request.param == "sqlite":
+        return make_settings(local_mode=True, submit_wait_s=0.0)
+    return make_settings(database_url=request.getfixturevalue("fresh_pg_url"), submit_wait_s=0.0)
+
+
+def test_local_workers_take_baselines_first_then_experiments_in_turn(
+    local_settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    with TestClient(create_app(local_settings, reconcile=False)) as client:
+        flood, one, baseline = flood_then_one_then_a_baseline(
+            client, local_settings, tiny_base_model, tmp_path
+        )
+    db = Database(local_settings.database_url or "")
+    order: list[int] = []
+    with db.session() as session:  # two workers: while one evaluates A's first, the other takes B's
+        first = repo.next_claimable_id(session)
+        assert first == baseline
+        assert repo.claim(session, first, worker="w0", lease_s=60)
+    with db.session() as session:
+        taken = repo.next_claimable_id(session)
+        assert taken is not None and repo.claim(session, taken, worker="w1", lease_s=60)
+    with db.session() as session:
+        busy = repo.next_claimable_id(session)
+        assert (taken, busy) == (flood[0], one)  # A has one running: B goes before A's older ones
+    for worker, submission_id in (("w0", first), ("w1", taken)):
+        with db.session() as session:
+            assert repo.record_score(
+                session, submission_id, worker=worker, scores={"opencompass": 1.0}, n_samples=1, seconds=1
+            )
+        order.append(submission_id)
+    while True:  # one worker from here on: still A's and B's in turn, never a run of A's
+        with db.session() as session:
+            submission_id = repo.next_claimable_id(session)
+            if submission_id is None:
+                break
+            assert repo.claim(session, submission_id, worker="w", lease_s=60)
+            assert repo.record_score(
+                session, submission_id, worker="w", scores={"opencompass": 1.0}, n_samples=1, seconds=1
+            )
+        order.append(submission_id)
+    db.dispose()
+    assert order == [baseline, flood[0], one, *flood[1:]]
+
+
+def test_rq_worker_serves_a_single_submission_after_at_most_one_of_a_flood(
+    make_settings: Callable[..., Settings],
+    fresh_pg_url: str,
+    redis_url: str,
+    fresh_queue_prefix: str,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = make_settings(
+        database_url=fresh_pg_url,
+        redis_url=redis_url,
+        redis_key_prefix=fresh_queue_prefix,
+        eval_limit=1,
+        eval_max_new_tokens=2,
+        submit_wait_s=0.0,
+    )
+    with TestClient(create_app(settings, reconcile=False)) as client:
+        flood, one, baseline = flood_then_one_then_a_baseline(client, settings, tiny_base_model, tmp_path)
+    redis = Redis.from_url(redis_url)
+    queue = evaluation_queue(settings.queue_name, redis)
+    # Redis holds one job per experiment (plus baselines): the rest wait in the database.
+    assert len(queue.job_ids) == 3 and queue.job_ids[0].endswith(f"-submission-{baseline}")
+    for variable, value in {
+        "AUTORL_DATABASE_URL": fresh_pg_url,
+        "AUTORL_HOME": str(settings.home),
+        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
+        "AUTORL_EVAL_DEVICE": "cpu",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    db = Database(fresh_pg_url)
+    worker = InProcessEvaluationWorker(
+        [queue],
+        connection=redis,
+        key_prefix=settings.redis_key_prefix,
+        dispatcher=make_dispatcher(settings),
+        db=db,
+    )
+    worker.work(burst=True)
+    with db.session() as session:
+        rows = session.query(Submission).order_by(Submission.started_at).all()
+        assert [r.status for r in rows] == [SubmissionStatus.SCORED] * (FLOOD + 2), [r.error for r in rows]
+        order = [r.id for r in rows]
+    db.dispose()
+    assert order == [baseline, flood[0], one, *flood[1:]]

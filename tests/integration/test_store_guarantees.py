@@ -1,0 +1,141 @@
+"""What the store guarantees an experiment, on SQLite (single machine) and Postgres (cluster) alike:
+limits hold under concurrent submits, submissions only inside the budget, a finished experiment's
+unevaluated submissions are cancelled (a late result no longer counts), and queue positions count
+only the experiment's own queue."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from autorl.settings import Settings
+from autorl.store import Database
+from autorl.store import repository as repo
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.infra import serve
+
+CONCURRENT_SUBMITS = 30
+LIMIT = 3
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def settings(request: pytest.FixtureRequest, make_settings: Callable[..., Settings]) -> Settings:
+    if request.param == "sqlite":  # the single-machine default: SQLite in the home, local workers
+        return make_settings(local_mode=True, submit_wait_s=0.0)
+    return make_settings(database_url=request.getfixturevalue("pg_url"), submit_wait_s=0.0)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    database = Database(settings.database_url or "")
+    yield database
+    database.dispose()
+
+
+def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) -> httpx.Response:
+    return client.post(f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{folder}"})
+
+
+def test_concurrent_submits_never_exceed_the_limit(
+    settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    app = create_app(settings, reconcile=False)
+    with serve(app) as grader, TestClient(app) as admin:
+        experiment = register(
+            admin, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=LIMIT
+        )
+        copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
+        url = f"{grader.url}{experiment.url_path}/submit?wait=false"
+
+        def one(_: int) -> httpx.Response:
+            return httpx.post(url, json={"model_path": "output/ckpt"}, timeout=120)
+
+        with ThreadPoolExecutor(CONCURRENT_SUBMITS) as pool:
+            responses = list(pool.map(one, range(CONCURRENT_SUBMITS)))
+    assert Counter(r.status_code for r in responses) == {202: LIMIT, 429: CONCURRENT_SUBMITS - LIMIT}
+    refused = next(r for r in responses if r.status_code == 429)
+    assert "limit of 3" in refused.json()["detail"]
+    with db.session() as session:
+        stored = repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+        assert len(stored) == LIMIT
+
+
+def test_submissions_before_the_budget_starts_are_refused(
+    client: TestClient, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
+    response = submit(client, experiment, "early")
+    assert response.status_code == 403
+    assert "has not started" in response.json()["detail"] and "GET /time" in response.json()["detail"]
+    assert client.get(f"{experiment.url_path}/time").json()["start_time"] is None
+    with db.session() as session:
+        assert repo.experiment_submissions(session, repo.get_experiment(session, experiment.name)) == []
+    client.post(f"/v1/experiments/{experiment.name}/start", json={}, headers=admin_headers(settings))
+    assert submit(client, experiment, "early").status_code == 202
+
+
+def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
+    client: TestClient, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    ids = []
+    for name in ("scored", "running", "queued"):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        ids.append(submit(client, experiment, name).json()["submission_id"])
+    scored, running, queued = ids
+    with db.session() as session:
+        assert repo.claim(session, scored, worker="w1", lease_s=60)
+        assert repo.record_score(
+            session, scored, worker="w1", scores={"opencompass": 40.0}, n_samples=4, seconds=1
+        )
+        assert repo.claim(session, running, worker="w2", lease_s=60)
+
+    finished = client.post(
+        f"/v1/experiments/{experiment.name}/finish",
+        json={"status": "timed_out"},
+        headers=admin_headers(settings),
+    ).json()
+    with db.session() as session:  # the evaluation in flight ends after the experiment: it does not count
+        assert not repo.record_score(
+            session, running, worker="w2", scores={"opencompass": 99.0}, n_samples=4, seconds=1
+        )
+        assert not repo.claim(session, queued, worker="w3", lease_s=60)
+    assert finished["in_flight"] == 0 and finished["submissions"] == 1 and finished["best_score"] == 40.0
+    later = client.get(f"/v1/experiments/{experiment.name}", headers=admin_headers(settings)).json()
+    numbers = ("baseline_score", "best_score", "improvement", "submissions", "total_submissions", "in_flight")
+    assert {k: later[k] for k in numbers} == {k: finished[k] for k in numbers}
+    rows = {s["submission_id"]: s for s in client.get(f"{experiment.url_path}/scores").json()["submissions"]}
+    assert rows[scored]["status"] == "scored"
+    for cancelled in (running, queued):
+        assert rows[cancelled]["status"] == "failed" and rows[cancelled]["score"] is None
+        assert rows[cancelled]["error"].startswith("cancelled: the experiment finished")
+
+
+def test_queue_positions_count_only_the_experiments_own_queue(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    flooding = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    quiet = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    positions = []
+    for index in range(3):
+        copy_model(tiny_base_model, flooding.output_dir / f"f{index}", unique=True)
+        positions.append(submit(client, flooding, f"f{index}").json()["queue_position"])
+    copy_model(tiny_base_model, quiet.output_dir / "q", unique=True)
+    mine = submit(client, quiet, "q").json()
+    assert positions == [1, 2, 3]
+    assert mine["queue_position"] == 1  # another experiment's queue is not the caller's to see
+    assert client.get(f"{quiet.url_path}/submissions/{mine['submission_id']}").json()["queue_position"] == 1
