@@ -11,6 +11,7 @@ from autorl.store import SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader.state import GraderState
+from autorl_grader.submissions import prune_orphan_snapshots
 
 log = logging.getLogger("autorl.grader.reconciler")
 RECONCILE_INTERVAL_S = 15.0
@@ -42,6 +43,7 @@ def reconcile_once(state: GraderState, *, queued_grace_s: float = QUEUED_GRACE_S
         if not state.dispatcher.is_queued(submission_id):
             state.dispatcher.enqueue(submission_id)
             enqueued += 1
+    prune_orphan_snapshots(state)
     if requeued or failed or enqueued:
         log.info("event=reconciled requeued=%d failed=%d enqueued=%d", requeued, failed, enqueued)
     return {"requeued": requeued, "failed": failed, "enqueued": enqueued}
