@@ -136,7 +136,8 @@ def check_config(config: Mapping[str, Any], base: Mapping[str, Any], shown: str)
     if theta is not None and base_theta is not None and theta != base_theta:
         raise CheckpointError(
             f"{shown} sets rope_theta {theta}, the base model has {base_theta}; "
-            "the architecture must be the base model's"
+            "the architecture must be the base model's: fine-tune the base model itself and save it "
+            "with model.save_pretrained(path)"
         )
 
 

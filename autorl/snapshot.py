@@ -21,7 +21,8 @@ files are normalized on the way (:mod:`autorl.model_files`); the chat template i
 a train question with the evaluator's limits (:mod:`autorl.chat_template`). Every source file's
 size and modification time are compared again at the end: a file changed during the copy refuses
 the submission. The fingerprint is over what the snapshot holds, so identical evaluated files, and
-only those, share a score. The evaluator loads the snapshot, never the agent's folder.
+only those, share a score (the submission's own config.json is fingerprinted too, see
+:data:`SUBMITTED_CONFIG`). The evaluator loads the snapshot, never the agent's folder.
 
 A snapshot belongs to one submission. It is removed when that submission is final (the evaluator
 removes it after recording the result; the grader at once when a score is reused), and
@@ -53,6 +54,10 @@ from autorl.safetensors_header import Header, Tensor, compare_to_base, read_head
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
+#: The submission's own config.json (normalized JSON), kept beside the base model's config that
+#: the evaluator reads: it is never loaded, but it is fingerprinted, so a checkpoint whose config
+#: was edited counts as a new model and is evaluated again rather than reusing a score.
+SUBMITTED_CONFIG = "submitted_config.json"
 GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
@@ -570,6 +575,7 @@ def _write_small_files(
     model_files.check_config(config, base.config, source.name(CONFIG))
     # The base model's config, not the submission's: no config key can change an evaluation.
     writer.write(CONFIG, model_files.dump_json(base.config))
+    writer.write(SUBMITTED_CONFIG, model_files.dump_json(config))
     generation = parsed(GENERATION_CONFIG)
     if generation is not None:
         kept = model_files.normalize_generation_config(

@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import EvaluationError
+from autorl.snapshot import SMALL_FILES, WEIGHTS_INDEX
 
+#: Small files that describe the model, copied (and some rewritten) into the view; an allow-list
+#: again, though a snapshot holds nothing else, so that no other file ever reaches OpenCompass.
+COPIED_FILES = SMALL_FILES | {WEIGHTS_INDEX}
 WEIGHT_SUFFIX = ".safetensors"
 #: transformers 5's generic fast-tokenizer class; version 4 names the same thing this way.
 TRANSFORMERS5_TOKENIZER_CLASS = "TokenizersBackend"
@@ -47,7 +51,7 @@ def build_view(snapshot: Path, view: Path) -> Path:
         target = view / source.name
         if source.name.endswith(WEIGHT_SUFFIX):
             _link(source, target)
-        else:
+        elif source.name in COPIED_FILES:
             shutil.copyfile(source, target)
             target.chmod(_READ_ONLY_FILE)
     _rewrite_json(view / "tokenizer_config.json", fix_tokenizer_config)
