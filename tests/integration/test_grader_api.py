@@ -137,8 +137,8 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
         (target / "model.safetensors").unlink()
         (target / "model.safetensors").symlink_to(base / "model.safetensors")
     elif kind == "sparse":
-        with (target / "model.safetensors").open("r+b") as weights:
-            weights.truncate(8 * 1024**3)
+        with (target / "model.safetensors").open("r+b") as handle:
+            handle.truncate(8 * 1024**3)
     elif kind == "looping-template":
         (target / "chat_template.jinja").write_text(
             "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
