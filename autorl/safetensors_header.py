@@ -82,7 +82,7 @@ def read_header(fd: int, file_bytes: int, shown: str) -> Header:
         )
     body = _read_exact(fd, length, shown)
     try:
-        parsed = json.loads(body.decode("utf-8"))
+        parsed = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CheckpointError(f"{shown} has a safetensors header that is not JSON ({exc}); {_FIX}") from exc
     if not isinstance(parsed, dict):
@@ -95,6 +95,14 @@ def read_header(fd: int, file_bytes: int, shown: str) -> Header:
             f"the file is truncated or has data appended: {_FIX}"
         )
     return header
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # Readers disagree on which of two equal keys wins; a header with one is refused outright.
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError("a name appears twice")
+    return dict(pairs)
 
 
 def _read_exact(fd: int, count: int, shown: str) -> bytes:

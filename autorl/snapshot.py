@@ -269,6 +269,13 @@ def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_d
             child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
             os.close(folder)
             folder = child
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a folder swapped for a link
+        os.close(folder)
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise CheckpointError(
+            f"model_path {model_path} cannot be opened ({reason}); save the model into a plain folder "
+            "under OUTPUT_DIR with model.save_pretrained(path) and submit that folder"
+        ) from exc
     except BaseException:
         os.close(folder)
         raise

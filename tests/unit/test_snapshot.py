@@ -479,6 +479,17 @@ def test_weights_saved_in_another_float_precision_are_accepted(
     assert take().fingerprint
 
 
+def test_a_tensor_named_twice_in_a_header_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
+    header, data = read_safetensors(checkpoint / "model.safetensors")
+    # Two entries for one name: readers disagree on which one wins.
+    text = json.dumps(header).replace(
+        "{", '{"model.norm.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, ', 1
+    )
+    raw = text.encode()
+    (checkpoint / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+    assert "a name appears twice" in refusal()
+
+
 def test_a_header_length_beyond_the_file_is_refused_without_reading(
     refusal: Callable[..., str], checkpoint: Path
 ) -> None:
@@ -601,3 +612,10 @@ def test_chat_template_renders_what_transformers_renders(tiny_base_model: Path) 
         ChatTemplate(tokenizer.chat_template, tokenizer.special_tokens_map), "How many?"
     )
     assert ours == task.render_prompt(tokenizer, "How many?")
+
+
+@pytest.mark.parametrize(
+    "model_path", ["output/a\0b", "output/" + "x" * 300, "output/ckpt/../../output/ckpt\0"]
+)
+def test_unopenable_paths_are_refused_with_the_fix(refusal: Callable[..., str], model_path: str) -> None:
+    assert "cannot be opened" in refusal(model_path)
