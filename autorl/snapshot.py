@@ -48,7 +48,7 @@ from typing import Any
 from autorl import model_files
 from autorl.chat_template import ChatTemplate, ChatTemplateError
 from autorl.checkpoints import TOKENIZER_FILES
-from autorl.errors import CheckpointError, ModelSourceError
+from autorl.errors import CheckpointError, ModelSourceError, ServiceUnavailableError
 from autorl.safetensors_header import Header, Tensor, compare_to_base, read_header
 
 WEIGHTS = "model.safetensors"
@@ -95,6 +95,8 @@ MAX_IGNORED_LISTED = 100
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
 COPY_CHUNK_BYTES = _MIB
+#: Free space the snapshot storage keeps after a copy, for the evaluators' own files.
+MIN_FREE_BYTES = 1024 * _MIB
 #: A snapshot folder nothing refers to is removed once its newest file is this old.
 ORPHAN_GRACE_S = 3600.0
 #: A GSM8K train question (train split, first problem): the dry render's conversation.
@@ -359,6 +361,7 @@ def _build(
     try:
         with ExitStack() as stack:
             opened = {entry: _open(source, entry, stack) for entry in sorted(allowed)}
+            _check_free_space(snapshot_root, sum(handle.info.st_size for handle in opened.values()))
             headers = {
                 shard: read_header(opened[shard].fd, opened[shard].info.st_size, opened[shard].name)
                 for shard in shards
@@ -395,6 +398,17 @@ def _build(
         fingerprint=fingerprint,
         ignored_files=tuple(ignored[:MAX_IGNORED_LISTED]),
     )
+
+
+def _check_free_space(snapshot_root: Path, needed: int) -> None:
+    """Refuse (503, retry later) rather than fill the evaluators' storage."""
+    usage = shutil.disk_usage(snapshot_root)
+    if usage.free < needed + MIN_FREE_BYTES:
+        raise ServiceUnavailableError(
+            f"the evaluator storage ({snapshot_root}) has {usage.free} bytes free, too few to take this "
+            f"{needed}-byte checkpoint; retry once queued evaluations have finished (operators: grow "
+            "AUTORL_SNAPSHOT_DIR's volume)"
+        )
 
 
 def _list(source: _Source) -> set[str]:

@@ -619,3 +619,16 @@ def test_chat_template_renders_what_transformers_renders(tiny_base_model: Path) 
 )
 def test_unopenable_paths_are_refused_with_the_fix(refusal: Callable[..., str], model_path: str) -> None:
     assert "cannot be opened" in refusal(model_path)
+
+
+def test_a_full_snapshot_storage_refuses_for_now_not_for_good(
+    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl import snapshot as snapshot_module
+    from autorl.errors import ServiceUnavailableError
+
+    free = shutil.disk_usage(snapshots.parent).free
+    monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", free + 1)
+    with pytest.raises(ServiceUnavailableError, match="retry once queued evaluations have finished"):
+        take()
+    assert list(snapshots.iterdir()) == []
