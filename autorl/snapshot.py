@@ -335,7 +335,8 @@ def _build(
     names = _list(source)
     shards = _weight_files(source, names)
     allowed = {*shards, *(name for name in names if name in SMALL_FILES)}
-    if len(shards) > 1:
+    indexed = shards != [WEIGHTS]
+    if indexed:
         allowed.add(WEIGHTS_INDEX)
     missing = sorted(set(shards) - names)
     if missing:
@@ -382,7 +383,7 @@ def _build(
             _write_small_files(writer, small, base, source, render_check)
             for shard, header in headers.items():
                 _copy_weights(opened[shard], header, writer)
-            if len(shards) > 1:
+            if indexed:
                 total = sum(header.data_bytes for header in headers.values())
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
                 writer.write(WEIGHTS_INDEX, model_files.dump_json(index))

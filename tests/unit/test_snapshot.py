@@ -548,6 +548,19 @@ def test_a_fifo_is_refused_without_waiting(
     assert isinstance(outcome[0], CheckpointError) and "not a regular file" in str(outcome[0])
 
 
+def test_a_single_shard_with_an_index_keeps_its_index(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    (checkpoint / "model.safetensors").rename(checkpoint / "model-00001-of-00001.safetensors")
+    header, _ = read_safetensors(checkpoint / "model-00001-of-00001.safetensors")
+    weight_map = {name: "model-00001-of-00001.safetensors" for name in header if name != "__metadata__"}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    snapshot = take()
+    assert snapshot.ignored_files == ()
+    index = json.loads(_files(snapshot)["model.safetensors.index.json"])
+    assert index["weight_map"] == weight_map
+
+
 def test_an_index_naming_files_elsewhere_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
     split_into_shards(checkpoint)
     index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
