@@ -186,10 +186,9 @@ def resolve_chat_template(
 
 def normalize_tokenizer_config(
     config: Mapping[str, Any], chat_template: str | None, shown: str
-) -> tuple[dict[str, Any], list[str]]:
-    """The allowed keys and the resolved template; also the names of the keys dropped."""
+) -> dict[str, Any]:
+    """The allowed keys and the resolved template."""
     kept = {key: value for key, value in config.items() if key in TOKENIZER_CONFIG_KEYS}
-    dropped = sorted(key for key in config if key not in TOKENIZER_CONFIG_KEYS and key != "chat_template")
     tokenizer_class = kept.get("tokenizer_class")
     if tokenizer_class is not None and not (
         isinstance(tokenizer_class, str) and _CLASS_NAME.fullmatch(tokenizer_class)
@@ -197,7 +196,7 @@ def normalize_tokenizer_config(
         raise CheckpointError(f"{shown}: tokenizer_class must name a transformers tokenizer class; {_SAVE}")
     if chat_template is not None:
         kept["chat_template"] = chat_template
-    return kept, dropped
+    return kept
 
 
 def normalize_special_tokens_map(tokens: Mapping[str, Any]) -> dict[str, Any]:

@@ -612,7 +612,7 @@ def _write_small_files(
             raise CheckpointError(f"{source.name(CHAT_TEMPLATE_JINJA)} is not UTF-8 text; {_SAVE}") from exc
     tokenizer_config = parsed(TOKENIZER_CONFIG) or {}
     template = model_files.resolve_chat_template(tokenizer_config, jinja_source, parsed(CHAT_TEMPLATE_JSON))
-    normalized, _ = model_files.normalize_tokenizer_config(
+    normalized = model_files.normalize_tokenizer_config(
         tokenizer_config, template, source.name(TOKENIZER_CONFIG)
     )
     writer.write(TOKENIZER_CONFIG, model_files.dump_json(normalized))
