@@ -24,9 +24,10 @@ the submission. The fingerprint is over what the snapshot holds, so identical ev
 only those, share a score (the submission's own config.json is fingerprinted too, see
 :data:`SUBMITTED_CONFIG`). The evaluator loads the snapshot, never the agent's folder.
 
-A snapshot belongs to one submission. It is removed when that submission is final (the evaluator
-removes it after recording the result; the grader at once when a score is reused), and
-:func:`prune_snapshots` removes what a crash left behind.
+A snapshot belongs to one submission and is removed once that submission is final (by the
+evaluator after recording the result, by the grader when a score is reused or, where evaluators
+mount the snapshots read-only, by the grader's reconciler); :func:`prune_snapshots` removes what a
+crash left behind.
 """
 
 from __future__ import annotations

@@ -251,3 +251,40 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     assert settings.eval_dir is not None
     detail = (settings.eval_dir / "submissions" / str(submission_id) / "error.txt").read_text()
     assert "ChatTemplateError" in detail
+
+
+def test_the_reconciler_removes_snapshots_no_evaluation_needs(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    """Evaluators may mount the snapshots read-only: the grader removes those of final submissions,
+    keeps those still queued, and removes folders nothing names once they are old."""
+    import os
+    import time
+
+    from autorl.store import Database
+    from autorl.store import repository as repo
+    from autorl_grader.reconciler import reconcile_once
+
+    assert settings.snapshot_dir is not None
+    copy_model(tiny_base_model, experiment.output_dir / "done", unique=True)
+    copy_model(tiny_base_model, experiment.output_dir / "waiting", unique=True)
+    done = submit(client, experiment, "output/done").json()["submission_id"]
+    submit(client, experiment, "output/waiting")
+    orphan = settings.snapshot_dir / "crashed-before-commit"
+    orphan.mkdir()
+    old = time.time() - 7200
+    os.utime(orphan, (old, old))
+    db = Database(settings.database_url or "")
+    with db.session() as session:  # failed without its worker, as after too many interrupted attempts
+        assert repo.record_failure(session, done, error="interrupted")
+    db.dispose()
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    with db.session() as session:
+        rows = {
+            row.id: row.snapshot
+            for row in repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+        }
+    db.dispose()
+    assert rows[done] is None
+    [waiting_snapshot] = [name for name in rows.values() if name is not None]
+    assert sorted(path.name for path in settings.snapshot_dir.iterdir()) == [waiting_snapshot]

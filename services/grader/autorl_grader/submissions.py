@@ -182,18 +182,27 @@ def request_baseline(state: GraderState, name: str) -> int:
 
 
 def prune_orphan_snapshots(state: GraderState) -> list[str]:
-    """Remove snapshot folders that no queued or running submission needs (left by a crash
-    between copying and committing, or by a submission failed without its worker)."""
+    """Remove the snapshots no evaluation needs any more: at once those of final submissions (the
+    evaluators may mount the snapshots read-only and then cannot remove them themselves), and
+    those no submission names once they are old (a crash between copying and committing)."""
+    root = snapshot_root(state)
+    unfinished = [SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]
     with state.db.session() as session:
-        keep = set(
-            session.scalars(
-                select(Submission.snapshot).where(
-                    Submission.snapshot.is_not(None),
-                    Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]),
-                )
-            ).all()
-        )
-    return prune_snapshots(snapshot_root(state), {name for name in keep if name is not None})
+        done = session.scalars(
+            select(Submission).where(Submission.snapshot.is_not(None), Submission.status.not_in(unfinished))
+        ).all()
+        removed = []
+        for submission in done:
+            assert submission.snapshot is not None
+            remove_snapshot(root / submission.snapshot)
+            removed.append(submission.snapshot)
+            submission.snapshot = None
+        keep = session.scalars(
+            select(Submission.snapshot).where(
+                Submission.snapshot.is_not(None), Submission.status.in_(unfinished)
+            )
+        ).all()
+    return removed + prune_snapshots(root, {name for name in keep if name is not None})
 
 
 def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple[Submission, dict[str, Any]]:
