@@ -7,14 +7,47 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup run test test-fast lint bench chart crd images clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd images clean help
 
 help:
 	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
 	@echo "make test   - install, then run the whole test suite"
 	@echo "make lint   - ruff + mypy"
 
-setup: $(VENV)/.installed $(OC_VENV)/.installed
+setup: system-packages $(VENV)/.installed $(OC_VENV)/.installed browser
+
+# The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
+# (setpriv, unshare, nsenter), iproute2. Installed with apt-get where missing; without root or
+# apt-get, the list of what to install is printed instead.
+SYSTEM_PACKAGES := bubblewrap slirp4netns nftables util-linux iproute2
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
+	else echo "the agent sandbox needs: $$missing (apt-get install $$missing)"; fi
+
+# The dashboard's browser test drives Debian's headless Chromium through its chromedriver
+# (browser builds that tools download for themselves cannot be fetched here).
+BROWSER_PACKAGES := chromium chromium-driver
+browser:
+	@if ! test -x /usr/bin/chromium || ! test -x /usr/bin/chromedriver; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \
+	  else echo "install Debian's $(BROWSER_PACKAGES): sudo apt-get install $(BROWSER_PACKAGES)" >&2; exit 1; fi; \
+	fi
+
+# The dashboard serves Chart.js itself (no CDN). This fetches the pinned release from the npm registry,
+# checks the registry's integrity hash, and vendors its UMD build and licence; a test pins the file's sha256.
+CHARTJS_VERSION := 4.6.1
+CHARTJS_INTEGRITY := sha512-hJyniucsFmq//EvXYvJ6c6mahPoI3kaxdjVH8awTaJ/fDNWeSqqqArixMJWkWNN6fcYvPU3HneSANFNYtRi61g==
+CHARTJS_DIR := services/grader/autorl_grader/dashboard/static/vendor
+vendor-chartjs:
+	tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent chart.js@$(CHARTJS_VERSION) >/dev/null && \
+	  test "sha512-$$(openssl dgst -sha512 -binary chart.js-$(CHARTJS_VERSION).tgz | base64 -w0)" = "$(CHARTJS_INTEGRITY)" && \
+	  tar xzf chart.js-$(CHARTJS_VERSION).tgz package/dist/chart.umd.min.js package/LICENSE.md && \
+	  cp package/dist/chart.umd.min.js $(CURDIR)/$(CHARTJS_DIR)/chart.umd.min.js && \
+	  cp package/LICENSE.md $(CURDIR)/$(CHARTJS_DIR)/chart.js.LICENSE.md && rm -rf $$tmp
 
 $(VENV)/.installed: pyproject.toml constraints.txt requirements-test.txt $(wildcard services/*/pyproject.toml)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

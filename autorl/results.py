@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 
 from filelock import FileLock
 
-from autorl.errors import AutoRLError
+from autorl.errors import AutoRLError, UsageError
 
 RESULTS_FILE = "results.csv"
 #: How long an append waits for another writer before giving up, in seconds.
@@ -142,6 +142,17 @@ def _check_header(header: Sequence[str] | None, path: Path) -> None:
         )
 
 
+def csv_text(rows: Sequence[ResultRow], *, header: bool) -> str:
+    """Rows as ``results.csv`` holds them."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if header:
+        writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow([_format_cell(name, getattr(row, name)) for name in COLUMNS])
+    return buffer.getvalue()
+
+
 def append_row(row: ResultRow, home: Path) -> Path:
     """Append ``row`` under a file lock; the header is written when the file is new or empty.
 
@@ -153,14 +164,10 @@ def append_row(row: ResultRow, home: Path) -> Path:
         existing = read_rows(home)
         if any(old.run_id == row.run_id for old in existing):
             raise ResultsError(f"run {row.run_id} is already recorded in {path}")
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        if not path.exists() or path.stat().st_size == 0:
-            writer.writerow(COLUMNS)
-        writer.writerow([_format_cell(name, getattr(row, name)) for name in COLUMNS])
+        text = csv_text([row], header=not path.exists() or path.stat().st_size == 0)
         # One write call per row: a reader without the lock sees whole lines.
         with path.open("a", newline="", encoding="utf-8") as handle:
-            handle.write(buffer.getvalue())
+            handle.write(text)
     return path
 
 
@@ -181,19 +188,102 @@ def _print_table(rows: list[ResultRow]) -> None:
     console.print(table)
 
 
+@dataclass(frozen=True)
+class RowFilter:
+    """Exact matches on the columns people group runs by; ``None`` matches everything."""
+
+    task: str | None = None
+    agent: str | None = None
+    model: str | None = None
+
+    def matches(self, row: ResultRow) -> bool:
+        return (
+            (self.task is None or row.task == self.task)
+            and (self.agent is None or row.agent == self.agent)
+            and (self.model is None or row.base_model == self.model)
+        )
+
+    def describe(self) -> str:
+        given = {"--task": self.task, "--agent": self.agent, "--model": self.model}
+        return " ".join(f"{flag} {value}" for flag, value in given.items() if value is not None)
+
+
+def select_runs(rows: list[ResultRow], wanted: Sequence[str]) -> list[ResultRow]:
+    """The rows of the given run ids (or unique prefixes of them), oldest first."""
+    chosen: dict[str, ResultRow] = {}
+    for given in wanted:
+        hits = [row for row in rows if row.run_id == given] or [r for r in rows if r.run_id.startswith(given)]
+        if not hits:
+            raise UsageError(f"no run {given!r} in results.csv; list the runs with `autorl results`")
+        if len(hits) > 1:
+            raise UsageError(
+                f"{given!r} matches {len(hits)} runs ({', '.join(r.run_id for r in hits[:5])}); "
+                "give more of the id"
+            )
+        chosen[hits[0].run_id] = hits[0]
+    return [row for row in rows if row.run_id in chosen]
+
+
+#: Report metrics shown beside the results row when comparing runs (from each run's metrics.json).
+COMPARED_METRICS = (
+    "valid_submission_rate",
+    "first_valid_idx",
+    "time_to_best",
+    "monotonic_ratio",
+    "copy_model_count",
+    "time_used_ratio",
+)
+
+
+def _report_metrics(home: Path, run_id: str) -> dict[str, Any]:
+    from autorl.reports import METRICS_FILE, REPORTS_DIR
+
+    path = home.expanduser() / "runs" / run_id / REPORTS_DIR / METRICS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # no report (an older run): its row is compared without it
+    return data if isinstance(data, dict) else {}
+
+
+def _print_comparison(rows: list[ResultRow], home: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)
+    table = Table(title="AutoRL runs side by side", title_justify="left")
+    table.add_column("")
+    for row in rows:
+        table.add_column(row.run_id, justify="right")
+    for name in COLUMNS[1:-1]:
+        table.add_row(name, *[_format_cell(name, getattr(row, name)) or "-" for row in rows])
+    reports = [_report_metrics(home, row.run_id) for row in rows]
+    for name in COMPARED_METRICS:
+        table.add_row(name, *["-" if r.get(name) is None else str(r[name]) for r in reports])
+    console.print(table)
+
+
 def _run(args: argparse.Namespace) -> int:
     from autorl.settings import load_settings
 
     home: Path = args.home or load_settings().home
-    rows = read_rows(home)
+    row_filter = RowFilter(task=args.task, agent=args.agent, model=args.model)
+    rows = [row for row in read_rows(home) if row_filter.matches(row)]
+    if args.compare:
+        rows = select_runs(rows, args.compare)
     if args.json:
         # Only the JSON document on stdout, so that `autorl results --json | jq` works.
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif args.csv:
-        path = results_path(home)
-        sys.stdout.write(path.read_text(encoding="utf-8") if path.exists() else ",".join(COLUMNS) + "\n")
+        sys.stdout.write(csv_text(rows, header=True))
+    elif args.compare:
+        _print_comparison(rows, home)
     elif rows:
         _print_table(rows)
+    elif row_filter.describe():
+        print(f"no runs match {row_filter.describe()} in {results_path(home)}", file=sys.stderr)
     else:
         print(f"no runs recorded yet in {results_path(home)}", file=sys.stderr)
     return 0
@@ -203,10 +293,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "results",
         help="show the results of past runs ($AUTORL_HOME/results.csv)",
-        description="One row per run: baseline, best score, improvement, submissions, status.",
+        description="One row per run: baseline, best score, improvement, submissions, status. "
+        "Filter by task, agent or model; compare runs side by side with --compare.",
     )
     output = parser.add_mutually_exclusive_group()
-    output.add_argument("--csv", action="store_true", help="print the raw CSV file")
+    output.add_argument("--csv", action="store_true", help="print the rows as CSV, with the header")
     output.add_argument("--json", action="store_true", help="print a JSON list of rows, oldest first")
+    parser.add_argument("--task", default=None, help="only runs of this task")
+    parser.add_argument("--agent", default=None, help="only runs of this agent")
+    parser.add_argument("--model", default=None, help="only runs of this base model")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="show these runs side by side (run ids or unique prefixes), with their report metrics",
+    )
     parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
     parser.set_defaults(func=_run)

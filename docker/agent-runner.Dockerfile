@@ -1,5 +1,6 @@
 # The agent runner and the built-in agents (TRL on CUDA). Also runs the prepare Jobs.
-# Its user id is the chart's agents.uid (1000): workspaces on the shared volume belong to it.
+# In a cluster its pods run as other ids (the platform's for the cache, each experiment's own for its
+# workspace and agent: docs/KUBERNETES.md); 1000 is for running the image by hand.
 #   docker build -f docker/agent-runner.Dockerfile -t ghcr.io/autorl/agent-runner:0.1.0 .
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

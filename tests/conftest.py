@@ -1,4 +1,4 @@
-"""Shared fixtures. Each test run gets its own Postgres database and Redis DB index."""
+"""Shared fixtures. Each test module gets its own Postgres database and Redis DB index."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = REPO_ROOT / "tests" / "data"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def run_id() -> str:
+    """One id per test module: each module gets a database and a Redis DB index of its own, so
+    modules pass in any order and in parallel (no rows or jobs left by another module)."""
     return new_run_id()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pg_url(run_id: str) -> Iterator[str]:
     with postgres_database(run_id) as url:
         from autorl.store import migrate
@@ -31,7 +33,7 @@ def pg_url(run_id: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def redis_url(run_id: str) -> Iterator[str]:
     with redis_db_index(run_id) as url:
         yield url

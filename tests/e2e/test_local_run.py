@@ -176,6 +176,12 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
     assert isinstance(row["improvement"], float) and row["submissions"] == 1
     assert isinstance(row["duration_s"], float) and 0 < row["duration_s"] < run.seconds + 1
     assert row["driver_model"] is None
+    # The run's report, written at its end: the copy of the base model is counted as one.
+    reports = run.home / "runs" / str(row["run_id"]) / "reports"
+    metrics = json.loads((reports / "metrics.json").read_text())
+    assert metrics["copy_model_count"] == 1 and metrics["valid_submission_rate"] == 1.0
+    assert metrics["score_trajectory"] == [row["best_score"]] and metrics["first_valid_idx"] == 1
+    assert (reports / "figures" / "score_trajectory.png").stat().st_size > 0
 
     workspace = run.workspace()
     for name in (

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import datetime
 import itertools
+import math
 import secrets
 import shutil
 import uuid
@@ -34,7 +35,7 @@ from autorl.experiment import crd_manifest
 from autorl.settings import Settings, load_settings
 from autorl.tasks import get_task
 from autorl_controller.operator.main import run_operator
-from autorl_controller.operator.manifests import ExperimentRef, cached_model_subpath
+from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id, cached_model_subpath
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
 from tests.support.infra import free_port, serve
@@ -333,7 +334,7 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     )
     assert mounts["/workspace/data"]["readOnly"] is True
     assert mounts["/workspace/models/Qwen2.5-1.5B"]["readOnly"] is True
-    assert not any("test" in m["subPath"] for m in container["volumeMounts"])
+    assert not any("test" in m.get("subPath", "") for m in container["volumeMounts"])
 
     policy = await platform.get(f"{POLICIES}/{ref.policy_name}")
     assert policy is not None
@@ -464,6 +465,61 @@ async def test_agent_past_its_deadline_ends_timed_out(
     assert view["status"] == "timed_out"
 
 
+async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    """Nothing inside a custom image keeps time: the Job's own deadline is moved to the budget's end,
+    so the Job controller deletes the pod then (SIGTERM), and the kubelet kills it a grace period
+    later (SIGKILL), whether or not the controller is running at that moment."""
+    name = "gsm8k-custom-deadline"
+    ref = ExperimentRef(name, NAMESPACE)
+    manifest = load_example("experiment-custom-agent.yaml", rename=name)
+    manifest["spec"]["timeoutSeconds"] = 600
+    await platform.apply(manifest)
+    await platform.through_baseline(manifest, tiny_base_model)
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    pod = job["spec"]["template"]["spec"]
+    assert (
+        pod["terminationGracePeriodSeconds"] == ControllerSettings().agent_stop_grace_s
+    )  # SIGTERM → SIGKILL
+    backstop = job["spec"]["activeDeadlineSeconds"]
+    assert backstop == 600  # from the Job's start, before the budget is known: never past its end
+
+    # The Job started 95 s ago (scheduling, a slow image pull); its pod runs now: the budget starts.
+    job_start = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=95)
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 1, "startTime": job_start.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    )
+    tightened = await platform.wait_for(
+        f"{JOBS}/{ref.agent_job_name}",
+        lambda obj: obj["spec"]["activeDeadlineSeconds"] != backstop,
+        "the Job's deadline to follow the budget",
+    )
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    until_end = view["end_time"] - job_start.timestamp()
+    assert 95 + 600 <= until_end < 95 + 600 + 5
+    assert tightened["spec"]["activeDeadlineSeconds"] == math.ceil(until_end)
+    # Later ticks leave it alone (no patch per tick).
+    await asyncio.sleep(TICK_S * 5)
+    again = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert again is not None
+    assert again["metadata"]["resourceVersion"] == tightened["metadata"]["resourceVersion"]
+
+    # At that deadline the Job controller stops it: the experiment ends TimedOut, its Job kept for logs.
+    await platform.patch_job_status(
+        ref.agent_job_name,
+        {
+            "active": 0,
+            "failed": 1,
+            "conditions": [failed("DeadlineExceeded", "Job was active longer than specified")],
+        },
+    )
+    done = await platform.wait_phase(name, "TimedOut")
+    assert "end of its budget" in done["status"]["message"]
+    assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is not None
+
+
 async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Platform) -> None:
     name = "both-agents"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
@@ -482,3 +538,44 @@ async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Pla
     assert [reason for reason, _ in events].count("Failed") == 1, events
     registered = await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
     assert registered.status_code == 404
+
+
+async def test_egress_into_the_cluster_ends_failed_before_anything_runs(platform: Platform) -> None:
+    name = "egress-into-cluster"
+    manifest = load_example("experiment-custom-agent.yaml", rename=name)
+    manifest["spec"]["egress"].append({"cidr": "10.96.0.0/12", "ports": [443]})  # the Service range
+    await platform.apply(manifest)
+    done = await platform.wait_phase(name, "Failed")
+    assert "spec.egress[1].cidr: 10.96.0.0/12 lies inside 10.0.0.0/8" in done["status"]["message"]
+    ref = ExperimentRef(name, NAMESPACE)
+    for path in (
+        f"{SECRETS}/{ref.secret_name}",
+        f"{JOBS}/{ref.prepare_job_name}",
+        f"{POLICIES}/{ref.policy_name}",
+    ):
+        assert await platform.get(path) is None, path
+
+
+def colliding_names(settings: ControllerSettings) -> tuple[str, str]:
+    """Two Experiment names of this namespace whose hashed user ids are equal (a birthday search)."""
+    seen: dict[int, str] = {}
+    for i in itertools.count():
+        name = f"same-id-{i}"
+        run_as = agent_run_as_id(ExperimentRef(name, NAMESPACE), settings)
+        if run_as in seen:
+            return seen[run_as], name
+        seen[run_as] = name
+    raise AssertionError("unreachable")
+
+
+async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: Platform) -> None:
+    first, second = colliding_names(ControllerSettings())
+    await platform.apply(load_example("experiment-gsm8k.yaml", rename=first))
+    await platform.wait_phase(first, "Preparing")
+    await platform.apply(load_example("experiment-gsm8k.yaml", rename=second))
+    done = await platform.wait_phase(second, "Failed")
+    assert f"experiment {NAMESPACE}/{first} already has" in done["status"]["message"]
+    assert "apply it under another name" in done["status"]["message"]
+    ref = ExperimentRef(second, NAMESPACE)
+    assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None  # no folder, no pod for it
+    assert (await platform.get(f"{EXPERIMENTS}/{first}") or {})["status"]["phase"] == "Preparing"

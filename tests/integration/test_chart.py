@@ -55,6 +55,7 @@ GPU: dict[str, Any] = {
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     },
 }
+INGRESS_NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 INGRESS: dict[str, Any] = {
     "grader": {
         "ingress": {
@@ -64,15 +65,25 @@ INGRESS: dict[str, Any] = {
             "tlsSecret": "autorl-tls",
             "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "600"},
         }
-    }
+    },
+    "networkPolicy": {
+        "adminFrom": [{"namespaceSelector": {"matchLabels": {INGRESS_NAMESPACE_LABEL: "ingress-nginx"}}}]
+    },
 }
 MULTI_NAMESPACE: dict[str, Any] = {
     "controller": {"watchNamespaces": ["team-a", "team-b"]},
     "shared": {"existingClaim": "rwx"},
 }
+BUNDLED_EXISTING: dict[str, Any] = {
+    "postgresql": {"auth": {"existingSecret": "pg-pass", "existingSecretKey": "pw"}},
+    "redis": {"auth": {"existingSecret": "redis-pass"}},
+    "snapshots": {"existingClaim": "snapshots-rwx"},
+    "evaluator": {"storage": {"existingClaim": "eval-only"}},
+}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "external-databases": EXTERNAL,
+    "bundled-existing-secrets": BUNDLED_EXISTING,
     "gpu-workers": GPU,
     "ingress": INGRESS,
 }
@@ -168,8 +179,10 @@ def test_defaults_bundle_postgres_redis_and_a_generated_admin_token() -> None:
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     grader = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-grader"]["spec"]["template"]["spec"]
     env = {e["name"]: e for e in grader["containers"][0]["env"]}
-    assert env["AUTORL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-postgres"
-    assert env["AUTORL_REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-redis"
+    assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-postgres"
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-redis"
+    assert len(secrets[f"{RELEASE}-autorl-postgres"]["data"]["password"]) >= 40
+    assert len(secrets[f"{RELEASE}-autorl-redis"]["data"]["password"]) >= 40
     assert env["AUTORL_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-autorl-admin-token"
     assert {m["mountPath"]: m.get("readOnly") for m in grader["containers"][0]["volumeMounts"]}[
         "/shared"
@@ -214,6 +227,9 @@ def test_ingress_exposes_the_grader_service() -> None:
     assert ingress["spec"]["tls"] == [{"hosts": ["autorl.lab.test"], "secretName": "autorl-tls"}]
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert backend["name"] in of_kind(documents, "Service")
+    assert backend["port"] == {"name": "admin"}  # the dashboard and admin API, for people
+    with pytest.raises(helm.HelmError, match=r"networkPolicy\.adminFrom"):
+        render(merge(IMAGES, {"grader": INGRESS["grader"]}))
     assert of_kind(render(IMAGES), "Ingress") == {}
 
 
@@ -251,10 +267,14 @@ def test_controller_settings_agree_with_the_rendered_grader() -> None:
     assert settings.grader_namespace == NAMESPACE and settings.watch_namespaces == [NAMESPACE]
     assert settings.shared_pvc in of_kind(documents, "PersistentVolumeClaim")
     service = of_kind(documents, "Service")[f"{RELEASE}-autorl-grader"]
+    ports = {port["name"]: port["port"] for port in service["spec"]["ports"]}
+    assert settings.grader_url == f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:{ports['admin']}"
+    grader_env = {e["name"]: e.get("value") for e in grader["spec"]["containers"][0]["env"]}
     assert (
-        settings.grader_url
-        == f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+        grader_env["AUTORL_PUBLIC_URL"] == f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:{ports['http']}"
     )
+    assert settings.platform_uid == grader["spec"]["securityContext"]["runAsUser"]
+    assert settings.platform_gid == grader["spec"]["securityContext"]["runAsGroup"]
 
 
 def test_helm_test_pod_checks_the_grader_health() -> None:
@@ -274,6 +294,11 @@ def test_helm_test_pod_checks_the_grader_health() -> None:
         {"controller": {"watchNamespaces": ["Team_A"]}},
         {"redis": {"enabled": False}},
         {"shared": {"mountPath": "relative"}},
+        {"snapshots": {"mountPath": "snapshots"}},
+        {"agents": {"idRange": {"start": 0}}},
+        {"agents": {"clusterCIDRs": ["10.0.0.0"]}},
+        {"grader": {"adminPort": 70000}},
+        {"postgresql": {"auth": {"existingSecretKey": ""}}},
     ],
 )
 def test_schema_refuses_bad_values(values: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -27,7 +28,8 @@ from autorl_agent_runner.environment import (
     build_agent_env,
     parse_env_items,
 )
-from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, plan_sandbox
+from autorl_agent_runner.python_env import PythonEnv
+from autorl_agent_runner.sandbox import SandboxMode, SandboxRequest, can_share_base_model, plan_sandbox
 from autorl_agent_runner.workspace import (
     WorkspaceError,
     check_workspace_free,
@@ -181,24 +183,38 @@ def test_root_without_sandbox_never_shares_the_cached_model() -> None:
     assert can_share_base_model(SandboxMode.NONE) is (os.geteuid() != 0)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the user sandbox needs root")
-def test_user_sandbox_hides_home_and_binds_workspace(tmp_path: Path) -> None:
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="the user sandbox needs root")
+def test_user_sandbox_is_bubblewrap_as_a_user_of_its_own(tmp_path: Path) -> None:
     home = tmp_path / "home"
     workspace = home / "runs" / "r" / "workspace"
     (workspace / "models").mkdir(parents=True)
     (workspace / "data").mkdir()
     plan = plan_sandbox(
         SandboxMode.USER,
-        workspace=workspace,
-        read_only=[workspace / "models", workspace / "data"],
-        hidden=[home],
+        SandboxRequest(
+            workspace=workspace,
+            read_only=[workspace / "models", workspace / "data"],
+            python_env=PythonEnv.current(),
+            forbidden=[home],
+        ),
     )
     try:
-        script = plan.prefix[plan.prefix.index("-c") + 1]
         assert plan.uid is not None and plan.uid != 0
-        assert f"mount --rbind {workspace}" in script
-        assert f"mount --bind {workspace / 'models'} {workspace / 'models'}" in script
-        assert script.rstrip().endswith('-- "$@"') and "--no-new-privs" in script
+        command = plan.command(["agent"])
+        assert command[:2] == ["unshare", "--mount"] and command[-1] == "agent"
+        bwrap = command[command.index("bwrap") :]
+        for flag in (
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-net",
+            "--disable-userns",
+            "--die-with-parent",
+        ):
+            assert flag in bwrap
+        # The platform home is never mounted: only the workspace inside it, at its own path.
+        targets = [bwrap[i + 2] for i, arg in enumerate(bwrap) if arg in ("--bind", "--ro-bind")]
+        assert str(workspace) in targets and str(home) not in targets
+        assert plan.network_isolated and plan.pid_namespace and plan.warning is None
     finally:
         plan.cleanup()
 

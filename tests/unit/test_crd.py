@@ -15,11 +15,14 @@ import yaml
 
 from autorl.experiment import crd_manifest, render_crd_yaml
 from autorl_controller.operator.handlers.create import validation_error
+from autorl_controller.operator.settings import ControllerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKED_IN = REPO / "charts" / "autorl" / "crds" / "experiments.autorl.io.yaml"
 EXAMPLES = sorted((REPO / "examples").glob("experiment-*.yaml"))
 INVALID = sorted((REPO / "tests" / "fixtures" / "k8s").glob("*.yaml"))
+#: The controller's defaults: every private range is the cluster's.
+CONTROLLER = ControllerSettings(admin_token="x" * 32)
 
 #: Keywords of the apiextensions.k8s.io/v1 JSONSchemaProps (what an API server understands).
 K8S_SCHEMA_KEYWORDS = {
@@ -157,7 +160,7 @@ def crd_errors(manifest: dict[str, Any]) -> list[str]:
 def test_examples_are_valid_for_the_crd_and_the_controller(path: Path) -> None:
     manifest = yaml.safe_load(path.read_text())
     assert crd_errors(manifest) == []
-    assert validation_error(manifest["metadata"]["name"], manifest["spec"]) is None
+    assert validation_error(manifest["metadata"]["name"], manifest["spec"], CONTROLLER) is None
 
 
 def test_examples_folder_holds_one_valid_object_per_file() -> None:
@@ -179,5 +182,5 @@ def test_invalid_fixtures_are_refused_where_declared(path: Path) -> None:
     layers = rejected_by.group(1).split()
     errors = crd_errors(manifest)
     assert bool(errors) == ("crd" in layers), errors
-    message = validation_error(manifest["metadata"]["name"], manifest.get("spec") or {})
+    message = validation_error(manifest["metadata"]["name"], manifest.get("spec") or {}, CONTROLLER)
     assert message is not None and expect.group(1) in message, message

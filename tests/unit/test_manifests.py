@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from autorl_controller.operator.handlers.reconcile import is_active, summary
 from autorl_controller.operator.lifecycle import (
     JobState,
     JobStatus,
+    agent_deadline_s,
     agent_outcome,
     job_status,
     outcome_condition,
@@ -25,12 +27,15 @@ from autorl_controller.operator.lifecycle import (
 from autorl_controller.operator.manifests import (
     KUEUE_QUEUE_LABEL,
     ExperimentRef,
+    agent_run_as_id,
     build_agent_job,
     build_network_policy,
     build_prepare_job,
     build_registration,
     build_token_secret,
     cached_model_subpath,
+    check_egress,
+    id_collisions,
 )
 from autorl_controller.operator.settings import ControllerSettings
 
@@ -104,13 +109,24 @@ def test_agent_pods_are_restricted_and_tokenless(spec: ExperimentSpec) -> None:
     assert pod["automountServiceAccountToken"] is False
     assert pod["enableServiceLinks"] is False  # no Postgres/Redis addresses in the environment
     assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert security["runAsUser"] == security["runAsGroup"] == agent_run_as_id(REF, SETTINGS)
+    # No group shared with anything: no fsGroup (the kubelet would chgrp the shared volume to it),
+    # no supplementary groups, none taken from the image's /etc/group.
+    assert "fsGroup" not in security and "supplementalGroups" not in security
+    assert security["supplementalGroupsPolicy"] == "Strict"
+    lenient = SETTINGS.model_copy(update={"agent_strict_groups": False})
+    assert "supplementalGroupsPolicy" not in pod_of(build_agent_job(REF, spec, lenient))["securityContext"]
     for container in all_containers(job):
         security = container["securityContext"]
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"] == {"drop": ["ALL"]}
         assert security["privileged"] is False
+        assert security["readOnlyRootFilesystem"] is True
+        assert "runAsUser" not in security and "runAsGroup" not in security
+    assert pod["terminationGracePeriodSeconds"] == SETTINGS.agent_stop_grace_s
     assert pod["nodeSelector"] == SETTINGS.agent_node_selector
     assert pod["tolerations"] == SETTINGS.agent_tolerations
 
@@ -118,7 +134,10 @@ def test_agent_pods_are_restricted_and_tokenless(spec: ExperimentSpec) -> None:
 @SPECS
 def test_agent_job_deadline_labels_and_owner_free_manifest(spec: ExperimentSpec) -> None:
     job = build_agent_job(REF, spec, SETTINGS)
-    assert job["spec"]["activeDeadlineSeconds"] == spec.timeoutSeconds + SETTINGS.deadline_grace_s
+    # A custom image is stopped at its budget's end (from the Job's start until the budget is known);
+    # the agent runner stops a built-in agent itself and gets the grace period to close.
+    grace = 0 if spec.agent.image else SETTINGS.deadline_grace_s
+    assert job["spec"]["activeDeadlineSeconds"] == spec.timeoutSeconds + grace
     assert job["metadata"]["namespace"] == REF.namespace
     assert job["metadata"]["name"] == REF.agent_job_name
     assert "ownerReferences" not in job["metadata"]  # the handler adopts it
@@ -132,7 +151,13 @@ def test_agent_sees_its_workspace_read_write_and_only_its_inputs_read_only(spec:
     job = build_agent_job(REF, spec, SETTINGS)
     for container in all_containers(job):
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-        assert set(mounts) == {"/workspace", "/workspace/data", f"/workspace/models/{mounts_model(spec)}"}
+        assert set(mounts) == {
+            "/workspace",
+            "/workspace/data",
+            f"/workspace/models/{mounts_model(spec)}",
+            "/tmp",
+        }
+        assert mounts["/tmp"]["name"] == "tmp"  # an emptyDir: the root file system is read-only
         assert mounts["/workspace"]["subPath"] == "experiments/team-a/gsm8k-grpo"
         assert not mounts["/workspace"].get("readOnly")
         assert mounts["/workspace/data"] == {
@@ -188,23 +213,109 @@ def test_custom_agent_runs_its_own_image_in_the_prepared_workspace() -> None:
     assert {"name": "LOG_LEVEL", "value": "debug"} in agent["env"]
 
 
-def test_prepare_job_fills_the_cache_as_the_agents_user() -> None:
+def test_prepare_job_fills_the_cache_as_the_platform_then_the_workspace_as_the_experiment() -> None:
     job = build_prepare_job(REF, BUILTIN, SETTINGS)
     pod = pod_of(job)
-    container = pod["containers"][0]
-    assert container["command"] == ["autorl", "agent-runner", "prepare"]
-    assert container["args"] == [
+    run_as = agent_run_as_id(REF, SETTINGS)
+    args = [
         "--task", "gsm8k", "--model", "Qwen/Qwen2.5-1.5B",
         "--workspace", "/shared/experiments/team-a/gsm8k-grpo", "--timeout", "3600",
     ]  # fmt: skip
-    assert {"name": "AUTORL_CACHE_DIR", "value": "/shared/cache"} in container["env"]
-    assert container["volumeMounts"] == [{"name": "shared", "mountPath": "/shared"}]
-    assert pod["securityContext"]["runAsUser"] == SETTINGS.agent_uid
+    assert pod["securityContext"]["runAsUser"] == run_as
+    # In the platform group (it owns the experiment folders), which also makes a fresh volume writable.
+    assert pod["securityContext"]["fsGroup"] == SETTINGS.platform_gid
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     assert pod["automountServiceAccountToken"] is False
-    assert "envFrom" not in container
+
+    (cache,) = pod["initContainers"]
+    assert cache["command"] == ["autorl", "agent-runner", "prepare"]
+    assert cache["args"] == [*args, "--step", "cache"]
+    assert cache["securityContext"]["runAsUser"] == SETTINGS.platform_uid
+    assert cache["securityContext"]["runAsGroup"] == SETTINGS.platform_gid
+    assert {"name": "AUTORL_CACHE_DIR", "value": "/shared/cache"} in cache["env"]
+    assert {"name": "shared", "mountPath": "/shared"} in cache["volumeMounts"]
+    assert "envFrom" not in cache
+
+    (workspace,) = pod["containers"]
+    assert workspace["args"] == [
+        *args, "--step", "workspace", "--group", str(SETTINGS.platform_gid),
+        "--model-dir", "/shared/cache/models/hub/Qwen--Qwen2.5-1.5B",
+    ]  # fmt: skip
+    assert "runAsUser" not in workspace["securityContext"]  # the pod's: the experiment's own id
+    # Only its namespace's folder (to create its own in) and the cache, read-only.
+    assert {
+        m["mountPath"]: (m.get("subPath"), m.get("readOnly", False)) for m in workspace["volumeMounts"]
+    } == {
+        "/shared/experiments/team-a": ("experiments/team-a", False),
+        "/shared/cache": ("cache", True),
+        "/tmp": (None, False),
+    }
+    for container in all_containers(job):
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
     with_token = SETTINGS.model_copy(update={"prepare_env_secret": "hf-token"})
-    container = pod_of(build_prepare_job(REF, BUILTIN, with_token))["containers"][0]
-    assert container["envFrom"] == [{"secretRef": {"name": "hf-token", "optional": True}}]
+    pod = pod_of(build_prepare_job(REF, BUILTIN, with_token))
+    assert pod["initContainers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token", "optional": True}}]
+    assert "envFrom" not in pod["containers"][0]  # the token never reaches the experiment's user
+
+
+NEIGHBOURS = [
+    ExperimentRef("gsm8k-grpo", "team-a"),
+    ExperimentRef("gsm8k-grpo", "team-b"),
+    ExperimentRef("gsm8k-grpo-2", "team-a"),
+    ExperimentRef("team-a", "gsm8k-grpo"),
+    ExperimentRef("a", "b"),
+]
+
+
+@pytest.mark.parametrize("ref", NEIGHBOURS, ids=[f"{r.namespace}/{r.name}" for r in NEIGHBOURS])
+def test_each_experiment_runs_as_its_own_stable_id_in_the_documented_range(ref: ExperimentRef) -> None:
+    run_as = agent_run_as_id(ref, SETTINGS)
+    assert SETTINGS.agent_id_start <= run_as < SETTINGS.agent_id_start + SETTINGS.agent_id_count
+    assert run_as not in (SETTINGS.platform_uid, SETTINGS.platform_gid, 0)
+    # Stable: another controller (restart, other settings object) derives the same id.
+    assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace), ControllerSettings()) == run_as
+    for job in (build_agent_job(ref, BUILTIN, SETTINGS), build_prepare_job(ref, BUILTIN, SETTINGS)):
+        assert pod_of(job)["securityContext"]["runAsUser"] == run_as
+        assert pod_of(job)["securityContext"]["runAsGroup"] == run_as
+
+
+def test_id_collisions_name_the_other_experiments_that_share_an_id() -> None:
+    tiny = SETTINGS.model_copy(update={"agent_id_count": 3})  # a range this small must collide
+    refs = [ExperimentRef(f"exp-{i}", "team-a") for i in range(10)]
+    for ref in refs:
+        same = id_collisions(ref, refs, tiny)
+        assert ref not in same
+        assert same == [
+            o for o in refs if o != ref and agent_run_as_id(o, tiny) == agent_run_as_id(ref, tiny)
+        ]
+    assert any(id_collisions(ref, refs, tiny) for ref in refs)
+    assert id_collisions(REF, NEIGHBOURS, SETTINGS) == []
+
+
+def test_experiments_get_distinct_ids() -> None:
+    refs = [ExperimentRef(f"exp-{i}", f"team-{i % 7}") for i in range(2000)] + NEIGHBOURS
+    ids = {agent_run_as_id(ref, SETTINGS) for ref in refs}
+    assert len(ids) == len(refs)
+
+
+@pytest.mark.parametrize(
+    ("update", "fragment"),
+    [
+        ({"agent_id_start": 2**31 - 10, "agent_id_count": 100}, "lower agent_id_start"),
+        (
+            {"agent_id_start": 5000, "agent_id_count": 10000},
+            "platform_uid 10001 lies in the agents' id range",
+        ),
+        ({"platform_gid": 1_000_500}, "platform_gid 1000500 lies in the agents' id range"),
+        ({"cluster_cidrs": "10.0.0.0/8,10.96.0.1/12"}, "'10.96.0.1/12' is not a network"),
+    ],
+)
+def test_settings_refuse_ids_or_ranges_that_would_mix_agents_and_platform(
+    update: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        ControllerSettings.model_validate({"admin_token": "x" * 32, **update})
 
 
 @pytest.mark.parametrize(
@@ -251,6 +362,77 @@ def test_network_policy_allows_dns_the_grader_and_the_spec_only(
     assert grader["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "grader"
     assert grader["ports"] == [{"protocol": "TCP", "port": 8000}]
     assert rest == extra_rules
+
+
+def egress_spec(*rules: dict[str, Any]) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({"task": "gsm8k", "model": "m/n", "egress": list(rules)})
+
+
+@pytest.mark.parametrize(
+    ("cidr", "cluster", "holder"),
+    [
+        ("10.96.0.0/12", None, "10.0.0.0/8"),  # the default: every private range
+        ("10.244.3.7/32", None, "10.0.0.0/8"),
+        ("192.168.1.0/24", None, "192.168.0.0/16"),
+        ("fd12:3456::/64", None, "fc00::/7"),
+        ("169.254.169.254/32", None, "169.254.0.0/16"),  # cloud metadata: always refused
+        ("169.254.169.254/32", "10.42.0.0/16", "169.254.0.0/16"),
+        ("::ffff:10.0.0.0/104", None, "::ffff:0:0/96"),  # 10.0.0.0/8 spelled as IPv6
+        ("100.70.0.0/16", "100.64.0.0/10,10.43.0.0/16", "100.64.0.0/10"),
+        ("10.43.0.5/32", "10.42.0.0/16,10.43.0.0/16", "10.43.0.0/16"),
+    ],
+)
+def test_egress_into_the_cluster_is_refused_with_the_range_and_the_fix(
+    cidr: str, cluster: str | None, holder: str
+) -> None:
+    settings = (
+        SETTINGS if cluster is None else SETTINGS.model_copy(update={"cluster_cidrs": cluster.split(",")})
+    )
+    spec = egress_spec({"host": "api.example.com"}, {"cidr": cidr})
+    message = f"spec.egress[1].cidr: {cidr} lies inside {holder}"
+    with pytest.raises(ValueError, match=re.escape(message)) as refused:
+        check_egress(spec, settings)
+    assert "outside destinations" in str(refused.value)
+    with pytest.raises(ValueError, match="lies inside"):
+        build_network_policy(REF, spec, settings)
+    error = validation_error("ok", spec.model_dump(exclude_none=True), settings)
+    assert error is not None and message in error
+
+
+@pytest.mark.parametrize(
+    ("cidr", "cluster", "excepted"),
+    [
+        (
+            "0.0.0.0/0",
+            None,
+            ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"],
+        ),
+        ("::/0", None, ["fc00::/7", "fe80::/10", "::ffff:0:0/96"]),
+        ("10.0.0.0/8", "10.42.0.0/16,10.43.0.0/16", ["10.42.0.0/16", "10.43.0.0/16"]),
+        ("203.0.113.0/24", None, None),
+    ],
+)
+def test_every_allowed_block_excepts_the_cluster_ranges_inside_it(
+    cidr: str, cluster: str | None, excepted: list[str] | None
+) -> None:
+    settings = (
+        SETTINGS if cluster is None else SETTINGS.model_copy(update={"cluster_cidrs": cluster.split(",")})
+    )
+    policy = build_network_policy(REF, egress_spec({"cidr": cidr}), settings)
+    kubernetes_validate.validate(policy, KUBERNETES_VERSION, strict=True)
+    (block,) = policy["spec"]["egress"][2]["to"]
+    assert block["ipBlock"].get("except") == excepted
+
+
+def test_host_addresses_inside_the_cluster_are_never_allowed() -> None:
+    """A name may resolve anywhere (a DNS record pointing at a Service): only outside addresses count."""
+    spec = egress_spec({"host": "api.example.com"})
+    resolved = {"api.example.com": ["10.96.0.10", "198.51.100.7", "169.254.169.254", "fd00::1"]}
+    policy = build_network_policy(REF, spec, SETTINGS, resolved)
+    allowed = [peer["ipBlock"]["cidr"] for rule in policy["spec"]["egress"][2:] for peer in rule["to"]]
+    assert allowed == ["198.51.100.7/32"]
+    everything_inside = build_network_policy(REF, spec, SETTINGS, {"api.example.com": ["10.1.1.1"]})
+    assert len(everything_inside["spec"]["egress"]) == 2  # DNS and the grader: nothing more
 
 
 def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> None:
@@ -331,6 +513,24 @@ def test_agent_outcome_maps_the_job_to_a_final_phase(
     assert (outcome.phase if outcome else None) is phase
 
 
+@pytest.mark.parametrize(
+    ("start", "end_time", "slack", "deadline"),
+    [
+        ("2026-01-01T00:00:00Z", 1767225600.0 + 3600, 0, 3600),  # pod started at once
+        ("2026-01-01T00:00:00Z", 1767225600.0 + 420 + 3600, 0, 4020),  # 7 minutes of image pull
+        ("2026-01-01T00:00:00Z", 1767225600.0 + 3600.2, 300, 3901),
+        ("2026-01-01T00:00:00Z", 1767225600.0 - 5, 0, 1),  # already past: stop now
+        (None, 1767225600.0, 0, None),  # not started yet
+        ("2026-01-01T00:00:00Z", None, 0, None),  # budget not started
+    ],
+)
+def test_agent_deadline_counts_from_the_jobs_start_to_the_budgets_end(
+    start: str | None, end_time: float | None, slack: int, deadline: int | None
+) -> None:
+    job = {"status": {"startTime": start} if start else {}}
+    assert agent_deadline_s(job, end_time, slack_s=slack) == deadline
+
+
 def test_outcome_survives_finishing_in_a_condition() -> None:
     outcome = agent_outcome(JobStatus(JobState.DEADLINE_EXCEEDED, "DeadlineExceeded"), past_deadline=False)
     assert outcome is not None
@@ -382,7 +582,7 @@ def test_status_mirrors_the_graders_view() -> None:
 def test_validation_errors_name_the_field_and_the_fix(
     name: str, spec: dict[str, Any], fragment: str | None
 ) -> None:
-    error = validation_error(name, spec)
+    error = validation_error(name, spec, SETTINGS)
     if fragment is None:
         assert error is None
     else:

@@ -18,7 +18,7 @@ def test_every_service_adds_its_subcommand_through_entry_points() -> None:
     names = {ep.name for ep in entry_points(group="autorl.commands")}
     assert {"grader", "worker", "controller", "agent-runner"} <= names
     help_text = subprocess.run([AUTORL, "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("grader", "worker", "controller", "run", "results"):
+    for command in ("grader", "worker", "controller", "run", "results", "report"):
         assert command in help_text
 
 
@@ -36,6 +36,7 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
         "autorl.checkpoints",
         "autorl.tasks",
         "autorl.client",
+        "autorl.reports",
         "autorl_grader.main",
         "autorl_controller.operator.main",
     ],
@@ -43,7 +44,8 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
 def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
     code = (
         f"import sys, importlib; importlib.import_module({module!r}); "
-        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules]; "
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'matplotlib') "
+        "if m in sys.modules]; "
         "print(','.join(heavy))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -134,3 +134,59 @@ def test_foreign_header_refused_with_the_fix(tmp_path: Path) -> None:
     results_path(tmp_path).write_text("run_id,score\nx,1\n")
     with pytest.raises(ResultsError, match="move the old file aside"):
         append_row(row("a"), tmp_path)
+
+
+def filtered_ids(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    assert main(["results", "--json", "--home", str(home), *args]) == 0
+    return [r["run_id"] for r in json.loads(capsys.readouterr().out)]
+
+
+def test_results_filter_by_task_agent_and_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    append_row(row("a1"), tmp_path)
+    append_row(row("g1", task="gsm8k", base_model="Qwen/Qwen2.5-1.5B"), tmp_path)
+    append_row(row("g2", task="gsm8k", agent="claude", base_model="Qwen/Qwen2.5-1.5B"), tmp_path)
+    append_row(row("g3", task="gsm8k", agent="claude", base_model="Qwen/Qwen2.5-0.5B"), tmp_path)
+    assert filtered_ids(tmp_path, capsys, "--task", "gsm8k") == ["g1", "g2", "g3"]
+    assert filtered_ids(tmp_path, capsys, "--agent", "claude") == ["g2", "g3"]
+    assert filtered_ids(tmp_path, capsys, "--model", "Qwen/Qwen2.5-1.5B", "--agent", "claude") == ["g2"]
+    assert filtered_ids(tmp_path, capsys, "--task", "math") == []
+    assert main(["results", "--home", str(tmp_path), "--task", "math"]) == 0
+    assert "no runs match --task math" in capsys.readouterr().err
+    assert main(["results", "--csv", "--home", str(tmp_path), "--agent", "claude"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ",".join(COLUMNS) and [line.split(",")[0] for line in lines[1:]] == ["g2", "g3"]
+
+
+def test_results_compare_shows_runs_side_by_side_with_their_report_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    append_row(row("20261130-101500-arith-aaaaaa", best_score=40.0, improvement=40.0), tmp_path)
+    append_row(row("20261130-111500-arith-bbbbbb", agent="sft_only", best_score=22.5), tmp_path)
+    append_row(row("20261130-121500-arith-cccccc"), tmp_path)
+    report = tmp_path / "runs" / "20261130-101500-arith-aaaaaa" / "reports" / "metrics.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"time_to_best": 123.4, "monotonic_ratio": 0.75}))
+    args = ["results", "--home", str(tmp_path), "--compare", "20261130-1115", "20261130-101500-arith-aaaaaa"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "20261130-101500-arith-aaaaaa" in out and "20261130-111500-arith-bbbbbb" in out
+    assert "20261130-121500-arith-cccccc" not in out
+    lines = {line.split()[1]: line for line in out.splitlines() if line.count("│") >= 3}
+    assert [c.strip() for c in lines["best_score"].split("│")[2:4]] == ["40.0", "22.5"]  # oldest on the left
+    assert "sft_only" in lines["agent"]
+    assert "123.4" in lines["time_to_best"] and "0.75" in lines["monotonic_ratio"]
+    assert filtered_ids(tmp_path, capsys, "--compare", "20261130-1215", "20261130-1015") == [
+        "20261130-101500-arith-aaaaaa",
+        "20261130-121500-arith-cccccc",
+    ]
+
+
+def test_results_compare_refuses_unknown_and_ambiguous_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    append_row(row("20261130-101500-arith-aaaaaa"), tmp_path)
+    append_row(row("20261130-111500-arith-bbbbbb"), tmp_path)
+    assert main(["results", "--home", str(tmp_path), "--compare", "nope"]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+    assert main(["results", "--home", str(tmp_path), "--compare", "20261130"]) == 2
+    assert "matches 2 runs" in capsys.readouterr().err

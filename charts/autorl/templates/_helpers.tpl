@@ -70,28 +70,64 @@ imagePullSecrets:
 {{- if .Values.adminToken.existingSecret }}{{ .Values.adminToken.existingSecretKey }}{{ else }}admin-token{{ end }}
 {{- end }}
 
-{{- define "autorl.databaseSecretName" -}}
-{{- if .Values.postgresql.enabled }}{{ include "autorl.componentName" (dict "root" . "component" "postgres") }}{{ else }}{{ required "postgresql.external.existingSecret is required when postgresql.enabled is false" .Values.postgresql.external.existingSecret }}{{ end }}
+{{/* The bundled Postgres's password: an existing Secret or the generated one. */}}
+{{- define "autorl.postgresAuthSecretName" -}}
+{{- .Values.postgresql.auth.existingSecret | default (include "autorl.componentName" (dict "root" . "component" "postgres")) }}
 {{- end }}
 
-{{- define "autorl.databaseSecretKey" -}}
-{{- if .Values.postgresql.enabled }}database-url{{ else }}{{ .Values.postgresql.external.existingSecretKey }}{{ end }}
+{{- define "autorl.postgresAuthSecretKey" -}}
+{{- if .Values.postgresql.auth.existingSecret }}{{ .Values.postgresql.auth.existingSecretKey }}{{ else }}password{{ end }}
 {{- end }}
 
-{{- define "autorl.redisSecretName" -}}
-{{- if .Values.redis.enabled }}{{ include "autorl.componentName" (dict "root" . "component" "redis") }}{{ else }}{{ required "redis.external.existingSecret is required when redis.enabled is false" .Values.redis.external.existingSecret }}{{ end }}
+{{/* The bundled Redis's password: an existing Secret or the generated one. */}}
+{{- define "autorl.redisAuthSecretName" -}}
+{{- .Values.redis.auth.existingSecret | default (include "autorl.componentName" (dict "root" . "component" "redis")) }}
 {{- end }}
 
-{{- define "autorl.redisSecretKey" -}}
-{{- if .Values.redis.enabled }}redis-url{{ else }}{{ .Values.redis.external.existingSecretKey }}{{ end }}
+{{- define "autorl.redisAuthSecretKey" -}}
+{{- if .Values.redis.auth.existingSecret }}{{ .Values.redis.auth.existingSecretKey }}{{ else }}password{{ end }}
 {{- end }}
 
 {{- define "autorl.sharedClaimName" -}}
 {{- .Values.shared.existingClaim | default (include "autorl.componentName" (dict "root" . "component" "shared")) }}
 {{- end }}
 
+{{- define "autorl.snapshotClaimName" -}}
+{{- .Values.snapshots.existingClaim | default (include "autorl.componentName" (dict "root" . "component" "snapshots")) }}
+{{- end }}
+
+{{/* The grader's agent API, the URL agents are given. */}}
 {{- define "autorl.graderUrl" -}}
 {{- printf "http://%s.%s.svc:%v" (include "autorl.componentName" (dict "root" . "component" "grader")) .Release.Namespace .Values.grader.service.port }}
+{{- end }}
+
+{{/* The grader's admin API, for the controller. */}}
+{{- define "autorl.graderAdminUrl" -}}
+{{- printf "http://%s.%s.svc:%v" (include "autorl.componentName" (dict "root" . "component" "grader")) .Release.Namespace .Values.grader.service.adminPort }}
+{{- end }}
+
+{{/* Selects this release's own pods of the given components: the only peers of Postgres, Redis and the admin port. */}}
+{{- define "autorl.platformPeer" -}}
+podSelector:
+  matchLabels:
+    app.kubernetes.io/name: {{ include "autorl.name" .root }}
+    app.kubernetes.io/instance: {{ .root.Release.Name }}
+  matchExpressions:
+    - key: app.kubernetes.io/component
+      operator: In
+      values: {{ toJson .components }}
+{{- end }}
+
+{{/* The platform's pod security context: its own user and group; fsGroup makes fresh claims writable
+(checked at the root only: a full snapshot volume is not walked at every start). */}}
+{{- define "autorl.platformPodSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.platform.uid }}
+runAsGroup: {{ .Values.platform.gid }}
+fsGroup: {{ .Values.platform.gid }}
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
 {{- end }}
 
 {{/* Namespaces the controller runs Experiments in. */}}
@@ -110,18 +146,39 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
-{{/* The connection settings every AutoRL service reads (AUTORL_*), from Secrets. */}}
+{{/* The connection settings every AutoRL service reads (AUTORL_*), from Secrets. Bundled stores:
+the URL is composed from the password by Kubernetes' $(VAR) expansion, so it always carries one. */}}
 {{- define "autorl.connectionEnv" -}}
+{{- if .Values.postgresql.enabled }}
+- name: POSTGRES_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "autorl.postgresAuthSecretName" . }}
+      key: {{ include "autorl.postgresAuthSecretKey" . }}
+- name: AUTORL_DATABASE_URL
+  value: {{ printf "postgresql+psycopg://%s:$(POSTGRES_PASSWORD)@%s:5432/%s" .Values.postgresql.username (include "autorl.componentName" (dict "root" . "component" "postgres")) .Values.postgresql.database | quote }}
+{{- else }}
 - name: AUTORL_DATABASE_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "autorl.databaseSecretName" . }}
-      key: {{ include "autorl.databaseSecretKey" . }}
+      name: {{ required "postgresql.external.existingSecret is required when postgresql.enabled is false" .Values.postgresql.external.existingSecret }}
+      key: {{ .Values.postgresql.external.existingSecretKey }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "autorl.redisAuthSecretName" . }}
+      key: {{ include "autorl.redisAuthSecretKey" . }}
+- name: AUTORL_REDIS_URL
+  value: {{ printf "redis://:$(REDIS_PASSWORD)@%s:6379/0" (include "autorl.componentName" (dict "root" . "component" "redis")) | quote }}
+{{- else }}
 - name: AUTORL_REDIS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "autorl.redisSecretName" . }}
-      key: {{ include "autorl.redisSecretKey" . }}
+      name: {{ required "redis.external.existingSecret is required when redis.enabled is false" .Values.redis.external.existingSecret }}
+      key: {{ .Values.redis.external.existingSecretKey }}
+{{- end }}
 - name: AUTORL_REDIS_KEY_PREFIX
   value: {{ include "autorl.fullname" . | quote }}
 - name: AUTORL_ADMIN_TOKEN

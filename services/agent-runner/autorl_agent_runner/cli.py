@@ -78,6 +78,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prepare.add_argument("--workspace", dest="prepare_workspace", type=Path, required=True)
     prepare.add_argument("--timeout", dest="prepare_timeout", type=float, default=0.0, help="budget (s)")
     prepare.add_argument("--run-id", dest="prepare_run_id", default=None, help="default: workspace name")
+    prepare.add_argument(
+        "--step",
+        dest="prepare_step",
+        choices=("all", "cache", "workspace"),
+        default="all",
+        help="cache: the model, the train split and the folder holding the workspace (the platform's "
+        "user); workspace: the workspace alone, owned by the experiment's user, with the cached model "
+        "mounted over models/<base> later; all: both, as one user (default)",
+    )
+    prepare.add_argument(
+        "--group",
+        dest="prepare_group",
+        type=int,
+        default=None,
+        help="workspace step: the group that may read the workspace (mode 2750), the platform's",
+    )
+    prepare.add_argument(
+        "--model-dir",
+        dest="prepare_model_dir",
+        type=Path,
+        default=None,
+        help="workspace step: the cached model folder (read-only there; nothing is downloaded)",
+    )
     prepare.set_defaults(func=_prepare)
 
 
@@ -86,23 +109,37 @@ def _prepare(args: argparse.Namespace) -> int:
     from autorl.errors import ModelSourceError, UnknownTaskError
     from autorl.settings import load_settings
     from autorl.tasks import get_task
+    from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
     from autorl_agent_runner.workspace import create_workspace
 
     if args.prepare_timeout < 0:
         raise UsageError(f"--timeout must not be negative, not {args.prepare_timeout:g}")
+    if args.prepare_step == "workspace" and (args.prepare_group is None or args.prepare_model_dir is None):
+        raise UsageError("--step workspace needs --group (the platform's group) and --model-dir")
     try:
         task = get_task(args.prepare_task)
     except UnknownTaskError as exc:
         raise UsageError(str(exc)) from exc
     settings = load_settings()
-    print(f"preparing {args.prepare_model} in {settings.models_dir}", file=sys.stderr, flush=True)
-    try:
-        base_dir = resolve_model(args.prepare_model, settings.models_dir)
-    except ModelSourceError as exc:
-        raise UsageError(str(exc)) from exc
-    print(f"preparing the {task.name} train split in {settings.data_dir}", file=sys.stderr, flush=True)
-    train_file = task.download_train_data(settings.data_dir / task.name, source_dir=settings.data_source_dir)
     root: Path = args.prepare_workspace.absolute()
+    if args.prepare_step == "workspace":
+        claim_workspace(root, args.prepare_group)
+        base_dir: Path = args.prepare_model_dir
+        train_dir = settings.data_dir / task.name
+    else:
+        print(f"preparing {args.prepare_model} in {settings.models_dir}", file=sys.stderr, flush=True)
+        try:
+            base_dir = resolve_model(args.prepare_model, settings.models_dir)
+        except ModelSourceError as exc:
+            raise UsageError(str(exc)) from exc
+        print(f"preparing the {task.name} train split in {settings.data_dir}", file=sys.stderr, flush=True)
+        train_dir = task.download_train_data(
+            settings.data_dir / task.name, source_dir=settings.data_source_dir
+        ).parent
+        if args.prepare_step == "cache":
+            open_experiments_folder(root.parent)
+            print(f"cache ready; {root.parent} takes the workspace", file=sys.stderr, flush=True)
+            return 0
     workspace = create_workspace(
         root,
         run_id=args.prepare_run_id or root.name,
@@ -110,8 +147,9 @@ def _prepare(args: argparse.Namespace) -> int:
         description=task.description(),
         base_model_dir=base_dir,
         base_model_name=model_dir_name(args.prepare_model),
-        train_data_dir=train_file.parent,
+        train_data_dir=train_dir,
         timeout_s=args.prepare_timeout,
+        model_mounted=args.prepare_step == "workspace",
     )
     print(f"workspace ready: {workspace.root}", file=sys.stderr, flush=True)
     return 0
@@ -192,7 +230,9 @@ def _run(args: argparse.Namespace) -> int:
         passed_env=passed,
         sandbox=SandboxMode(args.sandbox),
         hidden=[
-            p for p in (settings.home, settings.cache_dir, settings.eval_dir, Path.home()) if p is not None
+            p
+            for p in (settings.home, settings.cache_dir, settings.eval_dir, settings.data_source_dir)
+            if p is not None
         ],
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,

@@ -8,13 +8,13 @@ names it.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import AutoRLError
 from autorl.experiment import CONTRACT_VARIABLES
+from autorl_agent_runner.python_env import PythonEnv
 
 #: Set in every agent process and inherited by its children, so that processes which left the
 #: agent's process group can still be found (and killed) at the deadline.
@@ -75,27 +75,24 @@ def parse_env_items(items: Iterable[str], parent: Mapping[str, str]) -> dict[str
     return passed
 
 
-def platform_bin_dir() -> Path:
-    """The platform venv's ``bin`` (where ``python3`` has torch, transformers, trl and autorl)."""
-    return Path(sys.executable).absolute().parent
-
-
 def build_agent_env(
     contract: ContractValues,
     passed: Mapping[str, str],
     *,
     run_marker: str,
     extra_platform: Mapping[str, str] | None = None,
+    python_env: PythonEnv | None = None,
 ) -> dict[str, str]:
     """The whole environment of the agent: built from nothing, never copied from the parent.
 
-    ``extra_platform`` holds settings the platform adds for this run (the GPUs the agent may use).
+    ``extra_platform`` holds settings the platform adds for this run (the GPUs the agent may use);
+    ``python_env`` is the Python the agent runs with (first on its PATH; default the platform's).
     """
     env = contract.as_env()
     env.update(
         {
             "HOME": str(contract.workspace),
-            "PATH": f"{platform_bin_dir()}:{SYSTEM_PATH}",
+            "PATH": f"{(python_env or PythonEnv.current()).bin_dir}:{SYSTEM_PATH}",
             "HF_HUB_OFFLINE": "1",
             RUN_MARKER_VARIABLE: run_marker,
         }

@@ -1,11 +1,15 @@
 """Finding and ending an agent's processes, including those that left its process group.
 
 An agent starts in a session and process group of its own. Its children can leave both
-(``setsid``, double fork), so at the deadline the runner also looks for:
+(``setsid``, double fork), so at the deadline the runner looks for:
+- every process in the sandbox's PID namespace (the descendants of its first process, which no
+  process can leave: orphans are adopted by that first process);
 - every process of the agent's own user id, in the ``user`` sandbox (they cannot change it);
-- otherwise every process that is in the agent's session or carries the run's marker variable in
+- without a sandbox, every process in the agent's session or with the run's marker variable in
   its environment (a process that both left the session and scrubbed its environment escapes
-  this; the ``user`` sandbox and bubblewrap's PID namespace do not have that gap).
+  this; the sandboxes do not have that gap).
+SIGTERM goes to the agent's processes, not to bubblewrap or the namespace's first process,
+whose end would SIGKILL everything at once; SIGKILL goes to all of them.
 """
 
 from __future__ import annotations
@@ -18,20 +22,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from autorl_agent_runner.agent_user import signal_uid, uid_processes
 from autorl_agent_runner.environment import RUN_MARKER_VARIABLE
-from autorl_agent_runner.sandbox import signal_uid, uid_processes
 
 POLL_S = 0.1
 
 
-def _session_of(pid: int) -> int | None:
+def _stat_fields(pid: int) -> list[str] | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # Fields after the command name (which may hold spaces and parentheses): state ppid pgrp session ...
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[3])
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _session_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[3]) if fields else None
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:
@@ -43,62 +51,81 @@ def _has_marker(pid: int, marker: bytes) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2 :].startswith("Z")
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] == "Z"
+
+
+def _all_pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def descendants(root: int) -> set[int]:
+    """``root``'s children, their children, and so on (one /proc scan)."""
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        fields = _stat_fields(pid)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(pid)
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
 
 
 @dataclass
 class AgentProcesses:
-    """The processes of one agent run, by whichever handle the sandbox gives."""
+    """The processes of one agent run, by whichever handles the sandbox gives."""
 
     leader_pid: int
     run_marker: str
     uid: int | None = None
     gid: int | None = None
-    #: The leader is a wrapper (bubblewrap) that dies on SIGTERM and takes the agent with it at
-    #: once; SIGTERM then goes to the agent's own processes only, so that the grace period holds.
+    #: The leader is a wrapper (bubblewrap): SIGTERM would end it, and with it the agent at once.
     wrapped: bool = False
+    #: The host pid of the first process of the sandbox's own PID namespace.
+    namespace_init: int | None = None
 
     def alive(self) -> list[int]:
         """Live (non-zombie) processes of this run, the runner itself excluded."""
-        me = os.getpid()
+        found = {self.leader_pid}
+        if self.namespace_init is not None:
+            found |= {self.namespace_init, *descendants(self.namespace_init)}
         if self.uid is not None:
-            return [pid for pid in uid_processes(self.uid) if pid != me and not _is_zombie(pid)]
-        marker = f"{RUN_MARKER_VARIABLE}={self.run_marker}".encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            if pid == me or _is_zombie(pid):
-                continue
-            if _session_of(pid) == self.leader_pid or _has_marker(pid, marker):
-                found.append(pid)
-        return found
+            found.update(uid_processes(self.uid))
+        elif self.namespace_init is None:
+            marker = f"{RUN_MARKER_VARIABLE}={self.run_marker}".encode()
+            found.update(
+                pid for pid in _all_pids() if _session_of(pid) == self.leader_pid or _has_marker(pid, marker)
+            )
+        me = os.getpid()
+        return sorted(pid for pid in found if pid != me and not _is_zombie(pid))
 
     def signal_all(self, signum: int) -> None:
-        if self.uid is not None and self.gid is not None:
-            # Every agent process has the uid (the group too): one signal each, not two, so that
-            # an agent counting SIGTERMs does not take a second one for "hurry up".
-            signal_uid(self.uid, self.gid, signum)
-            if signum == signal.SIGKILL:
+        if signum == signal.SIGKILL:
+            # The namespace's first process takes the whole namespace with it; the uid catches
+            # anything else of the agent's.
+            if self.namespace_init is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.leader_pid, signum)
-            return
-        spare_leader = self.wrapped and signum != signal.SIGKILL
-        if not spare_leader:
+                    os.kill(self.namespace_init, signum)
+            if self.uid is not None and self.gid is not None:
+                signal_uid(self.uid, self.gid, signum)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.leader_pid, signum)
+            spared: set[int] = set()
+        else:
+            spared = {self.leader_pid} if self.wrapped else set()
+            if self.namespace_init is not None:
+                spared.add(self.namespace_init)
+        # One signal each, so that an agent counting SIGTERMs does not take a second for "hurry up".
         for pid in self.alive():
-            if spare_leader and pid == self.leader_pid:
+            if pid in spared:
                 continue
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
-            except (ProcessLookupError, PermissionError):
-                continue
 
 
 def end_processes(

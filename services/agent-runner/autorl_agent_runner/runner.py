@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,16 +19,20 @@ from typing import IO
 
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError
+from autorl_agent_runner.agent_user import give_to_agent, reclaim
 from autorl_agent_runner.agents import AgentCommand
+from autorl_agent_runner.api_relay import AgentApiRelay
+from autorl_agent_runner.egress import Egress
 from autorl_agent_runner.environment import ContractValues, build_agent_env
+from autorl_agent_runner.netns import listen_in_netns
 from autorl_agent_runner.processes import AgentProcesses, end_processes
+from autorl_agent_runner.python_env import PythonEnv
 from autorl_agent_runner.sandbox import (
     SandboxMode,
     SandboxPlan,
+    SandboxRequest,
     can_share_base_model,
-    give_to_agent,
     plan_sandbox,
-    reclaim,
 )
 from autorl_agent_runner.workspace import Workspace, detach_model, write_json, write_run_meta
 
@@ -36,6 +41,7 @@ GRACE_PERIOD_S = 30.0
 #: How often run_meta.json and scores.json are refreshed from the grader.
 MIRROR_INTERVAL_S = 10.0
 _TICK_S = 0.25
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class AgentStartError(AutoRLError):
@@ -53,8 +59,13 @@ class RunnerConfig:
     passed_env: Mapping[str, str] = field(default_factory=dict)
     platform_env: Mapping[str, str] = field(default_factory=dict)
     sandbox: SandboxMode = SandboxMode.AUTO
-    #: Folders the agent must not see (platform home, caches, evaluator storage).
+    #: Platform folders (home, caches, data sources, evaluator storage): the sandbox's view is an
+    #: allow-list that never holds them, and refuses to start rather than expose one.
     hidden: Sequence[Path] = ()
+    #: The Python environment the agent runs with (read-only in the sandbox, first on its PATH).
+    python_env: PythonEnv = field(default_factory=PythonEnv.current)
+    #: Internet access for the agent (an outside LLM API), never the host's services.
+    egress: bool = False
     grace_period_s: float = GRACE_PERIOD_S
     mirror_interval_s: float = MIRROR_INTERVAL_S
     #: Used only when the grader reports no budget (a runner started on its own).
@@ -89,6 +100,8 @@ class AgentRunner:
         self._process: subprocess.Popen[bytes] | None = None
         self._processes: AgentProcesses | None = None
         self._plan: SandboxPlan | None = None
+        self._relay: AgentApiRelay | None = None
+        self._egress: Egress | None = None
         self._log: IO[bytes] | None = None
         self._log_lock = threading.Lock()
         self._next_mirror = 0.0
@@ -135,32 +148,46 @@ class AgentRunner:
             last_submit_time=None,
             end_time=self.end_time,
         )
+        grader = urllib.parse.urlsplit(config.contract.grading_server_url)
         self._plan = plan_sandbox(
             config.sandbox,
-            workspace=workspace.root,
-            read_only=workspace.read_only_dirs,
-            hidden=config.hidden,
-            exposed=[config.agent.folder] if config.agent.folder else [],
+            SandboxRequest(
+                workspace=workspace.root,
+                read_only=workspace.read_only_dirs,
+                python_env=config.python_env,
+                program=Path(config.agent.argv[0]) if config.agent.folder else None,
+                forbidden=[p.expanduser().absolute() for p in config.hidden],
+                loopback_grader=grader.hostname in _LOOPBACK_HOSTS,
+                egress=config.egress,
+            ),
         )
-        if not can_share_base_model(self._plan.mode):
+        plan = self._plan
+        if not can_share_base_model(plan.mode):
             detach_model(workspace)
-        if self._plan.uid is not None and self._plan.gid is not None:
-            give_to_agent([workspace.root, workspace.code, workspace.output], self._plan.uid, self._plan.gid)
+        if plan.uid is not None and plan.gid is not None:
+            give_to_agent([workspace.root, workspace.code, workspace.output], plan.uid, plan.gid)
         marker = secrets.token_hex(16)
         env = build_agent_env(
-            config.contract, config.passed_env, run_marker=marker, extra_platform=config.platform_env
+            config.contract,
+            config.passed_env,
+            run_marker=marker,
+            extra_platform=config.platform_env,
+            python_env=config.python_env,
         )
         self._log = workspace.agent_log.open("ab")
-        if self._plan.warning:
-            print(self._plan.warning, file=sys.stderr)
-            self.log(self._plan.warning)
+        if plan.warning:
+            print(plan.warning, file=sys.stderr)
+            self.log(plan.warning)
+        for note in plan.notes:
+            self.log(f"event=sandbox_note note={note!r}")
+        network = "egress" if plan.egress else "loopback" if plan.network_isolated else "host"
         self.log(
-            f"event=agent_start agent={config.agent.name} sandbox={self._plan.mode.value} "
+            f"event=agent_start agent={config.agent.name} sandbox={plan.mode.value} network={network} "
             f"timeout_s={self.end_time - self.start_time:.0f} end_time={self.end_time:.0f}"
         )
         try:
             self._process = subprocess.Popen(
-                self._plan.command(config.agent.argv),
+                plan.command(config.agent.argv),
                 cwd=workspace.root,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -168,24 +195,69 @@ class AgentRunner:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=plan.pass_fds,
             )
         except OSError as exc:
             self.log(f"event=agent_not_started error={exc.strerror}")
-            self._plan.cleanup()
+            plan.cleanup()
             raise AgentStartError(
                 f"agent {config.agent.name} cannot be started ({exc.strerror}); an executable script "
                 "needs a shebang line such as #!/usr/bin/env python3"
             ) from exc
+        plan.started()
+        namespace_init = None
+        if plan.gate is not None:
+            try:
+                sandbox_pid = plan.gate.wait_started()
+                self._connect(sandbox_pid, grader)
+                plan.gate.release()
+            except AutoRLError as exc:
+                self.log(f"event=sandbox_failed error={exc}")
+                self._process.kill()
+                self._process.wait()
+                self._close_network()
+                plan.cleanup()
+                message = f"the agent's sandbox could not start: {exc}; see {workspace.agent_log}"
+                raise AgentStartError(message) from exc
+            if plan.pid_namespace:
+                namespace_init = sandbox_pid
         self._processes = AgentProcesses(
             self._process.pid,
             marker,
-            uid=self._plan.uid,
-            gid=self._plan.gid,
-            wrapped=self._plan.mode is SandboxMode.BWRAP,
+            uid=plan.uid,
+            gid=plan.gid,
+            wrapped=plan.mode is not SandboxMode.NONE,
+            namespace_init=namespace_init,
         )
-        self._event(
-            "agent_started", pid=self._process.pid, sandbox=self._plan.mode.value, end_time=self.end_time
-        )
+        self._event("agent_started", pid=self._process.pid, sandbox=plan.mode.value, end_time=self.end_time)
+
+    def _connect(self, sandbox_pid: int, grader: urllib.parse.SplitResult) -> None:
+        """Forward the grader's agent API into the sandbox's loopback; add egress if asked."""
+        assert self._plan is not None
+        if self._plan.network_isolated and grader.hostname is not None:
+            port = grader.port or 80
+            try:
+                listener = listen_in_netns(sandbox_pid, "127.0.0.1", port)
+            except OSError as exc:
+                raise AgentStartError(f"cannot forward the grader into the sandbox: {exc}") from exc
+            self._relay = AgentApiRelay(
+                listener,
+                upstream_host=grader.hostname,
+                upstream_port=port,
+                token=self.config.contract.token,
+                log=self.log,
+            )
+            self._relay.start()
+        if self._plan.egress:
+            self._egress = Egress.start(sandbox_pid)
+
+    def _close_network(self) -> None:
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
+        if self._egress is not None:
+            self._egress.close()
+            self._egress = None
 
     def _budget(self) -> tuple[float, float]:
         try:
@@ -249,6 +321,7 @@ class AgentRunner:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+        self._close_network()
         self.refresh_mirrors()
         if plan is not None:
             if plan.uid is not None:

@@ -1,48 +1,70 @@
-"""Agent isolation on a single machine (DESIGN.md, "Trust model").
+"""Agent isolation on a single machine (DESIGN.md, "Trust model": what the agent can reach).
 
-Three modes, chosen by ``auto`` in this order:
+The agent runs in bubblewrap with its own user, mount, PID, network, IPC, UTS and cgroup
+namespaces, no capabilities, no way to create further user namespaces, a session of its own,
+and a filesystem built from an allow-list (``filesystem_view``). Its network namespace holds
+only loopback, where the platform forwards the grader's agent API (``api_relay``); with
+``--egress`` a user-mode network stack adds the internet, not the host (``egress``).
+
+Modes (``auto`` picks the first that works here):
 
 ``user`` (the platform runs as root)
-    The agent runs as a user id of its own (no passwd entry needed), with no capabilities and
-    ``no_new_privs``, inside a private mount namespace in which
-    - the platform home, cache and evaluator folders, the invoking user's home and ``/tmp`` are
-      replaced by empty tmpfs "skeletons" that hold only what the agent needs: its workspace
-      (read-write) and the Python installation it runs (read-only);
-    - a folder the agent's user could not traverse (``/root`` is 0700) is replaced the same
-      way, so the workspace and interpreter keep their absolute paths;
-    - ``models/`` and ``data/`` are read-only mounts.
-    Its own uid keeps it from signalling platform processes, and lets every process it started
-    be killed at the deadline (``kill(-1)`` as that uid), wherever they moved.
-``bwrap`` (not root, bubblewrap installed)
-    The same view built by bubblewrap, in a PID namespace that dies with it.
+    root → a host user id of the run's own (``agent_user``) → bubblewrap. The uid owns only the
+    agent's files, cannot signal platform processes, and every process it starts can be killed
+    by it. Platform folders it could not traverse (``/root``) reach bubblewrap through bind
+    mounts staged in a private mount namespace of root's.
+``bwrap``
+    The same sandbox without the uid drop (a platform that is not root).
 ``none``
     No isolation: a loud warning says what the agent can reach.
 
-Not covered on a single machine: network isolation (an agent can open connections to local
-services; the database and Redis need credentials it is never given) and resource limits.
+Where the kernel refuses a namespace, the run goes on without it and says loudly which
+protection is missing; ``--sandbox none`` is the explicit opt-out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
+import json
 import os
-import random
+import select
 import shlex
 import shutil
 import stat
-import sys
+import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autorl.errors import AutoRLError
+from autorl_agent_runner.agent_user import allocate_uid
+from autorl_agent_runner.egress import RESOLV_CONF, check_tools
+from autorl_agent_runner.filesystem_view import Bind, FilesystemView, system_args
+from autorl_agent_runner.python_env import PythonEnv
 
-#: User ids handed to agents. No passwd entry is needed; ids with one are skipped.
-AGENT_UID_RANGE = range(61000, 65000)
 _STAGING_PARENTS = (Path("/run"), Path("/dev/shm"), Path("/var/tmp"), Path("/tmp"))
-_SHARED_TMP = (Path("/tmp"),)
+#: Seconds bubblewrap may take to build the namespaces before the run is called failed.
+START_TIMEOUT_S = 60.0
+#: Namespaces and locks beyond the user namespace, each with what the agent keeps without it.
+PROTECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "pid": (("--unshare-pid",), "its own PID namespace: it sees every process and its command line"),
+    "net": (
+        ("--unshare-net",),
+        "its own network namespace: it can connect to every service of this machine "
+        "(database, Redis, the grader's admin API)",
+    ),
+    "ipc": (("--unshare-ipc",), "its own IPC namespace: it shares System V IPC with the platform"),
+    "uts": (("--unshare-uts", "--hostname", "autorl-agent"), "its own host name"),
+    "cgroup": (("--unshare-cgroup",), "its own cgroup namespace"),
+    "userns-lock": (
+        ("--disable-userns",),
+        "the lock on nested user namespaces: it can build namespaces of its own",
+    ),
+}
+_BASE_FLAGS = ("--unshare-user", "--die-with-parent", "--new-session")
 
 
 class SandboxMode(enum.StrEnum):
@@ -57,236 +79,286 @@ class SandboxError(AutoRLError):
 
 
 @dataclass(frozen=True)
+class SandboxRequest:
+    """What the agent needs to see; the sandbox shows nothing else."""
+
+    workspace: Path
+    #: Folders inside the workspace that are mounted read-only (models/, data/).
+    read_only: Sequence[Path]
+    python_env: PythonEnv
+    #: A custom agent's executable (None for a built-in agent).
+    program: Path | None = None
+    #: Platform folders that must never be exposed (a guard on the allow-list).
+    forbidden: Sequence[Path] = ()
+    #: The grader is on this machine's loopback: the agent's network can be loopback only.
+    loopback_grader: bool = True
+    #: Internet access through a user-mode network stack (never the host).
+    egress: bool = False
+
+
+class Gate:
+    """bubblewrap's start protocol: it reports its namespaces, then waits until released."""
+
+    def __init__(self) -> None:
+        self.info_read, self.info_write = os.pipe()
+        self.block_read, self.block_write = os.pipe()
+        # Each descriptor is closed once: a number closed twice may belong to another file by then.
+        self._child_open = [self.info_write, self.block_read]
+        self._parent_open = [self.info_read, self.block_write]
+
+    @property
+    def child_fds(self) -> tuple[int, ...]:
+        return tuple(self._child_open)
+
+    def close_child_side(self) -> None:
+        _close(self._child_open)
+        self._child_open = []
+
+    def args(self) -> list[str]:
+        return ["--info-fd", str(self.info_write), "--block-fd", str(self.block_read)]
+
+    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> int:
+        """The host pid of the sandbox's first process, once its namespaces exist."""
+        data = b""
+        while True:
+            readable, _, _ = select.select([self.info_read], [], [], timeout_s)
+            chunk = os.read(self.info_read, 65536) if readable else b""
+            if not chunk:
+                raise SandboxError("the sandbox did not start (bubblewrap's message is in agent.log)")
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+
+    def release(self) -> None:
+        os.write(self.block_write, b"1")
+
+    def close(self) -> None:
+        self.close_child_side()
+        _close(self._parent_open)
+        self._parent_open = []
+
+
+@dataclass
 class SandboxPlan:
-    """How to start the agent: a command prefix, and the user id it runs as (``user`` mode)."""
+    """How to start the agent: a command prefix, the descriptors it needs, who it runs as."""
 
     mode: SandboxMode
     prefix: tuple[str, ...] = ()
     uid: int | None = None
     gid: int | None = None
-    staging_dirs: tuple[Path, ...] = ()
+    gate: Gate | None = None
+    #: The agent's network is its own loopback (the grader's agent API must be forwarded in).
+    network_isolated: bool = False
+    egress: bool = False
+    #: The sandbox's first process is the init of a PID namespace of its own.
+    pid_namespace: bool = False
     warning: str | None = None
-    details: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    data_fds: tuple[int, ...] = ()
+    staging_dirs: tuple[Path, ...] = ()
 
     def command(self, argv: Sequence[str]) -> list[str]:
         return [*self.prefix, *argv]
 
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (*self.data_fds, *(self.gate.child_fds if self.gate else ()))
+
+    def started(self) -> None:
+        """The agent's process holds its copies now: close the platform's."""
+        _close(self.data_fds)
+        self.data_fds = ()
+        if self.gate is not None:
+            self.gate.close_child_side()
+
     def cleanup(self) -> None:
-        """Remove the (empty, on the host) mount points used to build the namespace."""
+        """Close what is left and remove the (empty, on the host) staging folders."""
+        self.started()
+        if self.gate is not None:
+            self.gate.close()
         for folder in self.staging_dirs:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
 
-def runtime_paths() -> list[Path]:
-    """What the agent's Python needs to read: the interpreter, the venv and the platform's packages."""
-    import importlib.util
-
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent.parent}
-    paths.update(Path(entry) for entry in sys.path if entry and Path(entry).exists())
-    for package in ("autorl", "autorl_agent_runner"):
-        spec = importlib.util.find_spec(package)
-        if spec is not None and spec.origin:
-            paths.add(Path(spec.origin).parent.parent)
-    resolved = {Path(os.path.realpath(p)) for p in paths} | {p.absolute() for p in paths}
-    return sorted(p for p in resolved if p.exists() and p != Path("/"))
+def _close(fds: Sequence[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path != root and path.is_relative_to(root)
+def _memfd(name: str, text: str) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, text.encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
-def _blocked_ancestor(path: Path) -> Path | None:
-    """The topmost ancestor of ``path`` that a user other than its owner cannot traverse."""
-    for ancestor in reversed(path.parents):
-        if ancestor == Path("/"):
-            continue
-        try:
-            mode = ancestor.stat().st_mode
-        except OSError:
-            return None
-        if not mode & stat.S_IXOTH:
-            return ancestor
-    return None
+def _as_user(uid: int | None) -> list[str]:
+    if uid is None:
+        return []
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
 
 
-def _outermost(paths: Iterable[Path]) -> list[Path]:
-    unique = sorted(set(paths), key=lambda p: len(p.parts))
-    kept: list[Path] = []
-    for path in unique:
-        if not any(path == k or _inside(path, k) for k in kept):
-            kept.append(path)
-    return kept
+@functools.cache
+def available_protections(uid: int | None) -> frozenset[str]:
+    """The protections bubblewrap gets from this kernel when started as ``uid`` (None: as is).
+
+    Raises SandboxError when not even a user namespace can be made.
+    """
+
+    def works(names: Sequence[str]) -> bool:
+        flags = [flag for name in names for flag in PROTECTIONS[name][0]]
+        command = [
+            *_as_user(uid),
+            "bwrap",
+            *_BASE_FLAGS,
+            *flags,
+            *system_args(),
+            "--",
+            "/usr/bin/true",
+        ]
+        done = subprocess.run(command, capture_output=True, timeout=30)
+        return done.returncode == 0
+
+    if works(list(PROTECTIONS)):
+        return frozenset(PROTECTIONS)
+    if not works([]):
+        raise SandboxError(
+            "bubblewrap cannot create a user namespace on this kernel "
+            "(check kernel.unprivileged_userns_clone and user.max_user_namespaces)"
+        )
+    return frozenset(name for name in PROTECTIONS if works([name]))
 
 
-@dataclass(frozen=True)
-class _Exposure:
-    path: Path
-    writable: bool
+def missing_protections_warning(missing: Sequence[str]) -> str:
+    lines = [f"  - no {PROTECTIONS[name][1]}" for name in missing]
+    return "WARNING: this kernel refuses parts of the agent's sandbox; the agent runs without:\n" + "\n".join(
+        lines
+    )
 
 
-def _skeleton_lines(target: Path, staging: Path, exposures: Sequence[_Exposure], mode: int) -> list[str]:
-    """Shell lines that put a tmpfs holding only ``exposures`` over ``target``."""
-    q = shlex.quote
-    lines = [f"mount -t tmpfs -o mode={mode:o},size=16m autorl-sandbox {q(str(staging))}"]
-    covered: list[Path] = []
-    for exposure in sorted(exposures, key=lambda e: len(e.path.parts)):
-        inner = exposure.path.relative_to(target)
-        # A read-only folder inside one already bound brings nothing new.
-        if not exposure.writable and any(exposure.path.is_relative_to(c) for c in covered):
-            continue
-        mount_point = staging / inner
-        if exposure.path.is_dir():
-            lines.append(f"mkdir -p {q(str(mount_point))}")
-        else:
-            lines.append(f"mkdir -p {q(str(mount_point.parent))} && touch {q(str(mount_point))}")
-        lines.append(f"mount --rbind {q(str(exposure.path))} {q(str(mount_point))}")
-        if exposure.writable:
-            lines.append(f"mount -o remount,bind,rw {q(str(mount_point))}")
-        else:
-            covered.append(exposure.path)
-            lines.append(f"mount -o remount,bind,ro {q(str(mount_point))}")
-    lines.append(f"mount --move {q(str(staging))} {q(str(target))}")
-    return lines
+def _bwrap_args(
+    request: SandboxRequest, binds: Sequence[tuple[Bind, Path]], flags: Sequence[str], *, privileged: bool
+) -> list[str]:
+    args = ["bwrap", *_BASE_FLAGS, *flags]
+    if privileged:  # bubblewrap started by root keeps capabilities unless told otherwise
+        args += ["--cap-drop", "ALL"]
+    args += system_args()
+    for bind, source in binds:
+        args += ["--bind" if bind.writable else "--ro-bind", str(source), str(bind.target)]
+    args += ["--chdir", str(request.workspace)]
+    return args
 
 
-def _staging_parent(avoid: Sequence[Path]) -> Path:
+def _staging_parent() -> Path:
     for parent in _STAGING_PARENTS:
-        if (
-            parent.is_dir()
-            and os.access(parent, os.W_OK | os.X_OK)
-            and not any(parent == a or parent.is_relative_to(a) for a in avoid)
-        ):
+        if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
             return parent
     raise SandboxError("no folder for the sandbox's mount points (/run, /dev/shm, /var/tmp, /tmp)")
 
 
-def allocate_uid() -> int:
-    """A user id no account and no running process uses (so it is this run's alone)."""
-    import pwd
-
-    busy = _process_uids()
-    candidates = list(AGENT_UID_RANGE)
-    random.shuffle(candidates)
-    for uid in candidates:
-        if uid in busy:
-            continue
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-    raise SandboxError(f"no free user id in {AGENT_UID_RANGE.start}-{AGENT_UID_RANGE.stop - 1} for the agent")
-
-
-def _process_uids() -> set[int]:
-    uids: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                uids.add(entry.stat().st_uid)
-            except OSError:
-                continue
-    return uids
-
-
-def plan_user_sandbox(
-    *,
-    workspace: Path,
-    read_only: Sequence[Path],
-    hidden: Sequence[Path],
-    exposed: Sequence[Path] = (),
-    uid: int | None = None,
-) -> SandboxPlan:
-    """Root only: a private mount namespace, then the agent's own uid (see the module docstring)."""
-    for tool in ("unshare", "setpriv", "mount"):
+def plan_bubblewrap(request: SandboxRequest, *, as_own_user: bool) -> SandboxPlan:
+    """The sandbox, with (``user``, root only) or without its own host user id."""
+    needed = ["bwrap", *(["unshare", "setpriv", "mount"] if as_own_user else [])]
+    for tool in needed:
         if shutil.which(tool) is None:
             raise SandboxError(
-                f"`{tool}` (util-linux) is not installed; install util-linux or use --sandbox none"
+                f"`{tool}` is not installed (apt-get install bubblewrap util-linux, or `make setup`); "
+                "or pass --sandbox none"
             )
-    agent_uid = allocate_uid() if uid is None else uid
-    exposures = [
-        _Exposure(workspace, True),
-        *(_Exposure(p, False) for p in [*runtime_paths(), *exposed]),
-    ]
-    # The workspace's own parents stay hidden unless the interpreter lives there too.
-    blocked = _outermost(b for e in exposures if (b := _blocked_ancestor(e.path)) is not None)
-    hidden_roots = _outermost([*(h for h in hidden if h.exists()), *(t for t in _SHARED_TMP if t.is_dir())])
-    staging_parent = _staging_parent([*blocked, *hidden_roots])
+    if request.egress:
+        if not request.loopback_grader:
+            raise SandboxError("--egress needs the grader on this machine's loopback")
+        check_tools()
+    uid = allocate_uid() if as_own_user else None
+    gid = uid
+    available = available_protections(uid)
+    wanted = [name for name in PROTECTIONS if name != "net" or request.loopback_grader]
+    missing = [name for name in wanted if name not in available]
+    flags = [flag for name in wanted if name in available for flag in PROTECTIONS[name][0]]
+    notes: list[str] = []
+    if not request.loopback_grader:
+        notes.append("the grader is not on loopback: the agent shares the host's network namespace")
+    view = FilesystemView(
+        workspace=request.workspace,
+        read_only=request.read_only,
+        python_paths=request.python_env.runtime_paths(),
+        program=request.program,
+        forbidden=request.forbidden,
+        resolv_conf=RESOLV_CONF if request.egress else None,
+    )
+    binds = view.binds()
+    notes += view.notes
+    in_view_uid = uid if uid is not None else os.geteuid()
+    in_view_gid = gid if gid is not None else os.getegid()
+    data_fds: list[int] = []
+    data_args: list[str] = []
+    for target, text in view.etc_files(in_view_uid, in_view_gid).items():
+        fd = _memfd(Path(target).name, text)
+        data_fds.append(fd)
+        data_args += ["--ro-bind-data", str(fd), target]
+    gate = Gate()
     staging_dirs: list[Path] = []
-    lines = ["set -e"]
-
-    def skeleton(target: Path, mode: int) -> None:
-        staging = Path(tempfile.mkdtemp(prefix="autorl-sandbox-", dir=staging_parent))
+    if as_own_user:
+        staging = Path(tempfile.mkdtemp(prefix="autorl-sandbox-", dir=_staging_parent()))
         staging_dirs.append(staging)
-        inside = [e for e in exposures if _inside(e.path, target)]
-        lines.extend(_skeleton_lines(target, staging, inside, mode))
-
-    for root in blocked:
-        skeleton(root, 0o755)
-    for root in hidden_roots:
-        if any(root == b for b in blocked):
-            continue
-        already_hidden = any(_inside(root, b) for b in blocked) and not any(
-            root.is_relative_to(e.path) for e in exposures
-        )
-        if not already_hidden:
-            skeleton(root, 0o1777 if root in _SHARED_TMP else 0o755)
-    q = shlex.quote
-    for folder in read_only:
-        lines.append(f"mount --bind {q(str(folder))} {q(str(folder))}")
-        lines.append(f"mount -o remount,bind,ro {q(str(folder))}")
-    # Re-enter the workspace through the new mounts: a working folder inherited from before
-    # them would reach the real tree (and its parents) past the skeletons.
-    lines.append(f"cd {q(str(workspace))}")
-    # sh exports PWD/OLDPWD after cd; the agent's environment must be exactly the contract's.
-    lines.append("unset PWD OLDPWD")
-    lines.append(
-        f"exec setpriv --reuid={agent_uid} --regid={agent_uid} --clear-groups --no-new-privs "
-        '--inh-caps=-all --bounding-set=-all -- "$@"'
-    )
-    prefix = ("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(lines), "sh")
+        sources = [(bind, staging / str(index)) for index, bind in enumerate(binds)]
+        bwrap = _bwrap_args(request, sources, flags, privileged=False)
+        prefix = _staged(staging, sources, uid=uid)
+    else:
+        direct = [(bind, bind.source) for bind in binds]
+        bwrap = _bwrap_args(request, direct, flags, privileged=os.geteuid() == 0)
+        prefix = []
+    # bubblewrap sets PWD after --chdir; the agent's environment must be exactly the contract's.
+    env = shutil.which("env") or "/usr/bin/env"
+    tail = [*data_args, *gate.args(), "--", env, "-u", "PWD", "-u", "OLDPWD", "--"]
+    warning = missing_protections_warning(missing) if missing else None
     return SandboxPlan(
-        mode=SandboxMode.USER,
-        prefix=prefix,
-        uid=agent_uid,
-        gid=agent_uid,
+        mode=SandboxMode.USER if as_own_user else SandboxMode.BWRAP,
+        prefix=(*prefix, *bwrap, *tail),
+        uid=uid,
+        gid=gid,
+        gate=gate,
+        network_isolated="net" in available and request.loopback_grader,
+        egress=request.egress,
+        pid_namespace="pid" in available,
+        warning=warning,
+        notes=notes,
+        data_fds=tuple(data_fds),
         staging_dirs=tuple(staging_dirs),
-        details={"uid": str(agent_uid), "hidden": ",".join(str(p) for p in [*blocked, *hidden_roots])},
     )
 
 
-def plan_bwrap_sandbox(
-    *, workspace: Path, read_only: Sequence[Path], hidden: Sequence[Path], exposed: Sequence[Path] = ()
-) -> SandboxPlan:
-    """bubblewrap: the host read-only, hidden folders as empty tmpfs, the workspace writable."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap) ; or use --sandbox none")
-    args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
-    covers = _outermost([*(h for h in hidden if h.exists()), *(t for t in _SHARED_TMP if t.is_dir())])
-    for root in covers:
-        args += ["--tmpfs", str(root)]
-    # What the agent must read but a tmpfs now hides: its interpreter, its own folder.
-    for path in [*runtime_paths(), *exposed]:
-        if any(path == c or _inside(path, c) for c in covers):
-            args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(workspace), str(workspace)]
-    for folder in read_only:
-        args += ["--ro-bind", str(folder), str(folder)]
-    args += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", str(workspace), "--"]
-    # bubblewrap sets PWD after --chdir (after any --unsetenv); the agent's environment must be
-    # exactly the contract's.
-    args += [shutil.which("env") or "/usr/bin/env", "-u", "PWD", "--"]
-    return SandboxPlan(mode=SandboxMode.BWRAP, prefix=tuple(args))
+def _staged(staging: Path, sources: Sequence[tuple[Bind, Path]], *, uid: int | None) -> list[str]:
+    """root, in a private mount namespace: each platform folder bind-mounted under ``staging``
+    (a tmpfs there, so the host sees an empty folder), then the agent's user runs bubblewrap."""
+    q = shlex.quote
+    lines = ["set -e", f"mount -t tmpfs -o mode=0755,size=1m autorl-sandbox {q(str(staging))}"]
+    for bind, mount_point in sources:
+        make = "mkdir" if bind.source.is_dir() else "touch"
+        lines.append(f"{make} {q(str(mount_point))}")
+        lines.append(f"mount --bind {q(str(bind.source))} {q(str(mount_point))}")
+    lines.append(f'exec {shlex.join(_as_user(uid))} "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(lines), "sh"]
 
 
 def unsandboxed_warning(reason: str) -> str:
     return (
         "WARNING: the agent runs WITHOUT a sandbox "
         f"({reason}). It runs as {_whoami()} and can read everything that user can (the platform "
-        "home with its database and tokens, other runs), and signal platform processes. For "
-        "isolation, run the platform as root (the agent then gets a user of its own) or install "
-        "bubblewrap, and leave --sandbox at auto."
+        "home with its database and tokens, other runs, test data), reach every local service "
+        "(database, Redis, the grader's admin API) and signal platform processes. For isolation, "
+        "install bubblewrap (`make setup`) and leave --sandbox at auto."
     )
 
 
@@ -299,54 +371,34 @@ def _whoami() -> str:
         return f"uid {os.geteuid()}"
 
 
-def plan_sandbox(
-    requested: SandboxMode,
-    *,
-    workspace: Path,
-    read_only: Sequence[Path],
-    hidden: Sequence[Path],
-    exposed: Sequence[Path] = (),
-) -> SandboxPlan:
-    """Resolve ``requested`` (``auto`` picks the strongest mode available) into a plan.
-
-    ``exposed`` are extra folders the agent must read (a custom agent's own folder).
-    """
+def plan_sandbox(requested: SandboxMode, request: SandboxRequest) -> SandboxPlan:
+    """Resolve ``requested`` (``auto`` picks the strongest mode available) into a plan."""
     is_root = os.geteuid() == 0
-
-    def user() -> SandboxPlan:
-        return plan_user_sandbox(workspace=workspace, read_only=read_only, hidden=hidden, exposed=exposed)
-
-    def bwrap() -> SandboxPlan:
-        return plan_bwrap_sandbox(workspace=workspace, read_only=read_only, hidden=hidden, exposed=exposed)
-
     if requested is SandboxMode.USER:
         if not is_root:
             raise SandboxError("--sandbox user needs the platform to run as root; use bwrap or none")
-        return user()
+        return plan_bubblewrap(request, as_own_user=True)
     if requested is SandboxMode.BWRAP:
-        return bwrap()
+        return plan_bubblewrap(request, as_own_user=False)
     if requested is SandboxMode.NONE:
+        if request.egress:
+            raise SandboxError("--egress needs the sandbox (it is the agent's network); drop --sandbox none")
         return SandboxPlan(mode=SandboxMode.NONE, warning=unsandboxed_warning("--sandbox none"))
-    reasons: list[str] = []
-    if is_root:
-        try:
-            return user()
-        except SandboxError as exc:
-            reasons.append(str(exc))
-    if shutil.which("bwrap"):
-        return bwrap()
-    reasons.append("not root" if not is_root else "user sandbox unavailable")
-    reasons.append("bubblewrap not installed")
-    return SandboxPlan(mode=SandboxMode.NONE, warning=unsandboxed_warning("; ".join(reasons)))
+    try:
+        return plan_bubblewrap(request, as_own_user=is_root)
+    except SandboxError as exc:
+        if request.egress:
+            raise
+        return SandboxPlan(mode=SandboxMode.NONE, warning=unsandboxed_warning(str(exc)))
 
 
 def resolve_mode(requested: SandboxMode) -> SandboxMode:
     """The mode ``plan_sandbox`` will most likely use (cheap checks, nothing is set up)."""
     if requested is not SandboxMode.AUTO:
         return requested
-    if os.geteuid() == 0 and all(shutil.which(t) for t in ("unshare", "setpriv", "mount")):
-        return SandboxMode.USER
-    return SandboxMode.BWRAP if shutil.which("bwrap") else SandboxMode.NONE
+    if shutil.which("bwrap") is None:
+        return SandboxMode.NONE
+    return SandboxMode.USER if os.geteuid() == 0 else SandboxMode.BWRAP
 
 
 def can_share_base_model(mode: SandboxMode) -> bool:
@@ -361,7 +413,7 @@ def can_share_base_model(mode: SandboxMode) -> bool:
 def check_agent_readable(mode: SandboxMode, program: Path) -> None:
     """In the ``user`` sandbox the agent runs as another user: its program must be readable.
 
-    The folders above it need not be (the sandbox re-creates the path), its own folder and the
+    The folders above it need not be (the sandbox mounts it at its path), its own folder and the
     file must. Checked before anything starts, so that the failure is a message, not a run.
     """
     if mode is not SandboxMode.USER:
@@ -374,58 +426,3 @@ def check_agent_readable(mode: SandboxMode, program: Path) -> None:
             f"the agent {program} is not readable by the sandboxed agent's user; run "
             f"`chmod o+rx {folder} {program}` or pass --sandbox none"
         )
-
-
-def give_to_agent(paths: Iterable[Path], uid: int, gid: int) -> None:
-    """Let the agent's user, and only it, write and read these folders (workspace root, code/, output/)."""
-    for path in paths:
-        os.chown(path, uid, gid)
-        path.chmod(0o700)
-
-
-def reclaim(root: Path) -> None:
-    """Give everything the agent wrote back to the platform's user, links not followed.
-
-    Afterwards the agent's uid owns nothing, so it can be handed to a later run safely.
-    """
-    uid, gid = os.geteuid(), os.getegid()
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            try:
-                os.lchown(os.path.join(folder, name), uid, gid)
-            except OSError:
-                continue
-    os.lchown(root, uid, gid)
-
-
-def signal_uid(uid: int, gid: int, signum: int) -> None:
-    """Send ``signum`` to every process of ``uid`` (``kill(-1)`` from a child running as it).
-
-    Race-free where a /proc scan is not: a process cannot fork out of its user id.
-    """
-    pid = os.fork()
-    if pid == 0:  # the child: only system calls, then _exit (the parent may hold locks)
-        code = 0
-        try:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            os.kill(-1, signum)
-        except ProcessLookupError:
-            pass
-        except BaseException:
-            code = 1
-        os._exit(code)
-    os.waitpid(pid, 0)
-
-
-def uid_processes(uid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids

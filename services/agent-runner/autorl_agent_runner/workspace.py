@@ -125,6 +125,7 @@ def create_workspace(
     timeout_s: float,
     max_submissions: int | None = None,
     link_model: bool = True,
+    model_mounted: bool = False,
 ) -> Workspace:
     """Create (or complete, for this same run) the workspace under ``root``.
 
@@ -132,7 +133,8 @@ def create_workspace(
     is not copied per run), else copied. Its files become read-only (0444): an agent that saves
     into ``MODEL_PATH`` by mistake gets a permission error instead of silently changing the
     cached model that baselines are measured on. The sandbox mounts models/ and data/ read-only
-    on top of that wherever it can.
+    on top of that wherever it can. With ``model_mounted`` (a Kubernetes agent pod mounts the cached
+    model there, read-only) ``models/<base>`` is left an empty mount point instead.
     """
     check_workspace_free(root, run_id)
     if not (base_model_dir / "config.json").is_file():
@@ -153,7 +155,9 @@ def create_workspace(
     workspace.code.mkdir(exist_ok=True)
     workspace.output.mkdir(exist_ok=True)
     workspace.models.mkdir(exist_ok=True)
-    if not workspace.model.exists():
+    if model_mounted:
+        workspace.model.mkdir(exist_ok=True)
+    elif not workspace.model.exists():
         _install_tree(base_model_dir, workspace.model, link=link_model)
     workspace.data.mkdir(exist_ok=True)
     for source in train_files:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("grader", help="serve the grading API (settings from AUTORL_* variables)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="the agent API's port")
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="serve the admin API and metrics only on this port (the agent port then serves only the "
+        "agent API); default: everything on --port",
+    )
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=run)
 
@@ -16,10 +24,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from autorl.cli import UsageError
     from autorl.settings import load_settings
     from autorl_grader.main import create_app
+    from autorl_grader.ports import AgentPortGuard
 
     settings = load_settings()
     app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    if args.admin_port is None:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        return 0
+    if args.admin_port == args.port:
+        raise UsageError(f"--admin-port must differ from --port ({args.port})")
+    sockets = [_listen(args.host, port) for port in (args.port, args.admin_port)]
+    server = uvicorn.Server(
+        uvicorn.Config(AgentPortGuard(app, agent_port=args.port), log_level=args.log_level)
+    )
+    server.run(sockets=sockets)
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    return sock

@@ -24,7 +24,7 @@ from autorl.errors import (
 )
 from autorl.settings import Settings
 from autorl.store import migrate
-from autorl_grader.api.routes import admin, agent, ops
+from autorl_grader.api.routes import admin, agent, ops, ui
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler
 from autorl_grader.state import GraderState
@@ -94,4 +94,5 @@ def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bo
     app.include_router(admin.router)
     app.include_router(agent.router)
     app.include_router(agent.router, prefix="/a/{token}")
+    app.include_router(ui.router)
     return app

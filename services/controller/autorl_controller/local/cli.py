@@ -74,7 +74,13 @@ def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "--sandbox",
         choices=("auto", "user", "bwrap", "none"),
         default="auto",
-        help="agent isolation (auto: own user when root, else bubblewrap, else none with a warning)",
+        help="agent isolation: auto (user when root, else bwrap; none with a warning where bubblewrap "
+        "cannot run), user (bubblewrap as a user id of the run's own), bwrap, none",
+    )
+    parser.add_argument(
+        "--egress",
+        action="store_true",
+        help="let the sandboxed agent reach the internet (an outside LLM API); never this machine's services",
     )
     parser.add_argument("--driver-model", default=None, help="the LLM driving an LLM agent, for results.csv")
     parser.add_argument("--max-submissions", type=int, default=None, help="per-experiment submission limit")
@@ -107,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         finish_wait_s=args.finish_wait,
         grace_period_s=args.grace_period,
         sandbox=args.sandbox,
+        egress=args.egress,
         driver_model=args.driver_model,
         max_submissions=args.max_submissions,
     )

@@ -29,6 +29,7 @@ from autorl.checkpoints import model_dir_name, resolve_model
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
+from autorl.reports import report_after_run
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.settings import Settings, load_settings
 from autorl.tasks import Task, get_task
@@ -64,6 +65,8 @@ class LocalRunConfig:
     finish_wait_s: float = 600.0
     grace_period_s: float = 30.0
     sandbox: str = "auto"
+    #: Internet access for the agent (an outside LLM API) through a user-mode network stack.
+    egress: bool = False
     driver_model: str | None = None
     max_submissions: int | None = None
 
@@ -179,6 +182,8 @@ class LocalRun:
             with _ignore_sigint():
                 self._finalize(status, message, timed_out)
                 row = self._record(status, self.prepared.started)
+                if self.registered:
+                    report_after_run(self.settings, self.run_id)
         self._print_summary(row, message)
         return exit_code
 
@@ -257,6 +262,7 @@ class LocalRun:
             platform_env=platform_env,
             sandbox=self.sandbox,
             hidden=self._hidden_paths(),
+            egress=config.egress,
             grace_period_s=config.grace_period_s,
         )
         self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
@@ -280,7 +286,7 @@ class LocalRun:
 
     def _hidden_paths(self) -> list[Path]:
         settings = self.settings
-        candidates = [settings.home, settings.cache_dir, settings.eval_dir, Path.home()]
+        candidates = [settings.home, settings.cache_dir, settings.eval_dir, settings.data_source_dir]
         return [p.expanduser().absolute() for p in candidates if p is not None]
 
     # --- services ---------------------------------------------------------------------------

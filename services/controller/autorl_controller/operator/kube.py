@@ -40,9 +40,12 @@ class Resource:
     api_version: str
     plural: str
 
-    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        """The object's path; ``namespace`` None: the collection across the cluster."""
         root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        path = f"{root}/namespaces/{namespace}/{self.plural}"
+        path = (
+            f"{root}/{self.plural}" if namespace is None else f"{root}/namespaces/{namespace}/{self.plural}"
+        )
         if name is not None:
             path += f"/{name}"
         if subresource is not None:
@@ -86,7 +89,7 @@ def _pem_file(path: Any, data: str | bytes | None, scratch: str, name: str) -> s
 
 
 class KubeClient:
-    """Create-if-missing, get, merge-patch and delete of namespaced objects."""
+    """Create-if-missing, get, list, merge-patch and delete of namespaced objects."""
 
     def __init__(self, *, timeout_s: float = 30.0) -> None:
         self._timeout_s = timeout_s
@@ -142,6 +145,14 @@ class KubeClient:
             raise self._fail(response)
         body: dict[str, Any] = response.json()
         return body
+
+    async def list(self, resource: Resource, namespace: str | None) -> list[dict[str, Any]]:
+        """Every object of ``resource`` in ``namespace`` (None: the whole cluster)."""
+        response = await self._request("GET", resource.path(namespace))
+        if response.is_error:
+            raise self._fail(response)
+        items: list[dict[str, Any]] = response.json().get("items") or []
+        return items
 
     async def ensure(self, resource: Resource, manifest: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Create the object unless one of that name exists; returns (object, created)."""

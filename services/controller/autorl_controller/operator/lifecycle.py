@@ -8,6 +8,7 @@ Kept apart from the handlers so that each rule is tested without a server.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -88,6 +89,19 @@ def agent_outcome(job: JobStatus, *, past_deadline: bool) -> Outcome | None:
     if job.state is JobState.MISSING:
         return Outcome(Phase.FAILED, "failed", "the agent Job was deleted before it finished")
     return None
+
+
+def agent_deadline_s(job: dict[str, Any] | None, end_time: float | None, *, slack_s: int) -> int | None:
+    """The agent Job's ``activeDeadlineSeconds`` that ends it ``slack_s`` after the budget's end.
+
+    Kubernetes counts it from the Job's ``status.startTime``, which precedes the budget's start by
+    the time spent scheduling and pulling the image; at the deadline the Job controller deletes the
+    pod (SIGTERM, SIGKILL after its terminationGracePeriodSeconds). None while either time is unknown.
+    """
+    started = epoch_from_iso(((job or {}).get("status") or {}).get("startTime"))
+    if started is None or end_time is None:
+        return None
+    return max(1, math.ceil(end_time - started)) + slack_s
 
 
 def outcome_condition(outcome: Outcome, now: datetime) -> dict[str, Any]:

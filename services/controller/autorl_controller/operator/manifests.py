@@ -4,19 +4,28 @@ Nothing here talks to a server: each ``build_*`` takes the validated spec and th
 settings and returns a manifest (or the grader's registration payload), so every security-relevant
 field is unit-tested. Handlers adopt the manifests (owner references) and create them if missing.
 
-Layout of the shared ReadWriteMany volume (mounted at ``settings.shared_mount`` in the grader and
-evaluators, which see the same paths)::
+Layout of the shared ReadWriteMany volume (mounted read-only at ``settings.shared_mount`` in the
+grader, which sees the same paths) and who owns what on it::
 
-    cache/models/<hub|builtin>/<dir>    base models, filled by the prepare Job
-    cache/data/<task>/train.jsonl       train split only; the test split never is on this volume
-    experiments/<namespace>/<name>/     one workspace per Experiment; an agent pod mounts only this,
-                                        its base model and its train split (read-only)
+    cache/models/<hub|builtin>/<dir>    base models        platform uid, 0755/0644
+    cache/data/<task>/train.jsonl       train split only   (the test split never is on this volume)
+    experiments/<namespace>/            1733: any experiment's prepare step may add its folder there,
+                                        none may list or remove another's
+    experiments/<namespace>/<name>/     the workspace: the experiment's own uid, the platform group,
+                                        2750; an agent pod mounts only this, its base model and its
+                                        train split (read-only)
+
+Each experiment runs as its own user and group id (``agent_run_as_id``), so no agent can read
+another's files even past its mounts; the grader reads submissions through the platform group,
+which no agent pod is ever in.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+import hashlib
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +42,10 @@ SECRET_URL_KEY = "GRADING_SERVER_URL"
 PREPARE_BACKOFF_LIMIT = 3
 PREPARE_DEADLINE_S = 7200
 SHARED_VOLUME = "shared"
+TMP_VOLUME = "tmp"
+#: Never a destination: link-local addresses (cloud metadata services hand out node credentials
+#: there), and IPv4-mapped IPv6, which a CNI may read as the IPv4 range it spells (::ffff:10.0.0.0/104).
+ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10", "::ffff:0:0/96")
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,25 @@ def check_cluster_model(model: str) -> None:
         )
 
 
+def agent_run_as_id(ref: ExperimentRef, settings: ControllerSettings) -> int:
+    """The experiment's own user and group id: stable for its namespace and name, spread by SHA-256.
+
+    Deterministic, so a restarted controller, a retried prepare Job and the agent Job agree without
+    stored state; with the default range of 2·10⁹ ids, two of a thousand experiments share one with
+    probability ~2.5·10⁻⁴, and then the younger is refused before it runs (``id_collisions``).
+    """
+    digest = hashlib.sha256(f"{ref.namespace}/{ref.name}".encode()).digest()
+    return settings.agent_id_start + int.from_bytes(digest[:8], "big") % settings.agent_id_count
+
+
+def id_collisions(
+    ref: ExperimentRef, others: Iterable[ExperimentRef], settings: ControllerSettings
+) -> list[ExperimentRef]:
+    """The other experiments that run as the same id as ``ref`` (rare: see ``agent_run_as_id``)."""
+    mine = agent_run_as_id(ref, settings)
+    return [other for other in others if other != ref and agent_run_as_id(other, settings) == mine]
+
+
 def labels(ref: ExperimentRef, role: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "autorl",
@@ -106,6 +138,10 @@ def shared_path(settings: ControllerSettings, subpath: str) -> str:
     return f"{settings.shared_mount.rstrip('/')}/{subpath}"
 
 
+def _cached_model(spec: ExperimentSpec) -> str:
+    return f"cache/models/{cached_model_subpath(spec.model)}"
+
+
 def build_registration(
     ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings
 ) -> dict[str, Any]:
@@ -120,7 +156,7 @@ def build_registration(
         "protocol": spec.evaluation.protocol,
         "workspace": workspace,
         "output_dir": f"{workspace}/output",
-        "base_model_dir": shared_path(settings, f"cache/models/{cached_model_subpath(spec.model)}"),
+        "base_model_dir": shared_path(settings, _cached_model(spec)),
         "agent_workspace": AGENT_WORKSPACE,
         "agent": spec.agent.display_name,
     }
@@ -142,68 +178,121 @@ def build_token_secret(ref: ExperimentRef, *, token: str, grading_server_url: st
     }
 
 
-def _pod_security(settings: ControllerSettings) -> dict[str, Any]:
-    return {
+def _pod_security(
+    settings: ControllerSettings, run_as: int, *, volume_group: int | None = None
+) -> dict[str, Any]:
+    security: dict[str, Any] = {
         "runAsNonRoot": True,
-        "runAsUser": settings.agent_uid,
-        "runAsGroup": settings.agent_uid,
-        "fsGroup": settings.agent_uid,
+        "runAsUser": run_as,
+        "runAsGroup": run_as,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    if settings.agent_strict_groups:
+        # No extra groups from the image's own /etc/group (where an image could name any group).
+        security["supplementalGroupsPolicy"] = "Strict"
+    if volume_group is not None:
+        # The pod joins the group; a fresh volume's root becomes writable by it (setgid, g+rwx). Only
+        # when the root does not match yet: a recursive change of a full volume would take long.
+        security["fsGroup"] = volume_group
+        security["fsGroupChangePolicy"] = "OnRootMismatch"
+    return security
 
 
-def _container_security() -> dict[str, Any]:
-    # Pod Security "restricted": what an untrusted agent container may not do.
-    return {
+def _container_security(*, user: int | None = None, group: int | None = None) -> dict[str, Any]:
+    # Pod Security "restricted", and a root file system nobody writes (scratch space is /tmp).
+    security: dict[str, Any] = {
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "privileged": False,
+        "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    if user is not None:
+        security["runAsUser"] = user
+    if group is not None:
+        security["runAsGroup"] = group
+    return security
 
 
-def _shared_volume(settings: ControllerSettings) -> dict[str, Any]:
-    return {"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": settings.shared_pvc}}
+def _shared_volume(settings: ControllerSettings, *, read_only: bool = False) -> dict[str, Any]:
+    claim: dict[str, Any] = {"claimName": settings.shared_pvc}
+    if read_only:
+        claim["readOnly"] = True
+    return {"name": SHARED_VOLUME, "persistentVolumeClaim": claim}
+
+
+def _tmp_volume() -> dict[str, Any]:
+    return {"name": TMP_VOLUME, "emptyDir": {}}
+
+
+def _tmp_mount() -> dict[str, Any]:
+    return {"name": TMP_VOLUME, "mountPath": "/tmp"}
 
 
 def build_prepare_job(
     ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings
 ) -> dict[str, Any]:
-    """Fill the shared cache with the base model and the train split, and create the workspace folder.
+    """Fill the shared cache, then create the workspace owned by the experiment's own user.
 
-    Platform code, not the agent's: it mounts the whole shared volume, so that it can create the
-    workspace owned by the agent's user (a subPath that does not exist yet would be created by
-    the kubelet as root, unwritable for the agent).
+    Two steps under two users, since restricted pods cannot chown: ``cache`` (an init container, the
+    platform's user) fills the cache and the namespace's folder of experiments; ``workspace`` (the
+    experiment's user, in the platform group) creates the experiment's folder 2750 and lays it out,
+    mounting only its namespace's folder and the cache (read-only). Neither runs agent code.
     """
     cache = shared_path(settings, "cache")
-    container: dict[str, Any] = {
-        "name": "prepare",
+    workspace = shared_path(settings, ref.workspace_subpath)
+    namespace_subpath = ref.workspace_subpath.rsplit("/", 1)[0]
+    args = ["--task", spec.task, "--model", spec.model, "--workspace", workspace]
+    args += ["--timeout", str(spec.timeoutSeconds)]
+    env = [
+        {"name": "AUTORL_CACHE_DIR", "value": cache},
+        {"name": "AUTORL_HOME", "value": "/tmp/autorl"},
+        {"name": "HF_HOME", "value": f"{cache}/huggingface"},
+        {"name": "HOME", "value": "/tmp"},
+    ]
+    resources = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}
+    fill: dict[str, Any] = {
+        "name": "cache",
+        "image": settings.runner_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["autorl", "agent-runner", "prepare"],
+        "args": [*args, "--step", "cache"],
+        "env": env,
+        "resources": resources,
+        "securityContext": _container_security(user=settings.platform_uid, group=settings.platform_gid),
+        "volumeMounts": [{"name": SHARED_VOLUME, "mountPath": settings.shared_mount}, _tmp_mount()],
+    }
+    if settings.prepare_env_secret:
+        fill["envFrom"] = [{"secretRef": {"name": settings.prepare_env_secret, "optional": True}}]
+    layout: dict[str, Any] = {
+        "name": "workspace",
         "image": settings.runner_image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["autorl", "agent-runner", "prepare"],
         "args": [
-            "--task",
-            spec.task,
-            "--model",
-            spec.model,
-            "--workspace",
-            shared_path(settings, ref.workspace_subpath),
-            "--timeout",
-            str(spec.timeoutSeconds),
+            *args,
+            "--step",
+            "workspace",
+            "--group",
+            str(settings.platform_gid),
+            "--model-dir",
+            shared_path(settings, _cached_model(spec)),
         ],
-        "env": [
-            {"name": "AUTORL_CACHE_DIR", "value": cache},
-            {"name": "AUTORL_HOME", "value": "/tmp/autorl"},
-            {"name": "HF_HOME", "value": f"{cache}/huggingface"},
-            {"name": "HOME", "value": "/tmp"},
-        ],
-        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}},
+        "env": env,
+        "resources": resources,
         "securityContext": _container_security(),
-        "volumeMounts": [{"name": SHARED_VOLUME, "mountPath": settings.shared_mount}],
+        "volumeMounts": [
+            {
+                "name": SHARED_VOLUME,
+                "mountPath": shared_path(settings, namespace_subpath),
+                "subPath": namespace_subpath,
+            },
+            {"name": SHARED_VOLUME, "mountPath": cache, "subPath": "cache", "readOnly": True},
+            _tmp_mount(),
+        ],
     }
-    if settings.prepare_env_secret:
-        container["envFrom"] = [{"secretRef": {"name": settings.prepare_env_secret, "optional": True}}]
+    run_as = agent_run_as_id(ref, settings)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -217,9 +306,10 @@ def build_prepare_job(
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": _pod_security(settings),
-                    "containers": [container],
-                    "volumes": [_shared_volume(settings)],
+                    "securityContext": _pod_security(settings, run_as, volume_group=settings.platform_gid),
+                    "initContainers": [fill],
+                    "containers": [layout],
+                    "volumes": [_shared_volume(settings), _tmp_volume()],
                 },
             },
         },
@@ -237,6 +327,9 @@ def agent_environment(spec: ExperimentSpec) -> list[dict[str, str]]:
         "TASK": spec.task,
         "BASE_MODEL": spec.model,
         "HOME": AGENT_WORKSPACE,
+        # The pod's user has no passwd entry; Python's getpass (torch's caches) reads these instead.
+        "USER": "agent",
+        "LOGNAME": "agent",
         "HF_HUB_OFFLINE": "1",
     }
     env = [{"name": name, "value": value} for name, value in contract.items()]
@@ -247,11 +340,12 @@ def agent_environment(spec: ExperimentSpec) -> list[dict[str, str]]:
 def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, Any]]:
     base = model_dir_name(spec.model)
     return [
+        _tmp_mount(),
         {"name": SHARED_VOLUME, "mountPath": AGENT_WORKSPACE, "subPath": ref.workspace_subpath},
         {
             "name": SHARED_VOLUME,
             "mountPath": f"{AGENT_WORKSPACE}/models/{base}",
-            "subPath": f"cache/models/{cached_model_subpath(spec.model)}",
+            "subPath": _cached_model(spec),
             "readOnly": True,
         },
         {
@@ -263,11 +357,22 @@ def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, An
     ]
 
 
+def agent_deadline_slack_s(spec: ExperimentSpec, settings: ControllerSettings) -> int:
+    """How long the agent's Job may outlast its budget before Kubernetes stops it.
+
+    None for a custom image: nothing inside its pod keeps time, so it gets SIGTERM at the deadline.
+    The agent runner stops a built-in agent itself at the deadline and then needs a moment to close.
+    """
+    return 0 if spec.agent.image is not None else settings.deadline_grace_s
+
+
 def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings) -> dict[str, Any]:
     """The agent's Job: a built-in agent under the agent runner, or a custom image of its own.
 
-    Restricted Pod Security, no service-account token, no service links (no addresses of Postgres or
-    Redis in its environment), credentials only by ``envFrom``, and a hard deadline.
+    Restricted Pod Security with a read-only root file system, the experiment's own user and group
+    id, no service-account token, no service links (no addresses of Postgres or Redis in its
+    environment), credentials only by ``envFrom``, and a hard deadline: at it the pod gets SIGTERM,
+    ``agent_stop_grace_s`` later SIGKILL.
     """
     env_from: list[dict[str, Any]] = [{"secretRef": {"name": ref.secret_name}}]
     env_from += [source.model_dump(exclude_none=True) for source in spec.agent.envFrom or []]
@@ -286,8 +391,10 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": _pod_security(settings),
-        "volumes": [_shared_volume(settings)],
+        "terminationGracePeriodSeconds": settings.agent_stop_grace_s,
+        # No fsGroup: the kubelet would hand the whole shared volume to the agent's group.
+        "securityContext": _pod_security(settings, agent_run_as_id(ref, settings)),
+        "volumes": [_shared_volume(settings), _tmp_volume()],
     }
     if spec.agent.builtin is not None:
         container["image"] = settings.runner_image
@@ -330,14 +437,53 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "spec": {
             # A retried agent would start its budget over; one attempt, like a local run.
             "backoffLimit": 0,
-            "activeDeadlineSeconds": spec.timeoutSeconds + settings.deadline_grace_s,
+            # Counted from the Job's start, so never later than the budget's end; the controller moves
+            # it to exactly that end once the budget starts (after scheduling and the image pull).
+            "activeDeadlineSeconds": spec.timeoutSeconds + agent_deadline_slack_s(spec, settings),
             "template": {"metadata": {"labels": labels(ref, "agent")}, "spec": pod},
         },
     }
 
 
-def _cidr_for(address: str) -> str:
-    return f"{address}/128" if ":" in address else f"{address}/32"
+def _denied_networks(settings: ControllerSettings) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    return [ipaddress.ip_network(cidr) for cidr in (*settings.cluster_cidrs, *ALWAYS_DENIED_CIDRS)]
+
+
+def _inside(
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    denied: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
+) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The denied range that holds all of ``network``, if any."""
+    return next((d for d in denied if d.version == network.version and network.subnet_of(d)), None)  # type: ignore[arg-type]
+
+
+def check_egress(spec: ExperimentSpec, settings: ControllerSettings) -> None:
+    """Refuse a ``cidr`` rule inside the cluster's own ranges (pods, services, nodes) or link-local ones.
+
+    A wider block that merely contains them is fine: the policy excepts them from it.
+    """
+    denied = _denied_networks(settings)
+    for index, rule in enumerate(spec.egress or []):
+        if rule.cidr is None:
+            continue
+        holder = _inside(ipaddress.ip_network(rule.cidr, strict=False), denied)
+        if holder is not None:
+            raise ValueError(
+                f"spec.egress[{index}].cidr: {rule.cidr} lies inside {holder}, an address range of the "
+                "cluster itself (pods, services, nodes) or link-local, which agents may never reach; "
+                "allow only outside destinations (e.g. the public address of an LLM API)"
+            )
+
+
+def _ip_block(
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    denied: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
+) -> dict[str, Any]:
+    block: dict[str, Any] = {"cidr": str(network)}
+    holes = [str(d) for d in denied if d.version == network.version and d.subnet_of(network)]  # type: ignore[arg-type]
+    if holes:
+        block["except"] = holes
+    return {"ipBlock": block}
 
 
 def build_network_policy(
@@ -346,11 +492,15 @@ def build_network_policy(
     settings: ControllerSettings,
     resolved_hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """Agent pods: no ingress; egress only to DNS, the grader, and the spec's ``egress`` rules.
+    """Agent pods: no ingress; egress only to DNS, the grader's agent port, and the spec's ``egress``.
 
     A NetworkPolicy knows addresses, not names: a ``host`` rule allows the addresses it resolved to
-    (``resolved_hosts``, refreshed by the controller while the experiment runs).
+    (``resolved_hosts``, refreshed by the controller while the experiment runs), less any inside the
+    cluster's ranges (a name may point anywhere). Every allowed block excepts the cluster's ranges.
+    Raises ValueError for a ``cidr`` rule inside them (``check_egress``).
     """
+    check_egress(spec, settings)
+    denied = _denied_networks(settings)
     egress: list[dict[str, Any]] = [
         {
             "to": [
@@ -378,15 +528,17 @@ def build_network_policy(
     resolved_hosts = resolved_hosts or {}
     for rule in spec.egress or []:
         if rule.cidr is not None:
-            blocks = [rule.cidr]
+            networks = [ipaddress.ip_network(rule.cidr, strict=False)]
         else:
             assert rule.host is not None
-            blocks = sorted({_cidr_for(address) for address in resolved_hosts.get(rule.host, ())})
-        if not blocks:
+            addresses = {ipaddress.ip_address(a) for a in resolved_hosts.get(rule.host, ())}
+            networks = [ipaddress.ip_network(a) for a in sorted(addresses, key=lambda a: (a.version, a))]
+            networks = [n for n in networks if _inside(n, denied) is None]
+        if not networks:
             continue
         egress.append(
             {
-                "to": [{"ipBlock": {"cidr": block}} for block in blocks],
+                "to": [_ip_block(network, denied) for network in networks],
                 "ports": [{"protocol": "TCP", "port": port} for port in rule.tcp_ports],
             }
         )

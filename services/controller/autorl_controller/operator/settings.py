@@ -6,11 +6,12 @@ documentation.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from autorl.errors import ConfigurationError
@@ -20,6 +21,10 @@ from autorl.settings import UNSAFE_ADMIN_TOKENS
 DEFAULT_SHARED_MOUNT = "/shared"
 #: Where an agent pod sees its own workspace (the grader maps this path onto the shared volume).
 AGENT_WORKSPACE = "/workspace"
+#: The largest id every runtime and file system (NFS included) takes as an unsigned 31-bit number.
+MAX_RUN_AS_ID = 2**31 - 2
+#: Private and carrier-grade NAT ranges: where pod, service and node addresses live in practice.
+DEFAULT_CLUSTER_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
 
 
 def _secrets_dir() -> str | None:
@@ -34,7 +39,7 @@ class ControllerSettings(BaseSettings):
 
     grader_url: str = Field(
         default="http://autorl-grader:8000",
-        description="Base URL of the grader's admin API, as the controller sees it.",
+        description="Base URL of the grader's admin API (its admin port), as the controller sees it.",
     )
     admin_token: SecretStr | None = Field(default=None, description="Bearer token of the grader's admin API.")
     kube_api_url: str | None = Field(
@@ -64,14 +69,55 @@ class ControllerSettings(BaseSettings):
         default_factory=lambda: {"app.kubernetes.io/name": "autorl", "app.kubernetes.io/component": "grader"},
         description="Labels selecting the grader pods (JSON), which agents may reach.",
     )
-    grader_port: int = Field(default=8000, gt=0, lt=65536, description="Container port of the grader.")
+    grader_port: int = Field(
+        default=8000,
+        gt=0,
+        lt=65536,
+        description="Container port of the grader's agent API, the only one agents may reach.",
+    )
     dns_namespace: str = Field(default="kube-system", description="Namespace of the cluster DNS pods.")
     dns_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {"k8s-app": "kube-dns"},
         description="Labels selecting the cluster DNS pods (JSON).",
     )
-    agent_uid: int = Field(
-        default=1000, gt=0, description="Non-root user (and group) id of agent and prepare pods."
+    agent_id_start: int = Field(
+        default=1_000_000,
+        gt=0,
+        description="First user and group id of agent pods: each experiment runs as its own id in "
+        "[agent_id_start, agent_id_start + agent_id_count), hashed from <namespace>/<name>.",
+    )
+    agent_id_count: int = Field(
+        default=2_000_000_000,
+        gt=0,
+        description="How many ids agents may get (the larger, the rarer two experiments share one).",
+    )
+    platform_uid: int = Field(
+        default=10001,
+        gt=0,
+        description="User id of the platform pods (the images' own user); owns the shared cache.",
+    )
+    platform_gid: int = Field(
+        default=10001,
+        gt=0,
+        description="Group id of the platform pods: experiment folders belong to this group, so the "
+        "grader can read submissions; no agent is ever in it.",
+    )
+    cluster_cidrs: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_CLUSTER_CIDRS),
+        description="The cluster's pod, service and node ranges, comma-separated: agents never reach "
+        "them through an egress rule (the default is every private range).",
+    )
+    agent_strict_groups: bool = Field(
+        default=True,
+        description="supplementalGroupsPolicy Strict on agent and prepare pods (no groups from the "
+        "image's /etc/group); turn off on nodes whose runtime lacks it (containerd < 2.0, CRI-O < 1.31): "
+        "the kubelet refuses such pods there.",
+    )
+    agent_stop_grace_s: int = Field(
+        default=30,
+        ge=0,
+        description="Seconds from SIGTERM at an agent's deadline to SIGKILL "
+        "(the agent pod's terminationGracePeriodSeconds).",
     )
     agent_node_selector: dict[str, str] = Field(
         default_factory=dict, description="nodeSelector of agent pods (JSON), e.g. GPU nodes."
@@ -100,12 +146,40 @@ class ControllerSettings(BaseSettings):
         default="http://0.0.0.0:8080/healthz", description="Where kopf serves the liveness probe."
     )
 
-    @field_validator("watch_namespaces", mode="before")
+    @field_validator("watch_namespaces", "cluster_cidrs", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("cluster_cidrs")
+    @classmethod
+    def _check_cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(
+                    f"cluster CIDR {cidr!r} is not a network such as 10.96.0.0/12 ({exc})"
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_agent_ids(self) -> ControllerSettings:
+        last = self.agent_id_start + self.agent_id_count - 1
+        if last > MAX_RUN_AS_ID:
+            raise ValueError(
+                f"agent ids end at {last}, above {MAX_RUN_AS_ID}; lower agent_id_start or agent_id_count"
+            )
+        # An agent with the platform's id could read every workspace: the ranges must not meet.
+        for what, value in (("platform_uid", self.platform_uid), ("platform_gid", self.platform_gid)):
+            if self.agent_id_start <= value <= last:
+                raise ValueError(
+                    f"{what} {value} lies in the agents' id range {self.agent_id_start}-{last}; "
+                    "move one of them"
+                )
+        return self
 
     def require_safe_admin_token(self) -> None:
         """Fail fast at start-up, as the grader does, rather than on the first experiment."""

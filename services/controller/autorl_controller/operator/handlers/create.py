@@ -10,8 +10,9 @@ from pydantic import ValidationError
 from autorl.experiment import ExperimentSpec, Phase, validate_name
 from autorl_controller.operator.context import context_of
 from autorl_controller.operator.kube import EXPERIMENTS
-from autorl_controller.operator.manifests import check_cluster_model
+from autorl_controller.operator.manifests import check_cluster_model, check_egress
 from autorl_controller.operator.reporting import transition
+from autorl_controller.operator.settings import ControllerSettings
 
 
 def describe(exc: ValidationError) -> str:
@@ -26,7 +27,7 @@ def describe(exc: ValidationError) -> str:
     return "invalid spec: " + "; ".join(parts)
 
 
-def validation_error(name: str, spec: Any) -> str | None:
+def validation_error(name: str, spec: Any, settings: ControllerSettings) -> str | None:
     """Why an Experiment cannot run, or None when it can."""
     try:
         validate_name(name)
@@ -40,6 +41,10 @@ def validation_error(name: str, spec: Any) -> str | None:
         check_cluster_model(parsed.model)
     except ValueError as exc:
         return f"invalid spec: spec.model: {exc}"
+    try:
+        check_egress(parsed, settings)
+    except ValueError as exc:
+        return f"invalid spec: {exc}"
     return None
 
 
@@ -51,7 +56,7 @@ async def validate(
     # The status kopf hands over can lag behind our own patches (kopf may call again on their echo).
     fresh = await context.kube.get(EXPERIMENTS, namespace, name) or dict(body)
     current = dict(fresh.get("status") or {})
-    error = validation_error(name, spec)
+    error = validation_error(name, spec, context.settings)
     if error is not None:
         await transition(context, fresh, current, Phase.FAILED, error)
         raise kopf.PermanentError(error)

@@ -25,6 +25,7 @@ from autorl_controller.operator.kube import EXPERIMENTS, JOBS, NETWORK_POLICIES,
 from autorl_controller.operator.lifecycle import (
     JobState,
     Outcome,
+    agent_deadline_s,
     agent_outcome,
     epoch_from_iso,
     job_status,
@@ -34,11 +35,14 @@ from autorl_controller.operator.lifecycle import (
 )
 from autorl_controller.operator.manifests import (
     ExperimentRef,
+    agent_deadline_slack_s,
+    agent_run_as_id,
     build_agent_job,
     build_network_policy,
     build_prepare_job,
     build_registration,
     build_token_secret,
+    id_collisions,
 )
 from autorl_controller.operator.reporting import as_body, patch_status, transition
 
@@ -167,8 +171,10 @@ class Step:
         await self._adopt_and_create(SECRETS, secret)
 
     async def prepare(self) -> None:
-        await self.register()
         job = await self.context.kube.get(JOBS, self.ref.namespace, self.ref.prepare_job_name)
+        if job is None and not await self.own_id():
+            return
+        await self.register()
         if job is None:
             await self._adopt_and_create(JOBS, build_prepare_job(self.ref, self.spec, self.settings))
         state = job_status(job)
@@ -187,6 +193,31 @@ class Step:
         await self.context.grader.request_baseline(self.ref.grader_name)
         await self._move(Phase.BASELINE, "evaluating the base model")
 
+    async def own_id(self) -> bool:
+        """Whether no older Experiment runs as this one's user id; else it ends Failed, saying which.
+
+        Ids are hashed, so two experiments can share one (rarely); the one created later yields, before
+        its folder or its pods exist. Finished experiments count too: their files stay.
+        """
+        namespaces: list[str | None] = list(self.settings.watch_namespaces) or [None]
+        metas = [
+            item["metadata"]
+            for namespace in namespaces
+            for item in await self.context.kube.list(EXPERIMENTS, namespace)
+        ]
+        age = {ExperimentRef(meta["name"], meta["namespace"]): _created(meta) for meta in metas}
+        mine = _created(self.body["metadata"])
+        older = [other for other in id_collisions(self.ref, age, self.settings) if age[other] < mine]
+        if older:
+            other = older[0]
+            await self.fail(
+                f"this experiment would run as user id {agent_run_as_id(self.ref, self.settings)}, which "
+                f"experiment {other.namespace}/{other.name} already has (ids are hashed from the namespace "
+                "and name); apply it under another name"
+            )
+            return False
+        return True
+
     # --- Baseline: wait for the base model's score, then start the agent ------------------------------
 
     async def baseline(self) -> None:
@@ -204,14 +235,21 @@ class Step:
             return
         if baseline != "scored":
             return
-        await self.sync_policy()
+        if not await self.sync_policy():
+            return
         await self._adopt_and_create(JOBS, build_agent_job(self.ref, self.spec, self.settings))
         await self._move(Phase.RUNNING, "the agent Job is waiting for its pod", status_from_view(view))
 
-    async def sync_policy(self) -> None:
+    async def sync_policy(self) -> bool:
+        """Create or refresh the agent's NetworkPolicy; False (and Failed) when its egress is refused."""
         hosts = [rule.host for rule in self.spec.egress or [] if rule.host is not None]
         resolved = await resolve_hosts(hosts) if hosts else {}
-        policy = build_network_policy(self.ref, self.spec, self.settings, resolved)
+        try:
+            policy = build_network_policy(self.ref, self.spec, self.settings, resolved)
+        except ValueError as exc:
+            # Validated at creation; only cluster ranges widened since then can get here.
+            await self.fail(f"invalid spec: {exc}")
+            return False
         created = await self._adopt_and_create(NETWORK_POLICIES, policy)
         if not created and hosts:
             existing = await self.context.kube.get(NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name)
@@ -220,6 +258,7 @@ class Step:
                 await self.context.kube.patch(
                     NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name, {"spec": policy["spec"]}
                 )
+        return True
 
     # --- Running: the budget starts with the agent's pod; watch the Job and the clock ------------------
 
@@ -232,9 +271,12 @@ class Step:
         if view.get("start_time") is None and (state.state is JobState.ACTIVE or state.state.ended):
             # With Kueue a Job may wait long for quota: the budget starts when the agent really does.
             view = await self.context.grader.start(self.ref.grader_name)
-        if any(rule.host for rule in self.spec.egress or []):
-            await self.sync_policy()
+        if any(rule.host for rule in self.spec.egress or []) and not await self.sync_policy():
+            await self.context.kube.delete(JOBS, self.ref.namespace, self.ref.agent_job_name)
+            return
         end_time = view.get("end_time")
+        if job is not None and not state.state.ended:
+            await self.hold_deadline(job, end_time)
         past_deadline = end_time is not None and time.time() > end_time + self.settings.deadline_grace_s
         outcome = agent_outcome(state, past_deadline=past_deadline)
         synced = status_from_view(view)
@@ -251,6 +293,14 @@ class Step:
             f"{outcome.message}; waiting for evaluations in flight",
             {**synced, "conditions": [condition]},
         )
+
+    async def hold_deadline(self, job: dict[str, Any], end_time: float | None) -> None:
+        """Let Kubernetes itself stop the agent at its budget's end, whether or not we are running then."""
+        wanted = agent_deadline_s(job, end_time, slack_s=agent_deadline_slack_s(self.spec, self.settings))
+        if wanted is not None and job["spec"].get("activeDeadlineSeconds") != wanted:
+            await self.context.kube.patch(
+                JOBS, self.ref.namespace, self.ref.agent_job_name, {"spec": {"activeDeadlineSeconds": wanted}}
+            )
 
     # --- Finishing: let evaluations in flight complete, then close the experiment ----------------------
 
@@ -287,6 +337,11 @@ class Step:
                 f"the grader has no experiment {self.ref.grader_name!r} (was its database reset?)"
             )
         return view
+
+
+def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
+    """Creation order, ties broken by namespace and name: of two experiments, the older keeps an id."""
+    return (str(meta.get("creationTimestamp") or ""), str(meta["namespace"]), str(meta["name"]))
 
 
 def summary(outcome: Outcome, view: dict[str, Any]) -> str:

@@ -1,0 +1,359 @@
+"""Run reports: ``reports/metrics.json`` and a score-trajectory PNG in a run's folder, ``autorl report``.
+
+The metrics keep the reference AutoRL-Bench's names. Their definitions follow ours where the data
+differs: the reference stores a failed evaluation as a score of 0 and so counts "score > 0" as valid;
+here a failed evaluation has no score, so a *valid* submission is one that was scored (a real 0
+counts). Submissions are the agent's own (never the baseline), in the order they were made; times
+are seconds from the start of the agent's budget to when the submission was made.
+
+The database is the truth: a report is computed from it, so ``autorl report RUN`` regenerates the
+same report at any time after the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autorl.errors import AutoRLError, NotFoundError, UsageError
+from autorl.settings import Settings
+from autorl.store import Database, Experiment, Submission, SubmissionStatus
+from autorl.store import repository as repo
+
+REPORTS_DIR = "reports"
+METRICS_FILE = "metrics.json"
+TRAJECTORY_PNG = "figures/score_trajectory.png"
+#: Colours of the trajectory plot (tests find the points by them).
+POINT_COLOR = "#1f77b4"
+BEST_COLOR = "#d62728"
+FAILED_COLOR = "#7f7f7f"
+LINE_COLOR = "#aec7e8"
+BASELINE_COLOR = "#2ca02c"
+
+
+class ReportError(AutoRLError):
+    """A report cannot be made (matplotlib missing, an unwritable folder)."""
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
+
+
+@dataclass(frozen=True)
+class SubmissionRecord:
+    submission_id: int
+    created_at: float
+    status: str
+    score: float | None
+    is_copy_of_base: bool
+
+    @property
+    def scored(self) -> bool:
+        return self.status == SubmissionStatus.SCORED.value and self.score is not None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a report needs of one experiment, read from the store in one session."""
+
+    run_id: str
+    task: str
+    base_model: str
+    agent: str | None
+    status: str
+    protocol: str
+    timeout_s: int
+    start_time: float | None
+    end_time: float | None  # the budget's deadline
+    finished_at: float | None
+    baseline: float | None
+    submissions: tuple[SubmissionRecord, ...]
+
+    @classmethod
+    def read(cls, session: Session, experiment: Experiment) -> RunRecord:
+        baseline_row = repo.baseline_submission(session, experiment)
+        base_fingerprint = baseline_row.fingerprint if baseline_row is not None else None
+        baseline = (
+            baseline_row.score
+            if baseline_row is not None and baseline_row.status == SubmissionStatus.SCORED
+            else None
+        )
+        rows: Sequence[Submission] = repo.experiment_submissions(session, experiment)
+        return cls(
+            run_id=experiment.name,
+            task=experiment.task,
+            base_model=experiment.model,
+            agent=experiment.agent,
+            status=experiment.status.value,
+            protocol=str(experiment.eval_config.get("protocol", "opencompass")),
+            timeout_s=experiment.timeout_s,
+            start_time=_epoch(experiment.start_time),
+            end_time=_epoch(experiment.end_time),
+            finished_at=_epoch(experiment.finished_at),
+            baseline=baseline,
+            submissions=tuple(
+                SubmissionRecord(
+                    submission_id=row.id,
+                    created_at=row.created_at.timestamp(),
+                    status=row.status.value,
+                    score=row.score,
+                    is_copy_of_base=base_fingerprint is not None and row.fingerprint == base_fingerprint,
+                )
+                for row in rows
+                if not row.is_baseline
+            ),
+        )
+
+
+def _since_start(run: RunRecord, moment: float) -> float | None:
+    return None if run.start_time is None else round(moment - run.start_time, 1)
+
+
+def _share(part: int, whole: int) -> float | None:
+    return None if whole == 0 else round(part / whole, 4)
+
+
+@dataclass(frozen=True)
+class ScoredPoint:
+    index: int  # 1-based position among the agent's submissions
+    submission: SubmissionRecord
+    score: float
+
+
+def scored_points(run: RunRecord) -> list[ScoredPoint]:
+    return [
+        ScoredPoint(i, s, s.score)
+        for i, s in enumerate(run.submissions, start=1)
+        if s.scored and s.score is not None
+    ]
+
+
+def best_point(points: Sequence[ScoredPoint]) -> ScoredPoint | None:
+    """The highest score; the earliest on a tie, as the grader's best submission."""
+    return max(points, key=lambda p: (p.score, -p.index), default=None)
+
+
+def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
+    """The reference's process metrics, plus the run's identity and headline numbers.
+
+    ``now`` stands in for the end of a run that has not finished yet (the dashboard shows live runs).
+    """
+    subs = run.submissions
+    points = scored_points(run)
+    finished = [s for s in subs if s.status in (SubmissionStatus.SCORED.value, SubmissionStatus.FAILED.value)]
+    first_valid = points[0] if points else None
+    best = best_point(points)
+    best_score = best.score if best else None
+    first_better = next((p for p in points if run.baseline is not None and p.score > run.baseline), None)
+    rises = sum(1 for prev, cur in pairwise(points) if cur.score > prev.score)
+    # The budget is used until the experiment finished (the agent's exit plus evaluations in flight),
+    # never past its deadline.
+    end = run.finished_at if run.finished_at is not None else now
+    if run.end_time is not None:
+        end = min(end, run.end_time)
+    used_s = None if run.start_time is None else max(0.0, end - run.start_time)
+    last_submit = max((s.created_at for s in subs), default=None)
+    return {
+        "run_id": run.run_id,
+        "task": run.task,
+        "base_model": run.base_model,
+        "agent": run.agent,
+        "status": run.status,
+        "protocol": run.protocol,
+        "baseline": run.baseline,
+        "best_score": best_score,
+        "best_submission": best.submission.submission_id if best else None,
+        "improvement": None
+        if best_score is None or run.baseline is None
+        else round(best_score - run.baseline, 4),
+        "total_submissions": len(subs),
+        "scored_submissions": len(points),
+        "valid_submission_rate": _share(len(points), len(finished)),
+        "first_valid_idx": first_valid.index if first_valid else None,
+        "first_valid_delay": _since_start(run, first_valid.submission.created_at) if first_valid else None,
+        "score_trajectory": [s.score if s.scored else None for s in subs],
+        "time_to_first_improvement": _since_start(run, first_better.submission.created_at)
+        if first_better
+        else None,
+        "time_to_best": _since_start(run, best.submission.created_at) if best else None,
+        "monotonic_ratio": _share(rises, len(points) - 1) if len(points) >= 2 else None,
+        "copy_model_count": sum(1 for s in subs if s.is_copy_of_base) if run.baseline is not None else None,
+        "time_used_ratio": None if used_s is None else round(used_s / run.timeout_s, 4),
+        "last_submit_gap": None if last_submit is None else round(max(0.0, end - last_submit), 1),
+    }
+
+
+def plot_trajectory(run: RunRecord, target: Path) -> Path:
+    """A PNG of the headline score of each submission, in order: scored points, the best as a star,
+    failed ones as crosses on the axis, the baseline as a dashed line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: reports are written by servers and CI
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ReportError(
+            "matplotlib is not installed; install the ml extra (pip install 'autorl[ml]') to plot reports"
+        ) from exc
+
+    subs = run.submissions
+    points = scored_points(run)
+    best = best_point(points)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    try:
+        if points:
+            ax.plot([p.index for p in points], [p.score for p in points], color=LINE_COLOR, zorder=1)
+            others = [p for p in points if p is not best]
+            ax.plot(
+                [p.index for p in others],
+                [p.score for p in others],
+                linestyle="none",
+                marker="o",
+                markersize=8,
+                color=POINT_COLOR,
+                markeredgecolor=POINT_COLOR,
+                label="scored submission",
+                zorder=3,
+            )
+        if best is not None:
+            ax.plot(
+                [best.index],
+                [best.score],
+                linestyle="none",
+                marker="*",
+                markersize=16,
+                color=BEST_COLOR,
+                markeredgecolor=BEST_COLOR,
+                label=f"best {best.score:.2f} (#{best.index})",
+                zorder=4,
+            )
+        failed = [i for i, s in enumerate(subs, start=1) if s.status == SubmissionStatus.FAILED.value]
+        if failed:
+            ax.plot(
+                failed,
+                [0.0] * len(failed),
+                linestyle="none",
+                marker="x",
+                markersize=9,
+                markeredgewidth=3,
+                color=FAILED_COLOR,
+                label="failed",
+                zorder=2,
+            )
+        if run.baseline is not None:
+            ax.axhline(
+                run.baseline,
+                color=BASELINE_COLOR,
+                linestyle="--",
+                label=f"baseline {run.baseline:.2f}",
+                zorder=0,
+            )
+        ax.set_xlabel("submission")
+        ax.set_ylabel(f"score ({run.protocol})")
+        ax.set_title(f"{run.run_id}: score trajectory")
+        if subs:
+            ax.set_xlim(0.5, len(subs) + 0.5)
+            ax.set_xticks(range(1, len(subs) + 1) if len(subs) <= 20 else ax.get_xticks())
+            # Outside the axes, so that no legend marker sits among the points.
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+        else:
+            ax.text(0.5, 0.5, "no submissions", ha="center", va="center", transform=ax.transAxes)
+        ax.grid(True, alpha=0.3)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(target, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return target
+
+
+@dataclass(frozen=True)
+class Report:
+    metrics_path: Path
+    plot_path: Path
+    metrics: dict[str, Any]
+
+
+def write_report(run: RunRecord, run_dir: Path, now: float) -> Report:
+    """Write RUN_DIR/reports/metrics.json and RUN_DIR/reports/figures/score_trajectory.png."""
+    reports = run_dir / REPORTS_DIR
+    try:
+        reports.mkdir(parents=True, exist_ok=True)
+        metrics = compute_metrics(run, now)
+        metrics_path = reports / METRICS_FILE
+        metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write the report in {reports}: {exc}") from exc
+    plot_path = plot_trajectory(run, reports / TRAJECTORY_PNG)
+    return Report(metrics_path=metrics_path, plot_path=plot_path, metrics=metrics)
+
+
+def read_run(database_url: str, run_id: str) -> RunRecord:
+    db = Database(database_url)
+    try:
+        with db.session() as session:
+            return RunRecord.read(session, repo.get_experiment(session, run_id))
+    finally:
+        db.dispose()
+
+
+def report_run(settings: Settings, run_id: str, now: float) -> Report:
+    """The report of run ``run_id`` (its experiment in the settings' database), in HOME/runs/RUN_ID."""
+    assert settings.database_url is not None
+    run = read_run(settings.database_url, run_id)
+    return write_report(run, settings.home / "runs" / run_id, now)
+
+
+def report_after_run(settings: Settings, run_id: str) -> Report | None:
+    """Write the report at the end of ``autorl run``; a missing report never fails the run."""
+    try:
+        report = report_run(settings, run_id, time.time())
+    except AutoRLError as exc:
+        print(f"autorl run: no report: {exc}", file=sys.stderr)
+        return None
+    print(f"autorl run: report in {report.metrics_path.parent}", file=sys.stderr)
+    return report
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autorl.settings import load_settings
+
+    overrides: dict[str, object] = {} if args.home is None else {"home": args.home}
+    settings = load_settings(**overrides)
+    given = Path(args.run)
+    run_id = given.name if given.is_dir() else args.run
+    try:
+        report = report_run(settings, run_id, time.time())
+    except NotFoundError as exc:
+        raise UsageError(
+            f"no run {run_id!r} in the database of {settings.home} (or AUTORL_DATABASE_URL); "
+            "list the runs with `autorl results`"
+        ) from exc
+    if args.json:
+        print(json.dumps(report.metrics, indent=2))
+    else:
+        print(f"metrics: {report.metrics_path}\nplot:    {report.plot_path}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="(re)write a run's reports/metrics.json and score-trajectory PNG",
+        description="Compute a run's metrics (valid-submission rate, time to best, monotonic ratio, "
+        "copies of the base model, share of the budget used, ...) from the database and write "
+        "$AUTORL_HOME/runs/RUN/reports/metrics.json and reports/figures/score_trajectory.png.",
+    )
+    parser.add_argument("run", metavar="RUN", help="the run id (as in `autorl results`) or its run folder")
+    parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
+    parser.add_argument("--json", action="store_true", help="print only the metrics, as JSON")
+    parser.set_defaults(func=_run)

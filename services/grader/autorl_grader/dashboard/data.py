@@ -1,0 +1,191 @@
+"""What the dashboard shows, as typed JSON: the experiments table, one experiment's submissions,
+its score-over-time chart for each scoring protocol, and its run metrics. Read-only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from autorl.reports import RunRecord, compute_metrics
+from autorl.store import Experiment, Submission, SubmissionStatus
+from autorl.store import repository as repo
+from autorl.tasks.gsm8k import PROTOCOLS
+from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
+
+_SCORE_COLUMNS = {"opencompass": "score_opencompass", "flexible": "score_flexible", "strict": "score_strict"}
+
+
+class ExperimentRow(BaseModel):
+    name: str
+    phase: str = Field(description="pending, baseline, running, finishing, or how it ended")
+    status: str
+    task: str
+    model: str
+    agent: str | None
+    driver_model: str | None
+    protocol: str = Field(description="the scoring protocol of the headline score")
+    baseline_score: float | None
+    baseline_status: str | None
+    best_score: float | None
+    best_submission: int | None
+    improvement: float | None
+    submissions: int = Field(description="scored submissions of the agent")
+    total_submissions: int
+    failed_submissions: int
+    max_submissions: int
+    queued: int
+    running: int
+    queue_position: int | None = Field(
+        description="the position of its first waiting submission in the queue"
+    )
+    remaining_s: float | None
+    timeout_s: int
+    start_time: float | None
+    end_time: float | None
+    created_at: float | None
+    message: str | None
+
+
+class SubmissionRow(BaseModel):
+    submission_id: int
+    is_baseline: bool
+    status: str
+    score: float | None
+    scores: dict[str, float | None]
+    queue_position: int | None = None
+    eval_seconds: float | None
+    reused: bool
+    reused_from: int | None
+    error: str | None
+    model_path: str
+    created_at: float | None
+    finished_at: float | None
+    t_s: float | None = Field(description="seconds from the start of the budget to the submission")
+
+
+class ChartPoint(BaseModel):
+    submission_id: int
+    t_s: float
+    score: float
+    reused: bool
+
+
+class ChartSeries(BaseModel):
+    baseline: float | None
+    best_submission: int | None
+    points: list[ChartPoint]
+
+
+class Chart(BaseModel):
+    headline: str
+    origin: float = Field(description="epoch seconds of t_s = 0: the budget's start (or the registration)")
+    protocols: dict[str, ChartSeries]
+
+
+class ExperimentDetail(BaseModel):
+    experiment: ExperimentRow
+    submissions: list[SubmissionRow]
+    chart: Chart
+    metrics: dict[str, Any] = Field(description="the run's report metrics so far (see docs/LOCAL.md)")
+    now: float
+
+
+class ExperimentList(BaseModel):
+    experiments: list[ExperimentRow]
+    now: float
+
+
+class LogTailView(BaseModel):
+    available: bool
+    text: str
+    size_bytes: int
+    truncated: bool
+    reason: str | None
+
+
+def _phase(view: dict[str, Any]) -> str:
+    status = view["status"]
+    if status == "pending":
+        return "baseline" if view["baseline_status"] in ("queued", "running") else "pending"
+    if status == "running":
+        return "finishing" if view["remaining_s"] == 0 else "running"
+    return str(status)
+
+
+def experiment_row(session: Session, experiment: Experiment) -> ExperimentRow:
+    view = experiment_view(session, experiment)
+    waiting = [s for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+    queued = [s for s in waiting if s.status == SubmissionStatus.QUEUED]
+    # Merged over the admin view, so that a field it gains later never clashes with these.
+    return ExperimentRow.model_validate(
+        {
+            **view,
+            "phase": _phase(view),
+            "protocol": str(experiment.eval_config.get("protocol", "opencompass")),
+            "queued": len(queued),
+            "running": len(waiting) - len(queued),
+            "queue_position": repo.queue_position(session, queued[0]) if queued else None,
+        }
+    )
+
+
+def experiment_list(session: Session) -> ExperimentList:
+    return ExperimentList(
+        experiments=[experiment_row(session, e) for e in repo.list_experiments(session)], now=time.time()
+    )
+
+
+def _origin(experiment: Experiment) -> float:
+    return (experiment.start_time or experiment.created_at).timestamp()
+
+
+def _series(experiment: Experiment, rows: list[Submission], protocol: str, origin: float) -> ChartSeries:
+    column = _SCORE_COLUMNS[protocol]
+    baseline_row = next((s for s in rows if s.id == experiment.baseline_submission_id), None)
+    points = [
+        ChartPoint(
+            submission_id=s.id,
+            t_s=round(s.created_at.timestamp() - origin, 1),
+            score=getattr(s, column),
+            reused=s.reused_from is not None,
+        )
+        for s in rows
+        if not s.is_baseline and s.status == SubmissionStatus.SCORED and getattr(s, column) is not None
+    ]
+    best = max(points, key=lambda p: (p.score, -p.submission_id), default=None)
+    baseline = getattr(baseline_row, column) if baseline_row is not None else None
+    return ChartSeries(baseline=baseline, best_submission=best.submission_id if best else None, points=points)
+
+
+def experiment_detail(session: Session, name: str) -> ExperimentDetail:
+    experiment = repo.get_experiment(session, name)
+    rows = list(repo.experiment_submissions(session, experiment))
+    totals = ExperimentTotals.read(session, experiment)
+    origin = _origin(experiment)
+    submissions = []
+    for row in rows:
+        view = submission_view(session, experiment, row, totals)
+        submissions.append(
+            SubmissionRow.model_validate(
+                {
+                    **view,
+                    "reused": row.reused_from is not None,
+                    "t_s": round(row.created_at.timestamp() - origin, 1),
+                }
+            )
+        )
+    now = time.time()
+    return ExperimentDetail(
+        experiment=experiment_row(session, experiment),
+        submissions=submissions,
+        chart=Chart(
+            headline=str(experiment.eval_config.get("protocol", "opencompass")),
+            origin=origin,
+            protocols={p: _series(experiment, rows, p, origin) for p in PROTOCOLS},
+        ),
+        metrics=compute_metrics(RunRecord.read(session, experiment), now),
+        now=now,
+    )

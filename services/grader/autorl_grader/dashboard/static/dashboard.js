@@ -1,0 +1,292 @@
+// The dashboard's pages poll the grader's read-only JSON and redraw in place (no reload).
+// Everything that comes from an experiment (names, paths, errors, the agent's log) is untrusted:
+// it is only ever set as text (textContent), never parsed as HTML.
+"use strict";
+
+(function () {
+  const POLL_MS = 2000;
+  const PROTOCOL_KEY = "autorl.protocol";
+
+  function num(value, digits) {
+    return value === null || value === undefined ? "–" : Number(value).toFixed(digits === undefined ? 2 : digits);
+  }
+
+  function signed(value) {
+    if (value === null || value === undefined) return "–";
+    return (value >= 0 ? "+" : "") + Number(value).toFixed(2);
+  }
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return "–";
+    const s = Math.max(0, Math.round(seconds));
+    const h = Math.floor(s / 3600);
+    const m = Math.floor((s % 3600) / 60);
+    const rest = String(s % 60).padStart(2, "0");
+    return h > 0 ? `${h}:${String(m).padStart(2, "0")}:${rest}` : `${m}:${rest}`;
+  }
+
+  function cell(row, text, className) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (className) td.className = className;
+    row.appendChild(td);
+    return td;
+  }
+
+  function setStatus(text, failed) {
+    const el = document.getElementById("updated");
+    if (!el) return;
+    el.textContent = text;
+    el.classList.toggle("down", Boolean(failed));
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } });
+    if (response.status === 401) {
+      window.location.assign("/ui/login");
+      throw new Error("signed out");
+    }
+    if (!response.ok) {
+      let detail = response.statusText;
+      try {
+        detail = (await response.json()).detail || detail;
+      } catch (_) {
+        // not JSON: keep the status text
+      }
+      throw new Error(detail);
+    }
+    return response.json();
+  }
+
+  function poll(refresh) {
+    const tick = async () => {
+      try {
+        await refresh();
+        setStatus("updated " + new Date().toLocaleTimeString(), false);
+      } catch (error) {
+        setStatus("update failed: " + (error.message || error), true);
+      } finally {
+        window.setTimeout(tick, POLL_MS);
+      }
+    };
+    tick();
+  }
+
+  function queueText(exp) {
+    if (!exp.queued && !exp.running) return "–";
+    const parts = [];
+    if (exp.running) parts.push(`${exp.running} running`);
+    if (exp.queued) parts.push(`${exp.queued} queued` + (exp.queue_position ? ` (next #${exp.queue_position})` : ""));
+    return parts.join(", ");
+  }
+
+  function timeLeft(exp) {
+    if (!["pending", "baseline", "running", "finishing"].includes(exp.phase)) return "ended";
+    return exp.start_time === null ? "not started" : duration(exp.remaining_s);
+  }
+
+  function submissionsText(exp) {
+    const failed = exp.failed_submissions ? `, ${exp.failed_submissions} failed` : "";
+    return `${exp.submissions}/${exp.total_submissions}${failed}`;
+  }
+
+  // --- the experiments table -----------------------------------------------------------------
+
+  function experimentsPage() {
+    const body = document.querySelector("#experiments tbody");
+    const empty = document.getElementById("empty");
+    poll(async () => {
+      const data = await getJSON("/ui/api/experiments");
+      const rows = data.experiments.map((exp) => {
+        const tr = document.createElement("tr");
+        tr.dataset.name = exp.name;
+        const link = document.createElement("a");
+        link.href = "/ui/experiments/" + encodeURIComponent(exp.name);
+        link.textContent = exp.name;
+        cell(tr, "").appendChild(link);
+        cell(tr, exp.phase, "phase-" + exp.phase);
+        cell(tr, exp.task);
+        cell(tr, exp.model, "path");
+        cell(tr, exp.agent || "–");
+        cell(tr, num(exp.baseline_score), "num");
+        cell(tr, num(exp.best_score), "num");
+        cell(tr, signed(exp.improvement), "num " + (exp.improvement > 0 ? "up" : exp.improvement < 0 ? "down" : ""));
+        cell(tr, submissionsText(exp), "num");
+        cell(tr, timeLeft(exp), "num");
+        cell(tr, queueText(exp));
+        return tr;
+      });
+      body.replaceChildren(...rows);
+      empty.hidden = rows.length > 0;
+    });
+  }
+
+  // --- one experiment ------------------------------------------------------------------------
+
+  function summaryItems(target, items) {
+    const nodes = items.map(([label, value]) => {
+      const div = document.createElement("div");
+      const dt = document.createElement("dt");
+      const dd = document.createElement("dd");
+      dt.textContent = label;
+      dd.textContent = value === null || value === undefined ? "–" : String(value);
+      div.append(dt, dd);
+      return div;
+    });
+    target.replaceChildren(...nodes);
+  }
+
+  function makeChart(canvas) {
+    return new window.Chart(canvas, {
+      type: "scatter",
+      data: {
+        datasets: [
+          {
+            label: "submissions",
+            data: [],
+            showLine: true,
+            borderColor: "#aec7e8",
+            backgroundColor: "#1f77b4",
+            pointRadius: (ctx) => (ctx.raw && ctx.raw.best ? 10 : 4),
+            pointHoverRadius: (ctx) => (ctx.raw && ctx.raw.best ? 12 : 6),
+            pointStyle: (ctx) => (ctx.raw && ctx.raw.best ? "star" : "circle"),
+            pointBorderColor: (ctx) => (ctx.raw && ctx.raw.best ? "#d62728" : "#1f77b4"),
+            pointBorderWidth: (ctx) => (ctx.raw && ctx.raw.best ? 3 : 1),
+          },
+          {
+            label: "baseline",
+            data: [],
+            showLine: true,
+            pointRadius: 0,
+            borderColor: "#2ca02c",
+            borderDash: [6, 4],
+          },
+        ],
+      },
+      options: {
+        animation: false,
+        maintainAspectRatio: false,
+        scales: {
+          x: { type: "linear", title: { display: true, text: "minutes since the budget started" } },
+          y: { title: { display: true, text: "score" }, suggestedMin: 0 },
+        },
+        plugins: {
+          tooltip: {
+            callbacks: {
+              label: (ctx) =>
+                ctx.datasetIndex === 0
+                  ? `#${ctx.raw.id}: ${num(ctx.raw.y)}${ctx.raw.best ? " (best)" : ""}${ctx.raw.reused ? " (reused)" : ""}`
+                  : `baseline ${num(ctx.raw.y)}`,
+            },
+          },
+        },
+      },
+    });
+  }
+
+  function drawChart(chart, detail, protocol) {
+    const series = detail.chart.protocols[protocol];
+    const points = series.points.map((p) => ({
+      x: p.t_s / 60,
+      y: p.score,
+      id: p.submission_id,
+      best: p.submission_id === series.best_submission,
+      reused: p.reused,
+    }));
+    const xs = points.map((p) => p.x);
+    const elapsed = detail.experiment.start_time === null ? 0 : (detail.now - detail.chart.origin) / 60;
+    const right = Math.max(elapsed, ...xs, 1);
+    chart.data.datasets[0].data = points;
+    chart.data.datasets[1].data = series.baseline === null ? [] : [{ x: 0, y: series.baseline }, { x: right, y: series.baseline }];
+    chart.options.scales.y.title.text = `score (${protocol})`;
+    chart.update("none");
+  }
+
+  function submissionRow(sub) {
+    const tr = document.createElement("tr");
+    tr.dataset.id = String(sub.submission_id);
+    cell(tr, sub.is_baseline ? `${sub.submission_id} (baseline)` : String(sub.submission_id), "num");
+    cell(tr, sub.status, "status-" + sub.status);
+    cell(tr, num(sub.score), "num");
+    cell(tr, sub.status === "queued" && sub.queue_position ? `#${sub.queue_position}` : sub.status === "running" ? "evaluating" : "–");
+    cell(tr, num(sub.eval_seconds, 1), "num");
+    cell(tr, sub.reused ? `yes (from #${sub.reused_from})` : "");
+    cell(tr, sub.t_s === null ? "–" : (sub.t_s < 0 ? "before start" : "+" + duration(sub.t_s)), "num");
+    cell(tr, sub.model_path, "path");
+    cell(tr, sub.error || "", "error");
+    return tr;
+  }
+
+  const METRICS = [
+    ["valid_submission_rate", "valid submission rate"],
+    ["first_valid_idx", "first valid submission"],
+    ["first_valid_delay", "first valid after (s)"],
+    ["time_to_first_improvement", "first improvement after (s)"],
+    ["time_to_best", "best after (s)"],
+    ["monotonic_ratio", "monotonic ratio"],
+    ["copy_model_count", "copies of the base model"],
+    ["time_used_ratio", "share of budget used"],
+    ["last_submit_gap", "last submission before end (s)"],
+  ];
+
+  function metricText(key, value) {
+    if (value === null || value === undefined) return "–";
+    return /_(rate|ratio)$/.test(key) ? `${(100 * value).toFixed(1)} %` : String(value);
+  }
+
+  function experimentPage() {
+    const name = decodeURIComponent(window.location.pathname.split("/").pop());
+    const base = "/ui/api/experiments/" + encodeURIComponent(name);
+    const select = document.getElementById("protocol");
+    const log = document.getElementById("log");
+    const chart = makeChart(document.getElementById("chart"));
+    let latest = null;
+    let chosen = window.sessionStorage.getItem(PROTOCOL_KEY);
+    document.getElementById("title").textContent = name;
+    document.title = `AutoRL dashboard · ${name}`;
+    select.addEventListener("change", () => {
+      chosen = select.value;
+      window.sessionStorage.setItem(PROTOCOL_KEY, chosen);
+      if (latest) drawChart(chart, latest, chosen);
+    });
+    poll(async () => {
+      const [detail, tail] = await Promise.all([getJSON(base), getJSON(base + "/log")]);
+      latest = detail;
+      const exp = detail.experiment;
+      if (!chosen) chosen = detail.chart.headline;
+      select.value = chosen;
+      document.getElementById("message").textContent = exp.message || "";
+      summaryItems(document.getElementById("summary"), [
+        ["phase", exp.phase],
+        ["task", exp.task],
+        ["base model", exp.model],
+        ["agent", exp.agent],
+        ["headline protocol", exp.protocol],
+        ["baseline", num(exp.baseline_score)],
+        ["best", exp.best_submission ? `${num(exp.best_score)} (#${exp.best_submission})` : "–"],
+        ["improvement", signed(exp.improvement)],
+        ["submissions (scored/all)", submissionsText(exp) + ` of ${exp.max_submissions}`],
+        ["time left", timeLeft(exp)],
+        ["queue", queueText(exp)],
+      ]);
+      drawChart(chart, detail, chosen);
+      document.querySelector("#submissions tbody").replaceChildren(...detail.submissions.map(submissionRow));
+      summaryItems(
+        document.getElementById("metrics"),
+        METRICS.map(([key, label]) => [label, metricText(key, detail.metrics[key])]),
+      );
+      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      log.textContent = tail.available ? tail.text : "";
+      document.getElementById("log-note").textContent = tail.available
+        ? tail.truncated
+          ? `(the last ${Math.round(tail.text.length / 1024)} KiB of ${Math.round(tail.size_bytes / 1024)} KiB)`
+          : ""
+        : `(${tail.reason})`;
+      if (atBottom) log.scrollTop = log.scrollHeight;
+    });
+  }
+
+  const page = document.body.dataset.page;
+  if (page === "experiments") experimentsPage();
+  if (page === "experiment") experimentPage();
+})();

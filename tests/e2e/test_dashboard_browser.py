@@ -1,0 +1,187 @@
+"""The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, driven by Selenium)
+against a grader served over HTTP with its data in Postgres: sign in, read the experiments table,
+open an experiment, see its chart and a new submission arrive without a reload. The screenshot is
+kept in the test's tmp folder (their paths are printed)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from autorl.settings import Settings
+from autorl.store import Database
+from autorl_grader.main import create_app
+from tests.support.infra import serve
+from tests.support.runs import SeededExperiment, add_submission, create_experiment, finish, scores
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+#: The dashboard polls every 2 s; a change must show within a few polls.
+WAIT_S = 20.0
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1600",
+)
+POINTS_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[0].data"
+BASELINE_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[1].data"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail("Debian's chromium and chromium-driver are missing: run `make setup`")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # to find script errors
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+    return make_settings(database_url=pg_url)
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[Database]:
+    database = Database(pg_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def run(db: Database, tmp_path: Path) -> SeededExperiment:
+    """Baseline 10; 12 (no strict score), 30, a failure; the agent's log has a few lines."""
+    run = create_experiment(db, tmp_path / "workspace", started_minutes_ago=6)
+    add_submission(db, run.name, scores=scores(10.0), baseline=True)
+    add_submission(db, run.name, scores={"opencompass": 12.0, "flexible": 13.0}, minutes=1)
+    add_submission(db, run.name, scores=scores(30.0, strict=28.0), minutes=3)
+    add_submission(db, run.name, error="config.json: hidden_size differs from the base model", minutes=4)
+    (run.workspace / "agent.log").write_text("phase sft: loss 1.25\nphase grpo: reward 0.40\n")
+    return run
+
+
+def wait_for(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(condition, message=what)
+
+
+def cells(driver: Any, row_selector: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [td.text for td in driver.find_elements(By.CSS_SELECTOR, f"{row_selector} td")]
+
+
+def test_operator_signs_in_and_watches_an_experiment_live(
+    browser: Any, settings: Settings, db: Database, run: SeededExperiment, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    other = create_experiment(db, tmp_path / "other-workspace", started_minutes_ago=None)
+    ended = create_experiment(db, tmp_path / "ended-workspace", started_minutes_ago=2)
+    finish(db, ended.name, "timed_out")
+    assert settings.admin_token is not None
+    with serve(create_app(settings, reconcile=False)) as grader:
+        # Signing in: the dashboard sends a stranger to the form first.
+        browser.get(f"{grader.url}/ui")
+        assert browser.current_url == f"{grader.url}/ui/login"
+        browser.find_element(By.ID, "token").send_keys(run.token)  # an agent's token does not open it
+        browser.find_element(By.ID, "sign-in").click()
+        assert "not the admin token" in browser.find_element(By.CSS_SELECTOR, ".error").text
+        browser.find_element(By.ID, "token").send_keys(settings.admin_token.get_secret_value())
+        browser.find_element(By.ID, "sign-in").click()
+        assert browser.current_url == f"{grader.url}/ui"
+        assert not any(c["name"].endswith("session") and not c["httpOnly"] for c in browser.get_cookies())
+
+        # The experiments table.
+        row = f'tr[data-name="{run.name}"]'
+        wait_for(browser, lambda d: len(cells(d, row)) == 11, "the experiment's row")
+        name, phase, task, model, agent, baseline, best, improvement, subs, left, queue = cells(browser, row)
+        assert (name, phase, task, model, agent) == (
+            run.name,
+            "running",
+            "gsm8k",
+            "builtin:tiny-qwen2",
+            "example_grpo",
+        )
+        assert (baseline, best, improvement, subs) == ("10.00", "30.00", "+20.00", "2/3, 1 failed")
+        assert left.startswith("5") and queue == "–"  # about 54 minutes of the hour left
+        assert cells(browser, f'tr[data-name="{other.name}"]')[1::8] == ["pending", "not started"]
+        assert cells(browser, f'tr[data-name="{ended.name}"]')[1::8] == ["timed_out", "ended"]
+        assert browser.save_screenshot(str(tmp_path / "dashboard-experiments.png"))
+
+        # One experiment: the chart has one point per scored submission, the best marked.
+        browser.find_element(By.LINK_TEXT, run.name).click()
+        assert browser.current_url == f"{grader.url}/ui/experiments/{run.name}"
+        wait_for(browser, lambda d: len(d.execute_script(POINTS_JS)) == 2, "two points on the chart")
+        points = browser.execute_script(POINTS_JS)
+        assert [p["y"] for p in points] == [12.0, 30.0] and [p["best"] for p in points] == [False, True]
+        assert {p["y"] for p in browser.execute_script(BASELINE_JS)} == {10.0}
+        Select(browser.find_element(By.ID, "protocol")).select_by_value("strict")
+        assert [p["y"] for p in browser.execute_script(POINTS_JS)] == [28.0]  # #1 has no strict score
+        Select(browser.find_element(By.ID, "protocol")).select_by_value("opencompass")
+        wait_for(browser, lambda d: "grpo: reward 0.40" in d.find_element(By.ID, "log").text, "the log tail")
+        statuses = [
+            tr.get_attribute("data-id")
+            for tr in browser.find_elements(By.CSS_SELECTOR, "#submissions tr[data-id]")
+        ]
+        assert len(statuses) == 4  # the baseline and three submissions
+        assert (
+            "hidden_size differs"
+            in browser.find_element(By.CSS_SELECTOR, "#submissions td.error:not(:empty)").text
+        )
+
+        # A new submission is queued, then scored: the page follows without a reload.
+        browser.execute_script("window.autorlNoReload = true")
+        queued = add_submission(db, run.name, minutes=5)
+        wait_for(
+            browser, lambda d: cells(d, f'#submissions tr[data-id="{queued}"]')[1:2] == ["queued"], "queued"
+        )
+        new = add_submission(db, run.name, scores=scores(41.5), minutes=5.5)
+        wait_for(browser, lambda d: len(d.execute_script(POINTS_JS)) == 3, "the new point on the chart")
+        assert [p["y"] for p in browser.execute_script(POINTS_JS) if p["best"]] == [41.5]
+        assert cells(browser, f'#submissions tr[data-id="{new}"]')[1:3] == ["scored", "41.50"]
+        assert browser.execute_script("return window.autorlNoReload") is True
+        # No script error and nothing the Content-Security-Policy had to block on either page.
+        console = [entry["message"] for entry in browser.get_log("browser")]
+        assert not [m for m in console if "Uncaught" in m or "Content Security Policy" in m], console
+        screenshot = tmp_path / "dashboard-experiment.png"
+        assert browser.save_screenshot(str(screenshot))
+        print(f"dashboard screenshots: {tmp_path / 'dashboard-experiments.png'} {screenshot}")
+
+        # The agent's capability URL leads to no dashboard, and its bearer token is refused.
+        browser.get(f"{grader.url}/a/{run.token}/ui")
+        assert "Experiments" not in browser.page_source and "Not Found" in browser.page_source
+        refused = httpx.get(
+            f"{grader.url}/ui/api/experiments", headers={"Authorization": f"Bearer {run.token}"}
+        )
+        assert refused.status_code == 403
+
+        # Signing out ends the session.
+        browser.get(f"{grader.url}/ui")
+        browser.find_element(By.CSS_SELECTOR, "header form button").click()
+        assert browser.current_url == f"{grader.url}/ui/login"
+        browser.get(f"{grader.url}/ui/api/experiments")
+        assert "not signed in" in browser.page_source

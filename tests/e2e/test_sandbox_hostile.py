@@ -1,0 +1,365 @@
+"""A hostile agent under `autorl run` (real sandbox, grader and worker): what it can reach.
+
+Two runs share one platform home. The first agent probes everything it should not reach,
+leaves files in every temporary folder, starts a double-forked `setsid` daemon that ignores
+SIGTERM, submits through GRADING_SERVER_URL, and waits for its deadline. The second runs with
+`--egress`: it looks for the first run's files and workspace, and tries the host's services
+through the user-mode network. Each agent writes what it got into output/; the tests assert it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl_agent_runner.egress import host_addresses
+from tests.conftest import FIXTURE_DATA, REPO_ROOT
+from tests.e2e.test_local_run import AUTORL, REFERENCE_AGENT, Run, leftover_processes
+from tests.support.infra import free_port
+
+pytestmark = pytest.mark.slow
+
+HOSTILE_AGENT = """
+import re, signal, socket, sys, time, urllib.error, urllib.parse, urllib.request
+
+MARK = os.environ["MARK"]
+report = {}
+BASE = urllib.parse.urlsplit(URL)
+ROOT = URL.split("/a/")[0]
+TOKEN = os.environ["AUTORL_TOKEN"]
+
+
+def connect(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.settimeout(3)
+        try:
+            sock.connect((host, port))
+            return "connected"
+        except OSError as error:
+            return type(error).__name__
+
+
+def status_of(path):
+    try:
+        with urllib.request.urlopen(ROOT + path, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def raw_statuses(payload):
+    with socket.create_connection((BASE.hostname, BASE.port), timeout=30) as sock:
+        sock.sendall(payload.encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return re.findall(r"HTTP/1\\.1 ([0-9]{3}) ", data.decode(errors="replace"))
+
+
+def where(path):
+    try:
+        os.stat(path)
+        return sorted(os.listdir(path)) if os.path.isdir(path) else "present"
+    except OSError as error:
+        return type(error).__name__
+
+
+def probe_network(targets):
+    return {f"{host}:{port}": connect(host, port) for host, port in targets}
+
+
+targets = [("127.0.0.1", 5432), ("127.0.0.1", 6379), ("::1", 6379), ("10.0.2.2", 5432), ("10.0.2.2", 6379)]
+for port in os.environ["LISTENER_PORTS"].split(","):
+    targets += [("127.0.0.1", int(port)), ("10.0.2.2", int(port))]
+for address in os.environ["HOST_ADDRESSES"].split(","):
+    targets += [(address, 5432), (address, 6379)]
+    targets += [(address, int(port)) for port in os.environ["LISTENER_PORTS"].split(",")]
+report["network"] = probe_network(targets)
+report["interfaces"] = sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:])
+report["routes"] = [line.split()[:3] for line in open("/proc/net/route").readlines()[1:]]
+report["resolv_conf"] = where("/etc/resolv.conf") == "present" and open("/etc/resolv.conf").read()
+report["time"] = status_of(f"/a/{TOKEN}/time")
+
+home = os.environ["HOST_HOME"]
+report["paths"] = {name: where(path) for name, path in {
+    "home": home,
+    "runs": os.path.join(home, "runs"),
+    "results_csv": os.path.join(home, "results.csv"),
+    "database": os.path.join(home, "autorl.db"),
+    "cache": os.path.join(home, "cache"),
+    "eval_storage": os.path.join(home, "eval"),
+    "data_source": os.environ["DATA_SOURCE"],
+    "test_split": os.path.join(os.environ["DATA_SOURCE"], "gsm8k", "test.jsonl"),
+    "repo_tests_data": os.path.join(os.environ["REPO"], "tests", "data"),
+    "repo_git": os.path.join(os.environ["REPO"], ".git"),
+    "repo_pyproject": os.path.join(os.environ["REPO"], "pyproject.toml"),
+    "root_home_autorl": "/root/.autorl",
+    "first_workspace": os.environ.get("FIRST_WORKSPACE", "/nonexistent"),
+}.items()}
+report["tmp"] = {folder: sorted(os.listdir(folder)) for folder in ("/tmp", "/var/tmp", "/dev/shm")}
+
+if os.environ["PHASE"] == "first":
+    report["admin"] = {path: status_of(path) for path in (
+        "/metrics", "/v1/experiments", "/docs", "/openapi.json", "/healthz", "/readyz", "/ui",
+        f"/a/{TOKEN}/metrics", f"/a/{TOKEN}/v1/experiments", f"/a/{TOKEN}/../metrics",
+        f"/a/{TOKEN}/%2e%2e/metrics", f"/a/{TOKEN}/time/../../metrics", "/a/another-token/time",
+    )}
+    report["pipelined"] = raw_statuses(
+        f"GET /a/{TOKEN}/time HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+        "GET /metrics HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n"
+    )
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    commands = []
+    for pid in pids:
+        try:
+            commands.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+        except OSError:
+            pass
+    report["processes"] = commands
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        with open(os.path.join(folder, f"hostile-{MARK}"), "w") as handle:
+            handle.write("left for a later run")
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            daemon = (
+                "import os, signal, time\\n"
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+                "beat = os.path.join(os.environ['OUTPUT_DIR'], 'daemon.txt')\\n"
+                "while True:\\n"
+                "    open(beat + '.tmp', 'w').write(str(time.time()))\\n"
+                "    os.replace(beat + '.tmp', beat)\\n"
+                "    time.sleep(0.2)\\n"
+            )
+            os.execv(sys.executable, [sys.executable, "-c", daemon, f"hostile-daemon-{MARK}"])
+        os._exit(0)
+    report["submit"] = call("/submit", {"model_path": save("copy-of-base")})
+    record("report", report)
+    while True:
+        time.sleep(1)
+record("report", report)
+"""
+
+
+@dataclass
+class Listener:
+    """A TCP listener of the test's own; it must never see a connection from an agent."""
+
+    sock: socket.socket
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    def connections(self) -> int:
+        self.sock.setblocking(False)
+        count = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1
+
+
+@dataclass
+class HostileRuns:
+    first: Run
+    second: Run
+    first_report: dict[str, Any]
+    second_report: dict[str, Any]
+    first_workspace: Path
+    second_workspace: Path
+    mark: str
+    listeners: list[Listener]
+    host_addresses: list[str]
+    first_finished: float
+
+
+def _listener(address: str) -> Listener:
+    sock = socket.socket()
+    sock.bind((address, 0))
+    sock.listen(16)
+    return Listener(sock)
+
+
+def _run(home: Path, agent: Path, env: dict[str, str], *flags: str) -> Run:
+    environment = {
+        **os.environ,
+        "AUTORL_HOME": str(home),
+        "AUTORL_DATA_SOURCE_DIR": str(FIXTURE_DATA),
+        "AUTORL_EVAL_LIMIT": "4",
+        "AUTORL_EVAL_MAX_NEW_TOKENS": "8",
+        "AUTORL_EVAL_DEVICE": "cpu",
+    }
+    passed = [part for name, value in env.items() for part in ("--env", f"{name}={value}")]
+    base = ["-a", str(agent), "-t", "arith", "-m", "builtin:tiny-qwen2", "--port", str(free_port())]
+    started = time.monotonic()
+    done = subprocess.run(
+        [AUTORL, "run", *base, *passed, *flags],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    return Run(done.returncode, done.stdout, done.stderr, home, time.monotonic() - started)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRuns]:
+    root = tmp_path_factory.mktemp("hostile")
+    root.chmod(0o755)
+    agent = root / "agent.py"
+    agent.write_text("#!/usr/bin/env python3\n" + REFERENCE_AGENT + textwrap.dedent(HOSTILE_AGENT))
+    agent.chmod(0o755)
+    home = root / "home"
+    mark = uuid.uuid4().hex[:12]
+    listeners = [_listener("127.0.0.1"), _listener("0.0.0.0")]
+    addresses = [a for a in host_addresses() if not a.startswith(("127.", "fe80:")) and a != "::1"]
+    env = {
+        "MARK": mark,
+        "HOST_HOME": str(home),
+        "DATA_SOURCE": str(FIXTURE_DATA),
+        "REPO": str(REPO_ROOT),
+        "LISTENER_PORTS": ",".join(str(listener.port) for listener in listeners),
+        "HOST_ADDRESSES": ",".join(addresses),
+    }
+    first = _run(home, agent, {**env, "PHASE": "first"}, "--timeout", "45", "--grace-period", "2")
+    first_finished = time.time()
+    assert first.code == 0, first.stderr
+    first_workspace = first.workspace()
+    first_report = json.loads((first_workspace / "output" / "report.json").read_text())
+    second = _run(
+        home,
+        agent,
+        {**env, "PHASE": "second", "FIRST_WORKSPACE": str(first_workspace)},
+        "--timeout",
+        "60",
+        "--egress",
+    )
+    assert second.code == 0, second.stderr
+    second_workspace = second.workspace()
+    second_report = json.loads((second_workspace / "output" / "report.json").read_text())
+    yield HostileRuns(
+        first,
+        second,
+        first_report,
+        second_report,
+        first_workspace,
+        second_workspace,
+        mark,
+        listeners,
+        addresses,
+        first_finished,
+    )
+    for listener in listeners:
+        listener.sock.close()
+
+
+def test_submitting_through_the_forwarded_endpoint_is_scored(hostile: HostileRuns) -> None:
+    status, answer = hostile.first_report["submit"]
+    assert status == 200 and answer["status"] == "scored" and answer["score"] is not None
+    assert hostile.first_report["time"] == 200 and hostile.second_report["time"] == 200
+    rows = hostile.first.results()
+    assert rows[0]["submissions"] == 1 and rows[0]["status"] == "completed"
+
+
+def test_no_local_service_is_reachable(hostile: HostileRuns) -> None:
+    for report in (hostile.first_report, hostile.second_report):
+        reached = {target: result for target, result in report["network"].items() if result == "connected"}
+        assert not reached, reached
+    assert all(listener.connections() == 0 for listener in hostile.listeners)
+    # Without --egress the agent's network is its own loopback, nothing else.
+    assert hostile.first_report["interfaces"] == ["lo"] and hostile.first_report["routes"] == []
+
+
+def test_admin_api_and_metrics_are_not_forwarded(hostile: HostileRuns) -> None:
+    admin = hostile.first_report["admin"]
+    assert admin.pop("/a/another-token/time") == 401
+    assert set(admin.values()) <= {400, 404}, admin
+    # A second request pipelined on an allowed connection is checked like the first.
+    assert hostile.first_report["pipelined"] == ["200", "404"]
+
+
+def test_the_agent_sees_only_its_own_processes(hostile: HostileRuns) -> None:
+    commands = hostile.first_report["processes"]
+    assert 0 < len(commands) < 10, commands
+    for platform in ("autorl grader", "autorl worker", "autorl run", "postgres", "redis-server", "-m pytest"):
+        assert not any(platform in command for command in commands), commands
+
+
+def test_platform_data_and_other_runs_are_absent(hostile: HostileRuns) -> None:
+    for report, workspace in (
+        (hostile.first_report, hostile.first_workspace),
+        (hostile.second_report, hostile.second_workspace),
+    ):
+        paths = report["paths"]
+        # The own workspace's parents exist as bare folders: nothing else of the home is there.
+        assert paths["home"] == ["runs"]
+        assert paths["runs"] == [workspace.parent.name]
+        for name in (
+            "results_csv",
+            "database",
+            "cache",
+            "eval_storage",
+            "data_source",
+            "test_split",
+            "repo_tests_data",
+            "repo_git",
+            "repo_pyproject",
+            "root_home_autorl",
+            "first_workspace",
+        ):
+            assert paths[name] == "FileNotFoundError", (name, paths[name])
+
+
+def test_temporary_files_are_private_and_gone(hostile: HostileRuns) -> None:
+    leftover = f"hostile-{hostile.mark}"
+    # Nothing of the host's temporary folders is visible, and nothing of the first run is left.
+    assert all(
+        not any(n.startswith("hostile-") for n in listing) for listing in hostile.first_report["tmp"].values()
+    )
+    assert all(leftover not in listing for listing in hostile.second_report["tmp"].values())
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not (Path(folder) / leftover).exists()
+
+
+def test_a_setsid_daemon_is_gone_after_the_deadline(hostile: HostileRuns) -> None:
+    wanted = f"hostile-daemon-{hostile.mark}".encode()
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and wanted in (entry / "cmdline").read_bytes():
+                alive.append(int(entry.name))
+        except OSError:
+            continue
+    assert not alive
+    heartbeat = float((hostile.first_workspace / "output" / "daemon.txt").read_text())
+    assert heartbeat <= hostile.first_finished
+    log = (hostile.first_workspace / "agent.log").read_text()
+    # The agent ended on SIGTERM; its PID namespace ended with it, the daemon (ignoring SIGTERM) too.
+    assert "event=deadline action=SIGTERM" in log
+    assert not leftover_processes(hostile.first.home)
+
+
+def test_egress_has_a_network_without_the_host(hostile: HostileRuns) -> None:
+    report = hostile.second_report
+    assert report["interfaces"] == ["lo", "tap0"]
+    assert ["tap0", "00000000", "0202000A"] in report["routes"]  # default route via 10.0.2.2
+    assert report["resolv_conf"] == "nameserver 10.0.2.3\n"
+    probed = set(report["network"])
+    assert {"10.0.2.2:5432", "127.0.0.1:5432"} <= probed
+    assert all(f"{address}:5432" in probed for address in hostile.host_addresses)

@@ -1,0 +1,258 @@
+"""The dashboard's doors and data against real Postgres: only a signed-in operator gets in, every
+route refuses agent credentials in every form, and the JSON shows what the store holds."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from autorl.settings import Settings
+from autorl.store import Database
+from autorl_grader.api.routes import ui
+from autorl_grader.dashboard.assets import (
+    ASSETS,
+    CHARTJS_FILE,
+    CHARTJS_LICENSE_FILE,
+    CHARTJS_SHA256,
+    asset_bytes,
+)
+from autorl_grader.dashboard.log_tail import MAX_TAIL_BYTES
+from autorl_grader.dashboard.session import COOKIE_NAME, SessionSigner
+from autorl_grader.main import create_app
+from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
+
+BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+    return make_settings(database_url=pg_url)
+
+
+@pytest.fixture
+def admin_token(settings: Settings) -> str:
+    assert settings.admin_token is not None
+    return settings.admin_token.get_secret_value()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False), base_url=BASE) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[Database]:
+    database = Database(pg_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def run(db: Database, tmp_path: Path) -> SeededExperiment:
+    run = create_experiment(db, tmp_path / "workspace", started_minutes_ago=5)
+    add_submission(db, run.name, scores=scores(10.0), files="base", baseline=True)
+    add_submission(db, run.name, scores=scores(12.0, strict=11.0), minutes=1)
+    add_submission(db, run.name, scores=scores(30.0), minutes=2)
+    add_submission(db, run.name, files="base", minutes=3)  # a copy of the base model: reused
+    add_submission(db, run.name, error="the chat template failed", minutes=4)
+    add_submission(db, run.name)  # still queued
+    return run
+
+
+def sign_in(client: TestClient, token: str) -> str:
+    response = client.post("/ui/login", data={"token": token}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    return response.cookies[COOKIE_NAME]
+
+
+def dashboard_routes() -> list[tuple[str, str]]:
+    """Every dashboard route, with an example path: a new route is covered by itself."""
+    found = []
+    for route in ui.router.routes:
+        if isinstance(route, APIRoute):
+            path = route.path.replace("{name}", "some-exp").replace("{path:path}", CHARTJS_FILE)
+            found.extend((method, path) for method in sorted(route.methods))
+    return found
+
+
+def test_sign_in_sets_a_secure_http_only_strict_cookie_that_is_not_the_token(
+    client: TestClient, admin_token: str
+) -> None:
+    assert client.get("/ui", follow_redirects=False).headers["location"] == "/ui/login"
+    response = client.post("/ui/login", data={"token": admin_token}, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/ui"
+    cookie = response.headers["set-cookie"]
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+    assert {"secure", "httponly", "samesite", "path"} <= attributes
+    assert "samesite=strict" in cookie.lower()
+    value = response.cookies[COOKIE_NAME]
+    token_hashes = {
+        hashlib.sha256(admin_token.encode()).hexdigest(),
+        hmac.new(admin_token.encode(), b"", hashlib.sha256).hexdigest(),
+    }
+    assert admin_token not in value and not any(h in value for h in token_hashes)
+    page = client.get("/ui")
+    assert page.status_code == 200 and "Experiments" in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+def test_wrong_tokens_do_not_sign_in(client: TestClient, run: SeededExperiment) -> None:
+    for wrong in ("nope", run.token, ""):
+        response = client.post("/ui/login", data={"token": wrong}, follow_redirects=False)
+        assert response.status_code == 401
+        assert COOKIE_NAME not in response.cookies
+        assert "not the admin token" in response.text
+    assert client.get("/ui/api/experiments").status_code == 401
+
+
+def test_agent_credentials_are_refused_on_every_dashboard_route(
+    client: TestClient, admin_token: str, run: SeededExperiment
+) -> None:
+    routes = dashboard_routes()
+    assert len(routes) >= 9, routes
+    signed_in_cookie = sign_in(client, admin_token)
+    for method, path in routes:
+        # The agent's bearer token, even beside a valid operator session.
+        client.cookies.set(COOKIE_NAME, signed_in_cookie)
+        bearer = client.request(
+            method, path, headers={"Authorization": f"Bearer {run.token}"}, follow_redirects=False
+        )
+        assert bearer.status_code == 403, (method, path, bearer.status_code)
+        assert "agent tokens never open it" in bearer.json()["detail"]
+        client.cookies.clear()
+        # The agent's capability URL has no dashboard under it.
+        capability = client.request(method, f"/a/{run.token}{path}", follow_redirects=False)
+        assert capability.status_code in (401, 404, 405), (method, path, capability.status_code)
+        # The agent's token as the session cookie.
+        client.cookies.set(COOKIE_NAME, run.token)
+        forged = client.request(method, path, follow_redirects=False)
+        client.cookies.clear()
+        assert forged.status_code in (303, 401) or (path == "/ui/login" and method == "GET"), (method, path)
+        assert forged.status_code != 200 or "Sign in" in forged.text, (method, path)
+
+
+def test_without_a_session_pages_redirect_and_data_is_401(client: TestClient, run: SeededExperiment) -> None:
+    assert client.get(f"/ui/experiments/{run.name}", follow_redirects=False).status_code == 303
+    for path in (
+        "/ui/api/experiments",
+        f"/ui/api/experiments/{run.name}",
+        f"/ui/api/experiments/{run.name}/log",
+    ):
+        response = client.get(path)
+        assert response.status_code == 401 and "/ui/login" in response.json()["detail"]
+    assert client.get(f"/ui/static/{CHARTJS_FILE}").status_code == 401
+    assert client.get("/ui/static/dashboard.js").status_code == 401
+    assert client.get("/ui/static/dashboard.css").status_code == 200  # the sign-in page's own style
+    client.cookies.set(COOKIE_NAME, SessionSigner("x" * 32).issue())  # signed with another key
+    assert client.get("/ui/api/experiments").status_code == 401
+
+
+def test_sign_out_ends_the_session(client: TestClient, admin_token: str) -> None:
+    cookie = sign_in(client, admin_token)
+    assert client.get("/ui/api/experiments").status_code == 200
+    assert client.post("/ui/logout", follow_redirects=False).status_code == 303
+    client.cookies.set(COOKIE_NAME, cookie)  # replayed after sign-out
+    assert client.get("/ui/api/experiments").status_code == 401
+
+
+def test_experiments_table_data(client: TestClient, admin_token: str, run: SeededExperiment) -> None:
+    sign_in(client, admin_token)
+    response = client.get("/ui/api/experiments")
+    assert response.headers["cache-control"] == "no-store"
+    rows = {r["name"]: r for r in response.json()["experiments"]}
+    row = rows[run.name]
+    assert row["phase"] == "running" and row["task"] == "gsm8k" and row["model"] == "builtin:tiny-qwen2"
+    assert row["agent"] == "example_grpo"
+    assert (row["baseline_score"], row["best_score"], row["improvement"]) == (10.0, 30.0, 20.0)
+    assert (row["submissions"], row["total_submissions"], row["failed_submissions"]) == (3, 5, 1)
+    assert row["queued"] == 1 and row["queue_position"] >= 1
+    assert 3000 < row["remaining_s"] <= 3300
+
+
+def test_experiment_detail_has_a_series_per_protocol(
+    client: TestClient, admin_token: str, run: SeededExperiment
+) -> None:
+    sign_in(client, admin_token)
+    detail = client.get(f"/ui/api/experiments/{run.name}").json()
+    chart = detail["chart"]
+    assert chart["headline"] == "opencompass"
+    assert set(chart["protocols"]) == {"opencompass", "flexible", "strict"}
+    opencompass = chart["protocols"]["opencompass"]
+    assert [p["score"] for p in opencompass["points"]] == [12.0, 30.0, 10.0]
+    assert [round(p["t_s"] / 60) for p in opencompass["points"]] == [1, 2, 3]
+    assert opencompass["baseline"] == 10.0
+    assert chart["protocols"]["strict"]["points"][0]["score"] == 11.0
+    assert chart["protocols"]["flexible"]["baseline"] == 11.0
+    best_id = opencompass["best_submission"]
+    subs = {s["submission_id"]: s for s in detail["submissions"]}
+    assert subs[best_id]["score"] == 30.0
+    reused = [s for s in subs.values() if s["reused"]]
+    assert len(reused) == 1 and reused[0]["eval_seconds"] == 0.0
+    failed = [s for s in subs.values() if s["status"] == "failed"]
+    assert failed[0]["error"] == "the chat template failed"
+    queued = [s for s in subs.values() if s["status"] == "queued"]
+    assert queued[0]["queue_position"] >= 1
+    assert detail["metrics"]["copy_model_count"] == 1
+    assert detail["metrics"]["score_trajectory"] == [12.0, 30.0, 10.0, None, None]
+    missing = client.get("/ui/api/experiments/no-such-experiment")
+    assert missing.status_code == 404 and "GET /v1/experiments" in missing.json()["detail"]
+
+
+def test_agent_log_tail_is_capped_and_never_follows_links(
+    client: TestClient, admin_token: str, run: SeededExperiment, tmp_path: Path
+) -> None:
+    sign_in(client, admin_token)
+    url = f"/ui/api/experiments/{run.name}/log"
+    assert client.get(url).json() == {
+        "available": False,
+        "text": "",
+        "size_bytes": 0,
+        "truncated": False,
+        "reason": "no agent log yet",
+    }
+    log = run.workspace / "agent.log"
+    lines = [f"step {i} reward {i / 100:.2f}" for i in range(20000)]
+    log.write_text("\n".join(lines) + "\n")
+    tail = client.get(url).json()
+    assert tail["available"] and tail["truncated"] and tail["size_bytes"] == log.stat().st_size
+    assert len(tail["text"].encode()) <= MAX_TAIL_BYTES
+    assert tail["text"].startswith("step ") and tail["text"].endswith("step 19999 reward 199.99\n")
+    # A link to a file outside the workspace is not read; nor is a FIFO (reading it would hang).
+    secret = tmp_path / "outside-secret.txt"
+    secret.write_text("the admin's secret\n")
+    log.unlink()
+    log.symlink_to(secret)
+    linked = client.get(url).json()
+    assert not linked["available"] and "secret" not in linked["text"]
+    log.unlink()
+    os.mkfifo(log)
+    assert client.get(url).json()["reason"] == "the agent log is not a plain file"
+
+
+def test_dashboard_disabled_without_an_admin_token(
+    make_settings: Callable[..., Settings], pg_url: str
+) -> None:
+    settings = make_settings(database_url=pg_url, admin_token=None, local_mode=True)
+    with TestClient(create_app(settings, reconcile=False), base_url=BASE) as client:
+        for path in ("/ui", "/ui/login"):
+            response = client.get(path)
+            assert response.status_code == 503 and "AUTORL_ADMIN_TOKEN" in response.json()["detail"]
+        assert client.post("/ui/login", data={"token": ""}).status_code == 503
+
+
+def test_chartjs_is_the_pinned_release_with_its_licence() -> None:
+    assert hashlib.sha256(asset_bytes(CHARTJS_FILE)).hexdigest() == CHARTJS_SHA256
+    assert b"Chart.js v4.6.1" in asset_bytes(CHARTJS_FILE)[:200]
+    assert b"The MIT License" in asset_bytes(CHARTJS_LICENSE_FILE)
+    for name in ASSETS:  # every allow-listed file ships in the package
+        assert asset_bytes(name)
+    with pytest.raises(KeyError):
+        asset_bytes("../main.py")

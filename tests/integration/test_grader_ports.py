@@ -1,0 +1,138 @@
+"""`autorl grader --admin-port`: the agent port serves only the agent API, the admin port everything.
+
+This is what the chart's NetworkPolicy relies on (it cannot tell URL paths apart): the real command,
+two real sockets, and the requests an agent would try on the port it is allowed to reach.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.infra import free_port
+
+AUTORL = str(Path(sys.executable).parent / "autorl")
+
+
+@dataclass
+class Grader:
+    agent: str
+    admin: str
+    token: str
+
+
+@pytest.fixture(scope="module")
+def grader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grader]:
+    home = tmp_path_factory.mktemp("grader-ports")
+    agent_port, admin_port = free_port(), free_port()
+    token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "AUTORL_HOME": str(home),  # SQLite in its home; local dispatch: no Redis needed here
+        "AUTORL_ADMIN_TOKEN": token,
+        "AUTORL_PUBLIC_URL": f"http://127.0.0.1:{agent_port}",
+    }
+    for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE"):
+        env.pop(name, None)
+    command = [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(agent_port)]
+    process = subprocess.Popen(
+        [*command, "--admin-port", str(admin_port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    urls = [f"http://127.0.0.1:{port}" for port in (agent_port, admin_port)]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(_healthy(url) for url in urls):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the grader did not start"
+            time.sleep(0.2)
+        yield Grader(agent=urls[0], admin=urls[1], token=token)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def admin_headers(grader: Grader) -> dict[str, str]:
+    return {"Authorization": f"Bearer {grader.token}"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/experiments"),
+        ("POST", "/v1/experiments"),
+        ("GET", "/v1/experiments/x"),
+        ("POST", "/v1/experiments/x/finish"),
+        ("GET", "/metrics"),
+        ("GET", "/docs"),
+        ("GET", "/openapi.json"),
+        ("GET", "//v1/experiments"),
+        ("GET", "/v1/experiments/"),
+        ("GET", "/V1/experiments"),
+        ("GET", "/ui"),
+        ("POST", "/ui/login"),
+        ("GET", "/ui/api/experiments"),
+        ("GET", "/ui/static/chart.umd.min.js"),
+    ],
+)
+def test_the_agent_port_never_serves_the_admin_api_or_metrics(grader: Grader, method: str, path: str) -> None:
+    answer = httpx.request(method, f"{grader.agent}{path}", headers=admin_headers(grader), json={})
+    assert answer.status_code == 404, answer.text
+    assert "admin port" in answer.json()["detail"]
+
+
+def test_the_admin_port_serves_everything_and_the_agent_port_the_agent_api(
+    grader: Grader, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    body = {
+        "name": "ports",
+        "task": "arith",
+        "model": "builtin:tiny-qwen2",
+        "timeout_s": 600,
+        "workspace": str(tmp_path),
+        "base_model_dir": str(tiny_base_model),
+    }
+    registered = httpx.post(f"{grader.admin}/v1/experiments", headers=admin_headers(grader), json=body)
+    assert registered.status_code == 201, registered.text
+    url = registered.json()["grading_server_url"]
+    assert url.startswith(grader.agent + "/a/")  # agents are sent to the agent port
+    assert httpx.get(f"{url}/time").status_code == 200
+    assert httpx.get(f"{grader.agent}/time", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.get(f"{grader.agent}/health").status_code == 200
+    assert httpx.get(f"{grader.agent}/readyz").status_code == 200
+    assert httpx.get(f"{grader.admin}/metrics", headers=admin_headers(grader)).status_code == 200
+    listed = httpx.get(f"{grader.admin}/v1/experiments", headers=admin_headers(grader))
+    assert [e["name"] for e in listed.json()] == ["ports"]
+
+
+def test_admin_port_equal_to_the_agent_port_is_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "AUTORL_HOME": str(tmp_path), "AUTORL_ADMIN_TOKEN": secrets.token_hex(16)}
+    env.pop("AUTORL_DATABASE_URL", None)
+    refused = subprocess.run(
+        [AUTORL, "grader", "--port", "8123", "--admin-port", "8123"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "--admin-port must differ from --port" in refused.stderr

@@ -1,0 +1,114 @@
+"""Run reports from the single-machine store (SQLite, as `autorl run` keeps it): the reference's
+metrics with their values worked out by hand, the score-trajectory PNG read back pixel by pixel, and
+`autorl report` regenerating both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autorl.cli import main
+from autorl.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
+from autorl.settings import Settings
+from autorl.store import Database, migrate
+from tests.support.png import color_blobs
+from tests.support.runs import add_submission, create_experiment, finish, scores
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def db(home: Path) -> Database:
+    home.mkdir()
+    database = Database(f"sqlite:///{home / 'autorl.db'}")
+    migrate(database)
+    return database
+
+
+@pytest.fixture
+def run_id(db: Database, tmp_path: Path) -> str:
+    """Baseline 10; then 12, a failure, a copy of the base model (reuses 10), 30 (best), 20."""
+    run = create_experiment(db, tmp_path / "workspace", started_minutes_ago=10)
+    add_submission(db, run.name, scores=scores(10.0), files="base-model", baseline=True)
+    add_submission(db, run.name, scores=scores(12.0), minutes=1)
+    add_submission(db, run.name, error="config.json: not the base architecture", minutes=2)
+    add_submission(db, run.name, files="base-model", minutes=3)
+    add_submission(db, run.name, scores=scores(30.0, strict=25.0), minutes=5)
+    add_submission(db, run.name, scores=scores(20.0), minutes=6)
+    finish(db, run.name)
+    return run.name
+
+
+def test_metrics_follow_the_reference_names_and_definitions(home: Path, run_id: str) -> None:
+    report = report_run(Settings(home=home), run_id, now=0.0)
+    metrics = json.loads(report.metrics_path.read_text())
+    assert report.metrics_path == home / "runs" / run_id / "reports" / "metrics.json"
+    assert metrics["score_trajectory"] == [12.0, None, 10.0, 30.0, 20.0]
+    assert metrics["valid_submission_rate"] == 0.8  # 4 of 5 evaluations scored
+    assert metrics["first_valid_idx"] == 1
+    assert metrics["first_valid_delay"] == pytest.approx(60, abs=1)
+    assert metrics["time_to_first_improvement"] == pytest.approx(60, abs=1)
+    assert metrics["time_to_best"] == pytest.approx(300, abs=1)
+    assert metrics["monotonic_ratio"] == pytest.approx(1 / 3, abs=1e-3)  # 12→10 no, 10→30 yes, 30→20 no
+    assert metrics["copy_model_count"] == 1
+    # Finished about 10 minutes into a one-hour budget; the last submission was 4 minutes before that.
+    assert metrics["time_used_ratio"] == pytest.approx(600 / 3600, abs=0.01)
+    assert metrics["last_submit_gap"] == pytest.approx(240, abs=30)
+    assert (metrics["baseline"], metrics["best_score"], metrics["improvement"]) == (10.0, 30.0, 20.0)
+    assert metrics["status"] == "completed" and metrics["total_submissions"] == 5
+
+
+def test_trajectory_png_shows_each_scored_submission_where_its_score_is(home: Path, run_id: str) -> None:
+    png = report_run(Settings(home=home), run_id, now=0.0).plot_path
+    assert png == home / "runs" / run_id / "reports" / "figures" / "score_trajectory.png"
+    # Circles for 12 (#1), 10 (#3) and 20 (#5), then the legend's circle, right of the axes.
+    *points, legend = color_blobs(png, POINT_COLOR)
+    assert len(points) == 3, points
+    first, third, fifth = points
+    assert fifth.y < first.y < third.y  # higher scores are drawn higher up
+    assert abs((third.x - first.x) - (fifth.x - third.x)) < 3  # evenly spaced submission numbers
+    assert legend.x > fifth.x + 20
+    # The best (30, #4) is a star between #3 and #5, above every other point.
+    star, legend_star = color_blobs(png, BEST_COLOR)
+    assert third.x < star.x < fifth.x and star.y < fifth.y
+    assert legend_star.x > fifth.x + 20
+    # The failed #2 is a cross on the axis between #1 and #3.
+    crosses = [b for b in color_blobs(png, FAILED_COLOR, min_pixels=3) if first.x < b.x < third.x]
+    assert crosses and all(c.y > third.y for c in crosses)
+
+
+def test_autorl_report_regenerates_both(home: Path, run_id: str, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = home / "runs" / run_id / "reports"
+    assert main(["report", run_id, "--home", str(home)]) == 0
+    assert str(reports / "metrics.json") in capsys.readouterr().out
+    (reports / "metrics.json").unlink()
+    (reports / "figures" / "score_trajectory.png").unlink()
+    assert main(["report", str(home / "runs" / run_id), "--home", str(home), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((reports / "metrics.json").read_text())
+    assert (reports / "figures" / "score_trajectory.png").stat().st_size > 0
+
+
+def test_report_of_an_unknown_run_names_the_fix(
+    home: Path, db: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", "20261130-000000-gsm8k-abcdef", "--home", str(home)]) == 2
+    assert "autorl results" in capsys.readouterr().err
+
+
+def test_run_without_submissions_has_empty_metrics_and_a_plot(
+    home: Path, db: Database, tmp_path: Path
+) -> None:
+    run = create_experiment(db, tmp_path / "ws-empty", started_minutes_ago=1)
+    finish(db, run.name, "timed_out")
+    report = report_run(Settings(home=home), run.name, now=0.0)
+    metrics = report.metrics
+    assert metrics["score_trajectory"] == [] and metrics["valid_submission_rate"] is None
+    assert metrics["first_valid_idx"] is None and metrics["time_to_best"] is None
+    assert metrics["copy_model_count"] is None  # no baseline to compare with
+    assert report.plot_path.stat().st_size > 0

@@ -1,0 +1,108 @@
+"""Experiments with evaluated submissions, written through the store's own repository functions
+(the same calls the grader and workers make), for tests of what people look at: the dashboard and
+run reports. Evaluating real models would only make these tests slower, not more real."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from autorl.store import Database
+from autorl.store import repository as repo
+
+WORKER = "test-worker"
+EVAL_CONFIG = {"task": "gsm8k", "backend": "hf", "protocol": "opencompass", "limit": None}
+
+
+@dataclass(frozen=True)
+class SeededExperiment:
+    name: str
+    token: str
+    workspace: Path
+
+
+def create_experiment(
+    db: Database, workspace: Path, *, timeout_s: int = 3600, started_minutes_ago: float | None = 0.0
+) -> SeededExperiment:
+    """An experiment of the tiny model; its budget started that long ago (``None``: not started)."""
+    name = f"exp-{uuid.uuid4().hex[:10]}"
+    token = repo.new_token()
+    (workspace / "output").mkdir(parents=True, exist_ok=True)
+    with db.session() as session:
+        experiment = repo.create_experiment(
+            session,
+            token=token,
+            name=name,
+            task="gsm8k",
+            model="builtin:tiny-qwen2",
+            base_model_dir=str(workspace / "models" / "base"),
+            workspace=str(workspace),
+            output_dir=str(workspace / "output"),
+            agent="example_grpo",
+            timeout_s=timeout_s,
+            max_submissions=100,
+            eval_config=EVAL_CONFIG,
+            eval_key=uuid.uuid4().hex,
+        )
+        if started_minutes_ago is not None:
+            repo.start_budget(session, experiment)
+            assert experiment.start_time is not None and experiment.end_time is not None
+            experiment.start_time -= timedelta(minutes=started_minutes_ago)
+            experiment.end_time -= timedelta(minutes=started_minutes_ago)
+    return SeededExperiment(name=name, token=token, workspace=workspace)
+
+
+def add_submission(
+    db: Database,
+    name: str,
+    *,
+    scores: dict[str, float] | None = None,
+    error: str | None = None,
+    minutes: float | None = None,
+    files: str | None = None,
+    baseline: bool = False,
+) -> int:
+    """A submission made ``minutes`` after the budget started: scored with ``scores`` (headline =
+    opencompass), failed with ``error``, or left queued. ``files`` names its content: equal names are
+    identical files (a second one reuses the first one's score, as the grader does)."""
+    fingerprint = hashlib.sha256((files or uuid.uuid4().hex).encode()).hexdigest()
+    with db.session() as session:
+        experiment = repo.get_experiment(session, name)
+        submission = repo.create_submission(
+            session,
+            experiment,
+            model_path=str(Path(experiment.output_dir) / f"ckpt-{uuid.uuid4().hex[:6]}"),
+            fingerprint=fingerprint,
+            is_baseline=baseline,
+        )
+        if baseline:
+            experiment.baseline_submission_id = submission.id
+        if minutes is not None and experiment.start_time is not None:
+            submission.created_at = experiment.start_time + timedelta(minutes=minutes)
+        submission_id = submission.id
+        already_scored = submission.status.final
+    if already_scored or (scores is None and error is None):
+        return submission_id
+    with db.session() as session:
+        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+    with db.session() as session:
+        if scores is not None:
+            repo.record_score(session, submission_id, worker=WORKER, scores=scores, n_samples=10, seconds=1.5)
+        else:
+            repo.record_failure(session, submission_id, error=error or "failed", worker=WORKER)
+    return submission_id
+
+
+def scores(value: float, strict: float | None = None) -> dict[str, float]:
+    """Scores under the three protocols: flexible one point above, strict as given (or equal)."""
+    return {"opencompass": value, "flexible": value + 1.0, "strict": value if strict is None else strict}
+
+
+def finish(db: Database, name: str, status: str = "completed") -> None:
+    from autorl.store.models import ExperimentStatus
+
+    with db.session() as session:
+        repo.finish_experiment(session, repo.get_experiment(session, name), ExperimentStatus(status))
