@@ -1,25 +1,22 @@
-"""Model sources and submitted-checkpoint checks.
+"""Model sources and the files a model folder holds.
 
 - :func:`resolve_model` turns a model source into a local folder: a folder holding
   ``config.json``, ``builtin:tiny-qwen2`` (built here once, offline), or a Hugging Face hub id
   ``org/name`` (downloaded once into the models cache).
-- :func:`validate_checkpoint` enforces the trust model's rules on a submitted checkpoint; each
-  refusal is a :class:`~autorl.errors.CheckpointError` whose message names the fix.
-- :func:`fingerprint` is a streaming content hash of everything that changes an evaluation.
+- :data:`TOKENIZER_FILES` names the tokenizer files a model folder ships; what a submitted
+  checkpoint may hold, and how it is checked and copied for evaluation, is :mod:`autorl.snapshot`.
 
 torch, tokenizers, safetensors and huggingface_hub are imported inside the functions that need
-them: the grader validates and fingerprints checkpoints without any of them installed.
+them: the grader takes snapshots of checkpoints without any of them installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 import re
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,25 +24,14 @@ from typing import Any
 
 from filelock import FileLock
 
-from autorl.errors import CheckpointError, ModelSourceError
+from autorl.errors import ModelSourceError
 
 BUILTIN_PREFIX = "builtin:"
 #: Bumped whenever the builtin builder's output changes, so a cache never serves an old build.
 BUILTIN_BUILD_VERSION = 1
 #: Only what evaluation and training read: pickle weights and duplicate formats are never fetched.
 HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 WEIGHT_SUFFIX = ".safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
-#: A config.json beyond this is not a model config; refusing it keeps a submission from making
-#: the grader parse gigabytes of JSON.
-CONFIG_MAX_BYTES = 4 * 1024 * 1024
-FINGERPRINT_CHUNK_BYTES = 1024 * 1024
-_FINGERPRINT_SCHEME = b"autorl-fingerprint-v1\0"
-#: Files besides the weights that change what a model generates: the architecture and its
-#: hyper-parameters, generation defaults (eos ids, repetition penalty), and the tokenizer and
-#: chat template that turn the prompt into ids. Two checkpoints with equal weights but a
-#: different one of these can score differently, so they must not share a fingerprint.
 #: The tokenizer and chat template as a model folder ships them.
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -57,9 +43,6 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "chat_template.jinja",
     "chat_template.json",
-)
-EVAL_AFFECTING_FILES = frozenset(
-    {"config.json", "generation_config.json", "model.safetensors.index.json", *TOKENIZER_FILES}
 )
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -487,181 +470,3 @@ def _tokenizer_corpus() -> Iterator[str]:
 
 #: builtin:NAME → a builder writing the model into the folder it is given.
 BUILTIN_MODELS: dict[str, Callable[[Path], Path]] = {"tiny-qwen2": build_tiny_qwen2}
-
-
-# --- checkpoint validation ------------------------------------------------------------------
-
-
-def validate_checkpoint(
-    model_path: str | Path, *, workspace: Path, output_dir: Path, base_model_dir: Path
-) -> Path:
-    """Check a submitted checkpoint against the trust model; return its resolved folder.
-
-    A relative ``model_path`` resolves against ``workspace``. Each broken rule raises a
-    :class:`CheckpointError` saying what to do instead.
-    """
-    output_root = output_dir.resolve()
-    candidate = Path(model_path)
-    if not candidate.is_absolute():
-        candidate = workspace / candidate
-    try:
-        folder = candidate.resolve()
-    except (OSError, RuntimeError) as exc:  # a symlink loop
-        raise CheckpointError(
-            f"model_path {model_path} cannot be resolved ({exc}); submit a plain folder under {output_dir}"
-        ) from exc
-    # Checked first, and the answer names no resolved path, so that a submission cannot probe
-    # what exists outside its own output folder.
-    if not folder.is_relative_to(output_root):
-        raise CheckpointError(
-            f"model_path {model_path} lies (after following symlinks) outside this experiment's output "
-            f"folder {output_dir}; save the model under OUTPUT_DIR ({output_dir}) and submit that folder"
-        )
-    if not folder.exists():
-        raise CheckpointError(
-            f"model_path {model_path} does not exist; save the model there first "
-            "(model.save_pretrained(path) and tokenizer.save_pretrained(path)) and submit that folder"
-        )
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"model_path {model_path} is a file, not a folder; submit the folder that save_pretrained wrote"
-        )
-    pickles = _scan_tree(folder, output_root, model_path)
-    entries = {entry.name: entry for entry in folder.iterdir()}
-    if ADAPTER_CONFIG in entries:
-        raise CheckpointError(
-            f"{model_path} holds {ADAPTER_CONFIG}: a LoRA/PEFT adapter, not a full model; merge it "
-            "with model = model.merge_and_unload() and save the full model with "
-            "model.save_pretrained(path) (plus the tokenizer), then submit that folder"
-        )
-    if pickles:
-        raise CheckpointError(
-            f"{model_path} holds pickle files ({', '.join(pickles[:5])}), which can run code when "
-            "loaded and are not accepted; delete them, or save the final model into a fresh folder "
-            "with model.save_pretrained(path) (it writes safetensors), and submit again"
-        )
-    if "config.json" not in entries:
-        raise CheckpointError(
-            f"{model_path} has no config.json; save the model with model.save_pretrained(path), "
-            "which writes it, and submit that folder"
-        )
-    weights = sorted(name for name in entries if name.endswith(WEIGHT_SUFFIX))
-    if not weights:
-        raise CheckpointError(
-            f"{model_path} has no *.safetensors weights; save the full model with "
-            "model.save_pretrained(path) (safetensors is its default) and submit that folder"
-        )
-    for name in [*weights, "config.json"]:
-        if not stat.S_ISREG(entries[name].stat().st_mode):
-            raise CheckpointError(
-                f"{model_path}/{name} is not a regular file; save the model with model.save_pretrained(path)"
-            )
-    _check_architecture(folder / "config.json", base_model_dir / "config.json", model_path)
-    return folder
-
-
-def _scan_tree(folder: Path, output_root: Path, model_path: str | Path) -> list[str]:
-    """Walk the checkpoint without following links; return its pickle files (relative names).
-
-    A link may point elsewhere in output/, never outside: a weight file linked to another
-    experiment's (or the base) model would be scored as this agent's work.
-    """
-    pickles: list[str] = []
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        for name in (*dirs, *files):
-            entry = Path(root) / name
-            relative = str(entry.relative_to(folder))
-            if name.lower().endswith(PICKLE_SUFFIXES):
-                pickles.append(relative)
-            if not entry.is_symlink():
-                continue
-            try:
-                target = entry.resolve()
-            except (OSError, RuntimeError) as exc:  # a symlink loop
-                raise CheckpointError(
-                    f"{model_path}: {relative} is a symlink that cannot be resolved ({exc}); "
-                    "replace it with a real file"
-                ) from exc
-            if not target.is_relative_to(output_root):
-                raise CheckpointError(
-                    f"{model_path}: {relative} is a symlink to {target}, outside this experiment's "
-                    "output folder; copy the file into the checkpoint instead of linking it"
-                )
-    return sorted(pickles)
-
-
-def _check_architecture(config_path: Path, base_config_path: Path, model_path: str | Path) -> None:
-    config = _read_config(config_path, f"{model_path}/config.json", submitted=True)
-    base = _read_config(base_config_path, str(base_config_path), submitted=False)
-    got = (config.get("architectures"), config.get("model_type"))
-    want = (base.get("architectures"), base.get("model_type"))
-    if got != want:
-        raise CheckpointError(
-            f"{model_path} is a {got[0]} (model_type {got[1]!r}), but the base model is a {want[0]} "
-            f"(model_type {want[1]!r}); fine-tune the base model itself and save it with "
-            "model.save_pretrained(path), keeping its architecture"
-        )
-
-
-def _read_config(path: Path, shown: str, *, submitted: bool) -> dict[str, Any]:
-    try:
-        if path.stat().st_size > CONFIG_MAX_BYTES:
-            raise CheckpointError(
-                f"{shown} is larger than {CONFIG_MAX_BYTES} bytes; save the model with "
-                "model.save_pretrained(path), which writes a small config.json"
-            )
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        if not submitted:
-            raise ModelSourceError(
-                f"the base model's config {shown} cannot be read ({exc}); resolve the base model again"
-            ) from exc
-        raise CheckpointError(
-            f"{shown} is not a readable JSON file ({exc}); save the model with model.save_pretrained(path)"
-        ) from exc
-    if not isinstance(data, dict):
-        raise CheckpointError(
-            f"{shown} is not a JSON object; save the model with model.save_pretrained(path)"
-        )
-    return data
-
-
-# --- fingerprint ----------------------------------------------------------------------------
-
-
-def fingerprint(model_dir: Path) -> str:
-    """sha256 (hex) over the checkpoint's top-level weights and evaluation-affecting files.
-
-    Files are taken in sorted name order; each contributes its name and the sha256 of its
-    content, read in 1 MiB chunks, so a multi-GB model never sits in memory. Covered are ``*.safetensors``
-    and :data:`EVAL_AFFECTING_FILES` (config, generation config, tokenizer and chat template):
-    equal fingerprints must mean equal scores, since identical submissions reuse a score.
-    Other files (README, trainer state, nested checkpoints) do not change evaluation and are
-    left out. Raises :class:`CheckpointError` for a covered entry that is not a regular file.
-    """
-    names = sorted(
-        entry.name
-        for entry in model_dir.iterdir()
-        if entry.name.endswith(WEIGHT_SUFFIX) or entry.name in EVAL_AFFECTING_FILES
-    )
-    digest = hashlib.sha256(_FINGERPRINT_SCHEME)
-    for name in names:
-        _hash_file(digest, model_dir / name, name)
-    return digest.hexdigest()
-
-
-def _hash_file(digest: Any, path: Path, name: str) -> None:
-    # O_NONBLOCK and a check on the open descriptor: a FIFO swapped in under a weight file's
-    # name cannot make the reader wait forever, and nothing can change between check and read.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CheckpointError(
-                f"{name} is not a regular file; save the model with model.save_pretrained(path)"
-            )
-        content = hashlib.sha256()
-        while chunk := stream.read(FINGERPRINT_CHUNK_BYTES):
-            content.update(chunk)
-    # Name and content digest, length-prefixed name: no two file lists can hash the same bytes.
-    encoded = name.encode("utf-8")
-    digest.update(len(encoded).to_bytes(8, "big") + encoded + content.digest())

@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     eval_dir: Path | None = Field(
         None, description="Evaluator-only storage: test split, per-sample outputs (default HOME/eval)."
     )
+    snapshot_dir: Path | None = Field(
+        None,
+        description="Where the grader copies each submission's model files for evaluation; agents must "
+        "not be able to write here, grader and evaluator must both see it (default EVAL_DIR/snapshots).",
+    )
     eval_backend: Literal["hf", "opencompass"] = Field("hf", description="Evaluation backend.")
     eval_limit: int | None = Field(
         None, gt=0, description="Evaluate only the first N test problems (smoke tests; recorded in the key)."
@@ -121,6 +126,8 @@ class Settings(BaseSettings):
             self.cache_dir = self.home / "cache"
         if self.eval_dir is None:
             self.eval_dir = self.home / "eval"
+        if self.snapshot_dir is None:
+            self.snapshot_dir = self.eval_dir / "snapshots"
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.home / 'autorl.db'}"
         return self

@@ -119,8 +119,12 @@ class Submission(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
-    model_path: Mapped[str] = mapped_column(Text)  # resolved, inside the experiment's output/
-    fingerprint: Mapped[str] = mapped_column(String(64))
+    model_path: Mapped[str] = mapped_column(Text)  # as submitted, inside the experiment's output/
+    fingerprint: Mapped[str] = mapped_column(String(64))  # of the snapshot's files
+    # Folder name under the snapshot root (autorl.snapshot); None once no evaluation needs it.
+    snapshot: Mapped[str | None] = mapped_column(String(64))
+    # Files of the submitted folder that were not evaluated (trainer state, optimizer, ...).
+    ignored_files: Mapped[list[str] | None] = mapped_column(JSON)
     eval_key: Mapped[str] = mapped_column(String(64))
     status: Mapped[SubmissionStatus] = mapped_column(
         Enum(SubmissionStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),

@@ -159,6 +159,8 @@ def create_submission(
     *,
     model_path: str,
     fingerprint: str,
+    snapshot: str | None = None,
+    ignored_files: list[str] | None = None,
     is_baseline: bool = False,
     reuse_from: int | None = None,
 ) -> Submission:
@@ -169,6 +171,8 @@ def create_submission(
         is_baseline=is_baseline,
         model_path=model_path,
         fingerprint=fingerprint,
+        snapshot=snapshot,
+        ignored_files=ignored_files,
         eval_key=experiment.eval_key,
         status=SubmissionStatus.QUEUED,
     )

@@ -131,7 +131,18 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
         for weights in target.glob("*.safetensors"):
             weights.unlink()
     elif kind == "pickle":
+        (target / "model.safetensors").unlink()
         (target / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    elif kind == "linked-weights":
+        (target / "model.safetensors").unlink()
+        (target / "model.safetensors").symlink_to(base / "model.safetensors")
+    elif kind == "sparse":
+        with (target / "model.safetensors").open("r+b") as handle:
+            handle.truncate(8 * 1024**3)
+    elif kind == "looping-template":
+        (target / "chat_template.jinja").write_text(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+        )
     elif kind == "adapter":
         (target / "adapter_config.json").write_text("{}")
     elif kind == "architecture":
@@ -153,6 +164,9 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
         ("pickle", "save_pretrained"),
         ("adapter", "merge_and_unload()"),
         ("architecture", "architecture"),
+        ("linked-weights", "copy the file"),
+        ("sparse", "sparse"),
+        ("looping-template", "chat template"),
     ],
 )
 def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
@@ -169,6 +183,23 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
     assert response.status_code == 400, response.text
     assert fix in response.json()["detail"]
     assert submission_count(settings, experiment) == 0
+
+
+def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    target = copy_model(tiny_base_model, experiment.output_dir / "trainer", unique=True)
+    (target / "training_args.bin").write_bytes(b"\x80\x04pickle")
+    (target / "checkpoint-10").mkdir()
+    response = submit(client, experiment, "output/trainer", params={"wait": "false"})
+    assert response.status_code == 202, response.text
+    assert response.json()["ignored_files"] == ["checkpoint-10/", "training_args.bin"]
+    view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
+    assert view["ignored_files"] == ["checkpoint-10/", "training_args.bin"]
+    # The snapshot the evaluator will read holds none of them.
+    assert settings.snapshot_dir is not None
+    [snapshot] = list(settings.snapshot_dir.iterdir())
+    assert "training_args.bin" not in {path.name for path in snapshot.iterdir()}
 
 
 def test_missing_model_path_is_400_with_a_readable_detail(

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from autorl.checkpoints import fingerprint
 from autorl.errors import ConfigurationError, EvaluationError
 from autorl.settings import Settings, load_settings
+from autorl.snapshot import snapshot_base_model
 from autorl.tasks import get_task
 from autorl.tasks.gsm8k import PROTOCOLS, accuracy
 from autorl_evaluator.backends import get_backend
@@ -65,13 +65,20 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     )
 
 
+def _contents(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in folder.iterdir()}
+
+
 @pytest.fixture(scope="module")
 def evaluated(trained_tiny_model: TrainedModel, settings: Settings) -> EvalResult:
-    before = fingerprint(trained_tiny_model.path)
+    """The backend evaluates a snapshot (normalized files), as the worker hands it one."""
+    assert settings.snapshot_dir is not None
+    snapshot = snapshot_base_model(trained_tiny_model.path, settings.snapshot_dir)
+    before = _contents(snapshot.path)
     result = get_backend("hf").evaluate(
-        trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+        snapshot.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
     )
-    assert fingerprint(trained_tiny_model.path) == before, "the backend must only read the checkpoint"
+    assert _contents(snapshot.path) == before, "the backend must only read the snapshot"
     return result
 
 
@@ -100,9 +107,6 @@ def test_result_records_how_it_ran(evaluated: EvalResult, settings: Settings) ->
     assert evaluated.details["max_new_tokens"] == EVAL_MAX_NEW_TOKENS
     assert evaluated.details["truncated_prompts"] == 0
     assert evaluated.seconds > 0
-    # The sanitized view the model was read from is gone.
-    assert settings.eval_dir is not None
-    assert not any((settings.eval_dir / "hf").iterdir())
 
 
 def test_unloadable_weights_fail_with_the_fix(

@@ -157,7 +157,10 @@ def worker_run(
         TestClient(create_app(long_settings, reconcile=False)) as long_client,
         pytest.MonkeyPatch.context() as env,
     ):
-        experiment = register(client, settings, tiny_base_model, make_workspace(root))
+        # The sharpened checkpoint is this experiment's base model: a submission must keep its base's
+        # architecture (RoPE theta included), and the evaluator reads the base's config.json, which
+        # transformers 5 wrote with RoPE only in rope_parameters: the view's fix is on this path.
+        experiment = register(client, settings, checkpoint, make_workspace(root))
         long_experiment = register(long_client, long_settings, tiny_base_model, make_workspace(root))
         redis = Redis.from_url(redis_url)
         worker = InProcessEvaluationWorker(

@@ -1,4 +1,5 @@
-"""The sanitized view: what transformers 4 needs, nothing that can run, the submission untouched."""
+"""The transformers-4 view of a snapshot: what transformers 4 needs, nothing that can run, the
+snapshot untouched."""
 
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
 """The job function every queue runs: `evaluate(submission_id)`.
 
-It claims the submission atomically, re-checks the fingerprint, runs the backend named by the
-experiment's evaluation settings, and writes `scored` or `failed`. While it works it renews a lease;
-a worker that dies stops renewing, and the grader's reconciler hands the submission to another.
-Per-sample outputs (they contain test questions and answers) stay in evaluator storage.
+It claims the submission atomically, runs the backend named by the experiment's evaluation
+settings on the submission's snapshot (the files the grader copied and fingerprinted at submit,
+in storage the agent cannot write; never the agent's folder), and writes `scored` or `failed`.
+While it works it renews a lease; a worker that dies stops renewing, and the grader's reconciler
+hands the submission to another. Per-sample outputs and the errors raised once the test split is
+loaded (they can quote test problems) stay in evaluator storage; the agent reads a message chosen
+by :mod:`autorl_evaluator.failures`. The snapshot is removed once the submission is final.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from autorl.checkpoints import fingerprint
 from autorl.errors import AutoRLError
 from autorl.settings import Settings, load_settings
+from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
+from autorl_evaluator.failures import agent_message, operator_detail
 
 log = logging.getLogger("autorl.evaluator")
 LEASE_S = 120.0
@@ -74,9 +78,27 @@ def eval_settings(settings: Settings, config: dict[str, Any]) -> Settings:
     )
 
 
-def predictions_path(settings: Settings, submission_id: int) -> Path:
+def submission_dir(settings: Settings, submission_id: int) -> Path:
+    """Evaluator-only storage of one submission: predictions, the full error of a failure."""
     assert settings.eval_dir is not None
-    return settings.eval_dir / "submissions" / str(submission_id) / "predictions.jsonl"
+    return settings.eval_dir / "submissions" / str(submission_id)
+
+
+def predictions_path(settings: Settings, submission_id: int) -> Path:
+    return submission_dir(settings, submission_id) / "predictions.jsonl"
+
+
+def snapshot_path(settings: Settings, snapshot: str | None) -> Path:
+    """The snapshot folder; an AutoRLError (shown to the agent) when it is not there."""
+    assert settings.snapshot_dir is not None
+    path = settings.snapshot_dir / snapshot if snapshot else None
+    if path is None or not (path / "config.json").is_file():
+        raise AutoRLError(
+            "the submission's snapshot (the copy of its files taken at submit) is gone from "
+            f"{settings.snapshot_dir}; submit the checkpoint again (an operator should check that the "
+            "grader and the evaluators share AUTORL_SNAPSHOT_DIR)"
+        )
+    return path
 
 
 def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, Any]:
@@ -93,21 +115,14 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             return {"submission_id": submission_id, "claimed": False}
         submission: Submission = repo.get_submission(session, submission_id)
         experiment: Experiment = submission.experiment
-        model_path, expected, config = (
-            Path(submission.model_path),
-            submission.fingerprint,
-            dict(experiment.eval_config),
-        )
+        snapshot, config = submission.snapshot, dict(experiment.eval_config)
         task_name, attempt = experiment.task, submission.attempts
     log.info("event=evaluation_started submission=%d attempt=%d worker=%s", submission_id, attempt, worker)
     started = time.monotonic()
+    test_data_loaded = False
     try:
         with _lease(db, submission_id, worker):
-            if fingerprint(model_path) != expected:
-                raise AutoRLError(
-                    "the checkpoint's files changed after it was submitted; save each checkpoint to a new "
-                    "folder and submit it once it is complete"
-                )
+            model_dir = snapshot_path(settings, snapshot)
             run_settings = eval_settings(settings, config)
             task = get_task(task_name)
             assert run_settings.eval_dir is not None
@@ -116,16 +131,31 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
                 source_dir=run_settings.data_source_dir,
                 limit=run_settings.eval_limit,
             )
+            test_data_loaded = True
             backend = get_backend(run_settings.eval_backend)
-            result = backend.evaluate(model_path, task, problems, run_settings)
+            result = backend.evaluate(model_dir, task, problems, run_settings)
         _write_predictions(predictions_path(settings, submission_id), problems, result.completions)
     except Exception as exc:
-        message = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+        if test_data_loaded:
+            message = agent_message(exc)
+            detail_path = _write_error(settings, submission_id, operator_detail(exc))
+            log.warning(
+                "event=evaluation_failed submission=%d phase=test error_type=%s detail=%s",
+                submission_id,
+                type(exc).__name__,
+                detail_path,
+            )
+        else:
+            message = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "event=evaluation_failed submission=%d phase=setup error=%s",
+                submission_id,
+                message.splitlines()[0][:300],
+            )
         with db.session() as session:
-            repo.record_failure(session, submission_id, error=message, worker=worker)
-        log.warning(
-            "event=evaluation_failed submission=%d error=%s", submission_id, message.splitlines()[0][:300]
-        )
+            final = repo.record_failure(session, submission_id, error=message, worker=worker)
+        if final and snapshot:
+            _remove_snapshot(settings, snapshot)
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
     seconds = time.monotonic() - started
     with db.session() as session:
@@ -139,6 +169,8 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             details=result.details,
             protocol=str(config.get("protocol", "opencompass")),
         )
+    if recorded and snapshot:
+        _remove_snapshot(settings, snapshot)
     log.info(
         "event=evaluation_scored submission=%d score=%.4f samples=%d seconds=%.1f recorded=%s",
         submission_id,
@@ -148,6 +180,18 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
         recorded,
     )
     return {"submission_id": submission_id, "claimed": True, "status": "scored", "scores": result.scores}
+
+
+def _remove_snapshot(settings: Settings, snapshot: str) -> None:
+    assert settings.snapshot_dir is not None
+    remove_snapshot(settings.snapshot_dir / snapshot)
+
+
+def _write_error(settings: Settings, submission_id: int, detail: str) -> Path:
+    path = submission_dir(settings, submission_id) / "error.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(detail, encoding="utf-8")
+    return path
 
 
 def _write_predictions(path: Path, problems: list[Any], completions: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""A sanitized, read-only view of a submitted checkpoint, for evaluators on transformers 4.
+"""A read-only view of a submission's snapshot, as transformers 4 (OpenCompass's) reads it.
 
 Agents save checkpoints with transformers 5; OpenCompass 0.5 (and the vLLM line that shares its
 environment) runs transformers 4, which misreads some of what version 5 writes, in part silently:
@@ -11,10 +11,10 @@ environment) runs transformers 4, which misreads some of what version 5 writes, 
   that key and silently falls back to its default ``rope_theta`` (10000 instead of, say, Qwen2.5's
   1000000), producing a different model. The values are copied to the keys version 4 reads.
 
-Only files that describe the model are taken (an allow-list): no Python files, so nothing in a
-submission can run even where a library asks for remote code, and no pickle weights. Weights are
-hard-linked (a symlink across filesystems); small files are copied, then the view is made
-read-only. The submitted folder is only ever read.
+The view is built from the snapshot (:mod:`autorl.snapshot`), never from the agent's folder: the
+snapshot holds only allow-listed, normalized files, in storage the agent cannot write. Its weights
+are hard-linked (symlinked across filesystems: both point into the snapshot); small files are
+copied, some rewritten, then the view is made read-only. The snapshot is only ever read.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from autorl.checkpoints import EVAL_AFFECTING_FILES
 from autorl.errors import EvaluationError
+from autorl.snapshot import SMALL_FILES, WEIGHTS_INDEX
 
-#: Small files that describe the model, copied (and some rewritten) into the view.
-COPIED_FILES = EVAL_AFFECTING_FILES
+#: Small files that describe the model, copied (and some rewritten) into the view; an allow-list
+#: again, though a snapshot holds nothing else, so that no other file ever reaches OpenCompass.
+COPIED_FILES = SMALL_FILES | {WEIGHTS_INDEX}
 WEIGHT_SUFFIX = ".safetensors"
 #: transformers 5's generic fast-tokenizer class; version 4 names the same thing this way.
 TRANSFORMERS5_TOKENIZER_CLASS = "TokenizersBackend"
@@ -39,13 +40,13 @@ _READ_ONLY_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 _READ_ONLY_DIR = _READ_ONLY_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
-def build_view(checkpoint: Path, view: Path) -> Path:
-    """Write the sanitized view of ``checkpoint`` into the new folder ``view`` and return it."""
-    if not (checkpoint / "config.json").is_file():
-        raise EvaluationError(f"checkpoint {checkpoint} has no config.json")
+def build_view(snapshot: Path, view: Path) -> Path:
+    """Write the transformers-4 view of ``snapshot`` into the new folder ``view`` and return it."""
+    if not (snapshot / "config.json").is_file():
+        raise EvaluationError(f"snapshot {snapshot} has no config.json")
     view.mkdir(parents=True, exist_ok=False)
-    for source in sorted(checkpoint.iterdir()):
-        if not source.is_file():
+    for source in sorted(snapshot.iterdir()):
+        if not source.is_file() or source.is_symlink():
             continue
         target = view / source.name
         if source.name.endswith(WEIGHT_SUFFIX):
@@ -60,15 +61,14 @@ def build_view(checkpoint: Path, view: Path) -> Path:
 
 
 def remove_view(view: Path) -> None:
-    """Delete a view (its folder is read-only, its links are not the submitted files)."""
+    """Delete a view (its folder is read-only; its links point into the snapshot, which stays)."""
     if view.is_dir():
         view.chmod(stat.S_IRWXU)
         shutil.rmtree(view)
 
 
 def _link(source: Path, target: Path) -> None:
-    # A hard link keeps the bytes that were checked even if the agent later replaces the file
-    # (a rename gives a new inode); across filesystems only a symlink is possible.
+    # The snapshot is immutable evaluator storage: a link into it cannot change what is read.
     try:
         os.link(source, target)
     except OSError:

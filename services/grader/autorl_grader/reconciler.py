@@ -10,6 +10,7 @@ from autorl.errors import ServiceUnavailableError
 from autorl.store import SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.state import GraderState
+from autorl_grader.submissions import prune_orphan_snapshots
 
 log = logging.getLogger("autorl.grader.reconciler")
 RECONCILE_INTERVAL_S = 15.0
@@ -34,6 +35,7 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
                 submission.lease_expires_at = None
                 requeued += 1
     enqueued = state.dispatcher.dispatch(state.db)
+    prune_orphan_snapshots(state)
     if requeued or failed or enqueued:
         log.info("event=reconciled requeued=%d failed=%d enqueued=%d", requeued, failed, enqueued)
     return {"requeued": requeued, "failed": failed, "enqueued": enqueued}

@@ -1,20 +1,31 @@
-"""Accepting submissions: validate, fingerprint, commit, then enqueue; and waiting for results."""
+"""Accepting submissions: snapshot (check, copy, fingerprint), commit, enqueue; waiting for results."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from autorl.checkpoints import fingerprint, validate_checkpoint
+from autorl.chat_template import ChatTemplate
 from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
-from autorl.store import Experiment, Submission
+from autorl.snapshot import (
+    DRY_RUN_QUESTION,
+    Snapshot,
+    prune_snapshots,
+    remove_snapshot,
+    snapshot_base_model,
+    snapshot_submission,
+)
+from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
+from autorl.tasks import get_task
 from autorl_grader.state import GraderState
 from autorl_grader.views import pending_view, submission_view
 
@@ -59,26 +70,60 @@ def check_limit(count: int, experiment: Experiment) -> None:
         )
 
 
-def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
-    """Blocking: validates and commits a submission, then enqueues it. Returns its id."""
-    check_open(experiment)
-    with state.db.session() as session:
-        check_limit(repo.agent_submissions_count(session, experiment), experiment)
-    resolved = validate_checkpoint(
+def snapshot_root(state: GraderState) -> Path:
+    assert state.settings.snapshot_dir is not None
+    return state.settings.snapshot_dir
+
+
+def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -> Snapshot:
+    """Check the submitted folder and copy what is evaluated (autorl.snapshot); the chat template
+    is dry-rendered on a train question, as the evaluator renders test questions."""
+    task = get_task(experiment.task)
+
+    def render_check(template: ChatTemplate) -> object:
+        # enable_thinking=False: the evaluator's default for every model family.
+        return task.render_prompt(template, DRY_RUN_QUESTION, enable_thinking=False)
+
+    return snapshot_submission(
         rebase_agent_path(experiment, model_path),
         workspace=Path(experiment.workspace),
         output_dir=Path(experiment.output_dir),
         base_model_dir=Path(experiment.base_model_dir),
+        snapshot_root=snapshot_root(state),
+        render_check=render_check,
     )
-    digest = fingerprint(resolved)
-    # Refuse before writing anything when the queue is down: no half-accepted submission.
-    state.dispatcher.ping()
+
+
+def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
+    """Blocking: snapshots and commits a submission, then enqueues it. Returns its id."""
+    check_open(experiment)
     with state.db.session() as session:
-        locked = repo.get_experiment(session, experiment.name, for_update=True)
-        check_open(locked)
-        check_limit(repo.agent_submissions_count(session, locked), locked)
-        submission = repo.create_submission(session, locked, model_path=str(resolved), fingerprint=digest)
-        submission_id, queued = submission.id, not submission.status.final
+        check_limit(repo.agent_submissions_count(session, experiment), experiment)
+    snapshot = take_snapshot(state, experiment, model_path)
+    shown_path = os.path.normpath(Path(experiment.workspace) / rebase_agent_path(experiment, model_path))
+    try:
+        # Refuse before writing anything when the queue is down: no half-accepted submission.
+        state.dispatcher.ping()
+        with state.db.session() as session:
+            locked = repo.get_experiment(session, experiment.name, for_update=True)
+            check_open(locked)
+            check_limit(repo.agent_submissions_count(session, locked), locked)
+            submission = repo.create_submission(
+                session,
+                locked,
+                model_path=shown_path,
+                fingerprint=snapshot.fingerprint,
+                snapshot=snapshot.name,
+                ignored_files=list(snapshot.ignored_files),
+            )
+            submission_id, queued = submission.id, not submission.status.final
+            if not queued:
+                submission.snapshot = None
+    except BaseException:
+        remove_snapshot(snapshot.path)
+        raise
+    if not queued:
+        remove_snapshot(snapshot.path)
     state.metrics.inc("autorl_submissions_total", outcome="queued" if queued else "reused")
     log.info(
         "event=submission_accepted experiment=%s submission=%d reused=%s",
@@ -109,27 +154,62 @@ def request_baseline(state: GraderState, name: str) -> int:
         if experiment.baseline_submission_id is not None:
             return experiment.baseline_submission_id
         base_dir = experiment.base_model_dir
-    digest = fingerprint(Path(base_dir))
-    with state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
-        if experiment.baseline_submission_id is not None:
-            return experiment.baseline_submission_id
-        cached = repo.cached_baseline(
-            session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
-        )
-        submission = repo.create_submission(
-            session,
-            experiment,
-            model_path=base_dir,
-            fingerprint=digest,
-            is_baseline=True,
-            reuse_from=cached.submission_id if cached and cached.fingerprint == digest else None,
-        )
-        experiment.baseline_submission_id = submission.id
-        submission_id, queued = submission.id, not submission.status.final
+    snapshot = snapshot_base_model(Path(base_dir), snapshot_root(state))
+    try:
+        with state.db.session() as session:
+            experiment = repo.get_experiment(session, name, for_update=True)
+            if experiment.baseline_submission_id is not None:
+                remove_snapshot(snapshot.path)
+                return experiment.baseline_submission_id
+            cached = repo.cached_baseline(
+                session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
+            )
+            reusable = cached is not None and cached.fingerprint == snapshot.fingerprint
+            submission = repo.create_submission(
+                session,
+                experiment,
+                model_path=base_dir,
+                fingerprint=snapshot.fingerprint,
+                snapshot=snapshot.name,
+                is_baseline=True,
+                reuse_from=cached.submission_id if cached is not None and reusable else None,
+            )
+            experiment.baseline_submission_id = submission.id
+            submission_id, queued = submission.id, not submission.status.final
+            if not queued:
+                submission.snapshot = None
+    except BaseException:
+        remove_snapshot(snapshot.path)
+        raise
+    if not queued:
+        remove_snapshot(snapshot.path)
     if queued:
         dispatch_committed(state)
     return submission_id
+
+
+def prune_orphan_snapshots(state: GraderState) -> list[str]:
+    """Remove the snapshots no evaluation needs any more: at once those of final submissions (the
+    evaluators may mount the snapshots read-only and then cannot remove them themselves), and
+    those no submission names once they are old (a crash between copying and committing)."""
+    root = snapshot_root(state)
+    unfinished = [SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]
+    with state.db.session() as session:
+        done = session.scalars(
+            select(Submission).where(Submission.snapshot.is_not(None), Submission.status.not_in(unfinished))
+        ).all()
+        removed = []
+        for submission in done:
+            assert submission.snapshot is not None
+            remove_snapshot(root / submission.snapshot)
+            removed.append(submission.snapshot)
+            submission.snapshot = None
+        keep = session.scalars(
+            select(Submission.snapshot).where(
+                Submission.snapshot.is_not(None), Submission.status.in_(unfinished)
+            )
+        ).all()
+    return removed + prune_snapshots(root, {name for name in keep if name is not None})
 
 
 def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple[Submission, dict[str, Any]]:

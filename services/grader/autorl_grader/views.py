@@ -106,6 +106,7 @@ def submission_view(
         "eval_seconds": submission.eval_seconds,
         "attempts": submission.attempts,
         "error": submission.error,
+        "ignored_files": submission.ignored_files or [],
         "created_at": epoch(submission.created_at),
         "finished_at": epoch(submission.finished_at),
     }
@@ -119,6 +120,7 @@ def pending_view(session: Session, submission: Submission) -> dict[str, Any]:
         "submission_id": submission.id,
         "status": submission.status.value,
         "queue_position": repo.queue_position(session, submission),
+        "ignored_files": submission.ignored_files or [],
     }
 
 

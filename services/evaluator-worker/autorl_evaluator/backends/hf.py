@@ -13,8 +13,10 @@ Generation runs on :mod:`autorl_evaluator.backends.greedy_engine`: the same gree
 computed once, CUDA graphs; architectures the engine does not know go through ``generate``,
 left-padded, in the same batches.
 
-The model is read from the sanitized read-only view (:mod:`autorl_evaluator.sanitize`), never with
-remote code, and from safetensors only. torch and transformers are imported inside functions.
+The model is read from the submission's snapshot (:mod:`autorl.snapshot`: evaluator-owned,
+normalized files), never with remote code, and from safetensors only. Prompts are rendered by the
+sandboxed, time- and size-limited renderer of :mod:`autorl.chat_template`, the one the grader
+dry-ran at submit. torch and transformers are imported inside functions.
 """
 
 from __future__ import annotations
@@ -22,29 +24,33 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from autorl.chat_template import ChatTemplate, ChatTemplateError
 from autorl.errors import EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE, Settings
-from autorl.tasks.base import Problem, Task
+from autorl.tasks.base import Problem, Task, evaluation_messages
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.backends.greedy_engine import generate_greedy, unsupported_reason
+from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, encode, stop_words
-from autorl_evaluator.sanitize import build_view, remove_view
 
 log = logging.getLogger("autorl.evaluator.hf")
 
 
 def prompt_texts(tokenizer: Any, task: Task, questions: Sequence[str], model: ModelSettings) -> list[str]:
     """The prompts this backend generates from: the task's few-shot turns and each question, as
-    OpenCompass shapes them, in the model's own chat template with the generation prompt."""
-    kwargs = model.chat_template_kwargs()
-    return [task.render_prompt(tokenizer, question, **kwargs) for question in questions]
+    OpenCompass shapes them, in the model's own chat template with the generation prompt, rendered
+    as transformers renders it but with the sandbox's limits (what :meth:`Task.render_prompt` gives
+    for one question)."""
+    if not isinstance(tokenizer.chat_template, str):
+        raise ChatTemplateError("the tokenizer has no chat template; save it with tokenizer.save_pretrained")
+    template = ChatTemplate(tokenizer.chat_template, dict(tokenizer.special_tokens_map))
+    conversations = [evaluation_messages(task.build_messages(question)) for question in questions]
+    return template.render_batch(conversations, add_generation_prompt=True, **model.chat_template_kwargs())
 
 
 def eos_token_ids(tokenizer: Any, *generation_eos: int | Sequence[int] | None) -> list[int]:
@@ -67,14 +73,8 @@ class HFBackend:
     ) -> EvalResult:
         if not problems:
             raise EvaluationError("no test problems to evaluate")
-        assert settings.eval_dir is not None
         started = time.monotonic()
-        view_dir = settings.eval_dir / "hf" / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-        view = build_view(model_dir, view_dir)
-        try:
-            completions, details = _generate(view, task, problems, settings)
-        finally:
-            remove_view(view)
+        completions, details = _generate(model_dir, task, problems, settings)
         scores = task.score(completions, [problem.answer for problem in problems])
         return EvalResult(
             completions=completions,
@@ -86,15 +86,15 @@ class HFBackend:
 
 
 def _generate(
-    view: Path, task: Task, problems: list[Problem], settings: Settings
+    model_dir: Path, task: Task, problems: list[Problem], settings: Settings
 ) -> tuple[list[str], dict[str, object]]:
     import torch
 
-    model_settings = settings_for(json.loads((view / "config.json").read_text(encoding="utf-8")))
+    model_settings = settings_for(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
     device = torch.device(settings.eval_device or ("cuda" if torch.cuda.is_available() else "cpu"))
     # float32 on the CPU, as OpenCompass's CPU path loads it; the GPU dtype of the model settings.
     dtype = torch.float32 if device.type == "cpu" else getattr(torch, model_settings.dtype)
-    tokenizer, model, generation_eos = _load(view, device, dtype)
+    tokenizer, model, generation_eos = _load(model_dir, device, dtype)
     max_new_tokens = settings.eval_max_new_tokens or task.max_new_tokens
     words = stop_words(tokenizer, generation_eos)
     # The model's own generation config falls back to config.json's eos when the file is absent.
@@ -139,21 +139,22 @@ def _generate(
     return completions, details
 
 
-def _load(view: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int] | None]:
+def _load(model_dir: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int] | None]:
     """Tokenizer, model and the generation config's eos ids, as OpenCompass's wrapper loads them."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            view, trust_remote_code=False, padding_side="left", truncation_side="left"
+            model_dir, trust_remote_code=False, padding_side="left", truncation_side="left"
         )
         model = AutoModelForCausalLM.from_pretrained(
-            view, dtype=dtype, trust_remote_code=False, use_safetensors=True
+            model_dir, dtype=dtype, trust_remote_code=False, use_safetensors=True
         )
     # A submission's files can break loading in many ways (a truncated safetensors header, a
     # config with wrong types, shapes that do not match); each is the checkpoint's fault.
+    # The snapshot's files are all that is read: the message cannot quote the test split.
     except Exception as exc:
-        raise EvaluationError(
+        raise PublicEvaluationError(
             f"transformers cannot load the checkpoint ({type(exc).__name__}: {str(exc).strip()[:500]}); "
             "save it with model.save_pretrained(path) and tokenizer.save_pretrained(path) "
             "and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
@@ -161,7 +162,7 @@ def _load(view: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int
     model.to(device).eval()
     # OpenCompass reads stop words and a missing pad id from generation_config.json alone.
     try:
-        generation_config = GenerationConfig.from_pretrained(view)
+        generation_config = GenerationConfig.from_pretrained(model_dir)
     except OSError:
         generation_config = None
     generation_eos = generation_config.eos_token_id if generation_config is not None else None
@@ -169,7 +170,7 @@ def _load(view: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int
         # OpenCompass's fallback order: the generation config's pad id, then the eos token.
         pad = generation_config.pad_token_id if generation_config is not None else None
         if pad is None and tokenizer.eos_token_id is None:
-            raise EvaluationError(
+            raise PublicEvaluationError(
                 "the tokenizer has neither a pad nor an eos token; set one (tokenizer.pad_token = ...) "
                 "and save it with tokenizer.save_pretrained(path)"
             )

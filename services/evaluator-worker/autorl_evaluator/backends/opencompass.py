@@ -4,12 +4,19 @@ One evaluation is one folder under ``EVAL_DIR/opencompass/`` (evaluator-only sto
 
 - ``data/gsm8k/{train,test}.jsonl``: the problems the worker passes in (so ``eval_limit`` works
   and the test split never leaves evaluator storage); ``COMPASS_DATA_CACHE`` points here;
-- ``model/``: the sanitized read-only view of the checkpoint (:mod:`autorl_evaluator.sanitize`);
+- ``model/``: the read-only transformers-4 view of the submission's snapshot
+  (:mod:`autorl_evaluator.sanitize`);
 - ``config.py``: the OpenCompass config (:mod:`autorl_evaluator.opencompass_config`);
 - ``work/``: OpenCompass's ``--work-dir``; ``opencompass.log``: its output.
 
+Before OpenCompass starts, every test prompt is rendered once by the sandboxed, limited renderer
+(:mod:`autorl.chat_template`): a chat template that loops, explodes or raises on a test prompt
+fails here, in seconds, instead of inside OpenCompass, which renders with no limits.
+
 OpenCompass exits 0 when a task fails, so its exit code is never trusted: the score comes from
-the newest summary CSV, and a ``-`` (or no row) is a failure carrying the log tail. Per-sample
+the newest summary CSV, and a ``-`` (or no row) is a failure carrying the log tail (with lines
+quoting a test problem removed; the agent is shown a generic message either way,
+:mod:`autorl_evaluator.failures`). Per-sample
 completions come from the predictions file and are scored with the task's own three protocols,
 so the result has the same keys as the ``hf`` backend's. The folder is removed after a success
 (unless ``AUTORL_OPENCOMPASS_KEEP_RUNS``) and kept after a failure, for the operator.
@@ -29,12 +36,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from autorl import model_files
+from autorl.chat_template import ChatTemplate
 from autorl.errors import EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, Settings
-from autorl.tasks.base import Problem, Task, write_problems
+from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
-from autorl_evaluator.model_settings import settings_for
+from autorl_evaluator.failures import PublicEvaluationError
+from autorl_evaluator.model_settings import ModelSettings, settings_for
 from autorl_evaluator.opencompass_config import (
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
@@ -210,6 +220,7 @@ class OpenCompassBackend:
         write_problems(data_dir / "train.jsonl", [])
         view = build_view(model_dir, run_dir / "model")
         model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
+        check_prompts_render(view, task, problems, settings_for(model_config))
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
         config_path.write_text(
@@ -257,9 +268,10 @@ class OpenCompassBackend:
                 if outcome.survivors
                 else "it and every process it started were stopped"
             )
-            raise EvaluationError(
+            raise PublicEvaluationError(
                 f"OpenCompass did not finish within the hard timeout of {settings.eval_timeout_s} s "
-                f"(AUTORL_EVAL_TIMEOUT_S); {stopped}.\n" + _error_tail(run_dir, problems)
+                f"(AUTORL_EVAL_TIMEOUT_S); {stopped}.",
+                detail=_error_tail(run_dir, problems),
             )
         accuracy = read_summary_accuracy(work_dir)
         if accuracy is None:
@@ -292,6 +304,16 @@ class OpenCompassBackend:
                 "opencompass_seconds": round(outcome.seconds, 3),
             },
         )
+
+
+def check_prompts_render(view: Path, task: Task, problems: Sequence[Problem], model: ModelSettings) -> None:
+    """Render every test prompt with the limited renderer; raises ChatTemplateError."""
+    tokenizer_config = json.loads((view / "tokenizer_config.json").read_text(encoding="utf-8"))
+    template = ChatTemplate(
+        str(tokenizer_config.get("chat_template", "")), model_files.special_tokens(tokenizer_config)
+    )
+    conversations = [evaluation_messages(task.build_messages(problem.question)) for problem in problems]
+    template.render_batch(conversations, add_generation_prompt=True, **model.chat_template_kwargs())
 
 
 def _opencompass_command(configured: Path) -> Path:

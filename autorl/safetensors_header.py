@@ -1,0 +1,189 @@
+"""The safetensors header: what a weight file declares, read without reading the tensors.
+
+A safetensors file is an 8-byte little-endian header length, a JSON header naming every tensor's
+dtype, shape and byte range, then the tensor data. :func:`read_header` takes only the header
+(bounded by :data:`MAX_HEADER_BYTES`) and checks that the byte ranges tile the data exactly and
+that the file is exactly as long as the header says: nothing is hidden after the data, and an
+8 GiB sparse file behind a small header is refused before a byte of it is read.
+
+:func:`compare_to_base` holds a submission's tensors to the base model's. The dtype rule: a
+tensor whose base dtype is a floating type of 16 or 32 bits (F16, BF16, F32) may be stored in
+any of those three (agents train in one precision and save in another; the evaluator casts to
+its own dtype on load); every other tensor keeps the base's dtype exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from autorl.errors import CheckpointError
+
+#: Larger than any real model's header (Qwen2.5-72B's is about 100 KB), small enough to parse at once.
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+LENGTH_PREFIX_BYTES = 8
+#: Bytes per element of every dtype safetensors defines.
+DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+}
+INTERCHANGEABLE_FLOATS = frozenset({"F16", "BF16", "F32"})
+METADATA_KEY = "__metadata__"
+_FIX = "save the model with model.save_pretrained(path), which writes safetensors"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Header:
+    """One file's declared tensors and sizes."""
+
+    raw: bytes  # the length prefix and the JSON header, exactly as read
+    tensors: Mapping[str, Tensor]
+    data_bytes: int
+
+    @property
+    def file_bytes(self) -> int:
+        return len(self.raw) + self.data_bytes
+
+
+def read_header(fd: int, file_bytes: int, shown: str) -> Header:
+    """Read and check the header at the descriptor's current position (the file's start).
+
+    The descriptor is left just past the header, so the caller can stream the data next.
+    """
+    prefix = _read_exact(fd, LENGTH_PREFIX_BYTES, shown)
+    length = int.from_bytes(prefix, "little")
+    if length > MAX_HEADER_BYTES or LENGTH_PREFIX_BYTES + length > file_bytes:
+        raise CheckpointError(
+            f"{shown} is not a safetensors file (its header length {length} is impossible for a file of "
+            f"{file_bytes} bytes); {_FIX}"
+        )
+    body = _read_exact(fd, length, shown)
+    try:
+        parsed = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{shown} has a safetensors header that is not JSON ({exc}); {_FIX}") from exc
+    if not isinstance(parsed, dict):
+        raise CheckpointError(f"{shown} has a safetensors header that is not a JSON object; {_FIX}")
+    tensors, data_bytes = _tensors(parsed, shown)
+    header = Header(raw=prefix + body, tensors=tensors, data_bytes=data_bytes)
+    if header.file_bytes != file_bytes:
+        raise CheckpointError(
+            f"{shown} is {file_bytes} bytes but its header declares {header.file_bytes}; "
+            f"the file is truncated or has data appended: {_FIX}"
+        )
+    return header
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # Readers disagree on which of two equal keys wins; a header with one is refused outright.
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError("a name appears twice")
+    return dict(pairs)
+
+
+def _read_exact(fd: int, count: int, shown: str) -> bytes:
+    chunks: list[bytes] = []
+    remaining = count
+    while remaining:
+        chunk = os.read(fd, min(remaining, 1024 * 1024))
+        if not chunk:
+            raise CheckpointError(f"{shown} ends inside its safetensors header; {_FIX}")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _tensors(parsed: dict[str, object], shown: str) -> tuple[dict[str, Tensor], int]:
+    tensors: dict[str, Tensor] = {}
+    ranges: list[tuple[int, int, str]] = []
+    for name, entry in parsed.items():
+        if name == METADATA_KEY:
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise CheckpointError(f"{shown}: {METADATA_KEY} must map strings to strings; {_FIX}")
+            continue
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{shown}: tensor {name!r} has no dtype/shape/data_offsets; {_FIX}")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in DTYPE_BYTES:
+            raise CheckpointError(f"{shown}: tensor {name!r} has an unknown dtype {dtype!r}; {_FIX}")
+        if not (isinstance(shape, list) and all(_is_count(size) for size in shape)):
+            raise CheckpointError(f"{shown}: tensor {name!r} has an invalid shape {shape!r}; {_FIX}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+            raise CheckpointError(f"{shown}: tensor {name!r} has invalid data_offsets; {_FIX}")
+        begin, end = offsets
+        if end - begin != math.prod(shape) * DTYPE_BYTES[dtype]:
+            raise CheckpointError(
+                f"{shown}: tensor {name!r} occupies {end - begin} bytes, not the {math.prod(shape)} × "
+                f"{DTYPE_BYTES[dtype]} its shape and dtype need; {_FIX}"
+            )
+        tensors[name] = Tensor(dtype=dtype, shape=tuple(shape))
+        ranges.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(ranges):
+        if begin != position:
+            raise CheckpointError(
+                f"{shown}: tensor {name!r} starts at byte {begin}, expected {position} "
+                f"(tensor data must be contiguous, without gaps or overlaps); {_FIX}"
+            )
+        position = end
+    return tensors, position
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def compare_to_base(tensors: Mapping[str, Tensor], base: Mapping[str, Tensor], shown: str) -> None:
+    """Refuse unless ``tensors`` names exactly the base's tensors, with the same shapes and dtypes
+    allowed by the module's dtype rule. ``shown`` names the checkpoint in the message."""
+    fix = (
+        "fine-tune the base model itself and save it with model.save_pretrained(path): the weights "
+        "must have the base model's tensors, names and shapes"
+    )
+    missing = sorted(set(base) - set(tensors))
+    extra = sorted(set(tensors) - set(base))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(
+                f"missing {len(missing)} of the base model's tensors (e.g. {', '.join(missing[:3])})"
+            )
+        if extra:
+            parts.append(f"{len(extra)} tensors the base model does not have (e.g. {', '.join(extra[:3])})")
+        raise CheckpointError(f"{shown}: the weights hold {' and '.join(parts)}; {fix}")
+    for name in sorted(base):
+        got, want = tensors[name], base[name]
+        if got.shape != want.shape:
+            raise CheckpointError(
+                f"{shown}: tensor {name} has shape {list(got.shape)}, the base model's has "
+                f"{list(want.shape)}; {fix}"
+            )
+        if got.dtype != want.dtype and not {got.dtype, want.dtype} <= INTERCHANGEABLE_FLOATS:
+            raise CheckpointError(
+                f"{shown}: tensor {name} is {got.dtype}, the base model's is {want.dtype} "
+                f"(floating tensors may be F16, BF16 or F32; others keep the base's dtype); {fix}"
+            )

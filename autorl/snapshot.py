@@ -1,0 +1,640 @@
+"""Submission snapshots: the model files, copied once into storage the agent cannot write.
+
+At submit the grader opens the experiment's output folder with ``O_DIRECTORY|O_NOFOLLOW`` and walks
+the submitted path one component at a time with ``openat(..., O_NOFOLLOW)``: no symbolic link is
+followed anywhere, so a path cannot leave ``output/`` and nothing can be swapped in between two
+checks. Entries of the folder are sorted by an allow-list:
+
+- weights: ``model.safetensors``, or ``model.safetensors.index.json`` and the shards it names;
+- ``config.json`` (required), ``generation_config.json``, the tokenizer files
+  (:data:`autorl.checkpoints.TOKENIZER_FILES`);
+- refused: ``adapter_config.json`` (an adapter: merge it first) and pickle weights without
+  safetensors ones;
+- everything else (``training_args.bin``, ``optimizer.pt``, ``rng_state*.pth``, ``README.md``,
+  ``checkpoint-N/`` ...) is ignored: never opened, never copied, listed in the answer.
+
+Each allowed file is opened ``O_NOFOLLOW|O_NONBLOCK`` and checked on its descriptor (a regular
+file, under its size cap, not sparse) before it is read in full; weight headers are checked
+against the base model's (:mod:`autorl.safetensors_header`) before any tensor data is read. The
+file is then copied, hashed while copied, into a new folder under the snapshot root; the small
+files are normalized on the way (:mod:`autorl.model_files`); the chat template is dry-rendered on
+a train question with the evaluator's limits (:mod:`autorl.chat_template`). Every source file's
+size and modification time are compared again at the end: a file changed during the copy refuses
+the submission. The fingerprint is over what the snapshot holds, so identical evaluated files, and
+only those, share a score (the submission's own config.json is fingerprinted too, see
+:data:`SUBMITTED_CONFIG`). The evaluator loads the snapshot, never the agent's folder.
+
+A snapshot belongs to one submission and is removed once that submission is final (by the
+evaluator after recording the result, by the grader when a score is reused or, where evaluators
+mount the snapshots read-only, by the grader's reconciler); :func:`prune_snapshots` removes what a
+crash left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+import stat
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autorl import model_files
+from autorl.chat_template import ChatTemplate, ChatTemplateError
+from autorl.checkpoints import TOKENIZER_FILES
+from autorl.errors import CheckpointError, ModelSourceError, ServiceUnavailableError
+from autorl.safetensors_header import Header, Tensor, compare_to_base, read_header
+
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+CONFIG = "config.json"
+#: The submission's own config.json (normalized JSON), kept beside the base model's config that
+#: the evaluator reads: it is never loaded, but it is fingerprinted, so a checkpoint whose config
+#: was edited counts as a new model and is evaluated again rather than reusing a score.
+SUBMITTED_CONFIG = "submitted_config.json"
+GENERATION_CONFIG = "generation_config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+ADDED_TOKENS = "added_tokens.json"
+CHAT_TEMPLATE_JINJA = "chat_template.jinja"
+CHAT_TEMPLATE_JSON = "chat_template.json"
+ADAPTER_CONFIG = "adapter_config.json"
+#: Files of which at least one must be present: the tokenizer's vocabulary.
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+_MIB = 1024 * 1024
+#: Size caps of the small files, each far above what a real model ships (Qwen2.5's tokenizer.json
+#: is 7 MiB, a 256k-token vocabulary about 33 MiB). Weights need none: their size must equal
+#: what a header with the base model's tensors declares.
+SIZE_CAPS = {
+    CONFIG: 4 * _MIB,
+    GENERATION_CONFIG: _MIB,
+    WEIGHTS_INDEX: 16 * _MIB,
+    TOKENIZER_CONFIG: 16 * _MIB,
+    SPECIAL_TOKENS_MAP: _MIB,
+    ADDED_TOKENS: 16 * _MIB,
+    CHAT_TEMPLATE_JINJA: _MIB,
+    CHAT_TEMPLATE_JSON: _MIB,
+    "tokenizer.json": 64 * _MIB,
+    "vocab.json": 32 * _MIB,
+    "merges.txt": 32 * _MIB,
+    "tokenizer.model": 16 * _MIB,
+}
+SMALL_FILES = frozenset({CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES})
+#: A folder with more entries is not a model folder; listing stops there.
+MAX_ENTRIES = 10_000
+MAX_SHARDS = 1_000
+#: How many ignored names an answer lists.
+MAX_IGNORED_LISTED = 100
+#: Files above this size must have at least this fraction of their bytes allocated.
+SPARSE_CHECK_MIN_BYTES = _MIB
+MIN_DATA_FRACTION = 0.5
+COPY_CHUNK_BYTES = _MIB
+#: Free space the snapshot storage keeps after a copy, for the evaluators' own files.
+MIN_FREE_BYTES = 1024 * _MIB
+#: A snapshot folder nothing refers to is removed once its newest file is this old.
+ORPHAN_GRACE_S = 3600.0
+#: A GSM8K train question (train split, first problem): the dry render's conversation.
+DRY_RUN_QUESTION = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
+_FINGERPRINT_SCHEME = b"autorl-snapshot-v2\0"
+_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors")
+_PICKLE_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt|pkl))", re.IGNORECASE)
+_SAVE = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
+_CHANGED = (
+    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
+    "folder and submit it once it is complete"
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A folder of evaluated files, its content fingerprint and what the submission held besides."""
+
+    name: str
+    path: Path
+    fingerprint: str
+    ignored_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    """What a submission is held to: the base model's config and tensors."""
+
+    config: dict[str, Any]
+    tensors: dict[str, Tensor]
+
+    @property
+    def vocab_size(self) -> int:
+        size = self.config.get("vocab_size")
+        return size if isinstance(size, int) else 2**31
+
+
+# --- entry points ---------------------------------------------------------------------------
+
+
+def snapshot_submission(
+    model_path: str | Path,
+    *,
+    workspace: Path,
+    output_dir: Path,
+    base_model_dir: Path,
+    snapshot_root: Path,
+    render_check: Callable[[ChatTemplate], object],
+) -> Snapshot:
+    """Check a submitted checkpoint and copy its evaluated files into a new snapshot.
+
+    A relative ``model_path`` resolves against ``workspace``; it must lie inside ``output_dir``.
+    ``render_check`` dry-renders the chat template (the task's prompt for a train question).
+    Each broken rule raises a :class:`CheckpointError` saying what to do instead.
+    """
+    base = read_base_model(base_model_dir)
+    with ExitStack() as stack:
+        folder = _open_submission_folder(model_path, workspace=workspace, output_dir=output_dir)
+        stack.callback(os.close, folder)
+        source = _Source(folder, shown=str(model_path), follow_links=False)
+        return _build(source, base, snapshot_root, render_check)
+
+
+def snapshot_base_model(base_model_dir: Path, snapshot_root: Path) -> Snapshot:
+    """The base model's snapshot, taken and fingerprinted like a submission's (so a copy of the
+    base model submitted by an agent has the baseline's fingerprint). The base model is the
+    platform's own: links in its folder (a hub cache) are followed."""
+    base = read_base_model(base_model_dir)
+    folder = os.open(base_model_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        source = _Source(folder, shown=str(base_model_dir), follow_links=True)
+        return _build(source, base, snapshot_root, render_check=None)
+    finally:
+        os.close(folder)
+
+
+def read_base_model(base_model_dir: Path) -> BaseModel:
+    """The base model's config and safetensors tensors; a broken base is the platform's problem."""
+    try:
+        config = model_files.parse_json_object((base_model_dir / CONFIG).read_bytes(), CONFIG)
+        if (base_model_dir / WEIGHTS_INDEX).is_file():
+            index = model_files.parse_json_object(
+                (base_model_dir / WEIGHTS_INDEX).read_bytes(), WEIGHTS_INDEX
+            )
+            shards = sorted(set(_weight_map(index, WEIGHTS_INDEX).values()))
+        else:
+            shards = [WEIGHTS]
+        tensors: dict[str, Tensor] = {}
+        for shard in shards:
+            path = base_model_dir / shard
+            with path.open("rb") as handle:
+                tensors.update(read_header(handle.fileno(), path.stat().st_size, shard).tensors)
+    except (OSError, CheckpointError) as exc:
+        raise ModelSourceError(
+            f"the base model in {base_model_dir} cannot be read ({exc}); resolve the base model again"
+        ) from exc
+    return BaseModel(config=config, tensors=tensors)
+
+
+def remove_snapshot(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def prune_snapshots(
+    snapshot_root: Path, keep: Collection[str], *, grace_s: float = ORPHAN_GRACE_S
+) -> list[str]:
+    """Remove snapshot folders not in ``keep`` (the snapshots of unfinished submissions) whose
+    newest file is older than ``grace_s`` (one being written, or just committed, is young)."""
+    removed: list[str] = []
+    if not snapshot_root.is_dir():
+        return removed
+    now = time.time()
+    for folder in snapshot_root.iterdir():
+        if folder.name in keep or not folder.is_dir() or folder.is_symlink():
+            continue
+        newest = max([folder.stat().st_mtime, *(entry.stat().st_mtime for entry in folder.iterdir())])
+        if now - newest > grace_s:
+            remove_snapshot(folder)
+            removed.append(folder.name)
+    return removed
+
+
+# --- opening the submitted folder -----------------------------------------------------------
+
+
+def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_dir: Path) -> int:
+    candidate = Path(model_path)
+    if not candidate.is_absolute():
+        candidate = workspace / candidate
+    normal = Path(os.path.normpath(candidate))
+    outside = CheckpointError(
+        f"model_path {model_path} lies outside this experiment's output folder {output_dir}; save the "
+        f"model under OUTPUT_DIR ({output_dir}) and submit that folder"
+    )
+    # Lexical only: nothing is resolved, so the answer says nothing about what exists elsewhere.
+    for root in (Path(os.path.normpath(output_dir)), Path(os.path.realpath(output_dir))):
+        if normal.is_relative_to(root):
+            parts = normal.relative_to(root).parts
+            break
+    else:
+        raise outside
+    try:
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CheckpointError(
+            f"this experiment's output folder {output_dir} cannot be opened ({exc.strerror}); it must be a "
+            "plain folder, not a link: save the model under OUTPUT_DIR and submit that folder"
+        ) from exc
+    walked = Path(root)
+    try:
+        for index, part in enumerate(parts):
+            walked = walked / part
+            shown = f"model_path {model_path}: {walked.relative_to(root.parent)}"
+            try:
+                info = os.stat(part, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                raise CheckpointError(
+                    f"model_path {model_path} does not exist; save the model there first "
+                    "(model.save_pretrained(path) and tokenizer.save_pretrained(path)) and submit that folder"
+                ) from None
+            if stat.S_ISLNK(info.st_mode):
+                raise CheckpointError(
+                    f"{shown} is a symbolic link, and links are never followed; save the model into a "
+                    "real folder under OUTPUT_DIR and submit that folder"
+                )
+            if not stat.S_ISDIR(info.st_mode):
+                what = "is a file, not a folder" if index == len(parts) - 1 else "is not a folder"
+                raise CheckpointError(f"{shown} {what}; submit the folder that save_pretrained wrote")
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            os.close(folder)
+            folder = child
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a folder swapped for a link
+        os.close(folder)
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise CheckpointError(
+            f"model_path {model_path} cannot be opened ({reason}); save the model into a plain folder "
+            "under OUTPUT_DIR with model.save_pretrained(path) and submit that folder"
+        ) from exc
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder
+
+
+# --- one snapshot ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Source:
+    """An open folder to snapshot and how its files are named in messages."""
+
+    fd: int
+    shown: str
+    follow_links: bool
+
+    def name(self, entry: str) -> str:
+        return f"{self.shown}/{entry}"
+
+
+@dataclass
+class _Opened:
+    fd: int
+    name: str
+    info: os.stat_result
+
+
+@dataclass
+class _Writer:
+    """The snapshot folder being written and the digest of each file written into it."""
+
+    path: Path
+    digests: dict[str, bytes] = field(default_factory=dict)
+
+    def write(self, name: str, data: bytes) -> None:
+        (self.path / name).write_bytes(data)
+        self.digests[name] = hashlib.sha256(data).digest()
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(_FINGERPRINT_SCHEME)
+        for name in sorted(self.digests):
+            encoded = name.encode("utf-8")
+            # Length-prefixed names: no two file lists hash the same bytes.
+            digest.update(len(encoded).to_bytes(8, "big") + encoded + self.digests[name])
+        return digest.hexdigest()
+
+
+def _build(
+    source: _Source,
+    base: BaseModel,
+    snapshot_root: Path,
+    render_check: Callable[[ChatTemplate], object] | None,
+) -> Snapshot:
+    names = _list(source)
+    shards = _weight_files(source, names)
+    allowed = {*shards, *(name for name in names if name in SMALL_FILES)}
+    indexed = shards != [WEIGHTS]
+    if indexed:
+        allowed.add(WEIGHTS_INDEX)
+    missing = sorted(set(shards) - names)
+    if missing:
+        raise CheckpointError(
+            f"{source.shown}: {WEIGHTS_INDEX} names {', '.join(missing[:3])}, which is not in the folder; "
+            + _SAVE
+        )
+    if CONFIG not in names:
+        raise CheckpointError(
+            f"{source.shown} has no config.json; save the model with model.save_pretrained(path), which "
+            "writes it, and submit that folder"
+        )
+    if not any(name in names for name in VOCABULARY_FILES):
+        raise CheckpointError(
+            f"{source.shown} has no tokenizer ({', '.join(VOCABULARY_FILES)}); save it beside the model "
+            "with tokenizer.save_pretrained(path) and submit again"
+        )
+    ignored = sorted(_ignored_names(source, names - allowed))
+    snapshot_root.mkdir(parents=True, exist_ok=True)
+    name = uuid.uuid4().hex
+    writer = _Writer(snapshot_root / name)
+    writer.path.mkdir(mode=0o755)
+    try:
+        with ExitStack() as stack:
+            opened = {entry: _open(source, entry, stack) for entry in sorted(allowed)}
+            _check_free_space(snapshot_root, sum(handle.info.st_size for handle in opened.values()))
+            headers = {
+                shard: read_header(opened[shard].fd, opened[shard].info.st_size, opened[shard].name)
+                for shard in shards
+            }
+            tensors: dict[str, Tensor] = {}
+            weight_map: dict[str, str] = {}
+            for shard, header in headers.items():
+                for tensor in header.tensors:
+                    if tensor in tensors:
+                        raise CheckpointError(
+                            f"{source.shown}: tensor {tensor} is stored twice ({weight_map[tensor]} and "
+                            f"{shard}); {_SAVE}"
+                        )
+                    weight_map[tensor] = shard
+                tensors.update(header.tensors)
+            compare_to_base(tensors, base.tensors, source.shown)
+            small = {entry: _read_small(opened[entry]) for entry in sorted(allowed - set(shards))}
+            _write_small_files(writer, small, base, source, render_check)
+            for shard, header in headers.items():
+                _copy_weights(opened[shard], header, writer)
+            if indexed:
+                total = sum(header.data_bytes for header in headers.values())
+                index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+                writer.write(WEIGHTS_INDEX, model_files.dump_json(index))
+            for handle in opened.values():
+                _check_unchanged(handle)
+        fingerprint = writer.fingerprint()
+    except BaseException:
+        remove_snapshot(writer.path)
+        raise
+    return Snapshot(
+        name=name,
+        path=writer.path,
+        fingerprint=fingerprint,
+        ignored_files=tuple(ignored[:MAX_IGNORED_LISTED]),
+    )
+
+
+def _check_free_space(snapshot_root: Path, needed: int) -> None:
+    """Refuse (503, retry later) rather than fill the evaluators' storage."""
+    usage = shutil.disk_usage(snapshot_root)
+    if usage.free < needed + MIN_FREE_BYTES:
+        raise ServiceUnavailableError(
+            f"the evaluator storage ({snapshot_root}) has {usage.free} bytes free, too few to take this "
+            f"{needed}-byte checkpoint; retry once queued evaluations have finished (operators: grow "
+            "AUTORL_SNAPSHOT_DIR's volume)"
+        )
+
+
+def _list(source: _Source) -> set[str]:
+    names: set[str] = set()
+    with os.scandir(source.fd) as entries:
+        for entry in entries:
+            names.add(entry.name)
+            if len(names) > MAX_ENTRIES:
+                raise CheckpointError(
+                    f"{source.shown} holds more than {MAX_ENTRIES} entries; save the model into a folder "
+                    "of its own with model.save_pretrained(path) and submit that folder"
+                )
+    return names
+
+
+def _weight_files(source: _Source, names: set[str]) -> list[str]:
+    if ADAPTER_CONFIG in names:
+        raise CheckpointError(
+            f"{source.shown} holds {ADAPTER_CONFIG}: a LoRA/PEFT adapter, not a full model; merge it "
+            "with model = model.merge_and_unload() and save the full model with "
+            "model.save_pretrained(path) (plus the tokenizer), then submit that folder"
+        )
+    if WEIGHTS in names and WEIGHTS_INDEX in names:
+        raise CheckpointError(
+            f"{source.shown} holds both {WEIGHTS} and {WEIGHTS_INDEX}, two different sets of weights; "
+            "save the model into a fresh folder with model.save_pretrained(path) and submit that folder"
+        )
+    if WEIGHTS in names:
+        return [WEIGHTS]
+    if WEIGHTS_INDEX in names:
+        with ExitStack() as stack:
+            index = model_files.parse_json_object(
+                _read_small(_open(source, WEIGHTS_INDEX, stack)), source.name(WEIGHTS_INDEX)
+            )
+        return sorted(set(_weight_map(index, source.name(WEIGHTS_INDEX)).values()))
+    pickles = sorted(name for name in names if _PICKLE_WEIGHTS.fullmatch(name))
+    if pickles:
+        raise CheckpointError(
+            f"{source.shown} holds pickle weights ({', '.join(pickles[:5])}), which can run code when "
+            "loaded and are not accepted; save the model with model.save_pretrained(path), which writes "
+            "model.safetensors (safetensors is its default), and submit that folder"
+        )
+    raise CheckpointError(
+        f"{source.shown} has no *.safetensors weights ({WEIGHTS}); save the full model with "
+        "model.save_pretrained(path) (safetensors is its default) and submit that folder"
+    )
+
+
+def _weight_map(index: dict[str, Any], shown: str) -> dict[str, str]:
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{shown} has no weight_map; {_SAVE}")
+    shards = set(weight_map.values())
+    if len(shards) > MAX_SHARDS or not all(isinstance(s, str) and _SHARD_NAME.fullmatch(s) for s in shards):
+        raise CheckpointError(
+            f"{shown} must name at most {MAX_SHARDS} *.safetensors files in the same folder; {_SAVE}"
+        )
+    return weight_map
+
+
+def _ignored_names(source: _Source, names: set[str]) -> Iterator[str]:
+    for entry in names:
+        try:
+            is_dir = stat.S_ISDIR(os.stat(entry, dir_fd=source.fd, follow_symlinks=False).st_mode)
+        except OSError:
+            is_dir = False
+        shown = entry.encode("utf-8", "backslashreplace").decode("utf-8")
+        yield f"{shown}/" if is_dir else shown
+
+
+def _open(source: _Source, entry: str, stack: ExitStack) -> _Opened:
+    """Open ``entry`` for reading after checking, on the descriptor, that it is a plain file."""
+    shown = source.name(entry)
+    try:
+        info = os.stat(entry, dir_fd=source.fd, follow_symlinks=source.follow_links)
+    except FileNotFoundError:
+        raise CheckpointError(_CHANGED) from None
+    if stat.S_ISLNK(info.st_mode):
+        raise CheckpointError(
+            f"{shown} is a symbolic link, and links are never followed; copy the file into the "
+            "checkpoint folder instead of linking it (model.save_pretrained(path) writes real files)"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{shown} is not a regular file; {_SAVE}")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if source.follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(entry, flags, dir_fd=source.fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(_CHANGED) from exc
+        raise CheckpointError(f"{shown} cannot be opened ({exc.strerror}); {_SAVE}") from exc
+    stack.callback(os.close, fd)
+    opened = _Opened(fd=fd, name=shown, info=os.fstat(fd))
+    if not stat.S_ISREG(opened.info.st_mode) or (opened.info.st_ino, opened.info.st_dev) != (
+        info.st_ino,
+        info.st_dev,
+    ):
+        raise CheckpointError(_CHANGED)
+    cap = SIZE_CAPS.get(entry)
+    if cap is not None and opened.info.st_size > cap:
+        raise CheckpointError(
+            f"{shown} is {opened.info.st_size} bytes, more than the {cap} allowed for {entry}; {_SAVE}"
+        )
+    if opened.info.st_size > SPARSE_CHECK_MIN_BYTES and _allocated(fd, opened.info.st_size) < (
+        MIN_DATA_FRACTION * opened.info.st_size
+    ):
+        raise CheckpointError(
+            f"{shown} is a sparse file ({opened.info.st_size} bytes, mostly holes), not a saved model; "
+            + _SAVE
+        )
+    return opened
+
+
+def _allocated(fd: int, size: int) -> int:
+    """Bytes of ``fd`` that hold data (SEEK_DATA/SEEK_HOLE); ``size`` where the filesystem cannot tell."""
+    data = offset = 0
+    try:
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            offset = os.lseek(fd, start, os.SEEK_HOLE)
+            data += offset - start
+    except OSError:
+        return size
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+    return data
+
+
+def _read_small(opened: _Opened) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := os.read(opened.fd, COPY_CHUNK_BYTES):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > opened.info.st_size:
+            raise CheckpointError(_CHANGED)
+    if size != opened.info.st_size:
+        raise CheckpointError(_CHANGED)
+    os.lseek(opened.fd, 0, os.SEEK_SET)
+    return b"".join(chunks)
+
+
+def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
+    """Copy the checked header, then stream the tensor data, hashing what is written."""
+    target = writer.path / Path(opened.name).name
+    content = hashlib.sha256(header.raw)
+    with target.open("xb") as out:
+        out.write(header.raw)
+        remaining = header.data_bytes
+        while remaining:
+            chunk = os.read(opened.fd, min(remaining, COPY_CHUNK_BYTES))
+            if not chunk:
+                raise CheckpointError(_CHANGED)
+            out.write(chunk)
+            content.update(chunk)
+            remaining -= len(chunk)
+        if os.read(opened.fd, 1):
+            raise CheckpointError(_CHANGED)
+    writer.digests[target.name] = content.digest()
+
+
+def _check_unchanged(opened: _Opened) -> None:
+    now = os.fstat(opened.fd)
+    if (now.st_size, now.st_mtime_ns) != (opened.info.st_size, opened.info.st_mtime_ns):
+        raise CheckpointError(_CHANGED)
+
+
+def _write_small_files(
+    writer: _Writer,
+    files: dict[str, bytes],
+    base: BaseModel,
+    source: _Source,
+    render_check: Callable[[ChatTemplate], object] | None,
+) -> None:
+    def parsed(entry: str) -> dict[str, Any] | None:
+        return model_files.parse_json_object(files[entry], source.name(entry)) if entry in files else None
+
+    config = parsed(CONFIG)
+    assert config is not None
+    model_files.check_config(config, base.config, source.name(CONFIG))
+    # The base model's config, not the submission's: no config key can change an evaluation.
+    writer.write(CONFIG, model_files.dump_json(base.config))
+    writer.write(SUBMITTED_CONFIG, model_files.dump_json(config))
+    generation = parsed(GENERATION_CONFIG)
+    if generation is not None:
+        kept = model_files.normalize_generation_config(
+            generation, base.vocab_size, source.name(GENERATION_CONFIG)
+        )
+        writer.write(GENERATION_CONFIG, model_files.dump_json(kept))
+    jinja_source: str | None = None
+    if CHAT_TEMPLATE_JINJA in files:
+        try:
+            jinja_source = files[CHAT_TEMPLATE_JINJA].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(f"{source.name(CHAT_TEMPLATE_JINJA)} is not UTF-8 text; {_SAVE}") from exc
+    tokenizer_config = parsed(TOKENIZER_CONFIG) or {}
+    template = model_files.resolve_chat_template(tokenizer_config, jinja_source, parsed(CHAT_TEMPLATE_JSON))
+    normalized = model_files.normalize_tokenizer_config(
+        tokenizer_config, template, source.name(TOKENIZER_CONFIG)
+    )
+    writer.write(TOKENIZER_CONFIG, model_files.dump_json(normalized))
+    special = parsed(SPECIAL_TOKENS_MAP)
+    if special is not None:
+        kept_special = model_files.normalize_special_tokens_map(special)
+        writer.write(SPECIAL_TOKENS_MAP, model_files.dump_json(kept_special))
+    added = parsed(ADDED_TOKENS)
+    if added is not None:
+        checked = model_files.check_added_tokens(added, source.name(ADDED_TOKENS))
+        writer.write(ADDED_TOKENS, model_files.dump_json(checked))
+    for entry in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"):
+        if entry in files:
+            writer.write(entry, files[entry])
+    if render_check is None:
+        return
+    if template is None:
+        raise ChatTemplateError(
+            f"{source.shown} has no chat template (chat_template.jinja or tokenizer_config.json's "
+            "chat_template); the evaluator prompts the model through it: save the base model's tokenizer "
+            "with tokenizer.save_pretrained(path)"
+        )
+    variables = {**model_files.special_tokens(tokenizer_config), **model_files.special_tokens(special or {})}
+    render_check(ChatTemplate(template, variables))

@@ -1,0 +1,53 @@
+"""What an agent may read of a failed evaluation.
+
+Once the test split is loaded, an exception's text can carry test data: a chat template that
+raises with the last message, a tokenizer error quoting its input, a log line of OpenCompass. So
+after that point the agent is told only what the evaluator's own code chose to say: the message
+of a :class:`PublicEvaluationError` (written by this package, quoting nothing of the test split),
+a fixed sentence for a failing chat template, or :data:`GENERIC_FAILURE`. The full error goes to
+the evaluator's own storage (``EVAL_DIR/submissions/<id>/error.txt``) and its log names only the
+exception's type.
+"""
+
+from __future__ import annotations
+
+from autorl.chat_template import ChatTemplateError
+from autorl.errors import EvaluationError
+
+GENERIC_FAILURE = (
+    "the evaluation failed after the test data was loaded; the details stay in the evaluator's log "
+    "because they may quote test problems. Check that the checkpoint loads with "
+    "AutoModelForCausalLM.from_pretrained(path) and generates from the prompt of a train question "
+    "(task.render_prompt), or ask an operator"
+)
+TEMPLATE_FAILURE = (
+    "the chat template failed on a test prompt (it raised an error, or ran past the renderer's time, "
+    "size or memory limits), although it rendered a train question at submit; use a template that "
+    "renders every conversation the same way, such as the base model's"
+)
+
+
+class PublicEvaluationError(EvaluationError):
+    """A failure whose message is the evaluator's own text, safe to show the agent; ``detail``
+    (logs, tracebacks) stays in evaluator storage."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def agent_message(exc: BaseException) -> str:
+    """What the agent is told about ``exc``, raised after the test split was loaded."""
+    if isinstance(exc, PublicEvaluationError):
+        return str(exc)
+    if isinstance(exc, ChatTemplateError):
+        return TEMPLATE_FAILURE
+    return GENERIC_FAILURE
+
+
+def operator_detail(exc: BaseException) -> str:
+    """Everything about ``exc``, for evaluator storage only."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, PublicEvaluationError) and exc.detail:
+        text += "\n" + exc.detail
+    return text

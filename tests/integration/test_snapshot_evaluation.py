@@ -1,0 +1,290 @@
+"""What is evaluated is what was submitted: the grader's snapshot, never the agent's live folder.
+
+Real grader (Postgres), the real job function with the ``hf`` backend on the tiny model. The
+time-of-check tests change the agent's files right after the 202 and, through inotify, the moment
+the grader or the evaluator opens a file; the score must be that of the submitted bytes or a
+"files changed" refusal, never a load error of the new bytes, and a score is never reused for
+other bytes. A chat template that fails only on test prompts gets a generic error: no test text.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autorl.checkpoints import CHATML_TEMPLATE
+from autorl.settings import Settings
+from autorl.tasks import get_task
+from autorl_evaluator.failures import TEMPLATE_FAILURE
+from autorl_evaluator.jobs import evaluate, predictions_path
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
+
+LIMIT = 2
+MAX_NEW_TOKENS = 6
+#: Passes the grader's dry render (a train question about Natalia), raises on every other
+#: question with the question reversed: the old redaction of quoted test text missed exactly this.
+SLY_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if loop.last and m['role'] == 'user' and 'Natalia' not in m['content'] %}"
+    "{{ raise_exception(m['content']|reverse|join) }}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+LOOPING_TEMPLATE = (
+    "{% if 'Natalia' not in messages[-1]['content'] %}{% for i in range(100000) %}"
+    "{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}" + CHATML_TEMPLATE
+)
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+    return make_settings(
+        database_url=pg_url,
+        eval_backend="hf",
+        eval_limit=LIMIT,
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        submit_wait_s=0.0,
+    )
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def experiment(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> RegisteredExperiment:
+    return register(client, settings, tiny_base_model, make_workspace(tmp_path))
+
+
+@pytest.fixture
+def other_weights(tiny_base_model: Path, tmp_path: Path) -> Path:
+    """Valid weights of the same architecture that generate differently: the base model's with
+    the final norm negated, so every greedy pick becomes the least likely token."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(tiny_base_model / "model.safetensors")
+    tensors["model.norm.weight"] = -tensors["model.norm.weight"]
+    save_file(tensors, tmp_path / "other.safetensors", metadata={"format": "pt"})
+    return tmp_path / "other.safetensors"
+
+
+def submit(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
+    return client.post(f"{experiment.url_path}/submit", json={"model_path": path}, params={"wait": "false"})
+
+
+def view(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> dict[str, Any]:
+    body: dict[str, Any] = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
+    return body
+
+
+def completions(settings: Settings, submission_id: int) -> list[str]:
+    lines = predictions_path(settings, submission_id).read_text().splitlines()
+    return [json.loads(line)["completion"] for line in lines]
+
+
+def poison(checkpoint: Path, other_weights: Path) -> None:
+    """Rewrite the agent's files in place: other weights, a hostile generation config."""
+    with (checkpoint / "model.safetensors").open("r+b") as weights:
+        weights.write(other_weights.read_bytes())
+    (checkpoint / "generation_config.json").write_text(json.dumps({"max_new_tokens": 1, "eos_token_id": 7}))
+
+
+def test_files_changed_after_the_202_are_not_what_is_evaluated(
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    other_weights: Path,
+) -> None:
+    checkpoint = copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    original = {path.name: path.read_bytes() for path in checkpoint.iterdir()}
+    accepted = submit(client, experiment, "output/a")
+    assert accepted.status_code == 202, accepted.text
+    first = accepted.json()["submission_id"]
+    poison(checkpoint, other_weights)
+    # The evaluator never opens the agent's folder: it reads the snapshot.
+    with watch(checkpoint, IN_OPEN | IN_ACCESS) as agent_files:
+        result = evaluate(first, settings)
+        assert agent_files.events(timeout_s=0) == []
+    assert result["status"] == "scored", result
+    scored = view(client, experiment, first)
+    assert scored["status"] == "scored" and scored["error"] is None
+    # The poisoned bytes are another model: evaluated on their own, never given the first score.
+    poisoned = submit(client, experiment, "output/a").json()["submission_id"]
+    assert view(client, experiment, poisoned)["reused_from"] is None
+    evaluate(poisoned, settings)
+    assert completions(settings, poisoned) != completions(settings, first)
+    # The original bytes again: the first score, reused.
+    for name, data in original.items():
+        (checkpoint / name).write_bytes(data)
+    again = submit(client, experiment, "output/a").json()["submission_id"]
+    reused = view(client, experiment, again)
+    assert reused["reused_from"] == first and reused["score"] == scored["score"]
+
+
+def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitted_bytes(
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    other_weights: Path,
+) -> None:
+    checkpoint = copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
+    reference = submit(client, experiment, "output/b").json()["submission_id"]
+    evaluate(reference, settings)
+    swapped = threading.Event()
+
+    def swap_on_first_read() -> None:
+        with watch(checkpoint, IN_OPEN | IN_ACCESS) as agent_files:
+            ready.set()
+            while not swapped.is_set():
+                if any(name == "model.safetensors" for name, _ in agent_files.events(timeout_s=10)):
+                    poison(checkpoint, other_weights)
+                    swapped.set()
+
+    ready = threading.Event()
+    swapper = threading.Thread(target=swap_on_first_read, daemon=True)
+    swapper.start()
+    ready.wait(timeout=10)
+    (checkpoint / "tokenizer_config.json").write_text((checkpoint / "tokenizer_config.json").read_text())
+    response = submit(client, experiment, "output/b")
+    swapper.join(timeout=30)
+    assert swapped.is_set()
+    if response.status_code == 400:
+        assert "changed while they were being submitted" in response.json()["detail"]
+        return
+    assert response.status_code == 202, response.text
+    submission_id = response.json()["submission_id"]
+    body = view(client, experiment, submission_id)
+    if body["status"] == "queued":
+        assert evaluate(submission_id, settings)["status"] == "scored"
+        assert completions(settings, submission_id) == completions(settings, reference)
+    else:
+        assert body["reused_from"] == reference
+
+
+def test_agent_files_changed_while_the_evaluator_reads_change_nothing(
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    other_weights: Path,
+) -> None:
+    checkpoint = copy_model(tiny_base_model, experiment.output_dir / "c", unique=True)
+    reference_dir = copy_model(checkpoint, experiment.output_dir / "c-reference")
+    submission_id = submit(client, experiment, "output/c").json()["submission_id"]
+    assert settings.snapshot_dir is not None
+    [snapshot] = [path for path in settings.snapshot_dir.iterdir() if path.is_dir()]
+    swapped = threading.Event()
+
+    def swap_when_the_evaluator_loads() -> None:
+        with watch(snapshot, IN_OPEN) as snapshot_files:
+            ready.set()
+            for _ in range(60):
+                if any(name == "model.safetensors" for name, _ in snapshot_files.events(timeout_s=1)):
+                    poison(checkpoint, other_weights)
+                    shutil.rmtree(reference_dir)
+                    swapped.set()
+                    return
+
+    ready = threading.Event()
+    swapper = threading.Thread(target=swap_when_the_evaluator_loads, daemon=True)
+    swapper.start()
+    ready.wait(timeout=10)
+    result = evaluate(submission_id, settings)
+    swapper.join(timeout=30)
+    assert swapped.is_set() and result["status"] == "scored", result
+    # What was scored is the snapshot of the submitted bytes: a copy of the base model scores
+    # exactly what the base model's own snapshot scores.
+    base = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=_admin(settings)).json()
+    evaluate(base["submission_id"], settings)
+    assert completions(settings, submission_id) == completions(settings, base["submission_id"])
+    assert not snapshot.exists(), "a scored submission's snapshot is removed"
+
+
+def _admin(settings: Settings) -> dict[str, str]:
+    assert settings.admin_token is not None
+    return {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
+
+
+@pytest.mark.parametrize("template", [SLY_TEMPLATE, LOOPING_TEMPLATE], ids=["raises", "loops"])
+def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    template: str,
+) -> None:
+    checkpoint = copy_model(tiny_base_model, experiment.output_dir / "sly", unique=True)
+    (checkpoint / "chat_template.jinja").write_text(template)
+    accepted = submit(client, experiment, "output/sly")
+    assert accepted.status_code == 202, accepted.text  # the train question renders
+    submission_id = accepted.json()["submission_id"]
+    result = evaluate(submission_id, settings)
+    assert result["status"] == "failed"
+    body = view(client, experiment, submission_id)
+    assert body["error"] == TEMPLATE_FAILURE
+    answers = json.dumps(
+        [view(client, experiment, submission_id), client.get(f"{experiment.url_path}/scores").json()]
+    )
+    problems = get_task("gsm8k").load_test_problems(
+        settings.home / "probe", source_dir=settings.data_source_dir
+    )
+    for problem in problems:
+        for text in (problem.question, problem.question[::-1], problem.answer):
+            for start in range(0, max(1, len(text) - 24), 12):
+                assert text[start : start + 24] not in answers
+    # The operator still has the whole story, in evaluator storage.
+    assert settings.eval_dir is not None
+    detail = (settings.eval_dir / "submissions" / str(submission_id) / "error.txt").read_text()
+    assert "ChatTemplateError" in detail
+
+
+def test_the_reconciler_removes_snapshots_no_evaluation_needs(
+    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    """Evaluators may mount the snapshots read-only: the grader removes those of final submissions,
+    keeps those still queued, and removes folders nothing names once they are old."""
+    import os
+    import time
+
+    from autorl.store import Database
+    from autorl.store import repository as repo
+    from autorl_grader.reconciler import reconcile_once
+
+    assert settings.snapshot_dir is not None
+    copy_model(tiny_base_model, experiment.output_dir / "done", unique=True)
+    copy_model(tiny_base_model, experiment.output_dir / "waiting", unique=True)
+    done = submit(client, experiment, "output/done").json()["submission_id"]
+    submit(client, experiment, "output/waiting")
+    orphan = settings.snapshot_dir / "crashed-before-commit"
+    orphan.mkdir()
+    old = time.time() - 7200
+    os.utime(orphan, (old, old))
+    db = Database(settings.database_url or "")
+    with db.session() as session:  # failed without its worker, as after too many interrupted attempts
+        assert repo.record_failure(session, done, error="interrupted")
+    db.dispose()
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    with db.session() as session:
+        rows = {
+            row.id: row.snapshot
+            for row in repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+        }
+    db.dispose()
+    assert rows[done] is None
+    [waiting_snapshot] = [name for name in rows.values() if name is not None]
+    assert sorted(path.name for path in settings.snapshot_dir.iterdir()) == [waiting_snapshot]

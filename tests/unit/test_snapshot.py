@@ -1,0 +1,647 @@
+"""Submission snapshots: every refusal class on real checkpoints built from the tiny model, what
+a snapshot holds (normalized files only), and its fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autorl.chat_template import ChatTemplate
+from autorl.errors import CheckpointError
+from autorl.snapshot import (
+    SUBMITTED_CONFIG,
+    Snapshot,
+    prune_snapshots,
+    snapshot_base_model,
+    snapshot_submission,
+)
+from autorl.tasks import get_task
+from tests.support.checkpoints import edit_json, read_safetensors, split_into_shards, write_safetensors
+
+GIB = 1024**3
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "workspace"
+    (root / "output").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def snapshots(tmp_path: Path) -> Path:
+    return tmp_path / "snapshots"
+
+
+@pytest.fixture
+def checkpoint(workspace: Path, tiny_base_model: Path) -> Path:
+    """A valid submission: a copy of the base model under output/."""
+    return Path(shutil.copytree(tiny_base_model, workspace / "output" / "ckpt"))
+
+
+@pytest.fixture
+def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..., Snapshot]:
+    task = get_task("gsm8k")
+
+    def run(model_path: str | Path = "output/ckpt") -> Snapshot:
+        return snapshot_submission(
+            model_path,
+            workspace=workspace,
+            output_dir=workspace / "output",
+            base_model_dir=tiny_base_model,
+            snapshot_root=snapshots,
+            render_check=lambda template: task.render_prompt(template, "How many?"),
+        )
+
+    return run
+
+
+@pytest.fixture
+def refusal(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
+    def run(model_path: str | Path = "output/ckpt") -> str:
+        with pytest.raises(CheckpointError) as caught:
+            take(model_path)
+        # A refused submission leaves nothing behind in evaluator storage.
+        assert not snapshots.exists() or list(snapshots.iterdir()) == []
+        return str(caught.value)
+
+    return run
+
+
+def _files(snapshot: Snapshot) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in snapshot.path.iterdir()}
+
+
+# --- accepted -------------------------------------------------------------------------------
+
+
+def test_snapshot_holds_normalized_copies_and_matches_the_baseline(
+    take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path, snapshots: Path, workspace: Path
+) -> None:
+    snapshot = take("output/ckpt")
+    assert snapshot.path.parent == snapshots and snapshot.ignored_files == ()
+    assert sorted(_files(snapshot)) == [
+        "config.json",
+        "generation_config.json",
+        "merges.txt",
+        "model.safetensors",
+        SUBMITTED_CONFIG,
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.json",
+    ]
+    # Copies, not links: the agent's files can change, the snapshot cannot.
+    weights = snapshot.path / "model.safetensors"
+    assert weights.read_bytes() == (checkpoint / "model.safetensors").read_bytes()
+    assert weights.stat().st_ino != (checkpoint / "model.safetensors").stat().st_ino
+    assert not any(path.is_symlink() for path in snapshot.path.iterdir())
+    # A copy of the base model is the base model: it gets the baseline's fingerprint.
+    assert snapshot.fingerprint == snapshot_base_model(tiny_base_model, snapshots).fingerprint
+    assert take(checkpoint).fingerprint == snapshot.fingerprint  # absolute path, same files
+
+
+def test_one_weight_byte_changes_the_fingerprint(take: Callable[..., Snapshot], checkpoint: Path) -> None:
+    before = take().fingerprint
+    weights = checkpoint / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    assert take().fingerprint != before
+
+
+def test_a_trainer_checkpoint_is_accepted_its_pickles_never_opened(
+    take: Callable[..., Snapshot], checkpoint: Path, tmp_path: Path
+) -> None:
+    """training_args.bin & co. hold pickles whose payload runs on unpickling: they are listed as
+    ignored, never opened, never copied; the payload never runs."""
+    marker = tmp_path / "payload-ran"
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    for name in ("training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt"):
+        (checkpoint / name).write_bytes(pickle.dumps(Payload()))
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "README.md").write_text("# my model")
+    (checkpoint / "checkpoint-500").mkdir()
+    (checkpoint / "checkpoint-500" / "optimizer.pt").write_bytes(pickle.dumps(Payload()))
+    # A reader that opened the ignored files would block on this FIFO.
+    os.mkfifo(checkpoint / "scaler.pt.tmp")
+    snapshot = take()
+    assert snapshot.ignored_files == (
+        "README.md",
+        "checkpoint-500/",
+        "optimizer.pt",
+        "rng_state.pth",
+        "scaler.pt",
+        "scaler.pt.tmp",
+        "scheduler.pt",
+        "trainer_state.json",
+        "training_args.bin",
+    )
+    assert not any(name.endswith((".bin", ".pt", ".pth")) for name in _files(snapshot))
+    assert not marker.exists()
+
+
+def test_a_folder_saved_by_trainer_save_model_is_accepted(
+    take: Callable[..., Snapshot], workspace: Path, tiny_base_model: Path
+) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_base_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
+    output = workspace / "output"
+    args = TrainingArguments(output_dir=str(output / "trainer"), report_to=[], use_cpu=True)
+    Trainer(model=model, args=args, processing_class=tokenizer).save_model(str(output / "saved"))
+    assert (output / "saved" / "training_args.bin").is_file()
+    snapshot = take("output/saved")
+    assert "training_args.bin" in snapshot.ignored_files
+    assert "training_args.bin" not in _files(snapshot)
+
+
+def test_a_sharded_checkpoint_gets_an_index_of_its_own(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    shards = split_into_shards(checkpoint)
+    edit_json(checkpoint / "model.safetensors.index.json", metadata={"total_size": 1}, extra="ignored")
+    snapshot = take()
+    files = _files(snapshot)
+    assert set(shards) <= set(files) and "model.safetensors" not in files
+    index = json.loads(files["model.safetensors.index.json"])
+    assert index["metadata"]["total_size"] == sum(len(files[shard]) for shard in shards) - sum(
+        8 + int.from_bytes(files[shard][:8], "little") for shard in shards
+    )
+    assert set(index["weight_map"].values()) == set(shards)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("suppress_tokens", [5, 6, 7]),
+        ("sequence_bias", [[[5], 10.0]]),
+        ("no_repeat_ngram_size", 2),
+        ("use_cache", False),
+        ("do_sample", True),
+        ("temperature", 1.7),
+        ("repetition_penalty", 3.0),
+        ("max_new_tokens", 1),
+    ],
+)
+def test_decoding_settings_of_generation_config_are_dropped(
+    take: Callable[..., Snapshot], checkpoint: Path, setting: str, value: object
+) -> None:
+    clean = take()
+    edit_json(checkpoint / "generation_config.json", **{setting: value})
+    hostile = take()
+    kept = json.loads(_files(hostile)["generation_config.json"])
+    assert set(kept) == {"eos_token_id", "pad_token_id"}
+    # Identical evaluated files: the evaluation is the clean model's, and so is the score.
+    assert hostile.fingerprint == clean.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("vocab_file", "/etc/passwd"),
+        ("merges_file", "../../../eval/data/gsm8k/test.jsonl"),
+        ("tokenizer_file", "/proc/self/environ"),
+        ("name_or_path", "/root/.autorl"),
+        ("auto_map", {"AutoTokenizer": ["evil.EvilTokenizer", None]}),
+        ("trust_remote_code", True),
+        ("padding_side", "right"),
+        ("chat_template_file", "/etc/shadow"),
+    ],
+)
+def test_tokenizer_config_keys_outside_the_allow_list_are_dropped(
+    take: Callable[..., Snapshot], checkpoint: Path, key: str, value: object
+) -> None:
+    clean = take()
+    edit_json(checkpoint / "tokenizer_config.json", **{key: value})
+    hostile = take()
+    assert key not in json.loads(_files(hostile)["tokenizer_config.json"])
+    assert hostile.fingerprint == clean.fingerprint
+
+
+def test_special_tokens_map_is_reduced_to_special_tokens(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    (checkpoint / "special_tokens_map.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "vocab_file": "/etc/passwd", "auto_map": {}})
+    )
+    assert json.loads(_files(take())["special_tokens_map.json"]) == {"eos_token": "<|im_end|>"}
+
+
+def test_the_chat_template_file_wins_and_is_folded_into_the_tokenizer_config(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    (checkpoint / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    files = _files(take())
+    assert "chat_template.jinja" not in files
+    template = json.loads(files["tokenizer_config.json"])["chat_template"]
+    assert template == "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+def test_the_submitted_config_counts_for_reuse_but_is_never_evaluated(
+    take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path
+) -> None:
+    clean = take()
+    edit_json(checkpoint / "config.json", use_cache=False, torch_dtype="bfloat16", note="epoch 3")
+    edited = take()
+    files = _files(edited)
+    assert json.loads(files["config.json"]) == json.loads((tiny_base_model / "config.json").read_text())
+    assert json.loads(files[SUBMITTED_CONFIG])["note"] == "epoch 3"
+    assert edited.fingerprint != clean.fingerprint
+
+
+# --- refused: where the folder is -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_path", ["..", "../elsewhere", "output/../../outside", "/etc", "."])
+def test_paths_outside_output_are_refused(refusal: Callable[..., str], model_path: str) -> None:
+    message = refusal(model_path)
+    assert "outside this experiment's output folder" in message
+    assert "save the model under OUTPUT_DIR" in message
+
+
+def test_the_base_model_itself_is_refused(refusal: Callable[..., str], tiny_base_model: Path) -> None:
+    assert "save the model under OUTPUT_DIR" in refusal(tiny_base_model)
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_symlinked_folder_is_refused_wherever_it_leads(
+    refusal: Callable[..., str], workspace: Path, checkpoint: Path, tiny_base_model: Path, inside: bool
+) -> None:
+    target = checkpoint if inside else tiny_base_model
+    (workspace / "output" / "latest").symlink_to(target, target_is_directory=True)
+    message = refusal("output/latest")
+    assert "is a symbolic link" in message and "OUTPUT_DIR" in message
+    assert str(tiny_base_model) not in message, "the refusal must not reveal where the link leads"
+
+
+def test_a_symlinked_parent_folder_is_refused(
+    refusal: Callable[..., str], workspace: Path, checkpoint: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    shutil.copytree(checkpoint, tmp_path / "elsewhere" / "ckpt")
+    (workspace / "output" / "runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert "output/runs is a symbolic link" in refusal("output/runs/ckpt")
+
+
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"]
+)
+def test_a_symlinked_model_file_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path, name: str
+) -> None:
+    (checkpoint / name).unlink()
+    (checkpoint / name).symlink_to(tiny_base_model / name)
+    message = refusal()
+    assert f"{name} is a symbolic link" in message and "copy the file" in message
+
+
+def test_the_output_folder_itself_as_a_link_is_refused(
+    refusal: Callable[..., str], workspace: Path, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    shutil.rmtree(workspace / "output")
+    shutil.copytree(tiny_base_model, tmp_path / "real" / "ckpt")
+    (workspace / "output").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert "not a link" in refusal("output/ckpt")
+
+
+def test_missing_folder_and_file_instead_of_folder(refusal: Callable[..., str], checkpoint: Path) -> None:
+    message = refusal("output/not-there")
+    assert "does not exist" in message and "save_pretrained" in message
+    message = refusal("output/ckpt/model.safetensors")
+    assert "is a file, not a folder" in message and "save_pretrained wrote" in message
+
+
+# --- refused: what the folder holds ---------------------------------------------------------
+
+
+def test_missing_config_tokenizer_or_weights(refusal: Callable[..., str], checkpoint: Path) -> None:
+    (checkpoint / "tokenizer.json").rename(checkpoint / "tokenizer.json.bak")
+    (checkpoint / "vocab.json").rename(checkpoint / "vocab.json.bak")
+    assert "has no tokenizer" in refusal() and "tokenizer.save_pretrained" in refusal()
+    (checkpoint / "config.json").unlink()
+    assert "no config.json" in refusal()
+    (checkpoint / "model.safetensors").unlink()
+    assert "no *.safetensors weights" in refusal()
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "pytorch_model-00001-of-00002.bin", "model.pt"])
+def test_pickle_weights_without_safetensors_are_refused_with_the_fix(
+    refusal: Callable[..., str], checkpoint: Path, name: str
+) -> None:
+    (checkpoint / "model.safetensors").unlink()
+    (checkpoint / name).write_bytes(b"\x80\x04pickle")
+    message = refusal()
+    assert name in message and "pickle" in message and "model.safetensors" in message
+    assert "save_pretrained" in message
+
+
+def test_an_adapter_is_refused_with_merge_instructions(refusal: Callable[..., str], workspace: Path) -> None:
+    adapter = workspace / "output" / "lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"{}")
+    message = refusal("output/lora")
+    assert "adapter" in message and "merge_and_unload()" in message and "save_pretrained" in message
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"architectures": ["LlamaForCausalLM"]}, "LlamaForCausalLM"),
+        ({"model_type": "llama"}, "llama"),
+        ({"architectures": None}, "Qwen2ForCausalLM"),
+        ({"num_hidden_layers": 3}, "num_hidden_layers"),
+        ({"hidden_size": 128}, "hidden_size"),
+        ({"num_attention_heads": 8}, "num_attention_heads"),
+        ({"vocab_size": 4096}, "vocab_size"),
+        ({"tie_word_embeddings": False}, "tie_word_embeddings"),
+        ({"rope_theta": 1e6, "rope_parameters": None}, "rope_theta"),
+        ({"max_position_embeddings": 131072}, "max_position_embeddings"),
+        ({"intermediate_size": 512}, "intermediate_size"),
+        ({"auto_map": {"AutoModelForCausalLM": "modeling.Evil"}}, "auto_map"),
+    ],
+)
+def test_a_config_of_another_architecture_or_size_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, changes: dict[str, object], named: str
+) -> None:
+    edit_json(checkpoint / "config.json", **changes)
+    message = refusal()
+    assert named in message and "save_pretrained" in message
+
+
+def test_a_broken_config_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
+    (checkpoint / "config.json").write_text("{not json")
+    assert "not a readable JSON file" in refusal()
+    (checkpoint / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert "not a readable JSON file" in refusal()
+
+
+def _rewrite_header(
+    checkpoint: Path, edit: Callable[[dict[str, object], bytes], tuple[dict[str, object], bytes]]
+) -> None:
+    header, data = read_safetensors(checkpoint / "model.safetensors")
+    header, data = edit(header, data)
+    write_safetensors(checkpoint / "model.safetensors", header, data)
+
+
+def _rename(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    header["model.norm.weight_renamed"] = header.pop("model.norm.weight")
+    return header, data
+
+
+def _reshape(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    entry = header["model.embed_tokens.weight"]
+    assert isinstance(entry, dict)
+    rows, cols = entry["shape"]
+    entry["shape"] = [cols, rows]
+    return header, data
+
+
+def _extra(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    header["lm_head.extra"] = {"dtype": "F32", "shape": [4], "data_offsets": [len(data), len(data) + 16]}
+    return header, data + bytes(16)
+
+
+def _integer(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    entry = header["model.norm.weight"]
+    assert isinstance(entry, dict)
+    entry["dtype"] = "I32"
+    return header, data
+
+
+def _missing(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    entry = header.pop("model.norm.weight")
+    assert isinstance(entry, dict)
+    begin, end = entry["data_offsets"]
+    data = data[:begin] + data[end:]
+    for other in header.values():
+        if isinstance(other, dict) and "data_offsets" in other and other["data_offsets"][0] >= end:
+            other["data_offsets"] = [offset - (end - begin) for offset in other["data_offsets"]]
+    return header, data
+
+
+def _appended(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    return header, data + b"hidden payload"
+
+
+def _truncated(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+    return header, data[:-4]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (_rename, "model.norm.weight_renamed"),
+        (_reshape, "shape"),
+        (_extra, "lm_head.extra"),
+        (_integer, "I32"),
+        (_missing, "missing 1 of the base model's tensors"),
+        (_appended, "header declares"),
+        (_truncated, "header declares"),
+    ],
+)
+def test_weights_must_match_the_base_models_header(
+    refusal: Callable[..., str],
+    checkpoint: Path,
+    edit: Callable[..., tuple[dict[str, object], bytes]],
+    named: str,
+) -> None:
+    _rewrite_header(checkpoint, edit)
+    message = refusal()
+    assert named in message and "save_pretrained" in message
+
+
+def test_weights_saved_in_another_float_precision_are_accepted(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(checkpoint / "model.safetensors")
+    save_file(
+        {name: tensor.to(torch.bfloat16) for name, tensor in tensors.items()},
+        checkpoint / "model.safetensors",
+        metadata={"format": "pt"},
+    )
+    assert take().fingerprint
+
+
+def test_a_tensor_named_twice_in_a_header_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
+    header, data = read_safetensors(checkpoint / "model.safetensors")
+    # Two entries for one name: readers disagree on which one wins.
+    text = json.dumps(header).replace(
+        "{", '{"model.norm.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, ', 1
+    )
+    raw = text.encode()
+    (checkpoint / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+    assert "a name appears twice" in refusal()
+
+
+def test_a_header_length_beyond_the_file_is_refused_without_reading(
+    refusal: Callable[..., str], checkpoint: Path
+) -> None:
+    (checkpoint / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
+    assert "not a safetensors file" in refusal()
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json"])
+def test_a_sparse_file_is_refused_at_once_and_unread(
+    refusal: Callable[..., str], checkpoint: Path, name: str
+) -> None:
+    size = 8 * GIB if name == "model.safetensors" else 32 * 1024 * 1024
+    with (checkpoint / name).open("r+b") as file:
+        file.truncate(size)
+    started, read_before = time.monotonic(), _bytes_read()
+    message = refusal()
+    assert "sparse" in message and name in message
+    assert time.monotonic() - started < 5
+    assert _bytes_read() - read_before < 32 * 1024 * 1024, "the sparse file was read"
+
+
+def test_an_oversize_tokenizer_file_is_refused_before_it_is_read(
+    refusal: Callable[..., str], checkpoint: Path
+) -> None:
+    with (checkpoint / "tokenizer.json").open("r+b") as file:
+        file.truncate(GIB)
+    read_before = _bytes_read()
+    message = refusal()
+    assert "more than the" in message and "tokenizer.json" in message
+    assert _bytes_read() - read_before < 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json", "config.json"])
+def test_a_fifo_is_refused_without_waiting(
+    take: Callable[..., Snapshot], checkpoint: Path, name: str
+) -> None:
+    (checkpoint / name).unlink()
+    os.mkfifo(checkpoint / name)
+    outcome: list[BaseException | Snapshot] = []
+
+    def run() -> None:
+        try:
+            outcome.append(take())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the snapshot blocked on a FIFO"
+    assert isinstance(outcome[0], CheckpointError) and "not a regular file" in str(outcome[0])
+
+
+def test_a_single_shard_with_an_index_keeps_its_index(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    (checkpoint / "model.safetensors").rename(checkpoint / "model-00001-of-00001.safetensors")
+    header, _ = read_safetensors(checkpoint / "model-00001-of-00001.safetensors")
+    weight_map = {name: "model-00001-of-00001.safetensors" for name in header if name != "__metadata__"}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    snapshot = take()
+    assert snapshot.ignored_files == ()
+    index = json.loads(_files(snapshot)["model.safetensors.index.json"])
+    assert index["weight_map"] == weight_map
+
+
+def test_an_index_naming_files_elsewhere_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
+    split_into_shards(checkpoint)
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.norm.weight"] = "../../other/model.safetensors"
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert "in the same folder" in refusal()
+
+
+# --- the chat template ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "named"),
+    [
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(30) %}"
+            "{% endfor %}{% endfor %}{% endfor %}",
+            "did not finish rendering",
+        ),
+        ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "longer than"),
+        ("{{ 'x'.ljust(2000000000) }}", "memory"),
+        ("{{ raise_exception('no: ' + messages[-1]['content']|reverse|join) }}", "TemplateError"),
+        ("{{ messages[0].__class__.__mro__ }}{{ cycler.__init__.__globals__ }}", "SecurityError"),
+    ],
+)
+def test_a_hostile_chat_template_is_refused_quickly(
+    refusal: Callable[..., str], checkpoint: Path, template: str, named: str
+) -> None:
+    (checkpoint / "chat_template.jinja").write_text(template)
+    started = time.monotonic()
+    message = refusal()
+    assert time.monotonic() - started < 15
+    assert "chat template" in message and named in message
+
+
+def test_no_chat_template_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
+    edit_json(checkpoint / "tokenizer_config.json", chat_template=None)
+    assert "no chat template" in refusal()
+
+
+# --- storage --------------------------------------------------------------------------------
+
+
+def test_prune_removes_only_old_unreferenced_snapshots(
+    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path
+) -> None:
+    kept, orphan, young = take(), take(), take()
+    old = time.time() - 7200
+    for snapshot in (kept, orphan):
+        for path in [snapshot.path, *snapshot.path.iterdir()]:
+            os.utime(path, (old, old))
+    assert prune_snapshots(snapshots, {kept.name}) == [orphan.name]
+    assert kept.path.is_dir() and young.path.is_dir() and not orphan.path.exists()
+
+
+def test_chat_template_renders_what_transformers_renders(tiny_base_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
+    task = get_task("gsm8k")
+    ours = task.render_prompt(
+        ChatTemplate(tokenizer.chat_template, tokenizer.special_tokens_map), "How many?"
+    )
+    assert ours == task.render_prompt(tokenizer, "How many?")
+
+
+@pytest.mark.parametrize(
+    "model_path", ["output/a\0b", "output/" + "x" * 300, "output/ckpt/../../output/ckpt\0"]
+)
+def test_unopenable_paths_are_refused_with_the_fix(refusal: Callable[..., str], model_path: str) -> None:
+    assert "cannot be opened" in refusal(model_path)
+
+
+def test_a_full_snapshot_storage_refuses_for_now_not_for_good(
+    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl import snapshot as snapshot_module
+    from autorl.errors import ServiceUnavailableError
+
+    free = shutil.disk_usage(snapshots.parent).free
+    monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", free + 1)
+    with pytest.raises(ServiceUnavailableError, match="retry once queued evaluations have finished"):
+        take()
+    assert list(snapshots.iterdir()) == []
