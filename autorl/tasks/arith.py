@@ -9,7 +9,11 @@ exactly GSM8K's.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,8 +119,18 @@ def generate_problems(seed: int, count: int) -> list[Problem]:
     return problems
 
 
+#: The file in the evaluator's data folder that holds the test split's secret seed.
+TEST_SEED_FILE = "test-seed"
+
+
 class ArithTask(GSM8KFormatTask):
-    """Offline arithmetic word problems; train and test come from one seeded stream, so never overlap."""
+    """Offline arithmetic word problems.
+
+    The train split comes from a public seed (it is the agent's anyway); the test split from a
+    secret seed kept in the evaluator's own storage, created once and readable by the platform
+    alone, so no code an agent can read or import rebuilds it. Test questions never repeat a train
+    question; both splits are drawn from the same distribution.
+    """
 
     name = "arith"
 
@@ -129,9 +143,15 @@ class ArithTask(GSM8KFormatTask):
         """The train split: the first ``train_size`` problems of the seeded stream."""
         return generate_problems(self.seed, self.train_size + self.test_size)[: self.train_size]
 
-    def test_problems(self) -> list[Problem]:
-        """The test split: the ``test_size`` problems that follow the train split."""
-        return generate_problems(self.seed, self.train_size + self.test_size)[self.train_size :]
+    def test_problems(self, secret_seed: int) -> list[Problem]:
+        """The test split drawn from ``secret_seed``: ``test_size`` problems, none a train question."""
+        train = {problem.question for problem in self.train_problems()}
+        count = self.test_size
+        while True:
+            drawn = [p for p in generate_problems(secret_seed, count + len(train)) if p.question not in train]
+            if len(drawn) >= self.test_size or count > 50 * self.test_size:
+                return drawn[: self.test_size]
+            count *= 2
 
     def description(self) -> str:
         return _DESCRIPTION.format(train_size=self.train_size, max_operand=MAX_OPERAND)
@@ -152,9 +172,31 @@ class ArithTask(GSM8KFormatTask):
     def load_test_problems(
         self, eval_data_dir: Path, *, source_dir: Path | None = None, limit: int | None = None
     ) -> list[Problem]:
-        """The generated test split (nothing is read or cached); the first ``limit`` if set."""
-        problems = self.test_problems()
+        """The test split of this evaluator storage's secret seed; the first ``limit`` if set."""
+        problems = self.test_problems(secret_test_seed(eval_data_dir / self.name))
         return problems if limit is None else problems[:limit]
+
+
+def secret_test_seed(folder: Path) -> int:
+    """The seed in ``folder/test-seed``, created once (atomically, owner-only) if absent.
+
+    Evaluators that share storage (replicas on one volume) read the same seed, so their scores
+    are comparable; a new evaluator storage draws a new test split from the same distribution.
+    """
+    path = folder / TEST_SEED_FILE
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        # Written whole under a private name, then linked into place: a reader never sees half a
+        # seed, and of two evaluators creating it at once, one link wins and both read it.
+        fd, partial = tempfile.mkstemp(prefix=f".{TEST_SEED_FILE}.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write(f"{secrets.randbits(63)}\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(partial, path)
+        finally:
+            os.unlink(partial)
+    return int(path.read_text(encoding="ascii").strip())
 
 
 _DESCRIPTION = """\
@@ -168,7 +210,8 @@ apples does Ann have now?".
 
 `$DATA_PATH/train.jsonl` holds {train_size} problems: one JSON object a line with `question` and
 `answer`. The answer field follows GSM8K: worked reasoning with a calculator annotation such as
-`<<12+7=19>>`, ending in a line `#### N` with the final answer. The test split is never shown.
+`<<12+7=19>>`, ending in a line `#### N` with the final answer. The test split is drawn from the
+same distribution with a seed only the evaluator holds: it is never shown and cannot be rebuilt.
 
 ## Evaluation
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -53,12 +54,12 @@ def _final(problem: Problem) -> int:
 def test_arith_is_deterministic_by_seed() -> None:
     assert generate_problems(7, 50) == generate_problems(7, 50)
     assert generate_problems(7, 50) != generate_problems(8, 50)
-    assert ArithTask(seed=3).test_problems() == ArithTask(seed=3).test_problems()
+    assert ArithTask(seed=3).test_problems(11) == ArithTask(seed=3).test_problems(11)
 
 
 def test_arith_splits_have_the_promised_properties() -> None:
     task = ArithTask()
-    train, test = task.train_problems(), task.test_problems()
+    train, test = task.train_problems(), task.test_problems(12345)
     assert len(train) == 2000
     assert len(test) >= 200
     assert len({_final(p) for p in test}) >= 50
@@ -93,8 +94,24 @@ def test_arith_data_files(tmp_path: Path) -> None:
     train_file = task.download_train_data(tmp_path / "data")
     assert train_file == tmp_path / "data" / "train.jsonl"
     assert read_problems(train_file) == task.train_problems()
-    assert task.load_test_problems(tmp_path / "eval", limit=10) == task.test_problems()[:10]
-    assert not (tmp_path / "eval").exists()
+    first = task.load_test_problems(tmp_path / "eval", limit=10)
+    seed_file = tmp_path / "eval" / "arith" / "test-seed"
+    assert first == task.test_problems(int(seed_file.read_text()))[:10]
+    assert seed_file.stat().st_mode & 0o077 == 0
+    # The same evaluator storage keeps its split; another storage draws another one.
+    assert task.load_test_problems(tmp_path / "eval", limit=10) == first
+    assert task.load_test_problems(tmp_path / "other", limit=10) != first
+
+
+def test_arith_test_split_cannot_be_rebuilt_from_public_code() -> None:
+    """What an agent can import (the task, its public seed) gives the train split, never the test."""
+    task = ArithTask()
+    public = {p.question for p in generate_problems(task.seed, 50 * (task.train_size + task.test_size))}
+    secret = {p.question for p in task.test_problems(secrets.randbits(63))}
+    train = {p.question for p in task.train_problems()}
+    assert not secret & train
+    # The public stream's tail was the old test split: a fresh secret one shares little with it.
+    assert len(secret & (public - train)) < len(secret)
 
 
 # --- gsm8k data --------------------------------------------------------------------------------
@@ -215,7 +232,7 @@ def test_gsm8k_prompt_is_opencompass_4_shot(chat_tokenizer: ChatTokenizer) -> No
 
 def test_arith_prompt_uses_its_own_exemplars(chat_tokenizer: ChatTokenizer) -> None:
     task = ArithTask()
-    problem = task.test_problems()[0]
+    problem = task.test_problems(7)[0]
     prompt = task.render_prompt(chat_tokenizer, problem.question)
     # OpenCompass's meta template ends every user turn with a newline; the training prompt does too.
     messages = evaluation_messages(task.build_messages(problem.question))
