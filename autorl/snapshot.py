@@ -131,6 +131,8 @@ class BaseModel:
 
     config: dict[str, Any]
     tensors: dict[str, Tensor]
+    #: The base model's chat template: the one every evaluation prompts through (None: it has none).
+    chat_template: str | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -193,11 +195,25 @@ def read_base_model(base_model_dir: Path) -> BaseModel:
             path = base_model_dir / shard
             with path.open("rb") as handle:
                 tensors.update(read_header(handle.fileno(), path.stat().st_size, shard).tensors)
+        template = _base_chat_template(base_model_dir)
     except (OSError, CheckpointError) as exc:
         raise ModelSourceError(
             f"the base model in {base_model_dir} cannot be read ({exc}); resolve the base model again"
         ) from exc
-    return BaseModel(config=config, tensors=tensors)
+    return BaseModel(config=config, tensors=tensors, chat_template=template)
+
+
+def _base_chat_template(base_model_dir: Path) -> str | None:
+    def json_file(name: str) -> dict[str, Any] | None:
+        path = base_model_dir / name
+        return model_files.parse_json_object(path.read_bytes(), name) if path.is_file() else None
+
+    jinja = base_model_dir / CHAT_TEMPLATE_JINJA
+    return model_files.resolve_chat_template(
+        json_file(TOKENIZER_CONFIG) or {},
+        jinja.read_text(encoding="utf-8") if jinja.is_file() else None,
+        json_file(CHAT_TEMPLATE_JSON),
+    )
 
 
 def remove_snapshot(path: Path) -> None:
@@ -629,6 +645,18 @@ def _write_small_files(
         if entry in files:
             writer.write(entry, files[entry])
     if render_check is None:
+        return
+    if base.chat_template is not None:
+        # The prompt format is the platform's, like decoding: a template runs on every test
+        # question, so a submitted one could compute answers or signal what a question holds.
+        if template != base.chat_template:
+            raise CheckpointError(
+                f"{source.shown}'s chat template differs from the base model's; every evaluation "
+                "prompts the model through the base model's chat template (the prompt format is the "
+                "platform's, as decoding is): save the base model's tokenizer unchanged "
+                "(AutoTokenizer.from_pretrained(MODEL_PATH).save_pretrained(path)) and train on the "
+                "prompts autorl.tasks renders"
+            )
         return
     if template is None:
         raise ChatTemplateError(

@@ -414,11 +414,11 @@ def test_example_agent_runs_sft_then_grpo(tmp_path: Path, autorl_run: Callable[.
     assert run.code == 0, run.stderr
     (row,) = run.results()
     scores = json.loads((run.workspace() / "scores.json").read_text())
-    paths = [s["model_path"] for s in scores["submissions"]]
+    paths = [s["model_path"] for s in scores]
     assert any(p.startswith("output/sft-") for p in paths) and any(
         p.startswith("output/grpo-") for p in paths
     )
-    assert all(s["status"] == "scored" for s in scores["submissions"]), scores
+    assert all(s["status"] == "scored" for s in scores), scores
     assert row["submissions"] == len(paths)
     log = (run.workspace() / "agent.log").read_text()
     assert "event=phase_start phase=sft" in log and "event=phase_start phase=grpo" in log

@@ -25,6 +25,7 @@ from autorl.tasks import get_task
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
 from autorl_grader.main import create_app
+from tests.support.checkpoints import without_chat_template
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
 
@@ -222,13 +223,13 @@ def _admin(settings: Settings) -> dict[str, str]:
 
 @pytest.mark.parametrize("template", [SLY_TEMPLATE, LOOPING_TEMPLATE], ids=["raises", "loops"])
 def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
-    client: TestClient,
-    settings: Settings,
-    experiment: RegisteredExperiment,
-    tiny_base_model: Path,
-    template: str,
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path, template: str
 ) -> None:
-    checkpoint = copy_model(tiny_base_model, experiment.output_dir / "sly", unique=True)
+    """A base model without a chat template: the checkpoint's own is evaluated, under the limits.
+    (With a template on the base, any other template is refused at submit: tests/unit/test_snapshot.py.)"""
+    base = without_chat_template(tiny_base_model, tmp_path / "templateless-base")
+    experiment = register(client, settings, base, make_workspace(tmp_path / "own-template"))
+    checkpoint = copy_model(base, experiment.output_dir / "sly", unique=True)
     (checkpoint / "chat_template.jinja").write_text(template)
     accepted = submit(client, experiment, "output/sly")
     assert accepted.status_code == 202, accepted.text  # the train question renders

@@ -24,7 +24,13 @@ from autorl.snapshot import (
     snapshot_submission,
 )
 from autorl.tasks import get_task
-from tests.support.checkpoints import edit_json, read_safetensors, split_into_shards, write_safetensors
+from tests.support.checkpoints import (
+    edit_json,
+    read_safetensors,
+    split_into_shards,
+    without_chat_template,
+    write_safetensors,
+)
 
 GIB = 1024**3
 
@@ -47,8 +53,7 @@ def checkpoint(workspace: Path, tiny_base_model: Path) -> Path:
     return Path(shutil.copytree(tiny_base_model, workspace / "output" / "ckpt"))
 
 
-@pytest.fixture
-def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..., Snapshot]:
+def _taker(workspace: Path, base: Path, snapshots: Path) -> Callable[..., Snapshot]:
     task = get_task("gsm8k")
 
     def run(model_path: str | Path = "output/ckpt") -> Snapshot:
@@ -56,7 +61,7 @@ def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..
             model_path,
             workspace=workspace,
             output_dir=workspace / "output",
-            base_model_dir=tiny_base_model,
+            base_model_dir=base,
             snapshot_root=snapshots,
             render_check=lambda template: task.render_prompt(template, "How many?"),
         )
@@ -64,8 +69,7 @@ def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..
     return run
 
 
-@pytest.fixture
-def refusal(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
+def _refuser(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
     def run(model_path: str | Path = "output/ckpt") -> str:
         with pytest.raises(CheckpointError) as caught:
             take(model_path)
@@ -74,6 +78,32 @@ def refusal(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str
         return str(caught.value)
 
     return run
+
+
+@pytest.fixture
+def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..., Snapshot]:
+    return _taker(workspace, tiny_base_model, snapshots)
+
+
+@pytest.fixture
+def templateless_base(tiny_base_model: Path, tmp_path: Path) -> Path:
+    return without_chat_template(tiny_base_model, tmp_path / "templateless-base")
+
+
+@pytest.fixture
+def take_own_template(workspace: Path, templateless_base: Path, snapshots: Path) -> Callable[..., Snapshot]:
+    """Snapshots against a base model without a chat template: the checkpoint's own is rendered."""
+    return _taker(workspace, templateless_base, snapshots)
+
+
+@pytest.fixture
+def refusal_own_template(take_own_template: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
+    return _refuser(take_own_template, snapshots)
+
+
+@pytest.fixture
+def refusal(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
+    return _refuser(take, snapshots)
 
 
 def _files(snapshot: Snapshot) -> dict[str, bytes]:
@@ -241,10 +271,10 @@ def test_special_tokens_map_is_reduced_to_special_tokens(
 
 
 def test_the_chat_template_file_wins_and_is_folded_into_the_tokenizer_config(
-    take: Callable[..., Snapshot], checkpoint: Path
+    take_own_template: Callable[..., Snapshot], checkpoint: Path
 ) -> None:
     (checkpoint / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    files = _files(take())
+    files = _files(take_own_template())
     assert "chat_template.jinja" not in files
     template = json.loads(files["tokenizer_config.json"])["chat_template"]
     assert template == "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -587,18 +617,57 @@ def test_an_index_naming_files_elsewhere_is_refused(refusal: Callable[..., str],
     ],
 )
 def test_a_hostile_chat_template_is_refused_quickly(
-    refusal: Callable[..., str], checkpoint: Path, template: str, named: str
+    refusal_own_template: Callable[..., str], checkpoint: Path, template: str, named: str
 ) -> None:
+    """Where the base model has no chat template, the checkpoint's own is dry-rendered at submit."""
     (checkpoint / "chat_template.jinja").write_text(template)
     started = time.monotonic()
-    message = refusal()
+    message = refusal_own_template()
     assert time.monotonic() - started < 15
     assert "chat template" in message and named in message
 
 
-def test_no_chat_template_is_refused(refusal: Callable[..., str], checkpoint: Path) -> None:
+@pytest.mark.parametrize(
+    "template",
+    [
+        # Computes an arith answer from the question's numbers: the model would only copy it.
+        "{% set n = namespace(v=[]) %}{% for w in messages[-1]['content'].split() %}"
+        "{% if w.isdigit() %}{% set n.v = n.v + [w|int] %}{% endif %}{% endfor %}"
+        "{{ messages[-1]['content'] }} The answer is {{ n.v[-2] + n.v[-1] }}",
+        # An oracle: fails (later, at evaluation) only on questions holding a chosen word.
+        "{% if 'shells' in messages[-1]['content'] %}{{ raise_exception('x') }}{% endif %}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        # Harmless-looking: one space more than the base's template.
+        None,
+    ],
+    ids=["computes-answers", "oracle", "one-space"],
+)
+def test_a_chat_template_other_than_the_base_models_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path, template: str | None
+) -> None:
+    """A template runs on every test question, so the prompt format is the platform's: the base
+    model's template, whatever the checkpoint carries."""
+    base_template = json.loads((tiny_base_model / "tokenizer_config.json").read_text())["chat_template"]
+    (checkpoint / "chat_template.jinja").write_text(template if template is not None else base_template + " ")
+    message = refusal()
+    assert "differs from the base model's" in message and "save the base model's tokenizer" in message
+
+
+def test_the_base_models_own_template_is_accepted_in_any_file(
+    take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path
+) -> None:
+    base_template = json.loads((tiny_base_model / "tokenizer_config.json").read_text())["chat_template"]
+    (checkpoint / "chat_template.jinja").write_text(base_template)
+    files = _files(take())
+    assert json.loads(files["tokenizer_config.json"])["chat_template"] == base_template
+
+
+def test_no_chat_template_is_refused(
+    refusal: Callable[..., str], refusal_own_template: Callable[..., str], checkpoint: Path
+) -> None:
     edit_json(checkpoint / "tokenizer_config.json", chat_template=None)
-    assert "no chat template" in refusal()
+    assert "no chat template" in refusal_own_template()
+    assert "differs from the base model's" in refusal()
 
 
 # --- storage --------------------------------------------------------------------------------
