@@ -146,12 +146,9 @@ class ArithTask(GSM8KFormatTask):
     def test_problems(self, secret_seed: int) -> list[Problem]:
         """The test split drawn from ``secret_seed``: ``test_size`` problems, none a train question."""
         train = {problem.question for problem in self.train_problems()}
-        count = self.test_size
-        while True:
-            drawn = [p for p in generate_problems(secret_seed, count + len(train)) if p.question not in train]
-            if len(drawn) >= self.test_size or count > 50 * self.test_size:
-                return drawn[: self.test_size]
-            count *= 2
+        # Distinct problems, at most len(train) of them train questions: enough remain.
+        drawn = generate_problems(secret_seed, self.test_size + len(train))
+        return [problem for problem in drawn if problem.question not in train][: self.test_size]
 
     def description(self) -> str:
         return _DESCRIPTION.format(train_size=self.train_size, max_operand=MAX_OPERAND)
