@@ -93,6 +93,12 @@ class Settings(BaseSettings):
         f"{CPU_EVAL_BATCH_SIZE} on CPU; on a GPU as many as free memory holds ({GPU_EVAL_BATCH_SIZE} for "
         "architectures the hf engine does not know). Halved after out-of-memory.",
     )
+    eval_warm_worker: bool = Field(
+        False,
+        description="Local worker: evaluate in one long-lived child process that keeps the model of an "
+        "architecture resident and swaps each checkpoint's weights in (hf backend); the child is "
+        "replaced after an evaluation passes its hard timeout.",
+    )
     eval_device: str | None = Field(
         None, description="torch device for the hf backend (default: cuda if any)."
     )

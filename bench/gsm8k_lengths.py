@@ -81,8 +81,8 @@ def main() -> int:
     parser.add_argument("--ranks", type=Path, required=True, help="qwen.tiktoken")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
+    from autorl.decoding.greedy_engine import shared_prefix_length
     from autorl.tasks import get_task
-    from autorl_evaluator.backends.greedy_engine import shared_prefix_length
 
     enc = encoding(args.ranks)
     task = get_task("gsm8k")

@@ -29,7 +29,7 @@ the host, CUDA synchronised):
 Floors: the measured device copy bandwidth over the bytes a step must read (the weights once, and
 every live row's keys and values).
 
-    PYTHONPATH=bench:services/evaluator-worker python3 bench/hf_generation_gpu.py [--output PATH]
+    PYTHONPATH=.:bench python3 bench/hf_generation_gpu.py [--output PATH]
 
 Writes ``bench/results/hf_generation_gpu.json`` after every variant.
 """
@@ -112,7 +112,7 @@ def attention_step(rows: int, prefix: int, own: int) -> dict[str, float]:
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from autorl_evaluator.backends.grouped_attention import AttentionWindow, grouped_attention
+    from autorl.decoding.grouped_attention import AttentionWindow, grouped_attention
 
     module: Any = SimpleNamespace(num_key_value_groups=6, is_causal=True, layer_idx=0, training=False)
     bf16: dict[str, Any] = {"dtype": torch.bfloat16, "device": "cuda"}
@@ -227,8 +227,8 @@ def main() -> int:
     import torch
     import transformers
 
-    from autorl_evaluator.backends import greedy_engine
-    from autorl_evaluator.backends.greedy_engine import generate_greedy, model_shape
+    from autorl.decoding import greedy_engine
+    from autorl.decoding.greedy_engine import generate_greedy, model_shape
 
     began = time.perf_counter()
     lengths = json.loads(LENGTHS.read_text(encoding="utf-8"))
@@ -241,7 +241,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "benchmark": "hf_generation_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
-        "command": "PYTHONPATH=bench:services/evaluator-worker python3 bench/hf_generation_gpu.py",
+        "command": "PYTHONPATH=.:bench python3 bench/hf_generation_gpu.py",
         "environment": {
             "gpu": props.name,
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),

@@ -16,7 +16,7 @@ import pytest
 
 from autorl.tasks import get_task
 from autorl_evaluator.backends import greedy_engine
-from autorl_evaluator.backends.greedy_engine import generate_greedy
+from autorl.decoding.greedy_engine import generate_greedy
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autorl_evaluator.backends.batch_memory import ModelShape, aligned_slots, rows_that_fit
-from autorl_evaluator.backends.greedy_engine import shared_prefix_length
+from autorl.decoding.batch_memory import ModelShape, aligned_slots, rows_that_fit
+from autorl.decoding.greedy_engine import shared_prefix_length
 
 GiB = 2**30
 #: Qwen2.5-1.5B in bf16.

@@ -2,7 +2,9 @@
 
 It claims nothing itself; it finds the next claimable submission and runs `evaluate` in a child
 process group with a hard timeout, so a hung evaluation (or anything it started) is killed whole and
-the submission is failed with the reason, leaving the worker ready for the next one.
+the submission is failed with the reason, leaving the worker ready for the next one. With
+``AUTORL_EVAL_WARM_WORKER`` the child lives on between evaluations
+(:mod:`autorl_evaluator.warm_child`), keeping the model resident, and is replaced after a timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from autorl.errors import ServiceUnavailableError
 from autorl.settings import Settings
 from autorl.store import Database
 from autorl.store import repository as repo
+from autorl_evaluator.warm_child import WarmChild
 
 log = logging.getLogger("autorl.evaluator.local")
 POLL_INTERVAL_S = 1.0
@@ -35,16 +38,27 @@ class LocalWorker:
         self.db = Database(settings.database_url)
         self.stopping = False
         self.child: subprocess.Popen[bytes] | None = None
+        self.warm = WarmChild() if settings.eval_warm_worker else None
 
     def request_stop(self, *_: object) -> None:
-        if self.stopping and self.child is not None:
-            _kill_group(self.child)  # second signal: stop now
+        if self.stopping:  # second signal: stop now
+            if self.child is not None:
+                _kill_group(self.child)
+            if self.warm is not None:
+                self.warm.stop()
         self.stopping = True
 
     def run(self, *, burst: bool = False) -> int:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
-        log.info("event=worker_started mode=local burst=%s", burst)
+        log.info("event=worker_started mode=local burst=%s warm=%s", burst, self.warm is not None)
+        try:
+            return self._loop(burst)
+        finally:
+            if self.warm is not None:
+                self.warm.stop()
+
+    def _loop(self, burst: bool) -> int:
         while not self.stopping:
             try:
                 with self.db.session() as session:
@@ -83,6 +97,14 @@ class LocalWorker:
         if self.stopping:
             return
         timeout = self.settings.eval_timeout_s + CHILD_MARGIN_S
+        if self.warm is not None:
+            try:
+                self.warm.run(submission_id, timeout)
+            except TimeoutError:
+                self._record_timeout(submission_id)
+            except ChildProcessError as exc:
+                log.warning("event=warm_worker_failed submission=%d reason=%s", submission_id, exc)
+            return
         self.child = subprocess.Popen(
             [sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)], start_new_session=True
         )
@@ -90,15 +112,18 @@ class LocalWorker:
             self.child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(self.child)
-            with self.db.session() as session:
-                repo.record_failure(
-                    session,
-                    submission_id,
-                    error=f"evaluation exceeded its hard timeout of {self.settings.eval_timeout_s} s and was "
-                    "stopped (AUTORL_EVAL_TIMEOUT_S)",
-                )
+            self._record_timeout(submission_id)
         finally:
             self.child = None
+
+    def _record_timeout(self, submission_id: int) -> None:
+        with self.db.session() as session:
+            repo.record_failure(
+                session,
+                submission_id,
+                error=f"evaluation exceeded its hard timeout of {self.settings.eval_timeout_s} s and was "
+                "stopped (AUTORL_EVAL_TIMEOUT_S)",
+            )
 
 
 def gpu_free_fractions() -> list[float]:

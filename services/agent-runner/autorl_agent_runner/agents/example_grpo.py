@@ -44,6 +44,7 @@ _CALCULATOR = re.compile(r"<<[^>]*>>")
 _FINAL_ANSWER = re.compile(r"\n?####\s*(.+?)\s*$")
 
 SftMode = Literal["auto", "always", "never"]
+RolloutMode = Literal["auto", "trl"]
 
 
 @dataclass
@@ -76,6 +77,13 @@ class ExampleGRPOConfig:
         default=4, metadata={"help": "completions sampled per prompt (GRPO group size)"}
     )
     grpo_prompts_per_step: int = field(default=2, metadata={"help": "prompts per GRPO optimizer step"})
+    rollouts: RolloutMode = field(
+        default="auto",
+        metadata={
+            "help": "GRPO generation: auto = the batched engine of fast_grpo.py on a CUDA GPU "
+            "(TRL's GRPOTrainer elsewhere), trl = always GRPOTrainer"
+        },
+    )
     max_completion_length: int | None = field(
         default=None,
         metadata={"help": "GRPO completion limit in tokens (default: 1.5x the longest reference solution)"},
@@ -98,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         default = spec.default if spec.default is not MISSING else None
         kind = _arg_type(spec.type)
         kwargs: dict[str, Any] = {"default": default, "help": f"{spec.metadata['help']} (default: {default})"}
-        choices = get_args(SftMode) if spec.name == "sft" else None
+        choices = {"sft": get_args(SftMode), "rollouts": get_args(RolloutMode)}.get(spec.name)
         parser.add_argument(flag, type=kind, choices=choices, **kwargs)
     return parser
 
@@ -357,6 +365,11 @@ class Agent:
         config = self.config
         lr = config.grpo_learning_rate or (2e-4 if self.tiny else 1e-6)
         completion_limit = config.max_completion_length or self._default_completion_length()
+        if self.cuda and config.rollouts == "auto":
+            from autorl_agent_runner.agents import fast_grpo
+
+            fast_grpo.run_phase(self, stop_at=stop_at, learning_rate=lr, completion_limit=completion_limit)
+            return
         records = [
             {"prompt": self.task.render_prompt(self.tokenizer, p.question), "answer": p.answer}
             for p in self.problems

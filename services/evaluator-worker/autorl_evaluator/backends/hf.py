@@ -8,7 +8,7 @@ in problem order; decoding is greedy with the per-model settings of
 :mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
 decoded with special tokens kept, is cut at OpenCompass's stop words.
 
-Generation runs on :mod:`autorl_evaluator.backends.greedy_engine`: the same greedy ids as
+Generation runs on :mod:`autorl.decoding.greedy_engine`: the same greedy ids as
 ``generate``, batched from free GPU memory (or ``eval_batch_size``), the shared few-shot prefix
 computed once, CUDA graphs; architectures the engine does not know go through ``generate``,
 left-padded, in the same batches.
@@ -29,14 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from autorl.chat_template import ChatTemplate, ChatTemplateError
+from autorl.decoding.greedy_engine import generate_greedy, unsupported_reason
 from autorl.errors import EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task, evaluation_messages
 from autorl_evaluator.backends.base import EvalResult
-from autorl_evaluator.backends.greedy_engine import generate_greedy, unsupported_reason
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, encode, stop_words
+from autorl_evaluator.warm_models import RESIDENT
 
 log = logging.getLogger("autorl.evaluator.hf")
 
@@ -94,7 +95,9 @@ def _generate(
     device = torch.device(settings.eval_device or ("cuda" if torch.cuda.is_available() else "cpu"))
     # float32 on the CPU, as OpenCompass's CPU path loads it; the GPU dtype of the model settings.
     dtype = torch.float32 if device.type == "cpu" else getattr(torch, model_settings.dtype)
-    tokenizer, model, generation_eos = _load(model_dir, device, dtype)
+    tokenizer, model, generation_eos, swapped = _load(
+        model_dir, device, dtype, warm=settings.eval_warm_worker
+    )
     max_new_tokens = settings.eval_max_new_tokens or task.max_new_tokens
     words = stop_words(tokenizer, generation_eos)
     # The model's own generation config falls back to config.json's eos when the file is absent.
@@ -135,21 +138,29 @@ def _generate(
         "new_tokens": new_tokens,
         "new_tokens_per_s": round(new_tokens / seconds, 1) if seconds > 0 else None,
         "tensor_parallel_size": 1,
+        "weights_swapped_into_resident_model": swapped,
     }
     return completions, details
 
 
-def _load(model_dir: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | list[int] | None]:
-    """Tokenizer, model and the generation config's eos ids, as OpenCompass's wrapper loads them."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+def _load(
+    model_dir: Path, device: Any, dtype: Any, *, warm: bool = False
+) -> tuple[Any, Any, int | list[int] | None, bool]:
+    """Tokenizer, model and the generation config's eos ids, as OpenCompass's wrapper loads them,
+    and whether the weights were swapped into the resident model (``warm``:
+    :data:`autorl_evaluator.warm_models.RESIDENT`)."""
+    from transformers import AutoTokenizer, GenerationConfig
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_dir, trust_remote_code=False, padding_side="left", truncation_side="left"
         )
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=dtype, trust_remote_code=False, use_safetensors=True
-        )
+        if warm:
+            model, swapped = RESIDENT.load(
+                model_dir, device, dtype, lambda: _cold_load(model_dir, device, dtype)
+            )
+        else:
+            model, swapped = _cold_load(model_dir, device, dtype), False
     # A submission's files can break loading in many ways (a truncated safetensors header, a
     # config with wrong types, shapes that do not match); each is the checkpoint's fault.
     # The snapshot's files are all that is read: the message cannot quote the test split.
@@ -159,7 +170,6 @@ def _load(model_dir: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | lis
             "save it with model.save_pretrained(path) and tokenizer.save_pretrained(path) "
             "and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
         ) from exc
-    model.to(device).eval()
     # OpenCompass reads stop words and a missing pad id from generation_config.json alone.
     try:
         generation_config = GenerationConfig.from_pretrained(model_dir)
@@ -175,4 +185,13 @@ def _load(model_dir: Path, device: Any, dtype: Any) -> tuple[Any, Any, int | lis
                 "and save it with tokenizer.save_pretrained(path)"
             )
         tokenizer.pad_token_id = pad if pad is not None else tokenizer.eos_token_id
-    return tokenizer, model, generation_eos
+    return tokenizer, model, generation_eos, swapped
+
+
+def _cold_load(model_dir: Path, device: Any, dtype: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, trust_remote_code=False, use_safetensors=True
+    )
+    return model.to(device).eval()

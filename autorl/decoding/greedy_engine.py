@@ -5,12 +5,12 @@ at a time or batched with left padding: the same function); only the work around
 
 - **Shared prefix once.** Every GSM8K evaluation prompt starts with the same few-shot turns (1,441
   of its ~1,516 Qwen2.5 ids). Their keys and values are computed once, with one row, and every
-  row attends to that one copy (:mod:`autorl_evaluator.backends.grouped_attention`); each row's
+  row attends to that one copy (:mod:`autorl.decoding.grouped_attention`); each row's
   prefill and cache cover only its own ids after the prefix and what it generates.
 - **Batch from free memory.** The batch is as many rows as the free GPU memory holds
-  (:mod:`autorl_evaluator.backends.batch_memory`), prompts sorted by length so that a batch pads
+  (:mod:`autorl.decoding.batch_memory`), prompts sorted by length so that a batch pads
   little; answers come back in the prompts' order.
-- **A preallocated cache** (:mod:`autorl_evaluator.backends.slot_cache`) and **grouped-query
+- **A preallocated cache** (:mod:`autorl.decoding.slot_cache`) and **grouped-query
   attention without expanding the key/value heads**.
 - **CUDA graphs.** A decode step has the same shapes every time (it attends over all of a row's
   slots, the mask hiding those not written yet), so on a GPU it is captured once per batch size
@@ -22,6 +22,10 @@ at a time or batched with left padding: the same function); only the work around
 
 Decoding settings are the platform's: greedy, stop at ``eos_ids`` or a row's own token limit; no
 setting of the checkpoint's ``generation_config.json`` other than its eos ids applies.
+
+**Sampling** (:func:`generate_sampled`, for RL rollouts): the same loop draws each next id from
+``softmax(logits / temperature)`` over the whole vocabulary (no top-k or top-p: TRL's GRPO
+defaults) through the Gumbel-max trick, which stays inside the captured graphs.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from autorl_evaluator.backends.batch_memory import PREFILL_TOKENS, ModelShape, aligned_slots, rows_that_fit
-from autorl_evaluator.backends.grouped_attention import AttentionWindow, grouped_attention_for
-from autorl_evaluator.backends.slot_cache import SlotCache
+from autorl.decoding.batch_memory import PREFILL_TOKENS, ModelShape, aligned_slots, rows_that_fit
+from autorl.decoding.grouped_attention import AttentionWindow, grouped_attention_for
+from autorl.decoding.slot_cache import SlotCache
 
 log = logging.getLogger("autorl.evaluator.hf")
 
@@ -112,14 +116,19 @@ def generate_greedy(
     max_batch_size: int | None = None,
     memory_share: float | None = None,
     generate_kwargs: dict[str, Any] | None = None,
+    temperature: float | None = None,
 ) -> GreedyOutput:
     """Greedy completions of ``prompts`` (lists of ids, none empty). ``max_new_tokens`` is one
     limit for all rows or one per prompt. ``max_batch_size`` caps the batch; on a GPU the free
     memory sets it otherwise (no more than ``memory_share`` of the device's memory, where a
     training process shares the GPU), and an out-of-memory error halves it and retries the batch.
     A model the engine does not support (:func:`unsupported_reason`) decodes with
-    ``model.generate(**generate_kwargs)`` in the same batches."""
+    ``model.generate(**generate_kwargs)`` in the same batches. ``temperature`` samples instead of
+    taking the argmax (:func:`generate_sampled`)."""
     import torch
+
+    if temperature is not None and not temperature > 0:
+        raise ValueError("temperature must be positive (None: greedy)")
 
     if not prompts or min(len(ids) for ids in prompts) == 0:
         raise ValueError("generate_greedy needs at least one prompt and no empty prompt")
@@ -140,7 +149,7 @@ def generate_greedy(
             stack.enter_context(grouped_attention_for(model))
             # transformers 5.24 renamed the forward argument ``past_key_values`` to ``cache``.
             parameters = inspect.signature(type(model).forward).parameters
-            forward = _Forward(model, "cache" if "cache" in parameters else "past_key_values")
+            forward = _Forward(model, "cache" if "cache" in parameters else "past_key_values", temperature)
             prefix = _prefix_keys(forward, shape, [int(i) for i in prompts[0][:shared]])
 
             def decode(suffixes: list[list[int]], batch_limits: list[int]) -> list[list[int]]:
@@ -170,7 +179,7 @@ def generate_greedy(
                 if rows == 1:
                     raise
                 # Greedy ids do not depend on the batch a row runs in, so a smaller batch that
-                # fits gives the same completions.
+                # fits gives the same completions (and samples from the same distribution).
                 cap = max(1, rows // 2)
                 torch.cuda.empty_cache()
                 log.warning("event=hf_out_of_memory new_batch_size=%d", cap)
@@ -225,14 +234,44 @@ def _generate_batch(
     return [_until_stop(ids, limit, eos_ids) for ids, limit in zip(generated, limits, strict=True)]
 
 
-class _Forward:
-    """One forward pass of the model over a cache window: the greedy next id of each row."""
+def generate_sampled(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    max_new_tokens: int | Sequence[int],
+    eos_ids: Sequence[int],
+    pad_id: int,
+    max_batch_size: int | None = None,
+    memory_share: float | None = None,
+) -> GreedyOutput:
+    """Sampled completions of ``prompts`` (one independent draw per row; repeat a prompt for a
+    group), with everything else as :func:`generate_greedy` does it."""
+    return generate_greedy(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        max_batch_size=max_batch_size,
+        memory_share=memory_share,
+        generate_kwargs={"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0},
+        temperature=temperature,
+    )
 
-    def __init__(self, model: Any, cache_argument: str) -> None:
+
+class _Forward:
+    """One forward pass of the model over a cache window: the next id of each row, the argmax or,
+    with a ``temperature``, a draw from the softmax of the scaled logits."""
+
+    def __init__(self, model: Any, cache_argument: str, temperature: float | None = None) -> None:
         self.model = model
         self.cache_argument = cache_argument
+        self.temperature = temperature
 
     def __call__(self, cache: SlotCache, input_ids: Any, positions: Any, window: AttentionWindow) -> Any:
+        import torch
+
         out = self.model(
             input_ids=input_ids,
             position_ids=positions,
@@ -243,8 +282,13 @@ class _Forward:
             logits_to_keep=1,
             **{self.cache_argument: cache},
         )
-        # argmax of the bf16 logits picks what generate's argmax of their float32 copy picks.
-        return out.logits[:, -1].argmax(-1)
+        logits = out.logits[:, -1]
+        if self.temperature is None:
+            # argmax of the bf16 logits picks what generate's argmax of their float32 copy picks.
+            return logits.argmax(-1)
+        # Gumbel-max: argmax(z / T + g), g = -log(E) with E ~ Exp(1), is a draw from softmax(z / T).
+        scaled = logits.float() / self.temperature
+        return (scaled - torch.empty_like(scaled).exponential_().log()).argmax(-1)
 
 
 def _causal_mask(key_valid: Any, start: int, width: int) -> Any:

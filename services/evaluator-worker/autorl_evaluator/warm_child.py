@@ -1,0 +1,115 @@
+"""The warm worker: evaluations one after another in one long-lived child process, so the model
+of an architecture stays resident between them (:mod:`autorl_evaluator.warm_models`).
+
+The parent (:class:`WarmChild`, used by the local worker when ``AUTORL_EVAL_WARM_WORKER`` is
+set) writes one submission id per line to the child's stdin and reads ``done ID STATUS`` back.
+The child runs in a process group of its own; an evaluation that passes its hard timeout gets
+the whole group killed, and the next evaluation starts a fresh child (a cold load), so a hung
+or poisoned process never serves another submission.
+
+    python -m autorl_evaluator.warm_child   # the child side; reads ids on stdin
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+log = logging.getLogger("autorl.evaluator.warm")
+
+
+class WarmChild:
+    """The parent's handle on the child; ``command`` runs the child (default: this module)."""
+
+    def __init__(self, command: Sequence[str] | None = None) -> None:
+        self.command = list(command or [sys.executable, "-m", "autorl_evaluator.warm_child"])
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started = 0
+
+    def run(self, submission_id: int, timeout_s: float) -> str:
+        """Evaluate ``submission_id`` in the child; its status line. Raises ``TimeoutError`` after
+        ``timeout_s`` (the child is killed, the next call starts another) and ``ChildProcessError``
+        when the child ends without answering."""
+        process = self._ensure_started()
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(f"{submission_id}\n".encode())
+            process.stdin.flush()
+        except BrokenPipeError:
+            self.stop()
+            raise ChildProcessError("the warm worker ended before taking the evaluation") from None
+        line = _read_line(process.stdout, time.monotonic() + timeout_s)
+        if line is None:
+            self.stop()
+            raise TimeoutError(f"evaluation {submission_id} passed {timeout_s:.0f} s")
+        if not line:
+            self.stop()
+            raise ChildProcessError("the warm worker ended during the evaluation")
+        words = line.decode(errors="replace").split()
+        if len(words) != 3 or words[:2] != ["done", str(submission_id)]:
+            self.stop()
+            raise ChildProcessError(f"unexpected answer from the warm worker: {line[:200]!r}")
+        return words[2]
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            )
+            self.started += 1
+            log.info("event=warm_worker_started pid=%d starts=%d", self.process.pid, self.started)
+        return self.process
+
+    def stop(self) -> None:
+        """Kill the child's whole process group (no-op when none runs)."""
+        from autorl_evaluator.local_worker import _kill_group
+
+        if self.process is not None:
+            _kill_group(self.process)
+            log.info("event=warm_worker_stopped pid=%d", self.process.pid)
+            self.process = None
+
+
+def _read_line(stream: object, deadline: float) -> bytes | None:
+    """One line from a pipe, ``b""`` at its end, ``None`` at ``deadline``."""
+    fd = stream.fileno()  # type: ignore[attr-defined]
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while not buffer.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return buffer
+            buffer += chunk
+    return buffer
+
+
+def main() -> int:
+    """The child: ids on stdin, ``done ID STATUS`` on the original stdout, logs on stderr."""
+    from autorl_evaluator.jobs import evaluate
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # Only the answers go to the parent's pipe: anything a library prints lands on stderr.
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        submission_id = int(line)
+        try:
+            status = str(evaluate(submission_id).get("status", "skipped"))
+        except Exception:
+            log.exception("event=warm_evaluation_crashed submission=%d", submission_id)
+            status = "crashed"
+        answers.write(f"done {submission_id} {status}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

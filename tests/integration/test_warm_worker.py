@@ -1,0 +1,133 @@
+"""The warm worker: weights swapped into a resident model answer as a cold load does, and an
+evaluation past its hard timeout replaces the child process."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.checkpoints import build_tiny_qwen2
+from autorl_evaluator.warm_child import WarmChild
+from autorl_evaluator.warm_models import WarmModels, swap_weights
+from tests.support.checkpoints import edit_json, split_into_shards
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("warm")
+    return build_tiny_qwen2(root / "a", seed=0), build_tiny_qwen2(root / "b", seed=1)
+
+
+def _cold(path: Path) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _greedy(model: Any) -> tuple[list[list[int]], Any]:
+    import torch
+
+    ids = torch.tensor([[5, 9, 13, 40, 77, 100], [8, 8, 21, 3, 60, 2]])
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits
+        tokens = model.generate(input_ids=ids, max_new_tokens=12, do_sample=False, eos_token_id=None).tolist()
+    return tokens, logits
+
+
+def test_swapped_weights_answer_as_a_cold_load(checkpoints: tuple[Path, Path]) -> None:
+    import torch
+
+    a, b = checkpoints
+    warm = WarmModels()
+    first, swapped = warm.load(a, "cpu", torch.float32, lambda: _cold(a))
+    assert not swapped
+    second, swapped = warm.load(b, "cpu", torch.float32, lambda: pytest.fail("no cold load expected"))
+    assert swapped and second is first
+    cold_tokens, cold_logits = _greedy(_cold(b))
+    warm_tokens, warm_logits = _greedy(second)
+    assert warm_tokens == cold_tokens
+    assert torch.equal(warm_logits, cold_logits)
+    # The two checkpoints differ, so equality above is not a model answering the same either way.
+    assert not torch.equal(_greedy(_cold(a))[1], cold_logits)
+
+
+def test_sharded_checkpoints_swap_too(checkpoints: tuple[Path, Path], tmp_path: Path) -> None:
+    import torch
+
+    a, b = checkpoints
+    sharded = Path(shutil.copytree(b, tmp_path / "b-sharded"))
+    split_into_shards(sharded)
+    model = _cold(a)
+    swap_weights(model, sharded)
+    assert torch.equal(_greedy(model)[1], _greedy(_cold(b))[1])
+
+
+def test_another_architecture_loads_cold(checkpoints: tuple[Path, Path], tmp_path: Path) -> None:
+    import torch
+
+    a, b = checkpoints
+    other = Path(shutil.copytree(b, tmp_path / "other"))
+    edit_json(other / "config.json", rms_norm_eps=1e-5)
+    warm = WarmModels()
+    first, _ = warm.load(a, "cpu", torch.float32, lambda: _cold(a))
+    second, swapped = warm.load(other, "cpu", torch.float32, lambda: _cold(other))
+    assert not swapped and second is not first
+
+
+def test_a_failed_swap_drops_the_resident_model(checkpoints: tuple[Path, Path], tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    a, b = checkpoints
+    broken = Path(shutil.copytree(b, tmp_path / "broken"))
+    tensors = load_file(str(broken / "model.safetensors"))
+    tensors.pop(sorted(tensors)[-1])  # one parameter without a tensor
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="has no tensor for"):
+        swap_weights(_cold(a), broken)
+    warm = WarmModels()
+    first, _ = warm.load(a, "cpu", torch.float32, lambda: _cold(a))
+    second, swapped = warm.load(broken, "cpu", torch.float32, lambda: _cold(a))
+    assert not swapped and second is not first
+
+
+def test_a_timeout_replaces_the_child(tmp_path: Path) -> None:
+    # A real child process speaking the warm worker's protocol; id 2 hangs.
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys, time
+            for line in sys.stdin:
+                if int(line) == 2:
+                    time.sleep(600)
+                print(f"done {int(line)} ok-{os.getpid()}", flush=True)
+            """
+        )
+    )
+    child = WarmChild([sys.executable, str(script)])
+    first = child.run(1, timeout_s=30)
+    assert first.startswith("ok-") and child.run(3, timeout_s=30) == first  # the same process
+    hung = child.process
+    assert hung is not None
+    with pytest.raises(TimeoutError):
+        child.run(2, timeout_s=1)
+    assert hung.poll() is not None and child.process is None  # killed, not reused
+    after = child.run(4, timeout_s=30)
+    assert after.startswith("ok-") and after != first and child.started == 2
+    child.stop()
+
+
+def test_a_child_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nfor line in sys.stdin:\n    sys.exit(3)\n")
+    child = WarmChild([sys.executable, str(script)])
+    with pytest.raises(ChildProcessError, match="ended during the evaluation"):
+        child.run(1, timeout_s=30)
+    assert child.process is None
