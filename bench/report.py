@@ -152,12 +152,128 @@ def opencompass_cpu() -> str:
     )
 
 
+def _failed(record: dict[str, Any]) -> str:
+    return f"not measured ({record.get('status')}: {str(record.get('error', ''))[:120]})"
+
+
+def grpo_throughput() -> str:
+    data = _load("grpo_gpu")
+    part = data["throughput"]
+    if part.get("status") == "error":
+        return _failed(part) + "\n"
+    env = data["environment"]
+    lines = [
+        f"Measured {data['date'][:10]} on one {env['gpu']}, torch {env['torch']}, transformers "
+        f"{env['transformers']}, TRL {env['trl']}. Model: {part['model']}, "
+        f"{_number(part['parameters'] / 1e9, 3)} B parameters; prompts of about "
+        f"{_number(part['prompt_ids_mean'], 0)} ids; {part['completion_tokens']}-token completions.",
+        "",
+        "| variant | completions / step | steps timed | s / step | rollout s | loss + update s "
+        "| completion tok/s | × TRL reference |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, record in part["variants"].items():
+        if record.get("status") == "error":
+            lines.append(f"| `{name}` | — | — | — | — | — | — | {_failed(record)} |")
+            continue
+        lines.append(
+            f"| `{name}` | {record['completions_per_step']} | {record['steps_timed']} | {record['step_s']} | "
+            f"{record.get('rollout_s', '—')} | {record.get('train_s', '—')} | "
+            f"{_number(record['completion_tokens_per_s'], 0)} | {record.get('vs_trl_2x4', '—')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def grpo_learning() -> str:
+    part = _load("grpo_gpu")["learning"]
+    if part.get("status") == "error":
+        return _failed(part) + "\n"
+    sft, grpo, curve = part["sft"], part["grpo"], part["grpo"]["curve"]
+    tenth = max(1, len(curve) // 10)
+    points = ", ".join(f"{c['step']}: {c['reward']}" for c in curve[::tenth])
+    first, last = curve[:tenth], curve[-tenth:]
+    return (
+        f"Model: {part['model']}, {_number(part['parameters'] / 1e6, 1)} M parameters. Held out: "
+        f"{part['held_out']}. Greedy accuracy: {part['accuracy_initial']} % at random init, "
+        f"{part['accuracy_after_sft']} % after SFT ({sft['steps']} steps of {sft['rows_per_step']} rows in "
+        f"{sft['seconds']} s, learning rate {sft['learning_rate']}), **{part['accuracy_after_grpo']} %** after "
+        f"{len(curve)} fast GRPO steps in {curve[-1]['t_s']} s ({grpo['prompts_per_step']} prompts × "
+        f"{grpo['num_generations']} generations, learning rate {grpo['learning_rate']}, up to "
+        f"{grpo['max_completion_length']} new tokens). Mean reward (+1 right, -1 wrong) by step: {points}; "
+        f"first {tenth} steps {_number(sum(c['reward'] for c in first) / len(first), 3)}, last {tenth} "
+        f"{_number(sum(c['reward'] for c in last) / len(last), 3)}.\n"
+    )
+
+
+def bf16_agreement() -> str:
+    part = _load("grpo_gpu")["learning"]
+    if part.get("status") == "error" or "agreement" not in part:
+        return _failed(part) + "\n"
+    a = part["agreement"]
+    return (
+        f"The GRPO-trained arith model above, bf16 on the GPU, {a['rows']:,} prompts (the held-out 200 and "
+        f"train prompts), up to 64 new tokens: final answers equal between the engine and `generate` in "
+        f"**{a['equal_final_answers']:,} of {a['rows']:,} ({a['equal_final_answers_pct']} %)** "
+        f"(target ≥ 99 %); ids identical in {a['identical_ids']:,} rows; `generate` wrote a final answer "
+        f"in {a['rows_with_an_answer']:,}.\n"
+    )
+
+
+def weight_swap() -> str:
+    part = _load("grpo_gpu")["weight_swap"]
+    if part.get("status") == "error":
+        return _failed(part) + "\n"
+    cold, warm = part["cold_load_to_first_token_s"], part["weight_swap_to_first_token_s"]
+    return (
+        f"{part['model']}; one prompt of {part['prompt_ids']:,} ids. Cold `from_pretrained` to the GPU and "
+        f"the first id: {', '.join(f'{v} s' for v in cold)}; weights read straight to the GPU into the "
+        f"resident model and the first id: **{', '.join(f'{v} s' for v in warm)}** (target ≤ 2 s).\n"
+    )
+
+
+PARALLEL_VARIANTS = {
+    "one_gpu_engine_stop": "engine, one GPU, all rows, GSM8K stopping lengths",
+    "dp2_engine_stop": "engine, two replicas, half the rows each",
+    "tp2_engine_stop": "engine on the tensor-parallel model",
+    "one_gpu_engine_full": "engine, one GPU, every row to the limit",
+    "dp2_engine_full": "engine, two replicas, every row to the limit",
+    "one_gpu_generate_ref": "`generate`, one GPU, 256 rows × 128 ids",
+    "dp2_generate_ref": "`generate`, two replicas, 128 rows each",
+    "tp2_generate_ref": "`generate`, tensor parallel over both GPUs (`tp_plan=\"auto\"`)",
+}
+
+
+def parallel_gpus() -> str:
+    data = _load("parallel_gpu")
+    env = data["environment"]
+    lines = [
+        f"Measured {data['date'][:10]} on {env['gpus']}, torch {env['torch']}, transformers "
+        f"{env['transformers']}; {data['model']}; {data['rows']:,} prompts, up to {data['max_new_tokens']} "
+        f"new tokens (stopping distribution: mean {data['stop_mean_new_tokens']}).",
+        "",
+        "| variant | what | s |",
+        "| --- | --- | ---: |",
+    ]
+    for name, what in PARALLEL_VARIANTS.items():
+        record = data["variants"].get(name)
+        if record is None:
+            continue
+        shown = record["seconds"] if record["status"] == "ok" else _failed(record)
+        lines.append(f"| `{name}` | {what} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
     "generation-targets": generation_targets,
     "generate-batches": generate_batches,
     "opencompass-cpu": opencompass_cpu,
+    "grpo-throughput": grpo_throughput,
+    "grpo-learning": grpo_learning,
+    "bf16-agreement": bf16_agreement,
+    "weight-swap": weight_swap,
+    "parallel-gpus": parallel_gpus,
 }
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from autorl.tasks import get_task
-from autorl_evaluator.backends import greedy_engine
+from autorl.decoding import greedy_engine
 from autorl.decoding.greedy_engine import generate_greedy
+from autorl.tasks import get_task
 
 pytestmark = pytest.mark.slow
 

@@ -136,7 +136,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
     made to raise it, the way CUDA does, and the real generation runs for the smaller ones."""
     import torch
 
-    from autorl_evaluator.backends import greedy_engine
+    from autorl.decoding import greedy_engine
 
     real = greedy_engine._decode_batch
     sizes: list[int] = []
@@ -164,7 +164,7 @@ def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_s
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autorl_evaluator.backends import greedy_engine
+    from autorl.decoding import greedy_engine
 
     monkeypatch.setattr(greedy_engine, "SUPPORTED_MODEL_TYPES", frozenset())
     result = get_backend("hf").evaluate(
