@@ -88,7 +88,7 @@ def main() -> None:
         if "throughput" in args.parts or "weight_swap" in args.parts:
             checkpoint = _checkpoint(root, args.smoke)
         parts = {
-            "throughput": lambda: throughput(checkpoint, args, device),
+            "throughput": lambda: throughput(checkpoint, args, device, results, save),
             "learning": lambda: learning(root, args, device),
             "weight_swap": lambda: weight_swap(checkpoint, device),
         }
@@ -158,7 +158,9 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def throughput(checkpoint: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
+def throughput(
+    checkpoint: Path, args: argparse.Namespace, device: str, results: dict[str, Any], save: Any
+) -> dict[str, Any]:
     import torch
 
     from autorl.tasks import get_task
@@ -175,12 +177,14 @@ def throughput(checkpoint: Path, args: argparse.Namespace, device: str) -> dict[
         "completion_tokens": args.completion_tokens,
         "variants": {},
     }
+    results["throughput"] = out  # written after each variant
     log("trl reference")
     try:
         out["variants"]["trl_2x4"] = _trl(model, tokenizer, task, records, args)
     except Exception as exc:  # the fast variants still run
         traceback.print_exc()
         out["variants"]["trl_2x4"] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    save()
     torch.cuda.empty_cache() if device == "cuda" else None
     for variant in args.fast_variants:
         prompts, generations = (int(n) for n in variant.split("x"))
@@ -188,6 +192,7 @@ def throughput(checkpoint: Path, args: argparse.Namespace, device: str) -> dict[
         out["variants"][f"fast_{variant}"] = _fast(
             model, tokenizer, task, records, prompts, generations, args
         )
+        save()
         torch.cuda.empty_cache() if device == "cuda" else None
     reference = out["variants"]["trl_2x4"].get("completion_tokens_per_s")
     for record in out["variants"].values():

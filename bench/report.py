@@ -163,8 +163,9 @@ def grpo_throughput() -> str:
         return _failed(part) + "\n"
     env = data["environment"]
     lines = [
-        f"Measured {data['date'][:10]} on one {env['gpu']}, torch {env['torch']}, transformers "
-        f"{env['transformers']}, TRL {env['trl']}. Model: {part['model']}, "
+        f"Measured {data['runs']['throughput']['date'].replace('T', ' ')[:16]} UTC on one {env['gpu']}, "
+        f"torch {env['torch']}, transformers {env['transformers']}, TRL {env['trl']}, all variants in one "
+        f"process with one model. Model: {part['model']}, "
         f"{_number(part['parameters'] / 1e9, 3)} B parameters; prompts of about "
         f"{_number(part['prompt_ids_mean'], 0)} ids; {part['completion_tokens']}-token completions.",
         "",
@@ -188,15 +189,18 @@ def grpo_learning() -> str:
     part = _load("grpo_gpu")["learning"]
     if part.get("status") == "error":
         return _failed(part) + "\n"
+    date = _load("grpo_gpu")["runs"]["learning and weight_swap"]["date"]
     sft, grpo, curve = part["sft"], part["grpo"], part["grpo"]["curve"]
     tenth = max(1, len(curve) // 10)
     points = ", ".join(f"{c['step']}: {c['reward']}" for c in curve[::tenth])
     first, last = curve[:tenth], curve[-tenth:]
     return (
+        f"Measured {date.replace('T', ' ')[:16]} UTC on the same machine. "
         f"Model: {part['model']}, {_number(part['parameters'] / 1e6, 1)} M parameters. Held out: "
         f"{part['held_out']}. Greedy accuracy: {part['accuracy_initial']} % at random init, "
         f"{part['accuracy_after_sft']} % after SFT ({sft['steps']} steps of {sft['rows_per_step']} rows in "
-        f"{sft['seconds']} s, learning rate {sft['learning_rate']}), **{part['accuracy_after_grpo']} %** after "
+        f"{sft['seconds']} s, learning rate {sft['learning_rate']}), "
+        f"**{part['accuracy_after_grpo']} %** after "
         f"{len(curve)} fast GRPO steps in {curve[-1]['t_s']} s ({grpo['prompts_per_step']} prompts × "
         f"{grpo['num_generations']} generations, learning rate {grpo['learning_rate']}, up to "
         f"{grpo['max_completion_length']} new tokens). Mean reward (+1 right, -1 wrong) by step: {points}; "
@@ -231,38 +235,6 @@ def weight_swap() -> str:
     )
 
 
-PARALLEL_VARIANTS = {
-    "one_gpu_engine_stop": "engine, one GPU, all rows, GSM8K stopping lengths",
-    "dp2_engine_stop": "engine, two replicas, half the rows each",
-    "tp2_engine_stop": "engine on the tensor-parallel model",
-    "one_gpu_engine_full": "engine, one GPU, every row to the limit",
-    "dp2_engine_full": "engine, two replicas, every row to the limit",
-    "one_gpu_generate_ref": "`generate`, one GPU, 256 rows × 128 ids",
-    "dp2_generate_ref": "`generate`, two replicas, 128 rows each",
-    "tp2_generate_ref": "`generate`, tensor parallel over both GPUs (`tp_plan=\"auto\"`)",
-}
-
-
-def parallel_gpus() -> str:
-    data = _load("parallel_gpu")
-    env = data["environment"]
-    lines = [
-        f"Measured {data['date'][:10]} on {env['gpus']}, torch {env['torch']}, transformers "
-        f"{env['transformers']}; {data['model']}; {data['rows']:,} prompts, up to {data['max_new_tokens']} "
-        f"new tokens (stopping distribution: mean {data['stop_mean_new_tokens']}).",
-        "",
-        "| variant | what | s |",
-        "| --- | --- | ---: |",
-    ]
-    for name, what in PARALLEL_VARIANTS.items():
-        record = data["variants"].get(name)
-        if record is None:
-            continue
-        shown = record["seconds"] if record["status"] == "ok" else _failed(record)
-        lines.append(f"| `{name}` | {what} | {shown} |")
-    return "\n".join(lines) + "\n"
-
-
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -273,7 +245,6 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo-learning": grpo_learning,
     "bf16-agreement": bf16_agreement,
     "weight-swap": weight_swap,
-    "parallel-gpus": parallel_gpus,
 }
 
 

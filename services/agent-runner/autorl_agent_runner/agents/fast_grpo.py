@@ -93,6 +93,10 @@ class FastGRPO:
 
         if self.settings.num_generations < 2:
             raise ValueError("GRPO needs at least 2 generations per prompt")
+        if getattr(self.model, "is_gradient_checkpointing", False):
+            # The shared prefix's cache needs use_cache, which checkpointing turns off; the loss
+            # covers only prompt tails and completions, whose activations fit without it.
+            self.model.gradient_checkpointing_disable()
         self.shared = shared_prefix_length(self.prompts)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if not self.eos_ids:
