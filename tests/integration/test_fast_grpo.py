@@ -153,3 +153,39 @@ def test_a_step_samples_groups_and_counts_their_tokens(model_and_prompts: tuple[
     assert not trainer.epoch_finished()
     trainer.step()
     assert trainer.epoch_finished() and trainer.epoch == 1 and trainer.steps_per_epoch() == 2
+
+
+class _Agent:
+    """The example agent's parts that its GRPO phase uses, with real model, tokenizer and task;
+    submissions are recorded instead of sent to a grader."""
+
+    def __init__(self, model: Any, tokenizer: Any, problems: list[Any], **settings: Any) -> None:
+        from autorl_agent_runner.agents.example_grpo import ExampleGRPOConfig
+
+        self.model, self.tokenizer, self.problems = model, tokenizer, problems
+        self.task = get_task("gsm8k")
+        self.config = ExampleGRPOConfig(**settings)
+        self.submitted: list[tuple[str, str]] = []
+
+    def save_and_submit(self, name: str, phase: str) -> None:
+        self.submitted.append((name, phase))
+
+
+def test_the_phase_submits_after_each_epoch_and_at_a_stop(
+    model_and_prompts: tuple[Any, Any, list[Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import copy
+    import time
+
+    from autorl_agent_runner.agents.fast_grpo import run_phase
+
+    model, tokenizer, problems = model_and_prompts
+    settings = {"grpo_prompts_per_step": 2, "num_generations": 2, "grpo_epochs": 2, "logging_steps": 1}
+    agent = _Agent(copy.deepcopy(model), tokenizer, problems, **settings)
+    run_phase(agent, stop_at=time.time() + 600, learning_rate=1e-4, completion_limit=3)
+    assert agent.submitted == [("grpo-epoch-1", "grpo"), ("grpo-epoch-2", "grpo")]
+    out = capsys.readouterr().out
+    assert "event=phase_start phase=grpo rollouts=fast" in out and "event=phase_end phase=grpo steps=4" in out
+    stopped = _Agent(copy.deepcopy(model), tokenizer, problems, **settings)
+    run_phase(stopped, stop_at=time.time() - 1, learning_rate=1e-4, completion_limit=3)
+    assert stopped.submitted == []  # stopped before any step: nothing new to submit

@@ -175,3 +175,29 @@ def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_s
     assert result.details["shared_prefix_ids"] == 0
     assert result.completions == evaluated.completions
     assert result.scores == evaluated.scores
+
+
+def test_a_warm_evaluation_swaps_weights_and_scores_as_a_cold_one(
+    evaluated: EvalResult,
+    trained_tiny_model: TrainedModel,
+    tiny_base_model: Path,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    from autorl_evaluator.warm_models import RESIDENT
+
+    # Same files but the untrained base's weights: the model made resident first.
+    other = Path(shutil.copytree(trained_tiny_model.path, tmp_path / "other"))
+    shutil.copyfile(tiny_base_model / "model.safetensors", other / "model.safetensors")
+    warm = settings.model_copy(update={"eval_warm_worker": True})
+    problems = list(trained_tiny_model.problems)
+    try:
+        first = get_backend("hf").evaluate(other, get_task("gsm8k"), problems, warm)
+        second = get_backend("hf").evaluate(trained_tiny_model.path, get_task("gsm8k"), problems, warm)
+    finally:
+        RESIDENT.clear()
+    assert first.details["weights_swapped_into_resident_model"] is False
+    assert second.details["weights_swapped_into_resident_model"] is True
+    assert first.completions != evaluated.completions  # the resident model really had other weights
+    assert second.completions == evaluated.completions and second.scores == evaluated.scores
+    assert evaluated.details["weights_swapped_into_resident_model"] is False

@@ -274,7 +274,18 @@ def run_phase(agent: Any, *, stop_at: float, learning_rate: float, completion_li
         eos_ids=_eos_ids(agent),
     )
     total = trainer.steps_per_epoch() * config.grpo_epochs
-    log("fast_rollouts", shared_prefix_tokens=trainer.shared, steps=total)
+    log(
+        "phase_start",
+        phase="grpo",
+        rollouts="fast",
+        prompts=len(trainer.prompts),
+        epochs=config.grpo_epochs,
+        learning_rate=learning_rate,
+        num_generations=config.num_generations,
+        max_completion_length=completion_limit,
+        shared_prefix_tokens=trainer.shared,
+        budget_s=round(stop_at - time.time()),
+    )
     stopped = False
     while trainer.step_count < total:
         if time.time() >= stop_at:
