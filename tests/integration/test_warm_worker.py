@@ -131,3 +131,31 @@ def test_a_child_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
     with pytest.raises(ChildProcessError, match="ended during the evaluation"):
         child.run(1, timeout_s=30)
     assert child.process is None
+
+
+def test_the_local_worker_fails_a_timed_out_warm_evaluation_and_replaces_the_child(
+    make_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl.store import Database, migrate
+    from autorl.store import repository as repo
+    from autorl_evaluator import local_worker
+    from tests.support.runs import add_submission, create_experiment
+
+    settings = make_settings(
+        database_url=f"sqlite:///{tmp_path}/store.db", eval_warm_worker=True, eval_timeout_s=1
+    )
+    db = Database(settings.database_url)
+    migrate(db)
+    experiment = create_experiment(db, tmp_path / "workspace")
+    submission_id = add_submission(db, experiment.name)
+    monkeypatch.setattr(local_worker, "CHILD_MARGIN_S", 0.0)
+    worker = local_worker.LocalWorker(settings)
+    assert worker.warm is not None
+    # A child that takes the id and never answers, as a hung evaluation would.
+    worker.warm.command = [sys.executable, "-c", "import sys, time\nsys.stdin.readline()\ntime.sleep(600)"]
+    worker.run_one(submission_id)
+    assert worker.warm.process is None and worker.warm.started == 1
+    with db.session() as session:
+        submission = repo.get_submission(session, submission_id)
+        assert submission.status.final and "hard timeout of 1 s" in (submission.error or "")
+    db.dispose()
