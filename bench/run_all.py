@@ -25,7 +25,8 @@ CPU_BENCHMARKS: dict[str, list[str]] = {
 GPU_BENCHMARKS: dict[str, str] = {
     "hf_generation_gpu": "PYTHONPATH=.:bench python3 bench/hf_generation_gpu.py",
     "grpo_gpu": "PYTHONPATH=.:bench:services/agent-runner python3 bench/grpo_gpu.py",
-    "parallel_gpu": "PYTHONPATH=.:bench python3 -m torch.distributed.run --nproc-per-node 2 bench/parallel_gpu.py",
+    "parallel_gpu": "PYTHONPATH=.:bench python3 -m torch.distributed.run --nproc-per-node 2 "
+    "bench/parallel_gpu.py",
     "hf_eval_gpu": "PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py "
     "--variants 64@700 256@700 512@700 1319@700 64 256 512 1319 --max-new-tokens 512",
 }
