@@ -137,8 +137,11 @@ def test_a_step_samples_groups_and_counts_their_tokens(model_and_prompts: tuple[
 
     model, tokenizer, problems = model_and_prompts
     task = get_task("gsm8k")
+    model = copy.deepcopy(model)
+    # As TRL's GRPOTrainer leaves a model: checkpointing on, which would turn the prefix cache off.
+    model.gradient_checkpointing_enable()
     trainer = FastGRPO(
-        model=copy.deepcopy(model),
+        model=model,
         tokenizer=tokenizer,
         prompts=_prompts(tokenizer, problems),
         answers=[p.answer for p in problems],

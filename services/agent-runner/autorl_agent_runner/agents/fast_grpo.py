@@ -93,7 +93,11 @@ class FastGRPO:
 
         if self.settings.num_generations < 2:
             raise ValueError("GRPO needs at least 2 generations per prompt")
-        if getattr(self.model, "is_gradient_checkpointing", False):
+        # transformers renamed the flag (the old name warns where the new one exists).
+        checkpointing = getattr(self.model, "is_activation_checkpointing", None)
+        if checkpointing is None:
+            checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
+        if checkpointing:
             # The shared prefix's cache needs use_cache, which checkpointing turns off; the loss
             # covers only prompt tails and completions, whose activations fit without it.
             self.model.gradient_checkpointing_disable()
