@@ -147,7 +147,9 @@ class Platform:
                 "metadata": {
                     "name": name,
                     "labels": {"batch.kubernetes.io/controller-uid": uid, "job-name": ref.agent_job_name},
-                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": ref.agent_job_name, "uid": uid}],
+                    "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": ref.agent_job_name, "uid": uid}
+                    ],
                 },
                 "spec": job["spec"]["template"]["spec"],
                 "status": {
@@ -165,7 +167,9 @@ class Platform:
             json={
                 "status": {
                     "phase": "Running",
-                    "containerStatuses": [{"name": "agent", "state": {"running": {"startedAt": iso(started)}}}],
+                    "containerStatuses": [
+                        {"name": "agent", "state": {"running": {"startedAt": iso(started)}}}
+                    ],
                 }
             },
             headers={"Content-Type": "application/merge-patch+json"},
@@ -666,7 +670,9 @@ async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: 
 
 
 async def finish_agent(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
-    await platform.patch_job_status(ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]})
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
+    )
     return await platform.wait_phase(ref.name, "Succeeded")
 
 
@@ -720,7 +726,9 @@ async def test_reapplying_a_deleted_experiment_makes_a_new_run_and_keeps_the_old
     assert job is not None
     mounts = {m["mountPath"]: m for m in job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["/workspace"]["subPath"] == second.workspace_subpath != first.workspace_subpath
-    assert (platform.shared / first.workspace_subpath / "run_meta.json").is_file()  # the earlier run's files stay
+    assert (
+        platform.shared / first.workspace_subpath / "run_meta.json"
+    ).is_file()  # the earlier run's files stay
 
     await platform.run_agent_pod(second)
     trained = await platform.wait_for(
@@ -761,13 +769,17 @@ async def test_the_budget_starts_when_the_agent_container_runs_not_while_pending
     )
     view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
     assert view["start_time"] == pytest.approx(started.timestamp(), abs=1e-3)
-    assert view["end_time"] == pytest.approx(started.timestamp() + manifest["spec"]["timeoutSeconds"], abs=1e-3)
+    assert view["end_time"] == pytest.approx(
+        started.timestamp() + manifest["spec"]["timeoutSeconds"], abs=1e-3
+    )
     assert running["status"]["startTime"] == iso(started)
     await finish_agent(platform, ref)
 
 
 def kubelet_environment(
-    container: dict[str, Any], secrets_by_name: dict[str, dict[str, str]], configmaps: dict[str, dict[str, str]]
+    container: dict[str, Any],
+    secrets_by_name: dict[str, dict[str, str]],
+    configmaps: dict[str, dict[str, str]],
 ) -> dict[str, str]:
     """A container's environment as the kubelet builds it: envFrom sources (with their prefix), then env."""
     env: dict[str, str] = {}
@@ -840,7 +852,8 @@ async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_
     agent.write_text(
         "#!/usr/bin/env python3\n"
         "import os, sys\n"
-        "open(os.path.join(os.environ['OUTPUT_DIR'], 'env.bin'), 'wb').write(open('/proc/self/environ', 'rb').read())\n"
+        "environ = open('/proc/self/environ', 'rb').read()\n"
+        "open(os.path.join(os.environ['OUTPUT_DIR'], 'env.bin'), 'wb').write(environ)\n"
         "print('step 1 loss 0.731 args', sys.argv[1:], flush=True)\n"
     )
     agent.chmod(0o755)
@@ -850,14 +863,22 @@ async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_
     args[args.index("--workspace") + 1] = str(workspace)
     autorl = str(Path(sys.executable).parent / "autorl")
     done = await asyncio.to_thread(
-        subprocess.run, [autorl, *container["command"][1:], *args], env=env, capture_output=True, text=True, timeout=120
+        subprocess.run,
+        [autorl, *container["command"][1:], *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     raw = (workspace / "output" / "env.bin").read_bytes().decode()
     seen = dict(item.split("=", 1) for item in raw.split("\0") if item)
     assert seen["LLM_API_KEY"] == "sk-declared"
     assert seen["WANDB_MODE"] == "offline" and seen["TUNE_STEPS"] == "12"
-    assert seen["NVIDIA_VISIBLE_DEVICES"] == "GPU-4f2a" and seen["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert (
+        seen["NVIDIA_VISIBLE_DEVICES"] == "GPU-4f2a"
+        and seen["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    )
     assert seen["AUTORL_TOKEN"] == secrets_by_name[ref.secret_name]["AUTORL_TOKEN"]
     assert "admin-token-of-the-platform" not in raw and "smuggled" not in raw
     assert not [key for key in seen if key.startswith("AUTORL_AGENT_ENV_")]
@@ -883,7 +904,9 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
     (sidecar,) = job["spec"]["template"]["spec"]["initContainers"]
     token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
     assert token_secret is not None
-    secrets_by_name = {ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}}
+    secrets_by_name = {
+        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}
+    }
     env = kubelet_environment(sidecar, secrets_by_name, {})
     env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(tmp_path / "home")})
     workspace = platform.shared / ref.workspace_subpath
@@ -909,16 +932,22 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
         deadline = asyncio.get_running_loop().time() + WAIT_S
         while True:
             meta = json.loads((workspace / "run_meta.json").read_text())
-            scores = json.loads((workspace / "scores.json").read_text()) if (workspace / "scores.json").exists() else []
+            scores = (
+                json.loads((workspace / "scores.json").read_text())
+                if (workspace / "scores.json").exists()
+                else []
+            )
             if meta.get("start_time") and len(scores) == 1:
                 break
             assert asyncio.get_running_loop().time() < deadline, (meta, scores, mirror.poll())
             await asyncio.sleep(TICK_S)
-        view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+        view = (
+            await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
+        ).json()
         assert meta["end_time"] == pytest.approx(view["end_time"])
         assert scores[0]["submission_id"] == submitted.json()["submission_id"]
     finally:
         mirror.send_signal(signal.SIGTERM)  # the pod ends: the kubelet stops the sidecar
-        out, err = mirror.communicate(timeout=30)
+        _, err = mirror.communicate(timeout=30)
     assert mirror.returncode == 0, err
     await finish_agent(platform, ref)

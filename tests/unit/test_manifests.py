@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 import kubernetes_validate
 import pytest
+from pydantic import SecretStr
 
 from autorl.experiment import ExperimentSpec, Phase
 from autorl_controller.operator.handlers.create import validation_error
@@ -44,14 +45,14 @@ KUBERNETES_VERSION = kubernetes_validate.latest_version()
 UID = "5f0c3a9e-2b7d-4c1e-9a8f-0d6e4b3c2a10"
 REF = ExperimentRef("gsm8k-grpo", "team-a", UID)
 SETTINGS = ControllerSettings(
-    admin_token="x" * 32,
+    admin_token=SecretStr("x" * 32),
     runner_image="registry.example/autorl-agent-runner:0.1.0",
     shared_pvc="autorl-shared",
     grader_namespace="autorl",
     deadline_grace_s=300,
     agent_node_selector={"nvidia.com/gpu.present": "true"},
     agent_tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    image_pull_secrets="registry-a, registry-b",
+    image_pull_secrets=["registry-a", "registry-b"],
 )
 BUILTIN = ExperimentSpec.model_validate(
     {
@@ -617,8 +618,11 @@ def test_a_reapplied_experiment_is_a_new_run_with_its_own_record_and_workspace()
 
 @pytest.mark.parametrize(
     "job",
-    [build_prepare_job(REF, BUILTIN, SETTINGS), build_agent_job(REF, BUILTIN, SETTINGS)]
-    + [build_agent_job(REF, CUSTOM, SETTINGS)],
+    [
+        build_prepare_job(REF, BUILTIN, SETTINGS),
+        build_agent_job(REF, BUILTIN, SETTINGS),
+        build_agent_job(REF, CUSTOM, SETTINGS),
+    ],
     ids=["prepare", "agent-builtin", "agent-custom"],
 )
 def test_every_job_pulls_its_images_with_the_configured_secrets(job: dict[str, Any]) -> None:

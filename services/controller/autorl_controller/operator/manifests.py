@@ -406,7 +406,8 @@ def agent_deadline_slack_s(spec: ExperimentSpec, settings: ControllerSettings) -
     """How long the agent's Job may outlast its budget before Kubernetes stops it.
 
     Zero for a custom image: the Job's deadline is its signal (SIGTERM at the budget's end, SIGKILL a
-    grace period later); its mirror sidecar does not keep time. The agent runner stops a built-in agent itself at the deadline and then needs a moment to close.
+    grace period later); its mirror sidecar does not keep time. The agent runner stops a built-in
+    agent itself at the deadline and then needs a moment to close.
     """
     return 0 if spec.agent.image is not None else settings.deadline_grace_s
 
@@ -416,7 +417,9 @@ MIRROR_CONTAINER = "mirrors"
 AGENT_CONTAINER = "agent"
 
 
-def build_mirror_sidecar(ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings) -> dict[str, Any]:
+def build_mirror_sidecar(
+    ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings
+) -> dict[str, Any]:
     """What the agent runner does for a built-in agent's mirrors, beside a custom image.
 
     A native sidecar (``restartPolicy: Always`` in ``initContainers``): it runs the platform's image
