@@ -336,9 +336,17 @@ class Step:
         active while Pending, scheduling and pulling images; none of that is the agent's time.
         """
         uid = job["metadata"].get("uid", "")
-        pods = await self.context.kube.list(
-            PODS, self.ref.namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}"
-        )
+        try:
+            pods = await self.context.kube.list(
+                PODS, self.ref.namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}"
+            )
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            # A controller not allowed to read pods (an older Role): the Job's count of ready pods
+            # (containers running) is the next best sign; the clock then starts when it is seen.
+            ready = (job.get("status") or {}).get("ready") or 0
+            return time.time() if ready > 0 else None
         return agent_running_since(pods, uid, AGENT_CONTAINER)
 
     async def hold_deadline(self, job: dict[str, Any], end_time: float | None) -> None:
