@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ class Platform:
     grader: httpx.AsyncClient
     grader_settings: Settings
     shared: Path
+    emulator: ApiServerEmulator
 
     async def apply(self, manifest: dict[str, Any]) -> None:
         manifest["metadata"]["namespace"] = NAMESPACE
@@ -369,7 +371,7 @@ async def platform(
                 await asyncio.wait_for(ready.wait(), timeout=30)
                 async with httpx.AsyncClient(base_url=grader.url) as grader_client:
                     try:
-                        yield Platform(kube, grader_client, grader_settings, shared)
+                        yield Platform(kube, grader_client, grader_settings, shared, emulator)
                     finally:
                         stop.set()
                         # kopf ends its own tasks by cancelling them, which the awaiting side then sees.
@@ -950,4 +952,31 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
         mirror.send_signal(signal.SIGTERM)  # the pod ends: the kubelet stops the sidecar
         _, err = mirror.communicate(timeout=30)
     assert mirror.returncode == 0, err
+    await finish_agent(platform, ref)
+
+
+async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    """A Role that does not grant reading pods (403): the Job's count of ready pods stands in."""
+    name = "gsm8k-no-pod-access"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    forbidden = platform.emulator[f"GET {PODS}"] << 403
+    try:
+        await platform.patch_job_status(ref.agent_job_name, {"active": 1})  # Pending: active, not ready
+        await asyncio.sleep(TICK_S * 10)
+        status = (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]
+        assert status["phase"] == "Running" and not status.get("deadline")
+        before = time.time()
+        await platform.patch_job_status(ref.agent_job_name, {"active": 1, "ready": 1})
+        await platform.wait_for(
+            f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+        )
+    finally:
+        platform.emulator._payloads.remove(forbidden)
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    assert before - 1 <= view["start_time"] <= time.time()
     await finish_agent(platform, ref)
