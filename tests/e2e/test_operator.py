@@ -965,6 +965,7 @@ async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
     ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
     forbidden = platform.emulator[f"GET {PODS}"] << 403
+    assert isinstance(forbidden, kmock.Reaction)
     try:
         await platform.patch_job_status(ref.agent_job_name, {"active": 1})  # Pending: active, not ready
         await asyncio.sleep(TICK_S * 10)
