@@ -981,3 +981,60 @@ async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
     view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
     assert before - 1 <= view["start_time"] <= time.time()
     await finish_agent(platform, ref)
+
+
+async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_later(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """In a pod the runner may start before the controller starts the grader's clock: it runs on its
+    own ``--timeout`` until the grader reports the budget, then ends the agent at the grader's end."""
+    name = "gsm8k-runner-clock"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
+    assert token_secret is not None
+    secrets_by_name = {
+        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}
+    }
+    env = kubelet_environment(container, secrets_by_name, {})
+    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(tmp_path / "home")})
+    agent = tmp_path / "agent"
+    agent.write_text("#!/usr/bin/env python3\nimport time\ntime.sleep(600)\n")
+    agent.chmod(0o755)
+    workspace = platform.shared / ref.workspace_subpath
+    args = list(container["args"])
+    args[args.index("--agent") + 1] = str(agent)
+    args[args.index("--workspace") + 1] = str(workspace)
+    autorl = str(Path(sys.executable).parent / "autorl")
+    runner = subprocess.Popen(
+        [autorl, *container["command"][1:], *args, "--grace-period", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = workspace / "agent.log"
+        while not (log.exists() and "event=agent_start" in log.read_text()):
+            assert runner.poll() is None, runner.communicate()
+            await asyncio.sleep(TICK_S)
+        # The grader's clock starts now, with a budget far shorter than the runner's own --timeout.
+        started = await platform.grader.post(
+            f"/v1/experiments/{ref.grader_name}/start", json={"timeout_s": 2}, headers=admin(platform)
+        )
+        assert started.status_code == 200, started.text
+        out, err = await asyncio.to_thread(runner.communicate, timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, err
+    text = log.read_text()
+    assert "event=budget_from_grader" in text and "event=deadline action=SIGTERM" in text
+    assert "ended at the deadline" in err
+    assert "event=deadline action=SIGTERM" in out  # the runner's own lines reach kubectl logs too
+    await platform.wait_phase(name, "TimedOut")
