@@ -107,6 +107,7 @@ class AgentRunner:
         self._log: IO[bytes] | None = None
         self._log_lock = threading.Lock()
         self._pump: threading.Thread | None = None
+        self._echo = config.echo_output
         self._next_mirror = 0.0
         self.start_time = 0.0
         self.end_time = 0.0
@@ -122,9 +123,13 @@ class AgentRunner:
             if self._log is not None:
                 self._log.write(data)
                 self._log.flush()
-                if self.config.echo_output:
-                    sys.stdout.buffer.write(data)
-                    sys.stdout.buffer.flush()
+                if self._echo:
+                    try:
+                        sys.stdout.buffer.write(data)
+                        sys.stdout.buffer.flush()
+                    except (OSError, ValueError):
+                        # Nobody reads stdout any more: agent.log still gets everything.
+                        self._echo = False
 
     def _copy_output(self, fd: int) -> None:
         """Copy the agent's output pipe to agent.log and stdout until every writer has closed it."""
