@@ -924,6 +924,9 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
     )
     try:
         await platform.run_agent_pod(ref)
+        await platform.wait_for(
+            f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+        )
         url, _ = await platform.agent_credentials(name)
         shutil.copytree(
             platform.shared / "cache" / "models" / cached_model_subpath(manifest["spec"]["model"]),
