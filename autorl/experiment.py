@@ -51,6 +51,10 @@ CONTRACT_VARIABLES = (
     "WORKSPACE",
 )
 RESERVED_ENV = frozenset(CONTRACT_VARIABLES)
+#: In a built-in agent's pod every variable the Experiment declares (``agent.env``, ``agent.envFrom``)
+#: reaches the agent runner under this prefix; the runner passes exactly those on to the agent, under
+#: their own names, and nothing else of its own environment.
+DECLARED_ENV_PREFIX = "AUTORL_AGENT_ENV_"
 
 #: A Kubernetes quantity: ``"16Gi"``, ``"500m"`` or a plain integer.
 Quantity = Annotated[str | int, Field(json_schema_extra={"x-kubernetes-int-or-string": True})]
@@ -123,7 +127,8 @@ class AgentSpec(_Model):
         default=None, description="Entry point of the custom image (image only)."
     )
     args: list[str] | None = Field(
-        default=None, description="Arguments of the custom image's command (image only)."
+        default=None,
+        description="Arguments of the custom image's command, or of the built-in agent's program.",
     )
     env: list[EnvVar] | None = Field(default=None, description="Extra plain environment variables.")
     envFrom: list[EnvFromSource] | None = Field(
@@ -136,8 +141,8 @@ class AgentSpec(_Model):
     def _exactly_one(self) -> AgentSpec:
         if (self.builtin is None) == (self.image is None):
             raise ValueError("agent: set exactly one of builtin (a built-in agent) or image (a custom agent)")
-        if self.builtin is not None and (self.command or self.args):
-            raise ValueError("agent: command and args apply to a custom image; remove them or use image")
+        if self.builtin is not None and self.command:
+            raise ValueError("agent: command applies to a custom image; remove it or use image")
         return self
 
     @property

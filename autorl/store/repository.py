@@ -72,12 +72,21 @@ def rotate_token(session: Session, experiment: Experiment) -> str:
     return token
 
 
-def start_budget(session: Session, experiment: Experiment, *, timeout_s: int | None = None) -> None:
+def start_budget(
+    session: Session,
+    experiment: Experiment,
+    *,
+    timeout_s: int | None = None,
+    started_at: datetime | None = None,
+) -> None:
+    """Start the budget now, or at ``started_at`` when it began earlier (clamped between the
+    experiment's registration and now: a budget never starts in the future nor before it existed)."""
     now = utcnow()
+    start = now if started_at is None else min(now, max(started_at, experiment.created_at))
     if timeout_s is not None:
         experiment.timeout_s = timeout_s
-    experiment.start_time = now
-    experiment.end_time = now + timedelta(seconds=experiment.timeout_s)
+    experiment.start_time = start
+    experiment.end_time = start + timedelta(seconds=experiment.timeout_s)
     experiment.status = ExperimentStatus.RUNNING
 
 

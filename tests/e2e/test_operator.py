@@ -12,11 +12,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import datetime
 import itertools
+import json
 import math
+import os
 import secrets
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +57,9 @@ JOBS = "/apis/batch/v1/namespaces/autorl-e2e/jobs"
 SECRETS = "/api/v1/namespaces/autorl-e2e/secrets"
 POLICIES = "/apis/networking.k8s.io/v1/namespaces/autorl-e2e/networkpolicies"
 EVENTS = "/api/v1/namespaces/autorl-e2e/events"
+PODS = "/api/v1/namespaces/autorl-e2e/pods"
+CONFIGMAPS = "/api/v1/namespaces/autorl-e2e/configmaps"
+PULL_SECRETS = ["registry-pull"]
 TICK_S = 0.2
 WAIT_S = 60.0
 
@@ -78,6 +88,8 @@ def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
         ("autorl.io/v1alpha1/experiments", "Experiment", True, {"status"}),
         ("batch/v1/jobs", "Job", True, {"status"}),
         ("v1/secrets", "Secret", True, set()),
+        ("v1/configmaps", "ConfigMap", True, set()),
+        ("v1/pods", "Pod", True, {"status"}),
         ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True, set()),
         ("v1/events", "Event", True, set()),
         # kopf's start-up waits for these two core resources to be discoverable.
@@ -95,11 +107,76 @@ class Platform:
     grader: httpx.AsyncClient
     grader_settings: Settings
     shared: Path
+    emulator: ApiServerEmulator
 
     async def apply(self, manifest: dict[str, Any]) -> None:
         manifest["metadata"]["namespace"] = NAMESPACE
         response = await self.kube.post(EXPERIMENTS, json=manifest)
         assert response.status_code < 300, response.text
+
+    async def ref(self, name: str) -> ExperimentRef:
+        """The Experiment's identity as the controller sees it: namespace, name and uid."""
+        experiment = await self.get(f"{EXPERIMENTS}/{name}")
+        assert experiment is not None, name
+        return ExperimentRef(name, NAMESPACE, experiment["metadata"]["uid"])
+
+    async def create(self, path: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        manifest["metadata"]["namespace"] = NAMESPACE
+        response = await self.kube.post(path, json=manifest)
+        assert response.status_code < 300, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def run_agent_pod(
+        self, ref: ExperimentRef, *, started: datetime.datetime | None = None, pending: bool = False
+    ) -> str:
+        """What the Job controller and the kubelet do: a pod of the agent's Job, Pending (scheduled,
+        pulling its image) or with the agent's container running since ``started``; returns its name."""
+        job = await self.get(f"{JOBS}/{ref.agent_job_name}")
+        assert job is not None
+        uid = job["metadata"]["uid"]
+        name = f"{ref.agent_job_name}-{uuid.uuid4().hex[:5]}"
+        state = (
+            {"waiting": {"reason": "ContainerCreating"}}
+            if pending
+            else {"running": {"startedAt": iso(started or datetime.datetime.now(datetime.UTC))}}
+        )
+        await self.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {"batch.kubernetes.io/controller-uid": uid, "job-name": ref.agent_job_name},
+                    "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": ref.agent_job_name, "uid": uid}
+                    ],
+                },
+                "spec": job["spec"]["template"]["spec"],
+                "status": {
+                    "phase": "Pending" if pending else "Running",
+                    "containerStatuses": [{"name": "agent", "state": state}],
+                },
+            },
+        )
+        await self.patch_job_status(ref.agent_job_name, {"active": 1})
+        return name
+
+    async def set_agent_running(self, pod: str, started: datetime.datetime) -> None:
+        response = await self.kube.patch(
+            f"{PODS}/{pod}/status",
+            json={
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [
+                        {"name": "agent", "state": {"running": {"startedAt": iso(started)}}}
+                    ],
+                }
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        response.raise_for_status()
 
     async def get(self, path: str) -> dict[str, Any] | None:
         response = await self.kube.get(path)
@@ -200,13 +277,21 @@ class Platform:
     async def through_baseline(self, manifest: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
         """Drive an applied Experiment to Running, playing the prepare pod and the evaluator."""
         name = manifest["metadata"]["name"]
-        ref = ExperimentRef(name, NAMESPACE)
-        await self.wait_for(f"{JOBS}/{ref.prepare_job_name}", lambda _: True, "the prepare Job")
+        ref = await self.ref(name)
+        await self.wait_for(
+            f"{JOBS}/{ref.prepare_job_name}",
+            lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
+            "this run's prepare Job",
+        )
         self.run_prepare_pod(manifest["spec"], ref, tiny_model)
         await self.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
         await self.wait_phase(name, "Baseline")
         await self.run_evaluator()
         return await self.wait_phase(name, "Running")
+
+
+def iso(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def complete() -> dict[str, str]:
@@ -277,6 +362,7 @@ async def platform(
                     deadline_grace_s=0,
                     finish_wait_s=30.0,
                     request_timeout_s=10.0,
+                    image_pull_secrets=PULL_SECRETS,
                 )
                 stop, ready = asyncio.Event(), asyncio.Event()
                 operator = asyncio.create_task(
@@ -285,7 +371,7 @@ async def platform(
                 await asyncio.wait_for(ready.wait(), timeout=30)
                 async with httpx.AsyncClient(base_url=grader.url) as grader_client:
                     try:
-                        yield Platform(kube, grader_client, grader_settings, shared)
+                        yield Platform(kube, grader_client, grader_settings, shared, emulator)
                     finally:
                         stop.set()
                         # kopf ends its own tasks by cancelling them, which the awaiting side then sees.
@@ -297,9 +383,9 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     platform: Platform, tiny_base_model: Path
 ) -> None:
     name = "gsm8k-grpo"
-    ref = ExperimentRef(name, NAMESPACE)
     manifest = load_example("experiment-gsm8k.yaml")
     await platform.apply(manifest)
+    ref = await platform.ref(name)
 
     await platform.wait_phase(name, "Preparing")
     secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
@@ -316,6 +402,11 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
     assert job is not None
     assert {k: job["metadata"]["ownerReferences"][0][k] for k in owner} == owner
+    # Every Job the controller creates pulls its images with the chart's pull secrets.
+    prepare = await platform.get(f"{JOBS}/{ref.prepare_job_name}")
+    assert prepare is not None
+    for created in (prepare, job):
+        assert created["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "registry-pull"}]
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"] == ["autorl", "agent-runner"]
@@ -344,8 +435,8 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     }
     assert policy["spec"]["ingress"] == [] and len(policy["spec"]["egress"]) == 2  # DNS and the grader only
 
-    # The pod starts: the budget starts with it.
-    await platform.patch_job_status(ref.agent_job_name, {"active": 1})
+    # The agent's container runs: the budget starts with it.
+    await platform.run_agent_pod(ref)
     started = await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
     )
@@ -402,9 +493,9 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     platform: Platform, tiny_base_model: Path
 ) -> None:
     name = "gsm8k-llm-agent"
-    ref = ExperimentRef(name, NAMESPACE)
     manifest = load_example("experiment-custom-agent.yaml")
     await platform.apply(manifest)
+    ref = await platform.ref(name)
     running = await platform.through_baseline(manifest, tiny_base_model)
 
     job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
@@ -416,7 +507,7 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     assert agent["command"] == ["python", "-m", "llm_agent"]
     assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
 
-    await platform.patch_job_status(ref.agent_job_name, {"active": 1})
+    await platform.run_agent_pod(ref)
     await platform.patch_job_status(
         ref.agent_job_name,
         {
@@ -438,13 +529,13 @@ async def test_agent_past_its_deadline_ends_timed_out(
     platform: Platform, tiny_base_model: Path, how: str
 ) -> None:
     name = f"gsm8k-late-{how}"[:50]
-    ref = ExperimentRef(name, NAMESPACE)
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     if how == "controller-clock":
         manifest["spec"]["timeoutSeconds"] = 1
     await platform.apply(manifest)
+    ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
-    await platform.patch_job_status(ref.agent_job_name, {"active": 1})
+    await platform.run_agent_pod(ref)
     if how == "job-deadline-exceeded":
         # Kubernetes itself stops the Job at activeDeadlineSeconds.
         await platform.patch_job_status(
@@ -472,10 +563,10 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
     so the Job controller deletes the pod then (SIGTERM), and the kubelet kills it a grace period
     later (SIGKILL), whether or not the controller is running at that moment."""
     name = "gsm8k-custom-deadline"
-    ref = ExperimentRef(name, NAMESPACE)
     manifest = load_example("experiment-custom-agent.yaml", rename=name)
     manifest["spec"]["timeoutSeconds"] = 600
     await platform.apply(manifest)
+    ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
     job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
     assert job is not None
@@ -486,11 +577,10 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
     backstop = job["spec"]["activeDeadlineSeconds"]
     assert backstop == 600  # from the Job's start, before the budget is known: never past its end
 
-    # The Job started 95 s ago (scheduling, a slow image pull); its pod runs now: the budget starts.
+    # The Job started 95 s ago (scheduling, a slow image pull); its agent runs now: the budget starts.
     job_start = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=95)
-    await platform.patch_job_status(
-        ref.agent_job_name, {"active": 1, "startTime": job_start.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    )
+    await platform.patch_job_status(ref.agent_job_name, {"startTime": iso(job_start)})
+    await platform.run_agent_pod(ref)
     tightened = await platform.wait_for(
         f"{JOBS}/{ref.agent_job_name}",
         lambda obj: obj["spec"]["activeDeadlineSeconds"] != backstop,
@@ -530,7 +620,7 @@ async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Pla
     message = done["status"]["message"]
     assert "exactly one of builtin" in message
     assert "spec.timeoutSecs: unknown field" in message
-    ref = ExperimentRef(name, NAMESPACE)
+    ref = ExperimentRef(name, NAMESPACE, done["metadata"]["uid"])
     # It never passed through Pending, the only phase in which anything is created or registered.
     assert await platform.get(f"{SECRETS}/{ref.secret_name}") is None
     assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None
@@ -579,3 +669,375 @@ async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: 
     ref = ExperimentRef(second, NAMESPACE)
     assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None  # no folder, no pod for it
     assert (await platform.get(f"{EXPERIMENTS}/{first}") or {})["status"]["phase"] == "Preparing"
+
+
+async def finish_agent(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
+    )
+    return await platform.wait_phase(ref.name, "Succeeded")
+
+
+async def runs_named(platform: Platform, name: str) -> dict[str, dict[str, Any]]:
+    """The grader's records of every run of ``name`` in this namespace, by grader name."""
+    listed = await platform.grader.get("/v1/experiments", headers=admin(platform))
+    assert listed.status_code == 200, listed.text
+    prefix = f"{NAMESPACE}.{name}."
+    return {view["name"]: view for view in listed.json() if view["name"].startswith(prefix)}
+
+
+async def test_reapplying_a_deleted_experiment_makes_a_new_run_and_keeps_the_old_one(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    name = "gsm8k-again"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(copy.deepcopy(manifest))
+    first = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    await platform.run_agent_pod(first)
+    await finish_agent(platform, first)
+    await platform.kube.delete(f"{EXPERIMENTS}/{name}")
+    await platform.wait_gone(f"{EXPERIMENTS}/{name}")
+    # A child of the earlier run that a cluster's garbage collector has not removed yet: a finished
+    # prepare Job of the same name. The new run must neither take it for its own nor stall on it.
+    stale_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": first.prepare_job_name,
+            "ownerReferences": [
+                {"apiVersion": "autorl.io/v1alpha1", "kind": "Experiment", "name": name, "uid": first.uid}
+            ],
+        },
+        "spec": {"template": {"spec": {"containers": []}}},
+        "status": {"succeeded": 1, "conditions": [complete()]},
+    }
+    await platform.create(JOBS, stale_job)
+
+    # The same manifest again, as the docs advise after a change: a new run, not the old record.
+    await platform.apply(copy.deepcopy(manifest))
+    second = await platform.ref(name)
+    assert second.uid != first.uid
+    preparing = await platform.wait_phase(name, "Preparing")
+    assert preparing["status"].get("startTime") is None  # not the old run's clock
+    running = await platform.through_baseline(manifest, tiny_base_model)
+    assert running["status"]["message"] == "the agent Job is waiting for its pod"
+    secret = await platform.get(f"{SECRETS}/{second.secret_name}")
+    assert secret is not None and secret["metadata"]["ownerReferences"][0]["uid"] == second.uid
+    job = await platform.get(f"{JOBS}/{second.agent_job_name}")
+    assert job is not None
+    mounts = {m["mountPath"]: m for m in job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["/workspace"]["subPath"] == second.workspace_subpath != first.workspace_subpath
+    assert (
+        platform.shared / first.workspace_subpath / "run_meta.json"
+    ).is_file()  # the earlier run's files stay
+
+    await platform.run_agent_pod(second)
+    trained = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the new run's budget"
+    )
+    assert trained["status"]["phase"] == "Running"
+    assert trained["status"]["message"] == "the agent is training"
+    await finish_agent(platform, second)
+
+    # Both runs are in the grader's history, each with its own outcome.
+    runs = await runs_named(platform, name)
+    assert set(runs) == {first.grader_name, second.grader_name}
+    assert [runs[run.grader_name]["status"] for run in (first, second)] == ["completed", "completed"]
+
+
+async def test_the_budget_starts_when_the_agent_container_runs_not_while_pending(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    name = "gsm8k-slow-pull"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+
+    # The Job has an active pod, Pending: scheduled, pulling a large image. No budget yet.
+    pod = await platform.run_agent_pod(ref, pending=True)
+    await asyncio.sleep(TICK_S * 10)
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    assert view["start_time"] is None and view["end_time"] is None
+    status = (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]
+    assert status["message"] == "the agent Job is waiting for its pod" and not status.get("deadline")
+
+    # The container starts; the controller sees it a little later. The clock counts from the start.
+    started = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=20)
+    await platform.set_agent_running(pod, started)
+    running = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+    )
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    assert view["start_time"] == pytest.approx(started.timestamp(), abs=1e-3)
+    assert view["end_time"] == pytest.approx(
+        started.timestamp() + manifest["spec"]["timeoutSeconds"], abs=1e-3
+    )
+    assert running["status"]["startTime"] == iso(started)
+    await finish_agent(platform, ref)
+
+
+def kubelet_environment(
+    container: dict[str, Any],
+    secrets_by_name: dict[str, dict[str, str]],
+    configmaps: dict[str, dict[str, str]],
+) -> dict[str, str]:
+    """A container's environment as the kubelet builds it: envFrom sources (with their prefix), then env."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        if "secretRef" in source:
+            data = secrets_by_name[source["secretRef"]["name"]]
+        else:
+            data = configmaps[source["configMapRef"]["name"]]
+        env.update({source.get("prefix", "") + key: value for key, value in data.items()})
+    env.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return env
+
+
+async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_secrets_do_not(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    name = "gsm8k-with-env"
+    api_key = {"LLM_API_KEY": "sk-declared", "AUTORL_DATABASE_URL": "postgresql://smuggled"}
+    await platform.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "llm-api-key"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in api_key.items()},
+        },
+    )
+    await platform.create(
+        CONFIGMAPS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tuning"}, "data": {"STEPS": "12"}},
+    )
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    manifest["spec"]["agent"].update(
+        {
+            "args": ["--learning-rate", "1e-6", "-v"],
+            "env": [{"name": "WANDB_MODE", "value": "offline"}],
+            "envFrom": [
+                {"secretRef": {"name": "llm-api-key"}},
+                {"configMapRef": {"name": "tuning"}, "prefix": "TUNE_"},
+            ],
+        }
+    )
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert {"secretRef": {"name": "llm-api-key"}, "prefix": "AUTORL_AGENT_ENV_"} in container["envFrom"]
+
+    # Run the pod's entry point with the environment the kubelet would give it, plus what an image or
+    # a node adds: GPU runtime variables (kept) and platform credentials (never passed on).
+    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
+    assert token_secret is not None
+    secrets_by_name = {
+        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()},
+        "llm-api-key": api_key,
+    }
+    env = kubelet_environment(container, secrets_by_name, {"tuning": {"STEPS": "12"}})
+    env.update(
+        {
+            "PATH": os.environ["PATH"],
+            "AUTORL_HOME": str(tmp_path / "home"),
+            "AUTORL_ADMIN_TOKEN": "admin-token-of-the-platform",
+            "NVIDIA_VISIBLE_DEVICES": "GPU-4f2a",
+            "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+        }
+    )
+    agent = tmp_path / "agent"
+    agent.write_text(
+        "#!/usr/bin/env python3\n"
+        "import os, sys\n"
+        "environ = open('/proc/self/environ', 'rb').read()\n"
+        "open(os.path.join(os.environ['OUTPUT_DIR'], 'env.bin'), 'wb').write(environ)\n"
+        "print('step 1 loss 0.731 args', sys.argv[1:], flush=True)\n"
+    )
+    agent.chmod(0o755)
+    workspace = platform.shared / ref.workspace_subpath
+    args = list(container["args"])
+    args[args.index("--agent") + 1] = str(agent)
+    args[args.index("--workspace") + 1] = str(workspace)
+    autorl = str(Path(sys.executable).parent / "autorl")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [autorl, *container["command"][1:], *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    raw = (workspace / "output" / "env.bin").read_bytes().decode()
+    seen = dict(item.split("=", 1) for item in raw.split("\0") if item)
+    assert seen["LLM_API_KEY"] == "sk-declared"
+    assert seen["WANDB_MODE"] == "offline" and seen["TUNE_STEPS"] == "12"
+    assert (
+        seen["NVIDIA_VISIBLE_DEVICES"] == "GPU-4f2a"
+        and seen["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    )
+    assert seen["AUTORL_TOKEN"] == secrets_by_name[ref.secret_name]["AUTORL_TOKEN"]
+    assert "admin-token-of-the-platform" not in raw and "smuggled" not in raw
+    assert not [key for key in seen if key.startswith("AUTORL_AGENT_ENV_")]
+    assert "AUTORL_DATABASE_URL is not passed to the agent" in done.stderr
+    # The training output is in the container's stdout (kubectl logs) and in agent.log.
+    line = "step 1 loss 0.731 args ['--learning-rate', '1e-6', '-v']"
+    assert line in done.stdout
+    assert line in (workspace / "agent.log").read_text()
+    await platform.run_agent_pod(ref)
+    await finish_agent(platform, ref)
+
+
+async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    name = "custom-mirrors"
+    manifest = load_example("experiment-custom-agent.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    (sidecar,) = job["spec"]["template"]["spec"]["initContainers"]
+    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
+    assert token_secret is not None
+    secrets_by_name = {
+        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}
+    }
+    env = kubelet_environment(sidecar, secrets_by_name, {})
+    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(tmp_path / "home")})
+    workspace = platform.shared / ref.workspace_subpath
+    args = list(sidecar["args"])
+    args[args.index("--workspace") + 1] = str(workspace)
+    autorl = str(Path(sys.executable).parent / "autorl")
+    mirror = subprocess.Popen(
+        [autorl, *sidecar["command"][1:], *args, "--interval", "0.2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await platform.run_agent_pod(ref)
+        await platform.wait_for(
+            f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+        )
+        url, _ = await platform.agent_credentials(name)
+        shutil.copytree(
+            platform.shared / "cache" / "models" / cached_model_subpath(manifest["spec"]["model"]),
+            workspace / "output" / "ckpt-1",
+        )
+        submitted = await platform.grader.post(f"{url}/submit", json={"model_path": "output/ckpt-1"})
+        assert submitted.status_code == 200, submitted.text
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while True:
+            meta = json.loads((workspace / "run_meta.json").read_text())
+            scores = (
+                json.loads((workspace / "scores.json").read_text())
+                if (workspace / "scores.json").exists()
+                else []
+            )
+            if meta.get("start_time") and len(scores) == 1:
+                break
+            assert asyncio.get_running_loop().time() < deadline, (meta, scores, mirror.poll())
+            await asyncio.sleep(TICK_S)
+        view = (
+            await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
+        ).json()
+        assert meta["end_time"] == pytest.approx(view["end_time"])
+        assert scores[0]["submission_id"] == submitted.json()["submission_id"]
+    finally:
+        mirror.send_signal(signal.SIGTERM)  # the pod ends: the kubelet stops the sidecar
+        _, err = mirror.communicate(timeout=30)
+    assert mirror.returncode == 0, err
+    await finish_agent(platform, ref)
+
+
+async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    """A Role that does not grant reading pods (403): the Job's count of ready pods stands in."""
+    name = "gsm8k-no-pod-access"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    forbidden = platform.emulator[f"GET {PODS}"] << 403
+    assert isinstance(forbidden, kmock.Reaction)
+    try:
+        await platform.patch_job_status(ref.agent_job_name, {"active": 1})  # Pending: active, not ready
+        await asyncio.sleep(TICK_S * 10)
+        status = (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]
+        assert status["phase"] == "Running" and not status.get("deadline")
+        before = time.time()
+        await platform.patch_job_status(ref.agent_job_name, {"active": 1, "ready": 1})
+        await platform.wait_for(
+            f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+        )
+    finally:
+        platform.emulator._payloads.remove(forbidden)
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    assert before - 1 <= view["start_time"] <= time.time()
+    await finish_agent(platform, ref)
+
+
+async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_later(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """In a pod the runner may start before the controller starts the grader's clock: it runs on its
+    own ``--timeout`` until the grader reports the budget, then ends the agent at the grader's end."""
+    name = "gsm8k-runner-clock"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
+    assert token_secret is not None
+    secrets_by_name = {
+        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}
+    }
+    env = kubelet_environment(container, secrets_by_name, {})
+    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(tmp_path / "home")})
+    agent = tmp_path / "agent"
+    agent.write_text("#!/usr/bin/env python3\nimport time\ntime.sleep(600)\n")
+    agent.chmod(0o755)
+    workspace = platform.shared / ref.workspace_subpath
+    args = list(container["args"])
+    args[args.index("--agent") + 1] = str(agent)
+    args[args.index("--workspace") + 1] = str(workspace)
+    autorl = str(Path(sys.executable).parent / "autorl")
+    runner = subprocess.Popen(
+        [autorl, *container["command"][1:], *args, "--grace-period", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = workspace / "agent.log"
+        while not (log.exists() and "event=agent_start" in log.read_text()):
+            assert runner.poll() is None, runner.communicate()
+            await asyncio.sleep(TICK_S)
+        # The grader's clock starts now, with a budget far shorter than the runner's own --timeout.
+        started = await platform.grader.post(
+            f"/v1/experiments/{ref.grader_name}/start", json={"timeout_s": 2}, headers=admin(platform)
+        )
+        assert started.status_code == 200, started.text
+        out, err = await asyncio.to_thread(runner.communicate, timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, err
+    text = log.read_text()
+    assert "event=budget_from_grader" in text and "event=deadline action=SIGTERM" in text
+    assert "ended at the deadline" in err
+    assert "event=deadline action=SIGTERM" in out  # the runner's own lines reach kubectl logs too
+    await platform.wait_phase(name, "TimedOut")

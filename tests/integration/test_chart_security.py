@@ -69,7 +69,7 @@ def controller_settings(documents: list[dict[str, Any]]) -> ControllerSettings:
 
 
 def agent_pod_labels(documents: list[dict[str, Any]], namespace: str) -> dict[str, str]:
-    job = build_agent_job(ExperimentRef("exp", namespace), AGENT, controller_settings(documents))
+    job = build_agent_job(ExperimentRef("exp", namespace, "uid-1"), AGENT, controller_settings(documents))
     labels: dict[str, str] = job["spec"]["template"]["metadata"]["labels"]
     return labels
 
@@ -130,7 +130,7 @@ def test_the_admin_port_is_the_controllers_and_the_agent_port_everyones() -> Non
     assert not reaches(admin_peers, agent_pod_labels(documents, NAMESPACE))
     # The agents' own policy (built by the controller from the chart's settings) opens only the agent port.
     settings = controller_settings(documents)
-    agent_policy = build_network_policy(ExperimentRef("exp", "team-a"), AGENT, settings)
+    agent_policy = build_network_policy(ExperimentRef("exp", "team-a", "uid-1"), AGENT, settings)
     (to_grader,) = [rule for rule in agent_policy["spec"]["egress"] if rule["ports"][0]["port"] != 53]
     assert to_grader["ports"] == [{"protocol": "TCP", "port": ports["http"]}]
     assert selects(to_grader["to"][0]["podSelector"], pods[f"{RELEASE}-autorl-grader"])
@@ -246,14 +246,14 @@ def test_snapshots_are_written_by_the_grader_and_read_by_evaluators_only(values:
         if name != f"{RELEASE}-autorl-evaluator":
             assert "eval-only" not in claims and "eval" not in {v["name"] for v in pod.get("volumes", [])}
     # Agent pods, as the controller builds them from the chart's settings: only their own workspace.
-    job = build_agent_job(ExperimentRef("exp", NAMESPACE), AGENT, controller_settings(documents))
+    job = build_agent_job(ExperimentRef("exp", NAMESPACE, "uid-1"), AGENT, controller_settings(documents))
     agent = job["spec"]["template"]["spec"]
     claims = {
         v["persistentVolumeClaim"]["claimName"] for v in agent["volumes"] if "persistentVolumeClaim" in v
     }
     assert claims == {f"{RELEASE}-autorl-shared"}
     assert {m["subPath"] for m in agent["containers"][0]["volumeMounts"] if m["name"] == "shared"} == {
-        f"experiments/{NAMESPACE}/exp",
+        f"experiments/{NAMESPACE}/exp.uid-1",
         "cache/models/hub/Qwen--Qwen2.5-1.5B",
         "cache/data/gsm8k",
     }

@@ -244,6 +244,55 @@ def test_submission_after_the_deadline_is_refused(
     assert submission_count(settings, experiment) == 0
 
 
+@pytest.mark.parametrize(
+    ("offset_s", "counts_from"),
+    [(-1.5, "asked"), (-3600.0, "registration"), (3600.0, "now")],
+    ids=["earlier", "before-registration", "future"],
+)
+def test_budget_starts_when_the_controller_says_it_did(
+    client: TestClient,
+    settings: Settings,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    offset_s: float,
+    counts_from: str,
+) -> None:
+    """The controller starts the clock at the agent container's start, seen a tick later; the grader
+    takes that time, but never one in the future nor one before the experiment existed."""
+    before = time.time()
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    registered = time.time()
+    time.sleep(2.0)  # the container started 1.5 s ago, after the registration
+    asked = time.time() + offset_s
+    started = client.post(
+        f"/v1/experiments/{experiment.name}/start",
+        json={"start_time": asked},
+        headers=admin_headers(settings),
+    )
+    after = time.time()
+    assert started.status_code == 200, started.text
+    start = started.json()["start_time"]
+    if counts_from == "asked":
+        assert start == pytest.approx(asked, abs=1e-3)
+    elif counts_from == "registration":
+        assert before - 0.01 <= start <= registered + 0.01
+    else:
+        assert asked - 3600 - 0.01 <= start <= after + 0.01
+    assert started.json()["end_time"] == pytest.approx(start + 3600)
+    assert client.get(f"{experiment.url_path}/time").json()["start_time"] == pytest.approx(start)
+
+
+def test_budget_start_time_must_be_a_positive_epoch(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    refused = client.post(
+        f"/v1/experiments/{experiment.name}/start", json={"start_time": -5}, headers=admin_headers(settings)
+    )
+    assert refused.status_code == 422
+    assert "start_time" in refused.text
+
+
 def test_finished_experiment_refuses_submissions(
     client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:

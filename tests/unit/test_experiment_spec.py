@@ -61,7 +61,7 @@ def test_custom_agent_with_credentials_by_envfrom_and_egress() -> None:
         (spec(agent={}), "exactly one of builtin"),
         (
             spec(agent={"builtin": "example_grpo", "command": ["sh"]}),
-            "command and args apply to a custom image",
+            "command applies to a custom image",
         ),
         (spec(timeoutSeconds=0), "greater than or equal to 1"),
         (spec(timeoutSeconds="2h"), "valid integer"),

@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 import kubernetes_validate
 import pytest
+from pydantic import SecretStr
 
 from autorl.experiment import ExperimentSpec, Phase
 from autorl_controller.operator.handlers.create import validation_error
@@ -19,6 +20,7 @@ from autorl_controller.operator.lifecycle import (
     JobStatus,
     agent_deadline_s,
     agent_outcome,
+    agent_running_since,
     job_status,
     outcome_condition,
     outcome_from_conditions,
@@ -40,15 +42,17 @@ from autorl_controller.operator.manifests import (
 from autorl_controller.operator.settings import ControllerSettings
 
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
-REF = ExperimentRef("gsm8k-grpo", "team-a")
+UID = "5f0c3a9e-2b7d-4c1e-9a8f-0d6e4b3c2a10"
+REF = ExperimentRef("gsm8k-grpo", "team-a", UID)
 SETTINGS = ControllerSettings(
-    admin_token="x" * 32,
+    admin_token=SecretStr("x" * 32),
     runner_image="registry.example/autorl-agent-runner:0.1.0",
     shared_pvc="autorl-shared",
     grader_namespace="autorl",
     deadline_grace_s=300,
     agent_node_selector={"nvidia.com/gpu.present": "true"},
     agent_tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    image_pull_secrets=["registry-a", "registry-b"],
 )
 BUILTIN = ExperimentSpec.model_validate(
     {
@@ -149,7 +153,7 @@ def test_agent_job_deadline_labels_and_owner_free_manifest(spec: ExperimentSpec)
 @SPECS
 def test_agent_sees_its_workspace_read_write_and_only_its_inputs_read_only(spec: ExperimentSpec) -> None:
     job = build_agent_job(REF, spec, SETTINGS)
-    for container in all_containers(job):
+    for container in pod_of(job)["containers"]:
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         assert set(mounts) == {
             "/workspace",
@@ -158,7 +162,7 @@ def test_agent_sees_its_workspace_read_write_and_only_its_inputs_read_only(spec:
             "/tmp",
         }
         assert mounts["/tmp"]["name"] == "tmp"  # an emptyDir: the root file system is read-only
-        assert mounts["/workspace"]["subPath"] == "experiments/team-a/gsm8k-grpo"
+        assert mounts["/workspace"]["subPath"] == f"experiments/team-a/gsm8k-grpo.{UID}"
         assert not mounts["/workspace"].get("readOnly")
         assert mounts["/workspace/data"] == {
             "name": "shared",
@@ -198,6 +202,7 @@ def test_builtin_agent_runs_under_the_agent_runner() -> None:
     assert container["args"] == [
         "--agent", "example_grpo", "--workspace", "/workspace", "--task", "gsm8k",
         "--base-model", "Qwen/Qwen2.5-1.5B", "--timeout", "3600", "--sandbox", "none",
+        "--echo-output",
     ]  # fmt: skip
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
 
@@ -205,7 +210,6 @@ def test_builtin_agent_runs_under_the_agent_runner() -> None:
 def test_custom_agent_runs_its_own_image_in_the_prepared_workspace() -> None:
     pod = pod_of(build_agent_job(REF, CUSTOM, SETTINGS))
     agent = pod["containers"][0]
-    assert "initContainers" not in pod
     assert agent["image"] == "registry.example/llm-agent:1"
     assert agent["command"] == ["python", "-m", "agent"] and agent["args"] == ["--fast"]
     assert agent["workingDir"] == "/workspace"
@@ -219,7 +223,7 @@ def test_prepare_job_fills_the_cache_as_the_platform_then_the_workspace_as_the_e
     run_as = agent_run_as_id(REF, SETTINGS)
     args = [
         "--task", "gsm8k", "--model", "Qwen/Qwen2.5-1.5B",
-        "--workspace", "/shared/experiments/team-a/gsm8k-grpo", "--timeout", "3600",
+        "--workspace", f"/shared/experiments/team-a/gsm8k-grpo.{UID}", "--timeout", "3600",
     ]  # fmt: skip
     assert pod["securityContext"]["runAsUser"] == run_as
     # In the platform group (it owns the experiment folders), which also makes a fresh volume writable.
@@ -260,11 +264,11 @@ def test_prepare_job_fills_the_cache_as_the_platform_then_the_workspace_as_the_e
 
 
 NEIGHBOURS = [
-    ExperimentRef("gsm8k-grpo", "team-a"),
-    ExperimentRef("gsm8k-grpo", "team-b"),
-    ExperimentRef("gsm8k-grpo-2", "team-a"),
-    ExperimentRef("team-a", "gsm8k-grpo"),
-    ExperimentRef("a", "b"),
+    ExperimentRef("gsm8k-grpo", "team-a", "uid-1"),
+    ExperimentRef("gsm8k-grpo", "team-b", "uid-2"),
+    ExperimentRef("gsm8k-grpo-2", "team-a", "uid-3"),
+    ExperimentRef("team-a", "gsm8k-grpo", "uid-4"),
+    ExperimentRef("a", "b", "uid-5"),
 ]
 
 
@@ -273,8 +277,10 @@ def test_each_experiment_runs_as_its_own_stable_id_in_the_documented_range(ref: 
     run_as = agent_run_as_id(ref, SETTINGS)
     assert SETTINGS.agent_id_start <= run_as < SETTINGS.agent_id_start + SETTINGS.agent_id_count
     assert run_as not in (SETTINGS.platform_uid, SETTINGS.platform_gid, 0)
-    # Stable: another controller (restart, other settings object) derives the same id.
+    # Stable: another controller (restart, other settings object) derives the same id, and so does a
+    # re-applied Experiment of that name (its earlier runs' folders stay its own).
     assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace), ControllerSettings()) == run_as
+    assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace, "another-run"), SETTINGS) == run_as
     for job in (build_agent_job(ref, BUILTIN, SETTINGS), build_prepare_job(ref, BUILTIN, SETTINGS)):
         assert pod_of(job)["securityContext"]["runAsUser"] == run_as
         assert pod_of(job)["securityContext"]["runAsGroup"] == run_as
@@ -282,7 +288,7 @@ def test_each_experiment_runs_as_its_own_stable_id_in_the_documented_range(ref: 
 
 def test_id_collisions_name_the_other_experiments_that_share_an_id() -> None:
     tiny = SETTINGS.model_copy(update={"agent_id_count": 3})  # a range this small must collide
-    refs = [ExperimentRef(f"exp-{i}", "team-a") for i in range(10)]
+    refs = [ExperimentRef(f"exp-{i}", "team-a", f"uid-{i}") for i in range(10)]
     for ref in refs:
         same = id_collisions(ref, refs, tiny)
         assert ref not in same
@@ -438,14 +444,14 @@ def test_host_addresses_inside_the_cluster_are_never_allowed() -> None:
 def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> None:
     body = build_registration(REF, BUILTIN, SETTINGS)
     assert body == {
-        "name": "team-a.gsm8k-grpo",
+        "name": f"team-a.gsm8k-grpo.{UID}",
         "task": "gsm8k",
         "model": "Qwen/Qwen2.5-1.5B",
         "timeout_s": 3600,
         "max_submissions": 100,
         "protocol": "opencompass",
-        "workspace": "/shared/experiments/team-a/gsm8k-grpo",
-        "output_dir": "/shared/experiments/team-a/gsm8k-grpo/output",
+        "workspace": f"/shared/experiments/team-a/gsm8k-grpo.{UID}",
+        "output_dir": f"/shared/experiments/team-a/gsm8k-grpo.{UID}/output",
         "base_model_dir": "/shared/cache/models/hub/Qwen--Qwen2.5-1.5B",
         "agent_workspace": "/workspace",
         "agent": "example_grpo",
@@ -597,3 +603,135 @@ def test_validation_errors_name_the_field_and_the_fix(
 def test_reconcile_timer_runs_only_between_validation_and_the_end(phase: str | None, active: bool) -> None:
     status = kopf.Status(kopf.Body({"status": {"phase": phase} if phase else {}}))
     assert is_active(status=status) is active
+
+
+def test_a_reapplied_experiment_is_a_new_run_with_its_own_record_and_workspace() -> None:
+    again = ExperimentRef(REF.name, REF.namespace, "0b1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f")
+    first, second = build_registration(REF, BUILTIN, SETTINGS), build_registration(again, BUILTIN, SETTINGS)
+    assert first["name"] != second["name"] and first["workspace"] != second["workspace"]
+    assert second["name"] == f"team-a.gsm8k-grpo.{again.uid}"
+    # Children keep their names (kubectl logs job/<name>-agent); what tells runs apart is the owner.
+    assert again.agent_job_name == REF.agent_job_name and again.secret_name == REF.secret_name
+    with pytest.raises(ValueError, match="its uid is needed"):
+        _ = ExperimentRef(REF.name, REF.namespace).grader_name
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        build_prepare_job(REF, BUILTIN, SETTINGS),
+        build_agent_job(REF, BUILTIN, SETTINGS),
+        build_agent_job(REF, CUSTOM, SETTINGS),
+    ],
+    ids=["prepare", "agent-builtin", "agent-custom"],
+)
+def test_every_job_pulls_its_images_with_the_configured_secrets(job: dict[str, Any]) -> None:
+    assert pod_of(job)["imagePullSecrets"] == [{"name": "registry-a"}, {"name": "registry-b"}]
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    public = SETTINGS.model_copy(update={"image_pull_secrets": []})
+    build = build_prepare_job if job["metadata"]["name"] == REF.prepare_job_name else build_agent_job
+    spec = CUSTOM if pod_of(job)["containers"][0]["image"] == "registry.example/llm-agent:1" else BUILTIN
+    assert "imagePullSecrets" not in pod_of(build(REF, spec, public))
+
+
+def test_pull_secret_names_are_checked_when_the_controller_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTORL_IMAGE_PULL_SECRETS", "ghcr-pull,quay.io-pull")
+    assert ControllerSettings().image_pull_secrets == ["ghcr-pull", "quay.io-pull"]
+    monkeypatch.setenv("AUTORL_IMAGE_PULL_SECRETS", "Bad_Name")
+    with pytest.raises(ValueError, match="'Bad_Name' is not a Secret name"):
+        ControllerSettings()
+
+
+BUILTIN_WITH_ENV = ExperimentSpec.model_validate(
+    {
+        "task": "gsm8k",
+        "model": "builtin:tiny-qwen2",
+        "agent": {
+            "builtin": "example_grpo",
+            "args": ["--learning-rate", "1e-6", "-v"],
+            "env": [{"name": "WANDB_MODE", "value": "offline"}],
+            "envFrom": [
+                {"secretRef": {"name": "llm-api-key"}},
+                {"configMapRef": {"name": "tuning"}, "prefix": "TUNE_"},
+            ],
+        },
+        "timeoutSeconds": 600,
+    }
+)
+
+
+def test_builtin_agent_gets_what_the_spec_declares_through_the_runner() -> None:
+    job = build_agent_job(REF, BUILTIN_WITH_ENV, SETTINGS)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    container = pod_of(job)["containers"][0]
+    # The runner passes on exactly the variables under its prefix, under their own names.
+    assert {"name": "AUTORL_AGENT_ENV_WANDB_MODE", "value": "offline"} in container["env"]
+    assert not any(item["name"] == "WANDB_MODE" for item in container["env"])
+    assert container["envFrom"] == [
+        {"secretRef": {"name": REF.secret_name}},  # the contract's token and URL: not prefixed
+        {"secretRef": {"name": "llm-api-key"}, "prefix": "AUTORL_AGENT_ENV_"},
+        {"configMapRef": {"name": "tuning"}, "prefix": "AUTORL_AGENT_ENV_TUNE_"},
+    ]
+    assert container["args"][-4:] == [
+        "--echo-output",
+        "--agent-arg=--learning-rate",
+        "--agent-arg=1e-6",
+        "--agent-arg=-v",
+    ]
+
+
+def test_custom_agent_gets_a_mirror_sidecar_of_the_platform_image() -> None:
+    job = build_agent_job(REF, CUSTOM, SETTINGS)
+    pod = pod_of(job)
+    (sidecar,) = pod["initContainers"]
+    # A native sidecar: started before the agent, ended with it (the Job completes with the agent).
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == SETTINGS.runner_image
+    assert sidecar["command"] == ["autorl", "agent-runner", "mirror"]
+    assert sidecar["args"] == ["--workspace", "/workspace"]
+    # Only the agent's own token and its workspace: none of the spec's secrets, no model, no data.
+    assert sidecar["envFrom"] == [{"secretRef": {"name": REF.secret_name}}]
+    assert {m["mountPath"]: m.get("subPath") for m in sidecar["volumeMounts"]} == {
+        "/tmp": None,
+        "/workspace": REF.workspace_subpath,
+    }
+    assert {"name": "BASE_MODEL", "value": CUSTOM.model} in sidecar["env"]
+    assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
+    # The custom image's own variables keep their names: nothing strips a prefix there.
+    agent = pod["containers"][0]
+    assert {"name": "LOG_LEVEL", "value": "debug"} in agent["env"]
+    assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
+
+
+def pod(job_uid: str, *statuses: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"ownerReferences": [{"kind": "Job", "uid": job_uid}]},
+        "status": {"containerStatuses": list(statuses)},
+    }
+
+
+def container_state(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "state": state}
+
+
+def test_the_budget_starts_when_the_agent_container_runs() -> None:
+    at = "2026-11-30T12:00:05Z"
+    epoch = datetime(2026, 11, 30, 12, 0, 5, tzinfo=UTC).timestamp()
+    pending = {"waiting": {"reason": "ContainerCreating"}}
+    # Pending, pulling, or only the sidecar running: not yet.
+    assert agent_running_since([], "job-1", "agent") is None
+    assert agent_running_since([pod("job-1", container_state("agent", pending))], "job-1", "agent") is None
+    sidecar_only = pod(
+        "job-1",
+        container_state("mirrors", {"running": {"startedAt": "2026-11-30T11:59:00Z"}}),
+        container_state("agent", {"waiting": {"reason": "ErrImagePull"}}),
+    )
+    assert agent_running_since([sidecar_only], "job-1", "agent") is None
+    running = pod("job-1", container_state("agent", {"running": {"startedAt": at}}))
+    assert agent_running_since([running], "job-1", "agent") == epoch
+    # Already over by the time it is seen: its start still counts.
+    ended = pod("job-1", container_state("agent", {"terminated": {"startedAt": at, "exitCode": 0}}))
+    assert agent_running_since([ended], "job-1", "agent") == epoch
+    # An earlier run's pod (another Job of the same name) is not this run's start.
+    stale = pod("job-0", container_state("agent", {"running": {"startedAt": "2026-11-30T10:00:00Z"}}))
+    assert agent_running_since([stale, running], "job-1", "agent") == epoch

@@ -1,7 +1,7 @@
 """``autorl agent-runner``: run one agent in its workspace under the experiment's time budget.
 
-This is the agent pod's entry point in Kubernetes, so every flag also reads an environment
-variable (the contract's own names where there is one): with ``GRADING_SERVER_URL``,
+This is the agent pod's entry point in Kubernetes, so the run's flags also read environment
+variables (the contract's own names where there is one): with ``GRADING_SERVER_URL``,
 ``WORKSPACE``, ``TASK`` and ``BASE_MODEL`` set, ``autorl agent-runner --agent example_grpo`` is
 enough. ``autorl run`` uses the same code in-process.
 """
@@ -9,6 +9,7 @@ enough. ``autorl run`` uses the same code in-process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -67,6 +68,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--sandbox", choices=("auto", "user", "bwrap", "none"), default=_env("AUTORL_SANDBOX") or "auto"
     )
     parser.add_argument("--grace-period", type=float, default=30.0, help="seconds from SIGTERM to SIGKILL")
+    parser.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument appended to the agent's command (repeat for more; write --agent-arg=-x for "
+        "one that starts with '-')",
+    )
+    parser.add_argument(
+        "--echo-output",
+        action="store_true",
+        help="copy the agent's output to stdout as well as agent.log (a pod's kubectl logs)",
+    )
     parser.set_defaults(func=_run)
     steps = parser.add_subparsers(dest="step", metavar="STEP", required=False)
     prepare = steps.add_parser(
@@ -105,6 +119,44 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="workspace step: the cached model folder (read-only there; nothing is downloaded)",
     )
     prepare.set_defaults(func=_prepare)
+    mirror = steps.add_parser(
+        "mirror",
+        help="keep run_meta.json and scores.json fresh until SIGTERM (a custom agent's sidecar)",
+        description="Beside an agent the runner does not start (a custom image in Kubernetes): copy the "
+        "grader's budget and scores into the workspace every few seconds; on SIGTERM, once more, then "
+        "exit. Reads GRADING_SERVER_URL, AUTORL_TOKEN, WORKSPACE and BASE_MODEL.",
+    )
+    mirror.add_argument("--workspace", dest="mirror_workspace", type=Path, default=_env("WORKSPACE"))
+    mirror.add_argument(
+        "--interval", dest="mirror_interval", type=float, default=10.0, help="seconds between refreshes"
+    )
+    mirror.set_defaults(func=_mirror)
+
+
+def _mirror(args: argparse.Namespace) -> int:
+    import threading
+
+    from autorl.checkpoints import model_dir_name
+    from autorl.client import GradingClient
+    from autorl_agent_runner.mirrors import keep_mirrors_fresh
+    from autorl_agent_runner.workspace import Workspace
+
+    grading_url, token, base_model = _env("GRADING_SERVER_URL"), _env("AUTORL_TOKEN"), _env("BASE_MODEL")
+    if not (args.mirror_workspace and grading_url and token and base_model):
+        raise UsageError(
+            "mirror needs --workspace (or WORKSPACE), GRADING_SERVER_URL, AUTORL_TOKEN and BASE_MODEL"
+        )
+    if args.mirror_interval <= 0:
+        raise UsageError(f"--interval must be positive, not {args.mirror_interval:g}")
+    workspace = Workspace(args.mirror_workspace.absolute(), model_dir_name(base_model))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    with GradingClient(grading_url, token) as client:
+        try:
+            keep_mirrors_fresh(workspace, client, stop, interval_s=args.mirror_interval)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+    return 0
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -165,7 +217,12 @@ def _run(args: argparse.Namespace) -> int:
     from autorl.tasks import get_task
     from autorl_agent_runner.agent_python import find_agent_python
     from autorl_agent_runner.agents import resolve_agent
-    from autorl_agent_runner.environment import ContractValues, parse_env_items
+    from autorl_agent_runner.environment import (
+        ContractValues,
+        declared_env,
+        gpu_driver_env,
+        parse_env_items,
+    )
     from autorl_agent_runner.runner import AgentRunner, RunnerConfig
     from autorl_agent_runner.sandbox import (
         SandboxMode,
@@ -193,12 +250,21 @@ def _run(args: argparse.Namespace) -> int:
         agent = resolve_agent(args.agent, find_agent_python(settings.agent_python))
         task = get_task(args.task)
         passed = parse_env_items(args.env, os.environ)
+        declared, refused = declared_env(os.environ)
+        passed = {**declared, **passed}
+        agent = dataclasses.replace(agent, argv=(*agent.argv, *args.agent_arg))
         if agent.script is not None:
             check_agent_readable(
                 resolve_mode(SandboxMode(args.sandbox)), agent.script, executed=agent.executes_script
             )
     except AutoRLError as exc:
         raise UsageError(str(exc)) from exc
+    for name in refused:
+        print(
+            f"agent-runner: {name} is not passed to the agent: the platform sets it or keeps it to "
+            "itself; rename the variable in the Experiment's env or envFrom",
+            file=sys.stderr,
+        )
     base_name = model_dir_name(args.base_model)
     root: Path = args.workspace.absolute()
     if (root / RUN_MARKER_FILE).exists() and (root / "models" / base_name).exists():
@@ -234,6 +300,7 @@ def _run(args: argparse.Namespace) -> int:
         contract=contract,
         agent=agent,
         passed_env=passed,
+        platform_env=gpu_driver_env(os.environ),
         sandbox=SandboxMode(args.sandbox),
         hidden=[
             p
@@ -242,6 +309,7 @@ def _run(args: argparse.Namespace) -> int:
         ],
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,
+        echo_output=args.echo_output,
     )
     with GradingClient(args.grading_url, args.token) as client:
         runner = AgentRunner(config, client)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import AutoRLError
-from autorl.experiment import CONTRACT_VARIABLES
+from autorl.experiment import CONTRACT_VARIABLES, DECLARED_ENV_PREFIX
 from autorl_agent_runner.python_env import PythonEnv
 
 #: Set in every agent process and inherited by its children, so that processes which left the
@@ -24,6 +24,24 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: another experiment's grader or hide it from the deadline sweep).
 PLATFORM_VARIABLES = frozenset({*CONTRACT_VARIABLES, RUN_MARKER_VARIABLE, "HOME", "PATH", "HF_HUB_OFFLINE"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The platform's own names (its settings, credentials among them: the admin token, database and
+#: Redis URLs): never passed to an agent, even when an Experiment declares one.
+PLATFORM_PREFIX = "AUTORL_"
+#: What GPU containers need from the runtime (the NVIDIA container toolkit, the device plugin) and the
+#: image (where the driver's libraries are mounted): passed on from the runner's own environment.
+GPU_DRIVER_VARIABLES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "LD_LIBRARY_PATH",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "NVIDIA_REQUIRE_CUDA",
+        "NVIDIA_DISABLE_REQUIRE",
+        "NVIDIA_MIG_CONFIG_DEVICES",
+        "NVIDIA_MIG_MONITOR_DEVICES",
+    }
+)
 
 
 class AgentEnvError(AutoRLError):
@@ -73,6 +91,32 @@ def parse_env_items(items: Iterable[str], parent: Mapping[str, str]) -> dict[str
             value = parent[name]
         passed[name] = value
     return passed
+
+
+def declared_env(parent: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The variables an Experiment declares for a built-in agent in a pod (``agent.env``, ``envFrom``).
+
+    The controller hands them to the runner under ``DECLARED_ENV_PREFIX``; they reach the agent under
+    their own names. Returns (passed, refused): names the platform sets itself or keeps to itself
+    (``AUTORL_…``) are refused, so a Secret with such a key can neither override the contract nor
+    carry a platform credential into the agent.
+    """
+    passed: dict[str, str] = {}
+    refused: list[str] = []
+    for key, value in sorted(parent.items()):
+        if not key.startswith(DECLARED_ENV_PREFIX):
+            continue
+        name = key[len(DECLARED_ENV_PREFIX) :]
+        if not _NAME.fullmatch(name) or name in PLATFORM_VARIABLES or name.startswith(PLATFORM_PREFIX):
+            refused.append(name)
+        else:
+            passed[name] = value
+    return passed, refused
+
+
+def gpu_driver_env(parent: Mapping[str, str]) -> dict[str, str]:
+    """The GPU runtime's variables of the runner's own environment (``GPU_DRIVER_VARIABLES``)."""
+    return {name: value for name, value in parent.items() if name in GPU_DRIVER_VARIABLES}
 
 
 def build_agent_env(

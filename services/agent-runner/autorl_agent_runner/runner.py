@@ -6,6 +6,7 @@ the agent starts, and falls back to ``now + timeout_s`` only where the grader ha
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.api_relay import AgentApiRelay
 from autorl_agent_runner.egress import Egress
 from autorl_agent_runner.environment import ContractValues, build_agent_env
+from autorl_agent_runner.mirrors import MIRROR_INTERVAL_S, refresh_mirrors
 from autorl_agent_runner.netns import listen_in_netns
 from autorl_agent_runner.processes import AgentProcesses, end_processes
 from autorl_agent_runner.sandbox import (
@@ -33,12 +35,12 @@ from autorl_agent_runner.sandbox import (
     can_share_base_model,
     plan_sandbox,
 )
-from autorl_agent_runner.workspace import Workspace, detach_model, write_run_meta, write_scores
+from autorl_agent_runner.workspace import Workspace, detach_model, write_run_meta
 
 #: Default seconds between SIGTERM and SIGKILL at the deadline.
 GRACE_PERIOD_S = 30.0
-#: How often run_meta.json and scores.json are refreshed from the grader.
-MIRROR_INTERVAL_S = 10.0
+#: The largest piece of the agent's output copied at once (``echo_output``).
+_CHUNK = 65536
 _TICK_S = 0.25
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -67,6 +69,9 @@ class RunnerConfig:
     mirror_interval_s: float = MIRROR_INTERVAL_S
     #: Used only when the grader reports no budget (a runner started on its own).
     timeout_s: float | None = None
+    #: Also copy the agent's output (and the platform's lines) to the runner's stdout: in a pod,
+    #: what ``kubectl logs`` shows. agent.log gets it either way.
+    echo_output: bool = False
 
 
 @dataclass
@@ -101,6 +106,8 @@ class AgentRunner:
         self._egress: Egress | None = None
         self._log: IO[bytes] | None = None
         self._log_lock = threading.Lock()
+        self._pump: threading.Thread | None = None
+        self._echo = config.echo_output
         self._next_mirror = 0.0
         self.start_time = 0.0
         self.end_time = 0.0
@@ -109,10 +116,28 @@ class AgentRunner:
 
     def log(self, line: str) -> None:
         """A platform line in agent.log (the agent's own output goes there too)."""
+        self._write(f"[autorl {time.strftime('%H:%M:%S')}] {line}\n".encode())
+
+    def _write(self, data: bytes) -> None:
         with self._log_lock:
             if self._log is not None:
-                self._log.write(f"[autorl {time.strftime('%H:%M:%S')}] {line}\n".encode())
+                self._log.write(data)
                 self._log.flush()
+                if self._echo:
+                    try:
+                        sys.stdout.buffer.write(data)
+                        sys.stdout.buffer.flush()
+                    except (OSError, ValueError):
+                        # Nobody reads stdout any more: agent.log still gets everything.
+                        self._echo = False
+
+    def _copy_output(self, fd: int) -> None:
+        """Copy the agent's output pipe to agent.log and stdout until every writer has closed it."""
+        try:
+            while chunk := os.read(fd, _CHUNK):
+                self._write(chunk)
+        finally:
+            os.close(fd)
 
     def _event(self, name: str, **fields: object) -> None:
         if self._on_event is not None:
@@ -182,25 +207,36 @@ class AgentRunner:
             f"event=agent_start agent={config.agent.name} sandbox={plan.mode.value} network={network} "
             f"timeout_s={self.end_time - self.start_time:.0f} end_time={self.end_time:.0f}"
         )
+        # Echoed output passes through a pipe that a thread copies; otherwise the file is the agent's.
+        read_fd, write_fd = os.pipe() if config.echo_output else (-1, -1)
         try:
             self._process = subprocess.Popen(
                 plan.command(config.agent.argv),
                 cwd=workspace.root,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
+                stdout=write_fd if config.echo_output else self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=plan.pass_fds,
             )
         except OSError as exc:
+            if config.echo_output:
+                os.close(read_fd)
+                os.close(write_fd)
             self.log(f"event=agent_not_started error={exc.strerror}")
             plan.cleanup()
             raise AgentStartError(
                 f"agent {config.agent.name} cannot be started ({exc.strerror}); an executable script "
                 "needs a shebang line such as #!/usr/bin/env python3"
             ) from exc
+        if config.echo_output:
+            os.close(write_fd)
+            self._pump = threading.Thread(
+                target=self._copy_output, args=(read_fd,), name="agent-output", daemon=True
+            )
+            self._pump.start()
         plan.started()
         namespace_init = None
         if plan.gate is not None:
@@ -340,6 +376,10 @@ class AgentRunner:
             f"interrupted={interrupted} killed={killed}"
         )
         self._event("agent_finished", outcome=outcome)
+        if self._pump is not None:
+            # Every writer is gone (the agent and all it started): the copy reaches the end at once.
+            self._pump.join(timeout=5.0)
+            self._pump = None
         with self._log_lock:
             if self._log is not None:
                 self._log.close()
@@ -347,19 +387,18 @@ class AgentRunner:
         return outcome
 
     def refresh_mirrors(self) -> None:
-        """Copy the grader's view into run_meta.json and scores.json (best effort: a mirror)."""
-        workspace = self.config.workspace
+        """Copy the grader's view into run_meta.json and scores.json (best effort: a mirror).
+
+        The grader's budget is the truth: when it starts later than the runner did (in a pod the
+        controller starts it when the agent's container is running), the deadline follows it.
+        """
         try:
-            info = self.client.time()
-            scores = self.client.scores()
+            info = refresh_mirrors(
+                self.config.workspace, self.client, start_time=self.start_time, end_time=self.end_time
+            )
         except AutoRLError as exc:
             self.log(f"event=mirror_skipped reason={type(exc).__name__}")
             return
-        write_run_meta(
-            workspace,
-            start_time=info.start_time if info.start_time is not None else self.start_time,
-            timeout_s=info.timeout_s,
-            last_submit_time=info.last_submit_time,
-            end_time=info.end_time if info.end_time is not None else self.end_time,
-        )
-        write_scores(workspace, scores.submissions)
+        if info.start_time is not None and info.end_time is not None and info.end_time != self.end_time:
+            self.log(f"event=budget_from_grader end_time={info.end_time:.0f} was={self.end_time:.0f}")
+            self.start_time, self.end_time = info.start_time, info.end_time

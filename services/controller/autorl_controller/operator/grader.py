@@ -73,9 +73,10 @@ class GraderAdmin:
         result: dict[str, Any] = await self._call("POST", f"/v1/experiments/{name}/baseline")
         return result
 
-    async def start(self, name: str) -> dict[str, Any]:
-        """The agent's budget starts now."""
-        result: dict[str, Any] = await self._call("POST", f"/v1/experiments/{name}/start", {})
+    async def start(self, name: str, start_time: float | None = None) -> dict[str, Any]:
+        """The agent's budget starts at ``start_time`` (epoch seconds; None: now)."""
+        body = {} if start_time is None else {"start_time": start_time}
+        result: dict[str, Any] = await self._call("POST", f"/v1/experiments/{name}/start", body)
         return result
 
     async def finish(self, name: str, status: FinishStatus, message: str | None = None) -> dict[str, Any]:

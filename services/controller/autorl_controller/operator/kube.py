@@ -1,7 +1,7 @@
 """A small async Kubernetes client for the handful of calls the handlers make.
 
-Why not ``kubernetes_asyncio``: the controller touches four kinds (Secrets, Jobs, NetworkPolicies,
-Experiments' status) with five verbs; a generated client of the whole API, with its own
+Why not ``kubernetes_asyncio``: the controller touches five kinds (Secrets, Jobs, Pods (read only),
+NetworkPolicies, Experiments' status) with five verbs; a generated client of the whole API, with its own
 configuration loader, would be a second way to log in beside kopf's. This client is built from the
 very ``kopf.ConnectionInfo`` that the operator's login handler gives kopf, so both always talk to the
 same server with the same credentials, and it speaks plain JSON over ``httpx`` (already a core
@@ -54,6 +54,7 @@ class Resource:
 
 
 SECRETS = Resource("v1", "secrets")
+PODS = Resource("v1", "pods")
 JOBS = Resource("batch/v1", "jobs")
 NETWORK_POLICIES = Resource("networking.k8s.io/v1", "networkpolicies")
 EXPERIMENTS = Resource(API_VERSION, PLURAL)
@@ -146,9 +147,13 @@ class KubeClient:
         body: dict[str, Any] = response.json()
         return body
 
-    async def list(self, resource: Resource, namespace: str | None) -> list[dict[str, Any]]:
-        """Every object of ``resource`` in ``namespace`` (None: the whole cluster)."""
-        response = await self._request("GET", resource.path(namespace))
+    async def list(
+        self, resource: Resource, namespace: str | None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of ``resource`` in ``namespace`` (None: the whole cluster), or those matching
+        ``label_selector``."""
+        params = {"labelSelector": label_selector} if label_selector else None
+        response = await self._request("GET", resource.path(namespace), params=params)
         if response.is_error:
             raise self._fail(response)
         items: list[dict[str, Any]] = response.json().get("items") or []

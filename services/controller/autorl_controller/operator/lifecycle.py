@@ -91,6 +91,29 @@ def agent_outcome(job: JobStatus, *, past_deadline: bool) -> Outcome | None:
     return None
 
 
+def agent_running_since(pods: list[dict[str, Any]], job_uid: str, container: str) -> float | None:
+    """When the agent's container first ran in one of the Job's pods (epoch seconds), or None.
+
+    The budget starts then: not while the Job is suspended by Kueue, nor while its pod is Pending
+    (scheduling, pulling images, init containers). A container that already ended still tells when it
+    started. Pods of another Job (an earlier run's, still terminating) do not count.
+    """
+    starts = []
+    for pod in pods:
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        if not any(owner.get("uid") == job_uid for owner in owners):
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") != container:
+                continue
+            state = status.get("state") or {}
+            started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+            moment = epoch_from_iso(started)
+            if moment is not None and moment > 0:
+                starts.append(moment)
+    return min(starts, default=None)
+
+
 def agent_deadline_s(job: dict[str, Any] | None, end_time: float | None, *, slack_s: int) -> int | None:
     """The agent Job's ``activeDeadlineSeconds`` that ends it ``slack_s`` after the budget's end.
 

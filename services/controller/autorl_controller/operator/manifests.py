@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autorl.checkpoints import BUILTIN_BUILD_VERSION, BUILTIN_PREFIX, model_dir_name
-from autorl.experiment import ExperimentSpec
+from autorl.experiment import DECLARED_ENV_PREFIX, ExperimentSpec
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 
 LABEL_EXPERIMENT = "autorl.io/experiment"
@@ -50,16 +50,30 @@ ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10", "::ffff:0:0/96")
 
 @dataclass(frozen=True)
 class ExperimentRef:
-    """An Experiment's identity and the names of everything derived from it."""
+    """An Experiment's identity and the names of everything derived from it.
+
+    Kubernetes knows an object by its namespace and name, and one incarnation of it by its ``uid``:
+    deleting an Experiment and applying it again keeps the name but makes a new uid, hence a new run
+    with its own grader record and workspace, while the earlier run's stay as history. Children keep
+    name-derived names (``<name>-agent``…); the handlers check that a child they find is owned by this
+    uid before they trust it.
+    """
 
     name: str
     namespace: str
+    uid: str = ""
+
+    def _require_uid(self) -> str:
+        if not self.uid:
+            raise ValueError(f"experiment {self.namespace}/{self.name}: its uid is needed to name its run")
+        return self.uid
 
     @property
     def grader_name(self) -> str:
-        # Kubernetes names are unique per namespace, the grader's across the deployment; a '.' never
-        # occurs in a namespace, so "<namespace>.<name>" cannot collide.
-        return f"{self.namespace}.{self.name}"
+        # Kubernetes names are unique per namespace, the grader's across the deployment and across runs;
+        # a '.' never occurs in a namespace or an Experiment's name, so "<namespace>.<name>.<uid>" cannot
+        # collide, and every re-application is a new record.
+        return f"{self.namespace}.{self.name}.{self._require_uid()}"
 
     @property
     def secret_name(self) -> str:
@@ -79,7 +93,8 @@ class ExperimentRef:
 
     @property
     def workspace_subpath(self) -> str:
-        return f"experiments/{self.namespace}/{self.name}"
+        """One folder per run: a re-applied Experiment starts empty, the earlier run's files stay."""
+        return f"experiments/{self.namespace}/{self.name}.{self._require_uid()}"
 
 
 def cached_model_subpath(model: str) -> str:
@@ -117,7 +132,12 @@ def id_collisions(
 ) -> list[ExperimentRef]:
     """The other experiments that run as the same id as ``ref`` (rare: see ``agent_run_as_id``)."""
     mine = agent_run_as_id(ref, settings)
-    return [other for other in others if other != ref and agent_run_as_id(other, settings) == mine]
+    key = (ref.namespace, ref.name)
+    return [
+        other
+        for other in others
+        if (other.namespace, other.name) != key and agent_run_as_id(other, settings) == mine
+    ]
 
 
 def labels(ref: ExperimentRef, role: str) -> dict[str, str]:
@@ -222,6 +242,11 @@ def _shared_volume(settings: ControllerSettings, *, read_only: bool = False) -> 
     return {"name": SHARED_VOLUME, "persistentVolumeClaim": claim}
 
 
+def _pull_secrets(settings: ControllerSettings) -> list[dict[str, str]]:
+    """``imagePullSecrets`` of every pod the controller creates (private registries)."""
+    return [{"name": name} for name in settings.image_pull_secrets]
+
+
 def _tmp_volume() -> dict[str, Any]:
     return {"name": TMP_VOLUME, "emptyDir": {}}
 
@@ -310,16 +335,17 @@ def build_prepare_job(
                     "initContainers": [fill],
                     "containers": [layout],
                     "volumes": [_shared_volume(settings), _tmp_volume()],
+                    **({"imagePullSecrets": _pull_secrets(settings)} if settings.image_pull_secrets else {}),
                 },
             },
         },
     }
 
 
-def agent_environment(spec: ExperimentSpec) -> list[dict[str, str]]:
-    """The workspace contract of DESIGN.md (token and URL come from the Secret), then the spec's own."""
+def contract_environment(spec: ExperimentSpec) -> dict[str, str]:
+    """The workspace contract of DESIGN.md (token and URL come from the Secret) and the pod's basics."""
     base = model_dir_name(spec.model)
-    contract = {
+    return {
         "WORKSPACE": AGENT_WORKSPACE,
         "OUTPUT_DIR": f"{AGENT_WORKSPACE}/output",
         "MODEL_PATH": f"{AGENT_WORKSPACE}/models/{base}",
@@ -332,9 +358,28 @@ def agent_environment(spec: ExperimentSpec) -> list[dict[str, str]]:
         "LOGNAME": "agent",
         "HF_HUB_OFFLINE": "1",
     }
-    env = [{"name": name, "value": value} for name, value in contract.items()]
-    env += [{"name": var.name, "value": var.value} for var in spec.agent.env or []]
+
+
+def agent_environment(spec: ExperimentSpec) -> list[dict[str, str]]:
+    """The agent container's ``env``: the contract, then the spec's own variables.
+
+    A custom image gets the spec's variables under their names. A built-in agent runs under the agent
+    runner, which passes its agent only what the Experiment declares: the spec's variables reach it
+    under ``DECLARED_ENV_PREFIX`` and the runner strips the prefix (``declared_env_from``).
+    """
+    prefix = DECLARED_ENV_PREFIX if spec.agent.builtin is not None else ""
+    env = [{"name": name, "value": value} for name, value in contract_environment(spec).items()]
+    env += [{"name": f"{prefix}{var.name}", "value": var.value} for var in spec.agent.env or []]
     return env
+
+
+def declared_env_from(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """The spec's ``envFrom`` sources, prefixed as ``agent_environment`` prefixes its ``env``."""
+    sources = [source.model_dump(exclude_none=True) for source in spec.agent.envFrom or []]
+    if spec.agent.builtin is not None:
+        for source in sources:
+            source["prefix"] = DECLARED_ENV_PREFIX + source.get("prefix", "")
+    return sources
 
 
 def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, Any]]:
@@ -360,10 +405,48 @@ def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, An
 def agent_deadline_slack_s(spec: ExperimentSpec, settings: ControllerSettings) -> int:
     """How long the agent's Job may outlast its budget before Kubernetes stops it.
 
-    None for a custom image: nothing inside its pod keeps time, so it gets SIGTERM at the deadline.
-    The agent runner stops a built-in agent itself at the deadline and then needs a moment to close.
+    Zero for a custom image: the Job's deadline is its signal (SIGTERM at the budget's end, SIGKILL a
+    grace period later); its mirror sidecar does not keep time. The agent runner stops a built-in
+    agent itself at the deadline and then needs a moment to close.
     """
     return 0 if spec.agent.image is not None else settings.deadline_grace_s
+
+
+#: The native sidecar (an init container that keeps running) beside a custom image's agent.
+MIRROR_CONTAINER = "mirrors"
+AGENT_CONTAINER = "agent"
+
+
+def build_mirror_sidecar(
+    ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings
+) -> dict[str, Any]:
+    """What the agent runner does for a built-in agent's mirrors, beside a custom image.
+
+    A native sidecar (``restartPolicy: Always`` in ``initContainers``): it runs the platform's image
+    whatever the agent's image holds (no Python needed there), starts before the agent, and ends with
+    it, so the Job completes when the agent does. It sees only the workspace and the agent's own
+    token, and rewrites ``run_meta.json`` and ``scores.json`` from the grader every few seconds.
+    """
+    contract = contract_environment(spec)
+    return {
+        "name": MIRROR_CONTAINER,
+        "image": settings.runner_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "restartPolicy": "Always",
+        "command": ["autorl", "agent-runner", "mirror"],
+        "args": ["--workspace", AGENT_WORKSPACE],
+        "env": [
+            {"name": name, "value": contract[name]}
+            for name in ("WORKSPACE", "TASK", "BASE_MODEL", "HOME", "USER", "LOGNAME")
+        ],
+        "envFrom": [{"secretRef": {"name": ref.secret_name}}],
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": _container_security(),
+        "volumeMounts": [
+            _tmp_mount(),
+            {"name": SHARED_VOLUME, "mountPath": AGENT_WORKSPACE, "subPath": ref.workspace_subpath},
+        ],
+    }
 
 
 def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings) -> dict[str, Any]:
@@ -375,9 +458,9 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
     ``agent_stop_grace_s`` later SIGKILL.
     """
     env_from: list[dict[str, Any]] = [{"secretRef": {"name": ref.secret_name}}]
-    env_from += [source.model_dump(exclude_none=True) for source in spec.agent.envFrom or []]
+    env_from += declared_env_from(spec)
     container: dict[str, Any] = {
-        "name": "agent",
+        "name": AGENT_CONTAINER,
         "imagePullPolicy": settings.image_pull_policy,
         "workingDir": AGENT_WORKSPACE,
         "env": agent_environment(spec),
@@ -413,15 +496,22 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
             # The pod is the sandbox (restricted, own user, NetworkPolicy); no nested one.
             "--sandbox",
             "none",
+            # The agent's output goes to the container's stdout (kubectl logs) as well as agent.log.
+            "--echo-output",
+            # One token each, '=' joined: an argument that starts with '-' stays the agent's.
+            *(f"--agent-arg={arg}" for arg in spec.agent.args or []),
         ]
     else:
-        # The prepare Job laid out the workspace and its mirrors; the custom image runs as it is.
+        # The prepare Job laid out the workspace; the sidecar keeps its mirrors fresh.
         container["image"] = spec.agent.image
         if spec.agent.command:
             container["command"] = list(spec.agent.command)
         if spec.agent.args:
             container["args"] = list(spec.agent.args)
+        pod["initContainers"] = [build_mirror_sidecar(ref, spec, settings)]
     pod["containers"] = [container]
+    if settings.image_pull_secrets:
+        pod["imagePullSecrets"] = _pull_secrets(settings)
     if settings.agent_node_selector:
         pod["nodeSelector"] = dict(settings.agent_node_selector)
     if settings.agent_tolerations:
@@ -438,7 +528,7 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
             # A retried agent would start its budget over; one attempt, like a local run.
             "backoffLimit": 0,
             # Counted from the Job's start, so never later than the budget's end; the controller moves
-            # it to exactly that end once the budget starts (after scheduling and the image pull).
+            # it to exactly that end once the budget starts (when the agent's container runs).
             "activeDeadlineSeconds": spec.timeoutSeconds + agent_deadline_slack_s(spec, settings),
             "template": {"metadata": {"labels": labels(ref, "agent")}, "spec": pod},
         },

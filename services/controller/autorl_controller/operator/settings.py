@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +26,9 @@ AGENT_WORKSPACE = "/workspace"
 MAX_RUN_AS_ID = 2**31 - 2
 #: Private and carrier-grade NAT ranges: where pod, service and node addresses live in practice.
 DEFAULT_CLUSTER_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+
+
+_SECRET_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def _secrets_dir() -> str | None:
@@ -55,6 +59,11 @@ class ControllerSettings(BaseSettings):
         description="Image of the agent runner (prepare Jobs, built-in agents).",
     )
     image_pull_policy: str = Field(default="IfNotPresent", description="Pull policy of the Jobs' images.")
+    image_pull_secrets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Names of Secrets (comma-separated) that every Job the controller creates pulls its "
+        "images with (imagePullSecrets); each must exist in the Experiment's namespace.",
+    )
     shared_pvc: str = Field(
         default="autorl-shared", description="ReadWriteMany PersistentVolumeClaim of the shared volume."
     )
@@ -146,11 +155,22 @@ class ControllerSettings(BaseSettings):
         default="http://0.0.0.0:8080/healthz", description="Where kopf serves the liveness probe."
     )
 
-    @field_validator("watch_namespaces", "cluster_cidrs", mode="before")
+    @field_validator("watch_namespaces", "cluster_cidrs", "image_pull_secrets", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _check_secret_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _SECRET_NAME.match(name):
+                raise ValueError(
+                    f"image pull secret {name!r} is not a Secret name (lower case letters, digits, '-' "
+                    "and '.'); list Secret names, comma-separated"
+                )
         return value
 
     @field_validator("cluster_cidrs")

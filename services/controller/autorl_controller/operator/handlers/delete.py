@@ -18,11 +18,18 @@ from autorl_controller.operator.manifests import ExperimentRef
 
 
 async def cleanup(
-    *, name: str, namespace: str | None, status: kopf.Status, memo: Any, logger: Any, **_: Any
+    *,
+    name: str,
+    namespace: str | None,
+    uid: str | None,
+    status: kopf.Status,
+    memo: Any,
+    logger: Any,
+    **_: Any,
 ) -> None:
-    assert namespace is not None  # Experiments are namespaced
+    assert namespace is not None and uid  # Experiments are namespaced; every object has a uid
     context = context_of(memo)
-    ref = ExperimentRef(name, namespace)
+    ref = ExperimentRef(name, namespace, uid)
     phase = status.get("phase")
     if phase and not Phase(str(phase)).terminal:
         try:

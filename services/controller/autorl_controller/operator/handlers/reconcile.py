@@ -21,12 +21,21 @@ from autorl.experiment import ExperimentSpec, Phase
 from autorl_controller.operator.context import OperatorContext, context_of
 from autorl_controller.operator.grader import GraderError
 from autorl_controller.operator.handlers.create import describe
-from autorl_controller.operator.kube import EXPERIMENTS, JOBS, NETWORK_POLICIES, SECRETS, KubeError
+from autorl_controller.operator.kube import (
+    EXPERIMENTS,
+    JOBS,
+    NETWORK_POLICIES,
+    PODS,
+    SECRETS,
+    KubeError,
+    Resource,
+)
 from autorl_controller.operator.lifecycle import (
     JobState,
     Outcome,
     agent_deadline_s,
     agent_outcome,
+    agent_running_since,
     epoch_from_iso,
     job_status,
     outcome_condition,
@@ -34,6 +43,7 @@ from autorl_controller.operator.lifecycle import (
     status_from_view,
 )
 from autorl_controller.operator.manifests import (
+    AGENT_CONTAINER,
     ExperimentRef,
     agent_deadline_slack_s,
     agent_run_as_id,
@@ -68,7 +78,7 @@ async def reconcile(*, name: str, namespace: str | None, memo: Any, **_: Any) ->
     phase = status.get("phase")
     if not phase or Phase(str(phase)).terminal:
         return
-    ref = ExperimentRef(name, namespace)
+    ref = ExperimentRef(name, namespace, fresh["metadata"]["uid"])
     try:
         spec = ExperimentSpec.model_validate(fresh["spec"])
     except ValidationError as exc:
@@ -136,9 +146,32 @@ class Step:
     async def _move(self, phase: Phase, message: str, extra: dict[str, Any] | None = None) -> None:
         await transition(self.context, self.body, self.status, phase, message, extra=extra)
 
-    async def _adopt_and_create(self, resource: Any, manifest: dict[str, Any]) -> bool:
+    def _owns(self, child: dict[str, Any]) -> bool:
+        owners = child.get("metadata", {}).get("ownerReferences") or []
+        return any(owner.get("uid") == self.ref.uid for owner in owners)
+
+    async def _child(self, resource: Resource, name: str) -> dict[str, Any] | None:
+        """This run's child of that name; one left by an earlier run of the same name is deleted.
+
+        A deleted Experiment's children go with it (its cleanup, the garbage collector), but one may
+        still be on its way out when the Experiment is applied again: it is never taken for this run's.
+        """
+        child = await self.context.kube.get(resource, self.ref.namespace, name)
+        if child is None or self._owns(child):
+            return child
+        await self.context.kube.delete(resource, self.ref.namespace, name)
+        return None
+
+    async def _adopt_and_create(self, resource: Resource, manifest: dict[str, Any]) -> bool:
         kopf.adopt(manifest, owner=as_body(self.body))
-        _, created = await self.context.kube.ensure(resource, manifest)
+        existing, created = await self.context.kube.ensure(resource, manifest)
+        if not created and not self._owns(existing):
+            name = manifest["metadata"]["name"]
+            await self.context.kube.delete(resource, self.ref.namespace, name)
+            raise kopf.TemporaryError(
+                f"waiting for {name}, left by an earlier run of this name, to be deleted",
+                delay=self.settings.sync_interval_s,
+            )
         return created
 
     async def fail(self, message: str) -> None:
@@ -154,7 +187,7 @@ class Step:
     # --- Pending / Preparing: register, keep the token, fill the cache --------------------------------
 
     async def register(self) -> None:
-        if await self.context.kube.get(SECRETS, self.ref.namespace, self.ref.secret_name) is not None:
+        if await self._child(SECRETS, self.ref.secret_name) is not None:
             return
         try:
             answer = await self.context.grader.register(
@@ -171,7 +204,7 @@ class Step:
         await self._adopt_and_create(SECRETS, secret)
 
     async def prepare(self) -> None:
-        job = await self.context.kube.get(JOBS, self.ref.namespace, self.ref.prepare_job_name)
+        job = await self._child(JOBS, self.ref.prepare_job_name)
         if job is None and not await self.own_id():
             return
         await self.register()
@@ -205,7 +238,7 @@ class Step:
             for namespace in namespaces
             for item in await self.context.kube.list(EXPERIMENTS, namespace)
         ]
-        age = {ExperimentRef(meta["name"], meta["namespace"]): _created(meta) for meta in metas}
+        age = {ExperimentRef(meta["name"], meta["namespace"], meta["uid"]): _created(meta) for meta in metas}
         mine = _created(self.body["metadata"])
         older = [other for other in id_collisions(self.ref, age, self.settings) if age[other] < mine]
         if older:
@@ -252,7 +285,7 @@ class Step:
             return False
         created = await self._adopt_and_create(NETWORK_POLICIES, policy)
         if not created and hosts:
-            existing = await self.context.kube.get(NETWORK_POLICIES, self.ref.namespace, self.ref.policy_name)
+            existing = await self._child(NETWORK_POLICIES, self.ref.policy_name)
             if existing is not None and existing.get("spec") != policy["spec"]:
                 # Addresses behind a name change (CDNs): the agent keeps reaching what the spec allows.
                 await self.context.kube.patch(
@@ -260,17 +293,19 @@ class Step:
                 )
         return True
 
-    # --- Running: the budget starts with the agent's pod; watch the Job and the clock ------------------
+    # --- Running: the budget starts with the agent's container; watch the Job and the clock -----------
 
     async def running(self) -> None:
         view = await self._view()
         if view is None:
             return
-        job = await self.context.kube.get(JOBS, self.ref.namespace, self.ref.agent_job_name)
+        job = await self._child(JOBS, self.ref.agent_job_name)
         state = job_status(job)
-        if view.get("start_time") is None and (state.state is JobState.ACTIVE or state.state.ended):
-            # With Kueue a Job may wait long for quota: the budget starts when the agent really does.
-            view = await self.context.grader.start(self.ref.grader_name)
+        if view.get("start_time") is None and job is not None:
+            started = await self.agent_started(job)
+            if started is not None or state.state.ended:
+                # Ended without a container ever seen running (it failed to start): close the clock now.
+                view = await self.context.grader.start(self.ref.grader_name, started)
         if any(rule.host for rule in self.spec.egress or []) and not await self.sync_policy():
             await self.context.kube.delete(JOBS, self.ref.namespace, self.ref.agent_job_name)
             return
@@ -281,7 +316,7 @@ class Step:
         outcome = agent_outcome(state, past_deadline=past_deadline)
         synced = status_from_view(view)
         if outcome is None:
-            waiting = state.state is JobState.WAITING
+            waiting = view.get("start_time") is None
             message = "the agent Job is waiting for its pod" if waiting else "the agent is training"
             await self._move(Phase.RUNNING, message, synced)
             return
@@ -293,6 +328,26 @@ class Step:
             f"{outcome.message}; waiting for evaluations in flight",
             {**synced, "conditions": [condition]},
         )
+
+    async def agent_started(self, job: dict[str, Any]) -> float | None:
+        """When the agent's container started running (None: not yet).
+
+        Not the Job's creation nor its first active pod: Kueue may hold the Job for quota, and a pod is
+        active while Pending, scheduling and pulling images; none of that is the agent's time.
+        """
+        uid = job["metadata"].get("uid", "")
+        try:
+            pods = await self.context.kube.list(
+                PODS, self.ref.namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}"
+            )
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            # A controller not allowed to read pods (an older Role): the Job's count of ready pods
+            # (containers running) is the next best sign; the clock then starts when it is seen.
+            ready = (job.get("status") or {}).get("ready") or 0
+            return time.time() if ready > 0 else None
+        return agent_running_since(pods, uid, AGENT_CONTAINER)
 
     async def hold_deadline(self, job: dict[str, Any], end_time: float | None) -> None:
         """Let Kubernetes itself stop the agent at its budget's end, whether or not we are running then."""

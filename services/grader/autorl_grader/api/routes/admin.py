@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +61,12 @@ class RegisterExperiment(BaseModel):
 class StartBudget(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout_s: int | None = Field(None, gt=0)
+    start_time: float | None = Field(
+        None,
+        gt=0,
+        description="When the budget started, in epoch seconds (the agent container's start); default "
+        "now. A time in the future counts as now, one before the registration as the registration.",
+    )
 
 
 class FinishExperiment(BaseModel):
@@ -136,7 +143,8 @@ def start(name: str, body: StartBudget, db: DbDep) -> dict[str, Any]:
             raise ConflictError(
                 f"experiment {name!r} is already {experiment.status.value}; register a new one"
             )
-        repo.start_budget(session, experiment, timeout_s=body.timeout_s)
+        started = None if body.start_time is None else datetime.fromtimestamp(body.start_time, UTC)
+        repo.start_budget(session, experiment, timeout_s=body.timeout_s, started_at=started)
         return experiment_view(session, experiment)
 
 
