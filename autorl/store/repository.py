@@ -173,6 +173,21 @@ def evaluation_in_flight(session: Session, experiment: Experiment, fingerprint: 
     )
 
 
+def take_score(submission: Submission, earlier: Submission) -> None:
+    """Make ``submission`` scored with the score of ``earlier`` (identical files): reused, 0 s."""
+    now = utcnow()
+    submission.status = SubmissionStatus.SCORED
+    submission.score = earlier.score
+    submission.score_opencompass = earlier.score_opencompass
+    submission.score_flexible = earlier.score_flexible
+    submission.score_strict = earlier.score_strict
+    submission.n_samples = earlier.n_samples
+    submission.reused_from = earlier.reused_from or earlier.id
+    submission.waits_for = None
+    submission.eval_seconds = 0.0
+    submission.started_at = submission.finished_at = now
+
+
 def create_submission(
     session: Session,
     experiment: Experiment,
@@ -203,16 +218,7 @@ def create_submission(
     if earlier is None or earlier.status != SubmissionStatus.SCORED:
         earlier = reusable_result(session, experiment.eval_key, fingerprint)
     if earlier is not None:
-        now = utcnow()
-        submission.status = SubmissionStatus.SCORED
-        submission.score = earlier.score
-        submission.score_opencompass = earlier.score_opencompass
-        submission.score_flexible = earlier.score_flexible
-        submission.score_strict = earlier.score_strict
-        submission.n_samples = earlier.n_samples
-        submission.reused_from = earlier.reused_from or earlier.id
-        submission.eval_seconds = 0.0
-        submission.started_at = submission.finished_at = now
+        take_score(submission, earlier)
     else:
         twin = evaluation_in_flight(session, experiment, fingerprint)
         submission.waits_for = twin.id if twin is not None else None
@@ -414,18 +420,8 @@ def settle_waiting(session: Session, evaluated: Submission) -> int:
         .order_by(Submission.id)
     ).all()
     if evaluated.status == SubmissionStatus.SCORED:
-        now = utcnow()
         for submission in waiting:
-            submission.status = SubmissionStatus.SCORED
-            submission.score = evaluated.score
-            submission.score_opencompass = evaluated.score_opencompass
-            submission.score_flexible = evaluated.score_flexible
-            submission.score_strict = evaluated.score_strict
-            submission.n_samples = evaluated.n_samples
-            submission.reused_from = evaluated.reused_from or evaluated.id
-            submission.waits_for = None
-            submission.eval_seconds = 0.0
-            submission.started_at = submission.finished_at = now
+            take_score(submission, evaluated)
         session.flush()
         return len(waiting)
     if evaluated.status == SubmissionStatus.FAILED and waiting:

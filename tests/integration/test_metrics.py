@@ -31,7 +31,7 @@ from autorl_evaluator.metrics import WorkerMetrics
 from autorl_grader.main import create_app
 from tests.support.fixtures import FIXTURE_DATA
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
-from tests.support.infra import free_port
+from tests.support.infra import free_port, stop_process
 from tests.support.runs import add_submission, create_experiment, finish, scores
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
@@ -83,15 +83,6 @@ def _environment(home: Path, database_url: str, admin_token: str, agent_port: in
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _answers(url: str) -> bool:
@@ -202,8 +193,8 @@ def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
     finally:
         admin.close()
         if worker is not None:
-            _stop(worker)
-        _stop(grader)
+            stop_process(worker, timeout_s=30)
+        stop_process(grader, timeout_s=30)
 
 
 def test_worker_refuses_a_bad_metrics_port_with_the_fix(tmp_path: Path) -> None:
