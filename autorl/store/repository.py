@@ -422,6 +422,9 @@ def settle_waiting(session: Session, evaluated: Submission) -> int:
     if evaluated.status == SubmissionStatus.SCORED:
         for submission in waiting:
             take_score(submission, evaluated)
+            if submission.is_baseline:
+                session.flush()
+                remember_baseline(session, submission)
         session.flush()
         return len(waiting)
     if evaluated.status == SubmissionStatus.FAILED and waiting:

@@ -22,7 +22,7 @@ from autorl.settings import Settings
 from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
 
 WORKER = "test-worker"
@@ -151,6 +151,21 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     assert [found[i].reused_from for i in others] == [first] * len(others)
     assert all(found[i].eval_seconds == 0.0 and found[i].waits_for is None for i in others)
     assert found[first].eval_seconds == 2.0
+
+
+def test_a_copy_of_the_base_model_waits_for_the_baseline_in_flight(
+    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
+    baseline = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
+    assert baseline.status_code == 202, baseline.text
+    baseline_id = baseline.json()["submission_id"]
+    shutil.copytree(tiny_base_model, experiment.output_dir / "untouched")
+    [copy_id] = submit_together(grader, experiment, ["output/untouched"])
+    assert rows(db, [copy_id])[copy_id].waits_for == baseline_id
+    evaluate_with(db, baseline_id, score=8.0)
+    view = agent_view(grader, experiment, copy_id)
+    assert (view["status"], view["score"], view["reused_from"]) == ("scored", 8.0, baseline_id)
 
 
 def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
