@@ -2,9 +2,10 @@
 parsed with prometheus_client's own parser.
 
 The end-to-end test runs the real `autorl grader` (two ports) and `autorl worker --metrics-port`
-processes against Postgres: values move when a submission is queued, evaluated and scored, and
-when a second experiment's baseline hits the cache. The others pin every grader metric against
-seeded rows, the worker's outcome accounting, and the refusals."""
+processes against Postgres, with the local worker and with an RQ worker: values move when a
+submission is queued, evaluated and scored, and when a second experiment's baseline hits the
+cache. The others pin every grader metric against seeded rows, the worker's outcome accounting,
+and the refusals."""
 
 from __future__ import annotations
 
@@ -92,13 +93,25 @@ def _answers(url: str) -> bool:
         return False
 
 
+@pytest.fixture(params=["local", "rq"])
+def queue_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The local worker (the database is the queue; each evaluation in a subprocess), or an RQ
+    worker (each evaluation in a forked work horse) with the grader dispatching through Redis."""
+    if request.param == "local":
+        return {}
+    return {
+        "AUTORL_REDIS_URL": request.getfixturevalue("redis_url"),
+        "AUTORL_REDIS_KEY_PREFIX": request.getfixturevalue("fresh_queue_prefix"),
+    }
+
+
 @pytest.mark.slow
 def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
-    fresh_pg_url: str, tiny_base_model: Path, tmp_path: Path
+    fresh_pg_url: str, queue_env: dict[str, str], tiny_base_model: Path, tmp_path: Path
 ) -> None:
     home, token = tmp_path / "home", secrets.token_hex(16)
     agent_port, admin_port, worker_port = free_port(), free_port(), free_port()
-    env = _environment(home, fresh_pg_url, token, agent_port)
+    env = {**_environment(home, fresh_pg_url, token, agent_port), **queue_env}
     grader = _start(
         [
             AUTORL,
