@@ -262,13 +262,18 @@ def baseline_submission(session: Session, experiment: Experiment) -> Submission 
 
 def queue_position(session: Session, submission: Submission) -> int:
     """1-based position among its own experiment's queued submissions (oldest first); 0 when it is
-    not waiting. Other experiments' queues are never counted: they are not the caller's to see."""
+    not waiting. Other experiments' queues are never counted: they are not the caller's to see.
+    A submission waiting for an identical one's evaluation has that one's position (0 once it runs)."""
     if submission.status != SubmissionStatus.QUEUED:
         return 0
+    if submission.waits_for is not None:
+        evaluated = session.get(Submission, submission.waits_for)
+        return queue_position(session, evaluated) if evaluated is not None else 0
     ahead = session.scalar(
         select(func.count(Submission.id)).where(
             Submission.experiment_id == submission.experiment_id,
             Submission.status == SubmissionStatus.QUEUED,
+            Submission.waits_for.is_(None),
             Submission.id < submission.id,
         )
     )

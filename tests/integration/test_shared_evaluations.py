@@ -142,6 +142,17 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     with db.session() as session:  # a worker handed a waiting copy's id anyway cannot take it
         assert not repo.claim(session, others[0], worker=WORKER, lease_s=60)
     assert all(agent_view(grader, experiment, i)["status"] == "queued" for i in ids)
+    # Each copy is where the evaluation it waits for is; a later submission is not behind them.
+    assert {agent_view(grader, experiment, i)["queue_position"] for i in ids} == {1}
+    copy_model(tiny_base_model, experiment.output_dir / "other", unique=True)
+    [later] = submit_together(grader, experiment, ["output/other"])
+    assert agent_view(grader, experiment, later)["queue_position"] == 2
+    with db.session() as session:
+        assert repo.claim(session, first, worker=WORKER, lease_s=60)
+    assert {agent_view(grader, experiment, i)["queue_position"] for i in others} == {0}
+    assert agent_view(grader, experiment, later)["queue_position"] == 1
+    with db.session() as session:  # back in the queue, as the reconciler leaves a dead worker's
+        repo.release(session, first, worker=WORKER, error="worker stopped")
 
     evaluate_with(db, first, score=42.0)
     for i in ids:
