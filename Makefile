@@ -8,20 +8,19 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd images clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd clean help
 
-help:
-	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
-	@echo "make test   - install, then run the whole test suite"
-	@echo "make lint   - ruff + mypy"
+# Each target's line in `make help` is the `## ` comment on its rule (a test checks every target has one).
+help: ## list every target with what it does
+	@awk -F':.*## ' '/^[a-zA-Z0-9_.-]+:.*## / { printf "make %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-setup: system-packages $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed browser
+setup: system-packages $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed browser ## install everything: system packages, the three Python environments, the browser
 
 # The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
 # (setpriv, unshare, nsenter), iproute2. Installed with apt-get where missing; without root or
 # apt-get, the list of what to install is printed instead.
 SYSTEM_PACKAGES := bubblewrap slirp4netns nftables util-linux iproute2
-system-packages:
+system-packages: ## install the agent sandbox's system packages (bubblewrap, slirp4netns, nftables, ...)
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -31,7 +30,7 @@ system-packages:
 # The dashboard's browser test drives Debian's headless Chromium through its chromedriver
 # (browser builds that tools download for themselves cannot be fetched here).
 BROWSER_PACKAGES := chromium chromium-driver
-browser:
+browser: ## install Debian's chromium and chromium-driver for the dashboard's browser test
 	@if ! test -x /usr/bin/chromium || ! test -x /usr/bin/chromedriver; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \
@@ -43,7 +42,7 @@ browser:
 CHARTJS_VERSION := 4.6.1
 CHARTJS_INTEGRITY := sha512-hJyniucsFmq//EvXYvJ6c6mahPoI3kaxdjVH8awTaJ/fDNWeSqqqArixMJWkWNN6fcYvPU3HneSANFNYtRi61g==
 CHARTJS_DIR := services/grader/autorl_grader/dashboard/static/vendor
-vendor-chartjs:
+vendor-chartjs: ## re-vendor the pinned Chart.js release from the npm registry (integrity checked)
 	tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent chart.js@$(CHARTJS_VERSION) >/dev/null && \
 	  test "sha512-$$(openssl dgst -sha512 -binary chart.js-$(CHARTJS_VERSION).tgz | base64 -w0)" = "$(CHARTJS_INTEGRITY)" && \
 	  tar xzf chart.js-$(CHARTJS_VERSION).tgz package/dist/chart.umd.min.js package/LICENSE.md && \
@@ -72,31 +71,32 @@ $(OC_VENV)/.installed: requirements-opencompass.txt
 	$(OC_VENV)/bin/opencompass --help >/dev/null
 	touch $@
 
-run: setup
+run: setup ## install, then run the embedded default experiment end to end (offline, CPU)
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
-test: setup
+test: setup ## install, run `make lint`, then the whole test suite
+	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
 
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed ## the test suite without the slow and OpenCompass tests
 	$(PY) -m pytest -m "not slow and not opencompass"
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff check autorl services tests bench
 	$(VENV)/bin/ruff format --check autorl services tests bench
 	$(VENV)/bin/mypy
 
 # The CRD is generated from the pydantic models in autorl/experiment.py (a test fails on drift).
-crd: $(VENV)/.installed
+crd: $(VENV)/.installed ## regenerate the Experiment CRD from the pydantic models
 	$(PY) -m autorl.experiment > charts/autorl/crds/experiments.autorl.io.yaml
 
 # Lint (strict) and package the chart into dist/ with Helm's own Go SDK (no helm binary needed).
-chart: crd
+chart: crd ## lint (strict) and package the Helm chart into dist/
 	$(PY) -c 'import sys, helm_python as h; r = h.lint("charts/autorl", strict=True); [print(m) for m in r["messages"]]; sys.exit(bool(r["errors"]))'
 	$(PY) -c 'import helm_python as h; print(h.package("charts/autorl", destination="dist"))'
 
-bench: setup
+bench: setup ## run every CPU benchmark (bench/results/*.json), print the GPU benchmarks' commands, refresh docs/PERFORMANCE.md
 	$(PY) bench/run_all.py
 
-clean:
+clean: ## remove the Python environments and tool caches
 	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,10 @@ GPU_BENCHMARKS: dict[str, str] = {
     "--variants 64@700 256@700 512@700 1319@700 64 256 512 1319 --max-new-tokens 512",
 }
 
+#: Scripts in bench/ that are not benchmarks: this runner, the document's renderer, and the
+#: script that made ``bench/data`` once (it needs inputs from outside the repository).
+NOT_BENCHMARKS = frozenset({"run_all", "report", "gsm8k_lengths"})
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -4,6 +4,14 @@ The database is the truth; workspace mirrors (`run_meta.json`, `scores.json`) ar
 """
 
 from autorl.store.db import Database, migrate
-from autorl.store.models import BaselineCache, Experiment, Submission, SubmissionStatus
+from autorl.store.models import BaselineCache, Experiment, FailureReason, Submission, SubmissionStatus
 
-__all__ = ["BaselineCache", "Database", "Experiment", "Submission", "SubmissionStatus", "migrate"]
+__all__ = [
+    "BaselineCache",
+    "Database",
+    "Experiment",
+    "FailureReason",
+    "Submission",
+    "SubmissionStatus",
+    "migrate",
+]

@@ -60,6 +60,16 @@ class SubmissionStatus(enum.StrEnum):
         return self in (SubmissionStatus.SCORED, SubmissionStatus.FAILED)
 
 
+class FailureReason(enum.StrEnum):
+    """Why an evaluation failed, in classes an operator acts on (the `reason` label of the metrics)."""
+
+    SETUP = "setup"  # before the test split was loaded: the snapshot, its config, the backend's set-up
+    EVALUATION = "evaluation"  # after it was loaded: loading or running the model on the test prompts
+    TIMEOUT = "timeout"  # the evaluation passed its hard timeout and was killed
+    INTERRUPTED = "interrupted"  # its workers stopped too many times (AUTORL_MAX_EVAL_ATTEMPTS)
+    CANCELLED = "cancelled"  # the experiment finished before it was evaluated
+
+
 class ExperimentStatus(enum.StrEnum):
     PENDING = "pending"  # registered; the agent's budget has not started
     RUNNING = "running"  # budget started
@@ -138,6 +148,12 @@ class Submission(Base):
     error: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     reused_from: Mapped[int | None] = mapped_column(Integer)  # id whose score identical weights reused
+    # While queued: the id of the identical submission of the same experiment being evaluated now,
+    # whose result this one takes instead of being evaluated again.
+    waits_for: Mapped[int | None] = mapped_column(Integer)
+    failure_reason: Mapped[FailureReason | None] = mapped_column(
+        Enum(FailureReason, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
+    )
     eval_seconds: Mapped[float | None] = mapped_column(Float)
     worker: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -16,6 +16,7 @@ from autorl.store.models import (
     BaselineCache,
     Experiment,
     ExperimentStatus,
+    FailureReason,
     Submission,
     SubmissionStatus,
     utcnow,
@@ -113,6 +114,7 @@ def finish_experiment(
         .values(
             status=SubmissionStatus.FAILED,
             error=CANCELLED_ERROR,
+            failure_reason=FailureReason.CANCELLED,
             finished_at=experiment.finished_at,
             lease_expires_at=None,
         )
@@ -162,6 +164,39 @@ def reusable_result(session: Session, eval_key: str, fingerprint: str) -> Submis
     )
 
 
+def evaluation_in_flight(session: Session, experiment: Experiment, fingerprint: str) -> Submission | None:
+    """The experiment's own evaluation of identical files that is queued or running now (not one
+    that itself waits). Only the same experiment: another's would tell an agent, by the time its
+    score takes, that someone else submitted these files."""
+    return session.scalar(
+        select(Submission)
+        .where(
+            Submission.experiment_id == experiment.id,
+            Submission.eval_key == experiment.eval_key,
+            Submission.fingerprint == fingerprint,
+            _unevaluated(),
+            Submission.waits_for.is_(None),
+        )
+        .order_by(Submission.id)
+        .limit(1)
+    )
+
+
+def take_score(submission: Submission, earlier: Submission) -> None:
+    """Make ``submission`` scored with the score of ``earlier`` (identical files): reused, 0 s."""
+    now = utcnow()
+    submission.status = SubmissionStatus.SCORED
+    submission.score = earlier.score
+    submission.score_opencompass = earlier.score_opencompass
+    submission.score_flexible = earlier.score_flexible
+    submission.score_strict = earlier.score_strict
+    submission.n_samples = earlier.n_samples
+    submission.reused_from = earlier.reused_from or earlier.id
+    submission.waits_for = None
+    submission.eval_seconds = 0.0
+    submission.started_at = submission.finished_at = now
+
+
 def create_submission(
     session: Session,
     experiment: Experiment,
@@ -174,7 +209,10 @@ def create_submission(
     reuse_from: int | None = None,
 ) -> Submission:
     """Insert a submission. Identical files already scored under the same settings reuse that score
-    (`reuse_from` names the scored submission to take it from, e.g. a cached baseline)."""
+    (`reuse_from` names the scored submission to take it from, e.g. a cached baseline); identical
+    files of the same experiment being evaluated now are not evaluated again: the new submission
+    waits for that result (`settle_waiting`). Call with the experiment's row locked
+    (`get_experiment(for_update=True)`), so that this check and the evaluation's end are ordered."""
     submission = Submission(
         experiment_id=experiment.id,
         is_baseline=is_baseline,
@@ -189,16 +227,10 @@ def create_submission(
     if earlier is None or earlier.status != SubmissionStatus.SCORED:
         earlier = reusable_result(session, experiment.eval_key, fingerprint)
     if earlier is not None:
-        now = utcnow()
-        submission.status = SubmissionStatus.SCORED
-        submission.score = earlier.score
-        submission.score_opencompass = earlier.score_opencompass
-        submission.score_flexible = earlier.score_flexible
-        submission.score_strict = earlier.score_strict
-        submission.n_samples = earlier.n_samples
-        submission.reused_from = earlier.reused_from or earlier.id
-        submission.eval_seconds = 0.0
-        submission.started_at = submission.finished_at = now
+        take_score(submission, earlier)
+    else:
+        twin = evaluation_in_flight(session, experiment, fingerprint)
+        submission.waits_for = twin.id if twin is not None else None
     session.add(submission)
     session.flush()
     return submission
@@ -239,13 +271,18 @@ def baseline_submission(session: Session, experiment: Experiment) -> Submission 
 
 def queue_position(session: Session, submission: Submission) -> int:
     """1-based position among its own experiment's queued submissions (oldest first); 0 when it is
-    not waiting. Other experiments' queues are never counted: they are not the caller's to see."""
+    not waiting. Other experiments' queues are never counted: they are not the caller's to see.
+    A submission waiting for an identical one's evaluation has that one's position (0 once it runs)."""
     if submission.status != SubmissionStatus.QUEUED:
         return 0
+    if submission.waits_for is not None:
+        evaluated = session.get(Submission, submission.waits_for)
+        return queue_position(session, evaluated) if evaluated is not None else 0
     ahead = session.scalar(
         select(func.count(Submission.id)).where(
             Submission.experiment_id == submission.experiment_id,
             Submission.status == SubmissionStatus.QUEUED,
+            Submission.waits_for.is_(None),
             Submission.id < submission.id,
         )
     )
@@ -269,13 +306,7 @@ def claim(session: Session, submission_id: int, *, worker: str, lease_s: float) 
     now = utcnow()
     result = session.execute(
         update(Submission)
-        .where(
-            Submission.id == submission_id,
-            or_(
-                Submission.status == SubmissionStatus.QUEUED,
-                (Submission.status == SubmissionStatus.RUNNING) & (Submission.lease_expires_at < now),
-            ),
-        )
+        .where(Submission.id == submission_id, _claimable(now))
         .values(
             status=SubmissionStatus.RUNNING,
             attempts=Submission.attempts + 1,
@@ -315,7 +346,9 @@ def record_score(
     protocol: str = "opencompass",
 ) -> bool:
     """Write a result, only if this worker still holds the submission (no double counting).
-    The headline `score` is the experiment's protocol; the others are kept beside it."""
+    The headline `score` is the experiment's protocol; the others are kept beside it. The
+    submissions waiting for this evaluation take the same result."""
+    lock_experiment_of(session, submission_id)
     result = session.execute(
         update(Submission)
         .where(
@@ -344,10 +377,16 @@ def record_score(
     session.refresh(submission)
     if submission.is_baseline:
         remember_baseline(session, submission)
+    settle_waiting(session, submission)
     return True
 
 
-def record_failure(session: Session, submission_id: int, *, error: str, worker: str | None = None) -> bool:
+def record_failure(
+    session: Session, submission_id: int, *, error: str, reason: FailureReason, worker: str | None = None
+) -> bool:
+    """Fail a submission that is not final yet (only while ``worker`` holds it, if given). The
+    submissions waiting for it are not failed with it: the first of them is evaluated itself."""
+    lock_experiment_of(session, submission_id)
     stmt = update(Submission).where(
         Submission.id == submission_id,
         Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]),
@@ -356,10 +395,74 @@ def record_failure(session: Session, submission_id: int, *, error: str, worker: 
         stmt = stmt.where(Submission.worker == worker)
     result = session.execute(
         stmt.values(
-            status=SubmissionStatus.FAILED, error=error[-4000:], finished_at=utcnow(), lease_expires_at=None
+            status=SubmissionStatus.FAILED,
+            error=error[-4000:],
+            failure_reason=reason,
+            finished_at=utcnow(),
+            lease_expires_at=None,
         ).execution_options(synchronize_session=False)
     )
-    return result.rowcount == 1  # type: ignore[attr-defined]
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    failed = session.get(Submission, submission_id)
+    assert failed is not None
+    session.refresh(failed)
+    settle_waiting(session, failed)
+    return True
+
+
+def lock_experiment_of(session: Session, submission_id: int) -> None:
+    """Take the row lock of the submission's experiment (the lock `create_submission` runs under),
+    so that a submission cannot start waiting for an evaluation while that evaluation ends."""
+    session.execute(
+        select(Experiment.id)
+        .where(
+            Experiment.id
+            == select(Submission.experiment_id).where(Submission.id == submission_id).scalar_subquery()
+        )
+        .with_for_update()
+    )
+
+
+def settle_waiting(session: Session, evaluated: Submission) -> int:
+    """Hand a final evaluation's result to the submissions waiting for it: a score is theirs too
+    (reused, 0 s); after a failure the first of them is evaluated itself and the others wait for
+    that one. Returns how many took a score."""
+    waiting = session.scalars(
+        select(Submission)
+        .where(Submission.waits_for == evaluated.id, Submission.status == SubmissionStatus.QUEUED)
+        .order_by(Submission.id)
+    ).all()
+    if evaluated.status == SubmissionStatus.SCORED:
+        for submission in waiting:
+            take_score(submission, evaluated)
+            if submission.is_baseline:
+                session.flush()
+                remember_baseline(session, submission)
+        session.flush()
+        return len(waiting)
+    if evaluated.status == SubmissionStatus.FAILED and waiting:
+        first, *rest = waiting
+        first.waits_for = None
+        for submission in rest:
+            submission.waits_for = first.id
+        session.flush()
+    return 0
+
+
+def settle_orphaned_waiting(session: Session) -> int:
+    """Settle the waiting submissions whose evaluation is final (a safety net for the reconciler)."""
+    evaluated = session.scalars(
+        select(Submission).where(
+            Submission.id.in_(
+                select(Submission.waits_for).where(
+                    Submission.waits_for.is_not(None), Submission.status == SubmissionStatus.QUEUED
+                )
+            ),
+            Submission.status.in_([SubmissionStatus.SCORED, SubmissionStatus.FAILED]),
+        )
+    ).all()
+    return sum(settle_waiting(session, submission) for submission in evaluated)
 
 
 def release(session: Session, submission_id: int, *, worker: str, error: str) -> None:
@@ -391,10 +494,14 @@ class Claimable:
 
 
 def _claimable(now: datetime) -> ColumnElement[bool]:
-    """Queued, or running under a lease that expired (its worker is gone)."""
-    return or_(
-        Submission.status == SubmissionStatus.QUEUED,
-        and_(Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at < now),
+    """Queued, or running under a lease that expired (its worker is gone); never one that waits
+    for an identical submission's evaluation."""
+    return and_(
+        Submission.waits_for.is_(None),
+        or_(
+            Submission.status == SubmissionStatus.QUEUED,
+            and_(Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at < now),
+        ),
     )
 
 

@@ -1,7 +1,9 @@
 """The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, driven by Selenium)
 against a grader served over HTTP with its data in Postgres: sign in, read the experiments table,
-open an experiment, see its chart and a new submission arrive without a reload. The screenshot is
-kept in the test's tmp folder (their paths are printed)."""
+open an experiment, see its chart and a new submission arrive without a reload, and an agent's
+token refused on every dashboard route. The screenshots are test artifacts in the test's folder
+under pytest's basetemp (`<basetemp>/test_operator_signs_in_and_wat0/dashboard-*.png`; their
+paths are printed)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from autorl.settings import Settings
 from autorl.store import Database
 from autorl_grader.main import create_app
+from tests.support.dashboard import dashboard_routes
 from tests.support.infra import serve
 from tests.support.runs import SeededExperiment, add_submission, create_experiment, finish, scores
 
@@ -103,7 +106,8 @@ def test_operator_signs_in_and_watches_an_experiment_live(
     ended = create_experiment(db, tmp_path / "ended-workspace", started_minutes_ago=2)
     finish(db, ended.name, "timed_out")
     assert settings.admin_token is not None
-    with serve(create_app(settings, reconcile=False)) as grader:
+    app = create_app(settings, reconcile=False)
+    with serve(app) as grader:
         # Signing in: the dashboard sends a stranger to the form first.
         browser.get(f"{grader.url}/ui")
         assert browser.current_url == f"{grader.url}/ui/login"
@@ -174,10 +178,13 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         # The agent's capability URL leads to no dashboard, and its bearer token is refused.
         browser.get(f"{grader.url}/a/{run.token}/ui")
         assert "Experiments" not in browser.page_source and "Not Found" in browser.page_source
-        refused = httpx.get(
-            f"{grader.url}/ui/api/experiments", headers={"Authorization": f"Bearer {run.token}"}
-        )
-        assert refused.status_code == 403
+        routes = dashboard_routes(app)  # every route the app serves under /ui, as enumerated there
+        assert {("GET", "/ui"), ("GET", "/ui/api/experiments")} <= set(routes)
+        for method, path in routes:
+            refused = httpx.request(
+                method, f"{grader.url}{path}", headers={"Authorization": f"Bearer {run.token}"}
+            )
+            assert refused.status_code == 403, (method, path, refused.status_code)
 
         # Signing out ends the session.
         browser.get(f"{grader.url}/ui")

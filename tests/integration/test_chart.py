@@ -220,6 +220,23 @@ def test_gpu_workers_get_gpus_node_selector_and_tolerations() -> None:
     assert json.loads(env["AUTORL_AGENT_NODE_SELECTOR"]) == GPU["agents"]["nodeSelector"]
 
 
+@pytest.mark.parametrize("port", [9100, 0])
+def test_evaluator_serves_its_metrics_on_a_named_port_unless_disabled(port: int) -> None:
+    documents = render(merge(IMAGES, {"evaluator": {"metricsPort": port}}))
+    container = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-evaluator"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    if port:
+        assert container["ports"] == [{"name": "metrics", "containerPort": port}]
+        assert (env["AUTORL_WORKER_METRICS_PORT"], env["AUTORL_WORKER_METRICS_HOST"]) == (
+            str(port),
+            "0.0.0.0",
+        )
+    else:
+        assert "ports" not in container and "AUTORL_WORKER_METRICS_PORT" not in env
+
+
 def test_ingress_exposes_the_grader_service() -> None:
     documents = render(merge(IMAGES, INGRESS))
     ingress = of_kind(documents, "Ingress")[f"{RELEASE}-autorl-grader"]
@@ -298,6 +315,7 @@ def test_helm_test_pod_checks_the_grader_health() -> None:
         {"agents": {"idRange": {"start": 0}}},
         {"agents": {"clusterCIDRs": ["10.0.0.0"]}},
         {"grader": {"adminPort": 70000}},
+        {"evaluator": {"metricsPort": 70000}},
         {"postgresql": {"auth": {"existingSecretKey": ""}}},
     ],
 )

@@ -10,12 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from autorl.settings import Settings
 from autorl.store import Database
-from autorl_grader.api.routes import ui
 from autorl_grader.dashboard.assets import (
     ASSETS,
     CHARTJS_FILE,
@@ -26,6 +24,7 @@ from autorl_grader.dashboard.assets import (
 from autorl_grader.dashboard.log_tail import MAX_TAIL_BYTES
 from autorl_grader.dashboard.session import COOKIE_NAME, SessionSigner
 from autorl_grader.main import create_app
+from tests.support.dashboard import dashboard_routes
 from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
@@ -73,16 +72,6 @@ def sign_in(client: TestClient, token: str) -> str:
     return response.cookies[COOKIE_NAME]
 
 
-def dashboard_routes() -> list[tuple[str, str]]:
-    """Every dashboard route, with an example path: a new route is covered by itself."""
-    found = []
-    for route in ui.router.routes:
-        if isinstance(route, APIRoute):
-            path = route.path.replace("{name}", "some-exp").replace("{path:path}", CHARTJS_FILE)
-            found.extend((method, path) for method in sorted(route.methods))
-    return found
-
-
 def test_sign_in_sets_a_secure_http_only_strict_cookie_that_is_not_the_token(
     client: TestClient, admin_token: str
 ) -> None:
@@ -116,7 +105,7 @@ def test_wrong_tokens_do_not_sign_in(client: TestClient, run: SeededExperiment) 
 def test_agent_credentials_are_refused_on_every_dashboard_route(
     client: TestClient, admin_token: str, run: SeededExperiment
 ) -> None:
-    routes = dashboard_routes()
+    routes = dashboard_routes(client.app)  # type: ignore[arg-type]
     assert len(routes) >= 9, routes
     signed_in_cookie = sign_in(client, admin_token)
     for method, path in routes:

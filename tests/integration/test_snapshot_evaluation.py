@@ -262,7 +262,7 @@ def test_the_reconciler_removes_snapshots_no_evaluation_needs(
     import os
     import time
 
-    from autorl.store import Database
+    from autorl.store import Database, FailureReason
     from autorl.store import repository as repo
     from autorl_grader.reconciler import reconcile_once
 
@@ -277,7 +277,7 @@ def test_the_reconciler_removes_snapshots_no_evaluation_needs(
     os.utime(orphan, (old, old))
     db = Database(settings.database_url or "")
     with db.session() as session:  # failed without its worker, as after too many interrupted attempts
-        assert repo.record_failure(session, done, error="interrupted")
+        assert repo.record_failure(session, done, error="interrupted", reason=FailureReason.INTERRUPTED)
     db.dispose()
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
     with db.session() as session:

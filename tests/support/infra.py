@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from redis import Redis
@@ -73,12 +74,17 @@ def private_redis(run_id: str, workdir: Path) -> Iterator[str]:
         yield url
     finally:
         client.close()
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server, timeout_s=10)
+
+
+def stop_process(process: subprocess.Popen[Any], *, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from autorl.store import Database
+from autorl.store import Database, FailureReason
 from autorl.store import repository as repo
 
 WORKER = "test-worker"
@@ -92,7 +92,13 @@ def add_submission(
         if scores is not None:
             repo.record_score(session, submission_id, worker=WORKER, scores=scores, n_samples=10, seconds=1.5)
         else:
-            repo.record_failure(session, submission_id, error=error or "failed", worker=WORKER)
+            repo.record_failure(
+                session,
+                submission_id,
+                error=error or "failed",
+                reason=FailureReason.EVALUATION,
+                worker=WORKER,
+            )
     return submission_id
 
 

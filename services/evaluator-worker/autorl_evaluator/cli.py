@@ -4,18 +4,53 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("worker", help="evaluate queued submissions (settings from AUTORL_* variables)")
     parser.add_argument("--burst", action="store_true", help="exit once nothing is left to evaluate")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve this worker's Prometheus metrics on this port (env AUTORL_WORKER_METRICS_PORT; "
+        "default: not served)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default=os.environ.get("AUTORL_WORKER_METRICS_HOST", "127.0.0.1"),
+        help="address the metrics port listens on (env AUTORL_WORKER_METRICS_HOST; default 127.0.0.1)",
+    )
     parser.set_defaults(func=run)
 
 
+def metrics_port(flag: int | None) -> int | None:
+    """The metrics port from --metrics-port, else AUTORL_WORKER_METRICS_PORT; None: not served."""
+    from autorl.cli import UsageError
+
+    if flag is not None:
+        if not 0 < flag < 65536:
+            raise UsageError(f"--metrics-port {flag} is not a port number (1-65535)")
+        return flag
+    value = os.environ.get("AUTORL_WORKER_METRICS_PORT", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise UsageError(
+            f"AUTORL_WORKER_METRICS_PORT={value!r} is not a port number (1-65535); "
+            "unset it to serve no metrics"
+        )
+    return int(value)
+
+
 def run(args: argparse.Namespace) -> int:
+    from autorl.cli import UsageError
     from autorl.settings import load_settings
     from autorl.store import Database, migrate
+    from autorl_evaluator.metrics import WorkerMetrics
 
+    port = metrics_port(args.metrics_port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings()
     settings.require_store_credentials()
@@ -23,10 +58,18 @@ def run(args: argparse.Namespace) -> int:
     db = Database(settings.database_url)
     db.wait_until_ready()
     migrate(db)
+    metrics = WorkerMetrics()
+    if port is not None:
+        try:
+            metrics.serve(args.metrics_host, port)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot serve metrics on {args.metrics_host}:{port} ({exc}); pick a free --metrics-port"
+            ) from exc
     if not settings.redis_url:
         from autorl_evaluator.local_worker import LocalWorker
 
-        return LocalWorker(settings).run(burst=args.burst)
+        return LocalWorker(settings, metrics=metrics).run(burst=args.burst)
 
     from redis import Redis
 
@@ -41,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         key_prefix=settings.redis_key_prefix,
         dispatcher=dispatcher,
         db=db,
+        metrics=metrics,
     )
     worker.feed()  # what waited in the database while no worker ran
     # RQ shuts down in two stages on its own: the first SIGTERM finishes the job, a second kills it.

@@ -27,7 +27,7 @@ from typing import Any
 from autorl.errors import AutoRLError
 from autorl.settings import Settings, load_settings
 from autorl.snapshot import remove_snapshot
-from autorl.store import Database, Experiment, Submission
+from autorl.store import Database, Experiment, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
 from autorl_evaluator.failures import agent_message, operator_detail
@@ -153,7 +153,8 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
                 message.splitlines()[0][:300],
             )
         with db.session() as session:
-            final = repo.record_failure(session, submission_id, error=message, worker=worker)
+            reason = FailureReason.EVALUATION if test_data_loaded else FailureReason.SETUP
+            final = repo.record_failure(session, submission_id, error=message, reason=reason, worker=worker)
         if final and snapshot:
             _remove_snapshot(settings, snapshot)
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}

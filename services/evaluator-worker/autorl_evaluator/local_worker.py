@@ -19,8 +19,9 @@ import time
 
 from autorl.errors import ServiceUnavailableError
 from autorl.settings import Settings
-from autorl.store import Database
+from autorl.store import Database, FailureReason
 from autorl.store import repository as repo
+from autorl_evaluator.metrics import WorkerMetrics
 from autorl_evaluator.warm_child import WarmChild
 
 log = logging.getLogger("autorl.evaluator.local")
@@ -32,10 +33,11 @@ GPU_POLL_INTERVAL_S = 5.0
 
 
 class LocalWorker:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: WorkerMetrics | None = None) -> None:
         assert settings.database_url is not None
         self.settings = settings
         self.db = Database(settings.database_url)
+        self.metrics = metrics or WorkerMetrics()
         self.stopping = False
         self.child: subprocess.Popen[bytes] | None = None
         self.warm = WarmChild() if settings.eval_warm_worker else None
@@ -96,6 +98,10 @@ class LocalWorker:
         self.wait_for_gpu_share()
         if self.stopping:
             return
+        with self.metrics.evaluation(self.db, submission_id):
+            self.run_child(submission_id)
+
+    def run_child(self, submission_id: int) -> None:
         timeout = self.settings.eval_timeout_s + CHILD_MARGIN_S
         if self.warm is not None:
             try:
@@ -123,6 +129,7 @@ class LocalWorker:
                 submission_id,
                 error=f"evaluation exceeded its hard timeout of {self.settings.eval_timeout_s} s and was "
                 "stopped (AUTORL_EVAL_TIMEOUT_S)",
+                reason=FailureReason.TIMEOUT,
             )
 
 

@@ -30,6 +30,7 @@ from rq.serializers import JSONSerializer
 from autorl.errors import AutoRLError
 from autorl.queue import EVALUATE_JOB, Dispatcher, job_id
 from autorl.store import Database
+from autorl_evaluator.metrics import WorkerMetrics
 
 log = logging.getLogger("autorl.evaluator.rq")
 
@@ -102,6 +103,7 @@ class EvaluationOnly:
         key_prefix: str,
         dispatcher: Dispatcher | None = None,
         db: Database | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         super().__init__(  # type: ignore[call-arg]
             queues, connection=connection, job_class=EvaluationJob, serializer=JSONSerializer
@@ -109,6 +111,7 @@ class EvaluationOnly:
         self.key_prefix = key_prefix
         self.dispatcher = dispatcher
         self.db = db
+        self.metrics = metrics
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         reason = refusal(job, self.key_prefix)
@@ -116,7 +119,11 @@ class EvaluationOnly:
             self.discard(job.id, queue, reason)
             return
         self.feed()
-        super().execute_job(job, queue)  # type: ignore[misc]
+        if self.metrics is None or self.db is None:
+            super().execute_job(job, queue)  # type: ignore[misc]
+            return
+        with self.metrics.evaluation(self.db, job.args[0]):
+            super().execute_job(job, queue)  # type: ignore[misc]
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None

@@ -7,7 +7,7 @@ import logging
 import threading
 
 from autorl.errors import ServiceUnavailableError
-from autorl.store import SubmissionStatus
+from autorl.store import FailureReason, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.state import GraderState
 from autorl_grader.submissions import prune_orphan_snapshots
@@ -27,6 +27,7 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
                     submission.id,
                     error=f"evaluation was interrupted {submission.attempts} times (its worker stopped); "
                     "submit again or ask an operator to check the evaluator workers",
+                    reason=FailureReason.INTERRUPTED,
                 )
                 failed += 1
             else:
@@ -34,11 +35,18 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
                 submission.worker = None
                 submission.lease_expires_at = None
                 requeued += 1
+        settled = repo.settle_orphaned_waiting(session)
     enqueued = state.dispatcher.dispatch(state.db)
     prune_orphan_snapshots(state)
-    if requeued or failed or enqueued:
-        log.info("event=reconciled requeued=%d failed=%d enqueued=%d", requeued, failed, enqueued)
-    return {"requeued": requeued, "failed": failed, "enqueued": enqueued}
+    if requeued or failed or enqueued or settled:
+        log.info(
+            "event=reconciled requeued=%d failed=%d enqueued=%d settled=%d",
+            requeued,
+            failed,
+            enqueued,
+            settled,
+        )
+    return {"requeued": requeued, "failed": failed, "enqueued": enqueued, "settled": settled}
 
 
 class Reconciler(threading.Thread):

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from autorl.errors import ServiceUnavailableError
-from autorl.store import repository as repo
 from autorl_grader.api.deps import AdminDep, StateDep
+from autorl_grader.metrics import render
 
 router = APIRouter(tags=["ops"])
 
@@ -29,15 +30,7 @@ def readyz(state: StateDep) -> Any:
     return {"status": "ready", "queue": state.dispatcher.kind}
 
 
-@router.get("/metrics", response_class=PlainTextResponse, dependencies=[AdminDep])
-def metrics(state: StateDep) -> str:
-    gauges: dict[str, float] = {}
-    try:
-        with state.db.session() as session:
-            gauges["autorl_submissions_in_flight"] = repo.in_flight_count(session)
-            gauges["autorl_experiments"] = len(repo.list_experiments(session))
-    except ServiceUnavailableError:
-        gauges["autorl_database_up"] = 0
-    else:
-        gauges["autorl_database_up"] = 1
-    return state.metrics.render(gauges)
+@router.get("/metrics", response_class=Response, dependencies=[AdminDep])
+def metrics(state: StateDep) -> Response:
+    """Prometheus text exposition (docs/OPERATIONS.md lists every metric)."""
+    return Response(render(state.metrics), media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -1,0 +1,264 @@
+"""Identical submissions of one experiment in flight at the same time are evaluated once.
+
+Real concurrency through a grader served over HTTP, on Postgres and on SQLite: the copies are
+submitted together, exactly one of them is handed to evaluators, the others wait for its result
+and take its score; after a failure the next copy is evaluated itself. Another experiment's
+identical files are never waited for (that would tell its agent, by the time a score takes, that
+someone else submitted them)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from autorl.settings import Settings
+from autorl.store import Database, FailureReason, Submission, SubmissionStatus
+from autorl.store import repository as repo
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.infra import serve
+
+WORKER = "test-worker"
+COPIES = 4
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("fresh_pg_url")
+        return url
+    return f"sqlite:///{tmp_path / 'autorl.db'}"
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], database_url: str) -> Settings:
+    return make_settings(database_url=database_url, submit_wait_s=0.0)
+
+
+@pytest.fixture
+def grader(settings: Settings) -> Iterator[httpx.Client]:
+    with (
+        serve(create_app(settings, reconcile=False)) as served,
+        httpx.Client(base_url=served.url, timeout=60) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def db(settings: Settings, grader: httpx.Client) -> Iterator[Database]:
+    database = Database(settings.database_url or "")
+    yield database
+    database.dispose()
+
+
+def new_experiment(grader: httpx.Client, settings: Settings, base: Path, root: Path) -> RegisteredExperiment:
+    return register(grader, settings, base, make_workspace(root))  # type: ignore[arg-type]
+
+
+def identical_copies(experiment: RegisteredExperiment, base: Path, count: int) -> list[str]:
+    """``count`` folders with the same files (not the base model's: those would wait for the baseline)."""
+    first = copy_model(base, experiment.output_dir / "copy-0", unique=True)
+    for i in range(1, count):
+        shutil.copytree(first, experiment.output_dir / f"copy-{i}")
+    return [f"output/copy-{i}" for i in range(count)]
+
+
+def submit_together(grader: httpx.Client, experiment: RegisteredExperiment, paths: list[str]) -> list[int]:
+    barrier = threading.Barrier(len(paths))
+    ids: list[int] = []
+    errors: list[str] = []
+
+    def one(path: str) -> None:
+        barrier.wait()
+        response = grader.post(
+            f"{experiment.url_path}/submit", json={"model_path": path}, params={"wait": "false"}
+        )
+        if response.status_code == 202:
+            ids.append(response.json()["submission_id"])
+        else:
+            errors.append(response.text)
+
+    threads = [threading.Thread(target=one, args=(path,)) for path in paths]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return sorted(ids)
+
+
+def rows(db: Database, ids: list[int]) -> dict[int, Submission]:
+    with db.session() as session:
+        found = {i: session.get(Submission, i) for i in ids}
+        session.expunge_all()
+    return {i: row for i, row in found.items() if row is not None}
+
+
+def evaluate_with(db: Database, submission_id: int, *, score: float | None) -> None:
+    """What a worker does: claim, then record a score (or an evaluator failure)."""
+    with db.session() as session:
+        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+    with db.session() as session:
+        if score is None:
+            repo.record_failure(
+                session, submission_id, error="out of memory", reason=FailureReason.EVALUATION, worker=WORKER
+            )
+        else:
+            scores = {"opencompass": score, "flexible": score, "strict": score}
+            assert repo.record_score(
+                session, submission_id, worker=WORKER, scores=scores, n_samples=5, seconds=2.0
+            )
+
+
+def claimable(db: Database) -> set[int]:
+    with db.session() as session:
+        return {c.submission_id for c in repo.claimable_in_fair_order(session)}
+
+
+def agent_view(grader: httpx.Client, experiment: RegisteredExperiment, submission_id: int) -> dict[str, Any]:
+    body: dict[str, Any] = grader.get(f"{experiment.url_path}/submissions/{submission_id}").json()
+    return body
+
+
+def test_concurrent_identical_submissions_share_one_evaluation(
+    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
+    ids = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, COPIES))
+    assert len(ids) == COPIES
+    first, *others = ids
+    found = rows(db, ids)
+    # One evaluation is queued; every other copy waits for it, not for one another.
+    assert found[first].waits_for is None
+    assert {found[i].waits_for for i in others} == {first}
+    assert claimable(db) & set(ids) == {first}
+    with db.session() as session:  # a worker handed a waiting copy's id anyway cannot take it
+        assert not repo.claim(session, others[0], worker=WORKER, lease_s=60)
+    assert all(agent_view(grader, experiment, i)["status"] == "queued" for i in ids)
+    # Each copy is where the evaluation it waits for is; a later submission is not behind them.
+    assert {agent_view(grader, experiment, i)["queue_position"] for i in ids} == {1}
+    copy_model(tiny_base_model, experiment.output_dir / "other", unique=True)
+    [later] = submit_together(grader, experiment, ["output/other"])
+    assert agent_view(grader, experiment, later)["queue_position"] == 2
+    with db.session() as session:
+        assert repo.claim(session, first, worker=WORKER, lease_s=60)
+    assert {agent_view(grader, experiment, i)["queue_position"] for i in others} == {0}
+    assert agent_view(grader, experiment, later)["queue_position"] == 1
+    with db.session() as session:  # back in the queue, as the reconciler leaves a dead worker's
+        repo.release(session, first, worker=WORKER, error="worker stopped")
+
+    evaluate_with(db, first, score=42.0)
+    for i in ids:
+        view = agent_view(grader, experiment, i)
+        assert (view["status"], view["score"]) == ("scored", 42.0), view
+    found = rows(db, ids)
+    assert [found[i].reused_from for i in others] == [first] * len(others)
+    assert all(found[i].eval_seconds == 0.0 and found[i].waits_for is None for i in others)
+    assert found[first].eval_seconds == 2.0
+
+
+def test_a_copy_of_the_base_model_waits_for_the_baseline_in_flight(
+    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
+    baseline = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
+    assert baseline.status_code == 202, baseline.text
+    baseline_id = baseline.json()["submission_id"]
+    shutil.copytree(tiny_base_model, experiment.output_dir / "untouched")
+    [copy_id] = submit_together(grader, experiment, ["output/untouched"])
+    assert rows(db, [copy_id])[copy_id].waits_for == baseline_id
+    evaluate_with(db, baseline_id, score=8.0)
+    view = agent_view(grader, experiment, copy_id)
+    assert (view["status"], view["score"], view["reused_from"]) == ("scored", 8.0, baseline_id)
+
+
+def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
+    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
+    first, second, third = submit_together(
+        grader, experiment, identical_copies(experiment, tiny_base_model, 3)
+    )
+    evaluate_with(db, first, score=None)
+    found = rows(db, [first, second, third])
+    assert found[first].status == SubmissionStatus.FAILED
+    assert found[first].failure_reason == FailureReason.EVALUATION
+    assert (found[second].status, found[second].waits_for) == (SubmissionStatus.QUEUED, None)
+    assert (found[third].status, found[third].waits_for) == (SubmissionStatus.QUEUED, second)
+    assert claimable(db) & {first, second, third} == {second}
+    evaluate_with(db, second, score=17.0)
+    assert agent_view(grader, experiment, third)["score"] == 17.0
+    assert agent_view(grader, experiment, first)["status"] == "failed"
+
+
+def test_another_experiments_identical_evaluation_is_never_waited_for(
+    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    mine = new_experiment(grader, settings, tiny_base_model, tmp_path / "mine")
+    theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs")
+    [path] = identical_copies(theirs, tiny_base_model, 1)
+    shutil.copytree(theirs.workspace / path, mine.workspace / path)
+    [their_id] = submit_together(grader, theirs, [path])
+    [my_id] = submit_together(grader, mine, [path])
+    found = rows(db, [their_id, my_id])
+    assert found[their_id].fingerprint == found[my_id].fingerprint
+    assert found[my_id].waits_for is None
+    assert {their_id, my_id} <= claimable(db)
+
+
+def test_an_evaluation_ending_while_a_copy_is_submitted_still_hands_it_the_score(
+    settings: Settings, db: Database, tiny_base_model: Path, grader: httpx.Client, tmp_path: Path
+) -> None:
+    """The copy's check and the evaluation's end are ordered by the experiment's row lock: the
+    evaluation cannot end between the copy's "wait for it" and its commit (it would miss the copy)."""
+    if db.is_sqlite:
+        pytest.skip("SQLite runs one write transaction at a time (BEGIN IMMEDIATE): nothing interleaves")
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
+    [first] = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, 1))
+    with db.session() as session:
+        assert repo.claim(session, first, worker=WORKER, lease_s=60)
+        fingerprint = repo.get_submission(session, first).fingerprint
+    copy_inserted, scored = threading.Event(), threading.Event()
+
+    def end_the_evaluation() -> None:
+        copy_inserted.wait()
+        with db.session() as session:
+            scores = {"opencompass": 55.0}
+            repo.record_score(session, first, worker=WORKER, scores=scores, n_samples=5, seconds=1.0)
+        scored.set()
+
+    worker = threading.Thread(target=end_the_evaluation)
+    worker.start()
+    with db.session() as session:  # as the grader's accept(): lock, check, insert, commit
+        locked = repo.get_experiment(session, experiment.name, for_update=True)
+        copy = repo.create_submission(session, locked, model_path="output/copy", fingerprint=fingerprint)
+        assert copy.waits_for == first
+        copy_id = copy.id
+        copy_inserted.set()
+        time.sleep(1.0)
+        assert not scored.is_set()  # the evaluation's end waits for this commit
+    worker.join(timeout=30)
+    assert scored.is_set()
+    found = rows(db, [copy_id])[copy_id]
+    assert (found.status, found.score, found.reused_from) == (SubmissionStatus.SCORED, 55.0, first)
+
+
+def test_the_reconciler_settles_copies_whose_evaluation_ended_without_them(
+    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
+    first, second = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, 2))
+    evaluate_with(db, first, score=12.5)
+    with db.session() as session:  # as if the copy had been committed after the evaluation's end
+        waiting = repo.get_submission(session, second)
+        waiting.status, waiting.score, waiting.waits_for = SubmissionStatus.QUEUED, None, first
+    with db.session() as session:
+        assert repo.settle_orphaned_waiting(session) == 1
+    assert agent_view(grader, experiment, second)["score"] == 12.5
