@@ -1,10 +1,10 @@
 """The GPU path as far as a machine without GPUs can take it.
 
 - The generated vLLM config loads with OpenCompass's own config loader (mmengine ``Config.fromfile``
-  in ``.venv-opencompass``), and OpenCompass's own ``LocalRunner`` allocates devices for it: for 1,
-  2, 3, 4 and 8 visible GPUs the tensor-parallel size, ``run_cfg.num_gpus``, the devices made
-  visible to OpenCompass and the devices its runner hands the inference task are one number and
-  one list. Only the final start of the task is replaced by a record of it (no vLLM here).
+  in ``.venv-opencompass``), and OpenCompass's own ``LocalRunner`` allocates devices for it: for
+  Qwen2.5-0.5B, 1.5B and 7B shapes on 1, 2, 3, 4 and 8 visible GPUs the tensor-parallel size (derived
+  from the heads and the intermediate size), ``run_cfg.num_gpus``, the devices made visible to
+  OpenCompass and the devices its runner hands the inference task are one number and one list. Only the final start of the task is replaced by a record of it (no vLLM here).
 - The evaluator image's lock resolves for Linux x86_64 / Python 3.12 from package metadata alone.
 """
 
@@ -26,7 +26,7 @@ from autorl.tasks import get_task
 from autorl_evaluator.backends.opencompass import place, subprocess_environment
 from autorl_evaluator.model_settings import settings_for
 from autorl_evaluator.opencompass_config import ConfigInputs, render
-from autorl_evaluator.parallel import tensor_parallel_size
+from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
@@ -83,10 +83,20 @@ json.dump(results, open(sys.argv[2], 'w'))
 pytestmark = pytest.mark.skipif(not OC_PYTHON.exists(), reason="needs .venv-opencompass (make setup)")
 
 
-def _gpu_config(tmp_path: Path, worker_devices: str) -> tuple[Path, dict[str, str], int]:
+#: config.json sizes of the Qwen2.5 models (heads, KV heads, intermediate size).
+SHAPES = {
+    "qwen2.5-0.5b": ModelShape(attention_heads=14, kv_heads=2, intermediate_size=4864),
+    "qwen2.5-1.5b": ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960),
+    "qwen2.5-7b": ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944),
+}
+
+
+def _gpu_config(
+    tmp_path: Path, worker_devices: str, shape_name: str = "qwen2.5-1.5b"
+) -> tuple[Path, dict[str, str], int]:
     settings = load_settings(home=tmp_path / "home", eval_device=None)
     environ = {"CUDA_VISIBLE_DEVICES": worker_devices}
-    placement = place(settings, environ)
+    placement = place(settings, environ, SHAPES[shape_name])
     assert placement.gpu is not None
     model = settings_for({"model_type": "qwen2", "max_position_embeddings": 32768})
     inputs = ConfigInputs(
@@ -97,7 +107,7 @@ def _gpu_config(tmp_path: Path, worker_devices: str) -> tuple[Path, dict[str, st
         gpu=placement.gpu,
         cpu_batch_size=64,
     )
-    config = tmp_path / f"config-{worker_devices.replace(',', '_')}.py"
+    config = tmp_path / f"config-{shape_name}-{worker_devices.replace(',', '_')}.py"
     config.write_text(render(inputs))
     env = subprocess_environment(environ, run_dir=tmp_path, cache_dir=tmp_path / "cache", placement=placement)
     return config, env, placement.gpu.tensor_parallel_size
@@ -108,6 +118,7 @@ WORKER_VIEWS = ["0", "0,1", "0,1,2", "0,1,2,3", "0,1,2,3,4,5,6,7", "2,3,5"]
 
 @dataclass
 class Allocation:
+    shape: str
     worker_view: str
     tensor_parallel_size: int
     devices: list[int]
@@ -120,12 +131,13 @@ def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
     """Configs for each worker view, loaded and allocated by OpenCompass in one process."""
     root = tmp_path_factory.mktemp("gpu-config")
     prepared = []
-    for view in WORKER_VIEWS:
-        config, env, tp = _gpu_config(root, view)
-        prepared.append((view, config, env, tp))
+    for shape in SHAPES:
+        for view in WORKER_VIEWS:
+            config, env, tp = _gpu_config(root, view, shape)
+            prepared.append((shape, view, config, env, tp))
     cases = [
         {"config": str(config), "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"], "work_dir": str(root)}
-        for _, config, env, _ in prepared
+        for _, _, config, env, _ in prepared
     ]
     (root / "cases.json").write_text(json.dumps(cases))
     subprocess.run(
@@ -137,8 +149,8 @@ def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
     )
     results: list[dict[str, Any]] = json.loads((root / "out.json").read_text())
     return [
-        Allocation(view, tp, [int(d) for d in view.split(",")][:tp], env, result)
-        for (view, _, env, tp), result in zip(prepared, results, strict=True)
+        Allocation(shape, view, tp, [int(d) for d in view.split(",")][:tp], env, result)
+        for (shape, view, _, env, tp), result in zip(prepared, results, strict=True)
     ]
 
 
@@ -146,10 +158,18 @@ def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
 def test_one_value_drives_tensor_parallel_size_num_gpus_and_visible_devices(
     allocations: list[Allocation],
 ) -> None:
-    assert [a.tensor_parallel_size for a in allocations] == [1, 2, 2, 4, 8, 2]
+    sizes = {
+        shape: [a.tensor_parallel_size for a in allocations if a.shape == shape] for shape in SHAPES
+    }
+    # Worker views: 1, 2, 3, 4 and 8 GPUs, then 3 GPUs that are not the first ones.
+    assert sizes == {
+        "qwen2.5-0.5b": [1, 2, 2, 2, 2, 2],
+        "qwen2.5-1.5b": [1, 2, 2, 4, 4, 2],
+        "qwen2.5-7b": [1, 2, 2, 4, 4, 2],
+    }
     for allocation in allocations:
         tp, devices, result = allocation.tensor_parallel_size, allocation.devices, allocation.opencompass
-        assert tp == tensor_parallel_size(len(allocation.worker_view.split(",")))
+        assert tp == tensor_parallel_size(len(allocation.worker_view.split(",")), SHAPES[allocation.shape])
         assert allocation.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, devices))
         assert result["model_type"] == "VLLMwithChatTemplate"
         assert result["tensor_parallel_size"] == result["num_gpus"] == tp
@@ -183,7 +203,7 @@ def test_gpu_config_carries_the_reference_settings(allocations: list[Allocation]
 
 def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
     settings = load_settings(home=tmp_path / "home", eval_device="cpu")
-    placement = place(settings, {})
+    placement = place(settings, {}, SHAPES["qwen2.5-1.5b"])
     environ = {
         "PATH": "/usr/bin",
         "AUTORL_DATABASE_URL": "postgresql://user:pw-0a1b2c@db/autorl",

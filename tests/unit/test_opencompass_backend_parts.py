@@ -11,6 +11,7 @@ from autorl.errors import EvaluationError
 from autorl.settings import Settings
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.opencompass import place, read_summary_accuracy, redact, visible_gpus
+from autorl_evaluator.parallel import ModelShape
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
 
 HEADER = "dataset,version,metric,mode,submission\n"
@@ -36,12 +37,15 @@ def test_device_uuids_are_refused_with_the_fix() -> None:
 
 
 def test_placement(make_settings: Callable[..., Settings]) -> None:
-    assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}).gpu is None
-    assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}).gpu is None
-    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "4,5,6"}).gpu
+    shape = ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
+    assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}, shape).gpu is None
+    assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}, shape).gpu is None
+    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "4,5,6"}, shape).gpu
     assert gpu is not None and gpu.devices == (4, 5) and gpu.cuda_visible_devices == "4,5"
+    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, shape).gpu
+    assert gpu is not None and gpu.devices == (0, 1, 2, 3)  # 12 heads do not split over 8
     with pytest.raises(EvaluationError, match="no GPU is visible"):
-        place(make_settings(eval_device="cuda"), {"CUDA_VISIBLE_DEVICES": ""})
+        place(make_settings(eval_device="cuda"), {"CUDA_VISIBLE_DEVICES": ""}, shape)
 
 
 def test_summary_accuracy_is_read_and_a_dash_or_missing_row_is_no_score(tmp_path: Path) -> None:

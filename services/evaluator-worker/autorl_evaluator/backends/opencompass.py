@@ -53,7 +53,7 @@ from autorl_evaluator.opencompass_config import (
     GpuPlan,
     render,
 )
-from autorl_evaluator.parallel import tensor_parallel_size
+from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
 from autorl_evaluator.sanitize import build_view, remove_view
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
 
@@ -115,9 +115,9 @@ def _cuda_device_count() -> int:
     return int(torch.cuda.device_count())
 
 
-def place(settings: Settings, environ: Mapping[str, str]) -> Placement:
+def place(settings: Settings, environ: Mapping[str, str], shape: ModelShape) -> Placement:
     """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; otherwise vLLM on
-    ``tensor_parallel_size(visible GPUs)`` of them, the first ones."""
+    ``tensor_parallel_size(visible GPUs, shape)`` of them, the first ones."""
     if settings.eval_device == "cpu":
         return Placement(gpu=None)
     gpus = visible_gpus(environ)
@@ -127,7 +127,7 @@ def place(settings: Settings, environ: Mapping[str, str]) -> Placement:
                 f"AUTORL_EVAL_DEVICE={settings.eval_device} but no GPU is visible to the worker"
             )
         return Placement(gpu=None)
-    size = tensor_parallel_size(len(gpus))
+    size = tensor_parallel_size(len(gpus), shape)
     return Placement(gpu=GpuPlan(devices=tuple(gpus[:size])))
 
 
@@ -180,7 +180,6 @@ class OpenCompassBackend:
         if not problems:
             raise EvaluationError("no test problems to evaluate")
         command = _opencompass_command(settings.opencompass_bin)
-        placement = place(settings, os.environ)
         assert settings.eval_dir is not None
         root = settings.eval_dir / "opencompass"
         run_dir = root / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
@@ -188,9 +187,7 @@ class OpenCompassBackend:
         (run_dir / "home").mkdir()
         started = time.monotonic()
         try:
-            result = self._run(
-                command, model_dir, task, problems, settings, placement, run_dir, root / "cache"
-            )
+            result = self._run(command, model_dir, task, problems, settings, run_dir, root / "cache")
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
             remove_view(run_dir / "model")
@@ -210,7 +207,6 @@ class OpenCompassBackend:
         task: Task,
         problems: list[Problem],
         settings: Settings,
-        placement: Placement,
         run_dir: Path,
         cache_dir: Path,
     ) -> EvalResult:
@@ -220,6 +216,7 @@ class OpenCompassBackend:
         write_problems(data_dir / "train.jsonl", [])
         view = build_view(model_dir, run_dir / "model")
         model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
+        placement = place(settings, os.environ, ModelShape.from_config(model_config))
         check_prompts_render(view, task, problems, settings_for(model_config))
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
