@@ -11,6 +11,7 @@ from autorl.errors import EvaluationError
 from autorl.settings import Settings
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.opencompass import place, read_summary_accuracy, redact, visible_gpus
+from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
 from autorl_evaluator.parallel import ModelShape
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
 
@@ -102,3 +103,12 @@ def test_opencompass_shapes_turns_as_its_meta_template_does() -> None:
 def test_a_completion_is_cut_at_every_stop_word() -> None:
     text = "The answer is 4<|im_end|><|endoftext|><|endoftext|>"
     assert cut_at_stop_words(text, ["<|endoftext|>", "<|im_end|>"]) == "The answer is 4"
+
+
+def test_vllm_takes_no_more_memory_than_the_free_memory_gate_guarantees() -> None:
+    default = settings_for({"model_type": "qwen2"})
+    assert within_free_memory_gate(default, None).gpu_memory_utilization == 0.9
+    # A local worker sharing GPUs with an agent starts once 60 % is free: vLLM may take 60 %, so its
+    # own start-up check (free memory >= utilization x total) holds whenever the gate opened.
+    assert within_free_memory_gate(default, 0.6).gpu_memory_utilization == 0.6
+    assert within_free_memory_gate(default, 0.95).gpu_memory_utilization == 0.9

@@ -44,7 +44,7 @@ from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.failures import PublicEvaluationError
-from autorl_evaluator.model_settings import ModelSettings, settings_for
+from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.opencompass_config import (
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
@@ -217,7 +217,8 @@ class OpenCompassBackend:
         view = build_view(model_dir, run_dir / "model")
         model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
         placement = place(settings, os.environ, ModelShape.from_config(model_config))
-        check_prompts_render(view, task, problems, settings_for(model_config))
+        model_settings = within_free_memory_gate(settings_for(model_config), settings.eval_gpu_min_free_fraction)
+        check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
         config_path.write_text(
@@ -226,7 +227,7 @@ class OpenCompassBackend:
                     model_dir=view,
                     task=task,
                     max_out_len=max_out_len,
-                    model=settings_for(model_config),
+                    model=model_settings,
                     gpu=placement.gpu,
                     cpu_batch_size=settings.eval_batch_size or CPU_EVAL_BATCH_SIZE,
                 )
