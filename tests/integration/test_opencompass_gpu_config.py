@@ -4,7 +4,8 @@
   in ``.venv-opencompass``), and OpenCompass's own ``LocalRunner`` allocates devices for it: for
   Qwen2.5-0.5B, 1.5B and 7B shapes on 1, 2, 3, 4 and 8 visible GPUs the tensor-parallel size (derived
   from the heads and the intermediate size), ``run_cfg.num_gpus``, the devices made visible to
-  OpenCompass and the devices its runner hands the inference task are one number and one list. Only the final start of the task is replaced by a record of it (no vLLM here).
+  OpenCompass and the devices its runner hands the inference task are one number and one list.
+  Only the final start of the task is replaced by a record of it (no vLLM here).
 - The evaluator image's lock resolves for Linux x86_64 / Python 3.12 from package metadata alone.
 """
 
@@ -158,9 +159,7 @@ def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
 def test_one_value_drives_tensor_parallel_size_num_gpus_and_visible_devices(
     allocations: list[Allocation],
 ) -> None:
-    sizes = {
-        shape: [a.tensor_parallel_size for a in allocations if a.shape == shape] for shape in SHAPES
-    }
+    sizes = {shape: [a.tensor_parallel_size for a in allocations if a.shape == shape] for shape in SHAPES}
     # Worker views: 1, 2, 3, 4 and 8 GPUs, then 3 GPUs that are not the first ones.
     assert sizes == {
         "qwen2.5-0.5b": [1, 2, 2, 2, 2, 2],

@@ -12,8 +12,8 @@ from autorl.settings import Settings
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.opencompass import place, read_summary_accuracy, redact, visible_gpus
 from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
-from autorl_evaluator.parallel import ModelShape
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
+from autorl_evaluator.parallel import ModelShape
 
 HEADER = "dataset,version,metric,mode,submission\n"
 

@@ -36,7 +36,11 @@ class ModelShape:
         heads = source.get("num_attention_heads")
         kv_heads = source.get("num_key_value_heads", heads)
         intermediate = source.get("intermediate_size")
-        values = {"num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": intermediate}
+        values = {
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "intermediate_size": intermediate,
+        }
         bad = [name for name, value in values.items() if not isinstance(value, int) or value < 1]
         if bad:
             raise EvaluationError(

@@ -52,7 +52,7 @@ def fetch_split(base_url: str, task: str, target_dir: Path) -> Path:
     target = target_dir / task / "test.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as answer:  # noqa: S310 (scheme checked)
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as answer:
             body = answer.read(MAX_SPLIT_BYTES + 1)
     except (urllib.error.URLError, OSError) as exc:
         raise ConfigurationError(
@@ -79,7 +79,12 @@ def provide(tasks: Sequence[str], settings: Settings, *, source_url: str | None 
                 source_dir = Path(scratch)
             problems = task.load_test_problems(data_dir, source_dir=source_dir)
             cached[task.name] = data_dir / task.name / "test.jsonl"
-            log.info("event=test_data_ready task=%s problems=%d path=%s", task.name, len(problems), cached[task.name])
+            log.info(
+                "event=test_data_ready task=%s problems=%d path=%s",
+                task.name,
+                len(problems),
+                cached[task.name],
+            )
     return cached
 
 

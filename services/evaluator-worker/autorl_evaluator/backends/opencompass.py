@@ -217,7 +217,9 @@ class OpenCompassBackend:
         view = build_view(model_dir, run_dir / "model")
         model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
         placement = place(settings, os.environ, ModelShape.from_config(model_config))
-        model_settings = within_free_memory_gate(settings_for(model_config), settings.eval_gpu_min_free_fraction)
+        model_settings = within_free_memory_gate(
+            settings_for(model_config), settings.eval_gpu_min_free_fraction
+        )
         check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
