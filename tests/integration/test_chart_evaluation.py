@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ from autorl.settings import load_settings
 from autorl_evaluator.jobs import eval_settings
 from autorl_grader.evaluation import eval_key
 from tests.integration.test_chart import IMAGES, RELEASE, merge, of_kind, render
-from tests.support.infra import free_port
+from tests.support.infra import free_port, grader_process
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 EVALUATION_VALUES: dict[str, Any] = {
@@ -112,31 +110,19 @@ def chart_grader(
         "AUTORL_SNAPSHOT_DIR": str(tmp_path / "snapshots"),
         "AUTORL_PUBLIC_URL": f"http://127.0.0.1:{agent_port}",
     }
-    process = subprocess.Popen(
-        [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(agent_port), "--admin-port", str(admin_port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    command = [
+        AUTORL,
+        "grader",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(agent_port),
+        "--admin-port",
+        str(admin_port),
+    ]
     admin = f"http://127.0.0.1:{admin_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not _healthy(admin):
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the grader did not start"
-            time.sleep(0.2)
+    with grader_process(command, env, [admin]):
         yield admin, token, fresh_queue_prefix
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
