@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,10 +11,17 @@ import pytest
 from autorl.errors import EvaluationError
 from autorl.settings import Settings
 from autorl.tasks.base import Problem
-from autorl_evaluator.backends.opencompass import place, read_summary_accuracy, redact, visible_gpus
+from autorl_evaluator.backends.opencompass import (
+    place,
+    read_predictions,
+    read_summary_accuracy,
+    redact,
+    visible_gpus,
+)
 from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
+from autorl_evaluator.model_size import weight_bytes
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
-from autorl_evaluator.parallel import ModelShape
+from autorl_evaluator.parallel import ModelShape, fits_one_gpu
 
 HEADER = "dataset,version,metric,mode,submission\n"
 
@@ -112,3 +120,61 @@ def test_vllm_takes_no_more_memory_than_the_free_memory_gate_guarantees() -> Non
     # own start-up check (free memory >= utilization x total) holds whenever the gate opened.
     assert within_free_memory_gate(default, 0.6).gpu_memory_utilization == 0.6
     assert within_free_memory_gate(default, 0.95).gpu_memory_utilization == 0.9
+
+
+def test_a_model_that_fits_one_gpu_gets_one_replica_per_gpu(make_settings: Callable[..., Settings]) -> None:
+    shape = ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
+    settings = make_settings(eval_device=None)
+    gpu = place(settings, {"CUDA_VISIBLE_DEVICES": "2,3,5"}, shape, fits_one_gpu=True).gpu
+    assert (
+        gpu is not None and gpu.devices == (2, 3, 5) and gpu.replicas == 3 and gpu.tensor_parallel_size == 1
+    )
+    single = place(settings, {"CUDA_VISIBLE_DEVICES": "4"}, shape, fits_one_gpu=True).gpu
+    assert single is not None and single.replicas == 1 and single.devices == (4,)
+    sharded = place(settings, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, shape, fits_one_gpu=False).gpu
+    assert sharded is not None and sharded.replicas == 1 and sharded.tensor_parallel_size == 4
+
+
+def test_fitting_one_gpu_leaves_half_of_vllms_share_to_the_kv_cache() -> None:
+    h200 = 141 * 1024**3
+    qwen_7b = 7_615_616_512 * 2  # bf16
+    assert fits_one_gpu(qwen_7b, h200, 0.9)  # 15 GB of weights under 63 GB
+    assert not fits_one_gpu(qwen_7b, 24 * 1024**3, 0.9)  # a 24 GB card: shard it
+    assert fits_one_gpu(int(0.45 * h200), h200, 0.9) and not fits_one_gpu(int(0.46 * h200), h200, 0.9)
+    assert not fits_one_gpu(1, None, 0.9)  # unknown GPU memory: never assume it fits
+
+
+def test_weight_bytes_count_parameters_from_the_headers(tiny_base_model: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = {
+        name: tensor
+        for path in tiny_base_model.glob("*.safetensors")
+        for name, tensor in load_file(path).items()
+    }
+    parameters = sum(tensor.numel() for tensor in tensors.values())
+    assert parameters > 0 and all(t.dtype in (torch.float32, torch.bfloat16) for t in tensors.values())
+    assert weight_bytes(tiny_base_model, "bfloat16") == 2 * parameters
+    assert weight_bytes(tiny_base_model, "float32") == 4 * parameters
+
+
+def predictions(folder: Path, name: str, completions: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    records = {str(i): {"prediction": text} for i, text in enumerate(completions)}
+    (folder / name).write_text(json.dumps(records))
+
+
+def test_predictions_are_read_whole_or_gathered_from_shards_in_order(tmp_path: Path) -> None:
+    whole = tmp_path / "whole" / "20261130_000000" / "predictions" / "submission"
+    predictions(whole, "gsm8k.json", ["a", "b", "c"])
+    assert read_predictions(tmp_path / "whole", 3) == ["a", "b", "c"]
+    shards = tmp_path / "shards" / "20261130_000000" / "predictions" / "submission"
+    for index, part in enumerate([["a", "b"], ["c", "d"], ["e"]]):
+        predictions(shards, f"gsm8k_{index}.json", part)
+    assert read_predictions(tmp_path / "shards", 5) == ["a", "b", "c", "d", "e"]
+    (shards / "gsm8k_1.json").unlink()  # a shard lost: the count no longer adds up
+    with pytest.raises(EvaluationError, match="2 predictions for 5 problems"):
+        read_predictions(tmp_path / "shards", 5)
+    with pytest.raises(EvaluationError, match="no predictions file"):
+        read_predictions(tmp_path / "none", 5)

@@ -61,3 +61,18 @@ class ModelShape:
 def tensor_parallel_size(gpu_count: int, shape: ModelShape) -> int:
     """The largest size not above ``gpu_count`` that ``shape`` splits over; at least 1."""
     return max((size for size in range(1, gpu_count + 1) if shape.splits_over(size)), default=1)
+
+
+#: A model fits one GPU when its weights, as vLLM loads them, take at most this share of the memory
+#: vLLM may use on one GPU (``gpu_memory_utilization`` of it): the rest holds the KV cache of a whole
+#: test split. Such a model runs as one replica per GPU (data parallel) instead of one sharded engine:
+#: tensor parallelism only adds communication to a model that fits.
+FITS_ONE_GPU_SHARE = 0.5
+
+
+def fits_one_gpu(weight_bytes: int, gpu_bytes: int | None, gpu_memory_utilization: float) -> bool:
+    """Whether a model of ``weight_bytes`` fits the smallest visible GPU (``gpu_bytes``; None when
+    unknown, which never counts as fitting)."""
+    if gpu_bytes is None or gpu_bytes <= 0:
+        return False
+    return weight_bytes <= FITS_ONE_GPU_SHARE * gpu_memory_utilization * gpu_bytes

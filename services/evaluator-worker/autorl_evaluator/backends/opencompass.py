@@ -25,6 +25,7 @@ so the result has the same keys as the ``hf`` backend's. The folder is removed a
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import os
@@ -44,7 +45,9 @@ from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.failures import PublicEvaluationError
+from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
+from autorl_evaluator.model_size import weight_bytes
 from autorl_evaluator.opencompass_config import (
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
@@ -53,7 +56,7 @@ from autorl_evaluator.opencompass_config import (
     GpuPlan,
     render,
 )
-from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
+from autorl_evaluator.parallel import ModelShape, fits_one_gpu, tensor_parallel_size
 from autorl_evaluator.sanitize import build_view, remove_view
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
 
@@ -115,9 +118,12 @@ def _cuda_device_count() -> int:
     return int(torch.cuda.device_count())
 
 
-def place(settings: Settings, environ: Mapping[str, str], shape: ModelShape) -> Placement:
-    """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; otherwise vLLM on
-    ``tensor_parallel_size(visible GPUs, shape)`` of them, the first ones."""
+def place(
+    settings: Settings, environ: Mapping[str, str], shape: ModelShape, *, fits_one_gpu: bool = False
+) -> Placement:
+    """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; a model that fits one GPU: one vLLM
+    replica on each visible GPU; otherwise one vLLM engine on ``tensor_parallel_size(visible GPUs,
+    shape)`` of them, the first ones."""
     if settings.eval_device == "cpu":
         return Placement(gpu=None)
     gpus = visible_gpus(environ)
@@ -127,6 +133,8 @@ def place(settings: Settings, environ: Mapping[str, str], shape: ModelShape) -> 
                 f"AUTORL_EVAL_DEVICE={settings.eval_device} but no GPU is visible to the worker"
             )
         return Placement(gpu=None)
+    if fits_one_gpu and len(gpus) > 1:
+        return Placement(gpu=GpuPlan(devices=tuple(gpus), replicas=len(gpus)))
     size = tensor_parallel_size(len(gpus), shape)
     return Placement(gpu=GpuPlan(devices=tuple(gpus[:size])))
 
@@ -216,10 +224,16 @@ class OpenCompassBackend:
         write_problems(data_dir / "train.jsonl", [])
         view = build_view(model_dir, run_dir / "model")
         model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
-        placement = place(settings, os.environ, ModelShape.from_config(model_config))
         model_settings = within_free_memory_gate(
             settings_for(model_config), settings.eval_gpu_min_free_fraction
         )
+        gpus = visible_gpu_memory()
+        fits = fits_one_gpu(
+            weight_bytes(view, model_settings.dtype),
+            min(gpu.total_bytes for gpu in gpus) if gpus else None,
+            model_settings.gpu_memory_utilization,
+        )
+        placement = place(settings, os.environ, ModelShape.from_config(model_config), fits_one_gpu=fits)
         check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
@@ -240,11 +254,12 @@ class OpenCompassBackend:
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
         log_path = run_dir / "opencompass.log"
         log.info(
-            "event=opencompass_started run_dir=%s samples=%d device=%s tensor_parallel_size=%s",
+            "event=opencompass_started run_dir=%s samples=%d device=%s tensor_parallel_size=%s replicas=%s",
             run_dir,
             len(problems),
             "cuda" if placement.gpu else "cpu",
             placement.gpu.tensor_parallel_size if placement.gpu else "-",
+            placement.gpu.replicas if placement.gpu else "-",
         )
         # OpenCompass writes its task configs to ./tmp: the working directory is the run folder.
         outcome = run_in_group(
@@ -298,6 +313,7 @@ class OpenCompassBackend:
                 "device": "cuda" if placement.gpu else "cpu",
                 "model_type": "VLLMwithChatTemplate" if placement.gpu else "HuggingFacewithChatTemplate",
                 "tensor_parallel_size": placement.gpu.tensor_parallel_size if placement.gpu else 0,
+                "replicas": placement.gpu.replicas if placement.gpu else 0,
                 "devices": list(placement.gpu.devices) if placement.gpu else [],
                 "max_new_tokens": max_out_len,
                 "summary_accuracy": accuracy,
@@ -356,15 +372,24 @@ def read_summary_accuracy(work_dir: Path) -> float | None:
 
 
 def read_predictions(work_dir: Path, expected: int) -> list[str]:
-    """Raw completions in problem order from OpenCompass's predictions file."""
+    """Raw completions in problem order from OpenCompass's predictions file, or from its shards
+    (``gsm8k_0.json``, ``gsm8k_1.json``, ... of consecutive problems) when replicas split the work."""
     run = newest_run(work_dir)
-    path = run / "predictions" / MODEL_ABBR / f"{DATASET_ABBR}.json" if run else None
-    if path is None or not path.is_file():
+    folder = run / "predictions" / MODEL_ABBR if run else None
+    if folder is None:
         raise EvaluationError("OpenCompass reported a score but wrote no predictions file")
-    records = json.loads(path.read_text(encoding="utf-8"))
-    if len(records) != expected:
-        raise EvaluationError(f"OpenCompass wrote {len(records)} predictions for {expected} problems")
-    return [str(records[str(index)]["prediction"]) for index in range(expected)]
+    whole = folder / f"{DATASET_ABBR}.json"
+    shards = (folder / f"{DATASET_ABBR}_{index}.json" for index in itertools.count())
+    paths = [whole] if whole.is_file() else list(itertools.takewhile(Path.is_file, shards))
+    if not paths:
+        raise EvaluationError("OpenCompass reported a score but wrote no predictions file")
+    completions: list[str] = []
+    for path in paths:
+        records = json.loads(path.read_text(encoding="utf-8"))
+        completions += [str(records[str(index)]["prediction"]) for index in range(len(records))]
+    if len(completions) != expected:
+        raise EvaluationError(f"OpenCompass wrote {len(completions)} predictions for {expected} problems")
+    return completions
 
 
 def _error_tail(run_dir: Path, problems: Sequence[Problem]) -> str:
