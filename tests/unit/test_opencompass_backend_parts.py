@@ -12,12 +12,14 @@ from autorl.errors import EvaluationError
 from autorl.settings import Settings
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.opencompass import (
+    engine_fault,
     place,
     read_predictions,
     read_summary_accuracy,
     redact,
     visible_gpus,
 )
+from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
 from autorl_evaluator.model_size import weight_bytes
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
@@ -178,3 +180,16 @@ def test_predictions_are_read_whole_or_gathered_from_shards_in_order(tmp_path: P
         read_predictions(tmp_path / "shards", 5)
     with pytest.raises(EvaluationError, match="no predictions file"):
         read_predictions(tmp_path / "none", 5)
+
+
+def test_an_engine_that_could_not_start_is_the_evaluators_fault(tmp_path: Path) -> None:
+    task_log = tmp_path / "work" / "20261130_000000" / "logs" / "infer" / "submission" / "gsm8k.out"
+    task_log.parent.mkdir(parents=True)
+    task_log.write_text("loading weights\nTraceback (most recent call last):\nValueError: model failed\n")
+    assert not engine_fault(tmp_path)  # a checkpoint that fails to load is the submission's failure
+    task_log.write_text(
+        "ValueError: Total number of attention heads (14) must be divisible by tensor parallel size (4).\n"
+    )
+    assert engine_fault(tmp_path)
+    message = agent_message(EvaluatorFaultError("vLLM could not start the model on this worker's GPUs"))
+    assert message.startswith("evaluator error (not your checkpoint's fault; it does not count")

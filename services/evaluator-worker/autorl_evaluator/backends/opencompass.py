@@ -44,7 +44,7 @@ from autorl.settings import CPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
-from autorl_evaluator.failures import PublicEvaluationError
+from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.model_size import weight_bytes
@@ -68,7 +68,20 @@ log = logging.getLogger("autorl.evaluator.opencompass")
 PASSED_VARIABLES = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "OMP_NUM_THREADS"})
 PASSED_PREFIXES = ("NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "VLLM_", "CUDA_")
 #: How much of OpenCompass's logs an error message carries.
+#: Lines of vLLM's and CUDA's logs that say the engine could not start on this worker: a submission
+#: has the base model's architecture (checked at submit), so these are the evaluator's faults.
+ENGINE_FAULT_MARKERS = (
+    "must be divisible by tensor parallel size",
+    "Free memory on device",
+    "CUDA out of memory",
+    "No CUDA GPUs are available",
+    "NCCL error",
+    "Engine core initialization failed",
+)
 ERROR_TAIL_LINES = 30
+#: How much of each log's end is searched for an engine fault.
+ENGINE_FAULT_SCAN_LINES = 400
+ENGINE_FAULT_SCAN_CHARS = 200_000
 ERROR_TAIL_CHARS = 3000
 REDACT_PIECE_CHARS = 32
 
@@ -233,7 +246,11 @@ class OpenCompassBackend:
             min(gpu.total_bytes for gpu in gpus) if gpus else None,
             model_settings.gpu_memory_utilization,
         )
-        placement = place(settings, os.environ, ModelShape.from_config(model_config), fits_one_gpu=fits)
+        try:
+            shape = ModelShape.from_config(model_config)
+        except EvaluationError as exc:  # the base model's config: not the submission's fault
+            raise EvaluatorFaultError(str(exc)) from exc
+        placement = place(settings, os.environ, shape, fits_one_gpu=fits)
         check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
@@ -289,6 +306,11 @@ class OpenCompassBackend:
                 detail=_error_tail(run_dir, problems),
             )
         accuracy = read_summary_accuracy(work_dir)
+        if accuracy is None and engine_fault(run_dir):
+            raise EvaluatorFaultError(
+                "vLLM could not start the model on this worker's GPUs (OpenCompass produced no score)",
+                detail=_error_tail(run_dir, problems),
+            )
         if accuracy is None:
             raise EvaluationError(
                 f"OpenCompass produced no score (exit code {outcome.returncode}; it exits 0 even when "
@@ -392,12 +414,25 @@ def read_predictions(work_dir: Path, expected: int) -> list[str]:
     return completions
 
 
+def _logs(run_dir: Path) -> list[Path]:
+    task_logs = sorted((run_dir / "work").glob("*/logs/*/*/*.out"))
+    return [path for path in [*task_logs, run_dir / "opencompass.log"] if path.is_file()]
+
+
+def engine_fault(run_dir: Path) -> bool:
+    """Whether a log of the run says the engine could not start (:data:`ENGINE_FAULT_MARKERS`)."""
+    return any(
+        marker in log_tail(path, max_lines=ENGINE_FAULT_SCAN_LINES, max_chars=ENGINE_FAULT_SCAN_CHARS)
+        for path in _logs(run_dir)
+        for marker in ENGINE_FAULT_MARKERS
+    )
+
+
 def _error_tail(run_dir: Path, problems: Sequence[Problem]) -> str:
     """The end of OpenCompass's own log and of each task log, with any line quoting a test
     question removed: the message is shown to the agent, the test set is not."""
     sections: list[str] = []
-    task_logs = sorted((run_dir / "work").glob("*/logs/*/*/*.out"))
-    logs = [path for path in [*task_logs, run_dir / "opencompass.log"] if path.is_file()]
+    logs = _logs(run_dir)
     # One budget for all logs: the stored error keeps 4,000 characters, headline included.
     budget = ERROR_TAIL_CHARS // max(len(logs), 1)
     for path in logs:
