@@ -22,10 +22,13 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from autorl.errors import ConfigurationError
 from autorl.experiment import ExperimentSpec
+from autorl.settings import load_settings
 from autorl.tasks import get_task
 from autorl.tasks.base import read_problems
 from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
+from autorl_evaluator.test_data import provide
 from tests.integration.test_chart import IMAGES, NAMESPACE, RELEASE, merge, of_kind, pod_specs, render
 from tests.integration.test_chart_security import controller_settings
 
@@ -232,3 +235,11 @@ def test_no_agent_or_other_pod_can_mount_the_test_data() -> None:
 def test_a_data_step_that_cannot_work_is_refused_at_render(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         render(merge(IMAGES, values))
+
+
+@pytest.mark.parametrize("url", ["file:///etc", "s3://bucket/data", "ftp://mirror/data"])
+def test_the_data_step_fetches_only_over_http(url: str, tmp_path: Path) -> None:
+    settings = load_settings(home=tmp_path / "home")
+    with pytest.raises(ConfigurationError, match="must be http:// or https://"):
+        provide(["gsm8k"], settings, source_url=url)
+    assert not (tmp_path / "home" / "eval" / "data" / "gsm8k").exists()
