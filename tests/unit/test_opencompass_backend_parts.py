@@ -12,6 +12,7 @@ from autorl.errors import EvaluationError
 from autorl.settings import Settings
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.opencompass import (
+    OpenCompassBackend,
     engine_fault,
     place,
     read_predictions,
@@ -193,3 +194,23 @@ def test_an_engine_that_could_not_start_is_the_evaluators_fault(tmp_path: Path) 
     assert engine_fault(tmp_path)
     message = agent_message(EvaluatorFaultError("vLLM could not start the model on this worker's GPUs"))
     assert message.startswith("evaluator error (not your checkpoint's fault; it does not count")
+
+
+def test_the_fit_is_read_from_the_gpus_and_the_weights(
+    tiny_base_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '0, 80000, 81559'\necho '1, 80000, 81559'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    model = settings_for({"model_type": "qwen2"})
+    assert OpenCompassBackend._fits_one_gpu(tiny_base_model, model)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    assert not OpenCompassBackend._fits_one_gpu(broken, model)  # unreadable: shard, let vLLM say why
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert not OpenCompassBackend._fits_one_gpu(tiny_base_model, model)  # no GPU to fit

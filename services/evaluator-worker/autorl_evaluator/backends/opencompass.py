@@ -39,7 +39,7 @@ from pathlib import Path
 
 from autorl import model_files
 from autorl.chat_template import ChatTemplate
-from autorl.errors import EvaluationError
+from autorl.errors import CheckpointError, EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
@@ -221,6 +221,19 @@ class OpenCompassBackend:
             shutil.rmtree(run_dir, ignore_errors=True)
         return result
 
+    @staticmethod
+    def _fits_one_gpu(view: Path, model: ModelSettings) -> bool:
+        """Whether the model fits the smallest visible GPU (:func:`fits_one_gpu`); False without GPUs
+        or when the weights' headers cannot be read (OpenCompass then reports what it finds)."""
+        gpus = visible_gpu_memory()
+        if not gpus:
+            return False
+        try:
+            size = weight_bytes(view, model.dtype)
+        except CheckpointError:
+            return False
+        return fits_one_gpu(size, min(gpu.total_bytes for gpu in gpus), model.gpu_memory_utilization)
+
     def _run(
         self,
         command: Path,
@@ -240,12 +253,7 @@ class OpenCompassBackend:
         model_settings = within_free_memory_gate(
             settings_for(model_config), settings.eval_gpu_min_free_fraction
         )
-        gpus = visible_gpu_memory()
-        fits = fits_one_gpu(
-            weight_bytes(view, model_settings.dtype),
-            min(gpu.total_bytes for gpu in gpus) if gpus else None,
-            model_settings.gpu_memory_utilization,
-        )
+        fits = self._fits_one_gpu(view, model_settings) if settings.eval_device != "cpu" else False
         try:
             shape = ModelShape.from_config(model_config)
         except EvaluationError as exc:  # the base model's config: not the submission's fault
