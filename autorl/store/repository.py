@@ -140,6 +140,29 @@ def agent_submissions_count(session: Session, experiment: Experiment) -> int:
     )
 
 
+#: How the error of a failure that is the evaluator's own (an engine that refused to start, a GPU
+#: fault), not the submission's, begins. Only the evaluator writes errors, so an agent cannot forge it.
+EVALUATOR_FAULT_PREFIX = "evaluator error"
+
+
+def limited_submissions_count(session: Session, experiment: Experiment) -> int:
+    """The agent's submissions that count against its limit: all but those that failed for the
+    evaluator's own fault."""
+    return (
+        session.scalar(
+            select(func.count(Submission.id)).where(
+                Submission.experiment_id == experiment.id,
+                Submission.is_baseline.is_(False),
+                or_(
+                    Submission.status != SubmissionStatus.FAILED,
+                    ~func.coalesce(Submission.error, "").startswith(EVALUATOR_FAULT_PREFIX, autoescape=True),
+                ),
+            )
+        )
+        or 0
+    )
+
+
 def last_submit_time(session: Session, experiment: Experiment) -> datetime | None:
     """When the agent last submitted (baseline evaluations excluded)."""
     return session.scalar(

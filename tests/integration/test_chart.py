@@ -317,6 +317,11 @@ def test_helm_test_pod_checks_the_grader_health() -> None:
         {"grader": {"adminPort": 70000}},
         {"evaluator": {"metricsPort": 70000}},
         {"postgresql": {"auth": {"existingSecretKey": ""}}},
+        {"evaluator": {"nodeSelector": {"nvidia.com/gpu.present": True}}},  # `--set` of a label: a boolean
+        {"evaluator": {"testData": {"source": "s3"}}},
+        {"evaluator": {"testData": {"url": "ftp://mirror/gsm8k"}}},
+        {"evaluator": {"testData": {"tasks": []}}},
+        {"evaluator": {"maxNewTokens": -1}},
     ],
 )
 def test_schema_refuses_bad_values(values: dict[str, Any]) -> None:
@@ -338,3 +343,15 @@ def test_every_default_value_is_documented_in_the_schema() -> None:
                 check(value, child, f"{path}{key}.")
 
     check(defaults, schema, "")
+
+
+def test_pull_secrets_reach_the_chart_pods_and_the_controllers_jobs() -> None:
+    documents = render(merge(IMAGES, {"image": {"pullSecrets": ["regcred", "mirror-cred"]}}))
+    for name, pod in pod_specs(documents):
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror-cred"}], name
+    controller = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-controller"]
+    env = {e["name"]: e.get("value") for e in controller["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["AUTORL_IMAGE_PULL_SECRETS"] == "regcred,mirror-cred"
+    default = of_kind(render(IMAGES), "Deployment")[f"{RELEASE}-autorl-controller"]
+    env = {e["name"]: e.get("value") for e in default["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "AUTORL_IMAGE_PULL_SECRETS" not in env

@@ -18,6 +18,8 @@ from sqlalchemy import func, select
 from autorl.errors import ConfigurationError
 from autorl.settings import Settings
 from autorl.store import Database, Submission
+from autorl.store import repository as repo
+from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 
@@ -213,18 +215,53 @@ def test_missing_model_path_is_400_with_a_readable_detail(
 # -- limits, deadline, scoping -----------------------------------------------------------------
 
 
-def test_submission_limit_is_429(
+def submit_to_a_limit_of_one(
     client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
-) -> None:
+) -> tuple[RegisteredExperiment, Any]:
+    """An experiment that accepts one submission, and the answer to its first (not waited for)."""
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     first = submit(client, experiment, "output/a", params={"wait": "false"})
     assert first.status_code == 202
+    return experiment, first
+
+
+def test_submission_limit_is_429(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment, first = submit_to_a_limit_of_one(client, settings, tiny_base_model, tmp_path)
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
     second = submit(client, experiment, "output/a")
     assert second.status_code == 429
     assert "best checkpoints" in second.json()["detail"]
     assert submission_count(settings, experiment) == 1
+
+
+def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment, first = submit_to_a_limit_of_one(client, settings, tiny_base_model, tmp_path)
+    # The evaluator could not start its engine: the agent is told so, and may submit again.
+    assert settings.database_url is not None
+    db = Database(settings.database_url)
+    submission_id = first.json()["submission_id"]
+    with db.session() as session:
+        assert repo.claim(session, submission_id, worker="w", lease_s=60)
+    with db.session() as session:
+        fault = EvaluatorFaultError("vLLM could not start the model on this worker's GPUs")
+        assert repo.record_failure(session, submission_id, error=agent_message(fault), worker="w")
+    failed = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
+    assert failed["status"] == "failed" and failed["error"].startswith("evaluator error (not your checkpoint")
+    second = submit(client, experiment, "output/a", params={"wait": "false"})
+    assert second.status_code == 202, second.text
+    # A failure of the checkpoint itself counts.
+    with db.session() as session:
+        assert repo.claim(session, second.json()["submission_id"], worker="w", lease_s=60)
+    with db.session() as session:
+        assert repo.record_failure(
+            session, second.json()["submission_id"], error="the checkpoint ...", worker="w"
+        )
+    assert submit(client, experiment, "output/a").status_code == 429
 
 
 def test_submission_after_the_deadline_is_refused(

@@ -10,7 +10,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.infra import free_port
+from tests.support.infra import free_port, grader_process
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -44,31 +43,9 @@ def grader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grader]:
     for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE"):
         env.pop(name, None)
     command = [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(agent_port)]
-    process = subprocess.Popen(
-        [*command, "--admin-port", str(admin_port), "--log-level", "warning"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
     urls = [f"http://127.0.0.1:{port}" for port in (agent_port, admin_port)]
-    try:
-        deadline = time.monotonic() + 60
-        while not all(_healthy(url) for url in urls):
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the grader did not start"
-            time.sleep(0.2)
+    with grader_process([*command, "--admin-port", str(admin_port), "--log-level", "warning"], env, urls):
         yield Grader(agent=urls[0], admin=urls[1], token=token)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def admin_headers(grader: Grader) -> dict[str, str]:

@@ -67,11 +67,12 @@ class WorkerRun:
     problems: list[Problem]
 
 
-def _job_environment(settings: Settings, timeout_s: int, batch_size: int) -> dict[str, str]:
-    """The worker's environment: the job reads its settings from AUTORL_* variables."""
+def _job_environment(settings: Settings) -> dict[str, str]:
+    """The worker's environment: the job reads its settings from AUTORL_* variables. Its own timeout
+    and batch size say otherwise than the experiments' recorded ones, which win."""
     assert settings.admin_token is not None
     return {
-        "AUTORL_EVAL_BATCH_SIZE": str(batch_size),
+        "AUTORL_EVAL_BATCH_SIZE": "64",
         "AUTORL_HOME": str(settings.home),
         "AUTORL_DATABASE_URL": settings.database_url or "",
         "AUTORL_REDIS_URL": settings.redis_url or "",
@@ -80,7 +81,7 @@ def _job_environment(settings: Settings, timeout_s: int, batch_size: int) -> dic
         "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
         "AUTORL_EVAL_DEVICE": "cpu",
         "AUTORL_OPENCOMPASS_BIN": str(OPENCOMPASS_BIN),
-        "AUTORL_EVAL_TIMEOUT_S": str(timeout_s),
+        "AUTORL_EVAL_TIMEOUT_S": "7200",
     }
 
 
@@ -146,11 +147,18 @@ def worker_run(
         eval_limit=LIMIT,
         eval_device="cpu",
         opencompass_bin=OPENCOMPASS_BIN,
+        eval_timeout_s=TIMEOUT_S,
+        eval_batch_size=LIMIT,
     )
-    # Two graders on one database and queue: an experiment's generation limit is fixed when it
-    # is registered, from its grader's settings.
+    # Two graders on one database and queue: an experiment's generation limit, hard timeout and
+    # batch size are fixed when it is registered, from its grader's settings.
     long_settings = settings.model_copy(
-        update={"eval_max_new_tokens": LONG_MAX_NEW_TOKENS, "eval_limit": None}
+        update={
+            "eval_max_new_tokens": LONG_MAX_NEW_TOKENS,
+            "eval_limit": None,
+            "eval_timeout_s": TIMEOUT_TOO_SHORT_S,
+            "eval_batch_size": LONG_BATCH_SIZE,
+        }
     )
     with (
         TestClient(create_app(settings, reconcile=False)) as client,
@@ -170,7 +178,7 @@ def worker_run(
         )
 
         def submit_and_work(
-            client: TestClient, experiment: RegisteredExperiment, model: Path, timeout_s: int, batch_size: int
+            client: TestClient, experiment: RegisteredExperiment, model: Path
         ) -> dict[str, Any]:
             copy_model(model, experiment.output_dir / "ckpt", unique=True)
             response = client.post(
@@ -178,21 +186,19 @@ def worker_run(
             )
             assert response.status_code == 202, response.text
             submission_id = int(response.json()["submission_id"])
-            for name, value in _job_environment(settings, timeout_s, batch_size).items():
+            for name, value in _job_environment(settings).items():
                 env.setenv(name, value)
             worker.work(burst=True)
             view = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
             assert isinstance(view, dict)
             return view
 
-        timed_out = submit_and_work(
-            long_client, long_experiment, tiny_base_model, TIMEOUT_TOO_SHORT_S, LONG_BATCH_SIZE
-        )
+        timed_out = submit_and_work(long_client, long_experiment, tiny_base_model)
         assert settings.eval_dir is not None
         leftovers = processes_under(settings.eval_dir)
         [timed_out_run] = (settings.eval_dir / "opencompass").glob("2*")
         inference_started = any(timed_out_run.glob("work/*/logs/infer/*/*.out"))
-        scored = submit_and_work(client, experiment, checkpoint, TIMEOUT_S, LIMIT)
+        scored = submit_and_work(client, experiment, checkpoint)
         predictions_file = predictions_path(settings, int(scored["submission_id"]))
         predictions = [json.loads(line) for line in predictions_file.read_text().splitlines()]
         problems = get_task("gsm8k").load_test_problems(

@@ -1,15 +1,20 @@
 """The GPU path as far as a machine without GPUs can take it.
 
 - The generated vLLM config loads with OpenCompass's own config loader (mmengine ``Config.fromfile``
-  in ``.venv-opencompass``), and OpenCompass's own ``LocalRunner`` allocates devices for it: for 1,
-  2, 3, 4 and 8 visible GPUs the tensor-parallel size, ``run_cfg.num_gpus``, the devices made
-  visible to OpenCompass and the devices its runner hands the inference task are one number and
-  one list. Only the final start of the task is replaced by a record of it (no vLLM here).
+  in ``.venv-opencompass``), and OpenCompass's own ``LocalRunner`` allocates devices for it: for
+  Qwen2.5-0.5B, 1.5B and 7B shapes on 1, 2, 3, 4 and 8 visible GPUs the tensor-parallel size (derived
+  from the heads and the intermediate size), ``run_cfg.num_gpus``, the devices made visible to
+  OpenCompass and the devices its runner hands the inference task are one number and one list.
+  Only the final start of the task is replaced by a record of it (no vLLM here).
+- A model that fits one GPU runs as one replica per GPU: OpenCompass's own ``NumWorkerPartitioner``
+  cuts the test split into consecutive shards, one task each, and its ``LocalRunner`` hands each task
+  a device of its own; the shards' predictions are read back in problem order.
 - The evaluator image's lock resolves for Linux x86_64 / Python 3.12 from package metadata alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -23,10 +28,11 @@ import pytest
 
 from autorl.settings import load_settings
 from autorl.tasks import get_task
+from autorl.tasks.base import Problem, write_problems
 from autorl_evaluator.backends.opencompass import place, subprocess_environment
 from autorl_evaluator.model_settings import settings_for
-from autorl_evaluator.opencompass_config import ConfigInputs, render
-from autorl_evaluator.parallel import tensor_parallel_size
+from autorl_evaluator.opencompass_config import DATASET_DATA_SUBDIR, ConfigInputs, render
+from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
@@ -35,7 +41,7 @@ LOCK_PLATFORM = ["--python-version", "3.12", "--python-platform", "x86_64-manyli
 
 # Runs inside .venv-opencompass: OpenCompass's loader, partitioner and LocalRunner allocation.
 OC_SCRIPT = """
-import json, os, sys
+import json, os, sys, threading
 from mmengine.config import Config
 from opencompass.registry import PARTITIONERS, RUNNERS
 from opencompass.runners import LocalRunner
@@ -48,13 +54,17 @@ class RecordingRunner(LocalRunner):
     def _launch(self, task, gpu_ids, index):
         command = task.get_command(cfg_path='params.py', template=get_command_template(list(gpu_ids)))
         RecordingRunner.launched.append(
-            {'num_gpus': task.num_gpus, 'gpu_ids': [int(i) for i in gpu_ids], 'command': command})
+            {'num_gpus': task.num_gpus, 'gpu_ids': [int(i) for i in gpu_ids], 'command': command,
+             'test_range': task.dataset_cfgs[0][0]['reader_cfg'].get('test_range', '')})
+        # Hold the devices as a running task would, until every task of the case has started.
+        RecordingRunner.barrier.wait()
         return task.name, 0
 
 
 results = []
 for case in json.load(open(sys.argv[1])):
     os.environ['CUDA_VISIBLE_DEVICES'] = case['cuda_visible_devices']
+    os.environ['COMPASS_DATA_CACHE'] = case['compass_data_cache']
     cfg = Config.fromfile(case['config'], format_python_code=False)
     cfg['work_dir'] = case['work_dir']
     cfg.infer.partitioner['out_dir'] = os.path.join(case['work_dir'], 'predictions/')
@@ -62,6 +72,7 @@ for case in json.load(open(sys.argv[1])):
     runner_cfg = dict(cfg.infer.runner)
     runner_cfg['type'] = RecordingRunner
     RecordingRunner.launched = []
+    RecordingRunner.barrier = threading.Barrier(len(tasks), timeout=60)
     list(RUNNERS.build(runner_cfg).launch(tasks))
     model = cfg.models[0]
     dataset = cfg.datasets[0]
@@ -75,7 +86,7 @@ for case in json.load(open(sys.argv[1])):
         'pred_postprocessor': dict(model['pred_postprocessor']),
         'dataset_type': dataset['type'].__name__,
         'max_out_len': dataset['infer_cfg']['inferencer']['max_out_len'],
-        'launched': RecordingRunner.launched,
+        'launched': sorted(RecordingRunner.launched, key=lambda launch: launch['test_range']),
     })
 json.dump(results, open(sys.argv[2], 'w'))
 """
@@ -83,10 +94,20 @@ json.dump(results, open(sys.argv[2], 'w'))
 pytestmark = pytest.mark.skipif(not OC_PYTHON.exists(), reason="needs .venv-opencompass (make setup)")
 
 
-def _gpu_config(tmp_path: Path, worker_devices: str) -> tuple[Path, dict[str, str], int]:
+#: config.json sizes of the Qwen2.5 models (heads, KV heads, intermediate size).
+SHAPES = {
+    "qwen2.5-0.5b": ModelShape(attention_heads=14, kv_heads=2, intermediate_size=4864),
+    "qwen2.5-1.5b": ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960),
+    "qwen2.5-7b": ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944),
+}
+
+
+def _gpu_config(
+    tmp_path: Path, worker_devices: str, shape_name: str = "qwen2.5-1.5b", *, fits_one_gpu: bool = False
+) -> tuple[Path, dict[str, str], int]:
     settings = load_settings(home=tmp_path / "home", eval_device=None)
     environ = {"CUDA_VISIBLE_DEVICES": worker_devices}
-    placement = place(settings, environ)
+    placement = place(settings, environ, SHAPES[shape_name], fits_one_gpu=fits_one_gpu)
     assert placement.gpu is not None
     model = settings_for({"model_type": "qwen2", "max_position_embeddings": 32768})
     inputs = ConfigInputs(
@@ -97,7 +118,8 @@ def _gpu_config(tmp_path: Path, worker_devices: str) -> tuple[Path, dict[str, st
         gpu=placement.gpu,
         cpu_batch_size=64,
     )
-    config = tmp_path / f"config-{worker_devices.replace(',', '_')}.py"
+    layout = "dp" if fits_one_gpu else "tp"
+    config = tmp_path / f"config-{layout}-{shape_name}-{worker_devices.replace(',', '_')}.py"
     config.write_text(render(inputs))
     env = subprocess_environment(environ, run_dir=tmp_path, cache_dir=tmp_path / "cache", placement=placement)
     return config, env, placement.gpu.tensor_parallel_size
@@ -108,6 +130,7 @@ WORKER_VIEWS = ["0", "0,1", "0,1,2", "0,1,2,3", "0,1,2,3,4,5,6,7", "2,3,5"]
 
 @dataclass
 class Allocation:
+    shape: str
     worker_view: str
     tensor_parallel_size: int
     devices: list[int]
@@ -115,17 +138,24 @@ class Allocation:
     opencompass: dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
-    """Configs for each worker view, loaded and allocated by OpenCompass in one process."""
-    root = tmp_path_factory.mktemp("gpu-config")
-    prepared = []
-    for view in WORKER_VIEWS:
-        config, env, tp = _gpu_config(root, view)
-        prepared.append((view, config, env, tp))
+#: Problems in the test split the partitioner shards (its size is read from the dataset itself).
+SPLIT_SIZE = 50
+
+
+def _run_opencompass(root: Path, prepared: list[tuple[Path, dict[str, str]]]) -> list[dict[str, Any]]:
+    """Load each config and allocate its tasks with OpenCompass's own code, in one process."""
+    data = root / "compass-data" / DATASET_DATA_SUBDIR
+    problems = [Problem(f"question {i}?", f"step\n#### {i}") for i in range(SPLIT_SIZE)]
+    write_problems(data / "test.jsonl", problems)
+    write_problems(data / "train.jsonl", [])
     cases = [
-        {"config": str(config), "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"], "work_dir": str(root)}
-        for _, config, env, _ in prepared
+        {
+            "config": str(config),
+            "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
+            "work_dir": str(root),
+            "compass_data_cache": str(root / "compass-data"),
+        }
+        for config, env in prepared
     ]
     (root / "cases.json").write_text(json.dumps(cases))
     subprocess.run(
@@ -136,9 +166,22 @@ def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
         timeout=300,
     )
     results: list[dict[str, Any]] = json.loads((root / "out.json").read_text())
+    return results
+
+
+@pytest.fixture(scope="module")
+def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
+    """Configs for each worker view, loaded and allocated by OpenCompass in one process."""
+    root = tmp_path_factory.mktemp("gpu-config")
+    prepared = []
+    for shape in SHAPES:
+        for view in WORKER_VIEWS:
+            config, env, tp = _gpu_config(root, view, shape)
+            prepared.append((shape, view, config, env, tp))
+    results = _run_opencompass(root, [(config, env) for _, _, config, env, _ in prepared])
     return [
-        Allocation(view, tp, [int(d) for d in view.split(",")][:tp], env, result)
-        for (view, _, env, tp), result in zip(prepared, results, strict=True)
+        Allocation(shape, view, tp, [int(d) for d in view.split(",")][:tp], env, result)
+        for (shape, view, _, env, tp), result in zip(prepared, results, strict=True)
     ]
 
 
@@ -146,10 +189,16 @@ def allocations(tmp_path_factory: pytest.TempPathFactory) -> list[Allocation]:
 def test_one_value_drives_tensor_parallel_size_num_gpus_and_visible_devices(
     allocations: list[Allocation],
 ) -> None:
-    assert [a.tensor_parallel_size for a in allocations] == [1, 2, 2, 4, 8, 2]
+    sizes = {shape: [a.tensor_parallel_size for a in allocations if a.shape == shape] for shape in SHAPES}
+    # Worker views: 1, 2, 3, 4 and 8 GPUs, then 3 GPUs that are not the first ones.
+    assert sizes == {
+        "qwen2.5-0.5b": [1, 2, 2, 2, 2, 2],
+        "qwen2.5-1.5b": [1, 2, 2, 4, 4, 2],
+        "qwen2.5-7b": [1, 2, 2, 4, 4, 2],
+    }
     for allocation in allocations:
         tp, devices, result = allocation.tensor_parallel_size, allocation.devices, allocation.opencompass
-        assert tp == tensor_parallel_size(len(allocation.worker_view.split(",")))
+        assert tp == tensor_parallel_size(len(allocation.worker_view.split(",")), SHAPES[allocation.shape])
         assert allocation.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, devices))
         assert result["model_type"] == "VLLMwithChatTemplate"
         assert result["tensor_parallel_size"] == result["num_gpus"] == tp
@@ -183,7 +232,7 @@ def test_gpu_config_carries_the_reference_settings(allocations: list[Allocation]
 
 def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
     settings = load_settings(home=tmp_path / "home", eval_device="cpu")
-    placement = place(settings, {})
+    placement = place(settings, {}, SHAPES["qwen2.5-1.5b"])
     environ = {
         "PATH": "/usr/bin",
         "AUTORL_DATABASE_URL": "postgresql://user:pw-0a1b2c@db/autorl",
@@ -220,3 +269,23 @@ def test_evaluator_image_lock_resolves_for_linux_python_312() -> None:
     core = (REPO_ROOT / "pyproject.toml").read_text().split("dependencies = [", 1)[1].split("]", 1)[0]
     for requirement in re.findall(r'"([A-Za-z0-9_-]+)', core):
         assert requirement.lower().replace("_", "-") in {name.lower() for name in locked}, requirement
+
+
+@pytest.mark.opencompass
+def test_a_model_that_fits_one_gpu_runs_one_replica_per_gpu_on_consecutive_shards(tmp_path: Path) -> None:
+    views = ["0,1", "0,1,2", "0,1,2,3", "0,1,2,3,4,5,6,7", "2,3,5"]
+    prepared = [_gpu_config(tmp_path, view, "qwen2.5-7b", fits_one_gpu=True) for view in views]
+    results = _run_opencompass(tmp_path, [(config, env) for config, env, _ in prepared])
+    for view, (_, env, tp), result in zip(views, prepared, results, strict=True):
+        devices = [int(device) for device in view.split(",")]
+        assert tp == 1 and env["CUDA_VISIBLE_DEVICES"] == view
+        assert result["tensor_parallel_size"] == result["num_gpus"] == 1
+        launched = result["launched"]
+        # One task per GPU, each on a device of its own, all of them in use.
+        assert sorted(device for launch in launched for device in launch["gpu_ids"]) == devices
+        assert all(launch["num_gpus"] == 1 for launch in launched)
+        # Consecutive shards that cover the split once, in order.
+        ranges = [re.fullmatch(r"\[(\d+):(\d+)\]", launch["test_range"]) for launch in launched]
+        bounds = sorted((int(match.group(1)), int(match.group(2))) for match in ranges if match)
+        assert len(bounds) == len(devices) and bounds[0][0] == 0 and bounds[-1][1] >= SPLIT_SIZE
+        assert all(end == start for (_, end), (start, _) in itertools.pairwise(bounds))

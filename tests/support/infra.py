@@ -93,6 +93,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextlib.contextmanager
+def grader_process(command: list[str], env: dict[str, str], urls: list[str]) -> Iterator[None]:
+    """Run `autorl grader ...` as a real process until each of ``urls`` answers ``/healthz``; stop
+    it afterwards. Its output is the failure message when it exits before that."""
+    import httpx
+
+    def healthy(url: str) -> bool:
+        try:
+            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(healthy(url) for url in urls):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the grader did not start"
+            time.sleep(0.2)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 @dataclass
 class ServedApp:
     url: str

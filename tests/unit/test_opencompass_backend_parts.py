@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,8 +11,20 @@ import pytest
 from autorl.errors import EvaluationError
 from autorl.settings import Settings
 from autorl.tasks.base import Problem
-from autorl_evaluator.backends.opencompass import place, read_summary_accuracy, redact, visible_gpus
+from autorl_evaluator.backends.opencompass import (
+    OpenCompassBackend,
+    engine_fault,
+    place,
+    read_predictions,
+    read_summary_accuracy,
+    redact,
+    visible_gpus,
+)
+from autorl_evaluator.failures import EvaluatorFaultError, agent_message
+from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
+from autorl_evaluator.model_size import weight_bytes
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
+from autorl_evaluator.parallel import ModelShape, fits_one_gpu
 
 HEADER = "dataset,version,metric,mode,submission\n"
 
@@ -36,12 +49,15 @@ def test_device_uuids_are_refused_with_the_fix() -> None:
 
 
 def test_placement(make_settings: Callable[..., Settings]) -> None:
-    assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}).gpu is None
-    assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}).gpu is None
-    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "4,5,6"}).gpu
+    shape = ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
+    assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}, shape).gpu is None
+    assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}, shape).gpu is None
+    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "4,5,6"}, shape).gpu
     assert gpu is not None and gpu.devices == (4, 5) and gpu.cuda_visible_devices == "4,5"
+    gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, shape).gpu
+    assert gpu is not None and gpu.devices == (0, 1, 2, 3)  # 12 heads do not split over 8
     with pytest.raises(EvaluationError, match="no GPU is visible"):
-        place(make_settings(eval_device="cuda"), {"CUDA_VISIBLE_DEVICES": ""})
+        place(make_settings(eval_device="cuda"), {"CUDA_VISIBLE_DEVICES": ""}, shape)
 
 
 def test_summary_accuracy_is_read_and_a_dash_or_missing_row_is_no_score(tmp_path: Path) -> None:
@@ -98,3 +114,103 @@ def test_opencompass_shapes_turns_as_its_meta_template_does() -> None:
 def test_a_completion_is_cut_at_every_stop_word() -> None:
     text = "The answer is 4<|im_end|><|endoftext|><|endoftext|>"
     assert cut_at_stop_words(text, ["<|endoftext|>", "<|im_end|>"]) == "The answer is 4"
+
+
+def test_vllm_takes_no_more_memory_than_the_free_memory_gate_guarantees() -> None:
+    default = settings_for({"model_type": "qwen2"})
+    assert within_free_memory_gate(default, None).gpu_memory_utilization == 0.9
+    # A local worker sharing GPUs with an agent starts once 60 % is free: vLLM may take 60 %, so its
+    # own start-up check (free memory >= utilization x total) holds whenever the gate opened.
+    assert within_free_memory_gate(default, 0.6).gpu_memory_utilization == 0.6
+    assert within_free_memory_gate(default, 0.95).gpu_memory_utilization == 0.9
+
+
+def test_a_model_that_fits_one_gpu_gets_one_replica_per_gpu(make_settings: Callable[..., Settings]) -> None:
+    shape = ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
+    settings = make_settings(eval_device=None)
+    gpu = place(settings, {"CUDA_VISIBLE_DEVICES": "2,3,5"}, shape, fits_one_gpu=True).gpu
+    assert (
+        gpu is not None and gpu.devices == (2, 3, 5) and gpu.replicas == 3 and gpu.tensor_parallel_size == 1
+    )
+    single = place(settings, {"CUDA_VISIBLE_DEVICES": "4"}, shape, fits_one_gpu=True).gpu
+    assert single is not None and single.replicas == 1 and single.devices == (4,)
+    sharded = place(settings, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, shape, fits_one_gpu=False).gpu
+    assert sharded is not None and sharded.replicas == 1 and sharded.tensor_parallel_size == 4
+
+
+def test_fitting_one_gpu_leaves_half_of_vllms_share_to_the_kv_cache() -> None:
+    h200 = 141 * 1024**3
+    qwen_7b = 7_615_616_512 * 2  # bf16
+    assert fits_one_gpu(qwen_7b, h200, 0.9)  # 15 GB of weights under 63 GB
+    assert not fits_one_gpu(qwen_7b, 24 * 1024**3, 0.9)  # a 24 GB card: shard it
+    assert fits_one_gpu(int(0.45 * h200), h200, 0.9) and not fits_one_gpu(int(0.46 * h200), h200, 0.9)
+    assert not fits_one_gpu(1, None, 0.9)  # unknown GPU memory: never assume it fits
+
+
+def test_weight_bytes_count_parameters_from_the_headers(tiny_base_model: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = {
+        name: tensor
+        for path in tiny_base_model.glob("*.safetensors")
+        for name, tensor in load_file(path).items()
+    }
+    parameters = sum(tensor.numel() for tensor in tensors.values())
+    assert parameters > 0 and all(t.dtype in (torch.float32, torch.bfloat16) for t in tensors.values())
+    assert weight_bytes(tiny_base_model, "bfloat16") == 2 * parameters
+    assert weight_bytes(tiny_base_model, "float32") == 4 * parameters
+
+
+def predictions(folder: Path, name: str, completions: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    records = {str(i): {"prediction": text} for i, text in enumerate(completions)}
+    (folder / name).write_text(json.dumps(records))
+
+
+def test_predictions_are_read_whole_or_gathered_from_shards_in_order(tmp_path: Path) -> None:
+    whole = tmp_path / "whole" / "20261130_000000" / "predictions" / "submission"
+    predictions(whole, "gsm8k.json", ["a", "b", "c"])
+    assert read_predictions(tmp_path / "whole", 3) == ["a", "b", "c"]
+    shards = tmp_path / "shards" / "20261130_000000" / "predictions" / "submission"
+    for index, part in enumerate([["a", "b"], ["c", "d"], ["e"]]):
+        predictions(shards, f"gsm8k_{index}.json", part)
+    assert read_predictions(tmp_path / "shards", 5) == ["a", "b", "c", "d", "e"]
+    (shards / "gsm8k_1.json").unlink()  # a shard lost: the count no longer adds up
+    with pytest.raises(EvaluationError, match="2 predictions for 5 problems"):
+        read_predictions(tmp_path / "shards", 5)
+    with pytest.raises(EvaluationError, match="no predictions file"):
+        read_predictions(tmp_path / "none", 5)
+
+
+def test_an_engine_that_could_not_start_is_the_evaluators_fault(tmp_path: Path) -> None:
+    task_log = tmp_path / "work" / "20261130_000000" / "logs" / "infer" / "submission" / "gsm8k.out"
+    task_log.parent.mkdir(parents=True)
+    task_log.write_text("loading weights\nTraceback (most recent call last):\nValueError: model failed\n")
+    assert not engine_fault(tmp_path)  # a checkpoint that fails to load is the submission's failure
+    task_log.write_text(
+        "ValueError: Total number of attention heads (14) must be divisible by tensor parallel size (4).\n"
+    )
+    assert engine_fault(tmp_path)
+    message = agent_message(EvaluatorFaultError("vLLM could not start the model on this worker's GPUs"))
+    assert message.startswith("evaluator error (not your checkpoint's fault; it does not count")
+
+
+def test_the_fit_is_read_from_the_gpus_and_the_weights(
+    tiny_base_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '0, 80000, 81559'\necho '1, 80000, 81559'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    model = settings_for({"model_type": "qwen2"})
+    assert OpenCompassBackend._fits_one_gpu(tiny_base_model, model)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    assert not OpenCompassBackend._fits_one_gpu(broken, model)  # unreadable: shard, let vLLM say why
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert not OpenCompassBackend._fits_one_gpu(tiny_base_model, model)  # no GPU to fit

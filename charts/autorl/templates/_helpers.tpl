@@ -201,3 +201,82 @@ the URL is composed from the password by Kubernetes' $(VAR) expansion, so it alw
 {{- randAlphaNum 40 }}
 {{- end }}
 {{- end }}
+
+{{/* The evaluation settings. The grader records them with each experiment and the workers obey the
+recorded config, so both get the same values from evaluator.*; the grader's timeout also sets the
+queue's job timeout. */}}
+{{- define "autorl.evaluationEnv" -}}
+- name: AUTORL_EVAL_BACKEND
+  value: {{ .Values.evaluator.backend | quote }}
+- name: AUTORL_EVAL_TIMEOUT_S
+  value: {{ .Values.evaluator.timeoutSeconds | quote }}
+{{- if .Values.evaluator.maxNewTokens }}
+- name: AUTORL_EVAL_MAX_NEW_TOKENS
+  value: {{ .Values.evaluator.maxNewTokens | quote }}
+{{- end }}
+{{- if .Values.evaluator.batchSize }}
+- name: AUTORL_EVAL_BATCH_SIZE
+  value: {{ .Values.evaluator.batchSize | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Where the data step mounts evaluator.testData.existingClaim. */}}
+{{- define "autorl.testDataSourceMount" -}}
+/var/lib/autorl-test-data-source
+{{- end }}
+
+{{/* The data step's command: `autorl test-data` for each task, from the configured source. */}}
+{{- define "autorl.testDataCommand" -}}
+{{- $data := .Values.evaluator.testData }}
+{{- if not $data.tasks }}
+{{- fail "evaluator.testData.tasks must name at least one task (e.g. [gsm8k])" }}
+{{- end }}
+- autorl
+- test-data
+{{- range $data.tasks }}
+- --task
+- {{ . | quote }}
+{{- end }}
+{{- if eq $data.source "url" }}
+- --source-url
+- {{ required "evaluator.testData.url is required when evaluator.testData.source is url" $data.url | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The data step's environment: hub access (and token) only for the hub source, a source folder
+only for the folder source. */}}
+{{- define "autorl.testDataEnv" -}}
+{{- $data := .Values.evaluator.testData }}
+{{- $claims := list (include "autorl.sharedClaimName" .) (include "autorl.snapshotClaimName" .) }}
+{{- if and $data.existingClaim (has $data.existingClaim $claims) }}
+{{- fail (printf "evaluator.testData.existingClaim %q is the shared or snapshot claim, which other pods mount: give the test data a claim of its own" $data.existingClaim) }}
+{{- end }}
+- name: AUTORL_HOME
+  value: /tmp/autorl
+- name: AUTORL_EVAL_DIR
+  value: /var/lib/autorl-eval
+- name: HOME
+  value: /tmp
+{{- if eq $data.source "hub" }}
+- name: HF_HOME
+  value: /tmp/huggingface
+- name: HF_HUB_OFFLINE
+  value: "0"
+- name: HF_DATASETS_OFFLINE
+  value: "0"
+{{- with $data.hubTokenSecret }}
+- name: HF_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $data.hubTokenSecretKey }}
+{{- end }}
+{{- else if eq $data.source "folder" }}
+- name: AUTORL_DATA_SOURCE_DIR
+  {{- if $data.existingClaim }}
+  value: {{ printf "%s/%s" (include "autorl.testDataSourceMount" .) (trimPrefix "/" $data.folder) | trimSuffix "/" | quote }}
+  {{- else }}
+  value: {{ required "evaluator.testData.folder is required when evaluator.testData.source is folder" $data.folder | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from autorl.chat_template import ChatTemplateError
 from autorl.errors import EvaluationError
+from autorl.store.repository import EVALUATOR_FAULT_PREFIX
 
 GENERIC_FAILURE = (
     "the evaluation failed after the test data was loaded; the details stay in the evaluator's log "
@@ -34,6 +35,18 @@ class PublicEvaluationError(EvaluationError):
     def __init__(self, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.detail = detail
+
+
+class EvaluatorFaultError(PublicEvaluationError):
+    """The evaluator failed, not the submission (its architecture is the base model's, checked at
+    submit): the agent is told so, and the submission does not count against its limit."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(
+            f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your "
+            f"submission limit, and an operator has the details): {message}",
+            detail,
+        )
 
 
 def agent_message(exc: BaseException) -> str:

@@ -68,12 +68,16 @@ def _lease(db: Database, submission_id: int, worker: str) -> Iterator[None]:
 
 
 def eval_settings(settings: Settings, config: dict[str, Any]) -> Settings:
-    """The experiment's evaluation settings win over the worker's: scores stay comparable."""
+    """The experiment's recorded evaluation settings win over the worker's: the grader owns them,
+    so scores stay comparable and the hard timeout is the one the queue's job timeout counts from.
+    Configs recorded before the timeout and batch size were recorded keep the worker's own."""
     return settings.model_copy(
         update={
             "eval_backend": config.get("backend", settings.eval_backend),
             "eval_max_new_tokens": config.get("max_new_tokens"),
             "eval_limit": config.get("limit"),
+            "eval_timeout_s": config.get("timeout_s") or settings.eval_timeout_s,
+            "eval_batch_size": config.get("batch_size", settings.eval_batch_size),
         }
     )
 

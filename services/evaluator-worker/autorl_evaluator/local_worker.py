@@ -21,6 +21,7 @@ from autorl.errors import ServiceUnavailableError
 from autorl.settings import Settings
 from autorl.store import Database, FailureReason
 from autorl.store import repository as repo
+from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.metrics import WorkerMetrics
 from autorl_evaluator.warm_child import WarmChild
 
@@ -134,23 +135,8 @@ class LocalWorker:
 
 
 def gpu_free_fractions() -> list[float]:
-    """Free / total memory of each GPU this process may use, read with `nvidia-smi` (the worker's
-    own process imports no torch); empty without NVIDIA GPUs."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1", "none"):
-        return []
-    command = ["nvidia-smi", "--query-gpu=index,memory.free,memory.total", "--format=csv,noheader,nounits"]
-    try:
-        output = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    wanted = {v.strip() for v in visible.split(",")} if visible else None
-    fractions = []
-    for line in output.strip().splitlines():
-        index, free, total = (field.strip() for field in line.split(","))
-        if (wanted is None or index in wanted) and float(total) > 0:
-            fractions.append(float(free) / float(total))
-    return fractions
+    """Free / total memory of each GPU this process may use; empty without NVIDIA GPUs."""
+    return [gpu.free_bytes / gpu.total_bytes for gpu in visible_gpu_memory()]
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:

@@ -74,3 +74,12 @@ def settings_for(model_config: dict[str, Any]) -> ModelSettings:
     if isinstance(limit, int) and 0 < limit < settings.max_seq_len:
         settings = replace(settings, max_seq_len=limit)
     return settings
+
+
+def within_free_memory_gate(settings: ModelSettings, min_free_fraction: float | None) -> ModelSettings:
+    """vLLM refuses to start unless ``gpu_memory_utilization`` of each GPU's memory is free. A local
+    worker that shares GPUs starts an evaluation once ``min_free_fraction`` of every GPU is free
+    (``AUTORL_EVAL_GPU_MIN_FREE_FRACTION``), so vLLM may take no more than that fraction."""
+    if min_free_fraction is None or min_free_fraction >= settings.gpu_memory_utilization:
+        return settings
+    return replace(settings, gpu_memory_utilization=min_free_fraction)

@@ -3,9 +3,13 @@
 Two model types, chosen by where the evaluation runs:
 
 - GPU: ``VLLMwithChatTemplate``. ``tensor_parallel_size`` and ``run_cfg.num_gpus`` are the same
-  number, and the caller makes exactly that many devices visible to OpenCompass
+  number, and the caller makes exactly ``replicas`` times that many devices visible to OpenCompass
   (:class:`GpuPlan`): OpenCompass's ``LocalRunner`` hands a task ``num_gpus`` of the devices it
-  can see, and vLLM shards over all the devices its process sees, so the three must agree.
+  can see, and vLLM shards over all the devices its process sees, so they must agree. With several
+  replicas (data parallel, one engine per GPU) OpenCompass's own ``NumWorkerPartitioner`` cuts the
+  test split into that many consecutive shards, its ``LocalRunner`` runs them at once on separate
+  devices, and the shards' predictions (``gsm8k_0.json``, ``gsm8k_1.json``, ...) are read back in
+  order.
 - CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests.
 
 Every value is written with ``repr`` so that a path or a prompt can never break out of its
@@ -36,13 +40,15 @@ _ROLES = {"user": "HUMAN", "assistant": "BOT", "system": "SYSTEM"}
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """Devices for one vLLM evaluation: one number drives all three places it appears."""
+    """Devices for one vLLM evaluation: ``replicas`` engines, each sharded over
+    ``tensor_parallel_size`` of the devices."""
 
     devices: tuple[int, ...]
+    replicas: int = 1
 
     @property
     def tensor_parallel_size(self) -> int:
-        return len(self.devices)
+        return len(self.devices) // self.replicas
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -67,11 +73,12 @@ def render(inputs: ConfigInputs) -> str:
     """The config file's text."""
     model = _gpu_model(inputs) if inputs.gpu is not None else _cpu_model(inputs)
     model_type = "VLLMwithChatTemplate" if inputs.gpu is not None else "HuggingFacewithChatTemplate"
+    replicas = inputs.gpu.replicas if inputs.gpu is not None else 1
     lines = [
         "# Written by autorl_evaluator.opencompass_config for one evaluation; not meant to be edited.",
         "from mmengine.config import read_base",
         f"from opencompass.models import {model_type}",
-        "from opencompass.partitioners import NaivePartitioner",
+        "from opencompass.partitioners import NaivePartitioner, NumWorkerPartitioner",
         "from opencompass.runners import LocalRunner",
         "from opencompass.tasks import OpenICLEvalTask, OpenICLInferTask",
         "",
@@ -90,10 +97,10 @@ def render(inputs: ConfigInputs) -> str:
         "",
         f"models = [dict(type={model_type}, **{model!r})]",
         "",
-        # One task of each kind: a single worker, and no task competes for the devices.
+        # One inference task per replica, on devices of its own; one evaluation task.
         "infer = dict(",
-        "    partitioner=dict(type=NaivePartitioner),",
-        "    runner=dict(type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLInferTask)),",
+        f"    partitioner={_infer_partitioner(replicas)},",
+        f"    runner=dict(type=LocalRunner, max_num_workers={replicas!r}, task=dict(type=OpenICLInferTask)),",
         ")",
         "eval = dict(",
         "    partitioner=dict(type=NaivePartitioner),",
@@ -104,6 +111,15 @@ def render(inputs: ConfigInputs) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _infer_partitioner(replicas: int) -> str:
+    if replicas == 1:
+        return "dict(type=NaivePartitioner)"
+    # As many consecutive shards as replicas, one task each, however small the split.
+    return (
+        f"dict(type=NumWorkerPartitioner, num_worker={replicas!r}, num_split={replicas!r}, min_task_size=1)"
+    )
 
 
 def prompt_rounds(task: Task) -> list[dict[str, str]] | None:

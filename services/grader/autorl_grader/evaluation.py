@@ -1,5 +1,12 @@
-"""The evaluation key: what makes two scores comparable. Identical weights reuse a score, and the
-baseline cache hits, only under the same key."""
+"""The evaluation config the grader records with each experiment, and its key.
+
+The grader owns every evaluation setting: it records them when an experiment is registered
+(from its own ``AUTORL_EVAL_*`` settings; on a cluster the chart's ``evaluator.*`` values) and the
+worker obeys the recorded config, whatever its own environment says. The key is what makes two
+scores comparable: identical weights reuse a score, and the baseline cache hits, only under the
+same key. How long an evaluation may run and how prompts are batched are recorded too, but they
+do not change a score, so they stay out of the key.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ from autorl.tasks import get_task
 
 #: Bump when scoring or prompting changes in a way that changes numbers.
 EVAL_PROTOCOL_VERSION = 1
+#: Recorded settings that bound or batch the work but never change a score.
+RUN_ONLY_FIELDS = frozenset({"timeout_s", "batch_size"})
 
 
 def eval_config(task_name: str, settings: Settings, *, protocol: str = "opencompass") -> dict[str, Any]:
@@ -23,8 +32,11 @@ def eval_config(task_name: str, settings: Settings, *, protocol: str = "opencomp
         "protocol_version": EVAL_PROTOCOL_VERSION,
         "max_new_tokens": settings.eval_max_new_tokens or task.max_new_tokens,
         "limit": settings.eval_limit,
+        "timeout_s": settings.eval_timeout_s,
+        "batch_size": settings.eval_batch_size,
     }
 
 
 def eval_key(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:32]
+    scored = {name: value for name, value in config.items() if name not in RUN_ONLY_FIELDS}
+    return hashlib.sha256(json.dumps(scored, sort_keys=True).encode()).hexdigest()[:32]

@@ -98,7 +98,7 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     """Blocking: snapshots and commits a submission, then enqueues it. Returns its id."""
     check_open(experiment)
     with state.db.session() as session:
-        check_limit(repo.agent_submissions_count(session, experiment), experiment)
+        check_limit(repo.limited_submissions_count(session, experiment), experiment)
     snapshot = take_snapshot(state, experiment, model_path)
     shown_path = os.path.normpath(Path(experiment.workspace) / rebase_agent_path(experiment, model_path))
     try:
@@ -107,7 +107,7 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         with state.db.session() as session:
             locked = repo.get_experiment(session, experiment.name, for_update=True)
             check_open(locked)
-            check_limit(repo.agent_submissions_count(session, locked), locked)
+            check_limit(repo.limited_submissions_count(session, locked), locked)
             submission = repo.create_submission(
                 session,
                 locked,

@@ -25,6 +25,7 @@ so the result has the same keys as the ``hf`` backend's. The folder is removed a
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import os
@@ -38,13 +39,15 @@ from pathlib import Path
 
 from autorl import model_files
 from autorl.chat_template import ChatTemplate
-from autorl.errors import EvaluationError
+from autorl.errors import CheckpointError, EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, Settings
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
-from autorl_evaluator.failures import PublicEvaluationError
-from autorl_evaluator.model_settings import ModelSettings, settings_for
+from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
+from autorl_evaluator.gpu_memory import visible_gpu_memory
+from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
+from autorl_evaluator.model_size import weight_bytes
 from autorl_evaluator.opencompass_config import (
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
@@ -53,7 +56,7 @@ from autorl_evaluator.opencompass_config import (
     GpuPlan,
     render,
 )
-from autorl_evaluator.parallel import tensor_parallel_size
+from autorl_evaluator.parallel import ModelShape, fits_one_gpu, tensor_parallel_size
 from autorl_evaluator.sanitize import build_view, remove_view
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
 
@@ -65,7 +68,20 @@ log = logging.getLogger("autorl.evaluator.opencompass")
 PASSED_VARIABLES = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "OMP_NUM_THREADS"})
 PASSED_PREFIXES = ("NCCL_", "NVIDIA_", "NVSHMEM_", "TORCH_", "VLLM_", "CUDA_")
 #: How much of OpenCompass's logs an error message carries.
+#: Lines of vLLM's and CUDA's logs that say the engine could not start on this worker: a submission
+#: has the base model's architecture (checked at submit), so these are the evaluator's faults.
+ENGINE_FAULT_MARKERS = (
+    "must be divisible by tensor parallel size",
+    "Free memory on device",
+    "CUDA out of memory",
+    "No CUDA GPUs are available",
+    "NCCL error",
+    "Engine core initialization failed",
+)
 ERROR_TAIL_LINES = 30
+#: How much of each log's end is searched for an engine fault.
+ENGINE_FAULT_SCAN_LINES = 400
+ENGINE_FAULT_SCAN_CHARS = 200_000
 ERROR_TAIL_CHARS = 3000
 REDACT_PIECE_CHARS = 32
 
@@ -115,9 +131,12 @@ def _cuda_device_count() -> int:
     return int(torch.cuda.device_count())
 
 
-def place(settings: Settings, environ: Mapping[str, str]) -> Placement:
-    """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; otherwise vLLM on
-    ``tensor_parallel_size(visible GPUs)`` of them, the first ones."""
+def place(
+    settings: Settings, environ: Mapping[str, str], shape: ModelShape, *, fits_one_gpu: bool = False
+) -> Placement:
+    """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; a model that fits one GPU: one vLLM
+    replica on each visible GPU; otherwise one vLLM engine on ``tensor_parallel_size(visible GPUs,
+    shape)`` of them, the first ones."""
     if settings.eval_device == "cpu":
         return Placement(gpu=None)
     gpus = visible_gpus(environ)
@@ -127,7 +146,9 @@ def place(settings: Settings, environ: Mapping[str, str]) -> Placement:
                 f"AUTORL_EVAL_DEVICE={settings.eval_device} but no GPU is visible to the worker"
             )
         return Placement(gpu=None)
-    size = tensor_parallel_size(len(gpus))
+    if fits_one_gpu and len(gpus) > 1:
+        return Placement(gpu=GpuPlan(devices=tuple(gpus), replicas=len(gpus)))
+    size = tensor_parallel_size(len(gpus), shape)
     return Placement(gpu=GpuPlan(devices=tuple(gpus[:size])))
 
 
@@ -180,7 +201,6 @@ class OpenCompassBackend:
         if not problems:
             raise EvaluationError("no test problems to evaluate")
         command = _opencompass_command(settings.opencompass_bin)
-        placement = place(settings, os.environ)
         assert settings.eval_dir is not None
         root = settings.eval_dir / "opencompass"
         run_dir = root / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
@@ -188,9 +208,7 @@ class OpenCompassBackend:
         (run_dir / "home").mkdir()
         started = time.monotonic()
         try:
-            result = self._run(
-                command, model_dir, task, problems, settings, placement, run_dir, root / "cache"
-            )
+            result = self._run(command, model_dir, task, problems, settings, run_dir, root / "cache")
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
             remove_view(run_dir / "model")
@@ -203,6 +221,19 @@ class OpenCompassBackend:
             shutil.rmtree(run_dir, ignore_errors=True)
         return result
 
+    @staticmethod
+    def _fits_one_gpu(view: Path, model: ModelSettings) -> bool:
+        """Whether the model fits the smallest visible GPU (:func:`fits_one_gpu`); False without GPUs
+        or when the weights' headers cannot be read (OpenCompass then reports what it finds)."""
+        gpus = visible_gpu_memory()
+        if not gpus:
+            return False
+        try:
+            size = weight_bytes(view, model.dtype)
+        except CheckpointError:
+            return False
+        return fits_one_gpu(size, min(gpu.total_bytes for gpu in gpus), model.gpu_memory_utilization)
+
     def _run(
         self,
         command: Path,
@@ -210,7 +241,6 @@ class OpenCompassBackend:
         task: Task,
         problems: list[Problem],
         settings: Settings,
-        placement: Placement,
         run_dir: Path,
         cache_dir: Path,
     ) -> EvalResult:
@@ -220,7 +250,16 @@ class OpenCompassBackend:
         write_problems(data_dir / "train.jsonl", [])
         view = build_view(model_dir, run_dir / "model")
         model_config = json.loads((view / "config.json").read_text(encoding="utf-8"))
-        check_prompts_render(view, task, problems, settings_for(model_config))
+        model_settings = within_free_memory_gate(
+            settings_for(model_config), settings.eval_gpu_min_free_fraction
+        )
+        fits = self._fits_one_gpu(view, model_settings) if settings.eval_device != "cpu" else False
+        try:
+            shape = ModelShape.from_config(model_config)
+        except EvaluationError as exc:  # the base model's config: not the submission's fault
+            raise EvaluatorFaultError(str(exc)) from exc
+        placement = place(settings, os.environ, shape, fits_one_gpu=fits)
+        check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
         max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
         config_path.write_text(
@@ -229,7 +268,7 @@ class OpenCompassBackend:
                     model_dir=view,
                     task=task,
                     max_out_len=max_out_len,
-                    model=settings_for(model_config),
+                    model=model_settings,
                     gpu=placement.gpu,
                     cpu_batch_size=settings.eval_batch_size or CPU_EVAL_BATCH_SIZE,
                 )
@@ -240,11 +279,12 @@ class OpenCompassBackend:
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
         log_path = run_dir / "opencompass.log"
         log.info(
-            "event=opencompass_started run_dir=%s samples=%d device=%s tensor_parallel_size=%s",
+            "event=opencompass_started run_dir=%s samples=%d device=%s tensor_parallel_size=%s replicas=%s",
             run_dir,
             len(problems),
             "cuda" if placement.gpu else "cpu",
             placement.gpu.tensor_parallel_size if placement.gpu else "-",
+            placement.gpu.replicas if placement.gpu else "-",
         )
         # OpenCompass writes its task configs to ./tmp: the working directory is the run folder.
         outcome = run_in_group(
@@ -274,6 +314,11 @@ class OpenCompassBackend:
                 detail=_error_tail(run_dir, problems),
             )
         accuracy = read_summary_accuracy(work_dir)
+        if accuracy is None and engine_fault(run_dir):
+            raise EvaluatorFaultError(
+                "vLLM could not start the model on this worker's GPUs (OpenCompass produced no score)",
+                detail=_error_tail(run_dir, problems),
+            )
         if accuracy is None:
             raise EvaluationError(
                 f"OpenCompass produced no score (exit code {outcome.returncode}; it exits 0 even when "
@@ -298,6 +343,7 @@ class OpenCompassBackend:
                 "device": "cuda" if placement.gpu else "cpu",
                 "model_type": "VLLMwithChatTemplate" if placement.gpu else "HuggingFacewithChatTemplate",
                 "tensor_parallel_size": placement.gpu.tensor_parallel_size if placement.gpu else 0,
+                "replicas": placement.gpu.replicas if placement.gpu else 0,
                 "devices": list(placement.gpu.devices) if placement.gpu else [],
                 "max_new_tokens": max_out_len,
                 "summary_accuracy": accuracy,
@@ -356,23 +402,45 @@ def read_summary_accuracy(work_dir: Path) -> float | None:
 
 
 def read_predictions(work_dir: Path, expected: int) -> list[str]:
-    """Raw completions in problem order from OpenCompass's predictions file."""
+    """Raw completions in problem order from OpenCompass's predictions file, or from its shards
+    (``gsm8k_0.json``, ``gsm8k_1.json``, ... of consecutive problems) when replicas split the work."""
     run = newest_run(work_dir)
-    path = run / "predictions" / MODEL_ABBR / f"{DATASET_ABBR}.json" if run else None
-    if path is None or not path.is_file():
+    folder = run / "predictions" / MODEL_ABBR if run else None
+    if folder is None:
         raise EvaluationError("OpenCompass reported a score but wrote no predictions file")
-    records = json.loads(path.read_text(encoding="utf-8"))
-    if len(records) != expected:
-        raise EvaluationError(f"OpenCompass wrote {len(records)} predictions for {expected} problems")
-    return [str(records[str(index)]["prediction"]) for index in range(expected)]
+    whole = folder / f"{DATASET_ABBR}.json"
+    shards = (folder / f"{DATASET_ABBR}_{index}.json" for index in itertools.count())
+    paths = [whole] if whole.is_file() else list(itertools.takewhile(Path.is_file, shards))
+    if not paths:
+        raise EvaluationError("OpenCompass reported a score but wrote no predictions file")
+    completions: list[str] = []
+    for path in paths:
+        records = json.loads(path.read_text(encoding="utf-8"))
+        completions += [str(records[str(index)]["prediction"]) for index in range(len(records))]
+    if len(completions) != expected:
+        raise EvaluationError(f"OpenCompass wrote {len(completions)} predictions for {expected} problems")
+    return completions
+
+
+def _logs(run_dir: Path) -> list[Path]:
+    task_logs = sorted((run_dir / "work").glob("*/logs/*/*/*.out"))
+    return [path for path in [*task_logs, run_dir / "opencompass.log"] if path.is_file()]
+
+
+def engine_fault(run_dir: Path) -> bool:
+    """Whether a log of the run says the engine could not start (:data:`ENGINE_FAULT_MARKERS`)."""
+    return any(
+        marker in log_tail(path, max_lines=ENGINE_FAULT_SCAN_LINES, max_chars=ENGINE_FAULT_SCAN_CHARS)
+        for path in _logs(run_dir)
+        for marker in ENGINE_FAULT_MARKERS
+    )
 
 
 def _error_tail(run_dir: Path, problems: Sequence[Problem]) -> str:
     """The end of OpenCompass's own log and of each task log, with any line quoting a test
     question removed: the message is shown to the agent, the test set is not."""
     sections: list[str] = []
-    task_logs = sorted((run_dir / "work").glob("*/logs/*/*/*.out"))
-    logs = [path for path in [*task_logs, run_dir / "opencompass.log"] if path.is_file()]
+    logs = _logs(run_dir)
     # One budget for all logs: the stored error keeps 4,000 characters, headline included.
     budget = ERROR_TAIL_CHARS // max(len(logs), 1)
     for path in logs:
