@@ -267,6 +267,9 @@ def test_controller_is_single_least_privileged_and_probed() -> None:
                 assert rule["resources"] == ["experiments/finalizers"], rule
         secrets = next(r for r in role["rules"] if r["resources"] == ["secrets"])
         assert "list" not in secrets["verbs"] and "watch" not in secrets["verbs"]
+        # The budget starts when the agent container runs: the controller reads its Jobs' pods.
+        pods = next(r for r in role["rules"] if r["resources"] == ["pods"])
+        assert pods["apiGroups"] == [""] and pods["verbs"] == ["list"]
 
 
 def test_controller_settings_agree_with_the_rendered_grader() -> None:

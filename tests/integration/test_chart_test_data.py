@@ -199,9 +199,9 @@ def test_no_agent_or_other_pod_can_mount_the_test_data() -> None:
     # Every pod the controller creates for an experiment, as it builds them from the chart's settings.
     settings = controller_settings(documents)
     jobs = [
-        build_agent_job(ExperimentRef("exp", NAMESPACE), BUILTIN_AGENT, settings),
-        build_agent_job(ExperimentRef("exp", NAMESPACE), CUSTOM_AGENT, settings),
-        build_prepare_job(ExperimentRef("exp", NAMESPACE), BUILTIN_AGENT, settings),
+        build_agent_job(ExperimentRef("exp", NAMESPACE, "uid-1"), BUILTIN_AGENT, settings),
+        build_agent_job(ExperimentRef("exp", NAMESPACE, "uid-1"), CUSTOM_AGENT, settings),
+        build_prepare_job(ExperimentRef("exp", NAMESPACE, "uid-1"), BUILTIN_AGENT, settings),
     ]
     for job in jobs:
         spec = job["spec"]["template"]["spec"]
