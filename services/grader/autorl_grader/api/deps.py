@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 from starlette.concurrency import run_in_threadpool
 
 from autorl.settings import Settings
@@ -40,6 +40,13 @@ def _bearer(request: Request) -> str | None:
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
     return None
+
+
+def capability_token(
+    token: Annotated[str, Path(description="The experiment token of the capability URL /a/<token>.")],
+) -> str:
+    """Declares the capability URL's token in the OpenAPI document (get_agent_experiment reads it)."""
+    return token
 
 
 async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -18,6 +18,8 @@ from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.views import ExperimentTotals, submission_view, time_view
 
 router = APIRouter(tags=["agent"])
+#: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
+MAX_ID = 2**31 - 1
 
 
 class SubmitRequest(BaseModel):
@@ -73,7 +75,11 @@ async def submit(
 
 
 @router.get("/submissions/{submission_id}")
-def get_submission(submission_id: int, experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
+def get_submission(
+    submission_id: Annotated[int, Path(ge=1, le=MAX_ID, description="An id a /submit answer gave you.")],
+    experiment: AgentExperimentDep,
+    db: DbDep,
+) -> dict[str, Any]:
     with db.session() as session:
         submission = repo.get_submission(session, submission_id, experiment)
         return submission_view(session, experiment, submission)
