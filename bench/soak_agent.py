@@ -43,7 +43,7 @@ def main() -> None:
     log = output / "soak_submissions.jsonl"
     with GradingClient.from_env() as client:
         step = 0
-        while client.time().remaining_s > MARGIN_S:
+        while (client.time().remaining_s or 0.0) > MARGIN_S:
             step += 1
             target = output / f"ckpt-{step}"
             write_checkpoint(base, target, step)
