@@ -18,10 +18,10 @@ from sqlalchemy import event, update
 from autorl.settings import Settings
 from autorl.store import Database, Submission, SubmissionStatus
 from autorl.store import repository as repo
+from autorl_grader.expiring_cache import CACHE_TTL_S
 from autorl_grader.main import create_app
 from autorl_grader.result_waits import POLL_INTERVAL_S
 from autorl_grader.state import GraderState
-from autorl_grader.token_cache import TOKEN_CACHE_TTL_S
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
 
@@ -127,7 +127,7 @@ def test_a_token_replaced_elsewhere_is_refused_within_the_ttl(
     client: TestClient, settings: Settings, experiment: RegisteredExperiment
 ) -> None:
     """Another grader process (here: a direct write) re-keys the experiment: this one trusts the
-    remembered token for at most TOKEN_CACHE_TTL_S, never longer."""
+    remembered token for at most CACHE_TTL_S, never longer."""
     assert client.get(f"{experiment.url_path}/time").status_code == 200
     db = Database(settings.database_url or "")
     try:
@@ -137,6 +137,15 @@ def test_a_token_replaced_elsewhere_is_refused_within_the_ttl(
         db.dispose()
     rotated_at = time.monotonic()
     while client.get(f"{experiment.url_path}/time").status_code == 200:
-        assert time.monotonic() - rotated_at <= TOKEN_CACHE_TTL_S + 0.5
+        assert time.monotonic() - rotated_at <= CACHE_TTL_S + 0.5
         time.sleep(0.05)
     assert client.get(f"{experiment.url_path}/time").status_code == 401
+
+
+def test_time_shows_a_submission_made_through_this_grader_at_once(
+    client: TestClient, experiment: RegisteredExperiment
+) -> None:
+    assert client.get(f"{experiment.url_path}/time").json()["last_submit_time"] is None  # now remembered
+    submitted = client.post(f"{experiment.url_path}/submit?wait=false", json={"model_path": "output/ckpt"})
+    assert submitted.status_code == 202
+    assert client.get(f"{experiment.url_path}/time").json()["last_submit_time"] is not None

@@ -121,6 +121,7 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         raise
     if not queued:
         remove_snapshot(snapshot.path)
+    state.last_submits.forget(experiment.id)
     state.metrics.inc("autorl_submissions_total", outcome="queued" if queued else "reused")
     log.info(
         "event=submission_accepted experiment=%s submission=%d reused=%s",

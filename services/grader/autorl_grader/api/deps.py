@@ -51,7 +51,7 @@ def capability_token(
 
 async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:
     """The experiment of the caller: from the capability URL `/a/<token>/...` or a bearer token.
-    A matched token is remembered for a moment (autorl_grader.token_cache)."""
+    A matched token is remembered for a moment (autorl_grader.expiring_cache)."""
     token = request.path_params.get("token") or _bearer(request)
     if not token:
         raise HTTPException(
@@ -59,7 +59,7 @@ async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:
             detail="missing credentials: use the GRADING_SERVER_URL you were given (it carries your token) "
             "or send 'Authorization: Bearer <AUTORL_TOKEN>'",
         )
-    experiment = state.tokens.get(token)
+    experiment = state.tokens.get(repo.hash_token(token))
     if experiment is not None:
         return experiment
     experiment = await run_in_threadpool(_experiment_by_token, state.db, token)
@@ -68,7 +68,7 @@ async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:
             401,
             detail="unknown or revoked token: use the GRADING_SERVER_URL / AUTORL_TOKEN of your experiment",
         )
-    state.tokens.put(token, experiment)
+    state.tokens.put(repo.hash_token(token), experiment)
     return experiment
 
 

@@ -111,7 +111,7 @@ def get_one(name: str, db: DbDep) -> dict[str, Any]:
 def new_token(name: str, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
     with state.db.session() as session:
         token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
-    state.tokens.forget(name)
+    state.forget_experiment(name)
     return {
         "name": name,
         "token": token,
@@ -139,7 +139,7 @@ def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
             )
         repo.start_budget(session, experiment, timeout_s=body.timeout_s)
         view = experiment_view(session, experiment)
-    state.tokens.forget(name)
+    state.forget_experiment(name)
     return view
 
 
@@ -149,7 +149,7 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]
         experiment = repo.get_experiment(session, name, for_update=True)
         repo.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
         view = experiment_view(session, experiment)
-    state.tokens.forget(name)
+    state.forget_experiment(name)
     # Its cancelled jobs leave the queue now, and other experiments' next jobs take their place.
     dispatch_committed(state)
     return view

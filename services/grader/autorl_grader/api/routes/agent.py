@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -12,8 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from autorl.errors import ForbiddenError
+from autorl.store import Database, Experiment
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
+from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.views import ExperimentTotals, submission_view, time_view
 
@@ -100,9 +103,17 @@ def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
 
 
 @router.get("/time")
-def time_left(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
+async def time_left(experiment: AgentExperimentDep, state: StateDep) -> dict[str, Any]:
+    last = state.last_submits.get(experiment.id)
+    if last is None:
+        last = LastSubmit(await run_in_threadpool(_last_submit_time, state.db, experiment))
+        state.last_submits.put(experiment.id, last)
+    return time_view(experiment, last.at)
+
+
+def _last_submit_time(db: Database, experiment: Experiment) -> datetime | None:
     with db.session() as session:
-        return time_view(experiment, session)
+        return repo.last_submit_time(session, experiment)
 
 
 def visible_gpus() -> list[str]:
