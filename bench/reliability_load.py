@@ -65,13 +65,16 @@ def load_table() -> str:
         lines.extend(_load_rows(label, run))
     lines += [
         "",
-        "| version | blocking `/submit` waiters held | database transactions/s while they wait |",
-        "| --- | ---: | ---: |",
+        "| version | blocking `/submit` waiters held | database transactions/s before them "
+        "| while they wait |",
+        "| --- | ---: | ---: | ---: |",
     ]
     for label, run in runs.items():
         waiters = run["waiters"]
         held = f"{waiters['held']} of {waiters['waiters']}"
-        lines.append(f"| {label} | {held} | {waiters['db_transactions_per_s']:,.1f} |")
+        idle = waiters.get("db_transactions_per_s_before_waiters")
+        idle_cell = "not measured" if idle is None else f"{idle:,.1f}"
+        lines.append(f"| {label} | {held} | {idle_cell} | {waiters['db_transactions_per_s']:,.1f} |")
     commands = "; ".join(f"{label}: `{run['command']}` ({run['date']})" for label, run in runs.items())
     return "\n".join(lines) + f"\n\nReproduce: {commands}.\n"
 
