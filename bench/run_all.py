@@ -11,6 +11,7 @@ results files copied back (this machine's numbers would not be theirs). Last,
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +21,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Name → arguments after the Python interpreter.
 CPU_BENCHMARKS: dict[str, list[str]] = {
     "opencompass_cpu": ["bench/opencompass_cpu.py", "--problems", "4", "--max-new-tokens", "512"],
+    "grader_fuzz": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_grader_fuzz.py"],
+    "grader_load": ["bench/grader_load.py", "--agents", "500", "--waiters", "500", "--duration", "10"],
+    "soak": ["bench/soak.py", "--duration", "1200", "--interval", "3"],
+}
+#: Name → environment variables a benchmark needs beside this process's.
+BENCHMARK_ENV: dict[str, dict[str, str]] = {
+    "grader_fuzz": {"AUTORL_FUZZ_REPORT": str(REPO_ROOT / "bench" / "results" / "grader_fuzz.json")},
 }
 #: Name → the command to run on a GPU machine, from the repository root.
 GPU_BENCHMARKS: dict[str, str] = {
@@ -51,7 +59,8 @@ def main() -> int:
             continue
         print(f"== {name}: {' '.join(arguments)}", flush=True)
         started = time.monotonic()
-        code = subprocess.run([sys.executable, *arguments], cwd=REPO_ROOT, check=False).returncode
+        env = {**os.environ, **BENCHMARK_ENV.get(name, {})}
+        code = subprocess.run([sys.executable, *arguments], cwd=REPO_ROOT, env=env, check=False).returncode
         print(f"== {name}: exit {code} after {time.monotonic() - started:.0f} s", flush=True)
         if code:
             failed.append(name)

@@ -163,6 +163,16 @@ def limited_submissions_count(session: Session, experiment: Experiment) -> int:
     )
 
 
+def final_submission_ids(session: Session, submission_ids: Sequence[int]) -> list[int]:
+    """Which of these submissions are final (scored or failed)."""
+    final = [status for status in SubmissionStatus if status.final]
+    return list(
+        session.scalars(
+            select(Submission.id).where(Submission.id.in_(submission_ids), Submission.status.in_(final))
+        )
+    )
+
+
 def last_submit_time(session: Session, experiment: Experiment) -> datetime | None:
     """When the agent last submitted (baseline evaluations excluded)."""
     return session.scalar(

@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -26,6 +26,8 @@ from autorl.errors import (
 )
 from autorl.settings import Settings
 from autorl.store import migrate
+from autorl_grader.api.deps import capability_token
+from autorl_grader.api.refusals import REFUSAL_RESPONSES
 from autorl_grader.api.routes import admin, agent, ops, ui
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler
@@ -88,7 +90,7 @@ def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bo
                 reconciler.stop()
             state.db.dispose()
 
-    app = FastAPI(title="AutoRL grader", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="AutoRL grader", version=__version__, lifespan=lifespan, responses=REFUSAL_RESPONSES)
     app.state.grader = state
 
     @app.exception_handler(AutoRLError)
@@ -108,6 +110,6 @@ def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bo
     app.include_router(ops.router)
     app.include_router(admin.router)
     app.include_router(agent.router)
-    app.include_router(agent.router, prefix="/a/{token}")
+    app.include_router(agent.router, prefix="/a/{token}", dependencies=[Depends(capability_token)])
     app.include_router(ui.router)
     return app

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry
 
 from autorl.queue import Dispatcher, make_dispatcher
 from autorl.settings import Settings
-from autorl.store import Database
+from autorl.store import Database, Experiment
+from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.metrics import metrics_registry
+from autorl_grader.result_waits import ResultWaits
+
+
+@dataclass(frozen=True)
+class LastSubmit:
+    """The time of an experiment's latest submission, or None when it has none yet."""
+
+    at: datetime | None
 
 
 @dataclass
@@ -18,6 +28,17 @@ class GraderState:
     db: Database
     dispatcher: Dispatcher
     metrics: CollectorRegistry
+    #: Token hash → its experiment; experiment id → time of its latest submission (expiring_cache).
+    tokens: ExpiringCache[str, Experiment] = field(default_factory=ExpiringCache)
+    last_submits: ExpiringCache[int, LastSubmit] = field(default_factory=ExpiringCache)
+    waits: ResultWaits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.waits = ResultWaits(self.db)
+
+    def forget_experiment(self, name: str) -> None:
+        """After this process changed the experiment's row (finish, start, new token)."""
+        self.tokens.forget_where(lambda experiment: experiment.name == name)
 
     @classmethod
     def build(cls, settings: Settings) -> GraderState:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,6 @@ from autorl_grader.state import GraderState
 from autorl_grader.views import pending_view, submission_view
 
 log = logging.getLogger("autorl.grader")
-POLL_INTERVAL_S = 0.25
 
 
 def rebase_agent_path(experiment: Experiment, model_path: str) -> str:
@@ -124,6 +121,7 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         raise
     if not queued:
         remove_snapshot(snapshot.path)
+    state.last_submits.forget(experiment.id)
     log.info(
         "event=submission_accepted experiment=%s submission=%d reused=%s",
         experiment.name,
@@ -223,12 +221,11 @@ def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple
 async def wait_for_result(
     state: GraderState, experiment_name: str, submission_id: int, timeout_s: float
 ) -> tuple[bool, dict[str, Any]]:
-    """Poll the store until the submission is final or the wait ends. Returns (final, view)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
-        if submission.status.final:
-            return True, view
-        if time.monotonic() >= deadline:
-            return False, view
-        await asyncio.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+    """Wait until the submission is final or the wait ends (the process's one poller wakes the
+    waiter: autorl_grader.result_waits). Returns (final, view)."""
+    submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
+    if submission.status.final or timeout_s <= 0:
+        return submission.status.final, view
+    await state.waits.wait(submission_id, timeout_s)
+    submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
+    return submission.status.final, view

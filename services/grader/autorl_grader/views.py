@@ -124,11 +124,11 @@ def pending_view(session: Session, submission: Submission) -> dict[str, Any]:
     }
 
 
-def time_view(experiment: Experiment, session: Session) -> dict[str, Any]:
+def time_view(experiment: Experiment, last_submit: datetime | None) -> dict[str, Any]:
     now = time.time()
     end = epoch(experiment.end_time)
     remaining = None if end is None else max(0.0, round(end - now, 3))
-    last = epoch(repo.last_submit_time(session, experiment))
+    last = epoch(last_submit)
     return {
         "start_time": epoch(experiment.start_time),
         "timeout_s": experiment.timeout_s,
@@ -145,7 +145,7 @@ def experiment_view(session: Session, experiment: Experiment) -> dict[str, Any]:
     baseline = baseline_score(session, experiment)
     best = repo.best_submission(session, experiment)
     agent_rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
-    timing = time_view(experiment, session)
+    timing = time_view(experiment, repo.last_submit_time(session, experiment))
     return {
         "name": experiment.name,
         "task": experiment.task,

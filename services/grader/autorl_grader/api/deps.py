@@ -5,7 +5,8 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
+from starlette.concurrency import run_in_threadpool
 
 from autorl.settings import Settings
 from autorl.store import Database, Experiment
@@ -41,8 +42,16 @@ def _bearer(request: Request) -> str | None:
     return None
 
 
-def get_agent_experiment(request: Request, db: DbDep) -> Experiment:
-    """The experiment of the caller: from the capability URL `/a/<token>/...` or a bearer token."""
+def capability_token(
+    token: Annotated[str, Path(description="The experiment token of the capability URL /a/<token>.")],
+) -> str:
+    """Declares the capability URL's token in the OpenAPI document (get_agent_experiment reads it)."""
+    return token
+
+
+async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:
+    """The experiment of the caller: from the capability URL `/a/<token>/...` or a bearer token.
+    A matched token is remembered for a moment (autorl_grader.expiring_cache)."""
     token = request.path_params.get("token") or _bearer(request)
     if not token:
         raise HTTPException(
@@ -50,14 +59,22 @@ def get_agent_experiment(request: Request, db: DbDep) -> Experiment:
             detail="missing credentials: use the GRADING_SERVER_URL you were given (it carries your token) "
             "or send 'Authorization: Bearer <AUTORL_TOKEN>'",
         )
-    with db.session() as session:
-        experiment = repo.experiment_by_token(session, token)
+    experiment = state.tokens.get(repo.hash_token(token))
+    if experiment is not None:
+        return experiment
+    experiment = await run_in_threadpool(_experiment_by_token, state.db, token)
     if experiment is None:
         raise HTTPException(
             401,
             detail="unknown or revoked token: use the GRADING_SERVER_URL / AUTORL_TOKEN of your experiment",
         )
+    state.tokens.put(repo.hash_token(token), experiment)
     return experiment
+
+
+def _experiment_by_token(db: Database, token: str) -> Experiment | None:
+    with db.session() as session:
+        return repo.experiment_by_token(session, token)
 
 
 AgentExperimentDep = Annotated[Experiment, Depends(get_agent_experiment)]

@@ -115,9 +115,10 @@ def get_one(name: str, db: DbDep) -> dict[str, Any]:
 
 
 @router.post("/{name}/token")
-def new_token(name: str, db: DbDep, settings: SettingsDep) -> dict[str, Any]:
-    with db.session() as session:
+def new_token(name: str, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
+    with state.db.session() as session:
         token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
+    state.forget_experiment(name)
     return {
         "name": name,
         "token": token,
@@ -136,8 +137,8 @@ async def baseline(
 
 
 @router.post("/{name}/start")
-def start(name: str, body: StartBudget, db: DbDep) -> dict[str, Any]:
-    with db.session() as session:
+def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
+    with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         if experiment.status.finished:
             raise ConflictError(
@@ -145,7 +146,9 @@ def start(name: str, body: StartBudget, db: DbDep) -> dict[str, Any]:
             )
         started = None if body.start_time is None else datetime.fromtimestamp(body.start_time, UTC)
         repo.start_budget(session, experiment, timeout_s=body.timeout_s, started_at=started)
-        return experiment_view(session, experiment)
+        view = experiment_view(session, experiment)
+    state.forget_experiment(name)
+    return view
 
 
 @router.post("/{name}/finish")
@@ -154,6 +157,7 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]
         experiment = repo.get_experiment(session, name, for_update=True)
         repo.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
         view = experiment_view(session, experiment)
+    state.forget_experiment(name)
     # Its cancelled jobs leave the queue now, and other experiments' next jobs take their place.
     dispatch_committed(state)
     return view

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from autorl.errors import ForbiddenError
+from autorl.store import Database, Experiment
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
+from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.views import ExperimentTotals, submission_view, time_view
 
 router = APIRouter(tags=["agent"])
+#: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
+MAX_ID = 2**31 - 1
 
 
 class SubmitRequest(BaseModel):
@@ -73,7 +78,11 @@ async def submit(
 
 
 @router.get("/submissions/{submission_id}")
-def get_submission(submission_id: int, experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
+def get_submission(
+    submission_id: Annotated[int, Path(ge=1, le=MAX_ID, description="An id a /submit answer gave you.")],
+    experiment: AgentExperimentDep,
+    db: DbDep,
+) -> dict[str, Any]:
     with db.session() as session:
         submission = repo.get_submission(session, submission_id, experiment)
         return submission_view(session, experiment, submission)
@@ -94,9 +103,17 @@ def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
 
 
 @router.get("/time")
-def time_left(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
+async def time_left(experiment: AgentExperimentDep, state: StateDep) -> dict[str, Any]:
+    last = state.last_submits.get(experiment.id)
+    if last is None:
+        last = LastSubmit(await run_in_threadpool(_last_submit_time, state.db, experiment))
+        state.last_submits.put(experiment.id, last)
+    return time_view(experiment, last.at)
+
+
+def _last_submit_time(db: Database, experiment: Experiment) -> datetime | None:
     with db.session() as session:
-        return time_view(experiment, session)
+        return repo.last_submit_time(session, experiment)
 
 
 def visible_gpus() -> list[str]:

@@ -1,0 +1,132 @@
+"""Fuzzing the grader through its own OpenAPI document (schemathesis), against real Postgres, with
+valid agent and admin credentials so that generated requests get past authentication: no answer
+is a server error, and every answer matches the schema the document declares for it.
+
+A fixed number of examples per operation, drawn deterministically, so a run is reproducible."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from pydantic import SecretStr
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+
+from autorl.settings import Settings
+from autorl_grader.main import create_app
+from tests.support.grading import copy_model, make_workspace, register
+
+#: Examples per operation: every operation of the document, within the suite's time.
+EXAMPLES_PER_OPERATION = 20
+#: Where the run's counts go when set (``bench/run_all.py`` sets it: bench/results/grader_fuzz.json).
+REPORT_ENV = "AUTORL_FUZZ_REPORT"
+STATUSES: Counter[str] = Counter()
+OPERATIONS: Counter[str] = Counter()
+FAILURES: Counter[str] = Counter()
+ADMIN_PREFIXES = ("/v1/", "/metrics")
+
+
+@dataclass
+class FuzzTarget:
+    app: FastAPI
+    agent_token: str
+    admin_token: str
+
+
+@pytest.fixture(scope="module")
+def target(
+    pg_url: str, tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FuzzTarget]:
+    home = tmp_path_factory.mktemp("fuzz")
+    grader_settings = Settings(  # type: ignore[call-arg]
+        home=home / "home",
+        database_url=pg_url,
+        admin_token=SecretStr(secrets.token_hex(16)),
+        submit_wait_s=0.5,
+    )
+    app = create_app(grader_settings, reconcile=False)
+    with TestClient(app) as client:  # runs the start-up: migrations
+        experiment = register(client, grader_settings, tiny_base_model, make_workspace(home))
+        copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
+        assert grader_settings.admin_token is not None
+        yield FuzzTarget(app, experiment.token, grader_settings.admin_token.get_secret_value())
+
+
+def grader_document() -> dict[str, Any]:
+    """The OpenAPI document the grader serves (it does not depend on the settings; nothing here
+    connects to anything)."""
+    with tempfile.TemporaryDirectory() as home:
+        document_settings = Settings(home=Path(home), database_url="sqlite://", local_mode=True)  # type: ignore[call-arg]
+        app = create_app(document_settings, reconcile=False)
+        return app.openapi()
+
+
+schema = schemathesis.openapi.from_dict(grader_document())
+CHECKS: list[Callable[..., bool | None]] = [
+    not_a_server_error,
+    response_schema_conformance,
+    content_type_conformance,
+]
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_no_server_error_and_every_answer_matches_the_document(
+    case: schemathesis.Case, target: FuzzTarget
+) -> None:
+    parameters = case.path_parameters
+    if parameters is not None and "token" in parameters:
+        parameters["token"] = target.agent_token
+    admin = case.path.startswith(ADMIN_PREFIXES)
+    token = target.admin_token if admin else target.agent_token
+    operation = case.operation.label
+    OPERATIONS[operation] += 1
+    try:
+        response = case.call_and_validate(
+            app=target.app, headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
+        )
+    except Exception:
+        FAILURES[operation] += 1
+        raise
+    STATUSES[str(response.status_code)] += 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report() -> Iterator[None]:
+    yield
+    path = os.environ.get(REPORT_ENV)
+    if path and OPERATIONS:
+        result = {
+            "benchmark": "grader_fuzz",
+            "command": f"{REPORT_ENV}=bench/results/grader_fuzz.json .venv/bin/python -m pytest "
+            "tests/integration/test_grader_fuzz.py",
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "tool": f"schemathesis {schemathesis.__version__}",
+            "examples_per_operation": EXAMPLES_PER_OPERATION,
+            "operations": len(OPERATIONS),
+            "cases": sum(OPERATIONS.values()),
+            "statuses": dict(sorted(STATUSES.items())),
+            "server_errors": sum(n for code, n in STATUSES.items() if code.startswith("5")),
+            "failed_operations": dict(FAILURES),
+        }
+        Path(path).write_text(json.dumps(result, indent=2) + "\n")

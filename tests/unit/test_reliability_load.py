@@ -1,0 +1,59 @@
+"""The Fuzzing, Load and Soak sections render from the committed results files, and say what
+those files hold (bench/reliability_load.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESULTS = REPO_ROOT / "bench" / "results"
+
+
+def _sections() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_reliability_load", REPO_ROOT / "bench" / "reliability_load.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _results(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def test_the_fuzzing_section_states_the_recorded_cases_and_outcome() -> None:
+    fuzz = _results("grader_fuzz")
+    text = _sections().fuzzing_table()
+    assert f"| {fuzz['cases']} |" in text
+    assert f"{fuzz['server_errors']} server errors" in text
+    assert ("**passed**" in text) == (fuzz["server_errors"] == 0 and not fuzz["failed_operations"])
+
+
+def test_the_load_section_states_each_measured_version() -> None:
+    runs = _results("grader_load")["runs"]
+    text = _sections().load_table()
+    for label, run in runs.items():
+        assert (
+            f"| {label} | time | {run['agents']} | {run['time']['requests_per_s']:,.1f} requests/s |" in text
+        )
+        assert f"{run['time']['ratio_to_bare']:.2f}×" in text
+        assert f"| {label} | {run['waiters']['held']} of {run['waiters']['waiters']} |" in text
+
+
+def test_the_soak_section_states_every_process_and_the_submissions() -> None:
+    soak = _results("soak")
+    text = _sections().soak_table()
+    for name in ("`autorl run`", "`autorl grader`", "`autorl worker`", "`soak_agent.py`"):
+        assert name in text
+    submissions = soak["submissions"]
+    assert f"submitted {submissions['submitted']} distinct checkpoints" in text
+    assert f"{submissions['scored_once']} were scored exactly once" in text
