@@ -83,7 +83,7 @@ class ExampleGRPOConfig:
     )
     grpo_epochs: int = field(default=1, metadata={"help": "GRPO epochs over the train prompts"})
     grpo_learning_rate: float | None = field(
-        default=None, metadata={"help": "GRPO learning rate (default: 2e-4 for a tiny model, 1e-6 otherwise)"}
+        default=None, metadata={"help": "GRPO learning rate (default: 5e-4 for a tiny model, 1e-6 otherwise)"}
     )
     num_generations: int = field(
         default=4, metadata={"help": "completions sampled per prompt (GRPO group size)"}
@@ -379,7 +379,7 @@ class Agent:
         from trl import GRPOConfig, GRPOTrainer
 
         config = self.config
-        lr = config.grpo_learning_rate or (2e-4 if self.tiny else 1e-6)
+        lr = config.grpo_learning_rate or (5e-4 if self.tiny else 1e-6)
         completion_limit = config.max_completion_length or self._default_completion_length()
         records = [
             {"prompt": self.task.render_prompt(self.tokenizer, p.question), "answer": p.answer}
