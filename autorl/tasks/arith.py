@@ -1,8 +1,8 @@
 """arith: synthetic one-step word problems in the GSM8K format, generated offline.
 
-Each problem adds or subtracts two numbers below 50, small ones more often, so that a tiny model
-trained for minutes on a CPU gets some right: the platform's demos and end-to-end tests need
-scores strictly between 0 and 100 without network access. Answers are GSM8K answer fields
+Each problem adds or subtracts two one-digit numbers, so that a tiny model trained for minutes on a
+CPU learns it: the platform's demo (``make run``) shows a randomly initialised model going from 0 to
+most answers right without network access. Answers are GSM8K answer fields
 (``... <<a+b=c>>c ... #### c``) and the prompt has the gsm8k_gen_1d7fe4 shape, so scoring is
 exactly GSM8K's.
 """
@@ -23,14 +23,15 @@ from autorl.tasks.gsm8k import GSM8KFormatTask
 DEFAULT_SEED = 0
 TRAIN_SIZE = 2000
 TEST_SIZE = 200
-#: Operands are drawn from 2..MAX_OPERAND with weight 1/n.
-MAX_OPERAND = 49
-# Small operands are what a tiny model learns first: the builtin 2-layer model, fine-tuned on 16
-# problems a step, got 3-10% of the test split right after 400 steps and 2-15% after 800 (six
-# seeds), where uniform operands gave 1-6%. The long tail keeps the answers varied; 1 is left out
-# so that no question reads "1 apples".
+#: Operands are drawn uniformly from 2..MAX_OPERAND (1 is left out so that no question reads
+#: "1 apples").
+MAX_OPERAND = 9
+# One-digit operands are what the builtin 2-layer model learns within a CPU demo's budget: fine-tuned
+# on 32 problems a step it got 35% of the test split right after 270 steps, 50% after 430 and 96%
+# after 600 (at 16 a step: 40-76% after 750 steps, three data orders). With operands up to 19 it
+# stayed below 20% after 2,500 steps, up to 49 below 10%. Names and items keep the questions varied
+# (about 11,000 distinct ones) while the arithmetic stays learnable.
 _OPERANDS = range(2, MAX_OPERAND + 1)
-_OPERAND_WEIGHTS = [1 / n for n in _OPERANDS]
 
 _NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gia", "Hugo")
 _ITEMS = ("apples", "pens", "cards", "books", "shells", "coins", "cups", "eggs")
@@ -70,10 +71,10 @@ _TEMPLATES = (
 
 # One exemplar per template; generated problems never repeat these questions.
 _EXEMPLAR_SPECS = (
-    (0, "Ivy", "stamps", 23, 14),
-    (1, "Jack", "marbles", 45, 17),
-    (2, "Kim", "beads", 8, 36),
-    (3, "Leo", "plates", 31, 9),
+    (0, "Ivy", "stamps", 6, 7),
+    (1, "Jack", "marbles", 9, 4),
+    (2, "Kim", "beads", 3, 8),
+    (3, "Leo", "plates", 8, 6),
 )
 
 
@@ -106,7 +107,7 @@ def generate_problems(seed: int, count: int) -> list[Problem]:
     problems: list[Problem] = []
     while len(problems) < count:
         template = rng.choice(_TEMPLATES)
-        a, b = rng.choices(_OPERANDS, weights=_OPERAND_WEIGHTS, k=2)
+        a, b = rng.choices(_OPERANDS, k=2)
         if template.subtract and a <= b:
             a, b = b, a
             if a == b:
@@ -200,14 +201,13 @@ _DESCRIPTION = """\
 # arith
 
 Short arithmetic word problems: one addition or subtraction of two numbers from 2 to \
-{max_operand} (small ones more often), e.g. "Ann has 12 apples. Ann gets 7 more apples. How many
-apples does Ann have now?".
+{max_operand}, e.g. "Ann has 8 apples. Ann gets 7 more apples. How many apples does Ann have now?".
 
 ## Data
 
 `$DATA_PATH/train.jsonl` holds {train_size} problems: one JSON object a line with `question` and
 `answer`. The answer field follows GSM8K: worked reasoning with a calculator annotation such as
-`<<12+7=19>>`, ending in a line `#### N` with the final answer. The test split is drawn from the
+`<<8+7=15>>`, ending in a line `#### N` with the final answer. The test split is drawn from the
 same distribution with a seed only the evaluator holds: it is never shown and cannot be rebuilt.
 
 ## Evaluation

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autorl.checkpoints import BUILTIN_BUILD_VERSION
 from tests.conftest import FIXTURE_DATA
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
@@ -40,7 +41,8 @@ def test_prepare_fills_the_cache_once_and_lays_out_the_workspace(tmp_path: Path)
     first = prepare(tmp_path, *args)
     assert first.returncode == 0, first.stderr
     cache = tmp_path / "shared" / "cache"
-    assert (cache / "models" / "builtin" / "tiny-qwen2-v1" / "config.json").is_file()
+    built_dir = cache / "models" / "builtin" / f"tiny-qwen2-v{BUILTIN_BUILD_VERSION}"
+    assert (built_dir / "config.json").is_file()
     train = cache / "data" / "gsm8k" / "train.jsonl"
     assert train.is_file()
     assert sorted(p.name for p in workspace.iterdir() if not p.name.startswith(".")) == [
@@ -57,10 +59,10 @@ def test_prepare_fills_the_cache_once_and_lays_out_the_workspace(tmp_path: Path)
     assert not (workspace / "data" / "test.jsonl").exists()
     assert (workspace / "models" / "tiny-qwen2" / "config.json").is_file()
     assert json.loads((workspace / "run_meta.json").read_text())["timeout_s"] == 600
-    built = (cache / "models" / "builtin" / "tiny-qwen2-v1" / "model.safetensors").stat().st_mtime_ns
+    built = (built_dir / "model.safetensors").stat().st_mtime_ns
     again = prepare(tmp_path, *args)  # a retried Job: nothing rebuilt, nothing refused
     assert again.returncode == 0, again.stderr
-    assert (cache / "models" / "builtin" / "tiny-qwen2-v1" / "model.safetensors").stat().st_mtime_ns == built
+    assert (built_dir / "model.safetensors").stat().st_mtime_ns == built
 
 
 def test_prepare_refuses_bad_input_with_the_fix(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autorl.tasks import get_task
-from autorl_agent_runner.agents import AgentNotFoundError, resolve_agent
+from autorl_agent_runner.agents import AgentNotFoundError, example_sft, resolve_agent
 from autorl_agent_runner.agents.example_grpo import (
     ExampleGRPOConfig,
     _common_prefix_length,
@@ -170,6 +170,7 @@ def test_env_items_copy_set_and_refuse() -> None:
 
 def test_agents_resolve_by_name_or_executable_path(tmp_path: Path) -> None:
     assert resolve_agent("example_grpo").argv[-1] == "autorl_agent_runner.agents.example_grpo"
+    assert resolve_agent("example_sft").argv[-1] == "autorl_agent_runner.agents.example_sft"
     script = tmp_path / "agent.py"
     script.write_text("#!/usr/bin/env python3\n")
     with pytest.raises(AgentNotFoundError, match="chmod \\+x"):
@@ -237,3 +238,28 @@ def test_example_agent_settings_are_its_cli() -> None:
     assert "--sft-threshold" in help_text and "--num-generations" in help_text
     config = parse_config(["--sft", "never", "--num-generations", "2", "--sft-learning-rate", "0.01"])
     assert config == ExampleGRPOConfig(sft="never", num_generations=2, sft_learning_rate=0.01)
+
+
+def test_example_sft_is_the_example_agent_without_rl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """example_sft passes its defaults first, so that arguments given to it still win."""
+    seen: dict[str, object] = {}
+
+    def fake_main(argv: list[str], *, name: str) -> int:
+        seen["config"], seen["name"] = parse_config(argv), name
+        return 0
+
+    monkeypatch.setattr(example_sft, "run_example_agent", fake_main)
+    monkeypatch.delenv("AUTORL_AGENT_ARGS", raising=False)
+    assert example_sft.main([]) == 0
+    assert seen["name"] == "example_sft"
+    assert seen["config"] == ExampleGRPOConfig(sft="always", sft_time_fraction=1.0, rl="none")
+    example_sft.main(["--sft-time-fraction", "0.5", "--sft-epochs", "2"])
+    assert seen["config"] == ExampleGRPOConfig(sft="always", sft_time_fraction=0.5, rl="none", sft_epochs=2)
+
+
+def test_example_agent_rl_choices_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_config(["--rl", "none"]).rl == "none"
+    with pytest.raises(SystemExit):
+        parse_config(["--rl", "ppo"])
+    error = capsys.readouterr().err
+    assert "argument --rl: invalid choice: 'ppo'" in error and "grpo" in error

@@ -21,6 +21,7 @@ from autorl_agent_runner.python_env import PythonEnv
 #: name → module run with ``python -m``; each module has a ``main(argv)``.
 BUILTIN_AGENTS: dict[str, str] = {
     "example_grpo": "autorl_agent_runner.agents.example_grpo",
+    "example_sft": "autorl_agent_runner.agents.example_sft",
 }
 
 

@@ -45,6 +45,15 @@ _FINAL_ANSWER = re.compile(r"\n?####\s*(.+?)\s*$")
 
 SftMode = Literal["auto", "always", "never"]
 RolloutMode = Literal["auto", "trl"]
+RlMode = Literal["grpo", "none"]
+#: Fields whose values are limited to a Literal's choices.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "sft": get_args(SftMode),
+    "rl": get_args(RlMode),
+    "rollouts": get_args(RolloutMode),
+}
+#: The name this agent logs under (example_sft runs this module with SFT alone).
+_agent_name = "example_grpo"
 
 
 @dataclass
@@ -60,18 +69,26 @@ class ExampleGRPOConfig:
     sft_threshold: float = field(
         default=10.0, metadata={"help": "baseline score (0-100) below which auto runs SFT"}
     )
-    sft_epochs: int = field(default=4, metadata={"help": "SFT epochs over the train split"})
+    sft_epochs: int = field(
+        default=8, metadata={"help": "SFT epochs over the train split (the budget may stop it earlier)"}
+    )
     sft_learning_rate: float | None = field(
         default=None, metadata={"help": "SFT learning rate (default: 3e-3 for a tiny model, 1e-5 otherwise)"}
     )
-    sft_batch_size: int = field(default=16, metadata={"help": "SFT examples per optimizer step"})
+    sft_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "SFT examples per optimizer step (default: 32 for a tiny model, 16 otherwise)"},
+    )
     sft_time_fraction: float = field(
         default=0.7,
         metadata={"help": "largest share of the remaining budget SFT may take; GRPO gets the rest"},
     )
+    rl: RlMode = field(
+        default="grpo", metadata={"help": "the RL phase after SFT: grpo, or none for SFT alone"}
+    )
     grpo_epochs: int = field(default=1, metadata={"help": "GRPO epochs over the train prompts"})
     grpo_learning_rate: float | None = field(
-        default=None, metadata={"help": "GRPO learning rate (default: 2e-4 for a tiny model, 1e-6 otherwise)"}
+        default=None, metadata={"help": "GRPO learning rate (default: 5e-4 for a tiny model, 1e-6 otherwise)"}
     )
     num_generations: int = field(
         default=4, metadata={"help": "completions sampled per prompt (GRPO group size)"}
@@ -106,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         default = spec.default if spec.default is not MISSING else None
         kind = _arg_type(spec.type)
         kwargs: dict[str, Any] = {"default": default, "help": f"{spec.metadata['help']} (default: {default})"}
-        choices = {"sft": get_args(SftMode), "rollouts": get_args(RolloutMode)}.get(spec.name)
+        choices = _CHOICES.get(spec.name)
         parser.add_argument(flag, type=kind, choices=choices, **kwargs)
     return parser
 
@@ -129,7 +146,7 @@ def parse_config(argv: Sequence[str] | None = None) -> ExampleGRPOConfig:
 def log(event: str, **values: object) -> None:
     """One event per line, key=value, on stdout (the platform keeps it in agent.log)."""
     parts = " ".join(f"{key}={_format(value)}" for key, value in values.items())
-    print(f"{time.strftime('%H:%M:%S')} example_grpo event={event} {parts}".rstrip(), flush=True)
+    print(f"{time.strftime('%H:%M:%S')} {_agent_name} event={event} {parts}".rstrip(), flush=True)
 
 
 def _format(value: object) -> str:
@@ -245,15 +262,25 @@ class Agent:
         run_sft = self.config.sft == "always" or (
             self.config.sft == "auto" and (baseline is None or baseline < self.config.sft_threshold)
         )
-        log("plan", baseline=baseline, sft=run_sft, threshold=self.config.sft_threshold)
+        log("plan", baseline=baseline, sft=run_sft, rl=self.config.rl, threshold=self.config.sft_threshold)
         if run_sft:
             sft_stop = time.time() + self.config.sft_time_fraction * max(0.0, self.remaining())
             self.sft(stop_at=sft_stop)
-        if self.remaining() > 0:
+        if self.config.rl == "none":
+            log("skip_phase", phase="grpo", reason="rl=none")
+        elif self.refresh_deadline() > 0:
             self.grpo(stop_at=self.stop_time())
         else:
             log("skip_phase", phase="grpo", reason="no time left")
         self.report()
+
+    def refresh_deadline(self) -> float:
+        """Seconds left before the stop time, after asking the grader for the deadline again
+        (an operator may have extended the budget)."""
+        budget = self.client.time()
+        if budget.end_time is not None:
+            self.end_time = budget.end_time
+        return self.remaining()
 
     def _training_args(self, **overrides: Any) -> dict[str, Any]:
         return {
@@ -281,6 +308,7 @@ class Agent:
 
         config = self.config
         lr = config.sft_learning_rate or (3e-3 if self.tiny else 1e-5)
+        batch_size = config.sft_batch_size or (32 if self.tiny else 16)
         prompts = [
             self.tokenizer(self.task.render_prompt(self.tokenizer, p.question)).input_ids
             for p in self.problems
@@ -291,7 +319,7 @@ class Agent:
         device = self.model.device
         prefix = torch.tensor([prompts[0][:shared]], device=device)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        steps_per_epoch = math.ceil(len(prompts) / config.sft_batch_size)
+        steps_per_epoch = math.ceil(len(prompts) / batch_size)
         log(
             "phase_start",
             phase="sft",
@@ -308,11 +336,11 @@ class Agent:
         step, stopped = 0, False
         for epoch in range(1, config.sft_epochs + 1):
             generator.shuffle(order)
-            for start in range(0, len(order), config.sft_batch_size):
+            for start in range(0, len(order), batch_size):
                 if time.time() >= stop_at:
                     stopped = True
                     break
-                batch = order[start : start + config.sft_batch_size]
+                batch = order[start : start + batch_size]
                 inputs, labels, mask = _sft_batch(
                     [prompts[i][shared:] for i in batch], [targets[i] for i in batch], shared, pad_id
                 )
@@ -363,7 +391,7 @@ class Agent:
         from trl import GRPOConfig, GRPOTrainer
 
         config = self.config
-        lr = config.grpo_learning_rate or (2e-4 if self.tiny else 1e-6)
+        lr = config.grpo_learning_rate or (5e-4 if self.tiny else 1e-6)
         completion_limit = config.max_completion_length or self._default_completion_length()
         if self.cuda and config.rollouts == "auto":
             from autorl_agent_runner.agents import fast_grpo
@@ -534,7 +562,9 @@ def _backfill_config(saved: Path, base: Path) -> None:
     saved.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, name: str = "example_grpo") -> int:
+    global _agent_name
+    _agent_name = name
     config = parse_config(argv)
     Agent(config).run()
     return 0

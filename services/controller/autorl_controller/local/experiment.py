@@ -349,6 +349,7 @@ class LocalRun:
     def _poll(self) -> None:
         while not self._stop_polling.wait(POLL_S):
             self._refresh_view()
+            self.progress.tick()
 
     def _refresh_view(self) -> None:
         try:

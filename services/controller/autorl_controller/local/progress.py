@@ -1,7 +1,8 @@
 """What ``autorl run`` shows while it works: phase, time left, each submission and its score.
 
 On a terminal this is a rich live panel; otherwise (CI, a log file) one line per change, so that
-a log reads as a history rather than a pile of redraws.
+a log reads as a history rather than a pile of redraws, plus a status line every
+:data:`STATUS_INTERVAL_S` while the agent runs (time left, latest and best score).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+#: Seconds between status lines in a log (no live panel) while the agent runs.
+STATUS_INTERVAL_S = 30.0
 
 
 def fmt_score(value: float | None) -> str:
@@ -47,6 +51,7 @@ class Progress:
         self._lock = threading.Lock()
         self._live: Live | None = None
         self._started = time.monotonic()
+        self._last_status: float | None = None
 
     def __enter__(self) -> Progress:
         if self.console.is_terminal:
@@ -82,6 +87,37 @@ class Progress:
     def set_deadline(self, end_time: float | None) -> None:
         with self._lock:
             self._state.end_time = end_time
+            self._last_status = time.monotonic()
+
+    def status_line(self) -> str:
+        """Phase, the agent's time left, the latest scored submission and the best score."""
+        with self._lock:
+            state = self._state
+            remaining = None if state.end_time is None else state.end_time - time.time()
+            latest = _latest_scored(state)
+            best = state.best
+        text = f"phase={state.phase}"
+        if remaining is not None:
+            text += f" time left {fmt_duration(remaining)}"
+        if latest is not None:
+            text += f", latest score {fmt_score(latest.get('score'))} ({latest.get('model_path', '')})"
+        else:
+            text += ", no score yet"
+        return text + f", best {fmt_score(best)}, baseline {fmt_score(state.baseline)}"
+
+    def tick(self) -> None:
+        """Print the status line when :data:`STATUS_INTERVAL_S` has passed since the last one (logs
+        only: the live panel shows the same at all times)."""
+        with self._lock:
+            due = (
+                self._state.end_time is not None
+                and self._last_status is not None
+                and time.monotonic() - self._last_status >= STATUS_INTERVAL_S
+            )
+            if due:
+                self._last_status = time.monotonic()
+        if due:
+            self._say(self.status_line())
 
     def set_baseline(self, score: float | None) -> None:
         with self._lock:
@@ -128,6 +164,8 @@ class Progress:
                 fmt_duration(remaining) if remaining is not None else "-",
                 "\nbaseline: ",
                 fmt_score(state.baseline),
+                "   latest: ",
+                fmt_score((_latest_scored(state) or {}).get("score")),
                 "   best: ",
                 (fmt_score(state.best), "green"),
             )
@@ -143,3 +181,9 @@ class Progress:
                     fmt_score(view.get("improvement")),
                 )
         return Group(header, table) if state.submissions else Group(header)
+
+
+def _latest_scored(state: _State) -> dict[str, Any] | None:
+    """The scored submission with the highest id (the latest submitted of those scored)."""
+    scored = [view for _, view in sorted(state.submissions.items()) if view.get("status") == "scored"]
+    return scored[-1] if scored else None

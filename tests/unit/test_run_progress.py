@@ -1,0 +1,51 @@
+"""What `autorl run` prints while the agent works, in a log (no live panel)."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+from rich.console import Console
+
+from autorl_controller.local import progress as progress_module
+from autorl_controller.local.progress import Progress
+
+
+def _progress() -> tuple[Progress, io.StringIO]:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, soft_wrap=True, width=200)
+    return Progress("run", console=console), out
+
+
+def _scored(sid: int, score: float, path: str) -> dict[str, object]:
+    return {"submission_id": sid, "status": "scored", "score": score, "model_path": path}
+
+
+def test_status_line_shows_time_left_latest_and_best_score(monkeypatch: pytest.MonkeyPatch) -> None:
+    progress, out = _progress()
+    with progress:
+        progress.phase("agent", "example_grpo")
+        progress.set_deadline(time.time() + 125)
+        progress.update({"baseline_score": 0.0, "best_score": None}, [])
+        assert progress.status_line().startswith("phase=agent time left 2:0")
+        assert "no score yet, best -, baseline 0.00" in progress.status_line()
+        submissions = [
+            _scored(2, 61.5, "output/sft-epoch-2"),
+            _scored(3, 48.0, "output/grpo-final"),
+            {"submission_id": 4, "status": "queued", "model_path": "output/x"},
+        ]
+        progress.update({"baseline_score": 0.0, "best_score": 61.5}, submissions)
+        line = progress.status_line()
+        # The latest scored submission, not the best and not the one still queued.
+        assert "latest score 48.00 (output/grpo-final), best 61.50, baseline 0.00" in line
+
+        # Printed to the log once per interval while the agent runs, not on every poll.
+        progress.tick()
+        assert "time left" not in out.getvalue()
+        monkeypatch.setattr(progress_module, "STATUS_INTERVAL_S", 0.0)
+        progress.tick()
+        assert out.getvalue().count("latest score 48.00") == 1
+        progress.set_deadline(None)
+        progress.tick()
+        assert out.getvalue().count("latest score 48.00") == 1
