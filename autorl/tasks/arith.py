@@ -134,6 +134,9 @@ class ArithTask(GSM8KFormatTask):
     """
 
     name = "arith"
+    #: A worked answer here is one sentence and `#### N` (under 40 tokens of the builtin tokenizer);
+    #: 64 leaves room, and an untrained model's reply no longer costs 512 steps of decoding.
+    max_new_tokens = 64
 
     def __init__(self, seed: int = DEFAULT_SEED, train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE):
         self.seed = seed
@@ -152,7 +155,9 @@ class ArithTask(GSM8KFormatTask):
         return [problem for problem in drawn if problem.question not in train][: self.test_size]
 
     def description(self) -> str:
-        return _DESCRIPTION.format(train_size=self.train_size, max_operand=MAX_OPERAND)
+        return _DESCRIPTION.format(
+            train_size=self.train_size, max_operand=MAX_OPERAND, max_new_tokens=self.max_new_tokens
+        )
 
     def exemplars(self) -> list[dict[str, str]]:
         return _exemplar_shots()
@@ -213,7 +218,7 @@ same distribution with a seed only the evaluator holds: it is never shown and ca
 ## Evaluation
 
 Exactly as for GSM8K: four worked examples, then `Question: ...\\nLet's think step by step\\nAnswer:`
-in the model's chat template; greedy, at most 512 new tokens. The score is exact-match accuracy
+in the model's chat template; greedy, at most {max_new_tokens} new tokens. The score is exact-match accuracy
 (0-100) as OpenCompass computes it: the reply is cut at the first `Question:` and the last number
 in what remains is the prediction.
 

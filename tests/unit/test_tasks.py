@@ -34,9 +34,19 @@ def test_registry_lists_and_builds_tasks() -> None:
         task = get_task(name)
         assert isinstance(task, Task)
         assert task.name == name
-        assert task.max_new_tokens == 512
+        assert f"at most {task.max_new_tokens} new tokens" in task.description()
         assert task.description().lower().startswith(f"# {name}")
         assert "train.jsonl" in task.description()
+
+
+def test_generation_limits_gsm8k_as_the_reference_arith_short() -> None:
+    # GSM8K's 512 is the reference's; arith's worked answers are one sentence, so its limit is short
+    # and an untrained baseline does not decode 512 tokens a problem.
+    assert get_task("gsm8k").max_new_tokens == 512
+    arith = get_task("arith")
+    # ASCII answers: no tokenizer needs more tokens than characters, so every worked answer fits.
+    longest = max(len(p.answer) for p in arith.train_problems())
+    assert arith.max_new_tokens == 64 and longest <= arith.max_new_tokens
 
 
 def test_unknown_task_names_the_known_ones() -> None:
