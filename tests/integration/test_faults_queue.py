@@ -5,7 +5,6 @@ submission scored (or failed with its reason) exactly once; docs/RELIABILITY.md 
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.support.fault_records import record_fault
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.infra import RedisServer, new_run_id, serve
 from tests.support.service_processes import kill_tree, running, start, stop
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -82,14 +82,6 @@ def submit_unique(grader: httpx.Client, experiment: RegisteredExperiment, base: 
     return int(response.json()["submission_id"])
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def statuses(db: Database, ids: list[int]) -> dict[int, SubmissionStatus]:
     with db.session() as session:
         return {i: repo.get_submission(session, i).status for i in ids}
@@ -123,7 +115,7 @@ def test_a_worker_killed_mid_evaluation_is_replaced_and_the_submission_scored_on
         killed_worker, killed_attempts = killed.worker, killed.attempts
     assert killed.status == SubmissionStatus.RUNNING and killed_attempts == 1
     with running(["worker"], settings, tmp_path / "worker-2.log"):
-        wait_for(all_final(db, [submission]), "the second worker's score")
+        wait_for(all_final(db, [submission]), "the second worker's score", timeout_s=SETTLE_TIMEOUT_S)
     with db.session() as session:
         row = repo.get_submission(session, submission)
         assert row.status == SubmissionStatus.SCORED and row.score is not None
@@ -166,7 +158,7 @@ def test_a_redis_restarted_empty_gets_every_queued_submission_again(
     assert queue.job_ids == []
     wait_for(lambda: len(queue.job_ids) == len(experiments), "the reconciler's re-enqueue", timeout_s=30)
     with running(["worker"], settings, tmp_path / "worker.log"):
-        wait_for(all_final(db, ids), "every submission's score")
+        wait_for(all_final(db, ids), "every submission's score", timeout_s=SETTLE_TIMEOUT_S)
     assert set(statuses(db, ids).values()) == {SubmissionStatus.SCORED}
     with db.session() as session:
         assert {repo.get_submission(session, i).attempts for i in ids} == {1}
@@ -224,10 +216,10 @@ def test_a_full_evaluator_disk_fails_the_submission_with_the_reason_and_the_work
             except OSError:
                 pass
         full = submit_unique(grader, experiment, tiny_base_model, "full")
-        wait_for(all_final(db, [full]), "the failure")
+        wait_for(all_final(db, [full]), "the failure", timeout_s=SETTLE_TIMEOUT_S)
         filler.unlink()
         after = submit_unique(grader, experiment, tiny_base_model, "after")
-        wait_for(all_final(db, [after]), "the score after space was freed")
+        wait_for(all_final(db, [after]), "the score after space was freed", timeout_s=SETTLE_TIMEOUT_S)
     rows = {s["submission_id"]: s for s in grader.get(f"{experiment.url_path}/scores").json()["submissions"]}
     assert rows[after]["status"] == "scored"
     assert rows[full]["status"] == "failed" and rows[full]["score"] is None

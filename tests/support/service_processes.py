@@ -34,12 +34,13 @@ def service_env(settings: Settings) -> dict[str, str]:
         "AUTORL_SUBMIT_WAIT_S": str(settings.submit_wait_s),
         "AUTORL_ADMIN_TOKEN": settings.admin_token.get_secret_value() if settings.admin_token else "",
     }
-    for name, value in (
-        ("AUTORL_EVAL_DIR", settings.eval_dir),
-        ("AUTORL_SNAPSHOT_DIR", settings.snapshot_dir),
-    ):
-        if value is not None:
-            env[name] = str(value)
+    optional = {
+        "AUTORL_EVAL_DIR": settings.eval_dir,
+        "AUTORL_SNAPSHOT_DIR": settings.snapshot_dir,
+        "AUTORL_EVAL_LIMIT": settings.eval_limit,
+        "AUTORL_EVAL_MAX_NEW_TOKENS": settings.eval_max_new_tokens,
+    }
+    env.update({name: str(value) for name, value in optional.items() if value is not None})
     return env
 
 
