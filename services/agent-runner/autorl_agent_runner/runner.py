@@ -19,6 +19,7 @@ from typing import IO
 
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError
+from autorl.parent_death import dying_with_parent
 from autorl_agent_runner.agent_user import give_to_agent, reclaim
 from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.api_relay import AgentApiRelay
@@ -184,7 +185,7 @@ class AgentRunner:
         )
         try:
             self._process = subprocess.Popen(
-                plan.command(config.agent.argv),
+                dying_with_parent(plan.command(config.agent.argv)),
                 cwd=workspace.root,
                 env=env,
                 stdin=subprocess.DEVNULL,

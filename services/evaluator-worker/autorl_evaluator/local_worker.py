@@ -16,6 +16,7 @@ import sys
 import time
 
 from autorl.errors import ServiceUnavailableError
+from autorl.parent_death import dying_with_parent
 from autorl.settings import Settings
 from autorl.store import Database
 from autorl.store import repository as repo
@@ -84,7 +85,8 @@ class LocalWorker:
             return
         timeout = self.settings.eval_timeout_s + CHILD_MARGIN_S
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)], start_new_session=True
+            dying_with_parent([sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)]),
+            start_new_session=True,
         )
         try:
             self.child.wait(timeout=timeout)
