@@ -8,11 +8,12 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd images clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-fast reliability lint bench chart crd images clean help
 
 help:
 	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
-	@echo "make test   - install, then run the whole test suite"
+	@echo "make test   - install, then run the whole test suite (then again in reverse order, in parallel)"
+	@echo "make reliability - run the fault tests and rewrite docs/RELIABILITY.md from their outcomes"
 	@echo "make lint   - ruff + mypy"
 
 setup: system-packages $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed browser
@@ -75,8 +76,17 @@ $(OC_VENV)/.installed: requirements-opencompass.txt
 run: setup
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
+# Then once more in reverse order, over two processes (pytest-xdist): tests pass in any order and
+# in parallel, each module with a database and queue of its own.
 test: setup
 	$(PY) -m pytest
+	$(PY) -m pytest --reverse -n 2
+
+# The fault tests with their outcomes recorded in bench/results/faults/, then docs/RELIABILITY.md
+# rewritten from them.
+reliability: $(VENV)/.installed
+	AUTORL_RECORD_RESULTS=1 $(PY) -m pytest -m faults
+	$(PY) bench/reliability_report.py
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow and not opencompass"

@@ -49,7 +49,8 @@ def main() -> int:
     )
     for name, command in GPU_BENCHMARKS.items():
         print(f"  {name}: {command}")
-    subprocess.run([sys.executable, "bench/report.py"], cwd=REPO_ROOT, check=True)
+    for document in ("bench/report.py", "bench/reliability_report.py"):
+        subprocess.run([sys.executable, document], cwd=REPO_ROOT, check=True)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -352,6 +352,7 @@ def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
     assert not leftover_processes(home)
 
 
+@pytest.mark.faults
 def test_a_killed_run_is_recorded_as_interrupted_and_leaves_no_process(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

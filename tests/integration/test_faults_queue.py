@@ -25,7 +25,7 @@ from tests.support.infra import RedisServer, new_run_id, serve
 from tests.support.service_processes import kill_tree, running, start, stop
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 #: A short lease, so a dead worker's claim lapses in seconds (the default is minutes).
 LEASE_S = 3.0

@@ -22,7 +22,7 @@ from tests.support.postgres_cluster import PostgresCluster
 from tests.support.service_processes import kill_tree, running, start, stop, wait_until_serving
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 
 def submit(client: httpx.Client, experiment: RegisteredExperiment, base: Path, folder: str) -> httpx.Response:
