@@ -303,9 +303,10 @@ def test_results_row_equals_the_database_when_evaluations_are_cancelled(
     assert not leftover_processes(run.home)
 
 
-def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
+def start_until_agent_runs(tmp_path: Path, agent_body: str, *, stdio: int) -> subprocess.Popen[str]:
+    """`autorl run` of an agent that writes output/started and then runs on; returns once it did."""
     home = tmp_path / "home"
-    agent = write_agent(tmp_path, "import time\nopen(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")
+    agent = write_agent(tmp_path, agent_body + "open(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")
     process = subprocess.Popen(
         [
             AUTORL,
@@ -329,14 +330,20 @@ def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
             "AUTORL_EVAL_LIMIT": "4",
             "AUTORL_EVAL_MAX_NEW_TOKENS": "8",
         },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=stdio,
+        stderr=stdio,
         text=True,
     )
     deadline = time.monotonic() + 240
     while not list(home.glob("runs/*/workspace/output/started")) and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.5)
+    return process
+
+
+def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    process = start_until_agent_runs(tmp_path, "import time\n", stdio=subprocess.PIPE)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
@@ -357,40 +364,10 @@ def test_a_killed_run_is_recorded_as_interrupted_and_leaves_no_process(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    agent = write_agent(
-        tmp_path,
-        "import subprocess, time\n"
-        "subprocess.Popen(['sleep', '600'])\n"  # a grandchild of the agent, too
-        "open(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n",
+    # A grandchild of the agent, too.
+    process = start_until_agent_runs(
+        tmp_path, "import subprocess, time\nsubprocess.Popen(['sleep', '600'])\n", stdio=subprocess.DEVNULL
     )
-    process = subprocess.Popen(
-        [
-            AUTORL,
-            "run",
-            "-a",
-            agent,
-            "-t",
-            "arith",
-            "-m",
-            "builtin:tiny-qwen2",
-            "--timeout",
-            "300",
-            "--port",
-            str(free_port()),
-        ],
-        env={
-            **os.environ,
-            "AUTORL_HOME": str(home),
-            "AUTORL_EVAL_LIMIT": "4",
-            "AUTORL_EVAL_MAX_NEW_TOKENS": "8",
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 240
-    while not list(home.glob("runs/*/workspace/output/started")) and time.monotonic() < deadline:
-        assert process.poll() is None
-        time.sleep(0.5)
     alive = leftover_processes(home)
     assert len(alive) >= 3  # grader, worker, agent
     process.kill()  # SIGKILL: `autorl run` stops nothing and records nothing itself

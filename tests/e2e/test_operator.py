@@ -176,8 +176,9 @@ class Platform:
             timeout_s=spec["timeoutSeconds"],
         )
 
-    async def run_evaluator(self) -> None:
-        """One evaluator worker pass: evaluate whatever the grader queued (the baseline), for real."""
+    async def run_evaluator(self, ref: ExperimentRef) -> None:
+        """One evaluator pass over this experiment's baseline, for real. Not simply the oldest
+        claimable row: another test's experiment may have left its baseline queued."""
         from autorl.store import Database
         from autorl.store import repository as repo
         from autorl_evaluator.jobs import evaluate
@@ -185,11 +186,11 @@ class Platform:
         db = Database(self.grader_settings.database_url or "")
         try:
             with db.session() as session:
-                submission_id = repo.next_claimable_id(session)
+                submission_id = repo.get_experiment(session, ref.grader_name).baseline_submission_id
         finally:
             db.dispose()
-        if submission_id is not None:
-            await asyncio.to_thread(evaluate, submission_id, self.grader_settings)
+        assert submission_id is not None, f"{ref.grader_name} has no baseline submission"
+        await asyncio.to_thread(evaluate, submission_id, self.grader_settings)
 
     async def agent_credentials(self, name: str) -> tuple[str, str]:
         secret = await self.get(f"{SECRETS}/{ExperimentRef(name, NAMESPACE).secret_name}")
@@ -205,7 +206,7 @@ class Platform:
         self.run_prepare_pod(manifest["spec"], ref, tiny_model)
         await self.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
         await self.wait_phase(name, "Baseline")
-        await self.run_evaluator()
+        await self.run_evaluator(ref)
         return await self.wait_phase(name, "Running")
 
 
