@@ -583,7 +583,8 @@ async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: 
     ref = ExperimentRef(second, NAMESPACE)
     assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None  # no folder, no pod for it
     assert (await platform.get(f"{EXPERIMENTS}/{first}") or {})["status"]["phase"] == "Preparing"
-    # Leave nothing for the controller to keep reconciling while the module's other tests run.
+    # Leave nothing for the controller to keep reconciling every tick while the module's other
+    # tests run (its deletion is the example test's subject; here it only has to be asked for).
     for name in (first, second):
-        await platform.kube.delete(f"{EXPERIMENTS}/{name}")
-        await platform.wait_gone(f"{EXPERIMENTS}/{name}")
+        response = await platform.kube.delete(f"{EXPERIMENTS}/{name}")
+        assert response.status_code < 300, response.text
