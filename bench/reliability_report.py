@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from docgen import REPO_ROOT, RESULTS, Document
+from docgen import REPO_ROOT, RESULTS, Document, load_results, number
 
 FAULTS = RESULTS / "faults"
 
@@ -43,8 +43,40 @@ def faults_table() -> str:
     return "\n".join(lines) + f"\n\nRecorded: {dates}.\n"
 
 
+#: What each run of ``bench/test_order.py`` checks, in the document's words.
+ORDER_RUNS = {
+    "pair": "the two modules that once shared rows, in the order named",
+    "pair_reverse": "the same two modules, every test in reverse order",
+    "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes (`make test`, pass 2)",
+}
+
+
+def test_order_table() -> str:
+    data = load_results("test_order")
+    lines = [
+        "| run | command | passed | failed | skipped | wall s |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, what in ORDER_RUNS.items():
+        record = data["runs"].get(name)
+        if record is None:
+            continue
+        failed = record["failures"] + record["errors"]
+        lines.append(
+            f"| {what} | `{record['command']}` | {record['passed']:,} | {failed} | {record['skipped']} | "
+            f"{number(record['wall_s'], 0)} |"
+        )
+    dates = ", ".join(sorted({r["date"] for r in data["runs"].values()}))
+    machine = data["machine"]
+    return (
+        "\n".join(lines) + f"\n\nMeasured {dates} on {machine['cpus']} CPU cores shared with other work "
+        f"(load average {machine['load_avg_1m']} at the end).\n"
+    )
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "faults": faults_table,
+    "test-order": test_order_table,
 }
 
 RELIABILITY = Document(REPO_ROOT / "docs" / "RELIABILITY.md", RENDERERS)

@@ -27,8 +27,9 @@ from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
-#: A short lease, so a dead worker's claim lapses in seconds (the default is minutes).
-LEASE_S = 3.0
+#: A short lease, so a dead worker's claim lapses in seconds (the default is minutes), yet long
+#: enough that a live worker on a loaded machine always renews it in time.
+LEASE_S = 10.0
 SETTLE_TIMEOUT_S = 240.0
 
 
