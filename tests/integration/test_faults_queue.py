@@ -106,7 +106,9 @@ def test_a_worker_killed_mid_evaluation_is_replaced_and_the_submission_scored_on
     first = start(["worker"], settings, tmp_path / "worker-1.log")
     try:
         wait_for(
-            lambda: statuses(db, [submission])[submission] == SubmissionStatus.RUNNING, "the first claim"
+            lambda: statuses(db, [submission])[submission] == SubmissionStatus.RUNNING,
+            "the first claim",
+            timeout_s=SETTLE_TIMEOUT_S,
         )
         kill_tree(first)  # the worker and its work horse, mid-evaluation
     finally:
