@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-fast reliability lint bench chart crd clean help
 
 # Each target's line in `make help` is the `## ` comment on its rule (a test checks every target has one).
 help: ## list every target with what it does
@@ -74,9 +74,16 @@ $(OC_VENV)/.installed: requirements-opencompass.txt
 run: setup ## install, then run the embedded default experiment end to end (offline, CPU)
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
-test: setup ## install, run `make lint`, then the whole test suite
+test: setup ## install, run `make lint`, then the suite over two processes, then again in reverse order
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
+	$(PY) -m pytest -n 2 --reverse
+
+# The fault tests with their outcomes recorded in bench/results/faults/, then docs/RELIABILITY.md
+# rewritten from them.
+reliability: $(VENV)/.installed ## run the fault tests and rewrite docs/RELIABILITY.md from their outcomes
+	AUTORL_RECORD_RESULTS=1 $(PY) -m pytest -m faults
+	$(PY) bench/reliability_report.py
 
 test-fast: $(VENV)/.installed ## the test suite without the slow and OpenCompass tests
 	$(PY) -m pytest -m "not slow and not opencompass"

@@ -41,6 +41,11 @@ class Dispatcher(Protocol):
         """Hand queued submissions to the evaluators in fair order; returns how many were handed."""
         ...
 
+    def discard_jobs(self, submission_ids: set[int]) -> None:
+        """Forget the queue's jobs of these submissions (their workers died, or they are final), so
+        that ``dispatch`` hands each in afresh when the database says it waits."""
+        ...
+
     def ping(self) -> None: ...
 
 
@@ -100,7 +105,7 @@ class RQDispatcher:
         claimable = {c.submission_id for c in candidates}
         stale = waiting - claimable
         if stale:  # finished, cancelled or claimed elsewhere: their jobs would only be skipped
-            self._remove_waiting(stale)
+            self.discard_jobs(stale)
         depth: Counter[int] = Counter(c.experiment_id for c in candidates if c.submission_id in waiting)
         handed = 0
         for candidate in candidates:
@@ -123,15 +128,23 @@ class RQDispatcher:
         ids = (submission_of(self.prefix, as_text(raw)) for raw in self.redis.lrange(self.queue.key, 0, -1))
         return {i for i in ids if i is not None}
 
-    def _remove_waiting(self, submission_ids: set[int]) -> None:
+    def discard_jobs(self, submission_ids: set[int]) -> None:
+        from redis.exceptions import RedisError
         from rq.job import Job
 
-        with self.redis.pipeline() as pipe:
-            for submission_id in submission_ids:
-                job = job_id(self.prefix, submission_id)
-                pipe.lrem(self.queue.key, 0, job)
-                pipe.delete(Job.key_for(job))
-            pipe.execute()
+        # A dead worker's job stays "started" in RQ until RQ's own clean-up, hours later with
+        # evaluation-length timeouts: dispatch would take it for a live one and never hand it in.
+        started = self.queue.started_job_registry.key
+        try:
+            with self.redis.pipeline() as pipe:
+                for submission_id in submission_ids:
+                    job = job_id(self.prefix, submission_id)
+                    pipe.lrem(self.queue.key, 0, job)
+                    pipe.zrem(started, job)
+                    pipe.delete(Job.key_for(job))
+                pipe.execute()
+        except RedisError as exc:
+            raise ServiceUnavailableError(f"the queue (Redis) is unreachable: {exc}") from exc
 
     def _job_active(self, submission_id: int) -> bool:
         """A job taken by a worker but not yet claimed in the database, or a retry RQ scheduled."""
@@ -184,6 +197,9 @@ class LocalDispatcher:
 
     def dispatch(self, db: Database) -> int:
         return 0
+
+    def discard_jobs(self, submission_ids: set[int]) -> None:
+        return None
 
     def ping(self) -> None:
         return None

@@ -266,9 +266,14 @@ def _print_comparison(rows: list[ResultRow], home: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from autorl.run_lock import recover_orphaned_runs
     from autorl.settings import load_settings
 
-    home: Path = args.home or load_settings().home
+    settings = load_settings(home=args.home) if args.home else load_settings()
+    home = settings.home
+    # A run whose `autorl run` was killed wrote no row: record it now, as interrupted.
+    for row in recover_orphaned_runs(home, settings.database_url):
+        print(f"run {row.run_id} was killed before it finished; recorded as interrupted", file=sys.stderr)
     row_filter = RowFilter(task=args.task, agent=args.agent, model=args.model)
     rows = [row for row in read_rows(home) if row_filter.matches(row)]
     if args.compare:

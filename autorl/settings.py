@@ -28,6 +28,8 @@ GPU_EVAL_BATCH_SIZE = 256
 CPU_EVAL_BATCH_SIZE = 64
 #: One waiting job per experiment in Redis: another experiment's next job queues right behind it.
 QUEUE_DEPTH_PER_EXPERIMENT = 1
+EVAL_LEASE_S = 120.0
+RECONCILE_INTERVAL_S = 15.0
 
 
 def _secrets_dir() -> str | None:
@@ -66,6 +68,18 @@ class Settings(BaseSettings):
         "are fed in fair order (baselines first, then the experiment served longest ago).",
     )
     max_eval_attempts: int = Field(3, gt=0, description="Evaluation attempts before a submission fails.")
+    eval_lease_s: float = Field(
+        EVAL_LEASE_S,
+        gt=0,
+        description="An evaluating worker renews its claim every quarter of this; a claim not renewed for "
+        "this long is a dead worker's, and the grader's reconciler hands the submission to another.",
+    )
+    reconcile_interval_s: float = Field(
+        RECONCILE_INTERVAL_S,
+        gt=0,
+        description="How often the grader requeues dead workers' submissions and feeds the queue from "
+        "the database (what Redis lost).",
+    )
     data_source_dir: Path | None = Field(
         None,
         description="Air-gapped data: a folder with <task>/train.jsonl and <task>/test.jsonl "

@@ -1,23 +1,16 @@
 """The measured figures of docs/PERFORMANCE.md, rendered from the committed ``bench/results/*.json``.
 
 Every figure in the document sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
-and is written by :func:`render` from one results file, so the document cannot drift from the
-files (tests/unit/test_performance_doc.py fails when it does). After a benchmark writes new
-results, ``python3 bench/report.py`` rewrites those blocks in place.
+and is written by one of :data:`RENDERERS` from one results file (:mod:`docgen`), so the document
+cannot drift from the files (tests/unit/test_performance_doc.py fails when it does). After a
+benchmark writes new results, ``python3 bench/report.py`` rewrites those blocks in place.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results"
-DOCUMENT = REPO_ROOT / "docs" / "PERFORMANCE.md"
-BLOCK = re.compile(r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.DOTALL)
+from docgen import REPO_ROOT, Document, load_results, number
 
 #: What each variant of ``hf_generation_gpu.json`` measured, in the document's words.
 GENERATION_VARIANTS = {
@@ -32,17 +25,8 @@ GENERATION_VARIANTS = {
 }
 
 
-def _load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
-    return data
-
-
-def _number(value: float, digits: int = 1) -> str:
-    return f"{value:,.{digits}f}" if digits else f"{round(value):,}"
-
-
 def generation_machine() -> str:
-    data = _load("hf_generation_gpu")
+    data = load_results("hf_generation_gpu")
     env = data["environment"]
     prompts = data["prompts"]
     stops = data["stop_distribution"]
@@ -50,9 +34,9 @@ def generation_machine() -> str:
         f"Measured {data['date'][:10]} on one {env['gpu']} ({env['gpu_memory_gib']} GiB), "
         f"torch {env['torch']}, "
         f"transformers {env['transformers']}; device copy bandwidth {data['copy_bandwidth_tb_s']} TB/s "
-        f"(read plus write). Model: {data['model']}, {_number(data['parameters'] / 1e9, 3)} B parameters. "
+        f"(read plus write). Model: {data['model']}, {number(data['parameters'] / 1e9, 3)} B parameters. "
         f"{prompts['rows']:,} prompts of {prompts['prompt_ids']['min']:,}–"
-        f"{prompts['prompt_ids']['max']:,} ids (mean {_number(prompts['prompt_ids']['mean'], 0)}), "
+        f"{prompts['prompt_ids']['max']:,} ids (mean {number(prompts['prompt_ids']['mean'], 0)}), "
         f"of which {prompts['shared_prefix_ids']:,} shared; "
         f"up to {data['max_new_tokens']} new tokens per row; stopping distribution: mean "
         f"{stops['mean_new_tokens']} new tokens per row, longest {stops['max_new_tokens']}.\n"
@@ -60,7 +44,7 @@ def generation_machine() -> str:
 
 
 def generation_table() -> str:
-    variants = _load("hf_generation_gpu")["variants"]
+    variants = load_results("hf_generation_gpu")["variants"]
     lines = [
         "| variant | what | rows | new tokens | s | new tok/s | floor s | × floor | peak GiB |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -79,7 +63,7 @@ def generation_table() -> str:
 
 
 def generation_targets() -> str:
-    data = _load("hf_generation_gpu")
+    data = load_results("hf_generation_gpu")
     variants = data["variants"]
     full, stop = variants["engine_full"], variants["engine_stop"]
     ref, ours = variants["generate_ref"], variants["engine_ref"]
@@ -98,7 +82,7 @@ def generation_targets() -> str:
         f"{attention['own_keys']} own keys: transformers' SDPA over a per-row cache "
         f"{attention['sdpa_repeat_kv_ms']} ms, grouped attention over one prefix copy "
         f"{attention['grouped_shared_prefix_ms']} ms "
-        f"(**{_number(attention['sdpa_repeat_kv_ms'] / attention['grouped_shared_prefix_ms'])}×**; "
+        f"(**{number(attention['sdpa_repeat_kv_ms'] / attention['grouped_shared_prefix_ms'])}×**; "
         f"reading the per-row cache once would take {attention['kv_read_floor_ms']} ms); "
         "relative difference of "
         f"the outputs {attention['relative_difference']} (bf16).\n"
@@ -111,7 +95,7 @@ def generation_targets() -> str:
 
 
 def generate_batches() -> str:
-    data = _load("hf_eval_gpu")
+    data = load_results("hf_eval_gpu")
     env = data["environment"]
     lines = [
         f"Measured 2026-11-30 on one {env['gpu']} ({env['gpu_memory_gib']} GiB), torch {env['torch']}, "
@@ -131,19 +115,19 @@ def generate_batches() -> str:
             continue
         lines.append(
             f"| {cap:,} | {record['batch_size']:,} | {record['generation_s']} | "
-            f"{_number(record['new_tokens_per_s'], 0)} | {record['ms_per_decode_step']} | "
+            f"{number(record['new_tokens_per_s'], 0)} | {record['ms_per_decode_step']} | "
             f"{record['peak_allocated_gib']} / {record['peak_reserved_gib']} | {record['split_estimate_s']} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def opencompass_cpu() -> str:
-    data = _load("opencompass_cpu")
+    data = load_results("opencompass_cpu")
     phases = data["phases_s"]
     slowest = sorted(phases.items(), key=lambda item: -item[1])[:3]
     return (
         f"Measured {data['timestamp'][:10]} on {data['machine']['cpus']} CPU cores (load average "
-        f"{_number(data['machine']['load_avg'][0])}): {data['model']}, {data['problems']} problems, "
+        f"{number(data['machine']['load_avg'][0])}): {data['model']}, {data['problems']} problems, "
         f"{data['max_new_tokens']} new tokens: {data['wall_s']} s wall, {data['process_tree_cpu_s']} CPU-s. "
         f"Largest phases: "
         + ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {value} s" for name, value in slowest)
@@ -261,20 +245,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
 }
 
 
-def render(name: str) -> str:
-    return RENDERERS[name]()
-
-
-def blocks(text: str) -> dict[str, str]:
-    """The generated blocks of a document, by name."""
-    return {match["name"]: match["body"] for match in BLOCK.finditer(text)}
-
-
-def update(path: Path = DOCUMENT) -> None:
-    text = path.read_text(encoding="utf-8")
-    path.write_text(BLOCK.sub(lambda m: m.group(1) + render(m["name"]) + m.group(4), text), encoding="utf-8")
+PERFORMANCE = Document(REPO_ROOT / "docs" / "PERFORMANCE.md", RENDERERS)
 
 
 if __name__ == "__main__":
-    update()
-    print(f"updated {DOCUMENT.relative_to(REPO_ROOT)}")
+    PERFORMANCE.update()
+    print(f"updated {PERFORMANCE.path.relative_to(REPO_ROOT)}")

@@ -72,7 +72,8 @@ def main() -> int:
         print(f"  {name}: {command}")
         if name in NOT_YET_MEASURED:
             print(f"    (no results yet: {NOT_YET_MEASURED[name]})")
-    subprocess.run([sys.executable, "bench/report.py"], cwd=REPO_ROOT, check=True)
+    for document in ("bench/report.py", "bench/reliability_report.py"):
+        subprocess.run([sys.executable, document], cwd=REPO_ROOT, check=True)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fault_records import record_fault
 from tests.support.infra import free_port
 
 pytestmark = pytest.mark.slow
@@ -303,9 +304,10 @@ def test_results_row_equals_the_database_when_evaluations_are_cancelled(
     assert not leftover_processes(run.home)
 
 
-def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
+def start_until_agent_runs(tmp_path: Path, agent_body: str, *, stdio: int) -> subprocess.Popen[str]:
+    """`autorl run` of an agent that writes output/started and then runs on; returns once it did."""
     home = tmp_path / "home"
-    agent = write_agent(tmp_path, "import time\nopen(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")
+    agent = write_agent(tmp_path, agent_body + "open(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")
     process = subprocess.Popen(
         [
             AUTORL,
@@ -329,14 +331,20 @@ def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
             "AUTORL_EVAL_LIMIT": "4",
             "AUTORL_EVAL_MAX_NEW_TOKENS": "8",
         },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=stdio,
+        stderr=stdio,
         text=True,
     )
     deadline = time.monotonic() + 240
     while not list(home.glob("runs/*/workspace/output/started")) and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.5)
+    return process
+
+
+def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    process = start_until_agent_runs(tmp_path, "import time\n", stdio=subprocess.PIPE)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
@@ -350,6 +358,49 @@ def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
     )
     assert rows[-1]["status"] == "interrupted" and rows[-1]["success"] is False
     assert not leftover_processes(home)
+
+
+@pytest.mark.faults
+def test_a_killed_run_is_recorded_as_interrupted_and_leaves_no_process(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    # A grandchild of the agent, too.
+    process = start_until_agent_runs(
+        tmp_path, "import subprocess, time\nsubprocess.Popen(['sleep', '600'])\n", stdio=subprocess.DEVNULL
+    )
+    alive = leftover_processes(home)
+    assert len(alive) >= 3  # grader, worker, agent
+    process.kill()  # SIGKILL: `autorl run` stops nothing and records nothing itself
+    process.wait()
+    deadline = time.monotonic() + 30
+    while leftover_processes(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftover_processes(home) == []
+    (run_dir,) = home.glob("runs/*")
+    assert (run_dir / "run.lock").exists()
+
+    def results() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [AUTORL, "results", "--json", "--home", str(home)], capture_output=True, text=True, check=True
+        )
+
+    first = results()
+    rows = json.loads(first.stdout)
+    assert f"run {run_dir.name} was killed" in first.stderr
+    assert [(r["run_id"], r["status"], r["success"]) for r in rows] == [(run_dir.name, "interrupted", False)]
+    assert rows[0]["baseline"] is not None and rows[0]["submissions"] == 0
+    assert not (run_dir / "run.lock").exists()
+    assert json.loads(results().stdout) == rows  # recorded once
+    record_fault(
+        request,
+        fault="`autorl run` killed with SIGKILL",
+        injected="SIGKILL to `autorl run` while its agent (and a grandchild of it) runs",
+        cases=1,
+        outcome=f"its {len(alive)} processes (grader, worker, agent) died with it; the next `autorl results` "
+        "recorded the run once, as interrupted, with the database's baseline",
+        observed={"processes_before": len(alive), "processes_after": 0, "rows": len(rows)},
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,8 @@ process and scored; the blocking /submit answers with the score."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from autorl_grader.main import create_app
 from tests.support.grading import make_workspace
 from tests.support.infra import serve
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
+from tests.support.service_processes import running
 
 pytestmark = pytest.mark.slow
 
@@ -46,29 +44,8 @@ def settings(
 @pytest.fixture
 def rq_worker(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
     """`autorl worker` as its own process, configured only through the environment."""
-    env = {
-        **os.environ,
-        "AUTORL_DATABASE_URL": settings.database_url or "",
-        "AUTORL_REDIS_URL": settings.redis_url or "",
-        "AUTORL_REDIS_KEY_PREFIX": settings.redis_key_prefix,
-        "AUTORL_HOME": str(settings.home),
-        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
-        "AUTORL_EVAL_DEVICE": "cpu",
-        "AUTORL_ADMIN_TOKEN": "",
-    }
-    settings.home.mkdir(parents=True, exist_ok=True)
-    log = (settings.home / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [str(Path(sys.executable).parent / "autorl"), "worker"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    yield worker
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
-    log.close()
+    with running(["worker"], settings, settings.home / "worker.log") as worker:
+        yield worker
 
 
 def test_trained_model_is_scored_end_to_end(

@@ -33,6 +33,7 @@ from autorl.settings import Settings
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import copy_model, make_workspace, register
+from tests.support.service_processes import service_env
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -66,19 +67,6 @@ def without_password(redis_url: str) -> str:
     return f"{scheme}://{rest.rsplit('@', 1)[1]}"
 
 
-def worker_env(settings: Settings) -> dict[str, str]:
-    return {
-        **os.environ,
-        "AUTORL_DATABASE_URL": settings.database_url or "",
-        "AUTORL_REDIS_URL": settings.redis_url or "",
-        "AUTORL_REDIS_KEY_PREFIX": settings.redis_key_prefix,
-        "AUTORL_HOME": str(settings.home),
-        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
-        "AUTORL_EVAL_DEVICE": "cpu",
-        "AUTORL_ADMIN_TOKEN": "",
-    }
-
-
 @pytest.fixture
 def worker_log(settings: Settings) -> Path:
     settings.home.mkdir(parents=True, exist_ok=True)
@@ -88,7 +76,7 @@ def worker_log(settings: Settings) -> Path:
 @pytest.fixture
 def rq_worker(settings: Settings, worker_log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with worker_log.open("wb") as log:
-        worker = subprocess.Popen([AUTORL, "worker"], env=worker_env(settings), stdout=log, stderr=log)
+        worker = subprocess.Popen([AUTORL, "worker"], env=service_env(settings), stdout=log, stderr=log)
         yield worker
         worker.send_signal(signal.SIGTERM)
         try:
@@ -221,7 +209,7 @@ def test_worker_and_grader_refuse_stores_without_a_password(
         started = time.monotonic()
         done = subprocess.run(
             [AUTORL, "worker", "--burst"],
-            env={**worker_env(settings), variable: url},
+            env={**service_env(settings), variable: url},
             capture_output=True,
             text=True,
             timeout=120,

@@ -43,38 +43,70 @@ def postgres_database(run_id: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+class RedisServer:
+    """A Redis of this run's own that requires a password (as the platform does outside local mode)
+    and keeps nothing on disk, so a restart comes back empty, as a Redis that lost its data. The
+    configuration comes on stdin, so the password never shows in the process list."""
+
+    def __init__(self, run_id: str, workdir: Path) -> None:
+        self.run_id = run_id
+        self.workdir = workdir
+        self.password = secrets.token_hex(16)
+        self.port = free_port()
+        self.url = f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = (
+            f'port {self.port}\nbind 127.0.0.1\nrequirepass {self.password}\nsave ""\nappendonly no\n'
+            f"dir {self.workdir}\nlogfile {self.workdir / 'redis.log'}\n"
+        )
+        server = subprocess.Popen([REDIS_SERVER, "-"], stdin=subprocess.PIPE)
+        assert server.stdin is not None
+        server.stdin.write(config.encode())
+        server.stdin.close()
+        self.process = server
+        client = Redis.from_url(self.url)
+        deadline = time.monotonic() + 30
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except RedisError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"the test Redis ({REDIS_SERVER}, run {self.run_id}) did not start"
+                        ) from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, nothing saved."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        stop_process(self.process, timeout_s=10)
+        self.process = None
+
+
 @contextlib.contextmanager
 def private_redis(run_id: str, workdir: Path) -> Iterator[str]:
-    """Start a Redis of this run's own that requires a password (as the platform does outside local
-    mode); yield its URL; stop it afterwards. The shared Redis of the machine is never touched."""
-    password = secrets.token_hex(16)
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    # The configuration comes on stdin, so the password never shows in the process list.
-    config = (
-        f'port {port}\nbind 127.0.0.1\nrequirepass {password}\nsave ""\nappendonly no\n'
-        f"dir {workdir}\nlogfile {workdir / 'redis.log'}\n"
-    )
-    server = subprocess.Popen([REDIS_SERVER, "-"], stdin=subprocess.PIPE)
-    assert server.stdin is not None
-    server.stdin.write(config.encode())
-    server.stdin.close()
-    url = f"redis://:{password}@127.0.0.1:{port}/0"
-    client = Redis.from_url(url)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.ping()
-            break
-        except RedisError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test Redis ({REDIS_SERVER}, run {run_id}) did not start") from None
-            time.sleep(0.05)
+    """Start a Redis of this run's own (:class:`RedisServer`); yield its URL; stop it afterwards.
+    The shared Redis of the machine is never touched."""
+    server = RedisServer(run_id, workdir)
+    server.start()
     try:
-        yield url
+        yield server.url
     finally:
-        client.close()
-        stop_process(server, timeout_s=10)
+        server.stop()
 
 
 def stop_process(process: subprocess.Popen[Any], *, timeout_s: float) -> None:

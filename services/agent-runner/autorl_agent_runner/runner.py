@@ -20,6 +20,7 @@ from typing import IO
 
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError
+from autorl.parent_death import dying_with_parent
 from autorl_agent_runner.agent_user import give_to_agent, reclaim
 from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.api_relay import AgentApiRelay
@@ -211,7 +212,7 @@ class AgentRunner:
         read_fd, write_fd = os.pipe() if config.echo_output else (-1, -1)
         try:
             self._process = subprocess.Popen(
-                plan.command(config.agent.argv),
+                dying_with_parent(plan.command(config.agent.argv)),
                 cwd=workspace.root,
                 env=env,
                 stdin=subprocess.DEVNULL,

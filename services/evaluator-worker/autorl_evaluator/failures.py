@@ -11,8 +11,10 @@ exception's type.
 
 from __future__ import annotations
 
+import errno
+
 from autorl.chat_template import ChatTemplateError
-from autorl.errors import EvaluationError
+from autorl.errors import AutoRLError, EvaluationError
 from autorl.store.repository import EVALUATOR_FAULT_PREFIX
 
 GENERIC_FAILURE = (
@@ -26,6 +28,13 @@ TEMPLATE_FAILURE = (
     "size or memory limits), although it rendered a train question at submit; use a template that "
     "renders every conversation the same way, such as the base model's"
 )
+
+STORAGE_FULL = (
+    "the evaluator's storage is full (no space left on its disk), so this submission was not scored; "
+    "submit it again once an operator has freed space in the evaluator's storage (AUTORL_EVAL_DIR)"
+)
+#: Errors of a full disk or quota, or a file size limit.
+STORAGE_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class PublicEvaluationError(EvaluationError):
@@ -49,8 +58,21 @@ class EvaluatorFaultError(PublicEvaluationError):
         )
 
 
+def storage_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in STORAGE_FULL_ERRNOS
+
+
+def setup_message(exc: BaseException) -> str:
+    """What the agent is told about ``exc``, raised before the test split was loaded."""
+    if storage_full(exc):
+        return STORAGE_FULL
+    return str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+
+
 def agent_message(exc: BaseException) -> str:
     """What the agent is told about ``exc``, raised after the test split was loaded."""
+    if storage_full(exc):
+        return STORAGE_FULL
     if isinstance(exc, PublicEvaluationError):
         return str(exc)
     if isinstance(exc, ChatTemplateError):

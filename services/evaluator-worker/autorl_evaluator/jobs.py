@@ -30,11 +30,11 @@ from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
-from autorl_evaluator.failures import agent_message, operator_detail
+from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 
 log = logging.getLogger("autorl.evaluator")
-LEASE_S = 120.0
-LEASE_RENEW_S = 30.0
+#: A worker renews its lease this many times per lease period (a missed renewal is not fatal).
+LEASE_RENEWALS = 4
 
 
 def worker_name() -> str:
@@ -47,14 +47,14 @@ def _database(url: str) -> Database:
 
 
 @contextmanager
-def _lease(db: Database, submission_id: int, worker: str) -> Iterator[None]:
+def _lease(db: Database, submission_id: int, worker: str, lease_s: float) -> Iterator[None]:
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(LEASE_RENEW_S):
+        while not stop.wait(lease_s / LEASE_RENEWALS):
             try:
                 with db.session() as session:
-                    repo.renew_lease(session, submission_id, worker=worker, lease_s=LEASE_S)
+                    repo.renew_lease(session, submission_id, worker=worker, lease_s=lease_s)
             except AutoRLError as exc:
                 log.warning("event=lease_renew_failed submission=%d reason=%s", submission_id, exc)
 
@@ -114,7 +114,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
     db = _database(settings.database_url)
     worker = worker_name()
     with db.session() as session:
-        if not repo.claim(session, submission_id, worker=worker, lease_s=LEASE_S):
+        if not repo.claim(session, submission_id, worker=worker, lease_s=settings.eval_lease_s):
             log.info("event=claim_skipped submission=%d", submission_id)
             return {"submission_id": submission_id, "claimed": False}
         submission: Submission = repo.get_submission(session, submission_id)
@@ -125,7 +125,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
     started = time.monotonic()
     test_data_loaded = False
     try:
-        with _lease(db, submission_id, worker):
+        with _lease(db, submission_id, worker, settings.eval_lease_s):
             model_dir = snapshot_path(settings, snapshot)
             run_settings = eval_settings(settings, config)
             task = get_task(task_name)
@@ -150,7 +150,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
                 detail_path,
             )
         else:
-            message = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+            message = setup_message(exc)
             log.warning(
                 "event=evaluation_failed submission=%d phase=setup error=%s",
                 submission_id,
@@ -192,26 +192,36 @@ def _remove_snapshot(settings: Settings, snapshot: str) -> None:
     remove_snapshot(settings.snapshot_dir / snapshot)
 
 
-def _write_error(settings: Settings, submission_id: int, detail: str) -> Path:
+def _write_error(settings: Settings, submission_id: int, detail: str) -> Path | None:
+    """The full error in evaluator storage; None when it cannot be written (a full disk): the
+    failure is still recorded."""
     path = submission_dir(settings, submission_id) / "error.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(detail, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(detail, encoding="utf-8")
+    except OSError as exc:
+        log.warning("event=error_detail_not_written submission=%d reason=%s", submission_id, exc.strerror)
+        return None
     return path
 
 
 def _write_predictions(path: Path, problems: list[Any], completions: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for problem, completion in zip(problems, completions, strict=True):
-            fh.write(
-                json.dumps(
-                    {"question": problem.question, "answer": problem.answer, "completion": completion},
-                    ensure_ascii=False,
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for problem, completion in zip(problems, completions, strict=True):
+                fh.write(
+                    json.dumps(
+                        {"question": problem.question, "answer": problem.answer, "completion": completion},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
                 )
-                + "\n"
-            )
-    tmp.replace(path)
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a partial file would only fill the disk further
+        raise
 
 
 def main() -> int:

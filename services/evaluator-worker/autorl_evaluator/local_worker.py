@@ -18,6 +18,7 @@ import sys
 import time
 
 from autorl.errors import ServiceUnavailableError
+from autorl.parent_death import dying_with_parent
 from autorl.settings import Settings
 from autorl.store import Database, FailureReason
 from autorl.store import repository as repo
@@ -113,7 +114,8 @@ class LocalWorker:
                 log.warning("event=warm_worker_failed submission=%d reason=%s", submission_id, exc)
             return
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)], start_new_session=True
+            dying_with_parent([sys.executable, "-m", "autorl_evaluator.jobs", str(submission_id)]),
+            start_new_session=True,
         )
         try:
             self.child.wait(timeout=timeout)

@@ -79,7 +79,7 @@ def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bo
         state.db.wait_until_ready()
         if run_migrations:
             migrate(state.db)
-        reconciler = Reconciler(state) if reconcile else None
+        reconciler = Reconciler(state, settings.reconcile_interval_s) if reconcile else None
         if reconciler:
             reconciler.start()
         log.info("event=grader_started queue=%s", state.dispatcher.kind)

@@ -13,12 +13,12 @@ from autorl_grader.state import GraderState
 from autorl_grader.submissions import prune_orphan_snapshots
 
 log = logging.getLogger("autorl.grader.reconciler")
-RECONCILE_INTERVAL_S = 15.0
 
 
 def reconcile_once(state: GraderState) -> dict[str, int]:
     """One pass. Returns counts of what it did (for logs and tests)."""
-    requeued = failed = 0
+    failed = 0
+    requeued: set[int] = set()
     with state.db.session() as session:
         for submission in repo.stale_submissions(session):
             if submission.attempts >= state.settings.max_eval_attempts:
@@ -34,23 +34,25 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
                 submission.status = SubmissionStatus.QUEUED
                 submission.worker = None
                 submission.lease_expires_at = None
-                requeued += 1
+                requeued.add(submission.id)
         settled = repo.settle_orphaned_waiting(session)
+    if requeued:
+        state.dispatcher.discard_jobs(requeued)
     enqueued = state.dispatcher.dispatch(state.db)
     prune_orphan_snapshots(state)
     if requeued or failed or enqueued or settled:
         log.info(
             "event=reconciled requeued=%d failed=%d enqueued=%d settled=%d",
-            requeued,
+            len(requeued),
             failed,
             enqueued,
             settled,
         )
-    return {"requeued": requeued, "failed": failed, "enqueued": enqueued, "settled": settled}
+    return {"requeued": len(requeued), "failed": failed, "enqueued": enqueued, "settled": settled}
 
 
 class Reconciler(threading.Thread):
-    def __init__(self, state: GraderState, interval_s: float = RECONCILE_INTERVAL_S) -> None:
+    def __init__(self, state: GraderState, interval_s: float) -> None:
         super().__init__(name="autorl-reconciler", daemon=True)
         self.state = state
         self.interval_s = interval_s

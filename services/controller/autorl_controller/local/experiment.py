@@ -31,6 +31,7 @@ from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.reports import report_after_run
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
+from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.settings import Settings, load_settings
 from autorl.tasks import Task, get_task
 from autorl_agent_runner.agent_python import find_agent_python
@@ -94,6 +95,8 @@ def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> 
             f"port {config.port} on 127.0.0.1 is already in use; pass --port with a free port "
             "or stop what listens there"
         )
+    for row in recover_orphaned_runs(settings.home, settings.database_url):
+        print(f"autorl run: run {row.run_id} was killed earlier; recorded it as interrupted", file=sys.stderr)
     run_id = new_run_id(task.name)
     run_dir = settings.home / "runs" / run_id
     workspace_root = (config.workspace or run_dir / "workspace").expanduser().absolute()
@@ -159,6 +162,18 @@ class LocalRun:
         )
         self.registered = False
         self.last_view: dict[str, Any] = {}
+        self.lock = RunLock(
+            run_dir,
+            RunInfo(
+                run_id=run_id,
+                task=task.name,
+                agent=agent.name,
+                driver_model=config.driver_model,
+                base_model=config.model,
+                workspace=str(workspace_root),
+                started=prepared.started,
+            ),
+        )
         self._stop_polling = threading.Event()
 
     # --- the whole run ----------------------------------------------------------------------
@@ -168,6 +183,9 @@ class LocalRun:
         message: str | None = None
         timed_out = False
         exit_code = EXIT_FAILED
+        # Held until the row is written: if this process is killed, the next `autorl run` or
+        # `autorl results` finds the lock unheld and records the run as interrupted.
+        self.lock.acquire()
         try:
             with self.progress:
                 status, message, timed_out = self._lifecycle()
@@ -183,6 +201,7 @@ class LocalRun:
             with _ignore_sigint():
                 self._finalize(status, message, timed_out)
                 row = self._record(status, self.prepared.started)
+                self.lock.release()
                 if self.registered:
                     report_after_run(self.settings, self.run_id)
         self._print_summary(row, message)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from autorl.errors import AutoRLError
+from autorl.parent_death import dying_with_parent
 
 #: How long the grader may take to migrate the database and answer /readyz.
 GRADER_START_TIMEOUT_S = 90.0
@@ -61,7 +62,7 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            self.argv,
+            dying_with_parent(self.argv),
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,

@@ -1,0 +1,87 @@
+"""The tables of docs/RELIABILITY.md, rendered from the committed results under ``bench/results/``.
+
+Each section is a block of the document (:mod:`docgen`) with a renderer here, reading files that
+tests or benchmarks wrote. The faults table reads ``bench/results/faults/*.json``, one file per
+fault, written by the fault tests when ``AUTORL_RECORD_RESULTS=1`` (``make reliability``). A new
+section: a results file, a renderer in :data:`RENDERERS`, and its block in the document.
+
+    python3 bench/reliability_report.py   # rewrite the document's blocks
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from docgen import REPO_ROOT, RESULTS, Document, load_results, number
+
+FAULTS = RESULTS / "faults"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def fault_records() -> list[dict[str, Any]]:
+    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(FAULTS.glob("*.json"))]
+
+
+def faults_table() -> str:
+    lines = [
+        "| fault | injected as | cases | outcome | reproduce |",
+        "| --- | --- | ---: | --- | --- |",
+    ]
+    for record in fault_records():
+        verdict = "**passed**" if record["passed"] else "**FAILED**"
+        lines.append(
+            f"| {_cell(record['fault'])} | {_cell(record['injected'])} | {record['cases']} | "
+            f"{verdict}: {_cell(record['outcome'])} | `.venv/bin/python -m pytest {record['test']}` |"
+        )
+    recorded = sorted({record["recorded"] for record in fault_records()})
+    dates = ", ".join(recorded) if recorded else "never"
+    return "\n".join(lines) + f"\n\nRecorded: {dates}.\n"
+
+
+#: What each run of ``bench/test_order.py`` checks, in the document's words.
+ORDER_RUNS = {
+    "pair": "the two modules that once shared rows, in the order named",
+    "pair_reverse": "the same two modules, every test in reverse order",
+    "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes (`make test`, pass 2)",
+}
+
+
+def test_order_table() -> str:
+    data = load_results("test_order")
+    lines = [
+        "| run | command | passed | failed | skipped | wall s |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, what in ORDER_RUNS.items():
+        record = data["runs"].get(name)
+        if record is None:
+            continue
+        failed = record["failures"] + record["errors"]
+        lines.append(
+            f"| {what} | `{record['command']}` | {record['passed']:,} | {failed} | {record['skipped']} | "
+            f"{number(record['wall_s'], 0)} |"
+        )
+    dates = ", ".join(sorted({r["date"] for r in data["runs"].values()}))
+    machine = data["machine"]
+    return (
+        "\n".join(lines) + f"\n\nMeasured {dates} on {machine['cpus']} CPU cores shared with other work "
+        f"(load average {machine['load_avg_1m']} at the end).\n"
+    )
+
+
+RENDERERS: dict[str, Callable[[], str]] = {
+    "faults": faults_table,
+    "test-order": test_order_table,
+}
+
+RELIABILITY = Document(REPO_ROOT / "docs" / "RELIABILITY.md", RENDERERS)
+
+
+if __name__ == "__main__":
+    RELIABILITY.update()
+    print(f"updated {RELIABILITY.path.relative_to(REPO_ROOT)}")

@@ -1,0 +1,97 @@
+"""Platform services as real processes (`autorl worker`, `autorl grader`), configured only through
+the environment as in a deployment; each in a session of its own, so a test can kill it whole."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from autorl.settings import Settings
+from autorl_agent_runner.processes import descendants
+
+AUTORL = str(Path(sys.executable).parent / "autorl")
+
+
+def service_env(settings: Settings) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "AUTORL_DATABASE_URL": settings.database_url or "",
+        "AUTORL_REDIS_URL": settings.redis_url or "",
+        "AUTORL_REDIS_KEY_PREFIX": settings.redis_key_prefix,
+        "AUTORL_HOME": str(settings.home),
+        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
+        "AUTORL_EVAL_DEVICE": "cpu",
+        "AUTORL_EVAL_LEASE_S": str(settings.eval_lease_s),
+        "AUTORL_RECONCILE_INTERVAL_S": str(settings.reconcile_interval_s),
+        "AUTORL_SUBMIT_WAIT_S": str(settings.submit_wait_s),
+        "AUTORL_ADMIN_TOKEN": settings.admin_token.get_secret_value() if settings.admin_token else "",
+    }
+    optional = {
+        "AUTORL_EVAL_DIR": settings.eval_dir,
+        "AUTORL_SNAPSHOT_DIR": settings.snapshot_dir,
+        "AUTORL_EVAL_LIMIT": settings.eval_limit,
+        "AUTORL_EVAL_MAX_NEW_TOKENS": settings.eval_max_new_tokens,
+    }
+    env.update({name: str(value) for name, value in optional.items() if value is not None})
+    return env
+
+
+def start(args: list[str], settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    """``autorl ARGS`` in a new session, its output appended to ``log``."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [AUTORL, *args],
+            env=service_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process and everything it started, sessions of their own included (RQ's work
+    horse is one): as a machine or pod dies."""
+    for pid in [process.pid, *descendants(process.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+def stop(process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """SIGTERM, then SIGKILL whatever is left."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=timeout_s)
+    kill_tree(process)
+
+
+@contextlib.contextmanager
+def running(args: list[str], settings: Settings, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    process = start(args, settings, log)
+    try:
+        yield process
+    finally:
+        stop(process)
+
+
+def wait_until_serving(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the grader did not start: {log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.1)
