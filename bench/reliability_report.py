@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from docgen import REPO_ROOT, RESULTS, Document, load_results, number
+from reliability_load import RENDERERS as LOAD_RENDERERS
 
 FAULTS = RESULTS / "faults"
 
@@ -77,6 +78,7 @@ def test_order_table() -> str:
 RENDERERS: dict[str, Callable[[], str]] = {
     "faults": faults_table,
     "test-order": test_order_table,
+    **LOAD_RENDERERS,
 }
 
 RELIABILITY = Document(REPO_ROOT / "docs" / "RELIABILITY.md", RENDERERS)

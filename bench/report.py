@@ -141,7 +141,7 @@ def _failed(record: dict[str, Any]) -> str:
 
 
 def grpo_throughput() -> str:
-    data = _load("grpo_gpu")
+    data = load_results("grpo_gpu")
     part = data["throughput"]
     if part.get("status") == "error":
         return _failed(part) + "\n"
@@ -150,8 +150,8 @@ def grpo_throughput() -> str:
         f"Measured {data['runs']['throughput']['date'].replace('T', ' ')[:16]} UTC on one {env['gpu']}, "
         f"torch {env['torch']}, transformers {env['transformers']}, TRL {env['trl']}, all variants in one "
         f"process with one model. Model: {part['model']}, "
-        f"{_number(part['parameters'] / 1e9, 3)} B parameters; prompts of about "
-        f"{_number(part['prompt_ids_mean'], 0)} ids; {part['completion_tokens']}-token completions.",
+        f"{number(part['parameters'] / 1e9, 3)} B parameters; prompts of about "
+        f"{number(part['prompt_ids_mean'], 0)} ids; {part['completion_tokens']}-token completions.",
         "",
         "| variant | completions / step | steps timed | s / step | rollout s | loss + update s "
         "| completion tok/s | × TRL reference |",
@@ -164,7 +164,7 @@ def grpo_throughput() -> str:
         lines.append(
             f"| `{name}` | {record['completions_per_step']} | {record['steps_timed']} | {record['step_s']} | "
             f"{record.get('rollout_s', '—')} | {record.get('train_s', '—')} | "
-            f"{_number(record['completion_tokens_per_s'], 0)} | {record.get('vs_trl_2x4', '—')} |"
+            f"{number(record['completion_tokens_per_s'], 0)} | {record.get('vs_trl_2x4', '—')} |"
         )
     design = part.get("design_reference")
     best = max(
@@ -176,24 +176,24 @@ def grpo_throughput() -> str:
         lines += [
             "",
             f"Against the design's reference measurement of TRL at the same settings ({reference} tok/s): "
-            f"**{_number(best['completion_tokens_per_s'] / reference)}×** (target ≥ 10×, "
-            f"{_number(best['completion_tokens_per_s'], 0)} against ≥ {_number(10 * reference, 0)} tok/s).",
+            f"**{number(best['completion_tokens_per_s'] / reference)}×** (target ≥ 10×, "
+            f"{number(best['completion_tokens_per_s'], 0)} against ≥ {number(10 * reference, 0)} tok/s).",
         ]
     return "\n".join(lines) + "\n"
 
 
 def grpo_learning() -> str:
-    part = _load("grpo_gpu")["learning"]
+    part = load_results("grpo_gpu")["learning"]
     if part.get("status") == "error":
         return _failed(part) + "\n"
-    date = _load("grpo_gpu")["runs"]["learning and weight_swap"]["date"]
+    date = load_results("grpo_gpu")["runs"]["learning and weight_swap"]["date"]
     sft, grpo, curve = part["sft"], part["grpo"], part["grpo"]["curve"]
     tenth = max(1, len(curve) // 10)
     points = ", ".join(f"{c['step']}: {c['reward']}" for c in curve[::tenth])
     first, last = curve[:tenth], curve[-tenth:]
     return (
         f"Measured {date.replace('T', ' ')[:16]} UTC on one NVIDIA H200 (another lease, same software). "
-        f"Model: {part['model']}, {_number(part['parameters'] / 1e6, 1)} M parameters. Held out: "
+        f"Model: {part['model']}, {number(part['parameters'] / 1e6, 1)} M parameters. Held out: "
         f"{part['held_out']}. Greedy accuracy: {part['accuracy_initial']} % at random init, "
         f"{part['accuracy_after_sft']} % after SFT ({sft['steps']} steps of {sft['rows_per_step']} rows in "
         f"{sft['seconds']} s, learning rate {sft['learning_rate']}), "
@@ -201,13 +201,13 @@ def grpo_learning() -> str:
         f"{len(curve)} fast GRPO steps in {curve[-1]['t_s']} s ({grpo['prompts_per_step']} prompts × "
         f"{grpo['num_generations']} generations, learning rate {grpo['learning_rate']}, up to "
         f"{grpo['max_completion_length']} new tokens). Mean reward (+1 right, -1 wrong) by step: {points}; "
-        f"first {tenth} steps {_number(sum(c['reward'] for c in first) / len(first), 3)}, last {tenth} "
-        f"{_number(sum(c['reward'] for c in last) / len(last), 3)}.\n"
+        f"first {tenth} steps {number(sum(c['reward'] for c in first) / len(first), 3)}, last {tenth} "
+        f"{number(sum(c['reward'] for c in last) / len(last), 3)}.\n"
     )
 
 
 def bf16_agreement() -> str:
-    part = _load("grpo_gpu")["learning"]
+    part = load_results("grpo_gpu")["learning"]
     if part.get("status") == "error" or "agreement" not in part:
         return _failed(part) + "\n"
     a = part["agreement"]
@@ -221,7 +221,7 @@ def bf16_agreement() -> str:
 
 
 def weight_swap() -> str:
-    part = _load("grpo_gpu")["weight_swap"]
+    part = load_results("grpo_gpu")["weight_swap"]
     if part.get("status") == "error":
         return _failed(part) + "\n"
     cold, warm = part["cold_load_to_first_token_s"], part["weight_swap_to_first_token_s"]

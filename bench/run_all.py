@@ -46,7 +46,21 @@ NOT_YET_MEASURED: dict[str, str] = {
 
 #: Scripts in bench/ that are not benchmarks: this runner, the document's renderer, and the
 #: script that made ``bench/data`` once (it needs inputs from outside the repository).
-NOT_BENCHMARKS = frozenset({"run_all", "report", "gsm8k_lengths"})
+#: The documents' generator and renderers, the load benchmark's bare yardstick app, the soak's agent,
+#: and the recorder of whole-suite test-order runs (bench/test_order.py, run by hand: it runs the suite).
+NOT_BENCHMARKS = frozenset(
+    {
+        "run_all",
+        "report",
+        "gsm8k_lengths",
+        "docgen",
+        "reliability_report",
+        "reliability_load",
+        "bare_time_app",
+        "soak_agent",
+        "test_order",
+    }
+)
 
 
 def main() -> int:
