@@ -9,6 +9,7 @@ benchmark writes new results, ``python3 bench/report.py`` rewrites those blocks 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from docgen import REPO_ROOT, Document, load_results, number
 
