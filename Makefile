@@ -14,6 +14,7 @@ help:
 	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
 	@echo "make test   - install, then run the whole test suite"
 	@echo "make lint   - ruff + mypy"
+	@echo "make images - build every container image with podman (GPU=1: also the CUDA variants)"
 
 setup: system-packages $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed browser
 
@@ -75,7 +76,7 @@ $(OC_VENV)/.installed: requirements-opencompass.txt
 run: setup
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
-test: setup
+test: setup images
 	$(PY) -m pytest
 
 test-fast: $(VENV)/.installed
@@ -94,6 +95,11 @@ crd: $(VENV)/.installed
 chart: crd
 	$(PY) -c 'import sys, helm_python as h; r = h.lint("charts/autorl", strict=True); [print(m) for m in r["messages"]]; sys.exit(bool(r["errors"]))'
 	$(PY) -c 'import helm_python as h; print(h.package("charts/autorl", destination="dist"))'
+
+# Every image of docker/, built with podman and tagged as the chart expects; GPU=1 adds the CUDA
+# variants (docs/KUBERNETES.md, "Building and pushing the images").
+images:
+	GPU=$(GPU) docker/build-images.sh
 
 bench: setup
 	$(PY) bench/run_all.py
