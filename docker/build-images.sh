@@ -50,7 +50,8 @@ cert="${BUILD_CA_BUNDLE:-$(pip_get cert)}"
   for dir in $find_links; do [ -d "$dir" ] && volumes+=(-v "$dir:$dir:ro"); done
   [ -n "$find_links" ] && echo "find-links = $find_links"
   for url in $index $extra_index; do
-    case "$url" in file://*) [ -d "${url#file://}" ] && volumes+=(-v "${url#file://}:${url#file://}:ro");; esac
+    # A local index's pages link to files beside it: its parent folder is mounted.
+    case "$url" in file://*) root=$(dirname "${url#file://}"); [ -d "$root" ] && volumes+=(-v "$root:$root:ro");; esac
   done
   [ -n "$index" ] && echo "index-url = $index"
   [ -n "$extra_index" ] && echo "extra-index-url = $extra_index"

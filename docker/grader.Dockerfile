@@ -22,5 +22,5 @@ RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin 
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 AUTORL_HOME=/tmp/autorl HOME=/tmp
 USER 10001
-EXPOSE 8000
-CMD ["autorl", "grader", "--host", "0.0.0.0", "--port", "8000"]
+EXPOSE 8000 8001
+CMD ["autorl", "grader", "--host", "0.0.0.0", "--port", "8000", "--admin-port", "8001"]
