@@ -67,9 +67,11 @@ $(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml 
 	touch $@
 
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
-$(OC_VENV)/.installed: requirements-opencompass.txt
+# Under the pins of the evaluator image's lock (its OpenCompass side), so both hold one set of versions.
+$(OC_VENV)/.installed: requirements-opencompass.txt docker/evaluator-worker.lock docker/lock_cpu_side.py
 	test -x $(OC_VENV)/bin/python || $(PYTHON) -m venv $(OC_VENV)
-	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install -r requirements-opencompass.txt
+	$(PYTHON) docker/lock_cpu_side.py --constraints docker/evaluator-worker.lock > $(OC_VENV)/lock-constraints.txt
+	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install -c $(OC_VENV)/lock-constraints.txt -r requirements-opencompass.txt
 	$(OC_VENV)/bin/opencompass --help >/dev/null
 	touch $@
 

@@ -4,7 +4,8 @@
 #        chart's image (tag 0.1.0); built where CUDA wheels can be fetched (`make images GPU=1`).
 #   cpu  the lock's OpenCompass side (docker/lock_cpu_side.py: the same pins and hashes, without vLLM
 #        and the CUDA packages) plus the CPU build of torch 2.13.0, on Python 3.11: OpenCompass with
-#        HuggingFace models and the hf backend on CPU (tag 0.1.0-cpu, what the tests run).
+#        HuggingFace models on CPU (tag 0.1.0-cpu, what the tests run). .venv-opencompass holds the
+#        same versions (make setup installs it under these pins).
 # Our own packages go in without dependencies, so nothing but the lock decides a third-party
 # version. docs/EVALUATION.md explains why this vLLM line (not a separate `vllm serve`).
 ARG BASE_IMAGE=python:3.12-slim-bookworm
@@ -22,8 +23,9 @@ COPY docker/evaluator-worker.lock docker/lock_cpu_side.py ./
 # The lock carries hashes, so pip checks every download against it.
 RUN if [ "$VARIANT" = gpu ]; then pip install --require-hashes -r evaluator-worker.lock; \
     else python3 lock_cpu_side.py evaluator-worker.lock > cpu.lock \
+      && python3 lock_cpu_side.py --constraints evaluator-worker.lock > cpu-constraints.txt \
       && pip install --no-deps --require-hashes -r cpu.lock \
-      && pip install --no-deps ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} torch==2.13.0 \
+      && pip install -c cpu-constraints.txt ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} torch==2.13.0 \
       && python3 -c "import torch; assert torch.version.cuda is None, torch.version.cuda" \
       && pip check; fi
 COPY pyproject.toml README.md ./

@@ -1,9 +1,12 @@
 """Print the CPU side of docker/evaluator-worker.lock: what OpenCompass and the worker need, pinned
-and hashed as the lock pins them, without vLLM (and what only vLLM needs) and without the CUDA
-packages (torch, triton, nvidia-*, cuda-*). The cpu evaluator image installs this with
-`pip install --no-deps --require-hashes`, then the CPU build of torch.
+and hashed as the lock pins them, without vLLM and the CUDA packages (torch, triton, nvidia-*,
+cuda-*) and without what only those need. The cpu evaluator image installs it with
+`pip install --no-deps --require-hashes`, then the CPU build of torch (whose own dependencies pip
+resolves for the image's Python); `make setup` installs .venv-opencompass under the same pins
+(`--constraints`: `name==version` lines only), so the two hold one set of versions.
 
     python3 docker/lock_cpu_side.py docker/evaluator-worker.lock > cpu.lock
+    python3 docker/lock_cpu_side.py --constraints docker/evaluator-worker.lock > constraints.txt
 
 Reads the `# via` annotations that `uv pip compile` writes: a package belongs to the CPU side when
 the `.in` file asks for it (vLLM excepted) or a package of the CPU side needs it.
@@ -60,24 +63,30 @@ def is_cuda(name: str) -> bool:
 def cpu_side(lock_text: str) -> dict[str, str]:
     """The CPU side's entries, name -> pinned and hashed requirement text, in the lock's order."""
     entries = parse(lock_text)
-    side = {n for n, (_v, parents, _t) in entries.items() if ROOT in parents} - EXCLUDED_ROOTS
+    excluded = EXCLUDED_ROOTS | {n for n in entries if is_cuda(n)}
+    side = {n for n, (_v, parents, _t) in entries.items() if ROOT in parents} - excluded
     grown = True
     while grown:
-        more = {n for n, (_v, parents, _t) in entries.items() if parents & side} - side - EXCLUDED_ROOTS
+        more = {n for n, (_v, parents, _t) in entries.items() if parents & side} - side - excluded
         side |= more
         grown = bool(more)
-    return {n: text for n, (_v, _p, text) in entries.items() if n in side and not is_cuda(n)}
+    return {n: text for n, (_v, _p, text) in entries.items() if n in side}
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: lock_cpu_side.py LOCK_FILE", file=sys.stderr)
+    constraints = "--constraints" in argv[1:]
+    paths = [arg for arg in argv[1:] if arg != "--constraints"]
+    if len(paths) != 1:
+        print("usage: lock_cpu_side.py [--constraints] LOCK_FILE", file=sys.stderr)
         return 2
-    side = cpu_side(Path(argv[1]).read_text())
+    side = cpu_side(Path(paths[0]).read_text())
     if "opencompass" not in side:
-        print(f"{argv[1]}: no opencompass pin in the lock", file=sys.stderr)
+        print(f"{paths[0]}: no opencompass pin in the lock", file=sys.stderr)
         return 1
-    sys.stdout.write("".join(side.values()))
+    if constraints:
+        sys.stdout.write("".join(text.split(" ", 1)[0].rstrip("\\\n") + "\n" for text in side.values()))
+    else:
+        sys.stdout.write("".join(side.values()))
     return 0
 
 
