@@ -7,6 +7,7 @@ from this share runs OpenCompass (tests/containers/test_images.py).
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,24 @@ def test_lock_pins_datasets_3_and_its_cpu_side_drops_vllm_and_cuda() -> None:
     assert all("--hash=sha256:" in text for text in side.values())
     # What only vLLM needs stays out; what OpenCompass needs too stays in.
     assert "ray" not in side and "numpy" in side
+    # torch's own dependencies are resolved with the CPU torch, for the image's Python.
+    assert "sympy" not in side and "networkx" not in side
+
+
+def test_constraints_output_is_the_cpu_sides_pins() -> None:
+    tool = load_lock_tool()
+    pins = {name: version for name, (version, _parents, _text) in tool.parse(LOCK.read_text()).items()}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "docker" / "lock_cpu_side.py"), "--constraints", str(LOCK)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines and all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*==\S+", line) for line in lines), lines[:5]
+    assert {line.split("==")[0]: line.split("==")[1] for line in lines} == {
+        name: pins[name] for name in tool.cpu_side(LOCK.read_text())
+    }
 
 
 def test_lock_tool_refuses_a_lock_without_hashes(tmp_path: Path) -> None:
