@@ -20,12 +20,15 @@ RUN case "$VARIANT" in cpu|gpu) ;; *) echo "VARIANT must be cpu or gpu, not '$VA
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY docker/evaluator-worker.lock docker/lock_cpu_side.py ./
-# The lock carries hashes, so pip checks every download against it.
+# The lock carries hashes, so pip checks every download against it. The cpu variant's second pip run
+# adds torch's own dependencies and what the lock (resolved for Python 3.12) leaves out for the base's
+# Python (async-timeout for redis on Python < 3.11.3), every locked package kept at its pin.
 RUN if [ "$VARIANT" = gpu ]; then pip install --require-hashes -r evaluator-worker.lock; \
     else python3 lock_cpu_side.py evaluator-worker.lock > cpu.lock \
       && python3 lock_cpu_side.py --constraints evaluator-worker.lock > cpu-constraints.txt \
       && pip install --no-deps --require-hashes -r cpu.lock \
-      && pip install -c cpu-constraints.txt ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} torch==2.13.0 \
+      && pip install -c cpu-constraints.txt ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+           torch==2.13.0 -r cpu-constraints.txt \
       && python3 -c "import torch; assert torch.version.cuda is None, torch.version.cuda" \
       && pip check; fi
 COPY pyproject.toml README.md ./
