@@ -110,4 +110,7 @@ def chart_images(podman_ready: None) -> Iterator[set[str]]:
     missing = sorted(image for image in images if not image_exists(image))
     if missing:
         unavailable(f"images not built: {', '.join(missing)} (run `make images`)")
+    reason = podman_unavailable(sorted(images)[0])
+    if reason:
+        unavailable(reason)
     yield images

@@ -42,17 +42,19 @@ def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.C
     return result
 
 
-def podman_unavailable() -> str | None:
-    """Why podman cannot run containers here, or None."""
+def podman_unavailable(image: str | None = None) -> str | None:
+    """Why podman cannot run containers here (a trivial one in ``image``, if given), or None."""
     if shutil.which("podman") is None:
         return "podman is not installed (make images installs it: apt-get install podman runc)"
     try:
-        result = podman("run", "--rm", "--network", "host", "--help", timeout=30, check=False)
-        info = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", timeout=60, check=False)
+        result = podman("version", timeout=60, check=False)
+        if result.returncode == 0 and image is not None:
+            args = ["run", "--rm", "--network", "none", "--pull", "never", "--entrypoint", "true", image]
+            result = podman(*args, timeout=120, check=False)
     except subprocess.TimeoutExpired:
         return "podman does not answer"
-    if result.returncode != 0 or info.returncode != 0:
-        return f"podman cannot run containers here: {(info.stderr or result.stderr).strip()[:300]}"
+    if result.returncode != 0:
+        return f"podman cannot run containers here: {result.stderr.strip()[:300]}"
     return None
 
 
