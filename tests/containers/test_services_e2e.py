@@ -196,7 +196,8 @@ def test_agent_container_trains_submits_and_the_worker_container_scores(platform
     # The agent trained in its container, with its budget read from the grader through its URL.
     workspace = platform.host.claims[platform.controller.shared_pvc] / ref.workspace_subpath
     agent_log = (workspace / "agent.log").read_text(errors="replace")
-    for event in ("event=start task=arith", "event=phase_end", "event=done", "event=agent_finished exit_code=0"):
+    events = ("event=start task=arith", "event=phase_end", "event=done", "event=agent_finished exit_code=0")
+    for event in events:
         assert event in agent_log, f"{event}\n{agent_logs[-2000:]}\n{agent_log[-6000:]}"
     assert list((workspace / "output").iterdir()), "no checkpoint saved"
 
