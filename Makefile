@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-fast reliability lint bench chart crd clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench chart crd images clean help
 
 # Each target's line in `make help` is the `## ` comment on its rule (a test checks every target has one).
 help: ## list every target with what it does
@@ -65,19 +65,25 @@ $(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml 
 	touch $@
 
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
-$(OC_VENV)/.installed: requirements-opencompass.txt
+# Under the pins of the evaluator image's lock (its OpenCompass side), so both hold one set of versions.
+$(OC_VENV)/.installed: requirements-opencompass.txt docker/evaluator-worker.lock docker/lock_cpu_side.py
 	test -x $(OC_VENV)/bin/python || $(PYTHON) -m venv $(OC_VENV)
-	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install -r requirements-opencompass.txt
+	$(PYTHON) docker/lock_cpu_side.py --constraints docker/evaluator-worker.lock > $(OC_VENV)/lock-constraints.txt
+	$(OC_VENV)/bin/python -m pip --disable-pip-version-check -q install -c $(OC_VENV)/lock-constraints.txt -r requirements-opencompass.txt
 	$(OC_VENV)/bin/opencompass --help >/dev/null
 	touch $@
 
 run: setup ## install, then run the embedded default experiment end to end (offline, CPU)
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
-test: setup ## install, run `make lint`, then the suite over two processes, then again in reverse order
+test: setup ## install, run `make lint`, then the suite over two processes, then again in reverse order (not the container tests: make test-containers)
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -n 2
-	$(PY) -m pytest -n 2 --reverse
+	$(PY) -m pytest -n 2 -m "not containers"
+	$(PY) -m pytest -n 2 --reverse -m "not containers"
+
+# The container tests need every image built (a cold build takes about 35 minutes on 2 cores).
+test-containers: setup images ## build the images, then run the container tests (tests/containers/)
+	$(PY) -m pytest -m containers
 
 # The fault tests with their outcomes recorded in bench/results/faults/, then docs/RELIABILITY.md
 # rewritten from them.
@@ -101,6 +107,11 @@ crd: $(VENV)/.installed ## regenerate the Experiment CRD from the pydantic model
 chart: crd ## lint (strict) and package the Helm chart into dist/
 	$(PY) -c 'import sys, helm_python as h; r = h.lint("charts/autorl", strict=True); [print(m) for m in r["messages"]]; sys.exit(bool(r["errors"]))'
 	$(PY) -c 'import helm_python as h; print(h.package("charts/autorl", destination="dist"))'
+
+# Every image of docker/, built with podman and tagged as the chart expects; GPU=1 adds the CUDA
+# variants (docs/KUBERNETES.md, "Building and pushing the images").
+images: ## build every container image of docker/ with podman (GPU=1: also the CUDA variants)
+	GPU=$(GPU) docker/build-images.sh
 
 bench: setup ## run every CPU benchmark (bench/results/*.json), print the GPU benchmarks' commands, refresh docs/PERFORMANCE.md
 	$(PY) bench/run_all.py

@@ -1,22 +1,29 @@
-# The agent runner and the built-in agents (TRL on CUDA). Also runs the prepare Jobs.
+# The agent runner, the built-in agents and the agents' Python (requirements-agent.txt: what
+# .venv-agent holds locally). Also runs the prepare Jobs.
 # In a cluster its pods run as other ids (the platform's for the cache, each experiment's own for its
 # workspace and agent: docs/KUBERNETES.md); 1000 is for running the image by hand.
-#   docker build -f docker/agent-runner.Dockerfile -t ghcr.io/autorl/agent-runner:0.1.0 .
-FROM python:3.11-slim AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
+#   make images        the CPU build of torch (TORCH_INDEX_URL: PyTorch's CPU index), tag 0.1.0-cpu
+#   make images GPU=1  PyPI's torch, which carries its CUDA runtime (TORCH_INDEX_URL empty), tag 0.1.0
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE} AS build
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install -q 'setuptools>=68,<81' wheel
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
+# The training stack is pinned (constraints.txt): an agent's results must not change with a release.
+COPY constraints.txt requirements-agent.txt ./
+RUN pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -c constraints.txt -r requirements-agent.txt
 COPY pyproject.toml README.md ./
+COPY services/agent-runner/pyproject.toml services/agent-runner/
+RUN pip install --no-build-isolation -c constraints.txt . ./services/agent-runner
 COPY autorl ./autorl
 COPY services/agent-runner ./services/agent-runner
-# The training stack is pinned: an agent's results must not change with an upstream release.
-# PyPI's Linux torch wheels carry their CUDA runtime; the node's driver comes from the container runtime.
-RUN pip install torch==2.13.0 transformers==5.24.0 trl==1.16.0 \
- && pip install '.[ml]' './services/agent-runner[agents]' \
- && python -c "import trl, transformers; assert (trl.__version__, transformers.__version__) == ('1.16.0', '5.24.0')"
+RUN pip install --no-build-isolation --no-deps --force-reinstall . ./services/agent-runner \
+ && pip check \
+ && python -c "import torch, trl, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 RUN useradd --uid 1000 --user-group --create-home --shell /bin/bash agent
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 AUTORL_HOME=/tmp/autorl HF_HUB_DISABLE_TELEMETRY=1

@@ -1,0 +1,73 @@
+"""docker/lock_cpu_side.py: the cpu evaluator image's share of docker/evaluator-worker.lock.
+
+The lock itself resolving is tests/integration/test_opencompass_gpu_config.py's; the cpu image built
+from this share runs OpenCompass (tests/containers/test_images.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LOCK = REPO / "docker" / "evaluator-worker.lock"
+
+
+def load_lock_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lock_cpu_side", REPO / "docker" / "lock_cpu_side.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lock_pins_datasets_3_and_its_cpu_side_drops_vllm_and_cuda() -> None:
+    tool = load_lock_tool()
+    lock = LOCK.read_text()
+    pins = {name: version for name, (version, _parents, _text) in tool.parse(lock).items()}
+    # datasets 2 fails to import with pyarrow 21 and later (no pyarrow.PyExtensionType).
+    assert pins["datasets"].startswith("3."), pins["datasets"]
+    assert int(pins["pyarrow"].split(".")[0]) >= 21
+    side = tool.cpu_side(lock)
+    assert {"opencompass", "transformers", "datasets", "pyarrow", "pydantic", "sqlalchemy", "rq"} <= set(side)
+    assert not {"vllm", "torch", "triton", "xgrammar", "flashinfer-python"} & set(side)
+    assert not [name for name in side if tool.is_cuda(name)]
+    assert all("--hash=sha256:" in text for text in side.values())
+    # What only vLLM needs stays out; what OpenCompass needs too stays in.
+    assert "ray" not in side and "numpy" in side
+    # torch's own dependencies are resolved with the CPU torch, for the image's Python.
+    assert "sympy" not in side and "networkx" not in side
+
+
+def test_constraints_output_is_the_cpu_sides_pins() -> None:
+    tool = load_lock_tool()
+    pins = {name: version for name, (version, _parents, _text) in tool.parse(LOCK.read_text()).items()}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "docker" / "lock_cpu_side.py"), "--constraints", str(LOCK)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines and all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*==\S+", line) for line in lines), lines[:5]
+    assert {line.split("==")[0]: line.split("==")[1] for line in lines} == {
+        name: pins[name] for name in tool.cpu_side(LOCK.read_text())
+    }
+
+
+def test_lock_tool_refuses_a_lock_without_hashes(tmp_path: Path) -> None:
+    tool = load_lock_tool()
+    with pytest.raises(ValueError, match="hashes"):
+        tool.parse("opencompass==0.5.2\n    # via -r docker/evaluator-worker.in\n")
+    lock = tmp_path / "no-opencompass.lock"
+    lock.write_text("rich==15.0.0 \\\n    --hash=sha256:00\n    # via -r docker/evaluator-worker.in\n")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "docker" / "lock_cpu_side.py"), str(lock)], capture_output=True, text=True
+    )
+    assert result.returncode == 1 and "no opencompass pin" in result.stderr
