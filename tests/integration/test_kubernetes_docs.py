@@ -139,7 +139,7 @@ def test_a_node_label_set_as_a_boolean_is_refused_and_the_doc_sets_strings() -> 
     assert values == {"evaluator": {"nodeSelector": {"nvidia.com/gpu.present": True}}}
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError):
         chart.validate_schema(values)
-    install = parse_helm(next(c for c in helm_commands() if "nodeSelector" in c))[2]
+    install = parse_helm(next(c for c in helm_commands() if any("nodeSelector" in a for a in c)))[2]
     assert install["evaluator"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
 
 
