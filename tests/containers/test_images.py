@@ -44,7 +44,7 @@ SECRETS = {
     "pg-url": {"url": "postgresql+psycopg://autorl:secret@127.0.0.1:5432/autorl"},
     "redis-url": {"url": "redis://127.0.0.1:6379/0"},
     "lab-autorl-admin-token": {"admin-token": "a" * 32},
-    ExperimentRef("arith-grpo", "autorl").secret_name: {
+    ExperimentRef("arith-grpo", "autorl", "uid-1").secret_name: {
         "AUTORL_TOKEN": "t" * 32,
         "GRADING_SERVER_URL": "http://lab-autorl-grader.autorl.svc:8000/a/" + "t" * 32,
     },
@@ -94,7 +94,7 @@ def chart_pods() -> list[tuple[str, dict[str, Any]]]:
             "timeoutSeconds": 600,
         }
     )
-    ref = ExperimentRef("arith-grpo", NAMESPACE_OF_EXPERIMENTS)
+    ref = ExperimentRef("arith-grpo", NAMESPACE_OF_EXPERIMENTS, "uid-1")
     for job in (build_prepare_job(ref, spec, settings), build_agent_job(ref, spec, settings)):
         pods.append((job["metadata"]["name"], job["spec"]["template"]["spec"]))
     return pods

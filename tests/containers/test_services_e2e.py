@@ -159,7 +159,7 @@ def test_agent_container_trains_submits_and_the_worker_container_scores(platform
             "timeoutSeconds": BUDGET_S,
         }
     )
-    ref = ExperimentRef("arith-grpo", NAMESPACE)
+    ref = ExperimentRef("arith-grpo", NAMESPACE, "uid-1")
     admin = httpx.Client(
         base_url=platform.admin_url, headers={"Authorization": f"Bearer {platform.admin_token}"}, timeout=60
     )
