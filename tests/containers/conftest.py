@@ -1,7 +1,8 @@
 """The images `make images` builds, and the chart that names them.
 
 Where podman cannot run containers (no podman, no user namespaces, no root) or an image was not
-built, these tests skip with the reason; with CI set they fail instead (`make test-containers` builds the images first).
+built, these tests skip with the reason; with CI set they fail instead (`make test-containers`
+builds the images first).
 """
 
 from __future__ import annotations
