@@ -28,10 +28,13 @@ from autorl_agent_runner.sandbox import SandboxMode
 from autorl_agent_runner.workspace import Workspace, create_workspace
 
 UNREACHABLE = "http://127.0.0.1:9/a/token-of-nothing"
+NEEDS_ROOT = pytest.mark.requires(os.geteuid() == 0, reason="the user sandbox needs root")
+NEEDS_BWRAP = pytest.mark.requires(shutil.which("bwrap") is not None, reason="needs bubblewrap (make setup)")
+#: Every sandbox mode, each skipped (or failed under CI) with its reason where it cannot run here.
 MODES = [
     SandboxMode.NONE,
-    *([SandboxMode.USER] if os.geteuid() == 0 else []),
-    *([SandboxMode.BWRAP] if shutil.which("bwrap") else []),
+    pytest.param(SandboxMode.USER, marks=[NEEDS_ROOT, NEEDS_BWRAP]),
+    pytest.param(SandboxMode.BWRAP, marks=NEEDS_BWRAP),
 ]
 
 
@@ -202,7 +205,8 @@ def test_agent_leftovers_end_when_the_agent_exits(tmp_path: Path, workspace: Wor
     assert (workspace.output / "started").exists() and not escaped_children()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the user sandbox needs root")
+@NEEDS_ROOT
+@NEEDS_BWRAP
 def test_user_sandbox_isolates_the_agent(tmp_path: Path, workspace: Workspace) -> None:
     home = tmp_path / "home"
     (home / "autorl.db").write_text("the platform database")
