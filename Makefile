@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench chart crd images clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-fast lint bench mutation chart crd images clean help
 
 help:
 	@echo "make run    - install, then run the embedded default experiment end to end (offline, CPU)"
@@ -98,5 +98,12 @@ chart: crd
 bench: setup
 	$(PY) bench/run_all.py
 
+# Mutation testing of the checkpoint checks and scoring ([tool.mutmut] in pyproject.toml); not part
+# of `make test`. Writes bench/results/mutation.json and its section of docs/RELIABILITY.md.
+mutation: setup
+	rm -rf mutants
+	nice -n 10 $(PY) bench/mutation.py
+	$(PY) bench/report.py
+
 clean:
-	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache mutants

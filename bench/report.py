@@ -1,4 +1,5 @@
-"""The measured figures of docs/PERFORMANCE.md, rendered from the committed ``bench/results/*.json``.
+"""The measured figures of docs/PERFORMANCE.md and docs/RELIABILITY.md, rendered from the committed
+``bench/results/*.json``.
 
 Every figure in the document sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
 and is written by :func:`render` from one results file, so the document cannot drift from the
@@ -17,6 +18,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
 DOCUMENT = REPO_ROOT / "docs" / "PERFORMANCE.md"
+#: docs/RELIABILITY.md: its generated blocks are rendered by RELIABILITY_RENDERERS.
+RELIABILITY = REPO_ROOT / "docs" / "RELIABILITY.md"
 BLOCK = re.compile(r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.DOTALL)
 
 #: What each variant of ``hf_generation_gpu.json`` measured, in the document's words.
@@ -161,8 +164,33 @@ RENDERERS: dict[str, Callable[[], str]] = {
 }
 
 
-def render(name: str) -> str:
-    return RENDERERS[name]()
+def _code(text: str) -> str:
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def mutation() -> str:
+    data = _load("mutation")
+    outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
+    lines = [
+        f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants of "
+        f"{', '.join(map(_code, data['modules']))}, each against {', '.join(map(_code, data['tests']))}. "
+        f"Outcomes: {outcomes}.",
+        "",
+    ]
+    if not data["survivors"]:
+        return "\n".join([*lines, "No mutant survived."]) + "\n"
+    lines += ["| surviving mutant | the changed line |", "| --- | --- |"]
+    lines += [f"| {_code(s['mutant'])} | {_code(s['change'])} |" for s in data["survivors"]]
+    return "\n".join(lines) + "\n"
+
+
+RELIABILITY_RENDERERS: dict[str, Callable[[], str]] = {"mutation": mutation}
+#: Every generated document and the renderers of its blocks.
+DOCUMENTS = {DOCUMENT: RENDERERS, RELIABILITY: RELIABILITY_RENDERERS}
+
+
+def render(name: str, renderers: dict[str, Callable[[], str]] = RENDERERS) -> str:
+    return renderers[name]()
 
 
 def blocks(text: str) -> dict[str, str]:
@@ -170,11 +198,14 @@ def blocks(text: str) -> dict[str, str]:
     return {match["name"]: match["body"] for match in BLOCK.finditer(text)}
 
 
-def update(path: Path = DOCUMENT) -> None:
+def update(path: Path = DOCUMENT, renderers: dict[str, Callable[[], str]] = RENDERERS) -> None:
     text = path.read_text(encoding="utf-8")
-    path.write_text(BLOCK.sub(lambda m: m.group(1) + render(m["name"]) + m.group(4), text), encoding="utf-8")
+    path.write_text(
+        BLOCK.sub(lambda m: m.group(1) + render(m["name"], renderers) + m.group(4), text), encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":
-    update()
-    print(f"updated {DOCUMENT.relative_to(REPO_ROOT)}")
+    for document, document_renderers in DOCUMENTS.items():
+        update(document, document_renderers)
+        print(f"updated {document.relative_to(REPO_ROOT)}")
