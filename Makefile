@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench chart crd images clean help
+.PHONY: setup system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench mutation chart crd images clean help
 
 # Each target's line in `make help` is the `## ` comment on its rule (a test checks every target has one).
 help: ## list every target with what it does
@@ -78,10 +78,11 @@ run: setup ## install, then run the embedded default experiment end to end (offl
 
 test: setup ## install, run `make lint`, then the suite over two processes, then again in reverse order (not the container tests: make test-containers)
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -n 2 -m "not containers"
-	$(PY) -m pytest -n 2 --reverse -m "not containers"
+	CI=1 $(PY) -m pytest -n 2 -m "not containers"
+	CI=1 $(PY) -m pytest -n 2 --reverse -m "not containers"
 
-# The container tests need every image built (a cold build takes about 35 minutes on 2 cores).
+# CI=1: a test whose dependency is missing fails instead of skipping (tests/support/requirements.py):
+# `make setup` installs every one. The container tests need every image built (a cold build takes about 35 minutes on 2 cores).
 test-containers: setup images ## build the images, then run the container tests (tests/containers/)
 	$(PY) -m pytest -m containers
 
@@ -116,5 +117,12 @@ images: ## build every container image of docker/ with podman (GPU=1: also the C
 bench: setup ## run every CPU benchmark (bench/results/*.json), print the GPU benchmarks' commands, refresh docs/PERFORMANCE.md
 	$(PY) bench/run_all.py
 
+# Mutation testing of scoring ([tool.mutmut] in pyproject.toml); not part of `make test`. Writes
+# bench/results/mutation.json and its section of docs/RELIABILITY.md.
+mutation: setup ## mutation testing (mutmut) of scoring; survivors listed in docs/RELIABILITY.md
+	rm -rf mutants
+	nice -n 10 $(PY) bench/mutation.py
+	$(PY) bench/reliability_report.py
+
 clean: ## remove the Python environments and tool caches
-	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache mutants

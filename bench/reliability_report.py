@@ -75,8 +75,29 @@ def test_order_table() -> str:
     )
 
 
+def _code(text: str) -> str:
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def mutation_table() -> str:
+    data = load_results("mutation")
+    outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
+    lines = [
+        f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants of "
+        f"{', '.join(map(_code, data['modules']))}, each against {', '.join(map(_code, data['tests']))}. "
+        f"Outcomes: {outcomes}.",
+        "",
+    ]
+    if not data["survivors"]:
+        return "\n".join([*lines, "No mutant survived."]) + "\n"
+    lines += ["| surviving mutant | the changed line |", "| --- | --- |"]
+    lines += [f"| {_code(s['mutant'])} | {_code(s['change'])} |" for s in data["survivors"]]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "faults": faults_table,
+    "mutation": mutation_table,
     "test-order": test_order_table,
     **LOAD_RENDERERS,
 }

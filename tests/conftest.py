@@ -11,11 +11,18 @@ import pytest
 
 from autorl.settings import Settings
 from tests.support.infra import new_run_id, postgres_database, private_redis
+from tests.support.requirements import apply_requires_markers
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["pytester", "tests.support.fixtures"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = REPO_ROOT / "tests" / "data"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``requires`` markers skip a test without its dependency, or fail it when CI is set."""
+    apply_requires_markers(item)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from tests.containers.conftest import (
     workload,
 )
 from tests.support.podman_pods import PodHost, podman
+from tests.support.requirements import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.containers]
 
@@ -183,8 +184,7 @@ def test_cpu_evaluator_has_the_opencompass_venvs_pins_and_runs_opencompass(chart
     assert not [
         name for name in image_pins if name.startswith(("nvidia-", "cuda-")) or name in {"vllm", "triton"}
     ]
-    if not OC_PYTHON.exists():
-        pytest.skip("no .venv-opencompass (make setup builds it)")
+    require(OC_PYTHON.exists(), "no .venv-opencompass (make setup builds it)")
     venv = subprocess.run(
         [str(OC_PYTHON), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True
     )

@@ -28,10 +28,13 @@ from autorl_agent_runner.sandbox import SandboxMode
 from autorl_agent_runner.workspace import Workspace, create_workspace
 
 UNREACHABLE = "http://127.0.0.1:9/a/token-of-nothing"
+NEEDS_ROOT = pytest.mark.requires(os.geteuid() == 0, reason="the user sandbox needs root")
+NEEDS_BWRAP = pytest.mark.requires(shutil.which("bwrap") is not None, reason="needs bubblewrap (make setup)")
+#: Every sandbox mode, each skipped (or failed under CI) with its reason where it cannot run here.
 MODES = [
     SandboxMode.NONE,
-    *([SandboxMode.USER] if os.geteuid() == 0 else []),
-    *([SandboxMode.BWRAP] if shutil.which("bwrap") else []),
+    pytest.param(SandboxMode.USER, marks=[NEEDS_ROOT, NEEDS_BWRAP]),
+    pytest.param(SandboxMode.BWRAP, marks=NEEDS_BWRAP),
 ]
 
 
@@ -202,7 +205,8 @@ def test_agent_leftovers_end_when_the_agent_exits(tmp_path: Path, workspace: Wor
     assert (workspace.output / "started").exists() and not escaped_children()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the user sandbox needs root")
+@NEEDS_ROOT
+@NEEDS_BWRAP
 def test_user_sandbox_isolates_the_agent(tmp_path: Path, workspace: Workspace) -> None:
     home = tmp_path / "home"
     (home / "autorl.db").write_text("the platform database")
@@ -250,18 +254,24 @@ def test_user_sandbox_isolates_the_agent(tmp_path: Path, workspace: Workspace) -
     assert not [pid for pid in uid_processes(report["uid"]) if not is_zombie(pid)]
 
 
-def test_agent_runner_command_runs_from_environment_alone(tmp_path: Path, tiny_base_model: Path) -> None:
-    """`autorl agent-runner` as a pod runs it: everything from variables, the workspace created on
-    first start, the budget enforced, exit 0 once the agent is ended at its deadline."""
+def run_pod_runner(
+    tmp_path: Path,
+    base_model: Path,
+    agent: str,
+    workspace: Path,
+    *,
+    home: Path,
+    sandbox: str,
+    timeout_s: int = 2,
+) -> subprocess.CompletedProcess[str]:
+    """`autorl agent-runner` configured from variables alone, as a pod runs it."""
     train = get_task("arith").download_train_data(tmp_path / "data").parent
-    agent = agent_script(tmp_path, "import time\ntime.sleep(600)\n")
-    workspace = tmp_path / "pod-workspace"
     env = {
         "PATH": os.environ["PATH"],
-        "AUTORL_HOME": str(tmp_path / "home"),
+        "AUTORL_HOME": str(home),
         "AUTORL_AGENT": agent,
-        "AUTORL_SANDBOX": "none",
-        "AUTORL_BASE_MODEL_DIR": str(tiny_base_model),
+        "AUTORL_SANDBOX": sandbox,
+        "AUTORL_BASE_MODEL_DIR": str(base_model),
         "AUTORL_TRAIN_DATA_DIR": str(train),
         "WORKSPACE": str(workspace),
         "TASK": "arith",
@@ -269,14 +279,56 @@ def test_agent_runner_command_runs_from_environment_alone(tmp_path: Path, tiny_b
         "GRADING_SERVER_URL": UNREACHABLE,
     }
     autorl = str(Path(sys.executable).parent / "autorl")
-    done = subprocess.run(
-        [autorl, "agent-runner", "--timeout", "2", "--grace-period", "1"],
+    return subprocess.run(
+        [autorl, "agent-runner", "--timeout", str(timeout_s), "--grace-period", "1"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_agent_runner_command_runs_from_environment_alone(tmp_path: Path, tiny_base_model: Path) -> None:
+    """`autorl agent-runner` as a pod runs it: everything from variables, the workspace created on
+    first start, the budget enforced, exit 0 once the agent is ended at its deadline."""
+    agent = agent_script(tmp_path, "import time\ntime.sleep(600)\n")
+    workspace = tmp_path / "pod-workspace"
+    done = run_pod_runner(tmp_path, tiny_base_model, agent, workspace, home=tmp_path / "home", sandbox="none")
     assert done.returncode == 0, done.stderr
     assert (workspace / "models" / "tiny-qwen2" / "config.json").is_file()
     assert (workspace / "data" / "train.jsonl").is_file()
     assert "event=deadline action=SIGTERM" in (workspace / "agent.log").read_text()
+
+
+@NEEDS_BWRAP
+def test_the_platform_home_inside_the_agents_folder_stays_hidden(
+    tmp_path: Path, tiny_base_model: Path
+) -> None:
+    """The agent's folder is normally mounted (its modules beside it); where that folder holds the
+    platform home, only the agent's file is, so neither the home nor its siblings are visible."""
+    agents = tmp_path / "agents"
+    home = agents / "home"
+    home.mkdir(parents=True)
+    (home / "autorl.db").write_text("the platform database")
+    (agents / "helper.py").write_text("X = 1\n")
+    agent = agent_script(
+        tmp_path,
+        f"""
+        import json, os
+        report = {{}}
+        for name, path in (("home", {str(home / "autorl.db")!r}), ("sibling", {str(agents / "helper.py")!r})):
+            try:
+                open(path).read()
+                report[name] = "allowed"
+            except OSError as exc:
+                report[name] = type(exc).__name__
+        json.dump(report, open(os.path.join(os.environ["OUTPUT_DIR"], "report.json"), "w"))
+        """,
+    )
+    workspace = tmp_path / "pod-workspace"
+    done = run_pod_runner(
+        tmp_path, tiny_base_model, agent, workspace, home=home, sandbox="bwrap", timeout_s=60
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads((workspace / "output" / "report.json").read_text())
+    assert report == {"home": "FileNotFoundError", "sibling": "FileNotFoundError"}

@@ -22,6 +22,7 @@ from autorl_grader.main import create_app
 from tests.support.fault_records import record_fault
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.infra import RedisServer, new_run_id, serve
+from tests.support.requirements import require
 from tests.support.service_processes import kill_tree, running, start, stop
 from tests.support.waiting import wait_for
 
@@ -189,8 +190,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         text=True,
         check=False,
     )
-    if result.returncode != 0:
-        pytest.skip(f"a private tmpfs cannot be mounted here (needs root): {result.stderr.strip()}")
+    require(
+        result.returncode == 0,
+        f"a private tmpfs cannot be mounted here (needs root): {result.stderr.strip()}",
+    )
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
 

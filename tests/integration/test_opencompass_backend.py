@@ -5,6 +5,8 @@ two submissions: the first with a hard timeout OpenCompass cannot meet (the subm
 with the reason, no process is left, and the same worker goes on), the second, a tiny
 transformers-5 checkpoint, to the end (scored). The ``hf`` backend then evaluates the same checkpoint on
 the same problems in-process: per-sample predictions and all three scores must be identical.
+A model trained to answer half the problems scores through OpenCompass too: OpenCompass's own
+summary accuracy is strictly between 0 and 100 and equals the stored score.
 A checkpoint whose weights cannot be loaded is evaluated too: OpenCompass writes ``-`` in its
 summary and exits 0, and the backend fails with OpenCompass's own error instead of a score.
 """
@@ -34,6 +36,7 @@ from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.models import TrainedModel
 from tests.support.opencompass_models import corrupt_weights, save_sharp_model
 
 pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
@@ -65,6 +68,10 @@ class WorkerRun:
     #: Whether OpenCompass had started its inference process when the timeout struck.
     inference_started: bool
     problems: list[Problem]
+    #: A model trained to answer half the problems right, scored through OpenCompass.
+    trained: dict[str, Any]
+    #: OpenCompass's own accuracy for it, from the summary CSV of its run.
+    trained_summary_accuracy: float
 
 
 def _job_environment(settings: Settings) -> dict[str, str]:
@@ -123,6 +130,7 @@ def own_pg_url() -> Iterator[str]:
 def worker_run(
     tiny_base_model: Path,
     checkpoint: Path,
+    trained_tiny_model: TrainedModel,
     own_pg_url: str,
     redis_url: str,
     run_id: str,
@@ -169,6 +177,7 @@ def worker_run(
         # architecture (RoPE theta included), and the evaluator reads the base's config.json, which
         # transformers 5 wrote with RoPE only in rope_parameters: the view's fix is on this path.
         experiment = register(client, settings, checkpoint, make_workspace(root))
+        trained_experiment = register(client, settings, tiny_base_model, make_workspace(root))
         long_experiment = register(long_client, long_settings, tiny_base_model, make_workspace(root))
         redis = Redis.from_url(redis_url)
         worker = InProcessEvaluationWorker(
@@ -204,6 +213,12 @@ def worker_run(
         problems = get_task("gsm8k").load_test_problems(
             settings.eval_dir / "data" / "gsm8k", source_dir=FIXTURE_DATA, limit=LIMIT
         )
+        runs_before = set((settings.eval_dir / "opencompass").glob("2*"))
+        env.setenv("AUTORL_OPENCOMPASS_KEEP_RUNS", "1")  # its summary CSV is read below
+        trained = submit_and_work(client, trained_experiment, trained_tiny_model.path, TIMEOUT_S, LIMIT)
+        [trained_run] = set((settings.eval_dir / "opencompass").glob("2*")) - runs_before
+        [summary] = trained_run.glob("work/*/summary/summary_*.csv")
+        [row] = list(csv.DictReader(summary.open()))
         yield WorkerRun(
             settings,
             experiment.output_dir / "ckpt",
@@ -213,6 +228,8 @@ def worker_run(
             leftovers,
             inference_started,
             problems,
+            trained,
+            float(row["submission"]),
         )
         redis.close()
 
@@ -225,6 +242,16 @@ def test_the_worker_path_scores_a_submission_with_real_opencompass(worker_run: W
     expected = get_task("gsm8k").score(completions, [p.answer for p in worker_run.problems])
     assert scored["scores"] == pytest.approx(expected)
     assert scored["n_samples"] == LIMIT
+
+
+def test_opencompass_own_summary_accuracy_is_the_score_of_a_model_that_scores(worker_run: WorkerRun) -> None:
+    """A real model that answers some problems right: OpenCompass's summary accuracy (its own
+    evaluator, not our re-scoring) is the stored score, and it is neither 0 nor 100."""
+    trained = worker_run.trained
+    assert trained["status"] == "scored", trained
+    assert 0 < worker_run.trained_summary_accuracy < 100
+    assert trained["scores"]["opencompass"] == pytest.approx(worker_run.trained_summary_accuracy, abs=0.01)
+    assert trained["score"] == pytest.approx(worker_run.trained_summary_accuracy, abs=0.01)
 
 
 def test_a_timed_out_evaluation_fails_with_the_reason_and_leaves_no_process(worker_run: WorkerRun) -> None:

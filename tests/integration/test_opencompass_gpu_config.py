@@ -91,7 +91,7 @@ for case in json.load(open(sys.argv[1])):
 json.dump(results, open(sys.argv[2], 'w'))
 """
 
-pytestmark = pytest.mark.skipif(not OC_PYTHON.exists(), reason="needs .venv-opencompass (make setup)")
+pytestmark = pytest.mark.requires(OC_PYTHON.exists(), reason="needs .venv-opencompass (make setup)")
 
 
 #: config.json sizes of the Qwen2.5 models (heads, KV heads, intermediate size).
@@ -248,7 +248,10 @@ def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin")) is None, reason="needs uv")
+@pytest.mark.requires(
+    shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin")) is not None,
+    reason="needs uv in .venv (make setup)",
+)
 def test_evaluator_image_lock_resolves_for_linux_python_312() -> None:
     uv = shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin"))
     assert uv is not None

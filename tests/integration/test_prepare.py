@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 from autorl.checkpoints import BUILTIN_BUILD_VERSION
+from autorl.experiment import ExperimentSpec
+from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
+from autorl_controller.operator.settings import ControllerSettings
 from tests.conftest import FIXTURE_DATA
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
@@ -77,3 +80,49 @@ def test_prepare_refuses_bad_input_with_the_fix(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert "config.json" in missing.stderr or "does not exist" in missing.stderr
     assert not (tmp_path / "w").exists()
+
+
+def test_the_agent_jobs_mounts_find_what_the_real_prepare_job_lays_out(tmp_path: Path) -> None:
+    """The operator's prepare Job, its two steps run with their own arguments and environment (the
+    shared volume's mount point moved into a temporary folder), leaves every path the agent Job
+    mounts from the shared volume: the workspace, the cached model and the task's training data."""
+    settings = ControllerSettings(admin_token="x" * 32, runner_image="registry.example/runner:1")
+    ref = ExperimentRef("layout", "team-a")
+    spec = ExperimentSpec.model_validate(
+        {
+            "task": "gsm8k",
+            "model": "builtin:tiny-qwen2",
+            "agent": {"builtin": "example_grpo"},
+            "timeoutSeconds": 600,
+        }
+    )
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    mount = settings.shared_mount.rstrip("/")
+
+    def on_this_machine(value: str) -> str:
+        return str(shared) + value[len(mount) :] if value.startswith(mount + "/") else value
+
+    pod = build_prepare_job(ref, spec, settings)["spec"]["template"]["spec"]
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        assert container["command"] == ["autorl", "agent-runner", "prepare"]
+        env = {e["name"]: on_this_machine(e["value"]) for e in container["env"]}
+        env |= {"AUTORL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path)}
+        done = subprocess.run(
+            [AUTORL, "agent-runner", "prepare", *map(on_this_machine, container["args"])],
+            env={**os.environ, **env, "AUTORL_DATA_SOURCE_DIR": str(FIXTURE_DATA), "HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, f"{container['name']}: {done.stderr}"
+
+    [agent] = build_agent_job(ref, spec, settings)["spec"]["template"]["spec"]["containers"]
+    mounted = {m["mountPath"]: shared / m["subPath"] for m in agent["volumeMounts"] if m["name"] == "shared"}
+    workspace, model, data = (
+        mounted[p] for p in ("/workspace", "/workspace/models/tiny-qwen2", "/workspace/data")
+    )
+    assert (workspace / "run_meta.json").is_file() and (workspace / "output").is_dir()
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in model.iterdir()}
+    assert (data / "train.jsonl").is_file() and not (data / "test.jsonl").exists()
+    # What the agent sees at those mount points is what the workspace step laid out for it.
+    assert (workspace / "data" / "train.jsonl").read_text() == (data / "train.jsonl").read_text()

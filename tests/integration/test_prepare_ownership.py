@@ -17,8 +17,8 @@ import pytest
 
 from tests.conftest import FIXTURE_DATA
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to switch users"
+pytestmark = pytest.mark.requires(
+    os.geteuid() == 0 and shutil.which("setpriv") is not None, reason="needs root and setpriv to switch users"
 )
 
 AUTORL = str(Path(sys.executable).parent / "autorl")

@@ -213,13 +213,13 @@ def test_another_experiments_identical_evaluation_is_never_waited_for(
     assert {their_id, my_id} <= claimable(db)
 
 
+# SQLite runs one write transaction at a time (BEGIN IMMEDIATE): nothing interleaves there.
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_an_evaluation_ending_while_a_copy_is_submitted_still_hands_it_the_score(
     settings: Settings, db: Database, tiny_base_model: Path, grader: httpx.Client, tmp_path: Path
 ) -> None:
     """The copy's check and the evaluation's end are ordered by the experiment's row lock: the
     evaluation cannot end between the copy's "wait for it" and its commit (it would miss the copy)."""
-    if db.is_sqlite:
-        pytest.skip("SQLite runs one write transaction at a time (BEGIN IMMEDIATE): nothing interleaves")
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     [first] = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, 1))
     with db.session() as session:

@@ -186,7 +186,10 @@ def test_root_without_sandbox_never_shares_the_cached_model() -> None:
     assert can_share_base_model(SandboxMode.NONE) is (os.geteuid() != 0)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="the user sandbox needs root")
+@pytest.mark.requires(
+    os.geteuid() == 0 and shutil.which("bwrap") is not None,
+    reason="the user sandbox needs root and bubblewrap",
+)
 def test_user_sandbox_is_bubblewrap_as_a_user_of_its_own(tmp_path: Path) -> None:
     home = tmp_path / "home"
     workspace = home / "runs" / "r" / "workspace"

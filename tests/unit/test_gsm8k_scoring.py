@@ -181,3 +181,46 @@ def test_task_score_and_reward(name: str) -> None:
         "strict": pytest.approx(100 / 3),
     }
     assert task.reward(completions, answer=answers) == [1.0, 1.0, 1.0]
+
+
+def test_reward_reads_the_last_message_of_chat_completions() -> None:
+    said = [{"role": "user", "content": "#### 41"}, {"role": "assistant", "content": "The answer is 42"}]
+    parts = [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "The answer "},
+                {"type": "image"},
+                "not a part",
+                {"type": "text", "text": "is 42"},
+            ],
+        }
+    ]
+    assert reward([said, parts, [{"role": "assistant"}]], "#### 42") == [1.0, 1.0, -1.0]
+
+
+@pytest.mark.parametrize("completion", [42, [], ["The answer is 42"]])
+def test_reward_refuses_a_completion_that_is_neither_text_nor_messages(completion: object) -> None:
+    kind = type(completion).__name__
+    with pytest.raises(TypeError, match=f"a string or a list of chat messages, got {kind}"):
+        reward([completion], "#### 42")
+
+
+def test_a_different_number_is_wrong_under_every_protocol() -> None:
+    assert not is_correct("The answer is 41", "#### 42")
+    for protocol in ("opencompass", "flexible", "strict"):
+        assert accuracy(["The answer is 41"], ["#### 42"], protocol) == 0.0
+
+
+def test_accuracy_refuses_bad_input_with_the_reason() -> None:
+    unknown = r"^unknown protocol 'exact'; use one of opencompass, flexible, strict$"
+    with pytest.raises(ValueError, match=unknown):
+        accuracy(["1"], ["1"], "exact")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^no completions to score$"):
+        accuracy([], [])
+    with pytest.raises(ValueError, match=r"^2 completions but 1 references$"):
+        accuracy(["1", "2"], ["1"])
+
+
+def test_only_the_text_after_the_last_closing_think_counts() -> None:
+    assert strip_reasoning("a </think> 6 </think> 7 ") == "7"

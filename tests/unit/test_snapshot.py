@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -714,3 +715,28 @@ def test_a_full_snapshot_storage_refuses_for_now_not_for_good(
     with pytest.raises(ServiceUnavailableError, match="retry once queued evaluations have finished"):
         take()
     assert list(snapshots.iterdir()) == []
+
+
+@pytest.mark.parametrize("rewritten", ["model.safetensors", "tokenizer_config.json", "config.json"])
+def test_a_file_rewritten_in_place_after_its_copy_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, monkeypatch: pytest.MonkeyPatch, rewritten: str
+) -> None:
+    """A writer racing the copy: the bytes already copied and hashed no longer match the folder, so
+    the re-check after the copy refuses the submission (same inode and size, new bytes and mtime)."""
+    from autorl import snapshot as snapshot_module
+
+    copy_weights = snapshot_module._copy_weights
+
+    def copy_then_rewrite(opened: Any, header: Any, writer: Any) -> None:
+        copy_weights(opened, header, writer)
+        path = checkpoint / rewritten
+        before = path.stat()
+        data = bytearray(path.read_bytes())
+        data[-2] ^= 0x01
+        with path.open("r+b") as handle:
+            handle.write(data)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+        assert (path.stat().st_ino, path.stat().st_size) == (before.st_ino, before.st_size)
+
+    monkeypatch.setattr(snapshot_module, "_copy_weights", copy_then_rewrite)
+    assert "changed while they were being submitted" in refusal()

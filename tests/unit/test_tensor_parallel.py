@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autorl.errors import EvaluationError
 from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
@@ -37,8 +39,16 @@ def test_qwen25_shapes(shape: ModelShape, gpus: int, expected: int) -> None:
     assert tensor_parallel_size(gpus, shape) == expected
 
 
-@pytest.mark.parametrize("shape", [QWEN25_05B, QWEN25_15B, QWEN25_7B])
-@pytest.mark.parametrize("gpus", range(1, 17))
+@given(
+    shape=st.sampled_from([QWEN25_05B, QWEN25_15B, QWEN25_7B])
+    | st.builds(
+        ModelShape,
+        attention_heads=st.integers(1, 128),
+        kv_heads=st.integers(1, 128),
+        intermediate_size=st.integers(1, 1 << 16),
+    ),
+    gpus=st.integers(1, 64),
+)
 def test_the_size_is_the_largest_vllm_accepts(shape: ModelShape, gpus: int) -> None:
     size = tensor_parallel_size(gpus, shape)
     assert 1 <= size <= gpus
