@@ -47,7 +47,8 @@ NOT_YET_MEASURED: dict[str, str] = {
 #: Scripts in bench/ that are not benchmarks: this runner, the document's renderer, and the
 #: script that made ``bench/data`` once (it needs inputs from outside the repository).
 #: The documents' generator and renderers, the load benchmark's bare yardstick app, the soak's agent,
-#: and the recorder of whole-suite test-order runs (bench/test_order.py, run by hand: it runs the suite).
+#: the recorder of whole-suite test-order runs (bench/test_order.py, run by hand: it runs the suite),
+#: and the mutation-testing run (`make mutation`).
 NOT_BENCHMARKS = frozenset(
     {
         "run_all",
@@ -59,6 +60,7 @@ NOT_BENCHMARKS = frozenset(
         "bare_time_app",
         "soak_agent",
         "test_order",
+        "mutation",
     }
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -57,12 +58,14 @@ def workspace(tmp_path: Path, tiny_base_model: Path) -> Workspace:
 
 #: A `sleep` duration no other process uses, so the escaped child can be found on the host
 #: whatever PID namespace it was started in.
-ESCAPED_SLEEP = "313.25"
+def escaped_sleep() -> str:
+    """A `sleep` argument of this test's own: tests running side by side must not see each other's."""
+    return f"313.{secrets.randbelow(10**6):06d}"
 
 
-def escaped_children() -> list[int]:
-    """Live (non-zombie) host processes running ``sleep ESCAPED_SLEEP``."""
-    wanted = f"sleep\0{ESCAPED_SLEEP}\0".encode()
+def escaped_children(seconds: str) -> list[int]:
+    """Live (non-zombie) host processes running ``sleep seconds``."""
+    wanted = f"sleep\0{seconds}\0".encode()
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -127,13 +130,14 @@ def run(
 def test_agent_ignoring_sigterm_is_killed_with_its_escaped_children(
     tmp_path: Path, workspace: Workspace, sandbox: SandboxMode
 ) -> None:
+    seconds = escaped_sleep()
     agent = agent_script(
         tmp_path,
-        """
+        f"""
         import os, signal, subprocess, time
         signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
         # A grandchild in a session of its own: outside the agent's process group.
-        subprocess.Popen(["setsid", "sleep", "313.25"])
+        subprocess.Popen(["setsid", "sleep", "{seconds}"])
         open(os.path.join(os.environ["OUTPUT_DIR"], "started"), "w")
         while True:
             time.sleep(0.1)
@@ -144,7 +148,7 @@ def test_agent_ignoring_sigterm_is_killed_with_its_escaped_children(
     elapsed = time.monotonic() - started
     assert outcome.timed_out and outcome.killed
     assert elapsed < 3.0 + 1.0 + 5.0  # budget + grace + margin
-    assert (workspace.output / "started").exists() and not escaped_children()
+    assert (workspace.output / "started").exists() and not escaped_children(seconds)
     log = workspace.agent_log.read_text()
     assert "ignoring SIGTERM" in log and "event=agent_kill signal=SIGKILL" in log
     meta = json.loads((workspace.root / "run_meta.json").read_text())
@@ -192,17 +196,18 @@ def test_parent_secret_reaches_the_agent_only_through_env(
 
 
 def test_agent_leftovers_end_when_the_agent_exits(tmp_path: Path, workspace: Workspace) -> None:
+    seconds = escaped_sleep()
     agent = agent_script(
         tmp_path,
-        """
+        f"""
         import os, subprocess
-        subprocess.Popen(["setsid", "sleep", "313.25"])
+        subprocess.Popen(["setsid", "sleep", "{seconds}"])
         open(os.path.join(os.environ["OUTPUT_DIR"], "started"), "w")
         """,
     )
     outcome = run(workspace, agent, sandbox=SandboxMode.NONE, timeout_s=30.0)
     assert outcome.exit_code == 0 and not outcome.timed_out
-    assert (workspace.output / "started").exists() and not escaped_children()
+    assert (workspace.output / "started").exists() and not escaped_children(seconds)
 
 
 @NEEDS_ROOT

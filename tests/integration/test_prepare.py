@@ -87,7 +87,7 @@ def test_the_agent_jobs_mounts_find_what_the_real_prepare_job_lays_out(tmp_path:
     shared volume's mount point moved into a temporary folder), leaves every path the agent Job
     mounts from the shared volume: the workspace, the cached model and the task's training data."""
     settings = ControllerSettings(admin_token="x" * 32, runner_image="registry.example/runner:1")
-    ref = ExperimentRef("layout", "team-a")
+    ref = ExperimentRef("layout", "team-a", "uid-1")
     spec = ExperimentSpec.model_validate(
         {
             "task": "gsm8k",
