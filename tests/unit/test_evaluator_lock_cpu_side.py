@@ -6,25 +6,17 @@ from this share runs OpenCompass (tests/containers/test_images.py).
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.support.lock_tool import load_lock_tool
+
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "docker" / "evaluator-worker.lock"
-
-
-def load_lock_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lock_cpu_side", REPO / "docker" / "lock_cpu_side.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_lock_pins_datasets_3_and_its_cpu_side_drops_vllm_and_cuda() -> None:
