@@ -181,6 +181,8 @@ def _process_summaries(traces: dict[str, ProcessTrace], phase: tuple[float, floa
                 "fds_start": first[2],
                 "fds_end": last[2],
                 "fds_max": max(s[2] for s in inside),
+                # A leaked descriptor stays; one of a request in flight comes and goes.
+                "fds_min_last_third": min(s[2] for s in inside[len(inside) * 2 // 3 :]),
             }
         )
     return summaries

@@ -34,7 +34,8 @@ def test_a_short_soak_leaks_no_descriptor_and_scores_every_submission_once(tmp_p
     for part in ("autorl run", "autorl grader", "autorl worker", "soak_agent.py"):
         assert part in names, f"{part} was not sampled through the agent's phase"
     for process in result["processes"]:
-        assert process["fds_end"] <= process["fds_start"] + IN_FLIGHT_FDS, process
+        # Descriptors of requests in flight come and go; leaked ones stay through the last third.
+        assert process["fds_min_last_third"] <= process["fds_start"] + IN_FLIGHT_FDS, process
     submissions = result["submissions"]
     assert submissions["submitted"] >= 1
     assert submissions["scored_once"] == submissions["submitted"] == submissions["stored"]

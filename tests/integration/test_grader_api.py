@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from autorl.errors import ConfigurationError
 from autorl.settings import Settings
-from autorl.store import Database, Submission
+from autorl.store import Database, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
@@ -249,7 +249,9 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
         assert repo.claim(session, submission_id, worker="w", lease_s=60)
     with db.session() as session:
         fault = EvaluatorFaultError("vLLM could not start the model on this worker's GPUs")
-        assert repo.record_failure(session, submission_id, error=agent_message(fault), worker="w")
+        assert repo.record_failure(
+            session, submission_id, error=agent_message(fault), reason=FailureReason.EVALUATION, worker="w"
+        )
     failed = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
     assert failed["status"] == "failed" and failed["error"].startswith("evaluator error (not your checkpoint")
     second = submit(client, experiment, "output/a", params={"wait": "false"})
@@ -259,7 +261,11 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
         assert repo.claim(session, second.json()["submission_id"], worker="w", lease_s=60)
     with db.session() as session:
         assert repo.record_failure(
-            session, second.json()["submission_id"], error="the checkpoint ...", worker="w"
+            session,
+            second.json()["submission_id"],
+            error="the checkpoint ...",
+            reason=FailureReason.EVALUATION,
+            worker="w",
         )
     assert submit(client, experiment, "output/a").status_code == 429
 

@@ -215,7 +215,7 @@ def worker_run(
         )
         runs_before = set((settings.eval_dir / "opencompass").glob("2*"))
         env.setenv("AUTORL_OPENCOMPASS_KEEP_RUNS", "1")  # its summary CSV is read below
-        trained = submit_and_work(client, trained_experiment, trained_tiny_model.path, TIMEOUT_S, LIMIT)
+        trained = submit_and_work(client, trained_experiment, trained_tiny_model.path)
         [trained_run] = set((settings.eval_dir / "opencompass").glob("2*")) - runs_before
         [summary] = trained_run.glob("work/*/summary/summary_*.csv")
         [row] = list(csv.DictReader(summary.open()))

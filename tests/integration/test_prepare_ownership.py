@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.checkpoints import BUILTIN_BUILD_VERSION
 from tests.conftest import FIXTURE_DATA
 
 pytestmark = pytest.mark.requires(
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.requires(
 AUTORL = str(Path(sys.executable).parent / "autorl")
 PLATFORM = 10001
 AGENT_A, AGENT_B = 1_234_567, 1_765_432
-MODEL_DIR = "cache/models/builtin/tiny-qwen2-v1"
+MODEL_DIR = f"cache/models/builtin/tiny-qwen2-v{BUILTIN_BUILD_VERSION}"
 
 
 @pytest.fixture(scope="module")
