@@ -454,8 +454,9 @@ def test_example_agent_runs_sft_then_grpo(tmp_path: Path, autorl_run: Callable[.
         "arith",
         "-m",
         "builtin:tiny-qwen2",
+        # Room for both phases beside other tests (at 75 s a loaded machine left GRPO no step).
         "--timeout",
-        "75",
+        "150",
         "--port",
         str(free_port()),
         "--env",
