@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import pytest
-import yaml
 
+from tests.support.chart import render_chart as render_release
 from tests.support.podman_pods import image_exists, podman_unavailable
 from tests.support.requirements import require
 
@@ -45,20 +44,6 @@ def podman_ready() -> None:
     reason = podman_unavailable()
     if reason:
         unavailable(reason)
-
-
-def render_chart(values: dict[str, Any], release: str) -> list[dict[str, Any]]:
-    """The chart's objects as Helm renders them for an install (helm-python-sdk)."""
-    with helm.Chart.load(CHART) as chart:
-        chart.validate_schema(values)
-        manifests = chart.render(values, name=release, namespace=NAMESPACE, is_install=True)
-    return [
-        doc
-        for path, text in sorted(manifests.items())
-        if not path.endswith("NOTES.txt")
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
 
 
 def merge(*layers: dict[str, Any]) -> dict[str, Any]:
@@ -113,3 +98,8 @@ def chart_images(podman_ready: None) -> Iterator[set[str]]:
     if reason:
         unavailable(reason)
     yield images
+
+
+def render_chart(values: dict[str, Any], release: str) -> list[dict[str, Any]]:
+    """The chart's objects as Helm renders them for an install in the test namespace."""
+    return render_release(values, release=release, namespace=NAMESPACE)

@@ -16,6 +16,7 @@ import yaml
 
 from autorl.experiment import crd_manifest
 from autorl_controller.operator.settings import ControllerSettings
+from tests.support.chart import render_chart
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "autorl"
 RELEASE, NAMESPACE = "lab", "autorl"
@@ -100,15 +101,7 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        chart.validate_schema(values)
-        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    documents: list[dict[str, Any]] = []
-    for path, text in sorted(manifests.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        documents.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return documents
+    return render_chart(values, release=RELEASE, namespace=NAMESPACE)
 
 
 def of_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:

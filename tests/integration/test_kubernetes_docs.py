@@ -18,6 +18,7 @@ import yaml
 
 from autorl_controller.operator.handlers.create import validation_error
 from tests.integration.test_chart import CHART, KUBERNETES_VERSION, NAMESPACE, merge
+from tests.support.chart import render_chart
 from tests.unit.test_crd import CONTROLLER, crd_errors
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,16 +102,7 @@ def parse_helm(argv: list[str]) -> tuple[str, str, dict[str, Any], bool]:
 
 
 def render_exactly(release: str, values: dict[str, Any], *, is_install: bool) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        chart.validate_schema(values)
-        manifests = chart.render(values, name=release, namespace=NAMESPACE, is_install=is_install)
-    return [
-        doc
-        for path, text in sorted(manifests.items())
-        if not path.endswith("NOTES.txt")
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
+    return render_chart(values, release=release, namespace=NAMESPACE, is_install=is_install)
 
 
 def test_the_doc_installs_then_upgrades_and_uninstalls() -> None:
