@@ -90,10 +90,17 @@ def wait_for(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
     return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(condition, message=what)
 
 
-def cells(driver: Any, row_selector: str) -> list[str]:
-    from selenium.webdriver.common.by import By
+#: Read in one script call: the page redraws its tables every poll, so cells fetched one by one
+#: through the driver can be replaced between finding them and reading them.
+TEXTS_JS = "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText.trim())"
 
-    return [td.text for td in driver.find_elements(By.CSS_SELECTOR, f"{row_selector} td")]
+
+def texts(driver: Any, selector: str) -> list[str]:
+    return list(driver.execute_script(TEXTS_JS, selector))
+
+
+def cells(driver: Any, row_selector: str) -> list[str]:
+    return texts(driver, f"{row_selector} td")
 
 
 def test_operator_signs_in_and_watches_an_experiment_live(
@@ -137,7 +144,11 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert browser.save_screenshot(str(tmp_path / "dashboard-experiments.png"))
 
         # One experiment: the chart has one point per scored submission, the best marked.
-        browser.find_element(By.LINK_TEXT, run.name).click()
+        # Polls leave unchanged rows in place: a link found before two refreshes is still the link.
+        link = browser.find_element(By.LINK_TEXT, run.name)
+        polls = browser.execute_script("return window.autorlPolls")
+        wait_for(browser, lambda d: d.execute_script("return window.autorlPolls") >= polls + 2, "two polls")
+        link.click()
         assert browser.current_url == f"{grader.url}/ui/experiments/{run.name}"
         wait_for(browser, lambda d: len(d.execute_script(POINTS_JS)) == 2, "two points on the chart")
         points = browser.execute_script(POINTS_JS)
@@ -146,16 +157,14 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         Select(browser.find_element(By.ID, "protocol")).select_by_value("strict")
         assert [p["y"] for p in browser.execute_script(POINTS_JS)] == [28.0]  # #1 has no strict score
         Select(browser.find_element(By.ID, "protocol")).select_by_value("opencompass")
-        wait_for(browser, lambda d: "grpo: reward 0.40" in d.find_element(By.ID, "log").text, "the log tail")
-        statuses = [
-            tr.get_attribute("data-id")
-            for tr in browser.find_elements(By.CSS_SELECTOR, "#submissions tr[data-id]")
-        ]
-        assert len(statuses) == 4  # the baseline and three submissions
-        assert (
-            "hidden_size differs"
-            in browser.find_element(By.CSS_SELECTOR, "#submissions td.error:not(:empty)").text
+        wait_for(browser, lambda d: "grpo: reward 0.40" in "".join(texts(d, "#log")), "the log tail")
+        ids = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#submissions tr[data-id]'), tr => tr.dataset.id)"
         )
+        assert len(ids) == 4  # the baseline and three submissions
+        assert [e for e in texts(browser, "#submissions td.error") if e] == [
+            "config.json: hidden_size differs from the base model"
+        ]
 
         # A new submission is queued, then scored: the page follows without a reload.
         browser.execute_script("window.autorlNoReload = true")

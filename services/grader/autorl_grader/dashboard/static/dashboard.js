@@ -33,6 +33,29 @@
     return td;
   }
 
+  // Puts fresh rows into a table body, replacing only the rows (and within a row only the cells)
+  // that changed: a link the operator is clicking or text being selected survives a poll.
+  function syncRows(body, rows) {
+    rows.forEach((row, i) => {
+      const old = body.children[i];
+      if (!old) {
+        body.appendChild(row);
+      } else if (!old.isEqualNode(row)) {
+        const sameShape =
+          old.cells.length === row.cells.length && old.dataset.name === row.dataset.name && old.dataset.id === row.dataset.id;
+        if (!sameShape) {
+          old.replaceWith(row);
+        } else {
+          Array.from(row.cells).forEach((td, j) => {
+            if (!old.cells[j].isEqualNode(td)) old.cells[j].replaceWith(td.cloneNode(true));
+          });
+          for (const attr of row.attributes) old.setAttribute(attr.name, attr.value);
+        }
+      }
+    });
+    while (body.children.length > rows.length) body.lastElementChild.remove();
+  }
+
   function setStatus(text, failed) {
     const el = document.getElementById("updated");
     if (!el) return;
@@ -62,6 +85,7 @@
     const tick = async () => {
       try {
         await refresh();
+        window.autorlPolls = (window.autorlPolls || 0) + 1; // finished refreshes, for scripts watching
         setStatus("updated " + new Date().toLocaleTimeString(), false);
       } catch (error) {
         setStatus("update failed: " + (error.message || error), true);
@@ -116,7 +140,7 @@
         cell(tr, queueText(exp));
         return tr;
       });
-      body.replaceChildren(...rows);
+      syncRows(body, rows);
       empty.hidden = rows.length > 0;
     });
   }
@@ -270,7 +294,7 @@
         ["queue", queueText(exp)],
       ]);
       drawChart(chart, detail, chosen);
-      document.querySelector("#submissions tbody").replaceChildren(...detail.submissions.map(submissionRow));
+      syncRows(document.querySelector("#submissions tbody"), detail.submissions.map(submissionRow));
       summaryItems(
         document.getElementById("metrics"),
         METRICS.map(([key, label]) => [label, metricText(key, detail.metrics[key])]),
