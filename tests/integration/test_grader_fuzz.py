@@ -1,6 +1,7 @@
 """Fuzzing the grader through its own OpenAPI document (schemathesis), against real Postgres, with
 valid agent and admin credentials so that generated requests get past authentication: no answer
-is a server error, and every answer matches the schema the document declares for it.
+is a server error, every status is one the document declares for that operation, and every answer
+matches the schema the document declares for it.
 
 A fixed number of examples per operation, drawn deterministically, so a run is reproducible."""
 
@@ -9,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import schemathesis
@@ -24,11 +23,16 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from pydantic import SecretStr
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from autorl.settings import Settings
 from autorl_grader.main import create_app
 from tests.support.grading import copy_model, make_workspace, register
+from tests.support.openapi import grader_document
 
 #: Examples per operation: every operation of the document, within the suite's time.
 EXAMPLES_PER_OPERATION = 20
@@ -66,20 +70,12 @@ def target(
         yield FuzzTarget(app, experiment.token, grader_settings.admin_token.get_secret_value())
 
 
-def grader_document() -> dict[str, Any]:
-    """The OpenAPI document the grader serves (it does not depend on the settings; nothing here
-    connects to anything)."""
-    with tempfile.TemporaryDirectory() as home:
-        document_settings = Settings(home=Path(home), database_url="sqlite://", local_mode=True)  # type: ignore[call-arg]
-        app = create_app(document_settings, reconcile=False)
-        return app.openapi()
-
-
 schema = schemathesis.openapi.from_dict(grader_document())
 CHECKS: list[Callable[..., bool | None]] = [
     not_a_server_error,
     response_schema_conformance,
     content_type_conformance,
+    status_code_conformance,  # every status an answer has is one the document declares
 ]
 
 

@@ -18,3 +18,21 @@ class Refusal(BaseModel):
 REFUSAL_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": Refusal, "description": "malformed request; the reason names the field and the fix"},
 }
+
+
+#: What each refusal status means, the same for every route that can answer it.
+REFUSAL_MEANINGS: dict[int, str] = {
+    400: "a body that is not JSON, or a request or checkpoint that breaks a rule; the reason names the fix",
+    401: "missing, unknown or revoked credentials; the reason says which to send",
+    403: "not allowed: outside the time budget, or never allowed to this caller",
+    404: "no such experiment or submission",
+    409: "the experiment's state forbids it: the name is taken, or it has finished",
+    413: "the request body is too large",
+    429: "the experiment's submission limit is reached",
+    503: "a store the grader needs is unreachable or the API is disabled; retry later",
+}
+
+
+def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` declaring ``codes`` as refusals (``Refusal`` bodies)."""
+    return {code: {"model": Refusal, "description": REFUSAL_MEANINGS[code]} for code in codes}

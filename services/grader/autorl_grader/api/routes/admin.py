@@ -12,16 +12,20 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
+from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer, TokenAnswer
 from autorl.errors import ConflictError
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
+from autorl_grader.api.refusals import refusals
 from autorl_grader.evaluation import eval_config, eval_key
 from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
 from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
 
-router = APIRouter(prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep])
+router = APIRouter(
+    prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep], responses=refusals(401, 503)
+)
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -75,7 +79,7 @@ class FinishExperiment(BaseModel):
     message: str | None = None
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=RegisteredAnswer, responses=refusals(400, 409))
 def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
     task = get_task(body.task)
     config = eval_config(task.name, settings, protocol=body.protocol)
@@ -102,19 +106,19 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
     return {**view, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
 
 
-@router.get("")
+@router.get("", response_model=list[ExperimentAnswer])
 def list_all(db: DbDep) -> list[dict[str, Any]]:
     with db.session() as session:
         return [experiment_view(session, e) for e in repo.list_experiments(session)]
 
 
-@router.get("/{name}")
+@router.get("/{name}", response_model=ExperimentAnswer, responses=refusals(404))
 def get_one(name: str, db: DbDep) -> dict[str, Any]:
     with db.session() as session:
         return experiment_view(session, repo.get_experiment(session, name))
 
 
-@router.post("/{name}/token")
+@router.post("/{name}/token", response_model=TokenAnswer, responses=refusals(404))
 def new_token(name: str, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
     with state.db.session() as session:
         token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
@@ -126,7 +130,14 @@ def new_token(name: str, state: StateDep, settings: SettingsDep) -> dict[str, An
     }
 
 
-@router.post("/{name}/baseline")
+@router.post(
+    "/{name}/baseline",
+    responses={
+        200: {"model": SubmissionAnswer, "description": "scored or failed"},
+        202: {"model": PendingAnswer, "description": "accepted; the evaluation is still running"},
+        **refusals(400, 404),
+    },
+)
 async def baseline(
     name: str, state: StateDep, wait: bool = Query(False), timeout_s: float | None = Query(None, gt=0)
 ) -> JSONResponse:
@@ -136,7 +147,7 @@ async def baseline(
     return JSONResponse(view, status_code=200 if final else 202)
 
 
-@router.post("/{name}/start")
+@router.post("/{name}/start", response_model=ExperimentAnswer, responses=refusals(400, 404, 409))
 def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
@@ -151,7 +162,7 @@ def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
     return view
 
 
-@router.post("/{name}/finish")
+@router.post("/{name}/finish", response_model=ExperimentAnswer, responses=refusals(400, 404))
 def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]:
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
@@ -163,7 +174,12 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]
     return view
 
 
-@router.get("/{name}/submissions")
+@router.get(
+    "/{name}/submissions",
+    response_model=list[SubmissionAnswer],
+    response_model_exclude_unset=True,
+    responses=refusals(404),
+)
 def submissions(name: str, db: DbDep) -> list[dict[str, Any]]:
     with db.session() as session:
         experiment = repo.get_experiment(session, name)

@@ -12,15 +12,17 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from autorl.answers import HealthAnswer, PendingAnswer, ScoresAnswer, SubmissionAnswer, TimeAnswer
 from autorl.errors import ForbiddenError
 from autorl.store import Database, Experiment
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
+from autorl_grader.api.refusals import refusals
 from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.views import ExperimentTotals, submission_view, time_view
 
-router = APIRouter(tags=["agent"])
+router = APIRouter(tags=["agent"], responses=refusals(401, 503))
 #: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
 MAX_ID = 2**31 - 1
 
@@ -61,8 +63,9 @@ def lacks_model_path(errors: Sequence[Any]) -> bool:
 @router.post(
     "/submit",
     responses={
-        202: {"description": "accepted; the evaluation is still running"},
-        400: {"description": "no model_path, or a checkpoint that breaks a rule (the reason names the fix)"},
+        200: {"model": SubmissionAnswer, "description": "scored or failed"},
+        202: {"model": PendingAnswer, "description": "accepted; the evaluation is still running"},
+        **refusals(400, 403, 409, 429),
     },
 )
 async def submit(
@@ -77,7 +80,12 @@ async def submit(
     return JSONResponse(view, status_code=200 if final else 202)
 
 
-@router.get("/submissions/{submission_id}")
+@router.get(
+    "/submissions/{submission_id}",
+    response_model=SubmissionAnswer,
+    response_model_exclude_unset=True,
+    responses=refusals(404),
+)
 def get_submission(
     submission_id: Annotated[int, Path(ge=1, le=MAX_ID, description="An id a /submit answer gave you.")],
     experiment: AgentExperimentDep,
@@ -88,7 +96,7 @@ def get_submission(
         return submission_view(session, experiment, submission)
 
 
-@router.get("/scores")
+@router.get("/scores", response_model=ScoresAnswer, response_model_exclude_unset=True)
 def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
     with db.session() as session:
         rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
@@ -102,7 +110,7 @@ def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
         }
 
 
-@router.get("/time")
+@router.get("/time", response_model=TimeAnswer)
 async def time_left(experiment: AgentExperimentDep, state: StateDep) -> dict[str, Any]:
     last = state.last_submits.get(experiment.id)
     if last is None:
@@ -122,14 +130,14 @@ def visible_gpus() -> list[str]:
     return sorted(ids, key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))
 
 
-@router.get("/health")
+@router.get("/health", response_model=HealthAnswer)
 def health() -> dict[str, Any]:
     """``available_gpus``: the GPU ids the reference's optional ``gpu`` field may name. Evaluators
     here choose their own GPUs, so ``gpu`` is accepted and ignored."""
     return {"status": "ok", "available_gpus": visible_gpus()}
 
 
-@router.post("/set_baseline", status_code=403, responses={403: {"description": "always refused"}})
+@router.post("/set_baseline", status_code=403, responses=refusals(403))
 def set_baseline() -> None:
     """The reference's runner sets the baseline through this route; here the platform measures
     it itself before the agent starts, and an agent never sets it."""

@@ -10,6 +10,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from autorl.errors import ServiceUnavailableError
 from autorl_grader.api.deps import AdminDep, StateDep
+from autorl_grader.api.refusals import refusals
 from autorl_grader.metrics import render
 
 router = APIRouter(tags=["ops"])
@@ -30,7 +31,15 @@ def readyz(state: StateDep) -> Any:
     return {"status": "ready", "queue": state.dispatcher.kind}
 
 
-@router.get("/metrics", response_class=Response, dependencies=[AdminDep])
+@router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[AdminDep],
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text"},
+        **refusals(401, 503),
+    },
+)
 def metrics(state: StateDep) -> Response:
     """Prometheus text exposition (docs/OPERATIONS.md lists every metric)."""
     return Response(render(state.metrics), media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from autorl.store import repository as repo
 from autorl_grader.api.deps import DbDep, SettingsDep
+from autorl_grader.api.refusals import refusals
 from autorl_grader.dashboard.assets import ASSETS, asset_bytes
 from autorl_grader.dashboard.data import (
     ExperimentDetail,
@@ -166,7 +167,7 @@ def static_file(path: str, request: Request, signer: SignerDep) -> Response:
     return Response(asset_bytes(path), media_type=asset.media_type, headers=headers)
 
 
-@router.get("/api/experiments", dependencies=[SessionDep])
+@router.get("/api/experiments", dependencies=[SessionDep], responses=refusals(401, 403))
 async def experiments_data(db: DbDep, response: Response) -> ExperimentList:
     response.headers.update(SECURITY_HEADERS)
 
@@ -177,7 +178,7 @@ async def experiments_data(db: DbDep, response: Response) -> ExperimentList:
     return await run_in_threadpool(read)
 
 
-@router.get("/api/experiments/{name}", dependencies=[SessionDep])
+@router.get("/api/experiments/{name}", dependencies=[SessionDep], responses=refusals(401, 403, 404))
 async def experiment_data(name: str, db: DbDep, response: Response) -> ExperimentDetail:
     response.headers.update(SECURITY_HEADERS)
 
@@ -188,7 +189,7 @@ async def experiment_data(name: str, db: DbDep, response: Response) -> Experimen
     return await run_in_threadpool(read)
 
 
-@router.get("/api/experiments/{name}/log", dependencies=[SessionDep])
+@router.get("/api/experiments/{name}/log", dependencies=[SessionDep], responses=refusals(401, 403, 404))
 async def agent_log(
     name: str, db: DbDep, response: Response, tail_bytes: int = Query(MAX_TAIL_BYTES, gt=0, le=MAX_TAIL_BYTES)
 ) -> LogTailView:

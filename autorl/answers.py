@@ -1,0 +1,130 @@
+"""The grader's answers as typed models: what the routes declare in the OpenAPI document and
+what clients can parse. Field names are the API contract (the agent API keeps the reference's
+names); a view producing a field not declared here is a server error, so the document and the
+answers cannot drift apart. Fields only some answers carry (``queue_position``) are optional and
+left out of the answer when absent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Best(Answer):
+    submission_id: int | None
+    score: float | None
+
+
+class ProtocolScores(Answer):
+    opencompass: float | None
+    flexible: float | None
+    strict: float | None
+
+
+class SubmissionAnswer(Answer):
+    """One submission (or the baseline) as the agent and the operator see it."""
+
+    submission_id: int
+    status: str = Field(description="queued, running, scored or failed")
+    score: float | None = Field(description="the headline protocol's accuracy in percent")
+    scores: ProtocolScores
+    baseline_score: float | None
+    improvement: float | None
+    best: Best
+    total_submissions: int
+    model_path: str
+    timestamp: str = Field(description="when it was received, ISO 8601 UTC")
+    elapsed_seconds: float | None
+    is_baseline: bool
+    reused_from: int | None = Field(description="this experiment's earlier submission whose score was reused")
+    n_samples: int | None
+    eval_seconds: float | None
+    attempts: int
+    error: str | None
+    ignored_files: list[str]
+    created_at: float | None
+    finished_at: float | None
+    queue_position: int | None = Field(None, description="only while queued or running")
+
+
+class PendingAnswer(Answer):
+    """A submission accepted and not scored yet (``?wait=false``, or the wait ran out)."""
+
+    submission_id: int
+    status: str
+    queue_position: int | None
+    ignored_files: list[str]
+
+
+class ScoresAnswer(Answer):
+    experiment: str
+    baseline_score: float | None
+    best: Best
+    total_submissions: int
+    submissions: list[SubmissionAnswer]
+
+
+class TimeAnswer(Answer):
+    start_time: float | None
+    timeout_s: int | None
+    end_time: float | None
+    remaining: float | None
+    remaining_s: float | None
+    last_submit_time: float | None
+    now: float
+
+
+class HealthAnswer(Answer):
+    status: str
+    available_gpus: list[str]
+
+
+class ExperimentAnswer(Answer):
+    """An experiment as the admin API shows it."""
+
+    name: str
+    task: str
+    model: str
+    agent: str | None
+    driver_model: str | None
+    status: str
+    message: str | None
+    baseline_score: float | None
+    baseline_status: str | None
+    baseline_submission: int | None
+    baseline_error: str | None
+    best_score: float | None
+    best_submission: int | None
+    improvement: float | None
+    submissions: int
+    total_submissions: int
+    failed_submissions: int
+    in_flight: int
+    max_submissions: int
+    timeout_s: int | None
+    start_time: float | None
+    end_time: float | None
+    remaining_s: float | None
+    last_submit_time: float | None
+    created_at: float | None
+    finished_at: float | None
+    workspace: str
+    eval_config: dict[str, Any]
+
+
+class RegisteredAnswer(ExperimentAnswer):
+    """A new experiment, with its agent's credentials (shown once)."""
+
+    token: str
+    grading_server_url: str
+
+
+class TokenAnswer(Answer):
+    name: str
+    token: str
+    grading_server_url: str

@@ -1,0 +1,90 @@
+"""The grader's OpenAPI document tells clients every answer and every refusal they can get: each
+agent and admin operation declares its answer as a named model and its error codes (401 for
+credentials everywhere; 400, 403, 409 and 429 on /submit, the codes agents rely on), each with the
+one refusal body (``detail`` and ``error``). That the declared codes are the ones answered is
+checked by fuzzing (tests/integration/test_grader_fuzz.py, schemathesis's status-code conformance)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.openapi import grader_document
+
+DOCUMENT = grader_document()
+REFUSAL_REF = "#/components/schemas/Refusal"
+AGENT_PATHS = ("/submit", "/submissions/{submission_id}", "/scores", "/time", "/health", "/set_baseline")
+
+
+def operations() -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method.upper(), path, operation)
+        for path, methods in DOCUMENT["paths"].items()
+        for method, operation in methods.items()
+    ]
+
+
+def agent_or_admin(path: str) -> bool:
+    return path.startswith("/v1/") or path.removeprefix("/a/{token}") in AGENT_PATHS
+
+
+def json_schema(response: dict[str, Any]) -> dict[str, Any] | None:
+    return response.get("content", {}).get("application/json", {}).get("schema")
+
+
+def typed(schema: dict[str, Any] | None) -> bool:
+    """A named model, or a list of one: not a free-form object."""
+    if schema is None:
+        return False
+    if schema.get("type") == "array":
+        return typed(schema.get("items"))
+    return schema.get("$ref", "").startswith("#/components/schemas/")
+
+
+def test_the_refusal_body_names_detail_and_error() -> None:
+    refusal = DOCUMENT["components"]["schemas"]["Refusal"]
+    assert set(refusal["required"]) == {"detail", "error"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "operation"), operations(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_error_code_an_operation_declares_has_the_refusal_body(
+    method: str, path: str, operation: dict[str, Any]
+) -> None:
+    errors = {code: r for code, r in operation["responses"].items() if code[0] in "45"}
+    if path == "/readyz":  # a probe's answer, with the store that is down: {status, detail}
+        errors.pop("503", None)
+    assert errors, f"{method} {path} declares no refusal"
+    for code, response in errors.items():
+        assert json_schema(response) == {"$ref": REFUSAL_REF}, (method, path, code)
+        assert response["description"], (method, path, code)
+
+
+def test_agent_and_admin_operations_declare_their_answer_and_credentials_refusal() -> None:
+    checked = 0
+    for method, path, operation in operations():
+        if not agent_or_admin(path):
+            continue
+        checked += 1
+        responses = operation["responses"]
+        if path.endswith("/set_baseline"):
+            assert "403" in responses and not [c for c in responses if c.startswith("2")]  # only refuses
+            continue
+        success = [json_schema(r) for code, r in responses.items() if code.startswith("2")]
+        assert success and all(typed(s) for s in success), (method, path, success)
+        assert "401" in responses, f"{method} {path} does not declare the credentials refusal"
+    assert checked == 2 * len(AGENT_PATHS) + 8  # both agent mounts and the admin API
+
+
+@pytest.mark.parametrize("path", ["/submit", "/a/{token}/submit"])
+def test_submit_declares_every_refusal_an_agent_handles(path: str) -> None:
+    declared = set(DOCUMENT["paths"][path]["post"]["responses"])
+    assert {"200", "202", "400", "401", "403", "409", "422", "429", "503"} <= declared
+
+
+def test_metrics_declares_prometheus_text_behind_the_admin_token() -> None:
+    responses = DOCUMENT["paths"]["/metrics"]["get"]["responses"]
+    assert "text/plain" in responses["200"]["content"]
+    assert {"401", "503"} <= set(responses)
