@@ -95,7 +95,7 @@ reliability: $(VENV)/.installed ## run the fault tests and rewrite docs/RELIABIL
 test-fast: $(VENV)/.installed ## the test suite without the slow and OpenCompass tests
 	$(PY) -m pytest -m "not slow and not opencompass"
 
-lint: $(VENV)/.installed ## ruff check, ruff format --check, mypy
+lint: $(VENV)/.installed ## ruff check, ruff format --check, mypy --strict (pyproject.toml)
 	$(VENV)/bin/ruff check autorl services tests bench
 	$(VENV)/bin/ruff format --check autorl services tests bench
 	$(VENV)/bin/mypy

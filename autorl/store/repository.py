@@ -350,7 +350,7 @@ def claim(session: Session, submission_id: int, *, worker: str, lease_s: float) 
         )
         .execution_options(synchronize_session=False)
     )
-    return result.rowcount == 1  # type: ignore[attr-defined]
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def renew_lease(session: Session, submission_id: int, *, worker: str, lease_s: float) -> bool:
@@ -364,7 +364,7 @@ def renew_lease(session: Session, submission_id: int, *, worker: str, lease_s: f
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
         .execution_options(synchronize_session=False)
     )
-    return result.rowcount == 1  # type: ignore[attr-defined]
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def record_score(

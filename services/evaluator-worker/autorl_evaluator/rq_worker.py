@@ -130,7 +130,10 @@ class EvaluationOnly:
     ) -> tuple[Job, Queue] | None:
         while True:
             try:
-                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)  # type: ignore[misc]
+                found: tuple[Job, Queue] | None = super().dequeue_job_and_maintain_ttl(  # type: ignore[misc]
+                    timeout, max_idle_time
+                )
+                return found
             except Exception as exc:
                 # RQ names the job it could not load; without that, it is not a job's fault.
                 bad_id, queue = getattr(exc, "job_id", None), getattr(exc, "queue", None)

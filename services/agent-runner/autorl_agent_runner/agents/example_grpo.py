@@ -184,7 +184,7 @@ class Agent:
         from autorl.tasks.base import read_problems
 
         # agent.log is read by people: one line per event, no progress bars redrawn into it.
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         self.config = config
         self.client = GradingClient.from_env()
         self.task = get_task(os.environ["TASK"])
@@ -381,14 +381,14 @@ class Agent:
             self.save_and_submit(f"sft-epoch-{epoch}", "sft")
         if stopped and step % steps_per_epoch:
             self.save_and_submit("sft-final", "sft")
-        self.model.eval()
+        self.model.eval()  # type: ignore[no-untyped-call]
         del optimizer
         log("phase_end", phase="sft", steps=step)
 
     def grpo(self, *, stop_at: float) -> None:
         from datasets import Dataset
         from transformers import PrinterCallback
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
         config = self.config
         lr = config.grpo_learning_rate or (5e-4 if self.tiny else 1e-6)

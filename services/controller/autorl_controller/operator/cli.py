@@ -9,7 +9,7 @@ import logging
 from autorl.experiment import render_crd_yaml
 
 
-def register_controller(subparsers: argparse._SubParsersAction) -> None:
+def register_controller(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "controller",
         help="run the Kubernetes operator that turns Experiment objects into Jobs",
