@@ -38,8 +38,8 @@ _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$"
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: DESIGN.md, "Workspace": the variables every agent is given. The platform sets them; an
-#: Experiment may not override them.
+#: The variables every agent is given (docs/AGENTS.md, "The workspace and the environment").
+#: The platform sets them; an Experiment may not override them.
 CONTRACT_VARIABLES = (
     "GRADING_SERVER_URL",
     "AUTORL_TOKEN",

@@ -1,6 +1,6 @@
 """One row per run in ``$AUTORL_HOME/results.csv``, and the ``autorl results`` command.
 
-The columns, their order and the JSON types are a contract (DESIGN.md, "Results"): other tools
+The columns, their order and the JSON types are a contract (docs/LOCAL.md, "Results"): other tools
 read this file, so a row is only ever appended, under a file lock, with the header written once.
 """
 

@@ -14,7 +14,7 @@ records wall time, generation time, new tokens per second, peak GPU memory and a
 the 1,319-problem test split. A variant ``B@L`` keeps only the last ``L`` prompt ids (the
 checkpoint's ``max_position_embeddings`` is set to ``L``, which is what the backend truncates
 to): the tiny tokenizer writes the prompt in about 1,450 ids, about twice the 700-token prompts
-of DESIGN.md's reference measurements, so ``@700`` stands for a real-length prompt.
+of the reference measurements (docs/PERFORMANCE.md), so ``@700`` stands for a real-length prompt.
 
     PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py \\
         [--variants 64@700 256@700 512@700 1319@700 64 256 512 1319] [--max-new-tokens 512] \\

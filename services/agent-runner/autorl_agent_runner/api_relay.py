@@ -23,7 +23,7 @@ from http import HTTPStatus
 
 import h11
 
-#: The grader's agent routes (DESIGN.md, "Agent API"), by method.
+#: The grader's agent routes (docs/AGENTS.md, "The grading API"), by method.
 AGENT_ROUTES: dict[str, re.Pattern[str]] = {
     "GET": re.compile(r"/(scores|time|health|submissions/[0-9]{1,18})"),
     "POST": re.compile(r"/(submit|set_baseline)"),

@@ -1,4 +1,4 @@
-"""The agent's filesystem: an allow-list, built from nothing (DESIGN.md, "What the agent can reach").
+"""The agent's filesystem: an allow-list, built from nothing (docs/SECURITY.md, "Threat model").
 
 The sandbox's root is an empty tmpfs. Into it go only:
 

@@ -1,4 +1,4 @@
-"""Agent isolation on a single machine (DESIGN.md, "Trust model": what the agent can reach).
+"""Agent isolation on a single machine (docs/SECURITY.md, "Threat model": what the agent can reach).
 
 The agent runs in bubblewrap with its own user, mount, PID, network, IPC, UTS and cgroup
 namespaces, no capabilities, no way to create further user namespaces, a session of its own,

@@ -1,4 +1,5 @@
-"""The workspace an agent sees (DESIGN.md, "Workspace"), and the two mirrors the platform keeps in it.
+"""The workspace an agent sees (docs/AGENTS.md, "The workspace and the environment"), and the two
+mirrors the platform keeps in it.
 
     code/  output/  models/<base>/ (read-only)  data/ (train split only, read-only)
     description.md  instructions.md  run_meta.json  scores.json  agent.log

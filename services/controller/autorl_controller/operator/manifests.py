@@ -343,7 +343,8 @@ def build_prepare_job(
 
 
 def contract_environment(spec: ExperimentSpec) -> dict[str, str]:
-    """The workspace contract of DESIGN.md (token and URL come from the Secret) and the pod's basics."""
+    """The workspace contract (docs/AGENTS.md, "The workspace and the environment"; token and URL
+    come from the Secret) and the pod's basics."""
     base = model_dir_name(spec.model)
     return {
         "WORKSPACE": AGENT_WORKSPACE,
