@@ -9,9 +9,7 @@ the submission is failed with the reason, leaving the worker ready for the next 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +17,7 @@ import time
 
 from autorl.errors import ServiceUnavailableError
 from autorl.parent_death import dying_with_parent
+from autorl.process_group import kill_group
 from autorl.settings import Settings
 from autorl.store import Database, FailureReason
 from autorl.store import repository as repo
@@ -47,7 +46,7 @@ class LocalWorker:
     def request_stop(self, *_: object) -> None:
         if self.stopping:  # second signal: stop now
             if self.child is not None:
-                _kill_group(self.child)
+                kill_group(self.child.pid, self.child, grace_s=KILL_GRACE_S)
             if self.warm is not None:
                 self.warm.stop()
         self.stopping = True
@@ -120,7 +119,7 @@ class LocalWorker:
         try:
             self.child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(self.child)
+            kill_group(self.child.pid, self.child, grace_s=KILL_GRACE_S)
             self._record_timeout(submission_id)
         finally:
             self.child = None
@@ -139,15 +138,3 @@ class LocalWorker:
 def gpu_free_fractions() -> list[float]:
     """Free / total memory of each GPU this process may use; empty without NVIDIA GPUs."""
     return [gpu.free_bytes / gpu.total_bytes for gpu in visible_gpu_memory()]
-
-
-def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-        child.wait(timeout=KILL_GRACE_S)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    # The group may outlive its leader (a grandchild left behind): SIGKILL whatever is left of it.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()

@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: After SIGTERM, how long the group gets to exit before SIGKILL.
-KILL_GRACE_S = 5.0
-#: How long to wait for the kernel to reap a SIGKILLed group before reporting survivors.
-REAP_WAIT_S = 10.0
+from autorl.process_group import KILL_GRACE_S, group_members, kill_group, log_tail
+
 _PR_SET_PDEATHSIG = 1
+
+
+__all__ = ["GroupResult", "group_members", "kill_group", "log_tail", "run_in_group"]
 
 
 @dataclass
@@ -78,62 +79,6 @@ def run_in_group(
     survivors = kill_group(pgid, process)
     returncode = process.returncode if process.returncode is not None else -signal.SIGKILL
     return GroupResult(returncode, timed_out, time.monotonic() - started, survivors)
-
-
-def kill_group(pgid: int, leader: subprocess.Popen[bytes] | None = None) -> list[int]:
-    """SIGTERM the group, SIGKILL what is left after the grace period; return survivors' pids."""
-    if not group_members(pgid):
-        if leader is not None:
-            leader.wait()
-        return []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < deadline and _alive(pgid, leader):
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    if leader is not None:
-        leader.wait()
-    deadline = time.monotonic() + REAP_WAIT_S
-    while (members := group_members(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return members
-
-
-def _alive(pgid: int, leader: subprocess.Popen[bytes] | None) -> bool:
-    if leader is not None and leader.poll() is None:
-        return True
-    return bool(group_members(pgid))
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of live (not zombie) processes in process group ``pgid``, read from /proc."""
-    members: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the command name, which is in parentheses and may itself hold spaces.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
-
-
-def log_tail(path: Path, *, max_lines: int = 40, max_chars: int = 4000) -> str:
-    """The last lines of a log file (empty if it does not exist)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    text = data[-max_chars * 4 :].decode("utf-8", errors="replace")
-    lines = text.splitlines()[-max_lines:]
-    return "\n".join(lines)[-max_chars:]
 
 
 # --- the supervisor ---------------------------------------------------------------------------

@@ -20,7 +20,11 @@ import sys
 import time
 from collections.abc import Sequence
 
+from autorl.process_group import kill_group
+
 log = logging.getLogger("autorl.evaluator.warm")
+#: After SIGTERM, how long the child's group gets before SIGKILL (as the local worker's children).
+STOP_GRACE_S = 10.0
 
 
 class WarmChild:
@@ -67,10 +71,8 @@ class WarmChild:
 
     def stop(self) -> None:
         """Kill the child's whole process group (no-op when none runs)."""
-        from autorl_evaluator.local_worker import _kill_group
-
         if self.process is not None:
-            _kill_group(self.process)
+            kill_group(self.process.pid, self.process, grace_s=STOP_GRACE_S)
             log.info("event=warm_worker_stopped pid=%d", self.process.pid)
             self.process = None
 

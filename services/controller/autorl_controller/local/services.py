@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +13,7 @@ from typing import IO
 
 from autorl.errors import AutoRLError
 from autorl.parent_death import dying_with_parent
+from autorl.process_group import kill_group, log_tail
 
 #: How long the grader may take to migrate the database and answer /readyz.
 GRADER_START_TIMEOUT_S = 90.0
@@ -83,27 +81,13 @@ class ManagedProcess:
         return None if self._process is None else self._process.poll()
 
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, max_lines=lines)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         process = self._process
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
         if process is not None:
-            # Children it left behind in its group (a worker's evaluation subprocess).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            # The whole group: children it left behind too (a worker's evaluation subprocess).
+            kill_group(process.pid, process, grace_s=timeout_s)
         if self._log is not None:
             self._log.close()
             self._log = None
