@@ -202,7 +202,7 @@ def test_builtin_agent_runs_under_the_agent_runner() -> None:
     assert container["args"] == [
         "--agent", "example_grpo", "--workspace", "/workspace", "--task", "gsm8k",
         "--base-model", "Qwen/Qwen2.5-1.5B", "--timeout", "3600", "--sandbox", "none",
-        "--echo-output",
+        "--echo-output", "--group-readable",
     ]  # fmt: skip
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
 
@@ -672,8 +672,9 @@ def test_builtin_agent_gets_what_the_spec_declares_through_the_runner() -> None:
         {"secretRef": {"name": "llm-api-key"}, "prefix": "AUTORL_AGENT_ENV_"},
         {"configMapRef": {"name": "tuning"}, "prefix": "AUTORL_AGENT_ENV_TUNE_"},
     ]
-    assert container["args"][-4:] == [
+    assert container["args"][-5:] == [
         "--echo-output",
+        "--group-readable",
         "--agent-arg=--learning-rate",
         "--agent-arg=1e-6",
         "--agent-arg=-v",
@@ -688,7 +689,13 @@ def test_custom_agent_gets_a_mirror_sidecar_of_the_platform_image() -> None:
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["image"] == SETTINGS.runner_image
     assert sidecar["command"] == ["autorl", "agent-runner", "mirror"]
-    assert sidecar["args"] == ["--workspace", "/workspace"]
+    assert sidecar["args"] == ["--workspace", "/workspace", "--group-readable"]
+    # It keeps the agent's files readable by the grader's group, so it runs as the agent's own user
+    # (the pod's, no user of its own) with the workspace writable (modes change there).
+    assert "runAsUser" not in sidecar["securityContext"]
+    assert pod["securityContext"]["runAsUser"] == agent_run_as_id(REF, SETTINGS)
+    (workspace,) = [m for m in sidecar["volumeMounts"] if m["mountPath"] == "/workspace"]
+    assert not workspace.get("readOnly")
     # Only the agent's own token and its workspace: none of the spec's secrets, no model, no data.
     assert sidecar["envFrom"] == [{"secretRef": {"name": REF.secret_name}}]
     assert {m["mountPath"]: m.get("subPath") for m in sidecar["volumeMounts"]} == {

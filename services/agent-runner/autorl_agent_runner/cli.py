@@ -27,6 +27,12 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
+_GROUP_READABLE_HELP = (
+    "keep everything under the workspace readable by its group (mode 2750: the grader reads submissions "
+    "through it), whatever modes the agent's writers use: in a pod, as the agent's user"
+)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "agent-runner",
@@ -81,6 +87,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="copy the agent's output to stdout as well as agent.log (a pod's kubectl logs)",
     )
+    parser.add_argument(
+        "--group-readable",
+        action="store_true",
+        help=_GROUP_READABLE_HELP,
+    )
     parser.set_defaults(func=_run)
     steps = parser.add_subparsers(dest="step", metavar="STEP", required=False)
     prepare = steps.add_parser(
@@ -124,11 +135,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep run_meta.json and scores.json fresh until SIGTERM (a custom agent's sidecar)",
         description="Beside an agent the runner does not start (a custom image in Kubernetes): copy the "
         "grader's budget and scores into the workspace every few seconds; on SIGTERM, once more, then "
-        "exit. Reads GRADING_SERVER_URL, AUTORL_TOKEN, WORKSPACE and BASE_MODEL.",
+        "exit. With --group-readable, also keep the workspace readable by its group. Reads "
+        "GRADING_SERVER_URL, AUTORL_TOKEN, WORKSPACE and BASE_MODEL.",
     )
     mirror.add_argument("--workspace", dest="mirror_workspace", type=Path, default=_env("WORKSPACE"))
     mirror.add_argument(
         "--interval", dest="mirror_interval", type=float, default=10.0, help="seconds between refreshes"
+    )
+    mirror.add_argument(
+        "--group-readable",
+        dest="mirror_group_readable",
+        action="store_true",
+        help=_GROUP_READABLE_HELP,
     )
     mirror.set_defaults(func=_mirror)
 
@@ -138,6 +156,7 @@ def _mirror(args: argparse.Namespace) -> int:
 
     from autorl.checkpoints import model_dir_name
     from autorl.client import GradingClient
+    from autorl_agent_runner.group_read import GroupReadKeeper
     from autorl_agent_runner.mirrors import keep_mirrors_fresh
     from autorl_agent_runner.workspace import Workspace
 
@@ -151,11 +170,15 @@ def _mirror(args: argparse.Namespace) -> int:
     workspace = Workspace(args.mirror_workspace.absolute(), model_dir_name(base_model))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    with GradingClient(grading_url, token) as client:
-        try:
+    keeper = GroupReadKeeper(workspace.root).start() if args.mirror_group_readable else None
+    try:
+        with GradingClient(grading_url, token) as client:
             keep_mirrors_fresh(workspace, client, stop, interval_s=args.mirror_interval)
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        if keeper is not None:
+            keeper.stop()
     return 0
 
 
@@ -310,6 +333,7 @@ def _run(args: argparse.Namespace) -> int:
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,
         echo_output=args.echo_output,
+        group_readable=args.group_readable,
     )
     with GradingClient(args.grading_url, args.token) as client:
         runner = AgentRunner(config, client)

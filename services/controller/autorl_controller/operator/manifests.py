@@ -425,7 +425,9 @@ def build_mirror_sidecar(
     A native sidecar (``restartPolicy: Always`` in ``initContainers``): it runs the platform's image
     whatever the agent's image holds (no Python needed there), starts before the agent, and ends with
     it, so the Job completes when the agent does. It sees only the workspace and the agent's own
-    token, and rewrites ``run_meta.json`` and ``scores.json`` from the grader every few seconds.
+    token, and rewrites ``run_meta.json`` and ``scores.json`` from the grader every few seconds. As
+    the agent's user (the pod's), it also keeps the workspace readable by the grader's group
+    (``--group-readable``: autorl_agent_runner.group_read), whatever modes the agent's writers use.
     """
     contract = contract_environment(spec)
     return {
@@ -434,7 +436,8 @@ def build_mirror_sidecar(
         "imagePullPolicy": settings.image_pull_policy,
         "restartPolicy": "Always",
         "command": ["autorl", "agent-runner", "mirror"],
-        "args": ["--workspace", AGENT_WORKSPACE],
+        # As the agent's user: keeps what the agent writes readable by the grader's group.
+        "args": ["--workspace", AGENT_WORKSPACE, "--group-readable"],
         "env": [
             {"name": name, "value": contract[name]}
             for name in ("WORKSPACE", "TASK", "BASE_MODEL", "HOME", "USER", "LOGNAME")
@@ -498,6 +501,9 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
             "none",
             # The agent's output goes to the container's stdout (kubectl logs) as well as agent.log.
             "--echo-output",
+            # Writers that create files 0600 (safetensors, mkstemp) would hide checkpoints from the
+            # grader, which reads the workspace through its group.
+            "--group-readable",
             # One token each, '=' joined: an argument that starts with '-' stays the agent's.
             *(f"--agent-arg={arg}" for arg in spec.agent.args or []),
         ]

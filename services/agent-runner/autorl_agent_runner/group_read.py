@@ -1,0 +1,195 @@
+"""Keep what an agent writes readable by the platform's group (the grader reads submissions so).
+
+On a cluster each experiment's agent runs as its own user and its workspace is mode 2750 with the
+platform's group (:mod:`autorl_agent_runner.ownership`); the grader reads checkpoints through that
+group. Common writers ignore the umask and create files 0600 — safetensors (so ``save_pretrained``'s
+weights), ``tempfile.mkstemp`` and every atomic writer built on it, ``tempfile.mkdtemp`` (0700) — so
+the grader could not read a checkpoint saved the usual way.
+
+Trusted code running as the agent's user (the agent runner beside a built-in agent, the ``mirror``
+sidecar beside a custom image) walks the workspace every few seconds and adds group-read (and
+group-search on folders) where it is missing. Nothing else changes: no bit is removed, none is added
+for other users, never group-write. The walk holds a descriptor of each folder and reaches entries
+only relative to it, never through a symbolic link; it changes only plain files and folders that
+the current user owns, on the workspace's own file system; it skips links, fifos, sockets and
+devices, another user's file (a hard link to it included) and anything that vanishes mid-walk.
+A file that is the agent's own anyway is all it can ever change, so an agent gains nothing by
+pointing it elsewhere. Past :data:`MAX_DEPTH` nested folders it stops descending; a tree that takes
+long to walk is walked less often (:data:`BUSY_FACTOR`), at the cost of the agent's own CPU.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("autorl.agent_runner.group_read")
+
+#: Seconds between two walks of the workspace (at least; see BUSY_FACTOR).
+GROUP_READ_INTERVAL_S = 1.0
+#: A walk that took T seconds is followed by a pause of at least BUSY_FACTOR × T.
+BUSY_FACTOR = 4.0
+#: Folders nested deeper than this are not walked (no checkpoint is this deep).
+MAX_DEPTH = 64
+FILE_BITS = stat.S_IRGRP
+FOLDER_BITS = stat.S_IRGRP | stat.S_IXGRP
+#: Errors of an entry that changed or vanished while walked, or that this user may not touch.
+_SKIPPED = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EROFS})
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class WalkResult:
+    fixed: int = 0
+    seen: int = 0
+
+
+def make_group_readable(root: Path) -> WalkResult:
+    """One walk of ``root``: add group-read (and group-search on folders) where it is missing."""
+    result = WalkResult()
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        log.debug("event=group_read_skipped path=%s reason=%s", root, exc.strerror)
+        return result
+    try:
+        info = os.fstat(fd)
+        _fix(fd, info, str(root), result)
+        _walk(fd, info.st_dev, str(root), 1, result)
+    finally:
+        os.close(fd)
+    return result
+
+
+def _walk(folder: int, device: int, shown: str, depth: int, result: WalkResult) -> None:
+    listed: list[tuple[str, os.stat_result]] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    listed.append((entry.name, entry.stat(follow_symlinks=False)))
+                except OSError as exc:  # it vanished since the listing
+                    if exc.errno not in _SKIPPED:
+                        raise
+    except OSError as exc:
+        if exc.errno not in _SKIPPED:
+            raise
+        return
+    uid = os.geteuid()
+    for name, info in listed:
+        result.seen += 1
+        is_dir = stat.S_ISDIR(info.st_mode)
+        # Only this user's plain files and folders, on the workspace's own file system.
+        if info.st_uid != uid or info.st_dev != device or not (is_dir or stat.S_ISREG(info.st_mode)):
+            continue
+        path = f"{shown}/{name}"
+        if is_dir and depth < MAX_DEPTH:
+            _descend(folder, name, info, device, path, depth, result)
+        elif _missing(info):
+            _fix_entry(folder, name, info, path, result)
+
+
+def _descend(
+    folder: int, name: str, seen: os.stat_result, device: int, path: str, depth: int, result: WalkResult
+) -> None:
+    if _missing(seen):
+        # First the bits, through a descriptor that cannot be a link: the folder may have none for
+        # reading yet (mkdtemp's 0700 has them; a folder of mode 0300 would not).
+        _fix_entry(folder, name, seen, path, result)
+    try:
+        child = os.open(name, _DIR_FLAGS, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno not in _SKIPPED:
+            raise
+        return
+    try:
+        info = os.fstat(child)
+        if (info.st_ino, info.st_dev) == (seen.st_ino, seen.st_dev):
+            _walk(child, device, path, depth + 1, result)
+    finally:
+        os.close(child)
+
+
+def _missing(info: os.stat_result) -> bool:
+    wanted = FOLDER_BITS if stat.S_ISDIR(info.st_mode) else FILE_BITS
+    return info.st_mode & wanted != wanted
+
+
+def _fix_entry(folder: int, name: str, seen: os.stat_result, path: str, result: WalkResult) -> None:
+    """Add the bits to ``name`` in ``folder`` if it is still the entry that was listed."""
+    try:
+        fd = os.open(name, _PATH_FLAGS, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno not in _SKIPPED:
+            raise
+        return
+    try:
+        info = os.fstat(fd)
+        # O_NOFOLLOW|O_PATH opens a link itself: its type (and the inode) must still be the listed one.
+        if (info.st_ino, info.st_dev, stat.S_IFMT(info.st_mode)) == (
+            seen.st_ino,
+            seen.st_dev,
+            stat.S_IFMT(seen.st_mode),
+        ):
+            _fix(fd, info, path, result)
+    finally:
+        os.close(fd)
+
+
+def _fix(fd: int, info: os.stat_result, path: str, result: WalkResult) -> None:
+    """Add the group bits to the inode ``fd`` holds (a plain file or folder this user owns)."""
+    if info.st_uid != os.geteuid() or not _missing(info):
+        return
+    wanted = FOLDER_BITS if stat.S_ISDIR(info.st_mode) else FILE_BITS
+    mode = stat.S_IMODE(info.st_mode) | wanted
+    try:
+        # fchmod refuses an O_PATH descriptor; its /proc link names exactly the inode it holds.
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    except OSError as exc:
+        if exc.errno not in _SKIPPED:
+            raise
+        return
+    result.fixed += 1
+    log.debug("event=group_read_fixed path=%s mode=%o", path, mode)
+
+
+class GroupReadKeeper:
+    """A thread that walks ``root`` (:func:`make_group_readable`) until stopped, then once more."""
+
+    def __init__(self, root: Path, *, interval_s: float = GROUP_READ_INTERVAL_S) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, not {interval_s:g}")
+        self.root = root
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="group-read", daemon=True)
+
+    def start(self) -> GroupReadKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop walking after one last walk (what the agent saved at the end is readable too)."""
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            started = time.monotonic()
+            try:
+                make_group_readable(self.root)
+            except OSError as exc:
+                # Never the end of the keeper: the next walk may go through.
+                log.debug("event=group_read_failed root=%s reason=%s", self.root, exc)
+            if stopping:
+                return
+            took = time.monotonic() - started
+            self._stop.wait(max(self.interval_s, BUSY_FACTOR * took))
