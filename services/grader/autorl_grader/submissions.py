@@ -88,6 +88,8 @@ def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -
         base_model_dir=Path(experiment.base_model_dir),
         snapshot_root=snapshot_root(state),
         render_check=render_check,
+        # Files saved 0600 become readable once the agent's pod adds group-read: wait for it, briefly.
+        unreadable_wait_s=state.settings.unreadable_wait_s,
     )
 
 
