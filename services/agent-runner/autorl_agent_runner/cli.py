@@ -28,8 +28,9 @@ def _env(name: str) -> str | None:
 
 
 _GROUP_READABLE_HELP = (
-    "keep everything under the workspace readable by its group (mode 2750: the grader reads submissions "
-    "through it), whatever modes the agent's writers use: in a pod, as the agent's user"
+    "keep everything under the workspace readable by its group (the grader reads submissions through "
+    "it), whatever modes the agent's writers use; run as the agent's user with the workspace's group as "
+    "the process's group"
 )
 
 
@@ -86,11 +87,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--echo-output",
         action="store_true",
         help="copy the agent's output to stdout as well as agent.log (a pod's kubectl logs)",
-    )
-    parser.add_argument(
-        "--group-readable",
-        action="store_true",
-        help=_GROUP_READABLE_HELP,
     )
     parser.set_defaults(func=_run)
     steps = parser.add_subparsers(dest="step", metavar="STEP", required=False)
@@ -149,6 +145,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=_GROUP_READABLE_HELP,
     )
     mirror.set_defaults(func=_mirror)
+    group_read = steps.add_parser(
+        "group-read",
+        help="keep the workspace readable by its group until SIGTERM (a built-in agent's sidecar)",
+        description="Beside an agent in Kubernetes: every second, add group-read (group-search on "
+        "folders) to what the agent's user wrote under the workspace, so that the grader, in the "
+        "workspace's group, can read its checkpoints; on SIGTERM, once more, then exit. Run as the "
+        "agent's user with the workspace's group as the process's group (a folder chmodded by a user "
+        "outside its group loses its setgid bit).",
+    )
+    group_read.add_argument("--workspace", dest="group_read_workspace", type=Path, default=_env("WORKSPACE"))
+    group_read.set_defaults(func=_group_read)
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -179,6 +186,28 @@ def _mirror(args: argparse.Namespace) -> int:
     finally:
         if keeper is not None:
             keeper.stop()
+    return 0
+
+
+def _group_read(args: argparse.Namespace) -> int:
+    import threading
+
+    from autorl_agent_runner.group_read import GroupReadKeeper
+
+    if not args.group_read_workspace:
+        raise UsageError("group-read needs --workspace (or WORKSPACE)")
+    workspace = args.group_read_workspace.absolute()
+    if not workspace.is_dir():
+        raise UsageError(f"--workspace {workspace} is not a folder")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    keeper = GroupReadKeeper(workspace).start()
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        keeper.stop()
     return 0
 
 
@@ -333,7 +362,6 @@ def _run(args: argparse.Namespace) -> int:
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,
         echo_output=args.echo_output,
-        group_readable=args.group_readable,
     )
     with GradingClient(args.grading_url, args.token) as client:
         runner = AgentRunner(config, client)

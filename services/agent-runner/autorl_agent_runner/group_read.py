@@ -6,16 +6,23 @@ group. Common writers ignore the umask and create files 0600 — safetensors (so
 weights), ``tempfile.mkstemp`` and every atomic writer built on it, ``tempfile.mkdtemp`` (0700) — so
 the grader could not read a checkpoint saved the usual way.
 
-Trusted code running as the agent's user (the agent runner beside a built-in agent, the ``mirror``
-sidecar beside a custom image) walks the workspace every few seconds and adds group-read (and
-group-search on folders) where it is missing. Nothing else changes: no bit is removed, none is added
-for other users, never group-write. The walk holds a descriptor of each folder and reaches entries
-only relative to it, never through a symbolic link; it changes only plain files and folders that
-the current user owns, on the workspace's own file system; it skips links, fifos, sockets and
-devices, another user's file (a hard link to it included) and anything that vanishes mid-walk.
-A file that is the agent's own anyway is all it can ever change, so an agent gains nothing by
-pointing it elsewhere. Past :data:`MAX_DEPTH` nested folders it stops descending; a tree that takes
-long to walk is walked less often (:data:`BUSY_FACTOR`), at the cost of the agent's own CPU.
+A sidecar of the agent's pod (``autorl agent-runner group-read`` beside a built-in agent, ``mirror
+--group-readable`` beside a custom image) walks the workspace every second and adds group-read (and
+group-search on folders) where it is missing. It runs as the agent's user, which alone may change the
+modes of the agent's files, with the platform's group as its own: the kernel drops a folder's setgid
+bit when a user outside the folder's group changes its mode, and files saved there later would get
+the agent's group, out of the grader's reach for good. Outside that group, the walk leaves such
+folders as they are. (Hence not the agent runner itself: the agent it starts must not have the
+platform's group, and a restricted pod cannot drop one.)
+
+Nothing else changes: no bit is removed, none is added for other users, never group-write. The walk
+holds a descriptor of each folder and reaches entries only relative to it, never through a symbolic
+link; it changes only plain files and folders that the current user owns, on the workspace's own
+file system; it skips links, fifos, sockets and devices, another user's file (a hard link to it
+included) and anything that vanishes mid-walk. A file that is the agent's own anyway is all it can
+ever change, so an agent gains nothing by pointing it elsewhere. Past :data:`MAX_DEPTH` nested
+folders it stops descending; a tree that takes long to walk is walked less often
+(:data:`BUSY_FACTOR`): the walks take at most a fifth of a core.
 """
 
 from __future__ import annotations
@@ -147,6 +154,11 @@ def _fix(fd: int, info: os.stat_result, path: str, result: WalkResult) -> None:
     """Add the group bits to the inode ``fd`` holds (a plain file or folder this user owns)."""
     if info.st_uid != os.geteuid() or not _missing(info):
         return
+    if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISGID and not _in_group(info.st_gid):
+        # The kernel would drop the setgid bit (the caller is not in the folder's group), and what is
+        # saved there later would get the agent's group, for good: leave the folder as it is.
+        log.debug("event=group_read_skipped path=%s reason=setgid_folder_of_another_group", path)
+        return
     wanted = FOLDER_BITS if stat.S_ISDIR(info.st_mode) else FILE_BITS
     mode = stat.S_IMODE(info.st_mode) | wanted
     try:
@@ -158,6 +170,10 @@ def _fix(fd: int, info: os.stat_result, path: str, result: WalkResult) -> None:
         return
     result.fixed += 1
     log.debug("event=group_read_fixed path=%s mode=%o", path, mode)
+
+
+def _in_group(gid: int) -> bool:
+    return gid == os.getegid() or gid in os.getgroups()
 
 
 class GroupReadKeeper:

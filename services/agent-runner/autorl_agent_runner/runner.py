@@ -26,7 +26,6 @@ from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.api_relay import AgentApiRelay
 from autorl_agent_runner.egress import Egress
 from autorl_agent_runner.environment import ContractValues, build_agent_env
-from autorl_agent_runner.group_read import GroupReadKeeper
 from autorl_agent_runner.mirrors import MIRROR_INTERVAL_S, refresh_mirrors
 from autorl_agent_runner.netns import listen_in_netns
 from autorl_agent_runner.processes import AgentProcesses, end_processes
@@ -74,9 +73,6 @@ class RunnerConfig:
     #: Also copy the agent's output (and the platform's lines) to the runner's stdout: in a pod,
     #: what ``kubectl logs`` shows. agent.log gets it either way.
     echo_output: bool = False
-    #: Keep everything under the workspace readable by its group (the grader reads submissions
-    #: through it): in a pod, where the runner runs as the agent's user (autorl_agent_runner.group_read).
-    group_readable: bool = False
 
 
 @dataclass
@@ -114,7 +110,6 @@ class AgentRunner:
         self._pump: threading.Thread | None = None
         self._echo = config.echo_output
         self._next_mirror = 0.0
-        self._keeper: GroupReadKeeper | None = None
         self.start_time = 0.0
         self.end_time = 0.0
 
@@ -260,8 +255,6 @@ class AgentRunner:
                 raise AgentStartError(message) from exc
             if plan.pid_namespace:
                 namespace_init = sandbox_pid
-        if config.group_readable:
-            self._keeper = GroupReadKeeper(workspace.root).start()
         self._processes = AgentProcesses(
             self._process.pid,
             marker,
@@ -363,9 +356,6 @@ class AgentRunner:
             process.kill()
             process.wait()
         self._close_network()
-        if self._keeper is not None:
-            self._keeper.stop()
-            self._keeper = None
         self.refresh_mirrors()
         if plan is not None:
             if plan.uid is not None:
