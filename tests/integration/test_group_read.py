@@ -261,6 +261,17 @@ def test_outside_the_platform_group_the_keeper_never_strips_a_setgid_bit(volume:
     assert mode(volume.output / "run" / "weights") == 0o640
 
 
+def test_a_folder_the_grader_may_not_enter_is_named_with_its_fix(volume: Volume) -> None:
+    assert call_as(AGENT, save_privately, volume.output).ok  # mkdtemp's 0700, no keeper
+    refused = call_as(PLATFORM, grader_reads(volume, volume.output / "run" / "ckpt"), groups=[PLATFORM])
+    assert not refused.ok
+    assert refused.value.startswith(
+        "UnreadableCheckpointError: $WORKSPACE/output/run cannot be read by the grader (permission denied)"
+    )
+    assert 'chmod -R g+rX "$WORKSPACE/output/run"' in refused.value
+    assert list(volume.snapshots.iterdir()) == []
+
+
 def nest(root: Path, depth: int) -> None:
     folder = root
     for _ in range(depth):

@@ -27,7 +27,6 @@ folders it stops descending; a tree that takes long to walk is walked less often
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import stat
@@ -46,8 +45,6 @@ BUSY_FACTOR = 4.0
 MAX_DEPTH = 64
 FILE_BITS = stat.S_IRGRP
 FOLDER_BITS = stat.S_IRGRP | stat.S_IXGRP
-#: Errors of an entry that changed or vanished while walked, or that this user may not touch.
-_SKIPPED = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EROFS})
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -56,51 +53,58 @@ _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 class WalkResult:
     fixed: int = 0
     seen: int = 0
+    #: Entries left as they were because they vanished, changed or refused (any OSError).
+    skipped: int = 0
 
 
 def make_group_readable(root: Path) -> WalkResult:
-    """One walk of ``root``: add group-read (and group-search on folders) where it is missing."""
+    """One walk of ``root``: add group-read (and group-search on folders) where it is missing.
+
+    An entry that vanishes, changes or refuses while walked (any ``OSError``) is skipped; the next
+    walk tries it again. Nothing here raises for what an agent can put in its workspace.
+    """
     result = WalkResult()
     try:
         fd = os.open(root, _DIR_FLAGS)
     except OSError as exc:
-        log.debug("event=group_read_skipped path=%s reason=%s", root, exc.strerror)
+        _skipped(str(root), exc, result)
         return result
     try:
         info = os.fstat(fd)
         _fix(fd, info, str(root), result)
         _walk(fd, info.st_dev, str(root), 1, result)
+    except OSError as exc:
+        _skipped(str(root), exc, result)
     finally:
         os.close(fd)
     return result
 
 
+def _skipped(path: str, exc: OSError, result: WalkResult) -> None:
+    result.skipped += 1
+    log.debug("event=group_read_skipped path=%s reason=%s", path, exc.strerror or type(exc).__name__)
+
+
 def _walk(folder: int, device: int, shown: str, depth: int, result: WalkResult) -> None:
-    listed: list[tuple[str, os.stat_result]] = []
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                try:
-                    listed.append((entry.name, entry.stat(follow_symlinks=False)))
-                except OSError as exc:  # it vanished since the listing
-                    if exc.errno not in _SKIPPED:
-                        raise
-    except OSError as exc:
-        if exc.errno not in _SKIPPED:
-            raise
-        return
+    """Fix the entries of ``folder`` one by one as they are listed (a folder of millions of entries
+    costs no memory) and descend into its folders."""
     uid = os.geteuid()
-    for name, info in listed:
-        result.seen += 1
-        is_dir = stat.S_ISDIR(info.st_mode)
-        # Only this user's plain files and folders, on the workspace's own file system.
-        if info.st_uid != uid or info.st_dev != device or not (is_dir or stat.S_ISREG(info.st_mode)):
-            continue
-        path = f"{shown}/{name}"
-        if is_dir and depth < MAX_DEPTH:
-            _descend(folder, name, info, device, path, depth, result)
-        elif _missing(info):
-            _fix_entry(folder, name, info, path, result)
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            result.seen += 1
+            path = f"{shown}/{entry.name}"
+            try:
+                info = entry.stat(follow_symlinks=False)
+                is_dir = stat.S_ISDIR(info.st_mode)
+                # Only this user's plain files and folders, on the workspace's own file system.
+                if info.st_uid != uid or info.st_dev != device or not (is_dir or stat.S_ISREG(info.st_mode)):
+                    continue
+                if is_dir and depth < MAX_DEPTH:
+                    _descend(folder, entry.name, info, device, path, depth, result)
+                elif _missing(info):
+                    _fix_entry(folder, entry.name, info, path, result)
+            except OSError as exc:
+                _skipped(path, exc, result)
 
 
 def _descend(
@@ -110,12 +114,7 @@ def _descend(
         # First the bits, through a descriptor that cannot be a link: the folder may have none for
         # reading yet (mkdtemp's 0700 has them; a folder of mode 0300 would not).
         _fix_entry(folder, name, seen, path, result)
-    try:
-        child = os.open(name, _DIR_FLAGS, dir_fd=folder)
-    except OSError as exc:
-        if exc.errno not in _SKIPPED:
-            raise
-        return
+    child = os.open(name, _DIR_FLAGS, dir_fd=folder)
     try:
         info = os.fstat(child)
         if (info.st_ino, info.st_dev) == (seen.st_ino, seen.st_dev):
@@ -131,12 +130,7 @@ def _missing(info: os.stat_result) -> bool:
 
 def _fix_entry(folder: int, name: str, seen: os.stat_result, path: str, result: WalkResult) -> None:
     """Add the bits to ``name`` in ``folder`` if it is still the entry that was listed."""
-    try:
-        fd = os.open(name, _PATH_FLAGS, dir_fd=folder)
-    except OSError as exc:
-        if exc.errno not in _SKIPPED:
-            raise
-        return
+    fd = os.open(name, _PATH_FLAGS, dir_fd=folder)
     try:
         info = os.fstat(fd)
         # O_NOFOLLOW|O_PATH opens a link itself: its type (and the inode) must still be the listed one.
@@ -161,13 +155,8 @@ def _fix(fd: int, info: os.stat_result, path: str, result: WalkResult) -> None:
         return
     wanted = FOLDER_BITS if stat.S_ISDIR(info.st_mode) else FILE_BITS
     mode = stat.S_IMODE(info.st_mode) | wanted
-    try:
-        # fchmod refuses an O_PATH descriptor; its /proc link names exactly the inode it holds.
-        os.chmod(f"/proc/self/fd/{fd}", mode)
-    except OSError as exc:
-        if exc.errno not in _SKIPPED:
-            raise
-        return
+    # fchmod refuses an O_PATH descriptor; its /proc link names exactly the inode it holds.
+    os.chmod(f"/proc/self/fd/{fd}", mode)
     result.fixed += 1
     log.debug("event=group_read_fixed path=%s mode=%o", path, mode)
 
@@ -200,11 +189,7 @@ class GroupReadKeeper:
         while True:
             stopping = self._stop.is_set()
             started = time.monotonic()
-            try:
-                make_group_readable(self.root)
-            except OSError as exc:
-                # Never the end of the keeper: the next walk may go through.
-                log.debug("event=group_read_failed root=%s reason=%s", self.root, exc)
+            make_group_readable(self.root)
             if stopping:
                 return
             took = time.monotonic() - started
