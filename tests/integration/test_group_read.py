@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,9 +232,15 @@ def test_the_keeper_follows_no_link_and_changes_nothing_but_the_agents_own_files
     assert call_as(AGENT, plant, volume).ok
     # A hard link to the platform's file (a kernel without protected_hardlinks lets an agent make one).
     os.link(volume.platform_secret, volume.output / "hard-link")
+    # A set-group-id program of the platform's group (no agent can make one: it stands for any way).
+    program = volume.output / "program"
+    program.write_bytes(b"#!/bin/sh\n")
+    os.chown(program, AGENT, PLATFORM)
+    program.chmod(0o2700)
     walked = call_as(AGENT, make_group_readable, volume.workspace, gid=PLATFORM)
     assert walked.ok, walked.value
-    assert isinstance(walked.value, WalkResult) and walked.value.fixed == 2
+    assert isinstance(walked.value, WalkResult) and walked.value.fixed == 3
+    assert mode(program) == 0o740
     assert mode(volume.output / "private") == 0o2750
     assert mode(volume.output / "private" / "weights") == 0o640
     # Untouched: the links' targets, the other user's file behind the hard link, the fifo.
@@ -385,6 +392,18 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
             # Nothing counted, nothing left behind.
             assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 0
             assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == before
+
+            # Two at once: one waits, the other is refused at once (no agent ties up the grader's threads).
+            def submit_timed() -> float:
+                began = time.monotonic()
+                answer = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
+                assert answer.status_code == 400 and answer.json()["detail"] == detail
+                return time.monotonic() - began
+
+            with ThreadPoolExecutor(2) as pool:
+                took = sorted(pool.map(lambda _: submit_timed(), range(2)))
+            assert took[0] < 2.0 and took[1] >= 2.5, took
+            assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 0
 
             # The agent does what the answer says, while a second submit is still waiting: accepted.
             def fix_later() -> None:

@@ -15,7 +15,9 @@ the agent's group, out of the grader's reach for good. Outside that group, the w
 folders as they are. (Hence not the agent runner itself: the agent it starts must not have the
 platform's group, and a restricted pod cannot drop one.)
 
-Nothing else changes: no bit is removed, none is added for other users, never group-write. The walk
+Nothing else changes: no bit is added for other users, never group-write, and the only bits removed
+are a file's set-user-id and set-group-id (the keeper, in the platform's group, must never be the
+one that leaves a set-group-id program of that group behind). The walk
 holds a descriptor of each folder and reaches entries only relative to it, never through a symbolic
 link; it changes only plain files and folders that the current user owns, on the workspace's own
 file system; it skips links, fifos, sockets and devices, another user's file (a hard link to it
@@ -153,8 +155,11 @@ def _fix(fd: int, info: os.stat_result, path: str, result: WalkResult) -> None:
         # saved there later would get the agent's group, for good: leave the folder as it is.
         log.debug("event=group_read_skipped path=%s reason=setgid_folder_of_another_group", path)
         return
-    wanted = FOLDER_BITS if stat.S_ISDIR(info.st_mode) else FILE_BITS
-    mode = stat.S_IMODE(info.st_mode) | wanted
+    if stat.S_ISDIR(info.st_mode):
+        mode = stat.S_IMODE(info.st_mode) | FOLDER_BITS
+    else:
+        # Never a set-id program of the platform's group kept by the keeper, which is in that group.
+        mode = stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID) | FILE_BITS
     # fchmod refuses an O_PATH descriptor; its /proc link names exactly the inode it holds.
     os.chmod(f"/proc/self/fd/{fd}", mode)
     result.fixed += 1
