@@ -113,8 +113,8 @@ def _descend(
     folder: int, name: str, seen: os.stat_result, device: int, path: str, depth: int, result: WalkResult
 ) -> None:
     if _missing(seen):
-        # First the bits, through a descriptor that cannot be a link: the folder may have none for
-        # reading yet (mkdtemp's 0700 has them; a folder of mode 0300 would not).
+        # The folder's own bits first (mkdtemp's 0700 gives the group nothing), through a descriptor
+        # that cannot be a link.
         _fix_entry(folder, name, seen, path, result)
     child = os.open(name, _DIR_FLAGS, dir_fd=folder)
     try:
