@@ -27,6 +27,10 @@ class CheckpointError(AutoRLError):
     """A submitted checkpoint breaks one of the trust-model rules."""
 
 
+class UnreadableCheckpointError(CheckpointError):
+    """A submitted file or folder the grader may not read (no group permission on it)."""
+
+
 class ForbiddenError(AutoRLError):
     """The caller may never do this (an agent setting its own baseline)."""
 

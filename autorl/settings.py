@@ -21,6 +21,9 @@ DEFAULT_HOME = Path("~/.autorl")
 UNSAFE_ADMIN_TOKENS = frozenset({"", "admin", "changeme", "change-me", "secret", "token", "autorl"})
 EVAL_TIMEOUT_S = 7200
 SUBMIT_WAIT_S = 540.0
+#: How long a submit waits for an unreadable checkpoint to become readable (the agent pod's group-read
+#: keeper walks the workspace every second) before it is refused.
+UNREADABLE_WAIT_S = 10.0
 #: GPU batch of plain ``generate`` (architectures the hf backend's engine does not know). Measured on
 #: one H200 (docs/PERFORMANCE.md): at batch 64 a decode step costs about what it costs at 256, so a
 #: small GPU batch leaves the device idle; 256 fits an 80 GB card with GSM8K's long prompts.
@@ -59,6 +62,12 @@ class Settings(BaseSettings):
     eval_timeout_s: int = Field(EVAL_TIMEOUT_S, gt=0, description="Hard limit of one evaluation.")
     submit_wait_s: float = Field(
         SUBMIT_WAIT_S, ge=0, description="How long a blocking /submit waits before answering 202."
+    )
+    unreadable_wait_s: float = Field(
+        UNREADABLE_WAIT_S,
+        ge=0,
+        description="How long /submit waits, re-checking, for a checkpoint the grader may not read yet "
+        "(files saved 0600, before the agent pod adds group-read) before refusing it with 400.",
     )
     max_submissions: int = Field(100, gt=0, description="Default per-experiment submission limit.")
     queue_depth_per_experiment: int = Field(

@@ -49,7 +49,12 @@ from typing import Any
 from autorl import model_files
 from autorl.chat_template import ChatTemplate, ChatTemplateError
 from autorl.checkpoints import TOKENIZER_FILES
-from autorl.errors import CheckpointError, ModelSourceError, ServiceUnavailableError
+from autorl.errors import (
+    CheckpointError,
+    ModelSourceError,
+    ServiceUnavailableError,
+    UnreadableCheckpointError,
+)
 from autorl.safetensors_header import Header, Tensor, compare_to_base, read_header
 
 WEIGHTS = "model.safetensors"
@@ -96,6 +101,8 @@ MAX_IGNORED_LISTED = 100
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
 COPY_CHUNK_BYTES = _MIB
+#: How often a submission the grader may not read yet is tried again (see snapshot_submission).
+UNREADABLE_POLL_S = 0.25
 #: Free space the snapshot storage keeps after a copy, for the evaluators' own files.
 MIN_FREE_BYTES = 1024 * _MIB
 #: A snapshot folder nothing refers to is removed once its newest file is this old.
@@ -105,6 +112,7 @@ DRY_RUN_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
 )
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FINGERPRINT_SCHEME = b"autorl-snapshot-v2\0"
 _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors")
 _PICKLE_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt|pkl))", re.IGNORECASE)
@@ -151,19 +159,34 @@ def snapshot_submission(
     base_model_dir: Path,
     snapshot_root: Path,
     render_check: Callable[[ChatTemplate], object],
+    unreadable_wait_s: float = 0.0,
 ) -> Snapshot:
     """Check a submitted checkpoint and copy its evaluated files into a new snapshot.
 
     A relative ``model_path`` resolves against ``workspace``; it must lie inside ``output_dir``.
     ``render_check`` dry-renders the chat template (the task's prompt for a train question).
     Each broken rule raises a :class:`CheckpointError` saying what to do instead.
+
+    A file or folder the grader may not read (saved 0600 by its writer; the agent's pod adds
+    group-read within seconds, autorl_agent_runner.group_read) is tried again every
+    :data:`UNREADABLE_POLL_S` for up to ``unreadable_wait_s``; then :class:`UnreadableCheckpointError`
+    names it and the ``chmod`` that fixes it. Every failed try leaves nothing behind.
     """
     base = read_base_model(base_model_dir)
-    with ExitStack() as stack:
-        folder = _open_submission_folder(model_path, workspace=workspace, output_dir=output_dir)
-        stack.callback(os.close, folder)
-        source = _Source(folder, shown=str(model_path), follow_links=False)
-        return _build(source, base, snapshot_root, render_check)
+    deadline = time.monotonic() + unreadable_wait_s
+    while True:
+        try:
+            with ExitStack() as stack:
+                folder, submitted = _open_submission_folder(
+                    model_path, workspace=workspace, output_dir=output_dir
+                )
+                stack.callback(os.close, folder)
+                source = _Source(folder, shown=str(model_path), follow_links=False, fix=submitted)
+                return _build(source, base, snapshot_root, render_check)
+        except UnreadableCheckpointError:
+            if time.monotonic() + UNREADABLE_POLL_S > deadline:
+                raise
+        time.sleep(UNREADABLE_POLL_S)
 
 
 def snapshot_base_model(base_model_dir: Path, snapshot_root: Path) -> Snapshot:
@@ -173,7 +196,7 @@ def snapshot_base_model(base_model_dir: Path, snapshot_root: Path) -> Snapshot:
     base = read_base_model(base_model_dir)
     folder = os.open(base_model_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        source = _Source(folder, shown=str(base_model_dir), follow_links=True)
+        source = _Source(folder, shown=str(base_model_dir), follow_links=True, fix=str(base_model_dir))
         return _build(source, base, snapshot_root, render_check=None)
     finally:
         os.close(folder)
@@ -242,7 +265,8 @@ def prune_snapshots(
 # --- opening the submitted folder -----------------------------------------------------------
 
 
-def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_dir: Path) -> int:
+def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_dir: Path) -> tuple[int, str]:
+    """The submitted folder, open, and its name for the agent (``$WORKSPACE/...``)."""
     candidate = Path(model_path)
     if not candidate.is_absolute():
         candidate = workspace / candidate
@@ -258,8 +282,12 @@ def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_d
             break
     else:
         raise outside
+    named = Path(os.path.normpath(workspace))
+    agent_root = f"$WORKSPACE/{root.relative_to(named)}" if root.is_relative_to(named) else str(root)
     try:
-        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = os.open(root, _FOLDER_FLAGS)
+    except PermissionError:
+        raise _unreadable(agent_root, "folder", agent_root) from None
     except OSError as exc:
         raise CheckpointError(
             f"this experiment's output folder {output_dir} cannot be opened ({exc.strerror}); it must be a "
@@ -270,8 +298,12 @@ def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_d
         for index, part in enumerate(parts):
             walked = walked / part
             shown = f"model_path {model_path}: {walked.relative_to(root.parent)}"
+            for_agent = f"{agent_root}/{walked.relative_to(root)}"
             try:
                 info = os.stat(part, dir_fd=folder, follow_symlinks=False)
+            except PermissionError:
+                parent = str(Path(for_agent).parent)
+                raise _unreadable(parent, "folder", parent) from None
             except FileNotFoundError:
                 raise CheckpointError(
                     f"model_path {model_path} does not exist; save the model there first "
@@ -285,7 +317,10 @@ def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_d
             if not stat.S_ISDIR(info.st_mode):
                 what = "is a file, not a folder" if index == len(parts) - 1 else "is not a folder"
                 raise CheckpointError(f"{shown} {what}; submit the folder that save_pretrained wrote")
-            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            try:
+                child = os.open(part, _FOLDER_FLAGS, dir_fd=folder)
+            except PermissionError:
+                raise _unreadable(for_agent, "folder", for_agent) from None
             os.close(folder)
             folder = child
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a folder swapped for a link
@@ -298,7 +333,18 @@ def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_d
     except BaseException:
         os.close(folder)
         raise
-    return folder
+    return folder, f"{agent_root}/{Path(*parts)}" if parts else agent_root
+
+
+def _unreadable(name: str, kind: str, fix: str) -> UnreadableCheckpointError:
+    return UnreadableCheckpointError(
+        f"{name} cannot be read by the grader (permission denied): the grader reads checkpoints through "
+        f"the workspace's group, and this {kind} gives the group no read"
+        f"{' and search' if kind == 'folder' else ''} permission (safetensors and tempfile create "
+        "files 0600, mkdtemp folders 0700; in a pod the platform adds group-read within seconds of "
+        f'a save, but not here). Run chmod -R g+rX "{fix}" and submit again; this refusal does not '
+        "count against your submission limit"
+    )
 
 
 # --- one snapshot ---------------------------------------------------------------------------
@@ -311,9 +357,17 @@ class _Source:
     fd: int
     shown: str
     follow_links: bool
+    #: The folder as the agent names it, for the chmod that makes it readable.
+    fix: str
 
     def name(self, entry: str) -> str:
         return f"{self.shown}/{entry}"
+
+    def unreadable(self, entry: str | None) -> UnreadableCheckpointError:
+        """The folder itself (``entry`` None) or one of its files cannot be read."""
+        if entry is None:
+            return _unreadable(self.fix, "folder", self.fix)
+        return _unreadable(f"{self.fix}/{entry}", "file", self.fix)
 
 
 @dataclass
@@ -504,6 +558,8 @@ def _open(source: _Source, entry: str, stack: ExitStack) -> _Opened:
         info = os.stat(entry, dir_fd=source.fd, follow_symlinks=source.follow_links)
     except FileNotFoundError:
         raise CheckpointError(_CHANGED) from None
+    except PermissionError:
+        raise source.unreadable(None) from None
     if stat.S_ISLNK(info.st_mode):
         raise CheckpointError(
             f"{shown} is a symbolic link, and links are never followed; copy the file into the "
@@ -514,6 +570,8 @@ def _open(source: _Source, entry: str, stack: ExitStack) -> _Opened:
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if source.follow_links else os.O_NOFOLLOW)
     try:
         fd = os.open(entry, flags, dir_fd=source.fd)
+    except PermissionError:
+        raise source.unreadable(entry) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise CheckpointError(_CHANGED) from exc

@@ -17,49 +17,20 @@ import pytest
 
 from autorl.checkpoints import BUILTIN_BUILD_VERSION
 from tests.conftest import FIXTURE_DATA
+from tests.support.users import AGENT_A, AGENT_B, PLATFORM, as_user, shared_volume
 
 pytestmark = pytest.mark.requires(
     os.geteuid() == 0 and shutil.which("setpriv") is not None, reason="needs root and setpriv to switch users"
 )
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
-PLATFORM = 10001
-AGENT_A, AGENT_B = 1_234_567, 1_765_432
 MODEL_DIR = f"cache/models/builtin/tiny-qwen2-v{BUILTIN_BUILD_VERSION}"
 
 
 @pytest.fixture(scope="module")
 def shared() -> Iterator[Path]:
-    """A fresh shared volume as the kubelet leaves it for the prepare pod's fsGroup: root-owned,
-    group = the platform's, setgid and group-writable."""
-    base = Path(tempfile.mkdtemp(prefix="autorl-shared-", dir="/tmp"))
-    base.chmod(0o755)
-    volume = base / "shared"
-    volume.mkdir()
-    os.chown(volume, 0, PLATFORM)
-    volume.chmod(0o2775)
-    try:
+    with shared_volume() as volume:
         yield volume
-    finally:
-        shutil.rmtree(base)
-
-
-def as_user(
-    uid: int, *command: str, groups: tuple[int, ...] = (), read_anything: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` as ``uid`` (its own group id too) with exactly ``groups`` as supplementary ones.
-
-    ``read_anything`` keeps one capability, reading past permissions (never writing), for the
-    platform's own steps: this machine's Python lives under /root (0700). Every check of who may
-    read what runs without it.
-    """
-    who = [f"--reuid={uid}", f"--regid={uid}"]
-    who.append(f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups")
-    if read_anything:
-        who += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
-    return subprocess.run(
-        ["setpriv", *who, *command], capture_output=True, text=True, env=os.environ | {"HOME": "/tmp"}
-    )
 
 
 def prepare(shared: Path, name: str, step: str, uid: int, gid: int) -> subprocess.CompletedProcess[str]:

@@ -163,18 +163,32 @@ def run_to_completion(
 ) -> list[tuple[str, int, str]]:
     """Run a pod's init containers, then its containers, one after the other, each to its end.
 
-    Returns (container, exit code, logs) for each container run; stops at the first that fails.
+    A native sidecar (an init container with ``restartPolicy: Always``) is started in the background
+    where it stands and stopped (SIGTERM) once the rest have ended, as the kubelet does.
+    Returns (container, exit code, logs) for each container run to its end; stops at the first that
+    fails.
     """
     results = []
-    for container in [*pod.get("initContainers", []), *pod["containers"]]:
-        container_name = f"{name}-{container['name']}"
-        podman("rm", "-f", container_name, check=False)
-        result = podman("run", *run_args(pod, container, host, container_name), timeout=timeout, check=False)
-        logs = result.stdout + result.stderr
-        podman("rm", "-f", container_name, check=False)
-        results.append((container["name"], result.returncode, logs))
-        if result.returncode != 0:
-            break
+    sidecars: list[str] = []
+    try:
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            container_name = f"{name}-{container['name']}"
+            podman("rm", "-f", container_name, check=False)
+            arguments = run_args(pod, container, host, container_name)
+            if container.get("restartPolicy") == "Always":
+                podman("run", "-d", *arguments)
+                sidecars.append(container_name)
+                continue
+            result = podman("run", *arguments, timeout=timeout, check=False)
+            logs = result.stdout + result.stderr
+            podman("rm", "-f", container_name, check=False)
+            results.append((container["name"], result.returncode, logs))
+            if result.returncode != 0:
+                break
+    finally:
+        for sidecar in sidecars:
+            podman("stop", "--time", "30", sidecar, check=False)
+            podman("rm", "-f", sidecar, check=False)
     return results
 
 

@@ -129,7 +129,10 @@ def test_agent_pods_are_restricted_and_tokenless(spec: ExperimentSpec) -> None:
         assert security["capabilities"] == {"drop": ["ALL"]}
         assert security["privileged"] is False
         assert security["readOnlyRootFilesystem"] is True
-        assert "runAsUser" not in security and "runAsGroup" not in security
+        assert "runAsUser" not in security
+        # The agent keeps its own group; only the platform's sidecar has the platform's (see below).
+        sidecar = container in pod["initContainers"]
+        assert security.get("runAsGroup") == (SETTINGS.platform_gid if sidecar else None)
     assert pod["terminationGracePeriodSeconds"] == SETTINGS.agent_stop_grace_s
     assert pod["nodeSelector"] == SETTINGS.agent_node_selector
     assert pod["tolerations"] == SETTINGS.agent_tolerations
@@ -196,7 +199,7 @@ def test_builtin_agent_runs_under_the_agent_runner() -> None:
     job = build_agent_job(REF, BUILTIN, SETTINGS)
     pod = pod_of(job)
     container = pod["containers"][0]
-    assert "initContainers" not in pod
+    assert [sidecar["name"] for sidecar in pod["initContainers"]] == ["group-read"]
     assert container["image"] == SETTINGS.runner_image
     assert container["command"] == ["autorl", "agent-runner"]
     assert container["args"] == [
@@ -688,7 +691,7 @@ def test_custom_agent_gets_a_mirror_sidecar_of_the_platform_image() -> None:
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["image"] == SETTINGS.runner_image
     assert sidecar["command"] == ["autorl", "agent-runner", "mirror"]
-    assert sidecar["args"] == ["--workspace", "/workspace"]
+    assert sidecar["args"] == ["--workspace", "/workspace", "--group-readable"]
     # Only the agent's own token and its workspace: none of the spec's secrets, no model, no data.
     assert sidecar["envFrom"] == [{"secretRef": {"name": REF.secret_name}}]
     assert {m["mountPath"]: m.get("subPath") for m in sidecar["volumeMounts"]} == {
@@ -701,6 +704,35 @@ def test_custom_agent_gets_a_mirror_sidecar_of_the_platform_image() -> None:
     agent = pod["containers"][0]
     assert {"name": "LOG_LEVEL", "value": "debug"} in agent["env"]
     assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
+
+
+@pytest.mark.parametrize(("spec", "command"), [(BUILTIN, "group-read"), (CUSTOM, "mirror")])
+def test_a_sidecar_keeps_the_agents_files_readable_by_the_graders_group(
+    spec: ExperimentSpec, command: str
+) -> None:
+    job = build_agent_job(REF, spec, SETTINGS)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    pod = pod_of(job)
+    (sidecar,) = pod["initContainers"]
+    assert sidecar["restartPolicy"] == "Always" and sidecar["image"] == SETTINGS.runner_image
+    assert sidecar["command"] == ["autorl", "agent-runner", command]
+    assert sidecar["args"][:2] == ["--workspace", "/workspace"]
+    # The agent's own user (the pod's: it may change the modes of the agent's files) with the
+    # platform's group as its own (a folder it changes keeps its setgid bit) ...
+    security = sidecar["securityContext"]
+    assert "runAsUser" not in security
+    assert pod["securityContext"]["runAsUser"] == agent_run_as_id(REF, SETTINGS)
+    assert security["runAsGroup"] == SETTINGS.platform_gid
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    # ... which opens nothing but this experiment's workspace, writable since modes change there.
+    volume = pod["volumes"][0]["name"]
+    shared = [m for m in sidecar["volumeMounts"] if m["name"] == volume]
+    assert shared == [{"name": volume, "mountPath": "/workspace", "subPath": REF.workspace_subpath}]
+    # The agent itself never gets the platform's group.
+    agent = pod["containers"][0]
+    assert "runAsGroup" not in agent["securityContext"]
+    assert pod["securityContext"]["runAsGroup"] == agent_run_as_id(REF, SETTINGS)
+    assert "supplementalGroups" not in pod["securityContext"] and "fsGroup" not in pod["securityContext"]
 
 
 def pod(job_uid: str, *statuses: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,13 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
+_GROUP_READABLE_HELP = (
+    "keep everything under the workspace readable by its group (the grader reads submissions through "
+    "it), whatever modes the agent's writers use; run as the agent's user with the workspace's group as "
+    "the process's group"
+)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "agent-runner",
@@ -124,13 +131,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep run_meta.json and scores.json fresh until SIGTERM (a custom agent's sidecar)",
         description="Beside an agent the runner does not start (a custom image in Kubernetes): copy the "
         "grader's budget and scores into the workspace every few seconds; on SIGTERM, once more, then "
-        "exit. Reads GRADING_SERVER_URL, AUTORL_TOKEN, WORKSPACE and BASE_MODEL.",
+        "exit. With --group-readable, also keep the workspace readable by its group. Reads "
+        "GRADING_SERVER_URL, AUTORL_TOKEN, WORKSPACE and BASE_MODEL.",
     )
     mirror.add_argument("--workspace", dest="mirror_workspace", type=Path, default=_env("WORKSPACE"))
     mirror.add_argument(
         "--interval", dest="mirror_interval", type=float, default=10.0, help="seconds between refreshes"
     )
+    mirror.add_argument(
+        "--group-readable",
+        dest="mirror_group_readable",
+        action="store_true",
+        help=_GROUP_READABLE_HELP,
+    )
     mirror.set_defaults(func=_mirror)
+    group_read = steps.add_parser(
+        "group-read",
+        help="keep the workspace readable by its group until SIGTERM (a built-in agent's sidecar)",
+        description="Beside an agent in Kubernetes: every second, add group-read (group-search on "
+        "folders) to what the agent's user wrote under the workspace, so that the grader, in the "
+        "workspace's group, can read its checkpoints; on SIGTERM, once more, then exit. Run as the "
+        "agent's user with the workspace's group as the process's group (a folder chmodded by a user "
+        "outside its group loses its setgid bit).",
+    )
+    group_read.add_argument("--workspace", dest="group_read_workspace", type=Path, default=_env("WORKSPACE"))
+    group_read.set_defaults(func=_group_read)
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -138,6 +163,7 @@ def _mirror(args: argparse.Namespace) -> int:
 
     from autorl.checkpoints import model_dir_name
     from autorl.client import GradingClient
+    from autorl_agent_runner.group_read import GroupReadKeeper
     from autorl_agent_runner.mirrors import keep_mirrors_fresh
     from autorl_agent_runner.workspace import Workspace
 
@@ -151,11 +177,37 @@ def _mirror(args: argparse.Namespace) -> int:
     workspace = Workspace(args.mirror_workspace.absolute(), model_dir_name(base_model))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    with GradingClient(grading_url, token) as client:
-        try:
+    keeper = GroupReadKeeper(workspace.root).start() if args.mirror_group_readable else None
+    try:
+        with GradingClient(grading_url, token) as client:
             keep_mirrors_fresh(workspace, client, stop, interval_s=args.mirror_interval)
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        if keeper is not None:
+            keeper.stop()
+    return 0
+
+
+def _group_read(args: argparse.Namespace) -> int:
+    import threading
+
+    from autorl_agent_runner.group_read import GroupReadKeeper
+
+    if not args.group_read_workspace:
+        raise UsageError("group-read needs --workspace (or WORKSPACE)")
+    workspace = args.group_read_workspace.absolute()
+    if not workspace.is_dir():
+        raise UsageError(f"--workspace {workspace} is not a folder")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    keeper = GroupReadKeeper(workspace).start()
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        keeper.stop()
     return 0
 
 

@@ -13,6 +13,7 @@ from autorl.store import Database, Experiment
 from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.metrics import metrics_registry
 from autorl_grader.result_waits import ResultWaits
+from autorl_grader.unreadable_waits import UnreadableWaits
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class GraderState:
     tokens: ExpiringCache[str, Experiment] = field(default_factory=ExpiringCache)
     last_submits: ExpiringCache[int, LastSubmit] = field(default_factory=ExpiringCache)
     waits: ResultWaits = field(init=False)
+    unreadable_waits: UnreadableWaits = field(default_factory=UnreadableWaits)
 
     def __post_init__(self) -> None:
         self.waits = ResultWaits(self.db)

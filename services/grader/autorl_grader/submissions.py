@@ -81,14 +81,18 @@ def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -
         # enable_thinking=False: the evaluator's default for every model family.
         return task.render_prompt(template, DRY_RUN_QUESTION, enable_thinking=False)
 
-    return snapshot_submission(
-        rebase_agent_path(experiment, model_path),
-        workspace=Path(experiment.workspace),
-        output_dir=Path(experiment.output_dir),
-        base_model_dir=Path(experiment.base_model_dir),
-        snapshot_root=snapshot_root(state),
-        render_check=render_check,
-    )
+    with state.unreadable_waits.slot(experiment.id) as may_wait:
+        return snapshot_submission(
+            rebase_agent_path(experiment, model_path),
+            workspace=Path(experiment.workspace),
+            output_dir=Path(experiment.output_dir),
+            base_model_dir=Path(experiment.base_model_dir),
+            snapshot_root=snapshot_root(state),
+            render_check=render_check,
+            # Files saved 0600 become readable once the agent's pod adds group-read: wait for it,
+            # briefly, one submit of the experiment at a time (autorl_grader.unreadable_waits).
+            unreadable_wait_s=state.settings.unreadable_wait_s if may_wait else 0.0,
+        )
 
 
 def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:

@@ -383,11 +383,15 @@ def declared_env_from(spec: ExperimentSpec) -> list[dict[str, Any]]:
     return sources
 
 
+def _workspace_mount(ref: ExperimentRef) -> dict[str, Any]:
+    return {"name": SHARED_VOLUME, "mountPath": AGENT_WORKSPACE, "subPath": ref.workspace_subpath}
+
+
 def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, Any]]:
     base = model_dir_name(spec.model)
     return [
         _tmp_mount(),
-        {"name": SHARED_VOLUME, "mountPath": AGENT_WORKSPACE, "subPath": ref.workspace_subpath},
+        _workspace_mount(ref),
         {
             "name": SHARED_VOLUME,
             "mountPath": f"{AGENT_WORKSPACE}/models/{base}",
@@ -415,7 +419,44 @@ def agent_deadline_slack_s(spec: ExperimentSpec, settings: ControllerSettings) -
 
 #: The native sidecar (an init container that keeps running) beside a custom image's agent.
 MIRROR_CONTAINER = "mirrors"
+#: The native sidecar beside a built-in agent (the runner keeps the mirrors there).
+GROUP_READ_CONTAINER = "group-read"
 AGENT_CONTAINER = "agent"
+
+
+def _sidecar_security(settings: ControllerSettings) -> dict[str, Any]:
+    """A sidecar that keeps the workspace readable by the grader (autorl_agent_runner.group_read):
+    the agent's user (the pod's), so that it may change the modes of the agent's files, and the
+    platform's group as its own, so that a folder keeps its setgid bit when its mode changes (the
+    kernel drops it for a caller outside the folder's group, and files saved there later would get
+    the agent's group). It mounts only this experiment's workspace: the group opens nothing else."""
+    return _container_security(group=settings.platform_gid)
+
+
+def build_group_read_sidecar(ref: ExperimentRef, settings: ControllerSettings) -> dict[str, Any]:
+    """Beside a built-in agent: keeps what the agent writes readable by the grader's group.
+
+    Not the agent runner's own job: the runner starts the agent, which must not get the platform's
+    group, and restricted pods cannot drop a group.
+    """
+    sidecar = _platform_sidecar(GROUP_READ_CONTAINER, "group-read", settings)
+    sidecar["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+    sidecar["volumeMounts"] = [_workspace_mount(ref)]
+    return sidecar
+
+
+def _platform_sidecar(name: str, step: str, settings: ControllerSettings) -> dict[str, Any]:
+    """A native sidecar (``restartPolicy: Always`` in ``initContainers``) running ``autorl
+    agent-runner STEP --workspace /workspace`` from the platform's image."""
+    return {
+        "name": name,
+        "image": settings.runner_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "restartPolicy": "Always",
+        "command": ["autorl", "agent-runner", step],
+        "args": ["--workspace", AGENT_WORKSPACE],
+        "securityContext": _sidecar_security(settings),
+    }
 
 
 def build_mirror_sidecar(
@@ -426,27 +467,21 @@ def build_mirror_sidecar(
     A native sidecar (``restartPolicy: Always`` in ``initContainers``): it runs the platform's image
     whatever the agent's image holds (no Python needed there), starts before the agent, and ends with
     it, so the Job completes when the agent does. It sees only the workspace and the agent's own
-    token, and rewrites ``run_meta.json`` and ``scores.json`` from the grader every few seconds.
+    token, and rewrites ``run_meta.json`` and ``scores.json`` from the grader every few seconds. It
+    also keeps the workspace readable by the grader's group (``--group-readable``), whatever modes the
+    agent's writers use (see :func:`_sidecar_security`).
     """
     contract = contract_environment(spec)
-    return {
-        "name": MIRROR_CONTAINER,
-        "image": settings.runner_image,
-        "imagePullPolicy": settings.image_pull_policy,
-        "restartPolicy": "Always",
-        "command": ["autorl", "agent-runner", "mirror"],
-        "args": ["--workspace", AGENT_WORKSPACE],
+    sidecar = _platform_sidecar(MIRROR_CONTAINER, "mirror", settings)
+    sidecar["args"].append("--group-readable")
+    return sidecar | {
         "env": [
             {"name": name, "value": contract[name]}
             for name in ("WORKSPACE", "TASK", "BASE_MODEL", "HOME", "USER", "LOGNAME")
         ],
         "envFrom": [{"secretRef": {"name": ref.secret_name}}],
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        "securityContext": _container_security(),
-        "volumeMounts": [
-            _tmp_mount(),
-            {"name": SHARED_VOLUME, "mountPath": AGENT_WORKSPACE, "subPath": ref.workspace_subpath},
-        ],
+        "volumeMounts": [_tmp_mount(), _workspace_mount(ref)],
     }
 
 
@@ -502,6 +537,7 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
             # One token each, '=' joined: an argument that starts with '-' stays the agent's.
             *(f"--agent-arg={arg}" for arg in spec.agent.args or []),
         ]
+        pod["initContainers"] = [build_group_read_sidecar(ref, settings)]
     else:
         # The prepare Job laid out the workspace; the sidecar keeps its mirrors fresh.
         container["image"] = spec.agent.image
