@@ -2,7 +2,7 @@
 
 Every figure in the document sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
 and is written by one of :data:`RENDERERS` from one results file (:mod:`docgen`), so the document
-cannot drift from the files (tests/unit/test_performance_doc.py fails when it does). After a
+cannot drift from the files (tests/unit/test_generated_docs.py fails when it does). After a
 benchmark writes new results, ``python3 bench/report.py`` rewrites those blocks in place.
 """
 
@@ -217,7 +217,22 @@ def bf16_agreement() -> str:
         f"train prompts), up to 64 new tokens: final answers equal between the engine and `generate` in "
         f"**{a['equal_final_answers']:,} of {a['rows']:,} ({a['equal_final_answers_pct']} %)** "
         f"(target ≥ 99 %); ids identical in {a['identical_ids']:,} rows; `generate` wrote a final answer "
-        f"in {a['rows_with_an_answer']:,}.\n"
+        f"in {a['rows_with_an_answer']:,}.{_agreement_controls(a)}\n"
+    )
+
+
+def _agreement_controls(a: dict[str, Any]) -> str:
+    """The controls of bench/grpo_gpu.py's agreement part, where the results hold them."""
+    if "generate_vs_generate_other_batches" not in a:
+        return ""
+    floor, wide = a["generate_vs_generate_other_batches"], a["float32_engine_vs_generate"]
+    first, second = a["generate_batch_sizes"]
+    return (
+        f" Controls: `generate` against itself in batches of {first} and {second}: final answers equal in "
+        f"{floor['equal_final_answers']:,} ({floor['equal_final_answers_pct']} %), ids in "
+        f"{floor['identical_ids']:,}; the engine against `generate` on a float32 copy of the model: "
+        f"{wide['equal_final_answers']:,} ({wide['equal_final_answers_pct']} %), "
+        f"ids in {wide['identical_ids']:,}."
     )
 
 

@@ -212,6 +212,7 @@ class Agent:
             problems=len(self.problems),
             parameters=self.parameters,
             device="cuda" if self.cuda else "cpu",
+            dtype=str(dtype).removeprefix("torch."),
             remaining_s=round(self.end_time - time.time()),
         )
 

@@ -1,0 +1,303 @@
+"""``autorl run`` end to end on a GPU machine: embedded SQLite, local worker, the example agent.
+
+One ``autorl run`` per layout, each in a home of its own (so each measures its own baseline):
+
+- ``shared``: no ``--agent-gpus``/``--eval-gpus``; agent and evaluator see the same GPUs, and the
+  local worker waits for a free share of memory before each evaluation;
+- ``split``: ``--agent-gpus 0 --eval-gpus 1`` (needs two GPUs).
+
+Task ``gsm8k`` from ``tests/data`` (``AUTORL_DATA_SOURCE_DIR``; the hub is out of reach there),
+model: the Qwen2.5-1.5B architecture with random bf16 weights (bench/hf_eval_gpu.py's checkpoint)
+or ``--model builtin:tiny-qwen2``; ``--task arith`` with the builtin model shows real learning.
+The agent runs with ``--sandbox none`` (the GPU image has no bubblewrap). For each run the JSON
+holds the phases as the run's own terminal printed them (seconds from the command's start: services
+up, baseline started and scored, agent started, first submission, first score, agent exited,
+results row), every submission's evaluation time, the results row, what the agent logged about
+its device, and each GPU's peak memory in use while the run lasted (``nvidia-smi``).
+
+On the GPU machine, with the wheelhouse of bench/gpu_wheelhouse.py carried as ``.whl``:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site:.:bench python3 bench/autorl_run_gpu.py --output $OUT/autorl_run_gpu.json
+
+``--smoke`` checks the script on a CPU (builtin model, four problems, eight new tokens).
+Writes ``bench/results/autorl_run_gpu.json`` (or ``--output``) after every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hf_eval_gpu import build_checkpoint, log
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json"
+COMMAND = (
+    "python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && "
+    "PYTHONPATH=/tmp/site:.:bench python3 bench/autorl_run_gpu.py"
+)
+#: Layout → the GPU flags of ``autorl run``.
+LAYOUTS: dict[str, list[str]] = {
+    "shared": [],
+    "split": ["--agent-gpus", "0", "--eval-gpus", "1"],
+}
+#: Lines of ``autorl run``'s terminal that mark a phase, by the phase's name (first match counts).
+PHASES: dict[str, re.Pattern[str]] = {
+    "services_started": re.compile(r"phase=starting services"),
+    "baseline_started": re.compile(r"phase=baseline"),
+    "baseline_scored": re.compile(r"baseline score"),
+    "agent_started": re.compile(r"phase=agent "),
+    "first_submission": re.compile(r"submission \d+ \S+ status=queued"),
+    "first_evaluation_started": re.compile(r"submission \d+ \S+ status=running"),
+    "first_score": re.compile(r"submission \d+ \S+ status=scored"),
+    "agent_exited": re.compile(r"agent exited"),
+    "finishing": re.compile(r"phase=finishing"),
+    "results_row": re.compile(r"^Run \S+ (completed|interrupted|failed)"),
+}
+CHECKPOINT_NAME = "qwen25-1.5b-random"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=["shared", "split"])
+    parser.add_argument("--task", default="gsm8k")
+    parser.add_argument(
+        "--model", default=CHECKPOINT_NAME, help=f"{CHECKPOINT_NAME} (built here) or any autorl run model"
+    )
+    parser.add_argument("--timeout", type=float, default=150.0, help="the agent's budget, seconds")
+    parser.add_argument("--finish-wait", type=float, default=90.0)
+    parser.add_argument("--eval-limit", type=int, default=None, help="AUTORL_EVAL_LIMIT (default all)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="AUTORL_EVAL_MAX_NEW_TOKENS")
+    parser.add_argument(
+        "--agent-args", default="--sft-epochs 2 --reserve-s 30", help="AUTORL_AGENT_ARGS for example_grpo"
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (checks the script)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.model, args.eval_limit, args.max_new_tokens = "builtin:tiny-qwen2", 4, 8
+        args.timeout, args.finish_wait = min(args.timeout, 40.0), min(args.finish_wait, 60.0)
+        args.agent_args = "--sft-epochs 1 --max-train-problems 8 --reserve-s 15"
+    gpus = gpu_names()
+    if not args.smoke and "split" in args.layouts and len(gpus) < 2:
+        raise SystemExit(
+            f"the split layout needs two GPUs; this machine has {len(gpus)}: pass --layouts shared"
+        )
+    results: dict[str, Any] = {
+        "benchmark": "autorl_run_gpu",
+        "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+        "command": COMMAND,
+        "smoke": args.smoke,
+        "environment": environment(gpus),
+        "settings": {
+            "task": args.task,
+            "timeout_s": args.timeout,
+            "finish_wait_s": args.finish_wait,
+            "eval_limit": args.eval_limit,
+            "eval_max_new_tokens": args.max_new_tokens,
+            "agent_args": args.agent_args,
+        },
+        "runs": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="autorl-run-gpu-") as scratch:
+        root = Path(scratch)
+        model = args.model
+        if model == CHECKPOINT_NAME:
+            started = time.monotonic()
+            checkpoint, parameters = build_checkpoint(root / "models" / CHECKPOINT_NAME, seed=0)
+            # Readable by whatever user the agent ends up as.
+            for path in [checkpoint.parent, checkpoint, *checkpoint.iterdir()]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            model = str(checkpoint)
+            results["model"] = {
+                "name": "Qwen2.5-1.5B architecture, random bf16 weights (seed 0), builtin tokenizer",
+                "parameters": parameters,
+                "build_s": round(time.monotonic() - started, 1),
+            }
+        else:
+            results["model"] = {"name": model}
+        for index, layout in enumerate(args.layouts):
+            log(f"autorl run, layout {layout}")
+            results["runs"][layout] = run_once(args, root / layout, model, layout, port=8100 + index)
+            write(args.output, results)
+    write(args.output, results)
+    failed = [name for name, run in results["runs"].items() if run.get("exit_code") != 0]
+    return 1 if failed else 0
+
+
+def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, port: int) -> dict[str, Any]:
+    """One ``autorl run``; its phases, evaluations, results row and GPU memory."""
+    home.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "AUTORL_HOME": str(home),
+        "AUTORL_DATA_SOURCE_DIR": str(REPO_ROOT / "tests" / "data"),
+        "AUTORL_EVAL_MAX_NEW_TOKENS": str(args.max_new_tokens),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if args.eval_limit is not None:
+        env["AUTORL_EVAL_LIMIT"] = str(args.eval_limit)
+    if args.smoke:
+        env["AUTORL_EVAL_DEVICE"] = "cpu"
+    flags = [] if args.smoke else LAYOUTS[layout]
+    command = [
+        *autorl_command(),
+        "run",
+        "--task", args.task,
+        "--model", model,
+        "--agent", "example_grpo",
+        "--timeout", f"{args.timeout:g}",
+        "--finish-wait", f"{args.finish_wait:g}",
+        "--port", str(port),
+        "--sandbox", "none",
+        "--env", f"AUTORL_AGENT_ARGS={args.agent_args}",
+        *flags,
+    ]  # fmt: skip
+    record: dict[str, Any] = {"flags": flags, "phases_s": {}}
+    sampler = GpuSampler()
+    sampler.start()
+    started = time.monotonic()
+    lines: list[str] = []
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        elapsed = round(time.monotonic() - started, 1)
+        text = line.rstrip("\n")
+        lines.append(f"{elapsed:7.1f} {text}")
+        print(f"  {elapsed:7.1f} {text}", flush=True)
+        stripped = re.sub(r"^\[\d+:\d\d\] ", "", text)
+        for name, pattern in PHASES.items():
+            if name not in record["phases_s"] and pattern.search(stripped):
+                record["phases_s"][name] = elapsed
+    record["exit_code"] = process.wait()
+    record["wall_s"] = round(time.monotonic() - started, 1)
+    record["gpu_peak_used_mib"] = sampler.stop()
+    record["terminal_tail"] = lines[-12:]
+    rows = json.loads(
+        subprocess.run(
+            [*autorl_command(), "results", "--json", "--home", str(home)],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    if not rows:
+        record["error"] = "no results row"
+        return record
+    row = rows[-1]
+    record["results_row"] = row
+    workspace = Path(str(row["workspace"]))
+    record["submissions"] = submissions(workspace / "scores.json")
+    record["agent_log"] = [
+        line for line in read_lines(workspace / "agent.log") if " event=" in line and "example_grpo" in line
+    ][:40]
+    return record
+
+
+def submissions(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    kept = ("submission_id", "model_path", "status", "score", "eval_seconds", "reused_from", "error")
+    rows = []
+    for entry in json.loads(path.read_text(encoding="utf-8")):
+        row = {key: entry.get(key) for key in kept}
+        if entry.get("created_at") is not None and entry.get("finished_at") is not None:
+            row["queued_to_scored_s"] = round(entry["finished_at"] - entry["created_at"], 1)
+        rows.append(row)
+    return rows
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+
+
+def autorl_command() -> list[str]:
+    """The installed ``autorl`` beside this interpreter, else the CLI through this interpreter."""
+    script = Path(sys.executable).parent / "autorl"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "from autorl.cli import main; raise SystemExit(main())"]
+
+
+def gpu_names() -> list[str]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def environment(gpus: list[str]) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    manifest = REPO_ROOT / ".whl" / "manifest.json"
+    return {
+        "gpus": gpus or [platform.processor() or platform.machine()],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "setpriv": shutil.which("setpriv") is not None,
+        "bwrap": shutil.which("bwrap") is not None,
+        "wheelhouse": json.loads(manifest.read_text(encoding="utf-8"))["added"]
+        if manifest.is_file()
+        else None,
+    }
+
+
+class GpuSampler:
+    """Each GPU's largest memory in use (MiB) while it runs, read with ``nvidia-smi`` every second."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> None:
+        if shutil.which("nvidia-smi") is not None:
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            done = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            for line in done.stdout.splitlines():
+                index, _, used = line.partition(",")
+                if used.strip().isdigit():
+                    self.peaks[index.strip()] = max(self.peaks.get(index.strip(), 0), int(used))
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return dict(self.peaks)
+
+
+def write(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
