@@ -63,7 +63,7 @@ PHASES: dict[str, re.Pattern[str]] = {
     "first_submission": re.compile(r"submission \d+ \S+ status=queued"),
     "first_evaluation_started": re.compile(r"submission \d+ \S+ status=running"),
     "first_score": re.compile(r"submission \d+ \S+ status=scored"),
-    "agent_exited": re.compile(r"agent exited"),
+    "agent_exited": re.compile(r"agent exited|agent reached its deadline"),
     "finishing": re.compile(r"phase=finishing"),
     "results_row": re.compile(r"^Run \S+ (completed|interrupted|failed)"),
 }

@@ -248,6 +248,66 @@ def weight_swap() -> str:
     )
 
 
+#: ``autorl run``'s phases in bench/autorl_run_gpu.py's results, in order, by column heading.
+RUN_PHASES = {
+    "services_started": "services",
+    "baseline_scored": "baseline scored",
+    "agent_started": "agent start",
+    "first_submission": "1st submission",
+    "first_score": "1st score",
+    "agent_exited": "agent exit",
+    "results_row": "results row",
+}
+
+
+def autorl_run() -> str:
+    if not (REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json").is_file():
+        return "Not run on a GPU yet: `bench/results/autorl_run_gpu.json` does not exist.\n"
+    data = load_results("autorl_run_gpu")
+    env, settings = data["environment"], data["settings"]
+    added = ", ".join(f"{name} {version}" for name, version in sorted((env["wheelhouse"] or {}).items()))
+    lines = [
+        f"Measured {data['date'][:16].replace('T', ' ')} UTC on {len(env['gpus'])}× {env['gpus'][0]}, torch "
+        f"{env['torch']}, transformers {env['transformers']}, Python {env['python']}. Model: "
+        f"{data['model']['name']}; task {settings['task']}, agent `example_grpo` "
+        f"(`{settings['agent_args']}`), budget {number(settings['timeout_s'], 0)} s, evaluations of "
+        f"{settings['eval_limit'] or 'all'} problems × up to {settings['eval_max_new_tokens']} new tokens. "
+        f"Added to the GPU image: {added or 'nothing'}. Seconds from the command's start:",
+        "",
+        "| layout | "
+        + " | ".join(RUN_PHASES.values())
+        + " | exit | scored | evaluation s | peak MiB by GPU |",
+        "| --- | " + "---: | " * (len(RUN_PHASES) + 3) + "--- |",
+    ]
+    for layout, run in data["runs"].items():
+        phases = [run["phases_s"].get(key) for key in RUN_PHASES]
+        evaluations = [row["eval_seconds"] for row in run.get("submissions", []) if row.get("eval_seconds")]
+        spread = f"{number(min(evaluations))}–{number(max(evaluations))}" if evaluations else "—"
+        memory = ", ".join(f"{gpu}: {mib:,}" for gpu, mib in sorted(run["gpu_peak_used_mib"].items())) or "—"
+        row = run.get("results_row", {})
+        flags = " ".join(run["flags"]) or "no GPU flags"
+        lines.append(
+            f"| {layout} (`{flags}`) | "
+            + " | ".join("—" if value is None else number(value) for value in phases)
+            + f" | {run['exit_code']} | {row.get('submissions', '—')} | {spread} | {memory} |"
+        )
+    devices = {
+        layout: next(
+            (line.split(" event=start ")[1] for line in run.get("agent_log", []) if " event=start " in line),
+            "",
+        )
+        for layout, run in data["runs"].items()
+    }
+    lines.append("")
+    for layout, run in data["runs"].items():
+        row = run.get("results_row", {})
+        lines.append(
+            f"- {layout}: status {row.get('status', '—')}, baseline {row.get('baseline')}, best "
+            f"{row.get('best_score')}, improvement {row.get('improvement')}; the agent: `{devices[layout]}`."
+        )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -258,6 +318,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo-learning": grpo_learning,
     "bf16-agreement": bf16_agreement,
     "weight-swap": weight_swap,
+    "autorl-run-gpu": autorl_run,
 }
 
 
