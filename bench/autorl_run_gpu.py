@@ -15,10 +15,12 @@ up, baseline started and scored, agent started, first submission, first score, a
 results row), every submission's evaluation time, the results row, what the agent logged about
 its device, and each GPU's peak memory in use while the run lasted (``nvidia-smi``).
 
-On the GPU machine, with the wheelhouse of bench/gpu_wheelhouse.py carried as ``.whl``:
+On the GPU machine, with the wheelhouse of bench/gpu_wheelhouse.py carried as ``.whl``, installed
+into the interpreter's own environment (not ``--target`` with ``PYTHONPATH``: the chat template's
+renderer runs as ``python -I``, which ignores ``PYTHONPATH``):
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:.:bench python3 bench/autorl_run_gpu.py --output $OUT/autorl_run_gpu.json
+    python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
+    python3 bench/autorl_run_gpu.py --output $OUT/autorl_run_gpu.json
 
 ``--smoke`` checks the script on a CPU (builtin model, four problems, eight new tokens).
 Writes ``bench/results/autorl_run_gpu.json`` (or ``--output``) after every run.
@@ -46,8 +48,8 @@ from hf_eval_gpu import build_checkpoint, log
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json"
 COMMAND = (
-    "python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && "
-    "PYTHONPATH=/tmp/site:.:bench python3 bench/autorl_run_gpu.py"
+    "python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && "
+    "python3 bench/autorl_run_gpu.py"
 )
 #: Layout → the GPU flags of ``autorl run``.
 LAYOUTS: dict[str, list[str]] = {
@@ -83,14 +85,28 @@ def main() -> int:
     parser.add_argument("--eval-limit", type=int, default=None, help="AUTORL_EVAL_LIMIT (default all)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="AUTORL_EVAL_MAX_NEW_TOKENS")
     parser.add_argument(
-        "--agent-args", default="--sft-epochs 2 --reserve-s 30", help="AUTORL_AGENT_ARGS for example_grpo"
+        "--agent-args",
+        default=None,
+        help="AUTORL_AGENT_ARGS for example_grpo (default: --sft-epochs 2 --reserve-s 30; with --smoke "
+        "--sft-epochs 1 --max-train-problems 8 --reserve-s 15)",
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (checks the script)")
     args = parser.parse_args()
     if args.smoke:
         args.model, args.eval_limit, args.max_new_tokens = "builtin:tiny-qwen2", 4, 8
         args.timeout, args.finish_wait = min(args.timeout, 40.0), min(args.finish_wait, 60.0)
-        args.agent_args = "--sft-epochs 1 --max-train-problems 8 --reserve-s 15"
+        args.agent_args = args.agent_args or "--sft-epochs 1 --max-train-problems 8 --reserve-s 15"
+    args.agent_args = args.agent_args or "--sft-epochs 2 --reserve-s 30"
+    isolated = subprocess.run(
+        [sys.executable, "-I", "-c", "import autorl_controller, autorl_evaluator, autorl_grader, fastapi"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if isolated.returncode:
+        raise SystemExit(
+            f"{sys.executable} -I cannot import the platform ({isolated.stderr.strip().splitlines()[-1]}): "
+            "install its wheels into this interpreter's environment (pip install --no-deps .whl/*.whl), "
+            "not with --target and PYTHONPATH, which isolated child processes ignore"
+        )
     gpus = gpu_names()
     if not args.smoke and "split" in args.layouts and len(gpus) < 2:
         raise SystemExit(
@@ -134,7 +150,13 @@ def main() -> int:
             results["runs"][layout] = run_once(args, root / layout, model, layout, port=8100 + index)
             write(args.output, results)
     write(args.output, results)
-    failed = [name for name, run in results["runs"].items() if run.get("exit_code") != 0]
+    failed = [
+        name
+        for name, run in results["runs"].items()
+        if run.get("exit_code") != 0 or run.get("results_row", {}).get("status") != "completed"
+    ]
+    if failed:
+        log(f"not completed: {', '.join(failed)} (the results file holds each run's terminal and agent log)")
     return 1 if failed else 0
 
 
@@ -201,9 +223,9 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     record["results_row"] = row
     workspace = Path(str(row["workspace"]))
     record["submissions"] = submissions(workspace / "scores.json")
-    record["agent_log"] = [
-        line for line in read_lines(workspace / "agent.log") if " event=" in line and "example_grpo" in line
-    ][:40]
+    agent_log = read_lines(workspace / "agent.log")
+    record["agent_log"] = [line for line in agent_log if " event=" in line and "example_grpo" in line][:40]
+    record["agent_log_tail"] = agent_log[-15:]
     return record
 
 

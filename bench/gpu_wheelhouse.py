@@ -8,10 +8,10 @@ batched CUDA engine, GSM8K comes from ``AUTORL_DATA_SOURCE_DIR``.
 
     .venv/bin/python bench/gpu_wheelhouse.py [--target .whl] [--python-version 3.12]
 
-On the GPU machine (the folder carried there):
+On the GPU machine (the folder carried there), into the interpreter's own environment: the chat
+template's renderer starts ``python -I``, which ignores ``PYTHONPATH`` (so no ``--target``):
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
+    python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
 
 Writes ``TARGET/manifest.json``: each wheel's name, version and size, and the total.
 """
@@ -99,8 +99,8 @@ def missing_closure(roots: list[str], python_version: str) -> dict[str, str]:
     """name → installed version of every package the roots need that the image lacks."""
     environment = {
         **default_environment(),
-        "python_version": python_version,
-        "python_full_version": f"{python_version}.0",
+        "python_version": ".".join(python_version.split(".")[:2]),
+        "python_full_version": python_version if python_version.count(".") == 2 else f"{python_version}.0",
         "sys_platform": "linux",
         "platform_system": "Linux",
         "implementation_name": "cpython",
@@ -137,13 +137,16 @@ def _needs(distribution: metadata.Distribution, environment: dict[str, str], ext
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, default=REPO_ROOT / ".whl")
-    parser.add_argument("--python-version", default="3.12")
+    parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python: 3.12 or 3.12.3")
     args = parser.parse_args()
     if args.target.exists() and any(args.target.iterdir()):
         raise SystemExit(f"{args.target} is not empty: remove it first (one version of each wheel)")
     args.target.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     for folder in OWN_PACKAGES.values():
+        # setuptools builds in the source folder; a build/ it leaves there would hold stale copies.
+        build = REPO_ROOT / folder / "build"
+        built_before = build.exists()
         subprocess.run(
             [
                 *pip,
@@ -156,6 +159,8 @@ def main() -> int:
             ],
             check=True,
         )
+        if not built_before:
+            shutil.rmtree(build, ignore_errors=True)
     needed = missing_closure(ROOTS, args.python_version)
     platforms = [flag for name in MANYLINUX for flag in ("--platform", name)]
     for name, version in sorted(needed.items()):
@@ -193,7 +198,6 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    shutil.rmtree(args.target / "build", ignore_errors=True)
     return 0
 
 

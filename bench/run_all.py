@@ -38,8 +38,8 @@ GPU_BENCHMARKS: dict[str, str] = {
     "hf_eval_gpu": "PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py "
     "--variants 64@700 256@700 512@700 1319@700 64 256 512 1319 --max-new-tokens 512",
     # The wheelhouse of bench/gpu_wheelhouse.py carried as .whl (the image lacks our services' needs).
-    "autorl_run_gpu": "python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "
-    ".whl/*.whl && PYTHONPATH=/tmp/site:.:bench python3 bench/autorl_run_gpu.py",
+    "autorl_run_gpu": "python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && "
+    "python3 bench/autorl_run_gpu.py",
 }
 
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).
