@@ -2,8 +2,9 @@
 
 One ``autorl run`` per layout, each in a home of its own (so each measures its own baseline):
 
-- ``shared``: no ``--agent-gpus``/``--eval-gpus``; agent and evaluator see the same GPUs, and the
-  local worker waits for a free share of memory before each evaluation;
+- ``shared``: one GPU (``CUDA_VISIBLE_DEVICES=0``) and no ``--agent-gpus``/``--eval-gpus``: agent
+  and evaluator share it, and the local worker waits for a free share of its memory before each
+  evaluation;
 - ``split``: ``--agent-gpus 0 --eval-gpus 1`` (needs two GPUs).
 
 Task ``gsm8k`` from ``tests/data`` (``AUTORL_DATA_SOURCE_DIR``; the hub is out of reach there),
@@ -56,6 +57,8 @@ LAYOUTS: dict[str, list[str]] = {
     "shared": [],
     "split": ["--agent-gpus", "0", "--eval-gpus", "1"],
 }
+#: Layout → variables ``autorl run`` starts with (what it sees of the machine).
+LAYOUT_ENV: dict[str, dict[str, str]] = {"shared": {"CUDA_VISIBLE_DEVICES": "0"}, "split": {}}
 #: Lines of ``autorl run``'s terminal that mark a phase, by the phase's name (first match counts).
 PHASES: dict[str, re.Pattern[str]] = {
     "services_started": re.compile(r"phase=starting services"),
@@ -80,8 +83,8 @@ def main() -> int:
     parser.add_argument(
         "--model", default=CHECKPOINT_NAME, help=f"{CHECKPOINT_NAME} (built here) or any autorl run model"
     )
-    parser.add_argument("--timeout", type=float, default=150.0, help="the agent's budget, seconds")
-    parser.add_argument("--finish-wait", type=float, default=90.0)
+    parser.add_argument("--timeout", type=float, default=120.0, help="the agent's budget, seconds")
+    parser.add_argument("--finish-wait", type=float, default=60.0)
     parser.add_argument("--eval-limit", type=int, default=None, help="AUTORL_EVAL_LIMIT (default all)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="AUTORL_EVAL_MAX_NEW_TOKENS")
     parser.add_argument(
@@ -175,6 +178,8 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     if args.smoke:
         env["AUTORL_EVAL_DEVICE"] = "cpu"
     flags = [] if args.smoke else LAYOUTS[layout]
+    overrides = {} if args.smoke else LAYOUT_ENV[layout]
+    env.update(overrides)
     command = [
         *autorl_command(),
         "run",
@@ -188,7 +193,7 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
         "--env", f"AUTORL_AGENT_ARGS={args.agent_args}",
         *flags,
     ]  # fmt: skip
-    record: dict[str, Any] = {"flags": flags, "phases_s": {}}
+    record: dict[str, Any] = {"flags": flags, "env": overrides, "phases_s": {}}
     sampler = GpuSampler()
     sampler.start()
     started = time.monotonic()

@@ -285,7 +285,7 @@ def autorl_run() -> str:
         spread = f"{number(min(evaluations))}–{number(max(evaluations))}" if evaluations else "—"
         memory = ", ".join(f"{gpu}: {mib:,}" for gpu, mib in sorted(run["gpu_peak_used_mib"].items())) or "—"
         row = run.get("results_row", {})
-        flags = " ".join(run["flags"]) or "no GPU flags"
+        flags = " ".join([*(f"{k}={v}" for k, v in run["env"].items()), *run["flags"]]) or "no GPU flags"
         lines.append(
             f"| {layout} (`{flags}`) | "
             + " | ".join("—" if value is None else number(value) for value in phases)
