@@ -11,7 +11,7 @@ Task ``gsm8k`` from ``tests/data`` (``AUTORL_DATA_SOURCE_DIR``; the hub is out o
 model: the Qwen2.5-1.5B architecture with random bf16 weights (bench/hf_eval_gpu.py's checkpoint)
 or ``--model builtin:tiny-qwen2``; ``--task arith`` with the builtin model shows real learning.
 The agent runs with ``--sandbox none`` (the GPU image has no bubblewrap). For each run the JSON
-holds the phases as the run's own terminal printed them (seconds from the command's start: services
+holds the phases as the run's own terminal printed them (seconds from the start of ``autorl run``: services
 up, baseline started and scored, agent started, first submission, first score, agent exited,
 results row), every submission's evaluation time, the results row, what the agent logged about
 its device, and each GPU's peak memory in use while the run lasted (``nvidia-smi``).
@@ -24,7 +24,10 @@ renderer runs as ``python -I``, which ignores ``PYTHONPATH``):
     python3 bench/autorl_run_gpu.py --output $OUT/autorl_run_gpu.json
 
 ``--smoke`` checks the script on a CPU (builtin model, four problems, eight new tokens).
-Writes ``bench/results/autorl_run_gpu.json`` (or ``--output``) after every run.
+Writes ``bench/results/autorl_run_gpu.json`` (or ``--output``) after every run, each under
+``TASK/LAYOUT``; ``--append`` keeps the runs another command wrote there (the ``arith`` run in a
+call of its own:
+``--append --task arith --model builtin:tiny-qwen2 --layouts split --timeout 240``).
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ CHECKPOINT_NAME = "qwen25-1.5b-random"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--append", action="store_true", help="keep the runs already in --output (another call's)"
+    )
     parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=["shared", "split"])
     parser.add_argument("--task", default="gsm8k")
     parser.add_argument(
@@ -115,10 +121,10 @@ def main() -> int:
         raise SystemExit(
             f"the split layout needs two GPUs; this machine has {len(gpus)}: pass --layouts shared"
         )
-    results: dict[str, Any] = {
-        "benchmark": "autorl_run_gpu",
-        "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
-        "command": COMMAND,
+    results: dict[str, Any] = {"benchmark": "autorl_run_gpu", "command": COMMAND, "runs": {}}
+    if args.append and args.output.is_file():
+        results["runs"] = json.loads(args.output.read_text(encoding="utf-8"))["runs"]
+    common = {
         "smoke": args.smoke,
         "environment": environment(gpus),
         "settings": {
@@ -129,38 +135,44 @@ def main() -> int:
             "eval_max_new_tokens": args.max_new_tokens,
             "agent_args": args.agent_args,
         },
-        "runs": {},
     }
+    done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="autorl-run-gpu-") as scratch:
         root = Path(scratch)
-        model = args.model
-        if model == CHECKPOINT_NAME:
-            started = time.monotonic()
-            checkpoint, parameters = build_checkpoint(root / "models" / CHECKPOINT_NAME, seed=0)
-            # Readable by whatever user the agent ends up as.
-            for path in [checkpoint.parent, checkpoint, *checkpoint.iterdir()]:
-                path.chmod(0o755 if path.is_dir() else 0o644)
-            model = str(checkpoint)
-            results["model"] = {
-                "name": "Qwen2.5-1.5B architecture, random bf16 weights (seed 0), builtin tokenizer",
-                "parameters": parameters,
-                "build_s": round(time.monotonic() - started, 1),
-            }
-        else:
-            results["model"] = {"name": model}
+        model, common["model"] = prepare_model(args.model, root)
         for index, layout in enumerate(args.layouts):
-            log(f"autorl run, layout {layout}")
-            results["runs"][layout] = run_once(args, root / layout, model, layout, port=8100 + index)
+            name = f"{args.task}/{layout}"
+            log(f"autorl run {name}")
+            record = {"date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}", **common}
+            record.update(run_once(args, root / layout, model, layout, port=8100 + index))
+            results["runs"][name] = record
+            done.append(name)
             write(args.output, results)
-    write(args.output, results)
     failed = [
         name
-        for name, run in results["runs"].items()
-        if run.get("exit_code") != 0 or run.get("results_row", {}).get("status") != "completed"
+        for name in done
+        if results["runs"][name].get("exit_code") != 0
+        or results["runs"][name].get("results_row", {}).get("status") != "completed"
     ]
     if failed:
         log(f"not completed: {', '.join(failed)} (the results file holds each run's terminal and agent log)")
     return 1 if failed else 0
+
+
+def prepare_model(model: str, root: Path) -> tuple[str, dict[str, Any]]:
+    """What ``autorl run --model`` gets, and how the results describe it."""
+    if model != CHECKPOINT_NAME:
+        return model, {"name": model}
+    started = time.monotonic()
+    checkpoint, parameters = build_checkpoint(root / "models" / CHECKPOINT_NAME, seed=0)
+    # Readable by whatever user the agent ends up as.
+    for path in [checkpoint.parent, checkpoint, *checkpoint.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return str(checkpoint), {
+        "name": "Qwen2.5-1.5B architecture, random bf16 weights (seed 0), builtin tokenizer",
+        "parameters": parameters,
+        "build_s": round(time.monotonic() - started, 1),
+    }
 
 
 def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, port: int) -> dict[str, Any]:

@@ -263,23 +263,31 @@ RUN_PHASES = {
 def autorl_run() -> str:
     if not (REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json").is_file():
         return "Not run on a GPU yet: `bench/results/autorl_run_gpu.json` does not exist.\n"
-    data = load_results("autorl_run_gpu")
-    env, settings = data["environment"], data["settings"]
-    added = ", ".join(f"{name} {version}" for name, version in sorted((env["wheelhouse"] or {}).items()))
-    lines = [
-        f"Measured {data['date'][:16].replace('T', ' ')} UTC on {len(env['gpus'])}× {env['gpus'][0]}, torch "
-        f"{env['torch']}, transformers {env['transformers']}, Python {env['python']}. Model: "
-        f"{data['model']['name']}; task {settings['task']}, agent `example_grpo` "
-        f"(`{settings['agent_args']}`), budget {number(settings['timeout_s'], 0)} s, evaluations of "
-        f"{settings['eval_limit'] or 'all'} problems × up to {settings['eval_max_new_tokens']} new tokens. "
-        f"Added to the GPU image: {added or 'nothing'}. Seconds from the command's start:",
+    runs = load_results("autorl_run_gpu")["runs"]
+    lines = []
+    for name, run in runs.items():
+        env, settings = run["environment"], run["settings"]
+        added = ", ".join(
+            f"{package} {version}" for package, version in sorted((env["wheelhouse"] or {}).items())
+        )
+        lines.append(
+            f"- `{name}`: {run['date'][:16].replace('T', ' ')} UTC on {len(env['gpus'])}× {env['gpus'][0]}, "
+            f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}; model "
+            f"{run['model']['name']}; agent `example_grpo` (`{settings['agent_args']}`), budget "
+            f"{number(settings['timeout_s'], 0)} s; evaluations of {settings['eval_limit'] or 'all'} "
+            f"problems × up to {settings['eval_max_new_tokens']} new tokens; "
+            f"added to the image: {added or 'nothing'}."
+        )
+    lines += [
         "",
-        "| layout | "
+        "Seconds from the start of each `autorl run`:",
+        "",
+        "| run | GPUs | "
         + " | ".join(RUN_PHASES.values())
         + " | exit | scored | evaluation s | peak MiB by GPU |",
-        "| --- | " + "---: | " * (len(RUN_PHASES) + 3) + "--- |",
+        "| --- | --- | " + "---: | " * (len(RUN_PHASES) + 3) + "--- |",
     ]
-    for layout, run in data["runs"].items():
+    for name, run in runs.items():
         phases = [run["phases_s"].get(key) for key in RUN_PHASES]
         evaluations = [row["eval_seconds"] for row in run.get("submissions", []) if row.get("eval_seconds")]
         spread = f"{number(min(evaluations))}–{number(max(evaluations))}" if evaluations else "—"
@@ -287,23 +295,20 @@ def autorl_run() -> str:
         row = run.get("results_row", {})
         flags = " ".join([*(f"{k}={v}" for k, v in run["env"].items()), *run["flags"]]) or "no GPU flags"
         lines.append(
-            f"| {layout} (`{flags}`) | "
+            f"| `{name}` | `{flags}` | "
             + " | ".join("—" if value is None else number(value) for value in phases)
             + f" | {run['exit_code']} | {row.get('submissions', '—')} | {spread} | {memory} |"
         )
-    devices = {
-        layout: next(
+    lines.append("")
+    for name, run in runs.items():
+        row = run.get("results_row", {})
+        start = next(
             (line.split(" event=start ")[1] for line in run.get("agent_log", []) if " event=start " in line),
             "",
         )
-        for layout, run in data["runs"].items()
-    }
-    lines.append("")
-    for layout, run in data["runs"].items():
-        row = run.get("results_row", {})
         lines.append(
-            f"- {layout}: status {row.get('status', '—')}, baseline {row.get('baseline')}, best "
-            f"{row.get('best_score')}, improvement {row.get('improvement')}; the agent: `{devices[layout]}`."
+            f"- `{name}`: status {row.get('status', '—')}, baseline {row.get('baseline')}, best "
+            f"{row.get('best_score')}, improvement {row.get('improvement')}; the agent: `{start}`."
         )
     return "\n".join(lines) + "\n"
 
