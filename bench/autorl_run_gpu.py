@@ -125,6 +125,7 @@ def main() -> int:
     if args.append and args.output.is_file():
         results["runs"] = json.loads(args.output.read_text(encoding="utf-8"))["runs"]
     common = {
+        "arguments": sys.argv[1:],
         "smoke": args.smoke,
         "environment": environment(gpus),
         "settings": {
