@@ -12,7 +12,9 @@
    update with every advantage 1), then trained with fast GRPO for ``--grpo-s`` seconds; mean
    reward per step, and greedy accuracy on 200 held-out problems (seed 12345) before and after.
 3. **bf16 agreement**: that trained model's greedy completions through the engine against
-   transformers ``generate`` in bf16 on ``--agreement-rows`` prompts: equal final answers, equal ids.
+   transformers ``generate`` in bf16 on ``--agreement-rows`` prompts: equal final answers, equal ids;
+   beside it, ``generate`` against itself in batches of another size, and the engine against
+   ``generate`` on a float32 copy of the model (is a difference rounding or a fault?).
 4. **Weight swap** (the 1.5B checkpoint): a cold ``from_pretrained`` to the GPU against reading
    the safetensors file straight to the GPU into a resident model of the same architecture,
    each to the first generated id of one prompt.
@@ -420,32 +422,57 @@ def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any
 
 
 def agreement(model: Any, tokenizer: Any, task: Any, prompts: list[list[int]], eos: int) -> dict[str, Any]:
-    """Greedy final answers of the engine against ``generate``'s, same prompts, in the model's dtype."""
+    """Greedy final answers of the engine against ``generate``'s, same prompts, in the model's dtype.
+
+    Two controls tell rounding from a fault: ``generate`` against itself with the same prompts in
+    batches of another size (the floor any batched decoder can reach in this dtype), and the engine
+    against ``generate`` on a float32 copy of the same model (where near-ties no longer round alike).
+    """
+    import copy
+
     import torch
 
     from autorl.decoding.greedy_engine import _generate_batch, generate_greedy
     from autorl.tasks.gsm8k import extract_answer
 
-    engine = generate_greedy(
-        model, prompts, max_new_tokens=64, eos_ids=[eos], pad_id=tokenizer.pad_token_id
-    ).tokens
-    reference: list[list[int]] = []
-    with torch.inference_mode():
-        for start in range(0, len(prompts), 250):
-            batch = prompts[start : start + 250]
-            reference += _generate_batch(
-                model, batch, [64] * len(batch), [eos], tokenizer.pad_token_id, {"do_sample": False}
-            )
-    ours = [extract_answer(t) for t in tokenizer.batch_decode(engine, skip_special_tokens=True)]
-    theirs = [extract_answer(t) for t in tokenizer.batch_decode(reference, skip_special_tokens=True)]
-    same = sum(a == b for a, b in zip(ours, theirs, strict=True))
-    return {
+    def engine_ids(on: Any) -> list[list[int]]:
+        return generate_greedy(
+            on, prompts, max_new_tokens=64, eos_ids=[eos], pad_id=tokenizer.pad_token_id
+        ).tokens
+
+    def generate_ids(on: Any, batch_size: int) -> list[list[int]]:
+        ids: list[list[int]] = []
+        with torch.inference_mode():
+            for start in range(0, len(prompts), batch_size):
+                batch = prompts[start : start + batch_size]
+                ids += _generate_batch(
+                    on, batch, [64] * len(batch), [eos], tokenizer.pad_token_id, {"do_sample": False}
+                )
+        return ids
+
+    def answers(ids: list[list[int]]) -> list[str | None]:
+        return [extract_answer(t) for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+    def compare(first: list[list[int]], second: list[list[int]]) -> dict[str, Any]:
+        same = sum(a == b for a, b in zip(answers(first), answers(second), strict=True))
+        return {
+            "equal_final_answers": same,
+            "equal_final_answers_pct": round(100 * same / len(prompts), 2),
+            "identical_ids": sum(a == b for a, b in zip(first, second, strict=True)),
+        }
+
+    engine, reference = engine_ids(model), generate_ids(model, 250)
+    result: dict[str, Any] = {
         "rows": len(prompts),
-        "equal_final_answers": same,
-        "equal_final_answers_pct": round(100 * same / len(prompts), 2),
-        "identical_ids": sum(a == b for a, b in zip(engine, reference, strict=True)),
-        "rows_with_an_answer": sum(a is not None for a in theirs),
+        **compare(engine, reference),
+        "rows_with_an_answer": sum(a is not None for a in answers(reference)),
+        "generate_batch_sizes": [250, 100],
+        "generate_vs_generate_other_batches": compare(reference, generate_ids(model, 100)),
     }
+    wide = copy.deepcopy(model).float()
+    result["float32_engine_vs_generate"] = compare(engine_ids(wide), generate_ids(wide, 250))
+    del wide
+    return result
 
 
 def weight_swap(checkpoint: Path, device: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--collective-timeout-s", type=float, default=180.0)
     args = parser.parse_args()
 
     import torch
@@ -56,7 +57,9 @@ def main() -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl")
+    # A variant that fails on one rank alone leaves the other in a collective: give up after
+    # --collective-timeout-s rather than NCCL's default ten minutes (results so far are written).
+    dist.init_process_group("nccl", timeout=timedelta(seconds=args.collective_timeout_s))
     lengths = json.loads(LENGTHS.read_text(encoding="utf-8"))
     rng = random.Random(0)
     prefix = [rng.randrange(PROMPT_ID_RANGE) for _ in range(lengths["prefix_ids"])]

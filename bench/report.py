@@ -2,7 +2,7 @@
 
 Every figure in the document sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
 and is written by one of :data:`RENDERERS` from one results file (:mod:`docgen`), so the document
-cannot drift from the files (tests/unit/test_performance_doc.py fails when it does). After a
+cannot drift from the files (tests/unit/test_generated_docs.py fails when it does). After a
 benchmark writes new results, ``python3 bench/report.py`` rewrites those blocks in place.
 """
 
@@ -217,7 +217,22 @@ def bf16_agreement() -> str:
         f"train prompts), up to 64 new tokens: final answers equal between the engine and `generate` in "
         f"**{a['equal_final_answers']:,} of {a['rows']:,} ({a['equal_final_answers_pct']} %)** "
         f"(target ≥ 99 %); ids identical in {a['identical_ids']:,} rows; `generate` wrote a final answer "
-        f"in {a['rows_with_an_answer']:,}.\n"
+        f"in {a['rows_with_an_answer']:,}.{_agreement_controls(a)}\n"
+    )
+
+
+def _agreement_controls(a: dict[str, Any]) -> str:
+    """The controls of bench/grpo_gpu.py's agreement part, where the results hold them."""
+    if "generate_vs_generate_other_batches" not in a:
+        return ""
+    floor, wide = a["generate_vs_generate_other_batches"], a["float32_engine_vs_generate"]
+    first, second = a["generate_batch_sizes"]
+    return (
+        f" Controls: `generate` against itself in batches of {first} and {second}: final answers equal in "
+        f"{floor['equal_final_answers']:,} ({floor['equal_final_answers_pct']} %), ids in "
+        f"{floor['identical_ids']:,}; the engine against `generate` on a float32 copy of the model: "
+        f"{wide['equal_final_answers']:,} ({wide['equal_final_answers_pct']} %), "
+        f"ids in {wide['identical_ids']:,}."
     )
 
 
@@ -233,6 +248,71 @@ def weight_swap() -> str:
     )
 
 
+#: ``autorl run``'s phases in bench/autorl_run_gpu.py's results, in order, by column heading.
+RUN_PHASES = {
+    "services_started": "services",
+    "baseline_scored": "baseline scored",
+    "agent_started": "agent start",
+    "first_submission": "1st submission",
+    "first_score": "1st score",
+    "agent_exited": "agent exit",
+    "results_row": "results row",
+}
+
+
+def autorl_run() -> str:
+    if not (REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json").is_file():
+        return "Not run on a GPU yet: `bench/results/autorl_run_gpu.json` does not exist.\n"
+    runs = load_results("autorl_run_gpu")["runs"]
+    lines = []
+    for name, run in runs.items():
+        env, settings = run["environment"], run["settings"]
+        added = ", ".join(
+            f"{package} {version}" for package, version in sorted((env["wheelhouse"] or {}).items())
+        )
+        lines.append(
+            f"- `{name}`: {run['date'][:16].replace('T', ' ')} UTC on {len(env['gpus'])}× {env['gpus'][0]}, "
+            f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}; model "
+            f"{run['model']['name']}; agent `example_grpo` (`{settings['agent_args']}`), budget "
+            f"{number(settings['timeout_s'], 0)} s; evaluations of {settings['eval_limit'] or 'all'} "
+            f"problems × up to {settings['eval_max_new_tokens']} new tokens; "
+            f"added to the image: {added or 'nothing'}."
+        )
+    lines += [
+        "",
+        "Seconds from the start of each `autorl run`:",
+        "",
+        "| run | GPUs | "
+        + " | ".join(RUN_PHASES.values())
+        + " | exit | scored | evaluation s | peak MiB by GPU |",
+        "| --- | --- | " + "---: | " * (len(RUN_PHASES) + 3) + "--- |",
+    ]
+    for name, run in runs.items():
+        phases = [run["phases_s"].get(key) for key in RUN_PHASES]
+        evaluations = [row["eval_seconds"] for row in run.get("submissions", []) if row.get("eval_seconds")]
+        spread = f"{number(min(evaluations))}–{number(max(evaluations))}" if evaluations else "—"
+        memory = ", ".join(f"{gpu}: {mib:,}" for gpu, mib in sorted(run["gpu_peak_used_mib"].items())) or "—"
+        row = run.get("results_row", {})
+        flags = " ".join([*(f"{k}={v}" for k, v in run["env"].items()), *run["flags"]]) or "no GPU flags"
+        lines.append(
+            f"| `{name}` | `{flags}` | "
+            + " | ".join("—" if value is None else number(value) for value in phases)
+            + f" | {run['exit_code']} | {row.get('submissions', '—')} | {spread} | {memory} |"
+        )
+    lines.append("")
+    for name, run in runs.items():
+        row = run.get("results_row", {})
+        start = next(
+            (line.split(" event=start ")[1] for line in run.get("agent_log", []) if " event=start " in line),
+            "",
+        )
+        lines.append(
+            f"- `{name}`: status {row.get('status', '—')}, baseline {row.get('baseline')}, best "
+            f"{row.get('best_score')}, improvement {row.get('improvement')}; the agent: `{start}`."
+        )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -243,6 +323,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo-learning": grpo_learning,
     "bf16-agreement": bf16_agreement,
     "weight-swap": weight_swap,
+    "autorl-run-gpu": autorl_run,
 }
 
 

@@ -37,18 +37,23 @@ GPU_BENCHMARKS: dict[str, str] = {
     "bench/parallel_gpu.py",
     "hf_eval_gpu": "PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py "
     "--variants 64@700 256@700 512@700 1319@700 64 256 512 1319 --max-new-tokens 512",
+    # The wheelhouse of bench/gpu_wheelhouse.py carried as .whl (the image lacks our services' needs).
+    "autorl_run_gpu": "python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && "
+    "python3 bench/autorl_run_gpu.py",
 }
 
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).
 NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
+    "autorl_run_gpu": "needs two GPUs of one host for the split layout; written and checked on the "
+    "CPU (--smoke), not run on a GPU yet (docs/PERFORMANCE.md)",
 }
 
 #: Scripts in bench/ that are not benchmarks: this runner, the document's renderer, and the
 #: script that made ``bench/data`` once (it needs inputs from outside the repository).
 #: The documents' generator and renderers, the load benchmark's bare yardstick app, the soak's agent,
 #: the recorder of whole-suite test-order runs (bench/test_order.py, run by hand: it runs the suite),
-#: and the mutation-testing run (`make mutation`).
+#: the mutation-testing run (`make mutation`), and the builder of the GPU machine's wheelhouse.
 NOT_BENCHMARKS = frozenset(
     {
         "run_all",
@@ -61,6 +66,7 @@ NOT_BENCHMARKS = frozenset(
         "soak_agent",
         "test_order",
         "mutation",
+        "gpu_wheelhouse",
     }
 )
 

@@ -212,6 +212,7 @@ class Agent:
             problems=len(self.problems),
             parameters=self.parameters,
             device="cuda" if self.cuda else "cpu",
+            dtype=str(dtype).removeprefix("torch."),
             remaining_s=round(self.end_time - time.time()),
         )
 
@@ -386,18 +387,19 @@ class Agent:
         log("phase_end", phase="sft", steps=step)
 
     def grpo(self, *, stop_at: float) -> None:
-        from datasets import Dataset
-        from transformers import PrinterCallback
-        from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
-
         config = self.config
         lr = config.grpo_learning_rate or (5e-4 if self.tiny else 1e-6)
         completion_limit = config.max_completion_length or self._default_completion_length()
         if self.cuda and config.rollouts == "auto":
+            # The fast path needs neither TRL nor datasets (a GPU image may hold neither).
             from autorl_agent_runner.agents import fast_grpo
 
             fast_grpo.run_phase(self, stop_at=stop_at, learning_rate=lr, completion_limit=completion_limit)
             return
+        from datasets import Dataset
+        from transformers import PrinterCallback
+        from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
+
         records = [
             {"prompt": self.task.render_prompt(self.tokenizer, p.question), "answer": p.answer}
             for p in self.problems
