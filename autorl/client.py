@@ -56,11 +56,11 @@ class SubmissionRejectedError(GradingError):
     """400/422: the checkpoint or request breaks a rule (path outside output/, adapter, pickle)."""
 
 
-class NotFoundError(GradingError):
+class SubmissionNotFoundError(GradingError):
     """404: no such submission in this experiment."""
 
 
-class SubmissionLimitError(GradingError):
+class TooManySubmissionsError(GradingError):
     """429: the experiment reached its submission limit."""
 
 
@@ -83,9 +83,9 @@ _ERROR_BY_STATUS: dict[int, type[GradingError]] = {
     400: SubmissionRejectedError,
     401: AuthenticationError,
     403: DeadlineError,
-    404: NotFoundError,
+    404: SubmissionNotFoundError,
     422: SubmissionRejectedError,
-    429: SubmissionLimitError,
+    429: TooManySubmissionsError,
 }
 
 
@@ -109,7 +109,7 @@ class Best:
 
 
 @dataclass(frozen=True)
-class Submission:
+class SubmissionResult:
     """A submission as the grader reports it. ``score`` is the headline (OpenCompass protocol)."""
 
     submission_id: int
@@ -130,7 +130,7 @@ class Submission:
         return self.status in FINAL_STATUSES
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Submission:
+    def from_json(cls, data: Mapping[str, Any]) -> SubmissionResult:
         return cls(
             submission_id=int(data["submission_id"]),
             status=str(data.get("status", "queued")),
@@ -154,7 +154,7 @@ class Scores:
     baseline_score: float | None
     best: Best
     total_submissions: int
-    submissions: list[Submission]
+    submissions: list[SubmissionResult]
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -163,7 +163,7 @@ class Scores:
             baseline_score=_optional_float(data.get("baseline_score")),
             best=Best.from_json(data.get("best")),
             total_submissions=int(data.get("total_submissions") or 0),
-            submissions=[Submission.from_json(s) for s in data.get("submissions") or []],
+            submissions=[SubmissionResult.from_json(s) for s in data.get("submissions") or []],
             raw=dict(data),
         )
 
@@ -273,8 +273,8 @@ class GradingClient:
     def scores(self) -> Scores:
         return Scores.from_json(self._request("GET", "/scores").json())
 
-    def submission(self, submission_id: int) -> Submission:
-        return Submission.from_json(self._request("GET", f"/submissions/{int(submission_id)}").json())
+    def submission(self, submission_id: int) -> SubmissionResult:
+        return SubmissionResult.from_json(self._request("GET", f"/submissions/{int(submission_id)}").json())
 
     def submit(
         self,
@@ -283,7 +283,7 @@ class GradingClient:
         wait: bool = True,
         max_wait_s: float | None = None,
         poll_interval_s: float = POLL_INTERVAL_S,
-    ) -> Submission:
+    ) -> SubmissionResult:
         """Submit a checkpoint folder (a full model in safetensors, inside ``output/``).
 
         With ``wait`` (the default) this returns the scored (or failed) submission: the grader
@@ -300,7 +300,7 @@ class GradingClient:
             json={"model_path": str(Path(model_path))},
             timeout_s=SUBMIT_READ_TIMEOUT_S if wait else None,
         )
-        submission = Submission.from_json(response.json())
+        submission = SubmissionResult.from_json(response.json())
         if not wait or submission.final:
             return submission
         return self.wait_for(
@@ -311,7 +311,7 @@ class GradingClient:
 
     def wait_for(
         self, submission_id: int, *, max_wait_s: float | None = None, poll_interval_s: float = POLL_INTERVAL_S
-    ) -> Submission:
+    ) -> SubmissionResult:
         """Poll a submission until it is scored or failed (or ``max_wait_s`` runs out)."""
         started = time.monotonic()
         while True:

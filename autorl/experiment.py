@@ -261,7 +261,7 @@ class Condition(_Model):
     lastTransitionTime: datetime | None = None
 
 
-class ExperimentStatus(_Model):
+class ExperimentResourceStatus(_Model):
     """What the controller reports, mirrored from the grader (the database is the truth)."""
 
     phase: Phase | None = Field(default=None, description="Where the experiment is in its lifecycle.")
@@ -391,7 +391,7 @@ def crd_manifest() -> dict[str, Any]:
     spec_schema["x-kubernetes-validations"] = [
         {"rule": "self == oldSelf", "message": "spec is immutable: delete the Experiment and apply a new one"}
     ]
-    status_schema = structural_schema(ExperimentStatus)
+    status_schema = structural_schema(ExperimentResourceStatus)
     status_schema["description"] = "Written by the controller only."
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

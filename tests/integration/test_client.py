@@ -17,7 +17,7 @@ from autorl.client import (
     AuthenticationError,
     DeadlineError,
     GradingClient,
-    NotFoundError,
+    SubmissionNotFoundError,
     SubmissionRejectedError,
     SubmissionTimeoutError,
 )
@@ -117,7 +117,7 @@ def test_refusals_carry_the_servers_reason(grader: ServedApp, experiment: dict[s
         with pytest.raises(SubmissionRejectedError) as rejected:
             client.submit("models/anything", wait=False)
         assert rejected.value.status_code == 400 and "OUTPUT_DIR" in rejected.value.detail
-        with pytest.raises(NotFoundError):
+        with pytest.raises(SubmissionNotFoundError):
             client.submission(999_999_999)
 
 

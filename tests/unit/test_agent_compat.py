@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autorl.client import Submission
+from autorl.client import SubmissionResult
 from autorl.errors import ConfigurationError
 from autorl_agent_runner.agent_python import AGENT_VENV_NAME, find_agent_python
 from autorl_agent_runner.agents import AgentNotFoundError, resolve_agent
@@ -166,8 +166,12 @@ def test_runtime_paths_cover_the_interpreters_prefix_and_import_path() -> None:
 
 def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path, "tiny")
-    later = Submission.from_json({"submission_id": 9, "status": "scored", "score": 50.0, "timestamp": "t9"})
-    earlier = Submission.from_json({"submission_id": 4, "status": "scored", "score": 40.0, "timestamp": "t4"})
+    later = SubmissionResult.from_json(
+        {"submission_id": 9, "status": "scored", "score": 50.0, "timestamp": "t9"}
+    )
+    earlier = SubmissionResult.from_json(
+        {"submission_id": 4, "status": "scored", "score": 40.0, "timestamp": "t4"}
+    )
     write_scores(workspace, [later, earlier])
     assert json.loads(workspace.scores.read_text()) == [earlier.raw, later.raw]
     write_scores(workspace, [])

@@ -1,4 +1,4 @@
-"""ExperimentSpec / ExperimentStatus: what a manifest may say, and how a bad one is explained."""
+"""ExperimentSpec / ExperimentResourceStatus: what a manifest may say, and how a bad one is explained."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from autorl.experiment import (
     DEFAULT_AGENT,
     DEFAULT_TIMEOUT_S,
+    ExperimentResourceStatus,
     ExperimentSpec,
-    ExperimentStatus,
     Phase,
     validate_name,
 )
@@ -99,11 +99,11 @@ def test_names_that_do_not_fit_are_refused(name: str) -> None:
 
 
 def test_status_round_trips_and_refuses_unknown_fields() -> None:
-    status = ExperimentStatus.model_validate(
+    status = ExperimentResourceStatus.model_validate(
         {"phase": "Running", "baselineScore": 12.5, "bestScore": 20.0, "deadline": "2026-11-30T02:00:00Z"}
     )
     assert status.phase is Phase.RUNNING and not status.phase.terminal
     assert status.model_dump(exclude_none=True, mode="json")["deadline"] == "2026-11-30T02:00:00Z"
     with pytest.raises(ValidationError):
-        ExperimentStatus.model_validate({"phase": "Running", "score": 1})
+        ExperimentResourceStatus.model_validate({"phase": "Running", "score": 1})
     assert {p for p in Phase if p.terminal} == {Phase.SUCCEEDED, Phase.FAILED, Phase.TIMED_OUT}

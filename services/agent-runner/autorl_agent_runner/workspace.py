@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autorl.client import Submission
+from autorl.client import SubmissionResult
 from autorl.errors import AutoRLError
 from autorl_agent_runner.agent_python import AGENT_PACKAGES
 
@@ -295,7 +295,7 @@ def write_run_meta(
     )
 
 
-def write_scores(workspace: Workspace, submissions: Sequence[Submission]) -> None:
+def write_scores(workspace: Workspace, submissions: Sequence[SubmissionResult]) -> None:
     """``scores.json`` in the reference's format: a list of submission objects, oldest first,
     each as the grader answers it (``submission_id``, ``timestamp``, ``model_path``, ``score``,
     ``baseline_score``, ``improvement``, ``elapsed_seconds``, ...); the baseline is not one."""
