@@ -25,10 +25,8 @@ from typing import Any
 from filelock import FileLock
 
 from autorl.errors import ModelSourceError
+from autorl.layout import BUILTIN_PREFIX, builtin_model_subpath, hub_model_subpath
 
-BUILTIN_PREFIX = "builtin:"
-#: Bumped whenever the builtin builder's output changes, so a cache never serves an old build.
-BUILTIN_BUILD_VERSION = 2
 #: Only what evaluation and training read: pickle weights and duplicate formats are never fetched.
 HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
 WEIGHT_SUFFIX = ".safetensors"
@@ -108,7 +106,7 @@ def _resolve_builtin(name: str, models_dir: Path) -> Path:
         raise ModelSourceError(
             f"unknown builtin model {BUILTIN_PREFIX}{name}; use one of: {_builtin_names()}"
         )
-    target = models_dir / "builtin" / f"{name}-v{BUILTIN_BUILD_VERSION}"
+    target = models_dir / builtin_model_subpath(name)
     return _build_once(target, builder)
 
 
@@ -140,7 +138,7 @@ def _download_from_hub(repo_id: str, models_dir: Path) -> Path:
         RepositoryNotFoundError,
     )
 
-    target = models_dir / "hub" / repo_id.replace("/", "--")
+    target = models_dir / hub_model_subpath(repo_id)
     # A marker beside the folder, written after a full download: snapshot_download asks the hub
     # even when the files are all there, and a cached model must keep working offline.
     complete = target.parent / f".{target.name}.complete"

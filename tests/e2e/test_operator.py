@@ -39,10 +39,11 @@ import yaml
 
 from autorl.checkpoints import model_dir_name
 from autorl.experiment import crd_manifest
+from autorl.layout import cached_model_subpath
 from autorl.settings import Settings, load_settings
 from autorl.tasks import get_task
 from autorl_controller.operator.main import run_operator
-from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id, cached_model_subpath
+from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
 from tests.support.infra import free_port, serve

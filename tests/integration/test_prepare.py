@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autorl.checkpoints import BUILTIN_BUILD_VERSION
 from autorl.experiment import ExperimentSpec
+from autorl.layout import BUILTIN_BUILD_VERSION
 from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
 from autorl_controller.operator.settings import ControllerSettings
 from tests.conftest import FIXTURE_DATA

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.checkpoints import BUILTIN_BUILD_VERSION
+from autorl.layout import BUILTIN_BUILD_VERSION
 from tests.conftest import FIXTURE_DATA
 from tests.support.users import AGENT_A, AGENT_B, PLATFORM, as_user, shared_volume
 

@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
-from autorl.checkpoints import (
-    BUILTIN_BUILD_VERSION,
-    build_tiny_qwen2,
-    model_dir_name,
-    resolve_model,
-)
+from autorl.checkpoints import build_tiny_qwen2, model_dir_name, resolve_model
 from autorl.errors import ModelSourceError
+from autorl.layout import BUILTIN_BUILD_VERSION
 
 # --- model sources --------------------------------------------------------------------------
 

@@ -22,6 +22,17 @@ from typing import Any
 
 from autorl.client import SubmissionResult
 from autorl.errors import AutoRLError
+from autorl.layout import (
+    AGENT_LOG_FILE,
+    CODE_DIR,
+    DATA_DIR,
+    DESCRIPTION_FILE,
+    INSTRUCTIONS_FILE,
+    MODELS_DIR,
+    OUTPUT_DIR,
+    RUN_META_FILE,
+    SCORES_FILE,
+)
 from autorl_agent_runner.agent_python import AGENT_PACKAGES
 
 #: Written by the platform; proves a non-empty folder is this run's own workspace.
@@ -44,15 +55,15 @@ class Workspace:
 
     @property
     def code(self) -> Path:
-        return self.root / "code"
+        return self.root / CODE_DIR
 
     @property
     def output(self) -> Path:
-        return self.root / "output"
+        return self.root / OUTPUT_DIR
 
     @property
     def models(self) -> Path:
-        return self.root / "models"
+        return self.root / MODELS_DIR
 
     @property
     def model(self) -> Path:
@@ -60,27 +71,27 @@ class Workspace:
 
     @property
     def data(self) -> Path:
-        return self.root / "data"
+        return self.root / DATA_DIR
 
     @property
     def description(self) -> Path:
-        return self.root / "description.md"
+        return self.root / DESCRIPTION_FILE
 
     @property
     def instructions(self) -> Path:
-        return self.root / "instructions.md"
+        return self.root / INSTRUCTIONS_FILE
 
     @property
     def run_meta(self) -> Path:
-        return self.root / "run_meta.json"
+        return self.root / RUN_META_FILE
 
     @property
     def scores(self) -> Path:
-        return self.root / "scores.json"
+        return self.root / SCORES_FILE
 
     @property
     def agent_log(self) -> Path:
-        return self.root / "agent.log"
+        return self.root / AGENT_LOG_FILE
 
     @property
     def marker(self) -> Path:

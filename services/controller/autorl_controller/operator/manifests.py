@@ -29,8 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.checkpoints import BUILTIN_BUILD_VERSION, BUILTIN_PREFIX, model_dir_name
+from autorl.checkpoints import model_dir_name
 from autorl.experiment import DECLARED_ENV_PREFIX, ExperimentSpec
+from autorl.layout import BUILTIN_PREFIX, MODELS_DIR, OUTPUT_DIR, cached_model_subpath
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 
 LABEL_EXPERIMENT = "autorl.io/experiment"
@@ -95,13 +96,6 @@ class ExperimentRef:
     def workspace_subpath(self) -> str:
         """One folder per run: a re-applied Experiment starts empty, the earlier run's files stay."""
         return f"experiments/{self.namespace}/{self.name}.{self._require_uid()}"
-
-
-def cached_model_subpath(model: str) -> str:
-    """Where the prepare Job leaves a model source under ``cache/models`` (``autorl.checkpoints``' layout)."""
-    if model.startswith(BUILTIN_PREFIX):
-        return f"builtin/{model[len(BUILTIN_PREFIX) :]}-v{BUILTIN_BUILD_VERSION}"
-    return f"hub/{model.replace('/', '--')}"
 
 
 def check_cluster_model(model: str) -> None:
@@ -175,7 +169,7 @@ def build_registration(
         "max_submissions": spec.evaluation.maxSubmissions,
         "protocol": spec.evaluation.protocol,
         "workspace": workspace,
-        "output_dir": f"{workspace}/output",
+        "output_dir": f"{workspace}/{OUTPUT_DIR}",
         "base_model_dir": shared_path(settings, _cached_model(spec)),
         "agent_workspace": AGENT_WORKSPACE,
         "agent": spec.agent.display_name,
@@ -348,8 +342,8 @@ def contract_environment(spec: ExperimentSpec) -> dict[str, str]:
     base = model_dir_name(spec.model)
     return {
         "WORKSPACE": AGENT_WORKSPACE,
-        "OUTPUT_DIR": f"{AGENT_WORKSPACE}/output",
-        "MODEL_PATH": f"{AGENT_WORKSPACE}/models/{base}",
+        "OUTPUT_DIR": f"{AGENT_WORKSPACE}/{OUTPUT_DIR}",
+        "MODEL_PATH": f"{AGENT_WORKSPACE}/{MODELS_DIR}/{base}",
         "DATA_PATH": f"{AGENT_WORKSPACE}/data",
         "TASK": spec.task,
         "BASE_MODEL": spec.model,
@@ -394,7 +388,7 @@ def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, An
         _workspace_mount(ref),
         {
             "name": SHARED_VOLUME,
-            "mountPath": f"{AGENT_WORKSPACE}/models/{base}",
+            "mountPath": f"{AGENT_WORKSPACE}/{MODELS_DIR}/{base}",
             "subPath": _cached_model(spec),
             "readOnly": True,
         },

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer, TokenAnswer
 from autorl.errors import ConflictError
+from autorl.layout import OUTPUT_DIR
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
@@ -93,7 +94,7 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             model=body.model,
             base_model_dir=str(Path(body.base_model_dir).resolve()),
             workspace=str(Path(body.workspace).resolve()),
-            output_dir=str(Path(body.output_dir or Path(body.workspace) / "output").resolve()),
+            output_dir=str(Path(body.output_dir or Path(body.workspace) / OUTPUT_DIR).resolve()),
             agent_workspace=body.agent_workspace,
             agent=body.agent,
             driver_model=body.driver_model,

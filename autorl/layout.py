@@ -1,0 +1,55 @@
+"""Where things are, in one place: the workspace every agent gets (docs/AGENTS.md, "The workspace
+and the environment") and the platform's model cache. The agent runner builds the workspace from
+these names, the operator mounts by them and the checkpoints code fills the cache by them.
+
+    <workspace>/ code/  output/  models/<base>/  data/
+                 description.md  instructions.md  run_meta.json  scores.json  agent.log
+    <cache>/models/builtin/<name>-v<build version>/   a built-in model, built once
+    <cache>/models/hub/<org>--<name>/                 a Hugging Face hub model, downloaded once
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+# The workspace: names relative to its root.
+CODE_DIR = "code"
+OUTPUT_DIR = "output"
+MODELS_DIR = "models"
+DATA_DIR = "data"
+DESCRIPTION_FILE = "description.md"
+INSTRUCTIONS_FILE = "instructions.md"
+RUN_META_FILE = "run_meta.json"
+SCORES_FILE = "scores.json"
+AGENT_LOG_FILE = "agent.log"
+#: Inside the workspace, read-only to the agent.
+READ_ONLY_DIRS = (MODELS_DIR, DATA_DIR)
+
+# The model cache: names relative to the cache's models folder.
+BUILTIN_PREFIX = "builtin:"
+#: Bumped whenever the built-in tiny model's recipe changes, so a cache of an older build is not reused.
+BUILTIN_BUILD_VERSION = 2
+BUILTIN_MODELS_DIR = "builtin"
+HUB_MODELS_DIR = "hub"
+
+
+def builtin_model_subpath(name: str) -> str:
+    """``builtin/<name>-v<version>``: where the built-in model ``name`` is built in the cache."""
+    return f"{BUILTIN_MODELS_DIR}/{name}-v{BUILTIN_BUILD_VERSION}"
+
+
+def hub_model_subpath(repo_id: str) -> str:
+    """``hub/<org>--<name>``: where the hub model ``repo_id`` is downloaded in the cache."""
+    return f"{HUB_MODELS_DIR}/{repo_id.replace('/', '--')}"
+
+
+def cached_model_subpath(model: str) -> str:
+    """Where a built-in or hub model source lies under the cache's models folder."""
+    if model.startswith(BUILTIN_PREFIX):
+        return builtin_model_subpath(model[len(BUILTIN_PREFIX) :])
+    return hub_model_subpath(model)
+
+
+def workspace_path(root: str | PurePath, *parts: str) -> str:
+    """A path inside a workspace given as text (the agent's view in a pod, e.g. ``/workspace``)."""
+    return str(PurePath(root, *parts))
