@@ -9,6 +9,8 @@ private Redis. The recorded config and the queue's job timeout are read back.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
 import sys
@@ -18,14 +20,14 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 from redis import Redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from autorl.eval_config import EVAL_PROTOCOL_VERSION, EvalConfig
 from autorl.queue import JOB_TIMEOUT_MARGIN_S, job_id
 from autorl.settings import load_settings
-from autorl_evaluator.jobs import eval_settings
-from autorl_grader.evaluation import eval_key
 from tests.integration.test_chart import IMAGES, RELEASE, merge, of_kind, render
 from tests.support.infra import free_port, grader_process
 
@@ -164,7 +166,7 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
     worker = load_settings(
         eval_backend="opencompass", eval_timeout_s=60, eval_batch_size=512, eval_max_new_tokens=512
     )
-    run = eval_settings(worker, config)
+    run = EvalConfig.model_validate(config).apply_to(worker)
     assert (run.eval_backend, run.eval_timeout_s, run.eval_batch_size, run.eval_max_new_tokens) == (
         "hf",
         1234,
@@ -174,7 +176,41 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
 
 
 def test_how_long_and_how_batched_do_not_change_which_scores_are_comparable() -> None:
-    config = {"task": "gsm8k", "backend": "opencompass", "max_new_tokens": 512, "timeout_s": 7200}
-    assert eval_key(config) == eval_key(config | {"timeout_s": 60, "batch_size": 8})
-    assert eval_key(config) != eval_key(config | {"max_new_tokens": 256})
-    assert eval_key(config) != eval_key(config | {"backend": "hf"})
+    config = EvalConfig(task="gsm8k", backend="opencompass", max_new_tokens=512, limit=None, timeout_s=7200)
+    assert config.key == config.model_copy(update={"timeout_s": 60, "batch_size": 8}).key
+    assert config.key != config.model_copy(update={"max_new_tokens": 256}).key
+    assert config.key != config.model_copy(update={"backend": "hf"}).key
+
+
+def test_keys_recorded_before_the_typed_config_are_reproduced() -> None:
+    """The key is the hash of the score-changing fields as the store has always kept them, so the
+    scores and baselines cached under earlier keys stay reusable."""
+    scored = {
+        "task": "gsm8k",
+        "backend": "hf",
+        "protocol": "opencompass",
+        "protocol_version": EVAL_PROTOCOL_VERSION,
+        "max_new_tokens": 512,
+        "limit": 50,
+    }
+    earlier_key = hashlib.sha256(json.dumps(scored, sort_keys=True).encode()).hexdigest()[:32]
+    assert EvalConfig.model_validate(scored).key == earlier_key  # recorded before timeout and batch
+    assert EvalConfig.model_validate(scored | {"timeout_s": 900, "batch_size": None}).key == earlier_key
+
+
+def test_a_config_from_a_newer_grader_is_refused_not_half_obeyed() -> None:
+    recorded = {"task": "gsm8k", "backend": "hf", "max_new_tokens": 512, "limit": None, "sampling": "top_p"}
+    with pytest.raises(ValidationError, match="sampling"):
+        EvalConfig.model_validate(recorded)
+
+
+def test_a_config_recorded_without_timeout_or_batch_keeps_the_workers_own() -> None:
+    worker = load_settings(eval_timeout_s=60, eval_batch_size=512)
+    recorded = EvalConfig.model_validate({"task": "gsm8k", "backend": "hf", "max_new_tokens": 96, "limit": 5})
+    run = recorded.apply_to(worker)
+    assert (run.eval_timeout_s, run.eval_batch_size, run.eval_max_new_tokens, run.eval_limit) == (
+        60,
+        512,
+        96,
+        5,
+    )

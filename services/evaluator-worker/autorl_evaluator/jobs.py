@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import AutoRLError
+from autorl.eval_config import EvalConfig
 from autorl.settings import Settings, load_settings
 from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Submission
@@ -67,21 +68,6 @@ def _lease(db: Database, submission_id: int, worker: str, lease_s: float) -> Ite
         thread.join(timeout=5)
 
 
-def eval_settings(settings: Settings, config: dict[str, Any]) -> Settings:
-    """The experiment's recorded evaluation settings win over the worker's: the grader owns them,
-    so scores stay comparable and the hard timeout is the one the queue's job timeout counts from.
-    Configs recorded before the timeout and batch size were recorded keep the worker's own."""
-    return settings.model_copy(
-        update={
-            "eval_backend": config.get("backend", settings.eval_backend),
-            "eval_max_new_tokens": config.get("max_new_tokens"),
-            "eval_limit": config.get("limit"),
-            "eval_timeout_s": config.get("timeout_s") or settings.eval_timeout_s,
-            "eval_batch_size": config.get("batch_size", settings.eval_batch_size),
-        }
-    )
-
-
 def submission_dir(settings: Settings, submission_id: int) -> Path:
     """Evaluator-only storage of one submission: predictions, the full error of a failure."""
     assert settings.eval_dir is not None
@@ -119,7 +105,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             return {"submission_id": submission_id, "claimed": False}
         submission: Submission = repo.get_submission(session, submission_id)
         experiment: Experiment = submission.experiment
-        snapshot, config = submission.snapshot, dict(experiment.eval_config)
+        snapshot, recorded_config = submission.snapshot, dict(experiment.eval_config)
         task_name, attempt = experiment.task, submission.attempts
     log.info("event=evaluation_started submission=%d attempt=%d worker=%s", submission_id, attempt, worker)
     started = time.monotonic()
@@ -127,7 +113,9 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
     try:
         with _lease(db, submission_id, worker, settings.eval_lease_s):
             model_dir = snapshot_path(settings, snapshot)
-            run_settings = eval_settings(settings, config)
+            # The grader owns the settings: the recorded config wins over this worker's own.
+            config = EvalConfig.model_validate(recorded_config)
+            run_settings = config.apply_to(settings)
             task = get_task(task_name)
             assert run_settings.eval_dir is not None
             problems = task.load_test_problems(
@@ -172,7 +160,7 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             n_samples=result.n_samples,
             seconds=seconds,
             details=result.details,
-            protocol=str(config.get("protocol", "opencompass")),
+            protocol=config.protocol,
         )
     if recorded and snapshot:
         _remove_snapshot(settings, snapshot)

@@ -14,13 +14,13 @@ from starlette.concurrency import run_in_threadpool
 
 from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer, TokenAnswer
 from autorl.errors import ConflictError
+from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.api.refusals import refusals
-from autorl_grader.evaluation import eval_config, eval_key
 from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
 from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
 
@@ -83,7 +83,7 @@ class FinishExperiment(BaseModel):
 @router.post("", status_code=201, response_model=RegisteredAnswer, responses=refusals(400, 409))
 def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
     task = get_task(body.task)
-    config = eval_config(task.name, settings, protocol=body.protocol)
+    config = EvalConfig.record(task.name, settings, protocol=body.protocol)
     token = repo.new_token()
     with state.db.session() as session:
         experiment = repo.create_experiment(
@@ -100,8 +100,8 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             driver_model=body.driver_model,
             timeout_s=body.timeout_s,
             max_submissions=body.max_submissions or settings.max_submissions,
-            eval_config=config,
-            eval_key=eval_key(config),
+            eval_config=config.stored(),
+            eval_key=config.key,
         )
         view = experiment_view(session, experiment)
     return {**view, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
