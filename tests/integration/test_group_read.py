@@ -421,3 +421,25 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
             assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 1
     finally:
         stop(grader)
+
+
+def replace_output_by_link(output: Path, target: Path) -> None:
+    output.rename(output.with_name("output.saved"))
+    output.symlink_to(target, target_is_directory=True)
+
+
+def test_an_output_folder_replaced_by_a_link_lets_no_other_folder_be_submitted(volume: Volume) -> None:
+    # A checkpoint the grader can read and the agent cannot (another run's, here the platform's).
+    elsewhere = volume.base / "another-run" / "output"
+    shutil.copytree(volume.model, elsewhere / "ckpt")
+    os.chown(elsewhere.parent, PLATFORM, PLATFORM)
+    elsewhere.parent.chmod(0o750)
+    assert not call_as(AGENT, os.listdir, elsewhere).ok
+    # The agent owns its workspace: it swaps output/ for a link there, then names the link's target
+    # (the grader's path, which its refusals show), or the link itself.
+    assert call_as(AGENT, replace_output_by_link, volume.output, elsewhere).ok
+    for submitted, reason in ((elsewhere / "ckpt", "lies outside"), (volume.output / "ckpt", "not a link")):
+        refused = call_as(PLATFORM, grader_reads(volume, submitted), groups=[PLATFORM])
+        assert not refused.ok, f"{submitted} was snapshotted"
+        assert refused.value.startswith("CheckpointError") and reason in refused.value, refused.value
+    assert list(volume.snapshots.iterdir()) == []
