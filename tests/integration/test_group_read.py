@@ -443,3 +443,52 @@ def test_an_output_folder_replaced_by_a_link_lets_no_other_folder_be_submitted(v
         assert not refused.ok, f"{submitted} was snapshotted"
         assert refused.value.startswith("CheckpointError") and reason in refused.value, refused.value
     assert list(volume.snapshots.iterdir()) == []
+
+
+#: PTRACE_SEIZE: attach to a process without stopping it (a tracer's exit detaches it).
+SEIZE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+print("seized" if libc.ptrace(0x4206, int(sys.argv[1]), None, None) == 0 else f"refused {ctypes.get_errno()}")
+"""
+
+
+def catches_sigterm(status: Path) -> bool:
+    """The process has set its SIGTERM handler (setpriv has become the keeper and it has started)."""
+    caught = next(line for line in status.read_text().splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & 1 << (signal.SIGTERM - 1))
+
+
+def test_an_agent_process_that_sees_the_keeper_cannot_take_over_its_group(volume: Volume) -> None:
+    # The worst case of a pod (one process namespace for all its containers): the agent's user sees
+    # the keeper, which runs as that same user. The platform's group is the keeper's own group, not an
+    # extra one, so the kernel lets no process of the agent's group trace it (and inject code that
+    # reads every experiment's folder through that group).
+    keeper = subprocess.Popen(
+        [
+            *setpriv(AGENT, gid=PLATFORM, read_anything=True),
+            AUTORL,
+            "agent-runner",
+            "group-read",
+            "--workspace",
+            str(volume.workspace),
+        ],
+        env=os.environ | {"HOME": "/tmp"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    status = Path(f"/proc/{keeper.pid}/status")
+    try:
+        wait_for(lambda: catches_sigterm(status), "the keeper to start", 30)
+        assert f"Gid:\t{PLATFORM}\t" in status.read_text() and f"Uid:\t{AGENT}\t" in status.read_text()
+        # The agent's process, with the same capabilities as the keeper's (none would do less).
+        attack = [*setpriv(AGENT, read_anything=True), sys.executable, "-c", SEIZE, str(keeper.pid)]
+        seized = subprocess.run(attack, capture_output=True, text=True, timeout=60)
+        assert seized.stdout.strip() == "refused 1", seized.stdout + seized.stderr
+        environ = as_user(AGENT, "cat", f"/proc/{keeper.pid}/environ", read_anything=True)
+        assert environ.returncode != 0 and "Permission denied" in environ.stderr
+    finally:
+        keeper.send_signal(signal.SIGTERM)
+        output = keeper.communicate(timeout=60)[0].decode()
+    assert keeper.returncode == 0, output
