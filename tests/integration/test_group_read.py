@@ -492,3 +492,44 @@ def test_an_agent_process_that_sees_the_keeper_cannot_take_over_its_group(volume
         keeper.send_signal(signal.SIGTERM)
         output = keeper.communicate(timeout=60)[0].decode()
     assert keeper.returncode == 0, output
+
+
+#: The agent's process: a write lease on a file makes whoever opens it wait for the lease to be
+#: given up, the kernel's lease-break-time (45 s by default) at most, unless the open is non-blocking.
+LEASE = """
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)  # told of each open that breaks the lease: stays
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)  # F_SETLEASE
+print("leased", flush=True)
+time.sleep(300)
+"""
+
+
+def copy_checkpoint(model: Path, folder: Path) -> None:
+    shutil.copytree(model, folder)
+
+
+def test_a_lease_on_a_checkpoint_file_does_not_hold_the_grader(volume: Volume) -> None:
+    checkpoint = volume.output / "ckpt"
+    assert call_as(AGENT, copy_checkpoint, volume.model, checkpoint).ok
+    weights = checkpoint / "model.safetensors"
+    holder = subprocess.Popen(
+        [*setpriv(AGENT, read_anything=True), sys.executable, "-c", LEASE, str(weights)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "leased"
+        started = time.monotonic()
+        refused = call_as(PLATFORM, grader_reads(volume, checkpoint), groups=[PLATFORM])
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not refused.ok and "cannot be opened (Resource temporarily unavailable)" in refused.value
+    assert took < 10, f"the grader waited {took:.0f} s on the agent's lease"
+    assert list(volume.snapshots.iterdir()) == []
+    # Without the lease, the same folder is taken.
+    taken = call_as(PLATFORM, grader_reads(volume, checkpoint), groups=[PLATFORM])
+    assert taken.ok, taken.value
