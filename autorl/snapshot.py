@@ -276,7 +276,11 @@ def _open_submission_folder(model_path: str | Path, *, workspace: Path, output_d
         f"model under OUTPUT_DIR ({output_dir}) and submit that folder"
     )
     # Lexical only: nothing is resolved, so the answer says nothing about what exists elsewhere.
-    for root in (Path(os.path.normpath(output_dir)), Path(os.path.realpath(output_dir))):
+    # The output folder may also be named through the real path of the folder that holds it (the
+    # platform's path), never through its own: the agent may replace output/ by a link, and its
+    # target would pass as the output folder, letting it submit any folder the grader can read.
+    lexical = Path(os.path.normpath(output_dir))
+    for root in (lexical, Path(os.path.realpath(lexical.parent)) / lexical.name):
         if normal.is_relative_to(root):
             parts = normal.relative_to(root).parts
             break

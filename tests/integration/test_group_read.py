@@ -421,3 +421,115 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
             assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 1
     finally:
         stop(grader)
+
+
+def replace_output_by_link(output: Path, target: Path) -> None:
+    output.rename(output.with_name("output.saved"))
+    output.symlink_to(target, target_is_directory=True)
+
+
+def test_an_output_folder_replaced_by_a_link_lets_no_other_folder_be_submitted(volume: Volume) -> None:
+    # A checkpoint the grader can read and the agent cannot (another run's, here the platform's).
+    elsewhere = volume.base / "another-run" / "output"
+    shutil.copytree(volume.model, elsewhere / "ckpt")
+    os.chown(elsewhere.parent, PLATFORM, PLATFORM)
+    elsewhere.parent.chmod(0o750)
+    assert not call_as(AGENT, os.listdir, elsewhere).ok
+    # The agent owns its workspace: it swaps output/ for a link there, then names the link's target
+    # (the grader's path, which its refusals show), or the link itself.
+    assert call_as(AGENT, replace_output_by_link, volume.output, elsewhere).ok
+    for submitted, reason in ((elsewhere / "ckpt", "lies outside"), (volume.output / "ckpt", "not a link")):
+        refused = call_as(PLATFORM, grader_reads(volume, submitted), groups=[PLATFORM])
+        assert not refused.ok, f"{submitted} was snapshotted"
+        assert refused.value.startswith("CheckpointError") and reason in refused.value, refused.value
+    assert list(volume.snapshots.iterdir()) == []
+
+
+#: PTRACE_SEIZE: attach to a process without stopping it (a tracer's exit detaches it).
+SEIZE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+print("seized" if libc.ptrace(0x4206, int(sys.argv[1]), None, None) == 0 else f"refused {ctypes.get_errno()}")
+"""
+
+
+def catches_sigterm(status: Path) -> bool:
+    """The process has set its SIGTERM handler (setpriv has become the keeper and it has started)."""
+    caught = next(line for line in status.read_text().splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & 1 << (signal.SIGTERM - 1))
+
+
+def test_an_agent_process_that_sees_the_keeper_cannot_take_over_its_group(volume: Volume) -> None:
+    # The worst case of a pod (one process namespace for all its containers): the agent's user sees
+    # the keeper, which runs as that same user. The platform's group is the keeper's own group, not an
+    # extra one, so the kernel lets no process of the agent's group trace it (and inject code that
+    # reads every experiment's folder through that group).
+    keeper = subprocess.Popen(
+        [
+            *setpriv(AGENT, gid=PLATFORM, read_anything=True),
+            AUTORL,
+            "agent-runner",
+            "group-read",
+            "--workspace",
+            str(volume.workspace),
+        ],
+        env=os.environ | {"HOME": "/tmp"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    status = Path(f"/proc/{keeper.pid}/status")
+    try:
+        wait_for(lambda: catches_sigterm(status), "the keeper to start", 30)
+        assert f"Gid:\t{PLATFORM}\t" in status.read_text() and f"Uid:\t{AGENT}\t" in status.read_text()
+        # The agent's process, with the same capabilities as the keeper's (none would do less).
+        attack = [*setpriv(AGENT, read_anything=True), sys.executable, "-c", SEIZE, str(keeper.pid)]
+        seized = subprocess.run(attack, capture_output=True, text=True, timeout=60)
+        assert seized.stdout.strip() == "refused 1", seized.stdout + seized.stderr
+        environ = as_user(AGENT, "cat", f"/proc/{keeper.pid}/environ", read_anything=True)
+        assert environ.returncode != 0 and "Permission denied" in environ.stderr
+    finally:
+        keeper.send_signal(signal.SIGTERM)
+        output = keeper.communicate(timeout=60)[0].decode()
+    assert keeper.returncode == 0, output
+
+
+#: The agent's process: a write lease on a file makes whoever opens it wait for the lease to be
+#: given up, the kernel's lease-break-time (45 s by default) at most, unless the open is non-blocking.
+LEASE = """
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)  # told of each open that breaks the lease: stays
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)  # F_SETLEASE
+print("leased", flush=True)
+time.sleep(300)
+"""
+
+
+def copy_checkpoint(model: Path, folder: Path) -> None:
+    shutil.copytree(model, folder)
+
+
+def test_a_lease_on_a_checkpoint_file_does_not_hold_the_grader(volume: Volume) -> None:
+    checkpoint = volume.output / "ckpt"
+    assert call_as(AGENT, copy_checkpoint, volume.model, checkpoint).ok
+    weights = checkpoint / "model.safetensors"
+    holder = subprocess.Popen(
+        [*setpriv(AGENT, read_anything=True), sys.executable, "-c", LEASE, str(weights)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "leased"
+        started = time.monotonic()
+        refused = call_as(PLATFORM, grader_reads(volume, checkpoint), groups=[PLATFORM])
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not refused.ok and "cannot be opened (Resource temporarily unavailable)" in refused.value
+    assert took < 10, f"the grader waited {took:.0f} s on the agent's lease"
+    assert list(volume.snapshots.iterdir()) == []
+    # Without the lease, the same folder is taken.
+    taken = call_as(PLATFORM, grader_reads(volume, checkpoint), groups=[PLATFORM])
+    assert taken.ok, taken.value

@@ -733,6 +733,8 @@ def test_a_sidecar_keeps_the_agents_files_readable_by_the_graders_group(
     assert "runAsGroup" not in agent["securityContext"]
     assert pod["securityContext"]["runAsGroup"] == agent_run_as_id(REF, SETTINGS)
     assert "supplementalGroups" not in pod["securityContext"] and "fsGroup" not in pod["securityContext"]
+    # The agent never sees the sidecar's process (its user's process with the platform's group).
+    assert "shareProcessNamespace" not in pod
 
 
 def pod(job_uid: str, *statuses: dict[str, Any]) -> dict[str, Any]:
