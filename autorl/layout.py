@@ -1,5 +1,5 @@
-"""Where things are, in one place: the workspace every agent gets (docs/AGENTS.md, "The workspace
-and the environment") and the platform's model cache. The agent runner builds the workspace from
+"""Where things are, in one place: the workspace every agent gets and the platform's model cache
+(docs/AGENTS.md, "The workspace and the environment"). The agent runner builds the workspace from
 these names, the operator mounts by them and the checkpoints code fills the cache by them.
 
     <workspace>/ code/  output/  models/<base>/  data/
