@@ -59,7 +59,9 @@ def test_local_folder(tiny_base_model: Path, tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "nope"), tmp_path / "models")
     (tmp_path / "empty").mkdir()
     with pytest.raises(
-        ModelSourceError, match=r"has no config\.json; pass a folder written by save_pretrained"
+        ModelSourceError,
+        match=r"has no config\.json; pass a folder written by save_pretrained "
+        r"\(config\.json, tokenizer files and weights\)$",
     ):
         resolve_model(str(tmp_path / "empty"), tmp_path / "models")
     with pytest.raises(ModelSourceError, match=r"is a file; pass the folder"):
@@ -98,6 +100,13 @@ def test_hub_id_without_network_names_the_fix(tmp_path: Path, monkeypatch: pytes
         ("Qwen/Qwen2.5-1.5B", "Qwen2.5-1.5B"),
         ("/models/My Model!/", "My-Model"),
         ("/", "model"),
+        # Leading and trailing letters stay; only the dashes left by unsafe characters go.
+        ("xverse/XVERSE-7B", "XVERSE-7B"),
+        ("builtin:-X-", "X"),
+        # Never a name that leaves models/ or names it.
+        ("builtin:.", "model"),
+        ("builtin:..", "model"),
+        ("builtin:!!", "model"),
     ],
 )
 def test_model_dir_name(source: str, name: str) -> None:

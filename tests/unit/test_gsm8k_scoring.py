@@ -197,6 +197,11 @@ def test_reward_reads_the_last_message_of_chat_completions() -> None:
         }
     ]
     assert reward([said, parts, [{"role": "assistant"}]], "#### 42") == [1.0, 1.0, -1.0]
+    # The text parts are read as one text, as written: nothing is put between them (an image
+    # between two parts of a number leaves the number whole).
+    split = [{"type": "text", "text": "#### 4"}, {"type": "image"}, {"type": "text", "text": "2"}]
+    assert reward([[{"role": "assistant", "content": split}]], ["#### 42"]) == [1.0]
+    assert reward([[{"role": "assistant", "content": split[::2]}]], ["#### 42"]) == [1.0]
 
 
 @pytest.mark.parametrize("completion", [42, [], ["The answer is 42"]])
