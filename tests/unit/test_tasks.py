@@ -204,6 +204,33 @@ def test_gsm8k_without_hub_or_source_names_the_setting(tmp_path: Path) -> None:
     assert not (tmp_path / "data" / "train.jsonl").exists()
 
 
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_gsm8k_split_without_hub_or_source_names_the_split_and_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
+    # In this interpreter: the hub's offline switch and empty caches, so nothing can be found.
+    import datasets.config
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    task = GSM8KTask()
+    with pytest.raises(ConfigurationError) as refused:
+        if split == "train":
+            task.download_train_data(tmp_path / "data")
+        else:
+            task.load_test_problems(tmp_path / "eval")
+    message = str(refused.value)
+    assert message.startswith(f"could not download openai/gsm8k (main, {split}): ")
+    assert message.endswith(
+        "with no access to the Hugging Face hub, set AUTORL_DATA_SOURCE_DIR to a folder holding "
+        "gsm8k/train.jsonl and gsm8k/test.jsonl (one {'question', 'answer'} object a line)"
+    )
+    assert not (tmp_path / "data").exists() and not (tmp_path / "eval").exists(), "nothing half-written"
+
+
 # --- prompts -----------------------------------------------------------------------------------
 
 
