@@ -204,6 +204,24 @@ def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
     assert "training_args.bin" not in {path.name for path in snapshot.iterdir()}
 
 
+def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    # In a pod the agent sees its workspace at /workspace; the grader sees it elsewhere.
+    workspace = make_workspace(tmp_path)
+    experiment = register(client, settings, tiny_base_model, workspace, agent_workspace="/workspace")
+    copy_model(tiny_base_model, workspace / "output" / "pod", unique=True)
+    response = submit(client, experiment, "/workspace/output/pod", params={"wait": "false"})
+    assert response.status_code == 202, response.text
+    view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
+    assert view["model_path"] == "output/pod"
+    # A path outside the agent's workspace is not rebased: it lies outside the output folder.
+    outside = submit(client, experiment, "/elsewhere/output/pod")
+    assert (
+        outside.status_code == 400 and "outside this experiment's output folder" in outside.json()["detail"]
+    )
+
+
 def test_missing_model_path_is_400_with_a_readable_detail(
     client: TestClient, experiment: RegisteredExperiment
 ) -> None:

@@ -160,7 +160,10 @@ def test_view_never_exposes_platform_folders(tmp_path: Path) -> None:
     view = FilesystemView(
         workspace=workspace, read_only=[], python_paths=[], program=tmp_path / "a.py", forbidden=[home]
     )
-    assert view.binds()[0].source == tmp_path / "a.py" and view.notes
+    assert view.binds()[0].source == tmp_path / "a.py"
+    assert view.notes == [
+        f"only the agent's file {tmp_path / 'a.py'} is mounted: its folder holds platform data"
+    ]
     # A Python environment inside platform data, or around it, is refused rather than mounted.
     cache = tmp_path / "cache"
     for python in (home / "cache" / "venv", tmp_path):

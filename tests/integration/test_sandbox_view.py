@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -85,7 +86,9 @@ def test_the_agent_has_its_own_users_hosts_and_no_resolver(layout: dict[str, Pat
         'grep -c . /etc/passwd | sed "s/^/users=/"; '
         'grep -P "^127\\.0\\.0\\.1\\tlocalhost$" /etc/hosts | sed "s/^/hosts=/"; '
         "test -e /etc/resolv.conf && echo resolv=yes || echo resolv=no; "
-        "test -e /etc/shadow && echo shadow=yes || echo shadow=no",
+        "test -e /etc/shadow && echo shadow=yes || echo shadow=no; "
+        'getent passwd 0 | sed "s/^/root=/"; getent passwd 65534 | sed "s/^/nobody=/"; '
+        f"{PythonEnv.current().interpreter} -c 'import sys; print(\"python=\" + sys.prefix)'",
     )
     seen = lines(out)
     name, _, uid, gid, _, home, shell = seen["passwd"].split(":")
@@ -96,6 +99,10 @@ def test_the_agent_has_its_own_users_hosts_and_no_resolver(layout: dict[str, Pat
     assert seen["pwd"] == str(layout["workspace"])
     assert seen["resolv"] == "no", "without --egress the agent has no resolver to ask"
     assert seen["shadow"] == "no"
+    assert seen["root"] == "root:x:0:0:root:/root:/usr/sbin/nologin"
+    assert seen["nobody"] == "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"
+    # The agent's Python environment is there, at its own path.
+    assert seen["python"] == sys.prefix
 
 
 def test_egress_gives_the_agent_a_resolver(layout: dict[str, Path]) -> None:

@@ -634,6 +634,17 @@ def test_an_index_naming_files_elsewhere_is_refused(refusal: Callable[..., str],
     assert "in the same folder" in refusal()
 
 
+@pytest.mark.parametrize("weight_map", [None, {}, [], ["model-00001-of-00001.safetensors"], "x"])
+def test_an_index_without_a_weight_map_is_refused_with_the_fix(
+    refusal: Callable[..., str], checkpoint: Path, weight_map: object
+) -> None:
+    (checkpoint / "model.safetensors").rename(checkpoint / "model-00001-of-00001.safetensors")
+    index = {} if weight_map is None else {"weight_map": weight_map}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+    message = refusal()
+    assert "model.safetensors.index.json has no weight_map; " in message and "save_pretrained" in message
+
+
 @pytest.mark.parametrize("shards", [MAX_SHARDS, MAX_SHARDS + 1])
 def test_an_index_may_name_at_most_max_shards_files(
     refusal: Callable[..., str], checkpoint: Path, shards: int

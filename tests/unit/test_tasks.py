@@ -174,8 +174,20 @@ def test_gsm8k_test_split_is_cached_for_the_evaluator(tmp_path: Path) -> None:
 
 
 def test_gsm8k_source_folder_without_the_split(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"has no test split.*AUTORL_DATA_SOURCE_DIR"):
+    with pytest.raises(ConfigurationError) as refused:
         GSM8KTask().load_test_problems(tmp_path / "eval", source_dir=tmp_path)
+    assert str(refused.value) == (
+        f"data source folder {tmp_path} has no test split: put it at {tmp_path / 'gsm8k' / 'test.jsonl'} "
+        f"or {tmp_path / 'test.jsonl'} (AUTORL_DATA_SOURCE_DIR names this folder)"
+    )
+
+
+def test_gsm8k_source_file_without_problems(tmp_path: Path) -> None:
+    (tmp_path / "test.jsonl").write_text("")
+    with pytest.raises(ConfigurationError) as refused:
+        GSM8KTask().load_test_problems(tmp_path / "eval", source_dir=tmp_path)
+    assert str(refused.value) == f"{tmp_path / 'test.jsonl'} holds no problems"
+    assert not (tmp_path / "eval").exists(), "nothing cached from an empty source"
 
 
 def test_gsm8k_source_file_without_final_answers(tmp_path: Path) -> None:
