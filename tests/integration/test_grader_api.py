@@ -21,6 +21,7 @@ from autorl.store import Database, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
+from tests.support.checkpoints import without_chat_template
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 
 
@@ -222,6 +223,40 @@ def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
     )
 
 
+@pytest.mark.parametrize(
+    ("template", "status"),
+    [
+        # Rendered as the evaluator renders it: a train question, thinking off.
+        (
+            "{% if enable_thinking is not false %}{{ raise_exception('thinking is on') }}{% endif %}"
+            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}",
+            202,
+        ),
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", 400),
+    ],
+    ids=["thinking-off", "looping"],
+)
+def test_a_checkpoints_own_chat_template_is_dry_rendered_at_submit(
+    client: TestClient,
+    settings: Settings,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    template: str,
+    status: int,
+) -> None:
+    """A base model without a chat template: each checkpoint's own is rendered before it is accepted."""
+    base = without_chat_template(tiny_base_model, tmp_path / "templateless")
+    workspace = make_workspace(tmp_path)
+    experiment = register(client, settings, base, workspace)
+    target = copy_model(base, workspace / "output" / "own", unique=True)
+    (target / "chat_template.jinja").write_text(template)
+    response = submit(client, experiment, "output/own", params={"wait": "false"})
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert "chat template" in response.json()["detail"]
+        assert submission_count(settings, experiment) == 0
+
+
 def test_missing_model_path_is_400_with_a_readable_detail(
     client: TestClient, experiment: RegisteredExperiment
 ) -> None:
@@ -251,7 +286,10 @@ def test_submission_limit_is_429(
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
     second = submit(client, experiment, "output/a")
     assert second.status_code == 429
-    assert "best checkpoints" in second.json()["detail"]
+    assert second.json()["detail"] == (
+        f"experiment {experiment.name!r} reached its limit of 1 submissions; "
+        "submit only your best checkpoints (GET /scores shows what you have)"
+    )
     assert submission_count(settings, experiment) == 1
 
 
