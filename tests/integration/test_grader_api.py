@@ -339,7 +339,21 @@ def test_submission_after_the_deadline_is_refused(
     assert client.get(f"{experiment.url_path}/time").json()["remaining_s"] == 0
     response = submit(client, experiment, "output/late")
     assert response.status_code == 403
-    assert "end_time" in response.json()["detail"]
+    assert response.json()["detail"].endswith("submissions are accepted only before GET /time's end_time")
+    assert submission_count(settings, experiment) == 0
+
+
+def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
+    response = submit(client, experiment, "output/early")
+    assert response.status_code == 403
+    assert response.json()["detail"] == (
+        f"the time budget of experiment {experiment.name!r} has not started yet; submissions are "
+        "accepted once GET /time shows a start_time (the platform starts it when your agent starts)"
+    )
     assert submission_count(settings, experiment) == 0
 
 
