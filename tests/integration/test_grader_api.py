@@ -593,6 +593,32 @@ def test_identical_weights_reuse_the_score(
     assert body["status"] == "scored" and body["score"] == 37.5
     assert body["reused_from"] == first and body["eval_seconds"] == 0.0
     assert body["submission_id"] != first and body["total_submissions"] == 2
+    # Nothing to evaluate for the second: its snapshot is gone at once; the first's is untouched.
+    db = Database(settings.database_url or "")
+    with db.session() as session:
+        kept = repo.get_submission(session, first).snapshot
+        assert repo.get_submission(session, body["submission_id"]).snapshot is None
+    db.dispose()
+    assert settings.snapshot_dir is not None and kept is not None
+    assert [path.name for path in settings.snapshot_dir.iterdir()] == [kept]
+
+
+def test_an_accepted_submission_is_logged_for_operators(
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    copy_model(tiny_base_model, experiment.output_dir / "logged", unique=True)
+    with caplog.at_level(logging.INFO, logger="autorl.grader"):
+        response = submit(client, experiment, "output/logged", params={"wait": "false"})
+    assert response.status_code == 202, response.text
+    accepted = [r.getMessage() for r in caplog.records if "event=submission_accepted" in r.getMessage()]
+    assert accepted == [
+        f"event=submission_accepted experiment={experiment.name} "
+        f"submission={response.json()['submission_id']} reused=False"
+    ]
 
 
 def test_the_headline_score_follows_the_experiments_protocol(
