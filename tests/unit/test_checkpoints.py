@@ -68,6 +68,13 @@ def test_local_folder(tiny_base_model: Path, tmp_path: Path) -> None:
         resolve_model(str(tiny_base_model / "config.json"), tmp_path / "models")
 
 
+def test_a_hub_like_source_with_dots_is_a_local_path_never_a_download(tmp_path: Path) -> None:
+    # "org/a..b" has the hub id's shape, but ".." never names a hub repository: it is a folder.
+    with pytest.raises(ModelSourceError, match=r"model folder org/a\.\.b does not exist"):
+        resolve_model("org/a..b", tmp_path)
+    assert not (tmp_path / "hub").exists(), "nothing was downloaded"
+
+
 def test_hub_id_offline_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import constants
 
