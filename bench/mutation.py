@@ -16,8 +16,10 @@ which links each package (and the tests and pyproject.toml) at its top; the muta
 state are in ``.mutation/mutants/``.
 
     python3 bench/mutation.py              # run mutmut afresh, then write the results
-    python3 bench/mutation.py --survivors  # after adding tests: run the last run's survivors and
-                                           # untested mutants again (the rest keep their outcome)
+    python3 bench/mutation.py --survivors  # after adding tests: run the last run's unexplained
+                                           # survivors and untested mutants again (the rest, and
+                                           # those bench/mutation_equivalent.toml explains, keep
+                                           # their outcome)
     python3 bench/mutation.py --collect    # only write the results of the last run
 """
 
@@ -176,13 +178,16 @@ def main() -> None:
     parser.add_argument(
         "--survivors",
         action="store_true",
-        help="run the last run's surviving and untested mutants again, then collect",
+        help="run the last run's unexplained surviving and untested mutants again, then collect",
     )
     args = parser.parse_args()
     if args.survivors:
         last = parse_results(_mutmut("results", "--all", "true"))
+        explained = load_equivalent()
         again = sorted(
-            n for n, s in last.items() if s in ("survived", "no tests") and selected(n, mutant_patterns())
+            n
+            for n, s in last.items()
+            if s in ("survived", "no tests") and selected(n, mutant_patterns()) and n not in explained
         )
         if not again:
             raise SystemExit("nothing to run again: no survivors in .mutation/ (run without --survivors)")
