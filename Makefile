@@ -117,12 +117,12 @@ images: ## build every container image of docker/ with podman (GPU=1: also the C
 bench: setup ## run every CPU benchmark (bench/results/*.json), print the GPU benchmarks' commands, refresh docs/PERFORMANCE.md
 	$(PY) bench/run_all.py
 
-# Mutation testing of scoring ([tool.mutmut] in pyproject.toml); not part of `make test`. Writes
+# Mutation testing of the checks that guard scores ([tool.mutmut] and [tool.autorl.mutation] in
+# pyproject.toml); not part of `make test`. Starts afresh in .mutation/ each time; writes
 # bench/results/mutation.json and its section of docs/RELIABILITY.md.
-mutation: setup ## mutation testing (mutmut) of scoring; survivors listed in docs/RELIABILITY.md
-	rm -rf mutants
+mutation: setup ## mutation testing (mutmut) of scoring, checkpoint checks, submissions, the sandbox view; survivors in docs/RELIABILITY.md
 	nice -n 10 $(PY) bench/mutation.py
 	$(PY) bench/reliability_report.py
 
 clean: ## remove the Python environments and tool caches
-	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache mutants
+	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache mutants .mutation

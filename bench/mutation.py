@@ -1,33 +1,80 @@
 """Mutation testing of the checks that guard scores: ``make mutation`` (not part of ``make test``).
 
 Runs mutmut (configured in pyproject.toml's ``[tool.mutmut]``: the modules to mutate and the fast
-unit tests that cover them), then writes ``bench/results/mutation.json``: the tool and version,
-the modules and tests, the count of mutants per outcome and every surviving mutant with the line
-it changed. ``python3 bench/report.py`` renders that file into docs/RELIABILITY.md.
+tests that cover them) over the mutants that ``[tool.autorl.mutation]`` names (fnmatch patterns:
+whole modules, or only the functions that check something), then writes
+``bench/results/mutation.json``: the tool and version, the modules, patterns and tests, the count
+of mutants per outcome (in all and per module) and every surviving mutant with the line it
+changed and, where the change cannot alter what a user sees, why (from
+``bench/mutation_equivalent.toml``). ``python3 bench/reliability_report.py`` renders that file into
+docs/RELIABILITY.md.
 
-    python3 bench/mutation.py            # run mutmut, then write the results
-    python3 bench/mutation.py --collect  # only write the results of the last run (mutants/)
+mutmut names a mutant after its file's path and records which tests call a function by the module
+name the tests import it as; the two agree only where a package sits at the top of the folder
+mutmut runs in. The services' packages sit under ``services/``, so mutmut runs in ``.mutation/``,
+which links each package (and the tests and pyproject.toml) at its top; the mutants and mutmut's
+state are in ``.mutation/mutants/``.
+
+    python3 bench/mutation.py              # run mutmut afresh, then write the results
+    python3 bench/mutation.py --survivors  # after adding tests: run the last run's unexplained
+                                           # survivors and untested mutants again (the rest, and
+                                           # those bench/mutation_equivalent.toml explains, keep
+                                           # their outcome)
+    python3 bench/mutation.py --collect    # only write the results of the last run
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import fnmatch
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tomllib
-from collections import Counter
+from collections import Counter, defaultdict
 from importlib.metadata import version
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "mutation.json"
+#: Surviving mutants that cannot change what a user sees: mutant name → the changed line and why.
+EQUIVALENT = REPO_ROOT / "bench" / "mutation_equivalent.toml"
 MUTMUT = [sys.executable, "-m", "mutmut"]
+#: Where mutmut runs, and what it sees there (name → the repository path it links to).
+WORKDIR = REPO_ROOT / ".mutation"
+LINKS = {
+    "autorl": "autorl",
+    "autorl_grader": "services/grader/autorl_grader",
+    "autorl_agent_runner": "services/agent-runner/autorl_agent_runner",
+    "tests": "tests",
+    "pyproject.toml": "pyproject.toml",
+}
+
+
+def prepare_workdir() -> None:
+    """A fresh ``.mutation/``: the links of :data:`LINKS`, no mutants of an earlier run."""
+    shutil.rmtree(WORKDIR, ignore_errors=True)
+    WORKDIR.mkdir()
+    for name, target in LINKS.items():
+        (WORKDIR / name).symlink_to(REPO_ROOT / target)
+
+
+def test_env() -> dict[str, str]:
+    """Each mutant's tests are a test run of their own: they share one build of the builtin model."""
+    return {**os.environ, "AUTORL_TEST_MODELS_DIR": str(WORKDIR / "models")}
+
+
+def repository_path(path: str) -> str:
+    """A path as mutmut sees it in ``.mutation/`` → the same file's path in the repository."""
+    top, _, rest = path.partition("/")
+    return f"{LINKS[top]}/{rest}" if rest else LINKS[top]
 
 
 def _mutmut(*args: str) -> str:
-    done = subprocess.run([*MUTMUT, *args], cwd=REPO_ROOT, capture_output=True, text=True)
+    done = subprocess.run([*MUTMUT, *args], cwd=WORKDIR, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"mutmut {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return done.stdout
@@ -51,20 +98,75 @@ def changed_line(diff: str) -> str:
     return ""
 
 
+def mutant_patterns() -> list[str]:
+    """The mutants to run: ``[tool.autorl.mutation] mutants`` in pyproject.toml."""
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    patterns: list[str] = config["tool"]["autorl"]["mutation"]["mutants"]
+    return patterns
+
+
+def selected(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def module_of(mutant: str) -> str:
+    """``autorl.tasks.gsm8k.x_reward__mutmut_3`` → ``autorl.tasks.gsm8k`` (methods: ``xǁClassǁname``)."""
+    parts = mutant.split(".")
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index].startswith(("x_", "xǁ")):
+            return ".".join(parts[:index])
+    raise SystemExit(f"not a mutmut mutant name: {mutant}")
+
+
+def load_equivalent() -> dict[str, dict[str, str]]:
+    entries: dict[str, dict[str, str]] = tomllib.loads(EQUIVALENT.read_text(encoding="utf-8"))
+    for name, entry in entries.items():
+        if not {"change", "reason"} <= set(entry) <= {"change", "reason", "untestable_here"}:
+            raise SystemExit(
+                f"{EQUIVALENT.name}: {name} needs `change` and `reason` (and may say `untestable_here`)"
+            )
+    return entries
+
+
+def survivor(name: str, equivalent: dict[str, dict[str, str]]) -> dict[str, str]:
+    """A surviving mutant, with the reason it is equivalent when the file's entry still matches
+    its changed line (a renumbered mutant is listed without one, so the entry must be redone)."""
+    change = changed_line(_mutmut("show", name))
+    record = {"mutant": name, "change": change}
+    entry = equivalent.get(name)
+    if entry is not None and entry["change"] == change:
+        record["untestable_here" if entry.get("untestable_here") else "equivalent"] = entry["reason"]
+    elif entry is not None:
+        print(f"warning: {EQUIVALENT.name}: {name} now changes {change!r}, not {entry['change']!r}")
+    return record
+
+
 def collect() -> dict[str, object]:
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    outcomes = parse_results(_mutmut("results", "--all", "true"))
+    patterns = mutant_patterns()
+    everything = parse_results(_mutmut("results", "--all", "true"))
+    outcomes = {name: status for name, status in everything.items() if selected(name, patterns)}
     if not outcomes:
         raise SystemExit("no mutants found: run `make mutation` first")
+    if "not checked" in outcomes.values():
+        print("warning: some selected mutants were not run (an interrupted run?): listed as `not checked`")
+    by_module: dict[str, Counter[str]] = defaultdict(Counter)
+    for name, status in outcomes.items():
+        by_module[module_of(name)][status] += 1
+    equivalent = load_equivalent()
     survivors = sorted(name for name, status in outcomes.items() if status == "survived")
+    for stale in sorted(set(equivalent) - set(survivors)):
+        print(f"warning: {EQUIVALENT.name}: {stale} did not survive this run; remove its entry")
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "tool": f"mutmut {version('mutmut')}",
-        "modules": config["source_paths"],
+        "modules": [repository_path(path) for path in config["source_paths"]],
+        "mutants_run": patterns,
         "tests": config["pytest_add_cli_args_test_selection"],
         "outcomes": dict(sorted(Counter(outcomes.values()).items())),
+        "outcomes_by_module": {module: dict(sorted(c.items())) for module, c in sorted(by_module.items())},
         "mutants": len(outcomes),
-        "survivors": [{"mutant": name, "change": changed_line(_mutmut("show", name))} for name in survivors],
+        "survivors": [survivor(name, equivalent) for name in survivors],
     }
 
 
@@ -73,9 +175,26 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--collect", action="store_true", help="only collect the last run's results")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run the last run's unexplained surviving and untested mutants again, then collect",
+    )
     args = parser.parse_args()
-    if not args.collect:
-        subprocess.run([*MUTMUT, "run"], cwd=REPO_ROOT, check=False)
+    if args.survivors:
+        last = parse_results(_mutmut("results", "--all", "true"))
+        explained = load_equivalent()
+        again = sorted(
+            n
+            for n, s in last.items()
+            if s in ("survived", "no tests") and selected(n, mutant_patterns()) and n not in explained
+        )
+        if not again:
+            raise SystemExit("nothing to run again: no survivors in .mutation/ (run without --survivors)")
+        subprocess.run([*MUTMUT, "run", *again], cwd=WORKDIR, env=test_env(), check=False)
+    elif not args.collect:
+        prepare_workdir()
+        subprocess.run([*MUTMUT, "run", *mutant_patterns()], cwd=WORKDIR, env=test_env(), check=False)
     RESULTS.write_text(json.dumps(collect(), indent=2) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")
 

@@ -79,19 +79,39 @@ def _code(text: str) -> str:
     return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
 
 
+#: mutmut's outcomes, in the order the table shows them.
+MUTATION_OUTCOMES = ("killed", "survived", "no tests", "timeout")
+
+
+def _survival(survivor: dict[str, str]) -> str:
+    if "equivalent" in survivor:
+        return "equivalent: " + _cell(survivor["equivalent"])
+    if "untestable_here" in survivor:
+        return "**not tested here**: " + _cell(survivor["untestable_here"])
+    return "**a missing test**"
+
+
 def mutation_table() -> str:
     data = load_results("mutation")
     outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
+    by_module = data["outcomes_by_module"]
+    others = sorted({s for counts in by_module.values() for s in counts} - set(MUTATION_OUTCOMES))
+    columns = [*MUTATION_OUTCOMES, *others]
     lines = [
-        f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants of "
-        f"{', '.join(map(_code, data['modules']))}, each against {', '.join(map(_code, data['tests']))}. "
-        f"Outcomes: {outcomes}.",
+        f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants, "
+        f"each against the tests among {', '.join(map(_code, data['tests']))} that call the changed "
+        f"function. Outcomes: {outcomes}. Mutants run: {', '.join(map(_code, data['mutants_run']))}.",
         "",
+        "| module | " + " | ".join(columns) + " |",
+        "| --- | " + " | ".join("---:" for _ in columns) + " |",
     ]
+    for module, counts in by_module.items():
+        lines.append(f"| {_code(module)} | " + " | ".join(str(counts.get(c, 0)) for c in columns) + " |")
+    lines.append("")
     if not data["survivors"]:
         return "\n".join([*lines, "No mutant survived."]) + "\n"
-    lines += ["| surviving mutant | the changed line |", "| --- | --- |"]
-    lines += [f"| {_code(s['mutant'])} | {_code(s['change'])} |" for s in data["survivors"]]
+    lines += ["| surviving mutant | the changed line | why it survives |", "| --- | --- | --- |"]
+    lines += [f"| {_code(s['mutant'])} | {_code(s['change'])} | {_survival(s)} |" for s in data["survivors"]]
     return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,7 @@ own queues); each test run starts its own Redis server."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,9 +84,15 @@ def make_settings(tmp_path: Path, run_id: str) -> Callable[..., Settings]:
     return build
 
 
+#: A models folder kept across test runs (bench/mutation.py sets it: each mutant is a test run of
+#: its own, and the builtin model is built once, deterministically, then read from there).
+MODELS_CACHE_ENV = "AUTORL_TEST_MODELS_DIR"
+
+
 @pytest.fixture(scope="session")
 def tiny_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The untrained `builtin:tiny-qwen2`, built once per test run."""
+    """The untrained `builtin:tiny-qwen2`, built once per test run (or once, with $AUTORL_TEST_MODELS_DIR)."""
     from autorl.checkpoints import resolve_model
 
-    return resolve_model("builtin:tiny-qwen2", tmp_path_factory.mktemp("models"))
+    cache = os.environ.get(MODELS_CACHE_ENV)
+    return resolve_model("builtin:tiny-qwen2", Path(cache) if cache else tmp_path_factory.mktemp("models"))

@@ -21,6 +21,7 @@ from autorl.store import Database, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
+from tests.support.checkpoints import without_chat_template
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 
 
@@ -204,6 +205,58 @@ def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
     assert "training_args.bin" not in {path.name for path in snapshot.iterdir()}
 
 
+def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    # In a pod the agent sees its workspace at /workspace; the grader sees it elsewhere.
+    workspace = make_workspace(tmp_path)
+    experiment = register(client, settings, tiny_base_model, workspace, agent_workspace="/workspace")
+    copy_model(tiny_base_model, workspace / "output" / "pod", unique=True)
+    response = submit(client, experiment, "/workspace/output/pod", params={"wait": "false"})
+    assert response.status_code == 202, response.text
+    view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
+    assert view["model_path"] == "output/pod"
+    # A path outside the agent's workspace is not rebased: it lies outside the output folder.
+    outside = submit(client, experiment, "/elsewhere/output/pod")
+    assert (
+        outside.status_code == 400 and "outside this experiment's output folder" in outside.json()["detail"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("template", "status"),
+    [
+        # Rendered as the evaluator renders it: a train question, thinking off.
+        (
+            "{% if enable_thinking is not false %}{{ raise_exception('thinking is on') }}{% endif %}"
+            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}",
+            202,
+        ),
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", 400),
+    ],
+    ids=["thinking-off", "looping"],
+)
+def test_a_checkpoints_own_chat_template_is_dry_rendered_at_submit(
+    client: TestClient,
+    settings: Settings,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    template: str,
+    status: int,
+) -> None:
+    """A base model without a chat template: each checkpoint's own is rendered before it is accepted."""
+    base = without_chat_template(tiny_base_model, tmp_path / "templateless")
+    workspace = make_workspace(tmp_path)
+    experiment = register(client, settings, base, workspace)
+    target = copy_model(base, workspace / "output" / "own", unique=True)
+    (target / "chat_template.jinja").write_text(template)
+    response = submit(client, experiment, "output/own", params={"wait": "false"})
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert "chat template" in response.json()["detail"]
+        assert submission_count(settings, experiment) == 0
+
+
 def test_missing_model_path_is_400_with_a_readable_detail(
     client: TestClient, experiment: RegisteredExperiment
 ) -> None:
@@ -233,7 +286,10 @@ def test_submission_limit_is_429(
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
     second = submit(client, experiment, "output/a")
     assert second.status_code == 429
-    assert "best checkpoints" in second.json()["detail"]
+    assert second.json()["detail"] == (
+        f"experiment {experiment.name!r} reached its limit of 1 submissions; "
+        "submit only your best checkpoints (GET /scores shows what you have)"
+    )
     assert submission_count(settings, experiment) == 1
 
 
@@ -283,7 +339,21 @@ def test_submission_after_the_deadline_is_refused(
     assert client.get(f"{experiment.url_path}/time").json()["remaining_s"] == 0
     response = submit(client, experiment, "output/late")
     assert response.status_code == 403
-    assert "end_time" in response.json()["detail"]
+    assert response.json()["detail"].endswith("submissions are accepted only before GET /time's end_time")
+    assert submission_count(settings, experiment) == 0
+
+
+def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
+    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
+    response = submit(client, experiment, "output/early")
+    assert response.status_code == 403
+    assert response.json()["detail"] == (
+        f"the time budget of experiment {experiment.name!r} has not started yet; submissions are "
+        "accepted once GET /time shows a start_time (the platform starts it when your agent starts)"
+    )
     assert submission_count(settings, experiment) == 0
 
 
@@ -523,6 +593,32 @@ def test_identical_weights_reuse_the_score(
     assert body["status"] == "scored" and body["score"] == 37.5
     assert body["reused_from"] == first and body["eval_seconds"] == 0.0
     assert body["submission_id"] != first and body["total_submissions"] == 2
+    # Nothing to evaluate for the second: its snapshot is gone at once; the first's is untouched.
+    db = Database(settings.database_url or "")
+    with db.session() as session:
+        kept = repo.get_submission(session, first).snapshot
+        assert repo.get_submission(session, body["submission_id"]).snapshot is None
+    db.dispose()
+    assert settings.snapshot_dir is not None and kept is not None
+    assert [path.name for path in settings.snapshot_dir.iterdir()] == [kept]
+
+
+def test_an_accepted_submission_is_logged_for_operators(
+    client: TestClient,
+    settings: Settings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    copy_model(tiny_base_model, experiment.output_dir / "logged", unique=True)
+    with caplog.at_level(logging.INFO, logger="autorl.grader"):
+        response = submit(client, experiment, "output/logged", params={"wait": "false"})
+    assert response.status_code == 202, response.text
+    accepted = [r.getMessage() for r in caplog.records if "event=submission_accepted" in r.getMessage()]
+    assert accepted == [
+        f"event=submission_accepted experiment={experiment.name} "
+        f"submission={response.json()['submission_id']} reused=False"
+    ]
 
 
 def test_the_headline_score_follows_the_experiments_protocol(

@@ -160,11 +160,22 @@ def test_view_never_exposes_platform_folders(tmp_path: Path) -> None:
     view = FilesystemView(
         workspace=workspace, read_only=[], python_paths=[], program=tmp_path / "a.py", forbidden=[home]
     )
-    assert view.binds()[0].source == tmp_path / "a.py" and view.notes
+    assert view.binds()[0].source == tmp_path / "a.py"
+    assert view.notes == [
+        f"only the agent's file {tmp_path / 'a.py'} is mounted: its folder holds platform data"
+    ]
     # A Python environment inside platform data, or around it, is refused rather than mounted.
+    cache = tmp_path / "cache"
     for python in (home / "cache" / "venv", tmp_path):
-        with pytest.raises(ViewError, match="agents' Python environment"):
-            FilesystemView(workspace=workspace, read_only=[], python_paths=[python], forbidden=[home]).binds()
+        with pytest.raises(ViewError) as refused:
+            FilesystemView(
+                workspace=workspace, read_only=[], python_paths=[python], forbidden=[home, cache]
+            ).binds()
+        assert str(refused.value) == (
+            f"{python} would be visible to the agent but holds (or lies in) platform data ({home}, {cache}); "
+            "keep the agents' Python environment and agent programs outside the platform home, cache and "
+            "data folders"
+        )
 
 
 def test_egress_firewall_rejects_the_host_and_keeps_loopback() -> None:

@@ -55,11 +55,20 @@ def test_local_folder(tiny_base_model: Path, tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "nope"), tmp_path / "models")
     (tmp_path / "empty").mkdir()
     with pytest.raises(
-        ModelSourceError, match=r"has no config\.json; pass a folder written by save_pretrained"
+        ModelSourceError,
+        match=r"has no config\.json; pass a folder written by save_pretrained "
+        r"\(config\.json, tokenizer files and weights\)$",
     ):
         resolve_model(str(tmp_path / "empty"), tmp_path / "models")
     with pytest.raises(ModelSourceError, match=r"is a file; pass the folder"):
         resolve_model(str(tiny_base_model / "config.json"), tmp_path / "models")
+
+
+def test_a_hub_like_source_with_dots_is_a_local_path_never_a_download(tmp_path: Path) -> None:
+    # "org/a..b" has the hub id's shape, but ".." never names a hub repository: it is a folder.
+    with pytest.raises(ModelSourceError, match=r"model folder org/a\.\.b does not exist"):
+        resolve_model("org/a..b", tmp_path)
+    assert not (tmp_path / "hub").exists(), "nothing was downloaded"
 
 
 def test_hub_id_offline_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,6 +103,13 @@ def test_hub_id_without_network_names_the_fix(tmp_path: Path, monkeypatch: pytes
         ("Qwen/Qwen2.5-1.5B", "Qwen2.5-1.5B"),
         ("/models/My Model!/", "My-Model"),
         ("/", "model"),
+        # Leading and trailing letters stay; only the dashes left by unsafe characters go.
+        ("xverse/XVERSE-7B", "XVERSE-7B"),
+        ("builtin:-X-", "X"),
+        # Never a name that leaves models/ or names it.
+        ("builtin:.", "model"),
+        ("builtin:..", "model"),
+        ("builtin:!!", "model"),
     ],
 )
 def test_model_dir_name(source: str, name: str) -> None:

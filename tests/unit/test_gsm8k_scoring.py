@@ -197,6 +197,11 @@ def test_reward_reads_the_last_message_of_chat_completions() -> None:
         }
     ]
     assert reward([said, parts, [{"role": "assistant"}]], "#### 42") == [1.0, 1.0, -1.0]
+    # The text parts are read as one text, as written: nothing is put between them (an image
+    # between two parts of a number leaves the number whole).
+    split = [{"type": "text", "text": "#### 4"}, {"type": "image"}, {"type": "text", "text": "2"}]
+    assert reward([[{"role": "assistant", "content": split}]], ["#### 42"]) == [1.0]
+    assert reward([[{"role": "assistant", "content": split[::2]}]], ["#### 42"]) == [1.0]
 
 
 @pytest.mark.parametrize("completion", [42, [], ["The answer is 42"]])
@@ -224,3 +229,11 @@ def test_accuracy_refuses_bad_input_with_the_reason() -> None:
 
 def test_only_the_text_after_the_last_closing_think_counts() -> None:
     assert strip_reasoning("a </think> 6 </think> 7 ") == "7"
+
+
+def test_an_answer_exactly_the_tolerance_away_is_wrong_under_every_protocol() -> None:
+    # |0.000001 - 0| is 1e-6 exactly: "within 1e-6" is strict, as in OpenCompass's is_equal.
+    assert not is_correct("The answer is 0.000001", "#### 0")
+    for protocol in ("opencompass", "flexible", "strict"):
+        assert accuracy(["#### 0.000001"], ["#### 0"], protocol) == 0.0
+    assert accuracy(["#### 0.0000001"], ["#### 0"], "opencompass") == 100.0

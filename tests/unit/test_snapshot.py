@@ -18,6 +18,7 @@ import pytest
 from autorl.chat_template import ChatTemplate
 from autorl.errors import CheckpointError
 from autorl.snapshot import (
+    MAX_SHARDS,
     SUBMITTED_CONFIG,
     Snapshot,
     prune_snapshots,
@@ -547,6 +548,39 @@ def test_a_sparse_file_is_refused_at_once_and_unread(
     assert _bytes_read() - read_before < 32 * 1024 * 1024, "the sparse file was read"
 
 
+def _write_with_a_hole(path: Path, size: int, hole: tuple[int, int]) -> None:
+    """``size`` bytes of text at ``path``, with nothing written (a hole, read as NULs) in ``hole``."""
+    with path.open("wb") as file:
+        file.write(b"x" * hole[0])
+        file.seek(hole[1])
+        file.write(b"x" * (size - hole[1]))
+
+
+@pytest.mark.parametrize(
+    ("hole", "sparse"),
+    [
+        # Data in two stretches around a hole: 70 % data, so not sparse.
+        ((7 * 64 * 1024, 13 * 64 * 1024), False),
+        # A hole, then data: 30 % data, so sparse.
+        ((64 * 1024, 14 * 64 * 1024), True),
+    ],
+)
+def test_a_file_is_sparse_when_most_of_it_is_holes_wherever_they_are(
+    take: Callable[..., Snapshot],
+    refusal: Callable[..., str],
+    checkpoint: Path,
+    hole: tuple[int, int],
+    sparse: bool,
+) -> None:
+    _write_with_a_hole(checkpoint / "tokenizer.json", 20 * 64 * 1024, hole)
+    if sparse:
+        message = refusal()
+        assert "tokenizer.json is a sparse file" in message, message
+    else:
+        copied = take().path / "tokenizer.json"
+        assert copied.read_bytes() == (checkpoint / "tokenizer.json").read_bytes()
+
+
 def test_an_oversize_tokenizer_file_is_refused_before_it_is_read(
     refusal: Callable[..., str], checkpoint: Path
 ) -> None:
@@ -598,6 +632,30 @@ def test_an_index_naming_files_elsewhere_is_refused(refusal: Callable[..., str],
     index["weight_map"]["model.norm.weight"] = "../../other/model.safetensors"
     (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
     assert "in the same folder" in refusal()
+
+
+@pytest.mark.parametrize("weight_map", [None, {}, [], ["model-00001-of-00001.safetensors"], "x"])
+def test_an_index_without_a_weight_map_is_refused_with_the_fix(
+    refusal: Callable[..., str], checkpoint: Path, weight_map: object
+) -> None:
+    (checkpoint / "model.safetensors").rename(checkpoint / "model-00001-of-00001.safetensors")
+    index = {} if weight_map is None else {"weight_map": weight_map}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+    message = refusal()
+    assert "model.safetensors.index.json has no weight_map; " in message and "save_pretrained" in message
+
+
+@pytest.mark.parametrize("shards", [MAX_SHARDS, MAX_SHARDS + 1])
+def test_an_index_may_name_at_most_max_shards_files(
+    refusal: Callable[..., str], checkpoint: Path, shards: int
+) -> None:
+    (checkpoint / "model.safetensors").unlink()
+    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+    weight_map = {f"layer.{i}.weight": name for i, name in enumerate(names)}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    message = refusal()
+    too_many = f"must name at most {MAX_SHARDS} *.safetensors files" in message
+    assert too_many is (shards > MAX_SHARDS), message
 
 
 # --- the chat template ----------------------------------------------------------------------

@@ -174,8 +174,20 @@ def test_gsm8k_test_split_is_cached_for_the_evaluator(tmp_path: Path) -> None:
 
 
 def test_gsm8k_source_folder_without_the_split(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"has no test split.*AUTORL_DATA_SOURCE_DIR"):
+    with pytest.raises(ConfigurationError) as refused:
         GSM8KTask().load_test_problems(tmp_path / "eval", source_dir=tmp_path)
+    assert str(refused.value) == (
+        f"data source folder {tmp_path} has no test split: put it at {tmp_path / 'gsm8k' / 'test.jsonl'} "
+        f"or {tmp_path / 'test.jsonl'} (AUTORL_DATA_SOURCE_DIR names this folder)"
+    )
+
+
+def test_gsm8k_source_file_without_problems(tmp_path: Path) -> None:
+    (tmp_path / "test.jsonl").write_text("")
+    with pytest.raises(ConfigurationError) as refused:
+        GSM8KTask().load_test_problems(tmp_path / "eval", source_dir=tmp_path)
+    assert str(refused.value) == f"{tmp_path / 'test.jsonl'} holds no problems"
+    assert not (tmp_path / "eval").exists(), "nothing cached from an empty source"
 
 
 def test_gsm8k_source_file_without_final_answers(tmp_path: Path) -> None:
@@ -202,6 +214,33 @@ def test_gsm8k_without_hub_or_source_names_the_setting(tmp_path: Path) -> None:
     assert "ConfigurationError" in result.stderr
     assert "set AUTORL_DATA_SOURCE_DIR" in result.stderr
     assert not (tmp_path / "data" / "train.jsonl").exists()
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_gsm8k_split_without_hub_or_source_names_the_split_and_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
+    # In this interpreter: the hub's offline switch and empty caches, so nothing can be found.
+    import datasets.config
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    task = GSM8KTask()
+    with pytest.raises(ConfigurationError) as refused:
+        if split == "train":
+            task.download_train_data(tmp_path / "data")
+        else:
+            task.load_test_problems(tmp_path / "eval")
+    message = str(refused.value)
+    assert message.startswith(f"could not download openai/gsm8k (main, {split}): ")
+    assert message.endswith(
+        "with no access to the Hugging Face hub, set AUTORL_DATA_SOURCE_DIR to a folder holding "
+        "gsm8k/train.jsonl and gsm8k/test.jsonl (one {'question', 'answer'} object a line)"
+    )
+    assert not (tmp_path / "data").exists() and not (tmp_path / "eval").exists(), "nothing half-written"
 
 
 # --- prompts -----------------------------------------------------------------------------------
