@@ -84,6 +84,11 @@ def run(db: Database, tmp_path: Path) -> SeededExperiment:
     return run
 
 
+def at_url(driver: Any, url: str) -> None:
+    """A click that submits a form or follows a link navigates on its own time: wait for it."""
+    wait_for(driver, lambda d: d.current_url == url, f"the browser at {url}")
+
+
 def wait_for(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -120,10 +125,10 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert browser.current_url == f"{grader.url}/ui/login"
         browser.find_element(By.ID, "token").send_keys(run.token)  # an agent's token does not open it
         browser.find_element(By.ID, "sign-in").click()
-        assert "not the admin token" in browser.find_element(By.CSS_SELECTOR, ".error").text
+        wait_for(browser, lambda d: "not the admin token" in "".join(texts(d, ".error")), "the refusal")
         browser.find_element(By.ID, "token").send_keys(settings.admin_token.get_secret_value())
         browser.find_element(By.ID, "sign-in").click()
-        assert browser.current_url == f"{grader.url}/ui"
+        at_url(browser, f"{grader.url}/ui")
         assert not any(c["name"].endswith("session") and not c["httpOnly"] for c in browser.get_cookies())
 
         # The experiments table.
@@ -149,7 +154,7 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         polls = browser.execute_script("return window.autorlPolls")
         wait_for(browser, lambda d: d.execute_script("return window.autorlPolls") >= polls + 2, "two polls")
         link.click()
-        assert browser.current_url == f"{grader.url}/ui/experiments/{run.name}"
+        at_url(browser, f"{grader.url}/ui/experiments/{run.name}")
         wait_for(browser, lambda d: len(d.execute_script(POINTS_JS)) == 2, "two points on the chart")
         points = browser.execute_script(POINTS_JS)
         assert [p["y"] for p in points] == [12.0, 30.0] and [p["best"] for p in points] == [False, True]
@@ -198,6 +203,6 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         # Signing out ends the session.
         browser.get(f"{grader.url}/ui")
         browser.find_element(By.CSS_SELECTOR, "header form button").click()
-        assert browser.current_url == f"{grader.url}/ui/login"
+        at_url(browser, f"{grader.url}/ui/login")
         browser.get(f"{grader.url}/ui/api/experiments")
         assert "not signed in" in browser.page_source
