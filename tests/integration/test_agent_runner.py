@@ -21,6 +21,7 @@ import pytest
 
 from autorl.client import GradingClient
 from autorl.tasks import get_task
+from autorl_agent_runner import runner as runner_module
 from autorl_agent_runner.agent_user import uid_processes
 from autorl_agent_runner.agents import resolve_agent
 from autorl_agent_runner.environment import ContractValues, parse_env_items
@@ -208,6 +209,36 @@ def test_agent_leftovers_end_when_the_agent_exits(tmp_path: Path, workspace: Wor
     outcome = run(workspace, agent, sandbox=SandboxMode.NONE, timeout_s=30.0)
     assert outcome.exit_code == 0 and not outcome.timed_out
     assert (workspace.output / "started").exists() and not escaped_children(seconds)
+
+
+def test_ctrl_c_while_the_agent_starts_ends_the_agent(
+    tmp_path: Path, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C can land after the agent's process exists and before the runner has taken stock of
+    it: the agent (and what it started in its group) still ends, and the interrupt goes on."""
+    seconds = escaped_sleep()
+    agent = agent_script(
+        tmp_path,
+        f"""
+        import os, subprocess, time
+        subprocess.Popen(["sleep", "{seconds}"])
+        open(os.path.join(os.environ["OUTPUT_DIR"], "started"), "w")
+        time.sleep(300)
+        """,
+    )
+
+    def interrupted_at_stock_taking(*args: object, **kwargs: object) -> object:
+        deadline = time.monotonic() + 60
+        while not (workspace.output / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner_module, "AgentProcesses", interrupted_at_stock_taking)
+    with pytest.raises(KeyboardInterrupt):
+        run(workspace, agent, sandbox=SandboxMode.NONE, timeout_s=60.0)
+    assert (workspace.output / "started").exists()
+    assert not escaped_children(seconds)
+    assert "event=interrupted action=SIGTERM" in workspace.agent_log.read_text()
 
 
 @NEEDS_ROOT

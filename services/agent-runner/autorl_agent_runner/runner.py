@@ -21,6 +21,7 @@ from typing import IO
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError
 from autorl.parent_death import dying_with_parent
+from autorl.process_group import kill_group
 from autorl_agent_runner.agent_user import give_to_agent, reclaim
 from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.api_relay import AgentApiRelay
@@ -147,10 +148,14 @@ class AgentRunner:
     # --- lifecycle -------------------------------------------------------------------------
 
     def run(self) -> AgentOutcome:
-        self.start()
         try:
+            self.start()
             return self.supervise()
-        except BaseException:  # Ctrl-C in the caller: end the agent before passing it on
+        except AgentStartError:
+            raise  # start() has already ended what it had started
+        except BaseException:  # Ctrl-C in the caller, even mid-start: end the agent before passing it on
+            if self._process is None:
+                raise  # nothing of the agent was started
             self.log("event=interrupted action=SIGTERM")
             try:
                 self._end()
@@ -334,13 +339,17 @@ class AgentRunner:
         self._stop.set()
 
     def _end(self, grace_period_s: float | None = None) -> bool:
-        assert self._processes is not None and self._process is not None
+        assert self._process is not None
         process = self._process
+        grace = self.config.grace_period_s if grace_period_s is None else grace_period_s
+        if self._processes is None:
+            # Interrupted while starting, before its processes were known: its session's group.
+            kill_group(process.pid, process, grace_s=grace)
+            return True
 
         def reap() -> None:
             process.poll()
 
-        grace = self.config.grace_period_s if grace_period_s is None else grace_period_s
         killed, _ = end_processes(self._processes, grace_period_s=grace, reap=reap, log=self.log)
         process.wait()
         return killed
