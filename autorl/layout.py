@@ -10,8 +10,6 @@ these names, the operator mounts by them and the checkpoints code fills the cach
 
 from __future__ import annotations
 
-from pathlib import PurePath
-
 # The workspace: names relative to its root.
 CODE_DIR = "code"
 OUTPUT_DIR = "output"
@@ -22,8 +20,6 @@ INSTRUCTIONS_FILE = "instructions.md"
 RUN_META_FILE = "run_meta.json"
 SCORES_FILE = "scores.json"
 AGENT_LOG_FILE = "agent.log"
-#: Inside the workspace, read-only to the agent.
-READ_ONLY_DIRS = (MODELS_DIR, DATA_DIR)
 
 # The model cache: names relative to the cache's models folder.
 BUILTIN_PREFIX = "builtin:"
@@ -48,8 +44,3 @@ def cached_model_subpath(model: str) -> str:
     if model.startswith(BUILTIN_PREFIX):
         return builtin_model_subpath(model[len(BUILTIN_PREFIX) :])
     return hub_model_subpath(model)
-
-
-def workspace_path(root: str | PurePath, *parts: str) -> str:
-    """A path inside a workspace given as text (the agent's view in a pod, e.g. ``/workspace``)."""
-    return str(PurePath(root, *parts))
