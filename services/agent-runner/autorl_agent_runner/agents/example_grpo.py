@@ -307,6 +307,8 @@ class Agent:
         """
         import torch
 
+        from autorl_agent_runner.agents.precision import MasterWeightAdamW
+
         config = self.config
         lr = config.sft_learning_rate or (3e-3 if self.tiny else 1e-5)
         batch_size = config.sft_batch_size or (32 if self.tiny else 16)
@@ -330,7 +332,7 @@ class Agent:
             shared_prefix_tokens=shared,
             budget_s=round(stop_at - time.time()),
         )
-        optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
+        optimizer = MasterWeightAdamW(self.model.parameters(), lr=lr)
         generator = random.Random(config.seed)
         order = list(range(len(prompts)))
         self.model.train()

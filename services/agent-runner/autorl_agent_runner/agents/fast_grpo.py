@@ -87,9 +87,9 @@ class FastGRPO:
     step_count: int = 0
 
     def __post_init__(self) -> None:
-        import torch
 
         from autorl.decoding.greedy_engine import shared_prefix_length
+        from autorl_agent_runner.agents.precision import MasterWeightAdamW
 
         if self.settings.num_generations < 2:
             raise ValueError("GRPO needs at least 2 generations per prompt")
@@ -105,9 +105,7 @@ class FastGRPO:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if not self.eos_ids:
             self.eos_ids = [self.tokenizer.eos_token_id]
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.settings.learning_rate, weight_decay=0.0
-        )
+        self.optimizer = MasterWeightAdamW(self.model.parameters(), lr=self.settings.learning_rate)
         self.order: list[int] = []
         self.epoch = 0
         self.random = random.Random(self.settings.seed)
