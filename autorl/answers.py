@@ -10,9 +10,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: A submission in one of these is done: its score (or its error) will not change any more.
+FINAL_STATUSES = frozenset({"scored", "failed"})
+
 
 class Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Refusal(BaseModel):
+    """Every 4xx/5xx body: ``detail`` (FastAPI's field) and ``error`` (what reference clients read),
+    the same text naming the fix."""
+
+    detail: str
+    error: str
 
 
 class Best(Answer):
@@ -51,6 +62,11 @@ class SubmissionAnswer(Answer):
     finished_at: float | None
     queue_position: int | None = Field(None, description="only while queued or running")
 
+    @property
+    def final(self) -> bool:
+        """Scored or failed: polling it again changes nothing."""
+        return self.status in FINAL_STATUSES
+
 
 class PendingAnswer(Answer):
     """A submission accepted and not scored yet (``?wait=false``, or the wait ran out)."""
@@ -59,6 +75,10 @@ class PendingAnswer(Answer):
     status: str
     queue_position: int | None
     ignored_files: list[str]
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
 
 
 class ScoresAnswer(Answer):

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
-
-class Refusal(BaseModel):
-    detail: str
-    error: str
-
+from autorl.answers import Refusal
 
 #: Declared on every route: a malformed request is refused with a Refusal, not FastAPI's default
 #: list of validation errors.

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer, TokenAnswer
 from autorl.errors import ConflictError
 from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
+from autorl.request_bodies import FinishExperiment, RegisterExperiment, StartBudget
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
 from autorl.tasks import get_task
@@ -27,57 +26,6 @@ from autorl_grader.views import ExperimentTotals, experiment_view, submission_vi
 router = APIRouter(
     prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep], responses=refusals(401, 503)
 )
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-
-
-class RegisterExperiment(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(max_length=253, description="Unique name (lowercase DNS-1123, as a Kubernetes name).")
-    task: str
-    model: str = Field(min_length=1, description="Model source: hub id, local folder or builtin:NAME.")
-    timeout_s: int = Field(gt=0, description="The agent's time budget in seconds.")
-    workspace: str = Field(description="The experiment's workspace as the grader sees it.")
-    base_model_dir: str = Field(description="The prepared base model folder as the grader sees it.")
-    output_dir: str | None = Field(None, description="Default: WORKSPACE/output.")
-    agent_workspace: str | None = Field(None, description="The workspace as the agent sees it (pod mount).")
-    max_submissions: int | None = Field(None, gt=0)
-    protocol: Literal["opencompass", "flexible", "strict"] = Field(
-        "opencompass", description="Scoring protocol of the headline score; the others are stored beside it."
-    )
-    agent: str | None = None
-    driver_model: str | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _dns_name(cls, value: str) -> str:
-        if not NAME_RE.match(value):
-            raise ValueError("use lowercase letters, digits, '-' and '.', starting and ending alphanumeric")
-        return value
-
-    @field_validator("workspace", "base_model_dir")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not Path(value).is_absolute():
-            raise ValueError("must be an absolute path")
-        return value
-
-
-class StartBudget(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    timeout_s: int | None = Field(None, gt=0)
-    start_time: float | None = Field(
-        None,
-        gt=0,
-        description="When the budget started, in epoch seconds (the agent container's start); default "
-        "now. A time in the future counts as now, one before the registration as the registration.",
-    )
-
-
-class FinishExperiment(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    status: Literal["completed", "interrupted", "failed", "timed_out"]
-    message: str | None = None
 
 
 @router.post("", status_code=201, response_model=RegisteredAnswer, responses=refusals(400, 409))

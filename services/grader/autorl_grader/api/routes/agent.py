@@ -9,11 +9,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from autorl.answers import HealthAnswer, PendingAnswer, ScoresAnswer, SubmissionAnswer, TimeAnswer
 from autorl.errors import ForbiddenError
+from autorl.request_bodies import SubmitRequest
 from autorl.store import Database, Experiment
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
@@ -25,16 +25,6 @@ from autorl_grader.views import ExperimentTotals, submission_view, time_view
 router = APIRouter(tags=["agent"], responses=refusals(401, 503))
 #: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
 MAX_ID = 2**31 - 1
-
-
-class SubmitRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    model_path: str = Field(
-        min_length=1, description="Checkpoint folder inside your workspace's output/ (relative or absolute)."
-    )
-    gpu: Any = Field(None, description="Accepted for compatibility with reference clients and ignored.")
-
 
 MISSING_MODEL_PATH = (
     'missing model_path: send a JSON body such as {"model_path": "output/v1"} naming a checkpoint '

@@ -1,0 +1,90 @@
+"""The bodies the grader's routes accept, as typed models: the routes validate requests with
+them and the clients build requests from them, so both sides agree on every field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Lowercase DNS-1123, as a Kubernetes name (the operator names experiments after their objects).
+EXPERIMENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+FinishStatus = Literal["completed", "interrupted", "failed", "timed_out"]
+Protocol = Literal["opencompass", "flexible", "strict"]
+
+
+class SubmitRequest(BaseModel):
+    """``POST /submit``; unknown fields are ignored, as reference clients send some."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model_path: str = Field(
+        min_length=1, description="Checkpoint folder inside your workspace's output/ (relative or absolute)."
+    )
+    gpu: Any = Field(
+        default=None, description="Accepted for compatibility with reference clients and ignored."
+    )
+
+
+class RegisterExperiment(BaseModel):
+    """``POST /v1/experiments``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=253, description="Unique name (lowercase DNS-1123, as a Kubernetes name).")
+    task: str
+    model: str = Field(min_length=1, description="Model source: hub id, local folder or builtin:NAME.")
+    timeout_s: int = Field(gt=0, description="The agent's time budget in seconds.")
+    workspace: str = Field(description="The experiment's workspace as the grader sees it.")
+    base_model_dir: str = Field(description="The prepared base model folder as the grader sees it.")
+    output_dir: str | None = Field(default=None, description="Default: WORKSPACE/output.")
+    agent_workspace: str | None = Field(
+        default=None, description="The workspace as the agent sees it (pod mount)."
+    )
+    max_submissions: int | None = Field(default=None, gt=0)
+    protocol: Protocol = Field(
+        default="opencompass",
+        description="Scoring protocol of the headline score; the others are stored beside it.",
+    )
+    agent: str | None = None
+    driver_model: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        if not EXPERIMENT_NAME_RE.match(value):
+            raise ValueError("use lowercase letters, digits, '-' and '.', starting and ending alphanumeric")
+        return value
+
+    @field_validator("workspace", "base_model_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not Path(value).is_absolute():
+            raise ValueError("must be an absolute path")
+        return value
+
+
+class StartBudget(BaseModel):
+    """``POST /v1/experiments/{name}/start``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: int | None = Field(default=None, gt=0)
+    start_time: float | None = Field(
+        default=None,
+        gt=0,
+        description="When the budget started, in epoch seconds (the agent container's start); default "
+        "now. A time in the future counts as now, one before the registration as the registration.",
+    )
+
+
+class FinishExperiment(BaseModel):
+    """``POST /v1/experiments/{name}/finish``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: FinishStatus
+    message: str | None = None
