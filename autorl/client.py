@@ -15,14 +15,54 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self, overload
 
 import httpx
 
+from autorl.answers import (
+    FINAL_STATUSES,
+    Best,
+    HealthAnswer,
+    PendingAnswer,
+    ScoresAnswer,
+    SubmissionAnswer,
+    TimeAnswer,
+)
 from autorl.errors import AutoRLError
+from autorl.grader_http import (
+    AuthenticationError,
+    DeadlineError,
+    Endpoint,
+    ExperimentConflictError,
+    GraderUnavailableError,
+    GradingError,
+    HttpCaller,
+    SubmissionNotFoundError,
+    SubmissionRejectedError,
+    TooManySubmissionsError,
+)
+from autorl.request_bodies import SubmitRequest
+
+__all__ = [
+    "FINAL_STATUSES",
+    "AuthenticationError",
+    "Best",
+    "DeadlineError",
+    "ExperimentConflictError",
+    "GraderUnavailableError",
+    "GradingClient",
+    "GradingError",
+    "PendingSubmission",
+    "Scores",
+    "SubmissionNotFoundError",
+    "SubmissionRejectedError",
+    "SubmissionResult",
+    "SubmissionTimeoutError",
+    "TimeInfo",
+    "TooManySubmissionsError",
+]
 
 #: The grader answers a blocking /submit within 540 s; the read timeout must outlast that.
 SUBMIT_READ_TIMEOUT_S = 600.0
@@ -31,41 +71,15 @@ DEFAULT_TIMEOUT_S = 30.0
 #: Between two polls of a submission that is still being evaluated.
 POLL_INTERVAL_S = 5.0
 
-FINAL_STATUSES = frozenset({"scored", "failed"})
-
-
-class GradingError(AutoRLError):
-    """The grader refused a request. ``detail`` is the server's reason, which names the fix."""
-
-    def __init__(self, status_code: int, detail: str, *, method: str = "", url: str = "") -> None:
-        self.status_code = status_code
-        self.detail = detail
-        where = f" ({method} {url})" if method else ""
-        super().__init__(f"grader answered {status_code}{where}: {detail}")
-
-
-class AuthenticationError(GradingError):
-    """401: no token, or not this experiment's."""
-
-
-class DeadlineError(GradingError):
-    """403: the time budget is over; nothing more is accepted."""
-
-
-class SubmissionRejectedError(GradingError):
-    """400/422: the checkpoint or request breaks a rule (path outside output/, adapter, pickle)."""
-
-
-class SubmissionNotFoundError(GradingError):
-    """404: no such submission in this experiment."""
-
-
-class TooManySubmissionsError(GradingError):
-    """429: the experiment reached its submission limit."""
-
-
-class GraderUnavailableError(GradingError):
-    """5xx or no connection: the grader or its database is down; retrying later may work."""
+#: A submission as the grader reports it; ``score`` is the headline (OpenCompass protocol),
+#: ``final`` tells whether it is scored or failed.
+SubmissionResult = SubmissionAnswer
+#: What ``submit(..., wait=False)`` answers at once: the id, ``status`` and ``queue_position``.
+PendingSubmission = PendingAnswer
+#: This experiment's submissions (the baseline excluded) and the best so far.
+Scores = ScoresAnswer
+#: The budget, in epoch seconds; ``None`` before the budget starts.
+TimeInfo = TimeAnswer
 
 
 class SubmissionTimeoutError(AutoRLError):
@@ -79,128 +93,26 @@ class SubmissionTimeoutError(AutoRLError):
         )
 
 
-_ERROR_BY_STATUS: dict[int, type[GradingError]] = {
+#: The agent API's refusals; any other 4xx is a plain GradingError, a 5xx GraderUnavailableError.
+AGENT_REFUSALS: dict[int, type[GradingError]] = {
     400: SubmissionRejectedError,
     401: AuthenticationError,
     403: DeadlineError,
     404: SubmissionNotFoundError,
+    409: ExperimentConflictError,
     422: SubmissionRejectedError,
     429: TooManySubmissionsError,
 }
 
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-@dataclass(frozen=True)
-class Best:
-    submission_id: int | None
-    score: float | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> Best:
-        data = data or {}
-        return cls(_optional_int(data.get("submission_id")), _optional_float(data.get("score")))
-
-
-@dataclass(frozen=True)
-class SubmissionResult:
-    """A submission as the grader reports it. ``score`` is the headline (OpenCompass protocol)."""
-
-    submission_id: int
-    status: str  # queued | running | scored | failed
-    score: float | None = None
-    baseline_score: float | None = None
-    improvement: float | None = None
-    best: Best | None = None
-    total_submissions: int | None = None
-    queue_position: int | None = None
-    model_path: str | None = None
-    error: str | None = None
-    scores: dict[str, float | None] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def final(self) -> bool:
-        return self.status in FINAL_STATUSES
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SubmissionResult:
-        return cls(
-            submission_id=int(data["submission_id"]),
-            status=str(data.get("status", "queued")),
-            score=_optional_float(data.get("score")),
-            baseline_score=_optional_float(data.get("baseline_score")),
-            improvement=_optional_float(data.get("improvement")),
-            best=Best.from_json(data["best"]) if data.get("best") is not None else None,
-            total_submissions=_optional_int(data.get("total_submissions")),
-            queue_position=_optional_int(data.get("queue_position")),
-            model_path=data.get("model_path"),
-            error=data.get("error"),
-            scores={k: _optional_float(v) for k, v in (data.get("scores") or {}).items()},
-            raw=dict(data),
-        )
-
-
-@dataclass(frozen=True)
-class Scores:
-    """This experiment's submissions (the baseline excluded) and the best so far."""
-
-    baseline_score: float | None
-    best: Best
-    total_submissions: int
-    submissions: list[SubmissionResult]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Scores:
-        return cls(
-            baseline_score=_optional_float(data.get("baseline_score")),
-            best=Best.from_json(data.get("best")),
-            total_submissions=int(data.get("total_submissions") or 0),
-            submissions=[SubmissionResult.from_json(s) for s in data.get("submissions") or []],
-            raw=dict(data),
-        )
-
-
-@dataclass(frozen=True)
-class TimeInfo:
-    """The budget, in epoch seconds; ``None`` before the budget starts."""
-
-    start_time: float | None
-    timeout_s: float | None
-    end_time: float | None
-    remaining_s: float | None
-    last_submit_time: float | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TimeInfo:
-        remaining = data.get("remaining_s", data.get("remaining"))
-        return cls(
-            start_time=_optional_float(data.get("start_time")),
-            timeout_s=_optional_float(data.get("timeout_s")),
-            end_time=_optional_float(data.get("end_time")),
-            remaining_s=_optional_float(remaining),
-            last_submit_time=_optional_float(data.get("last_submit_time")),
-            raw=dict(data),
-        )
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
-    if isinstance(body, Mapping) and "detail" in body:
-        detail = body["detail"]
-        return detail if isinstance(detail, str) else str(detail)
-    return str(body)[:500]
+HEALTH = Endpoint[HealthAnswer]("GET", "/health", HealthAnswer, AGENT_REFUSALS)
+TIME = Endpoint[TimeAnswer]("GET", "/time", TimeAnswer, AGENT_REFUSALS)
+SCORES = Endpoint[ScoresAnswer]("GET", "/scores", ScoresAnswer, AGENT_REFUSALS)
+SUBMISSION = Endpoint[SubmissionAnswer](
+    "GET", "/submissions/{submission_id}", SubmissionAnswer, AGENT_REFUSALS
+)
+SUBMIT = Endpoint[SubmissionAnswer | PendingAnswer](
+    "POST", "/submit", SubmissionAnswer, AGENT_REFUSALS, body=SubmitRequest, pending=PendingAnswer
+)
 
 
 class GradingClient:
@@ -219,8 +131,10 @@ class GradingClient:
         # A capability URL already authenticates; a second credential could only disagree with it.
         if token and "/a/" not in self.base_url:
             headers["Authorization"] = f"Bearer {token}"
-        self._timeout_s = timeout_s
-        self._http = httpx.Client(headers=headers, timeout=timeout_s, transport=transport)
+        http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport)
+        self._caller = HttpCaller(
+            http, timeout_s=timeout_s, unreachable_hint="; is GRADING_SERVER_URL right?"
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> GradingClient:
@@ -242,39 +156,39 @@ class GradingClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        self._caller.close()
 
-    def _request(
-        self, method: str, route: str, *, timeout_s: float | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        url = f"{self.base_url}{route}"
-        try:
-            response = self._http.request(method, url, timeout=timeout_s or self._timeout_s, **kwargs)
-        except httpx.TransportError as exc:
-            raise GraderUnavailableError(
-                503,
-                f"cannot reach the grader ({type(exc).__name__}); is GRADING_SERVER_URL right?",
-                method=method,
-                url=route,  # the route only: a capability URL's token must not reach a message or a log
-            ) from exc
-        if response.status_code >= 400:
-            status = response.status_code
-            error = _ERROR_BY_STATUS.get(status, GraderUnavailableError if status >= 500 else GradingError)
-            raise error(status, _detail(response), method=method, url=route)
-        return response
-
-    def health(self) -> dict[str, Any]:
-        body: dict[str, Any] = self._request("GET", "/health").json()
-        return body
+    def health(self) -> HealthAnswer:
+        return self._caller.send(HEALTH.call())
 
     def time(self) -> TimeInfo:
-        return TimeInfo.from_json(self._request("GET", "/time").json())
+        return self._caller.send(TIME.call())
 
     def scores(self) -> Scores:
-        return Scores.from_json(self._request("GET", "/scores").json())
+        return self._caller.send(SCORES.call())
 
     def submission(self, submission_id: int) -> SubmissionResult:
-        return SubmissionResult.from_json(self._request("GET", f"/submissions/{int(submission_id)}").json())
+        return self._caller.send(SUBMISSION.call(submission_id=int(submission_id)))
+
+    @overload
+    def submit(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        wait: Literal[True] = ...,
+        max_wait_s: float | None = ...,
+        poll_interval_s: float = ...,
+    ) -> SubmissionResult: ...
+
+    @overload
+    def submit(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        wait: bool,
+        max_wait_s: float | None = ...,
+        poll_interval_s: float = ...,
+    ) -> SubmissionResult | PendingSubmission: ...
 
     def submit(
         self,
@@ -283,24 +197,24 @@ class GradingClient:
         wait: bool = True,
         max_wait_s: float | None = None,
         poll_interval_s: float = POLL_INTERVAL_S,
-    ) -> SubmissionResult:
+    ) -> SubmissionResult | PendingSubmission:
         """Submit a checkpoint folder (a full model in safetensors, inside ``output/``).
 
         With ``wait`` (the default) this returns the scored (or failed) submission: the grader
         holds the request for up to 540 s, and if it answers 202 first, this polls
         ``GET /submissions/{id}`` until the evaluation ends or ``max_wait_s`` runs out
         (then :class:`SubmissionTimeoutError`; the submission stays queued). Without ``wait`` it
-        returns at once with status ``queued``.
+        returns at once: a :data:`PendingSubmission` (status ``queued``, its ``queue_position``),
+        or the result itself when an identical checkpoint's score was reused.
         """
         started = time.monotonic()
-        response = self._request(
-            "POST",
-            "/submit",
-            params={"wait": "true" if wait else "false"},
-            json={"model_path": str(Path(model_path))},
-            timeout_s=SUBMIT_READ_TIMEOUT_S if wait else None,
+        submission = self._caller.send(
+            SUBMIT.call(
+                body=SubmitRequest(model_path=str(Path(model_path))),
+                params={"wait": "true" if wait else "false"},
+                timeout_s=SUBMIT_READ_TIMEOUT_S if wait else None,
+            )
         )
-        submission = SubmissionResult.from_json(response.json())
         if not wait or submission.final:
             return submission
         return self.wait_for(

@@ -15,11 +15,20 @@ import pytest
 
 from autorl.client import (
     AuthenticationError,
+    Best,
     DeadlineError,
+    ExperimentConflictError,
+    GraderUnavailableError,
     GradingClient,
+    GradingError,
+    PendingSubmission,
+    Scores,
     SubmissionNotFoundError,
     SubmissionRejectedError,
+    SubmissionResult,
     SubmissionTimeoutError,
+    TimeInfo,
+    TooManySubmissionsError,
 )
 from autorl.errors import AutoRLError
 from autorl.settings import Settings
@@ -40,7 +49,7 @@ def grader(settings: Settings) -> Iterator[ServedApp]:
 
 
 def register(
-    grader: ServedApp, settings: Settings, base: Path, workspace: Path, timeout_s: int
+    grader: ServedApp, settings: Settings, base: Path, workspace: Path, timeout_s: int, **fields: object
 ) -> dict[str, str]:
     headers = admin_headers(settings)
     name = f"client-{workspace.name}"
@@ -51,13 +60,14 @@ def register(
         "timeout_s": timeout_s,
         "workspace": str(workspace),
         "base_model_dir": str(base),
+        **fields,
     }
     registered = httpx.post(f"{grader.url}/v1/experiments", json=body, headers=headers)
     assert registered.status_code == 201, registered.text
     started = httpx.post(f"{grader.url}/v1/experiments/{name}/start", json={}, headers=headers)
     assert started.status_code == 200, started.text
     view = registered.json()
-    return {"token": view["token"], "capability_url": f"{grader.url}/a/{view['token']}"}
+    return {"name": name, "token": view["token"], "capability_url": f"{grader.url}/a/{view['token']}"}
 
 
 @pytest.fixture
@@ -71,7 +81,7 @@ def experiment(
 
 def test_capability_url_alone_authenticates(experiment: dict[str, str]) -> None:
     with GradingClient.from_env({"GRADING_SERVER_URL": experiment["capability_url"]}) as client:
-        assert client.health()["status"] == "ok"
+        assert client.health().status == "ok"
         budget = client.time()
         assert budget.start_time is not None and budget.end_time == pytest.approx(budget.start_time + 600)
         assert 0 < (budget.remaining_s or 0) <= 600 and budget.last_submit_time is None
@@ -136,6 +146,48 @@ def test_submission_after_the_deadline_is_refused_with_a_reason(
     assert caught.value.status_code == 403 and "end_time" in caught.value.detail
 
 
+def test_answers_are_the_graders_models(experiment: dict[str, str]) -> None:
+    """What a caller gets back is typed: each answer the model the grader declares for it."""
+    with GradingClient(experiment["capability_url"]) as client:
+        budget = client.time()
+        assert isinstance(budget, TimeInfo) and budget.remaining == budget.remaining_s
+        assert budget.now >= (budget.start_time or 0)
+        receipt = client.submit("output/copy", wait=False)
+        assert isinstance(receipt, PendingSubmission)
+        assert receipt.queue_position == 1 and receipt.ignored_files == []
+        polled = client.submission(receipt.submission_id)
+        assert isinstance(polled, SubmissionResult) and not polled.final
+        assert polled.model_path.endswith("output/copy") and polled.is_baseline is False
+        assert polled.score is None and polled.scores.opencompass is None and polled.error is None
+        assert polled.best == Best(submission_id=None, score=None) and polled.total_submissions == 1
+        scores = client.scores()
+        assert isinstance(scores, Scores) and scores.submissions == [polled]
+
+
+def test_the_limit_and_a_finished_experiment_refuse_with_their_own_classes(
+    grader: ServedApp, settings: Settings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    workspace = make_workspace(tmp_path)
+    for name in ("a", "b"):
+        shutil.copytree(tiny_base_model, workspace / "output" / name)
+    registered = register(grader, settings, tiny_base_model, workspace, 600, max_submissions=1)
+    with GradingClient(registered["capability_url"]) as client:
+        client.submit("output/a", wait=False)
+        with pytest.raises(TooManySubmissionsError) as limited:
+            client.submit("output/b", wait=False)
+        assert limited.value.status_code == 429 and "1" in limited.value.detail
+        finished = httpx.post(
+            f"{grader.url}/v1/experiments/{registered['name']}/finish",
+            json={"status": "completed"},
+            headers=admin_headers(settings),
+        )
+        assert finished.status_code == 200, finished.text
+        with pytest.raises(ExperimentConflictError) as closed:
+            client.submit("output/b", wait=False)
+    assert closed.value.status_code == 409 and "completed" in closed.value.detail
+    assert isinstance(closed.value, GradingError) and not closed.value.retryable
+
+
 def test_unreachable_grader_and_missing_url_are_clear() -> None:
     with pytest.raises(AutoRLError, match="GRADING_SERVER_URL is not set"):
         GradingClient.from_env({})
@@ -145,3 +197,4 @@ def test_unreachable_grader_and_missing_url_are_clear() -> None:
     ):
         client.time()
     assert "cannot reach the grader" in str(caught.value) and "/a/token" not in str(caught.value)
+    assert isinstance(caught.value, GraderUnavailableError) and caught.value.retryable

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autorl.client import SubmissionResult
+from autorl.answers import SubmissionAnswer
 from autorl.errors import ConfigurationError
 from autorl_agent_runner.agent_python import AGENT_VENV_NAME, find_agent_python
 from autorl_agent_runner.agents import AgentNotFoundError, resolve_agent
@@ -21,6 +21,7 @@ from autorl_agent_runner.environment import AgentEnvError
 from autorl_agent_runner.python_env import PythonEnv, PythonEnvError
 from autorl_agent_runner.workspace import Workspace, write_scores
 from autorl_controller.operator.handlers.create import validation_error
+from tests.support.answers import submission_answer
 from tests.unit.test_crd import CONTROLLER, crd_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -166,14 +167,16 @@ def test_runtime_paths_cover_the_interpreters_prefix_and_import_path() -> None:
 
 def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path, "tiny")
-    later = SubmissionResult.from_json(
-        {"submission_id": 9, "status": "scored", "score": 50.0, "timestamp": "t9"}
-    )
-    earlier = SubmissionResult.from_json(
-        {"submission_id": 4, "status": "scored", "score": 40.0, "timestamp": "t4"}
-    )
+    later = submission_answer(9, score=50.0, timestamp="t9")
+    earlier = submission_answer(4, score=40.0, timestamp="t4")
     write_scores(workspace, [later, earlier])
-    assert json.loads(workspace.scores.read_text()) == [earlier.raw, later.raw]
+    written = json.loads(workspace.scores.read_text())
+    assert [(s["submission_id"], s["score"], s["timestamp"]) for s in written] == [
+        (4, 40.0, "t4"),
+        (9, 50.0, "t9"),
+    ]
+    # Each object as the grader answers it: its fields, none added ("queue_position" only while queued).
+    assert set(written[0]) == set(SubmissionAnswer.model_fields) - {"queue_position"}
     write_scores(workspace, [])
     assert json.loads(workspace.scores.read_text()) == []
 

@@ -52,6 +52,18 @@ def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
     assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
 
 
+@pytest.mark.parametrize("module", ["autorl.client", "autorl.admin_client"])
+def test_clients_need_neither_fastapi_nor_a_service(module: str) -> None:
+    """An agent's Python has the core and pydantic, not the grader's packages."""
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        "print(','.join(m for m in sys.modules if m.split('.')[0] in "
+        "('fastapi', 'starlette', 'sqlalchemy', 'autorl_grader', 'autorl_controller')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
+
+
 def test_bad_input_exits_2_also_when_run_as_a_module() -> None:
     result = subprocess.run(
         [

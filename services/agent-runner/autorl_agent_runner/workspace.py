@@ -311,7 +311,7 @@ def write_scores(workspace: Workspace, submissions: Sequence[SubmissionResult]) 
     each as the grader answers it (``submission_id``, ``timestamp``, ``model_path``, ``score``,
     ``baseline_score``, ``improvement``, ``elapsed_seconds``, ...); the baseline is not one."""
     ordered = sorted(submissions, key=lambda s: s.submission_id)
-    write_json(workspace.scores, [s.raw for s in ordered])
+    write_json(workspace.scores, [s.model_dump(mode="json", exclude_unset=True) for s in ordered])
 
 
 def is_read_only_tree(root: Path) -> bool:
