@@ -163,7 +163,10 @@ def test_agent_container_trains_submits_and_the_worker_container_scores(platform
     admin = httpx.Client(
         base_url=platform.admin_url, headers={"Authorization": f"Bearer {platform.admin_token}"}, timeout=60
     )
-    registered = admin.post("/v1/experiments", json=build_registration(ref, spec, platform.controller))
+    registered = admin.post(
+        "/v1/experiments",
+        json=build_registration(ref, spec, platform.controller).model_dump(exclude_unset=True),
+    )
     assert registered.status_code in (200, 201), registered.text
     answer = registered.json()
     platform.host.secrets[ref.secret_name] = {

@@ -40,6 +40,7 @@ from autorl_controller.operator.manifests import (
     id_collisions,
 )
 from autorl_controller.operator.settings import ControllerSettings
+from tests.support.answers import experiment_answer
 
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 UID = "5f0c3a9e-2b7d-4c1e-9a8f-0d6e4b3c2a10"
@@ -445,7 +446,7 @@ def test_host_addresses_inside_the_cluster_are_never_allowed() -> None:
 
 
 def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> None:
-    body = build_registration(REF, BUILTIN, SETTINGS)
+    body = build_registration(REF, BUILTIN, SETTINGS).model_dump(exclude_unset=True)
     assert body == {
         "name": f"team-a.gsm8k-grpo.{UID}",
         "task": "gsm8k",
@@ -550,15 +551,15 @@ def test_outcome_survives_finishing_in_a_condition() -> None:
 
 
 def test_status_mirrors_the_graders_view() -> None:
-    view = {
-        "baseline_score": 25.0,
-        "best_score": 31.5,
-        "best_submission": 7,
-        "improvement": 6.5,
-        "submissions": 3,
-        "start_time": 1767225600.0,
-        "end_time": 1767232800.0,
-    }
+    view = experiment_answer(
+        baseline_score=25.0,
+        best_score=31.5,
+        best_submission=7,
+        improvement=6.5,
+        submissions=3,
+        start_time=1767225600.0,
+        end_time=1767232800.0,
+    )
     assert status_from_view(view) == {
         "baselineScore": 25.0,
         "bestScore": 31.5,
@@ -571,7 +572,7 @@ def test_status_mirrors_the_graders_view() -> None:
     outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
     assert outcome is not None
     assert summary(outcome, view).endswith("best 31.50 vs baseline 25.00 (+6.50) over 3 scored submission(s)")
-    assert "no submission was scored" in summary(outcome, {"baseline_score": 25.0})
+    assert "no submission was scored" in summary(outcome, experiment_answer(baseline_score=25.0))
 
 
 @pytest.mark.parametrize(
@@ -611,8 +612,8 @@ def test_reconcile_timer_runs_only_between_validation_and_the_end(phase: str | N
 def test_a_reapplied_experiment_is_a_new_run_with_its_own_record_and_workspace() -> None:
     again = ExperimentRef(REF.name, REF.namespace, "0b1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f")
     first, second = build_registration(REF, BUILTIN, SETTINGS), build_registration(again, BUILTIN, SETTINGS)
-    assert first["name"] != second["name"] and first["workspace"] != second["workspace"]
-    assert second["name"] == f"team-a.gsm8k-grpo.{again.uid}"
+    assert first.name != second.name and first.workspace != second.workspace
+    assert second.name == f"team-a.gsm8k-grpo.{again.uid}"
     # Children keep their names (kubectl logs job/<name>-agent); what tells runs apart is the owner.
     assert again.agent_job_name == REF.agent_job_name and again.secret_name == REF.secret_name
     with pytest.raises(ValueError, match="its uid is needed"):

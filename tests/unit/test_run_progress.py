@@ -10,6 +10,7 @@ from rich.console import Console
 
 from autorl_controller.local import progress as progress_module
 from autorl_controller.local.progress import Progress
+from tests.support.answers import experiment_answer, submission_answer
 
 
 def _progress() -> tuple[Progress, io.StringIO]:
@@ -18,24 +19,20 @@ def _progress() -> tuple[Progress, io.StringIO]:
     return Progress("run", console=console), out
 
 
-def _scored(sid: int, score: float, path: str) -> dict[str, object]:
-    return {"submission_id": sid, "status": "scored", "score": score, "model_path": path}
-
-
 def test_status_line_shows_time_left_latest_and_best_score(monkeypatch: pytest.MonkeyPatch) -> None:
     progress, out = _progress()
     with progress:
         progress.phase("agent", "example_grpo")
         progress.set_deadline(time.time() + 125)
-        progress.update({"baseline_score": 0.0, "best_score": None}, [])
+        progress.update(experiment_answer(baseline_score=0.0), [])
         assert progress.status_line().startswith("phase=agent time left 2:0")
         assert "no score yet, best -, baseline 0.00" in progress.status_line()
         submissions = [
-            _scored(2, 61.5, "output/sft-epoch-2"),
-            _scored(3, 48.0, "output/grpo-final"),
-            {"submission_id": 4, "status": "queued", "model_path": "output/x"},
+            submission_answer(2, score=61.5, model_path="output/sft-epoch-2"),
+            submission_answer(3, score=48.0, model_path="output/grpo-final"),
+            submission_answer(4, model_path="output/x"),
         ]
-        progress.update({"baseline_score": 0.0, "best_score": 61.5}, submissions)
+        progress.update(experiment_answer(baseline_score=0.0, best_score=61.5), submissions)
         line = progress.status_line()
         # The latest scored submission, not the best and not the one still queued.
         assert "latest score 48.00 (output/grpo-final), best 61.50, baseline 0.00" in line

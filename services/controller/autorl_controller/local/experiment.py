@@ -21,15 +21,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
+from autorl.admin_client import AdminClient
+from autorl.answers import ExperimentAnswer, RegisteredAnswer
 from autorl.checkpoints import model_dir_name, resolve_model
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.reports import report_after_run
+from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.settings import Settings, load_settings
@@ -40,7 +42,6 @@ from autorl_agent_runner.environment import ContractValues, parse_env_items
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
 from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, check_agent_readable, resolve_mode
 from autorl_agent_runner.workspace import Workspace, check_workspace_free, create_workspace
-from autorl_controller.local.admin import AdminClient
 from autorl_controller.local.progress import Progress, fmt_duration, fmt_score
 from autorl_controller.local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
 
@@ -161,7 +162,7 @@ class LocalRun:
             f"timeout={config.timeout_s:g}s"
         )
         self.registered = False
-        self.last_view: dict[str, Any] = {}
+        self.last_view: ExperimentAnswer | None = None
         self.lock = RunLock(
             run_dir,
             RunInfo(
@@ -227,28 +228,30 @@ class LocalRun:
         )
         self._start_services()
         registered = self.admin.register(
-            name=self.run_id,
-            task=task.name,
-            model=config.model,
-            timeout_s=math.ceil(config.timeout_s),
-            workspace=str(workspace.root),
-            base_model_dir=str(prepared.base_dir),
-            output_dir=str(workspace.output),
-            agent=self.agent.name,
-            driver_model=config.driver_model,
-            max_submissions=config.max_submissions,
+            RegisterExperiment(
+                name=self.run_id,
+                task=task.name,
+                model=config.model,
+                timeout_s=math.ceil(config.timeout_s),
+                workspace=str(workspace.root),
+                base_model_dir=str(prepared.base_dir),
+                output_dir=str(workspace.output),
+                agent=self.agent.name,
+                driver_model=config.driver_model,
+                max_submissions=config.max_submissions,
+            )
         )
         self.registered = True
         self.progress.phase("baseline", f"evaluating {config.model} with the {config.backend} backend")
-        baseline = self.admin.baseline(self.run_id, max_wait_s=float(self.settings.eval_timeout_s))
-        if baseline.get("status") != "scored":
+        view = self.admin.wait_for_baseline(self.run_id, max_wait_s=float(self.settings.eval_timeout_s))
+        if view.baseline_status != "scored":
             raise RunFailedError(
-                f"the baseline evaluation {baseline.get('status')}: {baseline.get('error') or 'no score'}; "
+                f"the baseline evaluation {view.baseline_status}: {view.baseline_error or 'no score'}; "
                 f"see {self.run_dir / 'logs'}"
             )
-        self.progress.set_baseline(baseline.get("score"))
-        self.progress.note(f"baseline score {fmt_score(baseline.get('score'))}")
-        with GradingClient(registered["grading_server_url"]) as client:
+        self.progress.set_baseline(view.baseline_score)
+        self.progress.note(f"baseline score {fmt_score(view.baseline_score)}")
+        with GradingClient(registered.grading_server_url) as client:
             runner, outcome = self._run_agent(workspace, registered, client)
             self.progress.phase("finishing", "waiting for evaluations in flight")
             self._wait_in_flight()
@@ -260,12 +263,12 @@ class LocalRun:
         return "completed", None, outcome.timed_out
 
     def _run_agent(
-        self, workspace: Workspace, registered: dict[str, Any], client: GradingClient
+        self, workspace: Workspace, registered: RegisteredAnswer, client: GradingClient
     ) -> tuple[AgentRunner, AgentOutcome]:
         config = self.config
         contract = ContractValues(
-            grading_server_url=registered["grading_server_url"],
-            token=registered["token"],
+            grading_server_url=registered.grading_server_url,
+            token=registered.token,
             task=self.task.name,
             base_model=config.model,
             model_path=workspace.model,
@@ -287,7 +290,7 @@ class LocalRun:
         )
         self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
         started = self.admin.start(self.run_id)
-        self.progress.set_deadline(started.get("end_time"))
+        self.progress.set_deadline(started.end_time)
         poller = threading.Thread(target=self._poll, name="autorl-progress", daemon=True)
         poller.start()
         try:
@@ -384,7 +387,7 @@ class LocalRun:
         while True:
             self._check_services()
             self._refresh_view()
-            in_flight = int(self.last_view.get("in_flight") or 0)
+            in_flight = 0 if self.last_view is None else self.last_view.in_flight
             if in_flight == 0:
                 return
             if time.monotonic() >= deadline:
@@ -412,7 +415,7 @@ class LocalRun:
 
     def _record(self, status: RunStatus, started: float) -> ResultRow:
         view = self.last_view
-        scored = int(view.get("submissions") or 0)
+        scored = 0 if view is None else view.submissions
         row = ResultRow(
             run_id=self.run_id,
             timestamp=utc_timestamp(),
@@ -420,9 +423,9 @@ class LocalRun:
             agent=self.agent.name,
             driver_model=self.config.driver_model,
             base_model=self.config.model,
-            baseline=view.get("baseline_score"),
-            best_score=view.get("best_score"),
-            improvement=view.get("improvement"),
+            baseline=None if view is None else view.baseline_score,
+            best_score=None if view is None else view.best_score,
+            improvement=None if view is None else view.improvement,
             submissions=scored,
             duration_s=round(time.time() - started, 1),
             success=status == "completed" and scored > 0,

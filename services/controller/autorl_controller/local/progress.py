@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from autorl.answers import ExperimentAnswer, SubmissionAnswer
 
 #: Seconds between status lines in a log (no live panel) while the agent runs.
 STATUS_INTERVAL_S = 30.0
@@ -37,7 +38,7 @@ class _State:
     baseline: float | None = None
     best: float | None = None
     end_time: float | None = None
-    submissions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    submissions: dict[int, SubmissionAnswer] = field(default_factory=dict)
 
 
 class Progress:
@@ -100,7 +101,7 @@ class Progress:
         if remaining is not None:
             text += f" time left {fmt_duration(remaining)}"
         if latest is not None:
-            text += f", latest score {fmt_score(latest.get('score'))} ({latest.get('model_path', '')})"
+            text += f", latest score {fmt_score(latest.score)} ({latest.model_path})"
         else:
             text += ", no score yet"
         return text + f", best {fmt_score(best)}, baseline {fmt_score(state.baseline)}"
@@ -123,30 +124,29 @@ class Progress:
         with self._lock:
             self._state.baseline = score
 
-    def update(self, experiment: dict[str, Any], submissions: list[dict[str, Any]]) -> None:
+    def update(self, experiment: ExperimentAnswer, submissions: list[SubmissionAnswer]) -> None:
         changed: list[str] = []
         with self._lock:
             state = self._state
-            state.baseline = experiment.get("baseline_score", state.baseline)
-            state.best = experiment.get("best_score")
+            state.baseline = experiment.baseline_score
+            state.best = experiment.best_score
             for view in submissions:
-                if view.get("is_baseline"):
+                if view.is_baseline:
                     continue
-                sid = int(view["submission_id"])
-                old = state.submissions.get(sid)
-                if old is None or old.get("status") != view.get("status"):
+                old = state.submissions.get(view.submission_id)
+                if old is None or old.status != view.status:
                     changed.append(self._describe(view))
-                state.submissions[sid] = view
+                state.submissions[view.submission_id] = view
         for line in changed:
             self._say(line)
 
     @staticmethod
-    def _describe(view: dict[str, Any]) -> str:
-        text = f"submission {view['submission_id']} {view.get('model_path', '')} status={view.get('status')}"
-        if view.get("status") == "scored":
-            text += f" score={fmt_score(view.get('score'))} improvement={fmt_score(view.get('improvement'))}"
-        elif view.get("status") == "failed" and view.get("error"):
-            text += f" error={str(view['error'])[:200]}"
+    def _describe(view: SubmissionAnswer) -> str:
+        text = f"submission {view.submission_id} {view.model_path} status={view.status}"
+        if view.status == "scored":
+            text += f" score={fmt_score(view.score)} improvement={fmt_score(view.improvement)}"
+        elif view.status == "failed" and view.error:
+            text += f" error={view.error[:200]}"
         return text
 
     def _render(self) -> Group:
@@ -165,7 +165,7 @@ class Progress:
                 "\nbaseline: ",
                 fmt_score(state.baseline),
                 "   latest: ",
-                fmt_score((_latest_scored(state) or {}).get("score")),
+                fmt_score(latest.score if (latest := _latest_scored(state)) else None),
                 "   best: ",
                 (fmt_score(state.best), "green"),
             )
@@ -174,16 +174,12 @@ class Progress:
                 table.add_column(column)
             for sid, view in sorted(state.submissions.items())[-12:]:
                 table.add_row(
-                    str(sid),
-                    str(view.get("model_path", "")),
-                    str(view.get("status")),
-                    fmt_score(view.get("score")),
-                    fmt_score(view.get("improvement")),
+                    str(sid), view.model_path, view.status, fmt_score(view.score), fmt_score(view.improvement)
                 )
         return Group(header, table) if state.submissions else Group(header)
 
 
-def _latest_scored(state: _State) -> dict[str, Any] | None:
+def _latest_scored(state: _State) -> SubmissionAnswer | None:
     """The scored submission with the highest id (the latest submitted of those scored)."""
-    scored = [view for _, view in sorted(state.submissions.items()) if view.get("status") == "scored"]
+    scored = [view for _, view in sorted(state.submissions.items()) if view.status == "scored"]
     return scored[-1] if scored else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autorl_controller.operator.grader import GraderAdmin
+from autorl.admin_client import AsyncAdminClient
 from autorl_controller.operator.kube import KubeClient
 from autorl_controller.operator.settings import ControllerSettings
 
@@ -14,14 +14,14 @@ from autorl_controller.operator.settings import ControllerSettings
 class OperatorContext:
     settings: ControllerSettings
     kube: KubeClient
-    grader: GraderAdmin
+    grader: AsyncAdminClient
 
     @classmethod
     def build(cls, settings: ControllerSettings) -> OperatorContext:
         return cls(
             settings=settings,
             kube=KubeClient(timeout_s=settings.request_timeout_s),
-            grader=GraderAdmin(
+            grader=AsyncAdminClient(
                 settings.grader_url, settings.admin_token_value, timeout_s=settings.request_timeout_s
             ),
         )

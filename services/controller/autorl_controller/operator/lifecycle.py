@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from autorl.answers import ExperimentAnswer
 from autorl.experiment import Phase
-from autorl_controller.operator.grader import FinishStatus
+from autorl.request_bodies import FinishStatus
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
 AGENT_FINISHED = "AgentFinished"
@@ -162,19 +163,16 @@ def epoch_from_iso(text: str | None) -> float | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def status_from_view(view: dict[str, Any]) -> dict[str, Any]:
+def status_from_view(view: ExperimentAnswer) -> dict[str, Any]:
     """The grader's experiment view as Experiment status fields (the database is the truth)."""
-    best = view.get("best_submission")
-    if isinstance(best, dict):
-        best = best.get("submission_id")
     return {
-        "baselineScore": view.get("baseline_score"),
-        "bestScore": view.get("best_score"),
-        "bestSubmission": best,
-        "improvement": view.get("improvement"),
-        "submissions": view.get("submissions"),
-        "startTime": iso_from_epoch(view.get("start_time")),
-        "deadline": iso_from_epoch(view.get("end_time")),
+        "baselineScore": view.baseline_score,
+        "bestScore": view.best_score,
+        "bestSubmission": view.best_submission,
+        "improvement": view.improvement,
+        "submissions": view.submissions,
+        "startTime": iso_from_epoch(view.start_time),
+        "deadline": iso_from_epoch(view.end_time),
     }
 
 

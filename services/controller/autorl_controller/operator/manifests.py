@@ -32,6 +32,7 @@ from typing import Any
 from autorl.checkpoints import model_dir_name
 from autorl.experiment import DECLARED_ENV_PREFIX, ExperimentSpec
 from autorl.layout import BUILTIN_PREFIX, MODELS_DIR, OUTPUT_DIR, cached_model_subpath
+from autorl.request_bodies import RegisterExperiment
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 
 LABEL_EXPERIMENT = "autorl.io/experiment"
@@ -158,22 +159,22 @@ def _cached_model(spec: ExperimentSpec) -> str:
 
 def build_registration(
     ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings
-) -> dict[str, Any]:
+) -> RegisterExperiment:
     """The body of ``POST /v1/experiments``: paths as the grader and evaluators see the shared volume."""
     workspace = shared_path(settings, ref.workspace_subpath)
-    return {
-        "name": ref.grader_name,
-        "task": spec.task,
-        "model": spec.model,
-        "timeout_s": spec.timeoutSeconds,
-        "max_submissions": spec.evaluation.maxSubmissions,
-        "protocol": spec.evaluation.protocol,
-        "workspace": workspace,
-        "output_dir": f"{workspace}/{OUTPUT_DIR}",
-        "base_model_dir": shared_path(settings, _cached_model(spec)),
-        "agent_workspace": AGENT_WORKSPACE,
-        "agent": spec.agent.display_name,
-    }
+    return RegisterExperiment(
+        name=ref.grader_name,
+        task=spec.task,
+        model=spec.model,
+        timeout_s=spec.timeoutSeconds,
+        max_submissions=spec.evaluation.maxSubmissions,
+        protocol=spec.evaluation.protocol,
+        workspace=workspace,
+        output_dir=f"{workspace}/{OUTPUT_DIR}",
+        base_model_dir=shared_path(settings, _cached_model(spec)),
+        agent_workspace=AGENT_WORKSPACE,
+        agent=spec.agent.display_name,
+    )
 
 
 def build_token_secret(ref: ExperimentRef, *, token: str, grading_server_url: str) -> dict[str, Any]:

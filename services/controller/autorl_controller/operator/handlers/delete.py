@@ -10,9 +10,9 @@ from typing import Any
 
 import kopf
 
+from autorl.admin_client import GradingError
 from autorl.experiment import Phase
 from autorl_controller.operator.context import context_of
-from autorl_controller.operator.grader import GraderError
 from autorl_controller.operator.kube import JOBS, NETWORK_POLICIES, SECRETS
 from autorl_controller.operator.manifests import ExperimentRef
 
@@ -34,9 +34,9 @@ async def cleanup(
     if phase and not Phase(str(phase)).terminal:
         try:
             view = await context.grader.experiment(ref.grader_name)
-            if view is not None and view.get("status") in ("pending", "running"):
+            if view.status in ("pending", "running"):
                 await context.grader.finish(ref.grader_name, "interrupted", "the Experiment was deleted")
-        except GraderError as exc:
+        except GradingError as exc:  # a 404 (never registered) included: nothing to close
             if exc.retryable:
                 raise kopf.TemporaryError(
                     f"cannot close the experiment in the grader: {exc}", delay=10

@@ -17,9 +17,10 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from autorl.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
+from autorl.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentSpec, Phase
 from autorl_controller.operator.context import OperatorContext, context_of
-from autorl_controller.operator.grader import GraderError
 from autorl_controller.operator.handlers.create import describe
 from autorl_controller.operator.kube import (
     EXPERIMENTS,
@@ -88,7 +89,7 @@ async def reconcile(*, name: str, namespace: str | None, memo: Any, **_: Any) ->
     step = Step(context, fresh, ref, spec, status)
     try:
         await step.run(Phase(str(phase)))
-    except GraderError as exc:
+    except GradingError as exc:
         if exc.retryable:
             raise kopf.TemporaryError(str(exc), delay=context.settings.sync_interval_s) from exc
         await step.fail(f"the grader refused the experiment: {exc.detail}")
@@ -178,36 +179,43 @@ class Step:
         """End Failed; the grader closes the experiment too (best effort: it may never have known it)."""
         try:
             view = await self.context.grader.experiment(self.ref.grader_name)
-            if view is not None and view.get("status") in ("pending", "running"):
+            if view.status in ("pending", "running"):
                 await self.context.grader.finish(self.ref.grader_name, "failed", message)
-        except GraderError:
+        except GradingError:
             pass
         await self._move(Phase.FAILED, message)
 
     # --- Pending / Preparing: register, keep the token, fill the cache --------------------------------
 
-    async def register(self) -> None:
+    async def register(self) -> bool:
+        """Register with the grader and keep the agent's token in a Secret; False (and Failed) when
+        the registration is invalid (a name too long for the grader)."""
         if await self._child(SECRETS, self.ref.secret_name) is not None:
-            return
+            return True
         try:
-            answer = await self.context.grader.register(
-                build_registration(self.ref, self.spec, self.settings)
-            )
-        except GraderError as exc:
-            if exc.status != 409:
-                raise
+            registration = build_registration(self.ref, self.spec, self.settings)
+        except ValidationError as exc:
+            reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            await self.fail(f"the grader cannot register the experiment: {reasons}")
+            return False
+        answer: RegisteredAnswer | TokenAnswer
+        try:
+            answer = await self.context.grader.register(registration)
+        except ExperimentConflictError:
             # Registered by an earlier tick whose Secret was never written: its token is lost.
             answer = await self.context.grader.new_token(self.ref.grader_name)
         secret = build_token_secret(
-            self.ref, token=answer["token"], grading_server_url=answer["grading_server_url"]
+            self.ref, token=answer.token, grading_server_url=answer.grading_server_url
         )
         await self._adopt_and_create(SECRETS, secret)
+        return True
 
     async def prepare(self) -> None:
         job = await self._child(JOBS, self.ref.prepare_job_name)
         if job is None and not await self.own_id():
             return
-        await self.register()
+        if not await self.register():
+            return
         if job is None:
             await self._adopt_and_create(JOBS, build_prepare_job(self.ref, self.spec, self.settings))
         state = job_status(job)
@@ -223,7 +231,7 @@ class Step:
                 Phase.PREPARING, f"preparing {self.spec.model} and the {self.spec.task} train split"
             )
             return
-        await self.context.grader.request_baseline(self.ref.grader_name)
+        await self.context.grader.baseline(self.ref.grader_name)
         await self._move(Phase.BASELINE, "evaluating the base model")
 
     async def own_id(self) -> bool:
@@ -257,13 +265,13 @@ class Step:
         view = await self._view()
         if view is None:
             return
-        baseline = view.get("baseline_status")
+        baseline = view.baseline_status
         if baseline is None:
-            await self.context.grader.request_baseline(self.ref.grader_name)
+            await self.context.grader.baseline(self.ref.grader_name)
             return
         if baseline == "failed":
             await self.fail(
-                f"the base model could not be evaluated: {view.get('baseline_error') or 'unknown error'}"
+                f"the base model could not be evaluated: {view.baseline_error or 'unknown error'}"
             )
             return
         if baseline != "scored":
@@ -301,7 +309,7 @@ class Step:
             return
         job = await self._child(JOBS, self.ref.agent_job_name)
         state = job_status(job)
-        if view.get("start_time") is None and job is not None:
+        if view.start_time is None and job is not None:
             started = await self.agent_started(job)
             if started is not None or state.state.ended:
                 # Ended without a container ever seen running (it failed to start): close the clock now.
@@ -309,14 +317,14 @@ class Step:
         if any(rule.host for rule in self.spec.egress or []) and not await self.sync_policy():
             await self.context.kube.delete(JOBS, self.ref.namespace, self.ref.agent_job_name)
             return
-        end_time = view.get("end_time")
+        end_time = view.end_time
         if job is not None and not state.state.ended:
             await self.hold_deadline(job, end_time)
         past_deadline = end_time is not None and time.time() > end_time + self.settings.deadline_grace_s
         outcome = agent_outcome(state, past_deadline=past_deadline)
         synced = status_from_view(view)
         if outcome is None:
-            waiting = view.get("start_time") is None
+            waiting = view.start_time is None
             message = "the agent Job is waiting for its pod" if waiting else "the agent is training"
             await self._move(Phase.RUNNING, message, synced)
             return
@@ -376,22 +384,24 @@ class Step:
             None,
         )
         waited = time.time() - since if since is not None else 0.0
-        if (view.get("in_flight") or 0) > 0 and waited < self.settings.finish_wait_s:
+        if view.in_flight > 0 and waited < self.settings.finish_wait_s:
             await patch_status(self.context, self.body, self.status, status_from_view(view))
             return
-        if view.get("status") in ("pending", "running"):
+        if view.status in ("pending", "running"):
             view = await self.context.grader.finish(
                 self.ref.grader_name, outcome.grader_status, outcome.message
             )
         await self._move(outcome.phase, summary(outcome, view), status_from_view(view))
 
-    async def _view(self) -> dict[str, Any] | None:
-        view = await self.context.grader.experiment(self.ref.grader_name)
-        if view is None:
+    async def _view(self) -> ExperimentAnswer | None:
+        """The grader's view of the experiment; None (and Failed) when the grader has none."""
+        try:
+            return await self.context.grader.experiment(self.ref.grader_name)
+        except ExperimentNotFoundError:
             await self.fail(
                 f"the grader has no experiment {self.ref.grader_name!r} (was its database reset?)"
             )
-        return view
+            return None
 
 
 def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
@@ -399,13 +409,13 @@ def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
     return (str(meta.get("creationTimestamp") or ""), str(meta["namespace"]), str(meta["name"]))
 
 
-def summary(outcome: Outcome, view: dict[str, Any]) -> str:
+def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
     """The final message: how it ended and what it scored."""
-    best, baseline, improvement = view.get("best_score"), view.get("baseline_score"), view.get("improvement")
+    best, baseline, improvement = view.best_score, view.baseline_score, view.improvement
     if best is None:
         scored = "no submission was scored"
     else:
         scored = f"best {best:.2f} vs baseline {baseline:.2f}" if baseline is not None else f"best {best:.2f}"
         if improvement is not None:
             scored += f" ({improvement:+.2f})"
-    return f"{outcome.message}; {scored} over {view.get('submissions') or 0} scored submission(s)"
+    return f"{outcome.message}; {scored} over {view.submissions} scored submission(s)"

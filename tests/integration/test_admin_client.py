@@ -1,0 +1,174 @@
+"""`autorl.admin_client` against a real grader over HTTP (real Postgres): the blocking client that
+`autorl run` uses and the asyncio one the operator uses answer the same typed models, refuse with
+the same exception classes carrying the grader's reason, and say when retrying may help."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from autorl.admin_client import (
+    AdminClient,
+    AsyncAdminClient,
+    AuthenticationError,
+    ExperimentConflictError,
+    ExperimentNotFoundError,
+    GraderUnavailableError,
+)
+from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer
+from autorl.client import GradingClient
+from autorl.request_bodies import RegisterExperiment
+from autorl.settings import Settings
+from autorl_grader.main import create_app
+from tests.support.grading import make_workspace
+from tests.support.infra import ServedApp, serve
+
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+    return make_settings(database_url=pg_url, submit_wait_s=0.5)
+
+
+@pytest.fixture
+def grader(settings: Settings) -> Iterator[ServedApp]:
+    with serve(create_app(settings, reconcile=False)) as served:
+        yield served
+
+
+@pytest.fixture
+def admin_token(settings: Settings) -> str:
+    assert settings.admin_token is not None
+    return settings.admin_token.get_secret_value()
+
+
+def registration(base: Path, tmp_path: Path, **fields: object) -> RegisterExperiment:
+    workspace = make_workspace(tmp_path)
+    shutil.copytree(base, workspace / "output" / "copy")
+    return RegisterExperiment.model_validate(
+        {
+            "name": f"admin-{uuid.uuid4().hex[:10]}",
+            "task": "arith",
+            "model": f"local:{base.name}-{workspace.name}",
+            "timeout_s": 600,
+            "workspace": str(workspace),
+            "base_model_dir": str(base),
+            **fields,
+        }
+    )
+
+
+def test_blocking_client_runs_an_experiment_with_typed_answers(
+    grader: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    body = registration(tiny_base_model, tmp_path, agent="example_grpo", max_submissions=5)
+    with AdminClient(grader.url, admin_token) as admin:
+        assert admin.ready()
+        registered = admin.register(body)
+        assert isinstance(registered, RegisteredAnswer)
+        assert registered.name == body.name and registered.status == "pending"
+        assert registered.grading_server_url.endswith(f"/a/{registered.token}")
+        assert registered.max_submissions == 5 and registered.agent == "example_grpo"
+        assert [e.name for e in admin.experiments()] == [body.name]
+
+        queued = admin.baseline(body.name)  # no worker runs here: it stays queued
+        assert isinstance(queued, PendingAnswer) and queued.status == "queued" and not queued.final
+        waited = admin.wait_for_baseline(body.name, max_wait_s=0.5, poll_s=0.1)
+        assert waited.baseline_status == "queued" and waited.baseline_submission == queued.submission_id
+
+        started = admin.start(body.name)
+        assert isinstance(started, ExperimentAnswer) and started.status == "running"
+        assert started.start_time is not None and started.end_time == pytest.approx(started.start_time + 600)
+        with GradingClient(f"{grader.url}/a/{registered.token}") as agent:
+            submitted = agent.submit("output/copy", wait=False)
+        submissions = admin.submissions(body.name)
+        assert all(isinstance(s, SubmissionAnswer) for s in submissions)
+        assert [(s.submission_id, s.is_baseline) for s in submissions] == [
+            (queued.submission_id, True),
+            (submitted.submission_id, False),
+        ]
+        assert admin.experiment(body.name).in_flight == 2
+
+        finished = admin.finish(body.name, "interrupted", "stopped by a test")
+        assert finished.status == "interrupted" and finished.message == "stopped by a test"
+        assert finished.in_flight == 0 and finished.finished_at is not None
+
+
+def test_blocking_client_refusals_carry_the_graders_reason(
+    grader: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    body = registration(tiny_base_model, tmp_path)
+    with AdminClient(grader.url, admin_token) as admin:
+        admin.register(body)
+        with pytest.raises(ExperimentConflictError) as taken:
+            admin.register(body)
+        assert taken.value.status_code == 409 and body.name in taken.value.detail
+        assert not taken.value.retryable
+        with pytest.raises(ExperimentNotFoundError) as missing:
+            admin.experiment("no-such-experiment")
+        assert missing.value.status_code == 404 and "no-such-experiment" in missing.value.detail
+        admin.finish(body.name, "failed")
+        with pytest.raises(ExperimentConflictError, match="register a new one"):
+            admin.start(body.name)
+    with (
+        AdminClient(grader.url, "not-the-admin-token") as stranger,
+        pytest.raises(AuthenticationError) as denied,
+    ):
+        stranger.experiments()
+    assert denied.value.status_code == 401 and denied.value.detail
+    assert "not-the-admin-token" not in str(denied.value)
+
+
+def test_unreachable_grader_is_retryable_for_the_blocking_client() -> None:
+    with AdminClient(UNREACHABLE, "token", timeout_s=2) as admin:
+        assert not admin.ready()
+        with pytest.raises(GraderUnavailableError) as caught:
+            admin.experiment("any")
+    assert caught.value.retryable and "cannot reach the grader" in caught.value.detail
+    assert "GET /v1/experiments/any" in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_async_client_drives_the_operators_calls(
+    grader: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    body = registration(tiny_base_model, tmp_path)
+    admin = AsyncAdminClient(grader.url, admin_token)
+    try:
+        registered = await admin.register(body)
+        with pytest.raises(ExperimentConflictError):
+            await admin.register(body)
+        # A registration whose token was lost: a new token, the old one revoked.
+        renewed = await admin.new_token(body.name)
+        assert renewed.name == body.name and renewed.token != registered.token
+        assert renewed.grading_server_url.endswith(f"/a/{renewed.token}")
+        queued = await admin.baseline(body.name)
+        assert isinstance(queued, PendingAnswer) and queued.status == "queued"
+        view = await admin.experiment(body.name)
+        assert view.baseline_status == "queued" and view.start_time is None
+        started = await admin.start(body.name, start_time=view.created_at)
+        assert started.start_time == pytest.approx(view.created_at)
+        assert [s.is_baseline for s in await admin.submissions(body.name)] == [True]
+        finished = await admin.finish(body.name, "timed_out", "the agent was stopped")
+        assert finished.status == "timed_out"
+        with pytest.raises(ExperimentNotFoundError) as missing:
+            await admin.finish("no-such-experiment", "failed")
+        assert missing.value.status_code == 404 and not missing.value.retryable
+    finally:
+        await admin.aclose()
+
+
+@pytest.mark.asyncio
+async def test_unreachable_grader_is_retryable_for_the_async_client() -> None:
+    admin = AsyncAdminClient(UNREACHABLE, "token", timeout_s=2)
+    try:
+        with pytest.raises(GraderUnavailableError) as caught:
+            await admin.experiment("any")
+    finally:
+        await admin.aclose()
+    assert caught.value.retryable and caught.value.status_code == 503
