@@ -575,7 +575,8 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
     assert job is not None
     pod = job["spec"]["template"]["spec"]
     assert (
-        pod["terminationGracePeriodSeconds"] == ControllerSettings().agent_stop_grace_s
+        pod["terminationGracePeriodSeconds"]
+        == ControllerSettings(admin_token=platform.grader_settings.admin_token).agent_stop_grace_s
     )  # SIGTERM → SIGKILL
     backstop = job["spec"]["activeDeadlineSeconds"]
     assert backstop == 600  # from the Job's start, before the budget is known: never past its end
@@ -664,7 +665,7 @@ def colliding_names(settings: ControllerSettings) -> tuple[str, str]:
 
 
 async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: Platform) -> None:
-    first, second = colliding_names(ControllerSettings())
+    first, second = colliding_names(ControllerSettings(admin_token=platform.grader_settings.admin_token))
     await platform.apply(load_example("experiment-gsm8k.yaml", rename=first))
     await platform.wait_phase(first, "Preparing")
     await platform.apply(load_example("experiment-gsm8k.yaml", rename=second))
