@@ -229,7 +229,7 @@ def test_agent_log_tail_is_capped_and_never_follows_links(
 def test_dashboard_disabled_without_an_admin_token(
     make_settings: Callable[..., DeploymentSettings], pg_url: str
 ) -> None:
-    settings = make_settings(database_url=pg_url, admin_token=None, local_mode=True)
+    settings = make_settings(database_url=pg_url, admin_token="", local_mode=True)
     with TestClient(create_app(settings, reconcile=False), base_url=BASE) as client:
         for path in ("/ui", "/ui/login"):
             response = client.get(path)
