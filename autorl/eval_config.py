@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.settings import Settings
+from autorl.settings import EvaluationSettings
 
 #: Bump when scoring or prompting changes in a way that changes numbers.
 EVAL_PROTOCOL_VERSION = 1
 #: Recorded settings that bound or batch the work but never change a score.
 RUN_ONLY_FIELDS = frozenset({"timeout_s", "batch_size"})
+
+SettingsT = TypeVar("SettingsT", bound=EvaluationSettings)
 
 
 class EvalConfig(BaseModel):
@@ -41,7 +43,9 @@ class EvalConfig(BaseModel):
     batch_size: int | None = None
 
     @classmethod
-    def record(cls, task_name: str, settings: Settings, *, protocol: str = "opencompass") -> EvalConfig:
+    def record(
+        cls, task_name: str, settings: EvaluationSettings, *, protocol: str = "opencompass"
+    ) -> EvalConfig:
         """What the grader records for a new experiment of task ``task_name``."""
         from autorl.tasks import get_task
 
@@ -66,7 +70,7 @@ class EvalConfig(BaseModel):
         """The JSON the store keeps."""
         return self.model_dump(mode="json")
 
-    def apply_to(self, settings: Settings) -> Settings:
+    def apply_to(self, settings: SettingsT) -> SettingsT:
         """The worker's settings with the recorded evaluation settings in force."""
         return settings.model_copy(
             update={

@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Protocol
 
 from autorl.errors import ServiceUnavailableError
-from autorl.settings import Settings
+from autorl.settings import PlatformSettings
 from autorl.store import Database
 from autorl.store import repository as repo
 
@@ -205,7 +205,7 @@ class LocalDispatcher:
         return None
 
 
-def make_dispatcher(settings: Settings) -> Dispatcher:
+def make_dispatcher(settings: PlatformSettings) -> Dispatcher:
     if settings.redis_url:
         return RQDispatcher(
             settings.redis_url,

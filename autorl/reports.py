@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autorl.errors import AutoRLError, NotFoundError, UsageError
-from autorl.settings import Settings
+from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 
@@ -306,14 +306,13 @@ def read_run(database_url: str, run_id: str) -> RunRecord:
         db.dispose()
 
 
-def report_run(settings: Settings, run_id: str, now: float) -> Report:
+def report_run(settings: HomeSettings, run_id: str, now: float) -> Report:
     """The report of run ``run_id`` (its experiment in the settings' database), in HOME/runs/RUN_ID."""
-    assert settings.database_url is not None
     run = read_run(settings.database_url, run_id)
     return write_report(run, settings.home / "runs" / run_id, now)
 
 
-def report_after_run(settings: Settings, run_id: str) -> Report | None:
+def report_after_run(settings: HomeSettings, run_id: str) -> Report | None:
     """Write the report at the end of ``autorl run``; a missing report never fails the run."""
     try:
         report = report_run(settings, run_id, time.time())
@@ -325,10 +324,7 @@ def report_after_run(settings: Settings, run_id: str) -> Report | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autorl.settings import load_settings
-
-    overrides: dict[str, object] = {} if args.home is None else {"home": args.home}
-    settings = load_settings(**overrides)
+    settings = HomeSettings() if args.home is None else HomeSettings(home=args.home)
     given = Path(args.run)
     run_id = given.name if given.is_dir() else args.run
     try:

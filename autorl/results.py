@@ -267,9 +267,9 @@ def _print_comparison(rows: list[ResultRow], home: Path) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from autorl.run_lock import recover_orphaned_runs
-    from autorl.settings import load_settings
+    from autorl.settings import HomeSettings
 
-    settings = load_settings(home=args.home) if args.home else load_settings()
+    settings = HomeSettings(home=args.home) if args.home else HomeSettings()
     home = settings.home
     # A run whose `autorl run` was killed wrote no row: record it now, as interrupted.
     for row in recover_orphaned_runs(home, settings.database_url):

@@ -232,9 +232,9 @@ def register_experiments(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from autorl.checkpoints import resolve_model
-    from autorl.settings import load_settings
+    from autorl.settings import HomeSettings
 
-    base = resolve_model("builtin:tiny-qwen2", load_settings().models_dir)
+    base = resolve_model("builtin:tiny-qwen2", HomeSettings().models_dir)
     run_id = new_run_id()
     admin_token = secrets.token_urlsafe(24)
     results: dict[str, Any] = {}

@@ -171,11 +171,11 @@ def run_variant(
     """One ``HFBackend.evaluate`` call; its wall and generation seconds and peak GPU memory."""
     import torch
 
-    from autorl.settings import load_settings
     from autorl.tasks import get_task
     from autorl_evaluator.backends.hf import HFBackend
+    from autorl_evaluator.settings import WorkerSettings
 
-    settings = load_settings(
+    settings = WorkerSettings(
         home=home,
         eval_batch_size=batch_size,
         eval_max_new_tokens=max_new_tokens,

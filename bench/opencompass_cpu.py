@@ -71,15 +71,15 @@ def _import_cpu_seconds(statement: str) -> dict[str, float]:
 
 def run(problems: int, max_new_tokens: int) -> dict[str, Any]:
     from autorl.checkpoints import resolve_model
-    from autorl.settings import load_settings
     from autorl.tasks import get_task
     from autorl.tasks.base import read_problems
     from autorl_evaluator.backends.opencompass import OpenCompassBackend
+    from autorl_evaluator.settings import WorkerSettings
 
     with tempfile.TemporaryDirectory(prefix="oc-bench-") as tmp:
         home = Path(tmp)
         model = resolve_model("builtin:tiny-qwen2", home / "models")
-        settings = load_settings(
+        settings = WorkerSettings(
             home=home,
             eval_device="cpu",
             eval_max_new_tokens=max_new_tokens,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autorl.settings import Settings
 from tests.support.infra import new_run_id, postgres_database, private_redis
 from tests.support.requirements import apply_requires_markers
+from tests.support.settings import DeploymentSettings
 
 pytest_plugins = ["pytester", "tests.support.fixtures"]
 
@@ -66,10 +66,11 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, run_id: str) -> Callable[..., Settings]:
-    """Settings isolated in a temporary home; pass database_url/redis_url to use the real servers."""
+def make_settings(tmp_path: Path, run_id: str) -> Callable[..., DeploymentSettings]:
+    """One deployment's settings (the grader's and its workers') isolated in a temporary home; pass
+    database_url/redis_url to use the real servers."""
 
-    def build(**overrides: object) -> Settings:
+    def build(**overrides: object) -> DeploymentSettings:
         values: dict[str, object] = {
             "home": tmp_path / "home",
             "admin_token": secrets.token_hex(16),
@@ -79,7 +80,7 @@ def make_settings(tmp_path: Path, run_id: str) -> Callable[..., Settings]:
             "submit_wait_s": 120.0,
         }
         values.update(overrides)
-        return Settings(**values)  # type: ignore[arg-type]
+        return DeploymentSettings(**values)  # type: ignore[arg-type]
 
     return build
 

@@ -155,11 +155,12 @@ def test_chart_containers_agree_with_their_images(
 def test_chart_environment_loads_each_services_settings_in_its_image(chart_images: set[str]) -> None:
     documents = render_chart(merge(EXTERNAL_STORES, CPU_TAGS), "lab")
     host = PodHost(claims={}, secrets=SECRETS)
-    settings = "from autorl.settings import load_settings; s = load_settings(); "
+    grader = "from autorl_grader.settings import GraderSettings as G; "
+    worker = "from autorl_evaluator.settings import WorkerSettings as W; "
     controller = "from autorl_controller.operator.settings import ControllerSettings as C; "
     checks = {
-        "lab-autorl-grader": settings + "print(s.snapshot_dir)",
-        "lab-autorl-evaluator": settings + "print(s.eval_backend)",
+        "lab-autorl-grader": grader + "print(G().snapshot_dir)",
+        "lab-autorl-evaluator": worker + "print(W().eval_backend)",
         "lab-autorl-controller": controller + "print(C().runner_image)",
     }
     for name, script in checks.items():

@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from autorl.settings import Settings
 from autorl.store import Database
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
 from tests.support.infra import serve
 from tests.support.runs import SeededExperiment, add_submission, create_experiment, finish, scores
+from tests.support.settings import DeploymentSettings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -61,7 +61,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url)
 
 
@@ -109,7 +109,7 @@ def cells(driver: Any, row_selector: str) -> list[str]:
 
 
 def test_operator_signs_in_and_watches_an_experiment_live(
-    browser: Any, settings: Settings, db: Database, run: SeededExperiment, tmp_path: Path
+    browser: Any, settings: DeploymentSettings, db: Database, run: SeededExperiment, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select

@@ -40,13 +40,13 @@ import yaml
 from autorl.checkpoints import model_dir_name
 from autorl.experiment import crd_manifest
 from autorl.layout import cached_model_subpath
-from autorl.settings import Settings, load_settings
 from autorl.tasks import get_task
 from autorl_controller.operator.main import run_operator
 from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
 from tests.support.infra import free_port, serve
+from tests.support.settings import DeploymentSettings
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -106,7 +106,7 @@ def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
 class Platform:
     kube: httpx.AsyncClient
     grader: httpx.AsyncClient
-    grader_settings: Settings
+    grader_settings: DeploymentSettings
     shared: Path
     emulator: ApiServerEmulator
 
@@ -319,9 +319,9 @@ def grader_port() -> int:
 @pytest.fixture(scope="module")
 def grader_settings(
     tmp_path_factory: pytest.TempPathFactory, pg_url: str, run_id: str, grader_port: int
-) -> Settings:
+) -> DeploymentSettings:
     home = tmp_path_factory.mktemp("grader-home")
-    return load_settings(
+    return DeploymentSettings(
         home=home,
         # As the chart does: the URL agents are given is the grader's own address.
         public_url=f"http://127.0.0.1:{grader_port}",
@@ -339,7 +339,7 @@ def grader_settings(
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def platform(
-    grader_settings: Settings, grader_port: int, tmp_path_factory: pytest.TempPathFactory
+    grader_settings: DeploymentSettings, grader_port: int, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Platform]:
     shared = tmp_path_factory.mktemp("shared")
     with serve(create_app(grader_settings), port=grader_port) as grader:
@@ -575,7 +575,8 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
     assert job is not None
     pod = job["spec"]["template"]["spec"]
     assert (
-        pod["terminationGracePeriodSeconds"] == ControllerSettings().agent_stop_grace_s
+        pod["terminationGracePeriodSeconds"]
+        == ControllerSettings(admin_token=platform.grader_settings.admin_token).agent_stop_grace_s
     )  # SIGTERM → SIGKILL
     backstop = job["spec"]["activeDeadlineSeconds"]
     assert backstop == 600  # from the Job's start, before the budget is known: never past its end
@@ -664,7 +665,7 @@ def colliding_names(settings: ControllerSettings) -> tuple[str, str]:
 
 
 async def test_the_younger_of_two_experiments_with_one_user_id_yields(platform: Platform) -> None:
-    first, second = colliding_names(ControllerSettings())
+    first, second = colliding_names(ControllerSettings(admin_token=platform.grader_settings.admin_token))
     await platform.apply(load_example("experiment-gsm8k.yaml", rename=first))
     await platform.wait_phase(first, "Preparing")
     await platform.apply(load_example("experiment-gsm8k.yaml", rename=second))

@@ -16,21 +16,24 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from autorl.queue import job_id
-from autorl.settings import Settings
 from autorl.tasks.gsm8k import accuracy
 from autorl_grader.main import create_app
 from tests.support.grading import make_workspace
 from tests.support.infra import serve
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
 from tests.support.service_processes import running
+from tests.support.settings import DeploymentSettings
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def settings(
-    make_settings: Callable[..., Settings], fresh_pg_url: str, redis_url: str, fresh_queue_prefix: str
-) -> Settings:
+    make_settings: Callable[..., DeploymentSettings],
+    fresh_pg_url: str,
+    redis_url: str,
+    fresh_queue_prefix: str,
+) -> DeploymentSettings:
     # A database and queue of its own: the worker takes whatever its database has queued.
     return make_settings(
         database_url=fresh_pg_url,
@@ -42,14 +45,14 @@ def settings(
 
 
 @pytest.fixture
-def rq_worker(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
+def rq_worker(settings: DeploymentSettings) -> Iterator[subprocess.Popen[bytes]]:
     """`autorl worker` as its own process, configured only through the environment."""
     with running(["worker"], settings, settings.home / "worker.log") as worker:
         yield worker
 
 
 def test_trained_model_is_scored_end_to_end(
-    settings: Settings,
+    settings: DeploymentSettings,
     trained_tiny_model: TrainedModel,
     tiny_base_model: Path,
     rq_worker: subprocess.Popen[bytes],

@@ -22,29 +22,28 @@ from autorl.admin_client import (
 from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer
 from autorl.client import GradingClient
 from autorl.request_bodies import RegisterExperiment
-from autorl.settings import Settings
 from autorl_grader.main import create_app
 from tests.support.grading import make_workspace
 from tests.support.infra import ServedApp, serve
+from tests.support.settings import DeploymentSettings
 
 UNREACHABLE = "http://127.0.0.1:9"
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url, submit_wait_s=0.5)
 
 
 @pytest.fixture
-def grader(settings: Settings) -> Iterator[ServedApp]:
+def grader(settings: DeploymentSettings) -> Iterator[ServedApp]:
     with serve(create_app(settings, reconcile=False)) as served:
         yield served
 
 
 @pytest.fixture
-def admin_token(settings: Settings) -> str:
-    assert settings.admin_token is not None
-    return settings.admin_token.get_secret_value()
+def admin_token(settings: DeploymentSettings) -> str:
+    return settings.admin_token_value
 
 
 def registration(base: Path, tmp_path: Path, **fields: object) -> RegisterExperiment:

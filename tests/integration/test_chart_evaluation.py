@@ -27,7 +27,7 @@ from rq.serializers import JSONSerializer
 
 from autorl.eval_config import EVAL_PROTOCOL_VERSION, EvalConfig
 from autorl.queue import JOB_TIMEOUT_MARGIN_S, job_id
-from autorl.settings import load_settings
+from autorl_evaluator.settings import WorkerSettings
 from tests.integration.test_chart import IMAGES, RELEASE, merge, of_kind, render
 from tests.support.infra import free_port, grader_process
 
@@ -163,7 +163,7 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
     assert job.timeout == 1234 + JOB_TIMEOUT_MARGIN_S
 
     # A worker whose own environment says otherwise evaluates under the recorded settings.
-    worker = load_settings(
+    worker = WorkerSettings(
         eval_backend="opencompass", eval_timeout_s=60, eval_batch_size=512, eval_max_new_tokens=512
     )
     run = EvalConfig.model_validate(config).apply_to(worker)
@@ -205,7 +205,7 @@ def test_a_config_from_a_newer_grader_is_refused_not_half_obeyed() -> None:
 
 
 def test_a_config_recorded_without_timeout_or_batch_keeps_the_workers_own() -> None:
-    worker = load_settings(eval_timeout_s=60, eval_batch_size=512)
+    worker = WorkerSettings(eval_timeout_s=60, eval_batch_size=512)
     recorded = EvalConfig.model_validate({"task": "gsm8k", "backend": "hf", "max_new_tokens": 96, "limit": 5})
     run = recorded.apply_to(worker)
     assert (run.eval_timeout_s, run.eval_batch_size, run.eval_max_new_tokens, run.eval_limit) == (

@@ -24,7 +24,7 @@ import pytest
 
 from autorl.errors import ConfigurationError
 from autorl.experiment import ExperimentSpec
-from autorl.settings import load_settings
+from autorl.settings import HomeSettings
 from autorl.tasks import get_task
 from autorl.tasks.base import read_problems
 from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
@@ -239,7 +239,7 @@ def test_a_data_step_that_cannot_work_is_refused_at_render(values: dict[str, Any
 
 @pytest.mark.parametrize("url", ["file:///etc", "s3://bucket/data", "ftp://mirror/data"])
 def test_the_data_step_fetches_only_over_http(url: str, tmp_path: Path) -> None:
-    settings = load_settings(home=tmp_path / "home")
+    settings = HomeSettings(home=tmp_path / "home")
     with pytest.raises(ConfigurationError, match="must be http:// or https://"):
         provide(["gsm8k"], settings, source_url=url)
     assert not (tmp_path / "home" / "eval" / "data" / "gsm8k").exists()

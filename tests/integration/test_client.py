@@ -31,25 +31,30 @@ from autorl.client import (
     TooManySubmissionsError,
 )
 from autorl.errors import AutoRLError
-from autorl.settings import Settings
 from autorl_grader.main import create_app
 from tests.support.grading import admin_headers, make_workspace
 from tests.support.infra import ServedApp, serve
+from tests.support.settings import DeploymentSettings
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url, submit_wait_s=0.5)
 
 
 @pytest.fixture
-def grader(settings: Settings) -> Iterator[ServedApp]:
+def grader(settings: DeploymentSettings) -> Iterator[ServedApp]:
     with serve(create_app(settings, reconcile=False)) as served:
         yield served
 
 
 def register(
-    grader: ServedApp, settings: Settings, base: Path, workspace: Path, timeout_s: int, **fields: object
+    grader: ServedApp,
+    settings: DeploymentSettings,
+    base: Path,
+    workspace: Path,
+    timeout_s: int,
+    **fields: object,
 ) -> dict[str, str]:
     headers = admin_headers(settings)
     name = f"client-{workspace.name}"
@@ -72,7 +77,7 @@ def register(
 
 @pytest.fixture
 def experiment(
-    grader: ServedApp, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> dict[str, str]:
     workspace = make_workspace(tmp_path)
     shutil.copytree(tiny_base_model, workspace / "output" / "copy")
@@ -132,7 +137,7 @@ def test_refusals_carry_the_servers_reason(grader: ServedApp, experiment: dict[s
 
 
 def test_submission_after_the_deadline_is_refused_with_a_reason(
-    grader: ServedApp, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     workspace = make_workspace(tmp_path)
     shutil.copytree(tiny_base_model, workspace / "output" / "late")
@@ -165,7 +170,7 @@ def test_answers_are_the_graders_models(experiment: dict[str, str]) -> None:
 
 
 def test_the_limit_and_a_finished_experiment_refuse_with_their_own_classes(
-    grader: ServedApp, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     workspace = make_workspace(tmp_path)
     for name in ("a", "b"):

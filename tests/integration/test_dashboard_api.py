@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.settings import Settings
 from autorl.store import Database
 from autorl_grader.dashboard.assets import (
     ASSETS,
@@ -26,23 +25,24 @@ from autorl_grader.dashboard.session import COOKIE_NAME, SessionSigner
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
 from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
+from tests.support.settings import DeploymentSettings
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url)
 
 
 @pytest.fixture
-def admin_token(settings: Settings) -> str:
+def admin_token(settings: DeploymentSettings) -> str:
     assert settings.admin_token is not None
     return settings.admin_token.get_secret_value()
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False), base_url=BASE) as test_client:
         yield test_client
 
@@ -227,9 +227,9 @@ def test_agent_log_tail_is_capped_and_never_follows_links(
 
 
 def test_dashboard_disabled_without_an_admin_token(
-    make_settings: Callable[..., Settings], pg_url: str
+    make_settings: Callable[..., DeploymentSettings], pg_url: str
 ) -> None:
-    settings = make_settings(database_url=pg_url, admin_token=None, local_mode=True)
+    settings = make_settings(database_url=pg_url, admin_token="", local_mode=True)
     with TestClient(create_app(settings, reconcile=False), base_url=BASE) as client:
         for path in ("/ui", "/ui/login"):
             response = client.get(path)

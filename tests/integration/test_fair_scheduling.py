@@ -12,12 +12,12 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from autorl.queue import make_dispatcher
-from autorl.settings import Settings
 from autorl.store import Database, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.settings import DeploymentSettings
 
 FLOOD = 4
 
@@ -37,7 +37,7 @@ def submit_copies(
 
 
 def flood_then_one_then_a_baseline(
-    client: TestClient, settings: Settings, base: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, base: Path, tmp_path: Path
 ) -> tuple[list[int], int, int]:
     """A floods, then B submits once, then C's baseline is requested. Returns the three's ids."""
     flooding = register(client, settings, base, make_workspace(tmp_path))
@@ -51,14 +51,16 @@ def flood_then_one_then_a_baseline(
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def local_settings(request: pytest.FixtureRequest, make_settings: Callable[..., Settings]) -> Settings:
+def local_settings(
+    request: pytest.FixtureRequest, make_settings: Callable[..., DeploymentSettings]
+) -> DeploymentSettings:
     if request.param == "sqlite":
         return make_settings(local_mode=True, submit_wait_s=0.0)
     return make_settings(database_url=request.getfixturevalue("fresh_pg_url"), submit_wait_s=0.0)
 
 
 def test_local_workers_take_baselines_first_then_experiments_in_turn(
-    local_settings: Settings, tiny_base_model: Path, tmp_path: Path
+    local_settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     with TestClient(create_app(local_settings, reconcile=False)) as client:
         flood, one, baseline = flood_then_one_then_a_baseline(
@@ -97,7 +99,7 @@ def test_local_workers_take_baselines_first_then_experiments_in_turn(
 
 
 def test_rq_worker_serves_a_single_submission_after_at_most_one_of_a_flood(
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., DeploymentSettings],
     fresh_pg_url: str,
     redis_url: str,
     fresh_queue_prefix: str,

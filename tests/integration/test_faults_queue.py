@@ -14,7 +14,6 @@ from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from autorl.settings import Settings
 from autorl.store import Database, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.tasks import get_task
@@ -24,6 +23,7 @@ from tests.support.grading import RegisteredExperiment, copy_model, make_workspa
 from tests.support.infra import RedisServer, new_run_id, serve
 from tests.support.requirements import require
 from tests.support.service_processes import kill_tree, running, start, stop
+from tests.support.settings import DeploymentSettings
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -44,11 +44,11 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def settings(
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., DeploymentSettings],
     fresh_pg_url: str,
     redis_server: RedisServer,
     fresh_queue_prefix: str,
-) -> Settings:
+) -> DeploymentSettings:
     return make_settings(
         database_url=fresh_pg_url,
         redis_url=redis_server.url,
@@ -62,14 +62,14 @@ def settings(
 
 
 @pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
+def db(settings: DeploymentSettings) -> Iterator[Database]:
     database = Database(settings.database_url or "")
     yield database
     database.dispose()
 
 
 @pytest.fixture
-def grader(settings: Settings) -> Iterator[httpx.Client]:
+def grader(settings: DeploymentSettings) -> Iterator[httpx.Client]:
     """The grader over real HTTP, its reconciler running."""
     with serve(create_app(settings)) as served, httpx.Client(base_url=served.url, timeout=60) as client:
         yield client
@@ -96,7 +96,7 @@ def all_final(db: Database, ids: list[int]) -> Callable[[], bool]:
 
 def test_a_worker_killed_mid_evaluation_is_replaced_and_the_submission_scored_once(
     request: pytest.FixtureRequest,
-    settings: Settings,
+    settings: DeploymentSettings,
     db: Database,
     grader: httpx.Client,
     tiny_base_model: Path,
@@ -142,7 +142,7 @@ def test_a_worker_killed_mid_evaluation_is_replaced_and_the_submission_scored_on
 
 def test_a_redis_restarted_empty_gets_every_queued_submission_again(
     request: pytest.FixtureRequest,
-    settings: Settings,
+    settings: DeploymentSettings,
     db: Database,
     redis_server: RedisServer,
     grader: httpx.Client,
@@ -200,8 +200,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_full_evaluator_disk_fails_the_submission_with_the_reason_and_the_worker_goes_on(
     request: pytest.FixtureRequest,
-    make_settings: Callable[..., Settings],
-    settings: Settings,
+    make_settings: Callable[..., DeploymentSettings],
+    settings: DeploymentSettings,
     db: Database,
     small_disk: Path,
     grader: httpx.Client,

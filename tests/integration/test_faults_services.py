@@ -12,7 +12,6 @@ import httpx
 import psycopg
 import pytest
 
-from autorl.settings import Settings
 from autorl.store import Database, SubmissionStatus, migrate
 from autorl.store import repository as repo
 from tests.support.fault_records import record_fault
@@ -20,6 +19,7 @@ from tests.support.grading import RegisteredExperiment, copy_model, make_workspa
 from tests.support.infra import free_port
 from tests.support.postgres_cluster import PostgresCluster
 from tests.support.service_processes import kill_tree, running, start, stop, wait_until_serving
+from tests.support.settings import DeploymentSettings
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -41,14 +41,14 @@ def cluster() -> Iterator[PostgresCluster]:
     server.remove()
 
 
-def snapshots(settings: Settings) -> list[str]:
+def snapshots(settings: DeploymentSettings) -> list[str]:
     assert settings.snapshot_dir is not None
     return sorted(p.name for p in settings.snapshot_dir.glob("*")) if settings.snapshot_dir.exists() else []
 
 
 def test_postgres_stopped_and_started_under_a_running_grader(
     request: pytest.FixtureRequest,
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., DeploymentSettings],
     cluster: PostgresCluster,
     redis_url: str,
     fresh_queue_prefix: str,
@@ -117,7 +117,7 @@ def test_postgres_stopped_and_started_under_a_running_grader(
 
 def test_the_grader_killed_while_a_blocking_submit_waits(
     request: pytest.FixtureRequest,
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., DeploymentSettings],
     fresh_pg_url: str,
     redis_url: str,
     fresh_queue_prefix: str,

@@ -16,34 +16,34 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from autorl.errors import ConfigurationError
-from autorl.settings import Settings
 from autorl.store import Database, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
 from tests.support.checkpoints import without_chat_template
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.settings import DeploymentSettings
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url, submit_wait_s=0.5)
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False)) as test_client:
         yield test_client
 
 
 @pytest.fixture
 def experiment(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> RegisteredExperiment:
     return register(client, settings, tiny_base_model, make_workspace(tmp_path))
 
 
-def submission_count(settings: Settings, experiment: RegisteredExperiment) -> int:
+def submission_count(settings: DeploymentSettings, experiment: RegisteredExperiment) -> int:
     from autorl.store import Experiment
 
     db = Database(settings.database_url or "")
@@ -102,11 +102,11 @@ def test_admin_api_requires_the_admin_token(client: TestClient, experiment: Regi
 
 
 def test_grader_refuses_a_placeholder_admin_token(
-    make_settings: Callable[..., Settings], pg_url: str
+    make_settings: Callable[..., DeploymentSettings], pg_url: str
 ) -> None:
     for token in ("", "changeme", "admin"):
-        with pytest.raises(ConfigurationError, match="openssl rand"):
-            create_app(make_settings(database_url=pg_url, admin_token=token))
+        with pytest.raises(ConfigurationError, match="openssl rand"):  # as its settings are built
+            make_settings(database_url=pg_url, admin_token=token)
     create_app(make_settings(database_url=pg_url, admin_token="", local_mode=True))  # fine on one machine
 
 
@@ -176,7 +176,7 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
     kind: str,
     fix: str,
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     experiment: RegisteredExperiment,
     tiny_base_model: Path,
     tmp_path: Path,
@@ -189,7 +189,7 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
 
 
 def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     target = copy_model(tiny_base_model, experiment.output_dir / "trainer", unique=True)
     (target / "training_args.bin").write_bytes(b"\x80\x04pickle")
@@ -206,7 +206,7 @@ def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
 
 
 def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     # In a pod the agent sees its workspace at /workspace; the grader sees it elsewhere.
     workspace = make_workspace(tmp_path)
@@ -238,7 +238,7 @@ def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
 )
 def test_a_checkpoints_own_chat_template_is_dry_rendered_at_submit(
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     tiny_base_model: Path,
     tmp_path: Path,
     template: str,
@@ -269,7 +269,7 @@ def test_missing_model_path_is_400_with_a_readable_detail(
 
 
 def submit_to_a_limit_of_one(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> tuple[RegisteredExperiment, Any]:
     """An experiment that accepts one submission, and the answer to its first (not waited for)."""
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
@@ -280,7 +280,7 @@ def submit_to_a_limit_of_one(
 
 
 def test_submission_limit_is_429(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment, first = submit_to_a_limit_of_one(client, settings, tiny_base_model, tmp_path)
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
@@ -294,7 +294,7 @@ def test_submission_limit_is_429(
 
 
 def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment, first = submit_to_a_limit_of_one(client, settings, tiny_base_model, tmp_path)
     # The evaluator could not start its engine: the agent is told so, and may submit again.
@@ -327,7 +327,7 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
 
 
 def test_submission_after_the_deadline_is_refused(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     started = client.post(
@@ -344,7 +344,7 @@ def test_submission_after_the_deadline_is_refused(
 
 
 def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
     copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
@@ -364,7 +364,7 @@ def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
 )
 def test_budget_starts_when_the_controller_says_it_did(
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     tiny_base_model: Path,
     tmp_path: Path,
     offset_s: float,
@@ -396,7 +396,7 @@ def test_budget_starts_when_the_controller_says_it_did(
 
 
 def test_budget_start_time_must_be_a_positive_epoch(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
     refused = client.post(
@@ -407,7 +407,7 @@ def test_budget_start_time_must_be_a_positive_epoch(
 
 
 def test_finished_experiment_refuses_submissions(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     client.post(
         f"/v1/experiments/{experiment.name}/finish",
@@ -421,7 +421,7 @@ def test_finished_experiment_refuses_submissions(
 
 
 def test_an_experiment_sees_only_its_own_submissions(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     mine = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     other = register(client, settings, tiny_base_model, make_workspace(tmp_path))
@@ -463,7 +463,7 @@ def test_blocking_submit_answers_202_with_the_id_when_the_wait_ends(
 
 
 def test_register_conflict_and_unknown_task(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     body = {
         "name": experiment.name,
@@ -493,7 +493,7 @@ def test_register_conflict_and_unknown_task(
 
 
 def test_rotating_a_token_revokes_the_old_one(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
     response = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
     assert response.status_code == 200
@@ -501,7 +501,9 @@ def test_rotating_a_token_revokes_the_old_one(
     assert client.get(f"/a/{response.json()['token']}/time").status_code == 200
 
 
-def test_ops_endpoints(client: TestClient, settings: Settings, experiment: RegisteredExperiment) -> None:
+def test_ops_endpoints(
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
+) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json()["status"] == "ready"
     assert "autorl_database_up 1" in client.get("/metrics", headers=admin_headers(settings)).text
@@ -519,7 +521,7 @@ def test_metrics_describe_every_experiment_so_only_the_admin_reads_them(
 
 
 def test_access_log_never_shows_a_token(
-    settings: Settings, experiment: RegisteredExperiment, caplog: pytest.LogCaptureFixture
+    settings: DeploymentSettings, experiment: RegisteredExperiment, caplog: pytest.LogCaptureFixture
 ) -> None:
     from autorl_grader.logging_setup import RedactTokens
 
@@ -541,7 +543,7 @@ def test_access_log_never_shows_a_token(
 
 
 def test_redis_down_is_503_and_nothing_is_written(
-    make_settings: Callable[..., Settings], pg_url: str, tiny_base_model: Path, tmp_path: Path
+    make_settings: Callable[..., DeploymentSettings], pg_url: str, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     from tests.support.infra import free_port
 
@@ -556,7 +558,7 @@ def test_redis_down_is_503_and_nothing_is_written(
     assert submission_count(settings, experiment) == 0
 
 
-def test_postgres_down_is_503(make_settings: Callable[..., Settings], pg_url: str) -> None:
+def test_postgres_down_is_503(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> None:
     from tests.support.infra import free_port
 
     settings = make_settings(database_url=f"postgresql+psycopg://postgres:down@127.0.0.1:{free_port()}/x")
@@ -568,7 +570,7 @@ def test_postgres_down_is_503(make_settings: Callable[..., Settings], pg_url: st
 
 
 def test_identical_weights_reuse_the_score(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     from autorl.store import SubmissionStatus
     from autorl.store import repository as repo
@@ -605,7 +607,7 @@ def test_identical_weights_reuse_the_score(
 
 def test_an_accepted_submission_is_logged_for_operators(
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     experiment: RegisteredExperiment,
     tiny_base_model: Path,
     caplog: pytest.LogCaptureFixture,
@@ -622,7 +624,7 @@ def test_an_accepted_submission_is_logged_for_operators(
 
 
 def test_the_headline_score_follows_the_experiments_protocol(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     from autorl.store import repository as repo
 
@@ -651,7 +653,7 @@ def test_the_headline_score_follows_the_experiments_protocol(
 
 
 def test_baseline_is_measured_once_per_model_and_settings(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     from autorl.store import SubmissionStatus
     from autorl.store import repository as repo
@@ -689,7 +691,7 @@ def test_baseline_is_measured_once_per_model_and_settings(
 
 
 def test_single_machine_sqlite_store_enforces_the_deadline(
-    make_settings: Callable[..., Settings], tiny_base_model: Path, tmp_path: Path
+    make_settings: Callable[..., DeploymentSettings], tiny_base_model: Path, tmp_path: Path
 ) -> None:
     """SQLite (the single-machine default) keeps no time zone; deadlines must still compare."""
     settings = make_settings(admin_token="", local_mode=True, submit_wait_s=0.0)

@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from autorl.settings import Settings
 from autorl_grader.main import create_app
+from autorl_grader.settings import GraderSettings
 from tests.support.grading import copy_model, make_workspace, register
 from tests.support.openapi import grader_document
 
@@ -56,7 +56,7 @@ def target(
     pg_url: str, tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FuzzTarget]:
     home = tmp_path_factory.mktemp("fuzz")
-    grader_settings = Settings(  # type: ignore[call-arg]
+    grader_settings = GraderSettings(
         home=home / "home",
         database_url=pg_url,
         admin_token=SecretStr(secrets.token_hex(16)),
@@ -66,8 +66,7 @@ def target(
     with TestClient(app) as client:  # runs the start-up: migrations
         experiment = register(client, grader_settings, tiny_base_model, make_workspace(home))
         copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
-        assert grader_settings.admin_token is not None
-        yield FuzzTarget(app, experiment.token, grader_settings.admin_token.get_secret_value())
+        yield FuzzTarget(app, experiment.token, grader_settings.admin_token_value)
 
 
 schema = schemathesis.openapi.from_dict(grader_document())

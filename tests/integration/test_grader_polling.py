@@ -15,7 +15,6 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, update
 
-from autorl.settings import Settings
 from autorl.store import Database, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.expiring_cache import CACHE_TTL_S
@@ -24,24 +23,25 @@ from autorl_grader.result_waits import POLL_INTERVAL_S
 from autorl_grader.state import GraderState
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
+from tests.support.settings import DeploymentSettings
 
 WAITERS = 40
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url, submit_wait_s=60.0)
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False)) as test_client:
         yield test_client
 
 
 @pytest.fixture
 def experiment(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> RegisteredExperiment:
     registered = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     copy_model(tiny_base_model, registered.output_dir / "ckpt", unique=True)
@@ -59,7 +59,7 @@ def count_queries(db: Database) -> list[str]:
 
 
 def test_blocking_submits_share_one_poller_and_all_wake(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
     state: GraderState = client.app.state.grader  # type: ignore[attr-defined]
     app = client.app
@@ -99,7 +99,7 @@ def test_blocking_submits_share_one_poller_and_all_wake(
 
 
 def test_a_finished_experiment_loses_access_at_once(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
     assert client.get(f"{experiment.url_path}/time").status_code == 200  # the token is now remembered
     finished = client.post(
@@ -114,7 +114,7 @@ def test_a_finished_experiment_loses_access_at_once(
 
 
 def test_a_replaced_token_is_refused_at_once(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
     assert client.get(f"{experiment.url_path}/time").status_code == 200
     rotated = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
@@ -124,7 +124,7 @@ def test_a_replaced_token_is_refused_at_once(
 
 
 def test_a_token_replaced_elsewhere_is_refused_within_the_ttl(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
     """Another grader process (here: a direct write) re-keys the experiment: this one trusts the
     remembered token for at most CACHE_TTL_S, never longer."""

@@ -27,13 +27,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autorl.settings import Settings
 from autorl.snapshot import snapshot_base_model, snapshot_submission
 from autorl_agent_runner.group_read import MAX_DEPTH, WalkResult, make_group_readable
 from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
 from tests.support.grading import register
 from tests.support.infra import free_port
 from tests.support.service_processes import service_env, stop, wait_until_serving
+from tests.support.settings import DeploymentSettings
 from tests.support.users import AGENT_A, AGENT_B, PLATFORM, Outcome, as_user, call_as, setpriv, shared_volume
 from tests.support.waiting import wait_for
 
@@ -338,12 +338,12 @@ def test_entries_that_vanish_or_become_links_mid_walk_are_skipped(volume: Volume
 
 @pytest.fixture
 def grader_settings(
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., DeploymentSettings],
     tmp_path: Path,
     pg_url: str,
     redis_url: str,
     fresh_queue_prefix: str,
-) -> Settings:
+) -> DeploymentSettings:
     """A grader on the real Postgres and Redis of the test run, its snapshots in ``tmp_path``."""
     snapshots = tmp_path / "snapshots"
     snapshots.mkdir()
@@ -352,7 +352,7 @@ def grader_settings(
 
 
 def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
-    volume: Volume, grader_settings: Settings, tmp_path: Path
+    volume: Volume, grader_settings: DeploymentSettings, tmp_path: Path
 ) -> None:
     settings = grader_settings
     settings.home.mkdir(parents=True)

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from autorl.errors import ConfigurationError, EvaluationError
-from autorl.settings import Settings, load_settings
 from autorl.snapshot import snapshot_base_model
 from autorl.tasks import get_task
 from autorl.tasks.gsm8k import PROTOCOLS, accuracy
 from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.opencompass_chat import opencompass_messages
+from autorl_evaluator.settings import WorkerSettings
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
 
 pytestmark = pytest.mark.slow
@@ -56,8 +56,8 @@ def _independent_completions(model_dir: Path, questions: list[str]) -> list[str]
 
 
 @pytest.fixture(scope="module")
-def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return load_settings(
+def settings(tmp_path_factory: pytest.TempPathFactory) -> WorkerSettings:
+    return WorkerSettings(
         home=tmp_path_factory.mktemp("home"),
         eval_max_new_tokens=EVAL_MAX_NEW_TOKENS,
         eval_batch_size=BATCH_SIZE,
@@ -70,7 +70,7 @@ def _contents(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 
 @pytest.fixture(scope="module")
-def evaluated(trained_tiny_model: TrainedModel, settings: Settings) -> EvalResult:
+def evaluated(trained_tiny_model: TrainedModel, settings: WorkerSettings) -> EvalResult:
     """The backend evaluates a snapshot (normalized files), as the worker hands it one."""
     assert settings.snapshot_dir is not None
     snapshot = snapshot_base_model(trained_tiny_model.path, settings.snapshot_dir)
@@ -100,7 +100,7 @@ def test_score_is_between_0_and_100_and_equals_recomputed_accuracy(
     )
 
 
-def test_result_records_how_it_ran(evaluated: EvalResult, settings: Settings) -> None:
+def test_result_records_how_it_ran(evaluated: EvalResult, settings: WorkerSettings) -> None:
     assert evaluated.details["backend"] == "hf"
     assert evaluated.details["device"] == "cpu"
     assert evaluated.details["batch_size"] == BATCH_SIZE
@@ -110,7 +110,7 @@ def test_result_records_how_it_ran(evaluated: EvalResult, settings: Settings) ->
 
 
 def test_unloadable_weights_fail_with_the_fix(
-    trained_tiny_model: TrainedModel, settings: Settings, tmp_path: Path
+    trained_tiny_model: TrainedModel, settings: WorkerSettings, tmp_path: Path
 ) -> None:
     broken = Path(shutil.copytree(trained_tiny_model.path, tmp_path / "broken"))
     weights = broken / "model.safetensors"
@@ -129,7 +129,7 @@ def test_backends_by_name() -> None:
 def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
     evaluated: EvalResult,
     trained_tiny_model: TrainedModel,
-    settings: Settings,
+    settings: WorkerSettings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A GPU out-of-memory error cannot be produced on this machine; batches above two prompts are
@@ -161,7 +161,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
 def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_same_completions(
     evaluated: EvalResult,
     trained_tiny_model: TrainedModel,
-    settings: Settings,
+    settings: WorkerSettings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from autorl.decoding import greedy_engine
@@ -181,7 +181,7 @@ def test_a_warm_evaluation_swaps_weights_and_scores_as_a_cold_one(
     evaluated: EvalResult,
     trained_tiny_model: TrainedModel,
     tiny_base_model: Path,
-    settings: Settings,
+    settings: WorkerSettings,
     tmp_path: Path,
 ) -> None:
     from autorl_evaluator.warm_models import RESIDENT

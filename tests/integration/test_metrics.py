@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from autorl.settings import Settings
 from autorl.store import Database, FailureReason, migrate
 from autorl.store import repository as repo
 from autorl_evaluator.metrics import WorkerMetrics
@@ -34,6 +33,7 @@ from tests.support.fixtures import FIXTURE_DATA
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import free_port, stop_process
 from tests.support.runs import add_submission, create_experiment, finish, scores
+from tests.support.settings import DeploymentSettings
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -232,7 +232,7 @@ def db(fresh_pg_url: str) -> Iterator[Database]:
 
 
 def test_grader_metrics_count_each_status_queue_reason_and_duration(
-    db: Database, make_settings: Callable[..., Settings], fresh_pg_url: str, tmp_path: Path
+    db: Database, make_settings: Callable[..., DeploymentSettings], fresh_pg_url: str, tmp_path: Path
 ) -> None:
     busy = create_experiment(db, tmp_path / "busy")
     add_submission(db, busy.name, scores=scores(10.0), baseline=True)
@@ -272,7 +272,7 @@ def test_grader_metrics_count_each_status_queue_reason_and_duration(
 
 
 def test_grader_reports_the_database_down_instead_of_failing(
-    make_settings: Callable[..., Settings], tmp_path: Path
+    make_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
     settings = make_settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
     with TestClient(create_app(settings, reconcile=False)) as client:

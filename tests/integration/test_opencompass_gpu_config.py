@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
-from autorl.settings import load_settings
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, write_problems
 from autorl_evaluator.backends.opencompass import place, subprocess_environment
 from autorl_evaluator.model_settings import settings_for
 from autorl_evaluator.opencompass_config import DATASET_DATA_SUBDIR, ConfigInputs, render
 from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
+from autorl_evaluator.settings import WorkerSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
@@ -105,7 +105,7 @@ SHAPES = {
 def _gpu_config(
     tmp_path: Path, worker_devices: str, shape_name: str = "qwen2.5-1.5b", *, fits_one_gpu: bool = False
 ) -> tuple[Path, dict[str, str], int]:
-    settings = load_settings(home=tmp_path / "home", eval_device=None)
+    settings = WorkerSettings(home=tmp_path / "home", eval_device=None)
     environ = {"CUDA_VISIBLE_DEVICES": worker_devices}
     placement = place(settings, environ, SHAPES[shape_name], fits_one_gpu=fits_one_gpu)
     assert placement.gpu is not None
@@ -231,7 +231,7 @@ def test_gpu_config_carries_the_reference_settings(allocations: list[Allocation]
 
 
 def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
-    settings = load_settings(home=tmp_path / "home", eval_device="cpu")
+    settings = WorkerSettings(home=tmp_path / "home", eval_device="cpu")
     placement = place(settings, {}, SHAPES["qwen2.5-1.5b"])
     environ = {
         "PATH": "/usr/bin",

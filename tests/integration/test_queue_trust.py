@@ -29,11 +29,11 @@ from rq.serializers import JSONSerializer
 
 from autorl.errors import ConfigurationError
 from autorl.queue import EVALUATE_JOB, job_id
-from autorl.settings import Settings
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import copy_model, make_workspace, register
 from tests.support.service_processes import service_env
+from tests.support.settings import DeploymentSettings
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -50,8 +50,11 @@ class RunsOnUnpickle:
 
 @pytest.fixture
 def settings(
-    make_settings: Callable[..., Settings], fresh_pg_url: str, redis_url: str, fresh_queue_prefix: str
-) -> Settings:
+    make_settings: Callable[..., DeploymentSettings],
+    fresh_pg_url: str,
+    redis_url: str,
+    fresh_queue_prefix: str,
+) -> DeploymentSettings:
     return make_settings(
         database_url=fresh_pg_url,
         redis_url=redis_url,
@@ -68,13 +71,13 @@ def without_password(redis_url: str) -> str:
 
 
 @pytest.fixture
-def worker_log(settings: Settings) -> Path:
+def worker_log(settings: DeploymentSettings) -> Path:
     settings.home.mkdir(parents=True, exist_ok=True)
     return settings.home / "worker.log"
 
 
 @pytest.fixture
-def rq_worker(settings: Settings, worker_log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def rq_worker(settings: DeploymentSettings, worker_log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with worker_log.open("wb") as log:
         worker = subprocess.Popen([AUTORL, "worker"], env=service_env(settings), stdout=log, stderr=log)
         yield worker
@@ -93,7 +96,7 @@ def wait_for(condition: Callable[[], bool], what: str, log: Path, timeout_s: flo
         time.sleep(0.2)
 
 
-def push_hostile_jobs(settings: Settings, proof_dir: Path) -> dict[str, str]:
+def push_hostile_jobs(settings: DeploymentSettings, proof_dir: Path) -> dict[str, str]:
     """Every way a Redis client could ask the worker to run something else: name → job id. Each
     one that ran would create `proof_dir/<name>`."""
     redis = Redis.from_url(settings.redis_url or "")
@@ -154,7 +157,7 @@ REFUSALS = {
 
 
 def test_each_hostile_job_is_refused_and_removed_before_anything_runs(
-    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    settings: DeploymentSettings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     proof_dir = tmp_path / "proof"
     proof_dir.mkdir()
@@ -175,7 +178,7 @@ def test_each_hostile_job_is_refused_and_removed_before_anything_runs(
 
 
 def test_worker_process_survives_hostile_jobs_then_scores_a_submission(
-    settings: Settings,
+    settings: DeploymentSettings,
     rq_worker: subprocess.Popen[bytes],
     worker_log: Path,
     tiny_base_model: Path,
@@ -201,7 +204,7 @@ def test_worker_process_survives_hostile_jobs_then_scores_a_submission(
 
 
 def test_worker_and_grader_refuse_stores_without_a_password(
-    settings: Settings, make_settings: Callable[..., Settings]
+    settings: DeploymentSettings, make_settings: Callable[..., DeploymentSettings]
 ) -> None:
     open_redis = without_password(settings.redis_url or "")
     open_postgres = "postgresql+psycopg://postgres@127.0.0.1:5432/autorl"

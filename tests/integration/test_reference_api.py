@@ -13,13 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
-from autorl.settings import Settings
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.settings import DeploymentSettings
 
 
 @pytest.fixture
 def experiment(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> RegisteredExperiment:
     registered = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     started = client.post(
@@ -80,7 +80,7 @@ def test_other_malformed_bodies_stay_422(
 
 
 def test_every_refusal_carries_error_beside_detail(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     refusal(client.get("/scores"), 401, "GRADING_SERVER_URL")
     refusal(client.get("/a/not-a-token/time"), 401, "AUTORL_TOKEN")

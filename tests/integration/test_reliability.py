@@ -13,35 +13,37 @@ from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from autorl.settings import Settings
 from autorl.store import Database, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.settings import DeploymentSettings
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str, redis_url: str) -> Settings:
+def settings(
+    make_settings: Callable[..., DeploymentSettings], pg_url: str, redis_url: str
+) -> DeploymentSettings:
     return make_settings(database_url=pg_url, redis_url=redis_url, submit_wait_s=0.0)
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False)) as test_client:
         yield test_client
 
 
 @pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
+def db(settings: DeploymentSettings) -> Iterator[Database]:
     database = Database(settings.database_url or "")
     yield database
     database.dispose()
 
 
 @pytest.fixture
-def queued_id(client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path) -> int:
+def queued_id(client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path) -> int:
     experiment: RegisteredExperiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
     response = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
@@ -49,13 +51,13 @@ def queued_id(client: TestClient, settings: Settings, tiny_base_model: Path, tmp
     return int(response.json()["submission_id"])
 
 
-def rq_queue(settings: Settings) -> Queue:
+def rq_queue(settings: DeploymentSettings) -> Queue:
     return Queue(
         settings.queue_name, connection=Redis.from_url(settings.redis_url or ""), serializer=JSONSerializer
     )
 
 
-def test_submit_commits_then_enqueues_one_rq_job(settings: Settings, queued_id: int) -> None:
+def test_submit_commits_then_enqueues_one_rq_job(settings: DeploymentSettings, queued_id: int) -> None:
     jobs = rq_queue(settings).jobs
     assert [job.args for job in jobs if job.args == [queued_id]] == [[queued_id]]
     job = next(j for j in jobs if j.args == [queued_id])
@@ -86,7 +88,7 @@ def test_only_one_of_many_concurrent_claims_wins(db: Database, queued_id: int) -
 
 
 def test_a_dead_workers_submission_is_requeued_and_its_late_result_ignored(
-    settings: Settings, db: Database, queued_id: int
+    settings: DeploymentSettings, db: Database, queued_id: int
 ) -> None:
     state = TestClient(create_app(settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
     with db.session() as session:
@@ -112,7 +114,7 @@ def test_a_dead_workers_submission_is_requeued_and_its_late_result_ignored(
 
 
 def test_after_max_attempts_a_submission_fails_with_a_reason(
-    settings: Settings, db: Database, queued_id: int
+    settings: DeploymentSettings, db: Database, queued_id: int
 ) -> None:
     state = TestClient(create_app(settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
     for attempt in range(settings.max_eval_attempts):
@@ -127,7 +129,7 @@ def test_after_max_attempts_a_submission_fails_with_a_reason(
 
 
 def test_redis_holds_one_waiting_job_per_experiment_and_none_once_it_finished(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     ids = []

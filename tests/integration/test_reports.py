@@ -11,7 +11,7 @@ import pytest
 
 from autorl.cli import main
 from autorl.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
-from autorl.settings import Settings
+from autorl.settings import HomeSettings
 from autorl.store import Database, migrate
 from tests.support.png import color_blobs
 from tests.support.runs import add_submission, create_experiment, finish, scores
@@ -45,7 +45,7 @@ def run_id(db: Database, tmp_path: Path) -> str:
 
 
 def test_metrics_follow_the_reference_names_and_definitions(home: Path, run_id: str) -> None:
-    report = report_run(Settings(home=home), run_id, now=0.0)
+    report = report_run(HomeSettings(home=home), run_id, now=0.0)
     metrics = json.loads(report.metrics_path.read_text())
     assert report.metrics_path == home / "runs" / run_id / "reports" / "metrics.json"
     assert metrics["score_trajectory"] == [12.0, None, 10.0, 30.0, 20.0]
@@ -64,7 +64,7 @@ def test_metrics_follow_the_reference_names_and_definitions(home: Path, run_id: 
 
 
 def test_trajectory_png_shows_each_scored_submission_where_its_score_is(home: Path, run_id: str) -> None:
-    png = report_run(Settings(home=home), run_id, now=0.0).plot_path
+    png = report_run(HomeSettings(home=home), run_id, now=0.0).plot_path
     assert png == home / "runs" / run_id / "reports" / "figures" / "score_trajectory.png"
     # Circles for 12 (#1), 10 (#3) and 20 (#5), then the legend's circle, right of the axes.
     *points, legend = color_blobs(png, POINT_COLOR)
@@ -106,7 +106,7 @@ def test_run_without_submissions_has_empty_metrics_and_a_plot(
 ) -> None:
     run = create_experiment(db, tmp_path / "ws-empty", started_minutes_ago=1)
     finish(db, run.name, "timed_out")
-    report = report_run(Settings(home=home), run.name, now=0.0)
+    report = report_run(HomeSettings(home=home), run.name, now=0.0)
     metrics = report.metrics
     assert metrics["score_trajectory"] == [] and metrics["valid_submission_rate"] is None
     assert metrics["first_valid_idx"] is None and metrics["time_to_best"] is None

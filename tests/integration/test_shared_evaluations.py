@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from autorl.settings import Settings
 from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
+from tests.support.settings import DeploymentSettings
 
 WORKER = "test-worker"
 COPIES = 4
@@ -38,12 +38,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], database_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], database_url: str) -> DeploymentSettings:
     return make_settings(database_url=database_url, submit_wait_s=0.0)
 
 
 @pytest.fixture
-def grader(settings: Settings) -> Iterator[httpx.Client]:
+def grader(settings: DeploymentSettings) -> Iterator[httpx.Client]:
     with (
         serve(create_app(settings, reconcile=False)) as served,
         httpx.Client(base_url=served.url, timeout=60) as client,
@@ -52,13 +52,15 @@ def grader(settings: Settings) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def db(settings: Settings, grader: httpx.Client) -> Iterator[Database]:
+def db(settings: DeploymentSettings, grader: httpx.Client) -> Iterator[Database]:
     database = Database(settings.database_url or "")
     yield database
     database.dispose()
 
 
-def new_experiment(grader: httpx.Client, settings: Settings, base: Path, root: Path) -> RegisteredExperiment:
+def new_experiment(
+    grader: httpx.Client, settings: DeploymentSettings, base: Path, root: Path
+) -> RegisteredExperiment:
     return register(grader, settings, base, make_workspace(root))  # type: ignore[arg-type]
 
 
@@ -128,7 +130,7 @@ def agent_view(grader: httpx.Client, experiment: RegisteredExperiment, submissio
 
 
 def test_concurrent_identical_submissions_share_one_evaluation(
-    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     ids = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, COPIES))
@@ -165,7 +167,7 @@ def test_concurrent_identical_submissions_share_one_evaluation(
 
 
 def test_a_copy_of_the_base_model_waits_for_the_baseline_in_flight(
-    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     baseline = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
@@ -180,7 +182,7 @@ def test_a_copy_of_the_base_model_waits_for_the_baseline_in_flight(
 
 
 def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
-    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     first, second, third = submit_together(
@@ -199,7 +201,7 @@ def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
 
 
 def test_another_experiments_identical_evaluation_is_never_waited_for(
-    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     mine = new_experiment(grader, settings, tiny_base_model, tmp_path / "mine")
     theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs")
@@ -216,7 +218,7 @@ def test_another_experiments_identical_evaluation_is_never_waited_for(
 # SQLite runs one write transaction at a time (BEGIN IMMEDIATE): nothing interleaves there.
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_an_evaluation_ending_while_a_copy_is_submitted_still_hands_it_the_score(
-    settings: Settings, db: Database, tiny_base_model: Path, grader: httpx.Client, tmp_path: Path
+    settings: DeploymentSettings, db: Database, tiny_base_model: Path, grader: httpx.Client, tmp_path: Path
 ) -> None:
     """The copy's check and the evaluation's end are ordered by the experiment's row lock: the
     evaluation cannot end between the copy's "wait for it" and its commit (it would miss the copy)."""
@@ -251,7 +253,7 @@ def test_an_evaluation_ending_while_a_copy_is_submitted_still_hands_it_the_score
 
 
 def test_the_reconciler_settles_copies_whose_evaluation_ended_without_them(
-    grader: httpx.Client, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     first, second = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, 2))

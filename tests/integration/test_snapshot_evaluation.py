@@ -20,7 +20,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autorl.checkpoints import CHATML_TEMPLATE
-from autorl.settings import Settings
 from autorl.tasks import get_task
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
@@ -28,6 +27,7 @@ from autorl_grader.main import create_app
 from tests.support.checkpoints import without_chat_template
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
+from tests.support.settings import DeploymentSettings
 
 LIMIT = 2
 MAX_NEW_TOKENS = 6
@@ -47,7 +47,7 @@ LOOPING_TEMPLATE = (
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(
         database_url=pg_url,
         eval_backend="hf",
@@ -58,14 +58,14 @@ def settings(make_settings: Callable[..., Settings], pg_url: str) -> Settings:
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False)) as test_client:
         yield test_client
 
 
 @pytest.fixture
 def experiment(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> RegisteredExperiment:
     return register(client, settings, tiny_base_model, make_workspace(tmp_path))
 
@@ -91,7 +91,7 @@ def view(client: TestClient, experiment: RegisteredExperiment, submission_id: in
     return body
 
 
-def completions(settings: Settings, submission_id: int) -> list[str]:
+def completions(settings: DeploymentSettings, submission_id: int) -> list[str]:
     lines = predictions_path(settings, submission_id).read_text().splitlines()
     return [json.loads(line)["completion"] for line in lines]
 
@@ -105,7 +105,7 @@ def poison(checkpoint: Path, other_weights: Path) -> None:
 
 def test_files_changed_after_the_202_are_not_what_is_evaluated(
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     experiment: RegisteredExperiment,
     tiny_base_model: Path,
     other_weights: Path,
@@ -138,7 +138,7 @@ def test_files_changed_after_the_202_are_not_what_is_evaluated(
 
 def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitted_bytes(
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     experiment: RegisteredExperiment,
     tiny_base_model: Path,
     other_weights: Path,
@@ -179,7 +179,7 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
 
 def test_agent_files_changed_while_the_evaluator_reads_change_nothing(
     client: TestClient,
-    settings: Settings,
+    settings: DeploymentSettings,
     experiment: RegisteredExperiment,
     tiny_base_model: Path,
     other_weights: Path,
@@ -216,14 +216,14 @@ def test_agent_files_changed_while_the_evaluator_reads_change_nothing(
     assert not snapshot.exists(), "a scored submission's snapshot is removed"
 
 
-def _admin(settings: Settings) -> dict[str, str]:
+def _admin(settings: DeploymentSettings) -> dict[str, str]:
     assert settings.admin_token is not None
     return {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
 
 
 @pytest.mark.parametrize("template", [SLY_TEMPLATE, LOOPING_TEMPLATE], ids=["raises", "loops"])
 def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path, template: str
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path, template: str
 ) -> None:
     """A base model without a chat template: the checkpoint's own is evaluated, under the limits.
     (With a template on the base, any other template is refused at submit: tests/unit/test_snapshot.py.)"""
@@ -255,7 +255,7 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
 
 
 def test_the_reconciler_removes_snapshots_no_evaluation_needs(
-    client: TestClient, settings: Settings, experiment: RegisteredExperiment, tiny_base_model: Path
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     """Evaluators may mount the snapshots read-only: the grader removes those of final submissions,
     keeps those still queued, and removes folders nothing names once they are old."""

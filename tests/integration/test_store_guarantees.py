@@ -14,32 +14,34 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.settings import Settings
 from autorl.store import Database
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
+from tests.support.settings import DeploymentSettings
 
 CONCURRENT_SUBMITS = 30
 LIMIT = 3
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def settings(request: pytest.FixtureRequest, make_settings: Callable[..., Settings]) -> Settings:
+def settings(
+    request: pytest.FixtureRequest, make_settings: Callable[..., DeploymentSettings]
+) -> DeploymentSettings:
     if request.param == "sqlite":  # the single-machine default: SQLite in the home, local workers
         return make_settings(local_mode=True, submit_wait_s=0.0)
     return make_settings(database_url=request.getfixturevalue("pg_url"), submit_wait_s=0.0)
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False)) as test_client:
         yield test_client
 
 
 @pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
+def db(settings: DeploymentSettings) -> Iterator[Database]:
     database = Database(settings.database_url or "")
     yield database
     database.dispose()
@@ -50,7 +52,7 @@ def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) ->
 
 
 def test_concurrent_submits_never_exceed_the_limit(
-    settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     app = create_app(settings, reconcile=False)
     with serve(app) as grader, TestClient(app) as admin:
@@ -74,7 +76,7 @@ def test_concurrent_submits_never_exceed_the_limit(
 
 
 def test_submissions_before_the_budget_starts_are_refused(
-    client: TestClient, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
     copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
@@ -89,7 +91,7 @@ def test_submissions_before_the_budget_starts_are_refused(
 
 
 def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
-    client: TestClient, settings: Settings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     ids = []
@@ -126,7 +128,7 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
 
 
 def test_queue_positions_count_only_the_experiments_own_queue(
-    client: TestClient, settings: Settings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     flooding = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     quiet = register(client, settings, tiny_base_model, make_workspace(tmp_path))

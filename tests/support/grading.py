@@ -27,7 +27,7 @@ class RegisteredExperiment:
 
 
 def admin_headers(settings: Any) -> dict[str, str]:
-    return {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
+    return {"Authorization": f"Bearer {settings.admin_token_value}"}
 
 
 def make_workspace(root: Path) -> Path:

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import httpx
 
-from autorl.settings import Settings
 from autorl_agent_runner.processes import descendants
+from tests.support.settings import DeploymentSettings
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
 
-def service_env(settings: Settings) -> dict[str, str]:
+def service_env(settings: DeploymentSettings) -> dict[str, str]:
     env = {
         **os.environ,
-        "AUTORL_DATABASE_URL": settings.database_url or "",
+        "AUTORL_DATABASE_URL": settings.database_url,
         "AUTORL_REDIS_URL": settings.redis_url or "",
         "AUTORL_REDIS_KEY_PREFIX": settings.redis_key_prefix,
         "AUTORL_HOME": str(settings.home),
@@ -32,7 +32,7 @@ def service_env(settings: Settings) -> dict[str, str]:
         "AUTORL_EVAL_LEASE_S": str(settings.eval_lease_s),
         "AUTORL_RECONCILE_INTERVAL_S": str(settings.reconcile_interval_s),
         "AUTORL_SUBMIT_WAIT_S": str(settings.submit_wait_s),
-        "AUTORL_ADMIN_TOKEN": settings.admin_token.get_secret_value() if settings.admin_token else "",
+        "AUTORL_ADMIN_TOKEN": settings.admin_token_value,
     }
     optional = {
         "AUTORL_EVAL_DIR": settings.eval_dir,
@@ -44,7 +44,7 @@ def service_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def start(args: list[str], settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+def start(args: list[str], settings: DeploymentSettings, log: Path) -> subprocess.Popen[bytes]:
     """``autorl ARGS`` in a new session, its output appended to ``log``."""
     settings.home.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -76,7 +76,7 @@ def stop(process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def running(args: list[str], settings: Settings, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running(args: list[str], settings: DeploymentSettings, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     process = start(args, settings, log)
     try:
         yield process

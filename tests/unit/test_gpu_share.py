@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from autorl.settings import Settings
 from autorl_evaluator import local_worker
 from autorl_evaluator.local_worker import LocalWorker, gpu_free_fractions
+from autorl_evaluator.settings import WorkerSettings
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_no_nvidia_smi_means_no_gpu_and_no_wait(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_an_evaluation_waits_until_every_gpu_has_its_share(
-    gpus: Path, make_settings: Callable[..., Settings]
+    gpus: Path, make_settings: Callable[..., WorkerSettings]
 ) -> None:
     worker = LocalWorker(make_settings(eval_gpu_min_free_fraction=0.5))
     done = threading.Event()
@@ -60,7 +60,7 @@ def test_an_evaluation_waits_until_every_gpu_has_its_share(
 
 
 def test_without_the_setting_an_evaluation_starts_at_once(
-    gpus: Path, make_settings: Callable[..., Settings]
+    gpus: Path, make_settings: Callable[..., WorkerSettings]
 ) -> None:
     started = time.monotonic()
     LocalWorker(make_settings()).wait_for_gpu_share()

@@ -283,7 +283,8 @@ def test_each_experiment_runs_as_its_own_stable_id_in_the_documented_range(ref: 
     assert run_as not in (SETTINGS.platform_uid, SETTINGS.platform_gid, 0)
     # Stable: another controller (restart, other settings object) derives the same id, and so does a
     # re-applied Experiment of that name (its earlier runs' folders stay its own).
-    assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace), ControllerSettings()) == run_as
+    restarted = ControllerSettings(admin_token=SecretStr("y" * 32))
+    assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace), restarted) == run_as
     assert agent_run_as_id(ExperimentRef(ref.name, ref.namespace, "another-run"), SETTINGS) == run_as
     for job in (build_agent_job(ref, BUILTIN, SETTINGS), build_prepare_job(ref, BUILTIN, SETTINGS)):
         assert pod_of(job)["securityContext"]["runAsUser"] == run_as
@@ -639,6 +640,7 @@ def test_every_job_pulls_its_images_with_the_configured_secrets(job: dict[str, A
 
 
 def test_pull_secret_names_are_checked_when_the_controller_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTORL_ADMIN_TOKEN", "x" * 32)
     monkeypatch.setenv("AUTORL_IMAGE_PULL_SECRETS", "ghcr-pull,quay.io-pull")
     assert ControllerSettings().image_pull_secrets == ["ghcr-pull", "quay.io-pull"]
     monkeypatch.setenv("AUTORL_IMAGE_PULL_SECRETS", "Bad_Name")

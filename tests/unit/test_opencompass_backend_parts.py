@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from autorl.errors import EvaluationError
-from autorl.settings import Settings
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.opencompass import (
     OpenCompassBackend,
@@ -25,6 +24,7 @@ from autorl_evaluator.model_settings import settings_for, within_free_memory_gat
 from autorl_evaluator.model_size import weight_bytes
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
 from autorl_evaluator.parallel import ModelShape, fits_one_gpu
+from autorl_evaluator.settings import WorkerSettings
 
 HEADER = "dataset,version,metric,mode,submission\n"
 
@@ -48,7 +48,7 @@ def test_device_uuids_are_refused_with_the_fix() -> None:
         visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f6c1a2e-0000-0000-0000-000000000000"})
 
 
-def test_placement(make_settings: Callable[..., Settings]) -> None:
+def test_placement(make_settings: Callable[..., WorkerSettings]) -> None:
     shape = ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
     assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}, shape).gpu is None
     assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}, shape).gpu is None
@@ -125,7 +125,9 @@ def test_vllm_takes_no_more_memory_than_the_free_memory_gate_guarantees() -> Non
     assert within_free_memory_gate(default, 0.95).gpu_memory_utilization == 0.9
 
 
-def test_a_model_that_fits_one_gpu_gets_one_replica_per_gpu(make_settings: Callable[..., Settings]) -> None:
+def test_a_model_that_fits_one_gpu_gets_one_replica_per_gpu(
+    make_settings: Callable[..., WorkerSettings],
+) -> None:
     shape = ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
     settings = make_settings(eval_device=None)
     gpu = place(settings, {"CUDA_VISIBLE_DEVICES": "2,3,5"}, shape, fits_one_gpu=True).gpu

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from autorl.errors import ConfigurationError
-from autorl.settings import Settings
+from autorl_evaluator.settings import WorkerSettings
 
 
-def settings(tmp_path: Path, **values: object) -> Settings:
-    return Settings(home=tmp_path, **values)  # type: ignore[arg-type]
+def settings(tmp_path: Path, **values: object) -> WorkerSettings:
+    return WorkerSettings(home=tmp_path, **values)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -214,9 +214,9 @@ def _group_read(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from autorl.checkpoints import model_dir_name, resolve_model
     from autorl.errors import ModelSourceError, UnknownTaskError
-    from autorl.settings import load_settings
     from autorl.tasks import get_task
     from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
+    from autorl_agent_runner.settings import AgentRunnerSettings
     from autorl_agent_runner.workspace import create_workspace
 
     if args.prepare_timeout < 0:
@@ -227,7 +227,7 @@ def _prepare(args: argparse.Namespace) -> int:
         task = get_task(args.prepare_task)
     except UnknownTaskError as exc:
         raise UsageError(str(exc)) from exc
-    settings = load_settings()
+    settings = AgentRunnerSettings()
     root: Path = args.prepare_workspace.absolute()
     if args.prepare_step == "workspace":
         claim_workspace(root, args.prepare_group)
@@ -265,7 +265,6 @@ def _prepare(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from autorl.checkpoints import model_dir_name
     from autorl.client import GradingClient
-    from autorl.settings import load_settings
     from autorl.tasks import get_task
     from autorl_agent_runner.agent_python import find_agent_python
     from autorl_agent_runner.agents import resolve_agent
@@ -282,6 +281,7 @@ def _run(args: argparse.Namespace) -> int:
         check_agent_readable,
         resolve_mode,
     )
+    from autorl_agent_runner.settings import AgentRunnerSettings
     from autorl_agent_runner.workspace import RUN_MARKER_FILE, Workspace, create_workspace
 
     missing = [
@@ -297,7 +297,7 @@ def _run(args: argparse.Namespace) -> int:
     ]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
-    settings = load_settings()
+    settings = AgentRunnerSettings()
     try:
         agent = resolve_agent(args.agent, find_agent_python(settings.agent_python))
         task = get_task(args.task)
@@ -354,11 +354,7 @@ def _run(args: argparse.Namespace) -> int:
         passed_env=passed,
         platform_env=gpu_driver_env(os.environ),
         sandbox=SandboxMode(args.sandbox),
-        hidden=[
-            p
-            for p in (settings.home, settings.cache_dir, settings.eval_dir, settings.data_source_dir)
-            if p is not None
-        ],
+        hidden=settings.hidden_paths(),
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,
         echo_output=args.echo_output,

@@ -46,15 +46,14 @@ def metrics_port(flag: int | None) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from autorl.cli import UsageError
-    from autorl.settings import load_settings
     from autorl.store import Database, migrate
     from autorl_evaluator.metrics import WorkerMetrics
+    from autorl_evaluator.settings import WorkerSettings
 
     port = metrics_port(args.metrics_port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = load_settings()
+    settings = WorkerSettings()
     settings.require_store_credentials()
-    assert settings.database_url is not None
     db = Database(settings.database_url)
     db.wait_until_ready()
     migrate(db)

@@ -26,12 +26,12 @@ from typing import Any
 
 from autorl.errors import AutoRLError
 from autorl.eval_config import EvalConfig
-from autorl.settings import Settings, load_settings
 from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
+from autorl_evaluator.settings import WorkerSettings
 
 log = logging.getLogger("autorl.evaluator")
 #: A worker renews its lease this many times per lease period (a missed renewal is not fatal).
@@ -68,19 +68,17 @@ def _lease(db: Database, submission_id: int, worker: str, lease_s: float) -> Ite
         thread.join(timeout=5)
 
 
-def submission_dir(settings: Settings, submission_id: int) -> Path:
+def submission_dir(settings: WorkerSettings, submission_id: int) -> Path:
     """Evaluator-only storage of one submission: predictions, the full error of a failure."""
-    assert settings.eval_dir is not None
     return settings.eval_dir / "submissions" / str(submission_id)
 
 
-def predictions_path(settings: Settings, submission_id: int) -> Path:
+def predictions_path(settings: WorkerSettings, submission_id: int) -> Path:
     return submission_dir(settings, submission_id) / "predictions.jsonl"
 
 
-def snapshot_path(settings: Settings, snapshot: str | None) -> Path:
+def snapshot_path(settings: WorkerSettings, snapshot: str | None) -> Path:
     """The snapshot folder; an AutoRLError (shown to the agent) when it is not there."""
-    assert settings.snapshot_dir is not None
     path = settings.snapshot_dir / snapshot if snapshot else None
     if path is None or not (path / "config.json").is_file():
         raise AutoRLError(
@@ -91,12 +89,11 @@ def snapshot_path(settings: Settings, snapshot: str | None) -> Path:
     return path
 
 
-def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, Any]:
+def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict[str, Any]:
     """Evaluate one submission. Safe to call twice or concurrently: only one claim succeeds."""
     from autorl_evaluator.backends import get_backend
 
-    settings = settings or load_settings()
-    assert settings.database_url is not None
+    settings = settings or WorkerSettings()
     db = _database(settings.database_url)
     worker = worker_name()
     with db.session() as session:
@@ -117,7 +114,6 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
             config = EvalConfig.model_validate(recorded_config)
             run_settings = config.apply_to(settings)
             task = get_task(task_name)
-            assert run_settings.eval_dir is not None
             problems = task.load_test_problems(
                 run_settings.eval_dir / "data",
                 source_dir=run_settings.data_source_dir,
@@ -175,12 +171,11 @@ def evaluate(submission_id: int, settings: Settings | None = None) -> dict[str, 
     return {"submission_id": submission_id, "claimed": True, "status": "scored", "scores": result.scores}
 
 
-def _remove_snapshot(settings: Settings, snapshot: str) -> None:
-    assert settings.snapshot_dir is not None
+def _remove_snapshot(settings: WorkerSettings, snapshot: str) -> None:
     remove_snapshot(settings.snapshot_dir / snapshot)
 
 
-def _write_error(settings: Settings, submission_id: int, detail: str) -> Path | None:
+def _write_error(settings: WorkerSettings, submission_id: int, detail: str) -> Path | None:
     """The full error in evaluator storage; None when it cannot be written (a full disk): the
     failure is still recorded."""
     path = submission_dir(settings, submission_id) / "error.txt"

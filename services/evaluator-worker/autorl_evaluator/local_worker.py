@@ -18,11 +18,11 @@ import time
 from autorl.errors import ServiceUnavailableError
 from autorl.parent_death import dying_with_parent
 from autorl.process_group import kill_group
-from autorl.settings import Settings
 from autorl.store import Database, FailureReason
 from autorl.store import repository as repo
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.metrics import WorkerMetrics
+from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.warm_child import WarmChild
 
 log = logging.getLogger("autorl.evaluator.local")
@@ -34,8 +34,7 @@ GPU_POLL_INTERVAL_S = 5.0
 
 
 class LocalWorker:
-    def __init__(self, settings: Settings, metrics: WorkerMetrics | None = None) -> None:
-        assert settings.database_url is not None
+    def __init__(self, settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> None:
         self.settings = settings
         self.db = Database(settings.database_url)
         self.metrics = metrics or WorkerMetrics()

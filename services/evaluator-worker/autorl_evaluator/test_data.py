@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autorl.errors import ConfigurationError
-from autorl.settings import Settings
+from autorl.settings import HomeSettings
 from autorl.tasks import get_task, task_names
 
 log = logging.getLogger("autorl.evaluator.test_data")
@@ -65,9 +65,10 @@ def fetch_split(base_url: str, task: str, target_dir: Path) -> Path:
     return target
 
 
-def provide(tasks: Sequence[str], settings: Settings, *, source_url: str | None = None) -> dict[str, Path]:
+def provide(
+    tasks: Sequence[str], settings: HomeSettings, *, source_url: str | None = None
+) -> dict[str, Path]:
     """Cache each task's test split in evaluator storage; returns the cached file of each."""
-    assert settings.eval_dir is not None
     data_dir = settings.eval_dir / "data"
     cached: dict[str, Path] = {}
     with tempfile.TemporaryDirectory(prefix="autorl-test-data-") as scratch:
@@ -104,8 +105,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autorl.settings import load_settings
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    provide(args.task, load_settings(), source_url=args.source_url)
+    provide(args.task, HomeSettings(), source_url=args.source_url)
     return 0

@@ -25,11 +25,11 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from autorl.cli import UsageError
-    from autorl.settings import load_settings
     from autorl_grader.main import create_app
     from autorl_grader.ports import AgentPortGuard
+    from autorl_grader.settings import GraderSettings
 
-    settings = load_settings()
+    settings = GraderSettings()
     app = create_app(settings)
     if args.admin_port is None:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

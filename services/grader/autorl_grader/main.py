@@ -24,13 +24,13 @@ from autorl.errors import (
     SubmissionLimitError,
     UnknownTaskError,
 )
-from autorl.settings import Settings
 from autorl.store import migrate
 from autorl_grader.api.deps import capability_token
 from autorl_grader.api.refusals import REFUSAL_RESPONSES
 from autorl_grader.api.routes import admin, agent, ops, ui
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler
+from autorl_grader.settings import GraderSettings
 from autorl_grader.state import GraderState
 
 log = logging.getLogger("autorl.grader")
@@ -68,8 +68,7 @@ def refusal(status_code: int, message: str, headers: dict[str, str] | None = Non
     return JSONResponse({"detail": message, "error": message}, status_code=status_code, headers=headers)
 
 
-def create_app(settings: Settings, *, run_migrations: bool = True, reconcile: bool = True) -> FastAPI:
-    settings.require_safe_admin_token()
+def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconcile: bool = True) -> FastAPI:
     settings.require_store_credentials()
     state = GraderState.build(settings)
 

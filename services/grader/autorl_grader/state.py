@@ -8,11 +8,11 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry
 
 from autorl.queue import Dispatcher, make_dispatcher
-from autorl.settings import Settings
 from autorl.store import Database, Experiment
 from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.metrics import metrics_registry
 from autorl_grader.result_waits import ResultWaits
+from autorl_grader.settings import GraderSettings
 from autorl_grader.unreadable_waits import UnreadableWaits
 
 
@@ -25,7 +25,7 @@ class LastSubmit:
 
 @dataclass
 class GraderState:
-    settings: Settings
+    settings: GraderSettings
     db: Database
     dispatcher: Dispatcher
     metrics: CollectorRegistry
@@ -43,8 +43,7 @@ class GraderState:
         self.tokens.forget_where(lambda experiment: experiment.name == name)
 
     @classmethod
-    def build(cls, settings: Settings) -> GraderState:
-        assert settings.database_url is not None
+    def build(cls, settings: GraderSettings) -> GraderState:
         db = Database(settings.database_url)
         return cls(
             settings=settings, db=db, dispatcher=make_dispatcher(settings), metrics=metrics_registry(db)

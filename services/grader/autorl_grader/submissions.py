@@ -68,7 +68,6 @@ def check_limit(count: int, experiment: Experiment) -> None:
 
 
 def snapshot_root(state: GraderState) -> Path:
-    assert state.settings.snapshot_dir is not None
     return state.settings.snapshot_dir
 
 

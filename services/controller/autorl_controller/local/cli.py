@@ -100,6 +100,7 @@ def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def _run(args: argparse.Namespace) -> int:
     from autorl_controller.local.experiment import LocalRunConfig, run_experiment
+    from autorl_controller.local.settings import RunSettings
 
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
@@ -137,4 +138,4 @@ def _run(args: argparse.Namespace) -> int:
         driver_model=args.driver_model,
         max_submissions=args.max_submissions,
     )
-    return run_experiment(config)
+    return run_experiment(config, RunSettings())

@@ -34,7 +34,6 @@ from autorl.reports import report_after_run
 from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
-from autorl.settings import Settings, load_settings
 from autorl.tasks import Task, get_task
 from autorl_agent_runner.agent_python import find_agent_python
 from autorl_agent_runner.agents import AgentCommand, resolve_agent
@@ -44,6 +43,7 @@ from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, check
 from autorl_agent_runner.workspace import Workspace, check_workspace_free, create_workspace
 from autorl_controller.local.progress import Progress, fmt_duration, fmt_score
 from autorl_controller.local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
+from autorl_controller.local.settings import RunSettings
 
 #: With GPUs shared between agent and evaluator, the evaluator's share: half of each GPU's memory.
 SHARED_GPU_MIN_FREE_FRACTION = 0.5
@@ -78,10 +78,9 @@ class RunFailedError(AutoRLError):
     """The run cannot go on (a failed baseline, a dead grader)."""
 
 
-def run_experiment(config: LocalRunConfig, settings: Settings | None = None) -> int:
+def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
     """Run the experiment; return the process exit code (0, 1 failed, 130 interrupted)."""
     started = time.time()
-    settings = settings or load_settings()
     try:
         task = get_task(config.task)
         agent = resolve_agent(config.agent, find_agent_python(settings.agent_python))
@@ -133,7 +132,7 @@ class LocalRun:
     def __init__(
         self,
         config: LocalRunConfig,
-        settings: Settings,
+        settings: RunSettings,
         task: Task,
         agent: AgentCommand,
         passed_env: dict[str, str],
@@ -284,7 +283,7 @@ class LocalRun:
             passed_env=self.passed_env,
             platform_env=platform_env,
             sandbox=self.sandbox,
-            hidden=self._hidden_paths(),
+            hidden=self.settings.hidden_paths(),
             egress=config.egress,
             grace_period_s=config.grace_period_s,
         )
@@ -307,11 +306,6 @@ class LocalRun:
             self.progress.note(f"agent exited with code {outcome.exit_code}")
         return runner, outcome
 
-    def _hidden_paths(self) -> list[Path]:
-        settings = self.settings
-        candidates = [settings.home, settings.cache_dir, settings.eval_dir, settings.data_source_dir]
-        return [p.expanduser().absolute() for p in candidates if p is not None]
-
     # --- services ---------------------------------------------------------------------------
 
     def _service_env(self) -> dict[str, str]:
@@ -320,7 +314,7 @@ class LocalRun:
             {
                 "AUTORL_LOCAL_MODE": "1",
                 "AUTORL_HOME": str(self.settings.home),
-                "AUTORL_DATABASE_URL": str(self.settings.database_url),
+                "AUTORL_DATABASE_URL": self.settings.database_url,
                 "AUTORL_ADMIN_TOKEN": self.admin_token,
                 "AUTORL_EVAL_BACKEND": self.config.backend,
                 "AUTORL_PUBLIC_URL": self.url,

@@ -41,7 +41,6 @@ def _run(args: argparse.Namespace) -> int:
     settings = ControllerSettings()
     if args.namespace:
         settings = settings.model_copy(update={"watch_namespaces": args.namespace})
-    settings.require_safe_admin_token()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",

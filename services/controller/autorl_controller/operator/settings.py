@@ -1,4 +1,5 @@
-"""Settings of the Kubernetes controller (environment prefix ``AUTORL_``, like every service).
+"""Settings of the Kubernetes controller (environment prefix ``AUTORL_``, on the common base of
+:mod:`autorl.settings`, like every service).
 
 The Helm chart sets them from its values; tests build their own. Field descriptions double as
 documentation.
@@ -7,16 +8,13 @@ documentation.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import NoDecode
 
-from autorl.errors import ConfigurationError
-from autorl.settings import UNSAFE_ADMIN_TOKENS
+from autorl.settings import AdminTokenSettings
 
 #: Where the shared ReadWriteMany volume is mounted in the grader, evaluator and prepare pods.
 DEFAULT_SHARED_MOUNT = "/shared"
@@ -31,21 +29,18 @@ DEFAULT_CLUSTER_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.6
 _SECRET_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def _secrets_dir() -> str | None:
-    path = os.environ.get("AUTORL_SECRETS_DIR", "/run/secrets/autorl")
-    return path if Path(path).is_dir() else None
+class ControllerSettings(AdminTokenSettings):
+    """Everything the operator needs to turn an Experiment into Jobs. It needs the grader's admin
+    token, checked at start-up rather than on the first experiment; it never runs in local mode."""
 
-
-class ControllerSettings(BaseSettings):
-    """Everything the operator needs to turn an Experiment into Jobs."""
-
-    model_config = SettingsConfigDict(env_prefix="AUTORL_", secrets_dir=_secrets_dir(), extra="ignore")
+    ADMIN_TOKEN_FIX: ClassVar[str] = (
+        "give the controller the grader's admin token (the chart mounts it from a Secret)"
+    )
 
     grader_url: str = Field(
         default="http://autorl-grader:8000",
         description="Base URL of the grader's admin API (its admin port), as the controller sees it.",
     )
-    admin_token: SecretStr | None = Field(default=None, description="Bearer token of the grader's admin API.")
     kube_api_url: str | None = Field(
         default=None,
         description="Kubernetes API server URL without credentials (development and tests); "
@@ -200,16 +195,3 @@ class ControllerSettings(BaseSettings):
                     "move one of them"
                 )
         return self
-
-    def require_safe_admin_token(self) -> None:
-        """Fail fast at start-up, as the grader does, rather than on the first experiment."""
-        token = self.admin_token.get_secret_value() if self.admin_token else ""
-        if token.strip().lower() in UNSAFE_ADMIN_TOKENS or len(token) < 16:
-            raise ConfigurationError(
-                "AUTORL_ADMIN_TOKEN is empty, a placeholder or shorter than 16 characters; "
-                "give the controller the grader's admin token (the chart mounts it from a Secret)"
-            )
-
-    @property
-    def admin_token_value(self) -> str:
-        return self.admin_token.get_secret_value() if self.admin_token else ""

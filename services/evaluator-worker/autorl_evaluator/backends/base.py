@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from autorl.settings import Settings
 from autorl.tasks.base import Problem, Task
+from autorl_evaluator.settings import WorkerSettings
 
 
 @dataclass
@@ -30,5 +30,5 @@ class Backend(Protocol):
     name: str
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+        self, model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
     ) -> EvalResult: ...

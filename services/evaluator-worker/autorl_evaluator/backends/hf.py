@@ -31,12 +31,13 @@ from typing import Any
 from autorl.chat_template import ChatTemplate, ChatTemplateError
 from autorl.decoding.greedy_engine import generate_greedy, unsupported_reason
 from autorl.errors import EvaluationError
-from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE, Settings
+from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
 from autorl_evaluator.opencompass_chat import cut_at_stop_words, encode, stop_words
+from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.warm_models import RESIDENT
 
 log = logging.getLogger("autorl.evaluator.hf")
@@ -70,7 +71,7 @@ class HFBackend:
     name = "hf"
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+        self, model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
     ) -> EvalResult:
         if not problems:
             raise EvaluationError("no test problems to evaluate")
@@ -87,7 +88,7 @@ class HFBackend:
 
 
 def _generate(
-    model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+    model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
 ) -> tuple[list[str], dict[str, object]]:
     import torch
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from autorl import model_files
 from autorl.chat_template import ChatTemplate
 from autorl.errors import CheckpointError, EvaluationError
-from autorl.settings import CPU_EVAL_BATCH_SIZE, Settings
+from autorl.settings import CPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
@@ -58,6 +58,7 @@ from autorl_evaluator.opencompass_config import (
 )
 from autorl_evaluator.parallel import ModelShape, fits_one_gpu, tensor_parallel_size
 from autorl_evaluator.sanitize import build_view, remove_view
+from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
 
 log = logging.getLogger("autorl.evaluator.opencompass")
@@ -132,7 +133,7 @@ def _cuda_device_count() -> int:
 
 
 def place(
-    settings: Settings, environ: Mapping[str, str], shape: ModelShape, *, fits_one_gpu: bool = False
+    settings: WorkerSettings, environ: Mapping[str, str], shape: ModelShape, *, fits_one_gpu: bool = False
 ) -> Placement:
     """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; a model that fits one GPU: one vLLM
     replica on each visible GPU; otherwise one vLLM engine on ``tensor_parallel_size(visible GPUs,
@@ -191,7 +192,7 @@ class OpenCompassBackend:
     name = "opencompass"
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], settings: Settings
+        self, model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
     ) -> EvalResult:
         if not isinstance(task, GSM8KFormatTask):
             raise EvaluationError(
@@ -201,7 +202,6 @@ class OpenCompassBackend:
         if not problems:
             raise EvaluationError("no test problems to evaluate")
         command = _opencompass_command(settings.opencompass_bin)
-        assert settings.eval_dir is not None
         root = settings.eval_dir / "opencompass"
         run_dir = root / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         run_dir.mkdir(parents=True)
@@ -240,7 +240,7 @@ class OpenCompassBackend:
         model_dir: Path,
         task: Task,
         problems: list[Problem],
-        settings: Settings,
+        settings: WorkerSettings,
         run_dir: Path,
         cache_dir: Path,
     ) -> EvalResult:

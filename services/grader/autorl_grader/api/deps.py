@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Request
 from starlette.concurrency import run_in_threadpool
 
-from autorl.settings import Settings
 from autorl.store import Database, Experiment
 from autorl.store import repository as repo
+from autorl_grader.settings import GraderSettings
 from autorl_grader.state import GraderState
 
 
@@ -22,7 +22,7 @@ def get_state(request: Request) -> GraderState:
 StateDep = Annotated[GraderState, Depends(get_state)]
 
 
-def get_settings(state: StateDep) -> Settings:
+def get_settings(state: StateDep) -> GraderSettings:
     return state.settings
 
 
@@ -30,7 +30,7 @@ def get_db(state: StateDep) -> Database:
     return state.db
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[GraderSettings, Depends(get_settings)]
 DbDep = Annotated[Database, Depends(get_db)]
 
 
@@ -81,7 +81,7 @@ AgentExperimentDep = Annotated[Experiment, Depends(get_agent_experiment)]
 
 
 def require_admin(request: Request, settings: SettingsDep) -> None:
-    expected = settings.admin_token.get_secret_value() if settings.admin_token else ""
+    expected = settings.admin_token_value
     given = _bearer(request) or ""
     if not expected:
         if settings.local_mode:

@@ -59,7 +59,7 @@ router = APIRouter(prefix="/ui", tags=["dashboard"], dependencies=[Depends(refus
 
 
 def _signer(request: Request, settings: SettingsDep) -> SessionSigner:
-    token = settings.admin_token.get_secret_value() if settings.admin_token else ""
+    token = settings.admin_token_value
     if not token:
         raise HTTPException(
             503, detail="the dashboard is disabled: set AUTORL_ADMIN_TOKEN to sign in with it"

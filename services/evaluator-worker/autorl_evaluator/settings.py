@@ -1,0 +1,50 @@
+"""The evaluator worker's settings (environment prefix ``AUTORL_``). Field descriptions double as
+documentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from autorl.settings import PlatformSettings
+
+EVAL_LEASE_S = 120.0
+
+
+class WorkerSettings(PlatformSettings):
+    """How this worker evaluates: its device, backend command and claims. The evaluation config an
+    experiment recorded (backend, limit, tokens, timeout, batch) takes precedence per job."""
+
+    eval_lease_s: float = Field(
+        default=EVAL_LEASE_S,
+        gt=0,
+        description="An evaluating worker renews its claim every quarter of this; a claim not renewed for "
+        "this long is a dead worker's, and the grader's reconciler hands the submission to another.",
+    )
+    eval_warm_worker: bool = Field(
+        default=False,
+        description="Local worker: evaluate in one long-lived child process that keeps the model of an "
+        "architecture resident and swaps each checkpoint's weights in (hf backend); the child is "
+        "replaced after an evaluation passes its hard timeout.",
+    )
+    eval_device: str | None = Field(
+        default=None, description="torch device for the hf backend (default: cuda if any)."
+    )
+    eval_gpu_min_free_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Local workers start an evaluation only once every visible GPU has at least this "
+        "fraction of its memory free (GPUs shared with a training agent), and the hf backend's batch "
+        "then keeps within it; unset: start at once, batch from all free memory.",
+    )
+    opencompass_bin: Path = Field(
+        default=Path(".venv-opencompass/bin/opencompass"),
+        description="The opencompass command of its own venv.",
+    )
+    opencompass_keep_runs: bool = Field(
+        default=False,
+        description="Keep each OpenCompass evaluation folder (config, logs, predictions) after a success "
+        "too; failed ones are always kept. Evaluator storage only: the folders hold test questions.",
+    )

@@ -1,0 +1,50 @@
+"""The grader's settings (environment prefix ``AUTORL_``). Field descriptions double as documentation."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from autorl.settings import AdminTokenSettings, PlatformSettings
+
+SUBMIT_WAIT_S = 540.0
+#: How long a submit waits for an unreadable checkpoint to become readable (the agent pod's group-read
+#: keeper walks the workspace every second) before it is refused.
+UNREADABLE_WAIT_S = 10.0
+RECONCILE_INTERVAL_S = 15.0
+
+
+class GraderSettings(PlatformSettings, AdminTokenSettings):
+    """The agent API, the admin API and the reconciler that keeps the queue fed."""
+
+    ADMIN_TOKEN_FIX: ClassVar[str] = (
+        "set it to a random secret (e.g. `openssl rand -hex 32`) or set AUTORL_LOCAL_MODE=1 "
+        "on a single machine"
+    )
+
+    submit_wait_s: float = Field(
+        default=SUBMIT_WAIT_S, ge=0, description="How long a blocking /submit waits before answering 202."
+    )
+    unreadable_wait_s: float = Field(
+        default=UNREADABLE_WAIT_S,
+        ge=0,
+        description="How long /submit waits, re-checking, for a checkpoint the grader may not read yet "
+        "(files saved 0600, before the agent pod adds group-read) before refusing it with 400.",
+    )
+    max_submissions: int = Field(default=100, gt=0, description="Default per-experiment submission limit.")
+    max_eval_attempts: int = Field(
+        default=3, gt=0, description="Evaluation attempts before a submission fails."
+    )
+    reconcile_interval_s: float = Field(
+        default=RECONCILE_INTERVAL_S,
+        gt=0,
+        description="How often the grader requeues dead workers' submissions and feeds the queue from "
+        "the database (what Redis lost).",
+    )
+    public_url: str = Field(
+        default="http://127.0.0.1:8000", description="Base URL agents use to reach the grader."
+    )
+
+    def accepts_any_admin_token(self) -> bool:
+        return self.local_mode  # `autorl run` makes a token of its own; any will do on one machine
