@@ -231,7 +231,7 @@ def register_experiments(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from autorl.checkpoints import resolve_model
+    from autorl.model_sources import resolve_model
     from autorl.settings import load_settings
 
     base = resolve_model("builtin:tiny-qwen2", load_settings().models_dir)

@@ -32,7 +32,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from autorl.checkpoints import TOKENIZER_FILES
+from autorl.model_files import TOKENIZER_FILES
 
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
 #: ships it loads in transformers 4 and 5 (re-saving it with 5 writes fields 4 rejects), and

@@ -25,10 +25,10 @@ from typing import Any
 
 from rich.console import Console
 
-from autorl.checkpoints import model_dir_name, resolve_model
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
+from autorl.model_sources import model_dir_name, resolve_model
 from autorl.reports import report_after_run
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs

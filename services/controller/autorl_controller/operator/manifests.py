@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.checkpoints import model_dir_name
 from autorl.experiment import DECLARED_ENV_PREFIX, ExperimentSpec
 from autorl.layout import BUILTIN_PREFIX, MODELS_DIR, OUTPUT_DIR, cached_model_subpath
+from autorl.model_sources import model_dir_name
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 
 LABEL_EXPERIMENT = "autorl.io/experiment"
