@@ -37,7 +37,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from autorl.experiment import crd_manifest
+from autorl.crd import crd_manifest
 from autorl.layout import cached_model_subpath
 from autorl.model_sources import model_dir_name
 from autorl.settings import Settings, load_settings

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import kopf
 
-from autorl.experiment import API_VERSION, PLURAL
+from autorl.crd import API_VERSION, PLURAL
 
 MERGE_PATCH = "application/merge-patch+json"
 
