@@ -63,19 +63,23 @@ ARCHITECTURE_FIELDS = frozenset(
 )
 _SIZE_FIELD = re.compile(r"^(num_|n_).+|.+_size$")
 GENERATION_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+#: What transformers passes to a chat template besides the messages.
+SPECIAL_TOKEN_KEYS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 TOKENIZER_CONFIG_KEYS = frozenset(
     {
         "tokenizer_class",
         "added_tokens_decoder",
         "additional_special_tokens",
         "extra_special_tokens",
-        "bos_token",
-        "eos_token",
-        "unk_token",
-        "sep_token",
-        "pad_token",
-        "cls_token",
-        "mask_token",
+        *SPECIAL_TOKEN_KEYS,
         "add_bos_token",
         "add_eos_token",
         "add_prefix_space",
@@ -88,16 +92,6 @@ TOKENIZER_CONFIG_KEYS = frozenset(
         "spaces_between_special_tokens",
         "split_special_tokens",
     }
-)
-#: What transformers passes to a chat template besides the messages.
-SPECIAL_TOKEN_KEYS = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
 )
 _CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SAVE = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
