@@ -102,7 +102,7 @@ lint: $(VENV)/.installed ## ruff check, ruff format --check, mypy --strict (pypr
 
 # The CRD is generated from the pydantic models in autorl/experiment.py (a test fails on drift).
 crd: $(VENV)/.installed ## regenerate the Experiment CRD from the pydantic models
-	$(PY) -m autorl.experiment > charts/autorl/crds/experiments.autorl.io.yaml
+	$(PY) -m autorl.crd > charts/autorl/crds/experiments.autorl.io.yaml
 
 # Lint (strict) and package the chart into dist/ with Helm's own Go SDK (no helm binary needed).
 chart: crd ## lint (strict) and package the Helm chart into dist/

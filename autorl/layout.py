@@ -1,6 +1,7 @@
 """Where things are, in one place: the workspace every agent gets and the platform's model cache
 (docs/AGENTS.md, "The workspace and the environment"). The agent runner builds the workspace from
-these names, the operator mounts by them and the checkpoints code fills the cache by them.
+these names, the operator mounts by them and the model sources (:mod:`autorl.model_sources`) fill
+the cache by them.
 
     <workspace>/ code/  output/  models/<base>/  data/
                  description.md  instructions.md  run_meta.json  scores.json  agent.log

@@ -1,5 +1,7 @@
 """What each small file of a submitted model may say, and the normalized form the snapshot keeps.
 
+- :data:`TOKENIZER_FILES` names the tokenizer files a model folder ships (the snapshot takes them;
+  the example agent copies them from the base model into each checkpoint).
 - ``config.json`` is only *checked*: every field that fixes the architecture must equal the base
   model's, and ``auto_map`` (remote code) is refused. The snapshot holds the base model's own
   config, so no config key of a submission can change how it is evaluated.
@@ -19,6 +21,18 @@ from typing import Any
 
 from autorl.errors import CheckpointError
 
+#: The tokenizer and chat template as a model folder ships them.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 #: config.json fields that fix the architecture; besides these, any field named like a size or a
 #: count (num_*, *_size, n_*) is compared too, so an architecture not listed here is covered.
 ARCHITECTURE_FIELDS = frozenset(
@@ -49,19 +63,23 @@ ARCHITECTURE_FIELDS = frozenset(
 )
 _SIZE_FIELD = re.compile(r"^(num_|n_).+|.+_size$")
 GENERATION_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+#: What transformers passes to a chat template besides the messages.
+SPECIAL_TOKEN_KEYS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 TOKENIZER_CONFIG_KEYS = frozenset(
     {
         "tokenizer_class",
         "added_tokens_decoder",
         "additional_special_tokens",
         "extra_special_tokens",
-        "bos_token",
-        "eos_token",
-        "unk_token",
-        "sep_token",
-        "pad_token",
-        "cls_token",
-        "mask_token",
+        *SPECIAL_TOKEN_KEYS,
         "add_bos_token",
         "add_eos_token",
         "add_prefix_space",
@@ -74,16 +92,6 @@ TOKENIZER_CONFIG_KEYS = frozenset(
         "spaces_between_special_tokens",
         "split_special_tokens",
     }
-)
-#: What transformers passes to a chat template besides the messages.
-SPECIAL_TOKEN_KEYS = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
 )
 _CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SAVE = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"

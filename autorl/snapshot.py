@@ -7,7 +7,7 @@ checks. Entries of the folder are sorted by an allow-list:
 
 - weights: ``model.safetensors``, or ``model.safetensors.index.json`` and the shards it names;
 - ``config.json`` (required), ``generation_config.json``, the tokenizer files
-  (:data:`autorl.checkpoints.TOKENIZER_FILES`);
+  (:data:`autorl.model_files.TOKENIZER_FILES`);
 - refused: ``adapter_config.json`` (an adapter: merge it first) and pickle weights without
   safetensors ones;
 - everything else (``training_args.bin``, ``optimizer.pt``, ``rng_state*.pth``, ``README.md``,
@@ -48,13 +48,13 @@ from typing import Any
 
 from autorl import model_files
 from autorl.chat_template import ChatTemplate, ChatTemplateError
-from autorl.checkpoints import TOKENIZER_FILES
 from autorl.errors import (
     CheckpointError,
     ModelSourceError,
     ServiceUnavailableError,
     UnreadableCheckpointError,
 )
+from autorl.model_files import TOKENIZER_FILES
 from autorl.safetensors_header import Header, Tensor, compare_to_base, read_header
 
 WEIGHTS = "model.safetensors"

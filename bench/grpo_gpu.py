@@ -311,7 +311,7 @@ def _small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from autorl.checkpoints import build_tiny_qwen2
+    from autorl.tiny_model import build_tiny_qwen2
 
     tiny = build_tiny_qwen2(root / "tiny-qwen2")
     tokenizer = AutoTokenizer.from_pretrained(tiny)
@@ -329,8 +329,8 @@ def _small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
 def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
     from autorl.decoding.greedy_engine import generate_greedy
     from autorl.tasks.arith import ArithTask, generate_problems
-    from autorl_agent_runner.agents.example_grpo import sft_target
     from autorl_agent_runner.agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agent_runner.agents.sft import sft_target
 
     task = ArithTask()
     tokenizer, model = _small_model(root, device, args.smoke)

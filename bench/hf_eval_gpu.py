@@ -106,7 +106,7 @@ def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
     import torch
     from safetensors.torch import save_file
 
-    from autorl.checkpoints import build_tiny_qwen2, qwen2_parameter_shapes
+    from autorl.tiny_model import build_tiny_qwen2, qwen2_parameter_shapes
 
     tiny = build_tiny_qwen2(target.parent / "tiny-qwen2")
     target.mkdir(parents=True)

@@ -356,11 +356,7 @@ def claim(session: Session, submission_id: int, *, worker: str, lease_s: float) 
 def renew_lease(session: Session, submission_id: int, *, worker: str, lease_s: float) -> bool:
     result = session.execute(
         update(Submission)
-        .where(
-            Submission.id == submission_id,
-            Submission.status == SubmissionStatus.RUNNING,
-            Submission.worker == worker,
-        )
+        .where(Submission.id == submission_id, _held_by(worker))
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
         .execution_options(synchronize_session=False)
     )
@@ -384,11 +380,7 @@ def record_score(
     lock_experiment_of(session, submission_id)
     result = session.execute(
         update(Submission)
-        .where(
-            Submission.id == submission_id,
-            Submission.status == SubmissionStatus.RUNNING,
-            Submission.worker == worker,
-        )
+        .where(Submission.id == submission_id, _held_by(worker))
         .values(
             status=SubmissionStatus.SCORED,
             score=scores[protocol],
@@ -502,8 +494,7 @@ def release(session: Session, submission_id: int, *, worker: str, error: str) ->
     """Give a submission back to the queue after a transient failure (the worker is shutting down)."""
     session.execute(
         update(Submission)
-        .where(Submission.id == submission_id, Submission.worker == worker)
-        .where(Submission.status == SubmissionStatus.RUNNING)
+        .where(Submission.id == submission_id, _held_by(worker))
         .values(status=SubmissionStatus.QUEUED, error=error[-4000:], lease_expires_at=None, worker=None)
         .execution_options(synchronize_session=False)
     )
@@ -524,6 +515,11 @@ class Claimable:
     submission_id: int
     experiment_id: int
     is_baseline: bool
+
+
+def _held_by(worker: str) -> ColumnElement[bool]:
+    """Running under ``worker``: only the worker that holds a submission renews, records or releases it."""
+    return and_(Submission.status == SubmissionStatus.RUNNING, Submission.worker == worker)
 
 
 def _claimable(now: datetime) -> ColumnElement[bool]:

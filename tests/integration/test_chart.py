@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autorl.experiment import crd_manifest
+from autorl.crd import crd_manifest
 from autorl_controller.operator.settings import ControllerSettings
 from tests.support.chart import render_chart
 

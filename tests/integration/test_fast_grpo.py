@@ -163,7 +163,7 @@ class _Agent:
     submissions are recorded instead of sent to a grader."""
 
     def __init__(self, model: Any, tokenizer: Any, problems: list[Any], **settings: Any) -> None:
-        from autorl_agent_runner.agents.example_grpo import ExampleGRPOConfig
+        from autorl_agent_runner.agents.example_config import ExampleGRPOConfig
 
         self.model, self.tokenizer, self.problems = model, tokenizer, problems
         self.task = get_task("gsm8k")

@@ -13,13 +13,8 @@ import pytest
 
 from autorl.tasks import get_task
 from autorl_agent_runner.agents import AgentNotFoundError, example_sft, resolve_agent
-from autorl_agent_runner.agents.example_grpo import (
-    ExampleGRPOConfig,
-    _common_prefix_length,
-    build_parser,
-    parse_config,
-    sft_target,
-)
+from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, build_parser, parse_config
+from autorl_agent_runner.agents.sft import common_prefix_length, sft_target
 from autorl_agent_runner.environment import (
     CONTRACT_VARIABLES,
     RUN_MARKER_VARIABLE,
@@ -232,8 +227,8 @@ def test_sft_targets_match_the_worked_examples() -> None:
 
 
 def test_shared_prefix_leaves_each_sequence_a_token() -> None:
-    assert _common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
-    assert _common_prefix_length([[1, 2], [1, 2]]) == 1
+    assert common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert common_prefix_length([[1, 2], [1, 2]]) == 1
 
 
 def test_example_agent_settings_are_its_cli() -> None:

@@ -4,6 +4,8 @@ demands, and agreeing with the controller on which manifests are valid."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autorl.experiment import crd_manifest, render_crd_yaml
+from autorl.crd import crd_manifest, render_crd_yaml
 from autorl_controller.operator.handlers.create import validation_error
 from autorl_controller.operator.settings import ControllerSettings
 
@@ -71,6 +73,14 @@ def test_checked_in_crd_is_the_generated_one() -> None:
     assert CHECKED_IN.read_text() == render_crd_yaml(), (
         "the CRD drifted from autorl/experiment.py: run `make crd`"
     )
+
+
+def test_make_crd_writes_the_checked_in_crd() -> None:
+    """What `make crd` runs prints the file the chart ships, byte for byte."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "autorl.crd"], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
+    assert printed == CHECKED_IN.read_text()
 
 
 def test_crd_passes_strict_kubernetes_validation() -> None:

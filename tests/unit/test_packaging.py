@@ -33,7 +33,8 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
     [
         "autorl",
         "autorl.cli",
-        "autorl.checkpoints",
+        "autorl.model_sources",
+        "autorl.tiny_model",
         "autorl.tasks",
         "autorl.client",
         "autorl.reports",

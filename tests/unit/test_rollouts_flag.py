@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorl_agent_runner.agents.example_grpo import parse_config
+from autorl_agent_runner.agents.example_config import parse_config
 
 
 def test_rollouts_default_to_auto_and_take_trl(monkeypatch: pytest.MonkeyPatch) -> None:

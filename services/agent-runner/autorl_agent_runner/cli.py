@@ -161,8 +161,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _mirror(args: argparse.Namespace) -> int:
     import threading
 
-    from autorl.checkpoints import model_dir_name
     from autorl.client import GradingClient
+    from autorl.model_sources import model_dir_name
     from autorl_agent_runner.group_read import GroupReadKeeper
     from autorl_agent_runner.mirrors import keep_mirrors_fresh
     from autorl_agent_runner.workspace import Workspace
@@ -212,8 +212,8 @@ def _group_read(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from autorl.checkpoints import model_dir_name, resolve_model
     from autorl.errors import ModelSourceError, UnknownTaskError
+    from autorl.model_sources import model_dir_name, resolve_model
     from autorl.tasks import get_task
     from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
     from autorl_agent_runner.settings import AgentRunnerSettings
@@ -263,8 +263,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autorl.checkpoints import model_dir_name
     from autorl.client import GradingClient
+    from autorl.model_sources import model_dir_name
     from autorl.tasks import get_task
     from autorl_agent_runner.agent_python import find_agent_python
     from autorl_agent_runner.agents import resolve_agent

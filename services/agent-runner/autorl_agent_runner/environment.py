@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from autorl.agent_env import CONTRACT_VARIABLES, DECLARED_ENV_PREFIX
 from autorl.errors import AutoRLError
-from autorl.experiment import CONTRACT_VARIABLES, DECLARED_ENV_PREFIX
 from autorl_agent_runner.python_env import PythonEnv
 
 #: Set in every agent process and inherited by its children, so that processes which left the

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,34 @@ def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -
         )
 
 
+class _HeldSnapshot:
+    """Whether the submission being committed keeps its snapshot (see :func:`_held_until_committed`)."""
+
+    queued = False
+
+    def attach(self, submission: Submission) -> int:
+        """The new submission's id. One that is final at once (it reuses a score) lets go of the
+        snapshot; a queued one keeps it for the evaluator."""
+        self.queued = not submission.status.final
+        if not self.queued:
+            submission.snapshot = None
+        return submission.id
+
+
+@contextmanager
+def _held_until_committed(snapshot: Snapshot) -> Iterator[_HeldSnapshot]:
+    """Remove ``snapshot`` when the block fails, or when it ends without a queued submission
+    attached (one reusing a score, or none committed): only a queued submission's evaluator reads it."""
+    held = _HeldSnapshot()
+    try:
+        yield held
+    except BaseException:
+        remove_snapshot(snapshot.path)
+        raise
+    if not held.queued:
+        remove_snapshot(snapshot.path)
+
+
 def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     """Blocking: snapshots and commits a submission, then enqueues it. Returns its id."""
     check_open(experiment)
@@ -101,7 +131,7 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
         check_limit(repo.limited_submissions_count(session, experiment), experiment)
     snapshot = take_snapshot(state, experiment, model_path)
     shown_path = os.path.normpath(Path(experiment.workspace) / rebase_agent_path(experiment, model_path))
-    try:
+    with _held_until_committed(snapshot) as held:
         # Refuse before writing anything when the queue is down: no half-accepted submission.
         state.dispatcher.ping()
         with state.db.session() as session:
@@ -116,22 +146,15 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
                 snapshot=snapshot.name,
                 ignored_files=list(snapshot.ignored_files),
             )
-            submission_id, queued = submission.id, not submission.status.final
-            if not queued:
-                submission.snapshot = None
-    except BaseException:
-        remove_snapshot(snapshot.path)
-        raise
-    if not queued:
-        remove_snapshot(snapshot.path)
+            submission_id = held.attach(submission)
     state.last_submits.forget(experiment.id)
     log.info(
         "event=submission_accepted experiment=%s submission=%d reused=%s",
         experiment.name,
         submission_id,
-        not queued,
+        not held.queued,
     )
-    if queued:
+    if held.queued:
         dispatch_committed(state)
     return submission_id
 
@@ -155,35 +178,26 @@ def request_baseline(state: GraderState, name: str) -> int:
             return experiment.baseline_submission_id
         base_dir = experiment.base_model_dir
     snapshot = snapshot_base_model(Path(base_dir), snapshot_root(state))
-    try:
-        with state.db.session() as session:
-            experiment = repo.get_experiment(session, name, for_update=True)
-            if experiment.baseline_submission_id is not None:
-                remove_snapshot(snapshot.path)
-                return experiment.baseline_submission_id
-            cached = repo.cached_baseline(
-                session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
-            )
-            reusable = cached is not None and cached.fingerprint == snapshot.fingerprint
-            submission = repo.create_submission(
-                session,
-                experiment,
-                model_path=base_dir,
-                fingerprint=snapshot.fingerprint,
-                snapshot=snapshot.name,
-                is_baseline=True,
-                reuse_from=cached.submission_id if cached is not None and reusable else None,
-            )
-            experiment.baseline_submission_id = submission.id
-            submission_id, queued = submission.id, not submission.status.final
-            if not queued:
-                submission.snapshot = None
-    except BaseException:
-        remove_snapshot(snapshot.path)
-        raise
-    if not queued:
-        remove_snapshot(snapshot.path)
-    if queued:
+    with _held_until_committed(snapshot) as held, state.db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
+        if experiment.baseline_submission_id is not None:
+            return experiment.baseline_submission_id
+        cached = repo.cached_baseline(
+            session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
+        )
+        reusable = cached is not None and cached.fingerprint == snapshot.fingerprint
+        submission = repo.create_submission(
+            session,
+            experiment,
+            model_path=base_dir,
+            fingerprint=snapshot.fingerprint,
+            snapshot=snapshot.name,
+            is_baseline=True,
+            reuse_from=cached.submission_id if cached is not None and reusable else None,
+        )
+        experiment.baseline_submission_id = submission.id
+        submission_id = held.attach(submission)
+    if held.queued:
         dispatch_committed(state)
     return submission_id
 

@@ -11,28 +11,27 @@ model's chat template), so what is trained is what is scored. Every checkpoint i
 in safetensors with the base model's tokenizer files, loadable by transformers 4 and 5. The
 agent stops itself ``--reserve-s`` seconds before the deadline (read from ``GET /time``).
 
-Settings: ``python -m autorl_agent_runner.agents.example_grpo --help``; the platform also reads
-extra arguments from ``AUTORL_AGENT_ARGS`` (``autorl run ... --env AUTORL_AGENT_ARGS="--sft never"``).
+Settings: ``python -m autorl_agent_runner.agents.example_grpo --help``
+(:mod:`autorl_agent_runner.agents.example_config`); the platform also reads extra arguments from
+``AUTORL_AGENT_ARGS`` (``autorl run ... --env AUTORL_AGENT_ARGS="--sft never"``). The SFT phase is
+:mod:`autorl_agent_runner.agents.sft`; GRPO runs through TRL, or :mod:`autorl_agent_runner.agents.fast_grpo`
+on a CUDA GPU.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
-import random
-import re
-import shlex
 import shutil
-import sys
 import time
 from collections.abc import Sequence
-from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
-from autorl.checkpoints import TOKENIZER_FILES
+from autorl.model_files import TOKENIZER_FILES
+from autorl_agent_runner.agents import sft
+from autorl_agent_runner.agents.agent_log import log, log_as
+from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, parse_config
 
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
 #: ships it loads in transformers 4 and 5 (re-saving it with 5 writes fields 4 rejects), and
@@ -40,135 +39,6 @@ from autorl.checkpoints import TOKENIZER_FILES
 COPIED_FROM_BASE = (*TOKENIZER_FILES, "generation_config.json")
 #: Below this many parameters a model counts as "tiny": it needs far larger learning rates.
 TINY_MODEL_PARAMETERS = 50_000_000
-_CALCULATOR = re.compile(r"<<[^>]*>>")
-_FINAL_ANSWER = re.compile(r"\n?####\s*(.+?)\s*$")
-
-SftMode = Literal["auto", "always", "never"]
-RolloutMode = Literal["auto", "trl"]
-RlMode = Literal["grpo", "none"]
-#: Fields whose values are limited to a Literal's choices.
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "sft": get_args(SftMode),
-    "rl": get_args(RlMode),
-    "rollouts": get_args(RolloutMode),
-}
-#: The name this agent logs under (example_sft runs this module with SFT alone).
-_agent_name = "example_grpo"
-
-
-@dataclass
-class ExampleGRPOConfig:
-    """Settings of the example agent; each field's help is its command-line help."""
-
-    sft: SftMode = field(
-        default="auto",
-        metadata={
-            "help": "SFT warm start on the reference solutions: auto = when the baseline < --sft-threshold"
-        },
-    )
-    sft_threshold: float = field(
-        default=10.0, metadata={"help": "baseline score (0-100) below which auto runs SFT"}
-    )
-    sft_epochs: int = field(
-        default=8, metadata={"help": "SFT epochs over the train split (the budget may stop it earlier)"}
-    )
-    sft_learning_rate: float | None = field(
-        default=None, metadata={"help": "SFT learning rate (default: 3e-3 for a tiny model, 1e-5 otherwise)"}
-    )
-    sft_batch_size: int | None = field(
-        default=None,
-        metadata={"help": "SFT examples per optimizer step (default: 32 for a tiny model, 16 otherwise)"},
-    )
-    sft_time_fraction: float = field(
-        default=0.7,
-        metadata={"help": "largest share of the remaining budget SFT may take; GRPO gets the rest"},
-    )
-    rl: RlMode = field(
-        default="grpo", metadata={"help": "the RL phase after SFT: grpo, or none for SFT alone"}
-    )
-    grpo_epochs: int = field(default=1, metadata={"help": "GRPO epochs over the train prompts"})
-    grpo_learning_rate: float | None = field(
-        default=None, metadata={"help": "GRPO learning rate (default: 5e-4 for a tiny model, 1e-6 otherwise)"}
-    )
-    num_generations: int = field(
-        default=4, metadata={"help": "completions sampled per prompt (GRPO group size)"}
-    )
-    grpo_prompts_per_step: int = field(default=2, metadata={"help": "prompts per GRPO optimizer step"})
-    rollouts: RolloutMode = field(
-        default="auto",
-        metadata={
-            "help": "GRPO generation: auto = the batched engine of fast_grpo.py on a CUDA GPU "
-            "(TRL's GRPOTrainer elsewhere), trl = always GRPOTrainer"
-        },
-    )
-    max_completion_length: int | None = field(
-        default=None,
-        metadata={"help": "GRPO completion limit in tokens (default: 1.5x the longest reference solution)"},
-    )
-    max_train_problems: int | None = field(
-        default=None, metadata={"help": "use only the first N train problems (default: all)"}
-    )
-    reserve_s: float = field(
-        default=40.0,
-        metadata={"help": "seconds before the deadline at which training stops to save and submit"},
-    )
-    logging_steps: int = field(default=10, metadata={"help": "log every N optimizer steps"})
-    seed: int = field(default=0, metadata={"help": "random seed"})
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="example_grpo", description=__doc__.split("\n\n")[0])
-    for spec in fields(ExampleGRPOConfig):
-        flag = "--" + spec.name.replace("_", "-")
-        default = spec.default if spec.default is not MISSING else None
-        kind = _arg_type(spec.type)
-        kwargs: dict[str, Any] = {"default": default, "help": f"{spec.metadata['help']} (default: {default})"}
-        choices = _CHOICES.get(spec.name)
-        parser.add_argument(flag, type=kind, choices=choices, **kwargs)
-    return parser
-
-
-def _arg_type(annotation: object) -> Any:
-    text = str(annotation)
-    if "float" in text:
-        return float
-    if "int" in text:
-        return int
-    return str
-
-
-def parse_config(argv: Sequence[str] | None = None) -> ExampleGRPOConfig:
-    args = list(sys.argv[1:] if argv is None else argv)
-    args += shlex.split(os.environ.get("AUTORL_AGENT_ARGS", ""))
-    return ExampleGRPOConfig(**vars(build_parser().parse_args(args)))
-
-
-def log(event: str, **values: object) -> None:
-    """One event per line, key=value, on stdout (the platform keeps it in agent.log)."""
-    parts = " ".join(f"{key}={_format(value)}" for key, value in values.items())
-    print(f"{time.strftime('%H:%M:%S')} {_agent_name} event={event} {parts}".rstrip(), flush=True)
-
-
-def _format(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = str(value)
-    return json.dumps(text) if " " in text else text
-
-
-def sft_target(answer: str) -> str:
-    """A reference solution written the way the evaluator's worked examples answer.
-
-    GSM8K-style answers carry calculator annotations (``<<3+4=7>>``) and end in ``#### 7``; the
-    few-shot examples the evaluator shows have neither and end in ``The answer is 7``.
-    """
-    text = _CALCULATOR.sub("", answer).strip()
-    match = _FINAL_ANSWER.search(text)
-    if match is None:
-        return text + "\n"
-    reasoning = text[: match.start()].rstrip()
-    final = f"The answer is {match.group(1)}\n"
-    return f"{reasoning}\n{final}" if reasoning else final
 
 
 class Agent:
@@ -266,7 +136,7 @@ class Agent:
         log("plan", baseline=baseline, sft=run_sft, rl=self.config.rl, threshold=self.config.sft_threshold)
         if run_sft:
             sft_stop = time.time() + self.config.sft_time_fraction * max(0.0, self.remaining())
-            self.sft(stop_at=sft_stop)
+            sft.run_phase(self, stop_at=sft_stop)
         if self.config.rl == "none":
             log("skip_phase", phase="grpo", reason="rl=none")
         elif self.refresh_deadline() > 0:
@@ -296,97 +166,6 @@ class Agent:
             "disable_tqdm": True,
             **overrides,
         }
-
-    def sft(self, *, stop_at: float) -> None:
-        """Supervised fine-tuning on the reference solutions, in the evaluator's prompt format.
-
-        Every prompt starts with the same few-shot examples (~85% of its tokens). That shared
-        prefix is encoded once per step, without gradient, and its cache is reused by the whole
-        batch, so a step costs the question and answer tokens only: several times faster than
-        encoding the full prompt per example, which is what makes SFT fit a CPU budget of minutes.
-        """
-        import torch
-
-        from autorl_agent_runner.agents.precision import MasterWeightAdamW
-
-        config = self.config
-        lr = config.sft_learning_rate or (3e-3 if self.tiny else 1e-5)
-        batch_size = config.sft_batch_size or (32 if self.tiny else 16)
-        prompts = [
-            self.tokenizer(self.task.render_prompt(self.tokenizer, p.question)).input_ids
-            for p in self.problems
-        ]
-        eos = self.tokenizer.eos_token or ""
-        targets = [self.tokenizer(sft_target(p.answer) + eos).input_ids for p in self.problems]
-        shared = _common_prefix_length(prompts)
-        device = self.model.device
-        prefix = torch.tensor([prompts[0][:shared]], device=device)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        steps_per_epoch = math.ceil(len(prompts) / batch_size)
-        log(
-            "phase_start",
-            phase="sft",
-            examples=len(prompts),
-            epochs=config.sft_epochs,
-            learning_rate=lr,
-            shared_prefix_tokens=shared,
-            budget_s=round(stop_at - time.time()),
-        )
-        optimizer = MasterWeightAdamW(self.model.parameters(), lr=lr)
-        generator = random.Random(config.seed)
-        order = list(range(len(prompts)))
-        self.model.train()
-        step, stopped = 0, False
-        for epoch in range(1, config.sft_epochs + 1):
-            generator.shuffle(order)
-            for start in range(0, len(order), batch_size):
-                if time.time() >= stop_at:
-                    stopped = True
-                    break
-                batch = order[start : start + batch_size]
-                inputs, labels, mask = _sft_batch(
-                    [prompts[i][shared:] for i in batch], [targets[i] for i in batch], shared, pad_id
-                )
-                with torch.no_grad():
-                    cache = _output_cache(_forward(self.model, prefix, use_cache=True))
-                cache.batch_repeat_interleave(len(batch))
-                positions = torch.arange(shared, shared + inputs.shape[1], device=device).expand(
-                    len(batch), -1
-                )
-                for group in optimizer.param_groups:
-                    group["lr"] = lr * min(1.0, (step + 1) / 10)  # a short warm-up
-                loss = _forward(
-                    self.model,
-                    inputs.to(device),
-                    cache=cache,
-                    attention_mask=mask.to(device),
-                    position_ids=positions,
-                    labels=labels.to(device),
-                    use_cache=False,
-                ).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                if step % config.logging_steps == 0:
-                    log(
-                        "train",
-                        phase="sft",
-                        epoch=epoch,
-                        step=step,
-                        of=steps_per_epoch * config.sft_epochs,
-                        loss=loss.item(),
-                    )
-            if stopped:
-                log("phase_stop", phase="sft", reason="time", epoch=epoch, step=step)
-                break
-            self.save_and_submit(f"sft-epoch-{epoch}", "sft")
-        if stopped and step % steps_per_epoch:
-            self.save_and_submit("sft-final", "sft")
-        self.model.eval()  # type: ignore[no-untyped-call]
-        del optimizer
-        log("phase_end", phase="sft", steps=step)
 
     def grpo(self, *, stop_at: float) -> None:
         config = self.config
@@ -448,7 +227,7 @@ class Agent:
         self._finish_phase("grpo", trainer)
 
     def _default_completion_length(self) -> int:
-        longest = max(len(self.tokenizer(sft_target(p.answer)).input_ids) for p in self.problems[:500])
+        longest = max(len(self.tokenizer(sft.sft_target(p.answer)).input_ids) for p in self.problems[:500])
         return min(self.task.max_new_tokens, max(16, int(longest * 1.5)))
 
     def _callbacks(self, phase: str, stop_at: float) -> list[Any]:
@@ -501,56 +280,6 @@ class Agent:
         log("done", baseline=scores.baseline_score, best=scores.best.score, submissions=len(self.submitted))
 
 
-def _common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
-    """Tokens every sequence starts with, leaving each at least one token of its own."""
-    first = sequences[0]
-    length = min(len(s) for s in sequences) - 1
-    for sequence in sequences[1:]:
-        k = 0
-        while k < length and sequence[k] == first[k]:
-            k += 1
-        length = k
-    return max(0, length)
-
-
-def _sft_batch(
-    prompt_tails: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], prefix_length: int, pad_id: int
-) -> tuple[Any, Any, Any]:
-    """Right-padded inputs (prompt tail + target), labels on the target only, and the attention
-    mask over prefix + inputs."""
-    import torch
-
-    rows = [list(tail) + list(target) for tail, target in zip(prompt_tails, targets, strict=True)]
-    width = max(len(row) for row in rows)
-    inputs = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(rows), prefix_length + width), dtype=torch.long)
-    mask[:, :prefix_length] = 1
-    for i, (row, tail) in enumerate(zip(rows, prompt_tails, strict=True)):
-        inputs[i, : len(row)] = torch.tensor(row)
-        labels[i, len(tail) : len(row)] = torch.tensor(row[len(tail) :])
-        mask[i, prefix_length : prefix_length + len(row)] = 1
-    return inputs, labels, mask
-
-
-def _forward(model: Any, input_ids: Any, *, cache: Any = None, **kwargs: Any) -> Any:
-    """Call the model with a KV cache under whichever name this transformers version takes."""
-    if cache is not None:
-        kwargs["cache" if _takes_cache_kwarg(model) else "past_key_values"] = cache
-    return model(input_ids=input_ids, **kwargs)
-
-
-def _output_cache(output: Any) -> Any:
-    """The KV cache of a forward pass (``cache`` in transformers 5, ``past_key_values`` before)."""
-    return output["cache"] if "cache" in output else output["past_key_values"]
-
-
-def _takes_cache_kwarg(model: Any) -> bool:
-    import inspect
-
-    return "cache" in inspect.signature(model.forward).parameters
-
-
 def _backfill_config(saved: Path, base: Path) -> None:
     """Keep every key of the base config that the saving transformers version dropped.
 
@@ -567,8 +296,7 @@ def _backfill_config(saved: Path, base: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None, *, name: str = "example_grpo") -> int:
-    global _agent_name
-    _agent_name = name
+    log_as(name)
     config = parse_config(argv)
     Agent(config).run()
     return 0

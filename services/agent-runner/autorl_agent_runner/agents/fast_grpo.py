@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autorl_agent_runner.agents.example_grpo import _forward, _output_cache
+from autorl_agent_runner.agents.agent_log import log
+from autorl_agent_runner.agents.cache_compat import forward, output_cache
 
 #: Rows per forward/backward pass of the loss.
 LOSS_MICRO_BATCH = 32
@@ -196,10 +197,10 @@ class FastGRPO:
             cache = None
             if self.shared:
                 with torch.no_grad():
-                    cache = _output_cache(_forward(model, prefix, use_cache=True))
+                    cache = output_cache(forward(model, prefix, use_cache=True))
                 cache.batch_repeat_interleave(len(batch))
             positions = torch.arange(self.shared, self.shared + inputs.shape[1], device=device)
-            logits = _forward(
+            logits = forward(
                 model,
                 inputs.to(device),
                 cache=cache,
@@ -254,8 +255,6 @@ def _loss_batch(
 def run_phase(agent: Any, *, stop_at: float, learning_rate: float, completion_limit: int) -> None:
     """The example agent's ``grpo`` phase on this path: epochs over the train prompts, a
     submission after each, a stop at ``stop_at`` (and a submission of what it left)."""
-    from autorl_agent_runner.agents.example_grpo import log
-
     config = agent.config
     trainer = FastGRPO(
         model=agent.model,

@@ -26,10 +26,10 @@ from rich.console import Console
 
 from autorl.admin_client import AdminClient
 from autorl.answers import ExperimentAnswer, RegisteredAnswer
-from autorl.checkpoints import model_dir_name, resolve_model
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
+from autorl.model_sources import model_dir_name, resolve_model
 from autorl.reports import report_after_run
 from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp

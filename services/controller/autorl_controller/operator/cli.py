@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 
-from autorl.experiment import render_crd_yaml
+from autorl.crd import render_crd_yaml
 
 
 def register_controller(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

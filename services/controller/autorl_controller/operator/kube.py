@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import kopf
 
-from autorl.experiment import API_VERSION, PLURAL
+from autorl.crd import API_VERSION, PLURAL
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -138,14 +138,18 @@ class KubeClient:
             response.status_code, f"{response.request.method} {response.request.url.path}: {message}"
         )
 
-    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
-        response = await self._request("GET", resource.path(namespace, name))
+    @classmethod
+    def _object_or_none(cls, response: httpx.Response) -> dict[str, Any] | None:
+        """The object an answer holds; None when there is none (404); any other error raised."""
         if response.status_code == 404:
             return None
         if response.is_error:
-            raise self._fail(response)
+            raise cls._fail(response)
         body: dict[str, Any] = response.json()
         return body
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._object_or_none(await self._request("GET", resource.path(namespace, name)))
 
     async def list(
         self, resource: Resource, namespace: str | None, *, label_selector: str | None = None
@@ -187,12 +191,7 @@ class KubeClient:
             content=json.dumps(patch),
             headers={"Content-Type": MERGE_PATCH},
         )
-        if response.status_code == 404:
-            return None
-        if response.is_error:
-            raise self._fail(response)
-        body: dict[str, Any] = response.json()
-        return body
+        return self._object_or_none(response)
 
     async def delete(self, resource: Resource, namespace: str, name: str) -> bool:
         """Delete with background propagation (a Job's pods go too); False when already gone."""

@@ -11,7 +11,7 @@ import logging
 
 import kopf
 
-from autorl.experiment import GROUP, PLURAL, VERSION
+from autorl.crd import GROUP, PLURAL, VERSION
 from autorl_controller.operator.context import OperatorContext
 from autorl_controller.operator.handlers import cleanup, create, delete, login, reconcile
 from autorl_controller.operator.settings import ControllerSettings

@@ -29,9 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.checkpoints import model_dir_name
-from autorl.experiment import DECLARED_ENV_PREFIX, ExperimentSpec
+from autorl.agent_env import DECLARED_ENV_PREFIX
+from autorl.experiment import ExperimentSpec
 from autorl.layout import BUILTIN_PREFIX, MODELS_DIR, OUTPUT_DIR, cached_model_subpath
+from autorl.model_sources import model_dir_name
 from autorl.request_bodies import RegisterExperiment
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 

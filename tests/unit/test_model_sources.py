@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from autorl.checkpoints import build_tiny_qwen2, model_dir_name, resolve_model
 from autorl.errors import ModelSourceError
 from autorl.layout import BUILTIN_BUILD_VERSION
+from autorl.model_sources import model_dir_name, resolve_model
+from autorl.tiny_model import build_tiny_qwen2
 
 # --- model sources --------------------------------------------------------------------------
 

@@ -1,188 +1,16 @@
-"""Model sources and the files a model folder holds.
+"""The builtin model ``builtin:tiny-qwen2``: a tiny, randomly initialised Qwen2ForCausalLM with a
+byte-level BPE tokenizer trained here, offline, on generated grade-school word problems.
 
-- :func:`resolve_model` turns a model source into a local folder: a folder holding
-  ``config.json``, ``builtin:tiny-qwen2`` (built here once, offline), or a Hugging Face hub id
-  ``org/name`` (downloaded once into the models cache).
-- :data:`TOKENIZER_FILES` names the tokenizer files a model folder ships; what a submitted
-  checkpoint may hold, and how it is checked and copied for evaluation, is :mod:`autorl.snapshot`.
-
-torch, tokenizers, safetensors and huggingface_hub are imported inside the functions that need
-them: the grader takes snapshots of checkpoints without any of them installed.
+torch, tokenizers and safetensors are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import re
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-from filelock import FileLock
-
-from autorl.errors import ModelSourceError
-from autorl.layout import BUILTIN_PREFIX, builtin_model_subpath, hub_model_subpath
-
-#: Only what evaluation and training read: pickle weights and duplicate formats are never fetched.
-HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
-WEIGHT_SUFFIX = ".safetensors"
-#: The tokenizer and chat template as a model folder ships them.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-# --- model sources --------------------------------------------------------------------------
-
-
-def resolve_model(source: str, models_dir: Path) -> Path:
-    """A local folder holding the model named by ``source``; builds or downloads it once.
-
-    ``source`` is an existing folder with ``config.json``, ``builtin:NAME`` or a hub id
-    ``org/name``. Raises :class:`ModelSourceError` with the fix when it cannot be resolved.
-    """
-    if source.startswith(BUILTIN_PREFIX):
-        return _resolve_builtin(source[len(BUILTIN_PREFIX) :], models_dir)
-    local = Path(source).expanduser()
-    if local.exists() or not _HUB_ID.fullmatch(source) or ".." in source:
-        return _resolve_local(local)
-    return _download_from_hub(source, models_dir)
-
-
-def model_dir_name(source: str) -> str:
-    """The folder name of a model source inside a workspace's ``models/``.
-
-    ``builtin:tiny-qwen2`` → ``tiny-qwen2``, ``Qwen/Qwen2.5-1.5B`` → ``Qwen2.5-1.5B``, a local
-    folder → its own name; characters unsafe in a path become ``-``.
-    """
-    if source.startswith(BUILTIN_PREFIX):
-        raw = source[len(BUILTIN_PREFIX) :]
-    elif Path(source).expanduser().exists() or not _HUB_ID.fullmatch(source):
-        raw = Path(source).expanduser().resolve().name
-    else:
-        raw = source.split("/", 1)[1]
-    name = _UNSAFE_NAME_CHARS.sub("-", raw).strip("-")
-    return name if name not in ("", ".", "..") else "model"
-
-
-def _resolve_local(folder: Path) -> Path:
-    if not folder.exists():
-        raise ModelSourceError(
-            f"model folder {folder} does not exist; pass an existing folder that holds config.json, "
-            f"a Hugging Face hub id (org/name) or one of {_builtin_names()}"
-        )
-    if not folder.is_dir():
-        raise ModelSourceError(f"model source {folder} is a file; pass the folder that holds config.json")
-    if not (folder / "config.json").is_file():
-        raise ModelSourceError(
-            f"model folder {folder} has no config.json; pass a folder written by save_pretrained "
-            "(config.json, tokenizer files and weights)"
-        )
-    return folder.resolve()
-
-
-def _builtin_names() -> str:
-    return ", ".join(f"{BUILTIN_PREFIX}{name}" for name in sorted(BUILTIN_MODELS))
-
-
-def _resolve_builtin(name: str, models_dir: Path) -> Path:
-    builder = BUILTIN_MODELS.get(name)
-    if builder is None:
-        raise ModelSourceError(
-            f"unknown builtin model {BUILTIN_PREFIX}{name}; use one of: {_builtin_names()}"
-        )
-    target = models_dir / builtin_model_subpath(name)
-    return _build_once(target, builder)
-
-
-def _build_once(target: Path, builder: Callable[[Path], Path]) -> Path:
-    """Build into a temporary sibling and rename: a reader sees no folder or a complete one."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{target.name}.lock")):
-        if (target / "config.json").is_file():
-            return target
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            builder(staging)
-            # mkdtemp makes the folder 0700; the model is meant to be read by other users (an agent).
-            staging.chmod(0o755)
-            os.replace(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    return target
-
-
-def _download_from_hub(repo_id: str, models_dir: Path) -> Path:
-    import httpx
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        HFValidationError,
-        RepositoryNotFoundError,
-    )
-
-    target = models_dir / hub_model_subpath(repo_id)
-    # A marker beside the folder, written after a full download: snapshot_download asks the hub
-    # even when the files are all there, and a cached model must keep working offline.
-    complete = target.parent / f".{target.name}.complete"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{target.name}.lock")):
-        if complete.is_file() and (target / "config.json").is_file():
-            return target
-        try:
-            snapshot_download(repo_id, local_dir=target, allow_patterns=HUB_ALLOW_PATTERNS)
-        except RepositoryNotFoundError as exc:
-            raise ModelSourceError(
-                f"{repo_id} is not a model on the Hugging Face hub (or is private); check the id, "
-                "set HF_TOKEN for a private model, or pass a local folder that holds config.json"
-            ) from exc
-        except GatedRepoError as exc:
-            raise ModelSourceError(
-                f"{repo_id} is gated on the Hugging Face hub; accept its license on the hub and set "
-                "HF_TOKEN, or pass a local folder that holds config.json"
-            ) from exc
-        except (HfHubHTTPError, HFValidationError, httpx.HTTPError, OSError) as exc:
-            raise ModelSourceError(
-                f"cannot download {repo_id} from the Hugging Face hub ({type(exc).__name__}: "
-                f"{_first_line(exc)}); pre-download it where the hub is reachable "
-                f"(`hf download {repo_id} --local-dir DIR`) and pass DIR as the model"
-            ) from exc
-        if not (target / "config.json").is_file():
-            raise ModelSourceError(
-                f"{repo_id} on the Hugging Face hub has no config.json; it is not a transformers model"
-            )
-        if not any(target.glob(f"*{WEIGHT_SUFFIX}")):
-            raise ModelSourceError(
-                f"{repo_id} publishes no safetensors weights; convert it (load it and save_pretrained "
-                "into a folder) and pass that folder as the model"
-            )
-        complete.touch()
-    return target
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "no detail"
-
-
-# --- the builtin tiny Qwen2 -----------------------------------------------------------------
 
 #: The BPE trainer's upper bound; the corpus below runs out of merges at about 1,300 tokens.
 TINY_QWEN2_VOCAB_SIZE = 2048
@@ -467,7 +295,3 @@ def _tokenizer_corpus() -> Iterator[str]:
         yield f"Question: {question}\nLet's think step by step\nAnswer:"
         yield f"{reasoning}\nThe answer is {answer}\n#### {answer}"
         yield f"{IM_START}user\n{question}{IM_END}\n{IM_START}assistant\n{reasoning}{IM_END}"
-
-
-#: builtin:NAME → a builder writing the model into the folder it is given.
-BUILTIN_MODELS: dict[str, Callable[[Path], Path]] = {"tiny-qwen2": build_tiny_qwen2}
