@@ -703,6 +703,13 @@ def _write_small_files(
     if added is not None:
         checked = model_files.check_added_tokens(added, source.name(ADDED_TOKENS))
         writer.write(ADDED_TOKENS, model_files.dump_json(checked))
+    # Copied unchanged, but they must load: the evaluator would fail on them after the queue.
+    if "tokenizer.json" in files:
+        model_files.check_json_object(
+            files["tokenizer.json"], source.name("tokenizer.json"), required_object="model"
+        )
+    if "vocab.json" in files:
+        model_files.check_json_object(files["vocab.json"], source.name("vocab.json"))
     for entry in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"):
         if entry in files:
             writer.write(entry, files[entry])

@@ -20,7 +20,12 @@ state are in ``.mutation/mutants/``.
                                            # survivors and untested mutants again (the rest, and
                                            # those bench/mutation_equivalent.toml explains, keep
                                            # their outcome)
-    python3 bench/mutation.py --collect    # only write the results of the last run
+    python3 bench/mutation.py --collect    # only write the results of the last run (with
+                                           # --modules: of a run of those modules)
+    python3 bench/mutation.py --modules autorl.snapshot autorl_grader.submissions
+                                           # run afresh only those modules' mutants; the other
+                                           # modules keep the outcomes bench/results/mutation.json
+                                           # holds, marked with the date of their run
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import tomllib
 from collections import Counter, defaultdict
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "mutation.json"
@@ -105,6 +111,15 @@ def mutant_patterns() -> list[str]:
     return patterns
 
 
+def module_patterns(modules: list[str]) -> list[str]:
+    """The patterns of :func:`mutant_patterns` that name mutants of ``modules``."""
+    patterns = [p for p in mutant_patterns() if any(p.startswith(f"{m}.") for m in modules)]
+    unknown = [m for m in modules if not any(p.startswith(f"{m}.") for p in patterns)]
+    if unknown:
+        raise SystemExit(f"no mutants of {', '.join(unknown)} in [tool.autorl.mutation] mutants")
+    return patterns
+
+
 def selected(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
@@ -141,9 +156,11 @@ def survivor(name: str, equivalent: dict[str, dict[str, str]]) -> dict[str, str]
     return record
 
 
-def collect() -> dict[str, object]:
+def collect(modules: list[str] | None = None) -> dict[str, Any]:
+    """The results of the last run; with ``modules``, of those modules only, the others carried
+    over from the results file (:func:`carry_over`)."""
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    patterns = mutant_patterns()
+    patterns = mutant_patterns() if modules is None else module_patterns(modules)
     everything = parse_results(_mutmut("results", "--all", "true"))
     outcomes = {name: status for name, status in everything.items() if selected(name, patterns)}
     if not outcomes:
@@ -155,18 +172,46 @@ def collect() -> dict[str, object]:
         by_module[module_of(name)][status] += 1
     equivalent = load_equivalent()
     survivors = sorted(name for name, status in outcomes.items() if status == "survived")
-    for stale in sorted(set(equivalent) - set(survivors)):
+    for stale in sorted(name for name in set(equivalent) - set(survivors) if selected(name, patterns)):
         print(f"warning: {EQUIVALENT.name}: {stale} did not survive this run; remove its entry")
-    return {
+    results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "tool": f"mutmut {version('mutmut')}",
         "modules": [repository_path(path) for path in config["source_paths"]],
-        "mutants_run": patterns,
+        "mutants_run": mutant_patterns(),
         "tests": config["pytest_add_cli_args_test_selection"],
         "outcomes": dict(sorted(Counter(outcomes.values()).items())),
         "outcomes_by_module": {module: dict(sorted(c.items())) for module, c in sorted(by_module.items())},
         "mutants": len(outcomes),
         "survivors": [survivor(name, equivalent) for name in survivors],
+    }
+    if modules is None:
+        return results
+    return carry_over(results, json.loads(RESULTS.read_text(encoding="utf-8")), modules)
+
+
+def carry_over(fresh: dict[str, Any], last: dict[str, Any], modules: list[str]) -> dict[str, Any]:
+    """``fresh`` (a run of ``modules`` only) with the other modules' outcomes and survivors as
+    ``last`` holds them; ``carried_over`` names each such module and the date of its run."""
+    dates = last.get("carried_over", {})
+    carried = {
+        module: dates.get(module, last["date"])
+        for module in last["outcomes_by_module"]
+        if module not in modules
+    }
+    by_module = {**fresh["outcomes_by_module"]}
+    by_module.update({module: last["outcomes_by_module"][module] for module in carried})
+    totals: Counter[str] = Counter()
+    for counts in by_module.values():
+        totals.update(counts)
+    survivors = fresh["survivors"] + [s for s in last["survivors"] if module_of(s["mutant"]) in carried]
+    return {
+        **fresh,
+        "outcomes": dict(sorted(totals.items())),
+        "outcomes_by_module": dict(sorted(by_module.items())),
+        "carried_over": dict(sorted(carried.items())),
+        "mutants": sum(totals.values()),
+        "survivors": sorted(survivors, key=lambda s: str(s["mutant"])),
     }
 
 
@@ -180,8 +225,21 @@ def main() -> None:
         action="store_true",
         help="run the last run's unexplained surviving and untested mutants again, then collect",
     )
+    parser.add_argument(
+        "--modules",
+        nargs="+",
+        metavar="MODULE",
+        help="run afresh only these modules' mutants (e.g. autorl.snapshot); keep the others' results",
+    )
     args = parser.parse_args()
-    if args.survivors:
+    if args.collect:
+        pass
+    elif args.modules:
+        prepare_workdir()
+        subprocess.run(
+            [*MUTMUT, "run", *module_patterns(args.modules)], cwd=WORKDIR, env=test_env(), check=False
+        )
+    elif args.survivors:
         last = parse_results(_mutmut("results", "--all", "true"))
         explained = load_equivalent()
         again = sorted(
@@ -192,10 +250,11 @@ def main() -> None:
         if not again:
             raise SystemExit("nothing to run again: no survivors in .mutation/ (run without --survivors)")
         subprocess.run([*MUTMUT, "run", *again], cwd=WORKDIR, env=test_env(), check=False)
-    elif not args.collect:
+    else:
         prepare_workdir()
         subprocess.run([*MUTMUT, "run", *mutant_patterns()], cwd=WORKDIR, env=test_env(), check=False)
-    RESULTS.write_text(json.dumps(collect(), indent=2) + "\n", encoding="utf-8")
+    results = collect(args.modules)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")
 
 

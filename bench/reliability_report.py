@@ -91,6 +91,14 @@ def _survival(survivor: dict[str, str]) -> str:
     return "**a missing test**"
 
 
+def _carried_over(modules: dict[str, str]) -> str:
+    """The modules that run did not run again (``bench/mutation.py --modules``), with their run's date."""
+    if not modules:
+        return ""
+    listed = ", ".join(f"{_code(module)} (run {date[:10]})" for module, date in modules.items())
+    return f" Not run again then, so counted as their last run left them: {listed}."
+
+
 def mutation_table() -> str:
     data = load_results("mutation")
     outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
@@ -100,7 +108,8 @@ def mutation_table() -> str:
     lines = [
         f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants, "
         f"each against the tests among {', '.join(map(_code, data['tests']))} that call the changed "
-        f"function. Outcomes: {outcomes}. Mutants run: {', '.join(map(_code, data['mutants_run']))}.",
+        f"function. Outcomes: {outcomes}. Mutants run: {', '.join(map(_code, data['mutants_run']))}."
+        + _carried_over(data.get("carried_over", {})),
         "",
         "| module | " + " | ".join(columns) + " |",
         "| --- | " + " | ".join("---:" for _ in columns) + " |",

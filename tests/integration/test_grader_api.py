@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,10 +14,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from autorl.errors import ConfigurationError
-from autorl.store import Database, FailureReason, Submission
+from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
@@ -148,6 +149,14 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
         )
     elif kind == "adapter":
         (target / "adapter_config.json").write_text("{}")
+    elif kind == "tokenizer-not-json":
+        (target / "tokenizer.json").write_text('{"model": {"type": "BPE"')
+    elif kind == "tokenizer-deeply-nested":
+        (target / "tokenizer.json").write_text('{"model": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif kind == "tokenizer-without-model":
+        (target / "tokenizer.json").write_text('{"version": "1.0", "added_tokens": []}')
+    elif kind == "vocab-not-json":
+        (target / "vocab.json").write_bytes(b"\xff\xfe not a vocabulary")
     elif kind == "architecture":
         config = json.loads((target / "config.json").read_text())
         config["architectures"], config["model_type"] = ["LlamaForCausalLM"], "llama"
@@ -170,6 +179,10 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
         ("linked-weights", "copy the file"),
         ("sparse", "sparse"),
         ("looping-template", "chat template"),
+        ("tokenizer-not-json", "ckpt/tokenizer.json is not a readable JSON file"),
+        ("tokenizer-deeply-nested", "ckpt/tokenizer.json is not a readable JSON file"),
+        ("tokenizer-without-model", "ckpt/tokenizer.json has no 'model' object"),
+        ("vocab-not-json", "ckpt/vocab.json is not a readable JSON file"),
     ],
 )
 def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
@@ -291,6 +304,93 @@ def test_submission_limit_is_429(
         "submit only your best checkpoints (GET /scores shows what you have)"
     )
     assert submission_count(settings, experiment) == 1
+
+
+def test_a_tokenizer_that_does_not_parse_is_refused_and_leaves_the_limit_untouched(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
+    target = copy_model(tiny_base_model, experiment.output_dir / "tok", unique=True)
+    (target / "tokenizer.json").write_text("{not json")
+    refused = submit(client, experiment, "output/tok")
+    assert refused.status_code == 400
+    detail = refused.json()["detail"]
+    assert detail.startswith("output/tok/tokenizer.json is not a readable JSON file (")
+    assert detail.endswith("tokenizer.save_pretrained(path)")
+    assert submission_count(settings, experiment) == 0
+    assert settings.snapshot_dir is not None and not any(settings.snapshot_dir.glob("*"))
+    # Saved again, the same checkpoint is the experiment's one accepted submission.
+    shutil.copy(tiny_base_model / "tokenizer.json", target / "tokenizer.json")
+    accepted = submit(client, experiment, "output/tok", params={"wait": "false"})
+    assert accepted.status_code == 202, accepted.text
+
+
+def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """Submits that all pass the early limit check at once are decided one at a time under the
+    experiment's row lock: never more accepted than the limit, each other a 429, no row or
+    snapshot left of a refused one."""
+    limit, submits = 2, 6
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=limit)
+    for index in range(submits):
+        copy_model(tiny_base_model, experiment.output_dir / f"c{index}", unique=True)
+    assert settings.database_url is not None
+    db = Database(settings.database_url)
+    answers: dict[int, Any] = {}
+
+    def send(index: int) -> None:
+        answers[index] = submit(client, experiment, f"output/c{index}", params={"wait": "false"})
+
+    threads = [threading.Thread(target=send, args=(index,)) for index in range(submits)]
+    try:
+        # Another transaction holds the experiment's row until every submit is waiting on the
+        # database: all of them have passed the early check by then, and race for the last places.
+        with db.session() as holder:
+            repo.get_experiment(holder, experiment.name, for_update=True)
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 60
+            while _backends_waiting_on_a_lock(db) < submits:
+                assert time.monotonic() < deadline, "the submits never reached the database"
+                time.sleep(0.02)
+        for thread in threads:
+            thread.join(timeout=60)
+        statuses = sorted(answer.status_code for answer in answers.values())
+        assert statuses == [202] * limit + [429] * (submits - limit)
+        for answer in answers.values():
+            if answer.status_code == 429:
+                assert answer.json()["detail"] == (
+                    f"experiment {experiment.name!r} reached its limit of {limit} submissions; "
+                    "submit only your best checkpoints (GET /scores shows what you have)"
+                )
+        accepted = {
+            answer.json()["submission_id"] for answer in answers.values() if answer.status_code == 202
+        }
+        with db.session() as session:
+            rows = repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+            submitted = [row for row in rows if not row.is_baseline]
+            assert {row.id for row in submitted} == accepted
+            assert all(row.fingerprint and row.status is SubmissionStatus.QUEUED for row in submitted)
+            snapshots = {row.snapshot for row in rows if row.snapshot is not None}
+    finally:
+        db.dispose()
+    # Each accepted submission has its snapshot; no refused one left its copy behind.
+    assert settings.snapshot_dir is not None
+    assert {path.name for path in settings.snapshot_dir.iterdir()} == snapshots
+
+
+def _backends_waiting_on_a_lock(db: Database) -> int:
+    with db.session() as session:
+        return int(
+            session.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            )
+            or 0
+        )
 
 
 def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
@@ -556,6 +656,8 @@ def test_redis_down_is_503_and_nothing_is_written(
         assert "Redis" in response.json()["detail"]
         assert client.get("/readyz").status_code == 503
     assert submission_count(settings, experiment) == 0
+    # Nor a copy of the checkpoint in the evaluators' storage.
+    assert settings.snapshot_dir is not None and not any(settings.snapshot_dir.glob("*"))
 
 
 def test_postgres_down_is_503(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> None:

@@ -421,6 +421,56 @@ def test_a_broken_config_is_refused(refusal: Callable[..., str], checkpoint: Pat
     assert "not a readable JSON file" in refusal()
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "named"),
+    [
+        ("tokenizer.json", "{not json", "tokenizer.json is not a readable JSON file"),
+        ("tokenizer.json", '{"model": {"vocab": {"a": NaN}}}', "tokenizer.json is not a readable JSON file"),
+        ("tokenizer.json", "[" * 100_000 + "]" * 100_000, "tokenizer.json is not a readable JSON file"),
+        ("tokenizer.json", '[{"model": {}}]', "tokenizer.json is not a JSON object"),
+        ("tokenizer.json", '{"version": "1.0", "normalizer": {"model": {}}}', "has no 'model' object"),
+        ("vocab.json", '{"a": 0,', "vocab.json is not a readable JSON file"),
+        ("chat_template.json", '{"chat_template": ', "chat_template.json is not a readable JSON file"),
+        ("tokenizer_config.json", '{"tokenizer_class": "evil.Tokenizer"}', "tokenizer_class must name"),
+    ],
+    ids=[
+        "not-json",
+        "nan",
+        "deeply-nested",
+        "array",
+        "no-model",
+        "vocab",
+        "chat-template-json",
+        "class-path",
+    ],
+)
+def test_tokenizer_files_the_evaluator_could_not_load_are_refused(
+    refusal: Callable[..., str], checkpoint: Path, name: str, content: str, named: str
+) -> None:
+    (checkpoint / name).write_text(content)
+    message = refusal()
+    assert f"ckpt/{name}" in message and named in message
+    assert message.endswith("tokenizer.save_pretrained(path)")
+
+
+def test_a_tokenizer_json_is_copied_byte_for_byte_once_it_parses(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    tokenizer = json.loads((checkpoint / "tokenizer.json").read_text())
+    (checkpoint / "tokenizer.json").write_text(json.dumps(tokenizer, indent=1))
+    assert _files(take())["tokenizer.json"] == (checkpoint / "tokenizer.json").read_bytes()
+
+
+def test_a_chat_template_in_chat_template_json_is_held_to_the_base_models(
+    refusal: Callable[..., str], take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path
+) -> None:
+    base_template = json.loads((tiny_base_model / "tokenizer_config.json").read_text())["chat_template"]
+    (checkpoint / "chat_template.json").write_text(json.dumps({"chat_template": base_template + "{{ 1 }}"}))
+    assert "differs from the base model's" in refusal()
+    (checkpoint / "chat_template.json").write_text(json.dumps({"chat_template": base_template}))
+    assert json.loads(_files(take())["tokenizer_config.json"])["chat_template"] == base_template
+
+
 def _rewrite_header(
     checkpoint: Path, edit: Callable[[dict[str, object], bytes], tuple[dict[str, object], bytes]]
 ) -> None:
@@ -572,13 +622,14 @@ def test_a_file_is_sparse_when_most_of_it_is_holes_wherever_they_are(
     hole: tuple[int, int],
     sparse: bool,
 ) -> None:
-    _write_with_a_hole(checkpoint / "tokenizer.json", 20 * 64 * 1024, hole)
+    # merges.txt: a file copied without a look at its content (tokenizer.json must parse).
+    _write_with_a_hole(checkpoint / "merges.txt", 20 * 64 * 1024, hole)
     if sparse:
         message = refusal()
-        assert "tokenizer.json is a sparse file" in message, message
+        assert "merges.txt is a sparse file" in message, message
     else:
-        copied = take().path / "tokenizer.json"
-        assert copied.read_bytes() == (checkpoint / "tokenizer.json").read_bytes()
+        copied = take().path / "merges.txt"
+        assert copied.read_bytes() == (checkpoint / "merges.txt").read_bytes()
 
 
 def test_an_oversize_tokenizer_file_is_refused_before_it_is_read(

@@ -235,7 +235,10 @@ def test_gsm8k_split_without_hub_or_source_names_the_split_and_the_setting(
         else:
             task.load_test_problems(tmp_path / "eval")
     message = str(refused.value)
-    assert message.startswith(f"could not download openai/gsm8k (main, {split}): ")
+    # The hub's own error, by its class: what went wrong, for the operator to look up.
+    cause = refused.value.__cause__
+    assert cause is not None
+    assert message.startswith(f"could not download openai/gsm8k (main, {split}): {type(cause).__name__}: ")
     assert message.endswith(
         "with no access to the Hugging Face hub, set AUTORL_DATA_SOURCE_DIR to a folder holding "
         "gsm8k/train.jsonl and gsm8k/test.jsonl (one {'question', 'answer'} object a line)"
