@@ -12,6 +12,7 @@ import pytest
 
 from autorl.decoding.greedy_engine import generate_greedy, generate_sampled
 from autorl.tasks import get_task
+from autorl_agent_runner.agents.example_config import GRPOSizes
 from autorl_agent_runner.agents.fast_grpo import ADVANTAGE_EPS, FastGRPO, FastGRPOSettings, group_advantages
 
 pytestmark = pytest.mark.slow
@@ -183,12 +184,13 @@ def test_the_phase_submits_after_each_epoch_and_at_a_stop(
     from autorl_agent_runner.agents.fast_grpo import run_phase
 
     model, tokenizer, problems = model_and_prompts
-    settings = {"grpo_prompts_per_step": 2, "num_generations": 2, "grpo_epochs": 2, "logging_steps": 1}
+    settings = {"grpo_epochs": 2, "logging_steps": 1}
+    sizes = GRPOSizes(learning_rate=1e-4, num_generations=2, prompts_per_step=2)
     agent = _Agent(copy.deepcopy(model), tokenizer, problems, **settings)
-    run_phase(agent, stop_at=time.time() + 600, learning_rate=1e-4, completion_limit=3)
+    run_phase(agent, stop_at=time.time() + 600, sizes=sizes, completion_limit=3)
     assert agent.submitted == [("grpo-epoch-1", "grpo"), ("grpo-epoch-2", "grpo")]
     out = capsys.readouterr().out
     assert "event=phase_start phase=grpo rollouts=fast" in out and "event=phase_end phase=grpo steps=4" in out
     stopped = _Agent(copy.deepcopy(model), tokenizer, problems, **settings)
-    run_phase(stopped, stop_at=time.time() - 1, learning_rate=1e-4, completion_limit=3)
+    run_phase(stopped, stop_at=time.time() - 1, sizes=sizes, completion_limit=3)
     assert stopped.submitted == []  # stopped before any step: nothing new to submit

@@ -31,7 +31,7 @@ from typing import Any
 from autorl.model_files import TOKENIZER_FILES
 from autorl_agent_runner.agents import sft
 from autorl_agent_runner.agents.agent_log import log, log_as
-from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, parse_config
+from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, grpo_sizes, parse_config
 
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
 #: ships it loads in transformers 4 and 5 (re-saving it with 5 writes fields 4 rejects), and
@@ -169,13 +169,14 @@ class Agent:
 
     def grpo(self, *, stop_at: float) -> None:
         config = self.config
-        lr = config.grpo_learning_rate or (5e-4 if self.tiny else 1e-6)
+        sizes = grpo_sizes(config, tiny=self.tiny)
+        lr = sizes.learning_rate
         completion_limit = config.max_completion_length or self._default_completion_length()
-        if self.cuda and config.rollouts == "auto":
+        if config.rollouts == "fast" or (config.rollouts == "auto" and (self.cuda or self.tiny)):
             # The fast path needs neither TRL nor datasets (a GPU image may hold neither).
             from autorl_agent_runner.agents import fast_grpo
 
-            fast_grpo.run_phase(self, stop_at=stop_at, learning_rate=lr, completion_limit=completion_limit)
+            fast_grpo.run_phase(self, stop_at=stop_at, sizes=sizes, completion_limit=completion_limit)
             return
         from datasets import Dataset
         from transformers import PrinterCallback
@@ -185,14 +186,14 @@ class Agent:
             {"prompt": self.task.render_prompt(self.tokenizer, p.question), "answer": p.answer}
             for p in self.problems
         ]
-        batch = config.grpo_prompts_per_step * config.num_generations
+        batch = sizes.prompts_per_step * sizes.num_generations
         log(
             "phase_start",
             phase="grpo",
             prompts=len(records),
             epochs=config.grpo_epochs,
             learning_rate=lr,
-            num_generations=config.num_generations,
+            num_generations=sizes.num_generations,
             max_completion_length=completion_limit,
             budget_s=round(stop_at - time.time()),
         )
@@ -205,7 +206,7 @@ class Agent:
             **self._training_args(
                 num_train_epochs=config.grpo_epochs,
                 per_device_train_batch_size=batch,
-                num_generations=config.num_generations,
+                num_generations=sizes.num_generations,
                 max_completion_length=completion_limit,
                 learning_rate=lr,
                 lr_scheduler_type="constant",

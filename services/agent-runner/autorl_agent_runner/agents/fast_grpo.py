@@ -27,6 +27,7 @@ from typing import Any
 
 from autorl_agent_runner.agents.agent_log import log
 from autorl_agent_runner.agents.cache_compat import forward, output_cache
+from autorl_agent_runner.agents.example_config import GRPOSizes
 
 #: Rows per forward/backward pass of the loss.
 LOSS_MICRO_BATCH = 32
@@ -252,7 +253,7 @@ def _loss_batch(
     return inputs, targets, weights, mask
 
 
-def run_phase(agent: Any, *, stop_at: float, learning_rate: float, completion_limit: int) -> None:
+def run_phase(agent: Any, *, stop_at: float, sizes: GRPOSizes, completion_limit: int) -> None:
     """The example agent's ``grpo`` phase on this path: epochs over the train prompts, a
     submission after each, a stop at ``stop_at`` (and a submission of what it left)."""
     config = agent.config
@@ -266,10 +267,10 @@ def run_phase(agent: Any, *, stop_at: float, learning_rate: float, completion_li
         answers=[p.answer for p in agent.problems],
         reward=lambda completions, answers: agent.task.reward(completions, answers),
         settings=FastGRPOSettings(
-            prompts_per_step=config.grpo_prompts_per_step,
-            num_generations=config.num_generations,
+            prompts_per_step=sizes.prompts_per_step,
+            num_generations=sizes.num_generations,
             max_completion_length=completion_limit,
-            learning_rate=learning_rate,
+            learning_rate=sizes.learning_rate,
             seed=config.seed,
         ),
         eos_ids=_eos_ids(agent),
@@ -281,8 +282,8 @@ def run_phase(agent: Any, *, stop_at: float, learning_rate: float, completion_li
         rollouts="fast",
         prompts=len(trainer.prompts),
         epochs=config.grpo_epochs,
-        learning_rate=learning_rate,
-        num_generations=config.num_generations,
+        learning_rate=sizes.learning_rate,
+        num_generations=sizes.num_generations,
         max_completion_length=completion_limit,
         shared_prefix_tokens=trainer.shared,
         budget_s=round(stop_at - time.time()),

@@ -1,0 +1,166 @@
+"""The embedded demo (``make run``) under several settings of the example agent, side by side.
+
+Each variant is one ``autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout T`` with
+its own ``AUTORL_AGENT_ARGS``, home and port, pinned to a pair of cores of its own (``taskset``;
+``OMP_NUM_THREADS=2``): the agent, the grader and the evaluator share those two cores, as on a
+2-core machine. With ``--parallel N`` N variants run at once on disjoint core pairs (a machine with
+2N idle cores measures N demos as if each had its machine to itself); ``--parallel 1`` runs them
+one after another on cores 0-1. CUDA is hidden, so every run is the CPU demo.
+
+For each variant: the results row (baseline, best, improvement), the best score of the SFT
+checkpoints and of the GRPO checkpoints (by their names, ``sft-*`` / ``grpo-*``), every submission,
+and the run's wall time.
+
+    .venv/bin/python bench/demo_cpu.py [--variants NAME ...] [--parallel 1] [--timeout 300]
+
+Writes ``bench/results/demo_cpu.json`` (or ``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from autorl_run_gpu import autorl_command, submissions
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results" / "demo_cpu.json"
+#: Variant → the example agent's extra arguments (``AUTORL_AGENT_ARGS``).
+VARIANTS: dict[str, str] = {
+    "default": "",
+    "sft_only": "--rl none",
+    "trl_lr5e-5": "--grpo-learning-rate 5e-5",
+    "fast": "--rollouts fast",
+    "fast_lr1e-4_8x8": "--rollouts fast --grpo-learning-rate 1e-4 --grpo-prompts-per-step 8 "
+    "--num-generations 8",
+    "fast_lr5e-5_16x8": "--rollouts fast --grpo-learning-rate 5e-5 --grpo-prompts-per-step 16 "
+    "--num-generations 8",
+    "fast_lr2e-5_32x8_sft60": (
+        "--rollouts fast --grpo-learning-rate 2e-5 --grpo-prompts-per-step 32 --num-generations 8 "
+        "--sft-time-fraction 0.6"
+    ),
+}
+CORES_PER_RUN = 2
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--parallel", type=int, default=1, help="variants at once, each on its own 2 cores")
+    parser.add_argument("--timeout", type=float, default=300.0, help="the agent's budget (make run: 300)")
+    args = parser.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if args.parallel * CORES_PER_RUN > len(cores):
+        raise SystemExit(
+            f"--parallel {args.parallel} needs {args.parallel * CORES_PER_RUN} cores; {len(cores)} here"
+        )
+    results: dict[str, Any] = {
+        "benchmark": "demo_cpu",
+        "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+        "command": "python bench/demo_cpu.py " + " ".join(sys.argv[1:]),
+        "machine": {"cores": len(cores), "processor": platform.processor() or platform.machine()},
+        "timeout_s": args.timeout,
+        "cores_per_run": CORES_PER_RUN,
+        "parallel": args.parallel,
+        "variants": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="autorl-demo-") as scratch:
+        pairs = [cores[i : i + CORES_PER_RUN] for i in range(0, args.parallel * CORES_PER_RUN, CORES_PER_RUN)]
+        free = list(range(args.parallel))
+
+        def one(index_name: tuple[int, str]) -> None:
+            index, name = index_name
+            slot = free.pop()
+            try:
+                results["variants"][name] = run_variant(
+                    name, Path(scratch) / name, pairs[slot], port=8300 + index, timeout=args.timeout
+                )
+            finally:
+                free.append(slot)
+            write(args.output, results)
+
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            list(pool.map(one, enumerate(args.variants)))
+    for name, record in results["variants"].items():
+        print(
+            f"{name:28} baseline {record.get('baseline')} best {record.get('best_score')} "
+            f"sft {record.get('best_sft')} grpo {record.get('best_grpo')} wall {record.get('wall_s')} s"
+        )
+    return 0
+
+
+def run_variant(name: str, home: Path, cores: list[int], *, port: int, timeout: float) -> dict[str, Any]:
+    home.mkdir(parents=True)
+    threads = str(len(cores))
+    env = {
+        **os.environ,
+        "AUTORL_HOME": str(home),
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "PYTHONUNBUFFERED": "1",
+    }
+    command = [
+        "taskset", "-c", ",".join(map(str, cores)),
+        *autorl_command(),
+        "run", "-t", "arith", "-m", "builtin:tiny-qwen2", "-a", "example_grpo",
+        "--timeout", f"{timeout:g}", "--port", str(port), "--sandbox", "none",
+        "--env", f"AUTORL_AGENT_ARGS={VARIANTS[name]}",
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    record: dict[str, Any] = {
+        "agent_args": VARIANTS[name],
+        "cores": cores,
+        "exit_code": done.returncode,
+        "wall_s": round(time.monotonic() - started, 1),
+        "terminal_tail": done.stdout.splitlines()[-12:] + done.stderr.splitlines()[-5:],
+    }
+    rows = json.loads(
+        subprocess.run(
+            [*autorl_command(), "results", "--json", "--home", str(home)],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    if not rows:
+        record["error"] = "no results row"
+        return record
+    row = rows[-1]
+    scored = submissions(Path(str(row["workspace"])) / "scores.json")
+    record.update(
+        baseline=row["baseline"],
+        best_score=row["best_score"],
+        improvement=row["improvement"],
+        status=row["status"],
+        best_sft=_best(scored, "output/sft"),
+        best_grpo=_best(scored, "output/grpo"),
+        submissions=scored,
+    )
+    return record
+
+
+def _best(scored: list[dict[str, Any]], prefix: str) -> float | None:
+    scores = [
+        s["score"] for s in scored if str(s["model_path"]).startswith(prefix) and s["score"] is not None
+    ]
+    return max(scores) if scores else None
+
+
+def write(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
