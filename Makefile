@@ -5,7 +5,7 @@ OC_VENV := .venv-opencompass
 AGENT_VENV := .venv-agent
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller
+SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller services/local-run
 RUN_TIMEOUT ?= 300
 
 .PHONY: setup system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench mutation chart crd images clean help

@@ -3,7 +3,7 @@ the mounted secrets folder ``AUTORL_SECRETS_DIR``).
 
 Each service holds its own settings class, with only what it reads, where the service lives
 (``autorl_grader.settings``, ``autorl_evaluator.settings``, ``autorl_agent_runner.settings``,
-``autorl_controller.operator.settings``, ``autorl_controller.local.settings``); this module keeps
+``autorl_controller.operator.settings``, ``autorl_local.settings``); this module keeps
 what two or more of them share. Defaults that derive from other settings (the database in the
 home, the snapshots in the evaluator's folder) are resolved while the settings are validated, so
 every field has its final value once a settings object exists. Settings are built once by each

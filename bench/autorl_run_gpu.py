@@ -107,7 +107,7 @@ def main() -> int:
         args.agent_args = args.agent_args or "--sft-epochs 1 --max-train-problems 8 --reserve-s 15"
     args.agent_args = args.agent_args or "--sft-epochs 2 --reserve-s 30"
     isolated = subprocess.run(
-        [sys.executable, "-I", "-c", "import autorl_controller, autorl_evaluator, autorl_grader, fastapi"],
+        [sys.executable, "-I", "-c", "import autorl_local, autorl_evaluator, autorl_grader, fastapi"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if isolated.returncode:

@@ -1,6 +1,7 @@
 """The wheels that ``autorl run`` needs on a GPU machine whose image has PyTorch but not our services.
 
-Builds wheels of this repository's five packages (``autorl`` and the four services), then adds
+Builds wheels of the packages ``autorl run`` needs (``autorl``, the grader, the evaluator, the agent
+runner and ``autorl-local``, which holds ``autorl run``; not the controller), then adds
 every package their runtime needs reach that ``IMAGE_PACKAGES`` does not already hold, at the
 version installed in this machine's ``.venv``, for CPython 3.12 on x86-64 Linux. Nothing of the
 agent's TRL path or of the Kubernetes operator is needed there: the agent's GRPO runs on the
@@ -37,11 +38,11 @@ OWN_PACKAGES = {
     "autorl-grader": "services/grader",
     "autorl-evaluator": "services/evaluator-worker",
     "autorl-agent-runner": "services/agent-runner",
-    "autorl-controller": "services/controller",
+    "autorl-local": "services/local-run",
 }
 #: What ``autorl run`` imports on the GPU machine, beyond the image (the roots of the closure).
 #: ``autorl[ml]``'s heavy part (torch, transformers, safetensors, accelerate) is in the image;
-#: ``datasets`` and ``trl`` are left out (see the module's first paragraph), as is ``kopf``.
+#: ``datasets`` and ``trl`` are left out (see the module's first paragraph).
 ROOTS = [
     "pydantic",
     "pydantic-settings",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds every image of docker/ with podman, tagged as the chart expects (<registry>/autorl/<name>:
 # <appVersion>, registry from charts/autorl/values.yaml), and prints their sizes. `make images` runs it.
+# No image ships `autorl run` (services/local-run, the single-machine mode): the cluster runs
+# experiments with the controller, each service in its own image.
 #
 #   GPU=1            also the CUDA variants: the gpu evaluator (vLLM) and the agent runner with PyPI's
 #                    CUDA torch, tagged <appVersion>; without it the CPU variants, tagged <appVersion>-cpu

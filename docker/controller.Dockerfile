@@ -1,4 +1,5 @@
-# The Kubernetes operator (kopf). No torch: it only talks to the Kubernetes API and the grader.
+# The Kubernetes operator (kopf) alone: `autorl controller`. No torch, no agent runner: it only talks
+# to the Kubernetes API and the grader.
 #   make images   (or: podman build -f docker/controller.Dockerfile -t autorl/controller:0.1.0 .)
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE} AS build

@@ -35,7 +35,16 @@ def test_agent_python_imports_what_agents_import(agent_python: Path) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["autorl_grader", "autorl_evaluator", "autorl_controller", "sqlalchemy", "psycopg", "redis", "rq"],
+    [
+        "autorl_grader",
+        "autorl_evaluator",
+        "autorl_controller",
+        "autorl_local",
+        "sqlalchemy",
+        "psycopg",
+        "redis",
+        "rq",
+    ],
 )
 def test_agent_python_holds_none_of_the_platforms_services(agent_python: Path, module: str) -> None:
     assert run(agent_python, f"import {module}").returncode != 0

@@ -3,6 +3,8 @@ never pull in the machine-learning stack."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ def test_every_service_adds_its_subcommand_through_entry_points() -> None:
     from importlib.metadata import entry_points
 
     names = {ep.name for ep in entry_points(group="autorl.commands")}
-    assert {"grader", "worker", "controller", "agent-runner"} <= names
+    assert {"grader", "worker", "controller", "agent-runner", "run"} <= names
     help_text = subprocess.run([AUTORL, "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("grader", "worker", "controller", "run", "results", "report"):
         assert command in help_text
@@ -40,6 +42,8 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
         "autorl.reports",
         "autorl_grader.main",
         "autorl_controller.operator.main",
+        "autorl_controller.cli",
+        "autorl_local.cli",
     ],
 )
 def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
@@ -84,3 +88,15 @@ def test_bad_input_exits_2_also_when_run_as_a_module() -> None:
     )
     assert result.returncode == 2, result.stderr
     assert "--timeout" in result.stderr
+
+
+def test_the_controller_registers_only_the_operator() -> None:
+    """`autorl run` comes from autorl-local: the controller's package does not need the agent runner."""
+    from importlib.metadata import entry_points
+
+    by_name = {ep.name: ep.value for ep in entry_points(group="autorl.commands")}
+    assert by_name["run"] == "autorl_local.cli:register"
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    importlib.import_module("autorl_controller.cli").register(subparsers)
+    assert set(subparsers.choices) == {"controller"}

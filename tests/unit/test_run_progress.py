@@ -8,8 +8,8 @@ import time
 import pytest
 from rich.console import Console
 
-from autorl_controller.local import progress as progress_module
-from autorl_controller.local.progress import Progress
+from autorl_local import progress as progress_module
+from autorl_local.progress import Progress
 from tests.support.answers import experiment_answer, submission_answer
 
 

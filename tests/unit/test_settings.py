@@ -12,10 +12,10 @@ import pytest
 from autorl.errors import ConfigurationError
 from autorl.settings import AutoRLSettings, HomeSettings
 from autorl_agent_runner.settings import AgentRunnerSettings
-from autorl_controller.local.settings import RunSettings
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_evaluator.settings import WorkerSettings
 from autorl_grader.settings import GraderSettings
+from autorl_local.settings import RunSettings
 
 SAFE_TOKEN = "0123456789abcdef0123"
 #: Settings that hold the admin token, and what their refusal tells the operator to do.

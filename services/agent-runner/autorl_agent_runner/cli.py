@@ -3,13 +3,12 @@
 This is the agent pod's entry point in Kubernetes, so the run's flags also read environment
 variables (the contract's own names where there is one): with ``GRADING_SERVER_URL``,
 ``WORKSPACE``, ``TASK`` and ``BASE_MODEL`` set, ``autorl agent-runner --agent example_grpo`` is
-enough. ``autorl run`` uses the same code in-process.
+enough. ``autorl run`` launches its agent through the same function (:mod:`autorl_agent_runner.launch`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import sys
@@ -266,21 +265,9 @@ def _run(args: argparse.Namespace) -> int:
     from autorl.client import GradingClient
     from autorl.model_sources import model_dir_name
     from autorl.tasks import get_task
-    from autorl_agent_runner.agent_python import find_agent_python
-    from autorl_agent_runner.agents import resolve_agent
-    from autorl_agent_runner.environment import (
-        ContractValues,
-        declared_env,
-        gpu_driver_env,
-        parse_env_items,
-    )
-    from autorl_agent_runner.runner import AgentRunner, RunnerConfig
-    from autorl_agent_runner.sandbox import (
-        SandboxMode,
-        can_share_base_model,
-        check_agent_readable,
-        resolve_mode,
-    )
+    from autorl_agent_runner.environment import declared_env, gpu_driver_env
+    from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
+    from autorl_agent_runner.sandbox import SandboxMode
     from autorl_agent_runner.settings import AgentRunnerSettings
     from autorl_agent_runner.workspace import RUN_MARKER_FILE, Workspace, create_workspace
 
@@ -298,17 +285,13 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
     settings = AgentRunnerSettings()
+    sandbox = SandboxMode(args.sandbox)
     try:
-        agent = resolve_agent(args.agent, find_agent_python(settings.agent_python))
+        resolved = resolve_launch_agent(
+            args.agent, args.env, os.environ, sandbox, settings, extra_args=args.agent_arg
+        )
         task = get_task(args.task)
-        passed = parse_env_items(args.env, os.environ)
         declared, refused = declared_env(os.environ)
-        passed = {**declared, **passed}
-        agent = dataclasses.replace(agent, argv=(*agent.argv, *args.agent_arg))
-        if agent.script is not None:
-            check_agent_readable(
-                resolve_mode(SandboxMode(args.sandbox)), agent.script, executed=agent.executes_script
-            )
     except AutoRLError as exc:
         raise UsageError(str(exc)) from exc
     for name in refused:
@@ -335,32 +318,28 @@ def _run(args: argparse.Namespace) -> int:
             base_model_name=base_name,
             train_data_dir=args.data_dir,
             timeout_s=args.timeout or 0.0,
-            link_model=can_share_base_model(resolve_mode(SandboxMode(args.sandbox))),
+            link_model=links_base_model(sandbox),
         )
-    contract = ContractValues(
-        grading_server_url=args.grading_url,
-        token=args.token or "",
+    launch = AgentLaunch(
+        agent=resolved.agent,
         task=task.name,
         base_model=args.base_model,
-        model_path=workspace.model,
-        data_path=workspace.data,
-        output_dir=workspace.output,
-        workspace=workspace.root,
-    )
-    config = RunnerConfig(
-        workspace=workspace,
-        contract=contract,
-        agent=agent,
-        passed_env=passed,
+        sandbox=sandbox,
+        passed_env={**declared, **resolved.passed_env},
         platform_env=gpu_driver_env(os.environ),
-        sandbox=SandboxMode(args.sandbox),
-        hidden=settings.hidden_paths(),
         grace_period_s=args.grace_period,
         timeout_s=args.timeout,
         echo_output=args.echo_output,
     )
     with GradingClient(args.grading_url, args.token) as client:
-        runner = AgentRunner(config, client)
+        runner = launch_agent(
+            launch,
+            workspace,
+            grading_server_url=args.grading_url,
+            token=args.token or "",
+            client=client,
+            settings=settings,
+        )
         terminated = False
 
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -376,7 +355,7 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
     print(
-        f"agent {agent.name}: exit code {outcome.exit_code}, "
+        f"agent {resolved.agent.name}: exit code {outcome.exit_code}, "
         f"{'ended at the deadline' if outcome.timed_out else 'finished'}",
         file=sys.stderr,
     )

@@ -35,15 +35,14 @@ from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.tasks import Task, get_task
-from autorl_agent_runner.agent_python import find_agent_python
-from autorl_agent_runner.agents import AgentCommand, resolve_agent
-from autorl_agent_runner.environment import ContractValues, parse_env_items
-from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
-from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, check_agent_readable, resolve_mode
+from autorl_agent_runner.agents import AgentCommand
+from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
+from autorl_agent_runner.runner import AgentOutcome, AgentRunner
+from autorl_agent_runner.sandbox import SandboxMode
 from autorl_agent_runner.workspace import Workspace, check_workspace_free, create_workspace
-from autorl_controller.local.progress import Progress, fmt_duration, fmt_score
-from autorl_controller.local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
-from autorl_controller.local.settings import RunSettings
+from autorl_local.progress import Progress, fmt_duration, fmt_score
+from autorl_local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
+from autorl_local.settings import RunSettings
 
 #: With GPUs shared between agent and evaluator, the evaluator's share: half of each GPU's memory.
 SHARED_GPU_MIN_FREE_FRACTION = 0.5
@@ -83,11 +82,8 @@ def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
     started = time.time()
     try:
         task = get_task(config.task)
-        agent = resolve_agent(config.agent, find_agent_python(settings.agent_python))
-        passed = parse_env_items(config.env, os.environ)
         sandbox = SandboxMode(config.sandbox)
-        if agent.script is not None:
-            check_agent_readable(resolve_mode(sandbox), agent.script, executed=agent.executes_script)
+        resolved = resolve_launch_agent(config.agent, config.env, os.environ, sandbox, settings)
     except (AutoRLError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if port_in_use(config.port):
@@ -116,7 +112,18 @@ def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
             settings.data_dir / task.name, source_dir=settings.data_source_dir
         )
     prepared = Prepared(base_dir=base_dir, train_data_dir=data_dir.parent, started=started)
-    run = LocalRun(config, settings, task, agent, passed, sandbox, run_id, run_dir, workspace_root, prepared)
+    run = LocalRun(
+        config,
+        settings,
+        task,
+        resolved.agent,
+        resolved.passed_env,
+        sandbox,
+        run_id,
+        run_dir,
+        workspace_root,
+        prepared,
+    )
     return run.execute()
 
 
@@ -220,7 +227,7 @@ class LocalRun:
             train_data_dir=prepared.train_data_dir,
             timeout_s=config.timeout_s,
             max_submissions=config.max_submissions,
-            link_model=can_share_base_model(resolve_mode(self.sandbox)),
+            link_model=links_base_model(self.sandbox),
         )
         self.progress.phase(
             "starting services", f"grader on {self.url}, {config.workers} evaluator worker(s)"
@@ -265,25 +272,13 @@ class LocalRun:
         self, workspace: Workspace, registered: RegisteredAnswer, client: GradingClient
     ) -> tuple[AgentRunner, AgentOutcome]:
         config = self.config
-        contract = ContractValues(
-            grading_server_url=registered.grading_server_url,
-            token=registered.token,
+        launch = AgentLaunch(
+            agent=self.agent,
             task=self.task.name,
             base_model=config.model,
-            model_path=workspace.model,
-            data_path=workspace.data,
-            output_dir=workspace.output,
-            workspace=workspace.root,
-        )
-        platform_env = {} if config.agent_gpus is None else {"CUDA_VISIBLE_DEVICES": config.agent_gpus}
-        runner_config = RunnerConfig(
-            workspace=workspace,
-            contract=contract,
-            agent=self.agent,
-            passed_env=self.passed_env,
-            platform_env=platform_env,
             sandbox=self.sandbox,
-            hidden=self.settings.hidden_paths(),
+            passed_env=self.passed_env,
+            platform_env={} if config.agent_gpus is None else {"CUDA_VISIBLE_DEVICES": config.agent_gpus},
             egress=config.egress,
             grace_period_s=config.grace_period_s,
         )
@@ -293,7 +288,14 @@ class LocalRun:
         poller = threading.Thread(target=self._poll, name="autorl-progress", daemon=True)
         poller.start()
         try:
-            runner = AgentRunner(runner_config, client)
+            runner = launch_agent(
+                launch,
+                workspace,
+                grading_server_url=registered.grading_server_url,
+                token=registered.token,
+                client=client,
+                settings=self.settings,
+            )
             outcome = runner.run()
         finally:
             self._stop_polling.set()

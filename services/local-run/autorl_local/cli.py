@@ -21,7 +21,7 @@ def _gpu_list(text: str) -> str:
     return ",".join(parts)
 
 
-def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run one experiment on this machine (prepare, baseline, agent, scoring, results row)",
@@ -99,8 +99,8 @@ def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autorl_controller.local.experiment import LocalRunConfig, run_experiment
-    from autorl_controller.local.settings import RunSettings
+    from autorl_local.experiment import LocalRunConfig, run_experiment
+    from autorl_local.settings import RunSettings
 
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")

@@ -1,5 +1,5 @@
 """The settings `autorl run` reads itself (environment prefix ``AUTORL_``). The grader and workers it
-starts read their own from the environment it gives them (:mod:`autorl_controller.local.experiment`)."""
+starts read their own from the environment it gives them (:mod:`autorl_local.experiment`)."""
 
 from __future__ import annotations
 
