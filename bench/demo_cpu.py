@@ -39,16 +39,11 @@ RESULTS = REPO_ROOT / "bench" / "results" / "demo_cpu.json"
 VARIANTS: dict[str, str] = {
     "default": "",
     "sft_only": "--rl none",
-    "trl_lr5e-5": "--grpo-learning-rate 5e-5",
-    "fast": "--rollouts fast",
-    "fast_lr1e-4_8x8": "--rollouts fast --grpo-learning-rate 1e-4 --grpo-prompts-per-step 8 "
-    "--num-generations 8",
-    "fast_lr5e-5_16x8": "--rollouts fast --grpo-learning-rate 5e-5 --grpo-prompts-per-step 16 "
-    "--num-generations 8",
-    "fast_lr2e-5_32x8_sft60": (
-        "--rollouts fast --grpo-learning-rate 2e-5 --grpo-prompts-per-step 32 --num-generations 8 "
-        "--sft-time-fraction 0.6"
-    ),
+    "reference_sizes_trl": "--rollouts trl --grpo-learning-rate 5e-4 --grpo-prompts-per-step 2 "
+    "--num-generations 4",
+    "fast_lr5e-4": "--grpo-learning-rate 5e-4",
+    "trl": "--rollouts trl",
+    "fast_lr2e-5_32x8_sft60": "--grpo-learning-rate 2e-5 --grpo-prompts-per-step 32 --sft-time-fraction 0.6",
 }
 CORES_PER_RUN = 2
 

@@ -30,6 +30,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import tempfile
 import time
 import traceback
@@ -43,6 +44,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "grpo_gpu.json"
 HELD_OUT_SEED = 12345
 GRPO_LEARNING_RATE = 5e-5
+#: TRL at the example agent's reference settings, as the design's reference measurements give it.
+DESIGN_REFERENCE = {
+    "trl_2x4_completion_tokens_per_s": 317,
+    "source": "design document, reference measurements (one H200, 2026-11-30, TRL 1.16 GRPOTrainer at "
+    "the same settings)",
+}
 SMALL_MODEL = {
     "hidden_size": 512,
     "intermediate_size": 2048,
@@ -97,6 +104,10 @@ def main() -> None:
         for name, run in parts.items():
             if name not in args.parts:
                 continue
+            results.setdefault("runs", {})[name] = {
+                "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+                "arguments": " ".join(sys.argv[1:]),
+            }
             try:
                 results[name] = run()
             except Exception as exc:  # one part's failure is recorded; the others still run
@@ -200,6 +211,7 @@ def throughput(
     for record in out["variants"].values():
         if reference and "completion_tokens_per_s" in record:
             record["vs_trl_2x4"] = round(record["completion_tokens_per_s"] / reference, 2)
+    out["design_reference"] = DESIGN_REFERENCE
     del model
     return out
 

@@ -141,6 +141,24 @@ def _failed(record: dict[str, Any]) -> str:
     return f"not measured ({record.get('status')}: {str(record.get('error', ''))[:120]})"
 
 
+def evaluate_engine() -> str:
+    """A whole ``HFBackend.evaluate`` call through the engine (the ``engine`` run of hf_eval_gpu)."""
+    run = load_results("hf_eval_gpu").get("engine")
+    if run is None:
+        return "Not run on a GPU yet.\n"
+    env, record = run["environment"], run["variants"]["1319"]
+    return (
+        f"Measured {run['date'].replace('T', ' ')[:16]} UTC on one {env['gpu']}, torch {env['torch']}, "
+        f"transformers {env['transformers']}: `HFBackend().evaluate` on {record['n_problems']:,} prompts of "
+        f"{run['prompt_ids']['min']:,}–{run['prompt_ids']['max']:,} ids, {run['max_new_tokens']} new tokens "
+        f"per row ({run['model']}), in {record['split_batches']} batch of {record['batch_size']:,}: "
+        f"**{record['wall_s']} s** from the call to the scores (target ≤ 20 s), of which generation "
+        f"{record['generation_s']} s ({number(record['new_tokens_per_s'], 0)} new tok/s, "
+        f"{record['ms_per_decode_step']} ms a decode step) and loading, prompts and scoring "
+        f"{record['overhead_s']} s; peak {record['peak_allocated_gib']} GiB allocated.\n"
+    )
+
+
 def grpo_throughput() -> str:
     data = load_results("grpo_gpu")
     part = data["throughput"]
@@ -187,13 +205,14 @@ def grpo_learning() -> str:
     part = load_results("grpo_gpu")["learning"]
     if part.get("status") == "error":
         return _failed(part) + "\n"
-    date = load_results("grpo_gpu")["runs"]["learning and weight_swap"]["date"]
+    data = load_results("grpo_gpu")
+    date, gpu = data["runs"]["learning"]["date"], data["environment"]["gpu"]
     sft, grpo, curve = part["sft"], part["grpo"], part["grpo"]["curve"]
     tenth = max(1, len(curve) // 10)
     points = ", ".join(f"{c['step']}: {c['reward']}" for c in curve[::tenth])
     first, last = curve[:tenth], curve[-tenth:]
     return (
-        f"Measured {date.replace('T', ' ')[:16]} UTC on one NVIDIA H200 (another lease, same software). "
+        f"Measured {date.replace('T', ' ')[:16]} UTC on one {gpu} (the run above). "
         f"Model: {part['model']}, {number(part['parameters'] / 1e6, 1)} M parameters. Held out: "
         f"{part['held_out']}. Greedy accuracy: {part['accuracy_initial']} % at random init, "
         f"{part['accuracy_after_sft']} % after SFT ({sft['steps']} steps of {sft['rows_per_step']} rows in "
@@ -246,6 +265,36 @@ def weight_swap() -> str:
         f"the first id: {', '.join(f'{v} s' for v in cold)}; weights read straight to the GPU into the "
         f"resident model and the first id: **{', '.join(f'{v} s' for v in warm)}** (target ≤ 2 s).\n"
     )
+
+
+def demo_cpu() -> str:
+    data = load_results("demo_cpu")
+    lines = _demo_table(data)
+    for earlier in data.get("earlier_runs", []):
+        lines += ["", f"An earlier run of the same script ({earlier['note']}):", "", *_demo_table(earlier)]
+    return "\n".join(lines) + "\n"
+
+
+def _demo_table(data: dict[str, Any]) -> list[str]:
+    machine = data["machine"]
+    lines = [
+        f"Measured {data['date'].replace('T', ' ')[:16]} UTC: {len(data['variants'])} runs of "
+        "`autorl run -t arith "
+        f"-m builtin:tiny-qwen2 -a example_grpo --timeout {data['timeout_s']:g}` at once on a machine of "
+        f"{machine['cores']} idle cores ({machine['processor']}), each pinned to {data['cores_per_run']} "
+        "cores of its own with its grader and evaluator. Scores on the arith test split (0–100).",
+        "",
+        "| variant | agent arguments | baseline | best SFT checkpoint | best GRPO checkpoint | improvement "
+        "| run s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, record in data["variants"].items():
+        cells = [record.get(key) for key in ("baseline", "best_sft", "best_grpo", "improvement")]
+        shown = " | ".join("—" if value is None else number(value) for value in cells)
+        lines.append(
+            f"| `{name}` | `{record['agent_args'] or '(defaults)'}` | {shown} | {record['wall_s']} |"
+        )
+    return lines
 
 
 #: ``autorl run``'s phases in bench/autorl_run_gpu.py's results, in order, by column heading.
@@ -318,12 +367,14 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "generation-table": generation_table,
     "generation-targets": generation_targets,
     "generate-batches": generate_batches,
+    "evaluate-engine": evaluate_engine,
     "opencompass-cpu": opencompass_cpu,
     "grpo-throughput": grpo_throughput,
     "grpo-learning": grpo_learning,
     "bf16-agreement": bf16_agreement,
     "weight-swap": weight_swap,
     "autorl-run-gpu": autorl_run,
+    "demo-cpu": demo_cpu,
 }
 
 

@@ -24,6 +24,8 @@ CPU_BENCHMARKS: dict[str, list[str]] = {
     "grader_fuzz": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_grader_fuzz.py"],
     "grader_load": ["bench/grader_load.py", "--agents", "500", "--waiters", "500", "--duration", "10"],
     "soak": ["bench/soak.py", "--duration", "1200", "--interval", "3"],
+    # The embedded demo under each agent setting, one after another on two cores (about 35 minutes).
+    "demo_cpu": ["bench/demo_cpu.py", "--parallel", "1"],
 }
 #: Name → environment variables a benchmark needs beside this process's.
 BENCHMARK_ENV: dict[str, dict[str, str]] = {
@@ -45,8 +47,6 @@ GPU_BENCHMARKS: dict[str, str] = {
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).
 NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
-    "autorl_run_gpu": "needs two GPUs of one host for the split layout; written and checked on the "
-    "CPU (--smoke), not run on a GPU yet (docs/PERFORMANCE.md)",
 }
 
 #: Scripts in bench/ that are not benchmarks: this runner, the document's renderer, and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -271,9 +272,9 @@ def test_controller_settings_agree_with_the_rendered_grader() -> None:
     deployments = of_kind(documents, "Deployment")
     container = deployments[f"{RELEASE}-autorl-controller"]["spec"]["template"]["spec"]["containers"][0]
     plain = {e["name"].removeprefix("AUTORL_").lower(): e["value"] for e in container["env"] if "value" in e}
-    settings = ControllerSettings.model_validate(
-        {k: json.loads(v) if v[:1] in "{[" else v for k, v in plain.items()}
-    )
+    values = {k: json.loads(v) if v[:1] in "{[" else v for k, v in plain.items()}
+    # The admin token comes from the chart's Secret (envFrom), not a plain value.
+    settings = ControllerSettings.model_validate({**values, "admin_token": secrets.token_urlsafe(24)})
     grader = deployments[f"{RELEASE}-autorl-grader"]["spec"]["template"]
     assert settings.grader_pod_labels.items() <= grader["metadata"]["labels"].items()
     assert settings.grader_port == grader["spec"]["containers"][0]["ports"][0]["containerPort"]

@@ -142,7 +142,7 @@ def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
         def worker_metrics() -> Samples:
             return parse(httpx.get(f"http://127.0.0.1:{worker_port}/metrics", timeout=5).text)
 
-        operator, model = SimpleNamespace(admin_token=SecretStr(token)), f"local:tiny-{secrets.token_hex(4)}"
+        operator, model = SimpleNamespace(admin_token_value=token), f"local:tiny-{secrets.token_hex(4)}"
 
         def new_run() -> RegisteredExperiment:
             return register(admin, operator, tiny_base_model, make_workspace(tmp_path), model=model)  # type: ignore[arg-type]

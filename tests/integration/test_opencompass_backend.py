@@ -33,7 +33,7 @@ from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.opencompass import OpenCompassBackend
 from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
-from autorl_evaluator.settings import WorkerSettings
+from tests.support.settings import DeploymentSettings
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.models import TrainedModel
@@ -59,7 +59,7 @@ TIMEOUT_S = 900
 
 @dataclass
 class WorkerRun:
-    settings: WorkerSettings
+    settings: DeploymentSettings
     checkpoint: Path
     timed_out: dict[str, Any]
     scored: dict[str, Any]
@@ -74,17 +74,16 @@ class WorkerRun:
     trained_summary_accuracy: float
 
 
-def _job_environment(settings: WorkerSettings) -> dict[str, str]:
+def _job_environment(settings: DeploymentSettings) -> dict[str, str]:
     """The worker's environment: the job reads its settings from AUTORL_* variables. Its own timeout
     and batch size say otherwise than the experiments' recorded ones, which win."""
-    assert settings.admin_token is not None
     return {
         "AUTORL_EVAL_BATCH_SIZE": "64",
         "AUTORL_HOME": str(settings.home),
         "AUTORL_DATABASE_URL": settings.database_url or "",
         "AUTORL_REDIS_URL": settings.redis_url or "",
         "AUTORL_REDIS_KEY_PREFIX": settings.redis_key_prefix,
-        "AUTORL_ADMIN_TOKEN": settings.admin_token.get_secret_value(),
+        "AUTORL_ADMIN_TOKEN": settings.admin_token_value,
         "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
         "AUTORL_EVAL_DEVICE": "cpu",
         "AUTORL_OPENCOMPASS_BIN": str(OPENCOMPASS_BIN),
@@ -142,7 +141,7 @@ def worker_run(
 
     pg_url = own_pg_url
     root = tmp_path_factory.mktemp("worker-path")
-    settings = WorkerSettings(
+    settings = DeploymentSettings(
         home=root / "home",
         admin_token=secrets.token_hex(16),
         redis_key_prefix=f"autorl-test-{run_id}-oc",
@@ -280,7 +279,7 @@ def test_hf_and_opencompass_backends_agree_on_every_sample(worker_run: WorkerRun
 
 
 def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
-    checkpoint: Path, make_settings: Callable[..., WorkerSettings], tmp_path: Path
+    checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
     broken = corrupt_weights(checkpoint, tmp_path / "broken")
     settings = make_settings(
