@@ -13,8 +13,7 @@ Every refusal raises a :class:`~autorl.grader_http.GradingError` subclass carryi
 from __future__ import annotations
 
 import time
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
@@ -29,6 +28,7 @@ from autorl.answers import (
 from autorl.grader_http import (
     AsyncHttpCaller,
     AuthenticationError,
+    BlockingClient,
     Call,
     Endpoint,
     ExperimentConflictError,
@@ -112,7 +112,7 @@ def _http_options(admin_token: str, user_agent: str) -> dict[str, Any]:
     return {"headers": {"Authorization": f"Bearer {admin_token}", "User-Agent": user_agent}}
 
 
-class AdminClient:
+class AdminClient(BlockingClient):
     """The admin API, blocking (``autorl run``). Use as a context manager, or call ``close()``."""
 
     def __init__(
@@ -128,17 +128,6 @@ class AdminClient:
             base_url=base_url.rstrip("/"), transport=transport, **_http_options(admin_token, user_agent)
         )
         self._caller = HttpCaller(http, timeout_s=timeout_s)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._caller.close()
 
     def ready(self) -> bool:
         """Whether the grader answers and reaches its database and queue."""

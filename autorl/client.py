@@ -16,8 +16,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, Self, overload
+from typing import Any, Literal, overload
 
 import httpx
 
@@ -33,6 +32,7 @@ from autorl.answers import (
 from autorl.errors import AutoRLError
 from autorl.grader_http import (
     AuthenticationError,
+    BlockingClient,
     DeadlineError,
     Endpoint,
     ExperimentConflictError,
@@ -115,7 +115,7 @@ SUBMIT = Endpoint[SubmissionAnswer | PendingAnswer](
 )
 
 
-class GradingClient:
+class GradingClient(BlockingClient):
     """Talks to one experiment's grading API. Use as a context manager, or call ``close()``."""
 
     def __init__(
@@ -146,17 +146,6 @@ class GradingClient:
                 "(run under `autorl run` or pass the URL to GradingClient(url))"
             )
         return cls(url, env.get("AUTORL_TOKEN") or None, **kwargs)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._caller.close()
 
     def health(self) -> HealthAnswer:
         return self._caller.send(HEALTH.call())

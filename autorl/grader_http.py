@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Generic, Literal, TypeVar, cast
+from types import TracebackType
+from typing import Any, Generic, Literal, Self, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -231,3 +232,20 @@ class AsyncHttpCaller(_Caller):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+class BlockingClient:
+    """A client holding one :class:`HttpCaller`: closes it, also as a context manager."""
+
+    _caller: HttpCaller
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._caller.close()

@@ -228,16 +228,10 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     record["wall_s"] = round(time.monotonic() - started, 1)
     record["gpu_peak_used_mib"] = sampler.stop()
     record["terminal_tail"] = lines[-12:]
-    rows = json.loads(
-        subprocess.run(
-            [*autorl_command(), "results", "--json", "--home", str(home)],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True,
-        ).stdout
-    )  # fmt: skip
-    if not rows:
+    row = last_results_row(home, env)
+    if row is None:
         record["error"] = "no results row"
         return record
-    row = rows[-1]
     record["results_row"] = row
     workspace = Path(str(row["workspace"]))
     record["submissions"] = submissions(workspace / "scores.json")
@@ -245,6 +239,17 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     record["agent_log"] = [line for line in agent_log if " event=" in line and "example_grpo" in line][:40]
     record["agent_log_tail"] = agent_log[-15:]
     return record
+
+
+def last_results_row(home: Path, env: dict[str, str]) -> dict[str, Any] | None:
+    """The newest row of ``autorl results --json`` in that home, if any."""
+    rows = json.loads(
+        subprocess.run(
+            [*autorl_command(), "results", "--json", "--home", str(home)],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    return rows[-1] if rows else None
 
 
 def submissions(path: Path) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from autorl_run_gpu import autorl_command, submissions
+from autorl_run_gpu import autorl_command, last_results_row, submissions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "demo_cpu.json"
@@ -122,16 +122,10 @@ def run_variant(name: str, home: Path, cores: list[int], *, port: int, timeout: 
         "wall_s": round(time.monotonic() - started, 1),
         "terminal_tail": done.stdout.splitlines()[-12:] + done.stderr.splitlines()[-5:],
     }
-    rows = json.loads(
-        subprocess.run(
-            [*autorl_command(), "results", "--json", "--home", str(home)],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True,
-        ).stdout
-    )  # fmt: skip
-    if not rows:
+    row = last_results_row(home, env)
+    if row is None:
         record["error"] = "no results row"
         return record
-    row = rows[-1]
     scored = submissions(Path(str(row["workspace"])) / "scores.json")
     record.update(
         baseline=row["baseline"],

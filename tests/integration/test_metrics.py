@@ -23,7 +23,6 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import SecretStr
 
 from autorl.store import Database, FailureReason, migrate
 from autorl.store import repository as repo

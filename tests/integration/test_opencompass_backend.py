@@ -33,11 +33,11 @@ from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.opencompass import OpenCompassBackend
 from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
-from tests.support.settings import DeploymentSettings
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.models import TrainedModel
 from tests.support.opencompass_models import corrupt_weights, save_sharp_model
+from tests.support.settings import DeploymentSettings
 
 pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
 

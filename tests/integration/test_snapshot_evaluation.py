@@ -167,7 +167,9 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
     if response.status_code == 400:
         assert "changed while they were being submitted" in response.json()["detail"]
         return
-    assert response.status_code == 202, response.text
+    # The grader read the bytes before the swap landed: the same files as the reference reuse its
+    # score at once (200, final); otherwise the submission is queued (202) on the bytes it read.
+    assert response.status_code in (200, 202), response.text
     submission_id = response.json()["submission_id"]
     body = view(client, experiment, submission_id)
     if body["status"] == "queued":
