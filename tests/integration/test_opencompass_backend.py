@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ LIMIT = 4
 #: folder existed, on 2 cores beside another test's training) has started inference.
 LONG_MAX_NEW_TOKENS = 2500
 LONG_BATCH_SIZE = 1
+#: How many times the long experiment's test split repeats the fixture problems.
+LONG_REPEATS = 12
 TIMEOUT_TOO_SHORT_S = 150
 TIMEOUT_S = 900
 
@@ -142,11 +145,19 @@ def worker_run(
 
     pg_url = own_pg_url
     root = tmp_path_factory.mktemp("worker-path")
+    # The fixture problems repeated: the first LIMIT (the scored runs') are the fixture's own, and
+    # the long experiment's evaluation of all of them outlasts its hard timeout on an idle machine
+    # too (the tiny model's answers stop before 2,500 tokens: 16 problems took about 25 s).
+    data_source = root / "data"
+    (data_source / "gsm8k").mkdir(parents=True)
+    shutil.copy(FIXTURE_DATA / "gsm8k" / "train.jsonl", data_source / "gsm8k" / "train.jsonl")
+    fixture_test = (FIXTURE_DATA / "gsm8k" / "test.jsonl").read_text(encoding="utf-8")
+    (data_source / "gsm8k" / "test.jsonl").write_text(fixture_test * LONG_REPEATS, encoding="utf-8")
     settings = DeploymentSettings(
         home=root / "home",
         admin_token=secrets.token_hex(16),
         redis_key_prefix=f"autorl-test-{run_id}-oc",
-        data_source_dir=FIXTURE_DATA,
+        data_source_dir=data_source,
         database_url=pg_url,
         redis_url=redis_url,
         submit_wait_s=0.0,
