@@ -47,12 +47,11 @@ OPENCOMPASS_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
 #: Short answers keep a CPU evaluation to about a minute; the prompts are the real 4-shot ones.
 MAX_NEW_TOKENS = 24
 LIMIT = 4
-#: The timed-out submission belongs to an experiment asking for this many new tokens on every
-#: fixture problem (16), generated one prompt at a time; the builtin tiny model never stops early
-#: (2,500 tokens take about 6 s a prompt with transformers 5 on an idle core, twice that with
-#: OpenCompass's transformers 4), so inference alone lasts minutes, well past TIMEOUT_TOO_SHORT_S,
-#: by which time OpenCompass (about 30 s to start it on an idle machine; past 80 s, before its run
-#: folder existed, on 2 cores beside another test's training) has started inference.
+#: The timed-out submission belongs to an experiment asking for this many new tokens on each of
+#: its test problems (the fixture's 16, LONG_REPEATS times), one prompt at a time. The builtin tiny
+#: model's answers stop before that (16 problems took about 25 s on an idle machine), so the repeats
+#: make inference last minutes, well past TIMEOUT_TOO_SHORT_S, by which time OpenCompass (about 30 s
+#: to start on an idle machine, over 80 s on 2 cores beside another test's training) has started it.
 LONG_MAX_NEW_TOKENS = 2500
 LONG_BATCH_SIZE = 1
 #: How many times the long experiment's test split repeats the fixture problems.
