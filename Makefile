@@ -76,15 +76,16 @@ $(OC_VENV)/.installed: requirements-opencompass.txt docker/evaluator-worker.lock
 run: setup ## install, then run the embedded default experiment end to end (offline, CPU)
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
-test: setup ## install, run `make lint`, then the suite over two processes, then again in reverse order (not the container tests: make test-containers)
+# CI=1: a test whose dependency is missing fails instead of skipping (tests/support/requirements.py):
+# `make setup` installs every one, `make images` builds what the container tests run. The reverse
+# pass leaves the container tests out: they start the same images again, in no order of their own.
+test: setup images ## install, build the images, run `make lint`, then the whole suite over two processes, then again in reverse order (without the container tests)
 	$(MAKE) --no-print-directory lint
-	CI=1 $(PY) -m pytest -n 2 -m "not containers"
+	CI=1 $(PY) -m pytest -n 2
 	CI=1 $(PY) -m pytest -n 2 --reverse -m "not containers"
 
-# CI=1: a test whose dependency is missing fails instead of skipping (tests/support/requirements.py):
-# `make setup` installs every one. The container tests need every image built (a cold build takes about 35 minutes on 2 cores).
-test-containers: setup images ## build the images, then run the container tests (tests/containers/)
-	$(PY) -m pytest -m containers
+test-containers: setup images ## build the images, then run only the container tests (tests/containers/)
+	CI=1 $(PY) -m pytest -m containers
 
 # The fault tests with their outcomes recorded in bench/results/faults/, then docs/RELIABILITY.md
 # rewritten from them.

@@ -9,6 +9,13 @@ changed and, where the change cannot alter what a user sees, why (from
 ``bench/mutation_equivalent.toml``). ``python3 bench/reliability_report.py`` renders that file into
 docs/RELIABILITY.md.
 
+mutmut sees only the calls its own test process makes. A test that runs the grader as a process of
+its own (the checks that need another user's view of the files) reaches functions mutmut records no
+test for, or only in-process tests for. ``[tool.autorl.mutation.process_tests]`` names such tests,
+by the mutants they cover: every mutant of those patterns that survives mutmut's run is run again
+against them, with the processes they start importing the mutated copy (``PYTHONPATH``) under the
+same ``MUTANT_UNDER_TEST``; a failing test kills it. The tests must pass with no mutant first.
+
 mutmut names a mutant after its file's path and records which tests call a function by the module
 name the tests import it as; the two agree only where a package sits at the top of the folder
 mutmut runs in. The services' packages sit under ``services/``, so mutmut runs in ``.mutation/``,
@@ -46,6 +53,8 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "mutation.json"
+#: Outcomes of the process-level tests of the last run (mutant name → "killed" or "survived").
+PROCESS_OUTCOMES_NAME = "process-outcomes.json"
 #: Surviving mutants that cannot change what a user sees: mutant name → the changed line and why.
 EQUIVALENT = REPO_ROOT / "bench" / "mutation_equivalent.toml"
 MUTMUT = [sys.executable, "-m", "mutmut"]
@@ -104,11 +113,64 @@ def changed_line(diff: str) -> str:
     return ""
 
 
+def mutation_config() -> dict[str, Any]:
+    config: dict[str, Any] = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    return dict(config["tool"]["autorl"]["mutation"])
+
+
 def mutant_patterns() -> list[str]:
     """The mutants to run: ``[tool.autorl.mutation] mutants`` in pyproject.toml."""
-    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    patterns: list[str] = config["tool"]["autorl"]["mutation"]["mutants"]
+    patterns: list[str] = mutation_config()["mutants"]
     return patterns
+
+
+def process_tests() -> dict[str, list[str]]:
+    """``[tool.autorl.mutation.process_tests]``: mutant pattern → the tests (pytest ids) that run the
+    code those mutants change in processes of their own."""
+    tests: dict[str, list[str]] = mutation_config().get("process_tests", {})
+    return tests
+
+
+def process_test_env(mutant: str) -> dict[str, str]:
+    """The environment of a process-level test run under ``mutant`` ("" for none): every process the
+    tests start imports the packages from mutmut's mutated copy first."""
+    copy = str(WORKDIR / "mutants")
+    path = os.pathsep.join(p for p in (copy, os.environ.get("PYTHONPATH", "")) if p)
+    return {**test_env(), "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": path}
+
+
+def run_process_tests(tests: list[str], mutant: str) -> bool:
+    """Whether ``tests`` pass under ``mutant``, run in mutmut's mutated copy as mutmut runs its own."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x"]
+    done = subprocess.run(
+        [*command, *tests], cwd=WORKDIR / "mutants", env=process_test_env(mutant), capture_output=True
+    )
+    return done.returncode == 0
+
+
+def process_stage(outcomes: dict[str, str]) -> dict[str, str]:
+    """The surviving (or untested) mutants that :func:`process_tests` names, run against those
+    tests: mutant → "killed" or "survived". Written beside mutmut's state for :func:`collect`."""
+    results: dict[str, str] = {}
+    for pattern, tests in process_tests().items():
+        unkilled = {n for n, s in outcomes.items() if s in ("survived", "no tests")}
+        names = sorted(n for n in unkilled if fnmatch.fnmatchcase(n, pattern))
+        if not names:
+            continue
+        if not run_process_tests(tests, ""):
+            listed = " ".join(tests)
+            raise SystemExit(f"the process-level tests for {pattern} fail without a mutant: {listed}")
+        for name in names:
+            results[name] = "survived" if run_process_tests(tests, name) else "killed"
+            print(f"process tests: {name} {results[name]}")
+    (WORKDIR / "mutants" / PROCESS_OUTCOMES_NAME).write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def process_outcomes() -> dict[str, str]:
+    path = WORKDIR / "mutants" / PROCESS_OUTCOMES_NAME
+    found: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    return found
 
 
 def module_patterns(modules: list[str]) -> list[str]:
@@ -162,6 +224,9 @@ def collect(modules: list[str] | None = None) -> dict[str, Any]:
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     patterns = mutant_patterns() if modules is None else module_patterns(modules)
     everything = parse_results(_mutmut("results", "--all", "true"))
+    # A mutant a process-level test killed counts as killed (process_stage).
+    killed = {n for n, s in process_outcomes().items() if s == "killed" and n in everything}
+    everything.update(dict.fromkeys(killed, "killed"))
     outcomes = {name: status for name, status in everything.items() if selected(name, patterns)}
     if not outcomes:
         raise SystemExit("no mutants found: run `make mutation` first")
@@ -180,6 +245,7 @@ def collect(modules: list[str] | None = None) -> dict[str, Any]:
         "modules": [repository_path(path) for path in config["source_paths"]],
         "mutants_run": mutant_patterns(),
         "tests": config["pytest_add_cli_args_test_selection"],
+        "process_tests": process_tests(),
         "outcomes": dict(sorted(Counter(outcomes.values()).items())),
         "outcomes_by_module": {module: dict(sorted(c.items())) for module, c in sorted(by_module.items())},
         "mutants": len(outcomes),
@@ -253,6 +319,8 @@ def main() -> None:
     else:
         prepare_workdir()
         subprocess.run([*MUTMUT, "run", *mutant_patterns()], cwd=WORKDIR, env=test_env(), check=False)
+    if not args.collect:
+        process_stage(parse_results(_mutmut("results", "--all", "true")))
     results = collect(args.modules)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")

@@ -99,6 +99,19 @@ def _carried_over(modules: dict[str, str]) -> str:
     return f" Not run again then, so counted as their last run left them: {listed}."
 
 
+def _process_tests(tests: dict[str, list[str]]) -> str:
+    """The mutants also run against tests that start the grader as a process of its own."""
+    if not tests:
+        return ""
+    listed = "; ".join(
+        f"{_code(pattern)} against {', '.join(map(_code, ids))}" for pattern, ids in tests.items()
+    )
+    return (
+        " The survivors of these patterns were then run against tests that start the grader as a process"
+        f" of its own (mutmut sees only its own process's calls), the grader importing the mutant: {listed}."
+    )
+
+
 def mutation_table() -> str:
     data = load_results("mutation")
     outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
@@ -109,6 +122,7 @@ def mutation_table() -> str:
         f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants, "
         f"each against the tests among {', '.join(map(_code, data['tests']))} that call the changed "
         f"function. Outcomes: {outcomes}. Mutants run: {', '.join(map(_code, data['mutants_run']))}."
+        + _process_tests(data.get("process_tests", {}))
         + _carried_over(data.get("carried_over", {})),
         "",
         "| module | " + " | ".join(columns) + " |",

@@ -204,6 +204,13 @@ def test_agent_container_trains_submits_and_the_worker_container_scores(platform
         assert event in agent_log, f"{event}\n{agent_logs[-2000:]}\n{agent_log[-6000:]}"
     assert list((workspace / "output").iterdir()), "no checkpoint saved"
 
+    # It submitted through the grader's URL, and the worker container scored every submission.
+    scored = wait_for(admin, ref.grader_name, lambda v: v["in_flight"] == 0, platform, 600)
+    assert scored["total_submissions"] >= 1, (scored, agent_log[-6000:])
+    assert scored["failed_submissions"] == 0, (scored, logs(platform.containers[1])[-5000:])
+    assert scored["best_score"] is not None and 0.0 <= scored["best_score"] <= 100.0, scored
+    assert scored["improvement"] == pytest.approx(scored["best_score"] - scored["baseline_score"]), scored
+
 
 def wait_for(
     admin: httpx.Client, name: str, check: Any, platform: Platform, timeout_s: float = 600
