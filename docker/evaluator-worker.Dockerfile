@@ -50,4 +50,6 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 AUTORL_HOME=/var/lib/autorl \
     AUTORL_OPENCOMPASS_BIN=/opt/venv/bin/opencompass AUTORL_EVAL_BACKEND=opencompass \
     HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 USER 10001
+# Prometheus metrics, where AUTORL_WORKER_METRICS_PORT (the chart's evaluator.metricsPort) asks for them.
+EXPOSE 9100
 CMD ["autorl", "worker"]

@@ -43,6 +43,9 @@ from tests.support.podman_pods import PodHost, logs, remove, run_to_completion, 
 pytestmark = [pytest.mark.slow, pytest.mark.containers]
 
 BUDGET_S = 240
+#: The evaluator's data step reads GSM8K's test split from a claim (no hub here): the suite's fixture.
+DATA_CLAIM = "gsm8k-data"
+FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
 #: Evaluation kept small on CPU: the recorded config comes from the grader's settings.
 EVAL_ENV = {"AUTORL_EVAL_LIMIT": "8", "AUTORL_EVAL_MAX_NEW_TOKENS": "16", "AUTORL_EVAL_BATCH_SIZE": "8"}
 
@@ -92,7 +95,10 @@ def platform(
                 "service": {"port": port, "adminPort": admin_port},
                 "extraEnv": EVAL_ENV,
             },
-            "evaluator": {"extraEnv": EVAL_ENV},
+            "evaluator": {
+                "extraEnv": EVAL_ENV,
+                "testData": {"source": "folder", "existingClaim": DATA_CLAIM, "folder": "/"},
+            },
         },
     )
     documents = render_chart(values, release)
@@ -115,6 +121,7 @@ def platform(
         for volume in doc["spec"]["template"]["spec"].get("volumes", [])
         if "persistentVolumeClaim" in volume and volume["name"] in claims
     }
+    claim_names[DATA_CLAIM] = FIXTURE_DATA
     services = [
         f"{doc['metadata']['name']}{suffix}"
         for doc in documents

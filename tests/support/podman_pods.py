@@ -158,6 +158,25 @@ def run_args(pod: Mapping[str, Any], container: Mapping[str, Any], host: PodHost
     return args
 
 
+def _run_one(
+    pod: Mapping[str, Any], container: Mapping[str, Any], host: PodHost, name: str, timeout: float
+) -> tuple[str, int, str]:
+    """One container run to its end: (its name in the pod, exit code, logs)."""
+    container_name = f"{name}-{container['name']}"
+    podman("rm", "-f", container_name, check=False)
+    result = podman("run", *run_args(pod, container, host, container_name), timeout=timeout, check=False)
+    podman("rm", "-f", container_name, check=False)
+    return container["name"], result.returncode, result.stdout + result.stderr
+
+
+def _start_one(pod: Mapping[str, Any], container: Mapping[str, Any], host: PodHost, name: str) -> str:
+    """One container started in the background; returns its podman name."""
+    container_name = f"{name}-{container['name']}"
+    podman("rm", "-f", container_name, check=False)
+    podman("run", "-d", *run_args(pod, container, host, container_name))
+    return container_name
+
+
 def run_to_completion(
     pod: Mapping[str, Any], host: PodHost, name: str, *, timeout: float
 ) -> list[tuple[str, int, str]]:
@@ -172,18 +191,11 @@ def run_to_completion(
     sidecars: list[str] = []
     try:
         for container in [*pod.get("initContainers", []), *pod["containers"]]:
-            container_name = f"{name}-{container['name']}"
-            podman("rm", "-f", container_name, check=False)
-            arguments = run_args(pod, container, host, container_name)
             if container.get("restartPolicy") == "Always":
-                podman("run", "-d", *arguments)
-                sidecars.append(container_name)
+                sidecars.append(_start_one(pod, container, host, name))
                 continue
-            result = podman("run", *arguments, timeout=timeout, check=False)
-            logs = result.stdout + result.stderr
-            podman("rm", "-f", container_name, check=False)
-            results.append((container["name"], result.returncode, logs))
-            if result.returncode != 0:
+            results.append(_run_one(pod, container, host, name, timeout))
+            if results[-1][1] != 0:
                 break
     finally:
         for sidecar in sidecars:
@@ -192,16 +204,25 @@ def run_to_completion(
     return results
 
 
-def start(pod: Mapping[str, Any], host: PodHost, name: str) -> list[str]:
-    """Start a pod's containers in the background (a Deployment's pod); returns their names."""
-    if pod.get("initContainers"):
-        raise NotImplementedError("init containers in a started pod")
-    names = []
-    for container in pod["containers"]:
-        container_name = f"{name}-{container['name']}"
-        podman("rm", "-f", container_name, check=False)
-        podman("run", "-d", *run_args(pod, container, host, container_name))
-        names.append(container_name)
+def start(pod: Mapping[str, Any], host: PodHost, name: str, *, init_timeout: float = 600) -> list[str]:
+    """Start a pod's containers in the background (a Deployment's pod); returns their names.
+
+    As the kubelet: each init container first, in order, run to its end (one that fails stops the
+    start, with its logs), a native sidecar started where it stands; then the containers.
+    """
+    names: list[str] = []
+    try:
+        for container in pod.get("initContainers", []):
+            if container.get("restartPolicy") == "Always":
+                names.append(_start_one(pod, container, host, name))
+                continue
+            init_name, code, output = _run_one(pod, container, host, name, init_timeout)
+            if code != 0:
+                raise AssertionError(f"init container {init_name} of {name} exited {code}:\n{output[-5000:]}")
+        names += [_start_one(pod, container, host, name) for container in pod["containers"]]
+    except BaseException:
+        remove(*names)
+        raise
     return names
 
 

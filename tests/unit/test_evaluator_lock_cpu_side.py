@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support.lock_tool import load_lock_tool
 
@@ -63,3 +66,27 @@ def test_lock_tool_refuses_a_lock_without_hashes(tmp_path: Path) -> None:
         [sys.executable, str(REPO / "docker" / "lock_cpu_side.py"), str(lock)], capture_output=True, text=True
     )
     assert result.returncode == 1 and "no opencompass pin" in result.stderr
+
+
+def test_every_package_the_worker_declares_is_in_both_evaluator_images() -> None:
+    # Our packages go into the images without dependencies, so the lock alone must bring every
+    # distribution the core and the worker declare, at a version they accept (the CPU side for the
+    # cpu image, the whole lock for the gpu image). A dependency added to a pyproject.toml but not
+    # to docker/evaluator-worker.in fails here, not in a running worker.
+    tool = load_lock_tool()
+    lock = LOCK.read_text()
+    pins = {name: version for name, (version, _parents, _text) in tool.parse(lock).items()}
+    cpu_side = set(tool.cpu_side(lock))
+    declared = [
+        Requirement(text)
+        for pyproject in (REPO / "pyproject.toml", REPO / "services" / "evaluator-worker" / "pyproject.toml")
+        for text in tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    ]
+    wrong = []
+    for requirement in declared:
+        name = canonicalize_name(requirement.name)
+        if name == "autorl":
+            continue
+        if name not in cpu_side or not requirement.specifier.contains(pins[name], prereleases=True):
+            wrong.append(f"{requirement} (lock: {pins.get(name, 'absent')}, cpu side: {name in cpu_side})")
+    assert not wrong, f"not in the evaluator images as declared: {wrong}"

@@ -731,6 +731,16 @@ def test_a_sidecar_keeps_the_agents_files_readable_by_the_graders_group(
     volume = pod["volumes"][0]["name"]
     shared = [m for m in sidecar["volumeMounts"] if m["name"] == volume]
     assert shared == [{"name": volume, "mountPath": "/workspace", "subPath": REF.workspace_subpath}]
+    # Its scratch space (the root file system is read-only) is its own: an emptyDir no other
+    # container of the pod mounts, so nothing the agent leaves in its /tmp is in the sidecar's.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (scratch,) = [m for m in sidecar["volumeMounts"] if m["name"] != volume]
+    assert scratch["mountPath"] == "/tmp" and volumes[scratch["name"]] == {
+        "name": scratch["name"],
+        "emptyDir": {},
+    }
+    others = [c for c in [*pod["initContainers"], *pod["containers"]] if c is not sidecar]
+    assert all(m["name"] != scratch["name"] for c in others for m in c["volumeMounts"])
     # The agent itself never gets the platform's group.
     agent = pod["containers"][0]
     assert "runAsGroup" not in agent["securityContext"]

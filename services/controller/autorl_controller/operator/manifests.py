@@ -251,6 +251,15 @@ def _tmp_mount() -> dict[str, Any]:
     return {"name": TMP_VOLUME, "mountPath": "/tmp"}
 
 
+#: The platform sidecars' own scratch space: they share nothing with the agent but its workspace
+#: (no file the agent plants in its /tmp is ever in theirs).
+SIDECAR_TMP_VOLUME = "sidecar-tmp"
+
+
+def _sidecar_tmp_mount() -> dict[str, Any]:
+    return {"name": SIDECAR_TMP_VOLUME, "mountPath": "/tmp"}
+
+
 def build_prepare_job(
     ref: ExperimentRef, spec: ExperimentSpec, settings: ControllerSettings
 ) -> dict[str, Any]:
@@ -437,7 +446,7 @@ def build_group_read_sidecar(ref: ExperimentRef, settings: ControllerSettings) -
     """
     sidecar = _platform_sidecar(GROUP_READ_CONTAINER, "group-read", settings)
     sidecar["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
-    sidecar["volumeMounts"] = [_workspace_mount(ref)]
+    sidecar["volumeMounts"] = [_sidecar_tmp_mount(), _workspace_mount(ref)]
     return sidecar
 
 
@@ -477,7 +486,7 @@ def build_mirror_sidecar(
         ],
         "envFrom": [{"secretRef": {"name": ref.secret_name}}],
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        "volumeMounts": [_tmp_mount(), _workspace_mount(ref)],
+        "volumeMounts": [_sidecar_tmp_mount(), _workspace_mount(ref)],
     }
 
 
@@ -509,7 +518,7 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "terminationGracePeriodSeconds": settings.agent_stop_grace_s,
         # No fsGroup: the kubelet would hand the whole shared volume to the agent's group.
         "securityContext": _pod_security(settings, agent_run_as_id(ref, settings)),
-        "volumes": [_shared_volume(settings), _tmp_volume()],
+        "volumes": [_shared_volume(settings), _tmp_volume(), {"name": SIDECAR_TMP_VOLUME, "emptyDir": {}}],
     }
     if spec.agent.builtin is not None:
         container["image"] = settings.runner_image
