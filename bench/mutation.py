@@ -78,8 +78,17 @@ def prepare_workdir() -> None:
 
 
 def test_env() -> dict[str, str]:
-    """Each mutant's tests are a test run of their own: they share one build of the builtin model."""
-    return {**os.environ, "AUTORL_TEST_MODELS_DIR": str(WORKDIR / "models")}
+    """Each mutant's tests are a test run of their own: they share one build of the builtin model.
+
+    One thread for torch's OpenMP pool: mutmut forks each mutant's run from a process that has used
+    torch, and a pool of threads started before a fork hangs the child at its first parallel op
+    (every such mutant then ends as a timeout)."""
+    return {
+        **os.environ,
+        "AUTORL_TEST_MODELS_DIR": str(WORKDIR / "models"),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
 
 
 def repository_path(path: str) -> str:

@@ -30,7 +30,7 @@ import pytest
 from autorl.snapshot import snapshot_base_model, snapshot_submission
 from autorl_agent_runner.group_read import MAX_DEPTH, WalkResult, make_group_readable
 from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
-from tests.support.grading import register
+from tests.support.grading import RegisteredExperiment, register
 from tests.support.infra import free_port
 from tests.support.service_processes import service_env, stop, wait_until_serving
 from tests.support.settings import DeploymentSettings
@@ -402,8 +402,23 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
 
             with ThreadPoolExecutor(2) as pool:
                 took = sorted(pool.map(lambda _: submit_timed(), range(2)))
-            assert took[0] < 2.0 and took[1] >= 2.5, took
+            # The other is refused after one try (tens of milliseconds), not after re-checks: those
+            # come every UNREADABLE_POLL_S (0.25 s), so even a wait of 1 s would take 0.75 s.
+            assert took[0] < 0.5 and took[1] >= 2.5, took
             assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 0
+
+            # Two experiments at once: each may wait (one waiting submit per experiment, not per grader).
+            other = register(client, settings, volume.model, unreadable_copy(volume, checkpoint, AGENT_B))
+
+            def submit_to(target: RegisteredExperiment) -> float:
+                began = time.monotonic()
+                answer = client.post(f"{target.url_path}/submit", json={"model_path": "output/ckpt"})
+                assert answer.status_code == 400 and "cannot be read by the grader" in answer.json()["detail"]
+                return time.monotonic() - began
+
+            with ThreadPoolExecutor(2) as pool:
+                took = list(pool.map(submit_to, [experiment, other]))
+            assert min(took) >= 2.5, took
 
             # The agent does what the answer says, while a second submit is still waiting: accepted.
             def fix_later() -> None:
@@ -421,6 +436,21 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
             assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 1
     finally:
         stop(grader)
+
+
+def unreadable_copy(volume: Volume, checkpoint: Path, agent: int) -> Path:
+    """A second experiment's workspace beside the first, of another agent's user, holding a copy
+    of ``checkpoint`` whose files are that user's alone (0600, as safetensors writes them)."""
+    workspace = volume.workspace.with_name("exp-b")
+    claimed = call_as(agent, claim_workspace, workspace, PLATFORM, groups=[PLATFORM])
+    assert claimed.ok, claimed.value
+    assert call_as(agent, make_output, workspace).ok
+    copy = workspace / "output" / "ckpt"
+    shutil.copytree(checkpoint, copy)
+    for path in [copy, *copy.iterdir()]:
+        os.chown(path, agent, agent)
+        path.chmod(0o755 if path.is_dir() else 0o600)
+    return workspace
 
 
 def replace_output_by_link(output: Path, target: Path) -> None:
