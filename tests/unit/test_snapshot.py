@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -849,3 +851,249 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 
     monkeypatch.setattr(snapshot_module, "_copy_weights", copy_then_rewrite)
     assert "changed while they were being submitted" in refusal()
+
+
+# --- what each refusal says, at the limits ----------------------------------------------------
+
+
+def test_storage_left_with_exactly_its_reserve_after_the_copy_takes_the_checkpoint(
+    workspace: Path, tiny_base_model: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reserve is what must be left, no more: the refusal names the free bytes and the size, and
+    with the reserve set to exactly their difference the checkpoint is taken. The storage is a
+    tmpfs (/dev/shm), whose free space only moves with what is written to it."""
+    from autorl import snapshot as snapshot_module
+    from autorl.errors import ServiceUnavailableError
+
+    storage = Path(tempfile.mkdtemp(prefix="autorl-snapshots-", dir="/dev/shm"))
+    try:
+        take = _taker(workspace, tiny_base_model, storage)
+        counts = re.compile(r"has (\d+) bytes free, too few to take this (\d+)-byte checkpoint")
+        monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", shutil.disk_usage(storage).total)
+        with pytest.raises(ServiceUnavailableError) as caught:
+            take()
+        for _ in range(20):
+            found = counts.search(str(caught.value))
+            assert found is not None, caught.value
+            free, needed = map(int, found.groups())
+            monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", free - needed)
+            try:
+                take()
+            except ServiceUnavailableError as refused:
+                now = counts.search(str(refused))
+                assert now is not None and int(now.group(1)) != free, (
+                    f"refused with the reserve left: {refused}"
+                )
+                caught.value = refused  # someone else wrote to /dev/shm meanwhile: again
+                continue
+            return
+        pytest.fail("the free space of /dev/shm never held still")
+    finally:
+        shutil.rmtree(storage)
+
+
+def test_a_full_snapshot_storage_says_who_can_grow_it(
+    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl import snapshot as snapshot_module
+    from autorl.errors import ServiceUnavailableError
+
+    monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", shutil.disk_usage(snapshots.parent).total)
+    with pytest.raises(ServiceUnavailableError) as caught:
+        take()
+    assert re.fullmatch(
+        rf"the evaluator storage \({re.escape(str(snapshots))}\) has \d+ bytes free, too few to take "
+        r"this \d+-byte checkpoint; retry once queued evaluations have finished \(operators: grow "
+        r"AUTORL_SNAPSHOT_DIR's volume\)",
+        str(caught.value),
+    ), caught.value
+
+
+def test_ignored_links_are_listed_as_links_not_as_what_they_point_to(
+    take: Callable[..., Snapshot], checkpoint: Path, tmp_path: Path
+) -> None:
+    (checkpoint / "checkpoint-500").mkdir()
+    (checkpoint / "latest").symlink_to(checkpoint / "checkpoint-500", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    (checkpoint / "runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (checkpoint / "dangling").symlink_to(tmp_path / "not-there")
+    assert take().ignored_files == ("checkpoint-500/", "dangling", "latest", "runs")
+
+
+def test_an_ignored_name_that_is_not_utf8_is_listed_escaped(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    os.close(os.open(os.fsencode(checkpoint) + b"/notes-\xff\xfe.txt", os.O_WRONLY | os.O_CREAT, 0o644))
+    os.mkdir(os.fsencode(checkpoint) + b"/run-\xe9")
+    assert take().ignored_files == ("notes-\\udcff\\udcfe.txt", "run-\\udce9/")
+
+
+def test_a_symlinked_model_file_is_refused_with_the_whole_fix(
+    refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path
+) -> None:
+    (checkpoint / "tokenizer.json").unlink()
+    (checkpoint / "tokenizer.json").symlink_to(tiny_base_model / "tokenizer.json")
+    assert refusal() == (
+        "output/ckpt/tokenizer.json is a symbolic link, and links are never followed; copy the file "
+        "into the checkpoint folder instead of linking it (model.save_pretrained(path) writes real files)"
+    )
+
+
+def _linked_base(tiny_base_model: Path, tmp_path: Path) -> Path:
+    """The base model laid out like a hub cache: each file a link to a blob elsewhere."""
+    blobs, linked = tmp_path / "blobs", tmp_path / "linked-base"
+    shutil.copytree(tiny_base_model, blobs)
+    linked.mkdir()
+    for blob in blobs.iterdir():
+        (linked / blob.name).symlink_to(blob)
+    return linked
+
+
+def test_the_base_models_links_are_followed(tiny_base_model: Path, tmp_path: Path, snapshots: Path) -> None:
+    linked = _linked_base(tiny_base_model, tmp_path)
+    snapshot = snapshot_base_model(linked, snapshots)
+    assert not any(path.is_symlink() for path in snapshot.path.iterdir())
+    assert (snapshot.path / "model.safetensors").read_bytes() == (
+        tiny_base_model / "model.safetensors"
+    ).read_bytes()
+    assert snapshot.fingerprint == snapshot_base_model(tiny_base_model, snapshots).fingerprint
+
+
+def test_a_base_model_link_to_nothing_is_refused(
+    tiny_base_model: Path, tmp_path: Path, snapshots: Path
+) -> None:
+    linked = _linked_base(tiny_base_model, tmp_path)
+    (tmp_path / "blobs" / "generation_config.json").unlink()
+    with pytest.raises(CheckpointError) as caught:
+        snapshot_base_model(linked, snapshots)
+    assert str(caught.value) == (
+        "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
+        "folder and submit it once it is complete"
+    )
+
+
+def test_a_file_that_cannot_be_opened_is_named_with_the_reason(
+    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path
+) -> None:
+    """Out of descriptors after the first file: the second one is named, with the system's reason."""
+    import resource
+
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(3)]
+    for fd in held:
+        os.close(fd)
+    # The folder ends on the second free descriptor, the first file (config.json) takes the first.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (held[2], hard))
+    try:
+        with pytest.raises(CheckpointError) as caught:
+            take()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert str(caught.value) == (
+        "output/ckpt/generation_config.json cannot be opened (Too many open files); save the model with "
+        "model.save_pretrained(path) and tokenizer.save_pretrained(path)"
+    )
+    assert list(snapshots.iterdir()) == []
+
+
+@pytest.mark.parametrize("size", [1024 * 1024, 1024 * 1024 + 1])
+def test_a_file_of_exactly_its_size_cap_is_accepted(
+    take: Callable[..., Snapshot], refusal: Callable[..., str], checkpoint: Path, size: int
+) -> None:
+    config = (checkpoint / "generation_config.json").read_bytes()
+    (checkpoint / "generation_config.json").write_bytes(config + b" " * (size - len(config)))
+    if size == 1024 * 1024:
+        assert "generation_config.json" in _files(take())
+    else:
+        assert "is 1048577 bytes, more than the 1048576 allowed for generation_config.json" in refusal()
+
+
+@pytest.mark.parametrize(
+    ("size", "hole", "sparse"),
+    [
+        # 1 MiB at most: never held to the rule, holes or not.
+        (1024 * 1024, (4096, 1024 * 1024), False),
+        # Exactly half data: not sparse.
+        (2 * 1024 * 1024, (1024 * 1024, 2 * 1024 * 1024), False),
+        # A hole of 1 MiB, then 2 bytes less than half the file: sparse.
+        (2 * 1024 * 1024 - 2, (0, 1024 * 1024), True),
+    ],
+    ids=["one-mib", "half", "just-under-half"],
+)
+def test_the_sparse_file_limits(
+    take: Callable[..., Snapshot],
+    refusal: Callable[..., str],
+    checkpoint: Path,
+    size: int,
+    hole: tuple[int, int],
+    sparse: bool,
+) -> None:
+    _write_with_a_hole(checkpoint / "merges.txt", size, hole)
+    with (checkpoint / "merges.txt").open("r+b") as file:
+        file.truncate(size)  # a hole that ends the file
+    if sparse:
+        assert "merges.txt is a sparse file" in refusal()
+    else:
+        assert (take().path / "merges.txt").read_bytes() == (checkpoint / "merges.txt").read_bytes()
+
+
+@pytest.mark.parametrize("change", [b"appended", b""], ids=["grown", "shrunk"])
+def test_a_small_file_changed_before_it_is_read_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, monkeypatch: pytest.MonkeyPatch, change: bytes
+) -> None:
+    """A writer racing the snapshot: tokenizer.json changes size after it was opened and checked,
+    before its bytes are read (the weights' header check comes in between)."""
+    from autorl import snapshot as snapshot_module
+
+    compare = snapshot_module.compare_to_base
+
+    def compare_then_rewrite(*args: Any) -> None:
+        compare(*args)
+        path = checkpoint / "tokenizer.json"
+        data = path.read_bytes()
+        with path.open("r+b") as handle:
+            if change:
+                handle.seek(0, os.SEEK_END)
+                handle.write(change)
+            else:
+                handle.truncate(len(data) - 10)
+
+    monkeypatch.setattr(snapshot_module, "compare_to_base", compare_then_rewrite)
+    assert refusal() == (
+        "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
+        "folder and submit it once it is complete"
+    )
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to drop capabilities"
+)
+def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
+    checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
+) -> None:
+    """As user 0 without capabilities (the owner of a mode-000 file, denied like anyone)."""
+    import subprocess
+    import sys
+
+    (checkpoint / "tokenizer.json").chmod(0)
+    program = (
+        "from pathlib import Path\n"
+        "from autorl.snapshot import snapshot_submission\n"
+        "try:\n"
+        f"    snapshot_submission('output/ckpt', workspace=Path({str(workspace)!r}),\n"
+        f"        output_dir=Path({str(workspace / 'output')!r}),\n"
+        f"        base_model_dir=Path({str(tiny_base_model)!r}),\n"
+        f"        snapshot_root=Path({str(snapshots)!r}), render_check=lambda template: None)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    unprivileged = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
+    done = subprocess.run(
+        [*unprivileged, sys.executable, "-P", "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.startswith(
+        "UnreadableCheckpointError $WORKSPACE/output/ckpt/tokenizer.json cannot be read by the grader "
+        "(permission denied): the grader reads checkpoints through the workspace's group, and this "
+        "file gives the group no read permission"
+    ), done.stdout + done.stderr
+    assert 'Run chmod -R g+rX "$WORKSPACE/output/ckpt" and submit again' in done.stdout
