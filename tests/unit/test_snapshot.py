@@ -1097,3 +1097,152 @@ def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
         "file gives the group no read permission"
     ), done.stdout + done.stderr
     assert 'Run chmod -R g+rX "$WORKSPACE/output/ckpt" and submit again' in done.stdout
+
+
+# --- the submitted path and the folder's weights, message by message ---------------------------
+
+_UNREADABLE_FOLDER = (
+    "{name} cannot be read by the grader (permission denied): the grader reads checkpoints through "
+    "the workspace's group, and this folder gives the group no read and search permission "
+    "(safetensors and tempfile create files 0600, mkdtemp folders 0700; in a pod the platform adds "
+    'group-read within seconds of a save, but not here). Run chmod -R g+rX "{name}" and submit '
+    "again; this refusal does not count against your submission limit"
+)
+_NEEDS_SETPRIV = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to drop capabilities"
+)
+
+
+def _unprivileged_refusal(model_path: str, workspace: Path, tiny_base_model: Path, snapshots: Path) -> str:
+    """The refusal of a snapshot taken as user 0 without capabilities (denied by modes like anyone)."""
+    import subprocess
+    import sys
+
+    program = (
+        "from pathlib import Path\n"
+        "from autorl.snapshot import snapshot_submission\n"
+        "try:\n"
+        f"    snapshot_submission({model_path!r}, workspace=Path({str(workspace)!r}),\n"
+        f"        output_dir=Path({str(workspace / 'output')!r}),\n"
+        f"        base_model_dir=Path({str(tiny_base_model)!r}),\n"
+        f"        snapshot_root=Path({str(snapshots)!r}), render_check=lambda template: None)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    unprivileged = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
+    done = subprocess.run(
+        [*unprivileged, sys.executable, "-P", "-c", program], capture_output=True, text=True, timeout=120
+    )
+    return done.stdout.strip() + done.stderr
+
+
+@_NEEDS_SETPRIV
+def test_an_output_folder_the_grader_may_not_read_is_named_as_the_agent_names_it(
+    checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
+) -> None:
+    (workspace / "output").chmod(0)
+    try:
+        refused = _unprivileged_refusal("output/ckpt", workspace, tiny_base_model, snapshots)
+    finally:
+        (workspace / "output").chmod(0o755)
+    assert refused == "UnreadableCheckpointError " + _UNREADABLE_FOLDER.format(name="$WORKSPACE/output")
+
+
+@_NEEDS_SETPRIV
+@pytest.mark.parametrize("mode", [0o000, 0o400], ids=["unopenable", "unsearchable"])
+def test_a_folder_on_the_path_the_grader_may_not_read_is_named_with_its_fix(
+    workspace: Path, tiny_base_model: Path, snapshots: Path, mode: int
+) -> None:
+    runs = workspace / "output" / "runs"
+    shutil.copytree(tiny_base_model, runs / "ckpt")
+    runs.chmod(mode)
+    try:
+        refused = _unprivileged_refusal("output/runs/ckpt", workspace, tiny_base_model, snapshots)
+    finally:
+        runs.chmod(0o755)
+    assert refused == "UnreadableCheckpointError " + _UNREADABLE_FOLDER.format(name="$WORKSPACE/output/runs")
+
+
+@_NEEDS_SETPRIV
+def test_a_workspace_named_through_a_link_is_submitted_through_its_real_path(
+    tiny_base_model: Path, tmp_path: Path, snapshots: Path
+) -> None:
+    """The platform's path to output/ (the real path of the folder holding it) is accepted; a file
+    the grader may not read there is named by that path, the agent's name for it being unknown."""
+    real = tmp_path / "real-workspace"
+    shutil.copytree(tiny_base_model, real / "output" / "ckpt")
+    workspace = tmp_path / "workspace"
+    workspace.symlink_to(real, target_is_directory=True)
+    take = _taker(workspace, tiny_base_model, snapshots)
+    assert "model.safetensors" in _files(take(real / "output" / "ckpt"))
+    (real / "output" / "ckpt" / "tokenizer.json").chmod(0)
+    refused = _unprivileged_refusal(str(real / "output" / "ckpt"), workspace, tiny_base_model, snapshots)
+    assert refused.startswith(
+        f"UnreadableCheckpointError {real}/output/ckpt/tokenizer.json cannot be read by the grader "
+    ), refused
+    assert f'Run chmod -R g+rX "{real}/output/ckpt" and submit again' in refused
+
+
+def test_the_output_folder_as_a_link_is_refused_with_the_whole_fix(
+    refusal: Callable[..., str], workspace: Path, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    shutil.rmtree(workspace / "output")
+    shutil.copytree(tiny_base_model, tmp_path / "real" / "ckpt")
+    (workspace / "output").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert re.fullmatch(
+        rf"this experiment's output folder {re.escape(str(workspace / 'output'))} cannot be opened "
+        r"\([^)]+\); it must be a plain folder, not a link: save the model under OUTPUT_DIR and submit "
+        r"that folder",
+        refusal("output/ckpt"),
+    )
+
+
+@pytest.mark.parametrize("entries", [10_000, 10_001])
+def test_a_folder_may_hold_at_most_max_entries_entries(
+    take: Callable[..., Snapshot], refusal: Callable[..., str], checkpoint: Path, entries: int
+) -> None:
+    for number in range(entries - len(os.listdir(checkpoint))):
+        (checkpoint / f"step-{number:05}.log").touch()
+    assert len(os.listdir(checkpoint)) == entries
+    if entries == 10_000:
+        assert len(take().ignored_files) == 100
+    else:
+        assert refusal() == (
+            "output/ckpt holds more than 10000 entries; save the model into a folder of its own with "
+            "model.save_pretrained(path) and submit that folder"
+        )
+
+
+def test_weight_refusals_say_exactly_what_to_do(
+    refusal: Callable[..., str], checkpoint: Path, workspace: Path
+) -> None:
+    (checkpoint / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+    assert refusal() == (
+        "output/ckpt holds adapter_config.json: a LoRA/PEFT adapter, not a full model; merge it with "
+        "model = model.merge_and_unload() and save the full model with model.save_pretrained(path) "
+        "(plus the tokenizer), then submit that folder"
+    )
+    (checkpoint / "adapter_config.json").unlink()
+    (checkpoint / "model.safetensors.index.json").write_text("{}")
+    assert refusal() == (
+        "output/ckpt holds both model.safetensors and model.safetensors.index.json, two different sets "
+        "of weights; save the model into a fresh folder with model.save_pretrained(path) and submit "
+        "that folder"
+    )
+    (checkpoint / "model.safetensors").unlink()
+    (checkpoint / "model.safetensors.index.json").write_text('{"weight_map": ')
+    assert refusal().startswith("output/ckpt/model.safetensors.index.json is not a readable JSON file (")
+    (checkpoint / "model.safetensors.index.json").unlink()
+    for name in ("a.pt", "b.pth", "c.ckpt", "d.pkl", "pytorch_model.bin", "z.pt"):
+        (checkpoint / name).write_bytes(b"\x80\x04pickle")
+    assert refusal() == (
+        "output/ckpt holds pickle weights (a.pt, b.pth, c.ckpt, d.pkl, pytorch_model.bin), which can "
+        "run code when loaded and are not accepted; save the model with model.save_pretrained(path), "
+        "which writes model.safetensors (safetensors is its default), and submit that folder"
+    )
+    for name in ("a.pt", "b.pth", "c.ckpt", "d.pkl", "pytorch_model.bin", "z.pt"):
+        (checkpoint / name).unlink()
+    assert refusal() == (
+        "output/ckpt has no *.safetensors weights (model.safetensors); save the full model with "
+        "model.save_pretrained(path) (safetensors is its default) and submit that folder"
+    )
