@@ -1065,51 +1065,10 @@ def test_a_small_file_changed_before_it_is_read_is_refused(
     )
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to drop capabilities"
-)
-def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
-    checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
-) -> None:
-    """As user 0 without capabilities (the owner of a mode-000 file, denied like anyone)."""
-    import subprocess
-    import sys
-
-    (checkpoint / "tokenizer.json").chmod(0)
-    program = (
-        "from pathlib import Path\n"
-        "from autorl.snapshot import snapshot_submission\n"
-        "try:\n"
-        f"    snapshot_submission('output/ckpt', workspace=Path({str(workspace)!r}),\n"
-        f"        output_dir=Path({str(workspace / 'output')!r}),\n"
-        f"        base_model_dir=Path({str(tiny_base_model)!r}),\n"
-        f"        snapshot_root=Path({str(snapshots)!r}), render_check=lambda template: None)\n"
-        "except Exception as exc:\n"
-        "    print(type(exc).__name__, exc)\n"
-    )
-    unprivileged = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
-    done = subprocess.run(
-        [*unprivileged, sys.executable, "-P", "-c", program], capture_output=True, text=True, timeout=120
-    )
-    assert done.stdout.startswith(
-        "UnreadableCheckpointError $WORKSPACE/output/ckpt/tokenizer.json cannot be read by the grader "
-        "(permission denied): the grader reads checkpoints through the workspace's group, and this "
-        "file gives the group no read permission"
-    ), done.stdout + done.stderr
-    assert 'Run chmod -R g+rX "$WORKSPACE/output/ckpt" and submit again' in done.stdout
-
-
-# --- the submitted path and the folder's weights, message by message ---------------------------
-
-_UNREADABLE_FOLDER = (
-    "{name} cannot be read by the grader (permission denied): the grader reads checkpoints through "
-    "the workspace's group, and this folder gives the group no read and search permission "
-    "(safetensors and tempfile create files 0600, mkdtemp folders 0700; in a pod the platform adds "
-    'group-read within seconds of a save, but not here). Run chmod -R g+rX "{name}" and submit '
-    "again; this refusal does not count against your submission limit"
-)
-_NEEDS_SETPRIV = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to drop capabilities"
+#: Permission checks need a process that modes deny: user 0 with every capability dropped.
+_NEEDS_SETPRIV = pytest.mark.requires(
+    os.geteuid() == 0 and shutil.which("setpriv") is not None,
+    reason="needs root and setpriv to drop capabilities",
 )
 
 
@@ -1134,6 +1093,32 @@ def _unprivileged_refusal(model_path: str, workspace: Path, tiny_base_model: Pat
         [*unprivileged, sys.executable, "-P", "-c", program], capture_output=True, text=True, timeout=120
     )
     return done.stdout.strip() + done.stderr
+
+
+@_NEEDS_SETPRIV
+def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
+    checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
+) -> None:
+    """As user 0 without capabilities (the owner of a mode-000 file, denied like anyone)."""
+    (checkpoint / "tokenizer.json").chmod(0)
+    refused = _unprivileged_refusal("output/ckpt", workspace, tiny_base_model, snapshots)
+    assert refused.startswith(
+        "UnreadableCheckpointError $WORKSPACE/output/ckpt/tokenizer.json cannot be read by the grader "
+        "(permission denied): the grader reads checkpoints through the workspace's group, and this "
+        "file gives the group no read permission"
+    ), refused
+    assert 'Run chmod -R g+rX "$WORKSPACE/output/ckpt" and submit again' in refused
+
+
+# --- the submitted path and the folder's weights, message by message ---------------------------
+
+_UNREADABLE_FOLDER = (
+    "{name} cannot be read by the grader (permission denied): the grader reads checkpoints through "
+    "the workspace's group, and this folder gives the group no read and search permission "
+    "(safetensors and tempfile create files 0600, mkdtemp folders 0700; in a pod the platform adds "
+    'group-read within seconds of a save, but not here). Run chmod -R g+rX "{name}" and submit '
+    "again; this refusal does not count against your submission limit"
+)
 
 
 @_NEEDS_SETPRIV
