@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.infra import new_run_id, postgres_database, private_redis
+from tests.support.mutation_order import cheapest_first
 from tests.support.requirements import apply_requires_markers
 from tests.support.settings import DeploymentSettings
 
@@ -24,6 +25,12 @@ FIXTURE_DATA = REPO_ROOT / "tests" / "data"
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``requires`` markers skip a test without its dependency, or fail it when CI is set."""
     apply_requires_markers(item)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py)."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        items[:] = cheapest_first(items)
 
 
 @pytest.fixture(scope="module")
