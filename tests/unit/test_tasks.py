@@ -17,6 +17,7 @@ from autorl.tasks import Problem, Task, get_task, task_names
 from autorl.tasks.arith import MAX_OPERAND, ArithTask, generate_problems
 from autorl.tasks.base import ChatTokenizer, evaluation_messages, read_problems
 from autorl.tasks.gsm8k import GSM8KTask, extract_answer, is_correct
+from tests.support.hub_cache import build_gsm8k_cache
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "data"
 CHATML = (
@@ -244,6 +245,50 @@ def test_gsm8k_split_without_hub_or_source_names_the_split_and_the_setting(
         "gsm8k/train.jsonl and gsm8k/test.jsonl (one {'question', 'answer'} object a line)"
     )
     assert not (tmp_path / "data").exists() and not (tmp_path / "eval").exists(), "nothing half-written"
+
+
+@pytest.fixture
+def offline_hub_with_gsm8k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The hub offline and a datasets cache that holds openai/gsm8k (both configurations), as a
+    download from the hub leaves it; the hub's own cache empty."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    cache = tmp_path / "datasets"
+    build_gsm8k_cache(cache, FIXTURE_DIR / "gsm8k", tmp_path / "build")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path
+
+
+def test_gsm8k_train_split_comes_from_the_hub_datasets_main_config(offline_hub_with_gsm8k: Path) -> None:
+    target = offline_hub_with_gsm8k / "data"
+    GSM8KTask().download_train_data(target)
+    assert read_problems(target / "train.jsonl") == _fixture("train")
+
+
+def test_gsm8k_test_split_comes_from_the_hub_dataset_and_is_cached(offline_hub_with_gsm8k: Path) -> None:
+    eval_dir = offline_hub_with_gsm8k / "eval"
+    expected = _fixture("test")
+    assert GSM8KTask().load_test_problems(eval_dir) == expected
+    assert read_problems(eval_dir / "gsm8k" / "test.jsonl") == expected
+    assert GSM8KTask().load_test_problems(eval_dir, limit=3) == expected[:3]
+
+
+def test_gsm8k_download_without_the_datasets_package_names_the_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    with pytest.raises(ConfigurationError) as refused:
+        GSM8KTask().download_train_data(tmp_path / "data")
+    assert str(refused.value) == (
+        "downloading openai/gsm8k needs the `datasets` package (pip install 'autorl[ml]'); with no "
+        "access to the Hugging Face hub, set AUTORL_DATA_SOURCE_DIR to a folder holding "
+        "gsm8k/train.jsonl and gsm8k/test.jsonl (one {'question', 'answer'} object a line)"
+    )
+    assert not (tmp_path / "data").exists()
 
 
 # --- prompts -----------------------------------------------------------------------------------
