@@ -1231,3 +1231,102 @@ def test_weight_refusals_say_exactly_what_to_do(
         "output/ckpt has no *.safetensors weights (model.safetensors); save the full model with "
         "model.save_pretrained(path) (safetensors is its default) and submit that folder"
     )
+
+
+# --- a file swapped between the check of its name and its opening ------------------------------
+# A racing agent can replace an entry after the snapshot's fstatat checked it and before its openat.
+# The race is made exact here: the swap runs inside that fstatat, after the check it answers.
+
+_CHANGED = (
+    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
+    "folder and submit it once it is complete"
+)
+
+
+def _at_the_check_of(
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    *,
+    before: Callable[[], object] | None = None,
+    after: Callable[[], object] | None = None,
+) -> None:
+    """Run ``before`` / ``after`` around the snapshot's first fstatat of the entry ``name`` (a stat
+    relative to the folder's descriptor), once."""
+    real_stat = os.stat
+    pending = [True]
+
+    def stat_with_a_race(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        racing = path == name and kwargs.get("dir_fd") is not None and bool(pending)
+        if racing:
+            pending.clear()
+            if before is not None:
+                before()
+        info = real_stat(path, *args, **kwargs)
+        if racing and after is not None:
+            after()
+        return info
+
+    monkeypatch.setattr(os, "stat", stat_with_a_race)
+
+
+def test_a_link_swapped_in_after_the_check_is_never_followed_even_to_the_checked_file(
+    refusal: Callable[..., str], checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    moved = tmp_path / "moved-tokenizer.json"
+
+    def swap_for_a_link() -> None:
+        (checkpoint / "tokenizer.json").rename(moved)
+        (checkpoint / "tokenizer.json").symlink_to(moved)
+
+    _at_the_check_of(monkeypatch, "tokenizer.json", after=swap_for_a_link)
+    assert refusal() == _CHANGED
+
+
+def test_a_file_replaced_by_another_after_the_check_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other-tokenizer.json"
+    other.write_bytes((checkpoint / "tokenizer.json").read_bytes())
+
+    _at_the_check_of(
+        monkeypatch, "tokenizer.json", after=lambda: other.replace(checkpoint / "tokenizer.json")
+    )
+    assert refusal() == _CHANGED
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(
+    take: Callable[..., Snapshot], checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = checkpoint / "tokenizer.json"
+
+    def swap_for_a_fifo() -> None:
+        fifo.unlink()
+        os.mkfifo(fifo)
+
+    _at_the_check_of(monkeypatch, "tokenizer.json", after=swap_for_a_fifo)
+    outcome: list[BaseException | Snapshot] = []
+
+    def run() -> None:
+        try:
+            outcome.append(take())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    try:
+        assert not worker.is_alive(), "the snapshot blocked opening a FIFO"
+    finally:
+        if worker.is_alive():  # let the blocked open return, so no thread is left behind
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(timeout=20)
+    assert isinstance(outcome[0], CheckpointError) and str(outcome[0]) == _CHANGED
+
+
+def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
+    take: Callable[..., Snapshot], checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (checkpoint / "notes.txt").write_text("done")
+    _at_the_check_of(monkeypatch, "notes.txt", before=(checkpoint / "notes.txt").unlink)
+    assert take().ignored_files == ("notes.txt",)
