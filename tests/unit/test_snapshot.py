@@ -651,6 +651,13 @@ def test_a_fifo_is_refused_without_waiting(
 ) -> None:
     (checkpoint / name).unlink()
     os.mkfifo(checkpoint / name)
+    outcome = _outcome_unless_blocked_on(checkpoint / name, take)
+    assert isinstance(outcome, CheckpointError) and "not a regular file" in str(outcome)
+
+
+def _outcome_unless_blocked_on(fifo: Path, take: Callable[..., Snapshot]) -> BaseException | Snapshot:
+    """What ``take()`` answers, run in a thread of its own; the test fails if it is still blocked
+    (opening ``fifo``) after 20 s, and the open is then released so no thread is left behind."""
     outcome: list[BaseException | Snapshot] = []
 
     def run() -> None:
@@ -662,8 +669,13 @@ def test_a_fifo_is_refused_without_waiting(
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(timeout=20)
-    assert not worker.is_alive(), "the snapshot blocked on a FIFO"
-    assert isinstance(outcome[0], CheckpointError) and "not a regular file" in str(outcome[0])
+    try:
+        assert not worker.is_alive(), "the snapshot blocked opening a FIFO"
+    finally:
+        if worker.is_alive():
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(timeout=20)
+    return outcome[0]
 
 
 def test_a_single_shard_with_an_index_keeps_its_index(
@@ -1304,24 +1316,8 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(
         os.mkfifo(fifo)
 
     _at_the_check_of(monkeypatch, "tokenizer.json", after=swap_for_a_fifo)
-    outcome: list[BaseException | Snapshot] = []
-
-    def run() -> None:
-        try:
-            outcome.append(take())
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout=20)
-    try:
-        assert not worker.is_alive(), "the snapshot blocked opening a FIFO"
-    finally:
-        if worker.is_alive():  # let the blocked open return, so no thread is left behind
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            worker.join(timeout=20)
-    assert isinstance(outcome[0], CheckpointError) and str(outcome[0]) == _CHANGED
+    outcome = _outcome_unless_blocked_on(fifo, take)
+    assert isinstance(outcome, CheckpointError) and str(outcome) == _CHANGED
 
 
 def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
