@@ -135,23 +135,30 @@ class FilesystemView:
         return files
 
 
-def system_args() -> list[str]:
-    """bubblewrap arguments for the read-only system runtime, devices and private temporary folders."""
-    args = ["--ro-bind", "/usr", "/usr"]
+def system_args(host_root: Path = Path("/")) -> list[str]:
+    """bubblewrap arguments for the read-only system runtime, devices and private temporary folders.
+
+    ``host_root`` is where the host's system is read (``/``; tests give a folder shaped like a
+    system that is not merged-usr, or one with GPUs); each part keeps its usual path inside."""
+
+    def host(path: str) -> str:
+        return str(host_root / path.lstrip("/"))
+
+    args = ["--ro-bind", host("/usr"), "/usr"]
     for name in SYSTEM_ROOT_LINKS:
-        path = Path("/") / name
+        path = host_root / name
         if path.is_symlink():
-            args += ["--symlink", os.readlink(path), str(path)]
+            args += ["--symlink", os.readlink(path), f"/{name}"]
         elif path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
+            args += ["--ro-bind", str(path), f"/{name}"]
     for name in SYSTEM_ETC:
-        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--ro-bind-try", host(f"/etc/{name}"), f"/etc/{name}"]
     for name in SYSTEM_SYS:
-        args += ["--ro-bind-try", f"/sys/{name}", f"/sys/{name}"]
+        args += ["--ro-bind-try", host(f"/sys/{name}"), f"/sys/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev"]
     for pattern in DEVICE_GLOBS:
-        for device in sorted(glob.glob(pattern)):
-            args += ["--dev-bind", device, device]
+        for device in sorted(glob.glob(host(pattern))):
+            args += ["--dev-bind", device, "/" + str(Path(device).relative_to(host_root))]
     for folder in PRIVATE_TMP:
         args += ["--tmpfs", folder, "--chmod", "1777", folder]
     return args
