@@ -45,6 +45,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from collections import Counter, defaultdict
 from importlib.metadata import version
@@ -290,6 +291,11 @@ def carry_over(fresh: dict[str, Any], last: dict[str, Any], modules: list[str]) 
     }
 
 
+def run_record(wall_s: float) -> dict[str, Any]:
+    """How long a run from scratch took (mutmut and the process stage), and on what."""
+    return {"wall_s": round(wall_s), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -307,6 +313,7 @@ def main() -> None:
         help="run afresh only these modules' mutants (e.g. autorl.snapshot); keep the others' results",
     )
     args = parser.parse_args()
+    started = time.monotonic()
     if args.collect:
         pass
     elif args.modules:
@@ -331,6 +338,11 @@ def main() -> None:
     if not args.collect:
         process_stage(parse_results(_mutmut("results", "--all", "true")))
     results = collect(args.modules)
+    results["run"] = (
+        run_record(time.monotonic() - started)
+        if not (args.collect or args.survivors)
+        else json.loads(RESULTS.read_text(encoding="utf-8")).get("run")
+    )
     RESULTS.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS.relative_to(REPO_ROOT)}")
 

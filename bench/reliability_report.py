@@ -112,6 +112,16 @@ def _process_tests(tests: dict[str, list[str]]) -> str:
     )
 
 
+def _run_time(run: dict[str, Any] | None) -> str:
+    """How long the run from scratch took (later ``--survivors`` runs are not counted)."""
+    if not run:
+        return ""
+    return (
+        f" The run took {number(run['wall_s'] / 60, 0)} minutes on {run['cpus']} CPU cores "
+        f"(load average {run['load_avg_1m']} at its end)."
+    )
+
+
 def mutation_table() -> str:
     data = load_results("mutation")
     outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
@@ -123,7 +133,8 @@ def mutation_table() -> str:
         f"each against the tests among {', '.join(map(_code, data['tests']))} that call the changed "
         f"function. Outcomes: {outcomes}. Mutants run: {', '.join(map(_code, data['mutants_run']))}."
         + _process_tests(data.get("process_tests", {}))
-        + _carried_over(data.get("carried_over", {})),
+        + _carried_over(data.get("carried_over", {}))
+        + _run_time(data.get("run")),
         "",
         "| module | " + " | ".join(columns) + " |",
         "| --- | " + " | ".join("---:" for _ in columns) + " |",
