@@ -25,7 +25,8 @@ RESULTS = REPO_ROOT / "bench" / "results" / "test_order.json"
 ISSUE_PAIR = ["tests/integration/test_grader_api.py", "tests/e2e/test_operator.py"]
 #: Name → pytest arguments.
 RUNS: dict[str, list[str]] = {
-    "suite_reverse_parallel": ["--reverse", "-n", "2"],
+    # `make test`'s second pass, as it runs there.
+    "suite_reverse_parallel": ["--reverse", "-n", "2", "-m", "not containers"],
     "pair": ISSUE_PAIR,
     "pair_reverse": [*ISSUE_PAIR, "--reverse"],
 }
@@ -36,8 +37,12 @@ def run(arguments: list[str]) -> dict[str, object]:
         report = Path(tmp) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *arguments]
         started = time.monotonic()
+        # CI=1 as under `make test`: a test whose dependency is missing fails rather than skips.
         done = subprocess.run(
-            [*command, f"--junitxml={report}", f"--basetemp={tmp}/pt"], cwd=REPO_ROOT, check=False
+            [*command, f"--junitxml={report}", f"--basetemp={tmp}/pt"],
+            cwd=REPO_ROOT,
+            env={**os.environ, "CI": "1"},
+            check=False,
         )
         wall_s = round(time.monotonic() - started, 1)
         suites = ET.parse(report).getroot()
