@@ -1326,3 +1326,36 @@ def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
     (checkpoint / "notes.txt").write_text("done")
     _at_the_check_of(monkeypatch, "notes.txt", before=(checkpoint / "notes.txt").unlink)
     assert take().ignored_files == ("notes.txt",)
+
+
+def test_path_walk_refusals_say_exactly_what_to_do(
+    refusal: Callable[..., str], workspace: Path, checkpoint: Path, tmp_path: Path
+) -> None:
+    assert refusal("output/not-there") == (
+        "model_path output/not-there does not exist; save the model there first "
+        "(model.save_pretrained(path) and tokenizer.save_pretrained(path)) and submit that folder"
+    )
+    assert refusal("output/ckpt/model.safetensors") == (
+        "model_path output/ckpt/model.safetensors: output/ckpt/model.safetensors is a file, not a "
+        "folder; submit the folder that save_pretrained wrote"
+    )
+    assert refusal("output/ckpt/model.safetensors/inner") == (
+        "model_path output/ckpt/model.safetensors/inner: output/ckpt/model.safetensors is not a "
+        "folder; submit the folder that save_pretrained wrote"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "output" / "runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert refusal("output/runs/ckpt") == (
+        "model_path output/runs/ckpt: output/runs is a symbolic link, and links are never followed; "
+        "save the model into a real folder under OUTPUT_DIR and submit that folder"
+    )
+    unopenable = (
+        "save the model into a plain folder under OUTPUT_DIR with model.save_pretrained(path) and "
+        "submit that folder"
+    )
+    assert (
+        refusal("output/a\0b")
+        == f"model_path output/a\0b cannot be opened (embedded null byte); {unopenable}"
+    )
+    long_name = "output/" + "x" * 300
+    assert refusal(long_name) == f"model_path {long_name} cannot be opened (File name too long); {unopenable}"
