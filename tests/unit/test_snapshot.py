@@ -1122,6 +1122,22 @@ def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
     assert 'Run chmod -R g+rX "$WORKSPACE/output/ckpt" and submit again' in refused
 
 
+@_NEEDS_SETPRIV
+def test_a_checkpoint_saved_into_output_itself_is_named_as_the_agent_names_it(
+    workspace: Path, tiny_base_model: Path, snapshots: Path
+) -> None:
+    """A checkpoint saved straight into OUTPUT_DIR (model.save_pretrained(OUTPUT_DIR)) and submitted
+    as "output": its unreadable file and the fix name the folder as the agent does."""
+    shutil.rmtree(workspace / "output")
+    shutil.copytree(tiny_base_model, workspace / "output")
+    (workspace / "output" / "tokenizer.json").chmod(0)
+    refused = _unprivileged_refusal("output", workspace, tiny_base_model, snapshots)
+    assert refused.startswith(
+        "UnreadableCheckpointError $WORKSPACE/output/tokenizer.json cannot be read by the grader "
+    ), refused
+    assert 'Run chmod -R g+rX "$WORKSPACE/output" and submit again' in refused
+
+
 # --- the submitted path and the folder's weights, message by message ---------------------------
 
 _UNREADABLE_FOLDER = (
