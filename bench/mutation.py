@@ -160,8 +160,9 @@ def run_process_tests(tests: list[str], mutant: str) -> bool:
 
 def process_stage(outcomes: dict[str, str]) -> dict[str, str]:
     """The surviving (or untested) mutants that :func:`process_tests` names, run against those
-    tests: mutant → "killed" or "survived". Written beside mutmut's state for :func:`collect`."""
-    results: dict[str, str] = {}
+    tests: mutant → "killed" or "survived". Written beside mutmut's state for :func:`collect`, over
+    what an earlier stage of the same run found (``outcomes`` already counts its kills)."""
+    results = process_outcomes()
     for pattern, tests in process_tests().items():
         unkilled = {n for n, s in outcomes.items() if s in ("survived", "no tests")}
         names = sorted(n for n in unkilled if fnmatch.fnmatchcase(n, pattern))
@@ -175,6 +176,15 @@ def process_stage(outcomes: dict[str, str]) -> dict[str, str]:
             print(f"process tests: {name} {results[name]}")
     (WORKDIR / "mutants" / PROCESS_OUTCOMES_NAME).write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def known_outcomes() -> dict[str, str]:
+    """mutmut's outcomes of the last run, a mutant that a process-level test killed counted as
+    killed (:func:`process_stage`)."""
+    outcomes = parse_results(_mutmut("results", "--all", "true"))
+    killed = {n for n, s in process_outcomes().items() if s == "killed" and n in outcomes}
+    outcomes.update(dict.fromkeys(killed, "killed"))
+    return outcomes
 
 
 def process_outcomes() -> dict[str, str]:
@@ -233,10 +243,7 @@ def collect(modules: list[str] | None = None) -> dict[str, Any]:
     over from the results file (:func:`carry_over`)."""
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     patterns = mutant_patterns() if modules is None else module_patterns(modules)
-    everything = parse_results(_mutmut("results", "--all", "true"))
-    # A mutant a process-level test killed counts as killed (process_stage).
-    killed = {n for n, s in process_outcomes().items() if s == "killed" and n in everything}
-    everything.update(dict.fromkeys(killed, "killed"))
+    everything = known_outcomes()
     outcomes = {name: status for name, status in everything.items() if selected(name, patterns)}
     if not outcomes:
         raise SystemExit("no mutants found: run `make mutation` first")
@@ -322,7 +329,7 @@ def main() -> None:
             [*MUTMUT, "run", *module_patterns(args.modules)], cwd=WORKDIR, env=test_env(), check=False
         )
     elif args.survivors:
-        last = parse_results(_mutmut("results", "--all", "true"))
+        last = known_outcomes()
         explained = load_equivalent()
         again = sorted(
             n
@@ -336,7 +343,7 @@ def main() -> None:
         prepare_workdir()
         subprocess.run([*MUTMUT, "run", *mutant_patterns()], cwd=WORKDIR, env=test_env(), check=False)
     if not args.collect:
-        process_stage(parse_results(_mutmut("results", "--all", "true")))
+        process_stage(known_outcomes())
     results = collect(args.modules)
     results["run"] = (
         run_record(time.monotonic() - started)

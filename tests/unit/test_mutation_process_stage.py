@@ -77,3 +77,28 @@ def test_the_processes_import_the_mutated_copy_first(mutation: ModuleType) -> No
     env = mutation.process_test_env("toy.x_double__mutmut_1")
     assert env["MUTANT_UNDER_TEST"] == "toy.x_double__mutmut_1"
     assert env["PYTHONPATH"].split(":")[0] == str(mutation.WORKDIR / "mutants")
+
+
+def test_a_later_stage_keeps_the_kills_of_an_earlier_one_and_does_not_run_them_again(
+    mutation: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--survivors`` after a run: a mutant an earlier stage killed is still a survivor in mutmut's
+    own state; it counts as killed (known_outcomes) and is neither run again nor forgotten."""
+    mutation.process_stage({"toy.x_double__mutmut_1": "survived"})
+    mutmut_state = "    toy.x_double__mutmut_1: survived\n    toy.x_double__mutmut_2: survived\n"
+    monkeypatch.setattr(mutation, "_mutmut", lambda *args: mutmut_state)
+    known = mutation.known_outcomes()
+    assert known == {"toy.x_double__mutmut_1": "killed", "toy.x_double__mutmut_2": "survived"}
+    ran: list[str] = []
+    real_run = mutation.run_process_tests
+
+    def run_and_note(tests: list[str], mutant: str) -> bool:
+        ran.append(mutant)
+        passed: bool = real_run(tests, mutant)
+        return passed
+
+    monkeypatch.setattr(mutation, "run_process_tests", run_and_note)
+    found = mutation.process_stage(known)
+    assert ran == ["", "toy.x_double__mutmut_2"], "the earlier kill is not run again"
+    assert found == {"toy.x_double__mutmut_1": "killed", "toy.x_double__mutmut_2": "survived"}
+    assert mutation.process_outcomes() == found
