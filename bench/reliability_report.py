@@ -107,8 +107,9 @@ def _process_tests(tests: dict[str, list[str]]) -> str:
         f"{_code(pattern)} against {', '.join(map(_code, ids))}" for pattern, ids in tests.items()
     )
     return (
-        " The survivors of these patterns were then run against tests that start the grader as a process"
-        f" of its own (mutmut sees only its own process's calls), the grader importing the mutant: {listed}."
+        " The survivors of these patterns were then run against tests that run the code in a process of"
+        " their own (the grader, or a snapshot taken as a user without capabilities; mutmut sees only its"
+        f" own process's calls), that process importing the mutant: {listed}."
     )
 
 
@@ -117,8 +118,9 @@ def _run_time(run: dict[str, Any] | None) -> str:
     if not run:
         return ""
     return (
-        f" The run took {number(run['wall_s'] / 60, 0)} minutes on {run['cpus']} CPU cores "
-        f"(load average {run['load_avg_1m']} at its end)."
+        f" The run from scratch (mutmut, then the process-level tests) took {number(run['wall_s'] / 60, 0)}"
+        f" minutes on {run['cpus']} CPU cores (load average {run['load_avg_1m']} at its end); later"
+        " `--survivors` runs are not counted."
     )
 
 
