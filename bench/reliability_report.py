@@ -70,8 +70,8 @@ def test_order_table() -> str:
     dates = ", ".join(sorted({r["date"] for r in data["runs"].values()}))
     machine = data["machine"]
     return (
-        "\n".join(lines) + f"\n\nMeasured {dates} on {machine['cpus']} CPU cores shared with other work "
-        f"(load average {machine['load_avg_1m']} at the end).\n"
+        "\n".join(lines) + f"\n\nMeasured {dates} on {machine['cpus']} CPU cores "
+        f"(load average {machine['load_avg_1m']} at the end of the last run).\n"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,7 @@ def run(arguments: list[str]) -> dict[str, object]:
             for key in counts:
                 counts[key] += int(suite.get(key, 0))
     return {
-        "command": "pytest " + " ".join(arguments),
+        "command": "CI=1 pytest " + shlex.join(arguments),
         "exit_code": done.returncode,
         "passed": counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
         **{key: counts[key] for key in ("failures", "errors", "skipped")},
