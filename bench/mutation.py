@@ -299,7 +299,8 @@ def carry_over(fresh: dict[str, Any], last: dict[str, Any], modules: list[str]) 
 
 
 def run_record(wall_s: float) -> dict[str, Any]:
-    """How long a run from scratch took (mutmut and the process stage), and on what."""
+    """How long a run of every mutant from scratch took (mutmut and the process stage), and on what;
+    runs with --modules, --survivors or --collect keep the last such record."""
     return {"wall_s": round(wall_s), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 1)}
 
 
@@ -345,9 +346,10 @@ def main() -> None:
     if not args.collect:
         process_stage(known_outcomes())
     results = collect(args.modules)
+    from_scratch = not (args.collect or args.survivors or args.modules)
     results["run"] = (
         run_record(time.monotonic() - started)
-        if not (args.collect or args.survivors)
+        if from_scratch
         else json.loads(RESULTS.read_text(encoding="utf-8")).get("run")
     )
     RESULTS.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -37,6 +37,11 @@ from tests.support.checkpoints import (
 )
 
 GIB = 1024**3
+#: The refusal of a checkpoint whose files changed while the snapshot read them.
+_CHANGED = (
+    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
+    "folder and submit it once it is complete"
+)
 
 
 @pytest.fixture
@@ -978,10 +983,7 @@ def test_a_base_model_link_to_nothing_is_refused(
     (tmp_path / "blobs" / "generation_config.json").unlink()
     with pytest.raises(CheckpointError) as caught:
         snapshot_base_model(linked, snapshots)
-    assert str(caught.value) == (
-        "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
-        "folder and submit it once it is complete"
-    )
+    assert str(caught.value) == _CHANGED
 
 
 def test_a_file_that_cannot_be_opened_is_named_with_the_reason(
@@ -1071,10 +1073,7 @@ def test_a_small_file_changed_before_it_is_read_is_refused(
                 handle.truncate(len(data) - 10)
 
     monkeypatch.setattr(snapshot_module, "compare_to_base", compare_then_rewrite)
-    assert refusal() == (
-        "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
-        "folder and submit it once it is complete"
-    )
+    assert refusal() == _CHANGED
 
 
 #: Permission checks need a process that modes deny: user 0 with every capability dropped.
@@ -1264,11 +1263,6 @@ def test_weight_refusals_say_exactly_what_to_do(
 # --- a file swapped between the check of its name and its opening ------------------------------
 # A racing agent can replace an entry after the snapshot's fstatat checked it and before its openat.
 # The race is made exact here: the swap runs inside that fstatat, after the check it answers.
-
-_CHANGED = (
-    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
-    "folder and submit it once it is complete"
-)
 
 
 def _at_the_check_of(
