@@ -194,3 +194,40 @@ def test_the_phase_submits_after_each_epoch_and_at_a_stop(
     stopped = _Agent(copy.deepcopy(model), tokenizer, problems, **settings)
     run_phase(stopped, stop_at=time.time() - 1, sizes=sizes, completion_limit=3)
     assert stopped.submitted == []  # stopped before any step: nothing new to submit
+
+
+def test_the_phase_starts_no_step_that_would_end_past_its_stop(
+    model_and_prompts: tuple[Any, Any, list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each step takes 10 s of the phase's clock and the stop is 15 s away: the first step ends at
+    10 s, a second would end at 20 s, past the stop; the phase submits what it has at 10 s instead
+    of starting it (and eating the reserve kept for saving and submitting)."""
+    import copy
+    import functools
+    import time
+
+    from autorl_agent_runner.agents import fast_grpo
+    from autorl_agent_runner.agents.step_clock import StepClock
+
+    wall = [time.time()]
+    real_step = FastGRPO.step
+
+    def ten_second_step(self: FastGRPO) -> Any:
+        stats = real_step(self)
+        wall[0] += 10.0
+        return stats
+
+    monkeypatch.setattr(FastGRPO, "step", ten_second_step)
+    monkeypatch.setattr(fast_grpo, "StepClock", functools.partial(StepClock, now=lambda: wall[0]))
+    model, tokenizer, problems = model_and_prompts
+    agent = _Agent(copy.deepcopy(model), tokenizer, problems, grpo_epochs=2, logging_steps=1)
+    sizes = GRPOSizes(learning_rate=1e-4, num_generations=2, prompts_per_step=2)
+    stop_at = wall[0] + 15.0
+    fast_grpo.run_phase(agent, stop_at=stop_at, sizes=sizes, completion_limit=3)
+    assert agent.submitted == [("grpo-final", "grpo")]
+    assert wall[0] <= stop_at
+    out = capsys.readouterr().out
+    assert "event=phase_stop phase=grpo reason=time step=1 next_step_s=10" in out
+    assert "event=phase_end phase=grpo steps=1" in out

@@ -9,7 +9,8 @@
 Prompts are exactly the evaluator's (``task.render_prompt``: four worked examples in the
 model's chat template), so what is trained is what is scored. Every checkpoint is a full model
 in safetensors with the base model's tokenizer files, loadable by transformers 4 and 5. The
-agent stops itself ``--reserve-s`` seconds before the deadline (read from ``GET /time``).
+agent stops itself ``--reserve-s`` seconds before the deadline (read from ``GET /time``), and
+starts no training step that would end past that stop (:mod:`autorl_agent_runner.agents.step_clock`).
 
 Settings: ``python -m autorl_agent_runner.agents.example_grpo --help``
 (:mod:`autorl_agent_runner.agents.example_config`); the platform also reads extra arguments from
@@ -32,6 +33,7 @@ from autorl.model_files import TOKENIZER_FILES
 from autorl_agent_runner.agents import sft
 from autorl_agent_runner.agents.agent_log import log, log_as
 from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, grpo_sizes, parse_config
+from autorl_agent_runner.agents.step_clock import StepClock
 
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
 #: ships it loads in transformers 4 and 5 (re-saving it with 5 writes fields 4 rejects), and
@@ -235,13 +237,25 @@ class Agent:
         from transformers import TrainerCallback
 
         agent = self
+        clock = StepClock()
 
         class PhaseCallback(TrainerCallback):
-            """Submits after each epoch, stops at ``stop_at``, logs losses and rewards."""
+            """Submits after each epoch, stops before a step that would end past ``stop_at``, logs
+            losses and rewards."""
+
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                clock.begin()
 
             def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                if time.time() >= stop_at:
-                    log("phase_stop", phase=phase, reason="time", step=state.global_step)
+                clock.end()
+                if not clock.has_room_before(stop_at):
+                    log(
+                        "phase_stop",
+                        phase=phase,
+                        reason="time",
+                        step=state.global_step,
+                        next_step_s=round(clock.step_estimate(), 1),
+                    )
                     control.should_training_stop = True
                     agent.stopped_early = True
 

@@ -28,6 +28,7 @@ from typing import Any
 from autorl_agent_runner.agents.agent_log import log
 from autorl_agent_runner.agents.cache_compat import forward, output_cache
 from autorl_agent_runner.agents.example_config import GRPOSizes
+from autorl_agent_runner.agents.step_clock import StepClock
 
 #: Rows per forward/backward pass of the loss.
 LOSS_MICRO_BATCH = 32
@@ -289,12 +290,21 @@ def run_phase(agent: Any, *, stop_at: float, sizes: GRPOSizes, completion_limit:
         budget_s=round(stop_at - time.time()),
     )
     stopped = False
+    clock = StepClock()
     while trainer.step_count < total:
-        if time.time() >= stop_at:
+        if not clock.has_room_before(stop_at):
             stopped = True
-            log("phase_stop", phase="grpo", reason="time", step=trainer.step_count)
+            log(
+                "phase_stop",
+                phase="grpo",
+                reason="time",
+                step=trainer.step_count,
+                next_step_s=round(clock.step_estimate(), 1),
+            )
             break
+        clock.begin()
         stats = trainer.step()
+        clock.end()
         if stats.step % config.logging_steps == 0 or stats.step == 1:
             log(
                 "train",

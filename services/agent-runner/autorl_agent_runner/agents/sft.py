@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from autorl_agent_runner.agents.agent_log import log
 from autorl_agent_runner.agents.cache_compat import forward, output_cache
+from autorl_agent_runner.agents.step_clock import StepClock
 
 if TYPE_CHECKING:
     from autorl_agent_runner.agents.example_grpo import Agent
@@ -75,12 +76,14 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
     order = list(range(len(prompts)))
     agent.model.train()
     step, stopped = 0, False
+    clock = StepClock()
     for epoch in range(1, config.sft_epochs + 1):
         generator.shuffle(order)
         for start in range(0, len(order), batch_size):
-            if time.time() >= stop_at:
+            if not clock.has_room_before(stop_at):
                 stopped = True
                 break
+            clock.begin()
             batch = order[start : start + batch_size]
             inputs, labels, mask = sft_batch(
                 [prompts[i][shared:] for i in batch], [targets[i] for i in batch], shared, pad_id
@@ -104,6 +107,7 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
             torch.nn.utils.clip_grad_norm_(agent.model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            clock.end()
             step += 1
             if step % config.logging_steps == 0:
                 log(
@@ -115,7 +119,14 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
                     loss=loss.item(),
                 )
         if stopped:
-            log("phase_stop", phase="sft", reason="time", epoch=epoch, step=step)
+            log(
+                "phase_stop",
+                phase="sft",
+                reason="time",
+                epoch=epoch,
+                step=step,
+                next_step_s=round(clock.step_estimate(), 1),
+            )
             break
         agent.save_and_submit(f"sft-epoch-{epoch}", "sft")
     if stopped and step % steps_per_epoch:

@@ -1,0 +1,104 @@
+"""The example agent's SFT phase and its TRL GRPO phase start no step that would end past their
+stop time: a step takes 10 s of the phase's clock and the stop is 15 s away, so the phase stops
+after one step and submits what it has, instead of starting a second step and eating the reserve
+kept for saving and submitting. (The fast GRPO path's test is in test_fast_grpo.py.)"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.tasks import get_task
+from autorl_agent_runner.agents import example_grpo, sft
+from autorl_agent_runner.agents.example_config import ExampleGRPOConfig
+from autorl_agent_runner.agents.step_clock import StepClock
+
+pytestmark = pytest.mark.slow
+DATA = Path(__file__).resolve().parents[1] / "data"
+STEP_S = 10.0
+STOP_AFTER_S = 15.0
+
+
+class _Agent:
+    """The example agent's parts that its phases use, with real model, tokenizer and task;
+    submissions are recorded instead of sent to a grader."""
+
+    def __init__(self, tiny_base_model: Path, data_dir: Path, **settings: Any) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
+        self.model = AutoModelForCausalLM.from_pretrained(tiny_base_model, dtype=torch.float32)
+        self.task = get_task("gsm8k")
+        self.problems = self.task.load_test_problems(data_dir, source_dir=DATA)[:8]
+        self.config = ExampleGRPOConfig(**settings)
+        self.tiny = True
+        self.submitted: list[tuple[str, str]] = []
+
+    def save_and_submit(self, name: str, phase: str) -> None:
+        self.submitted.append((name, phase))
+
+
+def _slow_clock(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[float]:
+    """Give ``module``'s phases a step clock read from a wall the test moves; returns the wall."""
+    wall = [time.time()]
+    monkeypatch.setattr(module, "StepClock", functools.partial(StepClock, now=lambda: wall[0]))
+    return wall
+
+
+def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import torch
+
+    wall = _slow_clock(monkeypatch, sft)
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_taking_ten_seconds(*args: Any, **kwargs: Any) -> Any:
+        wall[0] += STEP_S  # once per SFT step, between its clock's begin and end
+        return real_clip(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_taking_ten_seconds)
+    agent = _Agent(tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1)
+    stop_at = wall[0] + STOP_AFTER_S
+    sft.run_phase(agent, stop_at=stop_at)  # type: ignore[arg-type]
+    assert agent.submitted == [("sft-final", "sft")]
+    assert wall[0] <= stop_at
+    out = capsys.readouterr().out
+    assert "event=phase_stop phase=sft reason=time epoch=1 step=1 next_step_s=10" in out
+    assert "event=phase_end phase=sft steps=1" in out
+
+
+def test_the_trl_phase_stops_training_before_a_step_that_would_end_past_its_stop(
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The callback TRL's GRPOTrainer runs with (``--rollouts trl``), driven as the Trainer drives it."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    wall = _slow_clock(monkeypatch, example_grpo)
+    agent = _Agent(tiny_base_model, tmp_path)
+    stop_at = wall[0] + STOP_AFTER_S
+    (callback,) = example_grpo.Agent._callbacks(agent, "grpo", stop_at)  # type: ignore[arg-type]
+    args = TrainingArguments(output_dir=str(tmp_path / "trainer"), use_cpu=True, report_to="none")
+    state, control = TrainerState(), TrainerControl()
+    for step in range(1, 5):
+        callback.on_step_begin(args, state, control)
+        wall[0] += STEP_S
+        state.global_step = step
+        callback.on_step_end(args, state, control)
+        if control.should_training_stop:
+            break
+    assert state.global_step == 1 and wall[0] <= stop_at
+    assert agent.stopped_early  # type: ignore[attr-defined]
+    out = capsys.readouterr().out
+    assert "event=phase_stop phase=grpo reason=time step=1 next_step_s=10" in out
