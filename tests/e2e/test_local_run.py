@@ -468,12 +468,13 @@ def test_example_agent_runs_sft_then_grpo(tmp_path: Path, autorl_run: Callable[.
     (row,) = run.results()
     scores = json.loads((run.workspace() / "scores.json").read_text())
     paths = [s["model_path"] for s in scores]
+    log = (run.workspace() / "agent.log").read_text()
+    events = "\n".join(line for line in log.splitlines() if " event=" in line and " event=train " not in line)
     assert any(p.startswith("output/sft-") for p in paths) and any(
         p.startswith("output/grpo-") for p in paths
-    )
+    ), events
     assert all(s["status"] == "scored" for s in scores), scores
     assert row["submissions"] == len(paths)
-    log = (run.workspace() / "agent.log").read_text()
     assert "event=phase_start phase=sft" in log and "event=phase_start phase=grpo" in log
     checkpoint = run.workspace() / "output" / paths[0].removeprefix("output/")
     assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "tokenizer_config.json").is_file()
