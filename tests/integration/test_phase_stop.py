@@ -1,7 +1,7 @@
-"""The example agent's SFT phase and its TRL GRPO phase start no step that would end past their
-stop time: a step takes 10 s of the phase's clock and the stop is 15 s away, so the phase stops
-after one step and submits what it has, instead of starting a second step and eating the reserve
-kept for saving and submitting. (The fast GRPO path's test is in test_fast_grpo.py.)"""
+"""The example agent's training phases (SFT, the fast GRPO path, TRL's GRPO) start no step that
+would end past their stop time: a step takes 10 s of the phase's clock and the stop is 15 s away,
+so the phase stops after one step and submits what it has, instead of starting a second step and
+eating the reserve kept for saving and submitting."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from autorl.tasks import get_task
-from autorl_agent_runner.agents import example_grpo, sft
-from autorl_agent_runner.agents.example_config import ExampleGRPOConfig
+from autorl_agent_runner.agents import example_grpo, fast_grpo, sft
+from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, GRPOSizes
 from autorl_agent_runner.agents.step_clock import StepClock
 
 pytestmark = pytest.mark.slow
@@ -74,6 +74,32 @@ def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
     out = capsys.readouterr().out
     assert "event=phase_stop phase=sft reason=time epoch=1 step=1 next_step_s=10" in out
     assert "event=phase_end phase=sft steps=1" in out
+
+
+def test_the_fast_grpo_phase_starts_no_step_that_would_end_past_its_stop(
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wall = _slow_clock(monkeypatch, fast_grpo)
+    real_step = fast_grpo.FastGRPO.step
+
+    def ten_second_step(self: fast_grpo.FastGRPO) -> Any:
+        stats = real_step(self)
+        wall[0] += STEP_S
+        return stats
+
+    monkeypatch.setattr(fast_grpo.FastGRPO, "step", ten_second_step)
+    agent = _Agent(tiny_base_model, tmp_path, grpo_epochs=2, logging_steps=1)
+    sizes = GRPOSizes(learning_rate=1e-4, num_generations=2, prompts_per_step=2)
+    stop_at = wall[0] + STOP_AFTER_S
+    fast_grpo.run_phase(agent, stop_at=stop_at, sizes=sizes, completion_limit=3)
+    assert agent.submitted == [("grpo-final", "grpo")]
+    assert wall[0] <= stop_at
+    out = capsys.readouterr().out
+    assert "event=phase_stop phase=grpo reason=time step=1 next_step_s=10" in out
+    assert "event=phase_end phase=grpo steps=1" in out
 
 
 def test_the_trl_phase_stops_training_before_a_step_that_would_end_past_its_stop(
