@@ -139,7 +139,7 @@ def attention_step(rows: int, prefix: int, own: int) -> dict[str, float]:
             times.append(start.elapsed_time(end))
         return round(sorted(times)[10], 3)
 
-    ours = grouped_attention(module, query, own_kv[0], own_kv[1], window)[0]
+    ours = grouped_attention(module, query, own_kv[0], own_kv[1], None, autorl_window=window)[0]
     theirs = sdpa_attention_forward(module, query, full_kv[0], full_kv[1], full_mask)[0]
     error = float((ours.float() - theirs.float()).norm() / theirs.float().norm())
     result = {
@@ -150,7 +150,7 @@ def attention_step(rows: int, prefix: int, own: int) -> dict[str, float]:
             lambda: sdpa_attention_forward(module, query, full_kv[0], full_kv[1], full_mask)
         ),
         "grouped_shared_prefix_ms": median_ms(
-            lambda: grouped_attention(module, query, own_kv[0], own_kv[1], window)
+            lambda: grouped_attention(module, query, own_kv[0], own_kv[1], None, autorl_window=window)
         ),
         "relative_difference": round(error, 5),
         "kv_read_floor_ms": round((sum(t.numel() for t in full_kv) * 2) / copy_bandwidth_cached[0] * 1000, 3),

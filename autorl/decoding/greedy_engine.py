@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autorl.decoding.batch_memory import PREFILL_TOKENS, ModelShape, aligned_slots, rows_that_fit
-from autorl.decoding.grouped_attention import AttentionWindow, grouped_attention_for
+from autorl.decoding.grouped_attention import WINDOW_ARGUMENT, AttentionWindow, grouped_attention_for
 from autorl.decoding.slot_cache import SlotCache
 
 log = logging.getLogger("autorl.evaluator.hf")
@@ -275,12 +275,11 @@ class _Forward:
         out = self.model(
             input_ids=input_ids,
             position_ids=positions,
-            # A mapping per layer type bypasses the model's own mask builder: the grouped attention
-            # takes the window as it is.
-            attention_mask={"full_attention": window, "sliding_attention": window},
+            # No mask for the model to build: the grouped attention takes the window as it is.
+            attention_mask=None,
             use_cache=True,
             logits_to_keep=1,
-            **{self.cache_argument: cache},
+            **{self.cache_argument: cache, WINDOW_ARGUMENT: window},
         )
         logits = out.logits[:, -1]
         if self.temperature is None:

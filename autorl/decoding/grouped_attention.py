@@ -16,8 +16,11 @@ Two things a decode step of a GSM8K evaluation would otherwise read many times o
 
 Scores and the softmax are float32 (as in SDPA's kernels); the probabilities meet the values in the
 model's dtype. The function is registered in transformers' ``AttentionInterface`` under
-:data:`NAME` and takes its mask as an :class:`AttentionWindow` (passed as a per-layer-type mapping,
-which bypasses the model's own mask builder).
+:data:`NAME` and takes its mask as an :class:`AttentionWindow` in the keyword argument
+:data:`WINDOW_ARGUMENT`, which a model's forward pass hands through to every attention call
+unchanged. The model's own ``attention_mask`` stays None: what a model does with a mask differs
+between architectures (Llama's mask builder drops one it cannot build for this attention, Qwen2's
+passes a mapping through), a keyword argument none of them reads reaches the attention as it is.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 NAME = "autorl_grouped_prefix"
+#: The forward keyword argument that carries the :class:`AttentionWindow`.
+WINDOW_ARGUMENT = "autorl_window"
 
 
 @dataclass(frozen=True)
@@ -45,12 +50,17 @@ def grouped_attention(
     query: Any,
     key: Any,
     value: Any,
-    attention_mask: AttentionWindow,
+    attention_mask: Any,
     scaling: float | None = None,
+    *,
+    autorl_window: AttentionWindow,
     **kwargs: Any,
 ) -> tuple[Any, None]:
-    """transformers attention-function signature: returns ``([rows, q, heads, head_dim], None)``."""
+    """transformers attention-function signature: returns ``([rows, q, heads, head_dim], None)``.
+    ``attention_mask`` (the model's own, None) is not read: ``autorl_window`` says what to attend to."""
     import torch
+
+    window = autorl_window
 
     rows, heads, q_len, head_dim = query.shape
     kv_heads = key.shape[1]
@@ -59,14 +69,14 @@ def grouped_attention(
     scale = head_dim**-0.5 if scaling is None else scaling
     # Query head h uses key/value head h // groups (transformers' repeat_kv order).
     packed = query.reshape(rows, kv_heads, packed_len, head_dim)
-    mask = attention_mask.mask[:, :, None].expand(rows, 1, groups, q_len, key.shape[2])
+    mask = window.mask[:, :, None].expand(rows, 1, groups, q_len, key.shape[2])
     own = _scores(packed.flatten(0, 1), key.flatten(0, 1).transpose(1, 2)).view(
         rows, kv_heads, packed_len, -1
     )
     own = own.mul_(scale).masked_fill_(~mask.reshape(rows, 1, packed_len, -1), float("-inf"))
     peak = own.amax(-1, keepdim=True)
-    if attention_mask.prefix:
-        prefix_keys, prefix_values = attention_mask.prefix[module.layer_idx]
+    if window.prefix:
+        prefix_keys, prefix_values = window.prefix[module.layer_idx]
         by_head = packed.transpose(0, 1).reshape(kv_heads, rows * packed_len, head_dim)
         shared_out, shared_lse = _prefix_attention(by_head, prefix_keys, prefix_values, scale)
         shared_out = shared_out.view(kv_heads, rows, packed_len, head_dim).transpose(0, 1)
@@ -75,7 +85,7 @@ def grouped_attention(
     weights = own.sub_(peak).exp_()
     total = weights.sum(-1, keepdim=True)
     out = torch.matmul(weights.to(value.dtype), value).float()
-    if attention_mask.prefix:
+    if window.prefix:
         # The prefix part comes normalised: its weight is its share exp(lse) of the denominator.
         shared_weight = (shared_lse - peak).exp_()
         total += shared_weight

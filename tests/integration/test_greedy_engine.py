@@ -33,13 +33,7 @@ def model_and_prompts(
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_base_model, dtype=torch.float32).eval()
-    # The builtin's small initial weights answer every prompt with the same newline; weights drawn
-    # with a wider spread write long, varied completions, so that any wrong id would show.
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if not name.endswith("norm.weight"):
-                parameter.normal_(0.0, 0.3, generator=generator)
+    _widen_weights(model, torch.Generator().manual_seed(0))
     task = get_task("gsm8k")
     problems = task.load_test_problems(tmp_path_factory.mktemp("data"), source_dir=DATA)[:6]
     prompts = [
@@ -47,6 +41,18 @@ def model_and_prompts(
         for problem in problems
     ]
     return model, tokenizer, prompts
+
+
+def _widen_weights(model: Any, generator: Any) -> None:
+    """Redraw every weight but the norms with a wide spread. Small initial weights answer every
+    prompt with the same id; wide ones write long, varied completions, so that any wrong id would
+    show."""
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if not name.endswith("norm.weight"):
+                parameter.normal_(0.0, 0.3, generator=generator)
 
 
 def _generate_one_at_a_time(
@@ -132,6 +138,37 @@ def test_rows_stop_at_their_limit_or_first_eos_and_finished_rows_leave_the_batch
     assert output.tokens == expected
     assert any(ids[-1] == eos for ids in output.tokens), "some row must stop at the eos"
     assert kept and kept[0] < len(prompts), "finished rows must be dropped from the batch"
+
+
+@pytest.mark.parametrize("model_type", sorted(greedy_engine.SUPPORTED_MODEL_TYPES))
+def test_every_supported_architecture_decodes_as_generate_does(model_type: str) -> None:
+    """A tiny random model of each architecture the engine claims, built here from its config class:
+    the engine runs (not the ``generate`` fallback), through the shared prefix, left padding and two
+    batches, and writes the ids ``generate`` writes one prompt at a time."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    generator = torch.Generator().manual_seed(0)
+    _widen_weights(model, generator)
+    shared = torch.randint(1, 96, (12,), generator=generator).tolist()
+    prompts = [shared + torch.randint(1, 96, (n,), generator=generator).tolist() for n in (3, 7, 5)]
+    expected = _generate_one_at_a_time(model, prompts, 8, pad_id=0)
+    output = generate_greedy(model, prompts, max_new_tokens=8, eos_ids=[], pad_id=0, max_batch_size=2)
+    assert (output.engine, output.batch_sizes, output.shared_prefix) == ("greedy", [2, 1], len(shared))
+    assert output.tokens == expected
+    assert len({tuple(ids) for ids in expected}) > 1, "the reference must not be one repeated answer"
 
 
 def test_bad_requests_are_refused(model_and_prompts: tuple[Any, Any, list[list[int]]]) -> None:
