@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autorl.errors import CheckpointError
+from autorl.untrusted_text import unprintable_characters
+
 #: Lowercase DNS-1123, as a Kubernetes name (the operator names experiments after their objects).
 EXPERIMENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -27,6 +30,19 @@ class SubmitRequest(BaseModel):
     gpu: Any = Field(
         default=None, description="Accepted for compatibility with reference clients and ignored."
     )
+
+    @field_validator("model_path")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # A CheckpointError, not a ValueError: it leaves validation as it is, and the API edge answers
+        # it 400 as any other refused checkpoint. Operators see this path in their terminal and logs.
+        hidden = unprintable_characters(value)
+        if hidden:
+            raise CheckpointError(
+                f"model_path holds characters that do not print ({', '.join(hidden[:8])}); "
+                "rename the checkpoint folder to a name of visible characters, such as output/step-100"
+            )
+        return value
 
 
 class RegisterExperiment(BaseModel):

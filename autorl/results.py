@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 from filelock import FileLock
 
 from autorl.errors import AutoRLError, UsageError
+from autorl.untrusted_text import rich_text
 
 RESULTS_FILE = "results.csv"
 #: How long an append waits for another writer before giving up, in seconds.
@@ -184,7 +185,7 @@ def _print_table(rows: list[ResultRow]) -> None:
         table.add_column(name, justify="right" if name in _FLOAT_COLUMNS or name == "submissions" else "left")
     for row in rows:
         cells = [_format_cell(name, getattr(row, name)) or "-" for name in shown]
-        table.add_row(*cells, str(row.submissions), f"{row.duration_s:.0f}", row.status)
+        table.add_row(*map(rich_text, cells), str(row.submissions), f"{row.duration_s:.0f}", row.status)
     console.print(table)
 
 
@@ -256,9 +257,9 @@ def _print_comparison(rows: list[ResultRow], home: Path) -> None:
     table = Table(title="AutoRL runs side by side", title_justify="left")
     table.add_column("")
     for row in rows:
-        table.add_column(row.run_id, justify="right")
+        table.add_column(rich_text(row.run_id), justify="right")
     for name in COLUMNS[1:-1]:
-        table.add_row(name, *[_format_cell(name, getattr(row, name)) or "-" for row in rows])
+        table.add_row(name, *[rich_text(_format_cell(name, getattr(row, name)) or "-") for row in rows])
     reports = [_report_metrics(home, row.run_id) for row in rows]
     for name in COMPARED_METRICS:
         table.add_row(name, *["-" if r.get(name) is None else str(r[name]) for r in reports])

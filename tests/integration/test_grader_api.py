@@ -19,6 +19,7 @@ from sqlalchemy import func, select, text
 from autorl.errors import ConfigurationError
 from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
+from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
 from tests.support.checkpoints import without_chat_template
@@ -276,6 +277,25 @@ def test_missing_model_path_is_400_with_a_readable_detail(
     response = client.post(f"{experiment.url_path}/submit", json={"path": "output/x"})
     assert response.status_code == 400  # as the reference answers it
     assert "model_path" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("hidden", ["\x1b]0;pwned\x07", "\n", "\u202e", "\u200b", "\x9b"])
+def test_a_model_path_with_hidden_characters_is_400_with_the_fix(
+    client: TestClient,
+    settings: DeploymentSettings,
+    experiment: RegisteredExperiment,
+    tiny_base_model: Path,
+    hidden: str,
+) -> None:
+    # A real checkpoint under that name: the name alone is refused, before any file is read.
+    copy_model(tiny_base_model, experiment.output_dir / f"m{hidden}x", unique=True)
+    response = submit(client, experiment, f"output/m{hidden}x", params={"wait": "false"})
+    assert response.status_code == 400
+    body = response.json()
+    assert body["detail"] == body["error"]
+    assert "model_path holds characters that do not print" in body["detail"]
+    assert printable(hidden[0]) in body["detail"] and "rename the checkpoint folder" in body["detail"]
+    assert submission_count(settings, experiment) == 0
 
 
 # -- limits, deadline, scoping -----------------------------------------------------------------

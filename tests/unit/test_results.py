@@ -190,3 +190,17 @@ def test_results_compare_refuses_unknown_and_ambiguous_runs(
     assert "no run 'nope'" in capsys.readouterr().err
     assert main(["results", "--home", str(tmp_path), "--compare", "20261130"]) == 2
     assert "matches 2 runs" in capsys.readouterr().err
+
+
+def test_results_table_shows_cells_as_inert_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # An agent named after its folder: brackets and control characters are data, not markup or escapes.
+    append_row(
+        row("r1", agent="[/bold]agent[link=https://evil.example]x\x1b]0;t\x07", base_model="m\u202e"),
+        tmp_path,
+    )
+    append_row(row("r2", agent="[bold"), tmp_path)
+    for args in ([], ["--compare", "r1", "r2"]):
+        assert main(["results", "--home", str(tmp_path), *args]) == 0
+        out = capsys.readouterr().out
+        assert "[/bold]agent[link=https://evil.example]x\\x1b]0;t\\x07" in out and "m\\u202e" in out
+        assert "[bold" in out and "\x1b" not in out and "\u202e" not in out

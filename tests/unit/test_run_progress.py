@@ -46,3 +46,41 @@ def test_status_line_shows_time_left_latest_and_best_score(monkeypatch: pytest.M
         progress.set_deadline(None)
         progress.tick()
         assert out.getvalue().count("latest score 48.00") == 1
+
+
+HOSTILE_PATH = (
+    "output/[/bold][link=https://evil.example]x[/link]"
+    "\x1b]0;pwned\x07\x1b[2J\u202e\nsubmission 99 status=scored"
+)
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["log", "live panel"])
+def test_agent_strings_are_shown_as_inert_text(terminal: bool) -> None:
+    out = io.StringIO()
+    console = Console(
+        file=out, force_terminal=terminal, color_system="truecolor" if terminal else None, width=400
+    )
+    progress = Progress("run", console=console)
+    with progress:
+        progress.set_deadline(time.time() + 60)
+        submissions = [
+            submission_answer(2, score=100.0, model_path=HOSTILE_PATH),
+            submission_answer(3, status="failed", model_path="output/y", error="bad\r\x9b31mfile [bold"),
+        ]
+        progress.update(experiment_answer(baseline_score=0.0), submissions)
+        progress.note(progress.status_line())
+        if terminal:
+            progress._live.refresh()  # type: ignore[union-attr]
+    shown = out.getvalue()
+    escaped = (
+        "output/[/bold][link=https://evil.example]x[/link]\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\nsubmission 99"
+    )
+    assert escaped in shown
+    if not terminal:  # the log's line of a failed submission; the panel shows no errors
+        assert "status=failed error=bad\\r\\x9b31mfile [bold" in shown
+    assert (
+        "\x1b]0;" not in shown and "\x1b[2J" not in shown and "\x1b]8;" not in shown and "\u202e" not in shown
+    )
+    lines = shown.splitlines()
+    assert not any(line.lstrip().startswith("submission 99") for line in lines)  # no forged line
+    assert sum(escaped in line for line in lines) >= 2  # its own line (or table row) and the status line

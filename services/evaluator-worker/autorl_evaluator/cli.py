@@ -47,11 +47,12 @@ def metrics_port(flag: int | None) -> int | None:
 def run(args: argparse.Namespace) -> int:
     from autorl.cli import UsageError
     from autorl.store import Database, migrate
+    from autorl.untrusted_text import log_printable_lines
     from autorl_evaluator.metrics import WorkerMetrics
     from autorl_evaluator.settings import WorkerSettings
 
     port = metrics_port(args.metrics_port)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log_printable_lines(logging.INFO)
     settings = WorkerSettings()
     settings.require_store_credentials()
     db = Database(settings.database_url)

@@ -30,6 +30,7 @@ from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
+from autorl.untrusted_text import log_printable_lines
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 from autorl_evaluator.settings import WorkerSettings
 
@@ -211,7 +212,7 @@ def main() -> int:
     """`python -m autorl_evaluator.jobs SUBMISSION_ID`: one evaluation in a process of its own."""
     import sys
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log_printable_lines(logging.INFO)
     result = evaluate(int(sys.argv[1]))
     return 0 if result.get("status") != "failed" else 1
 

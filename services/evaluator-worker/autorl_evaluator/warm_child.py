@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 from autorl.process_group import kill_group
+from autorl.untrusted_text import log_printable_lines
 
 log = logging.getLogger("autorl.evaluator.warm")
 #: After SIGTERM, how long the child's group gets before SIGKILL (as the local worker's children).
@@ -98,7 +99,7 @@ def main() -> int:
     """The child: ids on stdin, ``done ID STATUS`` on the original stdout, logs on stderr."""
     from autorl_evaluator.jobs import evaluate
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log_printable_lines(logging.INFO)
     # Only the answers go to the parent's pipe: anything a library prints lands on stderr.
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import re
 
+from autorl.untrusted_text import PrintableArgs
+
 CAPABILITY_PATH = re.compile(r"/a/[^/\s\"?]+")
 
 
@@ -25,7 +27,9 @@ class RedactTokens(logging.Filter):
 
 
 def install_redaction() -> None:
-    for name in ("uvicorn.access", "uvicorn.error", "autorl", "autorl.grader"):
+    """Tokens redacted, and arguments escaped so that an agent's string cannot forge a line."""
+    for name in ("uvicorn.access", "uvicorn.error", "autorl", "autorl.grader", "autorl.grader.reconciler"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactTokens) for f in logger.filters):
             logger.addFilter(RedactTokens())
+            logger.addFilter(PrintableArgs())

@@ -23,18 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from autorl.admin_client import AdminClient
 from autorl.answers import ExperimentAnswer, RegisteredAnswer
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
+from autorl.layout import runner_log_subpath
 from autorl.model_sources import model_dir_name, resolve_model
 from autorl.reports import report_after_run
 from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.tasks import Task, get_task
+from autorl.untrusted_text import printable
 from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner
@@ -202,7 +205,7 @@ class LocalRun:
             self.progress.note("interrupted: stopping everything this run started")
         except AutoRLError as exc:
             status, message = "failed", str(exc)
-            print(f"autorl run: error: {exc}", file=sys.stderr)
+            print(f"autorl run: error: {printable(str(exc), multiline=True)}", file=sys.stderr)
         finally:
             # A second Ctrl-C must not leave services running or the run unrecorded.
             with _ignore_sigint():
@@ -281,6 +284,7 @@ class LocalRun:
             platform_env={} if config.agent_gpus is None else {"CUDA_VISIBLE_DEVICES": config.agent_gpus},
             egress=config.egress,
             grace_period_s=config.grace_period_s,
+            runner_log=self.settings.home / runner_log_subpath(self.run_id),
         )
         self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
         started = self.admin.start(self.run_id)
@@ -434,15 +438,23 @@ class LocalRun:
     def _print_summary(self, row: ResultRow, message: str | None) -> None:
         console = Console()
         improvement = "-" if row.improvement is None else f"{row.improvement:+.2f}"
-        console.print(f"\n[bold]Run {row.run_id}[/bold] {row.status} in {fmt_duration(row.duration_s)}")
-        if message:
-            console.print(f"  note         {message}", highlight=False)
-        console.print(f"  baseline     {fmt_score(row.baseline)}")
-        console.print(f"  best score   {fmt_score(row.best_score)}")
-        console.print(f"  improvement  {improvement}")
-        console.print(f"  submissions  {row.submissions} scored")
-        console.print(f"  workspace    {row.workspace}", highlight=False)
-        console.print(f"  results      {results_path(self.settings.home)}", highlight=False)
+        console.print(
+            Text.assemble(
+                "\n", (f"Run {row.run_id}", "bold"), f" {row.status} in {fmt_duration(row.duration_s)}"
+            )
+        )
+        # Text throughout, never markup: the note can quote the agent's strings and a service's log.
+        lines = [
+            *([f"note         {printable(message, multiline=True)}"] if message else []),
+            f"baseline     {fmt_score(row.baseline)}",
+            f"best score   {fmt_score(row.best_score)}",
+            f"improvement  {improvement}",
+            f"submissions  {row.submissions} scored",
+            f"workspace    {printable(row.workspace)}",
+            f"results      {printable(str(results_path(self.settings.home)))}",
+        ]
+        for line in lines:
+            console.print(Text(f"  {line}"))
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autorl.answers import ExperimentAnswer, SubmissionAnswer
+from autorl.untrusted_text import printable, rich_text
 
 #: Seconds between status lines in a log (no live panel) while the agent runs.
 STATUS_INTERVAL_S = 30.0
@@ -59,7 +60,7 @@ class Progress:
             self._live = Live(console=self.console, refresh_per_second=2, get_renderable=self._render)
             self._live.start()
         else:
-            self.console.print(self.title)
+            self.console.print(Text(self.title))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -69,7 +70,8 @@ class Progress:
 
     def _say(self, text: str) -> None:
         if self._live is None:
-            self.console.print(f"[{fmt_duration(time.monotonic() - self._started)}] {text}", highlight=False)
+            # A Text, never markup: lines carry the agent's paths and errors (escaped by the caller).
+            self.console.print(Text(f"[{fmt_duration(time.monotonic() - self._started)}] {text}"))
 
     def phase(self, name: str, detail: str = "") -> None:
         with self._lock:
@@ -81,7 +83,7 @@ class Progress:
     def note(self, text: str) -> None:
         """A line that stays in the scrollback in both modes."""
         if self._live is not None:
-            self._live.console.print(text, highlight=False)
+            self._live.console.print(Text(text))
         else:
             self._say(text)
 
@@ -101,7 +103,7 @@ class Progress:
         if remaining is not None:
             text += f" time left {fmt_duration(remaining)}"
         if latest is not None:
-            text += f", latest score {fmt_score(latest.score)} ({latest.model_path})"
+            text += f", latest score {fmt_score(latest.score)} ({printable(latest.model_path)})"
         else:
             text += ", no score yet"
         return text + f", best {fmt_score(best)}, baseline {fmt_score(state.baseline)}"
@@ -142,11 +144,11 @@ class Progress:
 
     @staticmethod
     def _describe(view: SubmissionAnswer) -> str:
-        text = f"submission {view.submission_id} {view.model_path} status={view.status}"
+        text = f"submission {view.submission_id} {printable(view.model_path)} status={view.status}"
         if view.status == "scored":
             text += f" score={fmt_score(view.score)} improvement={fmt_score(view.improvement)}"
         elif view.status == "failed" and view.error:
-            text += f" error={view.error[:200]}"
+            text += f" error={printable(view.error[:200])}"
         return text
 
     def _render(self) -> Group:
@@ -174,7 +176,11 @@ class Progress:
                 table.add_column(column)
             for sid, view in sorted(state.submissions.items())[-12:]:
                 table.add_row(
-                    str(sid), view.model_path, view.status, fmt_score(view.score), fmt_score(view.improvement)
+                    str(sid),
+                    rich_text(view.model_path),
+                    view.status,
+                    fmt_score(view.score),
+                    fmt_score(view.improvement),
                 )
         return Group(header, table) if state.submissions else Group(header)
 

@@ -35,15 +35,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_crd:
         print(render_crd_yaml(), end="")
         return 0
+    from autorl.untrusted_text import log_printable_lines
     from autorl_controller.operator.main import run_operator
     from autorl_controller.operator.settings import ControllerSettings
 
     settings = ControllerSettings()
     if args.namespace:
         settings = settings.model_copy(update={"watch_namespaces": args.namespace})
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    log_printable_lines(
+        logging.DEBUG if args.verbose else logging.INFO,
+        "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
     asyncio.run(run_operator(settings))
     return 0

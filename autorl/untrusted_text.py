@@ -1,0 +1,108 @@
+"""Strings an agent controls (checkpoint paths, error messages, file names, its log), made safe to show.
+
+Every operator surface (``autorl run``'s progress and summary, ``autorl results``, logs, the
+dashboard, Kubernetes Events and status messages) shows such a string only through
+:func:`printable`: a character that is not plainly visible (C0 and C1 controls, DEL, bidi
+overrides, zero-width and other format characters, line and paragraph separators, unusual spaces,
+unassigned code points) is written as its escape (``\\x1b``, ``\\n``, ``\\u202e``), and a backslash
+as ``\\\\``, so that what the operator sees spells the string exactly and can neither drive the
+terminal (titles, colours, cursor moves, hyperlinks) nor forge a line. Rich output takes the result
+as a :class:`rich.text.Text`, never as markup, so brackets in a name stay brackets.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rich.text import Text
+
+#: Short escapes, as Python writes them; every other hidden character gets its code point.
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(char: str) -> str:
+    short = _SHORT_ESCAPES.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _hidden(char: str) -> bool:
+    # str.isprintable is false exactly for Unicode's "Other" (Cc, Cf, Cs, Co, Cn) and "Separator"
+    # (Zl, Zp, Zs) categories, the ASCII space excepted: the characters that do not show as themselves.
+    return char == "\\" or not char.isprintable()
+
+
+def _printable_line(line: str) -> str:
+    if line.isprintable() and "\\" not in line:
+        return line  # the common case, without a per-character pass
+    return "".join(_escape(char) if _hidden(char) else char for char in line)
+
+
+def printable(text: str, *, multiline: bool = False) -> str:
+    """``text`` with every character that does not show as itself escaped.
+
+    ``multiline`` (a log shown as a block) keeps line feeds and tabs as they are, and a CR LF pair
+    as a line feed; a lone carriage return is still escaped, since it would overwrite what a
+    terminal shows. Otherwise the result is always one line.
+    """
+    if not multiline:
+        return _printable_line(text)
+    lines = text.replace("\r\n", "\n").split("\n")
+    return "\n".join("\t".join(_printable_line(part) for part in line.split("\t")) for line in lines)
+
+
+def unprintable_characters(text: str) -> list[str]:
+    """The escapes of the characters in ``text`` that do not show as themselves, each once, in order
+    (a backslash shows as itself and is not one of them)."""
+    found = dict.fromkeys(_escape(char) for char in text if not char.isprintable())
+    return list(found)
+
+
+def rich_text(text: str, style: str = "", *, multiline: bool = False) -> Text:
+    """``text`` escaped as :func:`printable` does, as a rich ``Text``: shown as written, never parsed
+    as markup or emoji codes."""
+    return Text(printable(text, multiline=multiline), style=style)
+
+
+class PrintableFormatter(logging.Formatter):
+    """A log formatter that keeps a record on one line whatever its arguments hold.
+
+    A log line's message often carries an agent's string (a path, an error); escaped, it cannot
+    forge another line or drive the terminal of whoever tails the log. A traceback keeps its lines,
+    with everything else in it escaped.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: logging._SysExcInfoType) -> str:
+        return printable(super().formatException(ei), multiline=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info), multiline=True)
+
+
+class PrintableArgs(logging.Filter):
+    """Escapes a record's string arguments (where a log line carries an agent's strings), for a
+    logger whose handlers format with a formatter of their own (uvicorn's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+#: The services' log line: time, level, logger, message.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def log_printable_lines(level: int, fmt: str = LOG_FORMAT) -> None:
+    """Log to stderr (as :func:`logging.basicConfig`) through :class:`PrintableFormatter`."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter(fmt))
+    logging.basicConfig(level=level, handlers=[handler])

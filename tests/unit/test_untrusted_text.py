@@ -1,0 +1,105 @@
+"""The one renderer of agent-controlled strings: hostile strings come out as visible, inert text."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from autorl.untrusted_text import (
+    PrintableArgs,
+    PrintableFormatter,
+    printable,
+    rich_text,
+    unprintable_characters,
+)
+
+#: (what an agent writes, what an operator sees): each would drive a terminal or forge what it shows.
+HOSTILE = [
+    ("out\x1b[2J\x1b[H", "out\\x1b[2J\\x1b[H"),  # clear screen, cursor home
+    ("\x1b]0;pwned\x07run", "\\x1b]0;pwned\\x07run"),  # window title (OSC 0)
+    (
+        "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\",
+        "\\x1b]8;;https://evil.example\\x1b\\\\click\\x1b]8;;\\x1b\\\\",
+    ),
+    ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),  # colours
+    ("\x1b[5A\x1b[2K", "\\x1b[5A\\x1b[2K"),  # cursor up, erase line
+    ("ok\rsubmission 99 score=100.00", "ok\\rsubmission 99 score=100.00"),
+    (
+        "a\n[0:05] submission 99 output/x status=scored score=100.00",
+        "a\\n[0:05] submission 99 output/x status=scored score=100.00",
+    ),
+    ("abc\b\b\bxyz", "abc\\x08\\x08\\x08xyz"),  # backspaces overwrite
+    ("\x9b2J", "\\x9b2J"),  # C1 CSI
+    ("\x7f\x00\x85", "\\x7f\\x00\\x85"),  # DEL, NUL, NEL
+    ("output/\u202egnp.exe", "output/\\u202egnp.exe"),  # right-to-left override
+    ("\u2066x\u2069\u200e\u061c", "\\u2066x\\u2069\\u200e\\u061c"),  # bidi isolates and marks
+    ("a\u200bb\u200dc\ufeffd\u2060e", "a\\u200bb\\u200dc\\ufeffd\\u2060e"),  # zero-width characters
+    ("line\u2028sep\u2029para", "line\\u2028sep\\u2029para"),  # line and paragraph separators
+    ("tab\there\u00a0nbsp", "tab\\there\\xa0nbsp"),
+    ("tag\U000e0041s", "tag\\U000e0041s"),  # an invisible tag character
+    ("a\\x1b", "a\\\\x1b"),  # a written escape stays distinct from the character it names
+    ("[link=https://evil.example]x[/link]", "[link=https://evil.example]x[/link]"),
+    ("[/bold]", "[/bold]"),
+    ("[bold", "[bold"),
+    (":smile: output/ünï 日本", ":smile: output/ünï 日本"),
+]
+
+
+@pytest.mark.parametrize(("hostile", "shown"), HOSTILE)
+def test_every_hidden_character_is_shown_escaped(hostile: str, shown: str) -> None:
+    assert printable(hostile) == shown
+    assert shown.isprintable()
+
+
+@pytest.mark.parametrize(("hostile", "shown"), HOSTILE)
+def test_rich_shows_the_escaped_text_as_written(hostile: str, shown: str) -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="truecolor", width=500)
+    table = Table("checkpoint")
+    table.add_row(rich_text(hostile))
+    console.print(rich_text(hostile))  # an unbalanced tag would raise MarkupError as markup
+    console.print(table)
+    lines = out.getvalue().splitlines()
+    # Markup is not interpreted, emoji codes are not replaced, and no hyperlink is made.
+    assert shown in lines[0] and "\x1b]8;" not in out.getvalue()
+    assert any(shown in line for line in lines[1:])
+
+
+def test_multiline_keeps_lines_and_escapes_the_rest() -> None:
+    log = "step 1\r\nstep 2\t\x1b[32mok\x1b[0m\n10%\r20%\u202e"
+    assert printable(log, multiline=True) == "step 1\nstep 2\t\\x1b[32mok\\x1b[0m\n10%\\r20%\\u202e"
+
+
+def test_unprintable_characters_names_each_once() -> None:
+    assert unprintable_characters("a\x1b[1m\x1b\n\u202eb\\c") == ["\\x1b", "\\n", "\\u202e"]
+    assert unprintable_characters("output/step-100 é") == []
+
+
+def _record(message: str, *args: object, exc: bool = False) -> logging.LogRecord:
+    info = None
+    if exc:
+        try:
+            raise ValueError("bad\x1b[2Jname\nforged")
+        except ValueError:
+            info = sys.exc_info()
+    return logging.LogRecord("autorl.test", logging.WARNING, __file__, 1, message, args, info)
+
+
+def test_log_lines_stay_one_line_whatever_their_arguments_hold() -> None:
+    formatter = PrintableFormatter("%(levelname)s %(message)s")
+    line = formatter.format(_record("event=evaluation_failed error=%s", "x\n2026 INFO forged\x1b]0;t\x07"))
+    assert line == "WARNING event=evaluation_failed error=x\\n2026 INFO forged\\x1b]0;t\\x07"
+    with_trace = formatter.format(_record("event=crashed", exc=True)).splitlines()
+    # A traceback keeps its lines (the exception's own too), with everything else escaped.
+    assert with_trace[0] == "WARNING event=crashed" and with_trace[-2:] == [
+        "ValueError: bad\\x1b[2Jname",
+        "forged",
+    ]
+
+    record = _record("event=x path=%s n=%d", "a\r\x9bb", 3)
+    assert PrintableArgs().filter(record) and record.getMessage() == "event=x path=a\\r\\x9bb n=3"
