@@ -516,11 +516,14 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
         {
             "active": 0,
             "failed": 1,
-            "conditions": [failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")],
+            # A message with control characters (as a pod's termination message could carry): it
+            # reaches status and the Event escaped, one line, never driving `kubectl`'s terminal.
+            "conditions": [failed("BackoffLimitExceeded", "backoff limit\n\x1b]0;pwned\x07\u202e")],
         },
     )
     done = await platform.wait_phase(name, "Failed")
-    assert "BackoffLimitExceeded" in done["status"]["message"]
+    assert "BackoffLimitExceeded): backoff limit\\n\\x1b]0;pwned\\x07\\u202e" in done["status"]["message"]
+    assert done["status"]["message"].isprintable()
     assert done["status"]["baselineScore"] == pytest.approx(running["status"]["baselineScore"])
     view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
     assert view["status"] == "failed"

@@ -3,6 +3,7 @@ view's guard, the egress firewall, and what a kernel without a namespace is told
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import json
 import socket
@@ -188,3 +189,29 @@ def test_egress_firewall_rejects_the_host_and_keeps_loopback() -> None:
 def test_missing_namespaces_are_named_loudly() -> None:
     warning = missing_protections_warning(["net", "pid"])
     assert warning.startswith("WARNING") and "network namespace" in warning and "PID namespace" in warning
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "limit"),
+    [
+        ({"Content-Type": "application/json"}, b'{"model_path": "' + b"x" * (5 << 20) + b'"}', 413, "body"),
+        ({"X-Pad": "p" * (200 << 10)}, b'{"model_path": "output/m"}', 431, "headers"),
+    ],
+    ids=["5 MB body", "200 KB header"],
+)
+def test_an_oversized_request_is_answered_with_the_limit_not_reset(
+    relay: tuple[tuple[str, int], Upstream], headers: dict[str, str], body: bytes, status: int, limit: str
+) -> None:
+    address, upstream = relay
+    # A client as reference agents use one: it sends the whole request, then reads the answer.
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    try:
+        connection.request("POST", f"/a/{TOKEN}/submit", body=body, headers=headers)
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    finally:
+        connection.close()
+    assert response.status == status and response.getheader("connection") == "close"
+    assert answer["detail"] == answer["error"] and "over the agent API's limit" in answer["detail"]
+    assert limit in answer["detail"] and "send only" in answer["detail"]
+    assert upstream.seen == []

@@ -17,6 +17,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -36,6 +37,13 @@ FORWARDED_REQUEST_HEADERS = frozenset({b"authorization", b"content-type", b"acce
 #: Response headers passed back to the agent.
 FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "retry-after", "location"})
 MAX_BODY_BYTES = 1 << 20
+#: The most a request line and its headers may take; longer is answered 431.
+MAX_HEADER_BYTES = 64 * 1024
+#: After a refusal that closes the connection, what is still coming (the rest of a large body) is
+#: read and dropped for at most this long and this much, so that the client sees the answer
+#: rather than a reset; past either, the connection is closed anyway.
+DRAIN_S = 5.0
+DRAIN_BYTES = 64 << 20
 #: Longer than the grader holds a blocking /submit (540 s by default).
 UPSTREAM_TIMEOUT_S = 660.0
 #: An idle agent connection is closed after this long.
@@ -157,13 +165,25 @@ class _Answer:
         return cls(refusal.status, [("content-type", "application/json")], body)
 
 
+def _unparsable(exc: h11.RemoteProtocolError) -> Refusal:
+    if exc.error_status_hint == 431:
+        return Refusal(
+            431,
+            f"the request line and headers are over the agent API's limit of {MAX_HEADER_BYTES} bytes; "
+            "send only the Authorization and Content-Type headers the agent API needs",
+        )
+    return Refusal(
+        exc.error_status_hint, f"not a valid HTTP/1.1 request ({exc}); send it with an HTTP client library"
+    )
+
+
 class _Connection:
     """One agent connection: request after request, each checked on its own."""
 
     def __init__(self, sock: socket.socket, relay: AgentApiRelay) -> None:
         self.sock = sock
         self.relay = relay
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
 
     def _next_event(self) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
         while True:
@@ -173,6 +193,13 @@ class _Connection:
             self.h11.receive_data(self.sock.recv(65536))
 
     def serve(self) -> None:
+        try:
+            self._serve_requests()
+        except h11.RemoteProtocolError as exc:
+            # Unparsable (a header block over the limit, a broken chunk): answered, as every refusal.
+            self._refuse(_unparsable(exc))
+
+    def _serve_requests(self) -> None:
         while True:
             event = self._next_event()
             if not isinstance(event, h11.Request):
@@ -196,14 +223,36 @@ class _Connection:
                 else:
                     return
             if too_large:
-                limit = f"a request body over {MAX_BODY_BYTES} bytes; send the model's path, not its files"
-                self._send(_Answer.refusal(Refusal(413, limit)), close=True)
+                self._refuse(
+                    Refusal(
+                        413,
+                        f"the request body is over the agent API's limit of {MAX_BODY_BYTES} bytes; "
+                        'send only the checkpoint\'s path, as {"model_path": "output/v1"}',
+                    )
+                )
                 return
             answer = self.relay.forward(method, target, headers, bytes(body))
             self._send(answer, close=False)
             if self.h11.our_state is h11.MUST_CLOSE or self.h11.their_state is h11.MUST_CLOSE:
                 return
             self.h11.start_next_cycle()
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Answer, then close without resetting: the client may still be sending (a large body),
+        and closing a socket with unread data would reset the connection and lose the answer."""
+        self._send(_Answer.refusal(refusal), close=True)
+        self.sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + DRAIN_S
+        drained = 0
+        while drained < DRAIN_BYTES and (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                return
+            if not chunk:
+                return
+            drained += len(chunk)
 
     def _send(self, answer: _Answer, *, close: bool) -> None:
         headers = [*answer.headers, ("content-length", str(len(answer.body)))]
