@@ -206,3 +206,31 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         at_url(browser, f"{grader.url}/ui/login")
         browser.get(f"{grader.url}/ui/api/experiments")
         assert "not signed in" in browser.page_source
+
+
+def test_agent_strings_show_as_text_with_hidden_characters_escaped(
+    browser: Any, settings: DeploymentSettings, db: Database, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    run = create_experiment(db, tmp_path / "workspace")
+    folder = "<img src=x onerror=window.pwned=1>[/bold]\x1b[2J\u202egnp.exe"
+    add_submission(db, run.name, error="<b>loud</b>\r\nsubmission 99 score=100.00", folder=folder)
+    (run.workspace / "agent.log").write_text("<script>window.pwned=2</script>\n\x1b[31mred\u200b\x1b[0m\n")
+    assert settings.admin_token is not None
+    with serve(create_app(settings, reconcile=False)) as grader:
+        browser.get(f"{grader.url}/ui/login")
+        browser.find_element(By.ID, "token").send_keys(settings.admin_token.get_secret_value())
+        browser.find_element(By.ID, "sign-in").click()
+        at_url(browser, f"{grader.url}/ui")
+        browser.get(f"{grader.url}/ui/experiments/{run.name}")
+        wait_for(browser, lambda d: "red" in "".join(texts(d, "#log")), "the log tail")
+        path, error = texts(browser, "#submissions td.path")[0], texts(browser, "#submissions td.error")[0]
+        log = texts(browser, "#log")[0]
+        # Markup is shown as written; what would not show as itself is spelled out.
+        assert path == "output/<img src=x onerror=window.pwned=1>[/bold]\\x1b[2J\\u202egnp.exe"
+        assert error == "<b>loud</b>\\r\\nsubmission 99 score=100.00"
+        assert log.splitlines() == ["<script>window.pwned=2</script>", "\\x1b[31mred\\u200b\\x1b[0m"]
+        assert browser.execute_script(
+            "return window.pwned === undefined && !document.querySelector('main img, main b')"
+        )

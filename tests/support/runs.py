@@ -64,17 +64,19 @@ def add_submission(
     minutes: float | None = None,
     files: str | None = None,
     baseline: bool = False,
+    folder: str | None = None,
 ) -> int:
     """A submission made ``minutes`` after the budget started: scored with ``scores`` (headline =
     opencompass), failed with ``error``, or left queued. ``files`` names its content: equal names are
-    identical files (a second one reuses the first one's score, as the grader does)."""
+    identical files (a second one reuses the first one's score, as the grader does). ``folder`` names
+    its checkpoint folder in ``output/`` (default: a random one)."""
     fingerprint = hashlib.sha256((files or uuid.uuid4().hex).encode()).hexdigest()
     with db.session() as session:
         experiment = repo.get_experiment(session, name)
         submission = repo.create_submission(
             session,
             experiment,
-            model_path=str(Path(experiment.output_dir) / f"ckpt-{uuid.uuid4().hex[:6]}"),
+            model_path=str(Path(experiment.output_dir) / (folder or f"ckpt-{uuid.uuid4().hex[:6]}")),
             fingerprint=fingerprint,
             is_baseline=baseline,
         )

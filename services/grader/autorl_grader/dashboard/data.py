@@ -4,16 +4,23 @@ its score-over-time chart for each scoring protocol, and its run metrics. Read-o
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.orm import Session
 
 from autorl.reports import RunRecord, compute_metrics
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.tasks.gsm8k import PROTOCOLS
+from autorl.untrusted_text import printable
 from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
+
+#: Free text as the dashboard shows it: a character that would not show as itself (a control
+#: character, a bidi override reversing a path, a zero-width space) escaped, whoever wrote it.
+Shown = Annotated[str, AfterValidator(printable)]
+#: The agent's log: its lines kept, everything else escaped as in :data:`Shown`.
+ShownLines = Annotated[str, AfterValidator(lambda text: printable(text, multiline=True))]
 
 _SCORE_COLUMNS = {"opencompass": "score_opencompass", "flexible": "score_flexible", "strict": "score_strict"}
 
@@ -22,10 +29,10 @@ class ExperimentRow(BaseModel):
     name: str
     phase: str = Field(description="pending, baseline, running, finishing, or how it ended")
     status: str
-    task: str
-    model: str
-    agent: str | None
-    driver_model: str | None
+    task: Shown
+    model: Shown
+    agent: Shown | None
+    driver_model: Shown | None
     protocol: str = Field(description="the scoring protocol of the headline score")
     baseline_score: float | None
     baseline_status: str | None
@@ -46,7 +53,7 @@ class ExperimentRow(BaseModel):
     start_time: float | None
     end_time: float | None
     created_at: float | None
-    message: str | None
+    message: Shown | None
 
 
 class SubmissionRow(BaseModel):
@@ -59,8 +66,8 @@ class SubmissionRow(BaseModel):
     eval_seconds: float | None
     reused: bool
     reused_from: int | None
-    error: str | None
-    model_path: str
+    error: Shown | None
+    model_path: Shown
     created_at: float | None
     finished_at: float | None
     t_s: float | None = Field(description="seconds from the start of the budget to the submission")
@@ -100,7 +107,7 @@ class ExperimentList(BaseModel):
 
 class LogTailView(BaseModel):
     available: bool
-    text: str
+    text: ShownLines
     size_bytes: int
     truncated: bool
     reason: str | None
