@@ -182,17 +182,25 @@ def last_submit_time(session: Session, experiment: Experiment) -> datetime | Non
     )
 
 
-def reusable_result(session: Session, eval_key: str, fingerprint: str) -> Submission | None:
-    """The earliest scored evaluation of identical files under the same evaluation settings."""
+def reusable_result(session: Session, experiment: Experiment, fingerprint: str) -> Submission | None:
+    """A scored evaluation of identical files under the experiment's evaluation settings whose score
+    the experiment may take: its own (the earliest), else a baseline of its base model. Another
+    experiment's checkpoints are never reused: a score at once would tell an agent that someone
+    else had submitted exactly these files. A baseline tells nothing: it measures the base model
+    every experiment on that model is given."""
+    base_model_baseline = and_(
+        Submission.is_baseline.is_(True),
+        Submission.experiment_id.in_(select(Experiment.id).where(Experiment.model == experiment.model)),
+    )
     return session.scalar(
         select(Submission)
         .where(
-            Submission.eval_key == eval_key,
+            Submission.eval_key == experiment.eval_key,
             Submission.fingerprint == fingerprint,
             Submission.status == SubmissionStatus.SCORED,
-            Submission.reused_from.is_(None),
+            or_(Submission.experiment_id == experiment.id, base_model_baseline),
         )
-        .order_by(Submission.id)
+        .order_by(Submission.experiment_id != experiment.id, Submission.id)
         .limit(1)
     )
 
@@ -216,7 +224,9 @@ def evaluation_in_flight(session: Session, experiment: Experiment, fingerprint: 
 
 
 def take_score(submission: Submission, earlier: Submission) -> None:
-    """Make ``submission`` scored with the score of ``earlier`` (identical files): reused, 0 s."""
+    """Make ``submission`` scored with the score of ``earlier`` (identical files): reused, 0 s.
+    ``reused_from`` names ``earlier`` itself, so a copy of the base model names its own
+    experiment's baseline even when that baseline's score came from another experiment's."""
     now = utcnow()
     submission.status = SubmissionStatus.SCORED
     submission.score = earlier.score
@@ -224,7 +234,7 @@ def take_score(submission: Submission, earlier: Submission) -> None:
     submission.score_flexible = earlier.score_flexible
     submission.score_strict = earlier.score_strict
     submission.n_samples = earlier.n_samples
-    submission.reused_from = earlier.reused_from or earlier.id
+    submission.reused_from = earlier.id
     submission.waits_for = None
     submission.eval_seconds = 0.0
     submission.started_at = submission.finished_at = now
@@ -241,10 +251,11 @@ def create_submission(
     is_baseline: bool = False,
     reuse_from: int | None = None,
 ) -> Submission:
-    """Insert a submission. Identical files already scored under the same settings reuse that score
-    (`reuse_from` names the scored submission to take it from, e.g. a cached baseline); identical
-    files of the same experiment being evaluated now are not evaluated again: the new submission
-    waits for that result (`settle_waiting`). Call with the experiment's row locked
+    """Insert a submission. Identical files the experiment already had scored under the same
+    settings, or a baseline of its base model, reuse that score (`reusable_result`; `reuse_from`
+    names the scored submission to take it from, e.g. a cached baseline); identical files of the
+    same experiment being evaluated now are not evaluated again: the new submission waits for that
+    result (`settle_waiting`). Call with the experiment's row locked
     (`get_experiment(for_update=True)`), so that this check and the evaluation's end are ordered."""
     submission = Submission(
         experiment_id=experiment.id,
@@ -258,7 +269,7 @@ def create_submission(
     )
     earlier = session.get(Submission, reuse_from) if reuse_from is not None else None
     if earlier is None or earlier.status != SubmissionStatus.SCORED:
-        earlier = reusable_result(session, experiment.eval_key, fingerprint)
+        earlier = reusable_result(session, experiment, fingerprint)
     if earlier is not None:
         take_score(submission, earlier)
     else:

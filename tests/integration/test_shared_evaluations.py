@@ -3,14 +3,16 @@
 Real concurrency through a grader served over HTTP, on Postgres and on SQLite: the copies are
 submitted together, exactly one of them is handed to evaluators, the others wait for its result
 and take its score; after a failure the next copy is evaluated itself. Another experiment's
-identical files are never waited for (that would tell its agent, by the time a score takes, that
-someone else submitted them)."""
+identical files are never waited for, nor their score reused (that would tell its agent, by the
+time a score takes, that someone else submitted them); only a baseline of the same base model is
+shared across experiments."""
 
 from __future__ import annotations
 
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
+from tests.support.checkpoints import read_safetensors, write_safetensors
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
@@ -59,9 +62,9 @@ def db(settings: DeploymentSettings, grader: httpx.Client) -> Iterator[Database]
 
 
 def new_experiment(
-    grader: httpx.Client, settings: DeploymentSettings, base: Path, root: Path
+    grader: httpx.Client, settings: DeploymentSettings, base: Path, root: Path, **fields: Any
 ) -> RegisteredExperiment:
-    return register(grader, settings, base, make_workspace(root))  # type: ignore[arg-type]
+    return register(grader, settings, base, make_workspace(root), **fields)  # type: ignore[arg-type]
 
 
 def identical_copies(experiment: RegisteredExperiment, base: Path, count: int) -> list[str]:
@@ -213,6 +216,112 @@ def test_another_experiments_identical_evaluation_is_never_waited_for(
     assert found[their_id].fingerprint == found[my_id].fingerprint
     assert found[my_id].waits_for is None
     assert {their_id, my_id} <= claimable(db)
+
+
+def trained_copy(base: Path, target: Path) -> Path:
+    """The base model with one weight changed, as training leaves it: not the base model's files."""
+    shutil.copytree(base, target)
+    header, data = read_safetensors(target / "model.safetensors")
+    # The lowest byte of the first float32 weight: a new value, still finite.
+    write_safetensors(target / "model.safetensors", header, bytes([data[0] ^ 1]) + data[1:])
+    return target
+
+
+def submit_now(grader: httpx.Client, experiment: RegisteredExperiment, path: str) -> httpx.Response:
+    return grader.post(f"{experiment.url_path}/submit", json={"model_path": path}, params={"wait": "false"})
+
+
+def measure_baseline(
+    grader: httpx.Client, settings: DeploymentSettings, experiment: RegisteredExperiment
+) -> int:
+    response = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
+    assert response.status_code in (200, 202), response.text
+    baseline_id: int = response.json()["submission_id"]
+    return baseline_id
+
+
+def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """Same base model, same evaluation settings, same bytes: the second experiment's submission
+    is queued for its own evaluation, and nothing in its answers comes from the first's."""
+    model = f"local:shared-{uuid.uuid4().hex[:8]}"
+    theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs", model=model)
+    mine = new_experiment(grader, settings, tiny_base_model, tmp_path / "mine", model=model)
+    path = "output/trained"
+    trained_copy(tiny_base_model, theirs.workspace / path)
+    shutil.copytree(theirs.workspace / path, mine.workspace / path)
+    their_baseline = measure_baseline(grader, settings, theirs)
+    evaluate_with(db, their_baseline, score=8.0)
+    [their_id] = submit_together(grader, theirs, [path])
+    evaluate_with(db, their_id, score=42.0)
+
+    response = submit_now(grader, mine, path)
+    assert response.status_code == 202, response.text
+    my_id = response.json()["submission_id"]
+    assert response.json()["status"] == "queued"
+    found = rows(db, [their_id, my_id])
+    assert found[their_id].fingerprint == found[my_id].fingerprint
+    assert (found[my_id].reused_from, found[my_id].waits_for) == (None, None)
+    assert my_id in claimable(db)
+    view = agent_view(grader, mine, my_id)
+    assert (view["status"], view["score"], view["reused_from"], view["eval_seconds"]) == (
+        "queued",
+        None,
+        None,
+        None,
+    )
+    assert view["queue_position"] == 1 and view["best"] == {"submission_id": None, "score": None}
+    scores = grader.get(f"{mine.url_path}/scores").json()
+    assert [row["submission_id"] for row in scores["submissions"]] == [my_id]
+    assert "42.0" not in str(scores)  # the other experiment's score shows nowhere
+
+    evaluate_with(db, my_id, score=30.0)  # its own evaluation, its own score
+    view = agent_view(grader, mine, my_id)
+    assert (view["status"], view["score"], view["eval_seconds"], view["reused_from"]) == (
+        "scored",
+        30.0,
+        2.0,
+        None,
+    )
+    # Within the experiment, identical files still take its own earlier score at once.
+    shutil.copytree(mine.workspace / path, mine.output_dir / "again")
+    again = submit_now(grader, mine, "output/again")
+    assert again.status_code == 200, again.text
+    assert (again.json()["score"], again.json()["reused_from"], again.json()["eval_seconds"]) == (
+        30.0,
+        my_id,
+        0.0,
+    )
+
+
+def test_a_copy_of_the_base_model_takes_a_baseline_of_that_model_from_any_experiment(
+    grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    model = f"local:shared-{uuid.uuid4().hex[:8]}"
+    theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs", model=model)
+    mine = new_experiment(grader, settings, tiny_base_model, tmp_path / "mine", model=model)
+    their_baseline = measure_baseline(grader, settings, theirs)
+    evaluate_with(db, their_baseline, score=8.0)
+
+    shutil.copytree(tiny_base_model, mine.output_dir / "untouched")
+    copy = submit_now(grader, mine, "output/untouched")
+    assert copy.status_code == 200, copy.text
+    # The baseline's score at once, 0 GPU-seconds, and never the other experiment's id.
+    assert (copy.json()["status"], copy.json()["score"], copy.json()["eval_seconds"]) == ("scored", 8.0, 0.0)
+    assert copy.json()["reused_from"] is None
+    # The experiment's own baseline (from the cache) is the same; a later copy names the
+    # experiment's own earliest scored one, never the other experiment's.
+    measure_baseline(grader, settings, mine)
+    shutil.copytree(tiny_base_model, mine.output_dir / "untouched-again")
+    again = submit_now(grader, mine, "output/untouched-again")
+    assert (again.json()["score"], again.json()["reused_from"]) == (8.0, copy.json()["submission_id"])
+
+    # Another base model's baseline is not this experiment's to take, even with the same bytes.
+    elsewhere = new_experiment(grader, settings, tiny_base_model, tmp_path / "elsewhere")
+    shutil.copytree(tiny_base_model, elsewhere.output_dir / "untouched")
+    measured = submit_now(grader, elsewhere, "output/untouched")
+    assert measured.status_code == 202 and measured.json()["status"] == "queued", measured.text
 
 
 # SQLite runs one write transaction at a time (BEGIN IMMEDIATE): nothing interleaves there.
