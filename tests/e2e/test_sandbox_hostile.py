@@ -32,6 +32,8 @@ pytestmark = pytest.mark.slow
 
 HOSTILE_AGENT = """
 import re, signal, socket, sys, time, urllib.error, urllib.parse, urllib.request
+MARKUP_NAME = "m[/bold][link=https:evil.example]x[/link]"
+ESCAPE_NAME = "ok\\x1b]0;pwned\\x07\\nsubmission 99 score=100.00"
 
 MARK = os.environ["MARK"]
 report = {}
@@ -146,6 +148,10 @@ if os.environ["PHASE"] == "first":
             os.execv(sys.executable, [sys.executable, "-c", daemon, f"hostile-daemon-{MARK}"])
         os._exit(0)
     report["submit"] = call("/submit", {"model_path": save("copy-of-base")})
+    # Names an operator's terminal must show as text: markup is accepted and shown as written, a
+    # name with control characters (a window title, a forged progress line) is refused at submit.
+    report["markup_submit"] = call("/submit", {"model_path": save(MARKUP_NAME)})
+    report["escape_submit"] = call("/submit", {"model_path": save(ESCAPE_NAME)})
     record("report", report)
     while True:
         time.sleep(1)
@@ -274,7 +280,22 @@ def test_submitting_through_the_forwarded_endpoint_is_scored(hostile: HostileRun
     assert status == 200 and answer["status"] == "scored" and answer["score"] is not None
     assert hostile.first_report["time"] == 200 and hostile.second_report["time"] == 200
     rows = hostile.first.results()
-    assert rows[0]["submissions"] == 1 and rows[0]["status"] == "completed"
+    assert rows[0]["submissions"] == 2 and rows[0]["status"] == "completed"  # and the markup-named copy
+
+
+def test_checkpoint_names_reach_the_operator_as_text(hostile: HostileRuns) -> None:
+    status, accepted = hostile.first_report["markup_submit"]
+    assert status == 200 and accepted["status"] == "scored"
+    status, refused = hostile.first_report["escape_submit"]
+    assert status == 400 and refused["detail"] == refused["error"]
+    assert "do not print (\\x1b, \\x07, \\n)" in refused["detail"]
+    progress, everything = hostile.first.stderr, hostile.first.stdout + hostile.first.stderr
+    # The markup is shown as written (no MarkupError ended the progress thread): its line, then
+    # the run's later lines; no raw escape and no forged line anywhere in what `autorl run` printed.
+    shown = f"submission {accepted['submission_id']} output/m[/bold][link=https:evil.example]x[/link] status="
+    assert shown in progress and "agent reached its deadline" in progress.split(shown, 1)[1]
+    assert "\x1b" not in everything and "\x07" not in everything
+    assert not [line for line in everything.splitlines() if "submission 99" in line]
 
 
 def test_no_local_service_is_reachable(hostile: HostileRuns) -> None:
