@@ -1,15 +1,15 @@
-"""What each small file of a submitted model may say, and the normalized form the snapshot keeps.
+"""The small files of a model folder: what a submission's config must say, and the normalized
+form of the base model's files that every snapshot holds beside a submission's weights.
 
-- :data:`TOKENIZER_FILES` names the tokenizer files a model folder ships (the snapshot takes them;
-  the example agent copies them from the base model into each checkpoint).
+- :data:`TOKENIZER_FILES` names the tokenizer files a model folder ships. A submission's are never
+  read: every evaluation tokenizes, prompts and decodes with the base model's (autorl.snapshot).
 - ``config.json`` is only *checked*: every field that fixes the architecture must equal the base
   model's, and ``auto_map`` (remote code) is refused. The snapshot holds the base model's own
   config, so no config key of a submission can change how it is evaluated.
-- ``generation_config.json``: decoding is the platform's; only the eos, pad and bos ids are kept.
-- ``tokenizer.json`` and ``vocab.json`` are copied unchanged, once they parse as the JSON objects
-  the evaluator's tokenizer loads (a file that does not would fail the evaluation, after the queue).
+- ``generation_config.json``: decoding is the platform's; only the base model's eos, pad and bos
+  ids are kept.
 - ``tokenizer_config.json``: an allow-list of keys; file paths, ``auto_map``, ``name_or_path``
-  and loader options are dropped. The chat template, wherever the submission keeps it
+  and loader options are dropped. The chat template, wherever the base model keeps it
   (``chat_template.jinja``, ``chat_template.json`` or this file), is resolved once, the way
   transformers resolves it, and stored here as one string.
 """
@@ -107,45 +107,6 @@ def parse_json_object(data: bytes, shown: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise CheckpointError(f"{shown} is not a JSON object; {_SAVE}")
     return parsed
-
-
-class _Dropped:
-    """What a nested JSON object reads as in :func:`check_json_object` (its content is not kept)."""
-
-
-_DROPPED = _Dropped()
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def check_json_object(data: bytes, shown: str, *, required_object: str | None = None) -> None:
-    """Refuse a file that is not one JSON object (with an object under ``required_object``), as
-    strictly as the tokenizers library reads it (no NaN or Infinity). For the large tokenizer
-    files, which are copied as they are: nested objects and numbers are dropped as they are read,
-    so a file under its size cap cannot make the grader hold many times its size."""
-    top: list[tuple[str, Any]] = []
-
-    def drop(pairs: list[tuple[str, Any]]) -> _Dropped:
-        # The top-level object is the last one to close.
-        top[:] = pairs
-        return _DROPPED
-
-    try:
-        parsed = json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=drop,
-            parse_int=lambda _: None,
-            parse_float=lambda _: None,
-            parse_constant=_no_constant,
-        )
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{shown} is not a readable JSON file ({exc}); {_SAVE}") from exc
-    if parsed is not _DROPPED:
-        raise CheckpointError(f"{shown} is not a JSON object; {_SAVE}")
-    if required_object is not None and dict(top).get(required_object) is not _DROPPED:
-        raise CheckpointError(f"{shown} has no {required_object!r} object, so no tokenizer loads it; {_SAVE}")
 
 
 def dump_json(value: Mapping[str, Any]) -> bytes:

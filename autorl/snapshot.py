@@ -6,23 +6,25 @@ followed anywhere, so a path cannot leave ``output/`` and nothing can be swapped
 checks. Entries of the folder are sorted by an allow-list:
 
 - weights: ``model.safetensors``, or ``model.safetensors.index.json`` and the shards it names;
-- ``config.json`` (required), ``generation_config.json``, the tokenizer files
-  (:data:`autorl.model_files.TOKENIZER_FILES`);
+- ``config.json`` (required): checked against the base model's architecture, never evaluated;
 - refused: ``adapter_config.json`` (an adapter: merge it first) and pickle weights without
   safetensors ones;
-- everything else (``training_args.bin``, ``optimizer.pt``, ``rng_state*.pth``, ``README.md``,
-  ``checkpoint-N/`` ...) is ignored: never opened, never copied, listed in the answer.
+- everything else is ignored: never opened, never copied, listed in the answer. That includes the
+  submission's tokenizer files, chat template and ``generation_config.json``: a tokenizer is a
+  program (its normalizer, pre-tokenizer, post-processor and decoder rewrite every test prompt and
+  every completion), a chat template is one, and decoding settings choose where a completion is
+  cut. **Only the weights come from the agent**: every other evaluated file is the base model's.
 
-Each allowed file is opened ``O_NOFOLLOW|O_NONBLOCK`` and checked on its descriptor (a regular
-file, under its size cap, not sparse) before it is read in full; weight headers are checked
-against the base model's (:mod:`autorl.safetensors_header`) before any tensor data is read. The
-file is then copied, hashed while copied, into a new folder under the snapshot root; the small
-files are normalized on the way (:mod:`autorl.model_files`); the chat template is dry-rendered on
-a train question with the evaluator's limits (:mod:`autorl.chat_template`). Every source file's
-size and modification time are compared again at the end: a file changed during the copy refuses
-the submission. The fingerprint is over what the snapshot holds, so identical evaluated files, and
-only those, share a score (the submission's own config.json is fingerprinted too, see
-:data:`SUBMITTED_CONFIG`). The evaluator loads the snapshot, never the agent's folder.
+Each weight file (and the config and index) is opened ``O_NOFOLLOW|O_NONBLOCK`` and checked on its
+descriptor (a regular file, under its size cap, not sparse) before it is read; weight headers are
+checked against the base model's (:mod:`autorl.safetensors_header`) before any tensor data is read.
+The weights are then copied, hashed while copied, into a new folder under the snapshot root, beside
+the base model's config, generation config, tokenizer and chat template (normalized as
+:mod:`autorl.model_files` says). Every source file's size and modification time are compared again
+at the end: a file changed during the copy refuses the submission. The fingerprint is over what the
+snapshot holds, so identical evaluated files, and only those, share a score; a copy of the base
+model's weights has the baseline's fingerprint. The evaluator loads the snapshot, never the agent's
+folder.
 
 A snapshot belongs to one submission and is removed once that submission is final (by the
 evaluator after recording the result, by the grader when a score is reused or, where evaluators
@@ -40,14 +42,13 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autorl import model_files
-from autorl.chat_template import ChatTemplate, ChatTemplateError
 from autorl.errors import (
     CheckpointError,
     ModelSourceError,
@@ -60,10 +61,6 @@ from autorl.safetensors_header import Header, Tensor, compare_to_base, read_head
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
-#: The submission's own config.json (normalized JSON), kept beside the base model's config that
-#: the evaluator reads: it is never loaded, but it is fingerprinted, so a checkpoint whose config
-#: was edited counts as a new model and is evaluated again rather than reusing a score.
-SUBMITTED_CONFIG = "submitted_config.json"
 GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
@@ -71,27 +68,15 @@ ADDED_TOKENS = "added_tokens.json"
 CHAT_TEMPLATE_JINJA = "chat_template.jinja"
 CHAT_TEMPLATE_JSON = "chat_template.json"
 ADAPTER_CONFIG = "adapter_config.json"
-#: Files of which at least one must be present: the tokenizer's vocabulary.
-VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 _MIB = 1024 * 1024
-#: Size caps of the small files, each far above what a real model ships (Qwen2.5's tokenizer.json
-#: is 7 MiB, a 256k-token vocabulary about 33 MiB). Weights need none: their size must equal
-#: what a header with the base model's tensors declares.
-SIZE_CAPS = {
-    CONFIG: 4 * _MIB,
-    GENERATION_CONFIG: _MIB,
-    WEIGHTS_INDEX: 16 * _MIB,
-    TOKENIZER_CONFIG: 16 * _MIB,
-    SPECIAL_TOKENS_MAP: _MIB,
-    ADDED_TOKENS: 16 * _MIB,
-    CHAT_TEMPLATE_JINJA: _MIB,
-    CHAT_TEMPLATE_JSON: _MIB,
-    "tokenizer.json": 64 * _MIB,
-    "vocab.json": 32 * _MIB,
-    "merges.txt": 32 * _MIB,
-    "tokenizer.model": 16 * _MIB,
-}
-SMALL_FILES = frozenset({CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES})
+#: Size caps of the files read from a submission besides its weights, each far above what a real
+#: model ships (a config is a few KiB, the index of a 1,000-shard model about 100 KiB): at most
+#: 5 MiB of them is read and parsed per submission. Weights need none: their size must equal what a
+#: header with the base model's tensors declares. The base model's own files are the platform's.
+SIZE_CAPS = {CONFIG: _MIB, WEIGHTS_INDEX: 4 * _MIB}
+#: The base model's files that every snapshot holds besides the weights (the config is written
+#: from the parsed base config; the chat template files are folded into the tokenizer config).
+PLATFORM_FILES = frozenset({GENERATION_CONFIG, *TOKENIZER_FILES})
 #: A folder with more entries is not a model folder; listing stops there.
 MAX_ENTRIES = 10_000
 MAX_SHARDS = 1_000
@@ -107,11 +92,6 @@ UNREADABLE_POLL_S = 0.25
 MIN_FREE_BYTES = 1024 * _MIB
 #: A snapshot folder nothing refers to is removed once its newest file is this old.
 ORPHAN_GRACE_S = 3600.0
-#: A GSM8K train question (train split, first problem): the dry render's conversation.
-DRY_RUN_QUESTION = (
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-    "How many clips did Natalia sell altogether in April and May?"
-)
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FINGERPRINT_SCHEME = b"autorl-snapshot-v2\0"
 _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors")
@@ -158,13 +138,12 @@ def snapshot_submission(
     output_dir: Path,
     base_model_dir: Path,
     snapshot_root: Path,
-    render_check: Callable[[ChatTemplate], object],
     unreadable_wait_s: float = 0.0,
 ) -> Snapshot:
-    """Check a submitted checkpoint and copy its evaluated files into a new snapshot.
+    """Check a submitted checkpoint and copy its weights, beside the base model's other files,
+    into a new snapshot.
 
     A relative ``model_path`` resolves against ``workspace``; it must lie inside ``output_dir``.
-    ``render_check`` dry-renders the chat template (the task's prompt for a train question).
     Each broken rule raises a :class:`CheckpointError` saying what to do instead.
 
     A file or folder the grader may not read (saved 0600 by its writer; the agent's pod adds
@@ -182,7 +161,8 @@ def snapshot_submission(
                 )
                 stack.callback(os.close, folder)
                 source = _Source(folder, shown=str(model_path), follow_links=False, fix=submitted)
-                return _build(source, base, snapshot_root, render_check)
+                platform = _open_base_folder(base_model_dir, stack)
+                return _build(source, platform, base, snapshot_root)
         except UnreadableCheckpointError:
             if time.monotonic() + UNREADABLE_POLL_S > deadline:
                 raise
@@ -194,12 +174,16 @@ def snapshot_base_model(base_model_dir: Path, snapshot_root: Path) -> Snapshot:
     base model submitted by an agent has the baseline's fingerprint). The base model is the
     platform's own: links in its folder (a hub cache) are followed."""
     base = read_base_model(base_model_dir)
+    with ExitStack() as stack:
+        source = _open_base_folder(base_model_dir, stack)
+        return _build(source, source, base, snapshot_root)
+
+
+def _open_base_folder(base_model_dir: Path, stack: ExitStack) -> _Source:
+    """The base model's folder, whose files other than weights every snapshot holds."""
     folder = os.open(base_model_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        source = _Source(folder, shown=str(base_model_dir), follow_links=True, fix=str(base_model_dir))
-        return _build(source, base, snapshot_root, render_check=None)
-    finally:
-        os.close(folder)
+    stack.callback(os.close, folder)
+    return _Source(folder, shown=str(base_model_dir), follow_links=True, fix=str(base_model_dir))
 
 
 def read_base_model(base_model_dir: Path) -> BaseModel:
@@ -401,18 +385,14 @@ class _Writer:
         return digest.hexdigest()
 
 
-def _build(
-    source: _Source,
-    base: BaseModel,
-    snapshot_root: Path,
-    render_check: Callable[[ChatTemplate], object] | None,
-) -> Snapshot:
+def _build(source: _Source, platform: _Source, base: BaseModel, snapshot_root: Path) -> Snapshot:
+    """``source``'s weights, checked against ``base``, beside ``platform``'s (the base model's)
+    config, generation config, tokenizer and chat template. Of ``source`` only the weights,
+    ``config.json`` and the weights' index are opened; everything else is listed as ignored."""
     names = _list(source)
     shards = _weight_files(source, names)
-    allowed = {*shards, *(name for name in names if name in SMALL_FILES)}
     indexed = shards != [WEIGHTS]
-    if indexed:
-        allowed.add(WEIGHTS_INDEX)
+    checked = {CONFIG, WEIGHTS_INDEX} if indexed else {CONFIG}
     missing = sorted(set(shards) - names)
     if missing:
         raise CheckpointError(
@@ -424,20 +404,20 @@ def _build(
             f"{source.shown} has no config.json; save the model with model.save_pretrained(path), which "
             "writes it, and submit that folder"
         )
-    if not any(name in names for name in VOCABULARY_FILES):
-        raise CheckpointError(
-            f"{source.shown} has no tokenizer ({', '.join(VOCABULARY_FILES)}); save it beside the model "
-            "with tokenizer.save_pretrained(path) and submit again"
-        )
-    ignored = sorted(_ignored_names(source, names - allowed))
+    ignored = sorted(_ignored_names(source, names - set(shards) - checked))
     snapshot_root.mkdir(parents=True, exist_ok=True)
     name = uuid.uuid4().hex
     writer = _Writer(snapshot_root / name)
     writer.path.mkdir(mode=0o755)
     try:
         with ExitStack() as stack:
-            opened = {entry: _open(source, entry, stack) for entry in sorted(allowed)}
-            _check_free_space(snapshot_root, sum(handle.info.st_size for handle in opened.values()))
+            opened = {entry: _open(source, entry, stack) for entry in sorted({*shards, *checked})}
+            platform_names = _list(platform) & PLATFORM_FILES
+            platform_files = {entry: _open(platform, entry, stack) for entry in sorted(platform_names)}
+            _check_free_space(
+                snapshot_root,
+                sum(handle.info.st_size for handle in [*opened.values(), *platform_files.values()]),
+            )
             headers = {
                 shard: read_header(opened[shard].fd, opened[shard].info.st_size, opened[shard].name)
                 for shard in shards
@@ -454,15 +434,17 @@ def _build(
                     weight_map[tensor] = shard
                 tensors.update(header.tensors)
             compare_to_base(tensors, base.tensors, source.shown)
-            small = {entry: _read_small(opened[entry]) for entry in sorted(allowed - set(shards))}
-            _write_small_files(writer, small, base, source, render_check)
+            config = model_files.parse_json_object(_read_small(opened[CONFIG]), opened[CONFIG].name)
+            model_files.check_config(config, base.config, opened[CONFIG].name)
+            small = {entry: _read_small(handle) for entry, handle in platform_files.items()}
+            _write_platform_files(writer, small, base, platform)
             for shard, header in headers.items():
                 _copy_weights(opened[shard], header, writer)
             if indexed:
                 total = sum(header.data_bytes for header in headers.values())
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
                 writer.write(WEIGHTS_INDEX, model_files.dump_json(index))
-            for handle in opened.values():
+            for handle in [*opened.values(), *platform_files.values()]:
                 _check_unchanged(handle)
         fingerprint = writer.fingerprint()
     except BaseException:
@@ -661,38 +643,26 @@ def _check_unchanged(opened: _Opened) -> None:
         raise CheckpointError(_CHANGED)
 
 
-def _write_small_files(
-    writer: _Writer,
-    files: dict[str, bytes],
-    base: BaseModel,
-    source: _Source,
-    render_check: Callable[[ChatTemplate], object] | None,
+def _write_platform_files(
+    writer: _Writer, files: dict[str, bytes], base: BaseModel, platform: _Source
 ) -> None:
-    def parsed(entry: str) -> dict[str, Any] | None:
-        return model_files.parse_json_object(files[entry], source.name(entry)) if entry in files else None
+    """The base model's files besides its weights, as every evaluation of it reads them: its
+    config, the token ids of its generation config (decoding is the platform's), its tokenizer
+    files, and its chat template folded into the tokenizer config."""
 
-    config = parsed(CONFIG)
-    assert config is not None
-    model_files.check_config(config, base.config, source.name(CONFIG))
-    # The base model's config, not the submission's: no config key can change an evaluation.
+    def parsed(entry: str) -> dict[str, Any] | None:
+        return model_files.parse_json_object(files[entry], platform.name(entry)) if entry in files else None
+
     writer.write(CONFIG, model_files.dump_json(base.config))
-    writer.write(SUBMITTED_CONFIG, model_files.dump_json(config))
     generation = parsed(GENERATION_CONFIG)
     if generation is not None:
         kept = model_files.normalize_generation_config(
-            generation, base.vocab_size, source.name(GENERATION_CONFIG)
+            generation, base.vocab_size, platform.name(GENERATION_CONFIG)
         )
         writer.write(GENERATION_CONFIG, model_files.dump_json(kept))
-    jinja_source: str | None = None
-    if CHAT_TEMPLATE_JINJA in files:
-        try:
-            jinja_source = files[CHAT_TEMPLATE_JINJA].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CheckpointError(f"{source.name(CHAT_TEMPLATE_JINJA)} is not UTF-8 text; {_SAVE}") from exc
     tokenizer_config = parsed(TOKENIZER_CONFIG) or {}
-    template = model_files.resolve_chat_template(tokenizer_config, jinja_source, parsed(CHAT_TEMPLATE_JSON))
     normalized = model_files.normalize_tokenizer_config(
-        tokenizer_config, template, source.name(TOKENIZER_CONFIG)
+        tokenizer_config, base.chat_template, platform.name(TOKENIZER_CONFIG)
     )
     writer.write(TOKENIZER_CONFIG, model_files.dump_json(normalized))
     special = parsed(SPECIAL_TOKENS_MAP)
@@ -701,37 +671,8 @@ def _write_small_files(
         writer.write(SPECIAL_TOKENS_MAP, model_files.dump_json(kept_special))
     added = parsed(ADDED_TOKENS)
     if added is not None:
-        checked = model_files.check_added_tokens(added, source.name(ADDED_TOKENS))
+        checked = model_files.check_added_tokens(added, platform.name(ADDED_TOKENS))
         writer.write(ADDED_TOKENS, model_files.dump_json(checked))
-    # Copied unchanged, but they must load: the evaluator would fail on them after the queue.
-    if "tokenizer.json" in files:
-        model_files.check_json_object(
-            files["tokenizer.json"], source.name("tokenizer.json"), required_object="model"
-        )
-    if "vocab.json" in files:
-        model_files.check_json_object(files["vocab.json"], source.name("vocab.json"))
     for entry in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"):
         if entry in files:
             writer.write(entry, files[entry])
-    if render_check is None:
-        return
-    if base.chat_template is not None:
-        # The prompt format is the platform's, like decoding: a template runs on every test
-        # question, so a submitted one could compute answers or signal what a question holds.
-        if template != base.chat_template:
-            raise CheckpointError(
-                f"{source.shown}'s chat template differs from the base model's; every evaluation "
-                "prompts the model through the base model's chat template (the prompt format is the "
-                "platform's, as decoding is): save the base model's tokenizer unchanged "
-                "(AutoTokenizer.from_pretrained(MODEL_PATH).save_pretrained(path)) and train on the "
-                "prompts autorl.tasks renders"
-            )
-        return
-    if template is None:
-        raise ChatTemplateError(
-            f"{source.shown} has no chat template (chat_template.jinja or tokenizer_config.json's "
-            "chat_template); the evaluator prompts the model through it: save the base model's tokenizer "
-            "with tokenizer.save_pretrained(path)"
-        )
-    variables = {**model_files.special_tokens(tokenizer_config), **model_files.special_tokens(special or {})}
-    render_check(ChatTemplate(template, variables))

@@ -113,6 +113,10 @@ class Experiment(Base):
     end_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     baseline_submission_id: Mapped[int | None] = mapped_column(Integer)
+    # The grader copying a submission of this experiment now (one at a time) and until when its
+    # lease holds (a grader that died while copying lets go when it runs out).
+    snapshot_holder: Mapped[str | None] = mapped_column(String(32))
+    snapshot_lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     submissions: Mapped[list[Submission]] = relationship(
         back_populates="experiment", order_by="Submission.id", foreign_keys="Submission.experiment_id"

@@ -163,6 +163,27 @@ def limited_submissions_count(session: Session, experiment: Experiment) -> int:
     )
 
 
+def take_snapshot_lease(experiment: Experiment, holder: str, lease_s: float) -> bool:
+    """Make ``holder`` the one grader copying a submission of ``experiment`` (a row locked for
+    update) for ``lease_s``; False while another holder's lease runs."""
+    now = utcnow()
+    until = experiment.snapshot_lease_until
+    if experiment.snapshot_holder not in (None, holder) and until is not None and until > now:
+        return False
+    experiment.snapshot_holder = holder
+    experiment.snapshot_lease_until = now + timedelta(seconds=lease_s)
+    return True
+
+
+def release_snapshot_lease(session: Session, experiment_id: int, holder: str) -> None:
+    """Let go of the lease if ``holder`` still has it (a no-op once another holder took it over)."""
+    session.execute(
+        update(Experiment)
+        .where(Experiment.id == experiment_id, Experiment.snapshot_holder == holder)
+        .values(snapshot_holder=None, snapshot_lease_until=None)
+    )
+
+
 def final_submission_ids(session: Session, submission_ids: Sequence[int]) -> list[int]:
     """Which of these submissions are final (scored or failed)."""
     final = [status for status in SubmissionStatus if status.final]

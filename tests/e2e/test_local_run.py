@@ -271,10 +271,13 @@ def test_results_row_equals_the_database_when_evaluations_are_cancelled(
         record("first", call("/submit", {"model_path": save("copy-of-base")}))
         for index in range(3):
             path = save(f"queued-{index}")
-            config_path = os.path.join(OUT, f"queued-{index}", "config.json")
-            config = json.load(open(config_path))
-            config["autorl_test_nonce"] = index  # new files: no score to reuse
-            json.dump(config, open(config_path, "w"))
+            # New weights (the first weight's low byte): no score to reuse.
+            with open(os.path.join(OUT, f"queued-{index}", "model.safetensors"), "r+b") as weights:
+                start = 8 + int.from_bytes(weights.read(8), "little")
+                weights.seek(start)
+                low = weights.read(1)[0]
+                weights.seek(start)
+                weights.write(bytes([low ^ (index + 1)]))
             record(f"queued-{index}", call("/submit?wait=false", {"model_path": path}))
         """,
     )

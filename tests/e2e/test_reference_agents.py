@@ -86,10 +86,14 @@ class Payload:
 
 planted = os.path.join(OUT, "planted")
 shutil.copytree(os.path.join(OUT, "checkpoint-epoch2"), planted)
-# Other bytes in config.json, so that this checkpoint is evaluated, not matched to an earlier one.
-config = json.load(open(os.path.join(planted, "config.json")))
-config["note"] = "planted"
-json.dump(config, open(os.path.join(planted, "config.json"), "w"))
+# Other weights (the first weight's low byte), so that this checkpoint is evaluated, not matched
+# to an earlier one.
+with open(os.path.join(planted, "model.safetensors"), "r+b") as weights:
+    start = 8 + int.from_bytes(weights.read(8), "little")
+    weights.seek(start)
+    low = weights.read(1)[0]
+    weights.seek(start)
+    weights.write(bytes([low ^ 1]))
 for name in ("training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
     with open(os.path.join(planted, name), "wb") as handle:
         pickle.dump(Payload(), handle)
@@ -201,12 +205,15 @@ def checkpoint(name, nonce=None):
     target = os.path.join(OUT, name)
     shutil.copytree(os.environ["MODEL_PATH"], target)  # the base model's files are read-only
     os.chmod(target, 0o755)
-    if nonce:  # other bytes in config.json: an evaluation of its own
-        path = os.path.join(target, "config.json")
+    if nonce:  # other weights (the first weight's low byte): an evaluation of its own
+        path = os.path.join(target, "model.safetensors")
         os.chmod(path, 0o644)
-        config = json.load(open(path))
-        config["note"] = nonce
-        json.dump(config, open(path, "w"))
+        with open(path, "r+b") as weights:
+            start = 8 + int.from_bytes(weights.read(8), "little")
+            weights.seek(start)
+            low = weights.read(1)[0]
+            weights.seek(start)
+            weights.write(bytes([low ^ nonce]))
     return target
 
 
@@ -219,7 +226,7 @@ record("malformed", requests.post(URL + "/submit", json={"model_path": ["a"]}, t
 record("missing_folder", requests.post(URL + "/submit", json={"model_path": OUT + "/nowhere"}, timeout=30))
 v1 = checkpoint("v1")
 first = record("submit_v1", requests.post(URL + "/submit", json={"model_path": v1}, timeout=600))
-checkpoint("v2", nonce="v2")
+checkpoint("v2", nonce=2)
 second = record(
     "submit_v2", requests.post(URL + "/submit", json={"model_path": "output/v2", "gpu": "0"}, timeout=600)
 )

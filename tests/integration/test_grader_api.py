@@ -22,7 +22,6 @@ from autorl.store import repository as repo
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
-from tests.support.checkpoints import without_chat_template
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.settings import DeploymentSettings
 
@@ -43,6 +42,16 @@ def experiment(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> RegisteredExperiment:
     return register(client, settings, tiny_base_model, make_workspace(tmp_path))
+
+
+#: What the tiny base model ships besides its weights and config.
+TOKENIZER_FILES_OF_THE_BASE = (
+    "generation_config.json",
+    "merges.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+)
 
 
 def submission_count(settings: DeploymentSettings, experiment: RegisteredExperiment) -> int:
@@ -144,20 +153,8 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
     elif kind == "sparse":
         with (target / "model.safetensors").open("r+b") as handle:
             handle.truncate(8 * 1024**3)
-    elif kind == "looping-template":
-        (target / "chat_template.jinja").write_text(
-            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-        )
     elif kind == "adapter":
         (target / "adapter_config.json").write_text("{}")
-    elif kind == "tokenizer-not-json":
-        (target / "tokenizer.json").write_text('{"model": {"type": "BPE"')
-    elif kind == "tokenizer-deeply-nested":
-        (target / "tokenizer.json").write_text('{"model": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    elif kind == "tokenizer-without-model":
-        (target / "tokenizer.json").write_text('{"version": "1.0", "added_tokens": []}')
-    elif kind == "vocab-not-json":
-        (target / "vocab.json").write_bytes(b"\xff\xfe not a vocabulary")
     elif kind == "architecture":
         config = json.loads((target / "config.json").read_text())
         config["architectures"], config["model_type"] = ["LlamaForCausalLM"], "llama"
@@ -179,11 +176,6 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
         ("architecture", "architecture"),
         ("linked-weights", "copy the file"),
         ("sparse", "sparse"),
-        ("looping-template", "chat template"),
-        ("tokenizer-not-json", "ckpt/tokenizer.json is not a readable JSON file"),
-        ("tokenizer-deeply-nested", "ckpt/tokenizer.json is not a readable JSON file"),
-        ("tokenizer-without-model", "ckpt/tokenizer.json has no 'model' object"),
-        ("vocab-not-json", "ckpt/vocab.json is not a readable JSON file"),
     ],
 )
 def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
@@ -210,9 +202,11 @@ def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
     (target / "checkpoint-10").mkdir()
     response = submit(client, experiment, "output/trainer", params={"wait": "false"})
     assert response.status_code == 202, response.text
-    assert response.json()["ignored_files"] == ["checkpoint-10/", "training_args.bin"]
+    # The trainer's files and the checkpoint's own tokenizer: none of them is evaluated.
+    ignored = sorted(["checkpoint-10/", "training_args.bin", *TOKENIZER_FILES_OF_THE_BASE])
+    assert response.json()["ignored_files"] == ignored
     view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
-    assert view["ignored_files"] == ["checkpoint-10/", "training_args.bin"]
+    assert view["ignored_files"] == ignored
     # The snapshot the evaluator will read holds none of them.
     assert settings.snapshot_dir is not None
     [snapshot] = list(settings.snapshot_dir.iterdir())
@@ -235,40 +229,6 @@ def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
     assert (
         outside.status_code == 400 and "outside this experiment's output folder" in outside.json()["detail"]
     )
-
-
-@pytest.mark.parametrize(
-    ("template", "status"),
-    [
-        # Rendered as the evaluator renders it: a train question, thinking off.
-        (
-            "{% if enable_thinking is not false %}{{ raise_exception('thinking is on') }}{% endif %}"
-            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}",
-            202,
-        ),
-        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", 400),
-    ],
-    ids=["thinking-off", "looping"],
-)
-def test_a_checkpoints_own_chat_template_is_dry_rendered_at_submit(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    tmp_path: Path,
-    template: str,
-    status: int,
-) -> None:
-    """A base model without a chat template: each checkpoint's own is rendered before it is accepted."""
-    base = without_chat_template(tiny_base_model, tmp_path / "templateless")
-    workspace = make_workspace(tmp_path)
-    experiment = register(client, settings, base, workspace)
-    target = copy_model(base, workspace / "output" / "own", unique=True)
-    (target / "chat_template.jinja").write_text(template)
-    response = submit(client, experiment, "output/own", params={"wait": "false"})
-    assert response.status_code == status, response.text
-    if status == 400:
-        assert "chat template" in response.json()["detail"]
-        assert submission_count(settings, experiment) == 0
 
 
 def test_missing_model_path_is_400_with_a_readable_detail(
@@ -326,31 +286,31 @@ def test_submission_limit_is_429(
     assert submission_count(settings, experiment) == 1
 
 
-def test_a_tokenizer_that_does_not_parse_is_refused_and_leaves_the_limit_untouched(
+def test_a_refusal_leaves_the_limit_untouched(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
-    target = copy_model(tiny_base_model, experiment.output_dir / "tok", unique=True)
-    (target / "tokenizer.json").write_text("{not json")
-    refused = submit(client, experiment, "output/tok")
+    target = copy_model(tiny_base_model, experiment.output_dir / "bad", unique=True)
+    (target / "config.json").write_text("{not json")
+    refused = submit(client, experiment, "output/bad")
     assert refused.status_code == 400
     detail = refused.json()["detail"]
-    assert detail.startswith("output/tok/tokenizer.json is not a readable JSON file (")
-    assert detail.endswith("tokenizer.save_pretrained(path)")
+    assert detail.startswith("output/bad/config.json is not a readable JSON file (")
     assert submission_count(settings, experiment) == 0
     assert settings.snapshot_dir is not None and not any(settings.snapshot_dir.glob("*"))
     # Saved again, the same checkpoint is the experiment's one accepted submission.
-    shutil.copy(tiny_base_model / "tokenizer.json", target / "tokenizer.json")
-    accepted = submit(client, experiment, "output/tok", params={"wait": "false"})
+    shutil.copy(tiny_base_model / "config.json", target / "config.json")
+    accepted = submit(client, experiment, "output/bad", params={"wait": "false"})
     assert accepted.status_code == 202, accepted.text
 
 
 def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
-    """Submits that all pass the early limit check at once are decided one at a time under the
-    experiment's row lock: never more accepted than the limit, each other a 429, no row or
-    snapshot left of a refused one."""
+    """Concurrent submits of one experiment take their turn one at a time: while one holds the
+    experiment (here: waits on its row, which another transaction holds), the others wait in the
+    event loop, not in the database. Never more accepted than the limit, each other a 429, no row
+    or snapshot left of a refused one."""
     limit, submits = 2, 6
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=limit)
     for index in range(submits):
@@ -364,16 +324,19 @@ def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
 
     threads = [threading.Thread(target=send, args=(index,)) for index in range(submits)]
     try:
-        # Another transaction holds the experiment's row until every submit is waiting on the
-        # database: all of them have passed the early check by then, and race for the last places.
+        # Another transaction holds the experiment's row until a submit waits on it; by then every
+        # submit has been sent, and only the one whose turn it is has reached the database.
         with db.session() as holder:
             repo.get_experiment(holder, experiment.name, for_update=True)
             for thread in threads:
                 thread.start()
             deadline = time.monotonic() + 60
-            while _backends_waiting_on_a_lock(db) < submits:
-                assert time.monotonic() < deadline, "the submits never reached the database"
+            while _backends_waiting_on_a_lock(db) < 1:
+                assert time.monotonic() < deadline, "no submit reached the database"
                 time.sleep(0.02)
+            for thread in threads:
+                thread.join(timeout=0.5)
+            assert _backends_waiting_on_a_lock(db) == 1
         for thread in threads:
             thread.join(timeout=60)
         statuses = sorted(answer.status_code for answer in answers.values())

@@ -24,7 +24,7 @@ from autorl.tiny_model import CHATML_TEMPLATE
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
 from autorl_grader.main import create_app
-from tests.support.checkpoints import without_chat_template
+from tests.support.checkpoints import edit_json
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
 from tests.support.settings import DeploymentSettings
@@ -144,6 +144,7 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
     other_weights: Path,
 ) -> None:
     checkpoint = copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
+    original = (checkpoint / "model.safetensors").read_bytes()
     reference = submit(client, experiment, "output/b").json()["submission_id"]
     evaluate(reference, settings)
     swapped = threading.Event()
@@ -160,21 +161,23 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
     swapper = threading.Thread(target=swap_on_first_read, daemon=True)
     swapper.start()
     ready.wait(timeout=10)
-    (checkpoint / "tokenizer_config.json").write_text((checkpoint / "tokenizer_config.json").read_text())
     response = submit(client, experiment, "output/b")
     swapper.join(timeout=30)
     assert swapped.is_set()
     if response.status_code == 400:
         assert "changed while they were being submitted" in response.json()["detail"]
         return
-    # The grader read the bytes before the swap landed: the same files as the reference reuse its
-    # score at once (200, final); otherwise the submission is queued (202) on the bytes it read.
+    # Accepted: the snapshot holds the weights as they were when the grader opened them (the
+    # swap may land between the open and the first read), never a mix. The original bytes reuse
+    # the reference's score at once (200, final); other bytes are queued (202) on what was read.
     assert response.status_code in (200, 202), response.text
     submission_id = response.json()["submission_id"]
     body = view(client, experiment, submission_id)
     if body["status"] == "queued":
+        assert settings.snapshot_dir is not None
+        [snapshot] = [path for path in settings.snapshot_dir.iterdir() if path.is_dir()]
+        assert (snapshot / "model.safetensors").read_bytes() in (original, other_weights.read_bytes())
         assert evaluate(submission_id, settings)["status"] == "scored"
-        assert completions(settings, submission_id) == completions(settings, reference)
     else:
         assert body["reused_from"] == reference
 
@@ -227,14 +230,15 @@ def _admin(settings: DeploymentSettings) -> dict[str, str]:
 def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path, template: str
 ) -> None:
-    """A base model without a chat template: the checkpoint's own is evaluated, under the limits.
-    (With a template on the base, any other template is refused at submit: tests/unit/test_snapshot.py.)"""
-    base = without_chat_template(tiny_base_model, tmp_path / "templateless-base")
+    """A chat template that fails only on test prompts (the base model's: a submission's own is
+    never evaluated, tests/unit/test_snapshot.py) is rendered under the limits, and what it says
+    of a test question stays in evaluator storage."""
+    base = Path(shutil.copytree(tiny_base_model, tmp_path / "sly-base"))
+    edit_json(base / "tokenizer_config.json", chat_template=template)
     experiment = register(client, settings, base, make_workspace(tmp_path / "own-template"))
-    checkpoint = copy_model(base, experiment.output_dir / "sly", unique=True)
-    (checkpoint / "chat_template.jinja").write_text(template)
+    copy_model(base, experiment.output_dir / "sly", unique=True)
     accepted = submit(client, experiment, "output/sly")
-    assert accepted.status_code == 202, accepted.text  # the train question renders
+    assert accepted.status_code == 202, accepted.text
     submission_id = accepted.json()["submission_id"]
     result = evaluate(submission_id, settings)
     assert result["status"] == "failed"

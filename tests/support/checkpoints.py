@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -50,12 +49,3 @@ def split_into_shards(folder: Path) -> list[str]:
         json.dumps({"metadata": {"total_size": len(data)}, "weight_map": weight_map})
     )
     return shards
-
-
-def without_chat_template(base: Path, target: Path) -> Path:
-    """A copy of the model folder ``base`` with no chat template: a base model whose checkpoints'
-    own templates are evaluated (under the sandbox's limits), since it has none to hold them to."""
-    shutil.copytree(base, target)
-    (target / "chat_template.jinja").unlink(missing_ok=True)
-    edit_json(target / "tokenizer_config.json", chat_template=None)
-    return target

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import secrets
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -74,11 +74,22 @@ def register(
 
 
 def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
-    """Copy a model folder. `unique` adds a harmless config key so that the copy's fingerprint differs
-    (identical weights would otherwise reuse an earlier test's score)."""
+    """Copy a model folder. `unique` changes the lowest bits of the first weight (only the weights of
+    a submission are evaluated and fingerprinted), so that the copy is a model of its own: identical
+    weights would reuse an earlier score."""
     shutil.copytree(source, target)
     if unique:
-        config = json.loads((target / "config.json").read_text())
-        config["autorl_test_nonce"] = uuid.uuid4().hex
-        (target / "config.json").write_text(json.dumps(config))
+        make_unique(target)
     return target
+
+
+def make_unique(folder: Path) -> None:
+    """Give the model in ``folder`` weights no other model has: the first weight's low byte is
+    replaced by a random one (a change far below what decoding notices on a tiny model)."""
+    weights = min(folder.glob("*.safetensors"))
+    with weights.open("r+b") as handle:
+        data_start = 8 + int.from_bytes(handle.read(8), "little")
+        handle.seek(data_start)
+        old = handle.read(1)
+        handle.seek(data_start)
+        handle.write(bytes([(old[0] ^ secrets.randbelow(255) + 1) & 0xFF]))

@@ -1,5 +1,6 @@
 """Submission snapshots: every refusal class on real checkpoints built from the tiny model, what
-a snapshot holds (normalized files only), and its fingerprint."""
+a snapshot holds (the submission's weights beside the base model's normalized files), and its
+fingerprint."""
 
 from __future__ import annotations
 
@@ -17,26 +18,31 @@ from typing import Any
 
 import pytest
 
-from autorl.chat_template import ChatTemplate
 from autorl.errors import CheckpointError
 from autorl.snapshot import (
     MAX_SHARDS,
-    SUBMITTED_CONFIG,
     Snapshot,
     prune_snapshots,
     snapshot_base_model,
     snapshot_submission,
 )
-from autorl.tasks import get_task
 from tests.support.checkpoints import (
     edit_json,
     read_safetensors,
     split_into_shards,
-    without_chat_template,
     write_safetensors,
 )
 
 GIB = 1024**3
+#: What the tiny base model ships besides its weights and config: a copy of it submitted lists them
+#: as ignored, since every evaluation reads the base model's own.
+BASE_TOKENIZER_FILES = (
+    "generation_config.json",
+    "merges.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+)
 #: The refusal of a checkpoint whose files changed while the snapshot read them.
 _CHANGED = (
     "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
@@ -63,8 +69,6 @@ def checkpoint(workspace: Path, tiny_base_model: Path) -> Path:
 
 
 def _taker(workspace: Path, base: Path, snapshots: Path) -> Callable[..., Snapshot]:
-    task = get_task("gsm8k")
-
     def run(model_path: str | Path = "output/ckpt") -> Snapshot:
         return snapshot_submission(
             model_path,
@@ -72,7 +76,6 @@ def _taker(workspace: Path, base: Path, snapshots: Path) -> Callable[..., Snapsh
             output_dir=workspace / "output",
             base_model_dir=base,
             snapshot_root=snapshots,
-            render_check=lambda template: task.render_prompt(template, "How many?"),
         )
 
     return run
@@ -95,24 +98,13 @@ def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..
 
 
 @pytest.fixture
-def templateless_base(tiny_base_model: Path, tmp_path: Path) -> Path:
-    return without_chat_template(tiny_base_model, tmp_path / "templateless-base")
-
-
-@pytest.fixture
-def take_own_template(workspace: Path, templateless_base: Path, snapshots: Path) -> Callable[..., Snapshot]:
-    """Snapshots against a base model without a chat template: the checkpoint's own is rendered."""
-    return _taker(workspace, templateless_base, snapshots)
-
-
-@pytest.fixture
-def refusal_own_template(take_own_template: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
-    return _refuser(take_own_template, snapshots)
-
-
-@pytest.fixture
 def refusal(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
     return _refuser(take, snapshots)
+
+
+def _with_base_files(*names: str) -> tuple[str, ...]:
+    """The ignored files of a copy of the base model that holds ``names`` besides."""
+    return tuple(sorted((*BASE_TOKENIZER_FILES, *names)))
 
 
 def _files(snapshot: Snapshot) -> dict[str, bytes]:
@@ -126,13 +118,14 @@ def test_snapshot_holds_normalized_copies_and_matches_the_baseline(
     take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path, snapshots: Path, workspace: Path
 ) -> None:
     snapshot = take("output/ckpt")
-    assert snapshot.path.parent == snapshots and snapshot.ignored_files == ()
+    assert snapshot.path.parent == snapshots
+    # The checkpoint's own tokenizer and generation config are listed as not evaluated.
+    assert snapshot.ignored_files == BASE_TOKENIZER_FILES
     assert sorted(_files(snapshot)) == [
         "config.json",
         "generation_config.json",
         "merges.txt",
         "model.safetensors",
-        SUBMITTED_CONFIG,
         "tokenizer.json",
         "tokenizer_config.json",
         "vocab.json",
@@ -176,16 +169,21 @@ def test_a_trainer_checkpoint_is_accepted_its_pickles_never_opened(
     # A reader that opened the ignored files would block on this FIFO.
     os.mkfifo(checkpoint / "scaler.pt.tmp")
     snapshot = take()
-    assert snapshot.ignored_files == (
-        "README.md",
-        "checkpoint-500/",
-        "optimizer.pt",
-        "rng_state.pth",
-        "scaler.pt",
-        "scaler.pt.tmp",
-        "scheduler.pt",
-        "trainer_state.json",
-        "training_args.bin",
+    assert snapshot.ignored_files == tuple(
+        sorted(
+            (
+                *BASE_TOKENIZER_FILES,
+                "README.md",
+                "checkpoint-500/",
+                "optimizer.pt",
+                "rng_state.pth",
+                "scaler.pt",
+                "scaler.pt.tmp",
+                "scheduler.pt",
+                "trainer_state.json",
+                "training_args.bin",
+            )
+        )
     )
     assert not any(name.endswith((".bin", ".pt", ".pth")) for name in _files(snapshot))
     assert not marker.exists()
@@ -222,83 +220,200 @@ def test_a_sharded_checkpoint_gets_an_index_of_its_own(
     assert set(index["weight_map"].values()) == set(shards)
 
 
-@pytest.mark.parametrize(
-    ("setting", "value"),
-    [
-        ("suppress_tokens", [5, 6, 7]),
-        ("sequence_bias", [[[5], 10.0]]),
-        ("no_repeat_ngram_size", 2),
-        ("use_cache", False),
-        ("do_sample", True),
-        ("temperature", 1.7),
-        ("repetition_penalty", 3.0),
-        ("max_new_tokens", 1),
-    ],
-)
-def test_decoding_settings_of_generation_config_are_dropped(
-    take: Callable[..., Snapshot], checkpoint: Path, setting: str, value: object
-) -> None:
-    clean = take()
-    edit_json(checkpoint / "generation_config.json", **{setting: value})
-    hostile = take()
-    kept = json.loads(_files(hostile)["generation_config.json"])
-    assert set(kept) == {"eos_token_id", "pad_token_id"}
-    # Identical evaluated files: the evaluation is the clean model's, and so is the score.
-    assert hostile.fingerprint == clean.fingerprint
+def _normalizer_rewrite(tokenizer: dict[str, Any]) -> None:
+    # Every prompt becomes the text of an answer: the model would only have to copy it.
+    tokenizer["normalizer"] = {
+        "type": "Sequence",
+        "normalizers": [{"type": "Replace", "pattern": {"Regex": "(?s).*"}, "content": "#### 42"}],
+    }
 
 
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("vocab_file", "/etc/passwd"),
-        ("merges_file", "../../../eval/data/gsm8k/test.jsonl"),
-        ("tokenizer_file", "/proc/self/environ"),
-        ("name_or_path", "/root/.autorl"),
-        ("auto_map", {"AutoTokenizer": ["evil.EvilTokenizer", None]}),
-        ("trust_remote_code", True),
-        ("padding_side", "right"),
-        ("chat_template_file", "/etc/shadow"),
-    ],
-)
-def test_tokenizer_config_keys_outside_the_allow_list_are_dropped(
-    take: Callable[..., Snapshot], checkpoint: Path, key: str, value: object
-) -> None:
-    clean = take()
-    edit_json(checkpoint / "tokenizer_config.json", **{key: value})
-    hostile = take()
-    assert key not in json.loads(_files(hostile)["tokenizer_config.json"])
-    assert hostile.fingerprint == clean.fingerprint
+def _pre_tokenizer_rewrite(tokenizer: dict[str, Any]) -> None:
+    tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "[0-9]+"}, "behavior": "Removed"}
 
 
-def test_special_tokens_map_is_reduced_to_special_tokens(
-    take: Callable[..., Snapshot], checkpoint: Path
-) -> None:
-    (checkpoint / "special_tokens_map.json").write_text(
-        json.dumps({"eos_token": "<|im_end|>", "vocab_file": "/etc/passwd", "auto_map": {}})
+def _post_processor_rewrite(tokenizer: dict[str, Any]) -> None:
+    tokenizer["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": "<|im_end|>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+        ],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+        "special_tokens": {"<|im_end|>": {"id": "<|im_end|>", "ids": [0], "tokens": ["<|im_end|>"]}},
+    }
+
+
+def _decoder_rewrite(tokenizer: dict[str, Any]) -> None:
+    # Every completion decodes to the text of an answer.
+    tokenizer["decoder"] = {"type": "Replace", "pattern": {"Regex": "(?s).*"}, "content": "#### 42"}
+
+
+def _added_token_rewrite(tokenizer: dict[str, Any]) -> None:
+    tokenizer["added_tokens"].append(
+        {
+            "id": 7,
+            "content": "#### 42",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
     )
-    assert json.loads(_files(take())["special_tokens_map.json"]) == {"eos_token": "<|im_end|>"}
 
 
-def test_the_chat_template_file_wins_and_is_folded_into_the_tokenizer_config(
-    take_own_template: Callable[..., Snapshot], checkpoint: Path
+def _vocabulary_rewrite(tokenizer: dict[str, Any]) -> None:
+    vocab = tokenizer["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+
+
+def _tokenizer_json(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def write(checkpoint: Path) -> None:
+        tokenizer = json.loads((checkpoint / "tokenizer.json").read_text())
+        edit(tokenizer)
+        (checkpoint / "tokenizer.json").write_text(json.dumps(tokenizer))
+
+    return write
+
+
+def _write(name: str, content: str) -> Callable[[Path], None]:
+    def write(checkpoint: Path) -> None:
+        (checkpoint / name).write_text(content)
+
+    return write
+
+
+def _edit(name: str, **changes: Any) -> Callable[[Path], None]:
+    return lambda checkpoint: edit_json(checkpoint / name, **changes)
+
+
+def _fifo(name: str) -> Callable[[Path], None]:
+    def make(checkpoint: Path) -> None:
+        (checkpoint / name).unlink(missing_ok=True)
+        os.mkfifo(checkpoint / name)
+
+    return make
+
+
+def _unreadable(name: str) -> Callable[[Path], None]:
+    return lambda checkpoint: (checkpoint / name).chmod(0)
+
+
+def _remove_tokenizer(checkpoint: Path) -> None:
+    for name in BASE_TOKENIZER_FILES:
+        (checkpoint / name).unlink()
+
+
+#: A template that computes an arith answer from the question's numbers.
+_COMPUTING_TEMPLATE = (
+    "{% set n = namespace(v=[]) %}{% for w in messages[-1]['content'].split() %}"
+    "{% if w.isdigit() %}{% set n.v = n.v + [w|int] %}{% endif %}{% endfor %}"
+    "{{ messages[-1]['content'] }} The answer is {{ n.v[-2] + n.v[-1] }}"
+)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _tokenizer_json(_normalizer_rewrite),
+        _tokenizer_json(_pre_tokenizer_rewrite),
+        _tokenizer_json(_post_processor_rewrite),
+        _tokenizer_json(_decoder_rewrite),
+        _tokenizer_json(_added_token_rewrite),
+        _tokenizer_json(_vocabulary_rewrite),
+        _write("tokenizer.json", "{not json"),
+        _write("merges.txt", "#version: 0.2\n1 2\n"),
+        _write("vocab.json", '{"#### 42": 0}'),
+        _write("tokenizer.model", "a sentencepiece model"),
+        _write("added_tokens.json", '{"#### 42": 5}'),
+        _write("special_tokens_map.json", '{"eos_token": "4", "vocab_file": "/etc/passwd"}'),
+        _write("chat_template.jinja", _COMPUTING_TEMPLATE),
+        _write("chat_template.json", json.dumps({"chat_template": _COMPUTING_TEMPLATE})),
+        _edit("tokenizer_config.json", chat_template=_COMPUTING_TEMPLATE),
+        _edit(
+            "tokenizer_config.json",
+            add_bos_token=True,
+            bos_token="#### 42",
+            clean_up_tokenization_spaces=True,
+        ),
+        _edit(
+            "tokenizer_config.json",
+            tokenizer_class="evil.Tokenizer",
+            auto_map={"AutoTokenizer": ["e.E", None]},
+        ),
+        _edit("tokenizer_config.json", vocab_file="/etc/passwd", name_or_path="/root/.autorl"),
+        _edit("generation_config.json", eos_token_id=[4, 5, 6], pad_token_id=3),
+        _edit("generation_config.json", do_sample=True, temperature=1.7, suppress_tokens=[5, 6]),
+        _edit("config.json", use_cache=False, torch_dtype="bfloat16", note="epoch 3"),
+        _write("tokenizer.json", " " * (200 * 1024 * 1024 // 100)),
+        _fifo("tokenizer.json"),
+        _fifo("tokenizer_config.json"),
+        _unreadable("vocab.json"),
+        _remove_tokenizer,
+    ],
+    ids=[
+        "normalizer",
+        "pre-tokenizer",
+        "post-processor",
+        "decoder",
+        "added-token",
+        "vocabulary",
+        "tokenizer-not-json",
+        "merges",
+        "vocab-json",
+        "sentencepiece",
+        "added-tokens-json",
+        "special-tokens-map",
+        "chat-template-jinja",
+        "chat-template-json",
+        "chat-template-in-config",
+        "tokenizer-flags",
+        "tokenizer-class",
+        "tokenizer-paths",
+        "eos-ids",
+        "decoding-settings",
+        "config-keys",
+        "large-tokenizer",
+        "fifo-tokenizer",
+        "fifo-tokenizer-config",
+        "unreadable-vocab",
+        "no-tokenizer",
+    ],
+)
+def test_only_the_weights_of_a_submission_are_evaluated(
+    take: Callable[..., Snapshot],
+    checkpoint: Path,
+    tiny_base_model: Path,
+    snapshots: Path,
+    change: Callable[[Path], None],
 ) -> None:
-    (checkpoint / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    files = _files(take_own_template())
-    assert "chat_template.jinja" not in files
-    template = json.loads(files["tokenizer_config.json"])["chat_template"]
-    assert template == "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    """A tokenizer is a program (its normalizer, pre-tokenizer, post-processor and decoder rewrite
+    every prompt and completion), and so are a chat template and the stop tokens: whatever the
+    checkpoint carries besides its weights, the snapshot holds the base model's files, byte for
+    byte, and the fingerprint is the clean checkpoint's (so the score is the clean model's). The
+    submission's files are never opened: FIFOs do not block, unreadable files do not refuse."""
+    clean = take()
+    change(checkpoint)
+    hostile = _outcome_unless_blocked_on(checkpoint / "tokenizer.json", take)
+    assert isinstance(hostile, Snapshot), hostile
+    assert _files(hostile) == _files(clean) == _files(snapshot_base_model(tiny_base_model, snapshots))
+    assert hostile.fingerprint == clean.fingerprint
 
 
-def test_the_submitted_config_counts_for_reuse_but_is_never_evaluated(
+def test_the_base_models_template_and_stop_tokens_are_evaluated(
     take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path
 ) -> None:
-    clean = take()
-    edit_json(checkpoint / "config.json", use_cache=False, torch_dtype="bfloat16", note="epoch 3")
-    edited = take()
-    files = _files(edited)
-    assert json.loads(files["config.json"]) == json.loads((tiny_base_model / "config.json").read_text())
-    assert json.loads(files[SUBMITTED_CONFIG])["note"] == "epoch 3"
-    assert edited.fingerprint != clean.fingerprint
+    base_config = json.loads((tiny_base_model / "tokenizer_config.json").read_text())
+    base_generation = json.loads((tiny_base_model / "generation_config.json").read_text())
+    edit_json(checkpoint / "tokenizer_config.json", chat_template=_COMPUTING_TEMPLATE)
+    edit_json(checkpoint / "generation_config.json", eos_token_id=[4, 5, 6], temperature=1.7)
+    files = _files(take())
+    assert json.loads(files["tokenizer_config.json"])["chat_template"] == base_config["chat_template"]
+    kept = json.loads(files["generation_config.json"])
+    assert set(kept) == {"eos_token_id", "pad_token_id"}
+    assert kept["eos_token_id"] == base_generation["eos_token_id"]
 
 
 # --- refused: where the folder is -----------------------------------------------------------
@@ -335,9 +450,7 @@ def test_a_symlinked_parent_folder_is_refused(
     assert "output/runs is a symbolic link" in refusal("output/runs/ckpt")
 
 
-@pytest.mark.parametrize(
-    "name", ["model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"]
-)
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
 def test_a_symlinked_model_file_is_refused(
     refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path, name: str
 ) -> None:
@@ -366,10 +479,7 @@ def test_missing_folder_and_file_instead_of_folder(refusal: Callable[..., str], 
 # --- refused: what the folder holds ---------------------------------------------------------
 
 
-def test_missing_config_tokenizer_or_weights(refusal: Callable[..., str], checkpoint: Path) -> None:
-    (checkpoint / "tokenizer.json").rename(checkpoint / "tokenizer.json.bak")
-    (checkpoint / "vocab.json").rename(checkpoint / "vocab.json.bak")
-    assert "has no tokenizer" in refusal() and "tokenizer.save_pretrained" in refusal()
+def test_missing_config_or_weights(refusal: Callable[..., str], checkpoint: Path) -> None:
     (checkpoint / "config.json").unlink()
     assert "no config.json" in refusal()
     (checkpoint / "model.safetensors").unlink()
@@ -426,56 +536,6 @@ def test_a_broken_config_is_refused(refusal: Callable[..., str], checkpoint: Pat
     assert "not a readable JSON file" in refusal()
     (checkpoint / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     assert "not a readable JSON file" in refusal()
-
-
-@pytest.mark.parametrize(
-    ("name", "content", "named"),
-    [
-        ("tokenizer.json", "{not json", "tokenizer.json is not a readable JSON file"),
-        ("tokenizer.json", '{"model": {"vocab": {"a": NaN}}}', "tokenizer.json is not a readable JSON file"),
-        ("tokenizer.json", "[" * 100_000 + "]" * 100_000, "tokenizer.json is not a readable JSON file"),
-        ("tokenizer.json", '[{"model": {}}]', "tokenizer.json is not a JSON object"),
-        ("tokenizer.json", '{"version": "1.0", "normalizer": {"model": {}}}', "has no 'model' object"),
-        ("vocab.json", '{"a": 0,', "vocab.json is not a readable JSON file"),
-        ("chat_template.json", '{"chat_template": ', "chat_template.json is not a readable JSON file"),
-        ("tokenizer_config.json", '{"tokenizer_class": "evil.Tokenizer"}', "tokenizer_class must name"),
-    ],
-    ids=[
-        "not-json",
-        "nan",
-        "deeply-nested",
-        "array",
-        "no-model",
-        "vocab",
-        "chat-template-json",
-        "class-path",
-    ],
-)
-def test_tokenizer_files_the_evaluator_could_not_load_are_refused(
-    refusal: Callable[..., str], checkpoint: Path, name: str, content: str, named: str
-) -> None:
-    (checkpoint / name).write_text(content)
-    message = refusal()
-    assert f"ckpt/{name}" in message and named in message
-    assert message.endswith("tokenizer.save_pretrained(path)")
-
-
-def test_a_tokenizer_json_is_copied_byte_for_byte_once_it_parses(
-    take: Callable[..., Snapshot], checkpoint: Path
-) -> None:
-    tokenizer = json.loads((checkpoint / "tokenizer.json").read_text())
-    (checkpoint / "tokenizer.json").write_text(json.dumps(tokenizer, indent=1))
-    assert _files(take())["tokenizer.json"] == (checkpoint / "tokenizer.json").read_bytes()
-
-
-def test_a_chat_template_in_chat_template_json_is_held_to_the_base_models(
-    refusal: Callable[..., str], take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path
-) -> None:
-    base_template = json.loads((tiny_base_model / "tokenizer_config.json").read_text())["chat_template"]
-    (checkpoint / "chat_template.json").write_text(json.dumps({"chat_template": base_template + "{{ 1 }}"}))
-    assert "differs from the base model's" in refusal()
-    (checkpoint / "chat_template.json").write_text(json.dumps({"chat_template": base_template}))
-    assert json.loads(_files(take())["tokenizer_config.json"])["chat_template"] == base_template
 
 
 def _rewrite_header(
@@ -591,7 +651,7 @@ def _bytes_read() -> int:
         return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json"])
+@pytest.mark.parametrize("name", ["model.safetensors"])
 def test_a_sparse_file_is_refused_at_once_and_unread(
     refusal: Callable[..., str], checkpoint: Path, name: str
 ) -> None:
@@ -629,28 +689,27 @@ def test_a_file_is_sparse_when_most_of_it_is_holes_wherever_they_are(
     hole: tuple[int, int],
     sparse: bool,
 ) -> None:
-    # merges.txt: a file copied without a look at its content (tokenizer.json must parse).
-    _write_with_a_hole(checkpoint / "merges.txt", 20 * 64 * 1024, hole)
-    if sparse:
-        message = refusal()
-        assert "merges.txt is a sparse file" in message, message
-    else:
-        copied = take().path / "merges.txt"
-        assert copied.read_bytes() == (checkpoint / "merges.txt").read_bytes()
+    # The weights' index (4 MiB cap): holes read as NUL bytes, which no JSON holds, so a file
+    # that is not sparse is refused for its JSON, after the sparse check let it through.
+    split_into_shards(checkpoint)
+    _write_with_a_hole(checkpoint / "model.safetensors.index.json", 20 * 64 * 1024, hole)
+    message = refusal()
+    assert ("model.safetensors.index.json is a sparse file" in message) == sparse, message
+    assert sparse or "not a readable JSON file" in message
 
 
-def test_an_oversize_tokenizer_file_is_refused_before_it_is_read(
+def test_an_oversize_config_is_refused_before_it_is_read(
     refusal: Callable[..., str], checkpoint: Path
 ) -> None:
-    with (checkpoint / "tokenizer.json").open("r+b") as file:
+    with (checkpoint / "config.json").open("r+b") as file:
         file.truncate(GIB)
     read_before = _bytes_read()
     message = refusal()
-    assert "more than the" in message and "tokenizer.json" in message
+    assert "more than the" in message and "config.json" in message
     assert _bytes_read() - read_before < 32 * 1024 * 1024
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json", "config.json"])
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
 def test_a_fifo_is_refused_without_waiting(
     take: Callable[..., Snapshot], checkpoint: Path, name: str
 ) -> None:
@@ -691,7 +750,7 @@ def test_a_single_shard_with_an_index_keeps_its_index(
     weight_map = {name: "model-00001-of-00001.safetensors" for name in header if name != "__metadata__"}
     (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     snapshot = take()
-    assert snapshot.ignored_files == ()
+    assert snapshot.ignored_files == BASE_TOKENIZER_FILES
     index = json.loads(_files(snapshot)["model.safetensors.index.json"])
     assert index["weight_map"] == weight_map
 
@@ -731,74 +790,6 @@ def test_an_index_may_name_at_most_max_shards_files(
 # --- the chat template ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("template", "named"),
-    [
-        (
-            "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(30) %}"
-            "{% endfor %}{% endfor %}{% endfor %}",
-            "did not finish rendering",
-        ),
-        ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "longer than"),
-        ("{{ 'x'.ljust(2000000000) }}", "memory"),
-        ("{{ raise_exception('no: ' + messages[-1]['content']|reverse|join) }}", "TemplateError"),
-        ("{{ messages[0].__class__.__mro__ }}{{ cycler.__init__.__globals__ }}", "SecurityError"),
-    ],
-)
-def test_a_hostile_chat_template_is_refused_quickly(
-    refusal_own_template: Callable[..., str], checkpoint: Path, template: str, named: str
-) -> None:
-    """Where the base model has no chat template, the checkpoint's own is dry-rendered at submit."""
-    (checkpoint / "chat_template.jinja").write_text(template)
-    started = time.monotonic()
-    message = refusal_own_template()
-    assert time.monotonic() - started < 15
-    assert "chat template" in message and named in message
-
-
-@pytest.mark.parametrize(
-    "template",
-    [
-        # Computes an arith answer from the question's numbers: the model would only copy it.
-        "{% set n = namespace(v=[]) %}{% for w in messages[-1]['content'].split() %}"
-        "{% if w.isdigit() %}{% set n.v = n.v + [w|int] %}{% endif %}{% endfor %}"
-        "{{ messages[-1]['content'] }} The answer is {{ n.v[-2] + n.v[-1] }}",
-        # An oracle: fails (later, at evaluation) only on questions holding a chosen word.
-        "{% if 'shells' in messages[-1]['content'] %}{{ raise_exception('x') }}{% endif %}"
-        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
-        # Harmless-looking: one space more than the base's template.
-        None,
-    ],
-    ids=["computes-answers", "oracle", "one-space"],
-)
-def test_a_chat_template_other_than_the_base_models_is_refused(
-    refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path, template: str | None
-) -> None:
-    """A template runs on every test question, so the prompt format is the platform's: the base
-    model's template, whatever the checkpoint carries."""
-    base_template = json.loads((tiny_base_model / "tokenizer_config.json").read_text())["chat_template"]
-    (checkpoint / "chat_template.jinja").write_text(template if template is not None else base_template + " ")
-    message = refusal()
-    assert "differs from the base model's" in message and "save the base model's tokenizer" in message
-
-
-def test_the_base_models_own_template_is_accepted_in_any_file(
-    take: Callable[..., Snapshot], checkpoint: Path, tiny_base_model: Path
-) -> None:
-    base_template = json.loads((tiny_base_model / "tokenizer_config.json").read_text())["chat_template"]
-    (checkpoint / "chat_template.jinja").write_text(base_template)
-    files = _files(take())
-    assert json.loads(files["tokenizer_config.json"])["chat_template"] == base_template
-
-
-def test_no_chat_template_is_refused(
-    refusal: Callable[..., str], refusal_own_template: Callable[..., str], checkpoint: Path
-) -> None:
-    edit_json(checkpoint / "tokenizer_config.json", chat_template=None)
-    assert "no chat template" in refusal_own_template()
-    assert "differs from the base model's" in refusal()
-
-
 # --- storage --------------------------------------------------------------------------------
 
 
@@ -812,17 +803,6 @@ def test_prune_removes_only_old_unreferenced_snapshots(
             os.utime(path, (old, old))
     assert prune_snapshots(snapshots, {kept.name}) == [orphan.name]
     assert kept.path.is_dir() and young.path.is_dir() and not orphan.path.exists()
-
-
-def test_chat_template_renders_what_transformers_renders(tiny_base_model: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
-    task = get_task("gsm8k")
-    ours = task.render_prompt(
-        ChatTemplate(tokenizer.chat_template, tokenizer.special_tokens_map), "How many?"
-    )
-    assert ours == task.render_prompt(tokenizer, "How many?")
 
 
 @pytest.mark.parametrize(
@@ -845,7 +825,7 @@ def test_a_full_snapshot_storage_refuses_for_now_not_for_good(
     assert list(snapshots.iterdir()) == []
 
 
-@pytest.mark.parametrize("rewritten", ["model.safetensors", "tokenizer_config.json", "config.json"])
+@pytest.mark.parametrize("rewritten", ["model.safetensors", "config.json"])
 def test_a_file_rewritten_in_place_after_its_copy_is_refused(
     refusal: Callable[..., str], checkpoint: Path, monkeypatch: pytest.MonkeyPatch, rewritten: str
 ) -> None:
@@ -934,7 +914,7 @@ def test_ignored_links_are_listed_as_links_not_as_what_they_point_to(
     (tmp_path / "elsewhere").mkdir()
     (checkpoint / "runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     (checkpoint / "dangling").symlink_to(tmp_path / "not-there")
-    assert take().ignored_files == ("checkpoint-500/", "dangling", "latest", "runs")
+    assert take().ignored_files == _with_base_files("checkpoint-500/", "dangling", "latest", "runs")
 
 
 def test_an_ignored_name_that_is_not_utf8_is_listed_escaped(
@@ -942,16 +922,16 @@ def test_an_ignored_name_that_is_not_utf8_is_listed_escaped(
 ) -> None:
     os.close(os.open(os.fsencode(checkpoint) + b"/notes-\xff\xfe.txt", os.O_WRONLY | os.O_CREAT, 0o644))
     os.mkdir(os.fsencode(checkpoint) + b"/run-\xe9")
-    assert take().ignored_files == ("notes-\\udcff\\udcfe.txt", "run-\\udce9/")
+    assert take().ignored_files == _with_base_files("notes-\\udcff\\udcfe.txt", "run-\\udce9/")
 
 
 def test_a_symlinked_model_file_is_refused_with_the_whole_fix(
     refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path
 ) -> None:
-    (checkpoint / "tokenizer.json").unlink()
-    (checkpoint / "tokenizer.json").symlink_to(tiny_base_model / "tokenizer.json")
+    (checkpoint / "config.json").unlink()
+    (checkpoint / "config.json").symlink_to(tiny_base_model / "config.json")
     assert refusal() == (
-        "output/ckpt/tokenizer.json is a symbolic link, and links are never followed; copy the file "
+        "output/ckpt/config.json is a symbolic link, and links are never followed; copy the file "
         "into the checkpoint folder instead of linking it (model.save_pretrained(path) writes real files)"
     )
 
@@ -992,19 +972,20 @@ def test_a_file_that_cannot_be_opened_is_named_with_the_reason(
     """Out of descriptors after the first file: the second one is named, with the system's reason."""
     import resource
 
-    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(3)]
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(4)]
     for fd in held:
         os.close(fd)
-    # The folder ends on the second free descriptor, the first file (config.json) takes the first.
+    # The submitted folder and the base model's folder take two of the three free descriptors,
+    # the first file opened (config.json) the third, the second file (model.safetensors) none.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (held[2], hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (held[3], hard))
     try:
         with pytest.raises(CheckpointError) as caught:
             take()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert str(caught.value) == (
-        "output/ckpt/generation_config.json cannot be opened (Too many open files); save the model with "
+        "output/ckpt/model.safetensors cannot be opened (Too many open files); save the model with "
         "model.save_pretrained(path) and tokenizer.save_pretrained(path)"
     )
     assert list(snapshots.iterdir()) == []
@@ -1014,12 +995,12 @@ def test_a_file_that_cannot_be_opened_is_named_with_the_reason(
 def test_a_file_of_exactly_its_size_cap_is_accepted(
     take: Callable[..., Snapshot], refusal: Callable[..., str], checkpoint: Path, size: int
 ) -> None:
-    config = (checkpoint / "generation_config.json").read_bytes()
-    (checkpoint / "generation_config.json").write_bytes(config + b" " * (size - len(config)))
+    config = (checkpoint / "config.json").read_bytes()
+    (checkpoint / "config.json").write_bytes(config + b" " * (size - len(config)))
     if size == 1024 * 1024:
-        assert "generation_config.json" in _files(take())
+        assert "config.json" in _files(take())
     else:
-        assert "is 1048577 bytes, more than the 1048576 allowed for generation_config.json" in refusal()
+        assert "is 1048577 bytes, more than the 1048576 allowed for config.json" in refusal()
 
 
 @pytest.mark.parametrize(
@@ -1042,20 +1023,23 @@ def test_the_sparse_file_limits(
     hole: tuple[int, int],
     sparse: bool,
 ) -> None:
-    _write_with_a_hole(checkpoint / "merges.txt", size, hole)
-    with (checkpoint / "merges.txt").open("r+b") as file:
+    # The weights' index is the one file besides the weights that may exceed 1 MiB; holes read as
+    # NUL bytes, which no JSON holds, so a file that is not sparse is refused for its JSON.
+    split_into_shards(checkpoint)
+    index = checkpoint / "model.safetensors.index.json"
+    _write_with_a_hole(index, size, hole)
+    with index.open("r+b") as file:
         file.truncate(size)  # a hole that ends the file
-    if sparse:
-        assert "merges.txt is a sparse file" in refusal()
-    else:
-        assert (take().path / "merges.txt").read_bytes() == (checkpoint / "merges.txt").read_bytes()
+    message = refusal()
+    assert ("model.safetensors.index.json is a sparse file" in message) == sparse
+    assert sparse or "not a readable JSON file" in message
 
 
 @pytest.mark.parametrize("change", [b"appended", b""], ids=["grown", "shrunk"])
 def test_a_small_file_changed_before_it_is_read_is_refused(
     refusal: Callable[..., str], checkpoint: Path, monkeypatch: pytest.MonkeyPatch, change: bytes
 ) -> None:
-    """A writer racing the snapshot: tokenizer.json changes size after it was opened and checked,
+    """A writer racing the snapshot: config.json changes size after it was opened and checked,
     before its bytes are read (the weights' header check comes in between)."""
     from autorl import snapshot as snapshot_module
 
@@ -1063,7 +1047,7 @@ def test_a_small_file_changed_before_it_is_read_is_refused(
 
     def compare_then_rewrite(*args: Any) -> None:
         compare(*args)
-        path = checkpoint / "tokenizer.json"
+        path = checkpoint / "config.json"
         data = path.read_bytes()
         with path.open("r+b") as handle:
             if change:
@@ -1095,7 +1079,7 @@ def _unprivileged_refusal(model_path: str, workspace: Path, tiny_base_model: Pat
         f"    snapshot_submission({model_path!r}, workspace=Path({str(workspace)!r}),\n"
         f"        output_dir=Path({str(workspace / 'output')!r}),\n"
         f"        base_model_dir=Path({str(tiny_base_model)!r}),\n"
-        f"        snapshot_root=Path({str(snapshots)!r}), render_check=lambda template: None)\n"
+        f"        snapshot_root=Path({str(snapshots)!r}))\n"
         "except Exception as exc:\n"
         "    print(type(exc).__name__, exc)\n"
     )
@@ -1111,10 +1095,10 @@ def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
     checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
 ) -> None:
     """As user 0 without capabilities (the owner of a mode-000 file, denied like anyone)."""
-    (checkpoint / "tokenizer.json").chmod(0)
+    (checkpoint / "config.json").chmod(0)
     refused = _unprivileged_refusal("output/ckpt", workspace, tiny_base_model, snapshots)
     assert refused.startswith(
-        "UnreadableCheckpointError $WORKSPACE/output/ckpt/tokenizer.json cannot be read by the grader "
+        "UnreadableCheckpointError $WORKSPACE/output/ckpt/config.json cannot be read by the grader "
         "(permission denied): the grader reads checkpoints through the workspace's group, and this "
         "file gives the group no read permission"
     ), refused
@@ -1129,10 +1113,10 @@ def test_a_checkpoint_saved_into_output_itself_is_named_as_the_agent_names_it(
     as "output": its unreadable file and the fix name the folder as the agent does."""
     shutil.rmtree(workspace / "output")
     shutil.copytree(tiny_base_model, workspace / "output")
-    (workspace / "output" / "tokenizer.json").chmod(0)
+    (workspace / "output" / "config.json").chmod(0)
     refused = _unprivileged_refusal("output", workspace, tiny_base_model, snapshots)
     assert refused.startswith(
-        "UnreadableCheckpointError $WORKSPACE/output/tokenizer.json cannot be read by the grader "
+        "UnreadableCheckpointError $WORKSPACE/output/config.json cannot be read by the grader "
     ), refused
     assert 'Run chmod -R g+rX "$WORKSPACE/output" and submit again' in refused
 
@@ -1187,10 +1171,10 @@ def test_a_workspace_named_through_a_link_is_submitted_through_its_real_path(
     workspace.symlink_to(real, target_is_directory=True)
     take = _taker(workspace, tiny_base_model, snapshots)
     assert "model.safetensors" in _files(take(real / "output" / "ckpt"))
-    (real / "output" / "ckpt" / "tokenizer.json").chmod(0)
+    (real / "output" / "ckpt" / "config.json").chmod(0)
     refused = _unprivileged_refusal(str(real / "output" / "ckpt"), workspace, tiny_base_model, snapshots)
     assert refused.startswith(
-        f"UnreadableCheckpointError {real}/output/ckpt/tokenizer.json cannot be read by the grader "
+        f"UnreadableCheckpointError {real}/output/ckpt/config.json cannot be read by the grader "
     ), refused
     assert f'Run chmod -R g+rX "{real}/output/ckpt" and submit again' in refused
 
@@ -1294,38 +1278,36 @@ def _at_the_check_of(
 def test_a_link_swapped_in_after_the_check_is_never_followed_even_to_the_checked_file(
     refusal: Callable[..., str], checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    moved = tmp_path / "moved-tokenizer.json"
+    moved = tmp_path / "moved-config.json"
 
     def swap_for_a_link() -> None:
-        (checkpoint / "tokenizer.json").rename(moved)
-        (checkpoint / "tokenizer.json").symlink_to(moved)
+        (checkpoint / "config.json").rename(moved)
+        (checkpoint / "config.json").symlink_to(moved)
 
-    _at_the_check_of(monkeypatch, "tokenizer.json", after=swap_for_a_link)
+    _at_the_check_of(monkeypatch, "config.json", after=swap_for_a_link)
     assert refusal() == _CHANGED
 
 
 def test_a_file_replaced_by_another_after_the_check_is_refused(
     refusal: Callable[..., str], checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    other = tmp_path / "other-tokenizer.json"
-    other.write_bytes((checkpoint / "tokenizer.json").read_bytes())
+    other = tmp_path / "other-config.json"
+    other.write_bytes((checkpoint / "config.json").read_bytes())
 
-    _at_the_check_of(
-        monkeypatch, "tokenizer.json", after=lambda: other.replace(checkpoint / "tokenizer.json")
-    )
+    _at_the_check_of(monkeypatch, "config.json", after=lambda: other.replace(checkpoint / "config.json"))
     assert refusal() == _CHANGED
 
 
 def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(
     take: Callable[..., Snapshot], checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fifo = checkpoint / "tokenizer.json"
+    fifo = checkpoint / "config.json"
 
     def swap_for_a_fifo() -> None:
         fifo.unlink()
         os.mkfifo(fifo)
 
-    _at_the_check_of(monkeypatch, "tokenizer.json", after=swap_for_a_fifo)
+    _at_the_check_of(monkeypatch, "config.json", after=swap_for_a_fifo)
     outcome = _outcome_unless_blocked_on(fifo, take)
     assert isinstance(outcome, CheckpointError) and str(outcome) == _CHANGED
 
@@ -1335,7 +1317,7 @@ def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
 ) -> None:
     (checkpoint / "notes.txt").write_text("done")
     _at_the_check_of(monkeypatch, "notes.txt", before=(checkpoint / "notes.txt").unlink)
-    assert take().ignored_files == ("notes.txt",)
+    assert take().ignored_files == _with_base_files("notes.txt")
 
 
 def test_path_walk_refusals_say_exactly_what_to_do(

@@ -12,9 +12,9 @@ environment) runs transformers 4, which misreads some of what version 5 writes, 
   1000000), producing a different model. The values are copied to the keys version 4 reads.
 
 The view is built from the snapshot (:mod:`autorl.snapshot`), never from the agent's folder: the
-snapshot holds only allow-listed, normalized files, in storage the agent cannot write. Its weights
-are hard-linked (symlinked across filesystems: both point into the snapshot); small files are
-copied, some rewritten, then the view is made read-only. The snapshot is only ever read.
+snapshot holds only a submission's weights beside the base model's normalized files, in storage the
+agent cannot write. Its weights are hard-linked (symlinked across filesystems: both point into the
+snapshot); small files are copied, some rewritten, then the view is made read-only. The snapshot is only ever read.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import EvaluationError
-from autorl.snapshot import SMALL_FILES, WEIGHTS_INDEX
+from autorl.snapshot import CONFIG, PLATFORM_FILES, WEIGHTS_INDEX
 
 #: Small files that describe the model, copied (and some rewritten) into the view; an allow-list
 #: again, though a snapshot holds nothing else, so that no other file ever reaches OpenCompass.
-COPIED_FILES = SMALL_FILES | {WEIGHTS_INDEX}
+COPIED_FILES = PLATFORM_FILES | {CONFIG, WEIGHTS_INDEX}
 WEIGHT_SUFFIX = ".safetensors"
 #: transformers 5's generic fast-tokenizer class; version 4 names the same thing this way.
 TRANSFORMERS5_TOKENIZER_CLASS = "TokenizersBackend"

@@ -32,6 +32,18 @@ class GraderSettings(PlatformSettings, AdminTokenSettings):
         description="How long /submit waits, re-checking, for a checkpoint the grader may not read yet "
         "(files saved 0600, before the agent pod adds group-read) before refusing it with 400.",
     )
+    snapshot_lease_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long a grader holds an experiment's snapshot lease while it copies one checkpoint "
+        "(one at a time per experiment); a grader that dies while copying lets go after this.",
+    )
+    snapshot_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long /submit waits for another grader replica copying a checkpoint of the same "
+        "experiment before answering 503.",
+    )
     max_submissions: int = Field(default=100, gt=0, description="Default per-experiment submission limit.")
     max_eval_attempts: int = Field(
         default=3, gt=0, description="Evaluation attempts before a submission fails."

@@ -13,7 +13,7 @@ from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.metrics import metrics_registry
 from autorl_grader.result_waits import ResultWaits
 from autorl_grader.settings import GraderSettings
-from autorl_grader.unreadable_waits import UnreadableWaits
+from autorl_grader.snapshot_slots import SnapshotSlots
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class GraderState:
     tokens: ExpiringCache[str, Experiment] = field(default_factory=ExpiringCache)
     last_submits: ExpiringCache[int, LastSubmit] = field(default_factory=ExpiringCache)
     waits: ResultWaits = field(init=False)
-    unreadable_waits: UnreadableWaits = field(default_factory=UnreadableWaits)
+    snapshot_slots: SnapshotSlots = field(default_factory=SnapshotSlots)
 
     def __post_init__(self) -> None:
         self.waits = ResultWaits(self.db)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,10 +14,8 @@ from typing import Any
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from autorl.chat_template import ChatTemplate
 from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
 from autorl.snapshot import (
-    DRY_RUN_QUESTION,
     Snapshot,
     prune_snapshots,
     remove_snapshot,
@@ -25,11 +25,12 @@ from autorl.snapshot import (
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
-from autorl.tasks import get_task
 from autorl_grader.state import GraderState
 from autorl_grader.views import pending_view, submission_view
 
 log = logging.getLogger("autorl.grader")
+#: How often a submit waiting for another grader replica's snapshot lease looks again.
+SNAPSHOT_LEASE_POLL_S = 0.25
 
 
 def rebase_agent_path(experiment: Experiment, model_path: str) -> str:
@@ -74,26 +75,18 @@ def snapshot_root(state: GraderState) -> Path:
 
 
 def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -> Snapshot:
-    """Check the submitted folder and copy what is evaluated (autorl.snapshot); the chat template
-    is dry-rendered on a train question, as the evaluator renders test questions."""
-    task = get_task(experiment.task)
-
-    def render_check(template: ChatTemplate) -> object:
-        # enable_thinking=False: the evaluator's default for every model family.
-        return task.render_prompt(template, DRY_RUN_QUESTION, enable_thinking=False)
-
-    with state.unreadable_waits.slot(experiment.id) as may_wait:
-        return snapshot_submission(
-            rebase_agent_path(experiment, model_path),
-            workspace=Path(experiment.workspace),
-            output_dir=Path(experiment.output_dir),
-            base_model_dir=Path(experiment.base_model_dir),
-            snapshot_root=snapshot_root(state),
-            render_check=render_check,
-            # Files saved 0600 become readable once the agent's pod adds group-read: wait for it,
-            # briefly, one submit of the experiment at a time (autorl_grader.unreadable_waits).
-            unreadable_wait_s=state.settings.unreadable_wait_s if may_wait else 0.0,
-        )
+    """Check the submitted folder and copy its weights beside the base model's other files
+    (autorl.snapshot)."""
+    return snapshot_submission(
+        rebase_agent_path(experiment, model_path),
+        workspace=Path(experiment.workspace),
+        output_dir=Path(experiment.output_dir),
+        base_model_dir=Path(experiment.base_model_dir),
+        snapshot_root=snapshot_root(state),
+        # Files saved 0600 become readable once the agent's pod adds group-read: wait for it,
+        # briefly, in the experiment's turn (one submit of the experiment at a time).
+        unreadable_wait_s=state.settings.unreadable_wait_s,
+    )
 
 
 class _HeldSnapshot:
@@ -124,11 +117,53 @@ def _held_until_committed(snapshot: Snapshot) -> Iterator[_HeldSnapshot]:
         remove_snapshot(snapshot.path)
 
 
+def reserve_snapshot(state: GraderState, experiment: Experiment, holder: str) -> None:
+    """Take the experiment's snapshot lease once the budget is open and a submission is left
+    (autorl_grader.snapshot_slots): a submit refused here has read no file. Another grader
+    replica's lease is waited for, at most ``snapshot_wait_s``."""
+    deadline = time.monotonic() + state.settings.snapshot_wait_s
+    while True:
+        with state.db.session() as session:
+            locked = repo.get_experiment(session, experiment.name, for_update=True)
+            check_open(locked)
+            check_limit(repo.limited_submissions_count(session, locked), locked)
+            if repo.take_snapshot_lease(locked, holder, state.settings.snapshot_lease_s):
+                return
+        if time.monotonic() + SNAPSHOT_LEASE_POLL_S > deadline:
+            raise ServiceUnavailableError(
+                f"another checkpoint of experiment {experiment.name!r} is being copied; submit again "
+                "once its /submit has answered (one checkpoint of an experiment is taken at a time)"
+            )
+        time.sleep(SNAPSHOT_LEASE_POLL_S)
+
+
 def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
-    """Blocking: snapshots and commits a submission, then enqueues it. Returns its id."""
+    """Blocking: reserves, snapshots and commits a submission, then enqueues it. Returns its id.
+    Called in the experiment's turn (autorl_grader.snapshot_slots)."""
     check_open(experiment)
-    with state.db.session() as session:
-        check_limit(repo.limited_submissions_count(session, experiment), experiment)
+    holder = uuid.uuid4().hex
+    reserve_snapshot(state, experiment, holder)
+    try:
+        submission_id, queued = _snapshot_and_commit(state, experiment, model_path, holder)
+    finally:
+        with state.db.session() as session:
+            repo.release_snapshot_lease(session, experiment.id, holder)
+    state.last_submits.forget(experiment.id)
+    log.info(
+        "event=submission_accepted experiment=%s submission=%d reused=%s",
+        experiment.name,
+        submission_id,
+        not queued,
+    )
+    if queued:
+        dispatch_committed(state)
+    return submission_id
+
+
+def _snapshot_and_commit(
+    state: GraderState, experiment: Experiment, model_path: str, holder: str
+) -> tuple[int, bool]:
+    """The new submission's id and whether it is queued (not a reused score)."""
     snapshot = take_snapshot(state, experiment, model_path)
     shown_path = os.path.normpath(Path(experiment.workspace) / rebase_agent_path(experiment, model_path))
     with _held_until_committed(snapshot) as held:
@@ -146,17 +181,9 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
                 snapshot=snapshot.name,
                 ignored_files=list(snapshot.ignored_files),
             )
+            repo.release_snapshot_lease(session, locked.id, holder)
             submission_id = held.attach(submission)
-    state.last_submits.forget(experiment.id)
-    log.info(
-        "event=submission_accepted experiment=%s submission=%d reused=%s",
-        experiment.name,
-        submission_id,
-        not held.queued,
-    )
-    if held.queued:
-        dispatch_committed(state)
-    return submission_id
+    return submission_id, held.queued
 
 
 def dispatch_committed(state: GraderState) -> None:

@@ -64,7 +64,8 @@ async def submit(
     state: StateDep,
     wait: bool = Query(True, description="Wait for the score (at most the server's wait time, then 202)."),
 ) -> JSONResponse:
-    submission_id = await run_in_threadpool(accept, state, experiment, body.model_path)
+    async with state.snapshot_slots.turn(experiment.id):
+        submission_id = await run_in_threadpool(accept, state, experiment, body.model_path)
     timeout = state.settings.submit_wait_s if wait else 0.0
     final, view = await wait_for_result(state, experiment.name, submission_id, timeout)
     return JSONResponse(view, status_code=200 if final else 202)
