@@ -14,7 +14,8 @@ environment) runs transformers 4, which misreads some of what version 5 writes, 
 The view is built from the snapshot (:mod:`autorl.snapshot`), never from the agent's folder: the
 snapshot holds only a submission's weights beside the base model's normalized files, in storage the
 agent cannot write. Its weights are hard-linked (symlinked across filesystems: both point into the
-snapshot); small files are copied, some rewritten, then the view is made read-only. The snapshot is only ever read.
+snapshot); small files are copied, some rewritten, then the view is made read-only. The snapshot is
+only ever read.
 """
 
 from __future__ import annotations
