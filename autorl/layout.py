@@ -5,6 +5,7 @@ the cache by them.
 
     <workspace>/ code/  output/  models/<base>/  data/
                  description.md  instructions.md  run_meta.json  scores.json  agent.log
+    <home>/runs/<run id>/logs/runner.log              the runner's own events (out of the agent's reach)
     <cache>/models/builtin/<name>-v<build version>/   a built-in model, built once
     <cache>/models/hub/<org>--<name>/                 a Hugging Face hub model, downloaded once
 """
@@ -22,6 +23,13 @@ RUN_META_FILE = "run_meta.json"
 SCORES_FILE = "scores.json"
 AGENT_LOG_FILE = "agent.log"
 
+# A run's own folder on one machine (``autorl run``): names relative to the platform home.
+RUNS_DIR = "runs"
+RUN_LOGS_DIR = "logs"
+#: The agent runner's events (agent start, sandbox, deadline, kills): the platform's record,
+#: beside the services' logs, where the agent cannot write.
+RUNNER_LOG_FILE = "runner.log"
+
 # The model cache: names relative to the cache's models folder.
 BUILTIN_PREFIX = "builtin:"
 #: Bumped whenever the built-in tiny model's recipe changes, so a cache of an older build is not reused.
@@ -38,6 +46,11 @@ def builtin_model_subpath(name: str) -> str:
 def hub_model_subpath(repo_id: str) -> str:
     """``hub/<org>--<name>``: where the hub model ``repo_id`` is downloaded in the cache."""
     return f"{HUB_MODELS_DIR}/{repo_id.replace('/', '--')}"
+
+
+def runner_log_subpath(run_id: str) -> str:
+    """``runs/<run id>/logs/runner.log``: where a run's runner log lies under the platform home."""
+    return f"{RUNS_DIR}/{run_id}/{RUN_LOGS_DIR}/{RUNNER_LOG_FILE}"
 
 
 def cached_model_subpath(model: str) -> str:

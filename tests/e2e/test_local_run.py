@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.layout import runner_log_subpath
 from tests.support.fault_records import record_fault
 from tests.support.infra import free_port
 
@@ -86,6 +87,10 @@ class Run:
 
     def workspace(self) -> Path:
         return Path(str(self.results()[-1]["workspace"]))
+
+    def runner_log(self) -> str:
+        """The runner's own events of the last run (under the home, out of the agent's reach)."""
+        return (self.home / runner_log_subpath(str(self.results()[-1]["run_id"]))).read_text()
 
 
 @pytest.fixture
@@ -255,7 +260,7 @@ def test_deadline_ends_an_agent_that_ignores_sigterm(tmp_path: Path, autorl_run:
     workspace = run.workspace()
     status, refused = json.loads((workspace / "output" / "late_submit.json").read_text())
     assert status == 403 and "end_time" in refused["detail"]
-    log = (workspace / "agent.log").read_text()
+    log = run.runner_log()
     assert "event=deadline action=SIGTERM" in log and "signal=SIGKILL" in log
     assert not leftover_processes(run.home)
 

@@ -370,7 +370,7 @@ def test_a_setsid_daemon_is_gone_after_the_deadline(hostile: HostileRuns) -> Non
     assert not alive
     heartbeat = float((hostile.first_workspace / "output" / "daemon.txt").read_text())
     assert heartbeat <= hostile.first_finished
-    log = (hostile.first_workspace / "agent.log").read_text()
+    log = hostile.first.runner_log()
     # The agent ended on SIGTERM; its PID namespace ended with it, the daemon (ignoring SIGTERM) too.
     assert "event=deadline action=SIGTERM" in log
     assert not leftover_processes(hostile.first.home)

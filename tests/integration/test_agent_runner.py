@@ -93,6 +93,11 @@ def agent_script(tmp_path: Path, body: str, shebang: str = "#!/usr/bin/env pytho
     return str(path)
 
 
+def runner_log(workspace: Workspace) -> str:
+    """The runner's own events, beside the workspace (where ``run`` puts them)."""
+    return (workspace.root.parent / "logs" / "runner.log").read_text()
+
+
 def run(
     workspace: Workspace,
     agent: str,
@@ -122,6 +127,7 @@ def run(
         grace_period_s=1.0,
         mirror_interval_s=60.0,
         timeout_s=timeout_s,
+        runner_log=workspace.root.parent / "logs" / "runner.log",
     )
     with GradingClient(UNREACHABLE, timeout_s=1.0) as client:
         return AgentRunner(config, client).run()
@@ -150,8 +156,8 @@ def test_agent_ignoring_sigterm_is_killed_with_its_escaped_children(
     assert outcome.timed_out and outcome.killed
     assert elapsed < 3.0 + 1.0 + 5.0  # budget + grace + margin
     assert (workspace.output / "started").exists() and not escaped_children(seconds)
-    log = workspace.agent_log.read_text()
-    assert "ignoring SIGTERM" in log and "event=agent_kill signal=SIGKILL" in log
+    assert "ignoring SIGTERM" in workspace.agent_log.read_text()
+    assert "event=agent_kill signal=SIGKILL" in runner_log(workspace)
     meta = json.loads((workspace.root / "run_meta.json").read_text())
     assert meta["end_time"] - meta["start_time"] == pytest.approx(3.0, abs=0.5)
 
@@ -238,7 +244,7 @@ def test_ctrl_c_while_the_agent_starts_ends_the_agent(
         run(workspace, agent, sandbox=SandboxMode.NONE, timeout_s=60.0)
     assert (workspace.output / "started").exists()
     assert not escaped_children(seconds)
-    assert "event=interrupted action=SIGTERM" in workspace.agent_log.read_text()
+    assert "event=interrupted action=SIGTERM" in runner_log(workspace)
 
 
 @NEEDS_ROOT
@@ -333,7 +339,9 @@ def test_agent_runner_command_runs_from_environment_alone(tmp_path: Path, tiny_b
     assert done.returncode == 0, done.stderr
     assert (workspace / "models" / "tiny-qwen2" / "config.json").is_file()
     assert (workspace / "data" / "train.jsonl").is_file()
-    assert "event=deadline action=SIGTERM" in (workspace / "agent.log").read_text()
+    # A pod's runner writes its events to its own stream, never into the agent's agent.log.
+    assert "event=deadline action=SIGTERM" in done.stderr
+    assert "event=" not in (workspace / "agent.log").read_text()
 
 
 @NEEDS_BWRAP

@@ -39,7 +39,10 @@ def test_real_system_folders_are_bound_read_only_at_their_own_paths(host: Path) 
     assert _holds(args, "--symlink", "usr/lib", "/lib")
     assert not any(item.endswith("sbin") for item in args), "a folder the host lacks is not made up"
     assert _holds(args, "--ro-bind-try", str(host / "etc/ld.so.cache"), "/etc/ld.so.cache")
-    assert _holds(args, "--ro-bind-try", str(host / "sys/class"), "/sys/class")
+    assert _holds(args, "--ro-bind-try", str(host / "sys/devices/system/cpu"), "/sys/devices/system/cpu")
+    assert _holds(args, "--ro-bind-try", str(host / "sys/devices/system/node"), "/sys/devices/system/node")
+    # Nothing else of /sys: no network interfaces (their MAC addresses), no other device.
+    assert not [item for item in args if item.startswith(("/sys/class", "/sys/bus", "/sys/dev/"))]
 
 
 def test_gpu_device_nodes_are_passed_through_after_the_minimal_dev(host: Path) -> None:
@@ -72,3 +75,25 @@ def test_the_real_root_gives_the_hosts_own_paths() -> None:
         root_path = Path("/") / name
         if root_path.is_symlink():
             assert _holds(args, "--symlink", os.readlink(root_path), f"/{name}")
+
+
+def test_only_the_gpus_pci_devices_are_shown_of_the_hosts_devices(host: Path) -> None:
+    root = host / "sys/devices/pci0000:00/0000:00:01.0"
+    listing = host / "sys/bus/pci/devices"
+    listing.mkdir(parents=True)
+    for address, vendor in (("0000:03:00.0", "0x10de"), ("0000:04:00.0", "0x8086")):  # a GPU, a NIC
+        (root / address / "net").mkdir(parents=True)
+        (root / address / "vendor").write_text(vendor + "\n")
+        (listing / address).symlink_to(f"../../../devices/pci0000:00/0000:00:01.0/{address}")
+    args = system_args(host)
+    assert _operands(args, "--ro-bind")[-1] == (
+        str(root / "0000:03:00.0"),
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:03:00.0",
+    )
+    assert _holds(
+        args,
+        "--symlink",
+        "../../../devices/pci0000:00/0000:00:01.0/0000:03:00.0",
+        "/sys/bus/pci/devices/0000:03:00.0",
+    )
+    assert not [item for item in args if "0000:04:00.0" in item]

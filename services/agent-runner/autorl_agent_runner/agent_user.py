@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from autorl.errors import AutoRLError
+from autorl_agent_runner.tree_walk import chown_tree
 
 #: User ids handed to agents. No passwd entry is needed; ids with one are skipped.
 AGENT_UID_RANGE = range(61000, 65000)
@@ -59,16 +60,10 @@ def give_to_agent(paths: Iterable[Path], uid: int, gid: int) -> None:
         path.chmod(0o700)
 
 
-def reclaim(root: Path) -> None:
-    """Give everything the agent wrote back to the platform's user, links not followed."""
-    uid, gid = os.geteuid(), os.getegid()
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            try:
-                os.lchown(os.path.join(folder, name), uid, gid)
-            except OSError:
-                continue
-    os.lchown(root, uid, gid)
+def reclaim(root: Path) -> int:
+    """Give everything the agent wrote back to the platform's user, links not followed, however
+    deep its folders nest; returns how many entries could not be given back."""
+    return chown_tree(root, os.geteuid(), os.getegid())
 
 
 def signal_uid(uid: int, gid: int, signum: int) -> None:

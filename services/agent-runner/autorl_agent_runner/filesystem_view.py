@@ -7,8 +7,10 @@ The sandbox's root is an empty tmpfs. Into it go only:
 - the agent's Python environment, read-only, at its own paths;
 - the workspace at its own path: read-write, with ``models/`` and ``data/`` read-only on top;
 - a custom agent's program (its folder where that holds nothing of the platform);
-- a new ``/proc`` (of the agent's own PID namespace), a minimal ``/dev`` plus the GPUs, the
-  parts of ``/sys`` that describe devices, and private tmpfs ``/tmp``, ``/var/tmp`` and
+- a new ``/proc`` (of the agent's own PID namespace) with the host-wide files that name the
+  host's own paths (its boot command line, swap files) made unreadable, a minimal ``/dev`` plus
+  the GPUs, of ``/sys`` only the CPU and NUMA topology and the GPUs' own PCI devices (no network
+  interfaces, no MAC addresses, no other device), and private tmpfs ``/tmp``, ``/var/tmp`` and
   ``/dev/shm`` that vanish with the sandbox.
 
 Everything else (the platform home and its database, caches, data sources, evaluator storage,
@@ -50,8 +52,14 @@ SYSTEM_ETC = (
     "os-release",
     "debian_version",
 )
-#: The parts of /sys that libraries read to find CPUs, NUMA nodes and GPUs.
-SYSTEM_SYS = ("bus", "class", "dev", "devices")
+#: The parts of /sys that libraries read for the CPU and NUMA topology (torch, OpenMP, numactl).
+SYSTEM_SYS = ("devices/system/cpu", "devices/system/node")
+#: Where the PCI devices are listed in /sys: each entry a link to the device's own folder.
+PCI_DEVICES = "sys/bus/pci/devices"
+#: PCI vendors whose devices (GPUs, their switches) the agent's CUDA runtime reads: NVIDIA.
+GPU_PCI_VENDORS = frozenset({"0x10de"})
+#: Host-wide files of /proc that name the host's paths or its other processes: unreadable.
+PROC_MASKED = ("cmdline", "swaps", "sched_debug", "timer_list", "keys", "latency_stats")
 #: GPU device nodes (NVIDIA); absent on machines without them.
 DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps")
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
@@ -155,10 +163,40 @@ def system_args(host_root: Path = Path("/")) -> list[str]:
         args += ["--ro-bind-try", host(f"/etc/{name}"), f"/etc/{name}"]
     for name in SYSTEM_SYS:
         args += ["--ro-bind-try", host(f"/sys/{name}"), f"/sys/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += _gpu_sys_args(host_root)
+    args += ["--proc", "/proc"]
+    for name in PROC_MASKED:
+        # Where this kernel has the file (the new /proc is of the same kernel): a device node on
+        # the sandbox's nodev mounts, it cannot be opened.
+        if os.path.lexists(host(f"/proc/{name}")):
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    args += ["--dev", "/dev"]
     for pattern in DEVICE_GLOBS:
         for device in sorted(glob.glob(host(pattern))):
             args += ["--dev-bind", device, "/" + str(Path(device).relative_to(host_root))]
     for folder in PRIVATE_TMP:
         args += ["--tmpfs", folder, "--chmod", "1777", folder]
+    return args
+
+
+def _gpu_sys_args(host_root: Path) -> list[str]:
+    """Each GPU's PCI device folder at its own path under /sys/devices, read-only, and its entry
+    in /sys/bus/pci/devices: what the CUDA runtime and NVML read (bus ids, NUMA node, link)."""
+    args: list[str] = []
+    listing = host_root / PCI_DEVICES
+    entries = sorted(listing.iterdir()) if listing.is_dir() else []
+    for entry in entries:
+        try:
+            vendor = (entry / "vendor").read_text().strip()
+        except OSError:
+            continue
+        if vendor not in GPU_PCI_VENDORS:
+            continue
+        device = Path(os.path.realpath(entry))
+        if not device.is_relative_to(host_root / "sys/devices"):
+            continue
+        inside = "/" + str(device.relative_to(host_root))
+        args += ["--ro-bind", str(device), inside]
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry), f"/{PCI_DEVICES}/{entry.name}"]
     return args

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from autorl.client import GradingClient
 from autorl_agent_runner.agent_python import find_agent_python
@@ -74,6 +75,8 @@ class AgentLaunch:
     #: Used only when the grader reports no budget (a runner started on its own).
     timeout_s: float | None = None
     echo_output: bool = False
+    #: The runner's own log, out of the agent's reach; None: the runner's stderr (a pod's stream).
+    runner_log: Path | None = None
 
 
 def launch_agent(
@@ -109,5 +112,6 @@ def launch_agent(
         grace_period_s=launch.grace_period_s,
         timeout_s=launch.timeout_s,
         echo_output=launch.echo_output,
+        runner_log=launch.runner_log,
     )
     return AgentRunner(config, client)

@@ -2,6 +2,12 @@
 
 The budget's truth is the grader (``GET /time``): the runner reads ``end_time`` from it when
 the agent starts, and falls back to ``now + timeout_s`` only where the grader has no budget.
+
+Two logs, each of one source. The runner's own events (``event=agent_start``, deadlines,
+kills) go to a log the agent cannot write: a file outside the workspace (``autorl run``:
+``runs/<id>/logs/runner.log``) or the runner's stderr (a pod's own stream). The agent's output
+reaches ``agent.log`` through a pipe that the runner copies: the agent never holds the file, so it
+cannot truncate it or seek in it, and nothing it prints lands among the platform's events.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ from autorl.client import GradingClient
 from autorl.errors import AutoRLError
 from autorl.parent_death import dying_with_parent
 from autorl.process_group import kill_group
+from autorl.untrusted_text import printable
 from autorl_agent_runner.agent_user import give_to_agent, reclaim
 from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.api_relay import AgentApiRelay
 from autorl_agent_runner.egress import Egress
 from autorl_agent_runner.environment import ContractValues, build_agent_env
-from autorl_agent_runner.mirrors import MIRROR_INTERVAL_S, refresh_mirrors
+from autorl_agent_runner.mirrors import MIRROR_INTERVAL_S, refresh_mirrors, write_mirror
 from autorl_agent_runner.netns import listen_in_netns
 from autorl_agent_runner.processes import AgentProcesses, end_processes
 from autorl_agent_runner.sandbox import (
@@ -37,7 +44,7 @@ from autorl_agent_runner.sandbox import (
     can_share_base_model,
     plan_sandbox,
 )
-from autorl_agent_runner.workspace import Workspace, detach_model, write_run_meta
+from autorl_agent_runner.workspace import Workspace, detach_model, open_platform_log, write_run_meta
 
 #: Default seconds between SIGTERM and SIGKILL at the deadline.
 GRACE_PERIOD_S = 30.0
@@ -45,6 +52,8 @@ GRACE_PERIOD_S = 30.0
 _CHUNK = 65536
 _TICK_S = 0.25
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: What marks the agent's lines where they share a stream with the runner's (a pod's log).
+AGENT_LINE_PREFIX = b"[agent] "
 
 
 class AgentStartError(AutoRLError):
@@ -71,9 +80,12 @@ class RunnerConfig:
     mirror_interval_s: float = MIRROR_INTERVAL_S
     #: Used only when the grader reports no budget (a runner started on its own).
     timeout_s: float | None = None
-    #: Also copy the agent's output (and the platform's lines) to the runner's stdout: in a pod,
-    #: what ``kubectl logs`` shows. agent.log gets it either way.
+    #: Also copy the agent's output to the runner's stdout (in a pod, what ``kubectl logs`` shows),
+    #: each line marked ``[agent]`` and escaped. agent.log gets it either way.
     echo_output: bool = False
+    #: The runner's own log, a file the agent cannot reach (``runs/<id>/logs/runner.log``); None:
+    #: the runner's stderr (a pod's own stream).
+    runner_log: Path | None = None
 
 
 @dataclass
@@ -106,10 +118,11 @@ class AgentRunner:
         self._plan: SandboxPlan | None = None
         self._relay: AgentApiRelay | None = None
         self._egress: Egress | None = None
-        self._log: IO[bytes] | None = None
+        self._agent_log: IO[bytes] | None = None
         self._log_lock = threading.Lock()
         self._pump: threading.Thread | None = None
         self._echo = config.echo_output
+        self._echo_at_line_start = True
         self._next_mirror = 0.0
         self.start_time = 0.0
         self.end_time = 0.0
@@ -117,29 +130,58 @@ class AgentRunner:
     # --- logging -------------------------------------------------------------------------
 
     def log(self, line: str) -> None:
-        """A platform line in agent.log (the agent's own output goes there too)."""
-        self._write(f"[autorl {time.strftime('%H:%M:%S')}] {line}\n".encode())
-
-    def _write(self, data: bytes) -> None:
+        """A platform event, on one line (whatever a quoted string holds), in the runner's own log."""
+        text = f"[autorl {time.strftime('%H:%M:%S')}] {printable(line)}\n"
+        path = self.config.runner_log
         with self._log_lock:
-            if self._log is not None:
-                self._log.write(data)
-                self._log.flush()
-                if self._echo:
-                    try:
-                        sys.stdout.buffer.write(data)
-                        sys.stdout.buffer.flush()
-                    except (OSError, ValueError):
-                        # Nobody reads stdout any more: agent.log still gets everything.
-                        self._echo = False
+            try:
+                if path is None:
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with path.open("a", encoding="utf-8") as events:
+                        events.write(text)
+            except (OSError, ValueError):
+                pass  # a full disk or a closed stderr must not end the run its log describes
 
     def _copy_output(self, fd: int) -> None:
-        """Copy the agent's output pipe to agent.log and stdout until every writer has closed it."""
+        """Copy the agent's output pipe to agent.log (and stdout) until every writer has closed it."""
         try:
             while chunk := os.read(fd, _CHUNK):
-                self._write(chunk)
+                with self._log_lock:
+                    if self._agent_log is not None:
+                        try:
+                            self._agent_log.write(chunk)
+                            self._agent_log.flush()
+                        except OSError:
+                            pass  # a full disk: the agent's output is dropped, the run goes on
+                    if self._echo:
+                        self._echo_chunk(chunk)
         finally:
             os.close(fd)
+
+    def _echo_chunk(self, chunk: bytes) -> None:
+        """The agent's output on stdout, each line marked as the agent's and escaped, so that it
+        can neither pass for one of the runner's lines nor drive a terminal."""
+        lines = chunk.split(b"\n")
+        out = bytearray()
+        for index, part in enumerate(lines):
+            last = index == len(lines) - 1
+            if last and not part:
+                break  # the chunk ended with a line feed
+            if self._echo_at_line_start:
+                out += AGENT_LINE_PREFIX
+            out += printable(part.decode("utf-8", errors="replace")).encode()
+            if not last:
+                out += b"\n"
+            self._echo_at_line_start = not last
+        try:
+            sys.stdout.buffer.write(out)
+            sys.stdout.buffer.flush()
+        except (OSError, ValueError):
+            # Nobody reads stdout any more: agent.log still gets everything.
+            self._echo = False
 
     def _event(self, name: str, **fields: object) -> None:
         if self._on_event is not None:
@@ -169,12 +211,16 @@ class AgentRunner:
     def start(self) -> None:
         config, workspace = self.config, self.config.workspace
         self.start_time, self.end_time = self._budget()
-        write_run_meta(
-            workspace,
-            start_time=self.start_time,
-            timeout_s=self.end_time - self.start_time,
-            last_submit_time=None,
-            end_time=self.end_time,
+        write_mirror(
+            workspace.run_meta,
+            lambda: write_run_meta(
+                workspace,
+                start_time=self.start_time,
+                timeout_s=self.end_time - self.start_time,
+                last_submit_time=None,
+                end_time=self.end_time,
+            ),
+            self.log,
         )
         grader = urllib.parse.urlsplit(config.contract.grading_server_url)
         self._plan = plan_sandbox(
@@ -202,7 +248,7 @@ class AgentRunner:
             extra_platform=config.platform_env,
             python_env=config.agent.python,
         )
-        self._log = workspace.agent_log.open("ab")
+        self._agent_log = open_platform_log(workspace.agent_log)
         if plan.warning:
             print(plan.warning, file=sys.stderr)
             self.log(plan.warning)
@@ -213,36 +259,35 @@ class AgentRunner:
             f"event=agent_start agent={config.agent.name} sandbox={plan.mode.value} network={network} "
             f"timeout_s={self.end_time - self.start_time:.0f} end_time={self.end_time:.0f}"
         )
-        # Echoed output passes through a pipe that a thread copies; otherwise the file is the agent's.
-        read_fd, write_fd = os.pipe() if config.echo_output else (-1, -1)
+        # The agent writes into a pipe that a thread copies: it never holds agent.log itself.
+        read_fd, write_fd = os.pipe()
         try:
             self._process = subprocess.Popen(
                 dying_with_parent(plan.command(config.agent.argv)),
                 cwd=workspace.root,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=write_fd if config.echo_output else self._log,
+                stdout=write_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=plan.pass_fds,
             )
         except OSError as exc:
-            if config.echo_output:
-                os.close(read_fd)
-                os.close(write_fd)
+            os.close(read_fd)
+            os.close(write_fd)
+            self._close_agent_log()
             self.log(f"event=agent_not_started error={exc.strerror}")
             plan.cleanup()
             raise AgentStartError(
                 f"agent {config.agent.name} cannot be started ({exc.strerror}); an executable script "
                 "needs a shebang line such as #!/usr/bin/env python3"
             ) from exc
-        if config.echo_output:
-            os.close(write_fd)
-            self._pump = threading.Thread(
-                target=self._copy_output, args=(read_fd,), name="agent-output", daemon=True
-            )
-            self._pump.start()
+        os.close(write_fd)
+        self._pump = threading.Thread(
+            target=self._copy_output, args=(read_fd,), name="agent-output", daemon=True
+        )
+        self._pump.start()
         plan.started()
         namespace_init = None
         if plan.gate is not None:
@@ -255,7 +300,12 @@ class AgentRunner:
                 self._process.kill()
                 self._process.wait()
                 self._close_network()
+                if plan.uid is not None:
+                    self._give_back()
                 plan.cleanup()
+                # bubblewrap's own message reaches agent.log before it closes.
+                self._pump.join(timeout=5.0)
+                self._close_agent_log()
                 message = f"the agent's sandbox could not start: {exc}; see {workspace.agent_log}"
                 raise AgentStartError(message) from exc
             if plan.pid_namespace:
@@ -355,21 +405,29 @@ class AgentRunner:
         return killed
 
     def _finish(self, *, timed_out: bool, interrupted: bool, killed: bool = False) -> AgentOutcome:
-        """After the leader exited: end stragglers, refresh the mirrors, give the files back."""
+        """After the leader exited: end stragglers, refresh the mirrors, give the files back.
+
+        The files are given back whatever happened before (``finally``): nothing the agent left in
+        its workspace may keep them its own.
+        """
         process, plan = self._process, self._plan
-        if self._processes is not None and self._processes.alive():
-            # The agent exited but left processes behind: they end with it.
-            self.log("event=agent_leftovers action=SIGTERM")
-            killed = self._end() or killed
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
-        self._close_network()
-        self.refresh_mirrors()
-        if plan is not None:
-            if plan.uid is not None:
-                reclaim(self.config.workspace.root)
-            plan.cleanup()
+        try:
+            if self._processes is not None and self._processes.alive():
+                # The agent exited but left processes behind: they end with it.
+                self.log("event=agent_leftovers action=SIGTERM")
+                killed = self._end() or killed
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+            self._close_network()
+            self.refresh_mirrors()
+        finally:
+            if plan is not None:
+                try:
+                    if plan.uid is not None:
+                        self._give_back()
+                finally:
+                    plan.cleanup()
         finished = time.time()
         outcome = AgentOutcome(
             exit_code=process.returncode if process is not None else None,
@@ -390,11 +448,25 @@ class AgentRunner:
             # Every writer is gone (the agent and all it started): the copy reaches the end at once.
             self._pump.join(timeout=5.0)
             self._pump = None
-        with self._log_lock:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
+        self._close_agent_log()
         return outcome
+
+    def _give_back(self) -> None:
+        """The workspace back to the platform's user (the agent's uid then owns nothing)."""
+        root = self.config.workspace.root
+        try:
+            failed = reclaim(root)
+        except OSError as exc:
+            self.log(f"event=give_back_incomplete error={exc.strerror or type(exc).__name__}")
+            return
+        if failed:
+            self.log(f"event=give_back_incomplete entries={failed}")
+
+    def _close_agent_log(self) -> None:
+        with self._log_lock:
+            if self._agent_log is not None:
+                self._agent_log.close()
+                self._agent_log = None
 
     def refresh_mirrors(self) -> None:
         """Copy the grader's view into run_meta.json and scores.json (best effort: a mirror).
@@ -404,7 +476,11 @@ class AgentRunner:
         """
         try:
             info = refresh_mirrors(
-                self.config.workspace, self.client, start_time=self.start_time, end_time=self.end_time
+                self.config.workspace,
+                self.client,
+                start_time=self.start_time,
+                end_time=self.end_time,
+                log=self.log,
             )
         except AutoRLError as exc:
             self.log(f"event=mirror_skipped reason={type(exc).__name__}")

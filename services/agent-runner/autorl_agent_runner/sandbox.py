@@ -2,7 +2,9 @@
 
 The agent runs in bubblewrap with its own user, mount, PID, network, IPC, UTS and cgroup
 namespaces, no capabilities, no way to create further user namespaces, a session of its own,
-and a filesystem built from an allow-list (``filesystem_view``). Its network namespace holds
+and a filesystem built from an allow-list (``filesystem_view``). bubblewrap reads its options
+from a descriptor (``--args``): its process, the first of the agent's PID namespace, shows the
+agent nothing of the host's paths in its command line. Its network namespace holds
 only loopback, where the platform forwards the grader's agent API (``api_relay``); with
 ``--egress`` a user-mode network stack adds the internet, not the host (``egress``).
 
@@ -250,7 +252,8 @@ def missing_protections_warning(missing: Sequence[str]) -> str:
 def _bwrap_args(
     request: SandboxRequest, binds: Sequence[tuple[Bind, Path]], flags: Sequence[str], *, privileged: bool
 ) -> list[str]:
-    args = ["bwrap", *_BASE_FLAGS, *flags]
+    """bubblewrap's options (without the command's name): namespaces, the view, the working folder."""
+    args = [*_BASE_FLAGS, *flags]
     if privileged:  # bubblewrap started by root keeps capabilities unless told otherwise
         args += ["--cap-drop", "ALL"]
     args += system_args()
@@ -313,19 +316,22 @@ def plan_bubblewrap(request: SandboxRequest, *, as_own_user: bool) -> SandboxPla
         staging = Path(tempfile.mkdtemp(prefix="autorl-sandbox-", dir=_staging_parent()))
         staging_dirs.append(staging)
         sources = [(bind, staging / str(index)) for index, bind in enumerate(binds)]
-        bwrap = _bwrap_args(request, sources, flags, privileged=False)
+        options = _bwrap_args(request, sources, flags, privileged=False)
         prefix = _staged(staging, sources, uid=uid)
     else:
         direct = [(bind, bind.source) for bind in binds]
-        bwrap = _bwrap_args(request, direct, flags, privileged=os.geteuid() == 0)
+        options = _bwrap_args(request, direct, flags, privileged=os.geteuid() == 0)
         prefix = []
+    options += [*data_args, *gate.args()]
+    args_fd = _memfd("bwrap-args", "".join(f"{option}\0" for option in options))
+    data_fds.append(args_fd)
     # bubblewrap sets PWD after --chdir; the agent's environment must be exactly the contract's.
     env = shutil.which("env") or "/usr/bin/env"
-    tail = [*data_args, *gate.args(), "--", env, "-u", "PWD", "-u", "OLDPWD", "--"]
+    bwrap = ["bwrap", "--args", str(args_fd), "--", env, "-u", "PWD", "-u", "OLDPWD", "--"]
     warning = missing_protections_warning(missing) if missing else None
     return SandboxPlan(
         mode=SandboxMode.USER if as_own_user else SandboxMode.BWRAP,
-        prefix=(*prefix, *bwrap, *tail),
+        prefix=(*prefix, *bwrap),
         uid=uid,
         gid=gid,
         gate=gate,

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autorl.client import SubmissionResult
 from autorl.errors import AutoRLError
@@ -34,6 +34,7 @@ from autorl.layout import (
     SCORES_FILE,
 )
 from autorl_agent_runner.agent_python import AGENT_PACKAGES
+from autorl_agent_runner.tree_walk import remove_entry
 
 #: Written by the platform; proves a non-empty folder is this run's own workspace.
 RUN_MARKER_FILE = ".autorl-run.json"
@@ -280,6 +281,26 @@ def write_platform_file(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def open_platform_log(path: Path) -> IO[bytes]:
+    """``path`` opened for appending by the platform, in a folder the agent may write.
+
+    Whatever the agent put there instead of a plain file of its own (a link, a hard link to
+    another file, a FIFO, a folder) is removed without following it, and a new file created.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT, PLATFORM_FILE)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            return os.fdopen(fd, "ab")
+        os.close(fd)
+    remove_entry(path.parent, path.name)
+    return os.fdopen(os.open(path, flags | os.O_CREAT | os.O_EXCL, PLATFORM_FILE), "ab")
 
 
 def write_json(path: Path, data: Any) -> None:

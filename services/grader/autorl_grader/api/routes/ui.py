@@ -10,7 +10,7 @@ has no dashboard routes at all: an agent never gets in.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -28,7 +28,7 @@ from autorl_grader.dashboard.data import (
     experiment_detail,
     experiment_list,
 )
-from autorl_grader.dashboard.log_tail import MAX_TAIL_BYTES, read_tail
+from autorl_grader.dashboard.log_tail import MAX_TAIL_BYTES, read_agent_tail, read_runner_tail
 from autorl_grader.dashboard.session import COOKIE_NAME, SessionSigner
 
 SIGN_IN = "/ui/login"
@@ -191,14 +191,24 @@ async def experiment_data(name: str, db: DbDep, response: Response) -> Experimen
 
 @router.get("/api/experiments/{name}/log", dependencies=[SessionDep], responses=refusals(401, 403, 404))
 async def agent_log(
-    name: str, db: DbDep, response: Response, tail_bytes: int = Query(MAX_TAIL_BYTES, gt=0, le=MAX_TAIL_BYTES)
+    name: str,
+    db: DbDep,
+    settings: SettingsDep,
+    response: Response,
+    tail_bytes: int = Query(MAX_TAIL_BYTES, gt=0, le=MAX_TAIL_BYTES),
+    source: Literal["agent", "runner"] = Query(
+        "agent", description="agent: the agent's own output (agent.log); runner: the platform's events"
+    ),
 ) -> LogTailView:
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> LogTailView:
         with db.session() as session:
             workspace = repo.get_experiment(session, name).workspace
-        tail = read_tail(workspace, tail_bytes)
+        if source == "runner":
+            tail = read_runner_tail(settings.home, name, tail_bytes)
+        else:
+            tail = read_agent_tail(workspace, tail_bytes)
         return LogTailView(**asdict(tail))
 
     return await run_in_threadpool(read)

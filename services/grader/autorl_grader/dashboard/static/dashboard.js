@@ -263,6 +263,7 @@
     const base = "/ui/api/experiments/" + encodeURIComponent(name);
     const select = document.getElementById("protocol");
     const log = document.getElementById("log");
+    const runnerLog = document.getElementById("runner-log");
     const chart = makeChart(document.getElementById("chart"));
     let latest = null;
     let chosen = window.sessionStorage.getItem(PROTOCOL_KEY);
@@ -274,7 +275,11 @@
       if (latest) drawChart(chart, latest, chosen);
     });
     poll(async () => {
-      const [detail, tail] = await Promise.all([getJSON(base), getJSON(base + "/log")]);
+      const [detail, tail, runnerTail] = await Promise.all([
+        getJSON(base),
+        getJSON(base + "/log?source=agent"),
+        getJSON(base + "/log?source=runner"),
+      ]);
       latest = detail;
       const exp = detail.experiment;
       if (!chosen) chosen = detail.chart.headline;
@@ -299,15 +304,21 @@
         document.getElementById("metrics"),
         METRICS.map(([key, label]) => [label, metricText(key, detail.metrics[key])]),
       );
-      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-      log.textContent = tail.available ? tail.text : "";
-      document.getElementById("log-note").textContent = tail.available
-        ? tail.truncated
-          ? `(the last ${Math.round(tail.text.length / 1024)} KiB of ${Math.round(tail.size_bytes / 1024)} KiB)`
-          : ""
-        : `(${tail.reason})`;
-      if (atBottom) log.scrollTop = log.scrollHeight;
+      showLog(log, document.getElementById("log-note"), tail);
+      showLog(runnerLog, document.getElementById("runner-log-note"), runnerTail);
     });
+  }
+
+  // Each log in its own panel: the platform's events never share one with the agent's output.
+  function showLog(pre, note, tail) {
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = tail.available ? tail.text : "";
+    note.textContent = tail.available
+      ? tail.truncated
+        ? `(the last ${Math.round(tail.text.length / 1024)} KiB of ${Math.round(tail.size_bytes / 1024)} KiB)`
+        : ""
+      : `(${tail.reason})`;
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
 
   const page = document.body.dataset.page;
