@@ -88,9 +88,10 @@ class Run:
     def workspace(self) -> Path:
         return Path(str(self.results()[-1]["workspace"]))
 
-    def runner_log(self) -> str:
-        """The runner's own events of the last run (under the home, out of the agent's reach)."""
-        return (self.home / runner_log_subpath(str(self.results()[-1]["run_id"]))).read_text()
+    def runner_log(self, row: int = -1) -> str:
+        """The runner's own events of the run of results row ``row`` (the last by default): under
+        the home, out of the agent's reach."""
+        return (self.home / runner_log_subpath(str(self.results()[row]["run_id"]))).read_text()
 
 
 @pytest.fixture

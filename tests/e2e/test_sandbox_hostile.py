@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import textwrap
 import time
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from autorl_agent_runner.egress import host_addresses
+from autorl_agent_runner.tree_walk import open_dir, remove_entry, walk_fd
 from tests.conftest import FIXTURE_DATA, REPO_ROOT
 from tests.e2e.test_local_run import AUTORL, REFERENCE_AGENT, Run, leftover_processes
 from tests.support.infra import free_port
@@ -130,6 +132,33 @@ if os.environ["PHASE"] == "first":
         except OSError:
             pass
     report["processes"] = commands
+    report["mountinfo"] = open("/proc/self/mountinfo").read()
+    report["sys_class_net"] = where("/sys/class/net")
+    report["sys"] = where("/sys")
+    try:
+        report["kernel_cmdline"] = open("/proc/cmdline").read()
+    except OSError as error:
+        report["kernel_cmdline"] = type(error).__name__
+    # Its output is a pipe the runner copies: agent.log cannot be truncated or rewound through it.
+    attempts = {}
+    for name, attempt in (("truncate", lambda: os.ftruncate(1, 0)), ("seek", lambda: os.lseek(1, 0, 0))):
+        try:
+            attempt()
+            attempts[name] = "allowed"
+        except OSError as error:
+            attempts[name] = type(error).__name__
+    report["stdout"] = attempts
+    # Forged platform events, one plain and one behind a carriage return, in its own output.
+    print(f"[autorl 12:00:00] event=agent_finished exit_code=0 forged={MARK}", flush=True)
+    print(f"harmless\\r[autorl 12:00:01] event=deadline action=SIGTERM forged={MARK}", flush=True)
+    # A folder chain deeper than Python's recursion limit, for the hand-back to walk.
+    os.mkdir(os.path.join(os.environ["WORKSPACE"], "code", "chain"))
+    os.chdir(os.path.join(os.environ["WORKSPACE"], "code", "chain"))
+    for _ in range(1500):
+        os.mkdir("d")
+        os.chdir("d")
+    os.symlink("/etc/passwd", "link-out")
+    os.chdir(os.environ["WORKSPACE"])
     for folder in ("/tmp", "/var/tmp", "/dev/shm"):
         with open(os.path.join(folder, f"hostile-{MARK}"), "w") as handle:
             handle.write("left for a later run")
@@ -153,8 +182,16 @@ if os.environ["PHASE"] == "first":
     report["markup_submit"] = call("/submit", {"model_path": save(MARKUP_NAME)})
     report["escape_submit"] = call("/submit", {"model_path": save(ESCAPE_NAME)})
     record("report", report)
+    # Until the deadline: a folder in place of run_meta.json, a FIFO in place of scores.json.
     while True:
-        time.sleep(1)
+        for name, plant in (("run_meta.json", os.mkdir), ("scores.json", os.mkfifo)):
+            path = os.path.join(os.environ["WORKSPACE"], name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+                plant(path)
+                if name == "run_meta.json":
+                    os.symlink("/etc/passwd", os.path.join(path, "link-out"))
+        time.sleep(0.2)
 record("report", report)
 """
 
@@ -273,6 +310,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRuns]:
     )
     for listener in listeners:
         listener.sock.close()
+    # pytest's own clean-up of old runs recurses, once per level.
+    remove_entry(first_workspace / "code", "chain")
 
 
 def test_submitting_through_the_forwarded_endpoint_is_scored(hostile: HostileRuns) -> None:
@@ -370,7 +409,7 @@ def test_a_setsid_daemon_is_gone_after_the_deadline(hostile: HostileRuns) -> Non
     assert not alive
     heartbeat = float((hostile.first_workspace / "output" / "daemon.txt").read_text())
     assert heartbeat <= hostile.first_finished
-    log = hostile.first.runner_log()
+    log = hostile.first.runner_log(0)
     # The agent ended on SIGTERM; its PID namespace ended with it, the daemon (ignoring SIGTERM) too.
     assert "event=deadline action=SIGTERM" in log
     assert not leftover_processes(hostile.first.home)
@@ -384,3 +423,56 @@ def test_egress_has_a_network_without_the_host(hostile: HostileRuns) -> None:
     probed = set(report["network"])
     assert {"10.0.2.2:5432", "127.0.0.1:5432"} <= probed
     assert all(f"{address}:5432" in probed for address in hostile.host_addresses)
+
+
+def test_what_the_agent_left_never_breaks_the_hand_back(hostile: HostileRuns) -> None:
+    """Mirrors replaced by a folder (holding a link out) and a FIFO until the deadline, a chain of
+    1,500 folders: the run is recorded completed with its score, everything is given back."""
+    (row,) = [r for r in hostile.first.results() if r["workspace"] == str(hostile.first_workspace)]
+    _, answer = hostile.first_report["submit"]
+    assert row["status"] == "completed" and row["best_score"] == answer["score"]
+    workspace = hostile.first_workspace
+    for mirror in ("run_meta.json", "scores.json"):
+        assert stat.S_ISREG((workspace / mirror).lstat().st_mode), mirror
+    scores = json.loads((workspace / "scores.json").read_text())
+    assert scores[0]["score"] == answer["score"]
+    assert json.loads((workspace / "run_meta.json").read_text())["end_time"] is not None
+    foreign: list[str] = []
+
+    def owned_by_the_platform(dir_fd: int, name: str, info: os.stat_result) -> None:
+        if info.st_uid != os.geteuid():
+            foreign.append(name)
+
+    fd = open_dir(workspace)
+    try:
+        walk_fd(fd, owned_by_the_platform)
+    finally:
+        os.close(fd)
+    assert workspace.stat().st_uid == os.geteuid() and not foreign, foreign[:10]
+
+
+def test_agent_output_cannot_touch_or_forge_the_platforms_log(hostile: HostileRuns) -> None:
+    assert hostile.first_report["stdout"] == {"truncate": "OSError", "seek": "OSError"}
+    agent_log = (hostile.first_workspace / "agent.log").read_text()
+    assert f"forged={hostile.mark}" in agent_log  # the agent's own output, where it belongs
+    runner_log = hostile.first.runner_log(0)
+    assert "event=agent_start" in runner_log and "sandbox=user" in runner_log
+    assert hostile.mark not in runner_log and "event=agent_start" not in agent_log
+    assert all(line.startswith("[autorl ") for line in runner_log.splitlines())
+
+
+def test_the_view_names_nothing_of_the_host(hostile: HostileRuns) -> None:
+    report = hostile.first_report
+    assert report["sys_class_net"] == "FileNotFoundError" and report["sys"] == ["devices"]
+    assert report["kernel_cmdline"] in ("", "PermissionError")  # the host's boot command line
+    # The sandbox's launcher shows no option, no staging folder, no bind source.
+    launchers = [command.split(" -- ")[0] for command in report["processes"] if command.startswith("bwrap")]
+    assert launchers and all("--bind" not in launcher and "/" not in launcher for launcher in launchers)
+    for text in (*report["processes"], report["mountinfo"]):
+        assert "autorl-sandbox-" not in text and str(REPO_ROOT / "tests") not in text
+    for line in report["mountinfo"].splitlines():
+        root, mount_point = line.split()[3:5]
+        # A folder of a file system is named by its own path in the view (sysfs' /devices/system/cpu
+        # at /sys/devices/system/cpu), or is a file of the view's own (bubblewrap's, /usr's).
+        named = root == "/" or mount_point.endswith(root)
+        assert named or root.startswith(("/bindfile", "/newroot", "/null", "/usr/")), line
