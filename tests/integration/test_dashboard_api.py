@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from autorl.layout import runner_log_subpath
 from autorl.store import Database
 from autorl_grader.dashboard.assets import (
     ASSETS,
@@ -245,3 +246,19 @@ def test_chartjs_is_the_pinned_release_with_its_licence() -> None:
         assert asset_bytes(name)
     with pytest.raises(KeyError):
         asset_bytes("../main.py")
+
+
+def test_the_runners_log_is_served_apart_from_the_agents(
+    client: TestClient, admin_token: str, run: SeededExperiment, settings: DeploymentSettings
+) -> None:
+    sign_in(client, admin_token)
+    url = f"/ui/api/experiments/{run.name}/log"
+    assert client.get(url, params={"source": "runner"}).json()["reason"].startswith("no runner log")
+    events = settings.home / runner_log_subpath(run.name)
+    events.parent.mkdir(parents=True)
+    events.write_text("[autorl 12:00:00] event=agent_start sandbox=user\n")
+    (run.workspace / "agent.log").write_text("[autorl 12:00:01] event=agent_finished forged\n")
+    assert client.get(url, params={"source": "runner"}).json()["text"] == events.read_text()
+    assert "forged" in client.get(url, params={"source": "agent"}).json()["text"]
+    assert "forged" in client.get(url).json()["text"]  # the agent's log, as before
+    assert client.get(url, params={"source": "grader"}).status_code == 422
