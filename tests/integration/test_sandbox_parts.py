@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from autorl_agent_runner.api_relay import MAX_BODY_BYTES, AgentApiRelay, Refusal, route_request
+from autorl.request_limits import MAX_BODY_BYTES
+from autorl_agent_runner.api_relay import AgentApiRelay, Refusal, route_request
 from autorl_agent_runner.egress import firewall_rules
 from autorl_agent_runner.filesystem_view import FilesystemView, ViewError
 from autorl_agent_runner.sandbox import missing_protections_warning
@@ -212,6 +213,6 @@ def test_an_oversized_request_is_answered_with_the_limit_not_reset(
     finally:
         connection.close()
     assert response.status == status and response.getheader("connection") == "close"
-    assert answer["detail"] == answer["error"] and "over the agent API's limit" in answer["detail"]
+    assert answer["detail"] == answer["error"] and "over the grading API's limit" in answer["detail"]
     assert limit in answer["detail"] and "send only" in answer["detail"]
     assert upstream.seen == []

@@ -24,6 +24,15 @@ from http import HTTPStatus
 
 import h11
 
+from autorl.request_limits import (
+    BODY_TOO_LARGE,
+    DRAIN_BYTES,
+    DRAIN_S,
+    MAX_BODY_BYTES,
+    MAX_HEADER_BYTES,
+    unparsable_request,
+)
+
 #: The grader's agent routes (docs/AGENTS.md, "The grading API"), by method.
 AGENT_ROUTES: dict[str, re.Pattern[str]] = {
     "GET": re.compile(r"/(scores|time|health|submissions/[0-9]{1,18})"),
@@ -36,14 +45,6 @@ _QUERY = re.compile(r"[A-Za-z0-9_.=&-]*")
 FORWARDED_REQUEST_HEADERS = frozenset({b"authorization", b"content-type", b"accept", b"user-agent"})
 #: Response headers passed back to the agent.
 FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "retry-after", "location"})
-MAX_BODY_BYTES = 1 << 20
-#: The most a request line and its headers may take; longer is answered 431.
-MAX_HEADER_BYTES = 64 * 1024
-#: After a refusal that closes the connection, what is still coming (the rest of a large body) is
-#: read and dropped for at most this long and this much, so that the client sees the answer
-#: rather than a reset; past either, the connection is closed anyway.
-DRAIN_S = 5.0
-DRAIN_BYTES = 64 << 20
 #: Longer than the grader holds a blocking /submit (540 s by default).
 UPSTREAM_TIMEOUT_S = 660.0
 #: An idle agent connection is closed after this long.
@@ -165,18 +166,6 @@ class _Answer:
         return cls(refusal.status, [("content-type", "application/json")], body)
 
 
-def _unparsable(exc: h11.RemoteProtocolError) -> Refusal:
-    if exc.error_status_hint == 431:
-        return Refusal(
-            431,
-            f"the request line and headers are over the agent API's limit of {MAX_HEADER_BYTES} bytes; "
-            "send only the Authorization and Content-Type headers the agent API needs",
-        )
-    return Refusal(
-        exc.error_status_hint, f"not a valid HTTP/1.1 request ({exc}); send it with an HTTP client library"
-    )
-
-
 class _Connection:
     """One agent connection: request after request, each checked on its own."""
 
@@ -197,7 +186,7 @@ class _Connection:
             self._serve_requests()
         except h11.RemoteProtocolError as exc:
             # Unparsable (a header block over the limit, a broken chunk): answered, as every refusal.
-            self._refuse(_unparsable(exc))
+            self._refuse(Refusal(*unparsable_request(exc.error_status_hint, str(exc))))
 
     def _serve_requests(self) -> None:
         while True:
@@ -223,13 +212,7 @@ class _Connection:
                 else:
                     return
             if too_large:
-                self._refuse(
-                    Refusal(
-                        413,
-                        f"the request body is over the agent API's limit of {MAX_BODY_BYTES} bytes; "
-                        'send only the checkpoint\'s path, as {"model_path": "output/v1"}',
-                    )
-                )
+                self._refuse(Refusal(413, BODY_TOO_LARGE))
                 return
             answer = self.relay.forward(method, target, headers, bytes(body))
             self._send(answer, close=False)

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from autorl.cli import UsageError
+    from autorl_grader.http_server import AnsweringH11Protocol
     from autorl_grader.main import create_app
     from autorl_grader.ports import AgentPortGuard
     from autorl_grader.settings import GraderSettings
@@ -32,13 +33,15 @@ def run(args: argparse.Namespace) -> int:
     settings = GraderSettings()
     app = create_app(settings)
     if args.admin_port is None:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=AnsweringH11Protocol)
         return 0
     if args.admin_port == args.port:
         raise UsageError(f"--admin-port must differ from --port ({args.port})")
     sockets = [_listen(args.host, port) for port in (args.port, args.admin_port)]
     server = uvicorn.Server(
-        uvicorn.Config(AgentPortGuard(app, agent_port=args.port), log_level=args.log_level)
+        uvicorn.Config(
+            AgentPortGuard(app, agent_port=args.port), log_level=args.log_level, http=AnsweringH11Protocol
+        )
     )
     server.run(sockets=sockets)
     return 0

@@ -28,6 +28,7 @@ from autorl.store import migrate
 from autorl_grader.api.deps import capability_token
 from autorl_grader.api.refusals import REFUSAL_RESPONSES
 from autorl_grader.api.routes import admin, agent, ops, ui
+from autorl_grader.body_limit import BodyLimit
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler
 from autorl_grader.settings import GraderSettings
@@ -91,6 +92,7 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
 
     app = FastAPI(title="AutoRL grader", version=__version__, lifespan=lifespan, responses=REFUSAL_RESPONSES)
     app.state.grader = state
+    app.add_middleware(BodyLimit)
 
     @app.exception_handler(AutoRLError)
     async def _autorl_error(_: Request, exc: AutoRLError) -> JSONResponse:

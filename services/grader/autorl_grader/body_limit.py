@@ -1,0 +1,60 @@
+"""Request bodies over :data:`autorl.request_limits.MAX_BODY_BYTES` are refused before the app runs.
+
+Every route, the agent's and the admin's, takes at most a small JSON object, so a larger body is
+answered 413 as soon as its ``Content-Length`` or the part received so far passes the limit; at
+most the limit and one received chunk are ever held. The answer closes the connection: the
+server's protocol (:mod:`autorl_grader.http_server`) then drops what the client is still sending
+for a bounded time, so that the client reads the reason instead of a reset.
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from autorl.request_limits import BODY_TOO_LARGE, MAX_BODY_BYTES
+
+
+class BodyLimit:
+    """ASGI middleware: reads an HTTP request's body up to the limit, then hands it to the app."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        # The server's parser has already refused a Content-Length that is not a number.
+        if declared is not None and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = JSONResponse(
+            {"detail": BODY_TOO_LARGE, "error": BODY_TOO_LARGE},
+            status_code=413,
+            headers={"connection": "close"},
+        )
+        await answer(scope, receive, send)
