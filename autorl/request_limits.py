@@ -9,6 +9,8 @@ limit and the fix), never a reset connection.
 
 from __future__ import annotations
 
+import h11
+
 #: The most a request body may hold. Every body the API takes is a small JSON object (a submit
 #: holds a checkpoint's path, never its files), so anything larger is refused unread.
 MAX_BODY_BYTES = 1 << 20
@@ -36,3 +38,20 @@ def unparsable_request(status_hint: int, reason: str) -> tuple[int, str]:
     if status_hint == 431:
         return 431, HEADERS_TOO_LARGE
     return status_hint, f"not a valid HTTP/1.1 request ({reason}); send it with an HTTP client library"
+
+
+class RequestParser(h11.Connection):
+    """h11's server side, with :data:`MAX_HEADER_BYTES` as a hard limit on each request's line and
+    headers: h11's own limit counts only a head still incomplete, so one that arrives whole in a
+    single read passes at any size. A head over the limit raises h11's error for it (status hint
+    431), once parsed, so the answer can be sent as to any request."""
+
+    def __init__(self) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        before = len(self.trailing_data[0]) if self.their_state is h11.IDLE else 0
+        event = super().next_event()
+        if isinstance(event, h11.Request) and before - len(self.trailing_data[0]) > MAX_HEADER_BYTES:
+            raise h11.RemoteProtocolError("the request line and headers are too long", error_status_hint=431)
+        return event

@@ -132,10 +132,19 @@ def test_a_client_that_never_stops_sending_is_cut_off_after_the_answer(grader: G
     ("request_head", "status", "reason"),
     [
         (b"GET /time?" + b"q" * (200 << 10) + b" HTTP/1.1\r\nHost: grader\r\n\r\n", 431, HEADERS_TOO_LARGE),
-        (b"GET /time HTTP/1.1\r\n" + b"X-A: b\r\n" * (30 << 10) + b"\r\n", 431, HEADERS_TOO_LARGE),
+        (
+            b"GET /time HTTP/1.1\r\nHost: grader\r\n" + b"X-A: b\r\n" * (30 << 10) + b"\r\n",
+            431,
+            HEADERS_TOO_LARGE,
+        ),
+        (
+            b"GET /time HTTP/1.1\r\nHost: grader\r\nX-Pad: " + b"p" * (100 << 10) + b"\r\n\r\n",
+            431,
+            HEADERS_TOO_LARGE,
+        ),
         (b"GET /time HTTP/1.1\r\nHost grader\r\n\r\n", 400, "not a valid HTTP/1.1 request"),
     ],
-    ids=["200 KB request line", "30,000 headers", "a header without a colon"],
+    ids=["200 KB request line", "30,000 headers", "100 KB header in one write", "a header without a colon"],
 )
 def test_a_request_head_the_grader_cannot_take_is_answered_as_every_refusal(
     grader: Grader, request_head: bytes, status: int, reason: str

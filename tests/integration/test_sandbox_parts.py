@@ -197,8 +197,9 @@ def test_missing_namespaces_are_named_loudly() -> None:
     [
         ({"Content-Type": "application/json"}, b'{"model_path": "' + b"x" * (5 << 20) + b'"}', 413, "body"),
         ({"X-Pad": "p" * (200 << 10)}, b'{"model_path": "output/m"}', 431, "headers"),
+        ({"X-Pad": "p" * (100 << 10)}, b'{"model_path": "output/m"}', 431, "headers"),
     ],
-    ids=["5 MB body", "200 KB header"],
+    ids=["5 MB body", "200 KB header", "100 KB header"],
 )
 def test_an_oversized_request_is_answered_with_the_limit_not_reset(
     relay: tuple[tuple[str, int], Upstream], headers: dict[str, str], body: bytes, status: int, limit: str

@@ -29,7 +29,7 @@ from autorl.request_limits import (
     DRAIN_BYTES,
     DRAIN_S,
     MAX_BODY_BYTES,
-    MAX_HEADER_BYTES,
+    RequestParser,
     unparsable_request,
 )
 
@@ -172,7 +172,7 @@ class _Connection:
     def __init__(self, sock: socket.socket, relay: AgentApiRelay) -> None:
         self.sock = sock
         self.relay = relay
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self.h11 = RequestParser()
 
     def _next_event(self) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
         while True:

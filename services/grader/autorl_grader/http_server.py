@@ -22,15 +22,15 @@ from typing import Any, cast
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from autorl.request_limits import DRAIN_BYTES, DRAIN_S, MAX_HEADER_BYTES, unparsable_request
+from autorl.request_limits import DRAIN_BYTES, DRAIN_S, RequestParser, unparsable_request
 
 
-class _Parser(h11.Connection):
-    """h11's server side, keeping the last parse error so that the answer can name its cause."""
+class _Parser(RequestParser):
+    """The request parser, keeping the last parse error so that the answer can name its cause."""
 
     error: h11.RemoteProtocolError | None = None
 
-    def next_event(self) -> Any:
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         try:
             return super().next_event()
         except h11.RemoteProtocolError as exc:
@@ -64,7 +64,7 @@ class AnsweringH11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._parser = _Parser(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self._parser = _Parser()
         self.conn = self._parser
         self.draining = False
         self._drained = 0
@@ -95,7 +95,11 @@ class AnsweringH11Protocol(H11Protocol):
             unparsable_request(error.error_status_hint, str(error)) if error else unparsable_request(400, msg)
         )
         body = json.dumps({"detail": detail, "error": detail}).encode()
-        headers = [("content-type", "application/json"), ("connection", "close")]
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            ("connection", "close"),
+        ]
         for event in (
             h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase),
             h11.Data(data=body),
