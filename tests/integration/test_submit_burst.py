@@ -43,14 +43,24 @@ def peak_memory_bytes(pid: int) -> int:
 
 
 def large_tokenizer_files(folder: Path) -> dict[str, Path]:
-    """Real (not sparse) files of the sizes above, made once and hard-linked into each checkpoint."""
+    """Real (not sparse) files of the sizes above, each one a JSON object (text for merges.txt) as a
+    tokenizer library would parse it, made once and hard-linked into each checkpoint."""
     folder.mkdir()
     files = {}
     for name, size in TOKENIZER_SIZES.items():
+        head = b'{"model": {"type": "BPE"}, "padding": "' if name == "tokenizer.json" else b'{"padding": "'
+        if name == "merges.txt":
+            head = b"#version: 0.2\n"
+        tail = b"" if name == "merges.txt" else b'"}'
         path = folder / name
         with path.open("wb") as handle:
-            for _ in range(size // MIB):
-                handle.write(b"{" + b" " * (MIB - 2) + b"}")
+            handle.write(head)
+            remaining = size - len(head) - len(tail)
+            while remaining:
+                chunk = min(remaining, MIB)
+                handle.write(b"x" * chunk)
+                remaining -= chunk
+            handle.write(tail)
         files[name] = path
     return files
 
