@@ -159,7 +159,8 @@ def test_answers_are_the_graders_models(experiment: dict[str, str]) -> None:
         assert budget.now >= (budget.start_time or 0)
         receipt = client.submit("output/copy", wait=False)
         assert isinstance(receipt, PendingSubmission)
-        assert receipt.queue_position == 1 and receipt.ignored_files == []
+        # The copy's own tokenizer and generation config are not evaluated (the base model's are).
+        assert receipt.queue_position == 1 and "tokenizer.json" in receipt.ignored_files
         polled = client.submission(receipt.submission_id)
         assert isinstance(polled, SubmissionResult) and not polled.final
         assert polled.model_path.endswith("output/copy") and polled.is_baseline is False

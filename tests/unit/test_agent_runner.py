@@ -203,7 +203,10 @@ def test_user_sandbox_is_bubblewrap_as_a_user_of_its_own(tmp_path: Path) -> None
         assert plan.uid is not None and plan.uid != 0
         command = plan.command(["agent"])
         assert command[:2] == ["unshare", "--mount"] and command[-1] == "agent"
-        bwrap = command[command.index("bwrap") :]
+        launcher = command[command.index("bwrap") :]
+        assert launcher[1] == "--args" and int(launcher[2]) in plan.pass_fds
+        # bubblewrap's options travel in a descriptor, one NUL-terminated option each.
+        bwrap = os.pread(int(launcher[2]), 1 << 20, 0).decode().split("\0")[:-1]
         for flag in (
             "--unshare-user",
             "--unshare-pid",
