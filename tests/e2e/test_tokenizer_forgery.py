@@ -197,12 +197,16 @@ print(json.dumps(completions))
 
 @dataclass(frozen=True)
 class Cell:
+    """One backend and base: one `autorl run`."""
+
     backend: str
     base: str
+    #: The interpreter of the backend's venv (its transformers).
     python: Path
     #: The payloads that the backend's transformers runs: each of them lifts the score of the
     #: agent's folder above S0 when that folder is evaluated as it was submitted.
     effective: frozenset[str]
+    #: The agent's budget; it submits and exits well before (one evaluation and three reuses).
     timeout_s: int
 
 
