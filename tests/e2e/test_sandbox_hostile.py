@@ -114,7 +114,35 @@ report["paths"] = {name: where(path) for name, path in {
 }.items()}
 report["tmp"] = {folder: sorted(os.listdir(folder)) for folder in ("/tmp", "/var/tmp", "/dev/shm")}
 
+# Both runs submit the same new weights (the first weight's low byte changed the same way): the
+# second run must get an evaluation of its own, not the first run's score at once.
+shared = save("shared-bytes")
+with open(os.path.join(OUT, "shared-bytes", "model.safetensors"), "r+b") as weights:
+    start = 8 + int.from_bytes(weights.read(8), "little")
+    weights.seek(start)
+    low = weights.read(1)[0]
+    weights.seek(start)
+    weights.write(bytes([low ^ 0x55]))
+report["shared_submit"] = call("/submit", {"model_path": shared})
+
 if os.environ["PHASE"] == "first":
+    # Oversized requests are answered with the reason, not a reset.
+    oversized = {}
+    for name, body, headers in (
+        ("body", b'{"model_path": "' + b"x" * (5 * 1024 * 1024) + b'"}', {}),
+        ("header", b'{"model_path": "output/x"}', {"X-Padding": "y" * (200 * 1024)}),
+    ):
+        request = urllib.request.Request(
+            URL + "/submit", data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                oversized[name] = [response.status, json.loads(response.read())]
+        except urllib.error.HTTPError as error:
+            oversized[name] = [error.code, json.loads(error.read())]
+        except OSError as error:
+            oversized[name] = [type(error).__name__, None]
+    report["oversized"] = oversized
     report["admin"] = {path: status_of(path) for path in (
         "/metrics", "/v1/experiments", "/docs", "/openapi.json", "/healthz", "/readyz", "/ui",
         f"/a/{TOKEN}/metrics", f"/a/{TOKEN}/v1/experiments", f"/a/{TOKEN}/../metrics",
@@ -319,7 +347,29 @@ def test_submitting_through_the_forwarded_endpoint_is_scored(hostile: HostileRun
     assert status == 200 and answer["status"] == "scored" and answer["score"] is not None
     assert hostile.first_report["time"] == 200 and hostile.second_report["time"] == 200
     rows = hostile.first.results()
-    assert rows[0]["submissions"] == 2 and rows[0]["status"] == "completed"  # and the markup-named copy
+    # and the markup-named copy, and the shared bytes
+    assert rows[0]["submissions"] == 3 and rows[0]["status"] == "completed"
+
+
+def test_another_runs_checkpoint_is_evaluated_again_not_answered_from_its_score(hostile: HostileRuns) -> None:
+    """Score reuse is no membership test: the same bytes another experiment had scored are
+    evaluated again, and the answer names nothing of the other run."""
+    first_status, first = hostile.first_report["shared_submit"]
+    second_status, second = hostile.second_report["shared_submit"]
+    assert first_status == 200 and first["status"] == "scored" and first["reused_from"] is None
+    assert second_status == 200 and second["status"] == "scored", second
+    assert second["reused_from"] is None and second["eval_seconds"] > 0
+    assert second["score"] == first["score"]  # the same weights, evaluated again
+
+
+def test_oversized_requests_through_the_forwarded_endpoint_are_answered_with_the_reason(
+    hostile: HostileRuns,
+) -> None:
+    oversized = hostile.first_report["oversized"]
+    for name, status in (("body", 413), ("header", 431)):
+        got, answer = oversized[name]
+        assert got == status, oversized
+        assert answer["detail"] == answer["error"] and "limit" in answer["detail"]
 
 
 def test_checkpoint_names_reach_the_operator_as_text(hostile: HostileRuns) -> None:
