@@ -55,6 +55,10 @@ class Tensor:
     shape: tuple[int, ...]
 
 
+#: The metadata every canonical header carries: what transformers writes and checks on load.
+CANONICAL_METADATA = {"format": "pt"}
+
+
 @dataclass(frozen=True)
 class Header:
     """One file's declared tensors and sizes."""
@@ -62,23 +66,49 @@ class Header:
     raw: bytes  # the length prefix and the JSON header, exactly as read
     tensors: Mapping[str, Tensor]
     data_bytes: int
+    #: Each tensor's byte range in the data, as declared.
+    offsets: Mapping[str, tuple[int, int]]
 
     @property
     def file_bytes(self) -> int:
         return len(self.raw) + self.data_bytes
 
+    def canonical(self) -> bytes:
+        """The length prefix and header that describe the same data, and nothing else: tensors in
+        name order, only ``format: pt`` as metadata, spaces to an 8-byte boundary as safetensors
+        pads. Two files with the same tensors and data have the same canonical header, whatever
+        metadata, key order or spacing their own headers had."""
+        entries: dict[str, object] = {METADATA_KEY: CANONICAL_METADATA}
+        for name in sorted(self.tensors):
+            tensor = self.tensors[name]
+            entries[name] = {
+                "dtype": tensor.dtype,
+                "shape": list(tensor.shape),
+                "data_offsets": list(self.offsets[name]),
+            }
+        body = json.dumps(entries, separators=(",", ":")).encode("utf-8")
+        body += b" " * (-len(body) % 8)
+        return len(body).to_bytes(LENGTH_PREFIX_BYTES, "little") + body
 
-def read_header(fd: int, file_bytes: int, shown: str) -> Header:
-    """Read and check the header at the descriptor's current position (the file's start).
+
+def read_header(fd: int, file_bytes: int, shown: str, *, max_bytes: int = MAX_HEADER_BYTES) -> Header:
+    """Read and check the header at the descriptor's current position (the file's start); a header
+    longer than ``max_bytes`` is refused before it is read.
 
     The descriptor is left just past the header, so the caller can stream the data next.
     """
     prefix = _read_exact(fd, LENGTH_PREFIX_BYTES, shown)
     length = int.from_bytes(prefix, "little")
-    if length > MAX_HEADER_BYTES or LENGTH_PREFIX_BYTES + length > file_bytes:
+    if LENGTH_PREFIX_BYTES + length > file_bytes:
         raise CheckpointError(
             f"{shown} is not a safetensors file (its header length {length} is impossible for a file of "
             f"{file_bytes} bytes); {_FIX}"
+        )
+    if length > min(max_bytes, MAX_HEADER_BYTES):
+        raise CheckpointError(
+            f"{shown} has a safetensors header of {length} bytes, more than the "
+            f"{min(max_bytes, MAX_HEADER_BYTES)} its base model's tensors need (metadata or padding "
+            f"beside them is not accepted); {_FIX}"
         )
     body = _read_exact(fd, length, shown)
     try:
@@ -87,8 +117,8 @@ def read_header(fd: int, file_bytes: int, shown: str) -> Header:
         raise CheckpointError(f"{shown} has a safetensors header that is not JSON ({exc}); {_FIX}") from exc
     if not isinstance(parsed, dict):
         raise CheckpointError(f"{shown} has a safetensors header that is not a JSON object; {_FIX}")
-    tensors, data_bytes = _tensors(parsed, shown)
-    header = Header(raw=prefix + body, tensors=tensors, data_bytes=data_bytes)
+    tensors, offsets, data_bytes = _tensors(parsed, shown)
+    header = Header(raw=prefix + body, tensors=tensors, data_bytes=data_bytes, offsets=offsets)
     if header.file_bytes != file_bytes:
         raise CheckpointError(
             f"{shown} is {file_bytes} bytes but its header declares {header.file_bytes}; "
@@ -117,7 +147,9 @@ def _read_exact(fd: int, count: int, shown: str) -> bytes:
     return b"".join(chunks)
 
 
-def _tensors(parsed: dict[str, object], shown: str) -> tuple[dict[str, Tensor], int]:
+def _tensors(
+    parsed: dict[str, object], shown: str
+) -> tuple[dict[str, Tensor], dict[str, tuple[int, int]], int]:
     tensors: dict[str, Tensor] = {}
     ranges: list[tuple[int, int, str]] = []
     for name, entry in parsed.items():
@@ -142,6 +174,8 @@ def _tensors(parsed: dict[str, object], shown: str) -> tuple[dict[str, Tensor], 
             )
         tensors[name] = Tensor(dtype=dtype, shape=tuple(shape))
         ranges.append((begin, end, name))
+    if not tensors:
+        raise CheckpointError(f"{shown} holds no tensor; {_FIX}")
     position = 0
     for begin, end, name in sorted(ranges):
         if begin != position:
@@ -150,22 +184,23 @@ def _tensors(parsed: dict[str, object], shown: str) -> tuple[dict[str, Tensor], 
                 f"(tensor data must be contiguous, without gaps or overlaps); {_FIX}"
             )
         position = end
-    return tensors, position
+    return tensors, {name: (begin, end) for begin, end, name in ranges}, position
 
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def compare_to_base(tensors: Mapping[str, Tensor], base: Mapping[str, Tensor], shown: str) -> None:
-    """Refuse unless ``tensors`` names exactly the base's tensors, with the same shapes and dtypes
-    allowed by the module's dtype rule. ``shown`` names the checkpoint in the message."""
-    fix = (
-        "fine-tune the base model itself and save it with model.save_pretrained(path): the weights "
-        "must have the base model's tensors, names and shapes"
-    )
-    missing = sorted(set(base) - set(tensors))
-    extra = sorted(set(tensors) - set(base))
+_BASE_FIX = (
+    "fine-tune the base model itself and save it with model.save_pretrained(path): the weights "
+    "must have the base model's tensors, names and shapes"
+)
+
+
+def compare_names(names: set[str], base: set[str], shown: str) -> None:
+    """Refuse unless ``names`` are exactly the base model's tensor names."""
+    missing = sorted(base - names)
+    extra = sorted(names - base)
     if missing or extra:
         parts = []
         if missing:
@@ -174,16 +209,22 @@ def compare_to_base(tensors: Mapping[str, Tensor], base: Mapping[str, Tensor], s
             )
         if extra:
             parts.append(f"{len(extra)} tensors the base model does not have (e.g. {', '.join(extra[:3])})")
-        raise CheckpointError(f"{shown}: the weights hold {' and '.join(parts)}; {fix}")
+        raise CheckpointError(f"{shown}: the weights hold {' and '.join(parts)}; {_BASE_FIX}")
+
+
+def compare_to_base(tensors: Mapping[str, Tensor], base: Mapping[str, Tensor], shown: str) -> None:
+    """Refuse unless ``tensors`` names exactly the base's tensors, with the same shapes and dtypes
+    allowed by the module's dtype rule. ``shown`` names the checkpoint in the message."""
+    compare_names(set(tensors), set(base), shown)
     for name in sorted(base):
         got, want = tensors[name], base[name]
         if got.shape != want.shape:
             raise CheckpointError(
                 f"{shown}: tensor {name} has shape {list(got.shape)}, the base model's has "
-                f"{list(want.shape)}; {fix}"
+                f"{list(want.shape)}; {_BASE_FIX}"
             )
         if got.dtype != want.dtype and not {got.dtype, want.dtype} <= INTERCHANGEABLE_FLOATS:
             raise CheckpointError(
                 f"{shown}: tensor {name} is {got.dtype}, the base model's is {want.dtype} "
-                f"(floating tensors may be F16, BF16 or F32; others keep the base's dtype); {fix}"
+                f"(floating tensors may be F16, BF16 or F32; others keep the base's dtype); {_BASE_FIX}"
             )

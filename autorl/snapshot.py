@@ -56,7 +56,7 @@ from autorl.errors import (
     UnreadableCheckpointError,
 )
 from autorl.model_files import TOKENIZER_FILES
-from autorl.safetensors_header import Header, Tensor, compare_to_base, read_header
+from autorl.safetensors_header import Header, Tensor, compare_names, compare_to_base, read_header
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -71,8 +71,9 @@ ADAPTER_CONFIG = "adapter_config.json"
 _MIB = 1024 * 1024
 #: Size caps of the files read from a submission besides its weights, each far above what a real
 #: model ships (a config is a few KiB, the index of a 1,000-shard model about 100 KiB): at most
-#: 5 MiB of them is read and parsed per submission. Weights need none: their size must equal what a
-#: header with the base model's tensors declares. The base model's own files are the platform's.
+#: 5 MiB of them is read and parsed per submission. The weights' headers are held to the base
+#: model's (:attr:`BaseModel.header_allowance`), and the weights' size must equal what a header
+#: with the base model's tensors declares. The base model's own files are the platform's.
 SIZE_CAPS = {CONFIG: _MIB, WEIGHTS_INDEX: 4 * _MIB}
 #: The base model's files that every snapshot holds besides the weights (the config is written
 #: from the parsed base config; the chat template files are folded into the tokenizer config).
@@ -80,6 +81,8 @@ PLATFORM_FILES = frozenset({GENERATION_CONFIG, *TOKENIZER_FILES})
 #: A folder with more entries is not a model folder; listing stops there.
 MAX_ENTRIES = 10_000
 MAX_SHARDS = 1_000
+#: Header bytes a submission's shards may hold beyond twice what the base model's need.
+HEADER_SLACK_BYTES = 64 * 1024
 #: How many ignored names an answer lists.
 MAX_IGNORED_LISTED = 100
 #: Files above this size must have at least this fraction of their bytes allocated.
@@ -121,6 +124,15 @@ class BaseModel:
     tensors: dict[str, Tensor]
     #: The base model's chat template: the one every evaluation prompts through (None: it has none).
     chat_template: str | None = None
+    #: The length of the base model's safetensors headers, all shards together.
+    header_bytes: int = 0
+
+    @property
+    def header_allowance(self) -> int:
+        """How many header bytes a submission's shards may hold in all: what the base's tensors
+        need, twice over (other dtypes and offsets spell longer), plus room for a shard's
+        metadata. A header is read only within what is left of this."""
+        return 2 * self.header_bytes + HEADER_SLACK_BYTES
 
     @property
     def vocab_size(self) -> int:
@@ -198,16 +210,19 @@ def read_base_model(base_model_dir: Path) -> BaseModel:
         else:
             shards = [WEIGHTS]
         tensors: dict[str, Tensor] = {}
+        header_bytes = 0
         for shard in shards:
             path = base_model_dir / shard
             with path.open("rb") as handle:
-                tensors.update(read_header(handle.fileno(), path.stat().st_size, shard).tensors)
+                header = read_header(handle.fileno(), path.stat().st_size, shard)
+            tensors.update(header.tensors)
+            header_bytes += len(header.raw)
         template = _base_chat_template(base_model_dir)
     except (OSError, CheckpointError) as exc:
         raise ModelSourceError(
             f"the base model in {base_model_dir} cannot be read ({exc}); resolve the base model again"
         ) from exc
-    return BaseModel(config=config, tensors=tensors, chat_template=template)
+    return BaseModel(config=config, tensors=tensors, chat_template=template, header_bytes=header_bytes)
 
 
 def _base_chat_template(base_model_dir: Path) -> str | None:
@@ -390,7 +405,7 @@ def _build(source: _Source, platform: _Source, base: BaseModel, snapshot_root: P
     config, generation config, tokenizer and chat template. Of ``source`` only the weights,
     ``config.json`` and the weights' index are opened; everything else is listed as ignored."""
     names = _list(source)
-    shards = _weight_files(source, names)
+    shards = _weight_files(source, names, base)
     indexed = shards != [WEIGHTS]
     checked = {CONFIG, WEIGHTS_INDEX} if indexed else {CONFIG}
     missing = sorted(set(shards) - names)
@@ -418,10 +433,7 @@ def _build(source: _Source, platform: _Source, base: BaseModel, snapshot_root: P
                 snapshot_root,
                 sum(handle.info.st_size for handle in [*opened.values(), *platform_files.values()]),
             )
-            headers = {
-                shard: read_header(opened[shard].fd, opened[shard].info.st_size, opened[shard].name)
-                for shard in shards
-            }
+            headers = _read_headers(opened, shards, base)
             tensors: dict[str, Tensor] = {}
             weight_map: dict[str, str] = {}
             for shard, header in headers.items():
@@ -482,7 +494,19 @@ def _list(source: _Source) -> set[str]:
     return names
 
 
-def _weight_files(source: _Source, names: set[str]) -> list[str]:
+def _read_headers(opened: dict[str, _Opened], shards: list[str], base: BaseModel) -> dict[str, Header]:
+    """Each shard's header, read one after the other within the base model's header allowance: a
+    submission never makes the grader read or hold more header bytes than its base model needs."""
+    headers: dict[str, Header] = {}
+    left = base.header_allowance
+    for shard in shards:
+        handle = opened[shard]
+        headers[shard] = read_header(handle.fd, handle.info.st_size, handle.name, max_bytes=left)
+        left -= len(headers[shard].raw)
+    return headers
+
+
+def _weight_files(source: _Source, names: set[str], base: BaseModel) -> list[str]:
     if ADAPTER_CONFIG in names:
         raise CheckpointError(
             f"{source.shown} holds {ADAPTER_CONFIG}: a LoRA/PEFT adapter, not a full model; merge it "
@@ -501,7 +525,10 @@ def _weight_files(source: _Source, names: set[str]) -> list[str]:
             index = model_files.parse_json_object(
                 _read_small(_open(source, WEIGHTS_INDEX, stack)), source.name(WEIGHTS_INDEX)
             )
-        return sorted(set(_weight_map(index, source.name(WEIGHTS_INDEX)).values()))
+        weight_map = _weight_map(index, source.name(WEIGHTS_INDEX))
+        # Checked before any shard is opened: the index names the base model's tensors, no others.
+        compare_names(set(weight_map), set(base.tensors), source.name(WEIGHTS_INDEX))
+        return sorted(set(weight_map.values()))
     pickles = sorted(name for name in names if _PICKLE_WEIGHTS.fullmatch(name))
     if pickles:
         raise CheckpointError(
@@ -621,9 +648,12 @@ def _read_small(opened: _Opened) -> bytes:
 def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
     """Copy the checked header, then stream the tensor data, hashing what is written."""
     target = writer.path / Path(opened.name).name
-    content = hashlib.sha256(header.raw)
+    # The canonical header, not the submitted one: the same tensors and data are the same file,
+    # whatever metadata, key order or padding the agent's header held (nothing of it is evaluated).
+    canonical = header.canonical()
+    content = hashlib.sha256(canonical)
     with target.open("xb") as out:
-        out.write(header.raw)
+        out.write(canonical)
         remaining = header.data_bytes
         while remaining:
             chunk = os.read(opened.fd, min(remaining, COPY_CHUNK_BYTES))

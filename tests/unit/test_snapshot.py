@@ -1351,3 +1351,71 @@ def test_path_walk_refusals_say_exactly_what_to_do(
     )
     long_name = "output/" + "x" * 300
     assert refusal(long_name) == f"model_path {long_name} cannot be opened (File name too long); {unopenable}"
+
+
+# --- the weights' headers: bounded by the base model's, and canonical --------------------------
+
+
+def _pad_shard(path: Path, metadata_bytes: int) -> None:
+    """A shard of nothing but metadata (no tensor), ``metadata_bytes`` long."""
+    write_safetensors(path, {"__metadata__": {"pad": "A" * metadata_bytes}}, b"")
+
+
+def test_shards_of_padding_are_refused_before_their_headers_are_read(
+    refusal: Callable[..., str], checkpoint: Path
+) -> None:
+    """An index naming shards that hold only metadata (hard links to one 16 MiB file) would make
+    the grader read and hold 16 MiB per shard before refusing: the index must name exactly the base
+    model's tensors, so such shards are refused before one of them is opened."""
+    shards = split_into_shards(checkpoint)
+    _pad_shard(checkpoint / "pad-0.safetensors", 16 * 1024 * 1024 - 100)
+    for index in range(1, 40):
+        os.link(checkpoint / "pad-0.safetensors", checkpoint / f"pad-{index}.safetensors")
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    index["weight_map"].update({f"fake.{i}": f"pad-{i}.safetensors" for i in range(40)})
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+    read_before = _bytes_read()
+    message = refusal()
+    assert "model.safetensors.index.json: the weights hold 40 tensors the base model does not have" in message
+    assert _bytes_read() - read_before < 4 * 1024 * 1024
+    # Named under the base model's tensors instead, the padding shard is refused for its header's size.
+    index["weight_map"] = {name: shard for name, shard in index["weight_map"].items() if "fake" not in name}
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = "pad-0.safetensors"
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+    message = refusal()
+    assert (
+        shards
+        and "pad-0.safetensors has a safetensors header of" in message
+        and "metadata or padding" in message
+    )
+
+
+def test_a_header_is_read_only_within_the_base_models_allowance(
+    refusal: Callable[..., str], take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    header, data = read_safetensors(checkpoint / "model.safetensors")
+    header["__metadata__"] = {"format": "pt", "pad": "A" * (8 * 1024 * 1024)}
+    write_safetensors(checkpoint / "model.safetensors", header, data)
+    read_before = _bytes_read()
+    message = refusal()
+    assert "has a safetensors header of" in message and "metadata or padding" in message
+    assert _bytes_read() - read_before < 1024 * 1024
+
+
+def test_the_snapshot_holds_a_canonical_header_whatever_the_submitted_one_says(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    """Metadata, key order and padding of a header are not evaluated: the snapshot writes the
+    canonical header, so the same tensors and data are the same model (one fingerprint), and no
+    agent string rides along into the evaluator."""
+    clean = take()
+    header, data = read_safetensors(checkpoint / "model.safetensors")
+    metadata = {"format": "pt", "note": "\x1b]0;pwned\x07", "epoch": "3"}
+    reordered = {"__metadata__": metadata, **dict(reversed(list(header.items())))}
+    write_safetensors(checkpoint / "model.safetensors", reordered, data)
+    edited = take()
+    assert edited.fingerprint == clean.fingerprint
+    written, written_data = read_safetensors(edited.path / "model.safetensors")
+    assert written["__metadata__"] == {"format": "pt"} and written_data == data
+    assert list(written)[1:] == sorted(name for name in header if name != "__metadata__")
