@@ -4,7 +4,8 @@ Every operator surface (``autorl run``'s progress and summary, ``autorl results`
 dashboard, Kubernetes Events and status messages) shows such a string only through
 :func:`printable`: a character that is not plainly visible (C0 and C1 controls, DEL, bidi
 overrides, zero-width and other format characters, line and paragraph separators, unusual spaces,
-unassigned code points) is written as its escape (``\\x1b``, ``\\n``, ``\\u202e``), and a backslash
+unassigned code points, default-ignorable fillers and selectors, combining marks) is written as
+its escape (``\\x1b``, ``\\n``, ``\\u202e``), and a backslash
 as ``\\\\``, so that what the operator sees spells the string exactly and can neither drive the
 terminal (titles, colours, cursor moves, hyperlinks) nor forge a line. Rich output takes the result
 as a :class:`rich.text.Text`, never as markup, so brackets in a name stay brackets.
@@ -13,6 +14,7 @@ as a :class:`rich.text.Text`, never as markup, so brackets in a name stay bracke
 from __future__ import annotations
 
 import logging
+import unicodedata
 
 from rich.text import Text
 
@@ -30,14 +32,47 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-def _hidden(char: str) -> bool:
+#: Characters that are printable to Python yet show nothing, or nothing of their own: Unicode's
+#: default-ignorable code points outside the "Other" category (Hangul fillers, variation
+#: selectors, the combining grapheme joiner, Khmer inherent vowels, Mongolian selectors) and the
+#: blank braille pattern. Each could make one name look like another.
+_BLANK_RANGES = (
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2800, 0x2800),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+#: Combining marks: drawn over the character before them (strike-throughs, overlays, stacks).
+_COMBINING = frozenset({"Mn", "Me"})
+
+
+def _shows_nothing_of_its_own(char: str) -> bool:
+    code = ord(char)
+    if any(low <= code <= high for low, high in _BLANK_RANGES):
+        return True
+    return unicodedata.category(char) in _COMBINING
+
+
+def _unprintable(char: str) -> bool:
     # str.isprintable is false exactly for Unicode's "Other" (Cc, Cf, Cs, Co, Cn) and "Separator"
-    # (Zl, Zp, Zs) categories, the ASCII space excepted: the characters that do not show as themselves.
-    return char == "\\" or not char.isprintable()
+    # (Zl, Zp, Zs) categories, the ASCII space excepted; the rest are printable characters that
+    # still show nothing of their own.
+    return not char.isprintable() or (not char.isascii() and _shows_nothing_of_its_own(char))
+
+
+def _hidden(char: str) -> bool:
+    return char == "\\" or _unprintable(char)
 
 
 def _printable_line(line: str) -> str:
-    if line.isprintable() and "\\" not in line:
+    if line.isascii() and line.isprintable() and "\\" not in line:
         return line  # the common case, without a per-character pass
     return "".join(_escape(char) if _hidden(char) else char for char in line)
 
@@ -58,7 +93,7 @@ def printable(text: str, *, multiline: bool = False) -> str:
 def unprintable_characters(text: str) -> list[str]:
     """The escapes of the characters in ``text`` that do not show as themselves, each once, in order
     (a backslash shows as itself and is not one of them)."""
-    found = dict.fromkeys(_escape(char) for char in text if not char.isprintable())
+    found = dict.fromkeys(_escape(char) for char in text if _unprintable(char))
     return list(found)
 
 

@@ -239,7 +239,9 @@ def test_missing_model_path_is_400_with_a_readable_detail(
     assert "model_path" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("hidden", ["\x1b]0;pwned\x07", "\n", "\u202e", "\u200b", "\x9b"])
+@pytest.mark.parametrize(
+    "hidden", ["\x1b]0;pwned\x07", "\n", "\u202e", "\u200b", "\x9b", "\u034f", "\u3164", "\u0336"]
+)
 def test_a_model_path_with_hidden_characters_is_400_with_the_fix(
     client: TestClient,
     settings: DeploymentSettings,

@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from autorl.request_limits import MAX_BODY_BYTES
-from autorl_agent_runner.api_relay import AgentApiRelay, Refusal, route_request
+from autorl_agent_runner.api_relay import (
+    LOGGED_REFUSALS,
+    LOGGED_REFUSALS_EVERY,
+    AgentApiRelay,
+    Refusal,
+    route_request,
+)
 from autorl_agent_runner.egress import firewall_rules
 from autorl_agent_runner.filesystem_view import FilesystemView, ViewError
 from autorl_agent_runner.sandbox import missing_protections_warning
@@ -217,3 +223,25 @@ def test_an_oversized_request_is_answered_with_the_limit_not_reset(
     assert answer["detail"] == answer["error"] and "over the grading API's limit" in answer["detail"]
     assert limit in answer["detail"] and "send only" in answer["detail"]
     assert upstream.seen == []
+
+
+def test_an_agents_refused_requests_cannot_grow_the_platforms_log_without_bound() -> None:
+    """Each refusal is logged up to LOGGED_REFUSALS, then one line per LOGGED_REFUSALS_EVERY more,
+    with the running count: the agent decides how many requests it sends, not the log's size."""
+    lines: list[str] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    relay = AgentApiRelay(listener, upstream_host="127.0.0.1", upstream_port=9, token=TOKEN, log=lines.append)
+    relay.start()
+    try:
+        sent = 2 * LOGGED_REFUSALS_EVERY + 50
+        payload = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * (sent - 1)
+        data = exchange(
+            listener.getsockname(), payload + b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+    finally:
+        relay.close()
+    assert data.count(b"HTTP/1.1 404 Not Found") == sent  # every request is still answered
+    assert len(lines) == LOGGED_REFUSALS + 2
+    assert lines[-1] == f"event=relay_refused method=GET status=404 refusals={2 * LOGGED_REFUSALS_EVERY}"

@@ -43,6 +43,11 @@ HOSTILE = [
     ("tab\there\u00a0nbsp", "tab\\there\\xa0nbsp"),
     ("tag\U000e0041s", "tag\\U000e0041s"),  # an invisible tag character
     ("a\\x1b", "a\\\\x1b"),  # a written escape stays distinct from the character it names
+    # Printable to Python, yet showing nothing of their own: fillers, selectors, overlays.
+    ("output/v1\u034f", "output/v1\\u034f"),  # combining grapheme joiner
+    ("v\u180b1\u3164\ufe0f", "v\\u180b1\\u3164\\ufe0f"),  # Mongolian selector, Hangul filler, VS16
+    ("x\u17b4\u115f\u1160\uffa0\U000e0100\u2800", "x\\u17b4\\u115f\\u1160\\uffa0\\U000e0100\\u2800"),
+    ("best" + "\u0336" * 3, "best\\u0336\\u0336\\u0336"),  # a strike-through drawn over the name
     ("[link=https://evil.example]x[/link]", "[link=https://evil.example]x[/link]"),
     ("[/bold]", "[/bold]"),
     ("[bold", "[bold"),

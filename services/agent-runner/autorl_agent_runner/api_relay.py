@@ -78,6 +78,12 @@ def route_request(method: str, target: str, token: str) -> str | Refusal:
     return target
 
 
+#: Refusals logged one by one; past this, one line per LOGGED_REFUSALS_EVERY more: the agent
+#: decides how many requests it sends, not how large the platform's log grows.
+LOGGED_REFUSALS = 100
+LOGGED_REFUSALS_EVERY = 1000
+
+
 class AgentApiRelay:
     """Accepts on a listener in the agent's namespace; forwards agent routes to ``upstream``."""
 
@@ -96,6 +102,8 @@ class AgentApiRelay:
         self._log = log
         self._stop = threading.Event()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._refusals = 0
+        self._refusals_lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept_loop, name="autorl-api-relay", daemon=True)
 
     def start(self) -> None:
@@ -116,10 +124,17 @@ class AgentApiRelay:
             except OSError:
                 return
             if not self._slots.acquire(blocking=False):
-                self._log(f"event=relay_refused reason=too_many_connections limit={MAX_CONNECTIONS}")
+                self._log_refusal(f"reason=too_many_connections limit={MAX_CONNECTIONS}")
                 conn.close()
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="autorl-api-conn", daemon=True).start()
+
+    def _log_refusal(self, fields: str) -> None:
+        with self._refusals_lock:
+            self._refusals += 1
+            count = self._refusals
+        if count <= LOGGED_REFUSALS or count % LOGGED_REFUSALS_EVERY == 0:
+            self._log(f"event=relay_refused {fields} refusals={count}")
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -136,7 +151,7 @@ class AgentApiRelay:
         routed = route_request(method, target, self._token)
         if isinstance(routed, Refusal):
             # The path is not logged: it may hold a token.
-            self._log(f"event=relay_refused method={method} status={routed.status}")
+            self._log_refusal(f"method={method} status={routed.status}")
             return _Answer.refusal(routed)
         upstream = http.client.HTTPConnection(*self._upstream, timeout=UPSTREAM_TIMEOUT_S)
         try:
