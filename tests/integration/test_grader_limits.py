@@ -18,8 +18,7 @@ import pytest
 
 from autorl.request_limits import BODY_TOO_LARGE, HEADERS_TOO_LARGE
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
-from tests.support.infra import free_port
-from tests.support.service_processes import running, wait_until_serving
+from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
 
 FIVE_MB = 5 << 20
@@ -41,16 +40,10 @@ def grader(
     make_settings: Callable[..., DeploymentSettings], tiny_base_model: Path, tmp_path: Path
 ) -> Iterator[Grader]:
     settings = make_settings(submit_wait_s=0.0)
-    port = free_port()
-    log = tmp_path / "grader.log"
-    with (
-        running(["grader", "--port", str(port)], settings, log) as process,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client,
-    ):
-        wait_until_serving(str(client.base_url), process, log)
+    with serving_grader(settings, tmp_path / "grader.log") as (process, client):
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path / "ws"))
         copy_model(tiny_base_model, experiment.output_dir / "m", unique=True)
-        yield Grader(port, process, client, experiment, admin_headers(settings))
+        yield Grader(client.base_url.port or 0, process, client, experiment, admin_headers(settings))
 
 
 def streamed(total: int, chunk: int = 64 << 10) -> Iterable[bytes]:

@@ -17,12 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from tests.support.grading import copy_model, make_workspace, register
-from tests.support.infra import free_port
 from tests.support.inotify import watch
-from tests.support.service_processes import running, wait_until_serving
+from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
 
 IN_CREATE = 0x100
@@ -71,13 +68,7 @@ def test_a_burst_past_the_limit_costs_no_snapshot_and_little_memory(
     left, burst = 1, 8  # k submissions left, k + 7 submits at once
     settings = make_settings(database_url=pg_url, submit_wait_s=0.0)
     assert settings.snapshot_dir is not None
-    port = free_port()
-    log = tmp_path / "grader.log"
-    with (
-        running(["grader", "--port", str(port)], settings, log) as grader,
-        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client,
-    ):
-        wait_until_serving(str(client.base_url), grader, log)
+    with serving_grader(settings, tmp_path / "grader.log", timeout_s=120) as (grader, client):
         experiment = register(
             client, settings, tiny_base_model, make_workspace(tmp_path / "ws"), max_submissions=left + 1
         )

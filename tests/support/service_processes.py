@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from autorl_agent_runner.processes import descendants
+from tests.support.infra import free_port
 from tests.support.settings import DeploymentSettings
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
@@ -82,6 +83,20 @@ def running(args: list[str], settings: DeploymentSettings, log: Path) -> Iterato
         yield process
     finally:
         stop(process)
+
+
+@contextlib.contextmanager
+def serving_grader(
+    settings: DeploymentSettings, log: Path, *, timeout_s: float = 60
+) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
+    """`autorl grader` on a free port, once it serves, and a client for it."""
+    port = free_port()
+    with (
+        running(["grader", "--port", str(port)], settings, log) as process,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s) as client,
+    ):
+        wait_until_serving(str(client.base_url), process, log)
+        yield process, client
 
 
 def wait_until_serving(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:

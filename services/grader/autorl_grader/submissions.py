@@ -145,9 +145,11 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     reserve_snapshot(state, experiment, holder)
     try:
         submission_id, queued = _snapshot_and_commit(state, experiment, model_path, holder)
-    finally:
+    except BaseException:
+        # Committed, the lease is let go in the submission's own transaction; refused, here.
         with state.db.session() as session:
             repo.release_snapshot_lease(session, experiment.id, holder)
+        raise
     state.last_submits.forget(experiment.id)
     log.info(
         "event=submission_accepted experiment=%s submission=%d reused=%s",
