@@ -77,14 +77,16 @@ run: setup ## install, then run the embedded default experiment end to end (offl
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
 # CI=1: a test whose dependency is missing fails instead of skipping (tests/support/requirements.py):
-# `make setup` installs every one, `make images` builds what the container tests run. The reverse
+# `make setup` installs every one, `make images GPU=0` builds what the container tests run. The reverse
 # pass leaves the container tests out: they start the same images again, in no order of their own.
-test: setup images ## install, build the images, run `make lint`, then the whole suite over two processes, then again in reverse order (without the container tests)
+test: setup ## install, build the CPU images, run `make lint`, then the whole suite over two processes, then again in reverse order (without the container tests)
+	$(MAKE) --no-print-directory images GPU=0
 	$(MAKE) --no-print-directory lint
 	CI=1 $(PY) -m pytest -n 2
 	CI=1 $(PY) -m pytest -n 2 --reverse -m "not containers"
 
-test-containers: setup images ## build the images, then run only the container tests (tests/containers/)
+test-containers: setup ## build the CPU images, then run only the container tests (tests/containers/)
+	$(MAKE) --no-print-directory images GPU=0
 	CI=1 $(PY) -m pytest -m containers
 
 # The fault tests with their outcomes recorded in bench/results/faults/, then docs/RELIABILITY.md
@@ -110,9 +112,11 @@ chart: crd ## lint (strict) and package the Helm chart into dist/
 	$(PY) -c 'import sys, helm_python as h; r = h.lint("charts/autorl", strict=True); [print(m) for m in r["messages"]]; sys.exit(bool(r["errors"]))'
 	$(PY) -c 'import helm_python as h; print(h.package("charts/autorl", destination="dist"))'
 
-# Every image of docker/, built with podman and tagged as the chart expects; GPU=1 adds the CUDA
-# variants (docs/KUBERNETES.md, "Building and pushing the images").
-images: ## build every container image of docker/ with podman (GPU=1: also the CUDA variants)
+# The images of docker/, built with podman and tagged as the chart expects: by default every tag the
+# chart's default values name (the CUDA variants); GPU=0: the CPU variants, which the tests run
+# (docs/KUBERNETES.md, "Building and pushing the images").
+GPU ?= 1
+images: ## build every image the chart's defaults name with podman (GPU=0: the CPU variants the tests run)
 	GPU=$(GPU) docker/build-images.sh
 
 bench: setup ## run every CPU benchmark (bench/results/*.json), print the GPU benchmarks' commands, refresh docs/PERFORMANCE.md

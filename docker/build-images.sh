@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Builds every image of docker/ with podman, tagged as the chart expects (<registry>/autorl/<name>:
+# Builds the images of docker/ with podman, tagged as the chart expects (<registry>/autorl/<name>:
 # <appVersion>, registry from charts/autorl/values.yaml), and prints their sizes. `make images` runs it.
 # No image ships `autorl run` (services/local-run, the single-machine mode): the cluster runs
 # experiments with the controller, each service in its own image.
 #
-#   GPU=1            also the CUDA variants: the gpu evaluator (vLLM) and the agent runner with PyPI's
-#                    CUDA torch, tagged <appVersion>; without it the CPU variants, tagged <appVersion>-cpu
+#   GPU=1 (default)  every tag the chart's default values name: the gpu evaluator (vLLM) and the agent
+#                    runner with PyPI's CUDA torch, tagged <appVersion>
+#   GPU=0            the CPU variants instead, tagged <appVersion>-cpu (what the container tests run;
+#                    the chart selects them with agents.image.tag and evaluator.image.tag)
 #   REGISTRY=HOST    tag for another registry (default: the chart's image.registry)
-#   BASE_IMAGE=IMG   the Python 3.11 base (default python:3.11-slim; where it cannot be pulled, a
-#                    Debian bookworm minbase made here with debootstrap)
+#   BASE_IMAGE=IMG   the Python 3.11 base of every image (default python:3.11-slim; where it cannot be
+#                    pulled, a Debian bookworm minbase made here with debootstrap)
 #   BUILD_CA_BUNDLE  a CA bundle for HTTPS through a proxy, mounted into the build, never stored
 #   PIP_CACHE_DIR    the pip cache mounted into the builds (default /var/tmp/autorl-pip-cache)
+#   --list           print each image it would build (tag, Dockerfile, build arguments) and build nothing
 # The host's pip configuration (find-links, extra index URLs, cert) is mounted read-only into the
 # builds, so locally available wheels are used; nothing of it is saved in an image layer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/docker/containers.conf}"
 
-GPU="${GPU:-0}"
+GPU="${GPU:-1}"
+case "$GPU" in 0|1) ;; *) echo "make images: GPU must be 0 or 1, not '$GPU'" >&2; exit 2;; esac
+LIST=0
+case "${1:-}" in
+  "") ;;
+  --list) LIST=1 ;;
+  *) echo "make images: unknown argument '$1' (--list prints the plan)" >&2; exit 2;;
+esac
 APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/autorl/Chart.yaml)
 REGISTRY="${REGISTRY:-$(sed -n 's/^  registry: *\([^ #]*\).*$/\1/p' charts/autorl/values.yaml | head -1)}"
 REPO="$REGISTRY/autorl"
@@ -28,51 +38,58 @@ mkdir -p "$WORK"
 die() { echo "make images: $*" >&2; exit 1; }
 
 # 1. Tools: podman (buildah's engine), runc, debootstrap.
-missing=""
-for tool in podman:podman buildah:buildah runc:runc debootstrap:debootstrap; do
-  command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] || missing="$missing ${tool##*:}"
-done
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null \
-      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null; }
-  else
-    die "needs:$missing (sudo apt-get install$missing)"
+install_tools() {
+  missing=""
+  for tool in podman:podman buildah:buildah runc:runc debootstrap:debootstrap; do
+    command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] || missing="$missing ${tool##*:}"
+  done
+  if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >/dev/null; }
+    else
+      die "needs:$missing (sudo apt-get install$missing)"
+    fi
   fi
-fi
+}
 
 # 2. The host's pip sources, mounted read-only into every build as /etc/pip.conf.
-volumes=(-v "${PIP_CACHE_DIR:-/var/tmp/autorl-pip-cache}:/root/.cache/pip")
-mkdir -p "${PIP_CACHE_DIR:-/var/tmp/autorl-pip-cache}"
-pip_get() { python3 -m pip config list 2>/dev/null | sed -n "s/^[^ ]*\.$1='\(.*\)'$/\1/p" | tail -1; }
-find_links=$(pip_get find-links); extra_index=$(pip_get extra-index-url); index=$(pip_get index-url)
-cert="${BUILD_CA_BUNDLE:-$(pip_get cert)}"
-{
-  echo "[global]"
-  for dir in $find_links; do [ -d "$dir" ] && volumes+=(-v "$dir:$dir:ro"); done
-  [ -n "$find_links" ] && echo "find-links = $find_links"
-  for url in $index $extra_index; do
-    # A local index's pages link to files beside it: its parent folder is mounted.
-    case "$url" in file://*) root=$(dirname "${url#file://}"); [ -d "$root" ] && volumes+=(-v "$root:$root:ro");; esac
-  done
-  [ -n "$index" ] && echo "index-url = $index"
-  [ -n "$extra_index" ] && echo "extra-index-url = $extra_index"
-  if [ -n "$cert" ]; then
-    [ -f "$cert" ] || die "BUILD_CA_BUNDLE/pip cert $cert is not a file"
-    volumes+=(-v "$cert:/run/autorl-build/ca.crt:ro")
-    echo "cert = /run/autorl-build/ca.crt"
+pip_sources() {
+  volumes=(-v "${PIP_CACHE_DIR:-/var/tmp/autorl-pip-cache}:/root/.cache/pip")
+  mkdir -p "${PIP_CACHE_DIR:-/var/tmp/autorl-pip-cache}"
+  pip_get() { python3 -m pip config list 2>/dev/null | sed -n "s/^[^ ]*\.$1='\(.*\)'$/\1/p" | tail -1; }
+  find_links=$(pip_get find-links); extra_index=$(pip_get extra-index-url); index=$(pip_get index-url)
+  cert="${BUILD_CA_BUNDLE:-$(pip_get cert)}"
+  {
+    echo "[global]"
+    for dir in $find_links; do [ -d "$dir" ] && volumes+=(-v "$dir:$dir:ro"); done
+    [ -n "$find_links" ] && echo "find-links = $find_links"
+    for url in $index $extra_index; do
+      # A local index's pages link to files beside it: its parent folder is mounted.
+      case "$url" in file://*) root=$(dirname "${url#file://}"); [ -d "$root" ] && volumes+=(-v "$root:$root:ro");; esac
+    done
+    [ -n "$index" ] && echo "index-url = $index"
+    [ -n "$extra_index" ] && echo "extra-index-url = $extra_index"
+    if [ -n "$cert" ]; then
+      [ -f "$cert" ] || die "BUILD_CA_BUNDLE/pip cert $cert is not a file"
+      volumes+=(-v "$cert:/run/autorl-build/ca.crt:ro")
+      echo "cert = /run/autorl-build/ca.crt"
+    fi
+  } > "$WORK/pip.conf"
+  volumes+=(-v "$WORK/pip.conf:/etc/pip.conf:ro")
+  if [ -n "$TORCH_INDEX_URL" ] && ! python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=10)" "$TORCH_INDEX_URL/torch/" 2>/dev/null; then
+    echo "make images: $TORCH_INDEX_URL is unreachable; torch comes from the pip sources configured here"
+    TORCH_INDEX_URL=""
   fi
-} > "$WORK/pip.conf"
-volumes+=(-v "$WORK/pip.conf:/etc/pip.conf:ro")
-if [ -n "$TORCH_INDEX_URL" ] && ! python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=10)" "$TORCH_INDEX_URL/torch/" 2>/dev/null; then
-  echo "make images: $TORCH_INDEX_URL is unreachable; torch comes from the pip sources configured here"
-  TORCH_INDEX_URL=""
-fi
+}
 
-# 3. The base image.
+# 3. The base image of every image (the gpu evaluator's too): BASE_IMAGE, else python:3.11-slim, else
+# a Debian bookworm minbase (Python 3.11) made with debootstrap.
 BASE_IMAGE="${BASE_IMAGE:-}"
-if [ -z "$BASE_IMAGE" ]; then
+base_image() {
+  if [ -n "$BASE_IMAGE" ]; then return; fi
   BASE_IMAGE=docker.io/library/python:3.11-slim
+  if [ "$LIST" = 1 ]; then return; fi
   if ! podman image exists "$BASE_IMAGE" && ! timeout 120 podman pull -q "$BASE_IMAGE" >/dev/null 2>&1; then
     BASE_IMAGE=localhost/autorl/python:3.11-bookworm
     if ! podman image exists "$BASE_IMAGE"; then
@@ -87,11 +104,15 @@ if [ -z "$BASE_IMAGE" ]; then
       rm -rf "$rootfs"
     fi
   fi
-fi
+}
+
+if [ "$LIST" = 0 ]; then install_tools; pip_sources; fi
+base_image
 
 # 4. The images.
 build() {  # TAG DOCKERFILE [--build-arg ...]
   local tag=$1 file=$2; shift 2
+  if [ "$LIST" = 1 ]; then echo "$tag $file $*"; return; fi
   echo "== $tag ($file)"
   local start=$SECONDS
   podman build --network host --layers -q "${volumes[@]}" -f "$file" -t "$tag" "$@" . >/dev/null \
@@ -103,12 +124,18 @@ build "$REPO/grader:$APP_VERSION" docker/grader.Dockerfile --build-arg BASE_IMAG
 build "$REPO/controller:$APP_VERSION" docker/controller.Dockerfile --build-arg BASE_IMAGE="$BASE_IMAGE"
 build "$REPO/agent-runner:$torch_tag" docker/agent-runner.Dockerfile \
   --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_INDEX_URL="$torch_index"
-build "$REPO/evaluator-worker:$APP_VERSION-cpu" docker/evaluator-worker.Dockerfile \
-  --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=cpu --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL"
-if [ "$GPU" = 1 ]; then
-  build "$REPO/evaluator-worker:$APP_VERSION" docker/evaluator-worker.Dockerfile --build-arg VARIANT=gpu
+if [ "$GPU" = 0 ]; then
+  build "$REPO/evaluator-worker:$APP_VERSION-cpu" docker/evaluator-worker.Dockerfile \
+    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=cpu --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL"
+else
+  build "$REPO/evaluator-worker:$APP_VERSION" docker/evaluator-worker.Dockerfile \
+    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=gpu
 fi
 build "$REPO/example-custom-agent:$APP_VERSION" docker/example-custom-agent.Dockerfile \
   --build-arg AGENT_RUNNER_IMAGE="$REPO/agent-runner:$torch_tag"
 
+[ "$LIST" = 1 ] && exit 0
 podman images --filter "reference=$REPO/*" --format '{{.Repository}}:{{.Tag}}  {{.Size}}'
+if [ "$GPU" = 0 ]; then
+  echo "make images: CPU variants; install the chart with --set agents.image.tag=$APP_VERSION-cpu --set evaluator.image.tag=$APP_VERSION-cpu (make images GPU=1 builds the chart's default tags)"
+fi

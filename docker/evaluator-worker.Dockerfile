@@ -1,14 +1,15 @@
 # The evaluator worker, in two variants of this one file (VARIANT build argument):
 #   gpu  OpenCompass 0.5.2 + vLLM 0.13.0 + transformers 4.57 in ONE environment, every package pinned
-#        with hashes by docker/evaluator-worker.lock (resolved from docker/evaluator-worker.in). The
-#        chart's image (tag 0.1.0); built where CUDA wheels can be fetched (`make images GPU=1`).
+#        with hashes by docker/evaluator-worker.lock (resolved from docker/evaluator-worker.in for
+#        Python 3.11). The chart's image (tag 0.1.0); built where CUDA wheels can be fetched
+#        (`make images`, GPU=1 by default), on the same base as every other image.
 #   cpu  the lock's OpenCompass side (docker/lock_cpu_side.py: the same pins and hashes, without vLLM
 #        and the CUDA packages) plus the CPU build of torch 2.13.0, on Python 3.11: OpenCompass with
-#        HuggingFace models on CPU (tag 0.1.0-cpu, what the tests run). .venv-opencompass holds the
+#        HuggingFace models on CPU (tag 0.1.0-cpu, `make images GPU=0`, what the tests run). .venv-opencompass holds the
 #        same versions (make setup installs it under these pins).
 # Our own packages go in without dependencies, so nothing but the lock decides a third-party
 # version. docs/EVALUATION.md explains why this vLLM line (not a separate `vllm serve`).
-ARG BASE_IMAGE=python:3.12-slim-bookworm
+ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE} AS build
 ARG VARIANT=gpu
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -21,8 +22,7 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY docker/evaluator-worker.lock docker/lock_cpu_side.py ./
 # The lock carries hashes, so pip checks every download against it. The cpu variant's second pip run
-# adds torch's own dependencies and what the lock (resolved for Python 3.12) leaves out for the base's
-# Python (async-timeout for redis on Python < 3.11.3), every locked package kept at its pin.
+# adds torch's own dependencies, every locked package kept at its pin.
 RUN if [ "$VARIANT" = gpu ]; then pip install --require-hashes -r evaluator-worker.lock; \
     else python3 lock_cpu_side.py evaluator-worker.lock > cpu.lock \
       && python3 lock_cpu_side.py --constraints evaluator-worker.lock > cpu-constraints.txt \

@@ -1,4 +1,4 @@
-"""The images `make images` builds, and the chart that names them.
+"""The images `make images GPU=0` builds, and the chart that names them.
 
 Where podman cannot run containers (no podman, no user namespaces, no root) or an image was not
 built, these tests skip with the reason; with CI set they fail instead (`make test-containers`
@@ -24,7 +24,7 @@ NAMESPACE = "autorl"
 APP_VERSION = re.search(
     r'^appVersion:\s*"?([^"\s]+)"?', (CHART / "Chart.yaml").read_text(), re.MULTILINE
 ).group(1)  # type: ignore[union-attr]
-#: The CPU variants `make images` builds here, selected by the chart's per-component tags.
+#: The CPU variants `make images GPU=0` builds here, selected by the chart's per-component tags.
 CPU_TAGS: dict[str, Any] = {
     "agents": {"image": {"tag": f"{APP_VERSION}-cpu"}},
     "evaluator": {"image": {"tag": f"{APP_VERSION}-cpu"}},
@@ -93,7 +93,7 @@ def chart_images(podman_ready: None) -> Iterator[set[str]]:
                     images.add(container["image"])
     missing = sorted(image for image in images if not image_exists(image))
     if missing:
-        unavailable(f"images not built: {', '.join(missing)} (run `make images`)")
+        unavailable(f"images not built: {', '.join(missing)} (run `make images GPU=0`)")
     reason = podman_unavailable(sorted(images)[0])
     if reason:
         unavailable(reason)

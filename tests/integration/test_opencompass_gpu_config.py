@@ -9,7 +9,8 @@
 - A model that fits one GPU runs as one replica per GPU: OpenCompass's own ``NumWorkerPartitioner``
   cuts the test split into consecutive shards, one task each, and its ``LocalRunner`` hands each task
   a device of its own; the shards' predictions are read back in problem order.
-- The evaluator image's lock resolves for Linux x86_64 / Python 3.12 from package metadata alone.
+- The evaluator image's lock resolves for Linux x86_64 from package metadata alone, for Python 3.11 (the
+  base of every image, the gpu evaluator's included) and 3.12.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from autorl_evaluator.settings import WorkerSettings
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
 LOCK = REPO_ROOT / "docker" / "evaluator-worker.lock"
-LOCK_PLATFORM = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_36"]
+LOCK_PLATFORM = ["--python-platform", "x86_64-manylinux_2_36"]
 
 # Runs inside .venv-opencompass: OpenCompass's loader, partitioner and LocalRunner allocation.
 OC_SCRIPT = """
@@ -252,11 +253,23 @@ def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
     shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin")) is not None,
     reason="needs uv in .venv (make setup)",
 )
-def test_evaluator_image_lock_resolves_for_linux_python_312() -> None:
+@pytest.mark.parametrize("python", ["3.11", "3.12"])
+def test_evaluator_image_lock_resolves_for_linux_python(python: str) -> None:
     uv = shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin"))
     assert uv is not None
     resolved = subprocess.run(
-        [uv, "pip", "compile", str(LOCK), *LOCK_PLATFORM, "--no-header", "--no-annotate", "--quiet"],
+        [
+            uv,
+            "pip",
+            "compile",
+            str(LOCK),
+            "--python-version",
+            python,
+            *LOCK_PLATFORM,
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+        ],
         check=True,
         capture_output=True,
         text=True,
