@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args
 
 from filelock import FileLock
 
+from autorl.agent_summary import SUMMARY_COLUMNS, AgentSummary, RunOutcome, summarize
 from autorl.errors import AutoRLError, UsageError
 from autorl.untrusted_text import rich_text
 
@@ -266,10 +267,81 @@ def _print_comparison(rows: list[ResultRow], home: Path) -> None:
     console.print(table)
 
 
+def summary_of(rows: Sequence[ResultRow]) -> list[AgentSummary]:
+    """The agent summary of these runs: grouped by task, agent and base model."""
+    return summarize(
+        RunOutcome(
+            task=row.task,
+            agent=row.agent,
+            model=row.base_model,
+            baseline=row.baseline,
+            best_score=row.best_score,
+            improvement=row.improvement,
+            submissions=row.submissions,
+            success=row.success,
+        )
+        for row in rows
+    )
+
+
+def _summary_cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(round(value, 4)) if math.isfinite(value) else ""
+    return str(value)
+
+
+def summary_csv_text(summaries: Sequence[AgentSummary]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(SUMMARY_COLUMNS)
+    for summary in summaries:
+        writer.writerow([_summary_cell(getattr(summary, name)) for name in SUMMARY_COLUMNS])
+    return buffer.getvalue()
+
+
+def _print_summary(summaries: Sequence[AgentSummary]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)
+    table = Table(title="AutoRL agent summary", title_justify="left")
+    for name in ("task", "agent", "base_model"):
+        table.add_column(name)
+    numbers = ("runs", "succeeded", "baseline", "best", "mean_best", "best_impr", "mean_impr", "submissions")
+    for name in numbers:
+        table.add_column(name, justify="right")
+
+    def score(value: float | None, *, signed: bool = False) -> str:
+        return "-" if value is None else (f"{value:+.2f}" if signed else f"{value:.2f}")
+
+    for s in summaries:
+        table.add_row(
+            *map(rich_text, (s.task, s.agent, s.model)),
+            str(s.runs),
+            str(s.succeeded),
+            score(s.baseline),
+            score(s.best_score),
+            score(s.mean_best_score),
+            score(s.best_improvement, signed=True),
+            score(s.mean_improvement, signed=True),
+            str(s.submissions),
+        )
+    console.print(table)
+
+
 def _run(args: argparse.Namespace) -> int:
     from autorl.run_lock import recover_orphaned_runs
     from autorl.settings import HomeSettings
 
+    if args.summary and args.compare:
+        raise UsageError(
+            "--summary groups every run and --compare shows chosen runs side by side: give one of them "
+            "(narrow the summary with --task, --agent or --model)"
+        )
     settings = HomeSettings(home=args.home) if args.home else HomeSettings()
     home = settings.home
     # A run whose `autorl run` was killed wrote no row: record it now, as interrupted.
@@ -279,7 +351,15 @@ def _run(args: argparse.Namespace) -> int:
     rows = [row for row in read_rows(home) if row_filter.matches(row)]
     if args.compare:
         rows = select_runs(rows, args.compare)
-    if args.json:
+    if args.summary and (rows or args.json or args.csv):
+        summaries = summary_of(rows)
+        if args.json:
+            print(json.dumps([summary.to_json() for summary in summaries], indent=2))
+        elif args.csv:
+            sys.stdout.write(summary_csv_text(summaries))
+        else:
+            _print_summary(summaries)
+    elif args.json:
         # Only the JSON document on stdout, so that `autorl results --json | jq` works.
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif args.csv:
@@ -300,7 +380,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "results",
         help="show the results of past runs ($AUTORL_HOME/results.csv)",
         description="One row per run: baseline, best score, improvement, submissions, status. "
-        "Filter by task, agent or model; compare runs side by side with --compare.",
+        "Filter by task, agent or model; compare runs side by side with --compare; group them by "
+        "task, agent and base model with --summary.",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--csv", action="store_true", help="print the rows as CSV, with the header")
@@ -314,6 +395,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         metavar="RUN",
         help="show these runs side by side (run ids or unique prefixes), with their report metrics",
+    )
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="the agent summary: runs grouped by task, agent and base model, with how many ran and "
+        "succeeded, the mean baseline, the best and mean best score and improvement, and the scored "
+        "submissions (with --json or --csv in that form)",
     )
     parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
     parser.set_defaults(func=_run)

@@ -27,7 +27,7 @@ from autorl.errors import (
 from autorl.store import migrate
 from autorl_grader.api.deps import capability_token
 from autorl_grader.api.refusals import REFUSAL_RESPONSES
-from autorl_grader.api.routes import admin, agent, ops, ui
+from autorl_grader.api.routes import admin, agent, ops, ui, ui_summary
 from autorl_grader.body_limit import BodyLimit
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler
@@ -113,4 +113,5 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
     app.include_router(agent.router)
     app.include_router(agent.router, prefix="/a/{token}", dependencies=[Depends(capability_token)])
     app.include_router(ui.router)
+    app.include_router(ui_summary.router)
     return app

@@ -31,6 +31,8 @@ ASSETS: dict[str, Asset] = {
     "experiments.html": Asset("text/html; charset=utf-8"),
     "experiment.html": Asset("text/html; charset=utf-8"),
     "dashboard.js": Asset("text/javascript; charset=utf-8"),
+    "summary.html": Asset("text/html; charset=utf-8"),
+    "summary.js": Asset("text/javascript; charset=utf-8"),
     CHARTJS_FILE: Asset("text/javascript; charset=utf-8"),
     CHARTJS_LICENSE_FILE: Asset("text/plain; charset=utf-8"),
 }

@@ -1,0 +1,85 @@
+"""The dashboard's agent summary: the grader's experiments grouped by task, agent and base model
+(autorl.agent_summary), as typed JSON. Read-only."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from autorl.agent_summary import RunOutcome, summarize
+from autorl.store import Experiment, SubmissionStatus
+from autorl.store import repository as repo
+from autorl.store.models import ExperimentStatus
+from autorl_grader.dashboard.data import Shown
+from autorl_grader.views import baseline_score
+
+#: The agent of an experiment registered without one.
+NO_AGENT = "–"
+
+
+class AgentSummaryRow(BaseModel):
+    task: Shown
+    agent: Shown
+    model: Shown = Field(description="the base model")
+    experiments: int = Field(description="experiments of this task, agent and model, running ones included")
+    succeeded: int = Field(description="completed with at least one scored submission")
+    scored: int = Field(description="experiments with a best score: what the means are taken over")
+    submissions: int = Field(description="scored submissions of the agent in all of them")
+    baseline: float | None = Field(description="mean baseline")
+    best_score: float | None = Field(description="the highest best score")
+    mean_best_score: float | None
+    best_improvement: float | None
+    mean_improvement: float | None
+
+
+class AgentSummaryList(BaseModel):
+    groups: list[AgentSummaryRow]
+    now: float
+
+
+def outcome(session: Session, experiment: Experiment) -> RunOutcome:
+    """What the summary reads of one experiment, as `autorl results` reads it of one run."""
+    baseline = baseline_score(session, experiment)
+    best = repo.best_submission(session, experiment)
+    best_score = best.score if best is not None else None
+    scored = [
+        s
+        for s in repo.experiment_submissions(session, experiment)
+        if not s.is_baseline and s.status == SubmissionStatus.SCORED
+    ]
+    return RunOutcome(
+        task=experiment.task,
+        agent=experiment.agent or NO_AGENT,
+        model=experiment.model,
+        baseline=baseline,
+        best_score=best_score,
+        improvement=None if best_score is None or baseline is None else best_score - baseline,
+        submissions=len(scored),
+        success=experiment.status == ExperimentStatus.COMPLETED and best_score is not None,
+    )
+
+
+def agent_summary(session: Session) -> AgentSummaryList:
+    summaries = summarize(outcome(session, e) for e in repo.list_experiments(session))
+    return AgentSummaryList(
+        groups=[
+            AgentSummaryRow(
+                task=s.task,
+                agent=s.agent,
+                model=s.model,
+                experiments=s.runs,
+                succeeded=s.succeeded,
+                scored=s.scored_runs,
+                submissions=s.submissions,
+                baseline=s.baseline,
+                best_score=s.best_score,
+                mean_best_score=s.mean_best_score,
+                best_improvement=s.best_improvement,
+                mean_improvement=s.mean_improvement,
+            )
+            for s in summaries
+        ],
+        now=time.time(),
+    )
