@@ -3,31 +3,19 @@ agent and base model with their counts and best and mean scores, only for a sign
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from autorl.store import Database
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
+from tests.integration.test_dashboard_api import db, settings
 from tests.support.runs import add_submission, create_experiment, finish, scores
 from tests.support.settings import DeploymentSettings
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
-
-
-@pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url)
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Database]:
-    database = Database(pg_url)
-    yield database
-    database.dispose()
+__all__ = ["db", "settings"]  # the fixtures, shared with the dashboard's other API tests
 
 
 def seed(
@@ -67,9 +55,9 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
         "task": "gsm8k",
         "agent": "example_grpo",
         "model": "builtin:tiny-qwen2",
-        "experiments": 3,
+        "runs": 3,
         "succeeded": 2,
-        "scored": 2,
+        "scored_runs": 2,
         "submissions": 3,
         "baseline": 10.0,
         "best_score": 30.0,
@@ -78,5 +66,5 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
         "mean_improvement": 15.0,
     }
     # A failed experiment is not a success, whatever it scored.
-    assert (claude["experiments"], claude["succeeded"], claude["best_score"]) == (1, 0, 40.0)
+    assert (claude["runs"], claude["succeeded"], claude["best_score"]) == (1, 0, 40.0)
     assert (none["best_improvement"], none["succeeded"]) == (-5.0, 1)

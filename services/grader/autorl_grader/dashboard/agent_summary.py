@@ -20,12 +20,14 @@ NO_AGENT = "–"
 
 
 class AgentSummaryRow(BaseModel):
+    """One group (autorl.agent_summary.AgentSummary), its names shown as text."""
+
     task: Shown
     agent: Shown
     model: Shown = Field(description="the base model")
-    experiments: int = Field(description="experiments of this task, agent and model, running ones included")
+    runs: int = Field(description="experiments of this task, agent and model, running ones included")
     succeeded: int = Field(description="completed with at least one scored submission")
-    scored: int = Field(description="experiments with a best score: what the means are taken over")
+    scored_runs: int = Field(description="experiments with a best score: what the means are taken over")
     submissions: int = Field(description="scored submissions of the agent in all of them")
     baseline: float | None = Field(description="mean baseline")
     best_score: float | None = Field(description="the highest best score")
@@ -63,23 +65,4 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
 
 def agent_summary(session: Session) -> AgentSummaryList:
     summaries = summarize(outcome(session, e) for e in repo.list_experiments(session))
-    return AgentSummaryList(
-        groups=[
-            AgentSummaryRow(
-                task=s.task,
-                agent=s.agent,
-                model=s.model,
-                experiments=s.runs,
-                succeeded=s.succeeded,
-                scored=s.scored_runs,
-                submissions=s.submissions,
-                baseline=s.baseline,
-                best_score=s.best_score,
-                mean_best_score=s.mean_best_score,
-                best_improvement=s.best_improvement,
-                mean_improvement=s.mean_improvement,
-            )
-            for s in summaries
-        ],
-        now=time.time(),
-    )
+    return AgentSummaryList(groups=[AgentSummaryRow(**s.to_json()) for s in summaries], now=time.time())

@@ -16,7 +16,7 @@
       [group.task, ""],
       [group.agent, ""],
       [group.model, "path"],
-      [String(group.experiments), "num"],
+      [String(group.runs), "num"],
       [String(group.succeeded), "num"],
       [score(group.baseline), "num"],
       [score(group.best_score), "num"],
