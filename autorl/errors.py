@@ -23,6 +23,11 @@ class ModelSourceError(AutoRLError):
     """A model source (hub id, local folder, builtin:NAME) cannot be resolved."""
 
 
+class ModelSourceUnreachableError(ModelSourceError):
+    """The hub could not be asked (network, outage): trying again later may succeed, unlike a model
+    the hub says does not exist."""
+
+
 class CheckpointError(AutoRLError):
     """A submitted checkpoint breaks one of the trust-model rules."""
 

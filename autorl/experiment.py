@@ -13,9 +13,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from autorl.agent_env import RESERVED_ENV
+from autorl.builtin_agents import builtin_agent_names
+from autorl.layout import BUILTIN_PREFIX
+from autorl.model_sources import BUILTIN_MODELS, HUB_ID_PATTERN
 
 #: The agent's default time budget (the reference's real runs use two hours).
 DEFAULT_TIMEOUT_S = 7200
@@ -23,14 +27,63 @@ DEFAULT_AGENT = "example_grpo"
 #: Children are named ``<experiment>-<suffix>`` and their names end up in label values (63 characters).
 MAX_NAME_LENGTH = 50
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$"
+#: The patterns below go into the CRD as they are, so the API server refuses what the controller
+#: would: each is read alike by Python's ``re`` and Go's RE2 (no look-around, no back-references).
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+HOSTNAME_PATTERN = (
+    r"^([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$"
 )
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+#: A Kubernetes quantity as a string, the API server's own grammar without a sign: ``64Gi``, ``500m``, ``2``.
+QUANTITY_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+#: Base models a cluster can fetch: a built-in one or a Hugging Face hub id (no local folders there).
+CLUSTER_MODEL_PATTERN = (
+    f"^({'|'.join(BUILTIN_PREFIX + name for name in sorted(BUILTIN_MODELS))}|{HUB_ID_PATTERN})$"
+)
+#: Kubernetes' limit on a label value (queueName becomes one) and on a DNS name.
+MAX_LABEL_LENGTH = 63
+MAX_DNS_NAME_LENGTH = 253
+MAX_QUANTITY_LENGTH = 64
+#: The grader keeps counts in 32-bit integers.
+MAX_INT32 = 2**31 - 1
+#: Resources Kubernetes knows by a bare name; any other is ``vendor.domain/name`` (e.g. ``nvidia.com/gpu``).
+_CORE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+_HOSTNAME = re.compile(HOSTNAME_PATTERN)
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+
+
+def _quantity(value: str | int) -> str | int:
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{value} is negative; a resource amount is 0 or more")
+    elif not _QUANTITY.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes quantity; write a number and an optional unit with no space, "
+            "e.g. 64Gi, 500m or 2"
+        )
+    return value
+
 
 #: A Kubernetes quantity: ``"16Gi"``, ``"500m"`` or a plain integer.
-Quantity = Annotated[str | int, Field(json_schema_extra={"x-kubernetes-int-or-string": True})]
+Quantity = Annotated[
+    str | int,
+    AfterValidator(_quantity),
+    Field(
+        json_schema_extra={
+            "x-kubernetes-int-or-string": True,
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": MAX_QUANTITY_LENGTH,
+            "minimum": 0,
+        }
+    ),
+]
 
 
 class _Model(BaseModel):
@@ -40,7 +93,7 @@ class _Model(BaseModel):
 
 
 class EnvVar(_Model):
-    name: str = Field(description="Variable name.")
+    name: str = Field(description="Variable name.", json_schema_extra={"pattern": ENV_NAME_PATTERN})
     value: str = Field(
         default="", description="Literal value. Credentials belong in a Secret passed by envFrom."
     )
@@ -48,7 +101,7 @@ class EnvVar(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a valid environment variable name (letters, digits, _)")
         if name in RESERVED_ENV:
             raise ValueError(f"{name} is set by the platform; choose another name")
@@ -56,7 +109,21 @@ class EnvVar(_Model):
 
 
 class LocalObjectRef(_Model):
-    name: str = Field(description="Name of the Secret or ConfigMap in the Experiment's namespace.")
+    name: str = Field(
+        description="Name of the Secret or ConfigMap in the Experiment's namespace.",
+        max_length=MAX_DNS_NAME_LENGTH,
+        json_schema_extra={"pattern": DNS_SUBDOMAIN_PATTERN},
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
+            raise ValueError(
+                f"{name!r} is not the name of a Secret or ConfigMap (lower case, digits, '-', '.')"
+            )
+        return name
+
     optional: bool | None = Field(default=None, description="Start even if it does not exist.")
 
 
@@ -82,6 +149,29 @@ class Resources(_Model):
         default=None, description='Maximum resources, e.g. memory: 64Gi, "nvidia.com/gpu": 1.'
     )
 
+    @model_validator(mode="after")
+    def _names_and_devices(self) -> Resources:
+        for kind, amounts in (("requests", self.requests), ("limits", self.limits)):
+            for name, amount in (amounts or {}).items():
+                where = f"{kind}.{name}"
+                if "/" not in name:
+                    if name not in _CORE_RESOURCES and not name.startswith("hugepages-"):
+                        raise ValueError(
+                            f"{where}: unknown resource; use cpu, memory, ephemeral-storage or a device "
+                            'resource with its vendor, e.g. "nvidia.com/gpu"'
+                        )
+                elif not name.split("/", 1)[0].endswith("kubernetes.io") and not (
+                    isinstance(amount, int) or amount.isdigit()
+                ):
+                    raise ValueError(
+                        f'{where}: {amount!r} is not a whole number of devices; write e.g. "{name}": 1'
+                    )
+        return self
+
+
+def _agent_enum(schema: JsonDict) -> None:
+    schema["enum"] = list[JsonValue](builtin_agent_names())
+
 
 class AgentSpec(_Model):
     """Who trains: a built-in agent run by the agent runner, or a container image of one's own."""
@@ -93,9 +183,16 @@ class AgentSpec(_Model):
     )
 
     builtin: str | None = Field(
-        default=None, description="Name of a built-in agent, e.g. example_grpo.", min_length=1
+        default=None,
+        description="Name of a built-in agent, e.g. example_grpo.",
+        json_schema_extra=_agent_enum,
     )
-    image: str | None = Field(default=None, description="Container image of a custom agent.", min_length=1)
+    image: str | None = Field(
+        default=None,
+        description="Container image of a custom agent.",
+        min_length=1,
+        json_schema_extra={"pattern": r"^\S+$"},
+    )
     command: list[str] | None = Field(
         default=None, description="Entry point of the custom image (image only)."
     )
@@ -109,6 +206,23 @@ class AgentSpec(_Model):
         description="Secrets or ConfigMaps whose keys become environment variables (credentials).",
     )
     resources: Resources | None = Field(default=None, description="Compute resources of the agent container.")
+
+    @field_validator("builtin")
+    @classmethod
+    def _known_builtin(cls, builtin: str | None) -> str | None:
+        if builtin is not None and builtin not in builtin_agent_names():
+            raise ValueError(
+                f"unknown built-in agent {builtin!r}; choose one of: {', '.join(builtin_agent_names())} "
+                "(or run your own with image)"
+            )
+        return builtin
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str | None) -> str | None:
+        if image is not None and not re.fullmatch(r"^\S+$", image):
+            raise ValueError(f"{image!r} is not an image reference: it holds a space")
+        return image
 
     @model_validator(mode="after")
     def _exactly_one(self) -> AgentSpec:
@@ -128,7 +242,7 @@ class EvaluationSpec(_Model):
         default="opencompass", description="Scoring protocol of the headline score."
     )
     maxSubmissions: int = Field(
-        default=100, ge=1, description="Submissions the agent may make; more are refused (429)."
+        default=100, ge=1, le=MAX_INT32, description="Submissions the agent may make; more are refused (429)."
     )
 
 
@@ -140,9 +254,16 @@ class EgressRule(_Model):
     )
 
     host: str | None = Field(
-        default=None, description="DNS name, e.g. api.openai.com (its addresses are allowed)."
+        default=None,
+        description="DNS name, e.g. api.openai.com (its addresses are allowed).",
+        max_length=MAX_DNS_NAME_LENGTH,
+        json_schema_extra={"pattern": HOSTNAME_PATTERN},
     )
-    cidr: str | None = Field(default=None, description="Address block, e.g. 203.0.113.0/24.")
+    cidr: str | None = Field(
+        default=None,
+        description="Address block, e.g. 203.0.113.0/24.",
+        json_schema_extra={"pattern": r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$"},
+    )
     ports: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
         default=None, description="TCP ports (default 443)."
     )
@@ -151,7 +272,7 @@ class EgressRule(_Model):
     def _check(self) -> EgressRule:
         if (self.host is None) == (self.cidr is None):
             raise ValueError("egress: each rule sets exactly one of host or cidr")
-        if self.host is not None and not _HOSTNAME.match(self.host):
+        if self.host is not None and not _HOSTNAME.fullmatch(self.host):
             raise ValueError(f"egress: {self.host!r} is not a DNS name")
         if self.cidr is not None:
             try:
@@ -165,20 +286,26 @@ class EgressRule(_Model):
         return list(self.ports) if self.ports else [443]
 
 
+def _task_enum(schema: JsonDict) -> None:
+    from autorl.tasks import task_names
+
+    schema["enum"] = list[JsonValue](task_names())
+
+
 class ExperimentSpec(_Model):
     """What ``kubectl apply`` asks for: train ``model`` on ``task`` with ``agent`` for ``timeoutSeconds``."""
 
-    task: str = Field(description="Benchmark task, e.g. gsm8k.", min_length=1)
+    task: str = Field(description="Benchmark task, e.g. gsm8k.", json_schema_extra=_task_enum)
     model: str = Field(
         description="Base model: a Hugging Face hub id (Qwen/Qwen2.5-1.5B) or builtin:tiny-qwen2.",
-        min_length=1,
+        json_schema_extra={"pattern": CLUSTER_MODEL_PATTERN},
     )
     agent: AgentSpec = Field(
         default_factory=lambda: AgentSpec(builtin=DEFAULT_AGENT),
         description=f"The agent that post-trains the model (default: builtin {DEFAULT_AGENT}).",
     )
     timeoutSeconds: int = Field(
-        default=DEFAULT_TIMEOUT_S, ge=1, description="The agent's time budget in seconds."
+        default=DEFAULT_TIMEOUT_S, ge=1, le=MAX_INT32, description="The agent's time budget in seconds."
     )
     evaluation: EvaluationSpec = Field(
         default_factory=lambda: EvaluationSpec(), description="How submissions are scored."
@@ -190,7 +317,7 @@ class ExperimentSpec(_Model):
     queueName: str | None = Field(
         default=None,
         description="Kueue LocalQueue for the agent Job (label kueue.x-k8s.io/queue-name).",
-        min_length=1,
+        json_schema_extra={"pattern": DNS_LABEL_PATTERN, "maxLength": MAX_LABEL_LENGTH},
     )
 
     @field_validator("task")
@@ -203,10 +330,27 @@ class ExperimentSpec(_Model):
             raise ValueError(f"unknown task {task!r}; choose one of: {', '.join(sorted(known))}")
         return task
 
+    @field_validator("model")
+    @classmethod
+    def _cluster_model(cls, model: str) -> str:
+        if model.startswith(BUILTIN_PREFIX):
+            if model[len(BUILTIN_PREFIX) :] not in BUILTIN_MODELS:
+                known = ", ".join(BUILTIN_PREFIX + name for name in sorted(BUILTIN_MODELS))
+                raise ValueError(
+                    f"unknown built-in model {model!r}; use one of: {known}, or a Hugging Face hub id "
+                    "such as Qwen/Qwen2.5-1.5B"
+                )
+        elif not re.fullmatch(CLUSTER_MODEL_PATTERN, model) or ".." in model:
+            raise ValueError(
+                f"model {model!r}: use a Hugging Face hub id such as Qwen/Qwen2.5-1.5B or builtin:tiny-qwen2 "
+                "(local folders do not exist inside a cluster)"
+            )
+        return model
+
     @field_validator("queueName")
     @classmethod
     def _queue_label(cls, queue: str | None) -> str | None:
-        if queue is not None and (len(queue) > 63 or not _DNS_LABEL.match(queue)):
+        if queue is not None and (len(queue) > 63 or not _DNS_LABEL.fullmatch(queue)):
             raise ValueError(f"queueName {queue!r} must be a DNS label (lower case, digits, '-', ≤ 63)")
         return queue
 

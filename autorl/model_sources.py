@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from autorl.errors import ModelSourceError
+from autorl.errors import ModelSourceError, ModelSourceUnreachableError
 from autorl.layout import BUILTIN_PREFIX, builtin_model_subpath, hub_model_subpath
 from autorl.tiny_model import build_tiny_qwen2
 
@@ -30,7 +30,9 @@ WEIGHT_SUFFIX = ".safetensors"
 #: builtin:NAME → a builder writing the model into the folder it is given.
 BUILTIN_MODELS: dict[str, Callable[[Path], Path]] = {"tiny-qwen2": build_tiny_qwen2}
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+#: A Hugging Face hub id, ``org/name`` (a regular expression that Python and Go's RE2 read alike).
+HUB_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
+_HUB_ID = re.compile(HUB_ID_PATTERN)
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -142,8 +144,13 @@ def _download_from_hub(repo_id: str, models_dir: Path) -> Path:
                 f"{repo_id} is gated on the Hugging Face hub; accept its license on the hub and set "
                 "HF_TOKEN, or pass a local folder that holds config.json"
             ) from exc
-        except (HfHubHTTPError, HFValidationError, httpx.HTTPError, OSError) as exc:
+        except HFValidationError as exc:
             raise ModelSourceError(
+                f"{repo_id} is not a valid Hugging Face hub id ({_first_line(exc)}); write it as org/name, "
+                "e.g. Qwen/Qwen2.5-1.5B"
+            ) from exc
+        except (HfHubHTTPError, httpx.HTTPError, OSError) as exc:
+            raise ModelSourceUnreachableError(
                 f"cannot download {repo_id} from the Hugging Face hub ({type(exc).__name__}: "
                 f"{_first_line(exc)}); pre-download it where the hub is reachable "
                 f"(`hf download {repo_id} --local-dir DIR`) and pass DIR as the model"

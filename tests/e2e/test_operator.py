@@ -45,6 +45,8 @@ from autorl_controller.operator.main import run_operator
 from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
+from tests.support.broken_experiments import CASES as BROKEN
+from tests.support.broken_experiments import manifest as broken_manifest
 from tests.support.infra import free_port, serve
 from tests.support.settings import DeploymentSettings
 
@@ -1058,3 +1060,31 @@ async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_late
     assert "ended at the deadline" in err
     assert "event=" not in log.read_text()
     await platform.wait_phase(name, "TimedOut")
+
+
+ONLY_THE_CONTROLLER_SEES = [case for case in BROKEN if case.schema is None]
+
+
+async def test_what_no_schema_sees_fails_at_once_before_any_job(platform: Platform) -> None:
+    """The broken Experiments the CRD's schema lets through (tests/support/broken_experiments.py)
+    end Failed on the controller's first look, with the message naming the fix, and nothing is
+    created for them: no Secret, no Job, no registration with the grader."""
+    names = {}
+    for case in ONLY_THE_CONTROLLER_SEES:
+        resource = broken_manifest(case)
+        if case.name == "broken":
+            resource["metadata"]["name"] = f"refused-{case.id}"
+        names[case.id] = resource["metadata"]["name"]
+        await platform.apply(resource)
+    for case in ONLY_THE_CONTROLLER_SEES:
+        done = await platform.wait_phase(names[case.id], "Failed")
+        assert case.controller in done["status"]["message"], (case.id, done["status"]["message"])
+        ref = ExperimentRef(names[case.id], NAMESPACE, done["metadata"]["uid"])
+        for path in (
+            f"{SECRETS}/{ref.secret_name}",
+            f"{JOBS}/{ref.prepare_job_name}",
+            f"{JOBS}/{ref.agent_job_name}",
+        ):
+            assert await platform.get(path) is None, (case.id, path)
+        registered = await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
+        assert registered.status_code == 404, case.id

@@ -3,28 +3,34 @@ and lays out the workspace the agent pod then finds."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from autorl.experiment import ExperimentSpec
 from autorl.layout import BUILTIN_BUILD_VERSION
 from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
 from autorl_controller.operator.settings import ControllerSettings
 from tests.conftest import FIXTURE_DATA
+from tests.support.infra import free_port
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
 
-def prepare(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def prepare(tmp_path: Path, *args: str, hub: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the prepare step; offline, or asking the hub at ``hub``."""
     env = {
         **os.environ,
         "AUTORL_CACHE_DIR": str(tmp_path / "shared" / "cache"),
         "AUTORL_HOME": str(tmp_path / "home"),
         "AUTORL_DATA_SOURCE_DIR": str(FIXTURE_DATA),
         "HF_HUB_OFFLINE": "1",
+        **({"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")} if hub else {}),
     }
     return subprocess.run([AUTORL, "agent-runner", "prepare", *args], env=env, capture_output=True, text=True)
 
@@ -126,3 +132,59 @@ def test_the_agent_jobs_mounts_find_what_the_real_prepare_job_lays_out(tmp_path:
     assert (data / "train.jsonl").is_file() and not (data / "test.jsonl").exists()
     # What the agent sees at those mount points is what the workspace step laid out for it.
     assert (workspace / "data" / "train.jsonl").read_text() == (data / "train.jsonl").read_text()
+
+
+class _HubWithoutTheModel(http.server.BaseHTTPRequestHandler):
+    """Answers every request as the Hugging Face hub answers for a repository it does not have."""
+
+    def _not_found(self) -> None:
+        body = b'{"error": "Repository Not Found"}'
+        self.send_response(404)
+        self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_HEAD = _not_found
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def job_fails_at_once(job: dict[str, Any], exit_code: int) -> bool:
+    """Whether a pod of ``job`` that exits with ``exit_code`` fails the Job at once (the Job
+    controller's podFailurePolicy: the first FailJob rule whose exit codes hold it), or is retried."""
+    for rule in job["spec"].get("podFailurePolicy", {}).get("rules", []):
+        codes = rule.get("onExitCodes") or {}
+        held = exit_code in codes.get("values", [])
+        if (held if codes.get("operator") == "In" else not held) and rule["action"] == "FailJob":
+            return True
+    return False
+
+
+def test_a_hub_id_the_hub_does_not_know_fails_the_prepare_job_on_its_first_try(tmp_path: Path) -> None:
+    """The real download code asks a hub (here a local server answering as the hub does for an
+    unknown repository): the step exits with the bad-input code, which the prepare Job's
+    podFailurePolicy turns into a failed Job at once, not after its retries; the log names the fix.
+    A hub that cannot be reached is another exit code, which the Job tries again."""
+    settings = ControllerSettings(admin_token="x" * 32, runner_image="registry.example/runner:1")
+    spec = ExperimentSpec(task="gsm8k", model="no-such-org/no-such-model")
+    job = build_prepare_job(ExperimentRef("hub-id", "team-a", "uid-1"), spec, settings)
+    args = ("--task", "gsm8k", "--model", spec.model, "--workspace", str(tmp_path / "w"), "--step", "cache")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HubWithoutTheModel)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        unknown = prepare(tmp_path, *args, hub=f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "no-such-org/no-such-model is not a model on the Hugging Face hub" in unknown.stderr
+    assert "check the id, set HF_TOKEN for a private model" in unknown.stderr
+    assert job_fails_at_once(job, unknown.returncode), unknown.returncode
+
+    unreachable = prepare(tmp_path, *args, hub=f"http://127.0.0.1:{free_port()}")
+    assert "cannot download no-such-org/no-such-model from the Hugging Face hub" in unreachable.stderr
+    assert unreachable.returncode != 0 and not job_fails_at_once(job, unreachable.returncode)
+    assert not (tmp_path / "w").exists()

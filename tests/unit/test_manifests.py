@@ -583,7 +583,7 @@ def test_status_mirrors_the_graders_view() -> None:
         ("ok", {"task": "gsm8k", "model": "/data/my-model"}, "local folders do not exist inside a cluster"),
         (
             "ok",
-            {"task": "gsm8k", "model": "m/n", "agent": {"builtin": "a", "image": "b"}},
+            {"task": "gsm8k", "model": "m/n", "agent": {"builtin": "example_grpo", "image": "b"}},
             "exactly one of builtin",
         ),
         ("ok", {"task": "gsm8k", "model": "m/n", "timeoutSecs": 1}, "spec.timeoutSecs: unknown field"),

@@ -211,7 +211,7 @@ def _group_read(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from autorl.errors import ModelSourceError, UnknownTaskError
+    from autorl.errors import ModelSourceError, ModelSourceUnreachableError, UnknownTaskError
     from autorl.model_sources import model_dir_name, resolve_model
     from autorl.tasks import get_task
     from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
@@ -236,7 +236,10 @@ def _prepare(args: argparse.Namespace) -> int:
         print(f"preparing {args.prepare_model} in {settings.models_dir}", file=sys.stderr, flush=True)
         try:
             base_dir = resolve_model(args.prepare_model, settings.models_dir)
+        except ModelSourceUnreachableError:
+            raise  # exit code 1: the Job tries again, the hub may answer then
         except ModelSourceError as exc:
+            # Exit code 2, which fails the Job at once (its podFailurePolicy): no retry will find it.
             raise UsageError(str(exc)) from exc
         print(f"preparing the {task.name} train split in {settings.data_dir}", file=sys.stderr, flush=True)
         train_dir = task.download_train_data(

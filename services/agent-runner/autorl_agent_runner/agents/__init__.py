@@ -14,15 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autorl.builtin_agents import AGENT_ALIASES, BUILTIN_AGENTS
 from autorl.errors import AutoRLError
 from autorl_agent_runner.agent_python import current_python
 from autorl_agent_runner.python_env import PythonEnv
 
-#: name → module run with ``python -m``; each module has a ``main(argv)``.
-BUILTIN_AGENTS: dict[str, str] = {
-    "example_grpo": "autorl_agent_runner.agents.example_grpo",
-    "example_sft": "autorl_agent_runner.agents.example_sft",
-}
+__all__ = ["AGENT_ALIASES", "BUILTIN_AGENTS", "AgentCommand", "AgentNotFoundError", "resolve_agent"]
 
 
 class AgentNotFoundError(AutoRLError):

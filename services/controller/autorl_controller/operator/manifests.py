@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autorl.agent_env import DECLARED_ENV_PREFIX
+from autorl.cli import EXIT_BAD_INPUT
 from autorl.experiment import ExperimentSpec
-from autorl.layout import BUILTIN_PREFIX, MODELS_DIR, OUTPUT_DIR, cached_model_subpath
+from autorl.layout import MODELS_DIR, OUTPUT_DIR, cached_model_subpath
 from autorl.model_sources import model_dir_name
 from autorl.request_bodies import RegisterExperiment
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
@@ -98,18 +99,6 @@ class ExperimentRef:
     def workspace_subpath(self) -> str:
         """One folder per run: a re-applied Experiment starts empty, the earlier run's files stay."""
         return f"experiments/{self.namespace}/{self.name}.{self._require_uid()}"
-
-
-def check_cluster_model(model: str) -> None:
-    """In a cluster only hub ids and built-in models exist: a local folder is on nobody's disk."""
-    if model.startswith(BUILTIN_PREFIX):
-        return
-    org, _, name = model.partition("/")
-    if not org or not name or "/" in name or model.startswith((".", "/", "~")):
-        raise ValueError(
-            f"model {model!r}: use a Hugging Face hub id such as Qwen/Qwen2.5-1.5B or builtin:tiny-qwen2 "
-            "(local folders do not exist inside a cluster)"
-        )
 
 
 def agent_run_as_id(ref: ExperimentRef, settings: ControllerSettings) -> int:
@@ -287,6 +276,7 @@ def build_prepare_job(
         "image": settings.runner_image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["autorl", "agent-runner", "prepare"],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "args": [*args, "--step", "cache"],
         "env": env,
         "resources": resources,
@@ -300,6 +290,7 @@ def build_prepare_job(
         "image": settings.runner_image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["autorl", "agent-runner", "prepare"],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "args": [
             *args,
             "--step",
@@ -329,6 +320,13 @@ def build_prepare_job(
         "metadata": _metadata(ref, ref.prepare_job_name, "prepare"),
         "spec": {
             "backoffLimit": PREPARE_BACKOFF_LIMIT,
+            # Bad input (a hub id the hub does not know, a gated model, an unknown task) fails the Job
+            # on its first try; only what may pass later (the hub unreachable) is tried again.
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [EXIT_BAD_INPUT]}}
+                ]
+            },
             "activeDeadlineSeconds": PREPARE_DEADLINE_S,
             "template": {
                 "metadata": {"labels": labels(ref, "prepare")},

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from autorl.experiment import ExperimentSpec, Phase, validate_name
 from autorl_controller.operator.context import context_of
 from autorl_controller.operator.kube import EXPERIMENTS
-from autorl_controller.operator.manifests import check_cluster_model, check_egress
+from autorl_controller.operator.manifests import check_egress
 from autorl_controller.operator.reporting import transition
 from autorl_controller.operator.settings import ControllerSettings
 
@@ -37,10 +37,6 @@ def validation_error(name: str, spec: Any, settings: ControllerSettings) -> str 
         parsed = ExperimentSpec.model_validate(dict(spec))
     except ValidationError as exc:
         return describe(exc)
-    try:
-        check_cluster_model(parsed.model)
-    except ValueError as exc:
-        return f"invalid spec: spec.model: {exc}"
     try:
         check_egress(parsed, settings)
     except ValueError as exc:
