@@ -41,7 +41,9 @@ class ProcessTrace:
 
     pid: int
     command: str
-    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, rss_kb, fds)
+    #: (t, rss_kb, fds, database connections): the fds exclude the database's own files, which
+    #: belong to the connection pool (bounded by its size, not a leak), counted apart.
+    samples: list[tuple[float, int, int, int]] = field(default_factory=list)
 
 
 def _children(root: int) -> list[int]:
@@ -63,18 +65,37 @@ def _children(root: int) -> list[int]:
     return tree
 
 
-def _sample(pid: int) -> tuple[str, str, int, int] | None:
-    """(identity, command, rss_kb, open fds) of a live process, or None when it is gone."""
+def _descriptors(pid: int, database: Path) -> tuple[int, int]:
+    """(open fds other than the database's files, connections to the database) of a process.
+
+    A pooled SQLite connection holds the database file and its write-ahead log open for as long
+    as the pool keeps it: it is counted as a connection, once, by the database file itself."""
+    other = connections = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed between the listing and the look
+            continue
+        if target == str(database):
+            connections += 1
+        elif not target.startswith(f"{database}-"):  # -wal, -shm, -journal
+            other += 1
+    return other, connections
+
+
+def _sample(pid: int, database: Path) -> tuple[str, str, int, int, int] | None:
+    """(identity, command, rss_kb, open fds, database connections) of a live process, or None
+    when it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        fds, connections = _descriptors(pid, database)
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, IndexError, ValueError):
         return None
     start_ticks = stat.rpartition(")")[2].split()[19]
     command = " ".join(part.decode(errors="replace") for part in argv if part)[:160]
-    return f"{pid}:{start_ticks}", command, rss_pages * PAGE_KB, fds
+    return f"{pid}:{start_ticks}", command, rss_pages * PAGE_KB, fds, connections
 
 
 def _free_port() -> int:
@@ -103,7 +124,7 @@ def run_soak(duration_s: float, interval_s: float, sample_s: float, workdir: Pat
     with log_path.open("wb") as log:
         run = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
-            _sample_until_exit(run, traces, agent_seen, started, sample_s)
+            _sample_until_exit(run, traces, agent_seen, started, sample_s, home / "autorl.db")
         finally:
             if run.poll() is None:  # interrupted: Ctrl-C stops everything the run started
                 run.send_signal(signal.SIGINT)
@@ -127,16 +148,17 @@ def _sample_until_exit(
     agent_seen: list[float],
     started: float,
     sample_s: float,
+    database: Path,
 ) -> None:
     while run.poll() is None:
         now = time.monotonic() - started
         for pid in _children(run.pid):
-            sample = _sample(pid)
+            sample = _sample(pid, database)
             if sample is None:
                 continue
-            identity, cmd, rss_kb, fds = sample
+            identity, cmd, rss_kb, fds, connections = sample
             trace = traces.setdefault(identity, ProcessTrace(pid, cmd))
-            trace.samples.append((now, rss_kb, fds))
+            trace.samples.append((now, rss_kb, fds, connections))
             if _is_agent(cmd):
                 agent_seen.append(now)
         time.sleep(sample_s)
@@ -183,6 +205,7 @@ def _process_summaries(traces: dict[str, ProcessTrace], phase: tuple[float, floa
                 "fds_max": max(s[2] for s in inside),
                 # A leaked descriptor stays; one of a request in flight comes and goes.
                 "fds_min_last_third": min(s[2] for s in inside[len(inside) * 2 // 3 :]),
+                "database_connections_max": max(s[3] for s in trace.samples),
             }
         )
     return summaries

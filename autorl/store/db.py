@@ -41,12 +41,23 @@ def _sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+#: Connections a process keeps to SQLite, and how many more it may open at a peak of concurrent
+#: requests (closed again once returned). Each holds the database file and its log open.
+SQLITE_POOL_SIZE = 5
+SQLITE_POOL_OVERFLOW = 10
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        engine = create_engine(
+            url,
+            pool_size=SQLITE_POOL_SIZE,
+            max_overflow=SQLITE_POOL_OVERFLOW,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine

@@ -11,6 +11,8 @@ from types import ModuleType
 
 import pytest
 
+from autorl.store.db import SQLITE_POOL_OVERFLOW, SQLITE_POOL_SIZE
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DURATION_S = 90.0
 #: Sockets of a request in flight at the moment of a sample (the grader's to an agent or worker).
@@ -36,6 +38,9 @@ def test_a_short_soak_leaks_no_descriptor_and_scores_every_submission_once(tmp_p
     for process in result["processes"]:
         # Descriptors of requests in flight come and go; leaked ones stay through the last third.
         assert process["fds_min_last_third"] <= process["fds_start"] + IN_FLIGHT_FDS, process
+        # The database's files are the connection pool's: a peak of requests may add connections
+        # the pool keeps, but never more than it holds.
+        assert process["database_connections_max"] <= SQLITE_POOL_SIZE + SQLITE_POOL_OVERFLOW, process
     submissions = result["submissions"]
     assert submissions["submitted"] >= 1
     assert submissions["scored_once"] == submissions["submitted"] == submissions["stored"]
