@@ -27,8 +27,16 @@ class Refusal(BaseModel):
 
 
 class Best(Answer):
+    """The best scored submission, as the reference's ``best`` carries it: its whole entry (all
+    null while nothing is scored)."""
+
     submission_id: int | None
     score: float | None
+    timestamp: str | None = Field(None, description="when it was received, ISO 8601 UTC")
+    model_path: str | None = None
+    baseline_score: float | None = None
+    improvement: float | None = None
+    elapsed_seconds: float | None = None
 
 
 class ProtocolScores(Answer):
@@ -92,7 +100,8 @@ class ScoresAnswer(Answer):
 class TimeAnswer(Answer):
     start_time: float | None
     timeout_s: int | None
-    end_time: float | None
+    end_time: float | None = Field(description="the budget's end (run_meta.json's deadline)")
+    deadline: float | None = Field(None, description="the budget's end, as run_meta.json names it")
     remaining: float | None
     remaining_s: float | None
     last_submit_time: float | None
@@ -101,6 +110,10 @@ class TimeAnswer(Answer):
 
 class HealthAnswer(Answer):
     status: str
+    task: str | None = Field(None, description="the caller's experiment's task (null without its token)")
+    workspace: str | None = Field(
+        None, description="the caller's workspace as it sees it (null without its token)"
+    )
     available_gpus: list[str]
 
 

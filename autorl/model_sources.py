@@ -66,6 +66,21 @@ def model_dir_name(source: str) -> str:
     return name if name not in ("", ".", "..") else "model"
 
 
+def reference_model_subpath(source: str) -> str | None:
+    """Where the reference puts a hub model inside ``models/``: ``Qwen/Qwen2.5-1.5B`` →
+    ``Qwen/Qwen2.5-1.5B`` (the workspace links it to ``models/<model_dir_name>``); None for a
+    built-in model or a local folder, and where the organisation's name is the model folder's own."""
+    if (
+        source.startswith(BUILTIN_PREFIX)
+        or Path(source).expanduser().exists()
+        or not _HUB_ID.fullmatch(source)
+    ):
+        return None
+    org = _UNSAFE_NAME_CHARS.sub("-", source.split("/", 1)[0]).strip("-")
+    name = model_dir_name(source)
+    return None if org in ("", ".", "..", name) else f"{org}/{name}"
+
+
 def _resolve_local(folder: Path) -> Path:
     if not folder.exists():
         raise ModelSourceError(

@@ -212,9 +212,11 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
 
     start = json.loads((out / "mirrors_at_start.json").read_text())
     assert start["run_meta"]["start_time"] is not None
-    assert start["run_meta"]["end_time"] - start["run_meta"]["start_time"] == pytest.approx(120, abs=1)
+    assert start["run_meta"]["deadline"] - start["run_meta"]["start_time"] == pytest.approx(120, abs=1)
+    assert start["run_meta"]["end_time"] is None  # as the reference's: null while the run goes on
     meta = json.loads((workspace / "run_meta.json").read_text())
     assert meta["last_submit_time"] is not None and meta["timeout_s"] == 120
+    assert meta["start_time"] < meta["end_time"] < meta["deadline"]  # the agent ended before its budget
     scores = json.loads((workspace / "scores.json").read_text())
     assert [s["status"] for s in scores] == ["scored"]  # the reference's format: a list, oldest first
     assert scores[0]["baseline_score"] == row["baseline"]

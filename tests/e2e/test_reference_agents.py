@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.test_local_run import Run
 from tests.support.infra import free_port
+from tests.support.reference import REFERENCE_BEST_FIELDS
 
 pytestmark = pytest.mark.slow
 
@@ -260,7 +261,8 @@ def test_reference_instructions_client_sees_the_references_shapes(
     out = workspace / "output"
 
     status, health = read(out, "health")
-    assert status == 200 and health["status"] == "ok"
+    assert status == 200 and health["status"] == "ok" and health["task"] == TINY[1]
+    assert health["workspace"] == str(workspace)
     assert isinstance(health["available_gpus"], list) and all(
         isinstance(g, str) for g in health["available_gpus"]
     )
@@ -278,7 +280,8 @@ def test_reference_instructions_client_sees_the_references_shapes(
     assert status == 200 and first["status"] == "scored"
     assert_reference_entry(first)
     assert first["model_path"] == "output/v1" and first["improvement"] == 0.0  # a copy scores the baseline
-    assert first["best"] == {"submission_id": first["submission_id"], "score": first["score"]}
+    # best is the whole entry of the best submission, as the reference's is.
+    assert first["best"] == {key: first[key] for key in REFERENCE_BEST_FIELDS}
     assert first["total_submissions"] == 1
     status, second = read(out, "submit_v2")
     assert status == 200 and second["status"] == "scored" and second["total_submissions"] == 2

@@ -21,6 +21,7 @@ from autorl_grader.main import create_app
 from tests.support.grading import make_workspace
 from tests.support.infra import serve
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
+from tests.support.reference import REFERENCE_BEST_FIELDS
 from tests.support.service_processes import running
 from tests.support.settings import DeploymentSettings
 
@@ -109,7 +110,8 @@ def test_trained_model_is_scored_end_to_end(
     )
     assert body["baseline_score"] == baseline_score
     assert body["improvement"] == pytest.approx(body["score"] - baseline_score)
-    assert body["best"] == {"submission_id": body["submission_id"], "score": body["score"]}
+    # best is the whole entry of the best submission, as the reference's is.
+    assert body["best"] == {key: body[key] for key in REFERENCE_BEST_FIELDS}
     assert body["total_submissions"] == 1
     assert body["n_samples"] == len(answers)
     # The work went through Redis: RQ ran the job for this submission and kept its result.

@@ -128,7 +128,7 @@ def test_set_baseline_is_refused_and_changes_nothing(
     ("visible", "listed"),
     [(None, []), ("", []), ("0", ["0"]), ("3, 1,2", ["1", "2", "3"]), ("10,9", ["9", "10"])],
 )
-def test_health_lists_available_gpus_as_the_reference(
+def test_health_answers_task_workspace_and_gpus_as_the_reference(
     client: TestClient,
     experiment: RegisteredExperiment,
     monkeypatch: pytest.MonkeyPatch,
@@ -139,9 +139,15 @@ def test_health_lists_available_gpus_as_the_reference(
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    for route in ("/health", f"{experiment.url_path}/health"):
-        response = client.get(route)
-        assert response.status_code == 200 and response.json() == {"status": "ok", "available_gpus": listed}
+    anonymous = client.get("/health")
+    assert anonymous.status_code == 200
+    assert anonymous.json() == {"status": "ok", "task": None, "workspace": None, "available_gpus": listed}
+    own = {"status": "ok", "task": "gsm8k", "workspace": str(experiment.workspace), "available_gpus": listed}
+    for answer in (
+        client.get(f"{experiment.url_path}/health"),
+        client.get("/health", headers=experiment.bearer),
+    ):
+        assert answer.status_code == 200 and answer.json() == own
 
 
 def test_answers_carry_timestamp_and_elapsed_seconds(

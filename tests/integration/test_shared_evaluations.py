@@ -26,6 +26,7 @@ from autorl_grader.main import create_app
 from tests.support.checkpoints import read_safetensors, write_safetensors
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.infra import serve
+from tests.support.reference import REFERENCE_BEST_FIELDS
 from tests.support.settings import DeploymentSettings
 
 WORKER = "test-worker"
@@ -271,7 +272,7 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
         None,
         None,
     )
-    assert view["queue_position"] == 1 and view["best"] == {"submission_id": None, "score": None}
+    assert view["queue_position"] == 1 and set(view["best"].values()) == {None}
     scores = grader.get(f"{mine.url_path}/scores").json()
     assert [row["submission_id"] for row in scores["submissions"]] == [my_id]
     assert "42.0" not in str(scores)  # the other experiment's score shows nowhere
@@ -284,10 +285,16 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
         2.0,
         None,
     )
+    # best is the best submission's whole entry, as the reference's (its own, never theirs).
+    assert (
+        view["best"] == {key: view[key] for key in REFERENCE_BEST_FIELDS}
+        and view["best"]["model_path"] == path
+    )
     # Within the experiment, identical files still take its own earlier score at once.
     shutil.copytree(mine.workspace / path, mine.output_dir / "again")
     again = submit_now(grader, mine, "output/again")
     assert again.status_code == 200, again.text
+    assert again.json()["best"] == view["best"]  # the earlier one stays best (equal score, lower id)
     assert (again.json()["score"], again.json()["reused_from"], again.json()["eval_seconds"]) == (
         30.0,
         my_id,

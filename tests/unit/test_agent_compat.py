@@ -97,6 +97,16 @@ def test_builtin_agents_start_with_the_agents_python(tmp_path: Path) -> None:
     assert command.argv[0] == str(python.interpreter) and command.python.bin_dir == tmp_path / "venv" / "bin"
 
 
+def test_the_references_agent_id_runs_our_example_agent(tmp_path: Path) -> None:
+    """``--agent example_agent``, as the reference's README writes it, starts ``example_grpo`` and
+    is recorded under that name."""
+    command = resolve_agent("example_agent", PythonEnv(tmp_path / "venv"))
+    assert command.name == "example_grpo"
+    assert command.argv[-1] == "autorl_agent_runner.agents.example_grpo"
+    with pytest.raises(AgentNotFoundError, match="example_agent = example_grpo"):
+        resolve_agent(str(tmp_path / "example_agnet"))
+
+
 def test_env_file_reads_what_shells_and_dotenv_write(tmp_path: Path) -> None:
     env = tmp_path / ".env"
     env.write_text(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.model_sources import reference_model_subpath
 from autorl.tasks import get_task
 from autorl_agent_runner.agents import AgentNotFoundError, example_sft, resolve_agent
 from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, build_parser, parse_config
@@ -30,6 +31,7 @@ from autorl_agent_runner.workspace import (
     check_workspace_free,
     create_workspace,
     is_read_only_tree,
+    remove_workspace,
 )
 
 
@@ -73,7 +75,13 @@ def test_workspace_layout_and_read_only_parts(tmp_path: Path, tiny_base_model: P
     assert is_read_only_tree(root / "models") and is_read_only_tree(root / "data")
     assert os.access(root / "output", os.W_OK)
     meta = json.loads((root / "run_meta.json").read_text())
-    assert set(meta) == {"start_time", "timeout_s", "last_submit_time", "end_time"}
+    assert meta == {
+        "start_time": None,
+        "timeout_s": 120,
+        "last_submit_time": None,
+        "end_time": None,
+        "deadline": None,
+    }
     instructions = (root / "instructions.md").read_text()
     assert "merge_and_unload()" in instructions and "120 seconds" in instructions
     assert "at most 7 submissions" in instructions
@@ -264,3 +272,42 @@ def test_example_agent_rl_choices_are_checked(capsys: pytest.CaptureFixture[str]
         parse_config(["--rl", "ppo"])
     error = capsys.readouterr().err
     assert "argument --rl: invalid choice: 'ppo'" in error and "grpo" in error
+
+
+@pytest.mark.parametrize(
+    ("source", "subpath"),
+    [
+        ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B"),
+        ("builtin:tiny-qwen2", None),
+        ("Qwen2.5-0.5B/Qwen2.5-0.5B", None),  # the organisation's folder would be the model's own
+    ],
+)
+def test_reference_model_subpath(source: str, subpath: str | None) -> None:
+    assert reference_model_subpath(source) == subpath
+
+
+def test_the_base_model_is_also_where_the_reference_puts_it(
+    tmp_path: Path, tiny_base_model: Path, train_dir: Path
+) -> None:
+    """models/<org>/<name>, as reference agents read it, is the same read-only model as MODEL_PATH."""
+    root = tmp_path / "ws"
+    for _attempt in range(2):  # completing the same run's workspace keeps the link
+        workspace = create_workspace(
+            root,
+            run_id="run-1",
+            task_name="arith",
+            description="d",
+            base_model_dir=tiny_base_model,
+            base_model_name="Qwen2.5-0.5B",
+            reference_model_subpath="Qwen/Qwen2.5-0.5B",
+            train_data_dir=train_dir,
+            timeout_s=60,
+            link_model=False,
+        )
+    reference = root / "models" / "Qwen" / "Qwen2.5-0.5B"
+    assert reference.resolve() == workspace.model.resolve() == (root / "models" / "Qwen2.5-0.5B").resolve()
+    assert os.readlink(reference) == "../Qwen2.5-0.5B"  # relative: it holds wherever models/ is mounted
+    assert (reference / "config.json").read_bytes() == (tiny_base_model / "config.json").read_bytes()
+    assert is_read_only_tree(root / "models")
+    remove_workspace(root)
+    assert not root.exists()

@@ -212,7 +212,7 @@ def _group_read(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from autorl.errors import ModelSourceError, ModelSourceUnreachableError, UnknownTaskError
-    from autorl.model_sources import model_dir_name, resolve_model
+    from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
     from autorl.tasks import get_task
     from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
     from autorl_agent_runner.settings import AgentRunnerSettings
@@ -256,6 +256,7 @@ def _prepare(args: argparse.Namespace) -> int:
         description=task.description(),
         base_model_dir=base_dir,
         base_model_name=model_dir_name(args.prepare_model),
+        reference_model_subpath=reference_model_subpath(args.prepare_model),
         train_data_dir=train_dir,
         timeout_s=args.prepare_timeout,
         model_mounted=args.prepare_step == "workspace",
@@ -266,7 +267,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autorl.client import GradingClient
-    from autorl.model_sources import model_dir_name
+    from autorl.model_sources import model_dir_name, reference_model_subpath
     from autorl.tasks import get_task
     from autorl_agent_runner.environment import declared_env, gpu_driver_env
     from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
@@ -319,6 +320,7 @@ def _run(args: argparse.Namespace) -> int:
             description=task.description(),
             base_model_dir=args.model_dir,
             base_model_name=base_name,
+            reference_model_subpath=reference_model_subpath(args.base_model),
             train_data_dir=args.data_dir,
             timeout_s=args.timeout or 0.0,
             link_model=links_base_model(sandbox),

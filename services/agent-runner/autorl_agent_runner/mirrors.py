@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,12 +32,14 @@ def refresh_mirrors(
     client: GradingClient,
     *,
     start_time: float | None = None,
-    end_time: float | None = None,
+    deadline: float | None = None,
+    ended_at: float | None = None,
     log: Callable[[str], None],
 ) -> TimeInfo:
     """Copy the grader's budget and scores into the mirrors; returns the budget as the grader has it.
 
-    ``start_time`` and ``end_time`` stand in while the grader reports no budget yet. Raises
+    ``start_time`` and ``deadline`` stand in while the grader reports no budget yet; ``ended_at``
+    is when the agent's run ended (None while it runs): run_meta.json's ``end_time``. Raises
     ``AutoRLError`` when the grader does not answer (the files are left as they were); a mirror
     that cannot be written is logged through ``log`` (:func:`write_mirror`).
     """
@@ -49,7 +52,8 @@ def refresh_mirrors(
             start_time=info.start_time if info.start_time is not None else start_time,
             timeout_s=info.timeout_s,
             last_submit_time=info.last_submit_time,
-            end_time=info.end_time if info.end_time is not None else end_time,
+            deadline=info.end_time if info.end_time is not None else deadline,
+            end_time=ended_at,
         ),
         log,
     )
@@ -89,11 +93,12 @@ def keep_mirrors_fresh(
     *,
     interval_s: float = MIRROR_INTERVAL_S,
 ) -> None:
-    """Refresh the mirrors every ``interval_s`` until ``stop`` is set, then once more."""
+    """Refresh the mirrors every ``interval_s`` until ``stop`` is set (the agent's run has ended),
+    then once more, with that end as run_meta.json's ``end_time``."""
     while True:
         stopping = stop.is_set()
         try:
-            refresh_mirrors(workspace, client, log=_log_to_stderr)
+            refresh_mirrors(workspace, client, ended_at=time.time() if stopping else None, log=_log_to_stderr)
         except AutoRLError as exc:
             _log_to_stderr(f"event=mirror_skipped reason={type(exc).__name__}")
         if stopping:

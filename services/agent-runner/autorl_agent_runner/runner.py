@@ -126,6 +126,9 @@ class AgentRunner:
         self._next_mirror = 0.0
         self.start_time = 0.0
         self.end_time = 0.0
+        #: When the agent's run ended (its last process gone); None while it runs.
+        self.finished_at: float | None = None
+        self._last_submit_time: float | None = None
 
     # --- logging -------------------------------------------------------------------------
 
@@ -211,17 +214,7 @@ class AgentRunner:
     def start(self) -> None:
         config, workspace = self.config, self.config.workspace
         self.start_time, self.end_time = self._budget()
-        write_mirror(
-            workspace.run_meta,
-            lambda: write_run_meta(
-                workspace,
-                start_time=self.start_time,
-                timeout_s=self.end_time - self.start_time,
-                last_submit_time=None,
-                end_time=self.end_time,
-            ),
-            self.log,
-        )
+        self._write_run_meta()
         grader = urllib.parse.urlsplit(config.contract.grading_server_url)
         self._plan = plan_sandbox(
             config.sandbox,
@@ -420,6 +413,7 @@ class AgentRunner:
                 process.kill()
                 process.wait()
             self._close_network()
+            self.finished_at = time.time()
             self.refresh_mirrors()
         finally:
             if plan is not None:
@@ -428,7 +422,7 @@ class AgentRunner:
                         self._give_back()
                 finally:
                     plan.cleanup()
-        finished = time.time()
+        finished = self.finished_at if self.finished_at is not None else time.time()
         outcome = AgentOutcome(
             exit_code=process.returncode if process is not None else None,
             timed_out=timed_out,
@@ -468,6 +462,22 @@ class AgentRunner:
                 self._agent_log.close()
                 self._agent_log = None
 
+    def _write_run_meta(self) -> None:
+        """run_meta.json from what the runner knows itself (at the start, or with no grader)."""
+        workspace = self.config.workspace
+        write_mirror(
+            workspace.run_meta,
+            lambda: write_run_meta(
+                workspace,
+                start_time=self.start_time,
+                timeout_s=self.end_time - self.start_time,
+                last_submit_time=self._last_submit_time,
+                deadline=self.end_time,
+                end_time=self.finished_at,
+            ),
+            self.log,
+        )
+
     def refresh_mirrors(self) -> None:
         """Copy the grader's view into run_meta.json and scores.json (best effort: a mirror).
 
@@ -479,12 +489,17 @@ class AgentRunner:
                 self.config.workspace,
                 self.client,
                 start_time=self.start_time,
-                end_time=self.end_time,
+                deadline=self.end_time,
+                ended_at=self.finished_at,
                 log=self.log,
             )
         except AutoRLError as exc:
             self.log(f"event=mirror_skipped reason={type(exc).__name__}")
+            if self.finished_at is not None:
+                # The grader does not answer, yet the run's end belongs in run_meta.json.
+                self._write_run_meta()
             return
+        self._last_submit_time = info.last_submit_time
         if info.start_time is not None and info.end_time is not None and info.end_time != self.end_time:
             self.log(f"event=budget_from_grader end_time={info.end_time:.0f} was={self.end_time:.0f}")
             self.start_time, self.end_time = info.start_time, info.end_time

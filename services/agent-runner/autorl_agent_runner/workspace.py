@@ -142,6 +142,7 @@ def create_workspace(
     max_submissions: int | None = None,
     link_model: bool = True,
     model_mounted: bool = False,
+    reference_model_subpath: str | None = None,
 ) -> Workspace:
     """Create (or complete, for this same run) the workspace under ``root``.
 
@@ -151,6 +152,9 @@ def create_workspace(
     cached model that baselines are measured on. The sandbox mounts models/ and data/ read-only
     on top of that wherever it can. With ``model_mounted`` (a Kubernetes agent pod mounts the cached
     model there, read-only) ``models/<base>`` is left an empty mount point instead.
+    ``reference_model_subpath`` (``Qwen/Qwen2.5-1.5B``, from
+    :func:`autorl.model_sources.reference_model_subpath`) adds the path the reference gives the
+    base model, ``models/<org>/<name>``: a relative link to ``models/<base>``.
     """
     check_workspace_free(root, run_id)
     if not (base_model_dir / "config.json").is_file():
@@ -175,6 +179,8 @@ def create_workspace(
         workspace.model.mkdir(exist_ok=True)
     elif not workspace.model.exists():
         _install_tree(base_model_dir, workspace.model, link=link_model)
+    if reference_model_subpath is not None:
+        _link_reference_model_path(workspace, reference_model_subpath)
     workspace.data.mkdir(exist_ok=True)
     for source in train_files:
         target = workspace.data / source.name
@@ -193,7 +199,7 @@ def create_workspace(
         ),
     )
     if not workspace.run_meta.exists():
-        write_run_meta(workspace, start_time=None, timeout_s=timeout_s, last_submit_time=None, end_time=None)
+        write_run_meta(workspace, start_time=None, timeout_s=timeout_s, last_submit_time=None, deadline=None)
     if not workspace.scores.exists():
         write_scores(workspace, [])
     return workspace
@@ -266,6 +272,17 @@ def remove_workspace(root: Path) -> None:
         shutil.rmtree(root)
 
 
+def _link_reference_model_path(workspace: Workspace, subpath: str) -> None:
+    """``models/<org>/<name>`` → ``../<base>``: a link inside models/ (read-only, as models/ is)."""
+    org, _, name = subpath.partition("/")
+    folder = workspace.models / org
+    folder.mkdir(exist_ok=True)
+    link = folder / name
+    if not os.path.lexists(link):
+        link.symlink_to(Path("..") / workspace.base_model_name)
+    folder.chmod(READ_ONLY_DIR)
+
+
 def write_platform_file(path: Path, text: str) -> None:
     """Write atomically, safe in a folder the agent owns.
 
@@ -313,9 +330,12 @@ def write_run_meta(
     start_time: float | None,
     timeout_s: float | None,
     last_submit_time: float | None,
-    end_time: float | None,
+    deadline: float | None,
+    end_time: float | None = None,
 ) -> None:
-    """``run_meta.json``: the budget in epoch seconds (null before the agent's budget starts)."""
+    """``run_meta.json`` in epoch seconds, the reference's fields and ``deadline``: ``start_time``,
+    ``timeout_s`` and ``deadline`` (the budget's end) are null before the agent's budget starts;
+    ``end_time`` is null until the agent's run has ended, then when it ended, as the reference's."""
     write_json(
         workspace.run_meta,
         {
@@ -323,6 +343,7 @@ def write_run_meta(
             "timeout_s": timeout_s,
             "last_submit_time": last_submit_time,
             "end_time": end_time,
+            "deadline": deadline,
         },
     )
 

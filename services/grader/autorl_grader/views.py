@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from autorl.answers import Best
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 
@@ -46,9 +47,21 @@ def baseline_score(session: Session, experiment: Experiment) -> float | None:
     return baseline.score if baseline is not None and baseline.status == SubmissionStatus.SCORED else None
 
 
-def best_view(session: Session, experiment: Experiment) -> dict[str, Any]:
+def best_view(session: Session, experiment: Experiment, baseline: float | None) -> dict[str, Any]:
+    """The best scored submission as the reference's ``best`` carries it: the whole entry that
+    scores.json holds for it (every field null while none is scored)."""
     best = repo.best_submission(session, experiment)
-    return {"submission_id": best.id if best else None, "score": best.score if best else None}
+    if best is None:
+        return dict.fromkeys(Best.model_fields)
+    return {
+        "submission_id": best.id,
+        "score": best.score,
+        "timestamp": iso_utc(best.created_at),
+        "model_path": display_path(experiment, best.model_path),
+        "baseline_score": baseline,
+        "improvement": _improvement(best.score, baseline),
+        "elapsed_seconds": _elapsed_seconds(best),
+    }
 
 
 def own_reused_from(session: Session, experiment: Experiment, submission: Submission) -> int | None:
@@ -70,9 +83,10 @@ class ExperimentTotals:
 
     @classmethod
     def read(cls, session: Session, experiment: Experiment) -> ExperimentTotals:
+        baseline = baseline_score(session, experiment)
         return cls(
-            baseline_score=baseline_score(session, experiment),
-            best=best_view(session, experiment),
+            baseline_score=baseline,
+            best=best_view(session, experiment, baseline),
             total_submissions=repo.agent_submissions_count(session, experiment),
         )
 
@@ -133,6 +147,7 @@ def time_view(experiment: Experiment, last_submit: datetime | None) -> dict[str,
         "start_time": epoch(experiment.start_time),
         "timeout_s": experiment.timeout_s,
         "end_time": end,
+        "deadline": end,
         "remaining": remaining,
         "remaining_s": remaining,
         "last_submit_time": last,

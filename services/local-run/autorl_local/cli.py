@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from autorl.cli import UsageError
@@ -98,18 +99,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=_run)
 
 
+#: The grader keeps ids and limits in 32-bit integers.
+MAX_SUBMISSIONS_LIMIT = 2**31 - 1
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse a number that cannot work before anything starts, naming the flag and the fix."""
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, such as 3600, not {args.timeout:g}"
+        )
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {args.workers}")
+    for flag, value in (("--finish-wait", args.finish_wait), ("--grace-period", args.grace_period)):
+        if not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{flag} must be a number of seconds, 0 or more, such as 30, not {value:g}")
+    limit = args.max_submissions
+    if limit is not None and not 1 <= limit <= MAX_SUBMISSIONS_LIMIT:
+        raise UsageError(
+            f"--max-submissions must be at least 1 (the number of submissions the agent may make), "
+            f"not {limit}; leave it out for the default of 100"
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
     from autorl_local.experiment import LocalRunConfig, run_experiment
     from autorl_local.settings import RunSettings
 
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
-    if args.workers < 1:
-        raise UsageError("--workers must be at least 1")
-    if args.finish_wait < 0 or args.grace_period < 0:
-        raise UsageError("--finish-wait and --grace-period must not be negative")
+    check_numbers(args)
     env = list(args.env)
     if args.env_file is not None:
         from autorl.errors import AutoRLError

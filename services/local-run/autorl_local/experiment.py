@@ -31,7 +31,7 @@ from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.layout import runner_log_subpath
-from autorl.model_sources import model_dir_name, resolve_model
+from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
 from autorl.reports import report_after_run
 from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
@@ -227,6 +227,7 @@ class LocalRun:
             description=task.description(),
             base_model_dir=prepared.base_dir,
             base_model_name=model_dir_name(config.model),
+            reference_model_subpath=reference_model_subpath(config.model),
             train_data_dir=prepared.train_data_dir,
             timeout_s=config.timeout_s,
             max_submissions=config.max_submissions,

@@ -53,12 +53,15 @@ def resolve_agent(agent: str, python: PythonEnv | None = None) -> AgentCommand:
     from autorl_agent_runner.agents.reference_folder import is_agent_folder, load_agent_folder
 
     python = python or current_python()
+    agent = AGENT_ALIASES.get(agent, agent)
     if agent in BUILTIN_AGENTS:
         # -u: the agent's output reaches agent.log as it happens, not when a buffer fills.
         return AgentCommand(agent, (str(python.interpreter), "-u", "-m", BUILTIN_AGENTS[agent]), python)
     path = Path(agent).expanduser()
     if not path.exists():
-        known = ", ".join(sorted(BUILTIN_AGENTS))
+        known = ", ".join(
+            [*sorted(BUILTIN_AGENTS), *(f"{a} = {n}" for a, n in sorted(AGENT_ALIASES.items()))]
+        )
         raise AgentNotFoundError(
             f"unknown agent {agent!r}: not a built-in agent ({known}), an agent folder nor an existing "
             "file; pass a built-in name, a folder with config.yaml, or the path of an executable"

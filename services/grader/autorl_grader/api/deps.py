@@ -59,16 +59,28 @@ async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:
             detail="missing credentials: use the GRADING_SERVER_URL you were given (it carries your token) "
             "or send 'Authorization: Bearer <AUTORL_TOKEN>'",
         )
-    experiment = state.tokens.get(repo.hash_token(token))
-    if experiment is not None:
-        return experiment
-    experiment = await run_in_threadpool(_experiment_by_token, state.db, token)
+    experiment = await _experiment_of(state, token)
     if experiment is None:
         raise HTTPException(
             401,
             detail="unknown or revoked token: use the GRADING_SERVER_URL / AUTORL_TOKEN of your experiment",
         )
-    state.tokens.put(repo.hash_token(token), experiment)
+    return experiment
+
+
+async def get_optional_agent_experiment(request: Request, state: StateDep) -> Experiment | None:
+    """The caller's experiment where it sent its token, else None (for routes anyone may call)."""
+    token = request.path_params.get("token") or _bearer(request)
+    return await _experiment_of(state, token) if token else None
+
+
+async def _experiment_of(state: GraderState, token: str) -> Experiment | None:
+    experiment = state.tokens.get(repo.hash_token(token))
+    if experiment is not None:
+        return experiment
+    experiment = await run_in_threadpool(_experiment_by_token, state.db, token)
+    if experiment is not None:
+        state.tokens.put(repo.hash_token(token), experiment)
     return experiment
 
 
@@ -78,6 +90,7 @@ def _experiment_by_token(db: Database, token: str) -> Experiment | None:
 
 
 AgentExperimentDep = Annotated[Experiment, Depends(get_agent_experiment)]
+OptionalAgentExperimentDep = Annotated[Experiment | None, Depends(get_optional_agent_experiment)]
 
 
 def require_admin(request: Request, settings: SettingsDep) -> None:

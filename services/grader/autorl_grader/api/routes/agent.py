@@ -16,7 +16,7 @@ from autorl.errors import ForbiddenError
 from autorl.request_bodies import SubmitRequest
 from autorl.store import Database, Experiment
 from autorl.store import repository as repo
-from autorl_grader.api.deps import AgentExperimentDep, DbDep, StateDep
+from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExperimentDep, StateDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, wait_for_result
@@ -122,10 +122,17 @@ def visible_gpus() -> list[str]:
 
 
 @router.get("/health", response_model=HealthAnswer)
-def health() -> dict[str, Any]:
+def health(experiment: OptionalAgentExperimentDep) -> dict[str, Any]:
     """``available_gpus``: the GPU ids the reference's optional ``gpu`` field may name. Evaluators
-    here choose their own GPUs, so ``gpu`` is accepted and ignored."""
-    return {"status": "ok", "available_gpus": visible_gpus()}
+    here choose their own GPUs, so ``gpu`` is accepted and ignored. ``task`` and ``workspace`` (as
+    the agent sees it) are the caller's experiment's, as the reference answers them; without this
+    experiment's token (the capability URL or a bearer token) they are null."""
+    return {
+        "status": "ok",
+        "task": experiment.task if experiment else None,
+        "workspace": (experiment.agent_workspace or experiment.workspace) if experiment else None,
+        "available_gpus": visible_gpus(),
+    }
 
 
 @router.post("/set_baseline", status_code=403, responses=refusals(403))

@@ -1,0 +1,44 @@
+"""`autorl run` refuses a number that cannot work before it starts anything: a message naming the
+flag and the fix, exit status 2, no workspace, no service, no results row."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASE = ["run", "-a", "example_grpo", "-t", "arith", "-m", "builtin:tiny-qwen2", "--timeout", "60"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-submissions", "0"], "--max-submissions must be at least 1"),
+        (["--max-submissions", "-5"], "--max-submissions must be at least 1"),
+        (["--max-submissions", "4294967296"], "--max-submissions must be at least 1"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+        (["--timeout", "inf"], "--timeout must be a positive number of seconds"),
+        (["--port", "70000"], "--port must be between 1 and 65535"),
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--finish-wait", "-1"], "--finish-wait must be a number of seconds, 0 or more"),
+        (["--grace-period", "nan"], "--grace-period must be a number of seconds, 0 or more"),
+    ],
+)
+def test_a_bad_number_is_refused_before_anything_starts(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    home = tmp_path / "home"
+    result = subprocess.run(
+        [sys.executable, "-m", "autorl.cli", *BASE, *extra],
+        env={**os.environ, "AUTORL_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not home.exists() or not any(home.rglob("*")), "nothing may be created before the refusal"
