@@ -84,6 +84,7 @@ def test_workspace_layout_and_read_only_parts(tmp_path: Path, tiny_base_model: P
     }
     instructions = (root / "instructions.md").read_text()
     assert "merge_and_unload()" in instructions and "120 seconds" in instructions
+    assert "`deadline` is your budget's end and `end_time` is null until your run has ended" in instructions
     assert "at most 7 submissions" in instructions
     assert workspace is not None
 

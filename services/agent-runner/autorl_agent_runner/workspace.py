@@ -399,12 +399,13 @@ cannot be read: only the grader sees it. `description.md` describes the task and
 | `$DATA_PATH` = `data/` | the train split, **read-only** |
 | `$OUTPUT_DIR` = `output/` | write checkpoints here; only folders under it can be submitted |
 | `code/` | your scripts |
-| `run_meta.json` | `start_time`, `timeout_s`, `last_submit_time`, `end_time` (epoch seconds) |
+| `run_meta.json` | `start_time`, `timeout_s`, `last_submit_time`, `deadline`, `end_time` (epoch seconds) |
 | `scores.json` | a JSON list of your submissions, oldest first, refreshed by the platform |
 | `$GRADING_SERVER_URL` | the grading API; the URL itself carries your credentials |
 | `$TASK`, `$BASE_MODEL` | the task name and the base model |
 
 `run_meta.json` and `scores.json` are copies for convenience; the grading API is the truth.
+In `run_meta.json`, `deadline` is your budget's end and `end_time` is null until your run has ended.
 There is no internet access to model hubs (`HF_HUB_OFFLINE=1`): load models from `$MODEL_PATH`.
 
 ## Your Python
@@ -420,10 +421,10 @@ It is read-only: write your code in `code/`.
 
 ## Time budget
 
-`GET $GRADING_SERVER_URL/time` answers `start_time`, `end_time`, `remaining_s` and
-`last_submit_time`. At `end_time` your processes get SIGTERM, and SIGKILL shortly after; every
-process you started ends then, including background ones. Submissions after `end_time` are
-refused. Save and submit well before the end: an evaluation takes a while.
+`GET $GRADING_SERVER_URL/time` answers `start_time`, `end_time` (= `deadline`, your budget's end),
+`remaining_s` and `last_submit_time`. At `end_time` your processes get SIGTERM, and SIGKILL
+shortly after; every process you started ends then, including background ones. Submissions after
+`end_time` are refused. Save and submit well before the end: an evaluation takes a while.
 
 ## Submitting
 
