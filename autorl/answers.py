@@ -45,6 +45,20 @@ class ProtocolScores(Answer):
     strict: float | None
 
 
+class Comparison(Answer):
+    """A score against the baseline on the same split and the same problems (autorl.uncertainty)."""
+
+    difference: float = Field(description="accuracy minus the baseline's, in points")
+    interval: list[float] = Field(
+        description="95 % interval of the difference in points, [low, high] (Newcombe's paired method 10)"
+    )
+    p_value: float = Field(description="exact (binomial) McNemar p-value of the paired difference")
+    discordant: list[int] = Field(
+        description="[b, c]: problems only this submission got right, problems only the baseline got right"
+    )
+    distinguishable: bool = Field(description="false when the interval contains 0")
+
+
 class SubmissionAnswer(Answer):
     """One submission (or the baseline) as the agent and the operator see it."""
 
@@ -69,6 +83,14 @@ class SubmissionAnswer(Answer):
     created_at: float | None
     finished_at: float | None
     queue_position: int | None = Field(None, description="only while queued or running")
+    interval: list[float] | None = Field(
+        None, description="95 % Wilson interval of the score in percent, [low, high]; null unless scored"
+    )
+    comparison: Comparison | None = Field(
+        None,
+        description="against the baseline on the same problems; null for the baseline itself, "
+        "unless scored, or while the baseline is not",
+    )
 
     @property
     def final(self) -> bool:

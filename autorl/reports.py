@@ -29,6 +29,7 @@ from autorl.errors import AutoRLError, NotFoundError, UsageError
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
+from autorl.uncertainty import Comparison, Evaluated, comparison_of, interval_of
 
 REPORTS_DIR = "reports"
 METRICS_FILE = "metrics.json"
@@ -56,6 +57,9 @@ class SubmissionRecord:
     status: str
     score: float | None
     is_copy_of_base: bool
+    #: 95 % Wilson interval of the score and its comparison with the baseline (autorl.uncertainty).
+    interval: tuple[float, float] | None = None
+    comparison: Comparison | None = None
 
     @property
     def scored(self) -> bool:
@@ -89,6 +93,7 @@ class RunRecord:
             else None
         )
         rows: Sequence[Submission] = repo.experiment_submissions(session, experiment)
+        base_evaluation = Evaluated.of(baseline_row) if baseline is not None and baseline_row else None
         return cls(
             run_id=experiment.name,
             task=experiment.task,
@@ -108,6 +113,9 @@ class RunRecord:
                     status=row.status.value,
                     score=row.score,
                     is_copy_of_base=base_fingerprint is not None and row.fingerprint == base_fingerprint,
+                    # None for a row without a score (failed, queued): nothing to estimate.
+                    interval=interval_of(Evaluated.of(row)),
+                    comparison=comparison_of(Evaluated.of(row), base_evaluation),
                 )
                 for row in rows
                 if not row.is_baseline
@@ -143,6 +151,19 @@ def best_point(points: Sequence[ScoredPoint]) -> ScoredPoint | None:
     return max(points, key=lambda p: (p.score, -p.index), default=None)
 
 
+def best_uncertainty(best: SubmissionRecord | None) -> dict[str, Any]:
+    """The best score's 95 % interval and its paired comparison with the baseline, flat (null
+    where there is no best score, or nothing to compare it with)."""
+    comparison = best.comparison if best is not None else None
+    return {
+        "best_interval": list(best.interval) if best is not None and best.interval is not None else None,
+        "best_difference_interval": list(comparison.interval) if comparison is not None else None,
+        "best_p_value": comparison.p_value if comparison is not None else None,
+        "best_discordant": list(comparison.discordant) if comparison is not None else None,
+        "best_distinguishable": comparison.distinguishable if comparison is not None else None,
+    }
+
+
 def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
     """The reference's process metrics, plus the run's identity and headline numbers.
 
@@ -173,6 +194,7 @@ def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
         "baseline": run.baseline,
         "best_score": best_score,
         "best_submission": best.submission.submission_id if best else None,
+        **best_uncertainty(best.submission if best else None),
         "improvement": None
         if best_score is None or run.baseline is None
         else round(best_score - run.baseline, 4),

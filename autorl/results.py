@@ -173,7 +173,7 @@ def append_row(row: ResultRow, home: Path) -> Path:
     return path
 
 
-def _print_table(rows: list[ResultRow]) -> None:
+def _print_table(rows: list[ResultRow], home: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -182,11 +182,15 @@ def _print_table(rows: list[ResultRow]) -> None:
         console = Console(width=240)  # piped or redirected: whole values, not ellipses at 80 columns
     table = Table(title="AutoRL runs", title_justify="left")
     shown = ("run_id", "task", "agent", "base_model", "baseline", "best_score", "improvement")
-    for name in (*shown, "submissions", "duration_s", "status"):
+    for name in (*shown, "best 95 %", "submissions", "duration_s", "status"):
         table.add_column(name, justify="right" if name in _FLOAT_COLUMNS or name == "submissions" else "left")
     for row in rows:
         cells = [_format_cell(name, getattr(row, name)) or "-" for name in shown]
-        table.add_row(*map(rich_text, cells), str(row.submissions), f"{row.duration_s:.0f}", row.status)
+        # The best score's interval, from the run's report (runs without one show "-").
+        interval = _metric_cell(_report_metrics(home, row.run_id).get("best_interval"))
+        table.add_row(
+            *map(rich_text, cells), interval, str(row.submissions), f"{row.duration_s:.0f}", row.status
+        )
     console.print(table)
 
 
@@ -234,7 +238,20 @@ COMPARED_METRICS = (
     "monotonic_ratio",
     "copy_model_count",
     "time_used_ratio",
+    "best_interval",
+    "best_difference_interval",
+    "best_p_value",
+    "best_distinguishable",
 )
+
+
+def _metric_cell(value: object) -> str:
+    """A report metric as a cell: intervals as ``[low, high]`` in points, two decimals."""
+    if value is None:
+        return "-"
+    if isinstance(value, list) and all(isinstance(v, float | int) for v in value):
+        return "[" + ", ".join(f"{v:.2f}" for v in value) + "]"
+    return str(value)
 
 
 def _report_metrics(home: Path, run_id: str) -> dict[str, Any]:
@@ -263,7 +280,7 @@ def _print_comparison(rows: list[ResultRow], home: Path) -> None:
         table.add_row(name, *[rich_text(_format_cell(name, getattr(row, name)) or "-") for row in rows])
     reports = [_report_metrics(home, row.run_id) for row in rows]
     for name in COMPARED_METRICS:
-        table.add_row(name, *["-" if r.get(name) is None else str(r[name]) for r in reports])
+        table.add_row(name, *[_metric_cell(r.get(name)) for r in reports])
     console.print(table)
 
 
@@ -367,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.compare:
         _print_comparison(rows, home)
     elif rows:
-        _print_table(rows)
+        _print_table(rows, home)
     elif row_filter.describe():
         print(f"no runs match {row_filter.describe()} in {results_path(home)}", file=sys.stderr)
     else:

@@ -162,6 +162,11 @@ class Submission(Base):
     worker: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     details: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    # Per problem of the evaluated split, in its order: "1" judged correct under the headline
+    # protocol, "0" not (autorl.uncertainty); with the digest naming those problems, so that two
+    # evaluations pair problem by problem. None for scores recorded before these were kept.
+    correctness: Mapped[str | None] = mapped_column(Text)
+    problems_digest: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -255,6 +255,8 @@ def take_score(submission: Submission, earlier: Submission) -> None:
     submission.score_flexible = earlier.score_flexible
     submission.score_strict = earlier.score_strict
     submission.n_samples = earlier.n_samples
+    submission.correctness = earlier.correctness
+    submission.problems_digest = earlier.problems_digest
     submission.reused_from = earlier.id
     submission.waits_for = None
     submission.eval_seconds = 0.0
@@ -405,10 +407,13 @@ def record_score(
     seconds: float,
     details: dict[str, object] | None = None,
     protocol: str = "opencompass",
+    correctness: str | None = None,
+    problems_digest: str | None = None,
 ) -> bool:
     """Write a result, only if this worker still holds the submission (no double counting).
-    The headline `score` is the experiment's protocol; the others are kept beside it. The
-    submissions waiting for this evaluation take the same result."""
+    The headline `score` is the experiment's protocol; the others are kept beside it, and so is
+    the headline protocol's per-problem `correctness` on the problems `problems_digest` names
+    (autorl.uncertainty). The submissions waiting for this evaluation take the same result."""
     lock_experiment_of(session, submission_id)
     result = session.execute(
         update(Submission)
@@ -420,6 +425,8 @@ def record_score(
             score_flexible=scores.get("flexible"),
             score_strict=scores.get("strict"),
             n_samples=n_samples,
+            correctness=correctness,
+            problems_digest=problems_digest,
             eval_seconds=seconds,
             details=details,
             finished_at=utcnow(),

@@ -57,6 +57,10 @@ class Task(ABC):
         """Accuracy (0-100, unrounded) under each protocol: ``opencompass``, ``flexible``, ``strict``."""
 
     @abstractmethod
+    def judge(self, completions: Sequence[str], answers: Sequence[str], protocol: str) -> list[bool]:
+        """Per completion, in order: whether it is correct under ``protocol`` (what ``score`` counts)."""
+
+    @abstractmethod
     def reward(self, completions: Sequence[Any], answer: Any, **kwargs: Any) -> list[float]:
         """A TRL reward function: one float per completion."""
 

@@ -178,10 +178,10 @@ def _strict_correct(completion: str, reference: str) -> bool:
 _JUDGES = {"opencompass": _opencompass_correct, "flexible": is_correct, "strict": _strict_correct}
 
 
-def accuracy(
-    completions: Sequence[str], references: Sequence[str], protocol: ScoringProtocol = "opencompass"
-) -> float:
-    """Percentage (0-100, unrounded) of completions judged correct under ``protocol``.
+def judgements(
+    completions: Sequence[str], references: Sequence[str], protocol: ScoringProtocol | str = "opencompass"
+) -> list[bool]:
+    """Whether each completion is judged correct under ``protocol``, in order.
 
     ``references`` are GSM8K answer fields or bare numbers. Raises ``ValueError`` on empty or
     unequal-length input and on an unknown protocol.
@@ -193,8 +193,16 @@ def accuracy(
     if len(completions) != len(references):
         raise ValueError(f"{len(completions)} completions but {len(references)} references")
     judge = _JUDGES[protocol]
-    correct = sum(judge(c, r) for c, r in zip(completions, references, strict=True))
-    return 100 * correct / len(completions)
+    return [judge(c, r) for c, r in zip(completions, references, strict=True)]
+
+
+def accuracy(
+    completions: Sequence[str], references: Sequence[str], protocol: ScoringProtocol = "opencompass"
+) -> float:
+    """Percentage (0-100, unrounded) of completions judged correct under ``protocol``
+    (:func:`judgements`, whose errors it raises)."""
+    judged = judgements(completions, references, protocol)
+    return 100 * sum(judged) / len(judged)
 
 
 # --- tasks in the GSM8K format -----------------------------------------------------------------
@@ -227,6 +235,9 @@ class GSM8KFormatTask(Task):
 
     def score(self, completions: Sequence[str], answers: Sequence[str]) -> dict[str, float]:
         return {protocol: accuracy(completions, answers, protocol) for protocol in PROTOCOLS}
+
+    def judge(self, completions: Sequence[str], answers: Sequence[str], protocol: str) -> list[bool]:
+        return judgements(completions, answers, protocol)
 
     def reward(self, completions: Sequence[Any], answer: Any, **kwargs: Any) -> list[float]:
         return reward(completions, answer, **kwargs)

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from autorl.store import Database
+from autorl.uncertainty import wilson_interval
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
 from tests.support.infra import serve
@@ -35,6 +36,10 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--window-size=1400,1600",
+)
+SCORE_CELLS_JS = (
+    "return Array.from(document.querySelectorAll('#submissions tr[data-id]'),"
+    " tr => [tr.cells[2].innerText.trim(), tr.cells[2].title, tr.cells[2].className])"
 )
 POINTS_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[0].data"
 BASELINE_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[1].data"
@@ -74,11 +79,12 @@ def db(pg_url: str) -> Iterator[Database]:
 
 @pytest.fixture
 def run(db: Database, tmp_path: Path) -> SeededExperiment:
-    """Baseline 10; 12 (no strict score), 30, a failure; the agent's log has a few lines."""
+    """Baseline 10; 12 (no strict score), 30, a failure; the agent's log has a few lines. The
+    baseline and 30 keep their per-problem correctness (10 problems)."""
     run = create_experiment(db, tmp_path / "workspace", started_minutes_ago=6)
-    add_submission(db, run.name, scores=scores(10.0), baseline=True)
+    add_submission(db, run.name, scores=scores(10.0), baseline=True, correctness="1" + "0" * 9)
     add_submission(db, run.name, scores={"opencompass": 12.0, "flexible": 13.0}, minutes=1)
-    add_submission(db, run.name, scores=scores(30.0, strict=28.0), minutes=3)
+    add_submission(db, run.name, scores=scores(30.0, strict=28.0), minutes=3, correctness="111" + "0" * 7)
     add_submission(db, run.name, error="config.json: hidden_size differs from the base model", minutes=4)
     (run.workspace / "agent.log").write_text("phase sft: loss 1.25\nphase grpo: reward 0.40\n")
     return run
@@ -170,6 +176,15 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert [e for e in texts(browser, "#submissions td.error") if e] == [
             "config.json: hidden_size differs from the base model"
         ]
+        # A score's tooltip: its 95 % interval and, but for the baseline, its paired comparison;
+        # a gain the interval cannot tell from 0 is marked as such.
+        score_cells = {text: (title, kind) for text, title, kind in browser.execute_script(SCORE_CELLS_JS)}
+        low, high = wilson_interval(3, 10)
+        title, kind = score_cells["30.00"]
+        assert title.startswith(f"95 % interval {low:.2f}–{high:.2f}\nvs baseline +20.00 points")
+        assert "discordant 2/0" in title and title.endswith("not distinguishable from the baseline")
+        assert "indistinct" in kind
+        assert score_cells["10.00"][0] == "95 % interval {:.2f}–{:.2f}".format(*wilson_interval(1, 10))
 
         # A new submission is queued, then scored: the page follows without a reload.
         browser.execute_script("window.autorlNoReload = true")

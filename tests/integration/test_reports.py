@@ -13,6 +13,7 @@ from autorl.cli import main
 from autorl.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
 from autorl.settings import HomeSettings
 from autorl.store import Database, migrate
+from autorl.uncertainty import wilson_interval
 from tests.support.png import color_blobs
 from tests.support.runs import add_submission, create_experiment, finish, scores
 
@@ -32,13 +33,16 @@ def db(home: Path) -> Database:
 
 @pytest.fixture
 def run_id(db: Database, tmp_path: Path) -> str:
-    """Baseline 10; then 12, a failure, a copy of the base model (reuses 10), 30 (best), 20."""
+    """Baseline 10; then 12, a failure, a copy of the base model (reuses 10), 30 (best), 20. The
+    baseline and the best keep their per-problem correctness (10 problems)."""
     run = create_experiment(db, tmp_path / "workspace", started_minutes_ago=10)
-    add_submission(db, run.name, scores=scores(10.0), files="base-model", baseline=True)
+    add_submission(
+        db, run.name, scores=scores(10.0), files="base-model", baseline=True, correctness="1" + "0" * 9
+    )
     add_submission(db, run.name, scores=scores(12.0), minutes=1)
     add_submission(db, run.name, error="config.json: not the base architecture", minutes=2)
     add_submission(db, run.name, files="base-model", minutes=3)
-    add_submission(db, run.name, scores=scores(30.0, strict=25.0), minutes=5)
+    add_submission(db, run.name, scores=scores(30.0, strict=25.0), minutes=5, correctness="111" + "0" * 7)
     add_submission(db, run.name, scores=scores(20.0), minutes=6)
     finish(db, run.name)
     return run.name
@@ -61,6 +65,11 @@ def test_metrics_follow_the_reference_names_and_definitions(home: Path, run_id: 
     assert metrics["last_submit_gap"] == pytest.approx(240, abs=30)
     assert (metrics["baseline"], metrics["best_score"], metrics["improvement"]) == (10.0, 30.0, 20.0)
     assert metrics["status"] == "completed" and metrics["total_submissions"] == 5
+    # The best score's 95 % interval and its paired comparison with the baseline (2 gains, no loss).
+    assert metrics["best_interval"] == pytest.approx(list(wilson_interval(3, 10)))
+    assert metrics["best_discordant"] == [2, 0] and metrics["best_p_value"] == 0.5
+    assert metrics["best_difference_interval"][0] < 0 < metrics["best_difference_interval"][1]
+    assert metrics["best_distinguishable"] is False
 
 
 def test_trajectory_png_shows_each_scored_submission_where_its_score_is(home: Path, run_id: str) -> None:

@@ -31,6 +31,8 @@ def submission_answer(submission_id: int, **fields: Any) -> SubmissionAnswer:
         "ignored_files": [],
         "created_at": 1767225600.0,
         "finished_at": None,
+        "interval": None,
+        "comparison": None,
     }
     return SubmissionAnswer.model_validate({**defaults, **fields})
 

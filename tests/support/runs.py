@@ -65,11 +65,14 @@ def add_submission(
     files: str | None = None,
     baseline: bool = False,
     folder: str | None = None,
+    correctness: str | None = None,
 ) -> int:
     """A submission made ``minutes`` after the budget started: scored with ``scores`` (headline =
     opencompass), failed with ``error``, or left queued. ``files`` names its content: equal names are
     identical files (a second one reuses the first one's score, as the grader does). ``folder`` names
-    its checkpoint folder in ``output/`` (default: a random one)."""
+    its checkpoint folder in ``output/`` (default: a random one). ``correctness`` is its per-problem
+    correctness string (autorl.uncertainty), all taken on the same problems; ``n_samples`` is its
+    length, else 10."""
     fingerprint = hashlib.sha256((files or uuid.uuid4().hex).encode()).hexdigest()
     with db.session() as session:
         experiment = repo.get_experiment(session, name)
@@ -92,7 +95,16 @@ def add_submission(
         assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
         if scores is not None:
-            repo.record_score(session, submission_id, worker=WORKER, scores=scores, n_samples=10, seconds=1.5)
+            repo.record_score(
+                session,
+                submission_id,
+                worker=WORKER,
+                scores=scores,
+                n_samples=len(correctness) if correctness else 10,
+                seconds=1.5,
+                correctness=correctness,
+                problems_digest=PROBLEMS_DIGEST if correctness else None,
+            )
         else:
             repo.record_failure(
                 session,
@@ -102,6 +114,10 @@ def add_submission(
                 worker=WORKER,
             )
     return submission_id
+
+
+#: The digest of the problems every seeded correctness string was taken on.
+PROBLEMS_DIGEST = "0" * 64
 
 
 def scores(value: float, strict: float | None = None) -> dict[str, float]:

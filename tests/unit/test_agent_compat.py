@@ -177,7 +177,14 @@ def test_runtime_paths_cover_the_interpreters_prefix_and_import_path() -> None:
 
 def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path, "tiny")
-    later = submission_answer(9, score=50.0, timestamp="t9")
+    comparison = {
+        "difference": 2.0,
+        "interval": [-0.5, 4.5],
+        "p_value": 0.625,
+        "discordant": [3, 1],
+        "distinguishable": False,
+    }
+    later = submission_answer(9, score=50.0, timestamp="t9", interval=[40.4, 59.6], comparison=comparison)
     earlier = submission_answer(4, score=40.0, timestamp="t4")
     write_scores(workspace, [later, earlier])
     written = json.loads(workspace.scores.read_text())
@@ -185,6 +192,9 @@ def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None
         (4, 40.0, "t4"),
         (9, 50.0, "t9"),
     ]
+    # Every score carries its interval and its comparison with the baseline, as answered.
+    assert written[1]["interval"] == [40.4, 59.6] and written[1]["comparison"] == comparison
+    assert written[0]["interval"] is None and written[0]["comparison"] is None
     # Each object as the grader answers it: its fields, none added ("queue_position" only while queued).
     assert set(written[0]) == set(SubmissionAnswer.model_fields) - {"queue_position"}
     write_scores(workspace, [])

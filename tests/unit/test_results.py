@@ -165,10 +165,22 @@ def test_results_compare_shows_runs_side_by_side_with_their_report_metrics(
     append_row(row("20261130-121500-arith-cccccc"), tmp_path)
     report = tmp_path / "runs" / "20261130-101500-arith-aaaaaa" / "reports" / "metrics.json"
     report.parent.mkdir(parents=True)
-    report.write_text(json.dumps({"time_to_best": 123.4, "monotonic_ratio": 0.75}))
+    report.write_text(
+        json.dumps(
+            {
+                "time_to_best": 123.4,
+                "monotonic_ratio": 0.75,
+                "best_interval": [37.318, 42.771],
+                "best_difference_interval": [1.254, 6.5],
+                "best_p_value": 0.0012,
+                "best_distinguishable": True,
+            }
+        )
+    )
     args = ["results", "--home", str(tmp_path), "--compare", "20261130-1115", "20261130-101500-arith-aaaaaa"]
     assert main(args) == 0
     out = capsys.readouterr().out
+    assert "[37.32, 42.77]" in out and "[1.25, 6.50]" in out and "0.0012" in out
     assert "20261130-101500-arith-aaaaaa" in out and "20261130-111500-arith-bbbbbb" in out
     assert "20261130-121500-arith-cccccc" not in out
     lines = {line.split()[1]: line for line in out.splitlines() if line.count("│") >= 3}
@@ -204,3 +216,16 @@ def test_results_table_shows_cells_as_inert_text(tmp_path: Path, capsys: pytest.
         out = capsys.readouterr().out
         assert "[/bold]agent[link=https://evil.example]x\\x1b]0;t\\x07" in out and "m\\u202e" in out
         assert "[bold" in out and "\x1b" not in out and "\u202e" not in out
+
+
+def test_results_table_shows_the_best_scores_interval_from_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    append_row(row("20261130-101500-arith-aaaaaa", best_score=40.0, improvement=40.0), tmp_path)
+    append_row(row("20261130-111500-arith-bbbbbb"), tmp_path)
+    report = tmp_path / "runs" / "20261130-101500-arith-aaaaaa" / "reports" / "metrics.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"best_interval": [37.318, 42.771]}))
+    assert main(["results", "--home", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "arith-" in line]
+    assert "[37.32, 42.77]" in lines[0] and "[" not in lines[1]  # a run without a report shows "-"

@@ -30,6 +30,7 @@ from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
+from autorl.uncertainty import encode_correctness, problems_digest
 from autorl.untrusted_text import log_printable_lines
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 from autorl_evaluator.settings import WorkerSettings
@@ -123,6 +124,11 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             test_data_loaded = True
             backend = get_backend(run_settings.eval_backend)
             result = backend.evaluate(model_dir, task, problems, run_settings)
+            answers = [problem.answer for problem in problems]
+            correctness = encode_correctness(task.judge(result.completions, answers, config.protocol))
+            digest = problems_digest(
+                [text for problem in problems for text in (problem.question, problem.answer)]
+            )
         _write_predictions(predictions_path(settings, submission_id), problems, result.completions)
     except Exception as exc:
         if test_data_loaded:
@@ -158,6 +164,8 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             seconds=seconds,
             details=result.details,
             protocol=config.protocol,
+            correctness=correctness,
+            problems_digest=digest,
         )
     if recorded and snapshot:
         _remove_snapshot(settings, snapshot)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from autorl.answers import Best
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
+from autorl.uncertainty import Evaluated, comparison_of, interval_of
 
 
 def epoch(dt: datetime | None) -> float | None:
@@ -80,15 +81,33 @@ class ExperimentTotals:
     baseline_score: float | None
     best: dict[str, Any]
     total_submissions: int
+    #: The scored baseline's evaluation, which every score is compared with.
+    baseline: Evaluated | None = None
 
     @classmethod
     def read(cls, session: Session, experiment: Experiment) -> ExperimentTotals:
         baseline = baseline_score(session, experiment)
+        baseline_row = repo.baseline_submission(session, experiment)
         return cls(
             baseline_score=baseline,
             best=best_view(session, experiment, baseline),
             total_submissions=repo.agent_submissions_count(session, experiment),
+            baseline=Evaluated.of(baseline_row) if baseline is not None and baseline_row else None,
         )
+
+
+def uncertainty_view(submission: Submission, baseline: Evaluated | None) -> dict[str, Any]:
+    """The score's 95 % interval and its comparison with the baseline on the same problems (the
+    baseline itself is the reference of every comparison: it has none)."""
+    if submission.status != SubmissionStatus.SCORED:
+        return {"interval": None, "comparison": None}
+    own = Evaluated.of(submission)
+    interval = interval_of(own)
+    comparison = None if submission.is_baseline else comparison_of(own, baseline)
+    return {
+        "interval": list(interval) if interval is not None else None,
+        "comparison": comparison.as_dict() if comparison is not None else None,
+    }
 
 
 def submission_view(
@@ -123,6 +142,7 @@ def submission_view(
         "ignored_files": submission.ignored_files or [],
         "created_at": epoch(submission.created_at),
         "finished_at": epoch(submission.finished_at),
+        **uncertainty_view(submission, totals.baseline),
     }
     if not submission.status.final:
         view["queue_position"] = repo.queue_position(session, submission)

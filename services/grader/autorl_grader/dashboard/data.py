@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.orm import Session
 
+from autorl.answers import Comparison
 from autorl.reports import RunRecord, compute_metrics
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
@@ -71,6 +72,8 @@ class SubmissionRow(BaseModel):
     created_at: float | None
     finished_at: float | None
     t_s: float | None = Field(description="seconds from the start of the budget to the submission")
+    interval: list[float] | None = Field(None, description="95 % Wilson interval of the score, percent")
+    comparison: Comparison | None = Field(None, description="against the baseline on the same problems")
 
 
 class ChartPoint(BaseModel):

@@ -226,12 +226,28 @@
     chart.update("none");
   }
 
+  // A score's 95 % interval and its paired comparison with the baseline, for the score's tooltip.
+  function uncertaintyText(sub) {
+    if (!sub.interval) return "";
+    const lines = [`95 % interval ${num(sub.interval[0])}–${num(sub.interval[1])}`];
+    const c = sub.comparison;
+    if (c) {
+      lines.push(
+        `vs baseline ${signed(c.difference)} points (95 % ${signed(c.interval[0])} to ${signed(c.interval[1])}), ` +
+          `McNemar p = ${Number(c.p_value).toPrecision(3)}, discordant ${c.discordant[0]}/${c.discordant[1]}`,
+        c.distinguishable ? "distinguishable from the baseline" : "not distinguishable from the baseline",
+      );
+    }
+    return lines.join("\n");
+  }
+
   function submissionRow(sub) {
     const tr = document.createElement("tr");
     tr.dataset.id = String(sub.submission_id);
     cell(tr, sub.is_baseline ? `${sub.submission_id} (baseline)` : String(sub.submission_id), "num");
     cell(tr, sub.status, "status-" + sub.status);
-    cell(tr, num(sub.score), "num");
+    const score = cell(tr, num(sub.score), sub.comparison && !sub.comparison.distinguishable ? "num indistinct" : "num");
+    score.title = uncertaintyText(sub);
     cell(tr, sub.status === "queued" && sub.queue_position ? `#${sub.queue_position}` : sub.status === "running" ? "evaluating" : "–");
     cell(tr, num(sub.eval_seconds, 1), "num");
     cell(tr, sub.reused ? `yes (from #${sub.reused_from})` : "");

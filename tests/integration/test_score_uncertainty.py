@@ -1,0 +1,143 @@
+"""Every score carries its 95 % interval and its paired comparison with the baseline, end to end:
+the real job function (``hf`` backend, tiny model) stores each evaluation's per-problem
+correctness, and the grader's ``/submit``, ``/submissions/N`` and ``/scores`` answers carry
+``interval`` and ``comparison``; the baseline's own answer has an interval and no comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autorl.answers import SubmissionAnswer
+from autorl.store import Database
+from autorl.store import repository as repo
+from autorl.uncertainty import compare, wilson_interval
+from autorl_evaluator.jobs import evaluate, predictions_path
+from autorl_grader.main import create_app
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.runs import add_submission, create_experiment, scores
+from tests.support.settings import DeploymentSettings
+
+LIMIT = 3
+MAX_NEW_TOKENS = 6
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
+    return make_settings(
+        database_url=pg_url,
+        eval_backend="hf",
+        eval_limit=LIMIT,
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        submit_wait_s=0.0,
+    )
+
+
+@pytest.fixture
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[Database]:
+    database = Database(pg_url)
+    yield database
+    database.dispose()
+
+
+def get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
+    response = client.get(f"{experiment.url_path}{path}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    asked = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
+    baseline_id = asked.json()["submission_id"]
+    assert evaluate(baseline_id, settings)["status"] == "scored"
+    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    accepted = client.post(
+        f"{experiment.url_path}/submit", json={"model_path": "output/a"}, params={"wait": "false"}
+    )
+    assert accepted.status_code == 202, accepted.text
+    submission_id = accepted.json()["submission_id"]
+    assert evaluate(submission_id, settings)["status"] == "scored"
+
+    with db.session() as session:
+        row = repo.get_submission(session, submission_id)
+        baseline_row = repo.get_submission(session, baseline_id)
+        correctness, baseline_correctness = row.correctness, baseline_row.correctness
+        assert row.problems_digest == baseline_row.problems_digest and row.problems_digest
+    assert correctness is not None and baseline_correctness is not None
+    assert len(correctness) == LIMIT and set(correctness) <= {"0", "1"}
+    # The string is what the score counts.
+    answer = get(client, experiment, f"/submissions/{submission_id}")
+    assert answer["score"] == pytest.approx(100 * correctness.count("1") / LIMIT)
+    assert answer["interval"] == pytest.approx(list(wilson_interval(correctness.count("1"), LIMIT)))
+    expected = compare(correctness, baseline_correctness)
+    assert answer["comparison"] == expected.as_dict()  # JSON numbers round-trip exactly
+    assert answer["comparison"]["distinguishable"] is False  # three problems tell nothing apart
+    SubmissionAnswer.model_validate(answer)
+
+    listed = {s["submission_id"]: s for s in get(client, experiment, "/scores")["submissions"]}
+    assert listed[submission_id]["comparison"] == answer["comparison"]
+    # The baseline: an interval, and no comparison (it is what every score is compared with).
+    base = get(client, experiment, f"/submissions/{baseline_id}")
+    assert base["interval"] == pytest.approx(list(wilson_interval(baseline_correctness.count("1"), LIMIT)))
+    assert base["comparison"] is None
+
+    # /submit of the base model's own files answers at once, reusing the baseline's evaluation:
+    # the same problems, right and wrong alike, so no discordant pair and no difference.
+    copy_model(tiny_base_model, experiment.output_dir / "copy")
+    reused = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/copy"})
+    assert reused.status_code == 200, reused.text
+    body = reused.json()
+    assert body["interval"] == pytest.approx(list(wilson_interval(baseline_correctness.count("1"), LIMIT)))
+    assert body["comparison"]["discordant"] == [0, 0] and body["comparison"]["difference"] == 0
+    assert body["comparison"]["p_value"] == 1.0 and body["comparison"]["distinguishable"] is False
+    assert predictions_path(settings, submission_id).is_file()
+
+
+def test_the_baseline_has_an_interval_and_no_comparison_and_a_clear_gain_is_distinguishable(
+    client: TestClient, settings: DeploymentSettings, db: Database, tmp_path: Path
+) -> None:
+    run = create_experiment(db, tmp_path / "workspace", started_minutes_ago=5)
+    baseline = "1" * 60 + "0" * 140
+    better = "1" * 60 + "1" * 40 + "0" * 100  # 40 gains, no losses: 30 % -> 50 %
+    noisy = "0" * 3 + "1" * 57 + "1" * 4 + "0" * 136  # 4 gains, 3 losses: 30 % -> 30.5 %
+    base_id = add_submission(db, run.name, scores=scores(30.0), baseline=True, correctness=baseline)
+    better_id = add_submission(db, run.name, scores=scores(50.0), minutes=1, correctness=better)
+    noisy_id = add_submission(db, run.name, scores=scores(30.5), minutes=2, correctness=noisy)
+    # Scored before per-problem correctness was kept:
+    old_id = add_submission(db, run.name, scores=scores(40.0), minutes=3)
+    failed_id = add_submission(db, run.name, error="failed", minutes=4)
+    experiment = RegisteredExperiment(
+        name=run.name,
+        token=run.token,
+        url_path=f"/a/{run.token}",
+        workspace=run.workspace,
+        output_dir=run.workspace / "output",
+        view={},
+    )
+    listed = {s["submission_id"]: s for s in get(client, experiment, "/scores")["submissions"]}
+
+    base = get(client, experiment, f"/submissions/{base_id}")
+    assert base["interval"] == pytest.approx(list(wilson_interval(60, 200))) and base["comparison"] is None
+    clear = get(client, experiment, f"/submissions/{better_id}")["comparison"]
+    assert clear["difference"] == pytest.approx(20.0) and clear["discordant"] == [40, 0]
+    assert clear["distinguishable"] is True and clear["p_value"] < 1e-9 and clear["interval"][0] > 0
+    unclear = get(client, experiment, f"/submissions/{noisy_id}")["comparison"]
+    assert unclear["discordant"] == [4, 3] and unclear["distinguishable"] is False
+    # A score recorded without per-problem correctness still has an interval (from its score and
+    # its number of problems) but nothing to pair with; a failure has neither.
+    assert listed[old_id]["interval"] == pytest.approx(list(wilson_interval(4, 10)))
+    assert listed[old_id]["comparison"] is None
+    assert (listed[failed_id]["interval"], listed[failed_id]["comparison"]) == (None, None)

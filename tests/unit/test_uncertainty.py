@@ -1,0 +1,130 @@
+"""Each statistic of autorl.uncertainty against a reference on fixed data: statsmodels for the
+Wilson interval and the exact McNemar test, a published worked example for Newcombe's paired
+interval (Fagerland, Lydersen and Laake, *Statistical Analysis of Contingency Tables*, 2017, ch. 8:
+Cavo et al. 2012, whose value the R package contingencytables reproduces in its tests)."""
+
+from __future__ import annotations
+
+import pytest
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.proportion import proportion_confint
+
+from autorl.uncertainty import (
+    accuracy_interval,
+    compare,
+    encode_correctness,
+    mcnemar_exact_p,
+    paired_difference_interval,
+    problems_digest,
+    wilson_interval,
+)
+
+# correct, n: ordinary scores, 0 % and 100 %, one problem, a GSM8K-size split.
+WILSON_CASES = [(0, 1), (1, 1), (0, 1319), (1319, 1319), (1, 1319), (822, 1319), (7, 20), (50, 100)]
+
+
+@pytest.mark.parametrize(("correct", "n"), WILSON_CASES)
+def test_wilson_interval_equals_statsmodels(correct: int, n: int) -> None:
+    low, high = proportion_confint(correct, n, alpha=0.05, method="wilson")
+    assert wilson_interval(correct, n) == pytest.approx((100 * low, 100 * high), abs=1e-9)
+
+
+def test_wilson_interval_of_a_gsm8k_score_is_about_five_points_wide() -> None:
+    low, high = wilson_interval(822, 1319)  # 62.32 %
+    assert low < 100 * 822 / 1319 < high
+    assert 4.5 < high - low < 5.5
+
+
+def test_wilson_interval_refuses_impossible_counts() -> None:
+    for correct, n in [(0, 0), (2, 1), (-1, 3)]:
+        with pytest.raises(ValueError, match="correct"):
+            wilson_interval(correct, n)
+
+
+# gains (right only in the new evaluation), losses (right only in the baseline)
+MCNEMAR_CASES = [(0, 0), (1, 0), (0, 1), (3, 9), (9, 3), (10, 10), (0, 25), (40, 61), (130, 95)]
+
+
+@pytest.mark.parametrize(("gains", "losses"), MCNEMAR_CASES)
+def test_mcnemar_exact_p_equals_statsmodels(gains: int, losses: int) -> None:
+    expected = mcnemar([[100, gains], [losses, 100]], exact=True).pvalue
+    assert mcnemar_exact_p(gains, losses) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mcnemar_without_discordant_pairs_is_one() -> None:
+    assert mcnemar_exact_p(0, 0) == 1.0
+
+
+def test_newcombe_interval_equals_the_published_example() -> None:
+    # Cavo et al. (2012): 59 both, 6 first only, 16 second only, 80 neither:
+    # estimate -0.0621 (95 % CI -0.1186 to -0.0046).
+    low, high = paired_difference_interval(59, 6, 16, 80)
+    assert (round(low / 100, 4), round(high / 100, 4)) == (-0.1186, -0.0046)
+
+
+@pytest.mark.parametrize(
+    ("both", "gains", "losses", "neither"),
+    [
+        (0, 0, 0, 1),
+        (1, 0, 0, 0),
+        (0, 1, 0, 0),
+        (0, 0, 1, 0),
+        (0, 0, 0, 1319),
+        (1319, 0, 0, 0),
+        (0, 1319, 0, 0),
+    ],
+)
+def test_newcombe_interval_at_the_edges_is_inside_its_range_and_holds_the_estimate(
+    both: int, gains: int, losses: int, neither: int
+) -> None:
+    low, high = paired_difference_interval(both, gains, losses, neither)
+    estimate = 100 * (gains - losses) / (both + gains + losses + neither)
+    assert -100 <= low <= estimate <= high <= 100
+
+
+def test_comparison_of_correctness_strings() -> None:
+    baseline = encode_correctness([True, True, False, False, True, False])
+    submission = encode_correctness([True, False, True, True, True, True])
+    comparison = compare(submission, baseline)
+    assert comparison.discordant == (3, 1)
+    assert comparison.difference == pytest.approx(100 * 2 / 6)
+    assert comparison.p_value == pytest.approx(mcnemar([[2, 3], [1, 0]], exact=True).pvalue)
+    assert comparison.interval == pytest.approx(paired_difference_interval(2, 3, 1, 0))
+    assert comparison.distinguishable is False  # six problems say little
+    assert comparison.as_dict()["discordant"] == [3, 1]
+
+
+def test_a_large_paired_gain_is_distinguishable_and_a_small_one_is_not() -> None:
+    baseline = "1" * 600 + "0" * 719
+    big = "1" * 600 + "1" * 100 + "0" * 619  # +100 problems, no losses
+    small = "1" * 590 + "0" * 10 + "1" * 20 + "0" * 699  # +20, -10
+    assert compare(big, baseline).distinguishable is True
+    assert compare(big, baseline).p_value < 1e-20
+    assert compare(small, baseline).distinguishable is False
+    assert compare(small, baseline).interval[0] < 0 < compare(small, baseline).interval[1]
+
+
+def test_identical_evaluations_have_no_discordant_pairs_and_no_difference() -> None:
+    for correctness in ["1", "0", "1" * 1319, "0" * 1319, "10" * 50]:
+        comparison = compare(correctness, correctness)
+        assert comparison.discordant == (0, 0)
+        assert comparison.difference == 0
+        assert comparison.p_value == 1.0
+        assert comparison.distinguishable is False
+
+
+def test_accuracy_interval_reads_the_correctness_string() -> None:
+    assert accuracy_interval("1101") == wilson_interval(3, 4)
+    assert accuracy_interval("0") == pytest.approx((0.0, wilson_interval(0, 1)[1]))
+
+
+@pytest.mark.parametrize(("correctness", "baseline"), [("", "1"), ("1", "10"), ("1x", "10")])
+def test_comparison_refuses_strings_of_different_problems(correctness: str, baseline: str) -> None:
+    with pytest.raises(ValueError, match=r"problem|only '0' and '1'"):
+        compare(correctness, baseline)
+
+
+def test_problems_digest_depends_on_order_and_boundaries() -> None:
+    assert problems_digest(["a", "b"]) != problems_digest(["b", "a"])
+    assert problems_digest(["ab", "c"]) != problems_digest(["a", "bc"])
+    assert problems_digest(["a", "b"]) == problems_digest(["a", "b"])
