@@ -1,6 +1,6 @@
 """What the documents name exists: every `autorl` command and flag (as `--help` lists them), every
-`make` target, every path of this repository (and test named in it), and every measured figure
-(as bench/results holds it). A renamed flag, a moved file or a re-measured number fails here, not
+`make` target, every path of this repository (and test named in it), every measured figure (as
+bench/results holds it) and every setting's default (as its settings class holds it). A renamed flag, a moved file or a re-measured number fails here, not
 in a reader's terminal."""
 
 from __future__ import annotations
@@ -231,3 +231,48 @@ def test_every_measured_figure_is_in_the_bench_results(document: Path) -> None:
         if not any(round(n * scale, places) == shown for n in bench_numbers() for scale in scales):
             wrong.append(f"{match.group(0)}: {text[max(0, match.start() - 80) : match.end()]!r}")
     assert not wrong, f"{relative(document)} states figures bench/results does not hold:\n" + "\n".join(wrong)
+
+
+def settings_defaults() -> dict[str, object]:
+    """Every ``AUTORL_*`` setting's default, by its variable's name, from each service's settings class."""
+    from autorl.settings import AutoRLSettings
+    from autorl_agent_runner.settings import AgentRunnerSettings
+    from autorl_controller.operator.settings import ControllerSettings
+    from autorl_evaluator.settings import WorkerSettings
+    from autorl_grader.settings import GraderSettings
+    from autorl_local.settings import RunSettings
+
+    defaults: dict[str, object] = {}
+    classes: list[type[AutoRLSettings]] = [
+        GraderSettings,
+        WorkerSettings,
+        AgentRunnerSettings,
+        ControllerSettings,
+        RunSettings,
+    ]
+    for cls in classes:
+        for name, field in cls.model_fields.items():
+            defaults[f"AUTORL_{name.upper()}"] = field.default
+    return defaults
+
+
+def test_every_setting_default_a_document_states_is_the_settings() -> None:
+    """`AUTORL_X` (default N) or `AUTORL_X` (N ...) says what the settings class holds."""
+    defaults = settings_defaults()
+    stated = 0
+    wrong = []
+    for document in DOCUMENTS:
+        text = document.read_text(encoding="utf-8")
+        for name, number in re.findall(
+            r"`(AUTORL_[A-Z_]+)`(?: ?\((?:default )?|,? default )(\d[\d,]*(?:\.\d+)?)", text
+        ):
+            if name not in defaults:
+                continue
+            stated += 1
+            value = defaults[name]
+            if not isinstance(value, int | float) or float(value) != float(number.replace(",", "")):
+                wrong.append(
+                    f"{relative(document)}: {name} is said to default to {number}, the settings say {value}"
+                )
+    assert stated >= 8
+    assert not wrong, "\n".join(wrong)
