@@ -1,7 +1,8 @@
 """What the documents name exists: every `autorl` command and flag (as `--help` lists them), every
-`make` target, every path of this repository (and test named in it), every measured figure (as
-bench/results holds it) and every setting's default (as its settings class holds it). A renamed flag, a moved file or a re-measured number fails here, not
-in a reader's terminal."""
+`make` target, every path of this repository (and test named in it), every section a citation
+names, every measured figure (as bench/results holds it) and every setting's default (as its
+settings class holds it). A renamed flag, a moved file or a re-measured number fails here, not in
+a reader's terminal."""
 
 from __future__ import annotations
 
@@ -275,4 +276,36 @@ def test_every_setting_default_a_document_states_is_the_settings() -> None:
                     f"{relative(document)}: {name} is said to default to {number}, the settings say {value}"
                 )
     assert stated >= 8
+    assert not wrong, "\n".join(wrong)
+
+
+def sections(document: Path) -> set[str]:
+    """What a citation may name: a heading (without its step number or code quotes) or the bold
+    label a list item starts with (`- **One evaluation for identical files in flight.**`)."""
+    text = document.read_text(encoding="utf-8")
+    found = {
+        re.sub(r"^\d+\.\s*", "", line.lstrip("#").strip()).replace("`", "")
+        for line in text.splitlines()
+        if line.startswith("#")
+    }
+    found |= {
+        label.rstrip(".").replace("`", "") for label in re.findall(r"^\s*- \*\*([^*]+)\*\*", text, re.M)
+    }
+    return found
+
+
+def test_every_section_a_document_cites_exists() -> None:
+    """`docs/NAME.md, "Section"` in a document leads to a heading (or labelled item) of that name."""
+    wrong = []
+    cited = 0
+    for document in DOCUMENTS:
+        text = " ".join(document.read_text(encoding="utf-8").split())  # a citation may span lines
+        for name, section in re.findall(r'\b((?:docs/)?[A-Z]+\.md),? "([^"]+)"', text):
+            cited += 1
+            target = REPO_ROOT / (name if "/" in name or name == "README.md" else f"docs/{name}")
+            if not target.is_file():
+                wrong.append(f"{relative(document)}: {name} does not exist")
+            elif not any(heading.startswith(section.replace("`", "")) for heading in sections(target)):
+                wrong.append(f'{relative(document)}: {name} has no section "{section}"')
+    assert cited > 10  # the documents do cite one another
     assert not wrong, "\n".join(wrong)
