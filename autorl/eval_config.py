@@ -6,6 +6,15 @@ worker validates the recorded config back and obeys it, whatever its own environ
 key is what makes two scores comparable: identical weights reuse a score, and the baseline cache
 hits, only under the same key. How long an evaluation may run and how prompts are batched are
 recorded too, but they do not change a score, so they stay out of the key.
+
+The key is the first 32 hex digits of the SHA-256 of a canonical JSON object of named fields
+(:meth:`EvalConfig.key_fields`; docs/EVALUATION.md, "Evaluation key"): the task and the SHA-256 of
+its evaluated split, the prompt version, the backend and the versions of the packages it runs
+with, the decoding settings, the headline protocol and the scoring protocol version. The fields are
+stored beside the key (the experiment's ``eval_config``), so two keys that differ name what differs
+(:func:`differing_fields`). The split's hash and the package versions are facts of the evaluator:
+the grader records them as the evaluators last measured them, and every evaluation records the key
+it was really computed under (a first evaluation completes a key recorded without them).
 """
 
 from __future__ import annotations
@@ -18,8 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autorl.settings import EvaluationSettings
 
-#: Bump when scoring or prompting changes in a way that changes numbers.
-EVAL_PROTOCOL_VERSION = 1
+#: The scoring protocol version: bump when scoring or prompting changes in a way that changes
+#: numbers. Every key then changes, so no score and no cached baseline of the old protocol is reused:
+#: baselines are evaluated again. 2: the key covers the split's hash, the prompt version, the
+#: backend's package versions and the decoding.
+EVAL_PROTOCOL_VERSION = 2
+#: How every backend decodes: greedy (no sampling), one answer per problem.
+DECODING = "greedy"
+#: Fields the evaluator measures (the grader records them as last measured, or leaves them unset).
+MEASURED_FIELDS = ("data_sha256", "backend_versions")
+#: Fields of the key added with protocol 2: left out of the hash while unset, so that configs
+#: recorded before them keep their keys.
+LATER_KEY_FIELDS = frozenset({"prompt_version", "decoding", *MEASURED_FIELDS})
 #: Recorded settings that bound or batch the work but never change a score.
 RUN_ONLY_FIELDS = frozenset({"timeout_s", "batch_size"})
 
@@ -41,30 +60,67 @@ class EvalConfig(BaseModel):
     #: Recorded since the grader owns them; configs recorded before have neither (the worker's own apply).
     timeout_s: int | None = None
     batch_size: int | None = None
+    prompt_version: str | None = Field(default=None, description="the task's prompt template version")
+    decoding: str | None = Field(default=None, description="how answers are decoded (greedy)")
+    data_sha256: str | None = Field(
+        default=None, description="SHA-256 of the whole evaluated split as JSON lines (before any limit)"
+    )
+    backend_versions: dict[str, str] | None = Field(
+        default=None, description="the versions of the packages the backend evaluates with"
+    )
 
     @classmethod
     def record(
-        cls, task_name: str, settings: EvaluationSettings, *, protocol: str = "opencompass"
+        cls,
+        task_name: str,
+        settings: EvaluationSettings,
+        *,
+        protocol: str = "opencompass",
+        measured: dict[str, Any] | None = None,
     ) -> EvalConfig:
-        """What the grader records for a new experiment of task ``task_name``."""
+        """What the grader records for a new experiment of task ``task_name``; ``measured``: the
+        split's hash and package versions the evaluators last measured (:data:`MEASURED_FIELDS`)."""
         from autorl.tasks import get_task
 
         task = get_task(task_name)
+        facts = {name: value for name, value in (measured or {}).items() if name in MEASURED_FIELDS}
         return cls(
             task=task.name,
             backend=settings.eval_backend,
             protocol=protocol,
+            protocol_version=EVAL_PROTOCOL_VERSION,
             max_new_tokens=settings.eval_max_new_tokens or task.max_new_tokens,
             limit=settings.eval_limit,
             timeout_s=settings.eval_timeout_s,
             batch_size=settings.eval_batch_size,
+            prompt_version=task.prompt_version,
+            decoding=DECODING,
+            **facts,
         )
+
+    def key_fields(self) -> dict[str, Any]:
+        """The named fields the key hashes: everything that changes a score (the run-only fields
+        left out, and the fields added later left out while unset)."""
+        scored = self.model_dump(mode="json", exclude=set(RUN_ONLY_FIELDS))
+        return {
+            name: value for name, value in scored.items() if value is not None or name not in LATER_KEY_FIELDS
+        }
 
     @property
     def key(self) -> str:
-        """The hash of everything that changes a score (the run-only fields left out)."""
-        scored = self.model_dump(mode="json", exclude=set(RUN_ONLY_FIELDS))
-        return hashlib.sha256(json.dumps(scored, sort_keys=True).encode()).hexdigest()[:32]
+        """The hash of :meth:`key_fields` as canonical JSON (sorted keys, no whitespace choice left)."""
+        return key_of(self.key_fields())
+
+    def measured(self) -> dict[str, Any]:
+        """The evaluator's facts in this config (unset ones left out)."""
+        facts = self.model_dump(mode="json", include=set(MEASURED_FIELDS))
+        return {name: value for name, value in facts.items() if value is not None}
+
+    def with_measured(self, data_sha256: str, backend_versions: dict[str, str]) -> EvalConfig:
+        """This config as evaluated: with the split's hash and the package versions measured now."""
+        return self.model_copy(
+            update={"data_sha256": data_sha256, "backend_versions": dict(backend_versions)}
+        )
 
     def stored(self) -> dict[str, Any]:
         """The JSON the store keeps."""
@@ -83,3 +139,36 @@ class EvalConfig(BaseModel):
                 ),
             }
         )
+
+
+def key_of(fields: dict[str, Any]) -> str:
+    """The key of a set of key fields: SHA-256 of their canonical JSON, first 32 hex digits."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def differing_fields(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
+    """The names of the key fields in which two recorded configs differ (a field one of them lacks
+    counts as differing); package versions are named one by one (``backend_versions.vllm``)."""
+    a, b = _scored(first), _scored(second)
+    names: list[str] = []
+    for name in sorted(set(a) | set(b)):
+        left, right = a.get(name), b.get(name)
+        if left == right:
+            continue
+        if name == "backend_versions" and isinstance(left, dict) and isinstance(right, dict):
+            names += [
+                f"{name}.{package}"
+                for package in sorted(set(left) | set(right))
+                if left.get(package) != right.get(package)
+            ]
+        else:
+            names.append(name)
+    return names
+
+
+def _scored(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The key fields of a recorded config; a config this code cannot read is compared as stored."""
+    try:
+        return EvalConfig.model_validate(recorded).key_fields()
+    except ValueError:
+        return {name: value for name, value in recorded.items() if name not in RUN_ONLY_FIELDS}

@@ -265,7 +265,62 @@ def _report_metrics(home: Path, run_id: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _print_comparison(rows: list[ResultRow], home: Path) -> None:
+@dataclass(frozen=True)
+class RunKey:
+    """A run's evaluation key and the recorded fields it hashes (from this home's store)."""
+
+    key: str
+    config: dict[str, Any]
+
+
+def run_keys(database_url: str, run_ids: Sequence[str]) -> dict[str, RunKey]:
+    """The evaluation key of each run whose experiment this home's store holds (others left out)."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autorl.store import Database, Experiment
+
+    if database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).is_file():
+        return {}  # no store in this home (nothing created one to read)
+    db = Database(database_url)
+    try:
+        with db.session() as session:
+            found = session.scalars(select(Experiment).where(Experiment.name.in_(list(run_ids))))
+            return {e.name: RunKey(e.eval_key, dict(e.eval_config)) for e in found}
+    except SQLAlchemyError:
+        return {}  # a store without experiments yet
+    finally:
+        db.dispose()
+
+
+def check_same_key(rows: Sequence[ResultRow], keys: dict[str, RunKey]) -> None:
+    """Refuse (UsageError, exit 2) to compare runs evaluated under different keys, naming the
+    fields that differ. A run the store does not know has no key to compare: it may be compared
+    only with runs the store does not know either."""
+    known = [row for row in rows if row.run_id in keys]
+    unknown = [row.run_id for row in rows if row.run_id not in keys]
+    if known and unknown:
+        raise UsageError(
+            f"the evaluation key of {', '.join(unknown)} is not in this home's store, so it cannot be "
+            f"compared with {known[0].run_id}: compare runs recorded in one home (--home)"
+        )
+    if not known:
+        return
+    from autorl.eval_config import differing_fields
+
+    first = keys[known[0].run_id]
+    for row in known[1:]:
+        other = keys[row.run_id]
+        if other.key != first.key:
+            differing = differing_fields(first.config, other.config) or ["the key's encoding"]
+            raise UsageError(
+                f"runs {known[0].run_id} and {row.run_id} were evaluated under different evaluation keys "
+                f"({first.key[:12]} and {other.key[:12]}): they differ in {', '.join(differing)}; "
+                "their scores are not comparable, compare runs of one key only"
+            )
+
+
+def _print_comparison(rows: list[ResultRow], home: Path, keys: dict[str, RunKey]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -281,6 +336,7 @@ def _print_comparison(rows: list[ResultRow], home: Path) -> None:
     reports = [_report_metrics(home, row.run_id) for row in rows]
     for name in COMPARED_METRICS:
         table.add_row(name, *[_metric_cell(r.get(name)) for r in reports])
+    table.add_row("eval_key", *[keys[row.run_id].key if row.run_id in keys else "-" for row in rows])
     console.print(table)
 
 
@@ -366,8 +422,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"run {row.run_id} was killed before it finished; recorded as interrupted", file=sys.stderr)
     row_filter = RowFilter(task=args.task, agent=args.agent, model=args.model)
     rows = [row for row in read_rows(home) if row_filter.matches(row)]
+    keys: dict[str, RunKey] = {}
     if args.compare:
         rows = select_runs(rows, args.compare)
+        keys = run_keys(settings.database_url, [row.run_id for row in rows])
+        check_same_key(rows, keys)
     if args.summary and (rows or args.json or args.csv):
         summaries = summary_of(rows)
         if args.json:
@@ -382,7 +441,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.csv:
         sys.stdout.write(csv_text(rows, header=True))
     elif args.compare:
-        _print_comparison(rows, home)
+        _print_comparison(rows, home, keys)
     elif rows:
         _print_table(rows, home)
     elif row_filter.describe():
@@ -411,7 +470,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         nargs="+",
         default=None,
         metavar="RUN",
-        help="show these runs side by side (run ids or unique prefixes), with their report metrics",
+        help="show these runs side by side (run ids or unique prefixes), with their report metrics; "
+        "runs evaluated under different evaluation keys are refused, naming the fields that differ",
     )
     parser.add_argument(
         "--summary",

@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autorl.errors import ConflictError, NotFoundError
+from autorl.eval_config import MEASURED_FIELDS
 from autorl.store.models import (
     BaselineCache,
     Experiment,
@@ -258,6 +259,7 @@ def take_score(submission: Submission, earlier: Submission) -> None:
     submission.correctness = earlier.correctness
     submission.problems_digest = earlier.problems_digest
     submission.reused_from = earlier.id
+    submission.eval_key = earlier.eval_key  # the key the score was computed under
     submission.waits_for = None
     submission.eval_seconds = 0.0
     submission.started_at = submission.finished_at = now
@@ -473,6 +475,72 @@ def record_failure(
     session.refresh(failed)
     settle_waiting(session, failed)
     return True
+
+
+def record_evaluation_key(
+    session: Session, submission_id: int, *, worker: str, evaluated: dict[str, object], key: str
+) -> bool:
+    """Record the evaluation key a submission's score is computed under (call before
+    `record_score`, in its transaction): the experiment's recorded config with the split's hash
+    and the package versions the worker measured (``evaluated``, keyed ``key``). An experiment
+    recorded before any evaluator had measured them takes them from its first evaluation: its key
+    and that of its submissions not yet evaluated become ``key``. A score computed under another
+    key than its experiment's keeps its own, so it is never reused under the experiment's."""
+    lock_experiment_of(session, submission_id)
+    submission = session.scalar(select(Submission).where(Submission.id == submission_id, _held_by(worker)))
+    if submission is None:
+        return False
+    experiment = submission.experiment
+    if experiment.eval_key != key and _completes(experiment.eval_config, evaluated):
+        session.execute(
+            update(Submission)
+            .where(
+                Submission.experiment_id == experiment.id,
+                Submission.eval_key == experiment.eval_key,
+                _unevaluated(),
+            )
+            .values(eval_key=key)
+            .execution_options(synchronize_session=False)
+        )
+        experiment.eval_config, experiment.eval_key = dict(evaluated), key
+    submission.eval_key = key
+    session.flush()
+    return True
+
+
+def _completes(recorded: dict[str, object], evaluated: dict[str, object]) -> bool:
+    """``evaluated`` is ``recorded`` with only the evaluator's facts ``recorded`` left unset filled in."""
+    unset = {name for name in MEASURED_FIELDS if recorded.get(name) is None}
+    return bool(unset) and all(
+        recorded.get(name) == evaluated.get(name)
+        for name in set(recorded) | set(evaluated)
+        if name not in unset
+    )
+
+
+def last_measured(session: Session, *, task: str, backend: str) -> dict[str, object]:
+    """The split's hash and package versions of the newest evaluation of ``task`` on ``backend``
+    (a worker records them in the score's ``details["eval_config"]``); empty when there is none."""
+    recent = session.scalars(
+        select(Submission)
+        .join(Experiment, Submission.experiment_id == Experiment.id)
+        .where(
+            Experiment.task == task,
+            Submission.status == SubmissionStatus.SCORED,
+            Submission.reused_from.is_(None),
+        )
+        .order_by(Submission.finished_at.desc(), Submission.id.desc())
+        .limit(200)
+    )
+    for submission in recent:
+        config = (submission.details or {}).get("eval_config")
+        if (
+            isinstance(config, dict)
+            and config.get("backend") == backend
+            and all(config.get(name) is not None for name in MEASURED_FIELDS)
+        ):
+            return {name: config[name] for name in MEASURED_FIELDS}
+    return {}
 
 
 def lock_experiment_of(session: Session, submission_id: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -33,6 +34,9 @@ class Task(ABC):
     name: str
     #: Generation limit at evaluation (OpenCompass's ``max_out_len``).
     max_new_tokens: int = 512
+    #: The version of the prompt the evaluator asks with (few-shot turns, question template, how
+    #: turns are merged); part of the evaluation key. Change it whenever the prompt text changes.
+    prompt_version: str = "1"
 
     @abstractmethod
     def description(self) -> str:
@@ -127,6 +131,19 @@ def read_problems(path: Path) -> list[Problem]:
     return problems
 
 
+def split_sha256(problems: Sequence[Problem]) -> str:
+    """SHA-256 of a split as JSON lines: exactly the bytes :func:`write_problems` writes (so, for a
+    split cached as a file, the file's bytes). Part of the evaluation key."""
+    digest = hashlib.sha256()
+    for problem in problems:
+        digest.update((_problem_line(problem) + "\n").encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _problem_line(problem: Problem) -> str:
+    return json.dumps({"question": problem.question, "answer": problem.answer}, ensure_ascii=False)
+
+
 def write_problems(path: Path, problems: Sequence[Problem]) -> Path:
     """Write JSON lines atomically: readers see the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,8 +151,7 @@ def write_problems(path: Path, problems: Sequence[Problem]) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             for problem in problems:
-                record = {"question": problem.question, "answer": problem.answer}
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.write(_problem_line(problem) + "\n")
             out.flush()
             os.fsync(out.fileno())
             # mkstemp creates 0600; the data is meant to be read by other users (a sandboxed agent).

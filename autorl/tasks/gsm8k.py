@@ -218,6 +218,8 @@ class GSM8KFormatTask(Task):
     """A task whose answers are GSM8K answer fields, asked with the gsm8k_gen_1d7fe4 prompt shape."""
 
     max_new_tokens = 512
+    #: OpenCompass's gsm8k_gen_1d7fe4 prompt, turns merged as its chat wrappers merge them.
+    prompt_version = "gsm8k_gen_1d7fe4/1"
 
     @abstractmethod
     def exemplars(self) -> list[dict[str, str]]:

@@ -147,11 +147,16 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
         "task": "gsm8k",
         "backend": "hf",
         "protocol": "opencompass",
-        "protocol_version": 1,
+        "protocol_version": EVAL_PROTOCOL_VERSION,
         "max_new_tokens": 96,
         "limit": None,
         "timeout_s": 1234,
         "batch_size": 24,
+        "prompt_version": "gsm8k_gen_1d7fe4/1",
+        "decoding": "greedy",
+        # Measured by the evaluator: none has evaluated in this store yet, the first completes them.
+        "data_sha256": None,
+        "backend_versions": None,
     }
 
     # The baseline is queued with the recorded timeout plus the queue's margin as its job timeout.

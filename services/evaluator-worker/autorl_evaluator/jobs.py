@@ -30,10 +30,12 @@ from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
+from autorl.tasks.base import split_sha256
 from autorl.uncertainty import encode_correctness, problems_digest
 from autorl.untrusted_text import log_printable_lines
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 from autorl_evaluator.settings import WorkerSettings
+from autorl_evaluator.versions import backend_versions
 
 log = logging.getLogger("autorl.evaluator")
 #: A worker renews its lease this many times per lease period (a missed renewal is not fatal).
@@ -116,12 +118,16 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             config = EvalConfig.model_validate(recorded_config)
             run_settings = config.apply_to(settings)
             task = get_task(task_name)
-            problems = task.load_test_problems(
-                run_settings.eval_dir / "data",
-                source_dir=run_settings.data_source_dir,
-                limit=run_settings.eval_limit,
+            split = task.load_test_problems(
+                run_settings.eval_dir / "data", source_dir=run_settings.data_source_dir
             )
             test_data_loaded = True
+            # The key this score is computed under: the recorded config with the split's hash and
+            # the versions of the packages the backend runs with, as they are here and now.
+            evaluated = config.with_measured(
+                split_sha256(split), backend_versions(run_settings.eval_backend, run_settings)
+            )
+            problems = split if run_settings.eval_limit is None else split[: run_settings.eval_limit]
             backend = get_backend(run_settings.eval_backend)
             result = backend.evaluate(model_dir, task, problems, run_settings)
             answers = [problem.answer for problem in problems]
@@ -155,6 +161,9 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
     seconds = time.monotonic() - started
     with db.session() as session:
+        repo.record_evaluation_key(
+            session, submission_id, worker=worker, evaluated=evaluated.stored(), key=evaluated.key
+        )
         recorded = repo.record_score(
             session,
             submission_id,
@@ -162,7 +171,7 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             scores=result.scores,
             n_samples=result.n_samples,
             seconds=seconds,
-            details=result.details,
+            details={**result.details, "eval_config": evaluated.stored()},
             protocol=config.protocol,
             correctness=correctness,
             problems_digest=digest,

@@ -31,9 +31,12 @@ router = APIRouter(
 @router.post("", status_code=201, response_model=RegisteredAnswer, responses=refusals(400, 409))
 def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
     task = get_task(body.task)
-    config = EvalConfig.record(task.name, settings, protocol=body.protocol)
     token = repo.new_token()
     with state.db.session() as session:
+        # The split's hash and package versions as the evaluators last measured them: the baseline
+        # cache hits only under the same; none yet, and the first evaluation completes the key.
+        measured = repo.last_measured(session, task=task.name, backend=settings.eval_backend)
+        config = EvalConfig.record(task.name, settings, protocol=body.protocol, measured=measured)
         experiment = repo.create_experiment(
             session,
             token=token,
