@@ -6,19 +6,28 @@ core never imports a service.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from autorl.errors import AutoRLError, UsageError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "UsageError", "main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "UsageError", "check_seconds", "main"]
 
 #: Exit code for bad input (argparse uses it too).
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 Command = Callable[[argparse.Namespace], int | None]
+
+
+def check_seconds(flag: str, value: float, *, example: int, zero: bool = False) -> None:
+    """Refuse a duration flag that cannot work (negative, zero unless ``zero``, nan or infinite)
+    with a message naming the flag and a value that would."""
+    if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+        kind = "a number of seconds, 0 or more," if zero else "a positive number of seconds,"
+        raise UsageError(f"{flag} must be {kind} such as {example}, not {value:g}")
 
 
 def build_parser() -> argparse.ArgumentParser:

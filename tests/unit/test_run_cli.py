@@ -42,3 +42,42 @@ def test_a_bad_number_is_refused_before_anything_starts(
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not home.exists() or not any(home.rglob("*")), "nothing may be created before the refusal"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--timeout", "-60"], "--timeout must be a positive number of seconds"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+        (["--grace-period", "-1"], "--grace-period must be a number of seconds, 0 or more"),
+    ],
+)
+def test_the_agent_runner_refuses_a_bad_duration_before_it_starts(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    workspace = tmp_path / "workspace"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autorl.cli",
+            "agent-runner",
+            "--agent",
+            "example_grpo",
+            "--workspace",
+            str(workspace),
+            "--task",
+            "arith",
+            "--base-model",
+            "builtin:tiny-qwen2",
+            "--grading-url",
+            "http://127.0.0.1:9/a/token",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not workspace.exists()

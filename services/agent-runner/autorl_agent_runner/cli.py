@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from autorl.cli import EXIT_INTERRUPTED, UsageError
+from autorl.cli import EXIT_INTERRUPTED, UsageError, check_seconds
 from autorl.errors import AutoRLError
 
 #: Exit status after SIGTERM to the runner itself (128 + 15, as a shell reports it).
@@ -288,6 +288,9 @@ def _run(args: argparse.Namespace) -> int:
     ]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
+    if args.timeout is not None:
+        check_seconds("--timeout", args.timeout, example=3600)
+    check_seconds("--grace-period", args.grace_period, example=30, zero=True)
     settings = AgentRunnerSettings()
     sandbox = SandboxMode(args.sandbox)
     try:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
-from autorl.cli import UsageError
+from autorl.cli import UsageError, check_seconds
 
 DEFAULT_PORT = 8000
 
@@ -105,17 +104,13 @@ MAX_SUBMISSIONS_LIMIT = 2**31 - 1
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Refuse a number that cannot work before anything starts, naming the flag and the fix."""
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise UsageError(
-            f"--timeout must be a positive number of seconds, such as 3600, not {args.timeout:g}"
-        )
+    check_seconds("--timeout", args.timeout, example=3600)
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
-    for flag, value in (("--finish-wait", args.finish_wait), ("--grace-period", args.grace_period)):
-        if not (math.isfinite(value) and value >= 0):
-            raise UsageError(f"{flag} must be a number of seconds, 0 or more, such as 30, not {value:g}")
+    check_seconds("--finish-wait", args.finish_wait, example=600, zero=True)
+    check_seconds("--grace-period", args.grace_period, example=30, zero=True)
     limit = args.max_submissions
     if limit is not None and not 1 <= limit <= MAX_SUBMISSIONS_LIMIT:
         raise UsageError(
