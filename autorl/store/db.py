@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, make_url, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -49,15 +49,13 @@ SQLITE_POOL_OVERFLOW = 10
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
+        path = make_url(url).database or ""
+        on_disk = path not in ("", ":memory:")
+        if on_disk:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(
-            url,
-            pool_size=SQLITE_POOL_SIZE,
-            max_overflow=SQLITE_POOL_OVERFLOW,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
-        )
+        # A database in memory lives in its one connection (SQLAlchemy's single-connection pool).
+        pool = {"pool_size": SQLITE_POOL_SIZE, "max_overflow": SQLITE_POOL_OVERFLOW} if on_disk else {}
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
