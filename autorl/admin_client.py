@@ -13,6 +13,7 @@ Every refusal raises a :class:`~autorl.grader_http.GradingError` subclass carryi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -154,13 +155,23 @@ class AdminClient(BlockingClient):
     def baseline(self, name: str, *, wait_s: float | None = None) -> SubmissionAnswer | PendingAnswer:
         return self._caller.send(baseline_call(name, wait_s))
 
-    def wait_for_baseline(self, name: str, *, max_wait_s: float, poll_s: float = 2.0) -> ExperimentAnswer:
+    def wait_for_baseline(
+        self,
+        name: str,
+        *,
+        max_wait_s: float,
+        poll_s: float = 2.0,
+        on_wait: Callable[[ExperimentAnswer], None] | None = None,
+    ) -> ExperimentAnswer:
         """Ask for the baseline and wait until it is scored or failed, or ``max_wait_s`` has passed;
-        answers the experiment as it then is (``baseline_status``, ``baseline_score``, ...)."""
+        answers the experiment as it then is (``baseline_status``, ``baseline_score``, ...).
+        ``on_wait`` sees the experiment at every poll (its ``waiting``: why no evaluator took it yet)."""
         deadline = time.monotonic() + max_wait_s
-        self.baseline(name, wait_s=min(ADMIN_WAIT_S, max_wait_s))
+        self.baseline(name, wait_s=None if on_wait is not None else min(ADMIN_WAIT_S, max_wait_s))
         experiment = self.experiment(name)
         while experiment.baseline_status not in FINAL_STATUSES and time.monotonic() < deadline:
+            if on_wait is not None:
+                on_wait(experiment)
             time.sleep(poll_s)
             experiment = self.experiment(name)
         return experiment

@@ -139,6 +139,15 @@ class HealthAnswer(Answer):
     available_gpus: list[str]
 
 
+class WaitingAnswer(Answer):
+    """What the experiment's baseline waits for while no evaluator has taken it."""
+
+    reason: str = Field(description="WaitingForEvaluator or EvaluatorsUnavailable (autorl.wait_reasons)")
+    message: str = Field(description="what it waits for and what to do, for a person")
+    queue_position: int = Field(description="its place in the order evaluators take work (1: next)")
+    waited_s: float = Field(description="seconds since it was queued")
+
+
 class ExperimentAnswer(Answer):
     """An experiment as the admin API shows it."""
 
@@ -170,6 +179,12 @@ class ExperimentAnswer(Answer):
     finished_at: float | None
     workspace: str
     eval_config: dict[str, Any]
+    evaluators: int | None = Field(
+        None, description="evaluators alive that take work for this experiment's backend"
+    )
+    waiting: WaitingAnswer | None = Field(
+        None, description="set while the baseline waits for an evaluator to take it"
+    )
 
 
 class RegisteredAnswer(ExperimentAnswer):

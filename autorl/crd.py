@@ -111,10 +111,15 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
 def printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
         {"name": "Baseline", "type": "number", "jsonPath": ".status.baselineScore"},
         {"name": "Best", "type": "number", "jsonPath": ".status.bestScore"},
         {"name": "Improvement", "type": "number", "jsonPath": ".status.improvement"},
+        {"name": "Budget Left", "type": "string", "jsonPath": ".status.budgetLeft"},
+        {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        # `kubectl get experiments -o wide`: what it waits for and what to do, in words.
+        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
     ]
 
 

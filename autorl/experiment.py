@@ -393,7 +393,23 @@ class ExperimentResourceStatus(_Model):
     completionTime: datetime | None = Field(
         default=None, description="When the experiment reached its final phase."
     )
-    message: str | None = Field(default=None, description="Why the experiment is in this phase.")
+    message: str | None = Field(
+        default=None, description="Why the experiment is in this phase: what it waits for and what to do."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="Why it waits or what failed, one CamelCase word (docs/KUBERNETES.md, Troubleshooting).",
+    )
+    budgetLeft: str | None = Field(
+        default=None, description="Time left of the agent's budget (e.g. 1h05m), once it started."
+    )
+    queue: str | None = Field(
+        default=None,
+        description="Evaluations waiting or running, the baseline's queue position and the evaluators alive.",
+    )
+    evaluators: int | None = Field(
+        default=None, description="Evaluators alive that take work for this experiment's backend."
+    )
 
 
 def validate_name(name: str) -> None:

@@ -230,9 +230,25 @@ class PlatformSettings(EvaluationSettings):
         "are fed in fair order (baselines first, then the experiment served longest ago).",
     )
 
+    evaluator_heartbeat_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often an evaluator worker reports itself alive (queue, backends) in the database; "
+        "the grader counts a worker as available while its last report is under three of these old.",
+    )
+
     @property
     def queue_name(self) -> str:
         return f"{self.redis_key_prefix}-eval"
+
+    @property
+    def work_queue(self) -> str:
+        """Where evaluators take work from: the RQ queue's name, or ``local`` (the database itself)."""
+        return self.queue_name if self.redis_url else "local"
+
+    @property
+    def evaluator_alive_s(self) -> float:
+        return 3 * self.evaluator_heartbeat_s
 
     def require_store_credentials(self) -> None:
         """Fail fast at start-up: outside local mode, Redis and Postgres must ask for a password.

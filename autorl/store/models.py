@@ -191,3 +191,17 @@ class BaselineCache(Base):
     score_flexible: Mapped[float | None] = mapped_column(Float)
     score_strict: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Evaluator(Base):
+    """An evaluator worker that reports itself alive: which queue it takes work from, which
+    backends it can run, and when it last said so. Rows of workers that stopped are deleted at
+    their stop; those of workers that died age out (the grader counts only recent ones)."""
+
+    __tablename__ = "evaluators"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(255), index=True)
+    backends: Mapped[list[str]] = mapped_column(JSON)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -15,6 +15,7 @@ from autorl.errors import ConflictError, NotFoundError
 from autorl.eval_config import MEASURED_FIELDS
 from autorl.store.models import (
     BaselineCache,
+    Evaluator,
     Experiment,
     ExperimentStatus,
     FailureReason,
@@ -714,3 +715,37 @@ def remember_baseline(session: Session, submission: Submission) -> None:
             score_strict=submission.score_strict,
         )
     )
+
+
+# -- evaluators that report themselves alive --------------------------------------------------
+
+
+def report_evaluator(session: Session, *, name: str, queue: str, backends: Sequence[str]) -> None:
+    """An evaluator says it is alive and takes work from ``queue`` for ``backends``."""
+    now = utcnow()
+    row = session.get(Evaluator, name)
+    if row is None:
+        session.add(Evaluator(name=name, queue=queue, backends=list(backends), started_at=now, last_seen=now))
+    else:
+        row.queue, row.backends, row.last_seen = queue, list(backends), now
+
+
+def forget_evaluator(session: Session, name: str) -> None:
+    """An evaluator stops: it takes no more work."""
+    row = session.get(Evaluator, name)
+    if row is not None:
+        session.delete(row)
+
+
+def live_evaluators(session: Session, *, queue: str, backend: str, alive_s: float) -> int:
+    """Evaluators that reported within ``alive_s`` seconds, take work from ``queue`` and run ``backend``."""
+    since = utcnow() - timedelta(seconds=alive_s)
+    rows = session.scalars(select(Evaluator).where(Evaluator.queue == queue, Evaluator.last_seen >= since))
+    return sum(1 for row in rows if backend in (row.backends or []))
+
+
+def evaluation_order_position(session: Session, submission_id: int) -> int:
+    """1-based place of a waiting submission in the order evaluators take work (all experiments,
+    baselines first); 0 when it does not wait for an evaluator."""
+    order = [c.submission_id for c in claimable_in_fair_order(session)]
+    return order.index(submission_id) + 1 if submission_id in order else 0

@@ -172,10 +172,18 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
         "LLM_API_KEY",
         "--env",
         "MODE=fast",
-        env={"PARENT_SECRET": "hunter2", "LLM_API_KEY": "sk-passed"},
+        env={"PARENT_SECRET": "hunter2", "LLM_API_KEY": "sk-passed", "AUTORL_BASELINE_UNAVAILABLE_S": "0"},
     )
     assert run.code == 0, run.stderr
     assert "baseline" in run.stdout and "best score" in run.stdout and "improvement" in run.stdout
+    # The progress says what the baseline waits for: the worker (started with the grader) has not
+    # reported itself yet, or reported and not taken it yet, or it is being evaluated.
+    waits = re.findall(r"phase=baseline (\w+): (.*)", run.stdout)
+    assert waits, run.stdout
+    for reason, message in waits:
+        assert reason in ("EvaluatorsUnavailable", "WaitingForEvaluator", "EvaluatingBaseline"), message
+        if reason == "EvaluatorsUnavailable":
+            assert "no evaluator takes hf work" in message and "autorl worker" in message
 
     (row,) = run.results()
     assert row["status"] == "completed" and row["success"] is True

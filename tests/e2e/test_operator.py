@@ -336,6 +336,9 @@ def grader_settings(
         eval_batch_size=4,
         submit_wait_s=30.0,
         redis_key_prefix=f"autorl-test-{run_id}",
+        # A baseline no evaluator takes is reported within seconds, and a worker seen within one.
+        baseline_unavailable_s=1.0,
+        evaluator_heartbeat_s=0.5,
     )
 
 
@@ -1060,6 +1063,269 @@ async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_late
     assert "ended at the deadline" in err
     assert "event=" not in log.read_text()
     await platform.wait_phase(name, "TimedOut")
+
+
+# --- a reason for every wait ----------------------------------------------------------------------
+
+
+async def job_pod(platform: Platform, job_name: str, status: dict[str, Any]) -> str:
+    """A pod of that Job as the Job controller creates it, with the status the scheduler or kubelet
+    reports; returns its name."""
+    job = await platform.get(f"{JOBS}/{job_name}")
+    assert job is not None
+    uid = job["metadata"]["uid"]
+    name = f"{job_name}-{uuid.uuid4().hex[:5]}"
+    await platform.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": {"batch.kubernetes.io/controller-uid": uid, "job-name": job_name},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": uid}],
+            },
+            "spec": job["spec"]["template"]["spec"],
+            "status": status,
+        },
+    )
+    return name
+
+
+async def warning_event(platform: Platform, about: str, kind: str, reason: str, message: str) -> None:
+    """A Warning Event as the Job controller, scheduler or kubelet posts it."""
+    await platform.create(
+        EVENTS,
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{about}."},
+            "involvedObject": {"kind": kind, "name": about, "namespace": NAMESPACE},
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "lastTimestamp": iso(datetime.datetime.now(datetime.UTC)),
+        },
+    )
+
+
+def waiting_container(name: str, image: str, reason: str, message: str = "", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "state": {"waiting": {"reason": reason, "message": message}},
+        **extra,
+    }
+
+
+UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available"
+PULL_ERROR = 'failed to pull "registry.example/autorl-agent-runner:0.1.0": not found'
+
+
+async def cause_unschedulable(platform: Platform, job: str) -> None:
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": UNSCHEDULABLE,
+    }
+    await job_pod(platform, job, {"phase": "Pending", "conditions": [condition]})
+
+
+async def cause_image_pull(platform: Platform, job: str) -> None:
+    status = waiting_container(
+        "prepare", "registry.example/autorl-agent-runner:0.1.0", "ImagePullBackOff", PULL_ERROR
+    )
+    await job_pod(platform, job, {"phase": "Pending", "containerStatuses": [status]})
+
+
+async def cause_missing_secret(platform: Platform, job: str) -> None:
+    status = waiting_container(
+        "prepare",
+        "registry.example/autorl-agent-runner:0.1.0",
+        "CreateContainerConfigError",
+        'secret "hf-token" not found',
+    )
+    await job_pod(platform, job, {"phase": "Pending", "containerStatuses": [status]})
+
+
+async def cause_crash_loop(platform: Platform, job: str) -> None:
+    status = waiting_container(
+        "prepare",
+        "registry.example/autorl-agent-runner:0.1.0",
+        "CrashLoopBackOff",
+        "back-off 40s",
+        restartCount=4,
+        lastState={"terminated": {"exitCode": 3}},
+    )
+    await job_pod(platform, job, {"phase": "Pending", "initContainerStatuses": [status]})
+
+
+async def cause_refused_pod(platform: Platform, job: str) -> None:
+    quota = (
+        'pods "x" is forbidden: exceeded quota: compute, requested: requests.cpu=8, limited: requests.cpu=4'
+    )
+    await warning_event(platform, job, "Job", "FailedCreate", f"Error creating: {quota}")
+
+
+async def cause_failed_mount(platform: Platform, job: str) -> None:
+    pod = await job_pod(
+        platform,
+        job,
+        {"phase": "Pending", "containerStatuses": [waiting_container("prepare", "x", "ContainerCreating")]},
+    )
+    await warning_event(
+        platform,
+        pod,
+        "Pod",
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "shared": pvc "autorl-shared" not found',
+    )
+
+
+async def cause_suspended(platform: Platform, job: str) -> None:
+    """What Kueue does to a Job its queue has no quota for."""
+    response = await platform.kube.patch(
+        f"{JOBS}/{job}",
+        json={"spec": {"suspend": True}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    response.raise_for_status()
+
+
+@pytest.mark.parametrize(
+    ("cause", "reason", "says"),
+    [
+        (
+            cause_unschedulable,
+            "Unschedulable",
+            ["cannot be scheduled", "Insufficient nvidia.com/gpu", "add or free nodes"],
+        ),
+        (
+            cause_image_pull,
+            "ImagePullFailed",
+            [
+                "cannot pull image registry.example/autorl-agent-runner:0.1.0",
+                "ImagePullBackOff",
+                "not found",
+                "imagePullSecrets",
+            ],
+        ),
+        (cause_missing_secret, "ContainerConfigError", ['secret "hf-token" not found', "create the Secret"]),
+        (cause_crash_loop, "CrashLoopBackOff", ["keeps failing", "4 restarts, exit code 3", "--previous"]),
+        (
+            cause_refused_pod,
+            "PodCreateFailed",
+            ["does not create the prepare pod", "exceeded quota", "ResourceQuota"],
+        ),
+        (cause_failed_mount, "PodStarting", ["FailedMount", 'pvc "autorl-shared" not found']),
+        (cause_suspended, "JobSuspended", ["suspended", "kubectl get workloads"]),
+    ],
+    ids=lambda value: getattr(value, "__name__", None),
+)
+async def test_a_waiting_prepare_pod_names_its_cause_and_the_fix(
+    platform: Platform, cause: Callable[[Platform, str], Any], reason: str, says: list[str]
+) -> None:
+    name = f"wait-{reason.lower()}"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.wait_for(
+        f"{JOBS}/{ref.prepare_job_name}",
+        lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
+        "this run's prepare Job",
+    )
+    await cause(platform, ref.prepare_job_name)
+    waiting = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("reason") == reason, f"reason {reason}"
+    )
+    assert waiting["status"]["phase"] == "Preparing"
+    for words in says:
+        assert words in waiting["status"]["message"], waiting["status"]["message"]
+    await platform.kube.delete(f"{EXPERIMENTS}/{name}")  # the controller cleans up in its own time
+
+
+async def test_a_waiting_agent_pod_names_its_cause_then_training(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    name = "wait-agent-image"
+    manifest = load_example("experiment-custom-agent.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    running = await platform.through_baseline(manifest, tiny_base_model)
+    assert running["status"]["reason"] == "PodStarting"
+    image = manifest["spec"]["agent"]["image"]
+    pod = await job_pod(
+        platform,
+        ref.agent_job_name,
+        {
+            "phase": "Pending",
+            "containerStatuses": [waiting_container("agent", image, "ErrImagePull", "unauthorized")],
+        },
+    )
+    pulling = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}",
+        lambda obj: obj["status"].get("reason") == "ImagePullFailed",
+        "the pull failure",
+    )
+    assert (
+        f"the agent pod cannot pull image {image} (ErrImagePull: unauthorized)"
+        in pulling["status"]["message"]
+    )
+    assert not pulling["status"].get("deadline")  # no budget is spent while the image is not there
+    await platform.set_agent_running(pod, datetime.datetime.now(datetime.UTC))
+    training = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("reason") == "Training", "training"
+    )
+    assert training["status"]["message"] == "the agent is training"
+    assert training["status"]["budgetLeft"] and training["status"]["queue"].startswith("0 in flight")
+    await finish_agent(platform, ref)
+
+
+async def test_a_baseline_no_evaluator_takes_becomes_a_condition_and_clears_when_one_appears(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """No evaluator runs: the Experiment stays in Baseline, says so with the fix and the queue; a real
+    `autorl worker` then starts, reports itself, takes the baseline, and the condition clears."""
+    from tests.support.service_processes import running
+
+    name = "wait-evaluators"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    # A base model no earlier test scored: its baseline is not answered from the cache.
+    manifest["spec"]["model"] = "example-org/never-evaluated-1.5B"
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.wait_for(
+        f"{JOBS}/{ref.prepare_job_name}",
+        lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
+        "this run's prepare Job",
+    )
+    platform.run_prepare_pod(manifest["spec"], ref, tiny_base_model)
+    await platform.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
+    stuck = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}",
+        lambda obj: obj["status"].get("reason") == "EvaluatorsUnavailable",
+        "EvaluatorsUnavailable",
+    )
+    status = stuck["status"]
+    assert status["phase"] == "Baseline"
+    assert "no evaluator takes hf work" in status["message"] and "queue position 1" in status["message"]
+    assert "kubectl get pods -l app.kubernetes.io/component=evaluator" in status["message"]
+    assert status["queue"] == "baseline #1, 0 evaluators" and status["evaluators"] == 0
+    (condition,) = [c for c in status["conditions"] if c["type"] == "EvaluatorsUnavailable"]
+    assert condition["status"] == "True" and condition["message"] == status["message"]
+    await asyncio.sleep(TICK_S * 5)
+    assert (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]["phase"] == "Baseline"  # not Failed
+
+    with running(["worker"], platform.grader_settings, tmp_path / "worker.log"):
+        started = await platform.wait_phase(name, "Running")
+    (condition,) = [c for c in started["status"]["conditions"] if c["type"] == "EvaluatorsUnavailable"]
+    assert condition["status"] == "False"
+    assert started["status"]["baselineScore"] is not None
+    events = [reason for reason, _ in await platform.events(name)]
+    assert "Failed" not in events
+    await platform.run_agent_pod(ref)
+    await finish_agent(platform, ref)
 
 
 ONLY_THE_CONTROLLER_SEES = [case for case in BROKEN if case.schema is None]

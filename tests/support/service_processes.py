@@ -34,6 +34,9 @@ def service_env(settings: DeploymentSettings) -> dict[str, str]:
         "AUTORL_RECONCILE_INTERVAL_S": str(settings.reconcile_interval_s),
         "AUTORL_SUBMIT_WAIT_S": str(settings.submit_wait_s),
         "AUTORL_ADMIN_TOKEN": settings.admin_token_value,
+        "AUTORL_EVAL_BACKEND": settings.eval_backend,
+        "AUTORL_EVALUATOR_HEARTBEAT_S": str(settings.evaluator_heartbeat_s),
+        "AUTORL_BASELINE_UNAVAILABLE_S": str(settings.baseline_unavailable_s),
     }
     optional = {
         "AUTORL_EVAL_DIR": settings.eval_dir,

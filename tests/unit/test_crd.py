@@ -121,15 +121,19 @@ def test_crd_serves_status_and_the_documented_printer_columns() -> None:
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ".status.phase",
+        "Reason": ".status.reason",
         "Baseline": ".status.baselineScore",
         "Best": ".status.bestScore",
         "Improvement": ".status.improvement",
+        "Budget Left": ".status.budgetLeft",
+        "Queue": ".status.queue",
         "Age": ".metadata.creationTimestamp",
+        "Message": ".status.message",
     }
     status = schema()["properties"]["status"]["properties"]
     assert set(status) == {
         "phase", "conditions", "baselineScore", "bestScore", "bestSubmission", "improvement", "submissions",
-        "startTime", "deadline", "completionTime", "message",
+        "startTime", "deadline", "completionTime", "message", "reason", "budgetLeft", "queue", "evaluators",
     }  # fmt: skip
     assert status["phase"]["enum"] == [
         "Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded", "Failed", "TimedOut",

@@ -560,8 +560,14 @@ def test_status_mirrors_the_graders_view() -> None:
         submissions=3,
         start_time=1767225600.0,
         end_time=1767232800.0,
+        remaining_s=3900.0,
+        in_flight=2,
+        evaluators=1,
     )
     assert status_from_view(view) == {
+        "budgetLeft": "1h05m",
+        "queue": "2 in flight, 1 evaluator",
+        "evaluators": 1,
         "baselineScore": 25.0,
         "bestScore": 31.5,
         "bestSubmission": 7,

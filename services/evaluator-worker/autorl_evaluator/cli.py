@@ -66,10 +66,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"cannot serve metrics on {args.metrics_host}:{port} ({exc}); pick a free --metrics-port"
             ) from exc
+    from autorl_evaluator.presence import Presence
+
     if not settings.redis_url:
         from autorl_evaluator.local_worker import LocalWorker
 
-        return LocalWorker(settings, metrics=metrics).run(burst=args.burst)
+        with Presence(db, settings):
+            return LocalWorker(settings, metrics=metrics).run(burst=args.burst)
 
     from redis import Redis
 
@@ -88,5 +91,6 @@ def run(args: argparse.Namespace) -> int:
     )
     worker.feed()  # what waited in the database while no worker ran
     # RQ shuts down in two stages on its own: the first SIGTERM finishes the job, a second kills it.
-    worker.work(burst=args.burst, with_scheduler=True)
+    with Presence(db, settings):
+        worker.work(burst=args.burst, with_scheduler=True)
     return 0

@@ -44,6 +44,12 @@ class GraderSettings(PlatformSettings, AdminTokenSettings):
         description="How long /submit waits for another grader replica copying a checkpoint of the same "
         "experiment before answering 503.",
     )
+    baseline_unavailable_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="A baseline that no evaluator has taken for this long, while no evaluator takes work "
+        "for its backend, is reported as EvaluatorsUnavailable (a condition, not a failure) with the fix.",
+    )
     max_submissions: int = Field(default=100, gt=0, description="Default per-experiment submission limit.")
     max_eval_attempts: int = Field(
         default=3, gt=0, description="Evaluation attempts before a submission fails."

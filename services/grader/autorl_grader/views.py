@@ -13,7 +13,10 @@ from sqlalchemy.orm import Session
 from autorl.answers import Best
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
+from autorl.store.models import utcnow
 from autorl.uncertainty import Evaluated, comparison_of, interval_of
+from autorl.wait_reasons import baseline_wait
+from autorl_grader.settings import GraderSettings
 
 
 def epoch(dt: datetime | None) -> float | None:
@@ -175,7 +178,50 @@ def time_view(experiment: Experiment, last_submit: datetime | None) -> dict[str,
     }
 
 
-def experiment_view(session: Session, experiment: Experiment) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Availability:
+    """How the grader judges whether evaluators take an experiment's work (from its settings)."""
+
+    queue: str
+    alive_s: float
+    unavailable_after_s: float
+
+    @classmethod
+    def of(cls, settings: GraderSettings) -> Availability:
+        """From the grader's settings (``work_queue``, ``evaluator_alive_s``, ``baseline_unavailable_s``)."""
+        return cls(settings.work_queue, settings.evaluator_alive_s, settings.baseline_unavailable_s)
+
+
+def availability_view(session: Session, experiment: Experiment, availability: Availability) -> dict[str, Any]:
+    """How many evaluators take this experiment's work and, while its baseline waits for one, why."""
+    backend = str(experiment.eval_config.get("backend", "hf"))
+    evaluators = repo.live_evaluators(
+        session, queue=availability.queue, backend=backend, alive_s=availability.alive_s
+    )
+    baseline = repo.baseline_submission(session, experiment)
+    waiting = None
+    if baseline is not None and baseline.status == SubmissionStatus.QUEUED and not experiment.status.finished:
+        waited_s = max(0.0, (utcnow() - baseline.created_at).total_seconds())
+        position = repo.evaluation_order_position(session, baseline.waits_for or baseline.id)
+        reason, message = baseline_wait(
+            position=position,
+            evaluators=evaluators,
+            backend=backend,
+            waited_s=waited_s,
+            unavailable_after_s=availability.unavailable_after_s,
+        )
+        waiting = {
+            "reason": reason.value,
+            "message": message,
+            "queue_position": position,
+            "waited_s": round(waited_s, 1),
+        }
+    return {"evaluators": evaluators, "waiting": waiting}
+
+
+def experiment_view(
+    session: Session, experiment: Experiment, availability: Availability | None = None
+) -> dict[str, Any]:
     baseline_row = repo.baseline_submission(session, experiment)
     baseline = baseline_score(session, experiment)
     best = repo.best_submission(session, experiment)
@@ -210,4 +256,5 @@ def experiment_view(session: Session, experiment: Experiment) -> dict[str, Any]:
         "finished_at": epoch(experiment.finished_at),
         "workspace": experiment.workspace,
         "eval_config": experiment.eval_config,
+        **(availability_view(session, experiment, availability) if availability is not None else {}),
     }

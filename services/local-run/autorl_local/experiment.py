@@ -38,6 +38,7 @@ from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.tasks import Task, get_task
 from autorl.untrusted_text import printable
+from autorl.wait_reasons import Reason
 from autorl_agent_runner.agents import AgentCommand
 from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner
@@ -252,8 +253,22 @@ class LocalRun:
             )
         )
         self.registered = True
-        self.progress.phase("baseline", f"evaluating {config.model} with the {config.backend} backend")
-        view = self.admin.wait_for_baseline(self.run_id, max_wait_s=float(self.settings.eval_timeout_s))
+        evaluating = f"evaluating {config.model} with the {config.backend} backend"
+        self.progress.phase("baseline", evaluating)
+        shown: list[str] = []
+
+        def show_wait(view: ExperimentAnswer) -> None:
+            """Say why the baseline waits (no evaluator yet, its queue position), once per reason."""
+            waiting = view.waiting
+            reason = waiting.reason if waiting is not None else Reason.EVALUATING_BASELINE.value
+            if shown[-1:] != [reason]:
+                shown.append(reason)
+                detail = f"{reason}: {waiting.message}" if waiting is not None else f"{reason}: {evaluating}"
+                self.progress.phase("baseline", printable(detail))
+
+        view = self.admin.wait_for_baseline(
+            self.run_id, max_wait_s=float(self.settings.eval_timeout_s), poll_s=1.0, on_wait=show_wait
+        )
         if view.baseline_status != "scored":
             raise RunFailedError(
                 f"the baseline evaluation {view.baseline_status}: {view.baseline_error or 'no score'}; "

@@ -55,6 +55,7 @@ class Resource:
 
 SECRETS = Resource("v1", "secrets")
 PODS = Resource("v1", "pods")
+EVENTS = Resource("v1", "events")
 JOBS = Resource("batch/v1", "jobs")
 NETWORK_POLICIES = Resource("networking.k8s.io/v1", "networkpolicies")
 EXPERIMENTS = Resource(API_VERSION, PLURAL)
@@ -152,11 +153,20 @@ class KubeClient:
         return self._object_or_none(await self._request("GET", resource.path(namespace, name)))
 
     async def list(
-        self, resource: Resource, namespace: str | None, *, label_selector: str | None = None
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
         """Every object of ``resource`` in ``namespace`` (None: the whole cluster), or those matching
-        ``label_selector``."""
-        params = {"labelSelector": label_selector} if label_selector else None
+        ``label_selector`` and ``field_selector``."""
+        params = {
+            key: value
+            for key, value in (("labelSelector", label_selector), ("fieldSelector", field_selector))
+            if value
+        } or None
         response = await self._request("GET", resource.path(namespace), params=params)
         if response.is_error:
             raise self._fail(response)

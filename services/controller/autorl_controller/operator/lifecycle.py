@@ -16,6 +16,7 @@ from typing import Any
 from autorl.answers import ExperimentAnswer
 from autorl.experiment import Phase
 from autorl.request_bodies import FinishStatus
+from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
 AGENT_FINISHED = "AgentFinished"
@@ -76,6 +77,12 @@ class Outcome:
     phase: Phase
     grader_status: FinishStatus
     message: str
+
+    @property
+    def reason(self) -> Reason:
+        if self.phase is Phase.SUCCEEDED:
+            return Reason.COMPLETED
+        return Reason.BUDGET_EXHAUSTED if self.phase is Phase.TIMED_OUT else Reason.AGENT_FAILED
 
 
 def agent_outcome(job: JobStatus, *, past_deadline: bool) -> Outcome | None:
@@ -138,6 +145,43 @@ def outcome_condition(outcome: Outcome, now: datetime) -> dict[str, Any]:
     }
 
 
+def with_condition(
+    conditions: list[dict[str, Any]] | None, condition: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The conditions with ``condition`` in place of any earlier one of its type."""
+    return [*(c for c in conditions or [] if c.get("type") != condition["type"]), condition]
+
+
+def evaluators_condition(
+    conditions: list[dict[str, Any]] | None, *, unavailable: bool, reason: str, message: str, now: datetime
+) -> list[dict[str, Any]] | None:
+    """The conditions with ``EvaluatorsUnavailable`` set (True while the baseline waits for evaluators
+    that are not there, False once that ends); None when nothing changes (never set and not needed)."""
+    existing = next((c for c in conditions or [] if c.get("type") == EVALUATORS_UNAVAILABLE_CONDITION), None)
+    if existing is None and not unavailable:
+        return None
+    status = "True" if unavailable else "False"
+    if existing is not None and existing.get("status") == status and existing.get("message") == message:
+        return None
+    since = existing.get("lastTransitionTime") if existing and existing.get("status") == status else None
+    condition = {
+        "type": EVALUATORS_UNAVAILABLE_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or iso(now),
+    }
+    return with_condition(conditions, condition)
+
+
+def agent_finished_since(conditions: list[dict[str, Any]] | None) -> float | None:
+    """When Finishing began (the AgentFinished condition's time)."""
+    for condition in conditions or []:
+        if condition.get("type") == AGENT_FINISHED:
+            return epoch_from_iso(condition.get("lastTransitionTime"))
+    return None
+
+
 def outcome_from_conditions(conditions: list[dict[str, Any]] | None) -> Outcome | None:
     """Recover the outcome recorded when Finishing began."""
     by_phase = {Phase.SUCCEEDED: "completed", Phase.FAILED: "failed", Phase.TIMED_OUT: "timed_out"}
@@ -163,9 +207,31 @@ def epoch_from_iso(text: str | None) -> float | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def queue_summary(view: ExperimentAnswer) -> str:
+    """The Queue column: the baseline's place while it waits, else the evaluations in flight; and
+    how many evaluators take this experiment's work."""
+    evaluators = "" if view.evaluators is None else f", {evaluators_count(view.evaluators)}"
+    if view.waiting is not None:
+        return f"baseline #{view.waiting.queue_position}{evaluators}"
+    return f"{view.in_flight} in flight{evaluators}"
+
+
+def evaluators_count(evaluators: int) -> str:
+    return f"{evaluators} evaluator" + ("" if evaluators == 1 else "s")
+
+
+def budget_left(view: ExperimentAnswer) -> str | None:
+    if view.remaining_s is None:
+        return None
+    return format_duration(view.remaining_s)
+
+
 def status_from_view(view: ExperimentAnswer) -> dict[str, Any]:
     """The grader's experiment view as Experiment status fields (the database is the truth)."""
     return {
+        "budgetLeft": budget_left(view),
+        "queue": queue_summary(view),
+        "evaluators": view.evaluators,
         "baselineScore": view.baseline_score,
         "bestScore": view.best_score,
         "bestSubmission": view.best_submission,

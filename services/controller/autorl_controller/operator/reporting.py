@@ -10,6 +10,7 @@ import kopf
 
 from autorl.experiment import Phase
 from autorl.untrusted_text import printable
+from autorl.wait_reasons import Reason
 from autorl_controller.operator.context import OperatorContext
 from autorl_controller.operator.kube import EXPERIMENTS
 from autorl_controller.operator.lifecycle import changed, iso
@@ -43,18 +44,25 @@ async def transition(
     phase: Phase,
     message: str,
     *,
+    reason: Reason,
     extra: dict[str, Any] | None = None,
 ) -> None:
-    """Move to ``phase`` (status and an Event), unless the experiment is there already.
+    """Move to ``phase`` with ``reason`` (status and an Event), unless the experiment is there already.
 
     The message can quote what the agent controls (its Job's failure message, an error the grader
     recorded): it is escaped here, where every status message and Event passes, so that neither
     ``kubectl describe`` nor ``kubectl get`` shows a control character or a line it did not write.
     """
     message = printable(message)
-    if current.get("phase") == phase.value and current.get("message") == message and not extra:
+    same = current.get("phase") == phase.value and current.get("reason") == reason.value
+    if same and current.get("message") == message and not extra:
         return
-    update: dict[str, Any] = {"phase": phase.value, "message": message, **(extra or {})}
+    update: dict[str, Any] = {
+        "phase": phase.value,
+        "reason": reason.value,
+        "message": message,
+        **(extra or {}),
+    }
     if phase.terminal:
         update["completionTime"] = iso(datetime.now(UTC))
     entered = current.get("phase") != phase.value

@@ -15,7 +15,7 @@ from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.tasks.gsm8k import PROTOCOLS
 from autorl.untrusted_text import printable
-from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
+from autorl_grader.views import Availability, ExperimentTotals, experiment_view, submission_view
 
 #: Free text as the dashboard shows it: a character that would not show as itself (a control
 #: character, a bidi override reversing a path, a zero-width space) escaped, whoever wrote it.
@@ -55,6 +55,9 @@ class ExperimentRow(BaseModel):
     end_time: float | None
     created_at: float | None
     message: Shown | None
+    evaluators: int | None = Field(None, description="evaluators alive for its backend")
+    waiting_reason: str | None = Field(None, description="why its baseline waits (autorl.wait_reasons)")
+    waiting_message: Shown | None = Field(None, description="what it waits for and what to do")
 
 
 class SubmissionRow(BaseModel):
@@ -125,10 +128,13 @@ def _phase(view: dict[str, Any]) -> str:
     return str(status)
 
 
-def experiment_row(session: Session, experiment: Experiment) -> ExperimentRow:
-    view = experiment_view(session, experiment)
-    waiting = [s for s in repo.experiment_submissions(session, experiment) if not s.status.final]
-    queued = [s for s in waiting if s.status == SubmissionStatus.QUEUED]
+def experiment_row(
+    session: Session, experiment: Experiment, availability: Availability | None = None
+) -> ExperimentRow:
+    view = experiment_view(session, experiment, availability)
+    waiting = view.pop("waiting", None) or {}
+    unfinished = [s for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+    queued = [s for s in unfinished if s.status == SubmissionStatus.QUEUED]
     # Merged over the admin view, so that a field it gains later never clashes with these.
     return ExperimentRow.model_validate(
         {
@@ -136,15 +142,18 @@ def experiment_row(session: Session, experiment: Experiment) -> ExperimentRow:
             "phase": _phase(view),
             "protocol": str(experiment.eval_config.get("protocol", "opencompass")),
             "queued": len(queued),
-            "running": len(waiting) - len(queued),
+            "running": len(unfinished) - len(queued),
             "queue_position": repo.queue_position(session, queued[0]) if queued else None,
+            "waiting_reason": waiting.get("reason"),
+            "waiting_message": waiting.get("message"),
         }
     )
 
 
-def experiment_list(session: Session) -> ExperimentList:
+def experiment_list(session: Session, availability: Availability | None = None) -> ExperimentList:
     return ExperimentList(
-        experiments=[experiment_row(session, e) for e in repo.list_experiments(session)], now=time.time()
+        experiments=[experiment_row(session, e, availability) for e in repo.list_experiments(session)],
+        now=time.time(),
     )
 
 
@@ -170,7 +179,9 @@ def _series(experiment: Experiment, rows: list[Submission], protocol: str, origi
     return ChartSeries(baseline=baseline, best_submission=best.submission_id if best else None, points=points)
 
 
-def experiment_detail(session: Session, name: str) -> ExperimentDetail:
+def experiment_detail(
+    session: Session, name: str, availability: Availability | None = None
+) -> ExperimentDetail:
     experiment = repo.get_experiment(session, name)
     rows = list(repo.experiment_submissions(session, experiment))
     totals = ExperimentTotals.read(session, experiment)
@@ -189,7 +200,7 @@ def experiment_detail(session: Session, name: str) -> ExperimentDetail:
         )
     now = time.time()
     return ExperimentDetail(
-        experiment=experiment_row(session, experiment),
+        experiment=experiment_row(session, experiment, availability),
         submissions=submissions,
         chart=Chart(
             headline=str(experiment.eval_config.get("protocol", "opencompass")),

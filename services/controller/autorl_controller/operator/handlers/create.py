@@ -8,6 +8,7 @@ import kopf
 from pydantic import ValidationError
 
 from autorl.experiment import ExperimentSpec, Phase, validate_name
+from autorl.wait_reasons import Reason
 from autorl_controller.operator.context import context_of
 from autorl_controller.operator.kube import EXPERIMENTS
 from autorl_controller.operator.manifests import check_egress
@@ -54,7 +55,14 @@ async def validate(
     current = dict(fresh.get("status") or {})
     error = validation_error(name, spec, context.settings)
     if error is not None:
-        await transition(context, fresh, current, Phase.FAILED, error)
+        await transition(context, fresh, current, Phase.FAILED, error, reason=Reason.INVALID_SPEC)
         raise kopf.PermanentError(error)
     if not current.get("phase"):
-        await transition(context, fresh, current, Phase.PENDING, "accepted; preparing the model and data")
+        await transition(
+            context,
+            fresh,
+            current,
+            Phase.PENDING,
+            "accepted; preparing the model and data",
+            reason=Reason.ACCEPTED,
+        )

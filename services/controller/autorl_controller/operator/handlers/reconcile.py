@@ -20,9 +20,12 @@ from pydantic import ValidationError
 from autorl.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
 from autorl.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentSpec, Phase
+from autorl.untrusted_text import printable
+from autorl.wait_reasons import Reason, evaluators_phrase
 from autorl_controller.operator.context import OperatorContext, context_of
 from autorl_controller.operator.handlers.create import describe
 from autorl_controller.operator.kube import (
+    EVENTS,
     EXPERIMENTS,
     JOBS,
     NETWORK_POLICIES,
@@ -35,13 +38,15 @@ from autorl_controller.operator.lifecycle import (
     JobState,
     Outcome,
     agent_deadline_s,
+    agent_finished_since,
     agent_outcome,
     agent_running_since,
-    epoch_from_iso,
+    evaluators_condition,
     job_status,
     outcome_condition,
     outcome_from_conditions,
     status_from_view,
+    with_condition,
 )
 from autorl_controller.operator.manifests import (
     AGENT_CONTAINER,
@@ -55,6 +60,7 @@ from autorl_controller.operator.manifests import (
     build_token_secret,
     id_collisions,
 )
+from autorl_controller.operator.pod_waits import PodWait, event_wait, job_wait, pod_wait
 from autorl_controller.operator.reporting import as_body, patch_status, transition
 
 #: A resolver that does not answer must not stall the experiment's tick.
@@ -84,7 +90,7 @@ async def reconcile(*, name: str, namespace: str | None, memo: Any, **_: Any) ->
         spec = ExperimentSpec.model_validate(fresh["spec"])
     except ValidationError as exc:
         # Validated at creation; only a changed model (an upgrade) can get here. Say so, once.
-        await transition(context, fresh, status, Phase.FAILED, describe(exc))
+        await transition(context, fresh, status, Phase.FAILED, describe(exc), reason=Reason.INVALID_SPEC)
         return
     step = Step(context, fresh, ref, spec, status)
     try:
@@ -92,10 +98,10 @@ async def reconcile(*, name: str, namespace: str | None, memo: Any, **_: Any) ->
     except GradingError as exc:
         if exc.retryable:
             raise kopf.TemporaryError(str(exc), delay=context.settings.sync_interval_s) from exc
-        await step.fail(f"the grader refused the experiment: {exc.detail}")
+        await step.fail(f"the grader refused the experiment: {exc.detail}", Reason.GRADER_REFUSED)
     except KubeError as exc:
         if exc.status in _PERMANENT_KUBE_STATUSES:
-            await step.fail(f"Kubernetes refused an object: {exc}")
+            await step.fail(f"Kubernetes refused an object: {exc}", Reason.KUBERNETES_REFUSED)
         else:
             raise kopf.TemporaryError(str(exc), delay=context.settings.sync_interval_s) from exc
 
@@ -144,8 +150,10 @@ class Step:
         elif phase is Phase.FINISHING:
             await self.finishing()
 
-    async def _move(self, phase: Phase, message: str, extra: dict[str, Any] | None = None) -> None:
-        await transition(self.context, self.body, self.status, phase, message, extra=extra)
+    async def _move(
+        self, phase: Phase, message: str, extra: dict[str, Any] | None = None, *, reason: Reason
+    ) -> None:
+        await transition(self.context, self.body, self.status, phase, message, reason=reason, extra=extra)
 
     def _owns(self, child: dict[str, Any]) -> bool:
         owners = child.get("metadata", {}).get("ownerReferences") or []
@@ -175,7 +183,7 @@ class Step:
             )
         return created
 
-    async def fail(self, message: str) -> None:
+    async def fail(self, message: str, reason: Reason) -> None:
         """End Failed; the grader closes the experiment too (best effort: it may never have known it)."""
         try:
             view = await self.context.grader.experiment(self.ref.grader_name)
@@ -183,7 +191,7 @@ class Step:
                 await self.context.grader.finish(self.ref.grader_name, "failed", message)
         except GradingError:
             pass
-        await self._move(Phase.FAILED, message)
+        await self._move(Phase.FAILED, message, reason=reason)
 
     # --- Pending / Preparing: register, keep the token, fill the cache --------------------------------
 
@@ -196,7 +204,7 @@ class Step:
             registration = build_registration(self.ref, self.spec, self.settings)
         except ValidationError as exc:
             reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            await self.fail(f"the grader cannot register the experiment: {reasons}")
+            await self.fail(f"the grader cannot register the experiment: {reasons}", Reason.GRADER_REFUSED)
             return False
         answer: RegisteredAnswer | TokenAnswer
         try:
@@ -223,16 +231,25 @@ class Step:
             detail = f": {state.message}" if state.message else ""
             await self.fail(
                 f"the prepare Job failed ({state.reason}){detail}; "
-                f"see kubectl logs job/{self.ref.prepare_job_name} -n {self.ref.namespace}"
+                f"see kubectl logs job/{self.ref.prepare_job_name} -n {self.ref.namespace}",
+                Reason.PREPARE_FAILED,
             )
             return
         if state.state is not JobState.SUCCEEDED:
-            await self._move(
-                Phase.PREPARING, f"preparing {self.spec.model} and the {self.spec.task} train split"
-            )
+            wait = await self.pod_wait(job, "prepare") if job is not None else None
+            if wait is not None:
+                await self._move(Phase.PREPARING, wait.message, reason=wait.reason)
+            else:
+                await self._move(
+                    Phase.PREPARING,
+                    f"preparing {self.spec.model} and the {self.spec.task} train split",
+                    reason=Reason.PREPARING,
+                )
             return
         await self.context.grader.baseline(self.ref.grader_name)
-        await self._move(Phase.BASELINE, "evaluating the base model")
+        await self._move(
+            Phase.BASELINE, "the base model is queued for evaluation", reason=Reason.WAITING_FOR_EVALUATOR
+        )
 
     async def own_id(self) -> bool:
         """Whether no older Experiment runs as this one's user id; else it ends Failed, saying which.
@@ -254,7 +271,8 @@ class Step:
             await self.fail(
                 f"this experiment would run as user id {agent_run_as_id(self.ref, self.settings)}, which "
                 f"experiment {other.namespace}/{other.name} already has (ids are hashed from the namespace "
-                "and name); apply it under another name"
+                "and name); apply it under another name",
+                Reason.ID_COLLISION,
             )
             return False
         return True
@@ -271,15 +289,41 @@ class Step:
             return
         if baseline == "failed":
             await self.fail(
-                f"the base model could not be evaluated: {view.baseline_error or 'unknown error'}"
+                f"the base model could not be evaluated: {view.baseline_error or 'unknown error'}",
+                Reason.BASELINE_FAILED,
             )
             return
         if baseline != "scored":
+            await self.baseline_waits(view)
             return
         if not await self.sync_policy():
             return
         await self._adopt_and_create(JOBS, build_agent_job(self.ref, self.spec, self.settings))
-        await self._move(Phase.RUNNING, "the agent Job is waiting for its pod", status_from_view(view))
+        message = "the agent Job is waiting for its pod"
+        extra = {**status_from_view(view), **self._evaluators_condition(Reason.POD_STARTING, message)}
+        await self._move(Phase.RUNNING, message, extra, reason=Reason.POD_STARTING)
+
+    async def baseline_waits(self, view: ExperimentAnswer) -> None:
+        """Say what the baseline waits for: an evaluator to take it (its queue position, how many
+        evaluators are alive; EvaluatorsUnavailable past the grader's limit), or its evaluation."""
+        if view.waiting is not None:
+            reason, message = Reason(view.waiting.reason), view.waiting.message
+        else:
+            reason = Reason.EVALUATING_BASELINE
+            who = "" if view.evaluators is None else f"; {evaluators_phrase(view.evaluators, _backend(view))}"
+            message = f"evaluating the base model{who}"
+        extra = {**status_from_view(view), **self._evaluators_condition(reason, message)}
+        await self._move(Phase.BASELINE, message, extra, reason=reason)
+
+    def _evaluators_condition(self, reason: Reason, message: str) -> dict[str, Any]:
+        conditions = evaluators_condition(
+            self.status.get("conditions"),
+            unavailable=reason is Reason.EVALUATORS_UNAVAILABLE,
+            reason=reason.value,
+            message=printable(message),
+            now=datetime.now(UTC),
+        )
+        return {} if conditions is None else {"conditions": conditions}
 
     async def sync_policy(self) -> bool:
         """Create or refresh the agent's NetworkPolicy; False (and Failed) when its egress is refused."""
@@ -289,7 +333,7 @@ class Step:
             policy = build_network_policy(self.ref, self.spec, self.settings, resolved)
         except ValueError as exc:
             # Validated at creation; only cluster ranges widened since then can get here.
-            await self.fail(f"invalid spec: {exc}")
+            await self.fail(f"invalid spec: {exc}", Reason.INVALID_SPEC)
             return False
         created = await self._adopt_and_create(NETWORK_POLICIES, policy)
         if not created and hosts:
@@ -309,8 +353,12 @@ class Step:
             return
         job = await self._child(JOBS, self.ref.agent_job_name)
         state = job_status(job)
+        wait = None
         if view.start_time is None and job is not None:
-            started = await self.agent_started(job)
+            pods = await self._pods(job)
+            started = self.agent_started(job, pods)
+            if started is None and not state.state.ended:
+                wait = await self.pod_wait(job, "agent", pods)
             if started is not None or state.state.ended:
                 # Ended without a container ever seen running (it failed to start): close the clock now.
                 view = await self.context.grader.start(self.ref.grader_name, started)
@@ -324,9 +372,14 @@ class Step:
         outcome = agent_outcome(state, past_deadline=past_deadline)
         synced = status_from_view(view)
         if outcome is None:
-            waiting = view.start_time is None
-            message = "the agent Job is waiting for its pod" if waiting else "the agent is training"
-            await self._move(Phase.RUNNING, message, synced)
+            if wait is not None:
+                await self._move(Phase.RUNNING, wait.message, synced, reason=wait.reason)
+            elif view.start_time is None:
+                await self._move(
+                    Phase.RUNNING, "the agent Job is waiting for its pod", synced, reason=Reason.POD_STARTING
+                )
+            else:
+                await self._move(Phase.RUNNING, "the agent is training", synced, reason=Reason.TRAINING)
             return
         if outcome.phase is Phase.TIMED_OUT and not state.state.ended:
             await self.context.kube.delete(JOBS, self.ref.namespace, self.ref.agent_job_name)
@@ -334,15 +387,12 @@ class Step:
         await self._move(
             Phase.FINISHING,
             f"{outcome.message}; waiting for evaluations in flight",
-            {**synced, "conditions": [condition]},
+            {**synced, "conditions": with_condition(self.status.get("conditions"), condition)},
+            reason=Reason.EVALUATIONS_IN_FLIGHT,
         )
 
-    async def agent_started(self, job: dict[str, Any]) -> float | None:
-        """When the agent's container started running (None: not yet).
-
-        Not the Job's creation nor its first active pod: Kueue may hold the Job for quota, and a pod is
-        active while Pending, scheduling and pulling images; none of that is the agent's time.
-        """
+    async def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The Job's pods; None when this controller may not read pods (an older Role)."""
         uid = job["metadata"].get("uid", "")
         try:
             pods = await self.context.kube.list(
@@ -351,11 +401,58 @@ class Step:
         except KubeError as exc:
             if exc.status != 403:
                 raise
-            # A controller not allowed to read pods (an older Role): the Job's count of ready pods
-            # (containers running) is the next best sign; the clock then starts when it is seen.
+            return None
+        # Only this Job's own pods (an earlier run's, still terminating, never count).
+        return [
+            pod
+            for pod in pods
+            if any(
+                owner.get("uid") == uid for owner in (pod.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
+
+    def agent_started(self, job: dict[str, Any], pods: list[dict[str, Any]] | None) -> float | None:
+        """When the agent's container started running (None: not yet).
+
+        Not the Job's creation nor its first active pod: Kueue may hold the Job for quota, and a pod is
+        active while Pending, scheduling and pulling images; none of that is the agent's time.
+        """
+        if pods is None:
+            # A controller not allowed to read pods: the Job's count of ready pods (containers
+            # running) is the next best sign; the clock then starts when it is seen.
             ready = (job.get("status") or {}).get("ready") or 0
             return time.time() if ready > 0 else None
-        return agent_running_since(pods, uid, AGENT_CONTAINER)
+        return agent_running_since(pods, job["metadata"].get("uid", ""), AGENT_CONTAINER)
+
+    async def pod_wait(
+        self, job: dict[str, Any], what: str, pods: list[dict[str, Any]] | None = None
+    ) -> PodWait | None:
+        """Why the Job's pod does not run: the Job held, the pod refused, unschedulable, its image
+        not pulled, its container not created or crashing (from pods, then Warning Events)."""
+        held = job_wait(job, what)
+        if held is not None:
+            return held
+        if pods is None:
+            pods = await self._pods(job)
+            if pods is None:
+                return None
+        found = pod_wait(pods, what)
+        if found is not None:
+            return found
+        live = [p for p in pods if (p.get("status") or {}).get("phase") in (None, "Pending")]
+        if pods and not live:
+            return None
+        about = live[0]["metadata"]["name"] if live else job["metadata"]["name"]
+        try:
+            events = await self.context.kube.list(
+                EVENTS, self.ref.namespace, field_selector=f"involvedObject.name={about}"
+            )
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            return None
+        mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == about]
+        return event_wait(mine, what, has_pods=bool(pods))
 
     async def hold_deadline(self, job: dict[str, Any], end_time: float | None) -> None:
         """Let Kubernetes itself stop the agent at its budget's end, whether or not we are running then."""
@@ -375,14 +472,7 @@ class Step:
         view = await self._view()
         if view is None:
             return
-        since = next(
-            (
-                epoch_from_iso(c.get("lastTransitionTime"))
-                for c in conditions or []
-                if c.get("lastTransitionTime")
-            ),
-            None,
-        )
+        since = agent_finished_since(conditions)
         waited = time.time() - since if since is not None else 0.0
         if view.in_flight > 0 and waited < self.settings.finish_wait_s:
             await patch_status(self.context, self.body, self.status, status_from_view(view))
@@ -391,7 +481,7 @@ class Step:
             view = await self.context.grader.finish(
                 self.ref.grader_name, outcome.grader_status, outcome.message
             )
-        await self._move(outcome.phase, summary(outcome, view), status_from_view(view))
+        await self._move(outcome.phase, summary(outcome, view), status_from_view(view), reason=outcome.reason)
 
     async def _view(self) -> ExperimentAnswer | None:
         """The grader's view of the experiment; None (and Failed) when the grader has none."""
@@ -399,7 +489,8 @@ class Step:
             return await self.context.grader.experiment(self.ref.grader_name)
         except ExperimentNotFoundError:
             await self.fail(
-                f"the grader has no experiment {self.ref.grader_name!r} (was its database reset?)"
+                f"the grader has no experiment {self.ref.grader_name!r} (was its database reset?)",
+                Reason.EXPERIMENT_LOST,
             )
             return None
 
@@ -419,3 +510,7 @@ def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
         if improvement is not None:
             scored += f" ({improvement:+.2f})"
     return f"{outcome.message}; {scored} over {view.submissions} scored submission(s)"
+
+
+def _backend(view: ExperimentAnswer) -> str:
+    return str(view.eval_config.get("backend", "hf"))

@@ -21,7 +21,7 @@ from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
-from autorl_grader.views import ExperimentTotals, experiment_view, submission_view
+from autorl_grader.views import Availability, ExperimentTotals, experiment_view, submission_view
 
 router = APIRouter(
     prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep], responses=refusals(401, 503)
@@ -59,15 +59,16 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
 
 
 @router.get("", response_model=list[ExperimentAnswer])
-def list_all(db: DbDep) -> list[dict[str, Any]]:
+def list_all(db: DbDep, settings: SettingsDep) -> list[dict[str, Any]]:
+    availability = Availability.of(settings)
     with db.session() as session:
-        return [experiment_view(session, e) for e in repo.list_experiments(session)]
+        return [experiment_view(session, e, availability) for e in repo.list_experiments(session)]
 
 
 @router.get("/{name}", response_model=ExperimentAnswer, responses=refusals(404))
-def get_one(name: str, db: DbDep) -> dict[str, Any]:
+def get_one(name: str, db: DbDep, settings: SettingsDep) -> dict[str, Any]:
     with db.session() as session:
-        return experiment_view(session, repo.get_experiment(session, name))
+        return experiment_view(session, repo.get_experiment(session, name), Availability.of(settings))
 
 
 @router.post("/{name}/token", response_model=TokenAnswer, responses=refusals(404))

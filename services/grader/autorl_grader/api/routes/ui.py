@@ -30,6 +30,7 @@ from autorl_grader.dashboard.data import (
 )
 from autorl_grader.dashboard.log_tail import MAX_TAIL_BYTES, read_agent_tail, read_runner_tail
 from autorl_grader.dashboard.session import COOKIE_NAME, SessionSigner
+from autorl_grader.views import Availability
 
 SIGN_IN = "/ui/login"
 #: The sign-in form is one short field; a larger body is not a sign-in.
@@ -168,23 +169,25 @@ def static_file(path: str, request: Request, signer: SignerDep) -> Response:
 
 
 @router.get("/api/experiments", dependencies=[SessionDep], responses=refusals(401, 403))
-async def experiments_data(db: DbDep, response: Response) -> ExperimentList:
+async def experiments_data(db: DbDep, settings: SettingsDep, response: Response) -> ExperimentList:
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> ExperimentList:
         with db.session() as session:
-            return experiment_list(session)
+            return experiment_list(session, Availability.of(settings))
 
     return await run_in_threadpool(read)
 
 
 @router.get("/api/experiments/{name}", dependencies=[SessionDep], responses=refusals(401, 403, 404))
-async def experiment_data(name: str, db: DbDep, response: Response) -> ExperimentDetail:
+async def experiment_data(
+    name: str, db: DbDep, settings: SettingsDep, response: Response
+) -> ExperimentDetail:
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> ExperimentDetail:
         with db.session() as session:
-            return experiment_detail(session, name)
+            return experiment_detail(session, name, Availability.of(settings))
 
     return await run_in_threadpool(read)
 

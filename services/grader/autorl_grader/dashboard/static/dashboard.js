@@ -300,7 +300,8 @@
       const exp = detail.experiment;
       if (!chosen) chosen = detail.chart.headline;
       select.value = chosen;
-      document.getElementById("message").textContent = exp.message || "";
+      const waiting = exp.waiting_reason ? `${exp.waiting_reason}: ${exp.waiting_message}` : "";
+      document.getElementById("message").textContent = waiting || exp.message || "";
       summaryItems(document.getElementById("summary"), [
         ["phase", exp.phase],
         ["task", exp.task],
@@ -313,6 +314,7 @@
         ["submissions (scored/all)", submissionsText(exp) + ` of ${exp.max_submissions}`],
         ["time left", timeLeft(exp)],
         ["queue", queueText(exp)],
+        ["evaluators", exp.evaluators === null ? "–" : String(exp.evaluators)],
       ]);
       drawChart(chart, detail, chosen);
       syncRows(document.querySelector("#submissions tbody"), detail.submissions.map(submissionRow));
