@@ -178,8 +178,8 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
     assert "baseline" in run.stdout and "best score" in run.stdout and "improvement" in run.stdout
     # The progress says what the baseline waits for: the worker (started with the grader) has not
     # reported itself yet, or reported and not taken it yet, or it is being evaluated.
-    waits = re.findall(r"phase=baseline (\w+): (.*)", run.stdout)
-    assert waits, run.stdout
+    waits = re.findall(r"phase=baseline (\w+): (.*)", run.stderr)
+    assert waits, run.stderr
     for reason, message in waits:
         assert reason in ("EvaluatorsUnavailable", "WaitingForEvaluator", "EvaluatingBaseline"), message
         if reason == "EvaluatorsUnavailable":
