@@ -164,6 +164,23 @@ def best_uncertainty(best: SubmissionRecord | None) -> dict[str, Any]:
     }
 
 
+def uncertainty_lines(metrics: dict[str, Any]) -> list[str]:
+    """The best score's interval and its comparison with the baseline as summary lines (none
+    without a best score)."""
+    interval = metrics.get("best_interval")
+    if interval is None:
+        return []
+    lines = [f"best 95 %    {interval[0]:.2f} to {interval[1]:.2f}"]
+    difference = metrics.get("best_difference_interval")
+    if difference is not None:
+        verdict = "distinguishable" if metrics.get("best_distinguishable") else "not distinguishable"
+        lines.append(
+            f"vs baseline  95 % {difference[0]:+.2f} to {difference[1]:+.2f} points, "
+            f"McNemar p = {metrics['best_p_value']:.3g}, {verdict}"
+        )
+    return lines
+
+
 def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
     """The reference's process metrics, plus the run's identity and headline numbers.
 

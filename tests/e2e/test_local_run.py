@@ -176,6 +176,10 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
     )
     assert run.code == 0, run.stderr
     assert "baseline" in run.stdout and "best score" in run.stdout and "improvement" in run.stdout
+    # The best (a copy of the base model) with its interval; against the baseline it differs on no
+    # problem: McNemar p = 1, not distinguishable.
+    assert "best 95 %" in run.stdout
+    assert "McNemar p = 1, not distinguishable" in run.stdout, run.stdout
     # The progress says what the baseline waits for: the worker (started with the grader) has not
     # reported itself yet, or reported and not taken it yet, or it is being evaluated.
     waits = re.findall(r"phase=baseline (\w+): (.*)", run.stderr)

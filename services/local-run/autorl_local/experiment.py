@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -32,7 +33,7 @@ from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.layout import runner_log_subpath
 from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
-from autorl.reports import report_after_run
+from autorl.reports import report_after_run, uncertainty_lines
 from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
@@ -213,9 +214,8 @@ class LocalRun:
                 self._finalize(status, message, timed_out)
                 row = self._record(status, self.prepared.started)
                 self.lock.release()
-                if self.registered:
-                    report_after_run(self.settings, self.run_id)
-        self._print_summary(row, message)
+                report = report_after_run(self.settings, self.run_id) if self.registered else None
+        self._print_summary(row, message, report.metrics if report is not None else {})
         return exit_code
 
     def _lifecycle(self) -> tuple[RunStatus, str | None, bool]:
@@ -451,7 +451,7 @@ class LocalRun:
         append_row(row, self.settings.home)
         return row
 
-    def _print_summary(self, row: ResultRow, message: str | None) -> None:
+    def _print_summary(self, row: ResultRow, message: str | None, metrics: dict[str, Any]) -> None:
         console = Console()
         improvement = "-" if row.improvement is None else f"{row.improvement:+.2f}"
         console.print(
@@ -465,6 +465,7 @@ class LocalRun:
             f"baseline     {fmt_score(row.baseline)}",
             f"best score   {fmt_score(row.best_score)}",
             f"improvement  {improvement}",
+            *uncertainty_lines(metrics),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",
             f"results      {printable(str(results_path(self.settings.home)))}",
