@@ -95,25 +95,30 @@ def _process_name(command: str) -> str:
 def soak_table() -> str:
     soak = _results("soak")
     lines = [
-        "| process | RSS start → end (max) | RSS trend | open descriptors start → end (max) |",
-        "| --- | ---: | ---: | ---: |",
+        "| process | RSS start → end (max) | RSS trend | open descriptors start → end (max) "
+        "| database connections (max) |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
     for process in soak["processes"]:
         name = _process_name(process["command"])
         lines.append(
             f"| `{name}` | {process['rss_mb_start']:,.1f} → {process['rss_mb_end']:,.1f} MB "
             f"({process['rss_mb_max']:,.1f}) | {process['rss_mb_per_hour']:+,.1f} MB/hour | "
-            f"{process['fds_start']} → {process['fds_end']} ({process['fds_max']}) |"
+            f"{process['fds_start']} → {process['fds_end']} ({process['fds_max']}) | "
+            f"{process.get('database_connections_max', 'not recorded')} |"
         )
     submissions = soak["submissions"]
-    once = submissions["scored_once"] == submissions["submitted"] == submissions["stored"]
+    once = submissions["every_one_scored_once"]
     verdict = "**passed**" if once and soak["exit_code"] == 0 else "**FAILED**"
+    unanswered = len(submissions["unanswered"])
     lines += [
         "",
         f"{verdict}: the agent submitted {submissions['submitted']} distinct checkpoints in "
         f"{soak['agent_phase_s']:,.0f} s; {submissions['scored_once']} were scored exactly once (one "
-        f"attempt, one score, each id once), {len(submissions['not_scored'])} were not. Recorded: "
-        f"{soak['date']}. Reproduce: `{soak['command']}`.",
+        f"attempt, one score, each id once), {len(submissions['not_scored'])} stored were not; "
+        f"{unanswered} more {'was' if unanswered == 1 else 'were'} stored while the "
+        f"agent, its budget over, no longer waited for the answer. Recorded: {soak['date']}. "
+        f"Reproduce: `{soak['command']}`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -133,12 +133,14 @@ def run_soak(duration_s: float, interval_s: float, sample_s: float, workdir: Pat
     if not agent_seen:
         raise RuntimeError(f"the agent never started; see {log_path}:\n{log_path.read_text()[-3000:]}")
     phase = (min(agent_seen), max(agent_seen))
+    submissions = _submission_check(workspace, home / "autorl.db")
+    submissions["every_one_scored_once"] = every_submission_scored_once(submissions)
     return {
         "exit_code": run.returncode,
         "wall_s": round(wall_s, 1),
         "agent_phase_s": round(phase[1] - phase[0], 1),
         "processes": _process_summaries(traces, phase),
-        "submissions": _submission_check(workspace, home / "autorl.db"),
+        "submissions": submissions,
     }
 
 
@@ -212,7 +214,10 @@ def _process_summaries(traces: dict[str, ProcessTrace], phase: tuple[float, floa
 
 
 def _submission_check(workspace: Path, database: Path) -> dict[str, Any]:
-    """What the agent was told against what the store holds: each id once, scored, one attempt."""
+    """What the agent was told against what the store holds: each id once, scored, one attempt.
+
+    Every stored submission must be scored once, also one the agent never heard back about: the
+    one it was waiting for when its budget ended (at most one, as it submits one at a time)."""
     answers_file = workspace / "output" / "soak_submissions.jsonl"
     lines = answers_file.read_text().splitlines() if answers_file.exists() else []
     answers = [json.loads(line) for line in lines]
@@ -222,16 +227,29 @@ def _submission_check(workspace: Path, database: Path) -> dict[str, Any]:
         ).fetchall()
     stored = {row[0]: row for row in rows}
     ids = [answer["submission_id"] for answer in answers]
-    scored_once = [i for i in ids if i in stored and stored[i][1] == "scored" and stored[i][2] == 1]
+    scored = {i for i, row in stored.items() if row[1] == "scored" and row[2] == 1}
     return {
         "submitted": len(answers),
         "stored": len(rows),
         "distinct_ids": len(set(ids)),
-        "scored_once": len(scored_once),
+        "scored_once": sum(1 for i in ids if i in scored),
+        "unanswered": sorted(set(stored) - set(ids)),
+        "stored_scored_once": len(scored),
         "reused": sum(1 for row in rows if row[4] is not None),
-        "not_scored": sorted(i for i in ids if i not in scored_once),
+        "not_scored": sorted(i for i in stored.keys() | set(ids) if i not in scored),
         "answer_seconds_max": max((a["seconds"] for a in answers), default=None),
     }
+
+
+def every_submission_scored_once(submissions: dict[str, Any]) -> bool:
+    """The soak's verdict: each id the agent was told once, every stored submission scored once,
+    and at most one stored that the agent did not hear back about before its budget ended."""
+    return (
+        submissions["scored_once"] == submissions["submitted"] == submissions["distinct_ids"]
+        and submissions["stored_scored_once"] == submissions["stored"]
+        and len(submissions["unanswered"]) <= 1
+        and not submissions["not_scored"]
+    )
 
 
 def main() -> int:

@@ -10,6 +10,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from autorl.store.db import SQLITE_POOL_OVERFLOW, SQLITE_POOL_SIZE
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "bench" / "results"
 
@@ -57,3 +59,19 @@ def test_the_soak_section_states_every_process_and_the_submissions() -> None:
     submissions = soak["submissions"]
     assert f"submitted {submissions['submitted']} distinct checkpoints" in text
     assert f"{submissions['scored_once']} were scored exactly once" in text
+
+
+def test_the_soak_section_states_each_process_database_connections() -> None:
+    soak = _results("soak")
+    text = _sections().soak_table()
+    assert "database connections (max)" in text
+    for process in soak["processes"]:
+        assert f"| {process['database_connections_max']} |" in text
+
+
+def test_the_soak_prose_states_the_database_pool_it_tests_against() -> None:
+    text = " ".join((REPO_ROOT / "docs" / "RELIABILITY.md").read_text().split())
+    capacity = SQLITE_POOL_SIZE + SQLITE_POOL_OVERFLOW
+    pool = f"the SQLite pool's {SQLITE_POOL_SIZE} plus {SQLITE_POOL_OVERFLOW}"
+    stated = f"at most {capacity} per process, {pool}"
+    assert stated in text
