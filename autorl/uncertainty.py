@@ -17,6 +17,7 @@ The tests check each against statsmodels or a published worked example on fixed 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -71,9 +72,13 @@ def wilson_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tup
     return 100 * low, 100 * high
 
 
+@functools.lru_cache(maxsize=4096)
 def mcnemar_exact_p(gains: int, losses: int) -> float:
     """Exact two-sided McNemar p-value: twice the binomial(gains + losses, 1/2) probability of a
-    split at least as uneven as the one observed, at most 1 (1 when there is no discordant pair)."""
+    split at least as uneven as the one observed, at most 1 (1 when there is no discordant pair).
+
+    Exact in integers (about 13 ms at 1,250 discordant pairs), so remembered per pair of counts:
+    every read of every answer shows it, and an agent's copies of one checkpoint share their counts."""
     if gains < 0 or losses < 0:
         raise ValueError("discordant counts are never negative")
     n = gains + losses

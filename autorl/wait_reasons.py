@@ -53,6 +53,12 @@ EVALUATOR_FIX = (
 )
 
 
+def reason_named(name: str, default: Reason) -> Reason:
+    """The reason of that name; a name this version does not know (a newer grader's) reads as
+    ``default``, and the message beside it still says why."""
+    return Reason(name) if name in {member.value for member in Reason} else default
+
+
 def evaluators_phrase(evaluators: int, backend: str) -> str:
     """'2 evaluators take hf work' / 'no evaluator takes hf work'."""
     if evaluators == 0:

@@ -128,3 +128,14 @@ def test_problems_digest_depends_on_order_and_boundaries() -> None:
     assert problems_digest(["a", "b"]) != problems_digest(["b", "a"])
     assert problems_digest(["ab", "c"]) != problems_digest(["a", "bc"])
     assert problems_digest(["a", "b"]) == problems_digest(["a", "b"])
+
+
+def test_the_exact_p_value_of_a_pair_of_counts_is_computed_once() -> None:
+    """Every read of every answer shows each submission's p-value: copies of one checkpoint (same
+    discordant counts) cost one exact computation, not one per copy per read."""
+    mcnemar_exact_p.cache_clear()
+    first = mcnemar_exact_p(650, 600)
+    for _ in range(100):
+        assert mcnemar_exact_p(650, 600) == first
+    info = mcnemar_exact_p.cache_info()
+    assert (info.misses, info.hits) == (1, 100)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from autorl.crd import printer_columns
-from autorl.wait_reasons import Reason
+from autorl.wait_reasons import Reason, reason_named
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "KUBERNETES.md"
 
@@ -36,3 +36,8 @@ def test_the_watch_example_shows_the_crds_printer_columns() -> None:
     shown = re.split(r"\s{2,}", header.strip())[1:]
     declared = [c["name"].upper() for c in printer_columns() if not c.get("priority")]
     assert shown == declared
+
+
+def test_a_reason_this_version_does_not_know_reads_as_the_default() -> None:
+    assert reason_named("EvaluatorsUnavailable", Reason.EVALUATING_BASELINE) is Reason.EVALUATORS_UNAVAILABLE
+    assert reason_named("SomethingNewer", Reason.EVALUATING_BASELINE) is Reason.EVALUATING_BASELINE

@@ -50,8 +50,9 @@ class Presence:
                 repo.report_evaluator(
                     session, name=self.name, queue=self.settings.work_queue, backends=self.backends
                 )
-        except ServiceUnavailableError as exc:
-            log.warning("event=presence_failed reason=%s", exc)
+        except Exception as exc:
+            reason = exc if isinstance(exc, ServiceUnavailableError) else type(exc).__name__
+            log.warning("event=presence_failed reason=%s", reason)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.settings.evaluator_heartbeat_s):

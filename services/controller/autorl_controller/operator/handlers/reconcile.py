@@ -21,7 +21,7 @@ from autorl.admin_client import ExperimentConflictError, ExperimentNotFoundError
 from autorl.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentSpec, Phase
 from autorl.untrusted_text import printable
-from autorl.wait_reasons import Reason, evaluators_phrase
+from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
 from autorl_controller.operator.context import OperatorContext, context_of
 from autorl_controller.operator.handlers.create import describe
 from autorl_controller.operator.kube import (
@@ -307,7 +307,8 @@ class Step:
         """Say what the baseline waits for: an evaluator to take it (its queue position, how many
         evaluators are alive; EvaluatorsUnavailable past the grader's limit), or its evaluation."""
         if view.waiting is not None:
-            reason, message = Reason(view.waiting.reason), view.waiting.message
+            reason = reason_named(view.waiting.reason, default=Reason.EVALUATING_BASELINE)
+            message = view.waiting.message
         else:
             reason = Reason.EVALUATING_BASELINE
             who = "" if view.evaluators is None else f"; {evaluators_phrase(view.evaluators, _backend(view))}"
