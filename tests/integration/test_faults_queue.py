@@ -155,11 +155,13 @@ def test_a_redis_restarted_empty_gets_every_queued_submission_again(
         for experiment in experiments
         for index in range(2)
     ]
-    queue = Queue(settings.queue_name, connection=Redis.from_url(redis_server.url), serializer=JSONSerializer)
+    redis = Redis.from_url(redis_server.url)
+    queue = Queue(settings.queue_name, connection=redis, serializer=JSONSerializer)
     assert len(queue.job_ids) == len(experiments)  # one waiting job per experiment, the rest in Postgres
+    redis.set("autorl-test-before-the-restart", 1)
     redis_server.kill()
-    redis_server.start()  # same address, nothing in it
-    assert queue.job_ids == []
+    redis_server.start()  # same address, nothing in it (the reconciler may enqueue again at once)
+    assert redis.get("autorl-test-before-the-restart") is None
     wait_for(lambda: len(queue.job_ids) == len(experiments), "the reconciler's re-enqueue", timeout_s=30)
     with running(["worker"], settings, tmp_path / "worker.log"):
         wait_for(all_final(db, ids), "every submission's score", timeout_s=SETTLE_TIMEOUT_S)

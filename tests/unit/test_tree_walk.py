@@ -100,7 +100,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 
 def write_meta(workspace: Workspace) -> None:
-    write_run_meta(workspace, start_time=1.0, timeout_s=2.0, last_submit_time=None, end_time=3.0)
+    write_run_meta(workspace, start_time=1.0, timeout_s=2.0, last_submit_time=None, deadline=3.0)
 
 
 def test_a_folder_in_place_of_a_mirror_is_removed_and_the_mirror_written(
@@ -113,7 +113,7 @@ def test_a_folder_in_place_of_a_mirror_is_removed_and_the_mirror_written(
     assert write_mirror(workspace.run_meta, lambda: write_meta(workspace), lines.append)
     assert (
         stat.S_ISREG(workspace.run_meta.lstat().st_mode)
-        and '"end_time": 3.0' in workspace.run_meta.read_text()
+        and '"deadline": 3.0' in workspace.run_meta.read_text()
     )
     assert outside.read_text() == "the platform's\n"
     assert lines == ["event=mirror_replaced file=run_meta.json was=folder"]
