@@ -34,14 +34,17 @@ def poll(
 
 def test_a_baseline_no_evaluator_takes_is_reported_with_the_fix_and_taken_once_one_appears(
     make_settings: Callable[..., DeploymentSettings],
-    pg_url: str,
+    fresh_pg_url: str,
     redis_url: str,
+    fresh_queue_prefix: str,
     tiny_base_model: Path,
     tmp_path: Path,
 ) -> None:
+    # A database and queue of its own: queue positions and evaluator counts are this test's alone.
     settings = make_settings(
-        database_url=pg_url,
+        database_url=fresh_pg_url,
         redis_url=redis_url,
+        redis_key_prefix=fresh_queue_prefix,
         eval_limit=2,
         eval_max_new_tokens=8,
         baseline_unavailable_s=1.0,
@@ -74,15 +77,15 @@ def test_a_baseline_no_evaluator_takes_is_reported_with_the_fix_and_taken_once_o
 
 
 def test_only_evaluators_of_the_experiments_queue_and_backend_count(
-    make_settings: Callable[..., DeploymentSettings], pg_url: str, tiny_base_model: Path, tmp_path: Path
+    make_settings: Callable[..., DeploymentSettings], fresh_pg_url: str, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     """A worker of another deployment's queue, or one that cannot run the experiment's backend (no
     OpenCompass command), is not counted as taking its work."""
     from autorl.store import Database
     from autorl.store import repository as repo
 
-    settings = make_settings(database_url=pg_url, evaluator_heartbeat_s=0.5, baseline_unavailable_s=0.0)
-    db = Database(pg_url)
+    settings = make_settings(database_url=fresh_pg_url, evaluator_heartbeat_s=0.5, baseline_unavailable_s=0.0)
+    db = Database(fresh_pg_url)
     try:
         with serving_grader(
             settings.model_copy(update={"eval_backend": "opencompass"}), tmp_path / "g.log"
