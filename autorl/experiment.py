@@ -173,12 +173,29 @@ def _agent_enum(schema: JsonDict) -> None:
     schema["enum"] = list[JsonValue](builtin_agent_names())
 
 
+#: The agent's rules that span fields, in words that name the fix: the controller raises them, and the
+#: CRD carries them as CEL rules, so that ``kubectl apply`` refuses such an agent with the same words.
+AGENT_EXACTLY_ONE = "set exactly one of builtin (a built-in agent) or image (a custom agent)"
+AGENT_COMMAND_NEEDS_IMAGE = "command applies to a custom image; remove it or use image"
+
+
 class AgentSpec(_Model):
     """Who trains: a built-in agent run by the agent runner, or a container image of one's own."""
 
     model_config = ConfigDict(
         json_schema_extra={
-            "oneOf": [{"required": ["builtin"]}, {"required": ["image"]}],
+            # CEL (Kubernetes >= 1.25) rather than oneOf, whose refusal names neither field nor fix.
+            # A null field reads as absent to has(), as the API server evaluates these rules.
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.builtin) != has(self.image)",
+                    "message": f"{AGENT_EXACTLY_ONE}, e.g. builtin: {DEFAULT_AGENT}",
+                },
+                {
+                    "rule": "!has(self.builtin) || !has(self.command) || size(self.command) == 0",
+                    "message": AGENT_COMMAND_NEEDS_IMAGE,
+                },
+            ],
         }
     )
 
@@ -227,9 +244,9 @@ class AgentSpec(_Model):
     @model_validator(mode="after")
     def _exactly_one(self) -> AgentSpec:
         if (self.builtin is None) == (self.image is None):
-            raise ValueError("agent: set exactly one of builtin (a built-in agent) or image (a custom agent)")
+            raise ValueError(f"agent: {AGENT_EXACTLY_ONE}")
         if self.builtin is not None and self.command:
-            raise ValueError("agent: command applies to a custom image; remove it or use image")
+            raise ValueError(f"agent: {AGENT_COMMAND_NEEDS_IMAGE}")
         return self
 
     @property

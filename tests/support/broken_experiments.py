@@ -1,9 +1,9 @@
 """Broken Experiments, each with where it is refused and the words of the refusal that name the fix.
 
-``schema`` is what the API server answers at ``kubectl apply`` (the CRD's openAPIV3Schema, with
-kubectl's strict field validation); ``None`` marks a mistake no schema can see, which the controller
-refuses at once, before it creates any Job. ``controller`` is the controller's own message: it
-checks every Experiment again, so a cluster that skipped the schema still refuses it.
+``schema`` is what the API server answers at ``kubectl apply`` (the CRD's openAPIV3Schema with
+kubectl's strict field validation, then its CEL rules); ``None`` marks a mistake no schema can see,
+which the controller refuses at once, before it creates any Job. ``controller`` is the controller's
+own message: it checks every Experiment again, so a cluster that skipped the schema still refuses it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.experiment import QUANTITY_PATTERN
+from autorl.experiment import AGENT_COMMAND_NEEDS_IMAGE, AGENT_EXACTLY_ONE, QUANTITY_PATTERN
 
 Spec = dict[str, Any]
 
@@ -98,6 +98,7 @@ def _egress(rule: dict[str, Any]) -> Callable[[Spec], None]:
 _QUANTITY = f"should match '{QUANTITY_PATTERN}'"
 _AT_LEAST_1 = "should be greater than or equal to 1"
 _AGENTS = 'supported values: "example_agent", "example_grpo", "example_sft"'
+_AGENT_EXACTLY_ONE = f'spec.agent: Invalid value: "object": {AGENT_EXACTLY_ONE}, e.g. builtin: example_grpo'
 
 CASES: list[Broken] = [
     # What passed both the schema and the controller before, and failed late.
@@ -109,11 +110,18 @@ CASES: list[Broken] = [
            "'64 Gi' is not a Kubernetes quantity; write a number and an optional unit with no space"),
     Broken("gpu-in-words", _limit("nvidia.com/gpu", "one"), _QUANTITY, "'one' is not a Kubernetes quantity"),
     # Our own.
-    Broken("empty-agent", _set("agent", {}), "must validate one and only one schema (oneOf)",
+    Broken("empty-agent", _set("agent", {}), _AGENT_EXACTLY_ONE,
            "set exactly one of builtin (a built-in agent) or image (a custom agent)"),
+    Broken("agent-with-resources-only", _set("agent", {"resources": {"limits": {"nvidia.com/gpu": 1}}}),
+           _AGENT_EXACTLY_ONE, "set exactly one of builtin"),
+    Broken("agent-builtin-null", _set("agent", {"builtin": None}), _AGENT_EXACTLY_ONE,
+           "set exactly one of builtin"),
     Broken("empty-builtin-agent", _set("agent.builtin", ""), _AGENTS, "unknown built-in agent ''"),
-    Broken("both-builtin-and-image", _set("agent.image", "registry.example/agent:1"),
-           "must validate one and only one schema (oneOf)", "set exactly one of builtin"),
+    Broken("both-builtin-and-image", _set("agent.image", "registry.example/agent:1"), _AGENT_EXACTLY_ONE,
+           "set exactly one of builtin"),
+    Broken("builtin-with-command", _set("agent.command", ["python", "train.py"]),
+           f'spec.agent: Invalid value: "object": {AGENT_COMMAND_NEEDS_IMAGE}',
+           "command applies to a custom image; remove it or use image"),
     Broken("zero-timeout", _set("timeoutSeconds", 0), _AT_LEAST_1,
            "spec.timeoutSeconds: Input should be greater than or equal to 1"),
     Broken("negative-timeout", _set("timeoutSeconds", -3600), _AT_LEAST_1,
@@ -163,10 +171,31 @@ CASES: list[Broken] = [
            'vendor, e.g. "nvidia.com/gpu"'),
     Broken("env-set-by-the-platform", _set("agent.env", [{"name": "GRADING_SERVER_URL", "value": "x"}]), None,
            "GRADING_SERVER_URL is set by the platform; choose another name"),
-    Broken("builtin-with-command", _set("agent.command", ["python", "train.py"]), None,
-           "command applies to a custom image; remove it or use image"),
     Broken("egress-into-the-cluster", _egress({"cidr": "10.96.0.0/12"}), None,
            "lies inside 10.0.0.0/8, an address range of the cluster itself"),
     Broken("name-too-long", lambda spec: None, None, "must be a DNS label of at most 50 characters",
            name="x" * 60),
 ]  # fmt: skip
+
+
+#: Valid specs near the broken ones: every rule of the schema and the controller lets each pass.
+VALID: dict[str, Callable[[Spec], None]] = {
+    "builtin-agent": lambda spec: None,
+    "custom-image-with-command": lambda spec: spec.update(
+        agent={
+            "image": "registry.example/agent:1",
+            "command": ["python", "train.py"],
+            "args": ["--lr", "1e-5"],
+        }
+    ),
+    "image-with-builtin-null": lambda spec: spec.update(
+        agent={"image": "registry.example/agent:1", "builtin": None}
+    ),
+    "builtin-with-empty-command": _set("agent.command", []),
+    "builtin-with-command-null": _set("agent.command", None),
+    "builtin-with-args": _set("agent.args", ["--learning-rate", "1e-5"]),
+}
+
+
+def valid_manifests() -> dict[str, dict[str, Any]]:
+    return {name: manifest(Broken(name, change, None, "")) for name, change in VALID.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import celpy
 import jsonschema
 import pytest
 
@@ -21,7 +22,8 @@ from autorl.model_sources import BUILTIN_MODELS
 from autorl.tasks import task_names
 from autorl_controller.operator.handlers.create import validation_error
 from autorl_controller.operator.settings import ControllerSettings
-from tests.support.broken_experiments import CASES, Broken, base_spec, manifest
+from tests.support.broken_experiments import CASES, Broken, base_spec, manifest, valid_manifests
+from tests.support.cel_rules import cel_errors, is_transition_rule, rules
 from tests.unit.test_crd import as_json_schema
 
 #: The controller's defaults: every private range is the cluster's.
@@ -48,9 +50,9 @@ def _listed(bound: Any) -> list[str]:
     return [str(item) for item in bound] if isinstance(bound, list) else [str(bound)]
 
 
-def api_server_errors(resource: dict[str, Any]) -> list[str]:
-    """What ``kubectl apply`` prints for ``resource`` (one line per field), as the API server's
-    OpenAPI validator and strict field validation word it."""
+def api_server_errors(resource: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    """What ``kubectl apply`` prints for ``resource`` (one line per field; ``old`` on an update), as the
+    API server's OpenAPI validator, strict field validation and CEL rules word it."""
     root = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema = as_json_schema(root)
     schema["properties"]["metadata"] = {"type": "object"}
@@ -70,6 +72,9 @@ def api_server_errors(resource: dict[str, Any]) -> list[str]:
         else:
             detail = _DETAILS[str(keyword)].format(bound=bound, types="/".join(_listed(bound)))
             lines.append(f"{path}: Invalid value: {_value(value)}: {path} in body {detail}")
+    # The API server runs the CEL rules only on values of the right types and enum members.
+    if not any("Unsupported value" in line or "must be of type" in line for line in lines):
+        lines += cel_errors(root, resource, old)
     return lines
 
 
@@ -79,10 +84,33 @@ def test_the_table_holds_the_reported_mistakes_and_more() -> None:
     assert len(refused_by_schema) >= 21
 
 
-def test_a_valid_experiment_passes_both() -> None:
-    valid = manifest(Broken("valid", lambda spec: None, None, ""))
+@pytest.mark.parametrize("name", sorted(valid_manifests()))
+def test_a_valid_experiment_passes_both(name: str) -> None:
+    valid = valid_manifests()[name]
     assert api_server_errors(valid) == []
     assert validation_error("valid", valid["spec"], CONTROLLER) is None
+
+
+def test_every_cel_rule_compiles_and_has_a_message() -> None:
+    root = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    found = list(rules(root))
+    assert {path for path, _ in found} >= {"spec", "spec.agent"}
+    environment = celpy.Environment()
+    for path, rule in found:
+        environment.compile(rule["rule"])
+        assert rule["message"].strip(), f"{path}: {rule['rule']} needs a message that names the fix"
+
+
+def test_a_changed_spec_is_refused_and_an_unchanged_one_is_not() -> None:
+    """The transition rule: an update that keeps the spec passes, one that changes it is refused."""
+    root = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert [path for path, rule in rules(root) if is_transition_rule(rule)] == ["spec"]
+    before = valid_manifests()["builtin-agent"]
+    assert api_server_errors(before, old=before) == []
+    after = {**before, "spec": {**before["spec"], "timeoutSeconds": 60}}
+    assert api_server_errors(after, old=before) == [
+        'spec: Invalid value: "object": spec is immutable: delete the Experiment and apply a new one'
+    ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
