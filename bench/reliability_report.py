@@ -48,7 +48,7 @@ def faults_table() -> str:
 ORDER_RUNS = {
     "pair": "the two modules that once shared rows, in the order named",
     "pair_reverse": "the same two modules, every test in reverse order",
-    "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes (`make test`, pass 2)",
+    "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes",
 }
 
 

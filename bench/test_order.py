@@ -26,7 +26,7 @@ RESULTS = REPO_ROOT / "bench" / "results" / "test_order.json"
 ISSUE_PAIR = ["tests/integration/test_grader_api.py", "tests/e2e/test_operator.py"]
 #: Name → pytest arguments.
 RUNS: dict[str, list[str]] = {
-    # `make test`'s second pass, as it runs there.
+    # The whole suite reversed (`make test`'s second pass runs the part of it order can break).
     "suite_reverse_parallel": ["--reverse", "-n", "2", "-m", "not containers"],
     "pair": ISSUE_PAIR,
     "pair_reverse": [*ISSUE_PAIR, "--reverse"],

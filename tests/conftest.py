@@ -21,6 +21,48 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DATA = REPO_ROOT / "tests" / "data"
 
 
+#: Fixtures that outlive one test and hold nothing a test changes: artifacts built once and only read
+#: (models, a finished run's outputs, rendered charts), and pytest's own. Any other fixture wider than
+#: one test (a database, Redis, a running grader) is state that one test can leave for the next.
+READ_ONLY_SHARED = frozenset(
+    {
+        "event_loop_policy",
+        "tmp_path_factory",
+        "worker_id",
+        "testrun_uid",
+        "run_id",
+        "tiny_base_model",
+        "trained_tiny_model",
+        "chat_tokenizer",
+        "model_and_prompts",
+        "reference",
+        "evaluated",
+        "settings",
+        "hostile",
+        "agent_python",
+        "rendered",
+        "checkpoints",
+        "allocations",
+        "problems",
+        "saved_by_transformers5",
+        "opencompass_side",
+        "opencompass_run",
+        "podman_ready",
+        "chart_images",
+    }
+)
+
+
+def shares_state(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture wider than itself that a test can change: only such a test
+    can pass or fail by the order tests run in, so only such slow tests run again in reverse."""
+    fixtures = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    return any(
+        definitions and definitions[-1].scope != "function" and name not in READ_ONLY_SHARED
+        for name, definitions in fixtures.items()
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``requires`` markers skip a test without its dependency, or fail it when CI is set."""
@@ -28,7 +70,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py)."""
+    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py).
+    A slow test that shares nothing a test can change is marked ``order_independent``."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None and not shares_state(item):
+            item.add_marker(pytest.mark.order_independent)
     if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
         items[:] = cheapest_first(items)
 
