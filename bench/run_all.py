@@ -65,6 +65,7 @@ NOT_BENCHMARKS = frozenset(
         "bare_time_app",
         "soak_agent",
         "test_order",
+        "suite_time",
         "mutation",
         "gpu_wheelhouse",
     }
