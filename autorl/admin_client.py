@@ -86,6 +86,8 @@ START = Endpoint[ExperimentAnswer](
 FINISH = Endpoint[ExperimentAnswer](
     "POST", f"{_EXPERIMENT}/finish", ExperimentAnswer, ADMIN_REFUSALS, body=FinishExperiment
 )
+#: Sealed mode: after the agent has ended, the one evaluation on the test split (once).
+FINAL = Endpoint[ExperimentAnswer]("POST", f"{_EXPERIMENT}/final", ExperimentAnswer, ADMIN_REFUSALS)
 SUBMISSIONS = Endpoint[list[SubmissionAnswer]](
     "GET", f"{_EXPERIMENT}/submissions", list[SubmissionAnswer], ADMIN_REFUSALS
 )
@@ -179,6 +181,11 @@ class AdminClient(BlockingClient):
     def start(self, name: str, start_time: float | None = None) -> ExperimentAnswer:
         return self._caller.send(start_call(name, start_time))
 
+    def final(self, name: str) -> ExperimentAnswer:
+        """Sealed: create the one evaluation on the test split (its ``final``; ``in_flight``
+        counts it until scored). A test experiment's answer is its plain view."""
+        return self._caller.send(FINAL.call(name=name))
+
     def finish(self, name: str, status: FinishStatus, message: str | None = None) -> ExperimentAnswer:
         return self._caller.send(finish_call(name, status, message))
 
@@ -226,6 +233,10 @@ class AsyncAdminClient:
 
     async def start(self, name: str, start_time: float | None = None) -> ExperimentAnswer:
         return await self._caller.send(start_call(name, start_time))
+
+    async def final(self, name: str) -> ExperimentAnswer:
+        """Sealed: create the one evaluation on the test split (see :meth:`AdminClient.final`)."""
+        return await self._caller.send(FINAL.call(name=name))
 
     async def finish(self, name: str, status: FinishStatus, message: str | None = None) -> ExperimentAnswer:
         return await self._caller.send(finish_call(name, status, message))

@@ -65,6 +65,10 @@ class SubmissionAnswer(Answer):
     submission_id: int
     status: str = Field(description="queued, running, scored or failed")
     score: float | None = Field(description="the headline protocol's accuracy in percent")
+    split: str = Field(
+        "test",
+        description="the split scored: test, or validation (every submission of a sealed experiment)",
+    )
     scores: ProtocolScores
     baseline_score: float | None
     improvement: float | None
@@ -96,6 +100,29 @@ class SubmissionAnswer(Answer):
     def final(self) -> bool:
         """Scored or failed: polling it again changes nothing."""
         return self.status in FINAL_STATUSES
+
+
+class NominatedAnswer(Answer):
+    """``POST /final``: the nomination is recorded; its test score is never shown to the agent."""
+
+    submission_id: int
+    split: str = Field(description="the split of the score the agent was shown: validation")
+    score: float | None = Field(description="the nominated submission's validation score")
+    message: str
+
+
+class FinalResult(Answer):
+    """The experiment's one result on the test split: sealed, the final evaluation of the
+    nominated (or best on validation) submission; test, the best submission."""
+
+    submission_id: int | None = Field(description="the evaluation that produced the score")
+    of: int | None = Field(description="the agent's submission whose files it evaluated")
+    selection: str = Field(description="best_on_test, best_on_validation or nominated")
+    status: str | None = Field(description="queued, running, scored or failed; null before it is created")
+    score: float | None
+    interval: list[float] | None = None
+    comparison: Comparison | None = None
+    error: str | None = None
 
 
 class PendingAnswer(Answer):
@@ -179,6 +206,17 @@ class ExperimentAnswer(Answer):
     finished_at: float | None
     workspace: str
     eval_config: dict[str, Any]
+    feedback: str = Field("test", description="test or sealed (docs/PROTOCOL.md)")
+    validation_baseline_score: float | None = Field(None, description="sealed: the baseline on validation")
+    validation_baseline_status: str | None = None
+    final: FinalResult | None = Field(
+        None, description="the result on the test split (null while there is none)"
+    )
+    test_evaluations: int = Field(
+        0,
+        description="evaluations of the agent's checkpoints on the test split (baselines and reused "
+        "scores excluded)",
+    )
     evaluators: int | None = Field(
         None, description="evaluators alive that take work for this experiment's backend"
     )

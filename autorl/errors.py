@@ -36,6 +36,10 @@ class UnreadableCheckpointError(CheckpointError):
     """A submitted file or folder the grader may not read (no group permission on it)."""
 
 
+class InvalidRequestError(AutoRLError):
+    """A well-formed request naming something it may not (a submission that is not scored)."""
+
+
 class ForbiddenError(AutoRLError):
     """The caller may never do this (an agent setting its own baseline)."""
 

@@ -38,7 +38,7 @@ DECODING = "greedy"
 MEASURED_FIELDS = ("data_sha256", "backend_versions")
 #: Fields of the key added with protocol 2: left out of the hash while unset, so that configs
 #: recorded before them keep their keys.
-LATER_KEY_FIELDS = frozenset({"prompt_version", "decoding", *MEASURED_FIELDS})
+LATER_KEY_FIELDS = frozenset({"prompt_version", "decoding", "split", *MEASURED_FIELDS})
 #: Recorded settings that bound or batch the work but never change a score.
 RUN_ONLY_FIELDS = frozenset({"timeout_s", "batch_size"})
 
@@ -68,6 +68,11 @@ class EvalConfig(BaseModel):
     backend_versions: dict[str, str] | None = Field(
         default=None, description="the versions of the packages the backend evaluates with"
     )
+    split: Literal["validation"] | None = Field(
+        default=None,
+        description="the split evaluated: None the test split (keys of test evaluations stay as they "
+        "were), validation the split carved from the train split in sealed mode",
+    )
 
     @classmethod
     def record(
@@ -77,9 +82,11 @@ class EvalConfig(BaseModel):
         *,
         protocol: str = "opencompass",
         measured: dict[str, Any] | None = None,
+        split: Literal["validation"] | None = None,
     ) -> EvalConfig:
-        """What the grader records for a new experiment of task ``task_name``; ``measured``: the
-        split's hash and package versions the evaluators last measured (:data:`MEASURED_FIELDS`)."""
+        """What the grader records for a new experiment of task ``task_name`` on its test split
+        (or ``split``); ``measured``: that split's hash and package versions the evaluators last
+        measured (:data:`MEASURED_FIELDS`)."""
         from autorl.tasks import get_task
 
         task = get_task(task_name)
@@ -95,6 +102,7 @@ class EvalConfig(BaseModel):
             batch_size=settings.eval_batch_size,
             prompt_version=task.prompt_version,
             decoding=DECODING,
+            split=split,
             **facts,
         )
 

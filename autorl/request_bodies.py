@@ -16,6 +16,7 @@ from autorl.untrusted_text import unprintable_characters
 EXPERIMENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 FinishStatus = Literal["completed", "interrupted", "failed", "timed_out"]
+FeedbackMode = Literal["test", "sealed"]
 Protocol = Literal["opencompass", "flexible", "strict"]
 
 
@@ -65,6 +66,11 @@ class RegisterExperiment(BaseModel):
         default="opencompass",
         description="Scoring protocol of the headline score; the others are stored beside it.",
     )
+    feedback: FeedbackMode = Field(
+        default="test",
+        description="test: every submission scored on the test split; sealed: on a validation split "
+        "carved from the train split, and one final test evaluation at the end (docs/PROTOCOL.md).",
+    )
     agent: str | None = None
     driver_model: str | None = None
 
@@ -81,6 +87,16 @@ class RegisterExperiment(BaseModel):
         if not Path(value).is_absolute():
             raise ValueError("must be an absolute path")
         return value
+
+
+class NominateRequest(BaseModel):
+    """``POST /final`` (sealed mode): the submission to evaluate on the test split at the end."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    submission_id: int = Field(
+        ge=1, le=2**31 - 1, description="One of your scored submissions (an id from GET /scores)."
+    )
 
 
 class StartBudget(BaseModel):

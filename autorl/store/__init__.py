@@ -4,13 +4,23 @@ The database is the truth; workspace mirrors (`run_meta.json`, `scores.json`) ar
 """
 
 from autorl.store.db import Database, migrate
-from autorl.store.models import BaselineCache, Experiment, FailureReason, Submission, SubmissionStatus
+from autorl.store.models import (
+    BaselineCache,
+    Experiment,
+    FailureReason,
+    Feedback,
+    Split,
+    Submission,
+    SubmissionStatus,
+)
 
 __all__ = [
     "BaselineCache",
     "Database",
     "Experiment",
     "FailureReason",
+    "Feedback",
+    "Split",
     "Submission",
     "SubmissionStatus",
     "migrate",

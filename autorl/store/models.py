@@ -70,6 +70,20 @@ class FailureReason(enum.StrEnum):
     CANCELLED = "cancelled"  # the experiment finished before it was evaluated
 
 
+class Feedback(enum.StrEnum):
+    """What an agent is scored on during its budget (docs/PROTOCOL.md)."""
+
+    TEST = "test"  # every submission on the test split (the reference's behaviour)
+    SEALED = "sealed"  # every submission on a validation split; one final evaluation on test
+
+
+class Split(enum.StrEnum):
+    """The split an evaluation scores."""
+
+    TEST = "test"
+    VALIDATION = "validation"
+
+
 class ExperimentStatus(enum.StrEnum):
     PENDING = "pending"  # registered; the agent's budget has not started
     RUNNING = "running"  # budget started
@@ -108,6 +122,18 @@ class Experiment(Base):
     max_submissions: Mapped[int] = mapped_column(Integer)
     eval_key: Mapped[str] = mapped_column(String(64))  # hash of task + protocol + backend settings
     eval_config: Mapped[dict[str, object]] = mapped_column(JSON)
+    feedback: Mapped[Feedback] = mapped_column(
+        Enum(Feedback, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+        default=Feedback.TEST,
+        server_default=Feedback.TEST.value,
+    )
+    # Sealed only: the validation split's evaluation config and key (the test split's are above),
+    # the baseline on it, the submission the agent nominated, and the one test evaluation at the end.
+    validation_eval_key: Mapped[str | None] = mapped_column(String(64))
+    validation_eval_config: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    validation_baseline_submission_id: Mapped[int | None] = mapped_column(Integer)
+    nominated_submission_id: Mapped[int | None] = mapped_column(Integer)
+    final_submission_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     start_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
     end_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -140,6 +166,14 @@ class Submission(Base):
     # Files of the submitted folder that were not evaluated (trainer state, optimizer, ...).
     ignored_files: Mapped[list[str] | None] = mapped_column(JSON)
     eval_key: Mapped[str] = mapped_column(String(64))
+    split: Mapped[Split] = mapped_column(
+        Enum(Split, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
+        default=Split.TEST,
+        server_default=Split.TEST.value,
+    )
+    # The final test evaluation of a sealed experiment: the id of the agent's submission whose
+    # files it evaluates (never shown to the agent, never counted as the agent's submission).
+    final_of: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[SubmissionStatus] = mapped_column(
         Enum(SubmissionStatus, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]),
         default=SubmissionStatus.QUEUED,

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from autorl.errors import ConflictError, NotFoundError
+from autorl.errors import ConflictError, InvalidRequestError, NotFoundError
 from autorl.eval_config import MEASURED_FIELDS
 from autorl.store.models import (
     BaselineCache,
@@ -19,6 +19,8 @@ from autorl.store.models import (
     Experiment,
     ExperimentStatus,
     FailureReason,
+    Feedback,
+    Split,
     Submission,
     SubmissionStatus,
     utcnow,
@@ -131,12 +133,31 @@ def _unevaluated() -> ColumnElement[bool]:
 # -- submissions -------------------------------------------------------------------------------
 
 
+def _agents() -> ColumnElement[bool]:
+    """The agent's own submissions: neither a baseline nor a sealed experiment's final evaluation."""
+    return and_(Submission.is_baseline.is_(False), Submission.final_of.is_(None))
+
+
+def experiment_key(experiment: Experiment, split: Split) -> str:
+    """The evaluation key under which ``experiment`` scores ``split``."""
+    if split == Split.VALIDATION:
+        if experiment.validation_eval_key is None:
+            raise ConflictError(
+                f"experiment {experiment.name!r} has no validation split (its feedback is test)"
+            )
+        return experiment.validation_eval_key
+    return experiment.eval_key
+
+
+def feedback_split(experiment: Experiment) -> Split:
+    """The split the agent's submissions are scored on during its budget."""
+    return Split.VALIDATION if experiment.feedback == Feedback.SEALED else Split.TEST
+
+
 def agent_submissions_count(session: Session, experiment: Experiment) -> int:
     return (
         session.scalar(
-            select(func.count(Submission.id)).where(
-                Submission.experiment_id == experiment.id, Submission.is_baseline.is_(False)
-            )
+            select(func.count(Submission.id)).where(Submission.experiment_id == experiment.id, _agents())
         )
         or 0
     )
@@ -154,7 +175,7 @@ def limited_submissions_count(session: Session, experiment: Experiment) -> int:
         session.scalar(
             select(func.count(Submission.id)).where(
                 Submission.experiment_id == experiment.id,
-                Submission.is_baseline.is_(False),
+                _agents(),
                 or_(
                     Submission.status != SubmissionStatus.FAILED,
                     ~func.coalesce(Submission.error, "").startswith(EVALUATOR_FAULT_PREFIX, autoescape=True),
@@ -199,15 +220,16 @@ def final_submission_ids(session: Session, submission_ids: Sequence[int]) -> lis
 def last_submit_time(session: Session, experiment: Experiment) -> datetime | None:
     """When the agent last submitted (baseline evaluations excluded)."""
     return session.scalar(
-        select(func.max(Submission.created_at)).where(
-            Submission.experiment_id == experiment.id, Submission.is_baseline.is_(False)
-        )
+        select(func.max(Submission.created_at)).where(Submission.experiment_id == experiment.id, _agents())
     )
 
 
-def reusable_result(session: Session, experiment: Experiment, fingerprint: str) -> Submission | None:
-    """A scored evaluation of identical files under the experiment's evaluation settings whose score
-    the experiment may take: its own (the earliest), else a baseline of its base model. Another
+def reusable_result(
+    session: Session, experiment: Experiment, fingerprint: str, split: Split = Split.TEST
+) -> Submission | None:
+    """A scored evaluation of identical files on ``split`` under the experiment's evaluation
+    settings whose score the experiment may take: its own (the earliest), else a baseline of its
+    base model. Another
     experiment's checkpoints are never reused: a score at once would tell an agent that someone
     else had submitted exactly these files. A baseline tells nothing: it measures the base model
     every experiment on that model is given."""
@@ -218,7 +240,8 @@ def reusable_result(session: Session, experiment: Experiment, fingerprint: str) 
     return session.scalar(
         select(Submission)
         .where(
-            Submission.eval_key == experiment.eval_key,
+            Submission.eval_key == experiment_key(experiment, split),
+            Submission.split == split,
             Submission.fingerprint == fingerprint,
             Submission.status == SubmissionStatus.SCORED,
             or_(Submission.experiment_id == experiment.id, base_model_baseline),
@@ -228,7 +251,9 @@ def reusable_result(session: Session, experiment: Experiment, fingerprint: str) 
     )
 
 
-def evaluation_in_flight(session: Session, experiment: Experiment, fingerprint: str) -> Submission | None:
+def evaluation_in_flight(
+    session: Session, experiment: Experiment, fingerprint: str, split: Split = Split.TEST
+) -> Submission | None:
     """The experiment's own evaluation of identical files that is queued or running now (not one
     that itself waits). Only the same experiment: another's would tell an agent, by the time its
     score takes, that someone else submitted these files."""
@@ -236,7 +261,8 @@ def evaluation_in_flight(session: Session, experiment: Experiment, fingerprint: 
         select(Submission)
         .where(
             Submission.experiment_id == experiment.id,
-            Submission.eval_key == experiment.eval_key,
+            Submission.eval_key == experiment_key(experiment, split),
+            Submission.split == split,
             Submission.fingerprint == fingerprint,
             _unevaluated(),
             Submission.waits_for.is_(None),
@@ -276,6 +302,8 @@ def create_submission(
     ignored_files: list[str] | None = None,
     is_baseline: bool = False,
     reuse_from: int | None = None,
+    split: Split = Split.TEST,
+    final_of: int | None = None,
 ) -> Submission:
     """Insert a submission. Identical files the experiment already had scored under the same
     settings, or a baseline of its base model, reuse that score (`reusable_result`; `reuse_from`
@@ -290,16 +318,18 @@ def create_submission(
         fingerprint=fingerprint,
         snapshot=snapshot,
         ignored_files=ignored_files,
-        eval_key=experiment.eval_key,
+        eval_key=experiment_key(experiment, split),
+        split=split,
+        final_of=final_of,
         status=SubmissionStatus.QUEUED,
     )
     earlier = session.get(Submission, reuse_from) if reuse_from is not None else None
-    if earlier is None or earlier.status != SubmissionStatus.SCORED:
-        earlier = reusable_result(session, experiment, fingerprint)
+    if earlier is None or earlier.status != SubmissionStatus.SCORED or earlier.split != split:
+        earlier = reusable_result(session, experiment, fingerprint, split)
     if earlier is not None:
         take_score(submission, earlier)
     else:
-        twin = evaluation_in_flight(session, experiment, fingerprint)
+        twin = evaluation_in_flight(session, experiment, fingerprint, split)
         submission.waits_for = twin.id if twin is not None else None
     session.add(submission)
     session.flush()
@@ -325,7 +355,7 @@ def best_submission(session: Session, experiment: Experiment) -> Submission | No
         select(Submission)
         .where(
             Submission.experiment_id == experiment.id,
-            Submission.is_baseline.is_(False),
+            _agents(),
             Submission.status == SubmissionStatus.SCORED,
         )
         .order_by(Submission.score.desc(), Submission.id)
@@ -333,10 +363,86 @@ def best_submission(session: Session, experiment: Experiment) -> Submission | No
     )
 
 
-def baseline_submission(session: Session, experiment: Experiment) -> Submission | None:
-    if experiment.baseline_submission_id is None:
-        return None
-    return session.get(Submission, experiment.baseline_submission_id)
+def baseline_submission(
+    session: Session, experiment: Experiment, split: Split = Split.TEST
+) -> Submission | None:
+    """The experiment's baseline evaluation on ``split`` (a sealed experiment has one on each)."""
+    wanted = (
+        experiment.validation_baseline_submission_id
+        if split == Split.VALIDATION
+        else experiment.baseline_submission_id
+    )
+    return None if wanted is None else session.get(Submission, wanted)
+
+
+# -- sealed mode: the nomination and the one final test evaluation ------------------------------
+
+
+def nominate(session: Session, experiment: Experiment, submission_id: int) -> Submission:
+    """Record the agent's nomination of its scored submission ``submission_id`` for the final
+    test evaluation. Call with the experiment's row locked. Refusals: not sealed or nominated
+    already (ConflictError), not this experiment's scored submission (InvalidRequestError)."""
+    if experiment.feedback != Feedback.SEALED:
+        raise ConflictError(
+            f"experiment {experiment.name!r} scores every submission on the test split (feedback: test); "
+            "there is no final evaluation to nominate for"
+        )
+    if experiment.nominated_submission_id is not None or experiment.final_submission_id is not None:
+        chosen = experiment.nominated_submission_id
+        raise ConflictError(
+            "the final evaluation is already chosen"
+            + (f" (submission {chosen} was nominated)" if chosen is not None else "")
+            + "; a nomination is made once"
+        )
+    submission = session.get(Submission, submission_id)
+    if (
+        submission is None
+        or submission.experiment_id != experiment.id
+        or submission.is_baseline
+        or submission.final_of is not None
+    ):
+        raise InvalidRequestError(
+            f"no submission {submission_id} in this experiment; nominate an id from GET /scores"
+        )
+    if submission.status != SubmissionStatus.SCORED:
+        raise InvalidRequestError(
+            f"submission {submission_id} is {submission.status.value}, not scored; nominate a scored "
+            "submission (GET /scores shows each one's status)"
+        )
+    experiment.nominated_submission_id = submission.id
+    return submission
+
+
+def final_choice(session: Session, experiment: Experiment) -> tuple[Submission | None, str]:
+    """The submission a sealed experiment's final test evaluation takes and how it was selected:
+    the nominated one, else the best on validation (ties: the earliest)."""
+    if experiment.nominated_submission_id is not None:
+        return session.get(Submission, experiment.nominated_submission_id), "nominated"
+    return best_submission(session, experiment), "best_on_validation"
+
+
+def final_submission(session: Session, experiment: Experiment) -> Submission | None:
+    final_id = experiment.final_submission_id
+    return None if final_id is None else session.get(Submission, final_id)
+
+
+def test_evaluations(session: Session, experiment: Experiment) -> int:
+    """Evaluations of the agent's checkpoints on the test split this experiment caused: its
+    agent's submissions (test mode) or its final evaluation (sealed) that an evaluator ran;
+    baselines, reused scores and cancelled ones are not counted."""
+    return int(
+        session.scalar(
+            select(func.count(Submission.id)).where(
+                Submission.experiment_id == experiment.id,
+                Submission.is_baseline.is_(False),
+                Submission.split == Split.TEST,
+                Submission.reused_from.is_(None),
+                Submission.started_at.is_not(None),
+                Submission.status.in_([SubmissionStatus.SCORED, SubmissionStatus.FAILED]),
+            )
+        )
+        or 0
+    )
 
 
 def queue_position(session: Session, submission: Submission) -> int:
@@ -492,18 +598,25 @@ def record_evaluation_key(
     if submission is None:
         return False
     experiment = submission.experiment
-    if experiment.eval_key != key and _completes(experiment.eval_config, evaluated):
+    validation = submission.split == Split.VALIDATION
+    recorded_key = experiment_key(experiment, submission.split)
+    recorded = (experiment.validation_eval_config if validation else experiment.eval_config) or {}
+    if recorded_key != key and _completes(recorded, evaluated):
         session.execute(
             update(Submission)
             .where(
                 Submission.experiment_id == experiment.id,
-                Submission.eval_key == experiment.eval_key,
+                Submission.eval_key == recorded_key,
+                Submission.split == submission.split,
                 _unevaluated(),
             )
             .values(eval_key=key)
             .execution_options(synchronize_session=False)
         )
-        experiment.eval_config, experiment.eval_key = dict(evaluated), key
+        if validation:
+            experiment.validation_eval_config, experiment.validation_eval_key = dict(evaluated), key
+        else:
+            experiment.eval_config, experiment.eval_key = dict(evaluated), key
     submission.eval_key = key
     session.flush()
     return True
@@ -519,9 +632,13 @@ def _completes(recorded: dict[str, object], evaluated: dict[str, object]) -> boo
     )
 
 
-def last_measured(session: Session, *, task: str, backend: str) -> dict[str, object]:
-    """The split's hash and package versions of the newest evaluation of ``task`` on ``backend``
-    (a worker records them in the score's ``details["eval_config"]``); empty when there is none."""
+def last_measured(
+    session: Session, *, task: str, backend: str, split: Split = Split.TEST
+) -> dict[str, object]:
+    """The split's hash and package versions of the newest evaluation of ``task``'s ``split`` on
+    ``backend`` (a worker records them in the score's ``details["eval_config"]``); empty when
+    there is none."""
+    recorded_split = None if split == Split.TEST else split.value
     recent = session.scalars(
         select(Submission)
         .join(Experiment, Submission.experiment_id == Experiment.id)
@@ -538,6 +655,7 @@ def last_measured(session: Session, *, task: str, backend: str) -> dict[str, obj
         if (
             isinstance(config, dict)
             and config.get("backend") == backend
+            and config.get("split") == recorded_split
             and all(config.get(name) is not None for name in MEASURED_FIELDS)
         ):
             return {name: config[name] for name in MEASURED_FIELDS}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -51,6 +52,14 @@ class Task(ABC):
         self, eval_data_dir: Path, *, source_dir: Path | None = None, limit: int | None = None
     ) -> list[Problem]:
         """The test split, in a fixed order; only the evaluator calls this."""
+
+    def load_validation_problems(
+        self, eval_data_dir: Path, *, source_dir: Path | None = None
+    ) -> list[Problem]:
+        """The validation split of sealed mode (:func:`split_train`): carved from the whole train
+        split, which the evaluator keeps in its own storage (``eval_data_dir/<task>/train.jsonl``)."""
+        whole = read_problems(self.download_train_data(eval_data_dir / self.name, source_dir=source_dir))
+        return split_train(whole)[1]
 
     @abstractmethod
     def few_shot_messages(self) -> list[dict[str, str]]:
@@ -129,6 +138,39 @@ def read_problems(path: Path) -> list[Problem]:
                 raise ValueError(f'{path}:{number}: expected an object with string "question" and "answer"')
             problems.append(Problem(record["question"], record["answer"]))
     return problems
+
+
+#: Sealed mode's validation split: GSM8K's is 500 of its 7,473 train problems; every task carves
+#: the same share of its train split (arith: 134 of 2,000), chosen with this fixed seed.
+VALIDATION_SEED = 20261204
+VALIDATION_SHARE = (500, 7473)
+
+
+def validation_size(train_size: int) -> int:
+    """How many of ``train_size`` train problems the validation split takes (at least 1, at
+    most all but 1, when there are two or more)."""
+    share = round(train_size * VALIDATION_SHARE[0] / VALIDATION_SHARE[1])
+    return max(1, min(share, train_size - 1)) if train_size >= 2 else 0
+
+
+def split_train(problems: Sequence[Problem]) -> tuple[list[Problem], list[Problem]]:
+    """The train split divided for sealed mode: (what the agent gets, the validation split).
+    The validation problems are drawn with :data:`VALIDATION_SEED` from the positions of the
+    whole train split, so the same split always gives the same division; both parts keep the
+    split's order, and neither holds a problem of the other."""
+    drawn = set(random.Random(VALIDATION_SEED).sample(range(len(problems)), validation_size(len(problems))))
+    train = [problem for index, problem in enumerate(problems) if index not in drawn]
+    validation = [problem for index, problem in enumerate(problems) if index in drawn]
+    return train, validation
+
+
+def write_agent_train(whole_train: Path, target_dir: Path) -> Path:
+    """``target_dir/train.jsonl``: the whole train split at ``whole_train`` without the
+    validation problems (what a sealed experiment's agent gets); written once."""
+    target = target_dir / "train.jsonl"
+    if target.is_file():
+        return target
+    return write_problems(target, split_train(read_problems(whole_train))[0])
 
 
 def split_sha256(problems: Sequence[Problem]) -> str:

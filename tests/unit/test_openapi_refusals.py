@@ -14,7 +14,15 @@ from tests.support.openapi import grader_document
 
 DOCUMENT = grader_document()
 REFUSAL_REF = "#/components/schemas/Refusal"
-AGENT_PATHS = ("/submit", "/submissions/{submission_id}", "/scores", "/time", "/health", "/set_baseline")
+AGENT_PATHS = (
+    "/submit",
+    "/submissions/{submission_id}",
+    "/scores",
+    "/time",
+    "/health",
+    "/set_baseline",
+    "/final",
+)
 
 
 def operations() -> list[tuple[str, str, dict[str, Any]]]:
@@ -75,13 +83,19 @@ def test_agent_and_admin_operations_declare_their_answer_and_credentials_refusal
         success = [json_schema(r) for code, r in responses.items() if code.startswith("2")]
         assert success and all(typed(s) for s in success), (method, path, success)
         assert "401" in responses, f"{method} {path} does not declare the credentials refusal"
-    assert checked == 2 * len(AGENT_PATHS) + 8  # both agent mounts and the admin API
+    assert checked == 2 * len(AGENT_PATHS) + 9  # both agent mounts and the admin API
 
 
 @pytest.mark.parametrize("path", ["/submit", "/a/{token}/submit"])
 def test_submit_declares_every_refusal_an_agent_handles(path: str) -> None:
     declared = set(DOCUMENT["paths"][path]["post"]["responses"])
     assert {"200", "202", "400", "401", "403", "409", "422", "429", "503"} <= declared
+
+
+@pytest.mark.parametrize("path", ["/final", "/a/{token}/final"])
+def test_final_declares_every_refusal_of_a_nomination(path: str) -> None:
+    declared = set(DOCUMENT["paths"][path]["post"]["responses"])
+    assert {"200", "400", "401", "403", "409", "422"} <= declared
 
 
 def test_metrics_declares_prometheus_text_behind_the_admin_token() -> None:

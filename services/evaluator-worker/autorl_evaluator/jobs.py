@@ -27,7 +27,7 @@ from typing import Any
 from autorl.errors import AutoRLError
 from autorl.eval_config import EvalConfig
 from autorl.snapshot import remove_snapshot
-from autorl.store import Database, Experiment, FailureReason, Submission
+from autorl.store import Database, Experiment, FailureReason, Split, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
 from autorl.tasks.base import split_sha256
@@ -106,9 +106,24 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             return {"submission_id": submission_id, "claimed": False}
         submission: Submission = repo.get_submission(session, submission_id)
         experiment: Experiment = submission.experiment
-        snapshot, recorded_config = submission.snapshot, dict(experiment.eval_config)
-        task_name, attempt = experiment.task, submission.attempts
-    log.info("event=evaluation_started submission=%d attempt=%d worker=%s", submission_id, attempt, worker)
+        split_name = submission.split
+        # A sealed experiment's validation evaluation is recorded under the validation config.
+        recorded_config = dict(
+            (experiment.validation_eval_config or {})
+            if split_name == Split.VALIDATION
+            else experiment.eval_config
+        )
+        snapshot, task_name, attempt = submission.snapshot, experiment.task, submission.attempts
+        # A scored validation checkpoint may be nominated for the final test evaluation: the
+        # grader removes its snapshot once the final is chosen (autorl_grader.submissions).
+        keeps_snapshot = split_name == Split.VALIDATION and not submission.is_baseline
+    log.info(
+        "event=evaluation_started submission=%d split=%s attempt=%d worker=%s",
+        submission_id,
+        split_name.value,
+        attempt,
+        worker,
+    )
     started = time.monotonic()
     test_data_loaded = False
     try:
@@ -118,8 +133,11 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             config = EvalConfig.model_validate(recorded_config)
             run_settings = config.apply_to(settings)
             task = get_task(task_name)
-            split = task.load_test_problems(
-                run_settings.eval_dir / "data", source_dir=run_settings.data_source_dir
+            data_dir, source_dir = run_settings.eval_dir / "data", run_settings.data_source_dir
+            split = (
+                task.load_validation_problems(data_dir, source_dir=source_dir)
+                if split_name == Split.VALIDATION
+                else task.load_test_problems(data_dir, source_dir=source_dir)
             )
             test_data_loaded = True
             # The key this score is computed under: the recorded config with the split's hash and
@@ -176,7 +194,7 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             correctness=correctness,
             problems_digest=digest,
         )
-    if recorded and snapshot:
+    if recorded and snapshot and not keeps_snapshot:
         _remove_snapshot(settings, snapshot)
     log.info(
         "event=evaluation_scored submission=%d score=%.4f samples=%d seconds=%.1f recorded=%s",

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, or_, select
 from starlette.concurrency import run_in_threadpool
 
 from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
@@ -22,9 +22,9 @@ from autorl.snapshot import (
     snapshot_base_model,
     snapshot_submission,
 )
-from autorl.store import Experiment, Submission, SubmissionStatus
+from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
-from autorl.store.models import utcnow
+from autorl.store.models import ExperimentStatus, utcnow
 from autorl_grader.state import GraderState
 from autorl_grader.views import pending_view, submission_view
 
@@ -59,6 +59,10 @@ def check_open(experiment: Experiment) -> None:
         raise DeadlineExceededError(
             f"the time budget of experiment {experiment.name!r} ended at {experiment.end_time.isoformat()}; "
             "submissions are accepted only before GET /time's end_time"
+        )
+    if experiment.final_submission_id is not None:
+        raise ConflictError(
+            f"experiment {experiment.name!r} has begun its final evaluation; it accepts no more submissions"
         )
 
 
@@ -182,6 +186,7 @@ def _snapshot_and_commit(
                 fingerprint=snapshot.fingerprint,
                 snapshot=snapshot.name,
                 ignored_files=list(snapshot.ignored_files),
+                split=repo.feedback_split(locked),
             )
             repo.release_snapshot_lease(session, locked.id, holder)
             submission_id = held.attach(submission)
@@ -198,21 +203,41 @@ def dispatch_committed(state: GraderState) -> None:
 
 
 def request_baseline(state: GraderState, name: str) -> int:
-    """Create (once) the experiment's baseline evaluation. The cache, keyed by task, model and
-    evaluation key, is trusted only while the base model's fingerprint still matches it (a rebuilt
-    or re-downloaded model is measured again)."""
+    """Create (once) the experiment's baseline evaluation on the test split, and a sealed
+    experiment's on the validation split too; returns the test one's id. The cache, keyed by task,
+    model and evaluation key (which names the split), is trusted only while the base model's
+    fingerprint still matches it (a rebuilt or re-downloaded model is measured again)."""
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name)
-        if experiment.baseline_submission_id is not None:
-            return experiment.baseline_submission_id
+        splits = [Split.TEST] + ([Split.VALIDATION] if experiment.feedback == Feedback.SEALED else [])
+    ids = [_request_baseline_on(state, name, split) for split in splits]
+    return ids[0]
+
+
+def _baseline_id(experiment: Experiment, split: Split) -> int | None:
+    if split == Split.VALIDATION:
+        return experiment.validation_baseline_submission_id
+    return experiment.baseline_submission_id
+
+
+def _request_baseline_on(state: GraderState, name: str, split: Split) -> int:
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, name)
+        existing = _baseline_id(experiment, split)
+        if existing is not None:
+            return existing
         base_dir = experiment.base_model_dir
     snapshot = snapshot_base_model(Path(base_dir), snapshot_root(state))
     with _held_until_committed(snapshot) as held, state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
-        if experiment.baseline_submission_id is not None:
-            return experiment.baseline_submission_id
+        existing = _baseline_id(experiment, split)
+        if existing is not None:
+            return existing
         cached = repo.cached_baseline(
-            session, task=experiment.task, model=experiment.model, eval_key=experiment.eval_key
+            session,
+            task=experiment.task,
+            model=experiment.model,
+            eval_key=repo.experiment_key(experiment, split),
         )
         reusable = cached is not None and cached.fingerprint == snapshot.fingerprint
         submission = repo.create_submission(
@@ -223,12 +248,90 @@ def request_baseline(state: GraderState, name: str) -> int:
             snapshot=snapshot.name,
             is_baseline=True,
             reuse_from=cached.submission_id if cached is not None and reusable else None,
+            split=split,
         )
-        experiment.baseline_submission_id = submission.id
+        if split == Split.VALIDATION:
+            experiment.validation_baseline_submission_id = submission.id
+        else:
+            experiment.baseline_submission_id = submission.id
         submission_id = held.attach(submission)
     if held.queued:
         dispatch_committed(state)
     return submission_id
+
+
+def nominate(state: GraderState, experiment: Experiment, submission_id: int) -> Submission:
+    """The agent's ``POST /final``: inside its budget, once, one of its scored submissions."""
+    with state.db.session() as session:
+        locked = repo.get_experiment(session, experiment.name, for_update=True)
+        if locked.feedback == Feedback.SEALED:
+            _check_budget_open(locked)
+        nominated = repo.nominate(session, locked, submission_id)
+        session.flush()
+        session.expunge(nominated)
+    log.info("event=final_nominated experiment=%s submission=%d", experiment.name, submission_id)
+    return nominated
+
+
+def _check_budget_open(experiment: Experiment) -> None:
+    """A nomination is the agent's act, so only inside its budget (403 otherwise, as /submit)."""
+    if experiment.start_time is None or experiment.end_time is None:
+        raise DeadlineExceededError(
+            "your time budget has not started yet; nominate once GET /time shows a start_time"
+        )
+    if experiment.status.finished or utcnow() > experiment.end_time:
+        raise DeadlineExceededError(
+            "your time budget is over; a nomination is accepted only before GET /time's end_time "
+            "(without one, the best submission on validation is evaluated on the test split)"
+        )
+
+
+def begin_final(state: GraderState, name: str) -> int | None:
+    """Create (once) a sealed experiment's one evaluation on the test split, after the agent's
+    budget: of the nominated submission, else the best on validation (ties: the earliest). It
+    evaluates that submission's snapshot, kept for this (:func:`prune_orphan_snapshots`). Returns
+    its id, or None when the experiment is not sealed or nothing was scored."""
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
+        if experiment.feedback != Feedback.SEALED:
+            return None
+        if experiment.final_submission_id is not None:
+            return experiment.final_submission_id
+        if experiment.status.finished:
+            raise ConflictError(
+                f"experiment {name!r} is {experiment.status.value}; its final evaluation is made before "
+                "it finishes"
+            )
+        chosen, selection = repo.final_choice(session, experiment)
+        if chosen is None:
+            return None
+        source = chosen
+        if source.snapshot is None and source.reused_from is not None:
+            source = session.get(Submission, source.reused_from) or chosen
+        final = repo.create_submission(
+            session,
+            experiment,
+            model_path=chosen.model_path,
+            fingerprint=chosen.fingerprint,
+            snapshot=source.snapshot,
+            ignored_files=chosen.ignored_files,
+            split=Split.TEST,
+            final_of=chosen.id,
+        )
+        if final.status.final:
+            final.snapshot = None
+        experiment.final_submission_id = final.id
+        final_id, queued = final.id, not final.status.final
+    log.info(
+        "event=final_evaluation experiment=%s submission=%d of=%d selection=%s",
+        name,
+        final_id,
+        chosen.id,
+        selection,
+    )
+    if queued:
+        dispatch_committed(state)
+    return final_id
 
 
 def prune_orphan_snapshots(state: GraderState) -> list[str]:
@@ -238,21 +341,45 @@ def prune_orphan_snapshots(state: GraderState) -> list[str]:
     root = snapshot_root(state)
     unfinished = [SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]
     with state.db.session() as session:
+        keep = {
+            name
+            for name in session.scalars(
+                select(Submission.snapshot).where(
+                    Submission.snapshot.is_not(None),
+                    or_(Submission.status.in_(unfinished), _awaits_final()),
+                )
+            )
+            if name is not None
+        }
         done = session.scalars(
-            select(Submission).where(Submission.snapshot.is_not(None), Submission.status.not_in(unfinished))
+            select(Submission).where(
+                Submission.snapshot.is_not(None), Submission.status.not_in(unfinished), ~_awaits_final()
+            )
         ).all()
         removed = []
         for submission in done:
             assert submission.snapshot is not None
-            remove_snapshot(root / submission.snapshot)
-            removed.append(submission.snapshot)
+            if submission.snapshot not in keep:
+                remove_snapshot(root / submission.snapshot)
+                removed.append(submission.snapshot)
             submission.snapshot = None
-        keep = session.scalars(
-            select(Submission.snapshot).where(
-                Submission.snapshot.is_not(None), Submission.status.in_(unfinished)
+    return removed + prune_snapshots(root, keep)
+
+
+def _awaits_final() -> ColumnElement[bool]:
+    """A sealed experiment's scored validation evaluation whose final test evaluation is not
+    chosen yet: its snapshot is kept, since the final may take it."""
+    return and_(
+        Submission.split == Split.VALIDATION,
+        Submission.is_baseline.is_(False),
+        Submission.status == SubmissionStatus.SCORED,
+        Submission.experiment_id.in_(
+            select(Experiment.id).where(
+                Experiment.final_submission_id.is_(None),
+                Experiment.status.in_([ExperimentStatus.PENDING, ExperimentStatus.RUNNING]),
             )
-        ).all()
-    return removed + prune_snapshots(root, {name for name in keep if name is not None})
+        ),
+    )
 
 
 def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple[Submission, dict[str, Any]]:

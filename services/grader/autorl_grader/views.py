@@ -11,10 +11,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autorl.answers import Best
-from autorl.store import Experiment, Submission, SubmissionStatus
+from autorl.final_result import final_view, uncertainty_view
+from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
-from autorl.uncertainty import Evaluated, comparison_of, interval_of
+from autorl.uncertainty import Evaluated
 from autorl.wait_reasons import baseline_wait
 from autorl_grader.settings import GraderSettings
 
@@ -46,8 +47,8 @@ def display_path(experiment: Experiment, path: str) -> str:
         return path
 
 
-def baseline_score(session: Session, experiment: Experiment) -> float | None:
-    baseline = repo.baseline_submission(session, experiment)
+def baseline_score(session: Session, experiment: Experiment, split: Split = Split.TEST) -> float | None:
+    baseline = repo.baseline_submission(session, experiment, split)
     return baseline.score if baseline is not None and baseline.status == SubmissionStatus.SCORED else None
 
 
@@ -89,28 +90,17 @@ class ExperimentTotals:
 
     @classmethod
     def read(cls, session: Session, experiment: Experiment) -> ExperimentTotals:
-        baseline = baseline_score(session, experiment)
-        baseline_row = repo.baseline_submission(session, experiment)
+        """The totals as the agent is shown them: against the baseline on the split its
+        submissions are scored on (sealed: validation)."""
+        split = repo.feedback_split(experiment)
+        baseline = baseline_score(session, experiment, split)
+        baseline_row = repo.baseline_submission(session, experiment, split)
         return cls(
             baseline_score=baseline,
             best=best_view(session, experiment, baseline),
             total_submissions=repo.agent_submissions_count(session, experiment),
             baseline=Evaluated.of(baseline_row) if baseline is not None and baseline_row else None,
         )
-
-
-def uncertainty_view(submission: Submission, baseline: Evaluated | None) -> dict[str, Any]:
-    """The score's 95 % interval and its comparison with the baseline on the same problems (the
-    baseline itself is the reference of every comparison: it has none)."""
-    if submission.status != SubmissionStatus.SCORED:
-        return {"interval": None, "comparison": None}
-    own = Evaluated.of(submission)
-    interval = interval_of(own)
-    comparison = None if submission.is_baseline else comparison_of(own, baseline)
-    return {
-        "interval": list(interval) if interval is not None else None,
-        "comparison": comparison.as_dict() if comparison is not None else None,
-    }
 
 
 def submission_view(
@@ -122,6 +112,7 @@ def submission_view(
         "submission_id": submission.id,
         "status": submission.status.value,
         "score": submission.score,
+        "split": submission.split.value,
         "scores": {
             "opencompass": submission.score_opencompass,
             "flexible": submission.score_flexible,
@@ -219,10 +210,24 @@ def availability_view(session: Session, experiment: Experiment, availability: Av
     return {"evaluators": evaluators, "waiting": waiting}
 
 
+def _baseline_status(test: Submission | None, validation: Submission | None, sealed: bool) -> str | None:
+    """The baseline's status; sealed, of both evaluations together: failed if either failed,
+    scored once both are, else the one still waiting's."""
+    if not sealed or test is None:
+        return test.status.value if test is not None else None
+    statuses = [test.status, validation.status if validation is not None else SubmissionStatus.QUEUED]
+    if SubmissionStatus.FAILED in statuses:
+        return SubmissionStatus.FAILED.value
+    waiting = [status for status in statuses if status != SubmissionStatus.SCORED]
+    return (waiting[0] if waiting else SubmissionStatus.SCORED).value
+
+
 def experiment_view(
     session: Session, experiment: Experiment, availability: Availability | None = None
 ) -> dict[str, Any]:
+    sealed = experiment.feedback == Feedback.SEALED
     baseline_row = repo.baseline_submission(session, experiment)
+    validation_row = repo.baseline_submission(session, experiment, Split.VALIDATION) if sealed else None
     baseline = baseline_score(session, experiment)
     best = repo.best_submission(session, experiment)
     agent_rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
@@ -236,12 +241,23 @@ def experiment_view(
         "status": experiment.status.value,
         "message": experiment.message,
         "baseline_score": baseline,
-        "baseline_status": baseline_row.status.value if baseline_row else None,
+        "baseline_status": _baseline_status(baseline_row, validation_row, sealed),
         "baseline_submission": baseline_row.id if baseline_row else None,
-        "baseline_error": baseline_row.error if baseline_row else None,
+        "baseline_error": (baseline_row.error if baseline_row else None)
+        or (validation_row.error if validation_row else None),
+        "feedback": experiment.feedback.value,
+        "validation_baseline_score": baseline_score(session, experiment, Split.VALIDATION)
+        if sealed
+        else None,
+        "validation_baseline_status": validation_row.status.value if validation_row else None,
+        "final": final_view(session, experiment),
+        "test_evaluations": repo.test_evaluations(session, experiment),
         "best_score": best.score if best else None,
         "best_submission": best.id if best else None,
-        "improvement": _improvement(best.score if best else None, baseline),
+        # Against the baseline on the split the best was scored on (sealed: validation).
+        "improvement": _improvement(
+            best.score if best else None, baseline_score(session, experiment, repo.feedback_split(experiment))
+        ),
         "submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.SCORED),
         "total_submissions": len(agent_rows),
         "failed_submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.FAILED),

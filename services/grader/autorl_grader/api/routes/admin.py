@@ -16,11 +16,11 @@ from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
 from autorl.request_bodies import FinishExperiment, RegisterExperiment, StartBudget
 from autorl.store import repository as repo
-from autorl.store.models import ExperimentStatus
+from autorl.store.models import ExperimentStatus, Feedback, Split
 from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.api.refusals import refusals
-from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
+from autorl_grader.submissions import begin_final, dispatch_committed, request_baseline, wait_for_result
 from autorl_grader.views import Availability, ExperimentTotals, experiment_view, submission_view
 
 router = APIRouter(
@@ -37,6 +37,17 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
         # cache hits only under the same; none yet, and the first evaluation completes the key.
         measured = repo.last_measured(session, task=task.name, backend=settings.eval_backend)
         config = EvalConfig.record(task.name, settings, protocol=body.protocol, measured=measured)
+        validation = None
+        if body.feedback == "sealed":
+            validation = EvalConfig.record(
+                task.name,
+                settings,
+                protocol=body.protocol,
+                measured=repo.last_measured(
+                    session, task=task.name, backend=settings.eval_backend, split=Split.VALIDATION
+                ),
+                split="validation",
+            )
         experiment = repo.create_experiment(
             session,
             token=token,
@@ -53,6 +64,9 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             max_submissions=body.max_submissions or settings.max_submissions,
             eval_config=config.stored(),
             eval_key=config.key,
+            feedback=Feedback(body.feedback),
+            validation_eval_config=validation.stored() if validation is not None else None,
+            validation_eval_key=validation.key if validation is not None else None,
         )
         view = experiment_view(session, experiment)
     return {**view, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
@@ -111,6 +125,19 @@ def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
         started = None if body.start_time is None else datetime.fromtimestamp(body.start_time, UTC)
         repo.start_budget(session, experiment, timeout_s=body.timeout_s, started_at=started)
         view = experiment_view(session, experiment)
+    state.forget_experiment(name)
+    return view
+
+
+@router.post("/{name}/final", response_model=ExperimentAnswer, responses=refusals(404, 409))
+def final(name: str, state: StateDep) -> dict[str, Any]:
+    """After a sealed experiment's agent has ended: create its one evaluation on the test split
+    (of the nominated submission, else the best on validation; once; nothing when nothing was
+    scored). The answer's ``final`` follows it; ``in_flight`` counts it until it is scored. A test
+    experiment's answer is unchanged (its ``final`` is its best submission)."""
+    begin_final(state, name)
+    with state.db.session() as session:
+        view = experiment_view(session, repo.get_experiment(session, name))
     state.forget_experiment(name)
     return view
 

@@ -11,15 +11,22 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from autorl.answers import HealthAnswer, PendingAnswer, ScoresAnswer, SubmissionAnswer, TimeAnswer
-from autorl.errors import ForbiddenError
-from autorl.request_bodies import SubmitRequest
-from autorl.store import Database, Experiment
+from autorl.answers import (
+    HealthAnswer,
+    NominatedAnswer,
+    PendingAnswer,
+    ScoresAnswer,
+    SubmissionAnswer,
+    TimeAnswer,
+)
+from autorl.errors import ForbiddenError, NotFoundError
+from autorl.request_bodies import NominateRequest, SubmitRequest
+from autorl.store import Database, Experiment, Submission
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExperimentDep, StateDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.state import LastSubmit
-from autorl_grader.submissions import accept, wait_for_result
+from autorl_grader.submissions import accept, nominate, wait_for_result
 from autorl_grader.views import ExperimentTotals, submission_view, time_view
 
 router = APIRouter(tags=["agent"], responses=refusals(401, 503))
@@ -84,13 +91,46 @@ def get_submission(
 ) -> dict[str, Any]:
     with db.session() as session:
         submission = repo.get_submission(session, submission_id, experiment)
+        if not shown_to_agent(experiment, submission):
+            # A sealed experiment's test evaluations look exactly like a missing submission.
+            raise NotFoundError(
+                f"no submission {submission_id} in this experiment; list yours with GET /scores"
+            )
         return submission_view(session, experiment, submission)
+
+
+def shown_to_agent(experiment: Experiment, submission: Submission) -> bool:
+    """Only evaluations on the split the agent is scored on: a sealed experiment's test-split
+    baseline and final evaluation are never the agent's to see."""
+    return submission.split == repo.feedback_split(experiment)
+
+
+@router.post(
+    "/final",
+    response_model=NominatedAnswer,
+    responses=refusals(400, 403, 409),
+)
+def final(body: NominateRequest, experiment: AgentExperimentDep, state: StateDep) -> dict[str, Any]:
+    """Sealed mode: nominate one of your scored submissions for the one evaluation on the test
+    split after your budget ends (once). Without a nomination the best on validation is taken."""
+    nominated = nominate(state, experiment, body.submission_id)
+    return {
+        "submission_id": nominated.id,
+        "split": nominated.split.value,
+        "score": nominated.score,
+        "message": f"submission {nominated.id} will be evaluated once on the test split after your budget "
+        "ends; its test score is not shown to you",
+    }
 
 
 @router.get("/scores", response_model=ScoresAnswer, response_model_exclude_unset=True)
 def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
     with db.session() as session:
-        rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+        rows = [
+            s
+            for s in repo.experiment_submissions(session, experiment)
+            if not s.is_baseline and shown_to_agent(experiment, s)
+        ]
         totals = ExperimentTotals.read(session, experiment)
         return {
             "experiment": experiment.name,

@@ -1,0 +1,102 @@
+"""An experiment's one result on the test split (docs/PROTOCOL.md), from the store: in test mode
+its best submission; in sealed mode its final evaluation (or, before that exists, the submission
+it will take). Shared by the grader's answers and the runs recorded after a killed ``autorl run``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
+from autorl.store import repository as repo
+from autorl.uncertainty import Evaluated, comparison_of, interval_of
+
+
+def uncertainty_view(submission: Submission, baseline: Evaluated | None) -> dict[str, Any]:
+    """The score's 95 % interval and its comparison with the baseline on the same problems (the
+    baseline itself is the reference of every comparison: it has none)."""
+    if submission.status != SubmissionStatus.SCORED:
+        return {"interval": None, "comparison": None}
+    own = Evaluated.of(submission)
+    interval = interval_of(own)
+    comparison = None if submission.is_baseline else comparison_of(own, baseline)
+    return {
+        "interval": list(interval) if interval is not None else None,
+        "comparison": comparison.as_dict() if comparison is not None else None,
+    }
+
+
+def scored_baseline(session: Session, experiment: Experiment, split: Split) -> Evaluated | None:
+    row = repo.baseline_submission(session, experiment, split)
+    return Evaluated.of(row) if row is not None and row.status == SubmissionStatus.SCORED else None
+
+
+def final_view(session: Session, experiment: Experiment) -> dict[str, Any] | None:
+    """The result on the test split as the admin API's ``final`` carries it (None while there is
+    none), compared with the baseline on the test split."""
+    baseline = scored_baseline(session, experiment, Split.TEST)
+    if experiment.feedback != Feedback.SEALED:
+        best = repo.best_submission(session, experiment)
+        if best is None:
+            return None
+        return _entry(best, best.id, "best_on_test", baseline)
+    final = repo.final_submission(session, experiment)
+    if final is None:
+        chosen, selection = repo.final_choice(session, experiment)
+        if chosen is None:
+            return None
+        return {
+            "submission_id": None,
+            "of": chosen.id,
+            "selection": selection,
+            "status": None,
+            "score": None,
+            "error": None,
+            "interval": None,
+            "comparison": None,
+        }
+    selection = "nominated" if experiment.nominated_submission_id is not None else "best_on_validation"
+    return _entry(final, final.final_of, selection, baseline)
+
+
+def _entry(
+    evaluation: Submission, of: int | None, selection: str, baseline: Evaluated | None
+) -> dict[str, Any]:
+    return {
+        "submission_id": evaluation.id,
+        "of": of,
+        "selection": selection,
+        "status": evaluation.status.value,
+        "score": evaluation.score,
+        "error": evaluation.error,
+        **uncertainty_view(evaluation, baseline),
+    }
+
+
+def results_columns(session: Session, experiment: Experiment) -> dict[str, Any]:
+    """results.csv's columns after ``workspace`` for this experiment, from the store."""
+    return result_columns(
+        final_view(session, experiment), experiment.feedback.value, repo.test_evaluations(session, experiment)
+    )
+
+
+def result_columns(
+    final: Mapping[str, Any] | None, feedback: str, test_evaluations: int | None
+) -> dict[str, Any]:
+    """results.csv's columns after ``workspace`` from an experiment's ``final`` (as the admin
+    API answers it): its score, 95 % interval and McNemar p-value once scored, and how it was
+    selected once it exists (test mode: always; sealed: once its final evaluation is made)."""
+    scored = final is not None and final.get("status") == SubmissionStatus.SCORED.value
+    interval = final.get("interval") if final is not None and scored else None
+    comparison = final.get("comparison") if final is not None and scored else None
+    return {
+        "feedback": feedback,
+        "final_score": final.get("score") if final is not None and scored else None,
+        "final_low": interval[0] if interval else None,
+        "final_high": interval[1] if interval else None,
+        "final_p_value": comparison["p_value"] if comparison else None,
+        "selection": final.get("selection") if final is not None and final.get("status") else None,
+        "test_evaluations": test_evaluations,
+    }

@@ -1,0 +1,245 @@
+"""Feedback modes through the grader and the real job function (``hf`` backend, tiny model):
+
+- ``test``: every answer says ``"split": "test"``; the experiment's result is its best on test.
+- ``sealed``: the baseline is evaluated on both splits; every submission is scored on the
+  validation split and compared with the baseline there; the agent's routes never show a test
+  evaluation; ``POST /final`` nominates once (every refusal answered); after the budget exactly
+  one evaluation on the test split is made, of the nominated submission, else the best on
+  validation (ties: the earliest)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autorl.answers import ExperimentAnswer, NominatedAnswer, SubmissionAnswer
+from autorl.store import Database, Split
+from autorl.store import repository as repo
+from autorl.store.models import utcnow
+from autorl_evaluator.jobs import evaluate
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.settings import DeploymentSettings
+
+LIMIT = 3
+MAX_NEW_TOKENS = 6
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
+    """The grader's settings (its ``client`` is the integration tests' own): real evaluations of
+    the tiny model on a few problems."""
+    return make_settings(
+        database_url=pg_url,
+        eval_backend="hf",
+        eval_limit=LIMIT,
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        submit_wait_s=0.0,
+    )
+
+
+def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> Any:
+    response = client.request(method, f"/v1/experiments{path}", headers=admin_headers(settings))
+    assert response.status_code in (200, 202), response.text
+    return response.json()
+
+
+def baselines(client: TestClient, settings: DeploymentSettings, name: str) -> None:
+    """Ask for the baseline and evaluate every baseline evaluation the grader created."""
+    admin(client, settings, "POST", f"/{name}/baseline")
+    with Database(settings.database_url).session() as session:
+        experiment = repo.get_experiment(session, name)
+        ids = [s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+    for submission_id in ids:
+        assert evaluate(submission_id, settings)["status"] == "scored"
+
+
+def submit(
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, name: str
+) -> int:
+    accepted = client.post(
+        f"{experiment.url_path}/submit", json={"model_path": f"output/{name}"}, params={"wait": "false"}
+    )
+    assert accepted.status_code in (200, 202), accepted.text
+    submission_id: int = accepted.json()["submission_id"]
+    if accepted.status_code == 202:
+        assert evaluate(submission_id, settings)["status"] == "scored"
+    return submission_id
+
+
+def agent_get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
+    response = client.get(f"{experiment.url_path}{path}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_the_best(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    assert experiment.view["feedback"] == "test"
+    baselines(client, settings, experiment.name)
+    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    first = submit(client, settings, experiment, "a")
+    answer = agent_get(client, experiment, f"/submissions/{first}")
+    assert answer["split"] == "test"
+    assert all(s["split"] == "test" for s in agent_get(client, experiment, "/scores")["submissions"])
+    view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
+    assert view.final is not None and view.final.selection == "best_on_test"
+    assert view.final.score == view.best_score and view.final.of == view.best_submission
+    assert view.final.interval == answer["interval"]
+    assert view.test_evaluations == 1
+    # /final belongs to sealed mode only.
+    refused = client.post(f"{experiment.url_path}/final", json={"submission_id": first})
+    assert refused.status_code == 409 and "feedback: test" in refused.json()["error"]
+    # The admin's final step changes nothing in test mode.
+    assert (
+        admin(client, settings, "POST", f"/{experiment.name}/final")["final"]["selection"] == "best_on_test"
+    )
+
+
+def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated_one_on_test_once(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    assert experiment.view["feedback"] == "sealed"
+    baselines(client, settings, experiment.name)
+    with db.session() as session:
+        row = repo.get_experiment(session, experiment.name)
+        test_base = repo.baseline_submission(session, row, Split.TEST)
+        validation_base = repo.baseline_submission(session, row, Split.VALIDATION)
+        assert test_base is not None and validation_base is not None
+        assert test_base.split == Split.TEST and validation_base.split == Split.VALIDATION
+        # Different problems, different keys (the baseline cache keeps one per split).
+        assert test_base.problems_digest != validation_base.problems_digest
+        assert test_base.eval_key != validation_base.eval_key
+        test_base_id, validation_base_id = test_base.id, validation_base.id
+        validation_base_score = validation_base.score
+
+    for name in ("a", "b", "c"):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+    a = submit(client, settings, experiment, "a")
+    answer = agent_get(client, experiment, f"/submissions/{a}")
+    SubmissionAnswer.model_validate(answer)
+    assert answer["split"] == "validation"
+    assert answer["baseline_score"] == validation_base_score
+    with db.session() as session:
+        scored, base = repo.get_submission(session, a), repo.get_submission(session, validation_base_id)
+        assert scored.problems_digest == base.problems_digest  # compared on the same problems
+        assert scored.snapshot is not None  # kept: it may be nominated
+
+    # The agent's routes never show a test-split evaluation.
+    hidden = client.get(f"{experiment.url_path}/submissions/{test_base_id}")
+    assert hidden.status_code == 404
+    assert client.get(f"{experiment.url_path}/submissions/{validation_base_id}").status_code == 200
+
+    # /final: every refusal, JSON with detail and error naming the fix.
+    def nominate(body: Any) -> Any:
+        return client.post(f"{experiment.url_path}/final", json=body)
+
+    for malformed in ({}, {"submission_id": "x"}, {"submission_id": 0}, {"submission_id": a, "extra": 1}):
+        refused = nominate(malformed)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]
+    unknown = nominate({"submission_id": 2**31 - 1})
+    assert unknown.status_code == 400 and "GET /scores" in unknown.json()["error"]
+    baseline_nominated = nominate({"submission_id": validation_base_id})
+    assert baseline_nominated.status_code == 400
+    queued = client.post(
+        f"{experiment.url_path}/submit", json={"model_path": "output/b"}, params={"wait": "false"}
+    ).json()["submission_id"]
+    unscored = nominate({"submission_id": queued})
+    assert unscored.status_code == 400 and "not scored" in unscored.json()["error"]
+    assert evaluate(queued, settings)["status"] == "scored"
+    accepted = nominate({"submission_id": a})
+    assert accepted.status_code == 200, accepted.text
+    nominated = NominatedAnswer.model_validate(accepted.json())
+    assert (nominated.submission_id, nominated.split) == (a, "validation")
+    again = nominate({"submission_id": queued})
+    assert again.status_code == 409 and again.json()["detail"] == again.json()["error"]
+
+    # After the budget: the platform's final step evaluates the nominated submission on test, once.
+    with db.session() as session:
+        row = repo.get_experiment(session, experiment.name)
+        row.end_time = utcnow() - timedelta(seconds=1)
+    late = nominate({"submission_id": a})
+    assert late.status_code == 403 and "budget" in late.json()["error"]
+    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert view.final is not None and view.final.selection == "nominated" and view.final.of == a
+    assert view.in_flight == 1 and view.test_evaluations == 0
+    final_id = view.final.submission_id
+    assert final_id is not None
+    assert evaluate(final_id, settings)["status"] == "scored"
+    again_view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert again_view.final is not None and again_view.final.submission_id == final_id  # once
+    assert again_view.test_evaluations == 1
+    assert again_view.final.status == "scored" and again_view.final.interval is not None
+    assert again_view.final.comparison is not None  # against the baseline on the test split
+    with db.session() as session:
+        final_row = repo.get_submission(session, final_id)
+        assert (
+            final_row.split == Split.TEST
+            and final_row.problems_digest == repo.get_submission(session, test_base_id).problems_digest
+        )
+
+    # Nothing the agent can read carries it: not /scores, not /submissions/N, not the totals.
+    assert client.get(f"{experiment.url_path}/submissions/{final_id}").status_code == 404
+    listing = agent_get(client, experiment, "/scores")
+    assert {s["submission_id"] for s in listing["submissions"]} == {a, queued}
+    assert all(s["split"] == "validation" for s in listing["submissions"])
+    assert listing["total_submissions"] == 2
+    assert listing["best"]["submission_id"] in {a, queued}
+
+
+def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ties(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    baselines(client, settings, experiment.name)
+    copy_model(tiny_base_model, experiment.output_dir / "first", unique=True)
+    copy_model(tiny_base_model, experiment.output_dir / "second", unique=True)
+    first = submit(client, settings, experiment, "first")
+    second = submit(client, settings, experiment, "second")
+    with db.session() as session:  # an equal validation score: the earliest is taken
+        repo.get_submission(session, second).score = repo.get_submission(session, first).score
+    view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
+    assert view.final is not None and (view.final.of, view.final.status) == (first, None)
+    assert view.final.selection == "best_on_validation"
+    final = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert final.final is not None and final.final.of == first and final.final.submission_id is not None
+    # The final has begun: no more submissions, no nomination.
+    copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
+    late = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/late"})
+    assert late.status_code == 409
+    assert client.post(f"{experiment.url_path}/final", json={"submission_id": first}).status_code == 409
+
+
+def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert view.final is None and view.test_evaluations == 0 and view.in_flight == 0
+
+
+def test_registration_refuses_an_unknown_feedback_mode(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    response = client.post(
+        "/v1/experiments",
+        json={
+            "name": "exp-bad-feedback",
+            "task": "gsm8k",
+            "model": "builtin:tiny-qwen2",
+            "timeout_s": 60,
+            "workspace": str(tmp_path),
+            "base_model_dir": str(tiny_base_model),
+            "feedback": "validation",
+        },
+        headers=admin_headers(settings),
+    )
+    assert response.status_code == 422 and "feedback" in response.json()["error"]
