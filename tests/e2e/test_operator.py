@@ -48,6 +48,7 @@ from autorl_grader.main import create_app
 from tests.support.broken_experiments import CASES as BROKEN
 from tests.support.broken_experiments import manifest as broken_manifest
 from tests.support.infra import free_port, serve
+from tests.support.kubelet import failed_pod_status
 from tests.support.settings import DeploymentSettings
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -278,15 +279,19 @@ class Platform:
         data = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
         return data["GRADING_SERVER_URL"], data["AUTORL_TOKEN"]
 
-    async def through_baseline(self, manifest: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
-        """Drive an applied Experiment to Running, playing the prepare pod and the evaluator."""
-        name = manifest["metadata"]["name"]
-        ref = await self.ref(name)
-        await self.wait_for(
+    async def prepare_job(self, ref: ExperimentRef) -> dict[str, Any]:
+        """This run's prepare Job, once the controller has created it."""
+        return await self.wait_for(
             f"{JOBS}/{ref.prepare_job_name}",
             lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
             "this run's prepare Job",
         )
+
+    async def through_baseline(self, manifest: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
+        """Drive an applied Experiment to Running, playing the prepare pod and the evaluator."""
+        name = manifest["metadata"]["name"]
+        ref = await self.ref(name)
+        await self.prepare_job(ref)
         self.run_prepare_pod(manifest["spec"], ref, tiny_model)
         await self.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
         await self.wait_phase(name, "Baseline")
@@ -1231,11 +1236,7 @@ async def test_a_waiting_prepare_pod_names_its_cause_and_the_fix(
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     await platform.apply(manifest)
     ref = await platform.ref(name)
-    await platform.wait_for(
-        f"{JOBS}/{ref.prepare_job_name}",
-        lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
-        "this run's prepare Job",
-    )
+    await platform.prepare_job(ref)
     await cause(platform, ref.prepare_job_name)
     waiting = await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("reason") == reason, f"reason {reason}"
@@ -1244,6 +1245,49 @@ async def test_a_waiting_prepare_pod_names_its_cause_and_the_fix(
     for words in says:
         assert words in waiting["status"]["message"], waiting["status"]["message"]
     await platform.kube.delete(f"{EXPERIMENTS}/{name}")  # the controller cleans up in its own time
+
+
+HUB_REFUSAL = (
+    "no-such-org/no-such-model is not a model on the Hugging Face hub (or is private); check the id, "
+    "set HF_TOKEN for a private model, or pass a local folder that holds config.json"
+)
+
+
+async def test_a_hub_id_the_hub_does_not_know_fails_the_experiment_with_the_steps_words(
+    platform: Platform,
+) -> None:
+    """The prepare step's refusal reaches status.message, not only the Job's log: the controller reads
+    the failed container's termination message (its log's tail), escaped."""
+    name = "hub-id-unknown"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    manifest["spec"]["model"] = "no-such-org/no-such-model"
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.prepare_job(ref)
+    log = (
+        "preparing no-such-org/no-such-model in /shared/cache/models\n"
+        "\x1b[2J\n"  # what a library printed before is not the step's last word
+        f"autorl agent-runner: error: {HUB_REFUSAL}\x1b]8;;\n"
+    )
+    await job_pod(platform, ref.prepare_job_name, failed_pod_status("cache", 2, log))
+    verdict = "Container cache for pod x failed with exit code 2 matching FailJob rule at index 0"
+    await platform.patch_job_status(
+        ref.prepare_job_name, {"failed": 1, "conditions": [failed("PodFailurePolicy", verdict)]}
+    )
+    done = await platform.wait_phase(name, "Failed")
+    status = done["status"]
+    assert status["reason"] == "PrepareFailed"
+    assert status["message"].startswith(
+        "the prepare Job failed (PodFailurePolicy): container cache exited with code 2: "
+        f"autorl agent-runner: error: {HUB_REFUSAL}"
+    ), status["message"]
+    assert f"kubectl logs job/{ref.prepare_job_name}" in status["message"]
+    assert "\x1b" not in status["message"] and "\\x1b]8;;" in status["message"]
+    assert any(
+        reason == "Failed" and HUB_REFUSAL in message for reason, message in await platform.events(name)
+    )
+    for path in (f"{JOBS}/{ref.agent_job_name}",):
+        assert await platform.get(path) is None
 
 
 async def test_a_waiting_agent_pod_names_its_cause_then_training(
@@ -1296,11 +1340,7 @@ async def test_a_baseline_no_evaluator_takes_becomes_a_condition_and_clears_when
     manifest["spec"]["model"] = "example-org/never-evaluated-1.5B"
     await platform.apply(manifest)
     ref = await platform.ref(name)
-    await platform.wait_for(
-        f"{JOBS}/{ref.prepare_job_name}",
-        lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
-        "this run's prepare Job",
-    )
+    await platform.prepare_job(ref)
     platform.run_prepare_pod(manifest["spec"], ref, tiny_base_model)
     await platform.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
     stuck = await platform.wait_for(

@@ -15,9 +15,11 @@ from typing import Any
 from autorl.experiment import ExperimentSpec
 from autorl.layout import BUILTIN_BUILD_VERSION
 from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
+from autorl_controller.operator.pod_waits import last_words
 from autorl_controller.operator.settings import ControllerSettings
 from tests.conftest import FIXTURE_DATA
 from tests.support.infra import free_port
+from tests.support.kubelet import failed_pod_status
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -183,6 +185,16 @@ def test_a_hub_id_the_hub_does_not_know_fails_the_prepare_job_on_its_first_try(t
     assert "no-such-org/no-such-model is not a model on the Hugging Face hub" in unknown.stderr
     assert "check the id, set HF_TOKEN for a private model" in unknown.stderr
     assert job_fails_at_once(job, unknown.returncode), unknown.returncode
+    # The kubelet keeps the failed container's log tail as its termination message, and the controller
+    # puts its last line into the Experiment's status.message.
+    (cache,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert cache["terminationMessagePolicy"] == "FallbackToLogsOnError" and "cache" in cache["args"]
+    said = last_words([{"status": failed_pod_status(cache["name"], unknown.returncode, unknown.stderr)}])
+    assert said is not None and said.startswith(f"container cache exited with code {unknown.returncode}: ")
+    assert said.endswith(
+        "no-such-org/no-such-model is not a model on the Hugging Face hub (or is private); check the id, "
+        "set HF_TOKEN for a private model, or pass a local folder that holds config.json"
+    )
 
     unreachable = prepare(tmp_path, *args, hub=f"http://127.0.0.1:{free_port()}")
     assert "cannot download no-such-org/no-such-model from the Hugging Face hub" in unreachable.stderr

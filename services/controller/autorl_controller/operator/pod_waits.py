@@ -3,8 +3,8 @@
 Pure functions over the Job, its pods (conditions, container statuses) and its Warning Events, so
 that each cause is tested without a cluster: a Job Kueue holds, a pod Kubernetes refuses to create,
 one no node can take, an image that cannot be pulled, a container whose Secret is missing, and a
-container that keeps crashing. Messages quote what Kubernetes said (escaped where status is written)
-and say what to do.
+container that keeps crashing; and what a failed container said last. Messages quote what Kubernetes
+said (escaped where status is written) and say what to do.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ class PodWait:
     message: str
 
 
-def _quote(text: str | None) -> str:
+def _quote(text: str | None, limit: int = MAX_QUOTED) -> str:
     text = " ".join((text or "").split())
-    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def job_wait(job: dict[str, Any], what: str) -> PodWait | None:
@@ -99,6 +99,30 @@ def _one_pod(pod: dict[str, Any], what: str) -> PodWait | None:
                 f"({container.get('restartCount', 0)} restarts{code}); see kubectl logs {name} "
                 f"-c {container.get('name')} --previous",
             )
+    return None
+
+
+#: A container's last words can run longer than a Kubernetes message (a refusal naming its fix).
+MAX_LAST_WORDS = 600
+
+
+def last_words(pods: list[dict[str, Any]]) -> str | None:
+    """What the newest failed container of a Job's ended pods said last: its termination message
+    (the file it wrote, or its log's tail under ``FallbackToLogsOnError``), the last line of it, with
+    the container's name and exit code; None when no container failed with a message."""
+    ended = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Failed"]
+    ended.sort(key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or ""), reverse=True)
+    for pod in ended:
+        status = pod.get("status") or {}
+        for container in [
+            *(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or []),
+        ]:
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            lines = [line for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+            if terminated.get("exitCode") and lines:
+                said = _quote(lines[-1], MAX_LAST_WORDS)
+                return f"container {container.get('name')} exited with code {terminated['exitCode']}: {said}"
     return None
 
 

@@ -60,7 +60,7 @@ from autorl_controller.operator.manifests import (
     build_token_secret,
     id_collisions,
 )
-from autorl_controller.operator.pod_waits import PodWait, event_wait, job_wait, pod_wait
+from autorl_controller.operator.pod_waits import PodWait, event_wait, job_wait, last_words, pod_wait
 from autorl_controller.operator.reporting import as_body, patch_status, transition
 
 #: A resolver that does not answer must not stall the experiment's tick.
@@ -228,7 +228,10 @@ class Step:
             await self._adopt_and_create(JOBS, build_prepare_job(self.ref, self.spec, self.settings))
         state = job_status(job)
         if state.state in (JobState.FAILED, JobState.DEADLINE_EXCEEDED):
-            detail = f": {state.message}" if state.message else ""
+            # The step's own refusal (a hub id the hub does not know) says more than the Job's verdict.
+            pods = await self._pods(job) if job is not None else None
+            said = last_words(pods) if pods else None
+            detail = f": {said or state.message}" if said or state.message else ""
             await self.fail(
                 f"the prepare Job failed ({state.reason}){detail}; "
                 f"see kubectl logs job/{self.ref.prepare_job_name} -n {self.ref.namespace}",
