@@ -16,9 +16,9 @@ BASE = ["run", "-a", "example_grpo", "-t", "arith", "-m", "builtin:tiny-qwen2", 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--max-submissions", "0"], "--max-submissions must be at least 1"),
-        (["--max-submissions", "-5"], "--max-submissions must be at least 1"),
-        (["--max-submissions", "4294967296"], "--max-submissions must be at least 1"),
+        (["--max-submissions", "0"], "--max-submissions must be from 1 to 2147483647"),
+        (["--max-submissions", "-5"], "--max-submissions must be from 1 to 2147483647"),
+        (["--max-submissions", "4294967296"], "--max-submissions must be from 1 to 2147483647"),
         (["--timeout", "0"], "--timeout must be a positive number of seconds"),
         (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
         (["--timeout", "inf"], "--timeout must be a positive number of seconds"),

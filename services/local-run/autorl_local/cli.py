@@ -114,8 +114,8 @@ def check_numbers(args: argparse.Namespace) -> None:
     limit = args.max_submissions
     if limit is not None and not 1 <= limit <= MAX_SUBMISSIONS_LIMIT:
         raise UsageError(
-            f"--max-submissions must be at least 1 (the number of submissions the agent may make), "
-            f"not {limit}; leave it out for the default of 100"
+            f"--max-submissions must be from 1 to {MAX_SUBMISSIONS_LIMIT} (the number of submissions the "
+            f"agent may make), not {limit}; leave it out for the default of 100"
         )
 
 
