@@ -213,3 +213,27 @@ def test_claude_code_example_without_a_key_says_how_to_pass_one(tmp_path: Path) 
     env = {"PATH": "/usr/bin:/bin", "WORKSPACE": str(tmp_path), "HOME": str(tmp_path)}
     done = subprocess.run(["bash", str(start)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--env-file" in done.stdout
+
+
+def test_every_documented_local_run_of_an_agent_that_needs_the_network_asks_for_it() -> None:
+    """An agent folder whose cluster Experiment allows an outside host (its LLM API) has no network on
+    one machine without `--egress`: every `autorl run` of it the documents show passes the flag."""
+    from tests.unit.test_doc_references import DOCUMENTS, autorl_invocations, code_texts, relative
+
+    networked = {
+        f"examples/agents/{path.parent.name}"
+        for path in EXAMPLES.glob("*/experiment.yaml")
+        if yaml.safe_load(path.read_text())["spec"].get("egress")
+    }
+    assert "examples/agents/claude_code" in networked
+    runs = []
+    for document in DOCUMENTS:
+        for code in code_texts(document):
+            for words in autorl_invocations(code):
+                agent = next(
+                    (words[i + 1] for i, word in enumerate(words[:-1]) if word in ("-a", "--agent")), None
+                )
+                if words[0] == "run" and agent is not None and agent.rstrip("/") in networked:
+                    runs.append((relative(document), " ".join(words)))
+    assert runs, "the documents show how to run an LLM agent locally"
+    assert [(where, run) for where, run in runs if "--egress" not in run.split()] == []
