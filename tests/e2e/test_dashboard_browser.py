@@ -67,7 +67,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url)
+    return make_settings(database_url=pg_url, baseline_unavailable_s=0.0)
 
 
 @pytest.fixture
@@ -123,6 +123,9 @@ def test_operator_signs_in_and_watches_an_experiment_live(
     other = create_experiment(db, tmp_path / "other-workspace", started_minutes_ago=None)
     ended = create_experiment(db, tmp_path / "ended-workspace", started_minutes_ago=2)
     finish(db, ended.name, "timed_out")
+    # A baseline no evaluator takes (none runs here; the settings report it as unavailable at once).
+    stuck = create_experiment(db, tmp_path / "stuck-workspace", started_minutes_ago=None)
+    add_submission(db, stuck.name, baseline=True)
     assert settings.admin_token is not None
     app = create_app(settings, reconcile=False)
     with serve(app) as grader:
@@ -139,8 +142,10 @@ def test_operator_signs_in_and_watches_an_experiment_live(
 
         # The experiments table.
         row = f'tr[data-name="{run.name}"]'
-        wait_for(browser, lambda d: len(cells(d, row)) == 11, "the experiment's row")
-        name, phase, task, model, agent, baseline, best, improvement, subs, left, queue = cells(browser, row)
+        wait_for(browser, lambda d: len(cells(d, row)) == 12, "the experiment's row")
+        name, phase, task, model, agent, baseline, best, improvement, subs, left, queue, waits = cells(
+            browser, row
+        )
         assert (name, phase, task, model, agent) == (
             run.name,
             "running",
@@ -149,9 +154,21 @@ def test_operator_signs_in_and_watches_an_experiment_live(
             "example_grpo",
         )
         assert (baseline, best, improvement, subs) == ("10.00", "30.00", "+20.00", "2/3, 1 failed")
-        assert left.startswith("5") and queue == "–"  # about 54 minutes of the hour left
+        assert left.startswith("5") and queue == "–" and waits == "–"  # about 54 minutes of the hour left
         assert cells(browser, f'tr[data-name="{other.name}"]')[1::8] == ["pending", "not started"]
         assert cells(browser, f'tr[data-name="{ended.name}"]')[1::8] == ["timed_out", "ended"]
+        # Each experiment's wait reason, as kubectl and autorl run name it, with what to do on hover.
+        stuck_row = f'tr[data-name="{stuck.name}"]'
+        assert cells(browser, stuck_row)[1:2] + cells(browser, stuck_row)[10:] == [
+            "baseline",
+            "1 queued (next #1)",
+            "EvaluatorsUnavailable",
+        ]
+        (hint,) = browser.execute_script(
+            f"return [document.querySelector('{stuck_row} td:last-child').title]"
+        )
+        assert "the base model waits for an evaluator (queue position 1" in hint
+        assert "no evaluator takes hf work" in hint and "autorl worker" in hint
         assert browser.save_screenshot(str(tmp_path / "dashboard-experiments.png"))
 
         # One experiment: the chart has one point per scored submission, the best marked.

@@ -138,6 +138,9 @@
         cell(tr, submissionsText(exp), "num");
         cell(tr, timeLeft(exp), "num");
         cell(tr, queueText(exp));
+        // Why its baseline waits (the reason kubectl and autorl run show), what to do on hover.
+        const waits = cell(tr, exp.waiting_reason || "–", exp.waiting_reason ? "waiting" : "");
+        if (exp.waiting_message) waits.title = exp.waiting_message;
         return tr;
       });
       syncRows(body, rows);
