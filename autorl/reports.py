@@ -85,7 +85,9 @@ class RunRecord:
 
     @classmethod
     def read(cls, session: Session, experiment: Experiment) -> RunRecord:
-        baseline_row = repo.baseline_submission(session, experiment)
+        # The agent's submissions on the split they were scored on during the budget (a sealed
+        # run's validation split), against the baseline there; its final test evaluation is not one.
+        baseline_row = repo.baseline_submission(session, experiment, repo.feedback_split(experiment))
         base_fingerprint = baseline_row.fingerprint if baseline_row is not None else None
         baseline = (
             baseline_row.score
@@ -118,7 +120,7 @@ class RunRecord:
                     comparison=comparison_of(Evaluated.of(row), base_evaluation),
                 )
                 for row in rows
-                if not row.is_baseline
+                if not row.is_baseline and row.final_of is None
             ),
         )
 

@@ -2,6 +2,8 @@
 
 The columns, their order and the JSON types are a contract (docs/LOCAL.md, "Results"): other tools
 read this file, so a row is only ever appended, under a file lock, with the header written once.
+A file written before the feedback columns is read as it is (its rows are test-mode runs) and,
+at the next append, rewritten whole with the new header, every row kept.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import secrets
 import sys
@@ -56,6 +59,15 @@ class ResultRow:
     success: bool  # completed with at least one scored submission
     status: RunStatus
     workspace: str
+    #: test or sealed (docs/PROTOCOL.md); rows written before this column were test-mode runs.
+    feedback: str = "test"
+    #: The run's one result on the test split: sealed, the final evaluation; test, the best.
+    final_score: float | None = None
+    final_low: float | None = None  # its 95 % Wilson interval, in points
+    final_high: float | None = None
+    final_p_value: float | None = None  # exact McNemar against the baseline on the same problems
+    selection: str | None = None  # best_on_test, best_on_validation or nominated
+    test_evaluations: int | None = None  # agent checkpoints evaluated on test (None: not recorded)
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
@@ -68,8 +80,12 @@ class ResultRow:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ResultRow))
-_FLOAT_COLUMNS = frozenset({"baseline", "best_score", "improvement", "duration_s"})
-_OPTIONAL_TEXT_COLUMNS = frozenset({"driver_model"})
+#: The columns of files written before feedback modes: still read, rewritten at the next append.
+LEGACY_COLUMNS: tuple[str, ...] = COLUMNS[: COLUMNS.index("workspace") + 1]
+_FLOAT_COLUMNS = frozenset(
+    {"baseline", "best_score", "improvement", "duration_s", "final_score", "final_low", "final_high"}
+)
+_OPTIONAL_TEXT_COLUMNS = frozenset({"driver_model", "selection"})
 
 
 def results_path(home: Path) -> Path:
@@ -100,6 +116,10 @@ def _format_cell(name: str, value: object) -> str:
         if not math.isfinite(number):
             return ""
         return repr(round(number, 4))
+    if name == "final_p_value":
+        number = float(value)  # type: ignore[arg-type]
+        # Four significant digits: a p-value of 1e-9 must not round to 0.
+        return repr(float(f"{number:.4g}")) if math.isfinite(number) else ""
     return str(value)
 
 
@@ -108,10 +128,14 @@ def _parse_row(record: dict[str, str], where: str) -> ResultRow:
     try:
         for name in COLUMNS:
             raw = (record.get(name) or "").strip()
-            if name in _FLOAT_COLUMNS:
+            if name in _FLOAT_COLUMNS or name == "final_p_value":
                 values[name] = float(raw) if raw else None
             elif name == "submissions":
                 values[name] = int(raw or 0)
+            elif name == "test_evaluations":
+                values[name] = int(raw) if raw else None
+            elif name == "feedback":
+                values[name] = raw or "test"
             elif name == "success":
                 values[name] = raw.lower() in {"true", "1", "yes"}
             elif name in _OPTIONAL_TEXT_COLUMNS:
@@ -137,7 +161,7 @@ def read_rows(home: Path) -> list[ResultRow]:
 
 
 def _check_header(header: Sequence[str] | None, path: Path) -> None:
-    if header is not None and tuple(header) != COLUMNS:
+    if header is not None and tuple(header) not in (COLUMNS, LEGACY_COLUMNS):
         raise ResultsError(
             f"{path} has columns {','.join(header)}, expected {','.join(COLUMNS)}; "
             "move the old file aside and run again"
@@ -166,11 +190,29 @@ def append_row(row: ResultRow, home: Path) -> Path:
         existing = read_rows(home)
         if any(old.run_id == row.run_id for old in existing):
             raise ResultsError(f"run {row.run_id} is already recorded in {path}")
+        if existing and _header(path) != COLUMNS:
+            _rewrite(path, existing)
         text = csv_text([row], header=not path.exists() or path.stat().st_size == 0)
         # One write call per row: a reader without the lock sees whole lines.
         with path.open("a", newline="", encoding="utf-8") as handle:
             handle.write(text)
     return path
+
+
+def _header(path: Path) -> tuple[str, ...]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return tuple(next(csv.reader(handle), []))
+
+
+def _rewrite(path: Path, rows: Sequence[ResultRow]) -> None:
+    """Write ``rows`` with the current header in place of an older file, atomically: a reader
+    sees the old file or the whole new one (call under the file lock)."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        partial.write_text(csv_text(rows, header=True), encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _print_table(rows: list[ResultRow], home: Path) -> None:
@@ -179,17 +221,37 @@ def _print_table(rows: list[ResultRow], home: Path) -> None:
 
     console = Console()
     if not console.is_terminal:
-        console = Console(width=240)  # piped or redirected: whole values, not ellipses at 80 columns
+        console = Console(width=360)  # piped or redirected: whole values, not ellipses at 80 columns
     table = Table(title="AutoRL runs", title_justify="left")
     shown = ("run_id", "task", "agent", "base_model", "baseline", "best_score", "improvement")
-    for name in (*shown, "best 95 %", "submissions", "duration_s", "status"):
-        table.add_column(name, justify="right" if name in _FLOAT_COLUMNS or name == "submissions" else "left")
+    final = ("feedback", "final", "final 95 %", "final p", "selection", "test evals")
+    numeric = {*_FLOAT_COLUMNS, "submissions", "final", "final p", "test evals"}
+    for name in (*shown, "best 95 %", *final, "submissions", "duration_s", "status"):
+        table.add_column(name, justify="right" if name in numeric else "left")
     for row in rows:
         cells = [_format_cell(name, getattr(row, name)) or "-" for name in shown]
         # The best score's interval, from the run's report (runs without one show "-").
         interval = _metric_cell(_report_metrics(home, row.run_id).get("best_interval"))
+        final_interval = (
+            _metric_cell([row.final_low, row.final_high])
+            if row.final_low is not None and row.final_high is not None
+            else "-"
+        )
+        final_cells = [
+            row.feedback,
+            _format_cell("final_score", row.final_score) or "-",
+            final_interval,
+            _format_cell("final_p_value", row.final_p_value) or "-",
+            row.selection or "-",
+            "-" if row.test_evaluations is None else str(row.test_evaluations),
+        ]
         table.add_row(
-            *map(rich_text, cells), interval, str(row.submissions), f"{row.duration_s:.0f}", row.status
+            *map(rich_text, cells),
+            interval,
+            *map(rich_text, final_cells),
+            str(row.submissions),
+            f"{row.duration_s:.0f}",
+            row.status,
         )
     console.print(table)
 
@@ -331,7 +393,7 @@ def _print_comparison(rows: list[ResultRow], home: Path, keys: dict[str, RunKey]
     table.add_column("")
     for row in rows:
         table.add_column(rich_text(row.run_id), justify="right")
-    for name in COLUMNS[1:-1]:
+    for name in (name for name in COLUMNS[1:] if name != "workspace"):
         table.add_row(name, *[rich_text(_format_cell(name, getattr(row, name)) or "-") for row in rows])
     reports = [_report_metrics(home, row.run_id) for row in rows]
     for name in COMPARED_METRICS:

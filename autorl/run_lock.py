@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from autorl.results import ResultRow, append_row, read_rows, utc_timestamp
 
@@ -112,8 +113,10 @@ def recover_orphaned_runs(home: Path, database_url: str | None) -> list[ResultRo
 def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
     baseline = best = improvement = None
     scored = 0
+    final: dict[str, Any] = {}
     if database_url:
         from autorl.errors import NotFoundError
+        from autorl.final_result import results_columns
         from autorl.store import Database, SubmissionStatus
         from autorl.store import repository as repo
         from autorl.store.models import ExperimentStatus
@@ -126,11 +129,15 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
                 baseline_row = repo.baseline_submission(session, experiment)
                 best_row = repo.best_submission(session, experiment)
                 baseline = baseline_row.score if baseline_row else None
-                best = best_row.score if best_row else None
+                final = results_columns(session, experiment)
+                # A sealed experiment's best on the test split is its final score (none when
+                # killed before its final evaluation); its best on validation is not a test score.
+                sealed = final["feedback"] == "sealed"
+                best = final["final_score"] if sealed else (best_row.score if best_row else None)
                 scored = sum(
                     1
                     for s in repo.experiment_submissions(session, experiment)
-                    if not s.is_baseline and s.status == SubmissionStatus.SCORED
+                    if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
                 )
         except NotFoundError:
             pass  # killed before it registered its experiment: nothing was submitted
@@ -153,4 +160,5 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
         success=False,
         status="interrupted",
         workspace=info.workspace,
+        **final,
     )

@@ -550,3 +550,124 @@ def test_demo_learns_and_grpo_raises_the_reward(tmp_path: Path, autorl_run: Call
     # rewards would give it nothing to learn from. How much it adds is a measurement (docs/LOCAL.md).
     rewards = _phase_rewards((run.workspace() / "agent.log").read_text(), "grpo")
     assert rewards and max(rewards) > -1.0, rewards
+
+
+#: A sealed run's agent that looks everywhere it can reach for a test score: every agent route
+#: (the baseline's and its own ids and every id around them), the admin and dashboard routes
+#: through the same URL's host, /final with each refusal, and every file of its workspace.
+SEALED_AGENT = """
+import glob, urllib.parse
+
+def unique(path):
+    # Other weights than the base model's: one low byte of the first tensor changed.
+    weights = os.path.join(path, "model.safetensors")
+    with open(weights, "r+b") as handle:
+        start = 8 + int.from_bytes(handle.read(8), "little")
+        handle.seek(start)
+        byte = handle.read(1)[0]
+        handle.seek(start)
+        handle.write(bytes([byte ^ 1]))
+    return path
+
+seen = {}
+copy = call("/submit", {"model_path": save("copy-of-base")})
+trained_path = save("trained")
+unique(os.path.join(OUT, "trained"))
+trained = call("/submit", {"model_path": trained_path})
+seen["submit"] = [copy, trained]
+own = trained[1]["submission_id"]
+seen["final_refusals"] = [
+    call("/final", {}),
+    call("/final", {"submission_id": "x"}),
+    call("/final", {"submission_id": 2**31 - 1}),
+]
+seen["final"] = call("/final", {"submission_id": own})
+seen["final_again"] = call("/final", {"submission_id": own})
+seen["probe"] = {n: call(f"/submissions/{n}") for n in range(1, own + 20)}
+for route in ("/scores", "/time", "/health"):
+    seen[route] = call(route)
+root = urllib.parse.urlsplit(URL)
+host = f"{root.scheme}://{root.netloc}"
+for route in ("/v1/experiments", "/ui", "/ui/api/summary", "/metrics", "/docs"):
+    try:
+        with urllib.request.urlopen(host + route, timeout=30) as response:
+            seen[route] = [response.status, response.read().decode(errors="replace")]
+    except urllib.error.HTTPError as error:
+        seen[route] = [error.code, error.read().decode(errors="replace")]
+    except OSError as error:
+        seen[route] = [None, str(error)]
+workspace = os.environ["WORKSPACE"]
+files = {}
+for path in glob.glob(os.path.join(workspace, "**"), recursive=True):
+    if os.path.isfile(path) and not path.endswith((".safetensors", ".json.tmp")) and "/models/" not in path:
+        try:
+            files[os.path.relpath(path, workspace)] = open(path, errors="replace").read()
+        except OSError:
+            pass
+seen["files"] = files
+record("seen", seen)
+"""
+
+
+def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination_on_test_once(
+    tmp_path: Path, autorl_run: Callable[..., Run]
+) -> None:
+    from autorl.store import Database, Split
+    from autorl.store import repository as repo
+    from autorl.tasks.arith import ArithTask
+    from autorl.tasks.base import read_problems, split_train
+
+    agent = write_agent(tmp_path, SEALED_AGENT)
+    args = ("-a", agent, "-t", "arith", "-m", "builtin:tiny-qwen2", "--timeout", "150")
+    run = autorl_run(*args, "--port", str(free_port()), "--feedback", "sealed")
+    assert run.code == 0, run.stderr
+    (row,) = run.results()
+    assert row["feedback"] == "sealed" and row["selection"] == "nominated"
+    assert row["test_evaluations"] == 1 and row["submissions"] == 2
+    assert isinstance(row["final_score"], float) and row["best_score"] == row["final_score"]
+    assert row["final_low"] <= row["final_score"] <= row["final_high"]  # type: ignore[operator]
+    assert isinstance(row["final_p_value"], float)
+    assert row["improvement"] == pytest.approx(row["final_score"] - row["baseline"])  # type: ignore[operator]
+    assert "final " in run.stdout and "nominated" in run.stdout
+
+    db = Database(f"sqlite:///{run.home / 'autorl.db'}")
+    with db.session() as session:
+        experiment = repo.get_experiment(session, str(row["run_id"]))
+        rows = repo.experiment_submissions(session, experiment)
+        test_ids = {s.id for s in rows if s.split == Split.TEST}
+        validation_ids = {s.id for s in rows if s.split == Split.VALIDATION}
+        final = repo.final_submission(session, experiment)
+        assert final is not None and final.score == row["final_score"]
+        validation_baseline = repo.baseline_submission(session, experiment, Split.VALIDATION)
+        assert validation_baseline is not None
+        validation_baseline_score = validation_baseline.score
+        nominated = experiment.nominated_submission_id
+        assert final.final_of == nominated and len(test_ids) == 2  # the baseline and the final
+    db.dispose()
+
+    workspace = run.workspace()
+    seen = json.loads((workspace / "output" / "seen.json").read_text())
+    # Every answer it got is on the validation split, against the baseline there.
+    answers = [answer for _code, answer in seen["submit"]] + seen["/scores"][1]["submissions"]
+    assert answers and all(a["split"] == "validation" for a in answers)
+    assert all(a["baseline_score"] == validation_baseline_score for a in answers)
+    assert seen["final"][0] == 200 and seen["final"][1]["submission_id"] == nominated
+    assert seen["final_again"][0] == 409
+    assert [code for code, _answer in seen["final_refusals"]] == [422, 422, 400]
+    # Of every id it probed, only validation evaluations answered; test ones look missing.
+    shown = {int(n) for n, (code, _answer) in seen["probe"].items() if code == 200}
+    assert shown and shown <= validation_ids and not shown & test_ids
+    for route in ("/v1/experiments", "/ui/api/summary", "/metrics"):
+        assert seen[route][0] in (None, 401, 403, 404), (route, seen[route])
+    # No file it could read holds a test-split evaluation: the mirrors list validation scores only.
+    files = seen["files"]
+    assert "Sealed evaluation" in files["instructions.md"]
+    mirrored = json.loads(files["scores.json"])
+    assert mirrored and all(entry["split"] == "validation" for entry in mirrored)
+    assert "score" not in files["run_meta.json"]
+    # Its train file holds no validation problem: the validation split was removed from it.
+    whole = ArithTask().train_problems()
+    agent_train = read_problems(workspace / "data" / "train.jsonl")
+    assert agent_train == split_train(whole)[0]
+    assert not {p.question for p in agent_train} & {p.question for p in split_train(whole)[1]}
+    assert not leftover_processes(run.home)

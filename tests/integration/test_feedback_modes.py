@@ -177,6 +177,7 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     again_view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
     assert again_view.final is not None and again_view.final.submission_id == final_id  # once
     assert again_view.test_evaluations == 1
+    assert again_view.submissions == 2 and again_view.total_submissions == 2  # the final is not the agent's
     assert again_view.final.status == "scored" and again_view.final.interval is not None
     assert again_view.final.comparison is not None  # against the baseline on the test split
     with db.session() as session:

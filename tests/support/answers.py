@@ -14,6 +14,7 @@ def submission_answer(submission_id: int, **fields: Any) -> SubmissionAnswer:
         "submission_id": submission_id,
         "status": "scored" if score is not None else "queued",
         "score": None,
+        "split": "test",
         "scores": ProtocolScores(opencompass=score, flexible=score, strict=score),
         "baseline_score": None,
         "improvement": None,

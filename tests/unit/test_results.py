@@ -50,7 +50,65 @@ def test_columns_are_the_contract() -> None:
         "success",
         "status",
         "workspace",
+        "feedback",
+        "final_score",
+        "final_low",
+        "final_high",
+        "final_p_value",
+        "selection",
+        "test_evaluations",
     )
+
+
+LEGACY_HEADER = (
+    "run_id,timestamp,task,agent,driver_model,base_model,baseline,best_score,improvement,"
+    "submissions,duration_s,success,status,workspace"
+)
+
+
+def test_a_file_written_before_the_feedback_columns_is_read_and_rewritten_with_every_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = results_path(tmp_path)
+    path.write_text(
+        LEGACY_HEADER + "\n"
+        "old1,2026-11-30T10:00:00+00:00,arith,example_grpo,,builtin:tiny-qwen2,0.0,12.5,12.5,3,301.5,true,"
+        "completed,/tmp/ws\n"
+        "old2,2026-11-30T11:00:00+00:00,gsm8k,claude,opus,Qwen/Qwen2.5-1.5B,60.0,,,0,20.0,false,failed,/tmp/w2\n"
+    )
+    old = read_rows(tmp_path)
+    assert [(r.run_id, r.feedback, r.final_score, r.test_evaluations) for r in old] == [
+        ("old1", "test", None, None),
+        ("old2", "test", None, None),
+    ]
+    assert main(["results", "--json", "--home", str(tmp_path)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed[0]["best_score"] == 12.5 and listed[0]["feedback"] == "test"
+    assert listed[0]["final_score"] is None and listed[0]["test_evaluations"] is None
+
+    append_row(
+        row(
+            "new",
+            feedback="sealed",
+            final_score=31.25,
+            final_low=20.1,
+            final_high=44.9,
+            final_p_value=3.2e-9,
+            selection="nominated",
+            test_evaluations=1,
+        ),
+        tmp_path,
+    )
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(COLUMNS) and len(lines) == 4  # every old row kept, one header
+    rows = read_rows(tmp_path)
+    assert [r.run_id for r in rows] == ["old1", "old2", "new"]
+    assert rows[:2] == old
+    assert rows[2].final_p_value == 3.2e-9  # small p-values keep their digits
+    assert (rows[2].selection, rows[2].test_evaluations, rows[2].feedback) == ("nominated", 1, "sealed")
+    assert main(["results", "--home", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert "nominated" in table and "[20.10, 44.90]" in table and "sealed" in table
 
 
 def test_rows_round_trip_with_types_and_header_once(tmp_path: Path) -> None:

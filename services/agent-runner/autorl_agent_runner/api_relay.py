@@ -36,9 +36,9 @@ from autorl.request_limits import (
 #: The grader's agent routes (docs/AGENTS.md, "The grading API"), by method.
 AGENT_ROUTES: dict[str, re.Pattern[str]] = {
     "GET": re.compile(r"/(scores|time|health|submissions/[0-9]{1,18})"),
-    "POST": re.compile(r"/(submit|set_baseline)"),
+    "POST": re.compile(r"/(submit|set_baseline|final)"),
 }
-AGENT_API_SUMMARY = "POST /submit, GET /submissions/ID, /scores, /time, /health"
+AGENT_API_SUMMARY = "POST /submit, POST /final, GET /submissions/ID, /scores, /time, /health"
 _CAPABILITY_PREFIX = re.compile(r"/a/(?P<token>[A-Za-z0-9_-]{1,256})(?P<route>/.*)")
 _QUERY = re.compile(r"[A-Za-z0-9_.=&-]*")
 #: Request headers passed on to the grader; everything else is dropped.

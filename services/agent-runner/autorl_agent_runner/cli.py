@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from types import FrameType
 
@@ -101,6 +102,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prepare.add_argument("--workspace", dest="prepare_workspace", type=Path, required=True)
     prepare.add_argument("--timeout", dest="prepare_timeout", type=float, default=0.0, help="budget (s)")
     prepare.add_argument("--run-id", dest="prepare_run_id", default=None, help="default: workspace name")
+    prepare.add_argument(
+        "--feedback",
+        dest="prepare_feedback",
+        choices=("test", "sealed"),
+        default="test",
+        help="sealed: the workspace's train split leaves out the validation split (docs/PROTOCOL.md)",
+    )
     prepare.add_argument(
         "--step",
         dest="prepare_step",
@@ -214,6 +222,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from autorl.errors import ModelSourceError, ModelSourceUnreachableError, UnknownTaskError
     from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
     from autorl.tasks import get_task
+    from autorl.tasks.base import write_agent_train
     from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
     from autorl_agent_runner.settings import AgentRunnerSettings
     from autorl_agent_runner.workspace import create_workspace
@@ -249,18 +258,24 @@ def _prepare(args: argparse.Namespace) -> int:
             open_experiments_folder(root.parent)
             print(f"cache ready; {root.parent} takes the workspace", file=sys.stderr, flush=True)
             return 0
-    workspace = create_workspace(
-        root,
-        run_id=args.prepare_run_id or root.name,
-        task_name=task.name,
-        description=task.description(),
-        base_model_dir=base_dir,
-        base_model_name=model_dir_name(args.prepare_model),
-        reference_model_subpath=reference_model_subpath(args.prepare_model),
-        train_data_dir=train_dir,
-        timeout_s=args.prepare_timeout,
-        model_mounted=args.prepare_step == "workspace",
-    )
+    with tempfile.TemporaryDirectory(prefix="autorl-train-") as scratch:
+        if args.prepare_feedback == "sealed":
+            # The cache is read-only here: the agent's train split, without the validation split
+            # its submissions are scored on, is written aside and copied into the workspace.
+            train_dir = write_agent_train(train_dir / "train.jsonl", Path(scratch)).parent
+        workspace = create_workspace(
+            root,
+            run_id=args.prepare_run_id or root.name,
+            task_name=task.name,
+            description=task.description(),
+            base_model_dir=base_dir,
+            base_model_name=model_dir_name(args.prepare_model),
+            reference_model_subpath=reference_model_subpath(args.prepare_model),
+            train_data_dir=train_dir,
+            timeout_s=args.prepare_timeout,
+            model_mounted=args.prepare_step == "workspace",
+            feedback=args.prepare_feedback,
+        )
     print(f"workspace ready: {workspace.root}", file=sys.stderr, flush=True)
     return 0
 

@@ -143,6 +143,7 @@ def create_workspace(
     link_model: bool = True,
     model_mounted: bool = False,
     reference_model_subpath: str | None = None,
+    feedback: str = "test",
 ) -> Workspace:
     """Create (or complete, for this same run) the workspace under ``root``.
 
@@ -196,6 +197,7 @@ def create_workspace(
             base_model_name=base_model_name,
             timeout_s=timeout_s,
             max_submissions=max_submissions,
+            feedback=feedback,
         ),
     )
     if not workspace.run_meta.exists():
@@ -366,13 +368,20 @@ def is_read_only_tree(root: Path) -> bool:
 
 
 def render_instructions(
-    *, task_name: str, base_model_name: str, timeout_s: float, max_submissions: int | None
+    *,
+    task_name: str,
+    base_model_name: str,
+    timeout_s: float,
+    max_submissions: int | None,
+    feedback: str = "test",
 ) -> str:
+    """The workspace's instructions.md; a sealed experiment's (docs/PROTOCOL.md) says how its
+    submissions are scored and how to nominate the final one."""
     limit = (
         f"at most {max_submissions} submissions" if max_submissions else "a per-experiment submission limit"
     )
     packages = "\n".join(f"| `{name}` | {use} |" for name, use in AGENT_PACKAGES.items())
-    return _INSTRUCTIONS.format(
+    text = _INSTRUCTIONS.format(
         task=task_name,
         base=base_model_name,
         timeout_s=int(timeout_s),
@@ -380,6 +389,29 @@ def render_instructions(
         limit=limit,
         packages=packages,
     )
+    return text + _SEALED if feedback == "sealed" else text
+
+
+_SEALED = """
+## Sealed evaluation
+
+This experiment is **sealed**. Every submission is scored on a validation split: problems held
+out of the train split, so `data/train.jsonl` does not hold them. Each answer says
+`"split": "validation"`, and `baseline_score`, `improvement` and `comparison` are the base model's
+and your gains on that validation split. Nothing shown to you is computed from the test split.
+
+After your budget ends, exactly one of your checkpoints is evaluated on the test split, once: the
+one you nominate, inside your budget, with
+
+```bash
+curl -s -X POST "$GRADING_SERVER_URL/final" -H 'Content-Type: application/json' \\
+     -d '{"submission_id": 3}'
+```
+
+(once: a second nomination is refused with 409; the id must be one of your scored submissions),
+else your best submission on validation (on a tie, the earliest). That test score is the
+experiment's result; it is not shown to you.
+"""
 
 
 _INSTRUCTIONS = """\

@@ -230,7 +230,11 @@ def experiment_view(
     validation_row = repo.baseline_submission(session, experiment, Split.VALIDATION) if sealed else None
     baseline = baseline_score(session, experiment)
     best = repo.best_submission(session, experiment)
-    agent_rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+    agent_rows = [
+        s
+        for s in repo.experiment_submissions(session, experiment)
+        if not s.is_baseline and s.final_of is None
+    ]
     timing = time_view(experiment, repo.last_submit_time(session, experiment))
     return {
         "name": experiment.name,

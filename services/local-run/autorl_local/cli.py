@@ -93,6 +93,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="let the sandboxed agent reach the internet (an outside LLM API); never this machine's services",
     )
+    parser.add_argument(
+        "--feedback",
+        choices=("test", "sealed"),
+        default="test",
+        help="test: every submission scored on the test split (the reference's way); sealed: on a "
+        "validation split held out of the agent's train data, and one checkpoint (the agent's "
+        "nomination, else the best on validation) evaluated on test once at the end (docs/PROTOCOL.md)",
+    )
     parser.add_argument("--driver-model", default=None, help="the LLM driving an LLM agent, for results.csv")
     parser.add_argument("--max-submissions", type=int, default=None, help="per-experiment submission limit")
     parser.set_defaults(func=_run)
@@ -151,5 +159,6 @@ def _run(args: argparse.Namespace) -> int:
         egress=args.egress,
         driver_model=args.driver_model,
         max_submissions=args.max_submissions,
+        feedback=args.feedback,
     )
     return run_experiment(config, RunSettings())

@@ -2,7 +2,7 @@
 
     validate input ─► prepare model + data (cached) ─► workspace ─► grader + workers
       ─► register ─► baseline (cached) ─► start budget ─► agent ─► wait for evaluations
-      ─► finish ─► results row ─► summary
+      ─► (sealed: the one final evaluation on test) ─► finish ─► results row ─► summary
 
 Bad input is refused before anything starts. From the moment services start, every exit path
 (a failure, Ctrl-C) stops them again and records the run.
@@ -31,6 +31,7 @@ from autorl.answers import ExperimentAnswer, RegisteredAnswer
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
+from autorl.final_result import result_columns
 from autorl.layout import runner_log_subpath
 from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
 from autorl.reports import report_after_run, uncertainty_lines
@@ -38,6 +39,7 @@ from autorl.request_bodies import RegisterExperiment
 from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.tasks import Task, get_task
+from autorl.tasks.base import write_agent_train
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason
 from autorl_agent_runner.agents import AgentCommand
@@ -76,6 +78,8 @@ class LocalRunConfig:
     egress: bool = False
     driver_model: str | None = None
     max_submissions: int | None = None
+    #: test or sealed (docs/PROTOCOL.md).
+    feedback: str = "test"
 
 
 class RunFailedError(AutoRLError):
@@ -113,10 +117,13 @@ def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
             base_dir = resolve_model(config.model, settings.models_dir)
         except ModelSourceError as exc:
             raise UsageError(str(exc)) from exc
-        data_dir = task.download_train_data(
+        data_file = task.download_train_data(
             settings.data_dir / task.name, source_dir=settings.data_source_dir
         )
-    prepared = Prepared(base_dir=base_dir, train_data_dir=data_dir.parent, started=started)
+        if config.feedback == "sealed":
+            # The agent's train data without the validation split its submissions are scored on.
+            data_file = write_agent_train(data_file, settings.data_dir / "sealed" / task.name)
+    prepared = Prepared(base_dir=base_dir, train_data_dir=data_file.parent, started=started)
     run = LocalRun(
         config,
         settings,
@@ -233,6 +240,7 @@ class LocalRun:
             timeout_s=config.timeout_s,
             max_submissions=config.max_submissions,
             link_model=links_base_model(self.sandbox),
+            feedback=config.feedback,
         )
         self.progress.phase(
             "starting services", f"grader on {self.url}, {config.workers} evaluator worker(s)"
@@ -250,6 +258,7 @@ class LocalRun:
                 agent=self.agent.name,
                 driver_model=config.driver_model,
                 max_submissions=config.max_submissions,
+                feedback="sealed" if config.feedback == "sealed" else "test",
             )
         )
         self.registered = True
@@ -280,6 +289,8 @@ class LocalRun:
             runner, outcome = self._run_agent(workspace, registered, client)
             self.progress.phase("finishing", "waiting for evaluations in flight")
             self._wait_in_flight()
+            if config.feedback == "sealed":
+                self._final_evaluation()
             # The mirrors' last refresh: with the scores of evaluations that ended after the agent.
             runner.refresh_mirrors()
         if outcome.exit_code not in (0, None) and not outcome.timed_out:
@@ -415,6 +426,19 @@ class LocalRun:
             self.progress.phase("finishing", f"{in_flight} evaluation(s) in flight")
             time.sleep(POLL_S)
 
+    def _final_evaluation(self) -> None:
+        """Sealed: the one evaluation on the test split, of the agent's nomination or its best
+        on validation, after the agent has ended (its answer is the platform's, never the agent's)."""
+        view = self.admin.final(self.run_id)
+        final = view.final
+        if final is None or final.submission_id is None:
+            self.progress.note("final evaluation: nothing was scored on validation")
+            return
+        self.progress.phase(
+            "final", f"evaluating submission {final.of} ({final.selection}) on the test split, once"
+        )
+        self._wait_in_flight()
+
     # --- the end ----------------------------------------------------------------------------
 
     def _finalize(self, status: RunStatus, message: str | None, timed_out: bool) -> None:
@@ -432,6 +456,11 @@ class LocalRun:
     def _record(self, status: RunStatus, started: float) -> ResultRow:
         view = self.last_view
         scored = 0 if view is None else view.submissions
+        final = final_columns(view, self.config.feedback)
+        sealed = self.config.feedback == "sealed"
+        # Every number of the row is on the test split: a sealed run's best there is its final.
+        best = final["final_score"] if sealed else (None if view is None else view.best_score)
+        baseline = None if view is None else view.baseline_score
         row = ResultRow(
             run_id=self.run_id,
             timestamp=utc_timestamp(),
@@ -439,14 +468,19 @@ class LocalRun:
             agent=self.agent.name,
             driver_model=self.config.driver_model,
             base_model=self.config.model,
-            baseline=None if view is None else view.baseline_score,
-            best_score=None if view is None else view.best_score,
-            improvement=None if view is None else view.improvement,
+            baseline=baseline,
+            best_score=best,
+            improvement=(
+                (None if best is None or baseline is None else best - baseline)
+                if sealed
+                else (None if view is None else view.improvement)
+            ),
             submissions=scored,
             duration_s=round(time.time() - started, 1),
             success=status == "completed" and scored > 0,
             status=status,
             workspace=str(self.workspace_root),
+            **final,
         )
         append_row(row, self.settings.home)
         return row
@@ -466,12 +500,38 @@ class LocalRun:
             f"best score   {fmt_score(row.best_score)}",
             f"improvement  {improvement}",
             *uncertainty_lines(metrics),
+            *final_lines(row),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",
             f"results      {printable(str(results_path(self.settings.home)))}",
         ]
         for line in lines:
             console.print(Text(f"  {line}"))
+
+
+def final_lines(row: ResultRow) -> list[str]:
+    """The summary's lines for the result on the test split (docs/PROTOCOL.md)."""
+    if row.final_score is None:
+        return [f"feedback     {row.feedback}"] + (
+            [f"final        none ({row.selection} not scored)"] if row.selection else []
+        )
+    interval = (
+        f" [{row.final_low:.2f}, {row.final_high:.2f}]"
+        if row.final_low is not None and row.final_high is not None
+        else ""
+    )
+    p_value = "" if row.final_p_value is None else f", McNemar p={row.final_p_value:.3g}"
+    return [
+        f"feedback     {row.feedback}",
+        f"final        {row.final_score:.2f}{interval} ({row.selection}{p_value})",
+        f"test evals   {row.test_evaluations}",
+    ]
+
+
+def final_columns(view: ExperimentAnswer | None, feedback: str) -> dict[str, Any]:
+    """results.csv's columns after ``workspace`` from the grader's last answer."""
+    final = view.final.model_dump() if view is not None and view.final is not None else None
+    return result_columns(final, feedback, None if view is None else view.test_evaluations)
 
 
 @contextmanager
