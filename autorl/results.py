@@ -17,11 +17,11 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from filelock import FileLock
 
@@ -29,7 +29,11 @@ from autorl.agent_summary import SUMMARY_COLUMNS, AgentSummary, RunOutcome, summ
 from autorl.errors import AutoRLError, UsageError
 from autorl.untrusted_text import rich_text
 
+if TYPE_CHECKING:
+    from autorl.store import Experiment
+
 RESULTS_FILE = "results.csv"
+T = TypeVar("T")
 #: How long an append waits for another writer before giving up, in seconds.
 LOCK_TIMEOUT_S = 60.0
 
@@ -215,7 +219,7 @@ def _rewrite(path: Path, rows: Sequence[ResultRow]) -> None:
         partial.unlink(missing_ok=True)
 
 
-def _print_table(rows: list[ResultRow], home: Path) -> None:
+def _print_table(rows: list[ResultRow], home: Path, notes: dict[str, str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -226,7 +230,7 @@ def _print_table(rows: list[ResultRow], home: Path) -> None:
     shown = ("run_id", "task", "agent", "base_model", "baseline", "best_score", "improvement")
     final = ("feedback", "final", "final 95 %", "final p", "selection", "test evals")
     numeric = {*_FLOAT_COLUMNS, "submissions", "final", "final p", "test evals"}
-    for name in (*shown, "best 95 %", *final, "submissions", "duration_s", "status"):
+    for name in (*shown, "best 95 %", *final, "submissions", "duration_s", "status", "note"):
         table.add_column(name, justify="right" if name in numeric else "left")
     for row in rows:
         cells = [_format_cell(name, getattr(row, name)) or "-" for name in shown]
@@ -252,6 +256,8 @@ def _print_table(rows: list[ResultRow], home: Path) -> None:
             str(row.submissions),
             f"{row.duration_s:.0f}",
             row.status,
+            # How it ended, as recorded (why it failed, what its baseline waited for): text, escaped.
+            rich_text(notes.get(row.run_id, "-")),
         )
     console.print(table)
 
@@ -335,8 +341,8 @@ class RunKey:
     config: dict[str, Any]
 
 
-def run_keys(database_url: str, run_ids: Sequence[str]) -> dict[str, RunKey]:
-    """The evaluation key of each run whose experiment this home's store holds (others left out)."""
+def _from_store(database_url: str, run_ids: Sequence[str], read: Callable[[Experiment], T]) -> dict[str, T]:
+    """``read`` of each run whose experiment this home's store holds (others left out)."""
     from sqlalchemy import select
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -348,11 +354,23 @@ def run_keys(database_url: str, run_ids: Sequence[str]) -> dict[str, RunKey]:
     try:
         with db.session() as session:
             found = session.scalars(select(Experiment).where(Experiment.name.in_(list(run_ids))))
-            return {e.name: RunKey(e.eval_key, dict(e.eval_config)) for e in found}
+            return {e.name: read(e) for e in found}
     except SQLAlchemyError:
         return {}  # a store without experiments yet
     finally:
         db.dispose()
+
+
+def run_keys(database_url: str, run_ids: Sequence[str]) -> dict[str, RunKey]:
+    """The evaluation key of each run whose experiment this home's store holds (others left out)."""
+    return _from_store(database_url, run_ids, lambda e: RunKey(e.eval_key, dict(e.eval_config)))
+
+
+def run_notes(database_url: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """How each run ended, in the words recorded when it finished: why it failed or stopped, and for
+    a run that ended while its baseline waited, what for (its wait reason) and what to do."""
+    notes = _from_store(database_url, run_ids, lambda e: e.message)
+    return {run_id: note for run_id, note in notes.items() if note}
 
 
 def check_same_key(rows: Sequence[ResultRow], keys: dict[str, RunKey]) -> None:
@@ -505,7 +523,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.compare:
         _print_comparison(rows, home, keys)
     elif rows:
-        _print_table(rows, home)
+        _print_table(rows, home, run_notes(settings.database_url, [row.run_id for row in rows]))
     elif row_filter.describe():
         print(f"no runs match {row_filter.describe()} in {results_path(home)}", file=sys.stderr)
     else:

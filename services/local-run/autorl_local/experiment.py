@@ -86,6 +86,14 @@ class RunFailedError(AutoRLError):
     """The run cannot go on (a failed baseline, a dead grader)."""
 
 
+def baseline_not_scored(view: ExperimentAnswer, logs: Path) -> str:
+    """Why a run cannot go on without its baseline: what it still waits for when the wait ended
+    (its wait reason and what to do), else how its evaluation failed."""
+    waited = view.waiting
+    why = f"{waited.reason}: {waited.message}" if waited is not None else view.baseline_error
+    return f"the baseline evaluation {view.baseline_status}: {why or 'no score'}; see {logs}"
+
+
 def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
     """Run the experiment; return the process exit code (0, 1 failed, 130 interrupted)."""
     started = time.time()
@@ -279,10 +287,7 @@ class LocalRun:
             self.run_id, max_wait_s=float(self.settings.eval_timeout_s), poll_s=1.0, on_wait=show_wait
         )
         if view.baseline_status != "scored":
-            raise RunFailedError(
-                f"the baseline evaluation {view.baseline_status}: {view.baseline_error or 'no score'}; "
-                f"see {self.run_dir / 'logs'}"
-            )
+            raise RunFailedError(baseline_not_scored(view, self.run_dir / "logs"))
         self.progress.set_baseline(view.baseline_score)
         self.progress.note(f"baseline score {fmt_score(view.baseline_score)}")
         with GradingClient(registered.grading_server_url) as client:
