@@ -1,8 +1,8 @@
 """What the documents name exists: every `autorl` command and flag (as `--help` lists them), every
-`make` target, every path of this repository (and test named in it), every section a citation
-names, every measured figure (as bench/results holds it) and every setting's default (as its
-settings class holds it). A renamed flag, a moved file or a re-measured number fails here, not in
-a reader's terminal."""
+`make` target, every path of this repository (and test named in it), every file an example names
+beside it, every section a citation names, every measured figure (as bench/results holds it) and
+every setting's default (as its settings class holds it). A renamed flag, a moved file or a
+re-measured number fails here, not in a reader's terminal."""
 
 from __future__ import annotations
 
@@ -182,6 +182,31 @@ def test_every_repository_path_and_test_a_document_names_exists() -> None:
                 rf"^(?:async )?def {re.escape(test)}\(", path.read_text(), re.MULTILINE
             ):
                 wrong.append(f"{relative(document)}: {path_text} has no {test}")
+    assert not wrong, "\n".join(wrong)
+
+
+#: A file an example's own files name by its bare name (its folder's README, start script, Dockerfile).
+BARE_FILE = re.compile(r"[\w.-]+\.(?:md|sh|yaml|yml|py|txt|json)|Dockerfile|README")
+
+
+def test_every_file_an_example_names_beside_it_exists() -> None:
+    """An example's config, script or Dockerfile that names a file by its bare name (a README, its
+    start script) names one in its own folder, or a file of the workspace the agent runs in (a path
+    from the repository's root is checked above)."""
+    from autorl.layout import DESCRIPTION_FILE, INSTRUCTIONS_FILE, RUN_META_FILE, SCORES_FILE
+
+    workspace = {DESCRIPTION_FILE, INSTRUCTIONS_FILE, RUN_META_FILE, SCORES_FILE}
+    wrong = []
+    for document in DOCUMENTS:
+        if document.suffix == ".md":
+            continue  # a document's bare names are often the workspace's or another tool's
+        for code in code_texts(document):
+            for word in code.split():
+                word = word.strip("\"'.,;:()`")
+                if not BARE_FILE.fullmatch(word) or word in workspace:
+                    continue
+                if not (document.parent / word).exists():
+                    wrong.append(f"{relative(document)}: {word} is not beside it")
     assert not wrong, "\n".join(wrong)
 
 
