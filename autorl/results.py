@@ -400,6 +400,19 @@ def check_same_key(rows: Sequence[ResultRow], keys: dict[str, RunKey]) -> None:
             )
 
 
+def check_same_feedback(rows: Sequence[ResultRow]) -> None:
+    """Refuse (UsageError, exit 2) to compare a test-mode run with a sealed one: a best over many
+    test scores and a single final evaluation are not the same measurement (docs/PROTOCOL.md)."""
+    modes = {row.feedback for row in rows}
+    if len(modes) > 1:
+        test_run = next(row.run_id for row in rows if row.feedback == "test")
+        sealed_run = next(row.run_id for row in rows if row.feedback != "test")
+        raise UsageError(
+            f"run {test_run} was scored with feedback test and {sealed_run} with feedback sealed: a best "
+            "over test scores and one final evaluation are not comparable; compare runs of one feedback mode"
+        )
+
+
 def _print_comparison(rows: list[ResultRow], home: Path, keys: dict[str, RunKey]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -507,6 +520,7 @@ def _run(args: argparse.Namespace) -> int:
         rows = select_runs(rows, args.compare)
         keys = run_keys(settings.database_url, [row.run_id for row in rows])
         check_same_key(rows, keys)
+        check_same_feedback(rows)
     if args.summary and (rows or args.json or args.csv):
         summaries = summary_of(rows)
         if args.json:

@@ -262,6 +262,18 @@ def test_results_compare_refuses_unknown_and_ambiguous_runs(
     assert "matches 2 runs" in capsys.readouterr().err
 
 
+def test_results_compare_refuses_runs_of_different_feedback_modes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    append_row(row("20261130-101500-arith-aaaaaa"), tmp_path)
+    append_row(row("20261130-111500-arith-bbbbbb", feedback="sealed", selection="nominated"), tmp_path)
+    append_row(row("20261130-121500-arith-cccccc", feedback="sealed"), tmp_path)
+    assert main(["results", "--home", str(tmp_path), "--compare", "20261130-10", "20261130-11"]) == 2
+    error = capsys.readouterr().err
+    assert "feedback test" in error and "feedback sealed" in error and "one feedback mode" in error
+    assert main(["results", "--home", str(tmp_path), "--compare", "20261130-11", "20261130-12"]) == 0
+
+
 def test_results_table_shows_cells_as_inert_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # An agent named after its folder: brackets and control characters are data, not markup or escapes.
     append_row(
