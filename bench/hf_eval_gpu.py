@@ -101,12 +101,10 @@ def log(message: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
-def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
-    """The Qwen2.5-1.5B-shaped checkpoint in ``target``; returns it and its parameter count."""
-    import torch
-    from safetensors.torch import save_file
-
-    from autorl.tiny_model import build_tiny_qwen2, qwen2_parameter_shapes
+def write_config_and_tokenizer(target: Path) -> dict[str, Any]:
+    """The new folder ``target`` with the Qwen2.5-1.5B config and the builtin tiny model's tokenizer
+    (built beside it in ``tiny-qwen2``); returns the config."""
+    from autorl.tiny_model import build_tiny_qwen2
 
     tiny = build_tiny_qwen2(target.parent / "tiny-qwen2")
     target.mkdir(parents=True)
@@ -119,6 +117,17 @@ def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
         "pad_token_id": tiny_config["pad_token_id"],
     }
     (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return config
+
+
+def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
+    """The Qwen2.5-1.5B-shaped checkpoint in ``target``; returns it and its parameter count."""
+    import torch
+    from safetensors.torch import save_file
+
+    from autorl.tiny_model import qwen2_parameter_shapes
+
+    config = write_config_and_tokenizer(target)
     # Drawn on the GPU when there is one (seconds instead of a minute for 1.5 B normals).
     device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = torch.Generator(device=device).manual_seed(seed)

@@ -362,6 +362,94 @@ def autorl_run() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What each variant of ``opencompass_vllm_gpu.json`` ran, in the document's words.
+OPENCOMPASS_VLLM_VARIANTS = {
+    "bare_llm_graphs": "bare vLLM: offline `LLM.generate`, all prompts in one call; CUDA graphs, "
+    "prefix caching, `max_num_seqs` 512 (the reference of this run)",
+    "serve_graphs": "`vllm serve` with the same engine settings; one request per prompt, all at once",
+    "serve_graphs_run2": "the same server again (next call, compile cache warm)",
+    "serve_worker_config": "`vllm serve` with the engine arguments the worker's config gives vLLM today "
+    "(`enforce_eager`; `max_num_seqs` and prefix caching left at vLLM's defaults)",
+}
+OPENCOMPASS_VLLM_RUNS = ("opencompass_prompts", "ids_stop", "ids_full")
+
+
+def opencompass_vllm_machine() -> str:
+    data = load_results("opencompass_vllm_gpu")
+    env = data["environment"]
+    recorded = data["recorded"]
+    sampling = recorded["sampling_kwargs"]
+    dates = sorted({call["date"][:16].replace("T", " ") for call in data["calls"]})
+    return (
+        f"Measured {', '.join(dates)} UTC on one {env['gpu']} ({env['gpu_memory_gib']} GiB), "
+        f"torch {env['torch']}, vLLM {env['vllm']}, Python {env['python']}; {data['model']}, "
+        f"{number(data['model_build']['parameters'] / 1e9, 3)} B parameters. The {recorded['prompts']:,} "
+        f"prompts: {recorded['problems']}, rendered by OpenCompass through the worker's own config "
+        f"(`{recorded['worker_details']['model_type']}`, tensor-parallel size "
+        f"{recorded['worker_details']['tensor_parallel_size']}); sampling as OpenCompass sends it: "
+        f"temperature {sampling['temperature']}, top-k {sampling['top_k']}, up to {sampling['max_tokens']} "
+        f"new tokens, stop at {', '.join(f'`{s}`' for s in sampling['stop'])}. The id workloads: "
+        f"{data['workloads']['ids_stop']}; {data['workloads']['ids_full']}. Commands: "
+        f"`{recorded['command']}` here, then on the GPU machine, one warm machine, consecutive calls: "
+        + "; ".join(f"`{call['command']}`" for call in data["calls"])
+        + f"; then `{data['replay_command']}` here.\n"
+    )
+
+
+def opencompass_vllm_table() -> str:
+    variants = load_results("opencompass_vllm_gpu")["variants"]
+    bare = variants["bare_llm_graphs"]["runs"]
+    lines = [
+        "| variant | engine start s | OpenCompass's prompts s (× bare) | GSM8K answer lengths s (× bare) "
+        "| 512 tokens per row s (× bare) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, what in OPENCOMPASS_VLLM_VARIANTS.items():
+        record = variants.get(name)
+        if record is None or record.get("status") != "ok":
+            lines.append(f"| {what} | — | — | — | — |")
+            continue
+        seconds = [record["runs"][run]["seconds"] for run in OPENCOMPASS_VLLM_RUNS]
+        cells = [
+            f"{value} ({number(value / bare[run]['seconds'], 2)}×)"
+            for value, run in zip(seconds, OPENCOMPASS_VLLM_RUNS, strict=True)
+        ]
+        lines.append(f"| {what} | {record['startup_s']} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+def opencompass_vllm_parity() -> str:
+    data = load_results("opencompass_vllm_gpu")
+    lines = []
+    for name, replay in data["replay"].items():
+        lines.append(
+            f"- `{name}`: the worker read back "
+            f"{'the same' if replay['completions_equal_gpu'] else 'DIFFERENT'} "
+            f"{data['recorded']['prompts']:,} completions the GPU gave; OpenCompass's summary "
+            f"{replay['summary_accuracy']}, the task's own OpenCompass-protocol score "
+            f"{number(replay['recomputed_here'], 4)} "
+            f"({'equal' if replay['summary_equals_recomputed'] else 'NOT equal'} at the summary's two "
+            "decimals); worker "
+            f"{replay['worker_seconds']} s on this machine's CPUs (OpenCompass's processes and scoring).\n"
+        )
+    for name, a in data["agreement_with_bare"].items():
+        lines.append(
+            f"- `{name}` against bare vLLM, same prompts: {a['identical_completions']:,} of {a['rows']:,} "
+            f"completions identical, {a['equal_final_answers']:,} equal final answers "
+            f"({a['equal_final_answers_both_empty']:,} of them because neither holds a number), the first "
+            f"{a['mean_identical_leading_chars']} characters equal on average.\n"
+        )
+    control = data.get("agreement_serve_graphs_runs")
+    if control:
+        lines.append(
+            f"- Control: the same server configuration in two calls: {control['identical_completions']:,} of "
+            f"{control['rows']:,} identical, {control['equal_final_answers']:,} equal final answers "
+            f"({control['equal_final_answers_both_empty']:,} both without a number), "
+            f"{control['mean_identical_leading_chars']} characters on average.\n"
+        )
+    return "".join(lines)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -375,6 +463,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "weight-swap": weight_swap,
     "autorl-run-gpu": autorl_run,
     "demo-cpu": demo_cpu,
+    "opencompass-vllm-machine": opencompass_vllm_machine,
+    "opencompass-vllm-table": opencompass_vllm_table,
+    "opencompass-vllm-parity": opencompass_vllm_parity,
 }
 
 

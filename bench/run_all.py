@@ -42,6 +42,10 @@ GPU_BENCHMARKS: dict[str, str] = {
     # The wheelhouse of bench/gpu_wheelhouse.py carried as .whl (the image lacks our services' needs).
     "autorl_run_gpu": "python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && "
     "python3 bench/autorl_run_gpu.py",
+    # The middle of three steps: `record` here before, `replay` here after (the script's docstring);
+    # vLLM 0.25 and bench/data/vllm-0.25-serve-wheels.txt installed in /root/site there.
+    "opencompass_vllm_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
+    "python3 bench/opencompass_vllm_gpu.py gpu --inputs .vllm-parts/oc/carry --out OUT",
 }
 
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).

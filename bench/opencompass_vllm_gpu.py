@@ -1,0 +1,636 @@
+"""The ``opencompass`` backend's GPU path with vLLM 0.25 on one H200: prompts, engine, scores, time.
+
+OpenCompass 0.5 pins ``numpy<2`` and needs ``transformers<5``; vLLM 0.25 (the release built for the
+GPU machine's torch 2.11 + CUDA 13) needs neither, so the two cannot share one environment, and
+OpenCompass's whole environment is more than the GPU machine can be sent. The run is therefore
+cut where OpenCompass hands its prompts to vLLM (``VLLMwithChatTemplate`` calls ``LLM.generate``),
+and each side runs where it can:
+
+1. ``record`` (here, CPU): the worker's real ``OpenCompassBackend.evaluate`` (the view of the
+   submission, the placement on GPU 0, the config it writes with ``VLLMwithChatTemplate``) runs
+   OpenCompass from ``.venv-opencompass``; a stand-in ``vllm`` module (``bench/vllm_replay``)
+   records what OpenCompass passes to the engine: the engine arguments from the config, the
+   sampling parameters (greedy, 512 tokens, OpenCompass's stop words) and every prompt as
+   OpenCompass rendered it with the checkpoint's chat template. Problems: the 16 GSM8K test
+   problems of ``tests/data/gsm8k`` and 1,303 generated GSM8K-format problems
+   (``autorl.tasks.arith``) — 1,319 in all, each in ``gsm8k_gen_1d7fe4``'s 4-shot prompt.
+2. ``gpu`` (the H200, system python3 + vLLM 0.25 installed beside it): a Qwen2.5-1.5B-architecture
+   checkpoint (random bf16 weights drawn from a seed; the view's config and locally built
+   Qwen2-format tokenizer) is served by ``vllm serve`` with the recorded engine arguments (the
+   issue's design B: the engine in its own environment, prompts over its OpenAI-compatible API),
+   and the recorded prompts are sent all at once; bare offline ``LLM.generate`` on the same
+   prompts is the reference in the same run. Also bench/hf_generation_gpu.py's workload (1,319
+   random-id prompts, 1,441 shared prefix ids; 512 new tokens per row or GSM8K answer lengths).
+3. ``replay`` (here): the worker's ``evaluate`` runs again and the stand-in answers each prompt
+   with the completion the GPU server gave for it: OpenCompass writes its predictions, scores them
+   with its own ``gsm8k_postprocess`` + ``Gsm8kEvaluator``, writes its summary, and the worker
+   parses it as after any run.
+
+    .venv/bin/python bench/opencompass_vllm_gpu.py record --work .vllm-parts/oc
+    # on the GPU machine, with .vllm-parts/oc/carry carried and vLLM 0.25 with
+    # bench/data/vllm-0.25-serve-wheels.txt installed in /root/site (pip --no-deps --target):
+    PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/opencompass_vllm_gpu.py gpu \\
+        --inputs .vllm-parts/oc/carry --out OUT
+    .venv/bin/python bench/opencompass_vllm_gpu.py replay --gpu OUT [OUT ...]
+
+``gpu`` writes ``OUT/result.json`` after every variant and ``OUT/completions.json.gz`` at the end;
+its variants (``--only``) can run in consecutive calls on one warm machine, each with its own
+``OUT``. ``replay`` merges those folders (a variant met twice becomes ``NAME_run2``), adds the
+answer agreement and the worker's reading of each variant's completions, and writes
+``bench/results/opencompass_vllm_gpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_vllm_gpu.json"
+LENGTHS = REPO_ROOT / "bench" / "data" / "gsm8k_qwen25_lengths.json"
+STAND_IN = REPO_ROOT / "bench" / "vllm_replay"
+OC_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
+REAL_PROBLEMS = REPO_ROOT / "tests" / "data" / "gsm8k" / "test.jsonl"
+SPLIT_SIZE = 1319
+#: Ids above this are drawn for the random-id workload (as bench/hf_generation_gpu.py).
+PROMPT_ID_RANGE = 151_000
+PORT = 8765
+VIEW_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------- here (CPU)
+
+
+def _problems() -> list[Any]:
+    from autorl.tasks.arith import generate_problems
+    from autorl.tasks.base import read_problems
+
+    real = read_problems(REAL_PROBLEMS)
+    return real + generate_problems(20_261_204, SPLIT_SIZE - len(real))
+
+
+def _submission(work: Path) -> Path:
+    """A Qwen2.5-1.5B-architecture submission folder with the builtin tiny model's tokenizer. Its
+    weights file is an empty safetensors file: the stand-in engine reads none (the GPU side draws
+    the weights)."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from hf_eval_gpu import write_config_and_tokenizer
+
+    target = work / "submission"
+    if target.exists():
+        return target
+    write_config_and_tokenizer(target)
+    header = json.dumps({"__metadata__": {"format": "pt"}}).encode()
+    (target / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    return target
+
+
+def _evaluate(work: Path, mode: str, replay_file: Path) -> tuple[Any, float]:
+    """The worker's ``OpenCompassBackend.evaluate`` with the stand-in engine in ``mode``."""
+    from autorl.tasks import get_task
+    from autorl_evaluator.backends.opencompass import OpenCompassBackend
+    from autorl_evaluator.settings import WorkerSettings
+
+    wrapper = work / f"opencompass-{mode}"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"export PYTHONPATH={STAND_IN} AUTORL_VLLM_REPLAY_MODE={mode} AUTORL_VLLM_REPLAY_FILE={replay_file}\n"
+        f'exec {OC_BIN} "$@"\n',
+        encoding="utf-8",
+    )
+    wrapper.chmod(0o755)
+    # The worker plans GPU 0 from CUDA_VISIBLE_DEVICES alone (no GPU library is asked here).
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+    settings = WorkerSettings(
+        home=work / f"home-{mode}", eval_device="cuda", opencompass_bin=wrapper, opencompass_keep_runs=True
+    )
+    started = time.monotonic()
+    result = OpenCompassBackend().evaluate(_submission(work), get_task("gsm8k"), _problems(), settings)
+    return result, time.monotonic() - started
+
+
+def record(work: Path) -> int:
+    from autorl_evaluator.sanitize import build_view
+
+    work = work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    recording = work / "recorded.json"
+    recording.unlink(missing_ok=True)
+    result, seconds = _evaluate(work, "record", recording)
+    recorded = json.loads(recording.read_text(encoding="utf-8"))
+    run_dir = Path(str(result.details["run_dir"]))
+    carry = work / "carry"
+    shutil.rmtree(carry, ignore_errors=True)
+    carry.mkdir()
+    # The view vLLM is given (the worker removes its own after the run; the same function again).
+    view = (
+        build_view(work / "submission", work / "view-copy")
+        if not (work / "view-copy").exists()
+        else work / "view-copy"
+    )
+    for name in VIEW_FILES:
+        shutil.copyfile(view / name, carry / name)
+    recorded["config_py"] = (run_dir / "config.py").read_text(encoding="utf-8")
+    recorded["worker_details"] = {k: v for k, v in result.details.items() if k != "run_dir"}
+    recorded["record_seconds"] = round(seconds, 1)
+    with gzip.open(carry / "recorded.json.gz", "wt", encoding="utf-8") as handle:
+        json.dump(recorded, handle)
+    log(
+        f"recorded {len(recorded['prompts'])} prompts, engine {recorded['engine_kwargs']}, "
+        f"sampling {recorded['sampling_kwargs']} in {seconds:.1f} s"
+    )
+    return 0
+
+
+def merge(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """One report from the ``gpu`` step's folders (consecutive calls on one warm machine): each
+    variant once, a repeated one as ``NAME_run2``; the completions of the recorded prompts by variant."""
+    report: dict[str, Any] = {"calls": [], "variants": {}}
+    completions: dict[str, list[str]] = {}
+    for folder in folders:
+        result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+        with gzip.open(folder / "completions.json.gz", "rt", encoding="utf-8") as handle:
+            texts = json.load(handle)
+        for key in ("benchmark", "environment", "model", "workloads", "model_build"):
+            report.setdefault(key, result[key])
+        names = []
+        for name, variant in result["variants"].items():
+            if variant.get("status") != "ok":
+                continue
+            label = name if name not in report["variants"] else f"{name}_run2"
+            report["variants"][label] = variant
+            if name in texts:
+                completions[label] = texts[name]
+            names.append(label)
+        report["calls"].append({"date": result["date"], "command": result["command"], "variants": names})
+    return report, completions
+
+
+def agreement(reference: list[str], other: list[str]) -> dict[str, Any]:
+    """Identical completions, equal extracted final answers, and the mean identical leading characters."""
+    from autorl.tasks.gsm8k import opencompass_postprocess
+
+    pairs = list(zip(reference, other, strict=True))
+    leading = [
+        next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        for a, b in pairs
+    ]
+    finals = [(opencompass_postprocess(a), opencompass_postprocess(b)) for a, b in pairs]
+    return {
+        "rows": len(pairs),
+        "identical_completions": sum(a == b for a, b in pairs),
+        "equal_final_answers": sum(a == b for a, b in finals),
+        # Garbage text often holds no number at all: equal because both are "NULL".
+        "equal_final_answers_both_empty": sum(a == b == "NULL" for a, b in finals),
+        "mean_identical_leading_chars": round(sum(leading) / len(leading), 1),
+    }
+
+
+def replay(work: Path, folders: list[Path], output: Path) -> int:
+    from autorl.tasks import get_task
+
+    work = work.resolve()
+    report, completions = merge(folders)
+    with gzip.open(work / "carry" / "recorded.json.gz", "rt", encoding="utf-8") as handle:
+        recorded = json.load(handle)
+    prompts = recorded["prompts"]
+    task = get_task("gsm8k")
+    answers = [problem.answer for problem in _problems()]
+    real = sum(1 for _ in REAL_PROBLEMS.open(encoding="utf-8"))
+    report["recorded"] = {
+        "prompts": len(prompts),
+        "problems": f"{real} GSM8K test problems (tests/data/gsm8k) + {SPLIT_SIZE - real} generated "
+        "GSM8K-format problems (autorl.tasks.arith), in gsm8k_gen_1d7fe4's 4-shot prompt",
+        "engine_kwargs": recorded["engine_kwargs"],
+        "sampling_kwargs": recorded["sampling_kwargs"],
+        "worker_details": recorded["worker_details"],
+        "record_seconds": recorded["record_seconds"],
+        "config_py": recorded["config_py"],
+        "command": ".venv/bin/python bench/opencompass_vllm_gpu.py record",
+    }
+    report["replay"] = {}
+    for name, texts in completions.items():
+        replay_file = work / f"replay-{name}.json"
+        replay_file.write_text(
+            json.dumps({"completions": dict(zip(prompts, texts, strict=True))}), encoding="utf-8"
+        )
+        result, seconds = _evaluate(work, "replay", replay_file)
+        replay_file.unlink()
+        summary = float(result.details["summary_accuracy"])
+        report["replay"][name] = {
+            "worker_seconds": round(seconds, 1),
+            "completions_equal_gpu": result.completions == texts,
+            "summary_accuracy": summary,
+            "scores": result.scores,
+            # OpenCompass's summary holds the accuracy rounded to 2 decimals.
+            "recomputed_here": task.score(texts, answers)["opencompass"],
+            "summary_equals_recomputed": summary == round(task.score(texts, answers)["opencompass"], 2),
+        }
+        log(f"replay {name}: {report['replay'][name]}")
+    reference = completions.get("bare_llm_graphs")
+    report["agreement_with_bare"] = {
+        name: agreement(reference, texts)
+        for name, texts in completions.items()
+        if reference is not None and name != "bare_llm_graphs"
+    }
+    if "serve_graphs" in completions and "serve_graphs_run2" in completions:
+        report["agreement_serve_graphs_runs"] = agreement(
+            completions["serve_graphs"], completions["serve_graphs_run2"]
+        )
+    report["replay_command"] = ".venv/bin/python bench/opencompass_vllm_gpu.py " + " ".join(sys.argv[1:])
+    report["date"] = f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+# --------------------------------------------------------------------------- on the GPU machine
+
+
+def build_model(inputs: Path, target: Path, seed: int) -> dict[str, Any]:
+    """The view's files and random bf16 weights (drawn on the GPU). The embedding rows past the
+    tokenizer's ids are zero (the embeddings are tied, so their logits are 0): a random model then
+    only ever picks ids its tokenizer can decode."""
+    import torch
+    from safetensors.torch import save_file
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from autorl.tiny_model import qwen2_parameter_shapes
+
+    target.mkdir(parents=True, exist_ok=True)
+    for name in VIEW_FILES:
+        shutil.copyfile(inputs / name, target / name)
+    config = json.loads((inputs / "config.json").read_text(encoding="utf-8"))
+    tokenizer = json.loads((inputs / "tokenizer.json").read_text(encoding="utf-8"))
+    known = max([*tokenizer["model"]["vocab"].values(), *(t["id"] for t in tokenizer["added_tokens"])]) + 1
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    tensors: dict[str, Any] = {}
+    for name, shape in qwen2_parameter_shapes(config):
+        if name.endswith("norm.weight"):
+            tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
+        elif name.endswith(".bias"):
+            tensors[name] = torch.zeros(shape, dtype=torch.bfloat16)
+        else:
+            drawn = torch.empty(shape, dtype=torch.float32, device="cuda")
+            drawn.normal_(0.0, config["initializer_range"], generator=generator)
+            if name == "model.embed_tokens.weight":
+                drawn[known:] = 0
+            tensors[name] = drawn.to(torch.bfloat16).cpu()
+    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
+    return {"tokenizer_ids": known, "parameters": sum(t.numel() for t in tensors.values())}
+
+
+def id_workload(seed: int, id_range: int) -> tuple[list[list[int]], list[int]]:
+    """bench/hf_generation_gpu.py's prompts and stopping lengths, drawn the same way, with ids
+    below ``id_range`` (the tokenizer's ordinary ids: vLLM's detokenizer reads the prompt's last
+    ids too, and ids its tokenizer does not know would stop it)."""
+    lengths = json.loads(LENGTHS.read_text(encoding="utf-8"))
+    rng = random.Random(seed)
+    prefix = [rng.randrange(id_range) for _ in range(lengths["prefix_ids"])]
+    prompts = [prefix + [rng.randrange(id_range) for _ in range(n)] for n in lengths["suffix_ids"]]
+    stops = [min(512, rng.choice(lengths["answer_ids"])) for _ in prompts]
+    return prompts, stops
+
+
+def offline(args: argparse.Namespace) -> int:
+    """Bare vLLM in this process: ``LLM.generate`` on the recorded prompts and the id workload."""
+    from vllm import LLM, SamplingParams
+
+    spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
+    recorded, prompts, stops = _load_workload(Path(args.inputs), spec["seed"])
+    began = time.perf_counter()
+    llm = LLM(spec["model"], **spec["engine_kwargs"])
+    result: dict[str, Any] = {"startup_s": round(time.perf_counter() - began, 2), "runs": {}}
+    outputs: dict[str, Any] = {}
+    sampling = SamplingParams(**recorded["sampling_kwargs"])
+    for name, call in (
+        ("opencompass_prompts", lambda: llm.generate(recorded["prompts"], sampling, use_tqdm=False)),
+        (
+            "ids_stop",
+            lambda: llm.generate(
+                [{"prompt_token_ids": p} for p in prompts],
+                [SamplingParams(temperature=0.0, max_tokens=s, ignore_eos=True) for s in stops],
+                use_tqdm=False,
+            ),
+        ),
+        (
+            "ids_full",
+            lambda: llm.generate(
+                [{"prompt_token_ids": p} for p in prompts],
+                SamplingParams(temperature=0.0, max_tokens=512, ignore_eos=True),
+                use_tqdm=False,
+            ),
+        ),
+    ):
+        started = time.perf_counter()
+        out = call()
+        seconds = time.perf_counter() - started
+        result["runs"][name] = {
+            "seconds": round(seconds, 2),
+            "new_tokens": sum(len(o.outputs[0].token_ids) for o in out),
+        }
+        outputs[name] = [
+            o.outputs[0].text if name == "opencompass_prompts" else list(o.outputs[0].token_ids) for o in out
+        ]
+        log(f"offline {name}: {result['runs'][name]}")
+    Path(args.result).write_text(json.dumps({"result": result, "outputs": outputs}), encoding="utf-8")
+    return 0
+
+
+def _load_workload(inputs: Path, seed: int) -> tuple[dict[str, Any], list[list[int]], list[int]]:
+    with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
+        recorded = json.load(handle)
+    vocab = json.loads((inputs / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    prompts, stops = id_workload(seed, min(PROMPT_ID_RANGE, len(vocab)))
+    return recorded, prompts, stops
+
+
+def _server_flags(engine: dict[str, Any]) -> list[str]:
+    """``vllm serve`` flags for the engine arguments OpenCompass's config gives ``LLM``."""
+    flags: list[str] = []
+    for key, value in engine.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                flags.append(flag)
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+async def _send(requests: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def one(body: dict[str, Any]) -> dict[str, Any]:
+            async with session.post(f"http://127.0.0.1:{PORT}/v1/completions", json=body) as answer:
+                answer.raise_for_status()
+                return dict(await answer.json())
+
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(one(body) for body in requests))
+        return list(answers), time.perf_counter() - started
+
+
+def serve(
+    name: str,
+    model: Path,
+    engine: dict[str, Any],
+    recorded: dict[str, Any],
+    prompts: list[list[int]],
+    stops: list[int],
+    runs: list[str],
+    logs: Path,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(model),
+        "--port",
+        str(PORT),
+        "--served-model-name",
+        "submission",
+        "--disable-uvicorn-access-log",
+        *_server_flags(engine),
+    ]
+    log(f"server {name}: {' '.join(command)}")
+    began = time.perf_counter()
+    with (logs / f"server-{name}.log").open("w") as handle:
+        server = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    result: dict[str, Any] = {"command": " ".join(["vllm", *command[3:]]), "runs": {}}
+    outputs: dict[str, Any] = {}
+    try:
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {server.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.perf_counter() - began > 300:
+                raise RuntimeError("vllm serve did not answer /health within 300 s")
+            time.sleep(0.25)
+        result["startup_s"] = round(time.perf_counter() - began, 2)
+        log(f"server {name} up in {result['startup_s']} s")
+        sampling = dict(recorded["sampling_kwargs"])
+        requests = {
+            "opencompass_prompts": [
+                {"model": "submission", "prompt": p, **sampling} for p in recorded["prompts"]
+            ],
+            "ids_stop": [
+                {"model": "submission", "prompt": p, "max_tokens": s, "temperature": 0.0, "ignore_eos": True}
+                for p, s in zip(prompts, stops, strict=True)
+            ],
+            "ids_full": [
+                {
+                    "model": "submission",
+                    "prompt": p,
+                    "max_tokens": 512,
+                    "temperature": 0.0,
+                    "ignore_eos": True,
+                }
+                for p in prompts
+            ],
+        }
+        for run in runs:
+            answers, seconds = asyncio.run(_send(requests[run]))
+            result["runs"][run] = {
+                "seconds": round(seconds, 2),
+                "new_tokens": sum(a["usage"]["completion_tokens"] for a in answers),
+                "requests": len(answers),
+            }
+            outputs[run] = [a["choices"][0]["text"] for a in answers]
+            log(f"server {name} {run}: {result['runs'][run]}")
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    return result, outputs
+
+
+def gpu(args: argparse.Namespace) -> int:
+    import torch
+    import vllm
+
+    began = time.perf_counter()
+    inputs, out = Path(args.inputs).resolve(), Path(args.out)
+    model = Path(args.model)
+    recorded, prompts, stops = _load_workload(inputs, args.seed)
+    props = torch.cuda.get_device_properties(0)
+    report: dict[str, Any] = {
+        "benchmark": "opencompass_vllm_gpu",
+        "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+        "command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} "
+        f"VLLM_USE_FLASHINFER_SAMPLER={os.environ.get('VLLM_USE_FLASHINFER_SAMPLER', '')} "
+        f"python3 bench/opencompass_vllm_gpu.py {' '.join(sys.argv[1:])}".replace(str(out), "$OUT"),
+        "environment": {
+            "gpu": props.name,
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "torch": torch.__version__,
+            "vllm": vllm.__version__,
+            "python": platform.python_version(),
+        },
+        "model": f"Qwen2.5-1.5B architecture, random bf16 weights (seed {args.seed}), "
+        "Qwen2-format tokenizer built locally",
+        "workloads": {
+            "opencompass_prompts": f"the {len(recorded['prompts'])} prompts OpenCompass rendered, "
+            f"its sampling parameters {recorded['sampling_kwargs']}",
+            "ids_stop": "bench/hf_generation_gpu.py's 1,319 random-id prompts (1,441 shared prefix ids), "
+            f"GSM8K answer lengths (mean {sum(stops) / len(stops):.1f} new tokens), end-of-text ignored",
+            "ids_full": "the same prompts, 512 new tokens each",
+        },
+        "variants": {},
+    }
+
+    def write() -> None:
+        (out / "result.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    log("building the model")
+    started = time.perf_counter()
+    report["model_build"] = build_model(inputs, model, args.seed)
+    report["model_build"]["seconds"] = round(time.perf_counter() - started, 1)
+    completions: dict[str, list[str]] = {}
+    worker_engine = dict(recorded["engine_kwargs"])
+    fast = {**worker_engine, "enforce_eager": False, "enable_prefix_caching": True, "max_num_seqs": 512}
+    plan: list[tuple[str, str, dict[str, Any], list[str]]] = [
+        ("bare_llm_graphs", "offline", fast, ["opencompass_prompts", "ids_stop", "ids_full"]),
+        ("serve_graphs", "serve", fast, ["opencompass_prompts", "ids_stop", "ids_full"]),
+        ("serve_worker_config", "serve", worker_engine, ["opencompass_prompts", "ids_stop", "ids_full"]),
+    ]
+    for name, kind, engine, runs in plan:
+        if args.only and name not in args.only:
+            continue
+        if time.perf_counter() - began > args.deadline_s:
+            report["variants"][name] = {"status": "skipped (deadline)"}
+            continue
+        try:
+            if kind == "offline":
+                spec = out / "spec.json"
+                spec.write_text(json.dumps({"model": str(model), "engine_kwargs": engine, "seed": args.seed}))
+                child = out / "offline.json"
+                started = time.perf_counter()
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "offline",
+                        "--inputs",
+                        str(inputs),
+                        "--spec",
+                        str(spec),
+                        "--result",
+                        str(child),
+                    ],
+                    check=True,
+                    timeout=420,
+                )
+                data = json.loads(child.read_text(encoding="utf-8"))
+                child.unlink()
+                spec.unlink()
+                record_ = {
+                    "status": "ok",
+                    "engine_kwargs": engine,
+                    **data["result"],
+                    "process_s": round(time.perf_counter() - started, 2),
+                }
+                outs = data["outputs"]
+            else:
+                record_, outs = serve(name, model, engine, recorded, prompts, stops, runs, out)
+                record_ = {"status": "ok", "engine_kwargs": engine, **record_}
+        except Exception as exc:  # a failed variant is a result too
+            record_, outs = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}, {}
+        report["variants"][name] = record_
+        if "opencompass_prompts" in outs:
+            completions[name] = outs["opencompass_prompts"]
+        for run in ("ids_stop", "ids_full"):
+            if run in outs:
+                completions[f"{name}:{run}"] = outs[run]
+        log(f"{name}: {record_}")
+        write()
+
+    # Answer agreement: every variant's texts against bare vLLM's on the same prompts.
+    agreement: dict[str, Any] = {}
+    reference = completions.get("bare_llm_graphs")
+    for name, texts in completions.items():
+        if ":" in name or reference is None or name == "bare_llm_graphs":
+            continue
+        agreement[name] = {
+            "rows": len(texts),
+            "identical_to_bare": sum(a == b for a, b in zip(reference, texts, strict=True)),
+        }
+    report["agreement_opencompass_prompts"] = agreement
+    report["total_s"] = round(time.perf_counter() - began, 1)
+    write()
+    texts_only = {name: texts for name, texts in completions.items() if ":" not in name}
+    with gzip.open(out / "completions.json.gz", "wt", encoding="utf-8") as handle:
+        json.dump(texts_only, handle)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("record")
+    p.add_argument("--work", type=Path, default=REPO_ROOT / ".vllm-parts" / "oc")
+    p = sub.add_parser("replay")
+    p.add_argument("--work", type=Path, default=REPO_ROOT / ".vllm-parts" / "oc")
+    p.add_argument("--gpu", type=Path, nargs="+", required=True, help="the gpu step's output folders")
+    p.add_argument("--output", type=Path, default=RESULTS)
+    p = sub.add_parser("gpu")
+    p.add_argument("--inputs", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="/root/model")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deadline-s", type=float, default=420.0)
+    p.add_argument("--only", nargs="*", default=None)
+    p = sub.add_parser("offline")
+    p.add_argument("--inputs", required=True)
+    p.add_argument("--spec", required=True)
+    p.add_argument("--result", required=True)
+    args = parser.parse_args()
+    if args.step == "record":
+        return record(args.work)
+    if args.step == "replay":
+        return replay(args.work, args.gpu, args.output)
+    if args.step == "gpu":
+        return gpu(args)
+    return offline(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
