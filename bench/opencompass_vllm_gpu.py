@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -370,6 +371,39 @@ def _load_workload(inputs: Path, seed: int) -> tuple[dict[str, Any], list[list[i
     return recorded, prompts, stops
 
 
+#: A vLLM log line's process and time: ``(EngineCore pid=1675) INFO 12-04 03:27:10 [core.py:114] ...``.
+LOG_LINE = re.compile(r"^\((?P<process>\w+) pid=\d+\) \w+ \d\d-\d\d (?P<time>\d\d:\d\d:\d\d) ")
+
+
+def startup_phases(log_text: str, startup_s: float) -> dict[str, float]:
+    """Where ``vllm serve``'s start went, from its log's whole-second stamps: the API server's
+    process until its first line (its imports; from the launch, ``startup_s`` minus the rest), the
+    engine core's process start, the worker's, the engine's initialisation (weights, compilation,
+    graphs, warm-up) and the API server's last steps until it serves."""
+    first: dict[str, float] = {}
+    engine_ready = serving = None
+    for line in log_text.splitlines():
+        match = LOG_LINE.match(line)
+        if not match:
+            continue
+        hours, minutes, seconds = (int(part) for part in match["time"].split(":"))
+        stamp = float(hours * 3600 + minutes * 60 + seconds)
+        first.setdefault(match["process"], stamp)
+        if engine_ready is None and "init engine (profile" in line:
+            engine_ready = stamp
+        if serving is None and "Starting vLLM server" in line:
+            serving = stamp
+    api, core, worker = first["APIServer"], first["EngineCore"], first["Worker"]
+    assert engine_ready is not None and serving is not None
+    return {
+        "api_server_process_until_first_log": round(startup_s - (serving - api), 1),
+        "engine_core_process_start": core - api,
+        "worker_process_start": worker - core,
+        "engine_initialisation": engine_ready - worker,
+        "api_server_until_serving": serving - engine_ready,
+    }
+
+
 def _server_flags(engine: dict[str, Any]) -> list[str]:
     """``vllm serve`` flags for the engine arguments OpenCompass's config gives ``LLM``."""
     flags: list[str] = []
@@ -443,7 +477,10 @@ def serve(
                 raise RuntimeError("vllm serve did not answer /health within 300 s")
             time.sleep(0.25)
         result["startup_s"] = round(time.perf_counter() - began, 2)
-        log(f"server {name} up in {result['startup_s']} s")
+        result["startup_phases_s"] = startup_phases(
+            (logs / f"server-{name}.log").read_text(encoding="utf-8", errors="replace"), result["startup_s"]
+        )
+        log(f"server {name} up in {result['startup_s']} s: {result['startup_phases_s']}")
         sampling = dict(recorded["sampling_kwargs"])
         requests = {
             "opencompass_prompts": [

@@ -415,6 +415,15 @@ def opencompass_vllm_table() -> str:
             for value, run in zip(seconds, OPENCOMPASS_VLLM_RUNS, strict=True)
         ]
         lines.append(f"| {what} | {record['startup_s']} | {' | '.join(cells)} |")
+    lines.append("")
+    for name, record in variants.items():
+        phases = record.get("startup_phases_s")
+        if phases:
+            lines.append(
+                f"- `{name}`'s engine start, from its log's whole-second stamps: "
+                + ", ".join(f"{phase.replace('_', ' ')} {value} s" for phase, value in phases.items())
+                + "."
+            )
     return "\n".join(lines) + "\n"
 
 
