@@ -568,6 +568,9 @@ def gpu(args: argparse.Namespace) -> int:
         ("bare_llm_graphs", "offline", fast, ["opencompass_prompts", "ids_stop", "ids_full"]),
         ("serve_graphs", "serve", fast, ["opencompass_prompts", "ids_stop", "ids_full"]),
         ("serve_worker_config", "serve", worker_engine, ["opencompass_prompts", "ids_stop", "ids_full"]),
+        # What VLLMwithChatTemplate does with the worker's config: LLM(path, **model_kwargs), one
+        # generate call with every prompt.
+        ("bare_llm_worker_config", "offline", worker_engine, ["opencompass_prompts", "ids_stop", "ids_full"]),
     ]
     for name, kind, engine, runs in plan:
         if args.only and name not in args.only:

@@ -370,6 +370,8 @@ OPENCOMPASS_VLLM_VARIANTS = {
     "serve_graphs_run2": "the same server again (next call, compile cache warm)",
     "serve_worker_config": "`vllm serve` with the engine arguments the worker's config gives vLLM today "
     "(`enforce_eager`; `max_num_seqs` and prefix caching left at vLLM's defaults)",
+    "bare_llm_worker_config": "offline `LLM.generate` with the worker's engine arguments, all prompts in "
+    "one call: what `VLLMwithChatTemplate` runs with the config the worker writes",
 }
 OPENCOMPASS_VLLM_RUNS = ("opencompass_prompts", "ids_stop", "ids_full")
 
