@@ -261,6 +261,12 @@ class EvaluationSpec(_Model):
     maxSubmissions: int = Field(
         default=100, ge=1, le=MAX_INT32, description="Submissions the agent may make; more are refused (429)."
     )
+    feedback: Literal["test", "sealed"] = Field(
+        default="test",
+        description="test: every submission scored on the test split (the reference's behaviour); sealed: "
+        "on a validation split held out of the agent's train data, and one checkpoint (the agent's "
+        "POST /final nomination, else the best on validation) evaluated on the test split once at the end.",
+    )
 
 
 class EgressRule(_Model):
@@ -426,6 +432,22 @@ class ExperimentResourceStatus(_Model):
     )
     evaluators: int | None = Field(
         default=None, description="Evaluators alive that take work for this experiment's backend."
+    )
+    feedback: Literal["test", "sealed"] | None = Field(
+        default=None, description="test or sealed: what the agent's submissions were scored on."
+    )
+    finalScore: float | None = Field(
+        default=None,
+        description="The result on the test split (0-100): sealed, the one final evaluation; test, the best.",
+    )
+    finalLow: float | None = Field(default=None, description="Lower end of finalScore's 95 % interval.")
+    finalHigh: float | None = Field(default=None, description="Upper end of finalScore's 95 % interval.")
+    finalSelection: Literal["best_on_test", "best_on_validation", "nominated"] | None = Field(
+        default=None, description="How the checkpoint of finalScore was chosen."
+    )
+    testEvaluations: int | None = Field(
+        default=None,
+        description="Evaluations of the agent's checkpoints on the test split (sealed: at most 1).",
     )
 
 

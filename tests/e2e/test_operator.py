@@ -1395,3 +1395,96 @@ async def test_what_no_schema_sees_fails_at_once_before_any_job(platform: Platfo
             assert await platform.get(path) is None, (case.id, path)
         registered = await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
         assert registered.status_code == 404, case.id
+
+
+async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    """spec.evaluation.feedback: sealed, through the operator: both baselines, a submission scored
+    on validation, and in Finishing the one test evaluation the controller asks for, mirrored
+    into the status before the experiment succeeds."""
+    from autorl.store import Database, Split
+    from autorl.store import repository as repo
+    from autorl_evaluator.jobs import evaluate
+    from tests.support.grading import make_unique
+
+    name = "gsm8k-sealed"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    manifest["spec"]["evaluation"]["feedback"] = "sealed"
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+
+    async def evaluate_waiting() -> list[int]:
+        """Evaluate every evaluation of this experiment still waiting, for real."""
+        db = Database(platform.grader_settings.database_url or "")
+        try:
+            with db.session() as session:
+                experiment = repo.get_experiment(session, ref.grader_name)
+                waiting = [
+                    s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final
+                ]
+        finally:
+            db.dispose()
+        for submission_id in waiting:
+            await asyncio.to_thread(evaluate, submission_id, platform.grader_settings)
+        return waiting
+
+    await platform.prepare_job(ref)
+    platform.run_prepare_pod(manifest["spec"], ref, tiny_base_model)
+    await platform.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
+    await platform.wait_phase(name, "Baseline")
+    await evaluate_waiting()  # the baseline on validation (on test, too, unless another run cached it)
+    running = await platform.wait_phase(name, "Running")
+    assert running["status"]["feedback"] == "sealed"
+    db = Database(platform.grader_settings.database_url or "")
+    try:
+        with db.session() as session:
+            experiment = repo.get_experiment(session, ref.grader_name)
+            for split in (Split.TEST, Split.VALIDATION):
+                baseline = repo.baseline_submission(session, experiment, split)
+                assert baseline is not None and baseline.split == split and baseline.status.final
+    finally:
+        db.dispose()
+    await platform.run_agent_pod(ref)
+    await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+    )
+    url, _ = await platform.agent_credentials(name)
+    checkpoint = platform.shared / ref.workspace_subpath / "output" / "ckpt-1"
+    shutil.copytree(
+        platform.shared / "cache" / "models" / cached_model_subpath(manifest["spec"]["model"]), checkpoint
+    )
+    make_unique(checkpoint)
+    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
+    assert submitted.status_code == 202, submitted.text
+    assert await evaluate_waiting() == [submitted.json()["submission_id"]]
+    shown = (await platform.grader.get(f"{url}/submissions/{submitted.json()['submission_id']}")).json()
+    assert shown["split"] == "validation"
+
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
+    )
+    finishing = await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("phase") == "Finishing", "Finishing"
+    )
+    assert finishing["status"]["feedback"] == "sealed"
+    for _ in range(60):  # the controller asks for the final evaluation on its next ticks
+        if await evaluate_waiting():
+            break
+        await asyncio.sleep(0.5)
+    done = await platform.wait_phase(name, "Succeeded")
+    status = done["status"]
+    assert status["finalSelection"] == "best_on_validation" and status["testEvaluations"] == 1
+    assert (
+        isinstance(status["finalScore"], float)
+        and status["finalLow"] <= status["finalScore"] <= status["finalHigh"]
+    )
+    assert "on test (best_on_validation)" in status["message"]
+    db = Database(platform.grader_settings.database_url or "")
+    try:
+        with db.session() as session:
+            experiment = repo.get_experiment(session, ref.grader_name)
+            final = repo.final_submission(session, experiment)
+            assert final is not None and final.split == Split.TEST and final.score == status["finalScore"]
+    finally:
+        db.dispose()

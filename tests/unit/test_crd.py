@@ -135,6 +135,7 @@ def test_crd_serves_status_and_the_documented_printer_columns() -> None:
     assert set(status) == {
         "phase", "conditions", "baselineScore", "bestScore", "bestSubmission", "improvement", "submissions",
         "startTime", "deadline", "completionTime", "message", "reason", "budgetLeft", "queue", "evaluators",
+        "feedback", "finalScore", "finalLow", "finalHigh", "finalSelection", "testEvaluations",
     }  # fmt: skip
     assert status["phase"]["enum"] == [
         "Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded", "Failed", "TimedOut",

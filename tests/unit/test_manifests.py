@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 from pydantic import SecretStr
 
-from autorl.experiment import ExperimentSpec, Phase
+from autorl.experiment import EvaluationSpec, ExperimentSpec, Phase
 from autorl_controller.operator.handlers.create import validation_error
 from autorl_controller.operator.handlers.reconcile import is_active, summary
 from autorl_controller.operator.lifecycle import (
@@ -455,12 +455,66 @@ def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> Non
         "timeout_s": 3600,
         "max_submissions": 100,
         "protocol": "opencompass",
+        "feedback": "test",
         "workspace": f"/shared/experiments/team-a/gsm8k-grpo.{UID}",
         "output_dir": f"/shared/experiments/team-a/gsm8k-grpo.{UID}/output",
         "base_model_dir": "/shared/cache/models/hub/Qwen--Qwen2.5-1.5B",
         "agent_workspace": "/workspace",
         "agent": "example_grpo",
     }
+
+
+def test_a_sealed_experiment_registers_sealed_and_prepares_its_workspace_without_validation() -> None:
+    sealed = BUILTIN.model_copy(update={"evaluation": EvaluationSpec(feedback="sealed")})
+    assert build_registration(REF, sealed, SETTINGS).feedback == "sealed"
+    workspace = {c["name"]: c for c in all_containers(build_prepare_job(REF, sealed, SETTINGS))}["workspace"]
+    flag = workspace["args"].index("--feedback")
+    assert workspace["args"][flag + 1] == "sealed"
+    # A test experiment's Job is the same as before feedback modes.
+    assert all(
+        "--feedback" not in c["args"] for c in all_containers(build_prepare_job(REF, BUILTIN, SETTINGS))
+    )
+
+
+def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
+    view = experiment_answer(
+        baseline_score=25.0,
+        best_score=40.0,
+        feedback="sealed",
+        test_evaluations=1,
+        final={
+            "submission_id": 9,
+            "of": 7,
+            "selection": "nominated",
+            "status": "scored",
+            "score": 30.0,
+            "interval": [27.5, 32.6],
+            "comparison": None,
+        },
+    )
+    status = status_from_view(view)
+    assert (status["finalScore"], status["finalLow"], status["finalHigh"]) == (30.0, 27.5, 32.6)
+    assert (status["feedback"], status["finalSelection"], status["testEvaluations"]) == (
+        "sealed",
+        "nominated",
+        1,
+    )
+    outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
+    assert outcome is not None
+    assert "final 30.00 on test (nominated)" in summary(outcome, view)
+    before = experiment_answer(
+        feedback="sealed",
+        final={
+            "submission_id": None,
+            "of": 7,
+            "selection": "best_on_validation",
+            "status": None,
+            "score": None,
+        },
+    )
+    assert (
+        status_from_view(before)["finalSelection"] is None and status_from_view(before)["finalScore"] is None
+    )
 
 
 def test_token_secret_holds_exactly_the_agents_two_variables() -> None:
@@ -575,6 +629,12 @@ def test_status_mirrors_the_graders_view() -> None:
         "submissions": 3,
         "startTime": "2026-01-01T00:00:00Z",
         "deadline": "2026-01-01T02:00:00Z",
+        "feedback": "test",
+        "finalScore": None,
+        "finalLow": None,
+        "finalHigh": None,
+        "finalSelection": None,
+        "testEvaluations": 0,
     }
     outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
     assert outcome is not None

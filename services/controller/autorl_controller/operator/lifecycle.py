@@ -239,6 +239,22 @@ def status_from_view(view: ExperimentAnswer) -> dict[str, Any]:
         "submissions": view.submissions,
         "startTime": iso_from_epoch(view.start_time),
         "deadline": iso_from_epoch(view.end_time),
+        **final_status(view),
+    }
+
+
+def final_status(view: ExperimentAnswer) -> dict[str, Any]:
+    """The result on the test split (docs/PROTOCOL.md) as Experiment status fields."""
+    final = view.final
+    scored = final is not None and final.status == "scored"
+    interval = final.interval if final is not None and scored else None
+    return {
+        "feedback": view.feedback,
+        "finalScore": final.score if final is not None and scored else None,
+        "finalLow": interval[0] if interval else None,
+        "finalHigh": interval[1] if interval else None,
+        "finalSelection": final.selection if final is not None and final.status is not None else None,
+        "testEvaluations": view.test_evaluations,
     }
 
 

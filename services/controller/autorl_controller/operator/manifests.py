@@ -159,6 +159,7 @@ def build_registration(
         timeout_s=spec.timeoutSeconds,
         max_submissions=spec.evaluation.maxSubmissions,
         protocol=spec.evaluation.protocol,
+        feedback=spec.evaluation.feedback,
         workspace=workspace,
         output_dir=f"{workspace}/{OUTPUT_DIR}",
         base_model_dir=shared_path(settings, _cached_model(spec)),
@@ -264,6 +265,8 @@ def build_prepare_job(
     namespace_subpath = ref.workspace_subpath.rsplit("/", 1)[0]
     args = ["--task", spec.task, "--model", spec.model, "--workspace", workspace]
     args += ["--timeout", str(spec.timeoutSeconds)]
+    if spec.evaluation.feedback == "sealed":
+        args += ["--feedback", "sealed"]  # the workspace's train split leaves out the validation split
     env = [
         {"name": "AUTORL_CACHE_DIR", "value": cache},
         {"name": "AUTORL_HOME", "value": "/tmp/autorl"},

@@ -478,9 +478,18 @@ class Step:
             return
         since = agent_finished_since(conditions)
         waited = time.time() - since if since is not None else 0.0
-        if view.in_flight > 0 and waited < self.settings.finish_wait_s:
+        sealed = view.feedback == "sealed"
+        # A sealed experiment's one test evaluation comes after its validation ones: it has a
+        # second finish wait of its own.
+        limit = self.settings.finish_wait_s * (2 if sealed else 1)
+        if view.in_flight > 0 and waited < limit:
             await patch_status(self.context, self.body, self.status, status_from_view(view))
             return
+        if sealed and view.status in ("pending", "running") and not_begun(view) and waited < limit:
+            view = await self.context.grader.final(self.ref.grader_name)
+            if view.in_flight > 0:
+                await patch_status(self.context, self.body, self.status, status_from_view(view))
+                return
         if view.status in ("pending", "running"):
             view = await self.context.grader.finish(
                 self.ref.grader_name, outcome.grader_status, outcome.message
@@ -499,6 +508,11 @@ class Step:
             return None
 
 
+def not_begun(view: ExperimentAnswer) -> bool:
+    """A sealed experiment whose one test evaluation is not created yet, with a submission to take."""
+    return view.final is not None and view.final.submission_id is None
+
+
 def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
     """Creation order, ties broken by namespace and name: of two experiments, the older keeps an id."""
     return (str(meta.get("creationTimestamp") or ""), str(meta["namespace"]), str(meta["name"]))
@@ -513,6 +527,13 @@ def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
         scored = f"best {best:.2f} vs baseline {baseline:.2f}" if baseline is not None else f"best {best:.2f}"
         if improvement is not None:
             scored += f" ({improvement:+.2f})"
+    final = view.final
+    if view.feedback == "sealed" and best is not None:
+        scored += " on validation; " + (
+            f"final {final.score:.2f} on test ({final.selection})"
+            if final is not None and final.score is not None
+            else "no final score on test"
+        )
     return f"{outcome.message}; {scored} over {view.submissions} scored submission(s)"
 
 
