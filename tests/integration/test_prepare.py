@@ -76,6 +76,20 @@ def test_prepare_fills_the_cache_once_and_lays_out_the_workspace(tmp_path: Path)
     assert (built_dir / "model.safetensors").stat().st_mtime_ns == built
 
 
+def test_a_sealed_prepare_leaves_the_validation_split_out_of_the_workspace(tmp_path: Path) -> None:
+    from autorl.tasks.base import read_problems, split_train
+
+    workspace = tmp_path / "shared" / "experiments" / "team-a" / "sealed-1"
+    args = ("--task", "gsm8k", "--model", "builtin:tiny-qwen2", "--workspace", str(workspace))
+    done = prepare(tmp_path, *args, "--feedback", "sealed")
+    assert done.returncode == 0, done.stderr
+    whole = read_problems(tmp_path / "shared" / "cache" / "data" / "gsm8k" / "train.jsonl")
+    train, validation = split_train(whole)
+    assert read_problems(workspace / "data" / "train.jsonl") == train  # the cache keeps the whole split
+    assert validation and not {p.question for p in validation} & {p.question for p in train}
+    assert "Sealed evaluation" in (workspace / "instructions.md").read_text()
+
+
 def test_prepare_refuses_bad_input_with_the_fix(tmp_path: Path) -> None:
     unknown = prepare(
         tmp_path, "--task", "chess", "--model", "builtin:tiny-qwen2", "--workspace", str(tmp_path / "w")
