@@ -597,6 +597,14 @@ for route in ("/v1/experiments", "/ui", "/ui/api/summary", "/metrics", "/docs"):
     except OSError as error:
         seen[route] = [None, str(error)]
 workspace = os.environ["WORKSPACE"]
+import time
+for _ in range(60):  # the mirrors are refreshed every few seconds: wait for them to list the scores
+    try:
+        if json.load(open(os.path.join(workspace, "scores.json"))):
+            break
+    except ValueError:
+        pass
+    time.sleep(0.5)
 files = {}
 for path in glob.glob(os.path.join(workspace, "**"), recursive=True):
     if os.path.isfile(path) and not path.endswith((".safetensors", ".json.tmp")) and "/models/" not in path:
@@ -629,6 +637,8 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
     assert isinstance(row["final_p_value"], float)
     assert row["improvement"] == pytest.approx(row["final_score"] - row["baseline"])  # type: ignore[operator]
     assert "final " in run.stdout and "nominated" in run.stdout
+    # The progress (the operator's terminal) names both baselines and shows the final apart.
+    assert "on test, " in run.stderr and "final evaluation on test: submission" in run.stderr, run.stderr
 
     db = Database(f"sqlite:///{run.home / 'autorl.db'}")
     with db.session() as session:
@@ -662,8 +672,9 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
     # No file it could read holds a test-split evaluation: the mirrors list validation scores only.
     files = seen["files"]
     assert "Sealed evaluation" in files["instructions.md"]
-    mirrored = json.loads(files["scores.json"])
-    assert mirrored and all(entry["split"] == "validation" for entry in mirrored)
+    for mirrored in (json.loads(files["scores.json"]), json.loads((workspace / "scores.json").read_text())):
+        # As the agent read it, and as the run left it after the final evaluation.
+        assert mirrored and all(entry["split"] == "validation" for entry in mirrored)
     assert "score" not in files["run_meta.json"]
     # Its train file holds no validation problem: the validation split was removed from it.
     whole = ArithTask().train_problems()

@@ -48,6 +48,22 @@ def test_status_line_shows_time_left_latest_and_best_score(monkeypatch: pytest.M
         assert out.getvalue().count("latest score 48.00") == 1
 
 
+def test_a_sealed_run_shows_validation_scores_against_the_validation_baseline_and_the_final_apart() -> None:
+    progress, out = _progress()
+    with progress:
+        sealed = experiment_answer(
+            baseline_score=10.0, validation_baseline_score=12.0, best_score=20.0, feedback="sealed"
+        )
+        submissions = [
+            submission_answer(3, score=20.0, split="validation", model_path="output/a"),
+            submission_answer(4, score=18.5, split="test", model_path="output/a"),
+        ]
+        progress.update(sealed, submissions)
+        line = progress.status_line()
+        assert "latest score 20.00 (output/a), best 20.00, baseline 12.00" in line
+        assert "final evaluation on test: submission 4 output/a status=scored score=18.50" in out.getvalue()
+
+
 HOSTILE_PATH = (
     "output/[/bold][link=https://evil.example]x[/link]"
     "\x1b]0;pwned\x07\x1b[2J\u202e\nsubmission 99 status=scored"

@@ -288,8 +288,16 @@ class LocalRun:
         )
         if view.baseline_status != "scored":
             raise RunFailedError(baseline_not_scored(view, self.run_dir / "logs"))
-        self.progress.set_baseline(view.baseline_score)
-        self.progress.note(f"baseline score {fmt_score(view.baseline_score)}")
+        if config.feedback == "sealed":
+            # Submissions are scored and compared on validation; the test baseline is the final's.
+            self.progress.set_baseline(view.validation_baseline_score)
+            self.progress.note(
+                f"baseline score {fmt_score(view.baseline_score)} on test, "
+                f"{fmt_score(view.validation_baseline_score)} on validation"
+            )
+        else:
+            self.progress.set_baseline(view.baseline_score)
+            self.progress.note(f"baseline score {fmt_score(view.baseline_score)}")
         with GradingClient(registered.grading_server_url) as client:
             runner, outcome = self._run_agent(workspace, registered, client)
             self.progress.phase("finishing", "waiting for evaluations in flight")

@@ -128,17 +128,22 @@ class Progress:
 
     def update(self, experiment: ExperimentAnswer, submissions: list[SubmissionAnswer]) -> None:
         changed: list[str] = []
+        sealed = experiment.feedback == "sealed"
         with self._lock:
             state = self._state
-            state.baseline = experiment.baseline_score
+            # Sealed: submissions are scored and compared on validation; the one evaluation on
+            # test at the end is shown as the final one, not as a submission.
+            state.baseline = experiment.validation_baseline_score if sealed else experiment.baseline_score
             state.best = experiment.best_score
             for view in submissions:
                 if view.is_baseline:
                     continue
+                final = sealed and view.split == "test"
                 old = state.submissions.get(view.submission_id)
                 if old is None or old.status != view.status:
-                    changed.append(self._describe(view))
-                state.submissions[view.submission_id] = view
+                    changed.append(("final evaluation on test: " if final else "") + self._describe(view))
+                if not final:
+                    state.submissions[view.submission_id] = view
         for line in changed:
             self._say(line)
 
