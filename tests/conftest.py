@@ -69,12 +69,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     apply_requires_markers(item)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A slow test that shares nothing a test can change is marked ``order_independent``."""
+    if item.get_closest_marker("slow") is not None and not shares_state(item):
+        item.add_marker(pytest.mark.order_independent)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py).
-    A slow test that shares nothing a test can change is marked ``order_independent``."""
-    for item in items:
-        if item.get_closest_marker("slow") is not None and not shares_state(item):
-            item.add_marker(pytest.mark.order_independent)
+    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py)."""
     if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
         items[:] = cheapest_first(items)
 
