@@ -476,6 +476,21 @@ def test_a_sealed_experiment_registers_sealed_and_prepares_its_workspace_without
     )
 
 
+def test_a_sealed_agent_sees_the_prepared_train_split_not_the_caches_whole_one() -> None:
+    """The cache holds the whole train split, validation problems included: a sealed agent's data/
+    is its workspace's own (the prepare step's split without them), read-only as the cache is."""
+
+    def data_mount(spec: ExperimentSpec) -> dict[str, Any]:
+        (agent,) = [c for c in all_containers(build_agent_job(REF, spec, SETTINGS)) if c["name"] == "agent"]
+        (mount,) = [m for m in agent["volumeMounts"] if m["mountPath"].endswith("/data")]
+        return dict(mount)
+
+    sealed = BUILTIN.model_copy(update={"evaluation": EvaluationSpec(feedback="sealed")})
+    assert data_mount(sealed)["subPath"] == f"{REF.workspace_subpath}/data"
+    assert data_mount(sealed)["readOnly"] is True
+    assert data_mount(BUILTIN)["subPath"] == "cache/data/gsm8k"
+
+
 def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
     view = experiment_answer(
         baseline_score=25.0,

@@ -393,6 +393,15 @@ def _workspace_mount(ref: ExperimentRef) -> dict[str, Any]:
     return {"name": SHARED_VOLUME, "mountPath": AGENT_WORKSPACE, "subPath": ref.workspace_subpath}
 
 
+def _agent_data_subpath(ref: ExperimentRef, spec: ExperimentSpec) -> str:
+    """What the agent's ``data/`` shows, read-only: the cached train split, or for a sealed
+    Experiment the workspace's own ``data/``, where the prepare step wrote the train split without
+    the validation split its submissions are scored on (the cache keeps the whole split)."""
+    if spec.evaluation.feedback == "sealed":
+        return f"{ref.workspace_subpath}/data"
+    return f"cache/data/{spec.task}"
+
+
 def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, Any]]:
     base = model_dir_name(spec.model)
     return [
@@ -407,7 +416,7 @@ def _agent_mounts(ref: ExperimentRef, spec: ExperimentSpec) -> list[dict[str, An
         {
             "name": SHARED_VOLUME,
             "mountPath": f"{AGENT_WORKSPACE}/data",
-            "subPath": f"cache/data/{spec.task}",
+            "subPath": _agent_data_subpath(ref, spec),
             "readOnly": True,
         },
     ]
