@@ -111,12 +111,12 @@ class RQDispatcher:
         for candidate in candidates:
             if candidate.submission_id in waiting:
                 continue
-            if not candidate.is_baseline and depth[candidate.experiment_id] >= self.depth_per_experiment:
+            if not candidate.ahead and depth[candidate.experiment_id] >= self.depth_per_experiment:
                 continue
             if self._job_active(candidate.submission_id):
                 continue
-            self._enqueue(candidate.submission_id, at_front=candidate.is_baseline)
-            if not candidate.is_baseline:
+            self._enqueue(candidate.submission_id, at_front=candidate.ahead)
+            if not candidate.ahead:
                 depth[candidate.experiment_id] += 1
             handed += 1
         return handed

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autorl.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -741,6 +741,9 @@ class Claimable:
     submission_id: int
     experiment_id: int
     is_baseline: bool
+    #: Platform work, taken before any agent's submission: a baseline, or a sealed experiment's one
+    #: final evaluation (its agent has ended; queued validation work must not starve it).
+    ahead: bool = False
 
 
 def _held_by(worker: str) -> ColumnElement[bool]:
@@ -760,14 +763,21 @@ def _claimable(now: datetime) -> ColumnElement[bool]:
     )
 
 
+#: The fair order's rank of an agent's submission (baselines are 0, final evaluations 1).
+AGENT_RANK = 2
+
+
 def claimable_in_fair_order(session: Session, *, limit: int | None = None) -> list[Claimable]:
     """Submissions waiting for an evaluator, in the order evaluators should take them.
 
-    Baselines first (every experiment waits for its own); then round robin across experiments:
+    Baselines first (every experiment waits for its own), then sealed experiments' final
+    evaluations (made once, after the agent: no agent's queue may starve them); then round robin
+    across experiments:
     the experiment with the fewest evaluations running, then the one whose last evaluation started
     longest ago (never comes first), then the oldest submission. A flooding experiment therefore
     gets one evaluator turn per round, like every other, however many submissions it queued."""
     now = utcnow()
+    rank = case((Submission.is_baseline, 0), (Submission.final_of.is_not(None), 1), else_=AGENT_RANK)
     served = (
         select(
             Submission.experiment_id.label("experiment_id"),
@@ -781,11 +791,11 @@ def claimable_in_fair_order(session: Session, *, limit: int | None = None) -> li
         .subquery()
     )
     stmt = (
-        select(Submission.id, Submission.experiment_id, Submission.is_baseline)
+        select(Submission.id, Submission.experiment_id, Submission.is_baseline, rank.label("rank"))
         .outerjoin(served, served.c.experiment_id == Submission.experiment_id)
         .where(_claimable(now))
         .order_by(
-            Submission.is_baseline.desc(),
+            rank,
             func.coalesce(served.c.running, 0),
             served.c.last_started.asc().nulls_first(),
             Submission.id,
@@ -793,7 +803,10 @@ def claimable_in_fair_order(session: Session, *, limit: int | None = None) -> li
     )
     if limit is not None:
         stmt = stmt.limit(limit)
-    return [Claimable(row.id, row.experiment_id, row.is_baseline) for row in session.execute(stmt)]
+    return [
+        Claimable(row.id, row.experiment_id, row.is_baseline, ahead=row.rank < AGENT_RANK)
+        for row in session.execute(stmt)
+    ]
 
 
 def next_claimable_id(session: Session) -> int | None:

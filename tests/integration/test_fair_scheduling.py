@@ -148,3 +148,36 @@ def test_rq_worker_serves_a_single_submission_after_at_most_one_of_a_flood(
     # retried goes back to the queue's end, and started_at is its last attempt's.
     assert order[:3] == [baseline, flood[0], one], (order, attempts)
     assert sorted(order[3:]) == flood[1:], (order, attempts)
+
+
+def test_a_sealed_experiments_final_evaluation_goes_before_any_agents_submissions(
+    local_settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """The one test evaluation of a sealed experiment is made after its agent: an agent that queued
+    many validation submissions just before its end (or another experiment's flood) must not leave
+    it waiting until the experiment closes without a result. Only baselines go before it."""
+    from autorl.store import Split
+
+    with TestClient(create_app(local_settings, reconcile=False)) as client:
+        flood, one, baseline = flood_then_one_then_a_baseline(
+            client, local_settings, tiny_base_model, tmp_path
+        )
+    db = Database(local_settings.database_url or "")
+    try:
+        with db.session() as session:
+            single = repo.get_submission(session, one).experiment
+            final = repo.create_submission(
+                session,
+                single,
+                model_path="output/b0",
+                fingerprint="a-final-evaluation",
+                split=Split.TEST,
+                final_of=one,
+            ).id
+        with db.session() as session:
+            order = repo.claimable_in_fair_order(session)
+        assert [c.submission_id for c in order[:2]] == [baseline, final]
+        assert [c.ahead for c in order] == [True, True] + [False] * (len(order) - 2)
+        assert {c.submission_id for c in order[2:]} == {*flood, one}
+    finally:
+        db.dispose()
