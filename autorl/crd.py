@@ -113,7 +113,7 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
         {"name": "Baseline", "type": "number", "jsonPath": ".status.baselineScore"},
-        {"name": "Best", "type": "number", "jsonPath": ".status.bestScore"},
+        {"name": "Best", "type": "string", "jsonPath": ".status.result"},
         {"name": "Improvement", "type": "number", "jsonPath": ".status.improvement"},
         {"name": "Budget Left", "type": "string", "jsonPath": ".status.budgetLeft"},
         {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},

@@ -449,6 +449,11 @@ class ExperimentResourceStatus(_Model):
         default=None,
         description="Evaluations of the agent's checkpoints on the test split (sealed: at most 1).",
     )
+    result: str | None = Field(
+        default=None,
+        description="kubectl's Best column: the result on the test split with its 95 % interval, "
+        "e.g. 41.20 [38.57, 43.89]; sealed, before its final evaluation, the best on validation, marked so.",
+    )
 
 
 def validate_name(name: str) -> None:

@@ -124,7 +124,7 @@ def test_crd_serves_status_and_the_documented_printer_columns() -> None:
         "Phase": ".status.phase",
         "Reason": ".status.reason",
         "Baseline": ".status.baselineScore",
-        "Best": ".status.bestScore",
+        "Best": ".status.result",
         "Improvement": ".status.improvement",
         "Budget Left": ".status.budgetLeft",
         "Queue": ".status.queue",
@@ -135,7 +135,7 @@ def test_crd_serves_status_and_the_documented_printer_columns() -> None:
     assert set(status) == {
         "phase", "conditions", "baselineScore", "bestScore", "bestSubmission", "improvement", "submissions",
         "startTime", "deadline", "completionTime", "message", "reason", "budgetLeft", "queue", "evaluators",
-        "feedback", "finalScore", "finalLow", "finalHigh", "finalSelection", "testEvaluations",
+        "feedback", "finalScore", "finalLow", "finalHigh", "finalSelection", "testEvaluations", "result",
     }  # fmt: skip
     assert status["phase"]["enum"] == [
         "Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded", "Failed", "TimedOut",

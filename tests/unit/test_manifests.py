@@ -509,6 +509,7 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
     )
     status = status_from_view(view)
     assert (status["finalScore"], status["finalLow"], status["finalHigh"]) == (30.0, 27.5, 32.6)
+    assert status["result"] == "30.00 [27.50, 32.60] on test"  # kubectl's Best column
     assert (status["feedback"], status["finalSelection"], status["testEvaluations"]) == (
         "sealed",
         "nominated",
@@ -530,6 +531,24 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
     assert (
         status_from_view(before)["finalSelection"] is None and status_from_view(before)["finalScore"] is None
     )
+
+
+def test_kubectls_best_column_shows_the_result_with_its_interval() -> None:
+    """Test mode: the best submission on test with its 95 % interval; sealed, before the final
+    evaluation, the best on validation, said so; nothing before a score."""
+    best = {"submission_id": 4, "of": 4, "selection": "best_on_test", "status": "scored", "score": 41.2}
+    scored = experiment_answer(best_score=41.2, feedback="test", final={**best, "interval": [38.57, 43.89]})
+    assert status_from_view(scored)["result"] == "41.20 [38.57, 43.89]"
+    pending = {
+        "submission_id": None,
+        "of": 7,
+        "selection": "best_on_validation",
+        "status": None,
+        "score": None,
+    }
+    sealed = experiment_answer(best_score=40.0, feedback="sealed", final=pending)
+    assert status_from_view(sealed)["result"] == "40.00 on validation"
+    assert status_from_view(experiment_answer(feedback="test"))["result"] is None
 
 
 def test_token_secret_holds_exactly_the_agents_two_variables() -> None:
@@ -650,6 +669,7 @@ def test_status_mirrors_the_graders_view() -> None:
         "finalHigh": None,
         "finalSelection": None,
         "testEvaluations": 0,
+        "result": "31.50",
     }
     outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
     assert outcome is not None

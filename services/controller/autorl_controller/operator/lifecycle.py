@@ -240,7 +240,23 @@ def status_from_view(view: ExperimentAnswer) -> dict[str, Any]:
         "startTime": iso_from_epoch(view.start_time),
         "deadline": iso_from_epoch(view.end_time),
         **final_status(view),
+        "result": result_text(view),
     }
+
+
+def result_text(view: ExperimentAnswer) -> str | None:
+    """The Best column: the score on the test split with its 95 % interval (test mode: the best
+    submission; sealed: the final evaluation), else, sealed, the best on validation so far."""
+    final = view.final
+    sealed = view.feedback == "sealed"
+    if final is not None and final.status == "scored" and final.score is not None:
+        text = f"{final.score:.2f}"
+        if final.interval:
+            text += f" [{final.interval[0]:.2f}, {final.interval[1]:.2f}]"
+        return text + (" on test" if sealed else "")
+    if view.best_score is None:
+        return None
+    return f"{view.best_score:.2f}" + (" on validation" if sealed else "")
 
 
 def final_status(view: ExperimentAnswer) -> dict[str, Any]:
