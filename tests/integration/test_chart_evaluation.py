@@ -157,6 +157,7 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
         # Measured by the evaluator: none has evaluated in this store yet, the first completes them.
         "data_sha256": None,
         "backend_versions": None,
+        "split": None,  # the test split
     }
 
     # The baseline is queued with the recorded timeout plus the queue's margin as its job timeout.
