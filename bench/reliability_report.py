@@ -151,7 +151,44 @@ def mutation_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+PHASE_NAMES = {
+    "setup": "set-up (`make setup`: the three Python environments, the browser)",
+    "images": "the CPU images (`make images GPU=0`, podman)",
+    "lint": "`make lint`",
+    "suite": "the suite over two processes",
+    "suite_reverse": "the reverse pass (what order can break)",
+}
+
+
+def suite_time_table() -> str:
+    data = load_results("suite_time")
+    lines = ["| phase | minutes |", "| --- | ---: |"]
+    lines += [
+        f"| {PHASE_NAMES.get(phase['name'], phase['name'])} | {number(phase['seconds'] / 60)} |"
+        for phase in data["phases"]
+    ]
+    total = number(data["total_s"] / 60)
+    lines.append(f"| **all of `make test`** (exit {data['exit_code']}) | **{total}** |")
+    passes = data["passes"]
+    lines += ["", "| pass | pytest's summary | slowest test | its seconds |", "| --- | --- | --- | ---: |"]
+    for name in ("suite", "suite_reverse"):
+        run = passes.get(name)
+        if run is None:
+            continue
+        slowest = max(run["slowest"], key=lambda entry: entry["seconds"], default=None)
+        test = _code(f"{slowest['test']} ({slowest['when']})") if slowest else "–"
+        seconds = number(slowest["seconds"], 0) if slowest else "–"
+        lines.append(f"| {PHASE_NAMES[name]} | {run['summary']} | {test} | {seconds} |")
+    machine = data["machine"]
+    return (
+        "\n".join(lines) + f"\n\nMeasured {data['date']} at commit `{data['commit'][:10]}` on "
+        f"{machine['cpus']} CPU cores (load average {machine['load_avg_start']} at the start): "
+        f"`{data['command']}`.\n"
+    )
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
+    "suite-time": suite_time_table,
     "faults": faults_table,
     "mutation": mutation_table,
     "test-order": test_order_table,
