@@ -22,7 +22,14 @@ from autorl.store import Database, Split
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_evaluator.jobs import evaluate
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    evaluating_settings,
+    make_workspace,
+    register,
+)
 from tests.support.settings import DeploymentSettings
 
 LIMIT = 3
@@ -33,13 +40,7 @@ MAX_NEW_TOKENS = 6
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     """The grader's settings (its ``client`` is the integration tests' own): real evaluations of
     the tiny model on a few problems."""
-    return make_settings(
-        database_url=pg_url,
-        eval_backend="hf",
-        eval_limit=LIMIT,
-        eval_max_new_tokens=MAX_NEW_TOKENS,
-        submit_wait_s=0.0,
-    )
+    return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
 
 
 def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> Any:

@@ -18,7 +18,14 @@ from autorl.store import repository as repo
 from autorl.uncertainty import compare, wilson_interval
 from autorl_evaluator.jobs import evaluate, predictions_path
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    evaluating_settings,
+    make_workspace,
+    register,
+)
 from tests.support.runs import add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
 
@@ -28,13 +35,7 @@ MAX_NEW_TOKENS = 6
 
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(
-        database_url=pg_url,
-        eval_backend="hf",
-        eval_limit=LIMIT,
-        eval_max_new_tokens=MAX_NEW_TOKENS,
-        submit_wait_s=0.0,
-    )
+    return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
 
 
 @pytest.fixture

@@ -25,7 +25,13 @@ from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
 from autorl_grader.main import create_app
 from tests.support.checkpoints import edit_json
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    copy_model,
+    evaluating_settings,
+    make_workspace,
+    register,
+)
 from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
 from tests.support.settings import DeploymentSettings
 
@@ -48,13 +54,7 @@ LOOPING_TEMPLATE = (
 
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(
-        database_url=pg_url,
-        eval_backend="hf",
-        eval_limit=LIMIT,
-        eval_max_new_tokens=MAX_NEW_TOKENS,
-        submit_wait_s=0.0,
-    )
+    return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
 
 
 @pytest.fixture

@@ -5,11 +5,14 @@ from __future__ import annotations
 import secrets
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+
+from tests.support.settings import DeploymentSettings
 
 
 @dataclass
@@ -93,3 +96,17 @@ def make_unique(folder: Path) -> None:
         old = handle.read(1)
         handle.seek(data_start)
         handle.write(bytes([(old[0] ^ secrets.randbelow(255) + 1) & 0xFF]))
+
+
+def evaluating_settings(
+    make_settings: Callable[..., DeploymentSettings], database_url: str, *, limit: int, max_new_tokens: int
+) -> DeploymentSettings:
+    """A grader's and its workers' settings that evaluate the tiny model for real (``hf``) on the
+    first ``limit`` problems, and answer submits at once (``submit_wait_s`` 0)."""
+    return make_settings(
+        database_url=database_url,
+        eval_backend="hf",
+        eval_limit=limit,
+        eval_max_new_tokens=max_new_tokens,
+        submit_wait_s=0.0,
+    )
