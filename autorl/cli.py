@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="AutoRL: post-train small language models with RL under a time budget.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from autorl import results
+    from autorl.runs import commands as results
 
     results.register(sub)
     for ep in sorted(entry_points(group="autorl.commands"), key=lambda e: e.name):

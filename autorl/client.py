@@ -20,7 +20,7 @@ from typing import Any, Literal, overload
 
 import httpx
 
-from autorl.answers import (
+from autorl.api.answers import (
     FINAL_STATUSES,
     Best,
     HealthAnswer,
@@ -29,8 +29,7 @@ from autorl.answers import (
     SubmissionAnswer,
     TimeAnswer,
 )
-from autorl.errors import AutoRLError
-from autorl.grader_http import (
+from autorl.api.endpoints import (
     AuthenticationError,
     BlockingClient,
     DeadlineError,
@@ -43,7 +42,8 @@ from autorl.grader_http import (
     SubmissionRejectedError,
     TooManySubmissionsError,
 )
-from autorl.request_bodies import SubmitRequest
+from autorl.api.request_bodies import SubmitRequest
+from autorl.errors import AutoRLError
 
 __all__ = [
     "FINAL_STATUSES",

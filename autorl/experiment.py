@@ -19,7 +19,7 @@ from pydantic.config import JsonDict
 from autorl.agent_env import RESERVED_ENV
 from autorl.builtin_agents import builtin_agent_names
 from autorl.layout import BUILTIN_PREFIX
-from autorl.model_sources import BUILTIN_MODELS, HUB_ID_PATTERN
+from autorl.models.sources import BUILTIN_MODELS, HUB_ID_PATTERN
 
 #: The agent's default time budget (the reference's real runs use two hours).
 DEFAULT_TIMEOUT_S = 7200

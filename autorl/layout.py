@@ -1,6 +1,6 @@
 """Where things are, in one place: the workspace every agent gets and the platform's model cache
 (docs/AGENTS.md, "The workspace and the environment"). The agent runner builds the workspace from
-these names, the operator mounts by them and the model sources (:mod:`autorl.model_sources`) fill
+these names, the operator mounts by them and the model sources (:mod:`autorl.models.sources`) fill
 the cache by them.
 
     <workspace>/ code/  output/  models/<base>/  data/

@@ -231,7 +231,7 @@ def register_experiments(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from autorl.model_sources import resolve_model
+    from autorl.models.sources import resolve_model
     from autorl.settings import HomeSettings
 
     base = resolve_model("builtin:tiny-qwen2", HomeSettings().models_dir)

@@ -323,7 +323,7 @@ def _small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from autorl.tiny_model import build_tiny_qwen2
+    from autorl.models.tiny import build_tiny_qwen2
 
     tiny = build_tiny_qwen2(root / "tiny-qwen2")
     tokenizer = AutoTokenizer.from_pretrained(tiny)

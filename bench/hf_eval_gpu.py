@@ -104,7 +104,7 @@ def log(message: str) -> None:
 def write_config_and_tokenizer(target: Path) -> dict[str, Any]:
     """The new folder ``target`` with the Qwen2.5-1.5B config and the builtin tiny model's tokenizer
     (built beside it in ``tiny-qwen2``); returns the config."""
-    from autorl.tiny_model import build_tiny_qwen2
+    from autorl.models.tiny import build_tiny_qwen2
 
     tiny = build_tiny_qwen2(target.parent / "tiny-qwen2")
     target.mkdir(parents=True)
@@ -125,7 +125,7 @@ def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
     import torch
     from safetensors.torch import save_file
 
-    from autorl.tiny_model import qwen2_parameter_shapes
+    from autorl.models.tiny import qwen2_parameter_shapes
 
     config = write_config_and_tokenizer(target)
     # Drawn on the GPU when there is one (seconds instead of a minute for 1.5 B normals).

@@ -29,7 +29,7 @@ state are in ``.mutation/mutants/``.
                                            # their outcome)
     python3 bench/mutation.py --collect    # only write the results of the last run (with
                                            # --modules: of a run of those modules)
-    python3 bench/mutation.py --modules autorl.snapshot autorl_grader.submissions
+    python3 bench/mutation.py --modules autorl.checkpoints.snapshot autorl_grader.submissions
                                            # run afresh only those modules' mutants; the other
                                            # modules keep the outcomes bench/results/mutation.json
                                            # holds, marked with the date of their run
@@ -318,7 +318,8 @@ def main() -> None:
         "--modules",
         nargs="+",
         metavar="MODULE",
-        help="run afresh only these modules' mutants (e.g. autorl.snapshot); keep the others' results",
+        help="run afresh only these modules' mutants (e.g. autorl.checkpoints.snapshot); "
+        "keep the others' results",
     )
     args = parser.parse_args()
     started = time.monotonic()

@@ -70,7 +70,7 @@ def _import_cpu_seconds(statement: str) -> dict[str, float]:
 
 
 def run(problems: int, max_new_tokens: int) -> dict[str, Any]:
-    from autorl.model_sources import resolve_model
+    from autorl.models.sources import resolve_model
     from autorl.tasks import get_task
     from autorl.tasks.base import read_problems
     from autorl_evaluator.backends.opencompass import OpenCompassBackend

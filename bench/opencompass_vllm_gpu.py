@@ -281,7 +281,7 @@ def build_model(inputs: Path, target: Path, seed: int) -> dict[str, Any]:
     from safetensors.torch import save_file
 
     sys.path.insert(0, str(REPO_ROOT))
-    from autorl.tiny_model import qwen2_parameter_shapes
+    from autorl.models.tiny import qwen2_parameter_shapes
 
     target.mkdir(parents=True, exist_ok=True)
     for name in VIEW_FILES:

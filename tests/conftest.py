@@ -148,7 +148,7 @@ MODELS_CACHE_ENV = "AUTORL_TEST_MODELS_DIR"
 @pytest.fixture(scope="session")
 def tiny_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The untrained `builtin:tiny-qwen2`, built once per test run (or once, with $AUTORL_TEST_MODELS_DIR)."""
-    from autorl.model_sources import resolve_model
+    from autorl.models.sources import resolve_model
 
     cache = os.environ.get(MODELS_CACHE_ENV)
     return resolve_model("builtin:tiny-qwen2", Path(cache) if cache else tmp_path_factory.mktemp("models"))

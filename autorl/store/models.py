@@ -161,7 +161,7 @@ class Submission(Base):
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     model_path: Mapped[str] = mapped_column(Text)  # as submitted, inside the experiment's output/
     fingerprint: Mapped[str] = mapped_column(String(64))  # of the snapshot's files
-    # Folder name under the snapshot root (autorl.snapshot); None once no evaluation needs it.
+    # Folder name under the snapshot root (autorl.checkpoints.snapshot); None once no evaluation needs it.
     snapshot: Mapped[str | None] = mapped_column(String(64))
     # Files of the submitted folder that were not evaluated (trainer state, optimizer, ...).
     ignored_files: Mapped[list[str] | None] = mapped_column(JSON)

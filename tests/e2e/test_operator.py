@@ -39,7 +39,7 @@ import yaml
 
 from autorl.crd import crd_manifest
 from autorl.layout import cached_model_subpath
-from autorl.model_sources import model_dir_name
+from autorl.models.sources import model_dir_name
 from autorl.tasks import get_task
 from autorl_controller.operator.main import run_operator
 from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id

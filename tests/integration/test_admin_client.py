@@ -1,4 +1,4 @@
-"""`autorl.admin_client` against a real grader over HTTP (real Postgres): the blocking client that
+"""`autorl.api.admin_client` against a real grader over HTTP (real Postgres): the blocking client that
 `autorl run` uses and the asyncio one the operator uses answer the same typed models, refuse with
 the same exception classes carrying the grader's reason, and say when retrying may help."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.admin_client import (
+from autorl.api.admin_client import (
     AdminClient,
     AsyncAdminClient,
     AuthenticationError,
@@ -19,9 +19,9 @@ from autorl.admin_client import (
     ExperimentNotFoundError,
     GraderUnavailableError,
 )
-from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer
+from autorl.api.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer
+from autorl.api.request_bodies import RegisterExperiment
 from autorl.client import GradingClient
-from autorl.request_bodies import RegisterExperiment
 from autorl_grader.main import create_app
 from tests.support.grading import make_workspace
 from tests.support.infra import ServedApp, serve

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.answers import ExperimentAnswer, NominatedAnswer, SubmissionAnswer
+from autorl.api.answers import ExperimentAnswer, NominatedAnswer, SubmissionAnswer
 from autorl.store import Database, Split
 from autorl.store import repository as repo
 from autorl.store.models import utcnow

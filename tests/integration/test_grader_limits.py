@@ -16,7 +16,7 @@ from subprocess import Popen
 import httpx
 import pytest
 
-from autorl.request_limits import BODY_TOO_LARGE, HEADERS_TOO_LARGE
+from autorl.api.request_limits import BODY_TOO_LARGE, HEADERS_TOO_LARGE
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autorl.snapshot import snapshot_base_model, snapshot_submission
+from autorl.checkpoints.snapshot import snapshot_base_model, snapshot_submission
 from autorl_agent_runner.group_read import MAX_DEPTH, WalkResult, make_group_readable
 from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
 from tests.support.grading import RegisteredExperiment, register

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from autorl.checkpoints.snapshot import snapshot_base_model
 from autorl.errors import ConfigurationError, EvaluationError
-from autorl.snapshot import snapshot_base_model
 from autorl.tasks import get_task
 from autorl.tasks.gsm8k import PROTOCOLS, accuracy
 from autorl_evaluator.backends import get_backend

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autorl.cli import main
-from autorl.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
+from autorl.runs.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
 from autorl.settings import HomeSettings
 from autorl.store import Database, migrate
 from autorl.uncertainty import wilson_interval

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autorl.admin_client import AdminClient
+from autorl.api.admin_client import AdminClient
 from autorl.cli import main
-from autorl.results import ResultRow, append_row
+from autorl.runs.results import ResultRow, append_row
 from autorl_local.experiment import baseline_not_scored
 from tests.support.grading import admin_headers, make_workspace, register
 from tests.support.service_processes import serving_grader

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.request_limits import MAX_BODY_BYTES
+from autorl.api.request_limits import MAX_BODY_BYTES
 from autorl_agent_runner.api_relay import (
     LOGGED_REFUSALS,
     LOGGED_REFUSALS_EVERY,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.answers import SubmissionAnswer
+from autorl.api.answers import SubmissionAnswer
 from autorl.store import Database
 from autorl.store import repository as repo
 from autorl.uncertainty import compare, wilson_interval

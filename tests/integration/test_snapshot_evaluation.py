@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from autorl.models.tiny import CHATML_TEMPLATE
 from autorl.tasks import get_task
-from autorl.tiny_model import CHATML_TEMPLATE
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
 from autorl_grader.main import create_app

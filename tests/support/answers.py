@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autorl.answers import Best, ExperimentAnswer, ProtocolScores, SubmissionAnswer
+from autorl.api.answers import Best, ExperimentAnswer, ProtocolScores, SubmissionAnswer
 
 
 def submission_answer(submission_id: int, **fields: Any) -> SubmissionAnswer:

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.models.tiny import build_tiny_qwen2
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem
 from autorl.tasks.gsm8k import extract_answer
-from autorl.tiny_model import build_tiny_qwen2
 
 #: Generation limit for evaluating the trained model: its answers are under a dozen tokens.
 EVAL_MAX_NEW_TOKENS = 24

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autorl.answers import SubmissionAnswer
+from autorl.api.answers import SubmissionAnswer
 from autorl.errors import ConfigurationError
 from autorl_agent_runner.agent_python import AGENT_VENV_NAME, find_agent_python
 from autorl_agent_runner.agents import AgentNotFoundError, resolve_agent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.model_sources import reference_model_subpath
+from autorl.models.sources import reference_model_subpath
 from autorl.tasks import get_task
 from autorl_agent_runner.agents import AgentNotFoundError, example_sft, resolve_agent
 from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, build_parser, parse_config

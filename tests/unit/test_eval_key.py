@@ -13,7 +13,7 @@ import pytest
 
 from autorl.cli import main
 from autorl.eval_config import DECODING, EVAL_PROTOCOL_VERSION, EvalConfig, differing_fields
-from autorl.results import append_row
+from autorl.runs.results import append_row
 from autorl.settings import EvaluationSettings
 from autorl.store import Database
 from autorl.store import repository as repo

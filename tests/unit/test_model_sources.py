@@ -9,8 +9,8 @@ import pytest
 
 from autorl.errors import ModelSourceError
 from autorl.layout import BUILTIN_BUILD_VERSION
-from autorl.model_sources import model_dir_name, resolve_model
-from autorl.tiny_model import build_tiny_qwen2
+from autorl.models.sources import model_dir_name, resolve_model
+from autorl.models.tiny import build_tiny_qwen2
 
 # --- model sources --------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ def collected(mutant: str | None) -> list[str]:
 
 
 def test_a_mutants_tests_run_unit_first_then_each_module_together_in_file_order() -> None:
-    assert collected("autorl.snapshot.x__open__mutmut_7") == [UNIT, GRADER, SANDBOX_A, SANDBOX_B]
+    assert collected("autorl.checkpoints.snapshot.x__open__mutmut_7") == [UNIT, GRADER, SANDBOX_A, SANDBOX_B]
 
 
 @pytest.mark.parametrize("mutant", [None, "", "stats"])

@@ -35,11 +35,11 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
     [
         "autorl",
         "autorl.cli",
-        "autorl.model_sources",
-        "autorl.tiny_model",
+        "autorl.models.sources",
+        "autorl.models.tiny",
         "autorl.tasks",
         "autorl.client",
-        "autorl.reports",
+        "autorl.runs.reports",
         "autorl_grader.main",
         "autorl_controller.operator.main",
         "autorl_controller.cli",
@@ -57,7 +57,7 @@ def test_light_modules_do_not_import_torch_or_transformers(module: str) -> None:
     assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
 
 
-@pytest.mark.parametrize("module", ["autorl.client", "autorl.admin_client"])
+@pytest.mark.parametrize("module", ["autorl.client", "autorl.api.admin_client"])
 def test_clients_need_neither_fastapi_nor_a_service(module: str) -> None:
     """An agent's Python has the core and pydantic, not the grader's packages."""
     code = (

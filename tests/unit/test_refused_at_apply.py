@@ -18,7 +18,7 @@ import pytest
 from autorl.builtin_agents import builtin_agent_names
 from autorl.crd import crd_manifest
 from autorl.experiment import CLUSTER_MODEL_PATTERN, ExperimentSpec
-from autorl.model_sources import BUILTIN_MODELS
+from autorl.models.sources import BUILTIN_MODELS
 from autorl.tasks import task_names
 from autorl_controller.operator.handlers.create import validation_error
 from autorl_controller.operator.settings import ControllerSettings

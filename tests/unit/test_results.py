@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from autorl.cli import main
-from autorl.results import COLUMNS, ResultRow, ResultsError, append_row, new_run_id, read_rows, results_path
+from autorl.runs.results import (
+    COLUMNS,
+    ResultRow,
+    ResultsError,
+    append_row,
+    new_run_id,
+    read_rows,
+    results_path,
+)
 
 
 def row(run_id: str, **overrides: object) -> ResultRow:

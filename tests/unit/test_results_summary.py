@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autorl.agent_summary import SUMMARY_COLUMNS, RunOutcome, summarize
 from autorl.cli import main
-from autorl.results import COLUMNS, append_row, results_path
+from autorl.runs.results import COLUMNS, append_row, results_path
+from autorl.runs.summary import SUMMARY_COLUMNS, RunOutcome, summarize
 from tests.unit.test_results import row
 
 

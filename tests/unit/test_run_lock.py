@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from autorl.results import read_rows
-from autorl.run_lock import LOCK_NAME, RunInfo, RunLock, recover_orphaned_runs
+from autorl.runs.results import read_rows
+from autorl.runs.run_lock import LOCK_NAME, RunInfo, RunLock, recover_orphaned_runs
 
 
 def info(run_id: str, workspace: Path) -> RunInfo:
@@ -41,7 +41,7 @@ def test_a_lock_whose_holder_was_killed_is_recorded_once_as_interrupted(tmp_path
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from autorl.run_lock import RunInfo, RunLock; "
+            "import sys, time; from pathlib import Path; from autorl.runs.run_lock import RunInfo, RunLock; "
             f"RunLock(Path({str(tmp_path / 'runs' / 'r2')!r}), RunInfo('r2', 'arith', 'example', None, "
             f"'builtin:tiny-qwen2', {str(tmp_path)!r}, time.time())).acquire(); print('held', flush=True); "
             "time.sleep(600)",

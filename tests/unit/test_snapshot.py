@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from autorl.errors import CheckpointError
-from autorl.snapshot import (
+from autorl.checkpoints.snapshot import (
     MAX_SHARDS,
     Snapshot,
     prune_snapshots,
     snapshot_base_model,
     snapshot_submission,
 )
+from autorl.errors import CheckpointError
 from tests.support.checkpoints import (
     edit_json,
     read_safetensors,
@@ -815,7 +815,7 @@ def test_unopenable_paths_are_refused_with_the_fix(refusal: Callable[..., str], 
 def test_a_full_snapshot_storage_refuses_for_now_not_for_good(
     take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from autorl import snapshot as snapshot_module
+    from autorl.checkpoints import snapshot as snapshot_module
     from autorl.errors import ServiceUnavailableError
 
     free = shutil.disk_usage(snapshots.parent).free
@@ -831,7 +831,7 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 ) -> None:
     """A writer racing the copy: the bytes already copied and hashed no longer match the folder, so
     the re-check after the copy refuses the submission (same inode and size, new bytes and mtime)."""
-    from autorl import snapshot as snapshot_module
+    from autorl.checkpoints import snapshot as snapshot_module
 
     copy_weights = snapshot_module._copy_weights
 
@@ -859,7 +859,7 @@ def test_storage_left_with_exactly_its_reserve_after_the_copy_takes_the_checkpoi
     """The reserve is what must be left, no more: the refusal names the free bytes and the size, and
     with the reserve set to exactly their difference the checkpoint is taken. The storage is a
     tmpfs (/dev/shm), whose free space only moves with what is written to it."""
-    from autorl import snapshot as snapshot_module
+    from autorl.checkpoints import snapshot as snapshot_module
     from autorl.errors import ServiceUnavailableError
 
     storage = Path(tempfile.mkdtemp(prefix="autorl-snapshots-", dir="/dev/shm"))
@@ -892,7 +892,7 @@ def test_storage_left_with_exactly_its_reserve_after_the_copy_takes_the_checkpoi
 def test_a_full_snapshot_storage_says_who_can_grow_it(
     take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from autorl import snapshot as snapshot_module
+    from autorl.checkpoints import snapshot as snapshot_module
     from autorl.errors import ServiceUnavailableError
 
     monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", shutil.disk_usage(snapshots.parent).total)
@@ -1041,7 +1041,7 @@ def test_a_small_file_changed_before_it_is_read_is_refused(
 ) -> None:
     """A writer racing the snapshot: config.json changes size after it was opened and checked,
     before its bytes are read (the weights' header check comes in between)."""
-    from autorl import snapshot as snapshot_module
+    from autorl.checkpoints import snapshot as snapshot_module
 
     compare = snapshot_module.compare_to_base
 
@@ -1074,7 +1074,7 @@ def _unprivileged_refusal(model_path: str, workspace: Path, tiny_base_model: Pat
 
     program = (
         "from pathlib import Path\n"
-        "from autorl.snapshot import snapshot_submission\n"
+        "from autorl.checkpoints.snapshot import snapshot_submission\n"
         "try:\n"
         f"    snapshot_submission({model_path!r}, workspace=Path({str(workspace)!r}),\n"
         f"        output_dir=Path({str(workspace / 'output')!r}),\n"

@@ -24,7 +24,7 @@ from http import HTTPStatus
 
 import h11
 
-from autorl.request_limits import (
+from autorl.api.request_limits import (
     BODY_TOO_LARGE,
     DRAIN_BYTES,
     DRAIN_S,

@@ -169,7 +169,7 @@ def _mirror(args: argparse.Namespace) -> int:
     import threading
 
     from autorl.client import GradingClient
-    from autorl.model_sources import model_dir_name
+    from autorl.models.sources import model_dir_name
     from autorl_agent_runner.group_read import GroupReadKeeper
     from autorl_agent_runner.mirrors import keep_mirrors_fresh
     from autorl_agent_runner.workspace import Workspace
@@ -220,7 +220,7 @@ def _group_read(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from autorl.errors import ModelSourceError, ModelSourceUnreachableError, UnknownTaskError
-    from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
+    from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
     from autorl.tasks import get_task
     from autorl.tasks.base import write_agent_train
     from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
@@ -282,7 +282,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autorl.client import GradingClient
-    from autorl.model_sources import model_dir_name, reference_model_subpath
+    from autorl.models.sources import model_dir_name, reference_model_subpath
     from autorl.tasks import get_task
     from autorl_agent_runner.environment import declared_env, gpu_driver_env
     from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent

@@ -154,7 +154,7 @@ def create_workspace(
     on top of that wherever it can. With ``model_mounted`` (a Kubernetes agent pod mounts the cached
     model there, read-only) ``models/<base>`` is left an empty mount point instead.
     ``reference_model_subpath`` (``Qwen/Qwen2.5-1.5B``, from
-    :func:`autorl.model_sources.reference_model_subpath`) adds the path the reference gives the
+    :func:`autorl.models.sources.reference_model_subpath`) adds the path the reference gives the
     base model, ``models/<org>/<name>``: a relative link to ``models/<base>``.
     """
     check_workspace_free(root, run_id)

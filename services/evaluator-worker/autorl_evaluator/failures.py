@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 
-from autorl.chat_template import ChatTemplateError
+from autorl.checkpoints.chat_template import ChatTemplateError
 from autorl.errors import AutoRLError, EvaluationError
 from autorl.store.repository import EVALUATOR_FAULT_PREFIX
 

@@ -24,9 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from autorl.checkpoints.snapshot import remove_snapshot
 from autorl.errors import AutoRLError
 from autorl.eval_config import EvalConfig
-from autorl.snapshot import remove_snapshot
 from autorl.store import Database, Experiment, FailureReason, Split, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task

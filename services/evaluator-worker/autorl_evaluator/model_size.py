@@ -6,7 +6,7 @@ import math
 import os
 from pathlib import Path
 
-from autorl.safetensors_header import read_header
+from autorl.checkpoints.safetensors_header import read_header
 
 #: Bytes of one parameter in each dtype vLLM is told to load (``ModelSettings.dtype``).
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}

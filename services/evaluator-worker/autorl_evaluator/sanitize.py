@@ -11,7 +11,7 @@ environment) runs transformers 4, which misreads some of what version 5 writes, 
   that key and silently falls back to its default ``rope_theta`` (10000 instead of, say, Qwen2.5's
   1000000), producing a different model. The values are copied to the keys version 4 reads.
 
-The view is built from the snapshot (:mod:`autorl.snapshot`), never from the agent's folder: the
+The view is built from the snapshot (:mod:`autorl.checkpoints.snapshot`), never from the agent's folder: the
 snapshot holds only a submission's weights beside the base model's normalized files, in storage the
 agent cannot write. Its weights are hard-linked (symlinked across filesystems: both point into the
 snapshot); small files are copied, some rewritten, then the view is made read-only. The snapshot is
@@ -27,8 +27,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from autorl.checkpoints.snapshot import CONFIG, PLATFORM_FILES, WEIGHTS_INDEX
 from autorl.errors import EvaluationError
-from autorl.snapshot import CONFIG, PLATFORM_FILES, WEIGHTS_INDEX
 
 #: Small files that describe the model, copied (and some rewritten) into the view; an allow-list
 #: again, though a snapshot holds nothing else, so that no other file ever reaches OpenCompass.

@@ -1,4 +1,4 @@
-"""Request bodies over :data:`autorl.request_limits.MAX_BODY_BYTES` are refused before the app runs.
+"""Request bodies over :data:`autorl.api.request_limits.MAX_BODY_BYTES` are refused before the app runs.
 
 Every route, the agent's and the admin's, takes at most a small JSON object, so a larger body is
 answered 413 as soon as its ``Content-Length`` or the part received so far passes the limit; at
@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from autorl.request_limits import BODY_TOO_LARGE, MAX_BODY_BYTES
+from autorl.api.request_limits import BODY_TOO_LARGE, MAX_BODY_BYTES
 
 
 class BodyLimit:

@@ -3,12 +3,12 @@
 uvicorn's own protocol answers a header block over h11's limit with a plain-text 400 and closes at
 once, and closes at once after an answer that ends the connection: with the client's bytes still
 arriving, the kernel then resets the connection and the client sees ``ConnectionResetError``, not
-the reason. Here the header block is capped at :data:`autorl.request_limits.MAX_HEADER_BYTES`
+the reason. Here the header block is capped at :data:`autorl.api.request_limits.MAX_HEADER_BYTES`
 (as in the sandbox's relay), an unparsable request is answered with the grader's JSON refusal
 (431 for a header block over the limit, 400 otherwise), and a connection that must close while
 the client is still sending its request is half-closed: the answer goes out, what still comes in
-is read and dropped for at most :data:`~autorl.request_limits.DRAIN_S` seconds and
-:data:`~autorl.request_limits.DRAIN_BYTES` bytes, then it closes. ``autorl grader`` passes this
+is read and dropped for at most :data:`~autorl.api.request_limits.DRAIN_S` seconds and
+:data:`~autorl.api.request_limits.DRAIN_BYTES` bytes, then it closes. ``autorl grader`` passes this
 protocol to uvicorn explicitly, so it is used even where httptools is installed.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, cast
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from autorl.request_limits import DRAIN_BYTES, DRAIN_S, RequestParser, unparsable_request
+from autorl.api.request_limits import DRAIN_BYTES, DRAIN_S, RequestParser, unparsable_request
 
 
 class _Parser(RequestParser):

@@ -1,4 +1,4 @@
-"""One submission of an experiment is checked and copied at a time (autorl.snapshot).
+"""One submission of an experiment is checked and copied at a time (autorl.checkpoints.snapshot).
 
 A submit first waits here, in the event loop, for its experiment's turn: waiting costs no worker
 thread, so a burst of submits from one experiment holds one thread, not all of them, and other

@@ -14,14 +14,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, or_, select
 from starlette.concurrency import run_in_threadpool
 
-from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
-from autorl.snapshot import (
+from autorl.checkpoints.snapshot import (
     Snapshot,
     prune_snapshots,
     remove_snapshot,
     snapshot_base_model,
     snapshot_submission,
 )
+from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus, utcnow
@@ -80,7 +80,7 @@ def snapshot_root(state: GraderState) -> Path:
 
 def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -> Snapshot:
     """Check the submitted folder and copy its weights beside the base model's other files
-    (autorl.snapshot)."""
+    (autorl.checkpoints.snapshot)."""
     return snapshot_submission(
         rebase_agent_path(experiment, model_path),
         workspace=Path(experiment.workspace),

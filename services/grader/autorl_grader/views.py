@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from autorl.answers import Best
-from autorl.final_result import final_view, uncertainty_view
+from autorl.api.answers import Best
+from autorl.runs.final_result import final_view, uncertainty_view
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import utcnow

@@ -26,18 +26,18 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from autorl.admin_client import AdminClient
-from autorl.answers import ExperimentAnswer, RegisteredAnswer
+from autorl.api.admin_client import AdminClient
+from autorl.api.answers import ExperimentAnswer, RegisteredAnswer
+from autorl.api.request_bodies import RegisterExperiment
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
-from autorl.final_result import result_columns
 from autorl.layout import runner_log_subpath
-from autorl.model_sources import model_dir_name, reference_model_subpath, resolve_model
-from autorl.reports import report_after_run, uncertainty_lines
-from autorl.request_bodies import RegisterExperiment
-from autorl.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
-from autorl.run_lock import RunInfo, RunLock, recover_orphaned_runs
+from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
+from autorl.runs.final_result import result_columns
+from autorl.runs.reports import report_after_run, uncertainty_lines
+from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
+from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import write_agent_train
 from autorl.untrusted_text import printable

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from autorl.answers import ExperimentAnswer, SubmissionAnswer
+from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
 from autorl.untrusted_text import printable, rich_text
 
 #: Seconds between status lines in a log (no live panel) while the agent runs.

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autorl.model_files import TOKENIZER_FILES
+from autorl.checkpoints.model_files import TOKENIZER_FILES
 from autorl_agent_runner.agents import sft
 from autorl_agent_runner.agents.agent_log import log, log_as
 from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, grpo_sizes, parse_config

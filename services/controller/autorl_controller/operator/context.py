@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.admin_client import AsyncAdminClient
+from autorl.api.admin_client import AsyncAdminClient
 from autorl_controller.operator.kube import KubeClient
 from autorl_controller.operator.settings import ControllerSettings
 

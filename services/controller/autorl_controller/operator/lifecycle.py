@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from autorl.answers import ExperimentAnswer
+from autorl.api.answers import ExperimentAnswer
+from autorl.api.request_bodies import FinishStatus
 from autorl.experiment import Phase
-from autorl.request_bodies import FinishStatus
 from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.

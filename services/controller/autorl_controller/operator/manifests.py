@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from autorl.agent_env import DECLARED_ENV_PREFIX
+from autorl.api.request_bodies import RegisterExperiment
 from autorl.cli import EXIT_BAD_INPUT
 from autorl.experiment import ExperimentSpec
 from autorl.layout import MODELS_DIR, OUTPUT_DIR, cached_model_subpath
-from autorl.model_sources import model_dir_name
-from autorl.request_bodies import RegisterExperiment
+from autorl.models.sources import model_dir_name
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 
 LABEL_EXPERIMENT = "autorl.io/experiment"

@@ -13,9 +13,9 @@ Generation runs on :mod:`autorl.decoding.greedy_engine`: the same greedy ids as
 computed once, CUDA graphs; architectures the engine does not know go through ``generate``,
 left-padded, in the same batches.
 
-The model is read from the submission's snapshot (:mod:`autorl.snapshot`: evaluator-owned,
+The model is read from the submission's snapshot (:mod:`autorl.checkpoints.snapshot`: evaluator-owned,
 normalized files), never with remote code, and from safetensors only. Prompts are rendered by the
-sandboxed, time- and size-limited renderer of :mod:`autorl.chat_template`, the one the grader
+sandboxed, time- and size-limited renderer of :mod:`autorl.checkpoints.chat_template`, the one the grader
 dry-ran at submit. torch and transformers are imported inside functions.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autorl.chat_template import ChatTemplate, ChatTemplateError
+from autorl.checkpoints.chat_template import ChatTemplate, ChatTemplateError
 from autorl.decoding.greedy_engine import generate_greedy, unsupported_reason
 from autorl.errors import EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE

@@ -10,7 +10,7 @@ One evaluation is one folder under ``EVAL_DIR/opencompass/`` (evaluator-only sto
 - ``work/``: OpenCompass's ``--work-dir``; ``opencompass.log``: its output.
 
 Before OpenCompass starts, every test prompt is rendered once by the sandboxed, limited renderer
-(:mod:`autorl.chat_template`): a chat template that loops, explodes or raises on a test prompt
+(:mod:`autorl.checkpoints.chat_template`): a chat template that loops, explodes or raises on a test prompt
 fails here, in seconds, instead of inside OpenCompass, which renders with no limits.
 
 OpenCompass exits 0 when a task fails, so its exit code is never trusted: the score comes from
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autorl import model_files
-from autorl.chat_template import ChatTemplate
+from autorl.checkpoints import model_files
+from autorl.checkpoints.chat_template import ChatTemplate
 from autorl.errors import CheckpointError, EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems

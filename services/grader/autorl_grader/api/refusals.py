@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autorl.answers import Refusal
+from autorl.api.answers import Refusal
 
 #: Declared on every route: a malformed request is refused with a Refusal, not FastAPI's default
 #: list of validation errors.

@@ -1,5 +1,5 @@
 """The dashboard's agent summary: the grader's experiments grouped by task, agent and base model
-(autorl.agent_summary), as typed JSON. Read-only."""
+(autorl.runs.summary), as typed JSON. Read-only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
-from autorl.agent_summary import RunOutcome, summarize
+from autorl.runs.summary import RunOutcome, summarize
 from autorl.store import Experiment, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus
@@ -20,7 +20,7 @@ NO_AGENT = "–"
 
 
 class AgentSummaryRow(BaseModel):
-    """One group (autorl.agent_summary.AgentSummary), its names shown as text."""
+    """One group (autorl.runs.summary.AgentSummary), its names shown as text."""
 
     task: Shown
     agent: Shown

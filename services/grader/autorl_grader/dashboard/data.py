@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.orm import Session
 
-from autorl.answers import Comparison
-from autorl.reports import RunRecord, compute_metrics
+from autorl.api.answers import Comparison
+from autorl.runs.reports import RunRecord, compute_metrics
 from autorl.store import Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.tasks.gsm8k import PROTOCOLS

@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from autorl.admin_client import GradingError
+from autorl.api.admin_client import GradingError
 from autorl.experiment import Phase
 from autorl_controller.operator.context import context_of
 from autorl_controller.operator.kube import JOBS, NETWORK_POLICIES, SECRETS

@@ -17,8 +17,8 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from autorl.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
-from autorl.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
+from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
+from autorl.api.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentSpec, Phase
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named

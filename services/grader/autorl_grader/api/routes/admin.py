@@ -10,11 +10,17 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from autorl.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer, TokenAnswer
+from autorl.api.answers import (
+    ExperimentAnswer,
+    PendingAnswer,
+    RegisteredAnswer,
+    SubmissionAnswer,
+    TokenAnswer,
+)
+from autorl.api.request_bodies import FinishExperiment, RegisterExperiment, StartBudget
 from autorl.errors import ConflictError
 from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
-from autorl.request_bodies import FinishExperiment, RegisterExperiment, StartBudget
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus, Feedback, Split
 from autorl.tasks import get_task

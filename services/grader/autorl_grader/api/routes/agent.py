@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from autorl.answers import (
+from autorl.api.answers import (
     HealthAnswer,
     NominatedAnswer,
     PendingAnswer,
@@ -19,8 +19,8 @@ from autorl.answers import (
     SubmissionAnswer,
     TimeAnswer,
 )
+from autorl.api.request_bodies import NominateRequest, SubmitRequest
 from autorl.errors import ForbiddenError, NotFoundError
-from autorl.request_bodies import NominateRequest, SubmitRequest
 from autorl.store import Database, Experiment, Submission
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExperimentDep, StateDep

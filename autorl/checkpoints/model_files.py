@@ -2,7 +2,7 @@
 form of the base model's files that every snapshot holds beside a submission's weights.
 
 - :data:`TOKENIZER_FILES` names the tokenizer files a model folder ships. A submission's are never
-  read: every evaluation tokenizes, prompts and decodes with the base model's (autorl.snapshot).
+  read: every evaluation tokenizes, prompts and decodes with the base model's (autorl.checkpoints.snapshot).
 - ``config.json`` is only *checked*: every field that fixes the architecture must equal the base
   model's, and ``auto_map`` (remote code) is refused. The snapshot holds the base model's own
   config, so no config key of a submission can change how it is evaluated.

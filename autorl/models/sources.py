@@ -1,9 +1,9 @@
 """Model sources: what ``--model`` / an Experiment's ``model`` may name, resolved to a local folder.
 
 :func:`resolve_model` turns a model source into a local folder: a folder holding ``config.json``,
-``builtin:tiny-qwen2`` (built here once, offline, by :mod:`autorl.tiny_model`), or a Hugging Face
+``builtin:tiny-qwen2`` (built here once, offline, by :mod:`autorl.models.tiny`), or a Hugging Face
 hub id ``org/name`` (downloaded once into the models cache, :mod:`autorl.layout`). What a submitted
-checkpoint may hold, and how it is checked and copied for evaluation, is :mod:`autorl.snapshot`.
+checkpoint may hold, and how it is checked and copied for evaluation, is :mod:`autorl.checkpoints.snapshot`.
 
 huggingface_hub (and, for the builtin model, torch, tokenizers and safetensors) are imported inside
 the functions that need them: the grader takes snapshots of checkpoints without any of them installed.
@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from autorl.errors import ModelSourceError, ModelSourceUnreachableError
 from autorl.layout import BUILTIN_PREFIX, builtin_model_subpath, hub_model_subpath
-from autorl.tiny_model import build_tiny_qwen2
+from autorl.models.tiny import build_tiny_qwen2
 
 #: Only what evaluation and training read: pickle weights and duplicate formats are never fetched.
 HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]

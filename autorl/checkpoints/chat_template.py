@@ -9,7 +9,7 @@ and an address-space limit, a cap on each rendered prompt and on the whole outpu
 ``*`` and ``**`` operators. The grader dry-renders a train question at submit; the evaluator
 renders every test prompt through it, so what was checked is what is used.
 
-Run as ``python -m autorl.chat_template TIMEOUT_S``: a JSON request on stdin, a JSON answer
+Run as ``python -m autorl.checkpoints.chat_template TIMEOUT_S``: a JSON request on stdin, a JSON answer
 on stdout (``{"rendered": [...]}`` or ``{"error": "..."}``).
 """
 

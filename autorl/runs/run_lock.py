@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from autorl.results import ResultRow, append_row, read_rows, utc_timestamp
+from autorl.runs.results import ResultRow, append_row, read_rows, utc_timestamp
 
 log = logging.getLogger("autorl.runs")
 LOCK_NAME = "run.lock"
@@ -116,7 +116,7 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
     final: dict[str, Any] = {}
     if database_url:
         from autorl.errors import NotFoundError
-        from autorl.final_result import results_columns
+        from autorl.runs.final_result import results_columns
         from autorl.store import Database, SubmissionStatus
         from autorl.store import repository as repo
         from autorl.store.models import ExperimentStatus

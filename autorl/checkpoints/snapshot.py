@@ -17,10 +17,11 @@ checks. Entries of the folder are sorted by an allow-list:
 
 Each weight file (and the config and index) is opened ``O_NOFOLLOW|O_NONBLOCK`` and checked on its
 descriptor (a regular file, under its size cap, not sparse) before it is read; weight headers are
-checked against the base model's (:mod:`autorl.safetensors_header`) before any tensor data is read.
+checked against the base model's (:mod:`autorl.checkpoints.safetensors_header`) before any tensor
+data is read.
 The weights are then copied, hashed while copied, into a new folder under the snapshot root, beside
 the base model's config, generation config, tokenizer and chat template (normalized as
-:mod:`autorl.model_files` says). Every source file's size and modification time are compared again
+:mod:`autorl.checkpoints.model_files` says). Every source file's size and modification time are compared again
 at the end: a file changed during the copy refuses the submission. The fingerprint is over what the
 snapshot holds, so identical evaluated files, and only those, share a score; a copy of the base
 model's weights has the baseline's fingerprint. The evaluator loads the snapshot, never the agent's
@@ -48,15 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autorl import model_files
+from autorl.checkpoints import model_files
+from autorl.checkpoints.model_files import TOKENIZER_FILES
+from autorl.checkpoints.safetensors_header import Header, Tensor, compare_names, compare_to_base, read_header
 from autorl.errors import (
     CheckpointError,
     ModelSourceError,
     ServiceUnavailableError,
     UnreadableCheckpointError,
 )
-from autorl.model_files import TOKENIZER_FILES
-from autorl.safetensors_header import Header, Tensor, compare_names, compare_to_base, read_header
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"

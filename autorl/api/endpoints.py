@@ -1,5 +1,5 @@
 """What the grader's clients share: each call described once (:class:`Endpoint`: method, path,
-body model, answer model), answers validated into the models of :mod:`autorl.answers`, and
+body model, answer model), answers validated into the models of :mod:`autorl.api.answers`, and
 refusals raised as one hierarchy of exceptions built from the grader's ``Refusal`` body.
 
 Sending is the only part that differs between a blocking and an asyncio client, so both are
@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, Self, TypeVar, cast
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from autorl.answers import Refusal
+from autorl.api.answers import Refusal
 from autorl.errors import AutoRLError
 
 A = TypeVar("A")

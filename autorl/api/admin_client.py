@@ -6,7 +6,7 @@ descriptions, so a route, its body model and its answer model are written down o
         registered = admin.register(RegisterExperiment(name="run-1", ...))
         admin.start("run-1").end_time
 
-Every refusal raises a :class:`~autorl.grader_http.GradingError` subclass carrying the grader's
+Every refusal raises a :class:`~autorl.api.endpoints.GradingError` subclass carrying the grader's
 ``status_code`` and ``detail``; ``retryable`` is true for a 5xx or a grader that does not answer.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from autorl.answers import (
+from autorl.api.answers import (
     FINAL_STATUSES,
     ExperimentAnswer,
     PendingAnswer,
@@ -26,7 +26,7 @@ from autorl.answers import (
     SubmissionAnswer,
     TokenAnswer,
 )
-from autorl.grader_http import (
+from autorl.api.endpoints import (
     AsyncHttpCaller,
     AuthenticationError,
     BlockingClient,
@@ -39,7 +39,7 @@ from autorl.grader_http import (
     HttpCaller,
     RequestRejectedError,
 )
-from autorl.request_bodies import FinishExperiment, FinishStatus, RegisterExperiment, StartBudget
+from autorl.api.request_bodies import FinishExperiment, FinishStatus, RegisterExperiment, StartBudget
 
 __all__ = [
     "AdminClient",
