@@ -5,7 +5,7 @@ OC_VENV := .venv-opencompass
 AGENT_VENV := .venv-agent
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-SERVICES := services/grader services/evaluator-worker services/agent-runner services/controller services/local-run
+SERVICES := services/grader services/evaluator-worker services/agent-runner services/agents services/controller services/local-run
 RUN_TIMEOUT ?= 300
 
 .PHONY: setup system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench mutation chart crd images clean help
@@ -57,11 +57,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt requirements-test.txt $(wildc
 # The agents' Python (docs/AGENTS.md): what agents import, and copies (not editable links) of the
 # core and the agent runner, so that no path into this repository (test fixtures) is on its sys.path
 # and none of the platform's services or database drivers is in it.
-AGENT_SOURCES := $(shell find autorl services/agent-runner/autorl_agent_runner -type f \( -name '*.py' -o -name '*.json' \) 2>/dev/null)
-$(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml services/agent-runner/pyproject.toml $(AGENT_SOURCES)
+AGENT_SOURCES := $(shell find autorl services/agents/autorl_agents -type f \( -name '*.py' -o -name '*.json' \) 2>/dev/null)
+$(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml services/agents/pyproject.toml $(AGENT_SOURCES)
 	test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
 	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -r requirements-agent.txt
-	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall . ./services/agent-runner
+	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall . ./services/agents
 	touch $@
 
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 #: name → module the agent runner runs with ``python -m`` in the agents' environment (``main(argv)``).
 BUILTIN_AGENTS: dict[str, str] = {
-    "example_grpo": "autorl_agent_runner.agents.example_grpo",
-    "example_sft": "autorl_agent_runner.agents.example_sft",
+    "example_grpo": "autorl_agents.example_grpo",
+    "example_sft": "autorl_agents.example_sft",
 }
 #: The reference AutoRL-Bench's agent ids that name one of ours: its ``example_agent`` (a TRL
 #: GRPO script) runs as ``example_grpo``, so a command line written for the reference works here.

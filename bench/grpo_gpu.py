@@ -6,7 +6,7 @@
    training steps (generation, reward, loss, backward, optimizer), the first step of each variant
    left out as warm-up. ``trl``: ``GRPOTrainer`` at the example agent's reference settings (2
    prompts x 4 generations a step); ``fast_PxG``:
-   :class:`autorl_agent_runner.agents.fast_grpo.FastGRPO` with P prompts x G generations a step.
+   :class:`autorl_agents.fast_grpo.FastGRPO` with P prompts x G generations a step.
 2. **Learning curve** (``arith``): a small Qwen2 model (random init, builtin tokenizer) is
    fine-tuned on the train split's reference solutions for ``--sft-s`` seconds (the fast path's
    update with every advantage 1), then trained with fast GRPO for ``--grpo-s`` seconds; mean
@@ -288,7 +288,7 @@ def _fast(
     generations: int,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    from autorl_agent_runner.agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
 
     trainer = FastGRPO(
         model=model,
@@ -341,8 +341,8 @@ def _small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
 def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
     from autorl.decoding.greedy_engine import generate_greedy
     from autorl.tasks.arith import ArithTask, generate_problems
-    from autorl_agent_runner.agents.fast_grpo import FastGRPO, FastGRPOSettings
-    from autorl_agent_runner.agents.sft import sft_target
+    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.sft import sft_target
 
     task = ArithTask()
     tokenizer, model = _small_model(root, device, args.smoke)

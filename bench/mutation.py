@@ -65,6 +65,7 @@ LINKS = {
     "autorl": "autorl",
     "autorl_grader": "services/grader/autorl_grader",
     "autorl_agent_runner": "services/agent-runner/autorl_agent_runner",
+    "autorl_agents": "services/agents/autorl_agents",
     "tests": "tests",
     "pyproject.toml": "pyproject.toml",
 }

@@ -16,10 +16,12 @@ COPY constraints.txt requirements-agent.txt ./
 RUN pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -c constraints.txt -r requirements-agent.txt
 COPY pyproject.toml README.md ./
 COPY services/agent-runner/pyproject.toml services/agent-runner/
-RUN pip install --no-build-isolation -c constraints.txt . ./services/agent-runner
+COPY services/agents/pyproject.toml services/agents/
+RUN pip install --no-build-isolation -c constraints.txt . ./services/agent-runner ./services/agents
 COPY autorl ./autorl
 COPY services/agent-runner ./services/agent-runner
-RUN pip install --no-build-isolation --no-deps --force-reinstall . ./services/agent-runner \
+COPY services/agents ./services/agents
+RUN pip install --no-build-isolation --no-deps --force-reinstall . ./services/agent-runner ./services/agents \
  && pip check \
  && python -c "import torch, trl, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 

@@ -160,7 +160,7 @@ def snapshot_submission(
     Each broken rule raises a :class:`CheckpointError` saying what to do instead.
 
     A file or folder the grader may not read (saved 0600 by its writer; the agent's pod adds
-    group-read within seconds, autorl_agent_runner.group_read) is tried again every
+    group-read within seconds, autorl_agent_runner.workspace.group_read) is tried again every
     :data:`UNREADABLE_POLL_S` for up to ``unreadable_wait_s``; then :class:`UnreadableCheckpointError`
     names it and the ``chmod`` that fixes it. Every failed try leaves nothing behind.
     """

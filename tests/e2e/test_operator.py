@@ -238,7 +238,7 @@ class Platform:
 
         The hub is out of reach here, so a tiny model stands in for the hub id under its cache path.
         """
-        from autorl_agent_runner.workspace import create_workspace
+        from autorl_agent_runner.workspace.layout import create_workspace
 
         model_dir = self.shared / "cache" / "models" / cached_model_subpath(spec["model"])
         if not model_dir.exists():

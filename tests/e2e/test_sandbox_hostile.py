@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from autorl_agent_runner.egress import host_addresses
-from autorl_agent_runner.tree_walk import open_dir, remove_entry, walk_fd
+from autorl_agent_runner.sandbox.egress import host_addresses
+from autorl_agent_runner.workspace.tree_walk import open_dir, remove_entry, walk_fd
 from tests.conftest import FIXTURE_DATA, REPO_ROOT
 from tests.e2e.test_local_run import AUTORL, REFERENCE_AGENT, Run, leftover_processes
 from tests.support.infra import free_port

@@ -28,7 +28,7 @@ def run(python: Path, code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_agent_python_imports_what_agents_import(agent_python: Path) -> None:
-    modules = [*AGENT_PACKAGES, "autorl.client", "autorl.tasks", "autorl_agent_runner.agents.example_grpo"]
+    modules = [*AGENT_PACKAGES, "autorl.client", "autorl.tasks", "autorl_agents.example_grpo"]
     imported = run(agent_python, "import " + ", ".join(modules) + "; from trl import GRPOConfig, GRPOTrainer")
     assert imported.returncode == 0, imported.stderr
 
@@ -36,6 +36,7 @@ def test_agent_python_imports_what_agents_import(agent_python: Path) -> None:
 @pytest.mark.parametrize(
     "module",
     [
+        "autorl_agent_runner",
         "autorl_grader",
         "autorl_evaluator",
         "autorl_controller",
@@ -54,8 +55,8 @@ def test_agent_python_reads_nothing_of_the_repository(agent_python: Path) -> Non
     """Copies, not editable links: a sandbox showing the agent this environment shows it no source
     folder (nor tests/data) of the repository it was built from."""
     code = (
-        "import json, sys, autorl, autorl_agent_runner as runner; "
-        "print(json.dumps([*sys.path, autorl.__file__, runner.__file__]))"
+        "import json, sys, autorl, autorl_agents as agents; "
+        "print(json.dumps([*sys.path, autorl.__file__, agents.__file__]))"
     )
     paths = [Path(p).resolve() for p in json.loads(run(agent_python, code).stdout) if p]
     venv = agent_python.parent.parent.resolve()

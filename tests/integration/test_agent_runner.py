@@ -22,12 +22,12 @@ import pytest
 from autorl.client import GradingClient
 from autorl.tasks import get_task
 from autorl_agent_runner import runner as runner_module
-from autorl_agent_runner.agent_user import uid_processes
-from autorl_agent_runner.agents import resolve_agent
-from autorl_agent_runner.environment import ContractValues, parse_env_items
+from autorl_agent_runner.agent_command import resolve_agent
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
-from autorl_agent_runner.sandbox import SandboxMode
-from autorl_agent_runner.workspace import Workspace, create_workspace
+from autorl_agent_runner.sandbox.agent_user import uid_processes
+from autorl_agent_runner.sandbox.environment import ContractValues, parse_env_items
+from autorl_agent_runner.sandbox.plan import SandboxMode
+from autorl_agent_runner.workspace.layout import Workspace, create_workspace
 
 UNREACHABLE = "http://127.0.0.1:9/a/token-of-nothing"
 NEEDS_ROOT = pytest.mark.requires(os.geteuid() == 0, reason="the user sandbox needs root")

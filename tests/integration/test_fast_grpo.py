@@ -12,8 +12,8 @@ import pytest
 
 from autorl.decoding.greedy_engine import generate_greedy, generate_sampled
 from autorl.tasks import get_task
-from autorl_agent_runner.agents.example_config import GRPOSizes
-from autorl_agent_runner.agents.fast_grpo import ADVANTAGE_EPS, FastGRPO, FastGRPOSettings, group_advantages
+from autorl_agents.example_config import GRPOSizes
+from autorl_agents.fast_grpo import ADVANTAGE_EPS, FastGRPO, FastGRPOSettings, group_advantages
 
 pytestmark = pytest.mark.slow
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -164,7 +164,7 @@ class _Agent:
     submissions are recorded instead of sent to a grader."""
 
     def __init__(self, model: Any, tokenizer: Any, problems: list[Any], **settings: Any) -> None:
-        from autorl_agent_runner.agents.example_config import ExampleGRPOConfig
+        from autorl_agents.example_config import ExampleGRPOConfig
 
         self.model, self.tokenizer, self.problems = model, tokenizer, problems
         self.task = get_task("gsm8k")
@@ -181,7 +181,7 @@ def test_the_phase_submits_after_each_epoch_and_at_a_stop(
     import copy
     import time
 
-    from autorl_agent_runner.agents.fast_grpo import run_phase
+    from autorl_agents.fast_grpo import run_phase
 
     model, tokenizer, problems = model_and_prompts
     settings = {"grpo_epochs": 2, "logging_steps": 1}

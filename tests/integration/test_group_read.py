@@ -28,8 +28,8 @@ import httpx
 import pytest
 
 from autorl.checkpoints.snapshot import snapshot_base_model, snapshot_submission
-from autorl_agent_runner.group_read import MAX_DEPTH, WalkResult, make_group_readable
-from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
+from autorl_agent_runner.workspace.group_read import MAX_DEPTH, WalkResult, make_group_readable
+from autorl_agent_runner.workspace.ownership import claim_workspace, open_experiments_folder
 from tests.support.grading import RegisteredExperiment, register
 from tests.support.infra import free_port
 from tests.support.service_processes import service_env, stop, wait_until_serving

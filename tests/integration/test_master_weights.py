@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from autorl_agent_runner.agents.precision import MasterWeightAdamW
+from autorl_agents.precision import MasterWeightAdamW
 
 LEARNING_RATE = 1e-5
 STEPS = 40
@@ -79,7 +79,7 @@ def test_fast_grpo_updates_a_bfloat16_model_at_an_rl_learning_rate(tiny_base_mod
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from autorl.tasks import get_task
-    from autorl_agent_runner.agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
     task = get_task("arith")

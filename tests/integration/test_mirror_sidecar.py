@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from autorl.client import GradingClient
-from autorl_agent_runner.mirrors import keep_mirrors_fresh
-from autorl_agent_runner.workspace import Workspace
+from autorl_agent_runner.workspace.layout import Workspace
+from autorl_agent_runner.workspace.mirrors import keep_mirrors_fresh
 from autorl_grader.main import create_app
 from tests.support.grading import make_workspace, register
 from tests.support.infra import serve

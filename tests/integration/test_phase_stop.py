@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from autorl.tasks import get_task
-from autorl_agent_runner.agents import example_grpo, fast_grpo, sft
-from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, GRPOSizes
-from autorl_agent_runner.agents.step_clock import StepClock
+from autorl_agents import example_grpo, fast_grpo, sft
+from autorl_agents.example_config import ExampleGRPOConfig, GRPOSizes
+from autorl_agents.step_clock import StepClock
 
 pytestmark = pytest.mark.slow
 DATA = Path(__file__).resolve().parents[1] / "data"

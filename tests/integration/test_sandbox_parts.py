@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from autorl.api.request_limits import MAX_BODY_BYTES
-from autorl_agent_runner.api_relay import (
+from autorl_agent_runner.sandbox.api_relay import (
     LOGGED_REFUSALS,
     LOGGED_REFUSALS_EVERY,
     AgentApiRelay,
     Refusal,
     route_request,
 )
-from autorl_agent_runner.egress import firewall_rules
-from autorl_agent_runner.filesystem_view import FilesystemView, ViewError
-from autorl_agent_runner.sandbox import missing_protections_warning
+from autorl_agent_runner.sandbox.egress import firewall_rules
+from autorl_agent_runner.sandbox.filesystem_view import FilesystemView, ViewError
+from autorl_agent_runner.sandbox.plan import missing_protections_warning
 
 TOKEN = "tok-123"
 

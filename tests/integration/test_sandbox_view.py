@@ -1,5 +1,5 @@
 """What an agent sees from inside a real bubblewrap sandbox built from the allow-list view
-(autorl_agent_runner.filesystem_view): its own users, host names and resolver files, private
+(autorl_agent_runner.sandbox.filesystem_view): its own users, host names and resolver files, private
 temporary folders, a read-only system, a writable workspace with read-only models/ and data/,
 and nothing of the platform folders around it."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from autorl_agent_runner.egress import TOOLS
-from autorl_agent_runner.filesystem_view import AGENT_USER_NAME, PRIVATE_TMP
-from autorl_agent_runner.python_env import PythonEnv
-from autorl_agent_runner.sandbox import SandboxMode, SandboxRequest, plan_sandbox
+from autorl_agent_runner.sandbox.egress import TOOLS
+from autorl_agent_runner.sandbox.filesystem_view import AGENT_USER_NAME, PRIVATE_TMP
+from autorl_agent_runner.sandbox.plan import SandboxMode, SandboxRequest, plan_sandbox
+from autorl_agent_runner.sandbox.python_env import PythonEnv
 from tests.support.requirements import require
 
 pytestmark = pytest.mark.requires(shutil.which("bwrap") is not None, reason="the sandbox needs bubblewrap")

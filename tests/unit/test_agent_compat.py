@@ -13,13 +13,13 @@ import yaml
 
 from autorl.api.answers import SubmissionAnswer
 from autorl.errors import ConfigurationError
+from autorl_agent_runner.agent_command import AgentNotFoundError, resolve_agent
 from autorl_agent_runner.agent_python import AGENT_VENV_NAME, find_agent_python
-from autorl_agent_runner.agents import AgentNotFoundError, resolve_agent
-from autorl_agent_runner.agents.reference_folder import AgentFolderError
 from autorl_agent_runner.env_file import parse_env_file
-from autorl_agent_runner.environment import AgentEnvError
-from autorl_agent_runner.python_env import PythonEnv, PythonEnvError
-from autorl_agent_runner.workspace import Workspace, write_scores
+from autorl_agent_runner.reference_folder import AgentFolderError
+from autorl_agent_runner.sandbox.environment import AgentEnvError
+from autorl_agent_runner.sandbox.python_env import PythonEnv, PythonEnvError
+from autorl_agent_runner.workspace.layout import Workspace, write_scores
 from autorl_controller.operator.handlers.create import validation_error
 from tests.support.answers import submission_answer
 from tests.unit.test_crd import CONTROLLER, crd_errors
@@ -102,7 +102,7 @@ def test_the_references_agent_id_runs_our_example_agent(tmp_path: Path) -> None:
     is recorded under that name."""
     command = resolve_agent("example_agent", PythonEnv(tmp_path / "venv"))
     assert command.name == "example_grpo"
-    assert command.argv[-1] == "autorl_agent_runner.agents.example_grpo"
+    assert command.argv[-1] == "autorl_agents.example_grpo"
     with pytest.raises(AgentNotFoundError, match="example_agent = example_grpo"):
         resolve_agent(str(tmp_path / "example_agnet"))
 

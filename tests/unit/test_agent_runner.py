@@ -13,10 +13,8 @@ import pytest
 
 from autorl.models.sources import reference_model_subpath
 from autorl.tasks import get_task
-from autorl_agent_runner.agents import AgentNotFoundError, example_sft, resolve_agent
-from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, build_parser, parse_config
-from autorl_agent_runner.agents.sft import common_prefix_length, sft_target
-from autorl_agent_runner.environment import (
+from autorl_agent_runner.agent_command import AgentNotFoundError, resolve_agent
+from autorl_agent_runner.sandbox.environment import (
     CONTRACT_VARIABLES,
     RUN_MARKER_VARIABLE,
     AgentEnvError,
@@ -24,15 +22,18 @@ from autorl_agent_runner.environment import (
     build_agent_env,
     parse_env_items,
 )
-from autorl_agent_runner.python_env import PythonEnv
-from autorl_agent_runner.sandbox import SandboxMode, SandboxRequest, can_share_base_model, plan_sandbox
-from autorl_agent_runner.workspace import (
+from autorl_agent_runner.sandbox.plan import SandboxMode, SandboxRequest, can_share_base_model, plan_sandbox
+from autorl_agent_runner.sandbox.python_env import PythonEnv
+from autorl_agent_runner.workspace.layout import (
     WorkspaceError,
     check_workspace_free,
     create_workspace,
     is_read_only_tree,
     remove_workspace,
 )
+from autorl_agents import example_sft
+from autorl_agents.example_config import ExampleGRPOConfig, build_parser, parse_config
+from autorl_agents.sft import common_prefix_length, sft_target
 
 
 @pytest.fixture
@@ -173,8 +174,8 @@ def test_env_items_copy_set_and_refuse() -> None:
 
 
 def test_agents_resolve_by_name_or_executable_path(tmp_path: Path) -> None:
-    assert resolve_agent("example_grpo").argv[-1] == "autorl_agent_runner.agents.example_grpo"
-    assert resolve_agent("example_sft").argv[-1] == "autorl_agent_runner.agents.example_sft"
+    assert resolve_agent("example_grpo").argv[-1] == "autorl_agents.example_grpo"
+    assert resolve_agent("example_sft").argv[-1] == "autorl_agents.example_sft"
     script = tmp_path / "agent.py"
     script.write_text("#!/usr/bin/env python3\n")
     with pytest.raises(AgentNotFoundError, match="chmod \\+x"):

@@ -33,6 +33,7 @@ MAIN_MODULES = {
     "autorl-grader": ["autorl_grader.main"],
     "autorl-evaluator": ["autorl_evaluator.rq_worker", "autorl_evaluator.jobs"],
     "autorl-agent-runner": ["autorl_agent_runner.launch", "autorl_agent_runner.runner"],
+    "autorl-agents": ["autorl_agents.example_grpo", "autorl_agents.example_sft"],
     "autorl-controller": ["autorl_controller.operator.main"],
     "autorl-local": ["autorl_local.experiment"],
 }
@@ -190,6 +191,113 @@ def test_the_core_imports_no_service() -> None:
     }
     assert not imports
     assert not undeclared_imports(core)
+
+
+def test_the_built_in_agents_import_only_the_core() -> None:
+    """The agents' distribution declares the core and nothing of the platform's services, so the
+    agents' Python, which installs it, holds no supervisor (sandbox, egress, relay) and no service."""
+    agents = own_distributions()["autorl-agents"]
+    ours = set(own_distributions()) - {"autorl", "autorl-agents"}
+    assert not dependency_closure(agents.name) & ours
+    service_packages = {dist.package for dist in services()} - {agents.package}
+    imports = {
+        f"{path.relative_to(REPO)}:{line} imports {module}"
+        for path in (agents.folder / agents.package).rglob("*.py")
+        for module, line in imported_top_levels(path).items()
+        if module in service_packages
+    }
+    assert not imports
+
+
+def own_modules() -> dict[str, Path]:
+    """Every module of the repository's distributions by dotted name (migrations left out)."""
+    modules: dict[str, Path] = {}
+    for dist in own_distributions().values():
+        root = dist.folder / dist.package
+        for path in root.rglob("*.py"):
+            if "migrations" in path.relative_to(root).parts:
+                continue
+            parts = [dist.package, *path.relative_to(root).with_suffix("").parts]
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module → the repository's modules it imports: every import statement, lazy ones and those
+    for type checking only included (``from package import module`` counts as the module)."""
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            graph[name] |= {found for target in targets if (found := owner(target)) not in (None, name)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_cycles_finds_a_cycle_and_passes_a_chain() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import cycle between the repository's modules, counting lazy imports and those made for
+    type checking: each package's modules form layers a reader can take in order."""
+    assert cycles(import_graph(own_modules())) == []
 
 
 @pytest.mark.parametrize("dist", services(), ids=lambda dist: dist.name)

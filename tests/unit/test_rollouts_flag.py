@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorl_agent_runner.agents.example_config import GRPOSizes, grpo_sizes, parse_config
+from autorl_agents.example_config import GRPOSizes, grpo_sizes, parse_config
 
 
 def test_rollouts_default_to_auto_and_take_fast_or_trl(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorl_agent_runner.agents.step_clock import StepClock
+from autorl_agents.step_clock import StepClock
 
 
 class _Wall:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl_agent_runner.filesystem_view import system_args
+from autorl_agent_runner.sandbox.filesystem_view import system_args
 
 
 def _holds(args: list[str], *run: str) -> bool:

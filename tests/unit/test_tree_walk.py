@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from autorl_agent_runner.agent_user import reclaim
-from autorl_agent_runner.mirrors import write_mirror
-from autorl_agent_runner.tree_walk import chown_tree, remove_entry
-from autorl_agent_runner.workspace import Workspace, open_platform_log, write_run_meta
+from autorl_agent_runner.sandbox.agent_user import reclaim
+from autorl_agent_runner.workspace.layout import Workspace, open_platform_log, write_run_meta
+from autorl_agent_runner.workspace.mirrors import write_mirror
+from autorl_agent_runner.workspace.tree_walk import chown_tree, remove_entry
 
 NEEDS_ROOT = pytest.mark.requires(os.geteuid() == 0, reason="giving files to another user needs root")
 #: Deeper than Python's recursion limit (1,000) and than a path can name (PATH_MAX, 4,096 bytes).

@@ -1,8 +1,9 @@
 """The agents' Python: the interpreter every agent starts with, apart from the platform's own.
 
 ``make setup`` builds it as ``.venv-agent`` from ``requirements-agent.txt``: what reference
-agents and TRL scripts import, plus copies (not editable links) of the ``autorl`` core and this
-runner for the built-in agents. No grader, evaluator, controller or database driver is in it, and
+agents and TRL scripts import, plus copies (not editable links) of the ``autorl`` core and the
+built-in agents (``autorl-agents``). No supervisor (sandbox, relay, egress), grader, evaluator,
+controller or database driver is in it, and
 no path into the repository (which holds test fixtures) is on its ``sys.path``, so a sandbox that
 shows an agent only this environment shows it nothing of the platform's.
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 from autorl.errors import ConfigurationError
-from autorl_agent_runner.python_env import PythonEnv
+from autorl_agent_runner.sandbox.python_env import PythonEnv
 
 #: Folder name of the agents' environment that ``make setup`` creates beside ``.venv``.
 AGENT_VENV_NAME = ".venv-agent"

@@ -170,9 +170,9 @@ def _mirror(args: argparse.Namespace) -> int:
 
     from autorl.client import GradingClient
     from autorl.models.sources import model_dir_name
-    from autorl_agent_runner.group_read import GroupReadKeeper
-    from autorl_agent_runner.mirrors import keep_mirrors_fresh
-    from autorl_agent_runner.workspace import Workspace
+    from autorl_agent_runner.workspace.group_read import GroupReadKeeper
+    from autorl_agent_runner.workspace.layout import Workspace
+    from autorl_agent_runner.workspace.mirrors import keep_mirrors_fresh
 
     grading_url, token, base_model = _env("GRADING_SERVER_URL"), _env("AUTORL_TOKEN"), _env("BASE_MODEL")
     if not (args.mirror_workspace and grading_url and token and base_model):
@@ -199,7 +199,7 @@ def _mirror(args: argparse.Namespace) -> int:
 def _group_read(args: argparse.Namespace) -> int:
     import threading
 
-    from autorl_agent_runner.group_read import GroupReadKeeper
+    from autorl_agent_runner.workspace.group_read import GroupReadKeeper
 
     if not args.group_read_workspace:
         raise UsageError("group-read needs --workspace (or WORKSPACE)")
@@ -223,9 +223,9 @@ def _prepare(args: argparse.Namespace) -> int:
     from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
     from autorl.tasks import get_task
     from autorl.tasks.base import write_agent_train
-    from autorl_agent_runner.ownership import claim_workspace, open_experiments_folder
     from autorl_agent_runner.settings import AgentRunnerSettings
-    from autorl_agent_runner.workspace import create_workspace
+    from autorl_agent_runner.workspace.layout import create_workspace
+    from autorl_agent_runner.workspace.ownership import claim_workspace, open_experiments_folder
 
     if args.prepare_timeout < 0:
         raise UsageError(f"--timeout must not be negative, not {args.prepare_timeout:g}")
@@ -284,11 +284,11 @@ def _run(args: argparse.Namespace) -> int:
     from autorl.client import GradingClient
     from autorl.models.sources import model_dir_name, reference_model_subpath
     from autorl.tasks import get_task
-    from autorl_agent_runner.environment import declared_env, gpu_driver_env
     from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
-    from autorl_agent_runner.sandbox import SandboxMode
+    from autorl_agent_runner.sandbox.environment import declared_env, gpu_driver_env
+    from autorl_agent_runner.sandbox.plan import SandboxMode
     from autorl_agent_runner.settings import AgentRunnerSettings
-    from autorl_agent_runner.workspace import RUN_MARKER_FILE, Workspace, create_workspace
+    from autorl_agent_runner.workspace.layout import RUN_MARKER_FILE, Workspace, create_workspace
 
     missing = [
         flag

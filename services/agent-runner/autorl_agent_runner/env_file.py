@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from autorl_agent_runner.environment import PLATFORM_VARIABLES, AgentEnvError
+from autorl_agent_runner.sandbox.environment import PLATFORM_VARIABLES, AgentEnvError
 
 _LINE = re.compile(r"(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*)")
 _DOUBLE_QUOTE_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}

@@ -15,13 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autorl.client import GradingClient
+from autorl_agent_runner.agent_command import AgentCommand, resolve_agent
 from autorl_agent_runner.agent_python import find_agent_python
-from autorl_agent_runner.agents import AgentCommand, resolve_agent
-from autorl_agent_runner.environment import ContractValues, parse_env_items
 from autorl_agent_runner.runner import GRACE_PERIOD_S, AgentRunner, RunnerConfig
-from autorl_agent_runner.sandbox import SandboxMode, can_share_base_model, check_agent_readable, resolve_mode
+from autorl_agent_runner.sandbox.environment import ContractValues, parse_env_items
+from autorl_agent_runner.sandbox.plan import (
+    SandboxMode,
+    can_share_base_model,
+    check_agent_readable,
+    resolve_mode,
+)
 from autorl_agent_runner.settings import AgentRunnerSettings
-from autorl_agent_runner.workspace import Workspace
+from autorl_agent_runner.workspace.layout import Workspace
 
 
 @dataclass(frozen=True)

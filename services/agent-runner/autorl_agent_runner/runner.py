@@ -29,22 +29,22 @@ from autorl.errors import AutoRLError
 from autorl.parent_death import dying_with_parent
 from autorl.process_group import kill_group
 from autorl.untrusted_text import printable
-from autorl_agent_runner.agent_user import give_to_agent, reclaim
-from autorl_agent_runner.agents import AgentCommand
-from autorl_agent_runner.api_relay import AgentApiRelay
-from autorl_agent_runner.egress import Egress
-from autorl_agent_runner.environment import ContractValues, build_agent_env
-from autorl_agent_runner.mirrors import MIRROR_INTERVAL_S, refresh_mirrors, write_mirror
-from autorl_agent_runner.netns import listen_in_netns
-from autorl_agent_runner.processes import AgentProcesses, end_processes
-from autorl_agent_runner.sandbox import (
+from autorl_agent_runner.agent_command import AgentCommand
+from autorl_agent_runner.sandbox.agent_user import give_to_agent, reclaim
+from autorl_agent_runner.sandbox.api_relay import AgentApiRelay
+from autorl_agent_runner.sandbox.egress import Egress
+from autorl_agent_runner.sandbox.environment import ContractValues, build_agent_env
+from autorl_agent_runner.sandbox.netns import listen_in_netns
+from autorl_agent_runner.sandbox.plan import (
     SandboxMode,
     SandboxPlan,
     SandboxRequest,
     can_share_base_model,
     plan_sandbox,
 )
-from autorl_agent_runner.workspace import Workspace, detach_model, open_platform_log, write_run_meta
+from autorl_agent_runner.sandbox.processes import AgentProcesses, end_processes
+from autorl_agent_runner.workspace.layout import Workspace, detach_model, open_platform_log, write_run_meta
+from autorl_agent_runner.workspace.mirrors import MIRROR_INTERVAL_S, refresh_mirrors, write_mirror
 
 #: Default seconds between SIGTERM and SIGKILL at the deadline.
 GRACE_PERIOD_S = 30.0

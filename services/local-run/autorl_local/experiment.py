@@ -42,11 +42,11 @@ from autorl.tasks import Task, get_task
 from autorl.tasks.base import write_agent_train
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason
-from autorl_agent_runner.agents import AgentCommand
+from autorl_agent_runner.agent_command import AgentCommand
 from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner
-from autorl_agent_runner.sandbox import SandboxMode
-from autorl_agent_runner.workspace import Workspace, check_workspace_free, create_workspace
+from autorl_agent_runner.sandbox.plan import SandboxMode
+from autorl_agent_runner.workspace.layout import Workspace, check_workspace_free, create_workspace
 from autorl_local.progress import Progress, fmt_duration, fmt_score
 from autorl_local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
 from autorl_local.settings import RunSettings

@@ -440,7 +440,7 @@ AGENT_CONTAINER = "agent"
 
 
 def _sidecar_security(settings: ControllerSettings) -> dict[str, Any]:
-    """A sidecar that keeps the workspace readable by the grader (autorl_agent_runner.group_read):
+    """A sidecar that keeps the workspace readable by the grader (autorl_agent_runner.workspace.group_read):
     the agent's user (the pod's), so that it may change the modes of the agent's files, and the
     platform's group as its own, so that a folder keeps its setgid bit when its mode changes (the
     kernel drops it for a caller outside the folder's group, and files saved there later would get

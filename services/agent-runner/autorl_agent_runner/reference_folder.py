@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from autorl.errors import AutoRLError
-from autorl_agent_runner.environment import PLATFORM_VARIABLES
+from autorl_agent_runner.sandbox.environment import PLATFORM_VARIABLES
 
 CONFIG_FILE = "config.yaml"
 DEFAULT_START = "start.sh"

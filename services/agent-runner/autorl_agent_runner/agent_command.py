@@ -1,10 +1,9 @@
-"""Built-in agents, started by name (``--agent example_grpo``); custom agents by path: an agent
-folder in the reference's shape (``config.yaml`` + start script) or an executable file.
+"""Which command starts an agent: a built-in one by name (``--agent example_grpo``), a custom one by
+path (an agent folder in the reference's shape, ``config.yaml`` + start script, or an executable).
 
-Agents run with the agents' Python (:mod:`autorl_agent_runner.agent_python`). This package's
-``__init__`` imports nothing beyond the standard library and the core: the built-in agents run
-as ``python -m autorl_agent_runner.agents.NAME`` in that environment, which has no platform
-dependencies.
+Agents run with the agents' Python (:mod:`autorl_agent_runner.agent_python`): the built-in agents
+(the ``autorl-agents`` distribution, ``services/agents``) run as ``python -m autorl_agents.NAME``
+in that environment, which holds the core and the agents and none of the platform's services.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 from autorl.builtin_agents import AGENT_ALIASES, BUILTIN_AGENTS
 from autorl.errors import AutoRLError
 from autorl_agent_runner.agent_python import current_python
-from autorl_agent_runner.python_env import PythonEnv
+from autorl_agent_runner.sandbox.python_env import PythonEnv
 
 __all__ = ["AGENT_ALIASES", "BUILTIN_AGENTS", "AgentCommand", "AgentNotFoundError", "resolve_agent"]
 
@@ -50,7 +49,7 @@ class AgentCommand:
 
 def resolve_agent(agent: str, python: PythonEnv | None = None) -> AgentCommand:
     """A built-in name, an agent folder, or the path of an executable (run as is: its shebang counts)."""
-    from autorl_agent_runner.agents.reference_folder import is_agent_folder, load_agent_folder
+    from autorl_agent_runner.reference_folder import is_agent_folder, load_agent_folder
 
     python = python or current_python()
     agent = AGENT_ALIASES.get(agent, agent)

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autorl.errors import AutoRLError
-from autorl_agent_runner.agent_user import allocate_uid
-from autorl_agent_runner.egress import RESOLV_CONF, check_tools
-from autorl_agent_runner.filesystem_view import Bind, FilesystemView, system_args
-from autorl_agent_runner.python_env import PythonEnv
+from autorl_agent_runner.sandbox.agent_user import allocate_uid
+from autorl_agent_runner.sandbox.egress import RESOLV_CONF, check_tools
+from autorl_agent_runner.sandbox.filesystem_view import Bind, FilesystemView, system_args
+from autorl_agent_runner.sandbox.python_env import PythonEnv
 
 _STAGING_PARENTS = (Path("/run"), Path("/dev/shm"), Path("/var/tmp"), Path("/tmp"))
 #: Seconds bubblewrap may take to build the namespaces before the run is called failed.

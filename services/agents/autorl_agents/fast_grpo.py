@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autorl_agent_runner.agents.agent_log import log
-from autorl_agent_runner.agents.cache_compat import forward, output_cache
-from autorl_agent_runner.agents.example_config import GRPOSizes
-from autorl_agent_runner.agents.step_clock import StepClock
+from autorl_agents.agent_log import log
+from autorl_agents.cache_compat import forward, output_cache
+from autorl_agents.example_config import GRPOSizes
+from autorl_agents.step_clock import StepClock
 
 #: Rows per forward/backward pass of the loss.
 LOSS_MICRO_BATCH = 32
@@ -92,7 +92,7 @@ class FastGRPO:
     def __post_init__(self) -> None:
 
         from autorl.decoding.greedy_engine import shared_prefix_length
-        from autorl_agent_runner.agents.precision import MasterWeightAdamW
+        from autorl_agents.precision import MasterWeightAdamW
 
         if self.settings.num_generations < 2:
             raise ValueError("GRPO needs at least 2 generations per prompt")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autorl.agent_env import CONTRACT_VARIABLES, DECLARED_ENV_PREFIX
 from autorl.errors import AutoRLError
-from autorl_agent_runner.python_env import PythonEnv
+from autorl_agent_runner.sandbox.python_env import PythonEnv
 
 #: Set in every agent process and inherited by its children, so that processes which left the
 #: agent's process group can still be found (and killed) at the deadline.

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from autorl.errors import AutoRLError
-from autorl_agent_runner.tree_walk import chown_tree
+from autorl_agent_runner.workspace.tree_walk import chown_tree
 
 #: User ids handed to agents. No passwd entry is needed; ids with one are skipped.
 AGENT_UID_RANGE = range(61000, 65000)

@@ -10,12 +10,12 @@ Prompts are exactly the evaluator's (``task.render_prompt``: four worked example
 model's chat template), so what is trained is what is scored. Every checkpoint is a full model
 in safetensors with the base model's tokenizer files, loadable by transformers 4 and 5. The
 agent stops itself ``--reserve-s`` seconds before the deadline (read from ``GET /time``), and
-starts no training step that would end past that stop (:mod:`autorl_agent_runner.agents.step_clock`).
+starts no training step that would end past that stop (:mod:`autorl_agents.step_clock`).
 
-Settings: ``python -m autorl_agent_runner.agents.example_grpo --help``
-(:mod:`autorl_agent_runner.agents.example_config`); the platform also reads extra arguments from
+Settings: ``python -m autorl_agents.example_grpo --help``
+(:mod:`autorl_agents.example_config`); the platform also reads extra arguments from
 ``AUTORL_AGENT_ARGS`` (``autorl run ... --env AUTORL_AGENT_ARGS="--sft never"``). The SFT phase is
-:mod:`autorl_agent_runner.agents.sft`; GRPO runs through TRL, or :mod:`autorl_agent_runner.agents.fast_grpo`
+:mod:`autorl_agents.sft`; GRPO runs through TRL, or :mod:`autorl_agents.fast_grpo`
 on a CUDA GPU.
 """
 
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from autorl.checkpoints.model_files import TOKENIZER_FILES
-from autorl_agent_runner.agents import sft
-from autorl_agent_runner.agents.agent_log import log, log_as
-from autorl_agent_runner.agents.example_config import ExampleGRPOConfig, grpo_sizes, parse_config
-from autorl_agent_runner.agents.step_clock import StepClock
+from autorl_agents import sft
+from autorl_agents.agent_log import log, log_as
+from autorl_agents.example_config import ExampleGRPOConfig, grpo_sizes, parse_config
+from autorl_agents.step_clock import StepClock
 
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
 #: ships it loads in transformers 4 and 5 (re-saving it with 5 writes fields 4 rejects), and
@@ -176,7 +176,7 @@ class Agent:
         completion_limit = config.max_completion_length or self._default_completion_length()
         if config.rollouts == "fast" or (config.rollouts == "auto" and (self.cuda or self.tiny)):
             # The fast path needs neither TRL nor datasets (a GPU image may hold neither).
-            from autorl_agent_runner.agents import fast_grpo
+            from autorl_agents import fast_grpo
 
             fast_grpo.run_phase(self, stop_at=stop_at, sizes=sizes, completion_limit=completion_limit)
             return

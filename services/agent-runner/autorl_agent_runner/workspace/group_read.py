@@ -1,7 +1,7 @@
 """Keep what an agent writes readable by the platform's group (the grader reads submissions so).
 
 On a cluster each experiment's agent runs as its own user and its workspace is mode 2750 with the
-platform's group (:mod:`autorl_agent_runner.ownership`); the grader reads checkpoints through that
+platform's group (:mod:`autorl_agent_runner.workspace.ownership`); the grader reads checkpoints through that
 group. Common writers ignore the umask and create files 0600 — safetensors (so ``save_pretrained``'s
 weights), ``tempfile.mkstemp`` and every atomic writer built on it, ``tempfile.mkdtemp`` (0700) — so
 the grader could not read a checkpoint saved the usual way.

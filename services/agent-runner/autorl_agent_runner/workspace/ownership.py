@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from autorl_agent_runner.workspace import WorkspaceError
+from autorl_agent_runner.workspace.layout import WorkspaceError
 
 EXPERIMENTS_DIR_MODE = 0o1733
 WORKSPACE_DIR_MODE = 0o2750

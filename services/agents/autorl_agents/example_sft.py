@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from autorl_agent_runner.agents.example_grpo import main as run_example_agent
+from autorl_agents.example_grpo import main as run_example_agent
 
 NAME = "example_sft"
 #: Put before the caller's arguments: argparse keeps the last value of a flag given twice.

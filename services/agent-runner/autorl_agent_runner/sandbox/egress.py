@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Sequence
 
 from autorl.errors import AutoRLError
-from autorl_agent_runner.netns import network_owner_fd
+from autorl_agent_runner.sandbox.netns import network_owner_fd
 
 TAP_DEVICE = "tap0"
 SLIRP_GATEWAY = "10.0.2.2"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from autorl.client import GradingClient, TimeInfo
 from autorl.errors import AutoRLError
-from autorl_agent_runner.tree_walk import remove_entry
-from autorl_agent_runner.workspace import Workspace, write_run_meta, write_scores
+from autorl_agent_runner.workspace.layout import Workspace, write_run_meta, write_scores
+from autorl_agent_runner.workspace.tree_walk import remove_entry
 
 #: How often the mirrors are refreshed from the grader.
 MIRROR_INTERVAL_S = 10.0

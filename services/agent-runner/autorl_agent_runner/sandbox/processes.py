@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl_agent_runner.agent_user import signal_uid, uid_processes
-from autorl_agent_runner.environment import RUN_MARKER_VARIABLE
+from autorl_agent_runner.sandbox.agent_user import signal_uid, uid_processes
+from autorl_agent_runner.sandbox.environment import RUN_MARKER_VARIABLE
 
 POLL_S = 0.1
 

@@ -34,7 +34,7 @@ from autorl.layout import (
     SCORES_FILE,
 )
 from autorl_agent_runner.agent_python import AGENT_PACKAGES
-from autorl_agent_runner.tree_walk import remove_entry
+from autorl_agent_runner.workspace.tree_walk import remove_entry
 
 #: Written by the platform; proves a non-empty folder is this run's own workspace.
 RUN_MARKER_FILE = ".autorl-run.json"

@@ -10,12 +10,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autorl_agent_runner.agents.agent_log import log
-from autorl_agent_runner.agents.cache_compat import forward, output_cache
-from autorl_agent_runner.agents.step_clock import StepClock
+from autorl_agents.agent_log import log
+from autorl_agents.cache_compat import forward, output_cache
+from autorl_agents.step_clock import StepClock
 
 if TYPE_CHECKING:
-    from autorl_agent_runner.agents.example_grpo import Agent
+    from autorl_agents.protocol import Agent
 
 _CALCULATOR = re.compile(r"<<[^>]*>>")
 _FINAL_ANSWER = re.compile(r"\n?####\s*(.+?)\s*$")
@@ -46,7 +46,7 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
     """
     import torch
 
-    from autorl_agent_runner.agents.precision import MasterWeightAdamW
+    from autorl_agents.precision import MasterWeightAdamW
 
     config = agent.config
     lr = config.sft_learning_rate or (3e-3 if agent.tiny else 1e-5)
@@ -131,7 +131,7 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
         agent.save_and_submit(f"sft-epoch-{epoch}", "sft")
     if stopped and step % steps_per_epoch:
         agent.save_and_submit("sft-final", "sft")
-    agent.model.eval()  # type: ignore[no-untyped-call]
+    agent.model.eval()
     del optimizer
     log("phase_end", phase="sft", steps=step)
 
