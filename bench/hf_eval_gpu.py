@@ -166,7 +166,7 @@ def prompt_lengths(checkpoint: Path, problems: list[Any]) -> list[int]:
     from transformers import AutoTokenizer
 
     from autorl.tasks import get_task
-    from autorl_evaluator.backends.hf import prompt_texts
+    from autorl_evaluator.backends.hf.backend import prompt_texts
     from autorl_evaluator.model_settings import DEFAULT
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
@@ -181,7 +181,7 @@ def run_variant(
     import torch
 
     from autorl.tasks import get_task
-    from autorl_evaluator.backends.hf import HFBackend
+    from autorl_evaluator.backends.hf.backend import HFBackend
     from autorl_evaluator.settings import WorkerSettings
 
     settings = WorkerSettings(

@@ -73,7 +73,7 @@ def run(problems: int, max_new_tokens: int) -> dict[str, Any]:
     from autorl.models.sources import resolve_model
     from autorl.tasks import get_task
     from autorl.tasks.base import read_problems
-    from autorl_evaluator.backends.opencompass import OpenCompassBackend
+    from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
     from autorl_evaluator.settings import WorkerSettings
 
     with tempfile.TemporaryDirectory(prefix="oc-bench-") as tmp:

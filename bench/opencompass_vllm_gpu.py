@@ -114,7 +114,7 @@ def _submission(work: Path) -> Path:
 def _evaluate(work: Path, mode: str, replay_file: Path) -> tuple[Any, float]:
     """The worker's ``OpenCompassBackend.evaluate`` with the stand-in engine in ``mode``."""
     from autorl.tasks import get_task
-    from autorl_evaluator.backends.opencompass import OpenCompassBackend
+    from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
     from autorl_evaluator.settings import WorkerSettings
 
     wrapper = work / f"opencompass-{mode}"
@@ -136,7 +136,7 @@ def _evaluate(work: Path, mode: str, replay_file: Path) -> tuple[Any, float]:
 
 
 def record(work: Path) -> int:
-    from autorl_evaluator.sanitize import build_view
+    from autorl_evaluator.backends.opencompass.model_view import build_view
 
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)

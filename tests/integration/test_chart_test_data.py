@@ -28,7 +28,7 @@ from autorl.settings import HomeSettings
 from autorl.tasks import get_task
 from autorl.tasks.base import read_problems
 from autorl_controller.operator.manifests import ExperimentRef, build_agent_job, build_prepare_job
-from autorl_evaluator.test_data import provide
+from autorl_evaluator.eval_data import provide
 from tests.integration.test_chart import IMAGES, NAMESPACE, RELEASE, merge, of_kind, pod_specs, render
 from tests.integration.test_chart_security import controller_settings
 

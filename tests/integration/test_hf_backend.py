@@ -20,7 +20,7 @@ from autorl.tasks import get_task
 from autorl.tasks.gsm8k import PROTOCOLS, accuracy
 from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.base import EvalResult
-from autorl_evaluator.opencompass_chat import opencompass_messages
+from autorl_evaluator.backends.hf.opencompass_chat import opencompass_messages
 from autorl_evaluator.settings import WorkerSettings
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
 
@@ -184,7 +184,7 @@ def test_a_warm_evaluation_swaps_weights_and_scores_as_a_cold_one(
     settings: WorkerSettings,
     tmp_path: Path,
 ) -> None:
-    from autorl_evaluator.warm_models import RESIDENT
+    from autorl_evaluator.backends.hf.warm_models import RESIDENT
 
     # Same files but the untrained base's weights: the model made resident first.
     other = Path(shutil.copytree(trained_tiny_model.path, tmp_path / "other"))

@@ -31,7 +31,7 @@ from autorl.errors import EvaluationError
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends import get_backend
-from autorl_evaluator.backends.opencompass import OpenCompassBackend
+from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
 from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app

@@ -29,10 +29,10 @@ import pytest
 
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, write_problems
-from autorl_evaluator.backends.opencompass import place, subprocess_environment
+from autorl_evaluator.backends.opencompass.backend import place, subprocess_environment
+from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs, render
+from autorl_evaluator.backends.opencompass.parallel import ModelShape, tensor_parallel_size
 from autorl_evaluator.model_settings import settings_for
-from autorl_evaluator.opencompass_config import DATASET_DATA_SUBDIR, ConfigInputs, render
-from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
 from autorl_evaluator.settings import WorkerSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 OpenCompass's side is its own code in ``.venv-opencompass``: the generated CPU config loaded
 with its config loader, the dataset, retriever and prompt template it builds, its meta-template
 parsing, ``_convert_chat_messages``, the chat template and ``add_special_tokens=False`` encoding,
-and the stop words its model wrapper derives. Our side is :mod:`autorl_evaluator.opencompass_chat`
+and the stop words its model wrapper derives. Our side is :mod:`autorl_evaluator.backends.hf.opencompass_chat`
 under transformers 5. Checked for the builtin tiny Qwen2 and for a checkpoint saved by
 transformers 5 (through the sanitized view), whose logits must also agree, and do only because
 the view restores the RoPE setting that transformers 4 would otherwise misread.
@@ -21,11 +21,11 @@ import pytest
 
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, read_problems, write_problems
+from autorl_evaluator.backends.hf.opencompass_chat import encode, stop_words
+from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs
+from autorl_evaluator.backends.opencompass.config import render as render_config
+from autorl_evaluator.backends.opencompass.model_view import build_view
 from autorl_evaluator.model_settings import settings_for
-from autorl_evaluator.opencompass_chat import encode, stop_words
-from autorl_evaluator.opencompass_config import DATASET_DATA_SUBDIR, ConfigInputs
-from autorl_evaluator.opencompass_config import render as render_config
-from autorl_evaluator.sanitize import build_view
 from tests.support.opencompass_models import save_sharp_model
 
 pytestmark = pytest.mark.opencompass

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from autorl.models.tiny import build_tiny_qwen2
+from autorl_evaluator.backends.hf.warm_models import WarmModels, swap_weights
 from autorl_evaluator.warm_child import WarmChild
-from autorl_evaluator.warm_models import WarmModels, swap_weights
 from tests.support.checkpoints import edit_json, split_into_shards
 
 

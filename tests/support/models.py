@@ -71,7 +71,7 @@ def train_tiny_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from autorl_evaluator.backends.hf import prompt_texts
+    from autorl_evaluator.backends.hf.backend import prompt_texts
     from autorl_evaluator.model_settings import settings_for
 
     if len(problems) < 2:

@@ -10,7 +10,8 @@ import pytest
 
 from autorl.errors import EvaluationError
 from autorl.tasks.base import Problem
-from autorl_evaluator.backends.opencompass import (
+from autorl_evaluator.backends.hf.opencompass_chat import cut_at_stop_words, opencompass_messages
+from autorl_evaluator.backends.opencompass.backend import (
     OpenCompassBackend,
     engine_fault,
     place,
@@ -20,11 +21,10 @@ from autorl_evaluator.backends.opencompass import (
     summary_agrees,
     visible_gpus,
 )
+from autorl_evaluator.backends.opencompass.model_size import weight_bytes
+from autorl_evaluator.backends.opencompass.parallel import ModelShape, fits_one_gpu
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
-from autorl_evaluator.model_size import weight_bytes
-from autorl_evaluator.opencompass_chat import cut_at_stop_words, opencompass_messages
-from autorl_evaluator.parallel import ModelShape, fits_one_gpu
 from autorl_evaluator.settings import WorkerSettings
 
 HEADER = "dataset,version,metric,mode,submission\n"

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from autorl.errors import EvaluationError
-from autorl_evaluator.sanitize import build_view, fix_model_config, fix_tokenizer_config, remove_view
+from autorl_evaluator.backends.opencompass.model_view import (
+    build_view,
+    fix_model_config,
+    fix_tokenizer_config,
+    remove_view,
+)
 
 TRANSFORMERS5_TOKENIZER_CONFIG = {
     "tokenizer_class": "TokenizersBackend",

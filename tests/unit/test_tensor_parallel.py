@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autorl.errors import EvaluationError
-from autorl_evaluator.parallel import ModelShape, tensor_parallel_size
+from autorl_evaluator.backends.opencompass.parallel import ModelShape, tensor_parallel_size
 
 #: Shapes of the models evaluated here, from their config.json.
 QWEN25_05B = ModelShape(attention_heads=14, kv_heads=2, intermediate_size=4864)

@@ -1,5 +1,5 @@
 """The warm worker: evaluations one after another in one long-lived child process, so the model
-of an architecture stays resident between them (:mod:`autorl_evaluator.warm_models`).
+of an architecture stays resident between them (:mod:`autorl_evaluator.backends.hf.warm_models`).
 
 The parent (:class:`WarmChild`, used by the local worker when ``AUTORL_EVAL_WARM_WORKER`` is
 set) writes one submission id per line to the child's stdin and reads ``done ID STATUS`` back.

@@ -10,8 +10,8 @@ from autorl_evaluator.backends.base import Backend, EvalResult
 
 #: Backend name → ``module:class``.
 BACKENDS: dict[str, str] = {
-    "hf": "autorl_evaluator.backends.hf:HFBackend",
-    "opencompass": "autorl_evaluator.backends.opencompass:OpenCompassBackend",
+    "hf": "autorl_evaluator.backends.hf.backend:HFBackend",
+    "opencompass": "autorl_evaluator.backends.opencompass.backend:OpenCompassBackend",
 }
 
 

@@ -2,7 +2,7 @@
 
 It gives the per-sample predictions OpenCompass's ``HuggingFacewithChatTemplate`` gives on the
 same files (docs/EVALUATION.md, "Parity with the hf backend"): the prompt is OpenCompass's chat
-handling of the task's few-shot turns (:mod:`autorl_evaluator.opencompass_chat`), encoded with
+handling of the task's few-shot turns (:mod:`autorl_evaluator.backends.hf.opencompass_chat`), encoded with
 no special tokens added and truncated from the left to the model's context; completions come back
 in problem order; decoding is greedy with the per-model settings of
 :mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
@@ -34,11 +34,11 @@ from autorl.errors import EvaluationError
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages
 from autorl_evaluator.backends.base import EvalResult
+from autorl_evaluator.backends.hf.opencompass_chat import cut_at_stop_words, encode, stop_words
+from autorl_evaluator.backends.hf.warm_models import RESIDENT
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
-from autorl_evaluator.opencompass_chat import cut_at_stop_words, encode, stop_words
 from autorl_evaluator.settings import WorkerSettings
-from autorl_evaluator.warm_models import RESIDENT
 
 log = logging.getLogger("autorl.evaluator.hf")
 
@@ -149,7 +149,7 @@ def _load(
 ) -> tuple[Any, Any, int | list[int] | None, bool]:
     """Tokenizer, model and the generation config's eos ids, as OpenCompass's wrapper loads them,
     and whether the weights were swapped into the resident model (``warm``:
-    :data:`autorl_evaluator.warm_models.RESIDENT`)."""
+    :data:`autorl_evaluator.backends.hf.warm_models.RESIDENT`)."""
     from transformers import AutoTokenizer, GenerationConfig
 
     try:

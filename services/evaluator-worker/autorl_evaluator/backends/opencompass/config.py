@@ -75,7 +75,7 @@ def render(inputs: ConfigInputs) -> str:
     model_type = "VLLMwithChatTemplate" if inputs.gpu is not None else "HuggingFacewithChatTemplate"
     replicas = inputs.gpu.replicas if inputs.gpu is not None else 1
     lines = [
-        "# Written by autorl_evaluator.opencompass_config for one evaluation; not meant to be edited.",
+        "# Written by autorl_evaluator.backends.opencompass.config (one evaluation); not to be edited.",
         "from mmengine.config import read_base",
         f"from opencompass.models import {model_type}",
         "from opencompass.partitioners import NaivePartitioner, NumWorkerPartitioner",

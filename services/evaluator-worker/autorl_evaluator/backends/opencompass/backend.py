@@ -5,8 +5,8 @@ One evaluation is one folder under ``EVAL_DIR/opencompass/`` (evaluator-only sto
 - ``data/gsm8k/{train,test}.jsonl``: the problems the worker passes in (so ``eval_limit`` works
   and the test split never leaves evaluator storage); ``COMPASS_DATA_CACHE`` points here;
 - ``model/``: the read-only transformers-4 view of the submission's snapshot
-  (:mod:`autorl_evaluator.sanitize`);
-- ``config.py``: the OpenCompass config (:mod:`autorl_evaluator.opencompass_config`);
+  (:mod:`autorl_evaluator.backends.opencompass.model_view`);
+- ``config.py``: the OpenCompass config (:mod:`autorl_evaluator.backends.opencompass.config`);
 - ``work/``: OpenCompass's ``--work-dir``; ``opencompass.log``: its output.
 
 Before OpenCompass starts, every test prompt is rendered once by the sandboxed, limited renderer
@@ -44,11 +44,7 @@ from autorl.settings import CPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import EvalResult
-from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
-from autorl_evaluator.gpu_memory import visible_gpu_memory
-from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
-from autorl_evaluator.model_size import weight_bytes
-from autorl_evaluator.opencompass_config import (
+from autorl_evaluator.backends.opencompass.config import (
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
     MODEL_ABBR,
@@ -56,8 +52,12 @@ from autorl_evaluator.opencompass_config import (
     GpuPlan,
     render,
 )
-from autorl_evaluator.parallel import ModelShape, fits_one_gpu, tensor_parallel_size
-from autorl_evaluator.sanitize import build_view, remove_view
+from autorl_evaluator.backends.opencompass.model_size import weight_bytes
+from autorl_evaluator.backends.opencompass.model_view import build_view, remove_view
+from autorl_evaluator.backends.opencompass.parallel import ModelShape, fits_one_gpu, tensor_parallel_size
+from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
+from autorl_evaluator.gpu_memory import visible_gpu_memory
+from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
 
