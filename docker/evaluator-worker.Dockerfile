@@ -36,7 +36,7 @@ COPY autorl ./autorl
 COPY services/evaluator-worker ./services/evaluator-worker
 RUN pip install --no-build-isolation --no-deps . ./services/evaluator-worker \
  && opencompass --help >/dev/null \
- && python -c "import autorl_evaluator.backends.opencompass"
+ && python -c "import autorl_evaluator.backends.opencompass.backend"
 
 FROM ${BASE_IMAGE}
 ARG VARIANT=gpu
