@@ -96,14 +96,14 @@ test-containers: setup ## build the CPU images, then run only the container test
 # rewritten from them.
 reliability: $(VENV)/.installed ## run the fault tests and rewrite docs/RELIABILITY.md from their outcomes
 	AUTORL_RECORD_RESULTS=1 $(PY) -m pytest -m faults
-	$(PY) bench/reliability_report.py
+	$(PY) -m tools.reliability_doc
 
 test-fast: $(VENV)/.installed ## the test suite without the slow and OpenCompass tests
 	$(PY) -m pytest -m "not slow and not opencompass"
 
 lint: $(VENV)/.installed ## ruff check, ruff format --check, mypy --strict (pyproject.toml)
-	$(VENV)/bin/ruff check autorl services tests bench
-	$(VENV)/bin/ruff format --check autorl services tests bench
+	$(VENV)/bin/ruff check autorl services tests bench tools
+	$(VENV)/bin/ruff format --check autorl services tests bench tools
 	$(VENV)/bin/mypy
 
 # The CRD is generated from the pydantic models in autorl/experiment.py (a test fails on drift).
@@ -129,8 +129,8 @@ bench: setup ## run every CPU benchmark (bench/results/*.json), print the GPU be
 # pyproject.toml); not part of `make test`. Starts afresh in .mutation/ each time; writes
 # bench/results/mutation.json and its section of docs/RELIABILITY.md.
 mutation: setup ## mutation testing (mutmut) of scoring, checkpoint checks, submissions, the sandbox view; survivors in docs/RELIABILITY.md
-	nice -n 10 $(PY) bench/mutation.py
-	$(PY) bench/reliability_report.py
+	nice -n 10 $(PY) -m tools.mutation
+	$(PY) -m tools.reliability_doc
 
 clean: ## remove the Python environments and tool caches
 	rm -rf $(VENV) $(AGENT_VENV) $(OC_VENV) .pytest_cache .mypy_cache .ruff_cache mutants .mutation

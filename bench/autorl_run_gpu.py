@@ -16,7 +16,7 @@ up, baseline started and scored, agent started, first submission, first score, a
 results row), every submission's evaluation time, the results row, what the agent logged about
 its device, and each GPU's peak memory in use while the run lasted (``nvidia-smi``).
 
-On the GPU machine, with the wheelhouse of bench/gpu_wheelhouse.py carried as ``.whl``, installed
+On the GPU machine, with the wheelhouse of tools/gpu_wheelhouse.py carried as ``.whl``, installed
 into the interpreter's own environment (not ``--target`` with ``PYTHONPATH``: the chat template's
 renderer runs as ``python -I``, which ignores ``PYTHONPATH``):
 

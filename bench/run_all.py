@@ -3,7 +3,7 @@
 CPU benchmarks run here, one after another, each writing its ``bench/results/*.json``. GPU
 benchmarks need a CUDA machine: their exact commands are printed, to be run there and their
 results files copied back (this machine's numbers would not be theirs). Last,
-``bench/report.py`` rewrites the document's generated blocks from whatever results are committed.
+``tools/performance_doc.py`` rewrites the document's generated blocks from whatever results are committed.
 
     .venv/bin/python bench/run_all.py [--only NAME ...]
 """
@@ -39,7 +39,7 @@ GPU_BENCHMARKS: dict[str, str] = {
     "bench/parallel_gpu.py",
     "hf_eval_gpu": "PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py "
     "--variants 64@700 256@700 512@700 1319@700 64 256 512 1319 --max-new-tokens 512",
-    # The wheelhouse of bench/gpu_wheelhouse.py carried as .whl (the image lacks our services' needs).
+    # The wheelhouse of tools/gpu_wheelhouse.py carried as .whl (the image lacks our services' needs).
     "autorl_run_gpu": "python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && "
     "python3 bench/autorl_run_gpu.py",
     # The middle of three steps: `record` here before, `replay` here after (the script's docstring);
@@ -53,27 +53,11 @@ NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
 }
 
-#: Scripts in bench/ that are not benchmarks: this runner, the document's renderer, and the
-#: script that made ``bench/data`` once (it needs inputs from outside the repository).
-#: The documents' generator and renderers, the load benchmark's bare yardstick app, the soak's agent,
-#: the recorder of whole-suite test-order runs (bench/test_order.py, run by hand: it runs the suite),
-#: the mutation-testing run (`make mutation`), and the builder of the GPU machine's wheelhouse.
-NOT_BENCHMARKS = frozenset(
-    {
-        "run_all",
-        "report",
-        "gsm8k_lengths",
-        "docgen",
-        "reliability_report",
-        "reliability_load",
-        "bare_time_app",
-        "soak_agent",
-        "test_order",
-        "suite_time",
-        "mutation",
-        "gpu_wheelhouse",
-    }
-)
+#: Scripts in bench/ that are not benchmarks of their own: this runner, the script that made
+#: ``bench/data`` once (it needs inputs from outside the repository), the load benchmark's bare
+#: yardstick app and the soak's agent. Tooling (document generators, mutation testing, test-order
+#: and suite-time records, the GPU wheelhouse) is in tools/.
+NOT_BENCHMARKS = frozenset({"run_all", "gsm8k_lengths", "bare_time_app", "soak_agent"})
 
 
 def main() -> int:
@@ -99,8 +83,8 @@ def main() -> int:
         print(f"  {name}: {command}")
         if name in NOT_YET_MEASURED:
             print(f"    (no results yet: {NOT_YET_MEASURED[name]})")
-    for document in ("bench/report.py", "bench/reliability_report.py"):
-        subprocess.run([sys.executable, document], cwd=REPO_ROOT, check=True)
+    for document in ("tools.performance_doc", "tools.reliability_doc"):
+        subprocess.run([sys.executable, "-m", document], cwd=REPO_ROOT, check=True)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

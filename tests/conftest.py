@@ -140,7 +140,7 @@ def make_settings(tmp_path: Path, run_id: str) -> Callable[..., DeploymentSettin
     return build
 
 
-#: A models folder kept across test runs (bench/mutation.py sets it: each mutant is a test run of
+#: A models folder kept across test runs (tools/mutation.py sets it: each mutant is a test run of
 #: its own, and the builtin model is built once, deterministically, then read from there).
 MODELS_CACHE_ENV = "AUTORL_TEST_MODELS_DIR"
 

@@ -1,5 +1,5 @@
 """Fault tests record what they injected and what they saw in ``bench/results/faults/NAME.json``,
-from which docs/RELIABILITY.md's table is rendered (bench/reliability_report.py). Only a run with
+from which docs/RELIABILITY.md's table is rendered (tools/reliability_doc.py). Only a run with
 ``AUTORL_RECORD_RESULTS=1`` (``make reliability``) writes them, and only a test that passed."""
 
 from __future__ import annotations

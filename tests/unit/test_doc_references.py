@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from autorl.cli import build_parser
-from tests.support.bench_modules import bench_module
+from tools import docgen
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted(
@@ -245,7 +245,7 @@ def bench_numbers() -> frozenset[float]:
 def test_every_measured_figure_is_in_the_bench_results(document: Path) -> None:
     """A figure such as `13,211 tok/s` or `85 GiB` is one that bench/results holds, as written
     (rounded to the digits shown; milli- and giga- scaled forms count)."""
-    text = bench_module("docgen").BLOCK.sub("", document.read_text(encoding="utf-8"))
+    text = docgen.BLOCK.sub("", document.read_text(encoding="utf-8"))
     wrong = []
     for match in MEASURED.finditer(text):
         if (relative(document), match.group(0)) in NOT_MEASURED:

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.bench_modules import bench_module
+from tools import mutation as mutation_tool
 
 #: The package mutmut's copy holds: mutant 1 changes the answer, mutant 2 is equivalent.
 PACKAGE = """
@@ -41,7 +41,7 @@ def test_double_in_a_child_process():
 
 @pytest.fixture
 def mutation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    module = bench_module("mutation")
+    module = mutation_tool
     copy = tmp_path / ".mutation" / "mutants"
     (copy / "toy").mkdir(parents=True)
     (copy / "toy" / "__init__.py").write_text(textwrap.dedent(PACKAGE))

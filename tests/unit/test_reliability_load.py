@@ -1,30 +1,22 @@
 """The Fuzzing, Load and Soak sections render from the committed results files, and say what
-those files hold (bench/reliability_load.py)."""
+those files hold (tools/reliability_tables.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from autorl.store.db import SQLITE_POOL_OVERFLOW, SQLITE_POOL_SIZE
+from tools import reliability_tables
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "bench" / "results"
 
 
 def _sections() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_reliability_load", REPO_ROOT / "bench" / "reliability_load.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return reliability_tables
 
 
 def _results(name: str) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""bench/suite_time.py reads make test's output as make prints it: each phase from the recipe line
+"""tools/suite_time.py reads make test's output as make prints it: each phase from the recipe line
 that starts it, each pass's pytest summary and slowest tests."""
 
 from __future__ import annotations
 
-from tests.support.bench_modules import bench_module
+from tools import suite_time
 
 OUTPUT = """\
 GPU=0 docker/build-images.sh
@@ -23,7 +23,7 @@ CI=1 .venv/bin/python -m pytest -n 2 --durations=25 --reverse -m "not containers
 
 
 def test_each_pass_has_its_summary_and_slowest_tests() -> None:
-    passes = bench_module("suite_time").read_passes(OUTPUT.splitlines())
+    passes = suite_time.read_passes(OUTPUT.splitlines())
     assert list(passes) == ["suite", "suite_reverse"]
     forward, reverse = passes["suite"], passes["suite_reverse"]
     assert forward["summary"] == "1380 passed, 2 warnings" and forward["seconds"] == 1790.12
@@ -37,7 +37,6 @@ def test_each_pass_has_its_summary_and_slowest_tests() -> None:
 
 
 def test_phases_are_told_apart_by_the_recipe_lines_make_prints() -> None:
-    suite_time = bench_module("suite_time")
     starts = {}
     for number, line in enumerate(OUTPUT.splitlines()):
         for name, pattern in suite_time.PHASES:

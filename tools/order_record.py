@@ -4,7 +4,7 @@ took in ``bench/results/test_order.json`` (docs/RELIABILITY.md's "Test isolation
 Tests must pass in any order and side by side: each module gets a database and a Redis queue of
 its own, each test process its own Redis server. ``make test`` runs the reverse, parallel pass.
 
-    .venv/bin/python bench/test_order.py [--only NAME ...]
+    .venv/bin/python -m tools.order_record [--only NAME ...]
 """
 
 from __future__ import annotations

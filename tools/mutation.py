@@ -6,7 +6,7 @@ whole modules, or only the functions that check something), then writes
 ``bench/results/mutation.json``: the tool and version, the modules, patterns and tests, the count
 of mutants per outcome (in all and per module) and every surviving mutant with the line it
 changed and, where the change cannot alter what a user sees, why (from
-``bench/mutation_equivalent.toml``). ``python3 bench/reliability_report.py`` renders that file into
+``tools/mutation_equivalent.toml``). ``python3 -m tools.reliability_doc`` renders that file into
 docs/RELIABILITY.md.
 
 mutmut sees only the calls its own test process makes. A test that runs the grader as a process of
@@ -22,14 +22,14 @@ mutmut runs in. The services' packages sit under ``services/``, so mutmut runs i
 which links each package (and the tests and pyproject.toml) at its top; the mutants and mutmut's
 state are in ``.mutation/mutants/``.
 
-    python3 bench/mutation.py              # run mutmut afresh, then write the results
-    python3 bench/mutation.py --survivors  # after adding tests: run the last run's unexplained
+    python3 -m tools.mutation              # run mutmut afresh, then write the results
+    python3 -m tools.mutation --survivors  # after adding tests: run the last run's unexplained
                                            # survivors and untested mutants again (the rest, and
-                                           # those bench/mutation_equivalent.toml explains, keep
+                                           # those tools/mutation_equivalent.toml explains, keep
                                            # their outcome)
-    python3 bench/mutation.py --collect    # only write the results of the last run (with
+    python3 -m tools.mutation --collect    # only write the results of the last run (with
                                            # --modules: of a run of those modules)
-    python3 bench/mutation.py --modules autorl.checkpoints.snapshot autorl_grader.submissions
+    python3 -m tools.mutation --modules autorl.checkpoints.snapshot autorl_grader.submissions
                                            # run afresh only those modules' mutants; the other
                                            # modules keep the outcomes bench/results/mutation.json
                                            # holds, marked with the date of their run
@@ -57,7 +57,7 @@ RESULTS = REPO_ROOT / "bench" / "results" / "mutation.json"
 #: Outcomes of the process-level tests of the last run (mutant name → "killed" or "survived").
 PROCESS_OUTCOMES_NAME = "process-outcomes.json"
 #: Surviving mutants that cannot change what a user sees: mutant name → the changed line and why.
-EQUIVALENT = REPO_ROOT / "bench" / "mutation_equivalent.toml"
+EQUIVALENT = REPO_ROOT / "tools" / "mutation_equivalent.toml"
 MUTMUT = [sys.executable, "-m", "mutmut"]
 #: Where mutmut runs, and what it sees there (name → the repository path it links to).
 WORKDIR = REPO_ROOT / ".mutation"

@@ -5,7 +5,7 @@ tests or benchmarks wrote. The faults table reads ``bench/results/faults/*.json`
 fault, written by the fault tests when ``AUTORL_RECORD_RESULTS=1`` (``make reliability``). A new
 section: a results file, a renderer in :data:`RENDERERS`, and its block in the document.
 
-    python3 bench/reliability_report.py   # rewrite the document's blocks
+    python3 -m tools.reliability_doc   # rewrite the document's blocks
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from docgen import REPO_ROOT, RESULTS, Document, load_results, number
-from reliability_load import RENDERERS as LOAD_RENDERERS
+from tools.docgen import REPO_ROOT, RESULTS, Document, load_results, number
+from tools.reliability_tables import RENDERERS as LOAD_RENDERERS
 
 FAULTS = RESULTS / "faults"
 
@@ -44,7 +44,7 @@ def faults_table() -> str:
     return "\n".join(lines) + f"\n\nRecorded: {dates}.\n"
 
 
-#: What each run of ``bench/test_order.py`` checks, in the document's words.
+#: What each run of ``tools/order_record.py`` checks, in the document's words.
 ORDER_RUNS = {
     "pair": "the two modules that once shared rows, in the order named",
     "pair_reverse": "the same two modules, every test in reverse order",
@@ -92,7 +92,7 @@ def _survival(survivor: dict[str, str]) -> str:
 
 
 def _carried_over(modules: dict[str, str]) -> str:
-    """The modules that run did not run again (``bench/mutation.py --modules``), with their run's date."""
+    """The modules that run did not run again (``tools/mutation.py --modules``), with their run's date."""
     if not modules:
         return ""
     listed = ", ".join(f"{_code(module)} (run {date[:10]})" for module, date in modules.items())

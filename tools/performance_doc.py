@@ -3,7 +3,7 @@
 Every figure in the document sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
 and is written by one of :data:`RENDERERS` from one results file (:mod:`docgen`), so the document
 cannot drift from the files (tests/unit/test_generated_docs.py fails when it does). After a
-benchmark writes new results, ``python3 bench/report.py`` rewrites those blocks in place.
+benchmark writes new results, ``python3 -m tools.performance_doc`` rewrites those blocks in place.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from docgen import REPO_ROOT, Document, load_results, number
+from tools.docgen import REPO_ROOT, Document, load_results, number
 
 #: What each variant of ``hf_generation_gpu.json`` measured, in the document's words.
 GENERATION_VARIANTS = {

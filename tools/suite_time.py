@@ -1,9 +1,9 @@
 """Times ``make test`` as CI runs it: ``bash .ci/run`` in a fresh clone of this repository's HEAD, on
 this machine. Records how long each phase took (set-up, the images, lint, the suite's two passes),
 what each pass ran and its slowest tests, in ``bench/results/suite_time.json``; docs/RELIABILITY.md,
-"Suite time", is generated from it (``bench/reliability_report.py``).
+"Suite time", is generated from it (``tools/reliability_doc.py``).
 
-    .venv/bin/python bench/suite_time.py [--clone-dir DIR] [--log FILE]
+    .venv/bin/python -m tools.suite_time [--clone-dir DIR] [--log FILE]
 
 Commit first: the clone holds what HEAD holds, nothing uncommitted. The phases are read from the
 recipe lines make prints before running them, so they follow the Makefile as it is.

@@ -7,7 +7,7 @@ version installed in this machine's ``.venv``, for CPython 3.12 on x86-64 Linux.
 agent's TRL path or of the Kubernetes operator is needed there: the agent's GRPO runs on the
 batched CUDA engine, GSM8K comes from ``AUTORL_DATA_SOURCE_DIR``.
 
-    .venv/bin/python bench/gpu_wheelhouse.py [--target .whl] [--python-version 3.12]
+    .venv/bin/python -m tools.gpu_wheelhouse [--target .whl] [--python-version 3.12]
 
 On the GPU machine (the folder carried there), into the interpreter's own environment: the chat
 template's renderer starts ``python -I``, which ignores ``PYTHONPATH`` (so no ``--target``):
@@ -98,8 +98,8 @@ def normalize(name: str) -> str:
 
 def missing_closure(roots: list[str], python_version: str) -> dict[str, str]:
     """name → installed version of every package the roots need that the image lacks."""
-    environment = {
-        **default_environment(),
+    environment: dict[str, str] = {
+        **{key: str(value) for key, value in default_environment().items()},
         "python_version": ".".join(python_version.split(".")[:2]),
         "python_full_version": python_version if python_version.count(".") == 2 else f"{python_version}.0",
         "sys_platform": "linux",
