@@ -62,6 +62,8 @@ $(AGENT_VENV)/.installed: requirements-agent.txt constraints.txt pyproject.toml 
 	test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
 	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install -c constraints.txt -r requirements-agent.txt
 	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall . ./services/agents
+	# The supervisor is not the agents' (an environment made before the agents had their own distribution held it).
+	$(AGENT_VENV)/bin/python -m pip --disable-pip-version-check -q uninstall -y autorl-agent-runner 2>/dev/null || true
 	touch $@
 
 # Versions of the OpenCompass environment: the only combination found that installs and runs beside TRL's.
