@@ -16,6 +16,8 @@ CONTRACT_VARIABLES = (
     "DATA_PATH",
     "OUTPUT_DIR",
     "WORKSPACE",
+    #: The run's seed (``autorl run --repeat N`` gives 0..N-1; 0 otherwise): seed training with it.
+    "AUTORL_SEED",
 )
 #: The names an Experiment may not declare.
 RESERVED_ENV = frozenset(CONTRACT_VARIABLES)

@@ -6,6 +6,7 @@ the cache by them.
     <workspace>/ code/  output/  models/<base>/  data/
                  description.md  instructions.md  run_meta.json  scores.json  agent.log
     <home>/runs/<run id>/logs/runner.log              the runner's own events (out of the agent's reach)
+    <home>/runs/<run id>/seed.json                    the run's seed (and repeat i of n)
     <cache>/models/builtin/<name>-v<build version>/   a built-in model, built once
     <cache>/models/hub/<org>--<name>/                 a Hugging Face hub model, downloaded once
 """
@@ -29,6 +30,8 @@ RUN_LOGS_DIR = "logs"
 #: The agent runner's events (agent start, sandbox, deadline, kills): the platform's record,
 #: beside the services' logs, where the agent cannot write.
 RUNNER_LOG_FILE = "runner.log"
+#: The run's seed and, for ``autorl run --repeat N``, which repeat it was (``autorl.runs.seeds``).
+RUN_SEED_FILE = "seed.json"
 
 # The model cache: names relative to the cache's models folder.
 BUILTIN_PREFIX = "builtin:"

@@ -11,8 +11,15 @@ on the same problems (the same evaluation key and problem digest) pair problem b
   paired proportions (Newcombe 1998, method 10), in points.
 - :func:`mcnemar_exact_p`: the exact (binomial) two-sided McNemar p-value from the discordant pairs.
 
+Across repeated runs (``autorl run --repeat``, one score per seed):
+
+- :func:`standard_error`: the standard error of a mean (sample standard deviation / sqrt(n)).
+- :func:`paired_t_test`: the paired t-test of two agents' scores on the same seeds, with the 95 %
+  t interval of the mean paired difference (Student's t distribution through the regularized
+  incomplete beta function).
+
 Pure Python on purpose: every service that shows a score (the grader has no scipy) computes these.
-The tests check each against statsmodels or a published worked example on fixed data.
+The tests check each against statsmodels, scipy or a published worked example on fixed data.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -217,3 +225,124 @@ def comparison_of(evaluated: Evaluated, baseline: Evaluated | None) -> Compariso
     ):
         return None
     return compare(evaluated.correctness, baseline.correctness)
+
+
+# --- across repeated runs ----------------------------------------------------------------------
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    """The standard error of the mean of ``values``: the sample standard deviation (n - 1) over
+    sqrt(n), as ``scipy.stats.sem``; None for fewer than two values (undefined)."""
+    if len(values) < 2:
+        return None
+    return statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _incomplete_beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz's method)."""
+    tiny, epsilon = 1e-300, 1e-16
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 1000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < epsilon:
+            break
+    return result
+
+
+def _regularized_incomplete_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b) for 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    front = math.exp(log_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _incomplete_beta_fraction(a, b, x) / a
+    return 1.0 - front * _incomplete_beta_fraction(b, a, 1.0 - x) / b
+
+
+def student_t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    return _regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def student_t_quantile(probability: float, df: int) -> float:
+    """The ``probability`` quantile (0.5 < probability < 1) of Student's t with ``df`` degrees of
+    freedom, by bisection on its distribution function."""
+    if not 0.5 < probability < 1.0 or df < 1:
+        raise ValueError(f"need 0.5 < probability < 1 and df >= 1, got {probability}, {df}")
+    tail = 2.0 * (1.0 - probability)
+    low, high = 0.0, 1.0
+    while student_t_two_sided_p(high, df) > tail:
+        low, high = high, 2.0 * high
+    for _ in range(200):
+        middle = (low + high) / 2.0
+        if student_t_two_sided_p(middle, df) > tail:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2.0
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Two agents' scores on the same seeds: ``second - first``, seed by seed."""
+
+    #: How many seeds were paired.
+    n: int
+    #: Mean of the paired differences, in points.
+    mean_difference: float
+    #: Its 95 % t interval, in points; None for fewer than two seeds.
+    interval: tuple[float, float] | None
+    #: The paired t statistic; None where it is undefined (fewer than two seeds, or every
+    #: difference 0) or infinite (every difference the same, not 0: the p-value is then 0).
+    statistic: float | None
+    #: Two-sided p-value of the paired t-test (as ``scipy.stats.ttest_rel``); None where undefined.
+    p_value: float | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "n": self.n,
+            "mean_difference": self.mean_difference,
+            "interval": None if self.interval is None else list(self.interval),
+            "t": self.statistic,
+            "df": self.n - 1,
+            "p_value": self.p_value,
+        }
+
+
+def paired_t_test(
+    first: Sequence[float], second: Sequence[float], confidence: float = CONFIDENCE
+) -> PairedTest:
+    """The paired t-test of ``second`` against ``first`` (the same seeds, in the same order), as
+    ``scipy.stats.ttest_rel(second, first)``, with the t interval of the mean difference."""
+    if len(first) != len(second) or not first:
+        raise ValueError(
+            f"need two equally long, non-empty lists of paired scores, got {len(first)} and {len(second)}"
+        )
+    differences = [b - a for a, b in zip(first, second, strict=True)]
+    n = len(differences)
+    mean = statistics.fmean(differences)
+    if n < 2:
+        return PairedTest(n, mean, None, None, None)
+    error = statistics.stdev(differences) / math.sqrt(n)
+    margin = student_t_quantile(0.5 + confidence / 2, n - 1) * error
+    interval = (mean - margin, mean + margin)
+    if error == 0.0:
+        # Every difference the same: 0 is no evidence at all; any other value, no doubt left.
+        return PairedTest(n, mean, interval, None, None if mean == 0.0 else 0.0)
+    statistic = mean / error
+    return PairedTest(n, mean, interval, statistic, student_t_two_sided_p(statistic, n - 1))

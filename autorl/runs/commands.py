@@ -15,6 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from autorl.errors import UsageError
+from autorl.runs.repeats import (
+    PairedComparison,
+    RepeatGroup,
+    aggregate_json,
+    group_runs,
+    paired_comparison,
+    why_not_paired,
+)
 from autorl.runs.results import (
     COLUMNS,
     FLOAT_COLUMNS,
@@ -24,8 +32,9 @@ from autorl.runs.results import (
     read_rows,
     results_path,
 )
+from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.runs.summary import SUMMARY_COLUMNS, AgentSummary, RunOutcome, summarize
-from autorl.untrusted_text import rich_text
+from autorl.untrusted_text import printable, rich_text
 
 if TYPE_CHECKING:
     from autorl.store import Experiment
@@ -227,10 +236,99 @@ def check_same_feedback(rows: Sequence[ResultRow]) -> None:
         )
 
 
-def _print_comparison(rows: list[ResultRow], home: Path, keys: dict[str, RunKey]) -> None:
+@dataclass(frozen=True)
+class Comparison:
+    """What ``--compare`` shows of its runs beside their rows: each one's seed and evaluation key,
+    the runs grouped as repeats, and the paired test of two agents."""
+
+    seeds: dict[str, RunSeed]
+    keys: dict[str, RunKey]
+    groups: list[RepeatGroup]
+    paired: PairedComparison | None
+
+    @classmethod
+    def of(cls, rows: Sequence[ResultRow], home: Path, keys: dict[str, RunKey]) -> Comparison:
+        seeds = {row.run_id: seed for row in rows if (seed := read_run_seed(home, row.run_id)) is not None}
+        groups = group_runs(rows, seeds, {run_id: key.key for run_id, key in keys.items()})
+        return cls(seeds, keys, groups, paired_comparison(groups))
+
+    def to_json(self, rows: Sequence[ResultRow]) -> dict[str, Any]:
+        return {"runs": [row.to_json() for row in rows], **aggregate_json(self.groups, self.paired)}
+
+
+def _number(value: float | None, *, signed: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def _runs_cell(group: RepeatGroup) -> str:
+    """How many runs the group has; "2 of 3" where only 2 enter its means."""
+    counted, given = len(group.counted), len(group.runs)
+    return str(given) if counted == given else f"{counted} of {given}"
+
+
+def _print_repeats(console: Any, comparison: Comparison) -> None:
+    """Each group's runs, seeds, and mean ± SEM of the final score and the improvement; then the
+    paired test of two agents across seeds, or why there is none."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="Repeats: mean ± SEM over each group's runs", title_justify="left")
+    for name in ("task", "agent", "base_model", "feedback", "eval_key", "runs", "seeds"):
+        table.add_column(name, justify="right" if name == "runs" else "left")
+    for name in ("final mean", "final SEM", "impr mean", "impr SEM"):
+        table.add_column(name, justify="right")
+    for group in comparison.groups:
+        final, improvement = group.final_score, group.improvement
+        seeds = sorted({run.seed for run in group.counted if run.seed is not None})
+        table.add_row(
+            *map(rich_text, (group.task, group.agent, group.base_model, group.feedback)),
+            (group.eval_key or "-")[:12],
+            _runs_cell(group),
+            ", ".join(map(str, seeds)) or "-",
+            _number(final.mean),
+            _number(final.sem),
+            _number(improvement.mean, signed=True),
+            _number(improvement.sem),
+        )
+    console.print(table)
+    paired = comparison.paired
+    if paired is None:
+        console.print(Text(f"paired test: none: {why_not_paired(comparison.groups)}"))
+        return
+    names = f"{printable(paired.second.agent)} - {printable(paired.first.agent)}"
+    test = paired.test
+    lines = []
+    if test is not None:
+        interval = (
+            f" (95 % t interval {test.interval[0]:+.2f} to {test.interval[1]:+.2f})"
+            if test.interval is not None
+            else ""
+        )
+        lines.append(
+            f"paired difference of the final score, {names}, over seeds "
+            f"{', '.join(map(str, paired.seeds))} (n={test.n}): {test.mean_difference:+.2f} points{interval}"
+        )
+    if paired.testable and test is not None and test.p_value is not None:
+        statistic = "inf" if test.statistic is None else f"{test.statistic:.3f}"
+        lines.append(f"paired t-test: t = {statistic}, df = {test.n - 1}, p = {test.p_value:.3g}")
+    else:
+        lines.append(f"paired t-test: {paired.reason}")
+    if paired.ambiguous_seeds:
+        shown = ", ".join(map(str, paired.ambiguous_seeds))
+        lines.append(
+            f"left out: seeds {shown} (more than one run of one agent has them; compare one run per seed)"
+        )
+    for line in lines:
+        console.print(Text(line))
+
+
+def _print_comparison(rows: list[ResultRow], home: Path, comparison: Comparison) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    keys = comparison.keys
     console = Console()
     if not console.is_terminal:
         console = Console(width=240)
@@ -244,7 +342,15 @@ def _print_comparison(rows: list[ResultRow], home: Path, keys: dict[str, RunKey]
     for name in COMPARED_METRICS:
         table.add_row(name, *[_metric_cell(r.get(name)) for r in reports])
     table.add_row("eval_key", *[keys[row.run_id].key if row.run_id in keys else "-" for row in rows])
+    table.add_row("seed", *[_seed_cell(comparison.seeds.get(row.run_id)) for row in rows])
     console.print(table)
+    _print_repeats(console, comparison)
+
+
+def _seed_cell(seed: RunSeed | None) -> str:
+    if seed is None:
+        return "-"
+    return str(seed.seed) + (f" ({seed.repeat}/{seed.repeats})" if seed.repeats > 1 else "")
 
 
 def summary_of(rows: Sequence[ResultRow]) -> list[AgentSummary]:
@@ -329,12 +435,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"run {row.run_id} was killed before it finished; recorded as interrupted", file=sys.stderr)
     row_filter = RowFilter(task=args.task, agent=args.agent, model=args.model)
     rows = [row for row in read_rows(home) if row_filter.matches(row)]
-    keys: dict[str, RunKey] = {}
+    comparison: Comparison | None = None
     if args.compare:
         rows = select_runs(rows, args.compare)
         keys = run_keys(settings.database_url, [row.run_id for row in rows])
         check_same_key(rows, keys)
         check_same_feedback(rows)
+        comparison = Comparison.of(rows, home, keys)
     if args.summary and (rows or args.json or args.csv):
         summaries = summary_of(rows)
         if args.json:
@@ -343,13 +450,16 @@ def _run(args: argparse.Namespace) -> int:
             sys.stdout.write(summary_csv_text(summaries))
         else:
             _print_summary(summaries)
+    elif args.json and comparison is not None:
+        # The rows (as --json prints them) under "runs", with the repeats' aggregate beside them.
+        print(json.dumps(comparison.to_json(rows), indent=2))
     elif args.json:
         # Only the JSON document on stdout, so that `autorl results --json | jq` works.
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif args.csv:
         sys.stdout.write(csv_text(rows, header=True))
-    elif args.compare:
-        _print_comparison(rows, home, keys)
+    elif comparison is not None:
+        _print_comparison(rows, home, comparison)
     elif rows:
         _print_table(rows, home, run_notes(settings.database_url, [row.run_id for row in rows]))
     elif row_filter.describe():

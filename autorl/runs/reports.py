@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autorl.errors import AutoRLError, NotFoundError, UsageError
+from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus
 from autorl.store import repository as repo
@@ -234,7 +235,17 @@ def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
     }
 
 
-def plot_trajectory(run: RunRecord, target: Path) -> Path:
+def seed_metrics(seed: RunSeed | None) -> dict[str, Any]:
+    """The run's seed (its agent's AUTORL_SEED) and which of how many repeats it was; null for a
+    run that recorded none (one not started by this machine's `autorl run`)."""
+    return {
+        "seed": None if seed is None else seed.seed,
+        "repeat": None if seed is None else seed.repeat,
+        "repeats": None if seed is None else seed.repeats,
+    }
+
+
+def plot_trajectory(run: RunRecord, target: Path, seed: RunSeed | None = None) -> Path:
     """A PNG of the headline score of each submission, in order: scored points, the best as a star,
     failed ones as crosses on the axis, the baseline as a dashed line."""
     try:
@@ -301,7 +312,8 @@ def plot_trajectory(run: RunRecord, target: Path) -> Path:
             )
         ax.set_xlabel("submission")
         ax.set_ylabel(f"score ({run.protocol})")
-        ax.set_title(f"{run.run_id}: score trajectory")
+        named = f", {seed.describe()}" if seed is not None and seed.repeats > 1 else ""
+        ax.set_title(f"{run.run_id}: score trajectory{named}")
         if subs:
             ax.set_xlim(0.5, len(subs) + 0.5)
             ax.set_xticks(range(1, len(subs) + 1) if len(subs) <= 20 else ax.get_xticks())
@@ -324,17 +336,18 @@ class Report:
     metrics: dict[str, Any]
 
 
-def write_report(run: RunRecord, run_dir: Path, now: float) -> Report:
-    """Write RUN_DIR/reports/metrics.json and RUN_DIR/reports/figures/score_trajectory.png."""
+def write_report(run: RunRecord, run_dir: Path, now: float, seed: RunSeed | None = None) -> Report:
+    """Write RUN_DIR/reports/metrics.json and RUN_DIR/reports/figures/score_trajectory.png;
+    ``seed`` is the run's recorded seed (``autorl run --repeat``), named in both."""
     reports = run_dir / REPORTS_DIR
     try:
         reports.mkdir(parents=True, exist_ok=True)
-        metrics = compute_metrics(run, now)
+        metrics = {**compute_metrics(run, now), **seed_metrics(seed)}
         metrics_path = reports / METRICS_FILE
         metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise ReportError(f"cannot write the report in {reports}: {exc}") from exc
-    plot_path = plot_trajectory(run, reports / TRAJECTORY_PNG)
+    plot_path = plot_trajectory(run, reports / TRAJECTORY_PNG, seed)
     return Report(metrics_path=metrics_path, plot_path=plot_path, metrics=metrics)
 
 
@@ -350,7 +363,7 @@ def read_run(database_url: str, run_id: str) -> RunRecord:
 def report_run(settings: HomeSettings, run_id: str, now: float) -> Report:
     """The report of run ``run_id`` (its experiment in the settings' database), in HOME/runs/RUN_ID."""
     run = read_run(settings.database_url, run_id)
-    return write_report(run, settings.home / "runs" / run_id, now)
+    return write_report(run, settings.home / "runs" / run_id, now, read_run_seed(settings.home, run_id))
 
 
 def report_after_run(settings: HomeSettings, run_id: str) -> Report | None:
@@ -378,6 +391,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.metrics, indent=2))
     else:
+        seed = report.metrics.get("seed")
+        if seed is not None:
+            repeats = report.metrics.get("repeats") or 1
+            of = f" (repeat {report.metrics.get('repeat')} of {repeats})" if repeats > 1 else ""
+            print(f"seed:    {seed}{of}")
         print(f"metrics: {report.metrics_path}\nplot:    {report.plot_path}")
     return 0
 

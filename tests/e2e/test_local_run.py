@@ -327,7 +327,9 @@ def test_results_row_equals_the_database_when_evaluations_are_cancelled(
     assert not leftover_processes(run.home)
 
 
-def start_until_agent_runs(tmp_path: Path, agent_body: str, *, stdio: int) -> subprocess.Popen[str]:
+def start_until_agent_runs(
+    tmp_path: Path, agent_body: str, *, stdio: int, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
     """`autorl run` of an agent that writes output/started and then runs on; returns once it did."""
     home = tmp_path / "home"
     agent = write_agent(tmp_path, agent_body + "open(os.path.join(OUT, 'started'), 'w')\ntime.sleep(600)\n")
@@ -347,6 +349,7 @@ def start_until_agent_runs(tmp_path: Path, agent_body: str, *, stdio: int) -> su
             "2",
             "--port",
             str(free_port()),
+            *extra,
         ],
         env={
             **os.environ,
@@ -380,6 +383,42 @@ def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
         ).stdout
     )
     assert rows[-1]["status"] == "interrupted" and rows[-1]["success"] is False
+    assert not leftover_processes(home)
+
+
+def test_repeats_give_each_run_its_seed_and_ctrl_c_stops_the_rest(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # Seed 0 ends at once; seed 1 runs on until Ctrl-C; seed 2 must never start.
+    body = "import sys, time\nrecord('seed', os.environ['AUTORL_SEED'])\n"
+    body += "if os.environ['AUTORL_SEED'] == '0':\n    sys.exit(0)\n"
+    process = start_until_agent_runs(tmp_path, body, stdio=subprocess.PIPE, extra=("--repeat", "3"))
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "repeat 1/3, seed 0" in stderr and "repeat 2/3, seed 1" in stderr and "repeat 3/3" not in stderr
+    assert "stopped by Ctrl-C at repeat 2/3 (seed 1); not run: seeds 2" in stderr
+    rows = json.loads(
+        subprocess.run(
+            [AUTORL, "results", "--json", "--home", str(home)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert [row["status"] for row in rows] == ["completed", "interrupted"]
+    ids = [str(row["run_id"]) for row in rows]
+    assert f"autorl results --compare {' '.join(ids)}" in stderr
+    # Each run's agent got its own seed, recorded in its run folder, where --compare reads it.
+    for seed, (run_id, row) in enumerate(zip(ids, rows, strict=True)):
+        assert json.loads((Path(str(row["workspace"])) / "output" / "seed.json").read_text()) == str(seed)
+        recorded = json.loads((home / "runs" / run_id / "seed.json").read_text())
+        assert recorded == {"seed": seed, "repeat": seed + 1, "repeats": 3}
+    compared = json.loads(
+        subprocess.run(
+            [AUTORL, "results", "--json", "--home", str(home), "--compare", *ids],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert [member["seed"] for member in compared["groups"][0]["members"]] == [0, 1]
     assert not leftover_processes(home)
 
 

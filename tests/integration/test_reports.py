@@ -11,6 +11,7 @@ import pytest
 
 from autorl.cli import main
 from autorl.runs.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
+from autorl.runs.seeds import RunSeed, write_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, migrate
 from autorl.uncertainty import wilson_interval
@@ -94,7 +95,15 @@ def test_trajectory_png_shows_each_scored_submission_where_its_score_is(home: Pa
 def test_autorl_report_regenerates_both(home: Path, run_id: str, capsys: pytest.CaptureFixture[str]) -> None:
     reports = home / "runs" / run_id / "reports"
     assert main(["report", run_id, "--home", str(home)]) == 0
-    assert str(reports / "metrics.json") in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert str(reports / "metrics.json") in out and "seed:" not in out  # no seed recorded
+    assert json.loads((reports / "metrics.json").read_text())["seed"] is None
+    # One of several repeats (autorl run --repeat 3): the report names its seed.
+    write_run_seed(home / "runs" / run_id, RunSeed(1, repeat=2, repeats=3))
+    assert main(["report", run_id, "--home", str(home)]) == 0
+    assert "seed:    1 (repeat 2 of 3)" in capsys.readouterr().out
+    metrics = json.loads((reports / "metrics.json").read_text())
+    assert (metrics["seed"], metrics["repeat"], metrics["repeats"]) == (1, 2, 3)
     (reports / "metrics.json").unlink()
     (reports / "figures" / "score_trajectory.png").unlink()
     assert main(["report", str(home / "runs" / run_id), "--home", str(home), "--json"]) == 0

@@ -251,6 +251,19 @@ def test_example_agent_settings_are_its_cli() -> None:
     assert config == ExampleGRPOConfig(sft="never", num_generations=2, sft_learning_rate=0.01)
 
 
+def test_example_agent_seeds_from_autorl_seed_unless_given_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTORL_AGENT_ARGS", raising=False)
+    monkeypatch.setenv("AUTORL_SEED", "3")
+    assert parse_config([]).seed == 3  # the run's seed (autorl run --repeat)
+    assert parse_config(["--seed", "7"]).seed == 7  # an explicit setting wins
+    monkeypatch.setenv("AUTORL_AGENT_ARGS", "--seed 9")
+    assert parse_config([]).seed == 9
+    monkeypatch.delenv("AUTORL_AGENT_ARGS")
+    monkeypatch.delenv("AUTORL_SEED")
+    assert parse_config([]).seed == 0  # started by hand, outside the platform
+    assert "$AUTORL_SEED" in build_parser().format_help()
+
+
 def test_example_sft_is_the_example_agent_without_rl(monkeypatch: pytest.MonkeyPatch) -> None:
     """example_sft passes its defaults first, so that arguments given to it still win."""
     seen: dict[str, object] = {}

@@ -253,7 +253,13 @@ def test_results_compare_shows_runs_side_by_side_with_their_report_metrics(
     assert [c.strip() for c in lines["best_score"].split("│")[2:4]] == ["40.0", "22.5"]  # oldest on the left
     assert "sft_only" in lines["agent"]
     assert "123.4" in lines["time_to_best"] and "0.75" in lines["monotonic_ratio"]
-    assert filtered_ids(tmp_path, capsys, "--compare", "20261130-1215", "20261130-1015") == [
+    # With --compare, --json holds the rows (as --json prints them) under "runs", beside the
+    # repeats' aggregate (tests/unit/test_repeats.py).
+    assert (
+        main(["results", "--json", "--home", str(tmp_path), "--compare", "20261130-1215", "20261130-1015"])
+        == 0
+    )
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [
         "20261130-101500-arith-aaaaaa",
         "20261130-121500-arith-cccccc",
     ]

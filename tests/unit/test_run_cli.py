@@ -26,6 +26,8 @@ BASE = ["run", "-a", "example_grpo", "-t", "arith", "-m", "builtin:tiny-qwen2", 
         (["--workers", "0"], "--workers must be at least 1"),
         (["--finish-wait", "-1"], "--finish-wait must be a number of seconds, 0 or more"),
         (["--grace-period", "nan"], "--grace-period must be a number of seconds, 0 or more"),
+        (["--repeat", "0"], "--repeat must be at least 1"),
+        (["--repeat", "-2"], "leave it out for one run"),
     ],
 )
 def test_a_bad_number_is_refused_before_anything_starts(

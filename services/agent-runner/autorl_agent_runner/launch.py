@@ -82,6 +82,8 @@ class AgentLaunch:
     echo_output: bool = False
     #: The runner's own log, out of the agent's reach; None: the runner's stderr (a pod's stream).
     runner_log: Path | None = None
+    #: The run's seed, the agent's ``AUTORL_SEED`` (``autorl run --repeat`` gives each repeat its own).
+    seed: int = 0
 
 
 def launch_agent(
@@ -104,6 +106,7 @@ def launch_agent(
         data_path=workspace.data,
         output_dir=workspace.output,
         workspace=workspace.root,
+        seed=launch.seed,
     )
     config = RunnerConfig(
         workspace=workspace,

@@ -30,6 +30,19 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The platform's seed of this run (``autorl run --repeat N`` gives 0..N-1), when no --seed is given.
+SEED_VARIABLE = "AUTORL_SEED"
+
+
+def run_seed() -> int:
+    """The run's seed from ``AUTORL_SEED`` (0 where it is unset: an agent started by hand)."""
+    value = os.environ.get(SEED_VARIABLE, "").strip()
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        raise SystemExit(f"{SEED_VARIABLE}={value!r} is not an integer; pass --seed N") from None
+
+
 @dataclass
 class ExampleGRPOConfig:
     """Settings of the example agent; each field's help is its command-line help."""
@@ -93,7 +106,10 @@ class ExampleGRPOConfig:
         metadata={"help": "seconds before the deadline at which training stops to save and submit"},
     )
     logging_steps: int = field(default=10, metadata={"help": "log every N optimizer steps"})
-    seed: int = field(default=0, metadata={"help": "random seed"})
+    seed: int = field(
+        default_factory=run_seed,
+        metadata={"help": "seed of torch, random and sampling (default: $AUTORL_SEED, the run's seed)"},
+    )
 
 
 @dataclass(frozen=True)
@@ -116,13 +132,19 @@ def grpo_sizes(config: ExampleGRPOConfig, *, tiny: bool) -> GRPOSizes:
     )
 
 
+#: Fields whose default is computed when the config is made (from the environment).
+_COMPUTED = frozenset(spec.name for spec in fields(ExampleGRPOConfig) if spec.default_factory is not MISSING)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
     for spec in fields(ExampleGRPOConfig):
         flag = "--" + spec.name.replace("_", "-")
         default = spec.default if spec.default is not MISSING else None
         kind = _arg_type(spec.type)
-        kwargs: dict[str, Any] = {"default": default, "help": f"{spec.metadata['help']} (default: {default})"}
+        # A default computed at start (the seed) is said in the help itself.
+        shown = "" if spec.default is MISSING else f" (default: {default})"
+        kwargs: dict[str, Any] = {"default": default, "help": f"{spec.metadata['help']}{shown}"}
         choices = _CHOICES.get(spec.name)
         parser.add_argument(flag, type=kind, choices=choices, **kwargs)
     return parser
@@ -140,4 +162,7 @@ def _arg_type(annotation: object) -> Any:
 def parse_config(argv: Sequence[str] | None = None) -> ExampleGRPOConfig:
     args = list(sys.argv[1:] if argv is None else argv)
     args += shlex.split(os.environ.get("AUTORL_AGENT_ARGS", ""))
-    return ExampleGRPOConfig(**vars(build_parser().parse_args(args)))
+    values = vars(build_parser().parse_args(args))
+    # Not given: the field's own default (the run's AUTORL_SEED); an explicit --seed wins.
+    given = {name: value for name, value in values.items() if value is not None or name not in _COMPUTED}
+    return ExampleGRPOConfig(**given)

@@ -48,7 +48,7 @@ class Agent:
 
     def __init__(self, config: ExampleGRPOConfig) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
         from transformers.utils import logging as transformers_logging
 
         from autorl.client import GradingClient
@@ -58,6 +58,10 @@ class Agent:
         # agent.log is read by people: one line per event, no progress bars redrawn into it.
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         self.config = config
+        # One seed for every random draw (python's random, numpy, torch on CPU and GPU): repeats of
+        # a run (autorl run --repeat, AUTORL_SEED) differ by it alone. The phases seed their own
+        # samplers (SFT's shuffling, GRPO's prompt order and sampling) from config.seed as well.
+        set_seed(config.seed)
         self.client = GradingClient.from_env()
         self.task = get_task(os.environ["TASK"])
         self.base_dir = Path(os.environ["MODEL_PATH"])
@@ -86,6 +90,7 @@ class Agent:
             device="cuda" if self.cuda else "cpu",
             dtype=str(dtype).removeprefix("torch."),
             remaining_s=round(self.end_time - time.time()),
+            seed=config.seed,
         )
 
     def stop_time(self) -> float:

@@ -101,6 +101,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "validation split held out of the agent's train data, and one checkpoint (the agent's "
         "nomination, else the best on validation) evaluated on test once at the end (docs/PROTOCOL.md)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N experiments one after another with seeds 0..N-1 (the agent's AUTORL_SEED), each its "
+        "own run and results row; compare them with autorl results --compare (default 1)",
+    )
     parser.add_argument("--driver-model", default=None, help="the LLM driving an LLM agent, for results.csv")
     parser.add_argument("--max-submissions", type=int, default=None, help="per-experiment submission limit")
     parser.set_defaults(func=_run)
@@ -119,6 +127,11 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
     check_seconds("--finish-wait", args.finish_wait, example=600, zero=True)
     check_seconds("--grace-period", args.grace_period, example=30, zero=True)
+    if args.repeat < 1:
+        raise UsageError(
+            f"--repeat must be at least 1 (the number of runs, with seeds 0 to N-1), not {args.repeat}; "
+            "leave it out for one run"
+        )
     limit = args.max_submissions
     if limit is not None and not 1 <= limit <= MAX_SUBMISSIONS_LIMIT:
         raise UsageError(
@@ -128,7 +141,9 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from autorl.runs.seeds import RunSeed
     from autorl_local.experiment import LocalRunConfig, run_experiment
+    from autorl_local.repeats import check_workspaces_free, repeat_workspaces, run_repeats
     from autorl_local.settings import RunSettings
 
     check_numbers(args)
@@ -141,24 +156,33 @@ def _run(args: argparse.Namespace) -> int:
             env = [*env_file_items(args.env_file), *env]
         except AutoRLError as exc:
             raise UsageError(str(exc)) from exc
-    config = LocalRunConfig(
-        agent=args.agent,
-        task=args.task,
-        model=args.model,
-        timeout_s=args.timeout,
-        port=args.port,
-        workspace=args.workspace,
-        env=env,
-        backend=args.backend,
-        agent_gpus=args.agent_gpus,
-        eval_gpus=args.eval_gpus,
-        workers=args.workers,
-        finish_wait_s=args.finish_wait,
-        grace_period_s=args.grace_period,
-        sandbox=args.sandbox,
-        egress=args.egress,
-        driver_model=args.driver_model,
-        max_submissions=args.max_submissions,
-        feedback=args.feedback,
-    )
-    return run_experiment(config, RunSettings())
+    workspaces = repeat_workspaces(args.workspace, args.repeat)
+    if args.repeat > 1:
+        check_workspaces_free(workspaces)
+    configs = [
+        LocalRunConfig(
+            agent=args.agent,
+            task=args.task,
+            model=args.model,
+            timeout_s=args.timeout,
+            port=args.port,
+            workspace=workspaces[seed],
+            env=env,
+            backend=args.backend,
+            agent_gpus=args.agent_gpus,
+            eval_gpus=args.eval_gpus,
+            workers=args.workers,
+            finish_wait_s=args.finish_wait,
+            grace_period_s=args.grace_period,
+            sandbox=args.sandbox,
+            egress=args.egress,
+            driver_model=args.driver_model,
+            max_submissions=args.max_submissions,
+            feedback=args.feedback,
+            seed=RunSeed(seed, repeat=seed + 1, repeats=args.repeat),
+        )
+        for seed in range(args.repeat)
+    ]
+    if len(configs) == 1:
+        return run_experiment(configs[0], RunSettings())
+    return run_repeats(configs)

@@ -38,6 +38,7 @@ from autorl.runs.final_result import result_columns
 from autorl.runs.reports import report_after_run, uncertainty_lines
 from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
+from autorl.runs.seeds import RunSeed, write_run_seed
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import write_agent_train
 from autorl.untrusted_text import printable
@@ -80,6 +81,8 @@ class LocalRunConfig:
     max_submissions: int | None = None
     #: test or sealed (docs/PROTOCOL.md).
     feedback: str = "test"
+    #: The agent's AUTORL_SEED, and which of how many repeats this run is (``--repeat``).
+    seed: RunSeed = field(default_factory=lambda: RunSeed(0))
 
 
 class RunFailedError(AutoRLError):
@@ -96,6 +99,12 @@ def baseline_not_scored(view: ExperimentAnswer, logs: Path) -> str:
 
 def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
     """Run the experiment; return the process exit code (0, 1 failed, 130 interrupted)."""
+    return prepare_run(config, settings).execute()
+
+
+def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
+    """Check the input (UsageError: bad input, nothing started), prepare the model and the train
+    split, and return the run, ready to :meth:`LocalRun.execute`."""
     started = time.time()
     try:
         task = get_task(config.task)
@@ -132,7 +141,7 @@ def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
             # The agent's train data without the validation split its submissions are scored on.
             data_file = write_agent_train(data_file, settings.data_dir / "sealed" / task.name)
     prepared = Prepared(base_dir=base_dir, train_data_dir=data_file.parent, started=started)
-    run = LocalRun(
+    return LocalRun(
         config,
         settings,
         task,
@@ -144,7 +153,6 @@ def run_experiment(config: LocalRunConfig, settings: RunSettings) -> int:
         workspace_root,
         prepared,
     )
-    return run.execute()
 
 
 @dataclass(frozen=True)
@@ -183,9 +191,11 @@ class LocalRun:
         self.url = f"http://127.0.0.1:{config.port}"
         self.services: list[ManagedProcess] = []
         self.admin = AdminClient(self.url, self.admin_token)
+        repeat = config.seed
+        of_repeats = f"repeat {repeat.repeat}/{repeat.repeats}, " if repeat.repeats > 1 else ""
         self.progress = Progress(
-            f"autorl run {run_id}: task={task.name} model={config.model} agent={agent.name} "
-            f"timeout={config.timeout_s:g}s"
+            f"autorl run {run_id}: {of_repeats}seed {repeat.seed}, task={task.name} model={config.model} "
+            f"agent={agent.name} timeout={config.timeout_s:g}s"
         )
         self.registered = False
         self.last_view: ExperimentAnswer | None = None
@@ -214,6 +224,7 @@ class LocalRun:
         # `autorl results` finds the lock unheld and records the run as interrupted.
         self.lock.acquire()
         try:
+            write_run_seed(self.run_dir, self.config.seed)
             with self.progress:
                 status, message, timed_out = self._lifecycle()
             exit_code = 0
@@ -325,6 +336,7 @@ class LocalRun:
             egress=config.egress,
             grace_period_s=config.grace_period_s,
             runner_log=self.settings.home / runner_log_subpath(self.run_id),
+            seed=config.seed.seed,
         )
         self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
         started = self.admin.start(self.run_id)
@@ -509,6 +521,7 @@ class LocalRun:
         # Text throughout, never markup: the note can quote the agent's strings and a service's log.
         lines = [
             *([f"note         {printable(message, multiline=True)}"] if message else []),
+            f"seed         {self.config.seed.describe().removeprefix('seed ')}",
             f"baseline     {fmt_score(row.baseline)}",
             f"best score   {fmt_score(row.best_score)}",
             f"improvement  {improvement}",

@@ -60,6 +60,8 @@ class ContractValues:
     data_path: Path
     output_dir: Path
     workspace: Path
+    #: The run's seed (``autorl run --repeat``); 0 for a run without repeats.
+    seed: int = 0
 
     def as_env(self) -> dict[str, str]:
         return {
@@ -71,6 +73,7 @@ class ContractValues:
             "DATA_PATH": str(self.data_path),
             "OUTPUT_DIR": str(self.output_dir),
             "WORKSPACE": str(self.workspace),
+            "AUTORL_SEED": str(self.seed),
         }
 
 

@@ -359,6 +359,8 @@ def contract_environment(spec: ExperimentSpec) -> dict[str, str]:
         "DATA_PATH": f"{AGENT_WORKSPACE}/data",
         "TASK": spec.task,
         "BASE_MODEL": spec.model,
+        # One Experiment is one run: seed 0, as `autorl run` without --repeat.
+        "AUTORL_SEED": "0",
         "HOME": AGENT_WORKSPACE,
         # The pod's user has no passwd entry; Python's getpass (torch's caches) reads these instead.
         "USER": "agent",
