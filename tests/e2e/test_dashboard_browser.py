@@ -43,6 +43,12 @@ SCORE_CELLS_JS = (
 )
 POINTS_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[0].data"
 BASELINE_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[1].data"
+#: The fill each point is drawn with (resolved by Chart.js): hollow where not distinguishable.
+FILLS_JS = (
+    "return Chart.getChart(document.getElementById('chart')).getDatasetMeta(0).data"
+    ".map(e => e.options.backgroundColor)"
+)
+POINT_FILL, HOLLOW_FILL = "#1f77b4", "#ffffff"
 
 
 @pytest.fixture
@@ -181,6 +187,12 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         wait_for(browser, lambda d: len(d.execute_script(POINTS_JS)) == 2, "two points on the chart")
         points = browser.execute_script(POINTS_JS)
         assert [p["y"] for p in points] == [12.0, 30.0] and [p["best"] for p in points] == [False, True]
+        # Each point's 95 % interval drawn as a bar; 30 (2 gains, no loss on 10 problems) cannot be
+        # told from the baseline: its point is hollow, and the legend says what that means.
+        assert [points[1]["low"], points[1]["high"]] == pytest.approx(list(wilson_interval(3, 10)))
+        assert [p["distinguishable"] for p in points] == [None, False]
+        assert browser.execute_script(FILLS_JS) == [POINT_FILL, HOLLOW_FILL]
+        assert "Hollow points: not distinguishable" in "".join(texts(browser, "#chart-legend"))
         assert {p["y"] for p in browser.execute_script(BASELINE_JS)} == {10.0}
         Select(browser.find_element(By.ID, "protocol")).select_by_value("strict")
         assert [p["y"] for p in browser.execute_script(POINTS_JS)] == [28.0]  # #1 has no strict score

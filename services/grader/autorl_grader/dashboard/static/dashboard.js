@@ -163,9 +163,57 @@
     target.replaceChildren(...nodes);
   }
 
+  const POINT_COLOR = "#1f77b4";
+  const BEST_COLOR = "#d62728";
+  const INTERVAL_COLOR = "rgba(31, 119, 180, 0.45)";
+  // Inside a point that is not distinguishable from the baseline: hollow.
+  const HOLLOW = "#ffffff";
+
+  // Each scored submission's 95 % interval as an error bar behind its point (from the submission's
+  // `interval`; only for the headline protocol, whose score the interval is of).
+  const intervalBars = {
+    id: "intervalBars",
+    beforeDatasetsDraw(chart) {
+      const raws = chart.data.datasets[0].data;
+      const scale = chart.scales.y;
+      const ctx = chart.ctx;
+      ctx.save();
+      ctx.strokeStyle = INTERVAL_COLOR;
+      ctx.lineWidth = 2;
+      chart.getDatasetMeta(0).data.forEach((element, i) => {
+        const raw = raws[i];
+        if (!raw || raw.low === null || raw.high === null) return;
+        const top = scale.getPixelForValue(raw.high);
+        const bottom = scale.getPixelForValue(raw.low);
+        ctx.beginPath();
+        for (const [x0, y0, x1, y1] of [
+          [element.x, top, element.x, bottom],
+          [element.x - 5, top, element.x + 5, top],
+          [element.x - 5, bottom, element.x + 5, bottom],
+        ]) {
+          ctx.moveTo(x0, y0);
+          ctx.lineTo(x1, y1);
+        }
+        ctx.stroke();
+      });
+      ctx.restore();
+    },
+  };
+
+  // The tooltip of a submission's point: its score, its 95 % interval, and whether it can be told
+  // from the baseline (canvas text: nothing here is parsed as markup).
+  function pointLabel(raw) {
+    const lines = [`#${raw.id}: ${num(raw.y)}${raw.best ? " (best)" : ""}${raw.reused ? " (reused)" : ""}`];
+    if (raw.low !== null && raw.high !== null) lines.push(`95 % interval ${num(raw.low)}–${num(raw.high)}`);
+    if (raw.distinguishable === false) lines.push("not distinguishable from the baseline (hollow)");
+    if (raw.distinguishable === true) lines.push("distinguishable from the baseline");
+    return lines;
+  }
+
   function makeChart(canvas) {
     return new window.Chart(canvas, {
       type: "scatter",
+      plugins: [intervalBars],
       data: {
         datasets: [
           {
@@ -173,12 +221,14 @@
             data: [],
             showLine: true,
             borderColor: "#aec7e8",
-            backgroundColor: "#1f77b4",
-            pointRadius: (ctx) => (ctx.raw && ctx.raw.best ? 10 : 4),
-            pointHoverRadius: (ctx) => (ctx.raw && ctx.raw.best ? 12 : 6),
+            backgroundColor: POINT_COLOR,
+            pointRadius: (ctx) => (ctx.raw && ctx.raw.best ? 10 : 5),
+            pointHoverRadius: (ctx) => (ctx.raw && ctx.raw.best ? 12 : 7),
             pointStyle: (ctx) => (ctx.raw && ctx.raw.best ? "star" : "circle"),
-            pointBorderColor: (ctx) => (ctx.raw && ctx.raw.best ? "#d62728" : "#1f77b4"),
-            pointBorderWidth: (ctx) => (ctx.raw && ctx.raw.best ? 3 : 1),
+            pointBorderColor: (ctx) => (ctx.raw && ctx.raw.best ? BEST_COLOR : POINT_COLOR),
+            pointBackgroundColor: (ctx) =>
+              ctx.raw && ctx.raw.distinguishable === false ? HOLLOW : ctx.raw && ctx.raw.best ? BEST_COLOR : POINT_COLOR,
+            pointBorderWidth: (ctx) => (ctx.raw && (ctx.raw.best || ctx.raw.distinguishable === false) ? 2 : 1),
           },
           {
             label: "baseline",
@@ -200,10 +250,7 @@
         plugins: {
           tooltip: {
             callbacks: {
-              label: (ctx) =>
-                ctx.datasetIndex === 0
-                  ? `#${ctx.raw.id}: ${num(ctx.raw.y)}${ctx.raw.best ? " (best)" : ""}${ctx.raw.reused ? " (reused)" : ""}`
-                  : `baseline ${num(ctx.raw.y)}`,
+              label: (ctx) => (ctx.datasetIndex === 0 ? pointLabel(ctx.raw) : `baseline ${num(ctx.raw.y)}`),
             },
           },
         },
@@ -213,19 +260,32 @@
 
   function drawChart(chart, detail, protocol) {
     const series = detail.chart.protocols[protocol];
-    const points = series.points.map((p) => ({
-      x: p.t_s / 60,
-      y: p.score,
-      id: p.submission_id,
-      best: p.submission_id === series.best_submission,
-      reused: p.reused,
-    }));
+    // A submission's interval and comparison are of its headline score: shown with that protocol only.
+    const headline = protocol === detail.chart.headline;
+    const byId = new Map(detail.submissions.map((sub) => [sub.submission_id, sub]));
+    const points = series.points.map((p) => {
+      const sub = headline ? byId.get(p.submission_id) : undefined;
+      const interval = sub && sub.interval ? sub.interval : null;
+      return {
+        x: p.t_s / 60,
+        y: p.score,
+        id: p.submission_id,
+        best: p.submission_id === series.best_submission,
+        reused: p.reused,
+        low: interval ? interval[0] : null,
+        high: interval ? interval[1] : null,
+        distinguishable: sub && sub.comparison ? sub.comparison.distinguishable : null,
+      };
+    });
     const xs = points.map((p) => p.x);
     const elapsed = detail.experiment.start_time === null ? 0 : (detail.now - detail.chart.origin) / 60;
     const right = Math.max(elapsed, ...xs, 1);
     chart.data.datasets[0].data = points;
     chart.data.datasets[1].data = series.baseline === null ? [] : [{ x: 0, y: series.baseline }, { x: right, y: series.baseline }];
     chart.options.scales.y.title.text = `score (${protocol})`;
+    // Room for the top of every interval's bar.
+    const highs = points.map((p) => p.high).filter((high) => high !== null);
+    chart.options.scales.y.suggestedMax = highs.length ? Math.min(100, Math.max(...highs)) : undefined;
     chart.update("none");
   }
 
