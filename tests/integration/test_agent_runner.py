@@ -194,6 +194,7 @@ def test_parent_secret_reaches_the_agent_only_through_env(
         "DATA_PATH",
         "OUTPUT_DIR",
         "WORKSPACE",
+        "AUTORL_SEED",
         "HOME",
         "PATH",
         "HF_HUB_OFFLINE",

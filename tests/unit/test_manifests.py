@@ -191,6 +191,7 @@ def test_agent_environment_is_the_contract_with_credentials_only_by_envfrom(spec
     assert env["MODEL_PATH"] == f"/workspace/models/{mounts_model(spec)}"
     assert env["DATA_PATH"] == "/workspace/data"
     assert env["TASK"] == spec.task and env["BASE_MODEL"] == spec.model
+    assert env["AUTORL_SEED"] == "0"  # one Experiment is one run, as `autorl run` without --repeat
     assert "AUTORL_TOKEN" not in env and "GRADING_SERVER_URL" not in env
     assert all("valueFrom" not in item for item in container["env"])
     assert container["envFrom"][0] == {"secretRef": {"name": REF.secret_name}}
