@@ -237,7 +237,7 @@ def check_same_feedback(rows: Sequence[ResultRow]) -> None:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class RunComparison:
     """What ``--compare`` shows of its runs beside their rows: each one's seed and evaluation key,
     the runs grouped as repeats, and the paired test of two agents."""
 
@@ -247,7 +247,7 @@ class Comparison:
     paired: PairedComparison | None
 
     @classmethod
-    def of(cls, rows: Sequence[ResultRow], home: Path, keys: dict[str, RunKey]) -> Comparison:
+    def of(cls, rows: Sequence[ResultRow], home: Path, keys: dict[str, RunKey]) -> RunComparison:
         seeds = {row.run_id: seed for row in rows if (seed := read_run_seed(home, row.run_id)) is not None}
         groups = group_runs(rows, seeds, {run_id: key.key for run_id, key in keys.items()})
         return cls(seeds, keys, groups, paired_comparison(groups))
@@ -268,7 +268,7 @@ def _runs_cell(group: RepeatGroup) -> str:
     return str(given) if counted == given else f"{counted} of {given}"
 
 
-def _print_repeats(console: Any, comparison: Comparison) -> None:
+def _print_repeats(console: Any, comparison: RunComparison) -> None:
     """Each group's runs, seeds, and mean ± SEM of the final score and the improvement; then the
     paired test of two agents across seeds, or why there is none."""
     from rich.table import Table
@@ -324,7 +324,7 @@ def _print_repeats(console: Any, comparison: Comparison) -> None:
         console.print(Text(line))
 
 
-def _print_comparison(rows: list[ResultRow], home: Path, comparison: Comparison) -> None:
+def _print_comparison(rows: list[ResultRow], home: Path, comparison: RunComparison) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -435,13 +435,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"run {row.run_id} was killed before it finished; recorded as interrupted", file=sys.stderr)
     row_filter = RowFilter(task=args.task, agent=args.agent, model=args.model)
     rows = [row for row in read_rows(home) if row_filter.matches(row)]
-    comparison: Comparison | None = None
+    comparison: RunComparison | None = None
     if args.compare:
         rows = select_runs(rows, args.compare)
         keys = run_keys(settings.database_url, [row.run_id for row in rows])
         check_same_key(rows, keys)
         check_same_feedback(rows)
-        comparison = Comparison.of(rows, home, keys)
+        comparison = RunComparison.of(rows, home, keys)
     if args.summary and (rows or args.json or args.csv):
         summaries = summary_of(rows)
         if args.json:
@@ -488,8 +488,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         nargs="+",
         default=None,
         metavar="RUN",
-        help="show these runs side by side (run ids or unique prefixes), with their report metrics; "
-        "runs evaluated under different evaluation keys are refused, naming the fields that differ",
+        help="show these runs side by side (run ids or unique prefixes), with their report metrics and "
+        "seeds, then grouped as repeats (mean ± SEM of the final score and the improvement per task, "
+        "agent, model, feedback and key; the paired t-test of two agents across seeds); runs evaluated "
+        "under different evaluation keys are refused, naming the fields that differ",
     )
     parser.add_argument(
         "--summary",

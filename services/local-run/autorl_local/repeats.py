@@ -71,7 +71,9 @@ def run_repeats(configs: Sequence[LocalRunConfig], settings_factory: type[RunSet
         except KeyboardInterrupt:
             code = EXIT_INTERRUPTED
         if code == EXIT_INTERRUPTED:
-            _stopped(console, configs[index + 1 :], seed)
+            # Stopped while it prepared: this repeat did not start either.
+            started = len(run_ids) > index
+            _stopped(console, configs[index + 1 if started else index :], seed)
             _name_runs(console, settings, run_ids)
             return EXIT_INTERRUPTED
         failed = failed or code == EXIT_FAILED
