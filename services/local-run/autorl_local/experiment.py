@@ -142,16 +142,18 @@ def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
             data_file = write_agent_train(data_file, settings.data_dir / "sealed" / task.name)
     prepared = Prepared(base_dir=base_dir, train_data_dir=data_file.parent, started=started)
     return LocalRun(
-        config,
-        settings,
-        task,
-        resolved.agent,
-        resolved.passed_env,
-        sandbox,
-        run_id,
-        run_dir,
-        workspace_root,
-        prepared,
+        RunPlan(
+            config=config,
+            settings=settings,
+            task=task,
+            agent=resolved.agent,
+            passed_env=resolved.passed_env,
+            sandbox=sandbox,
+            run_id=run_id,
+            run_dir=run_dir,
+            workspace_root=workspace_root,
+            prepared=prepared,
+        )
     )
 
 
@@ -163,30 +165,38 @@ class Prepared:
     started: float
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a checked, prepared run is made of (:func:`prepare_run` builds it)."""
+
+    config: LocalRunConfig
+    settings: RunSettings
+    task: Task
+    agent: AgentCommand
+    #: The variables passed to the agent (``--env``), resolved against this process's environment.
+    passed_env: dict[str, str]
+    sandbox: SandboxMode
+    run_id: str
+    run_dir: Path
+    workspace_root: Path
+    prepared: Prepared
+
+
 class LocalRun:
-    def __init__(
-        self,
-        config: LocalRunConfig,
-        settings: RunSettings,
-        task: Task,
-        agent: AgentCommand,
-        passed_env: dict[str, str],
-        sandbox: SandboxMode,
-        run_id: str,
-        run_dir: Path,
-        workspace_root: Path,
-        prepared: Prepared,
-    ) -> None:
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        config, run_id, task, agent = plan.config, plan.run_id, plan.task, plan.agent
         self.config = config
-        self.settings = settings
+        self.settings = plan.settings
         self.task = task
         self.agent = agent
-        self.passed_env = passed_env
-        self.sandbox = sandbox
+        self.passed_env = plan.passed_env
+        self.sandbox = plan.sandbox
         self.run_id = run_id
-        self.run_dir = run_dir
-        self.workspace_root = workspace_root
-        self.prepared = prepared
+        self.run_dir = plan.run_dir
+        self.workspace_root = plan.workspace_root
+        self.prepared = plan.prepared
+        workspace_root, prepared, run_dir = plan.workspace_root, plan.prepared, plan.run_dir
         self.admin_token = secrets.token_urlsafe(32)
         self.url = f"http://127.0.0.1:{config.port}"
         self.services: list[ManagedProcess] = []
