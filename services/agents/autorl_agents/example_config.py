@@ -11,9 +11,10 @@ import argparse
 import os
 import shlex
 import sys
+import types
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 #: The program name and description ``--help`` shows.
 PROG = "example_grpo"
@@ -22,12 +23,23 @@ DESCRIPTION = "example_grpo: the built-in example agent. SFT warm start (when ne
 SftMode = Literal["auto", "always", "never"]
 RolloutMode = Literal["auto", "fast", "trl"]
 RlMode = Literal["grpo", "none"]
-#: Fields whose values are limited to a Literal's choices.
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "sft": get_args(SftMode),
-    "rl": get_args(RlMode),
-    "rollouts": get_args(RolloutMode),
-}
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    above: float | None = None,
+) -> Any:
+    """A setting: its default (a zero-argument callable is called when the config is made), its
+    command-line help, and its valid range, checked when the config is made (``low <= value <=
+    high``, ``value > above``; a setting left None, the model-dependent default, is not checked)."""
+    metadata = {"help": help, "low": low, "high": high, "above": above}
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 #: The platform's seed of this run (``autorl run --repeat N`` gives 0..N-1), when no --seed is given.
@@ -47,69 +59,67 @@ def run_seed() -> int:
 class ExampleGRPOConfig:
     """Settings of the example agent; each field's help is its command-line help."""
 
-    sft: SftMode = field(
-        default="auto",
-        metadata={
-            "help": "SFT warm start on the reference solutions: auto = when the baseline < --sft-threshold"
-        },
+    sft: SftMode = setting(
+        "auto", "SFT warm start on the reference solutions: auto = when the baseline < --sft-threshold"
     )
-    sft_threshold: float = field(
-        default=10.0, metadata={"help": "baseline score (0-100) below which auto runs SFT"}
+    sft_threshold: float = setting(10.0, "baseline score (0-100) below which auto runs SFT", low=0, high=100)
+    sft_epochs: int = setting(8, "SFT epochs over the train split (the budget may stop it earlier)", low=1)
+    sft_learning_rate: float | None = setting(
+        None, "SFT learning rate (default: 3e-3 for a tiny model, 1e-5 otherwise)", above=0
     )
-    sft_epochs: int = field(
-        default=8, metadata={"help": "SFT epochs over the train split (the budget may stop it earlier)"}
+    sft_batch_size: int | None = setting(
+        None, "SFT examples per optimizer step (default: 32 for a tiny model, 16 otherwise)", low=1
     )
-    sft_learning_rate: float | None = field(
-        default=None, metadata={"help": "SFT learning rate (default: 3e-3 for a tiny model, 1e-5 otherwise)"}
+    sft_time_fraction: float = setting(
+        0.7, "largest share of the remaining budget SFT may take; GRPO gets the rest", low=0, high=1
     )
-    sft_batch_size: int | None = field(
-        default=None,
-        metadata={"help": "SFT examples per optimizer step (default: 32 for a tiny model, 16 otherwise)"},
+    rl: RlMode = setting("grpo", "the RL phase after SFT: grpo, or none for SFT alone")
+    grpo_epochs: int = setting(1, "GRPO epochs over the train prompts", low=1)
+    grpo_learning_rate: float | None = setting(
+        None, "GRPO learning rate (default: 5e-5 for a tiny model, 1e-6 otherwise)", above=0
     )
-    sft_time_fraction: float = field(
-        default=0.7,
-        metadata={"help": "largest share of the remaining budget SFT may take; GRPO gets the rest"},
+    num_generations: int | None = setting(
+        None, "completions per prompt, the GRPO group (default: 8 for a tiny model, 4 otherwise)", low=2
     )
-    rl: RlMode = field(
-        default="grpo", metadata={"help": "the RL phase after SFT: grpo, or none for SFT alone"}
+    grpo_prompts_per_step: int | None = setting(
+        None, "prompts per GRPO optimizer step (default: 16 for a tiny model, 2 otherwise)", low=1
     )
-    grpo_epochs: int = field(default=1, metadata={"help": "GRPO epochs over the train prompts"})
-    grpo_learning_rate: float | None = field(
-        default=None, metadata={"help": "GRPO learning rate (default: 5e-5 for a tiny model, 1e-6 otherwise)"}
+    rollouts: RolloutMode = setting(
+        "auto",
+        "GRPO generation: auto = the batched engine of fast_grpo.py on a CUDA GPU and for a tiny model "
+        "(TRL's GRPOTrainer otherwise), fast = always the engine, trl = always GRPOTrainer",
     )
-    num_generations: int | None = field(
-        default=None,
-        metadata={
-            "help": "completions per prompt, the GRPO group (default: 8 for a tiny model, 4 otherwise)"
-        },
+    max_completion_length: int | None = setting(
+        None, "GRPO completion limit in tokens (default: 1.5x the longest reference solution)", low=1
     )
-    grpo_prompts_per_step: int | None = field(
-        default=None,
-        metadata={"help": "prompts per GRPO optimizer step (default: 16 for a tiny model, 2 otherwise)"},
+    max_train_problems: int | None = setting(
+        None, "use only the first N train problems (default: all)", low=1
     )
-    rollouts: RolloutMode = field(
-        default="auto",
-        metadata={
-            "help": "GRPO generation: auto = the batched engine of fast_grpo.py on a CUDA GPU and for a "
-            "tiny model (TRL's GRPOTrainer otherwise), fast = always the engine, trl = always GRPOTrainer"
-        },
+    reserve_s: float = setting(
+        40.0, "seconds before the deadline at which training stops to save and submit", low=0
     )
-    max_completion_length: int | None = field(
-        default=None,
-        metadata={"help": "GRPO completion limit in tokens (default: 1.5x the longest reference solution)"},
+    logging_steps: int = setting(10, "log every N optimizer steps", low=1)
+    seed: int = setting(
+        run_seed, "seed of torch, random and sampling (default: $AUTORL_SEED, the run's seed)", low=0
     )
-    max_train_problems: int | None = field(
-        default=None, metadata={"help": "use only the first N train problems (default: all)"}
-    )
-    reserve_s: float = field(
-        default=40.0,
-        metadata={"help": "seconds before the deadline at which training stops to save and submit"},
-    )
-    logging_steps: int = field(default=10, metadata={"help": "log every N optimizer steps"})
-    seed: int = field(
-        default_factory=run_seed,
-        metadata={"help": "seed of torch, random and sampling (default: $AUTORL_SEED, the run's seed)"},
-    )
+
+    def __post_init__(self) -> None:
+        """Every setting within its range, else a ValueError that names the flag, the value given
+        and what it must be (``parse_config`` turns it into a usage error, exit 2)."""
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            choices = _choices(_hints()[spec.name])
+            flag = "--" + spec.name.replace("_", "-")
+            if choices and value not in choices:
+                raise ValueError(f"`{flag}` must be one of {', '.join(choices)}, got {value!r}.")
+            if value is None or isinstance(value, str):
+                continue
+            low, high, above = (spec.metadata.get(key) for key in ("low", "high", "above"))
+            if above is not None and not value > above:
+                raise ValueError(f"`{flag}` must be greater than {above:g}, got {value!r}.")
+            if (low is not None and value < low) or (high is not None and value > high):
+                wanted = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+                raise ValueError(f"`{flag}` must be {wanted}, got {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -136,33 +146,59 @@ def grpo_sizes(config: ExampleGRPOConfig, *, tiny: bool) -> GRPOSizes:
 _COMPUTED = frozenset(spec.name for spec in fields(ExampleGRPOConfig) if spec.default_factory is not MISSING)
 
 
+def _hints() -> dict[str, Any]:
+    """The fields' annotations, resolved (this module postpones annotations)."""
+    return get_type_hints(ExampleGRPOConfig)
+
+
+def _without_none(annotation: Any) -> Any:
+    """``X | None`` → ``X``; anything else unchanged."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        rest = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def _choices(annotation: Any) -> tuple[Any, ...]:
+    """A Literal's values (after ``| None``), else none."""
+    annotation = _without_none(annotation)
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+def _arg_type(annotation: Any) -> Any:
+    """The command-line type of a field, from its annotation: int, float or str (Literal choices)."""
+    annotation = _without_none(annotation)
+    if annotation in (int, float, str):
+        return annotation
+    choices = _choices(annotation)
+    if choices and all(isinstance(choice, str) for choice in choices):
+        return str
+    raise TypeError(f"no command-line type for {annotation!r}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    hints = _hints()
     for spec in fields(ExampleGRPOConfig):
         flag = "--" + spec.name.replace("_", "-")
         default = spec.default if spec.default is not MISSING else None
-        kind = _arg_type(spec.type)
         # A default computed at start (the seed) is said in the help itself.
         shown = "" if spec.default is MISSING else f" (default: {default})"
         kwargs: dict[str, Any] = {"default": default, "help": f"{spec.metadata['help']}{shown}"}
-        choices = _CHOICES.get(spec.name)
-        parser.add_argument(flag, type=kind, choices=choices, **kwargs)
+        choices = _choices(hints[spec.name]) or None
+        parser.add_argument(flag, type=_arg_type(hints[spec.name]), choices=choices, **kwargs)
     return parser
-
-
-def _arg_type(annotation: object) -> Any:
-    text = str(annotation)
-    if "float" in text:
-        return float
-    if "int" in text:
-        return int
-    return str
 
 
 def parse_config(argv: Sequence[str] | None = None) -> ExampleGRPOConfig:
     args = list(sys.argv[1:] if argv is None else argv)
     args += shlex.split(os.environ.get("AUTORL_AGENT_ARGS", ""))
-    values = vars(build_parser().parse_args(args))
+    parser = build_parser()
+    values = vars(parser.parse_args(args))
     # Not given: the field's own default (the run's AUTORL_SEED); an explicit --seed wins.
     given = {name: value for name, value in values.items() if value is not None or name not in _COMPUTED}
-    return ExampleGRPOConfig(**given)
+    try:
+        return ExampleGRPOConfig(**given)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2 with the usage line
