@@ -46,6 +46,28 @@ def test_a_bad_number_is_refused_before_anything_starts(
     assert not home.exists() or not any(home.rglob("*")), "nothing may be created before the refusal"
 
 
+def test_repeats_in_a_given_workspace_get_a_folder_each_all_checked_before_the_first(tmp_path: Path) -> None:
+    from autorl_local.repeats import repeat_workspaces
+
+    given = tmp_path / "ws"
+    assert repeat_workspaces(given, 1) == [given]
+    assert repeat_workspaces(given, 3) == [given / "seed-0", given / "seed-1", given / "seed-2"]
+    assert repeat_workspaces(None, 2) == [None, None]
+    (given / "seed-1").mkdir(parents=True)
+    (given / "seed-1" / "notes.txt").write_text("keep")
+    home = tmp_path / "home"
+    result = subprocess.run(
+        [sys.executable, "-m", "autorl.cli", *BASE, "--repeat", "2", "--workspace", str(given)],
+        env={**os.environ, "AUTORL_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"workspace {given / 'seed-1'} is not empty" in result.stderr and "--workspace" in result.stderr
+    assert not home.exists() or not any(home.rglob("*")), "the first repeat must not have started"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
