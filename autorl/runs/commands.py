@@ -57,12 +57,18 @@ def _print_table(rows: list[ResultRow], home: Path, notes: dict[str, str]) -> No
         table.add_column(name, justify="right" if name in numeric else "left")
     for row in rows:
         cells = [format_cell(name, getattr(row, name)) or "-" for name in shown]
-        # The best score's interval, from the run's report (runs without one show "-").
-        interval = _metric_cell(_report_metrics(home, row.run_id).get("best_interval"))
         final_interval = (
             _metric_cell([row.final_low, row.final_high])
             if row.final_low is not None and row.final_high is not None
             else "-"
+        )
+        # The best score's interval, from the run's report (runs without one show "-"); a sealed
+        # run's best score is its final on test, whose interval the row holds (the report's best
+        # is on validation).
+        interval = (
+            final_interval
+            if row.feedback == "sealed"
+            else _metric_cell(_report_metrics(home, row.run_id).get("best_interval"))
         )
         final_cells = [
             row.feedback,

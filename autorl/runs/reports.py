@@ -167,18 +167,23 @@ def best_uncertainty(best: SubmissionRecord | None) -> dict[str, Any]:
     }
 
 
-def uncertainty_lines(metrics: dict[str, Any]) -> list[str]:
+def uncertainty_lines(metrics: dict[str, Any], split: str | None = None) -> list[str]:
     """The best score's interval and its comparison with the baseline as summary lines (none
-    without a best score)."""
+    without a best score). ``split`` names the split they are on where it is not the one the
+    summary's best score is on (a sealed run's submissions: validation)."""
     interval = metrics.get("best_interval")
     if interval is None:
         return []
-    lines = [f"best 95 %    {interval[0]:.2f} to {interval[1]:.2f}"]
+    if split is None:
+        lines = [f"best 95 %    {interval[0]:.2f} to {interval[1]:.2f}"]
+    else:
+        lines = [f"{split:<12} best {metrics['best_score']:.2f}, 95 % {interval[0]:.2f} to {interval[1]:.2f}"]
     difference = metrics.get("best_difference_interval")
     if difference is not None:
         verdict = "distinguishable" if metrics.get("best_distinguishable") else "not distinguishable"
+        on = "" if split is None else f" on {split}"
         lines.append(
-            f"vs baseline  95 % {difference[0]:+.2f} to {difference[1]:+.2f} points, "
+            f"vs baseline  95 % {difference[0]:+.2f} to {difference[1]:+.2f} points{on}, "
             f"McNemar p = {metrics['best_p_value']:.3g}, {verdict}"
         )
     return lines

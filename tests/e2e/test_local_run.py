@@ -676,6 +676,10 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
     assert isinstance(row["final_p_value"], float)
     assert row["improvement"] == pytest.approx(row["final_score"] - row["baseline"])  # type: ignore[operator]
     assert "final " in run.stdout and "nominated" in run.stdout
+    # The submissions' best and its comparison are on validation, and said to be: the summary's
+    # best score is the final on test.
+    assert "validation   best " in run.stdout and "points on validation, McNemar p" in run.stdout
+    assert "best 95 %" not in run.stdout
     # The progress (the operator's terminal) names both baselines and shows the final apart.
     assert "on test, " in run.stderr and "final evaluation on test: submission" in run.stderr, run.stderr
 

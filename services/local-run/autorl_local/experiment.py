@@ -535,7 +535,8 @@ class LocalRun:
             f"baseline     {fmt_score(row.baseline)}",
             f"best score   {fmt_score(row.best_score)}",
             f"improvement  {improvement}",
-            *uncertainty_lines(metrics),
+            # A sealed run's submissions were scored on validation; its best score is its final on test.
+            *uncertainty_lines(metrics, "validation" if row.feedback == "sealed" else None),
             *final_lines(row),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",
