@@ -55,7 +55,7 @@ READ_ONLY_SHARED = frozenset(
 
 def shares_state(item: pytest.Item) -> bool:
     """Whether the test uses a fixture wider than itself that a test can change: only such a test
-    can pass or fail by the order tests run in, so only such slow tests run again in reverse."""
+    can pass or fail by the order tests run in through its fixtures."""
     fixtures = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
     return any(
         definitions and definitions[-1].scope != "function" and name not in READ_ONLY_SHARED
@@ -69,9 +69,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     apply_requires_markers(item)
 
 
+def order_independent(item: pytest.Item) -> bool:
+    """Whether ``make test``'s reverse pass may leave the test out: it shares nothing a test can
+    change, and it is slow or starts what it needs of its own (an integration or end-to-end test: a
+    database, a service, a sandboxed process of its own). Unit tests all run again in reverse: they
+    are cheap, and a module global one of them leaves behind is what another order would show."""
+    if shares_state(item):
+        return False
+    return item.get_closest_marker("slow") is not None or not item.nodeid.startswith("tests/unit/")
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """A slow test that shares nothing a test can change is marked ``order_independent``."""
-    if item.get_closest_marker("slow") is not None and not shares_state(item):
+    """A test that order cannot break (:func:`order_independent`) is marked ``order_independent``."""
+    if order_independent(item):
         item.add_marker(pytest.mark.order_independent)
 
 

@@ -1,6 +1,7 @@
-"""`make test`'s reverse pass runs what order can break: a slow test sharing a database, Redis or a
-running service with other tests runs again in reverse; a slow test whose shared fixtures are only
-read-only artifacts (a finished run's outputs) is marked ``order_independent`` and left out."""
+"""`make test`'s reverse pass runs what order can break: a test sharing a database, Redis or a
+running service with other tests runs again in reverse, and so does every unit test; a slow,
+integration or end-to-end test whose shared fixtures are only read-only artifacts (a finished run's
+outputs), or that has no fixture wider than itself, is marked ``order_independent`` and left out."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ def test_the_reverse_pass_keeps_slow_tests_that_share_state_and_leaves_out_those
     assert sorted(reverse) == sorted(test for test in everything if test.startswith(OPENCOMPASS))
 
 
-def test_the_reverse_pass_keeps_every_fast_test() -> None:
-    fast = "tests/integration/test_fair_scheduling.py"
-    assert collected(fast) == collected("-m", "not containers and not order_independent", fast) != []
+def test_the_reverse_pass_keeps_fast_tests_that_share_state_and_every_unit_test() -> None:
+    reverse = ("-m", "not containers and not order_independent")
+    shared = "tests/integration/test_grader_api.py"  # one database per module
+    kept = collected(*reverse, shared)
+    assert any("test_submission_limit_is_429" in test for test in kept), kept[:5]
+    unit = "tests/unit/test_uncertainty.py"
+    assert collected(unit) == collected(*reverse, unit) != []
+
+
+def test_the_reverse_pass_leaves_out_integration_tests_that_share_nothing() -> None:
+    alone = "tests/integration/test_chart.py"  # each test renders the chart it checks
+    assert collected(alone) != [] and collected("-m", "not containers and not order_independent", alone) == []
