@@ -82,8 +82,9 @@ run: setup ## install, then run the embedded default experiment end to end (offl
 # `make setup` installs every one, `make images GPU=0` builds what the container tests run. The reverse
 # pass runs what order can break: it leaves out the container tests (they start the same images again,
 # in no order of their own) and the slow, integration and end-to-end tests that share nothing a test can
-# change (order_independent, tests/conftest.py): every unit test and every test sharing state runs again. Each module's tests run in one process (loadscope): a module-wide fixture (an
-# OpenCompass run, a sandboxed agent's run, the module's database) is built once. Each pass prints its 25 slowest tests.
+# change (order_independent, tests/conftest.py): every unit test and every test sharing state runs again.
+# Each module's tests run in one process (loadscope): a module-wide fixture (an OpenCompass run, a
+# sandboxed agent's run, the module's database) is built once. Each pass prints its 25 slowest tests.
 test: setup ## install, build the CPU images, run `make lint`, then the whole suite over two processes, then again in reverse order what order can break
 	$(MAKE) --no-print-directory images GPU=0
 	$(MAKE) --no-print-directory lint
