@@ -6,9 +6,14 @@ left out of the answer when absent."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+#: A submission's status as an answer carries it (the store's SubmissionStatus values).
+SubmissionStatusName = Literal["queued", "running", "scored", "failed"]
+#: A submission not evaluated yet: what a pending (202) answer carries.
+PendingStatusName = Literal["queued", "running"]
 
 #: A submission in one of these is done: its score (or its error) will not change any more.
 FINAL_STATUSES = frozenset({"scored", "failed"})
@@ -63,7 +68,7 @@ class SubmissionAnswer(Answer):
     """One submission (or the baseline) as the agent and the operator see it."""
 
     submission_id: int
-    status: str = Field(description="queued, running, scored or failed")
+    status: SubmissionStatusName
     score: float | None = Field(description="the headline protocol's accuracy in percent")
     split: str = Field(
         "test",
@@ -118,7 +123,7 @@ class FinalResult(Answer):
     submission_id: int | None = Field(description="the evaluation that produced the score")
     of: int | None = Field(description="the agent's submission whose files it evaluated")
     selection: str = Field(description="best_on_test, best_on_validation or nominated")
-    status: str | None = Field(description="queued, running, scored or failed; null before it is created")
+    status: SubmissionStatusName | None = Field(description="null before it is created")
     score: float | None
     interval: list[float] | None = None
     comparison: Comparison | None = None
@@ -129,7 +134,7 @@ class PendingAnswer(Answer):
     """A submission accepted and not scored yet (``?wait=false``, or the wait ran out)."""
 
     submission_id: int
-    status: str
+    status: PendingStatusName
     queue_position: int | None
     ignored_files: list[str]
 
@@ -186,7 +191,7 @@ class ExperimentAnswer(Answer):
     status: str
     message: str | None
     baseline_score: float | None
-    baseline_status: str | None
+    baseline_status: SubmissionStatusName | None
     baseline_submission: int | None
     baseline_error: str | None
     best_score: float | None
@@ -208,7 +213,7 @@ class ExperimentAnswer(Answer):
     eval_config: dict[str, Any]
     feedback: str = Field("test", description="test or sealed (docs/PROTOCOL.md)")
     validation_baseline_score: float | None = Field(None, description="sealed: the baseline on validation")
-    validation_baseline_status: str | None = None
+    validation_baseline_status: SubmissionStatusName | None = None
     final: FinalResult | None = Field(
         None, description="the result on the test split (null while there is none)"
     )

@@ -9,11 +9,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import ColumnElement, and_, or_, select
 from starlette.concurrency import run_in_threadpool
 
+from autorl.api.answers import PendingAnswer, SubmissionAnswer
 from autorl.checkpoints.snapshot import (
     Snapshot,
     prune_snapshots,
@@ -382,7 +382,9 @@ def _awaits_final() -> ColumnElement[bool]:
     )
 
 
-def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple[Submission, dict[str, Any]]:
+def _load(
+    state: GraderState, experiment_name: str, submission_id: int
+) -> tuple[Submission, SubmissionAnswer | PendingAnswer]:
     with state.db.session() as session:
         experiment = repo.get_experiment(session, experiment_name)
         submission = repo.get_submission(session, submission_id, experiment)
@@ -393,12 +395,13 @@ def _load(state: GraderState, experiment_name: str, submission_id: int) -> tuple
 
 async def wait_for_result(
     state: GraderState, experiment_name: str, submission_id: int, timeout_s: float
-) -> tuple[bool, dict[str, Any]]:
+) -> SubmissionAnswer | PendingAnswer:
     """Wait until the submission is final or the wait ends (the process's one poller wakes the
-    waiter: autorl_grader.result_waits). Returns (final, view)."""
+    waiter: autorl_grader.result_waits). Returns its answer: the whole one once final, else the
+    pending one."""
     submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
     if submission.status.final or timeout_s <= 0:
-        return submission.status.final, view
+        return view
     await state.waits.wait(submission_id, timeout_s)
-    submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
-    return submission.status.final, view
+    _, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
+    return view

@@ -1,4 +1,6 @@
-"""JSON views of store rows. Times are epoch seconds, as in the workspace's run_meta.json."""
+"""Store rows as the grader's answer models (autorl.api.answers): a view that produced a field its
+model does not declare would fail here, so what is sent is what the OpenAPI document says. Times
+are epoch seconds, as in the workspace's run_meta.json."""
 
 from __future__ import annotations
 
@@ -6,11 +8,23 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from autorl.api.answers import Best
+from autorl.api.answers import (
+    Best,
+    ExperimentAnswer,
+    FinalResult,
+    PendingAnswer,
+    PendingStatusName,
+    ProtocolScores,
+    SubmissionAnswer,
+    SubmissionStatusName,
+    TimeAnswer,
+    WaitingAnswer,
+)
 from autorl.runs.final_result import final_view, uncertainty_view
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
@@ -52,21 +66,21 @@ def baseline_score(session: Session, experiment: Experiment, split: Split = Spli
     return baseline.score if baseline is not None and baseline.status == SubmissionStatus.SCORED else None
 
 
-def best_view(session: Session, experiment: Experiment, baseline: float | None) -> dict[str, Any]:
+def best_view(session: Session, experiment: Experiment, baseline: float | None) -> Best:
     """The best scored submission as the reference's ``best`` carries it: the whole entry that
     scores.json holds for it (every field null while none is scored)."""
     best = repo.best_submission(session, experiment)
     if best is None:
-        return dict.fromkeys(Best.model_fields)
-    return {
-        "submission_id": best.id,
-        "score": best.score,
-        "timestamp": iso_utc(best.created_at),
-        "model_path": display_path(experiment, best.model_path),
-        "baseline_score": baseline,
-        "improvement": _improvement(best.score, baseline),
-        "elapsed_seconds": _elapsed_seconds(best),
-    }
+        return Best(**dict.fromkeys(Best.model_fields))
+    return Best(
+        submission_id=best.id,
+        score=best.score,
+        timestamp=iso_utc(best.created_at),
+        model_path=display_path(experiment, best.model_path),
+        baseline_score=baseline,
+        improvement=_improvement(best.score, baseline),
+        elapsed_seconds=_elapsed_seconds(best),
+    )
 
 
 def own_reused_from(session: Session, experiment: Experiment, submission: Submission) -> int | None:
@@ -83,7 +97,7 @@ class ExperimentTotals:
     """What every submission view of one experiment repeats: read once per request, not per row."""
 
     baseline_score: float | None
-    best: dict[str, Any]
+    best: Best
     total_submissions: int
     #: The scored baseline's evaluation, which every score is compared with.
     baseline: Evaluated | None = None
@@ -103,70 +117,84 @@ class ExperimentTotals:
         )
 
 
+def _status(submission: Submission) -> SubmissionStatusName:
+    return submission.status.value
+
+
 def submission_view(
     session: Session, experiment: Experiment, submission: Submission, totals: ExperimentTotals | None = None
-) -> dict[str, Any]:
+) -> SubmissionAnswer:
+    """Every field set, so that an answer dumped with ``exclude_unset`` keeps the nulls the
+    contract shows; only ``queue_position`` is left unset (and out) once the submission is final."""
     totals = totals or ExperimentTotals.read(session, experiment)
     baseline = totals.baseline_score
-    view: dict[str, Any] = {
-        "submission_id": submission.id,
-        "status": submission.status.value,
-        "score": submission.score,
-        "split": submission.split.value,
-        "scores": {
-            "opencompass": submission.score_opencompass,
-            "flexible": submission.score_flexible,
-            "strict": submission.score_strict,
-        },
-        "baseline_score": baseline,
-        "improvement": _improvement(submission.score, baseline),
-        "best": totals.best,
-        "total_submissions": totals.total_submissions,
-        "model_path": display_path(experiment, submission.model_path),
+    pending: dict[str, Any] = {}
+    if not submission.status.final:
+        pending["queue_position"] = repo.queue_position(session, submission)
+    return SubmissionAnswer(
+        submission_id=submission.id,
+        status=_status(submission),
+        score=submission.score,
+        split=submission.split.value,
+        scores=ProtocolScores(
+            opencompass=submission.score_opencompass,
+            flexible=submission.score_flexible,
+            strict=submission.score_strict,
+        ),
+        baseline_score=baseline,
+        improvement=_improvement(submission.score, baseline),
+        best=totals.best,
+        total_submissions=totals.total_submissions,
+        model_path=display_path(experiment, submission.model_path),
         # The reference's two fields: when the submission was received (ISO 8601) and how long
         # it took to answer; created_at / finished_at give the same in epoch seconds.
-        "timestamp": iso_utc(submission.created_at),
-        "elapsed_seconds": _elapsed_seconds(submission),
-        "is_baseline": submission.is_baseline,
-        "reused_from": own_reused_from(session, experiment, submission),
-        "n_samples": submission.n_samples,
-        "eval_seconds": submission.eval_seconds,
-        "attempts": submission.attempts,
-        "error": submission.error,
-        "ignored_files": submission.ignored_files or [],
-        "created_at": epoch(submission.created_at),
-        "finished_at": epoch(submission.finished_at),
+        timestamp=iso_utc(submission.created_at),
+        elapsed_seconds=_elapsed_seconds(submission),
+        is_baseline=submission.is_baseline,
+        reused_from=own_reused_from(session, experiment, submission),
+        n_samples=submission.n_samples,
+        eval_seconds=submission.eval_seconds,
+        attempts=submission.attempts,
+        error=submission.error,
+        ignored_files=submission.ignored_files or [],
+        created_at=epoch(submission.created_at),
+        finished_at=epoch(submission.finished_at),
         **uncertainty_view(submission, totals.baseline),
-    }
-    if not submission.status.final:
-        view["queue_position"] = repo.queue_position(session, submission)
-    return view
+        **pending,
+    )
 
 
-def pending_view(session: Session, submission: Submission) -> dict[str, Any]:
-    return {
-        "submission_id": submission.id,
-        "status": submission.status.value,
-        "queue_position": repo.queue_position(session, submission),
-        "ignored_files": submission.ignored_files or [],
-    }
+def pending_view(session: Session, submission: Submission) -> PendingAnswer:
+    return PendingAnswer(
+        submission_id=submission.id,
+        status=cast(PendingStatusName, submission.status.value),
+        queue_position=repo.queue_position(session, submission),
+        ignored_files=submission.ignored_files or [],
+    )
 
 
-def time_view(experiment: Experiment, last_submit: datetime | None) -> dict[str, Any]:
+def answer_response(answer: SubmissionAnswer | PendingAnswer) -> JSONResponse:
+    """A submission's answer where the route chooses its status code: 200 once it is final (scored
+    or failed), else 202 with the pending answer. Dumped as a ``response_model`` route dumps it:
+    every null the contract shows stays, and an unset optional field is left out."""
+    status_code = 200 if isinstance(answer, SubmissionAnswer) else 202
+    return JSONResponse(answer.model_dump(mode="json", exclude_unset=True), status_code=status_code)
+
+
+def time_view(experiment: Experiment, last_submit: datetime | None) -> TimeAnswer:
     now = time.time()
     end = epoch(experiment.end_time)
     remaining = None if end is None else max(0.0, round(end - now, 3))
-    last = epoch(last_submit)
-    return {
-        "start_time": epoch(experiment.start_time),
-        "timeout_s": experiment.timeout_s,
-        "end_time": end,
-        "deadline": end,
-        "remaining": remaining,
-        "remaining_s": remaining,
-        "last_submit_time": last,
-        "now": round(now, 3),
-    }
+    return TimeAnswer(
+        start_time=epoch(experiment.start_time),
+        timeout_s=experiment.timeout_s,
+        end_time=end,
+        deadline=end,
+        remaining=remaining,
+        remaining_s=remaining,
+        last_submit_time=epoch(last_submit),
+        now=round(now, 3),
+    )
 
 
 @dataclass(frozen=True)
@@ -201,30 +229,29 @@ def availability_view(session: Session, experiment: Experiment, availability: Av
             waited_s=waited_s,
             unavailable_after_s=availability.unavailable_after_s,
         )
-        waiting = {
-            "reason": reason.value,
-            "message": message,
-            "queue_position": position,
-            "waited_s": round(waited_s, 1),
-        }
+        waiting = WaitingAnswer(
+            reason=reason.value, message=message, queue_position=position, waited_s=round(waited_s, 1)
+        )
     return {"evaluators": evaluators, "waiting": waiting}
 
 
-def _baseline_status(test: Submission | None, validation: Submission | None, sealed: bool) -> str | None:
+def _baseline_status(
+    test: Submission | None, validation: Submission | None, sealed: bool
+) -> SubmissionStatusName | None:
     """The baseline's status; sealed, of both evaluations together: failed if either failed,
     scored once both are, else the one still waiting's."""
     if not sealed or test is None:
-        return test.status.value if test is not None else None
+        return _status(test) if test is not None else None
     statuses = [test.status, validation.status if validation is not None else SubmissionStatus.QUEUED]
     if SubmissionStatus.FAILED in statuses:
-        return SubmissionStatus.FAILED.value
+        return "failed"
     waiting = [status for status in statuses if status != SubmissionStatus.SCORED]
     return (waiting[0] if waiting else SubmissionStatus.SCORED).value
 
 
 def experiment_view(
     session: Session, experiment: Experiment, availability: Availability | None = None
-) -> dict[str, Any]:
+) -> ExperimentAnswer:
     sealed = experiment.feedback == Feedback.SEALED
     baseline_row = repo.baseline_submission(session, experiment)
     validation_row = repo.baseline_submission(session, experiment, Split.VALIDATION) if sealed else None
@@ -236,7 +263,8 @@ def experiment_view(
         if not s.is_baseline and s.final_of is None
     ]
     timing = time_view(experiment, repo.last_submit_time(session, experiment))
-    return {
+    final = final_view(session, experiment)
+    fields: dict[str, Any] = {
         "name": experiment.name,
         "task": experiment.task,
         "model": experiment.model,
@@ -253,8 +281,8 @@ def experiment_view(
         "validation_baseline_score": baseline_score(session, experiment, Split.VALIDATION)
         if sealed
         else None,
-        "validation_baseline_status": validation_row.status.value if validation_row else None,
-        "final": final_view(session, experiment),
+        "validation_baseline_status": _status(validation_row) if validation_row else None,
+        "final": FinalResult.model_validate(final) if final is not None else None,
         "test_evaluations": repo.test_evaluations(session, experiment),
         "best_score": best.score if best else None,
         "best_submission": best.id if best else None,
@@ -268,13 +296,14 @@ def experiment_view(
         "in_flight": repo.in_flight_count(session, experiment),
         "max_submissions": experiment.max_submissions,
         "timeout_s": experiment.timeout_s,
-        "start_time": timing["start_time"],
-        "end_time": timing["end_time"],
-        "remaining_s": timing["remaining_s"],
-        "last_submit_time": timing["last_submit_time"],
+        "start_time": timing.start_time,
+        "end_time": timing.end_time,
+        "remaining_s": timing.remaining_s,
+        "last_submit_time": timing.last_submit_time,
         "created_at": epoch(experiment.created_at),
         "finished_at": epoch(experiment.finished_at),
         "workspace": experiment.workspace,
         "eval_config": experiment.eval_config,
         **(availability_view(session, experiment, availability) if availability is not None else {}),
     }
+    return ExperimentAnswer(**fields)

@@ -131,7 +131,7 @@ def _phase(view: dict[str, Any]) -> str:
 def experiment_row(
     session: Session, experiment: Experiment, availability: Availability | None = None
 ) -> ExperimentRow:
-    view = experiment_view(session, experiment, availability)
+    view = experiment_view(session, experiment, availability).model_dump()
     waiting = view.pop("waiting", None) or {}
     unfinished = [s for s in repo.experiment_submissions(session, experiment) if not s.status.final]
     queued = [s for s in unfinished if s.status == SubmissionStatus.QUEUED]
@@ -188,7 +188,7 @@ def experiment_detail(
     origin = _origin(experiment)
     submissions = []
     for row in rows:
-        view = submission_view(session, experiment, row, totals)
+        view = submission_view(session, experiment, row, totals).model_dump(exclude_unset=True)
         submissions.append(
             SubmissionRow.model_validate(
                 {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
@@ -27,7 +26,13 @@ from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.submissions import begin_final, dispatch_committed, request_baseline, wait_for_result
-from autorl_grader.views import Availability, ExperimentTotals, experiment_view, submission_view
+from autorl_grader.views import (
+    Availability,
+    ExperimentTotals,
+    answer_response,
+    experiment_view,
+    submission_view,
+)
 
 router = APIRouter(
     prefix="/v1/experiments", tags=["admin"], dependencies=[AdminDep], responses=refusals(401, 503)
@@ -35,7 +40,7 @@ router = APIRouter(
 
 
 @router.post("", status_code=201, response_model=RegisteredAnswer, responses=refusals(400, 409))
-def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
+def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> RegisteredAnswer:
     task = get_task(body.task)
     token = repo.new_token()
     with state.db.session() as session:
@@ -75,32 +80,34 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             validation_eval_key=validation.key if validation is not None else None,
         )
         view = experiment_view(session, experiment)
-    return {**view, "token": token, "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}"}
+    return RegisteredAnswer(
+        **view.model_dump(exclude_unset=True),
+        token=token,
+        grading_server_url=f"{settings.public_url.rstrip('/')}/a/{token}",
+    )
 
 
 @router.get("", response_model=list[ExperimentAnswer])
-def list_all(db: DbDep, settings: SettingsDep) -> list[dict[str, Any]]:
+def list_all(db: DbDep, settings: SettingsDep) -> list[ExperimentAnswer]:
     availability = Availability.of(settings)
     with db.session() as session:
         return [experiment_view(session, e, availability) for e in repo.list_experiments(session)]
 
 
 @router.get("/{name}", response_model=ExperimentAnswer, responses=refusals(404))
-def get_one(name: str, db: DbDep, settings: SettingsDep) -> dict[str, Any]:
+def get_one(name: str, db: DbDep, settings: SettingsDep) -> ExperimentAnswer:
     with db.session() as session:
         return experiment_view(session, repo.get_experiment(session, name), Availability.of(settings))
 
 
 @router.post("/{name}/token", response_model=TokenAnswer, responses=refusals(404))
-def new_token(name: str, state: StateDep, settings: SettingsDep) -> dict[str, Any]:
+def new_token(name: str, state: StateDep, settings: SettingsDep) -> TokenAnswer:
     with state.db.session() as session:
         token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
     state.forget_experiment(name)
-    return {
-        "name": name,
-        "token": token,
-        "grading_server_url": f"{settings.public_url.rstrip('/')}/a/{token}",
-    }
+    return TokenAnswer(
+        name=name, token=token, grading_server_url=f"{settings.public_url.rstrip('/')}/a/{token}"
+    )
 
 
 @router.post(
@@ -116,12 +123,11 @@ async def baseline(
 ) -> JSONResponse:
     submission_id = await run_in_threadpool(request_baseline, state, name)
     limit = (timeout_s or state.settings.submit_wait_s) if wait else 0.0
-    final, view = await wait_for_result(state, name, submission_id, limit)
-    return JSONResponse(view, status_code=200 if final else 202)
+    return answer_response(await wait_for_result(state, name, submission_id, limit))
 
 
 @router.post("/{name}/start", response_model=ExperimentAnswer, responses=refusals(400, 404, 409))
-def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
+def start(name: str, body: StartBudget, state: StateDep) -> ExperimentAnswer:
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         if experiment.status.finished:
@@ -136,7 +142,7 @@ def start(name: str, body: StartBudget, state: StateDep) -> dict[str, Any]:
 
 
 @router.post("/{name}/final", response_model=ExperimentAnswer, responses=refusals(404, 409))
-def final(name: str, state: StateDep) -> dict[str, Any]:
+def final(name: str, state: StateDep) -> ExperimentAnswer:
     """After a sealed experiment's agent has ended: create its one evaluation on the test split
     (of the nominated submission, else the best on validation; once; nothing when nothing was
     scored). The answer's ``final`` follows it; ``in_flight`` counts it until it is scored. A test
@@ -149,7 +155,7 @@ def final(name: str, state: StateDep) -> dict[str, Any]:
 
 
 @router.post("/{name}/finish", response_model=ExperimentAnswer, responses=refusals(400, 404))
-def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]:
+def finish(name: str, body: FinishExperiment, state: StateDep) -> ExperimentAnswer:
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         repo.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
@@ -166,7 +172,7 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> dict[str, Any]
     response_model_exclude_unset=True,
     responses=refusals(404),
 )
-def submissions(name: str, db: DbDep) -> list[dict[str, Any]]:
+def submissions(name: str, db: DbDep) -> list[SubmissionAnswer]:
     with db.session() as session:
         experiment = repo.get_experiment(session, name)
         totals = ExperimentTotals.read(session, experiment)

@@ -27,7 +27,7 @@ from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExper
 from autorl_grader.api.refusals import refusals
 from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, nominate, wait_for_result
-from autorl_grader.views import ExperimentTotals, submission_view, time_view
+from autorl_grader.views import ExperimentTotals, answer_response, submission_view, time_view
 
 router = APIRouter(tags=["agent"], responses=refusals(401, 503))
 #: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
@@ -74,8 +74,7 @@ async def submit(
     async with state.snapshot_slots.turn(experiment.id):
         submission_id = await run_in_threadpool(accept, state, experiment, body.model_path)
     timeout = state.settings.submit_wait_s if wait else 0.0
-    final, view = await wait_for_result(state, experiment.name, submission_id, timeout)
-    return JSONResponse(view, status_code=200 if final else 202)
+    return answer_response(await wait_for_result(state, experiment.name, submission_id, timeout))
 
 
 @router.get(
@@ -88,7 +87,7 @@ def get_submission(
     submission_id: Annotated[int, Path(ge=1, le=MAX_ID, description="An id a /submit answer gave you.")],
     experiment: AgentExperimentDep,
     db: DbDep,
-) -> dict[str, Any]:
+) -> SubmissionAnswer:
     with db.session() as session:
         submission = repo.get_submission(session, submission_id, experiment)
         if not shown_to_agent(experiment, submission):
@@ -110,21 +109,21 @@ def shown_to_agent(experiment: Experiment, submission: Submission) -> bool:
     response_model=NominatedAnswer,
     responses=refusals(400, 403, 409),
 )
-def final(body: NominateRequest, experiment: AgentExperimentDep, state: StateDep) -> dict[str, Any]:
+def final(body: NominateRequest, experiment: AgentExperimentDep, state: StateDep) -> NominatedAnswer:
     """Sealed mode: nominate one of your scored submissions for the one evaluation on the test
     split after your budget ends (once). Without a nomination the best on validation is taken."""
     nominated = nominate(state, experiment, body.submission_id)
-    return {
-        "submission_id": nominated.id,
-        "split": nominated.split.value,
-        "score": nominated.score,
-        "message": f"submission {nominated.id} will be evaluated once on the test split after your budget "
+    return NominatedAnswer(
+        submission_id=nominated.id,
+        split=nominated.split.value,
+        score=nominated.score,
+        message=f"submission {nominated.id} will be evaluated once on the test split after your budget "
         "ends; its test score is not shown to you",
-    }
+    )
 
 
 @router.get("/scores", response_model=ScoresAnswer, response_model_exclude_unset=True)
-def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
+def scores(experiment: AgentExperimentDep, db: DbDep) -> ScoresAnswer:
     with db.session() as session:
         rows = [
             s
@@ -132,17 +131,17 @@ def scores(experiment: AgentExperimentDep, db: DbDep) -> dict[str, Any]:
             if not s.is_baseline and shown_to_agent(experiment, s)
         ]
         totals = ExperimentTotals.read(session, experiment)
-        return {
-            "experiment": experiment.name,
-            "baseline_score": totals.baseline_score,
-            "best": totals.best,
-            "total_submissions": totals.total_submissions,
-            "submissions": [submission_view(session, experiment, s, totals) for s in rows],
-        }
+        return ScoresAnswer(
+            experiment=experiment.name,
+            baseline_score=totals.baseline_score,
+            best=totals.best,
+            total_submissions=totals.total_submissions,
+            submissions=[submission_view(session, experiment, s, totals) for s in rows],
+        )
 
 
 @router.get("/time", response_model=TimeAnswer)
-async def time_left(experiment: AgentExperimentDep, state: StateDep) -> dict[str, Any]:
+async def time_left(experiment: AgentExperimentDep, state: StateDep) -> TimeAnswer:
     last = state.last_submits.get(experiment.id)
     if last is None:
         last = LastSubmit(await run_in_threadpool(_last_submit_time, state.db, experiment))
@@ -162,17 +161,17 @@ def visible_gpus() -> list[str]:
 
 
 @router.get("/health", response_model=HealthAnswer)
-def health(experiment: OptionalAgentExperimentDep) -> dict[str, Any]:
+def health(experiment: OptionalAgentExperimentDep) -> HealthAnswer:
     """``available_gpus``: the GPU ids the reference's optional ``gpu`` field may name. Evaluators
     here choose their own GPUs, so ``gpu`` is accepted and ignored. ``task`` and ``workspace`` (as
     the agent sees it) are the caller's experiment's, as the reference answers them; without this
     experiment's token (the capability URL or a bearer token) they are null."""
-    return {
-        "status": "ok",
-        "task": experiment.task if experiment else None,
-        "workspace": (experiment.agent_workspace or experiment.workspace) if experiment else None,
-        "available_gpus": visible_gpus(),
-    }
+    return HealthAnswer(
+        status="ok",
+        task=experiment.task if experiment else None,
+        workspace=(experiment.agent_workspace or experiment.workspace) if experiment else None,
+        available_gpus=visible_gpus(),
+    )
 
 
 @router.post("/set_baseline", status_code=403, responses=refusals(403))
