@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.containers]
 OC_PYTHON = REPO / ".venv-opencompass" / "bin" / "python"
 EVALUATOR_CPU = f"ghcr.io/autorl/evaluator-worker:{APP_VERSION}-cpu"
 CUSTOM_AGENT = f"ghcr.io/autorl/example-custom-agent:{APP_VERSION}"
+AGENT_RUNNER_CPU = f"ghcr.io/autorl/agent-runner:{APP_VERSION}-cpu"
 #: Dummy Secret values: enough for the settings to load (nothing connects).
 SECRETS = {
     "pg-url": {"url": "postgresql+psycopg://autorl:secret@127.0.0.1:5432/autorl"},
@@ -207,3 +208,19 @@ def test_example_custom_agent_image_starts_its_agent_folder(chart_images: set[st
     in_image(
         CUSTOM_AGENT, "test -f /opt/agent/config.yaml && test -f /opt/agent/start.sh && command -v autorl"
     )
+
+
+def test_the_agents_python_in_the_agent_image_holds_the_agents_and_no_supervisor(
+    chart_images: set[str],
+) -> None:
+    """The image's agents' Python (AUTORL_AGENT_PYTHON) imports TRL, the core and the built-in agents,
+    and finds none of the supervisor (sandbox, relay, egress) nor any service; the supervisor runs."""
+    out = in_image(
+        AGENT_RUNNER_CPU,
+        'agents="$AUTORL_AGENT_PYTHON"; '
+        '"$agents" -c "import trl, autorl.client, autorl_agents.example_grpo" && echo agents ok && '
+        "for module in autorl_agent_runner autorl_grader autorl_evaluator; do "
+        '"$agents" -c "import $module" 2>/dev/null && echo "imports $module"; done; '
+        "autorl agent-runner --help >/dev/null && echo supervisor ok",
+    )
+    assert out.split() == ["agents", "ok", "supervisor", "ok"], out
