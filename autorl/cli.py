@@ -36,9 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="AutoRL: post-train small language models with RL under a time budget.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from autorl.runs import commands as results
+    from autorl.runs import commands
 
-    results.register(sub)
+    commands.register_results(sub)
     for ep in sorted(entry_points(group="autorl.commands"), key=lambda e: e.name):
         try:
             register = ep.load()

@@ -1,5 +1,6 @@
-"""``autorl results``: the runs of ``$AUTORL_HOME/results.csv`` as a table, filtered, compared side
-by side (under equal evaluation keys only) or grouped into the agent summary (docs/LOCAL.md, "Results")."""
+"""The commands that read past runs: ``autorl results`` (the runs of ``$AUTORL_HOME/results.csv`` as a
+table, filtered, compared side by side under equal evaluation keys only, or grouped into the agent
+summary; docs/LOCAL.md, "Results") and ``autorl report`` (a run's report, written again)."""
 
 from __future__ import annotations
 
@@ -475,7 +476,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_results(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "results",
         help="show the results of past runs ($AUTORL_HOME/results.csv)",
@@ -508,3 +509,46 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
     parser.set_defaults(func=_run)
+
+
+def _report(args: argparse.Namespace) -> int:
+    import time
+
+    from autorl.errors import NotFoundError
+    from autorl.runs.reports import report_run
+    from autorl.settings import HomeSettings
+
+    settings = HomeSettings() if args.home is None else HomeSettings(home=args.home)
+    given = Path(args.run)
+    run_id = given.name if given.is_dir() else args.run
+    try:
+        report = report_run(settings, run_id, time.time())
+    except NotFoundError as exc:
+        raise UsageError(
+            f"no run {run_id!r} in the database of {settings.home} (or AUTORL_DATABASE_URL); "
+            "list the runs with `autorl results`"
+        ) from exc
+    if args.json:
+        print(json.dumps(report.metrics, indent=2))
+    else:
+        seed = report.metrics.get("seed")
+        if seed is not None:
+            repeats = report.metrics.get("repeats") or 1
+            of = f" (repeat {report.metrics.get('repeat')} of {repeats})" if repeats > 1 else ""
+            print(f"seed:    {seed}{of}")
+        print(f"metrics: {report.metrics_path}\nplot:    {report.plot_path}")
+    return 0
+
+
+def register_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="(re)write a run's reports/metrics.json and score-trajectory PNG",
+        description="Compute a run's metrics (valid-submission rate, time to best, monotonic ratio, "
+        "copies of the base model, share of the budget used, ...) from the database and write "
+        "$AUTORL_HOME/runs/RUN/reports/metrics.json and reports/figures/score_trajectory.png.",
+    )
+    parser.add_argument("run", metavar="RUN", help="the run id (as in `autorl results`) or its run folder")
+    parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
+    parser.add_argument("--json", action="store_true", help="print only the metrics, as JSON")
+    parser.set_defaults(func=_report)

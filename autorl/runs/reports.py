@@ -12,7 +12,6 @@ same report at any time after the run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from autorl.errors import AutoRLError, NotFoundError, UsageError
+from autorl.errors import AutoRLError
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus
@@ -380,40 +379,3 @@ def report_after_run(settings: HomeSettings, run_id: str) -> Report | None:
         return None
     print(f"autorl run: report in {report.metrics_path.parent}", file=sys.stderr)
     return report
-
-
-def _run(args: argparse.Namespace) -> int:
-    settings = HomeSettings() if args.home is None else HomeSettings(home=args.home)
-    given = Path(args.run)
-    run_id = given.name if given.is_dir() else args.run
-    try:
-        report = report_run(settings, run_id, time.time())
-    except NotFoundError as exc:
-        raise UsageError(
-            f"no run {run_id!r} in the database of {settings.home} (or AUTORL_DATABASE_URL); "
-            "list the runs with `autorl results`"
-        ) from exc
-    if args.json:
-        print(json.dumps(report.metrics, indent=2))
-    else:
-        seed = report.metrics.get("seed")
-        if seed is not None:
-            repeats = report.metrics.get("repeats") or 1
-            of = f" (repeat {report.metrics.get('repeat')} of {repeats})" if repeats > 1 else ""
-            print(f"seed:    {seed}{of}")
-        print(f"metrics: {report.metrics_path}\nplot:    {report.plot_path}")
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "report",
-        help="(re)write a run's reports/metrics.json and score-trajectory PNG",
-        description="Compute a run's metrics (valid-submission rate, time to best, monotonic ratio, "
-        "copies of the base model, share of the budget used, ...) from the database and write "
-        "$AUTORL_HOME/runs/RUN/reports/metrics.json and reports/figures/score_trajectory.png.",
-    )
-    parser.add_argument("run", metavar="RUN", help="the run id (as in `autorl results`) or its run folder")
-    parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
-    parser.add_argument("--json", action="store_true", help="print only the metrics, as JSON")
-    parser.set_defaults(func=_run)
