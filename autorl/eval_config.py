@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,8 +41,6 @@ MEASURED_FIELDS = ("data_sha256", "backend_versions")
 LATER_KEY_FIELDS = frozenset({"prompt_version", "decoding", "split", *MEASURED_FIELDS})
 #: Recorded settings that bound or batch the work but never change a score.
 RUN_ONLY_FIELDS = frozenset({"timeout_s", "batch_size"})
-
-SettingsT = TypeVar("SettingsT", bound=EvaluationSettings)
 
 
 class EvalConfig(BaseModel):
@@ -134,19 +132,15 @@ class EvalConfig(BaseModel):
         """The JSON the store keeps."""
         return self.model_dump(mode="json")
 
-    def apply_to(self, settings: SettingsT) -> SettingsT:
-        """The worker's settings with the recorded evaluation settings in force."""
-        return settings.model_copy(
-            update={
-                "eval_backend": self.backend,
-                "eval_max_new_tokens": self.max_new_tokens,
-                "eval_limit": self.limit,
-                "eval_timeout_s": self.timeout_s or settings.eval_timeout_s,
-                "eval_batch_size": (
-                    self.batch_size if "batch_size" in self.model_fields_set else settings.eval_batch_size
-                ),
-            }
-        )
+    def timeout_in_force_s(self, own_timeout_s: int) -> int:
+        """The evaluation's hard limit in seconds: the recorded one; for a config recorded before
+        it was, the worker's own (``eval_timeout_s``)."""
+        return self.timeout_s or own_timeout_s
+
+    def batch_size_in_force(self, own_batch_size: int | None) -> int | None:
+        """Prompts per batch: the recorded size (None: sized by the backend); for a config recorded
+        before it was, the worker's own (``eval_batch_size``)."""
+        return self.batch_size if "batch_size" in self.model_fields_set else own_batch_size
 
 
 def key_of(fields: dict[str, Any]) -> str:

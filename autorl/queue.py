@@ -79,7 +79,8 @@ class RQDispatcher:
 
         self.redis = Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
         self.queue = Queue(queue_name, connection=self.redis, serializer=JSONSerializer)
-        self.job_timeout_s = eval_timeout_s + JOB_TIMEOUT_MARGIN_S
+        #: For a submission whose recorded config holds no timeout (recorded before it was).
+        self.eval_timeout_s = eval_timeout_s
         self.prefix = prefix
         self.depth_per_experiment = depth_per_experiment
 
@@ -108,17 +109,21 @@ class RQDispatcher:
             self.discard_jobs(stale)
         depth: Counter[int] = Counter(c.experiment_id for c in candidates if c.submission_id in waiting)
         handed = 0
-        for candidate in candidates:
-            if candidate.submission_id in waiting:
-                continue
-            if not candidate.ahead and depth[candidate.experiment_id] >= self.depth_per_experiment:
-                continue
-            if self._job_active(candidate.submission_id):
-                continue
-            self._enqueue(candidate.submission_id, at_front=candidate.ahead)
-            if not candidate.ahead:
-                depth[candidate.experiment_id] += 1
-            handed += 1
+        with db.session() as session:
+            for candidate in candidates:
+                if candidate.submission_id in waiting:
+                    continue
+                if not candidate.ahead and depth[candidate.experiment_id] >= self.depth_per_experiment:
+                    continue
+                if self._job_active(candidate.submission_id):
+                    continue
+                # RQ's job timeout follows the submission's recorded evaluation timeout, not this
+                # process's own setting (another grader, or an older one, may have recorded it).
+                timeout_s = repo.evaluation_timeout_s(session, candidate.submission_id, self.eval_timeout_s)
+                self._enqueue(candidate.submission_id, at_front=candidate.ahead, timeout_s=timeout_s)
+                if not candidate.ahead:
+                    depth[candidate.experiment_id] += 1
+                handed += 1
         return handed
 
     def waiting_submissions(self) -> set[int]:
@@ -164,14 +169,14 @@ class RQDispatcher:
             JobStatus.DEFERRED,
         )
 
-    def _enqueue(self, submission_id: int, *, at_front: bool) -> None:
+    def _enqueue(self, submission_id: int, *, at_front: bool, timeout_s: int) -> None:
         from rq import Retry
 
         self.queue.enqueue(
             EVALUATE_JOB,
             submission_id,
             job_id=job_id(self.prefix, submission_id),
-            job_timeout=self.job_timeout_s,
+            job_timeout=timeout_s + JOB_TIMEOUT_MARGIN_S,
             retry=Retry(max=JOB_RETRY_MAX, interval=JOB_RETRY_INTERVALS_S),
             result_ttl=86_400,
             failure_ttl=7 * 86_400,

@@ -180,6 +180,7 @@ def run_variant(
     """One ``HFBackend.evaluate`` call; its wall and generation seconds and peak GPU memory."""
     import torch
 
+    from autorl.eval_config import EvalConfig
     from autorl.tasks import get_task
     from autorl_evaluator.backends.hf.backend import HFBackend
     from autorl_evaluator.settings import WorkerSettings
@@ -196,7 +197,9 @@ def run_variant(
     started = time.perf_counter()
     record: dict[str, Any] = {"n_problems": len(problems), "batch_size": batch_size}
     try:
-        result = HFBackend().evaluate(checkpoint, get_task("gsm8k"), problems, settings)
+        result = HFBackend().evaluate(
+            checkpoint, get_task("gsm8k"), problems, EvalConfig.record("gsm8k", settings), settings
+        )
     except Exception as exc:  # an OOM is a result too: the batch does not fit
         record.update(status="failed", error=f"{type(exc).__name__}: {str(exc)[:400]}")
         result = None

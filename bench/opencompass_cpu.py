@@ -70,6 +70,7 @@ def _import_cpu_seconds(statement: str) -> dict[str, float]:
 
 
 def run(problems: int, max_new_tokens: int) -> dict[str, Any]:
+    from autorl.eval_config import EvalConfig
     from autorl.models.sources import resolve_model
     from autorl.tasks import get_task
     from autorl.tasks.base import read_problems
@@ -90,7 +91,9 @@ def run(problems: int, max_new_tokens: int) -> dict[str, Any]:
         started_at = time.time()
         started = time.monotonic()
         usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        result = OpenCompassBackend().evaluate(model, get_task("gsm8k"), selected, settings)
+        result = OpenCompassBackend().evaluate(
+            model, get_task("gsm8k"), selected, EvalConfig.record("gsm8k", settings), settings
+        )
         total = time.monotonic() - started
         usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         # Every process of the tree was waited for, so its CPU time is counted here: a figure that

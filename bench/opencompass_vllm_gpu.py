@@ -113,6 +113,7 @@ def _submission(work: Path) -> Path:
 
 def _evaluate(work: Path, mode: str, replay_file: Path) -> tuple[Any, float]:
     """The worker's ``OpenCompassBackend.evaluate`` with the stand-in engine in ``mode``."""
+    from autorl.eval_config import EvalConfig
     from autorl.tasks import get_task
     from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
     from autorl_evaluator.settings import WorkerSettings
@@ -131,7 +132,9 @@ def _evaluate(work: Path, mode: str, replay_file: Path) -> tuple[Any, float]:
         home=work / f"home-{mode}", eval_device="cuda", opencompass_bin=wrapper, opencompass_keep_runs=True
     )
     started = time.monotonic()
-    result = OpenCompassBackend().evaluate(_submission(work), get_task("gsm8k"), _problems(), settings)
+    result = OpenCompassBackend().evaluate(
+        _submission(work), get_task("gsm8k"), _problems(), EvalConfig.record("gsm8k", settings), settings
+    )
     return result, time.monotonic() - started
 
 

@@ -73,7 +73,7 @@ _MIB = 1024 * 1024
 #: Size caps of the files read from a submission besides its weights, each far above what a real
 #: model ships (a config is a few KiB, the index of a 1,000-shard model about 100 KiB): at most
 #: 5 MiB of them is read and parsed per submission. The weights' headers are held to the base
-#: model's (:attr:`BaseModel.header_allowance`), and the weights' size must equal what a header
+#: model's (:attr:`BaseCheckpoint.header_allowance`), and the weights' size must equal what a header
 #: with the base model's tensors declares. The base model's own files are the platform's.
 SIZE_CAPS = {CONFIG: _MIB, WEIGHTS_INDEX: 4 * _MIB}
 #: The base model's files that every snapshot holds besides the weights (the config is written
@@ -118,7 +118,7 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class BaseModel:
+class BaseCheckpoint:
     """What a submission is held to: the base model's config and tensors."""
 
     config: dict[str, Any]
@@ -199,7 +199,7 @@ def _open_base_folder(base_model_dir: Path, stack: ExitStack) -> _Source:
     return _Source(folder, shown=str(base_model_dir), follow_links=True, fix=str(base_model_dir))
 
 
-def read_base_model(base_model_dir: Path) -> BaseModel:
+def read_base_model(base_model_dir: Path) -> BaseCheckpoint:
     """The base model's config and safetensors tensors; a broken base is the platform's problem."""
     try:
         config = model_files.parse_json_object((base_model_dir / CONFIG).read_bytes(), CONFIG)
@@ -223,7 +223,7 @@ def read_base_model(base_model_dir: Path) -> BaseModel:
         raise ModelSourceError(
             f"the base model in {base_model_dir} cannot be read ({exc}); resolve the base model again"
         ) from exc
-    return BaseModel(config=config, tensors=tensors, chat_template=template, header_bytes=header_bytes)
+    return BaseCheckpoint(config=config, tensors=tensors, chat_template=template, header_bytes=header_bytes)
 
 
 def _base_chat_template(base_model_dir: Path) -> str | None:
@@ -401,7 +401,7 @@ class _Writer:
         return digest.hexdigest()
 
 
-def _build(source: _Source, platform: _Source, base: BaseModel, snapshot_root: Path) -> Snapshot:
+def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_root: Path) -> Snapshot:
     """``source``'s weights, checked against ``base``, beside ``platform``'s (the base model's)
     config, generation config, tokenizer and chat template. Of ``source`` only the weights,
     ``config.json`` and the weights' index are opened; everything else is listed as ignored."""
@@ -495,7 +495,7 @@ def _list(source: _Source) -> set[str]:
     return names
 
 
-def _read_headers(opened: dict[str, _Opened], shards: list[str], base: BaseModel) -> dict[str, Header]:
+def _read_headers(opened: dict[str, _Opened], shards: list[str], base: BaseCheckpoint) -> dict[str, Header]:
     """Each shard's header, read one after the other within the base model's header allowance: a
     submission never makes the grader read or hold more header bytes than its base model needs."""
     headers: dict[str, Header] = {}
@@ -507,7 +507,7 @@ def _read_headers(opened: dict[str, _Opened], shards: list[str], base: BaseModel
     return headers
 
 
-def _weight_files(source: _Source, names: set[str], base: BaseModel) -> list[str]:
+def _weight_files(source: _Source, names: set[str], base: BaseCheckpoint) -> list[str]:
     if ADAPTER_CONFIG in names:
         raise CheckpointError(
             f"{source.shown} holds {ADAPTER_CONFIG}: a LoRA/PEFT adapter, not a full model; merge it "
@@ -675,7 +675,7 @@ def _check_unchanged(opened: _Opened) -> None:
 
 
 def _write_platform_files(
-    writer: _Writer, files: dict[str, bytes], base: BaseModel, platform: _Source
+    writer: _Writer, files: dict[str, bytes], base: BaseCheckpoint, platform: _Source
 ) -> None:
     """The base model's files besides its weights, as every evaluation of it reads them: its
     config, the token ids of its generation config (decoding is the platform's), its tokenizer

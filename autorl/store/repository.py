@@ -7,12 +7,14 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autorl.errors import ConflictError, InvalidRequestError, NotFoundError
-from autorl.eval_config import MEASURED_FIELDS
+from autorl.eval_config import MEASURED_FIELDS, EvalConfig
 from autorl.store.models import (
     BaselineCache,
     Evaluator,
@@ -147,6 +149,29 @@ def experiment_key(experiment: Experiment, split: Split) -> str:
             )
         return experiment.validation_eval_key
     return experiment.eval_key
+
+
+def recorded_config(submission: Submission) -> dict[str, Any]:
+    """The evaluation config recorded for ``submission``'s split, as stored (a sealed experiment's
+    validation evaluations: its validation config); autorl.eval_config.EvalConfig reads it."""
+    experiment = submission.experiment
+    if submission.split == Split.VALIDATION:
+        return dict(experiment.validation_eval_config or {})
+    return dict(experiment.eval_config)
+
+
+def evaluation_timeout_s(session: Session, submission_id: int, own_timeout_s: int) -> int:
+    """The hard limit of ``submission_id``'s evaluation in seconds: its recorded config's, else (a
+    config recorded before it was, or one this code cannot read, which the evaluation itself then
+    refuses) ``own_timeout_s``, the caller's own ``eval_timeout_s``."""
+    submission = session.get(Submission, submission_id)
+    if submission is None:
+        return own_timeout_s
+    try:
+        config = EvalConfig.model_validate(recorded_config(submission))
+    except ValidationError:
+        return own_timeout_s
+    return config.timeout_in_force_s(own_timeout_s)
 
 
 def feedback_split(experiment: Experiment) -> Split:

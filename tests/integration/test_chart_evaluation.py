@@ -172,13 +172,14 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
     worker = WorkerSettings(
         eval_backend="opencompass", eval_timeout_s=60, eval_batch_size=512, eval_max_new_tokens=512
     )
-    run = EvalConfig.model_validate(config).apply_to(worker)
-    assert (run.eval_backend, run.eval_timeout_s, run.eval_batch_size, run.eval_max_new_tokens) == (
-        "hf",
-        1234,
-        24,
-        96,
+    run = EvalConfig.model_validate(config)
+    in_force = (
+        run.backend,
+        run.timeout_in_force_s(worker.eval_timeout_s),
+        run.batch_size_in_force(worker.eval_batch_size),
+        run.max_new_tokens,
     )
+    assert in_force == ("hf", 1234, 24, 96)
 
 
 def test_how_long_and_how_batched_do_not_change_which_scores_are_comparable() -> None:
@@ -213,10 +214,5 @@ def test_a_config_from_a_newer_grader_is_refused_not_half_obeyed() -> None:
 def test_a_config_recorded_without_timeout_or_batch_keeps_the_workers_own() -> None:
     worker = WorkerSettings(eval_timeout_s=60, eval_batch_size=512)
     recorded = EvalConfig.model_validate({"task": "gsm8k", "backend": "hf", "max_new_tokens": 96, "limit": 5})
-    run = recorded.apply_to(worker)
-    assert (run.eval_timeout_s, run.eval_batch_size, run.eval_max_new_tokens, run.eval_limit) == (
-        60,
-        512,
-        96,
-        5,
-    )
+    assert recorded.timeout_in_force_s(worker.eval_timeout_s) == 60
+    assert recorded.batch_size_in_force(worker.eval_batch_size) == 512

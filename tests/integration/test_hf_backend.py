@@ -16,6 +16,7 @@ import pytest
 
 from autorl.checkpoints.snapshot import snapshot_base_model
 from autorl.errors import ConfigurationError, EvaluationError
+from autorl.eval_config import EvalConfig
 from autorl.tasks import get_task
 from autorl.tasks.gsm8k import PROTOCOLS, accuracy
 from autorl_evaluator.backends import get_backend
@@ -28,6 +29,11 @@ pytestmark = pytest.mark.slow
 
 #: Not a divisor of the 16 fixture problems: batches of 5, 5, 5 and 1.
 BATCH_SIZE = 5
+
+
+def recorded(settings: WorkerSettings) -> EvalConfig:
+    """The config a grader with these settings records for a gsm8k experiment."""
+    return EvalConfig.record("gsm8k", settings)
 
 
 def _independent_completions(model_dir: Path, questions: list[str]) -> list[str]:
@@ -76,7 +82,7 @@ def evaluated(trained_tiny_model: TrainedModel, settings: WorkerSettings) -> Eva
     snapshot = snapshot_base_model(trained_tiny_model.path, settings.snapshot_dir)
     before = _contents(snapshot.path)
     result = get_backend("hf").evaluate(
-        snapshot.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+        snapshot.path, get_task("gsm8k"), list(trained_tiny_model.problems), recorded(settings), settings
     )
     assert _contents(snapshot.path) == before, "the backend must only read the snapshot"
     return result
@@ -116,7 +122,9 @@ def test_unloadable_weights_fail_with_the_fix(
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     with pytest.raises(EvaluationError, match=r"cannot load the checkpoint .*save_pretrained"):
-        get_backend("hf").evaluate(broken, get_task("gsm8k"), list(trained_tiny_model.problems[:2]), settings)
+        get_backend("hf").evaluate(
+            broken, get_task("gsm8k"), list(trained_tiny_model.problems[:2]), recorded(settings), settings
+        )
 
 
 def test_backends_by_name() -> None:
@@ -151,7 +159,11 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
 
     monkeypatch.setattr(greedy_engine, "_decode_batch", small_batches_only)
     result = get_backend("hf").evaluate(
-        trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+        trained_tiny_model.path,
+        get_task("gsm8k"),
+        list(trained_tiny_model.problems),
+        recorded(settings),
+        settings,
     )
     assert sizes[:3] == [BATCH_SIZE, 2, 2]  # 5 → 2, then it stays at the size that fits
     assert result.completions == evaluated.completions
@@ -168,7 +180,11 @@ def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_s
 
     monkeypatch.setattr(greedy_engine, "SUPPORTED_MODEL_TYPES", frozenset())
     result = get_backend("hf").evaluate(
-        trained_tiny_model.path, get_task("gsm8k"), list(trained_tiny_model.problems), settings
+        trained_tiny_model.path,
+        get_task("gsm8k"),
+        list(trained_tiny_model.problems),
+        recorded(settings),
+        settings,
     )
     assert evaluated.details["engine"] == "greedy"
     assert result.details["engine"] == "generate"
@@ -192,8 +208,10 @@ def test_a_warm_evaluation_swaps_weights_and_scores_as_a_cold_one(
     warm = settings.model_copy(update={"eval_warm_worker": True})
     problems = list(trained_tiny_model.problems)
     try:
-        first = get_backend("hf").evaluate(other, get_task("gsm8k"), problems, warm)
-        second = get_backend("hf").evaluate(trained_tiny_model.path, get_task("gsm8k"), problems, warm)
+        first = get_backend("hf").evaluate(other, get_task("gsm8k"), problems, recorded(warm), warm)
+        second = get_backend("hf").evaluate(
+            trained_tiny_model.path, get_task("gsm8k"), problems, recorded(warm), warm
+        )
     finally:
         RESIDENT.clear()
     assert first.details["weights_swapped_into_resident_model"] is False

@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from autorl.errors import EvaluationError
+from autorl.eval_config import EvalConfig
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends import get_backend
@@ -278,7 +279,11 @@ def test_a_timed_out_evaluation_fails_with_the_reason_and_leaves_no_process(work
 def test_hf_and_opencompass_backends_agree_on_every_sample(worker_run: WorkerRun) -> None:
     settings = worker_run.settings.model_copy(update={"eval_backend": "hf"})
     result = get_backend("hf").evaluate(
-        worker_run.checkpoint, get_task("gsm8k"), worker_run.problems, settings
+        worker_run.checkpoint,
+        get_task("gsm8k"),
+        worker_run.problems,
+        EvalConfig.record("gsm8k", settings),
+        settings,
     )
     opencompass = [p["completion"] for p in worker_run.predictions]
     # The model is sharp enough that its answers differ from prompt to prompt: equal outputs mean
@@ -300,7 +305,9 @@ def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
     problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
     started = time.monotonic()
     with pytest.raises(EvaluationError) as failure:
-        OpenCompassBackend().evaluate(broken, task, problems, settings)
+        OpenCompassBackend().evaluate(
+            broken, task, problems, EvalConfig.record(task.name, settings), settings
+        )
     message = str(failure.value)
     assert "produced no score (exit code 0" in message
     assert "safetensors" in message.lower() or "deserializ" in message.lower()

@@ -31,7 +31,7 @@ from autorl.tasks import get_task
 from autorl.tasks.base import Problem, write_problems
 from autorl_evaluator.backends.opencompass.backend import place, subprocess_environment
 from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs, render
-from autorl_evaluator.backends.opencompass.parallel import ModelShape, tensor_parallel_size
+from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, tensor_parallel_size
 from autorl_evaluator.model_settings import settings_for
 from autorl_evaluator.settings import WorkerSettings
 
@@ -97,9 +97,9 @@ pytestmark = pytest.mark.requires(OC_PYTHON.exists(), reason="needs .venv-openco
 
 #: config.json sizes of the Qwen2.5 models (heads, KV heads, intermediate size).
 SHAPES = {
-    "qwen2.5-0.5b": ModelShape(attention_heads=14, kv_heads=2, intermediate_size=4864),
-    "qwen2.5-1.5b": ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960),
-    "qwen2.5-7b": ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944),
+    "qwen2.5-0.5b": TensorParallelShape(attention_heads=14, kv_heads=2, intermediate_size=4864),
+    "qwen2.5-1.5b": TensorParallelShape(attention_heads=12, kv_heads=2, intermediate_size=8960),
+    "qwen2.5-7b": TensorParallelShape(attention_heads=28, kv_heads=4, intermediate_size=18944),
 }
 
 

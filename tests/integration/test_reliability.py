@@ -66,6 +66,21 @@ def test_submit_commits_then_enqueues_one_rq_job(settings: DeploymentSettings, q
     assert job.retries_left == 2
 
 
+def test_the_job_timeout_is_the_recorded_evaluation_timeout_not_the_dispatchers_own(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """A grader (or worker) whose own AUTORL_EVAL_TIMEOUT_S differs from the one recorded with the
+    experiment enqueues its submissions with the recorded one: RQ kills what the evaluation obeys."""
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
+    other = settings.model_copy(update={"eval_timeout_s": settings.eval_timeout_s + 1000})
+    with TestClient(create_app(other, reconcile=False)) as other_client:
+        response = other_client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
+    assert response.status_code == 202, response.text
+    job = next(j for j in rq_queue(settings).jobs if j.args == [response.json()["submission_id"]])
+    assert job.timeout == settings.eval_timeout_s + 300
+
+
 def test_only_one_of_many_concurrent_claims_wins(db: Database, queued_id: int) -> None:
     winners: list[str] = []
     barrier = threading.Barrier(8)

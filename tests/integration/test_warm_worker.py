@@ -133,20 +133,36 @@ def test_a_child_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
     assert child.process is None
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("own_timeout_s", "recorded_timeout_s"),
+    [(1, None), (3600, 1)],
+    ids=["recorded-before-timeouts-were-the-workers-own", "the-recorded-one-over-the-workers-own"],
+)
 def test_the_local_worker_fails_a_timed_out_warm_evaluation_and_replaces_the_child(
-    make_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_settings: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    own_timeout_s: int,
+    recorded_timeout_s: int | None,
 ) -> None:
+    """The hard timeout is the experiment's recorded one (autorl.eval_config), whatever the worker's
+    own AUTORL_EVAL_TIMEOUT_S says; a config recorded before timeouts were takes the worker's own."""
     from autorl.store import Database, migrate
     from autorl.store import repository as repo
     from autorl_evaluator import local_worker
-    from tests.support.runs import add_submission, create_experiment
+    from tests.support.runs import EVAL_CONFIG, add_submission, create_experiment
 
     settings = make_settings(
-        database_url=f"sqlite:///{tmp_path}/store.db", eval_warm_worker=True, eval_timeout_s=1
+        database_url=f"sqlite:///{tmp_path}/store.db", eval_warm_worker=True, eval_timeout_s=own_timeout_s
     )
     db = Database(settings.database_url)
     migrate(db)
     experiment = create_experiment(db, tmp_path / "workspace")
+    if recorded_timeout_s is not None:
+        with db.session() as session:
+            recorded = {**EVAL_CONFIG, "max_new_tokens": 8, "timeout_s": recorded_timeout_s}
+            repo.get_experiment(session, experiment.name).eval_config = recorded
     submission_id = add_submission(db, experiment.name)
     monkeypatch.setattr(local_worker, "CHILD_MARGIN_S", 0.0)
     worker = local_worker.LocalWorker(settings)

@@ -22,7 +22,7 @@ from autorl_evaluator.backends.opencompass.backend import (
     visible_gpus,
 )
 from autorl_evaluator.backends.opencompass.model_size import weight_bytes
-from autorl_evaluator.backends.opencompass.parallel import ModelShape, fits_one_gpu
+from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, fits_one_gpu
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
@@ -50,7 +50,7 @@ def test_device_uuids_are_refused_with_the_fix() -> None:
 
 
 def test_placement(make_settings: Callable[..., WorkerSettings]) -> None:
-    shape = ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
+    shape = TensorParallelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
     assert place(make_settings(eval_device="cpu"), {"CUDA_VISIBLE_DEVICES": "0,1"}, shape).gpu is None
     assert place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": ""}, shape).gpu is None
     gpu = place(make_settings(eval_device=None), {"CUDA_VISIBLE_DEVICES": "4,5,6"}, shape).gpu
@@ -137,7 +137,7 @@ def test_vllm_takes_no_more_memory_than_the_free_memory_gate_guarantees() -> Non
 def test_a_model_that_fits_one_gpu_gets_one_replica_per_gpu(
     make_settings: Callable[..., WorkerSettings],
 ) -> None:
-    shape = ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
+    shape = TensorParallelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
     settings = make_settings(eval_device=None)
     gpu = place(settings, {"CUDA_VISIBLE_DEVICES": "2,3,5"}, shape, fits_one_gpu=True).gpu
     assert (

@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autorl.errors import EvaluationError
-from autorl_evaluator.backends.opencompass.parallel import ModelShape, tensor_parallel_size
+from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, tensor_parallel_size
 
 #: Shapes of the models evaluated here, from their config.json.
-QWEN25_05B = ModelShape(attention_heads=14, kv_heads=2, intermediate_size=4864)
-QWEN25_15B = ModelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
-QWEN25_7B = ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
+QWEN25_05B = TensorParallelShape(attention_heads=14, kv_heads=2, intermediate_size=4864)
+QWEN25_15B = TensorParallelShape(attention_heads=12, kv_heads=2, intermediate_size=8960)
+QWEN25_7B = TensorParallelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
 
 
 @pytest.mark.parametrize(
@@ -35,21 +35,21 @@ QWEN25_7B = ModelShape(attention_heads=28, kv_heads=4, intermediate_size=18944)
         (QWEN25_7B, 8, 4),  # 28 heads do not split in 8
     ],
 )
-def test_qwen25_shapes(shape: ModelShape, gpus: int, expected: int) -> None:
+def test_qwen25_shapes(shape: TensorParallelShape, gpus: int, expected: int) -> None:
     assert tensor_parallel_size(gpus, shape) == expected
 
 
 @given(
     shape=st.sampled_from([QWEN25_05B, QWEN25_15B, QWEN25_7B])
     | st.builds(
-        ModelShape,
+        TensorParallelShape,
         attention_heads=st.integers(1, 128),
         kv_heads=st.integers(1, 128),
         intermediate_size=st.integers(1, 1 << 16),
     ),
     gpus=st.integers(1, 64),
 )
-def test_the_size_is_the_largest_vllm_accepts(shape: ModelShape, gpus: int) -> None:
+def test_the_size_is_the_largest_vllm_accepts(shape: TensorParallelShape, gpus: int) -> None:
     size = tensor_parallel_size(gpus, shape)
     assert 1 <= size <= gpus
     assert shape.attention_heads % size == 0 and shape.intermediate_size % size == 0
@@ -59,19 +59,25 @@ def test_the_size_is_the_largest_vllm_accepts(shape: ModelShape, gpus: int) -> N
 
 def test_a_model_without_gpus_or_with_a_prime_head_count_gets_one() -> None:
     assert tensor_parallel_size(0, QWEN25_7B) == 1
-    assert tensor_parallel_size(8, ModelShape(attention_heads=7, kv_heads=7, intermediate_size=7 * 64)) == 7
-    assert tensor_parallel_size(8, ModelShape(attention_heads=13, kv_heads=1, intermediate_size=4096)) == 1
+    assert (
+        tensor_parallel_size(8, TensorParallelShape(attention_heads=7, kv_heads=7, intermediate_size=7 * 64))
+        == 7
+    )
+    assert (
+        tensor_parallel_size(8, TensorParallelShape(attention_heads=13, kv_heads=1, intermediate_size=4096))
+        == 1
+    )
 
 
 def test_the_shape_is_read_from_config_json() -> None:
     config = {"num_attention_heads": 12, "num_key_value_heads": 2, "intermediate_size": 8960}
-    assert ModelShape.from_config(config) == QWEN25_15B
+    assert TensorParallelShape.from_config(config) == QWEN25_15B
     # Without num_key_value_heads every head has its own key and value (multi-head attention).
-    assert ModelShape.from_config({"num_attention_heads": 8, "intermediate_size": 64}).kv_heads == 8
+    assert TensorParallelShape.from_config({"num_attention_heads": 8, "intermediate_size": 64}).kv_heads == 8
     nested = {"text_config": config, "model_type": "qwen2_5_vl"}
-    assert ModelShape.from_config(nested) == QWEN25_15B
+    assert TensorParallelShape.from_config(nested) == QWEN25_15B
 
 
 def test_a_config_without_the_sizes_is_refused_with_their_names() -> None:
     with pytest.raises(EvaluationError, match="num_attention_heads, intermediate_size"):
-        ModelShape.from_config({"num_key_value_heads": 2})
+        TensorParallelShape.from_config({"num_key_value_heads": 2})

@@ -108,11 +108,7 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         experiment: Experiment = submission.experiment
         split_name = submission.split
         # A sealed experiment's validation evaluation is recorded under the validation config.
-        recorded_config = dict(
-            (experiment.validation_eval_config or {})
-            if split_name == Split.VALIDATION
-            else experiment.eval_config
-        )
+        recorded_config = repo.recorded_config(submission)
         snapshot, task_name, attempt = submission.snapshot, experiment.task, submission.attempts
         # A scored validation checkpoint may be nominated for the final test evaluation: the
         # grader removes its snapshot once the final is chosen (autorl_grader.submissions).
@@ -129,11 +125,11 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
     try:
         with _lease(db, submission_id, worker, settings.eval_lease_s):
             model_dir = snapshot_path(settings, snapshot)
-            # The grader owns the settings: the recorded config wins over this worker's own.
+            # The grader owns the evaluation settings: the backend is handed the recorded config
+            # beside this worker's own settings (where the evaluation runs, not how it is scored).
             config = EvalConfig.model_validate(recorded_config)
-            run_settings = config.apply_to(settings)
             task = get_task(task_name)
-            data_dir, source_dir = run_settings.eval_dir / "data", run_settings.data_source_dir
+            data_dir, source_dir = settings.eval_dir / "data", settings.data_source_dir
             split = (
                 task.load_validation_problems(data_dir, source_dir=source_dir)
                 if split_name == Split.VALIDATION
@@ -142,12 +138,10 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             test_data_loaded = True
             # The key this score is computed under: the recorded config with the split's hash and
             # the versions of the packages the backend runs with, as they are here and now.
-            evaluated = config.with_measured(
-                split_sha256(split), backend_versions(run_settings.eval_backend, run_settings)
-            )
-            problems = split if run_settings.eval_limit is None else split[: run_settings.eval_limit]
-            backend = get_backend(run_settings.eval_backend)
-            result = backend.evaluate(model_dir, task, problems, run_settings)
+            evaluated = config.with_measured(split_sha256(split), backend_versions(config.backend, settings))
+            problems = split if config.limit is None else split[: config.limit]
+            backend = get_backend(config.backend)
+            result = backend.evaluate(model_dir, task, problems, config, settings)
             answers = [problem.answer for problem in problems]
             correctness = encode_correctness(task.judge(result.completions, answers, config.protocol))
             digest = problems_digest(

@@ -102,12 +102,15 @@ class LocalWorker:
             self.run_child(submission_id)
 
     def run_child(self, submission_id: int) -> None:
-        timeout = self.settings.eval_timeout_s + CHILD_MARGIN_S
+        # The recorded config's hard timeout, as the evaluation itself obeys it (not this worker's).
+        with self.db.session() as session:
+            limit_s = repo.evaluation_timeout_s(session, submission_id, self.settings.eval_timeout_s)
+        timeout = limit_s + CHILD_MARGIN_S
         if self.warm is not None:
             try:
                 self.warm.run(submission_id, timeout)
             except TimeoutError:
-                self._record_timeout(submission_id)
+                self._record_timeout(submission_id, limit_s)
             except ChildProcessError as exc:
                 log.warning("event=warm_worker_failed submission=%d reason=%s", submission_id, exc)
             return
@@ -119,16 +122,16 @@ class LocalWorker:
             self.child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(self.child.pid, self.child, grace_s=KILL_GRACE_S)
-            self._record_timeout(submission_id)
+            self._record_timeout(submission_id, limit_s)
         finally:
             self.child = None
 
-    def _record_timeout(self, submission_id: int) -> None:
+    def _record_timeout(self, submission_id: int, limit_s: int) -> None:
         with self.db.session() as session:
             repo.record_failure(
                 session,
                 submission_id,
-                error=f"evaluation exceeded its hard timeout of {self.settings.eval_timeout_s} s and was "
+                error=f"evaluation exceeded its hard timeout of {limit_s} s and was "
                 "stopped (AUTORL_EVAL_TIMEOUT_S)",
                 reason=FailureReason.TIMEOUT,
             )

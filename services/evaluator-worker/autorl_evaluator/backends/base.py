@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from autorl.eval_config import EvalConfig
 from autorl.tasks.base import Problem, Task
 from autorl_evaluator.settings import WorkerSettings
 
@@ -25,10 +26,12 @@ class EvalResult:
 
 
 class Backend(Protocol):
-    """Generates completions for ``problems`` with the model in ``model_dir`` and scores them."""
+    """Generates completions for ``problems`` with the model in ``model_dir`` and scores them, as
+    ``config`` (the experiment's recorded evaluation: generation limit, batch size, hard timeout)
+    says; ``worker`` (the worker's own settings) says only where and with what it runs (device, paths)."""
 
     name: str
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
+        self, model_dir: Path, task: Task, problems: list[Problem], config: EvalConfig, worker: WorkerSettings
     ) -> EvalResult: ...

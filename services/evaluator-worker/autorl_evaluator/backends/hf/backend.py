@@ -31,6 +31,7 @@ from typing import Any
 from autorl.checkpoints.chat_template import ChatTemplate, ChatTemplateError
 from autorl.decoding.greedy_engine import generate_greedy, unsupported_reason
 from autorl.errors import EvaluationError
+from autorl.eval_config import EvalConfig
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages
 from autorl_evaluator.backends.base import EvalResult
@@ -71,12 +72,12 @@ class HFBackend:
     name = "hf"
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
+        self, model_dir: Path, task: Task, problems: list[Problem], config: EvalConfig, worker: WorkerSettings
     ) -> EvalResult:
         if not problems:
             raise EvaluationError("no test problems to evaluate")
         started = time.monotonic()
-        completions, details = _generate(model_dir, task, problems, settings)
+        completions, details = _generate(model_dir, task, problems, config, worker)
         scores = task.score(completions, [problem.answer for problem in problems])
         return EvalResult(
             completions=completions,
@@ -88,7 +89,7 @@ class HFBackend:
 
 
 def _generate(
-    model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
+    model_dir: Path, task: Task, problems: list[Problem], config: EvalConfig, settings: WorkerSettings
 ) -> tuple[list[str], dict[str, object]]:
     import torch
 
@@ -99,13 +100,13 @@ def _generate(
     tokenizer, model, generation_eos, swapped = _load(
         model_dir, device, dtype, warm=settings.eval_warm_worker
     )
-    max_new_tokens = settings.eval_max_new_tokens or task.max_new_tokens
+    max_new_tokens = config.max_new_tokens or task.max_new_tokens
     words = stop_words(tokenizer, generation_eos)
     # The model's own generation config falls back to config.json's eos when the file is absent.
     eos_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id, generation_eos)
     texts = prompt_texts(tokenizer, task, [problem.question for problem in problems], model_settings)
     rows = [encode(tokenizer, text) for text in texts]
-    batch_size = settings.eval_batch_size
+    batch_size = config.batch_size_in_force(settings.eval_batch_size)
     # The engine sizes a GPU batch from free memory; plain ``generate`` (other architectures) and
     # the CPU take the configured or default size.
     if batch_size is None and (device.type != "cuda" or unsupported_reason(model) is not None):

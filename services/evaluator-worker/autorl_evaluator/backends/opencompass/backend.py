@@ -40,6 +40,7 @@ from pathlib import Path
 from autorl.checkpoints import model_files
 from autorl.checkpoints.chat_template import ChatTemplate
 from autorl.errors import CheckpointError, EvaluationError
+from autorl.eval_config import EvalConfig
 from autorl.settings import CPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
@@ -54,7 +55,11 @@ from autorl_evaluator.backends.opencompass.config import (
 )
 from autorl_evaluator.backends.opencompass.model_size import weight_bytes
 from autorl_evaluator.backends.opencompass.model_view import build_view, remove_view
-from autorl_evaluator.backends.opencompass.parallel import ModelShape, fits_one_gpu, tensor_parallel_size
+from autorl_evaluator.backends.opencompass.parallel import (
+    TensorParallelShape,
+    fits_one_gpu,
+    tensor_parallel_size,
+)
 from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
@@ -135,7 +140,11 @@ def _cuda_device_count() -> int:
 
 
 def place(
-    settings: WorkerSettings, environ: Mapping[str, str], shape: ModelShape, *, fits_one_gpu: bool = False
+    settings: WorkerSettings,
+    environ: Mapping[str, str],
+    shape: TensorParallelShape,
+    *,
+    fits_one_gpu: bool = False,
 ) -> Placement:
     """CPU when ``eval_device`` is ``cpu`` or no GPU is visible; a model that fits one GPU: one vLLM
     replica on each visible GPU; otherwise one vLLM engine on ``tensor_parallel_size(visible GPUs,
@@ -194,7 +203,7 @@ class OpenCompassBackend:
     name = "opencompass"
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], settings: WorkerSettings
+        self, model_dir: Path, task: Task, problems: list[Problem], config: EvalConfig, worker: WorkerSettings
     ) -> EvalResult:
         if not isinstance(task, GSM8KFormatTask):
             raise EvaluationError(
@@ -203,21 +212,21 @@ class OpenCompassBackend:
             )
         if not problems:
             raise EvaluationError("no test problems to evaluate")
-        command = _opencompass_command(settings.opencompass_bin)
-        root = settings.eval_dir / "opencompass"
+        command = _opencompass_command(worker.opencompass_bin)
+        root = worker.eval_dir / "opencompass"
         run_dir = root / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         run_dir.mkdir(parents=True)
         (run_dir / "home").mkdir()
         started = time.monotonic()
         try:
-            result = self._run(command, model_dir, task, problems, settings, run_dir, root / "cache")
+            result = self._run(command, model_dir, task, problems, config, worker, run_dir, root / "cache")
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
             remove_view(run_dir / "model")
             raise
         result.seconds = time.monotonic() - started
         remove_view(run_dir / "model")
-        if settings.opencompass_keep_runs:
+        if worker.opencompass_keep_runs:
             result.details["run_dir"] = str(run_dir)
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -242,6 +251,7 @@ class OpenCompassBackend:
         model_dir: Path,
         task: Task,
         problems: list[Problem],
+        config: EvalConfig,
         settings: WorkerSettings,
         run_dir: Path,
         cache_dir: Path,
@@ -257,13 +267,15 @@ class OpenCompassBackend:
         )
         fits = self._fits_one_gpu(view, model_settings) if settings.eval_device != "cpu" else False
         try:
-            shape = ModelShape.from_config(model_config)
+            shape = TensorParallelShape.from_config(model_config)
         except EvaluationError as exc:  # the base model's config: not the submission's fault
             raise EvaluatorFaultError(str(exc)) from exc
         placement = place(settings, os.environ, shape, fits_one_gpu=fits)
         check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
-        max_out_len = settings.eval_max_new_tokens or task.max_new_tokens
+        max_out_len = config.max_new_tokens or task.max_new_tokens
+        batch_size = config.batch_size_in_force(settings.eval_batch_size)
+        timeout_s = config.timeout_in_force_s(settings.eval_timeout_s)
         config_path.write_text(
             render(
                 ConfigInputs(
@@ -272,7 +284,7 @@ class OpenCompassBackend:
                     max_out_len=max_out_len,
                     model=model_settings,
                     gpu=placement.gpu,
-                    cpu_batch_size=settings.eval_batch_size or CPU_EVAL_BATCH_SIZE,
+                    cpu_batch_size=batch_size or CPU_EVAL_BATCH_SIZE,
                 )
             ),
             encoding="utf-8",
@@ -293,7 +305,7 @@ class OpenCompassBackend:
             [str(command), str(config_path), "--work-dir", str(work_dir)],
             cwd=run_dir,
             env=env,
-            timeout_s=settings.eval_timeout_s,
+            timeout_s=timeout_s,
             log_path=log_path,
         )
         log.info(
@@ -311,7 +323,7 @@ class OpenCompassBackend:
                 else "it and every process it started were stopped"
             )
             raise PublicEvaluationError(
-                f"OpenCompass did not finish within the hard timeout of {settings.eval_timeout_s} s "
+                f"OpenCompass did not finish within the hard timeout of {timeout_s} s "
                 f"(AUTORL_EVAL_TIMEOUT_S); {stopped}.",
                 detail=_error_tail(run_dir, problems),
             )

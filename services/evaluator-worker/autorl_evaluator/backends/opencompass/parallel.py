@@ -21,7 +21,7 @@ from autorl.errors import EvaluationError
 
 
 @dataclass(frozen=True)
-class ModelShape:
+class TensorParallelShape:
     """The sizes of a model that tensor parallelism splits."""
 
     attention_heads: int
@@ -29,7 +29,7 @@ class ModelShape:
     intermediate_size: int
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> ModelShape:
+    def from_config(cls, config: Mapping[str, Any]) -> TensorParallelShape:
         """From a parsed ``config.json`` (``num_key_value_heads`` defaults to the attention heads)."""
         text_config = config.get("text_config")
         source = text_config if isinstance(text_config, Mapping) else config
@@ -58,7 +58,7 @@ class ModelShape:
         )
 
 
-def tensor_parallel_size(gpu_count: int, shape: ModelShape) -> int:
+def tensor_parallel_size(gpu_count: int, shape: TensorParallelShape) -> int:
     """The largest size not above ``gpu_count`` that ``shape`` splits over; at least 1."""
     return max((size for size in range(1, gpu_count + 1) if shape.splits_over(size)), default=1)
 

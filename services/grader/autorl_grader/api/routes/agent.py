@@ -154,7 +154,7 @@ def _last_submit_time(db: Database, experiment: Experiment) -> datetime | None:
         return repo.last_submit_time(session, experiment)
 
 
-def visible_gpus() -> list[str]:
+def available_gpus() -> list[str]:
     """``CUDA_VISIBLE_DEVICES`` as the reference's ``/health`` lists it (numeric ids in order)."""
     ids = {part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()}
     return sorted(ids, key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))
@@ -170,7 +170,7 @@ def health(experiment: OptionalAgentExperimentDep) -> HealthAnswer:
         status="ok",
         task=experiment.task if experiment else None,
         workspace=(experiment.agent_workspace or experiment.workspace) if experiment else None,
-        available_gpus=visible_gpus(),
+        available_gpus=available_gpus(),
     )
 
 
