@@ -1,15 +1,16 @@
-"""Submission snapshots: every refusal class on real checkpoints built from the tiny model, what
-a snapshot holds (the submission's weights beside the base model's normalized files), and its
-fingerprint."""
+"""Submission snapshots: what the threat model relies on (docs/SECURITY.md names these tests), on real
+checkpoints built from the tiny model: what a snapshot holds (the submission's weights beside the
+base model's normalized files) and its fingerprint, every refusal class of where the folder is and
+what it holds, files changed or swapped while they are read, and the weights' headers. What each
+refusal says at its limits: test_snapshot_messages.py; evaluator storage: test_snapshot_storage.py.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import pickle
-import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +22,7 @@ import pytest
 from autorl.checkpoints.snapshot import (
     MAX_SHARDS,
     Snapshot,
-    prune_snapshots,
     snapshot_base_model,
-    snapshot_submission,
 )
 from autorl.errors import CheckpointError
 from tests.support.checkpoints import (
@@ -32,83 +31,16 @@ from tests.support.checkpoints import (
     split_into_shards,
     write_safetensors,
 )
+from tests.support.snapshots import (
+    BASE_TOKENIZER_FILES,
+    CHANGED,
+    output_as_a_link,
+    snapshot_files,
+    with_base_files,
+    write_with_a_hole,
+)
 
 GIB = 1024**3
-#: What the tiny base model ships besides its weights and config: a copy of it submitted lists them
-#: as ignored, since every evaluation reads the base model's own.
-BASE_TOKENIZER_FILES = (
-    "generation_config.json",
-    "merges.txt",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-)
-#: The refusal of a checkpoint whose files changed while the snapshot read them.
-_CHANGED = (
-    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
-    "folder and submit it once it is complete"
-)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "workspace"
-    (root / "output").mkdir(parents=True)
-    return root
-
-
-@pytest.fixture
-def snapshots(tmp_path: Path) -> Path:
-    return tmp_path / "snapshots"
-
-
-@pytest.fixture
-def checkpoint(workspace: Path, tiny_base_model: Path) -> Path:
-    """A valid submission: a copy of the base model under output/."""
-    return Path(shutil.copytree(tiny_base_model, workspace / "output" / "ckpt"))
-
-
-def _taker(workspace: Path, base: Path, snapshots: Path) -> Callable[..., Snapshot]:
-    def run(model_path: str | Path = "output/ckpt") -> Snapshot:
-        return snapshot_submission(
-            model_path,
-            workspace=workspace,
-            output_dir=workspace / "output",
-            base_model_dir=base,
-            snapshot_root=snapshots,
-        )
-
-    return run
-
-
-def _refuser(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
-    def run(model_path: str | Path = "output/ckpt") -> str:
-        with pytest.raises(CheckpointError) as caught:
-            take(model_path)
-        # A refused submission leaves nothing behind in evaluator storage.
-        assert not snapshots.exists() or list(snapshots.iterdir()) == []
-        return str(caught.value)
-
-    return run
-
-
-@pytest.fixture
-def take(workspace: Path, tiny_base_model: Path, snapshots: Path) -> Callable[..., Snapshot]:
-    return _taker(workspace, tiny_base_model, snapshots)
-
-
-@pytest.fixture
-def refusal(take: Callable[..., Snapshot], snapshots: Path) -> Callable[..., str]:
-    return _refuser(take, snapshots)
-
-
-def _with_base_files(*names: str) -> tuple[str, ...]:
-    """The ignored files of a copy of the base model that holds ``names`` besides."""
-    return tuple(sorted((*BASE_TOKENIZER_FILES, *names)))
-
-
-def _files(snapshot: Snapshot) -> dict[str, bytes]:
-    return {path.name: path.read_bytes() for path in snapshot.path.iterdir()}
 
 
 # --- accepted -------------------------------------------------------------------------------
@@ -121,7 +53,7 @@ def test_snapshot_holds_normalized_copies_and_matches_the_baseline(
     assert snapshot.path.parent == snapshots
     # The checkpoint's own tokenizer and generation config are listed as not evaluated.
     assert snapshot.ignored_files == BASE_TOKENIZER_FILES
-    assert sorted(_files(snapshot)) == [
+    assert sorted(snapshot_files(snapshot)) == [
         "config.json",
         "generation_config.json",
         "merges.txt",
@@ -185,7 +117,7 @@ def test_a_trainer_checkpoint_is_accepted_its_pickles_never_opened(
             )
         )
     )
-    assert not any(name.endswith((".bin", ".pt", ".pth")) for name in _files(snapshot))
+    assert not any(name.endswith((".bin", ".pt", ".pth")) for name in snapshot_files(snapshot))
     assert not marker.exists()
 
 
@@ -202,7 +134,7 @@ def test_a_folder_saved_by_trainer_save_model_is_accepted(
     assert (output / "saved" / "training_args.bin").is_file()
     snapshot = take("output/saved")
     assert "training_args.bin" in snapshot.ignored_files
-    assert "training_args.bin" not in _files(snapshot)
+    assert "training_args.bin" not in snapshot_files(snapshot)
 
 
 def test_a_sharded_checkpoint_gets_an_index_of_its_own(
@@ -211,7 +143,7 @@ def test_a_sharded_checkpoint_gets_an_index_of_its_own(
     shards = split_into_shards(checkpoint)
     edit_json(checkpoint / "model.safetensors.index.json", metadata={"total_size": 1}, extra="ignored")
     snapshot = take()
-    files = _files(snapshot)
+    files = snapshot_files(snapshot)
     assert set(shards) <= set(files) and "model.safetensors" not in files
     index = json.loads(files["model.safetensors.index.json"])
     assert index["metadata"]["total_size"] == sum(len(files[shard]) for shard in shards) - sum(
@@ -398,7 +330,11 @@ def test_only_the_weights_of_a_submission_are_evaluated(
     change(checkpoint)
     hostile = _outcome_unless_blocked_on(checkpoint / "tokenizer.json", take)
     assert isinstance(hostile, Snapshot), hostile
-    assert _files(hostile) == _files(clean) == _files(snapshot_base_model(tiny_base_model, snapshots))
+    assert (
+        snapshot_files(hostile)
+        == snapshot_files(clean)
+        == snapshot_files(snapshot_base_model(tiny_base_model, snapshots))
+    )
     assert hostile.fingerprint == clean.fingerprint
 
 
@@ -409,7 +345,7 @@ def test_the_base_models_template_and_stop_tokens_are_evaluated(
     base_generation = json.loads((tiny_base_model / "generation_config.json").read_text())
     edit_json(checkpoint / "tokenizer_config.json", chat_template=_COMPUTING_TEMPLATE)
     edit_json(checkpoint / "generation_config.json", eos_token_id=[4, 5, 6], temperature=1.7)
-    files = _files(take())
+    files = snapshot_files(take())
     assert json.loads(files["tokenizer_config.json"])["chat_template"] == base_config["chat_template"]
     kept = json.loads(files["generation_config.json"])
     assert set(kept) == {"eos_token_id", "pad_token_id"}
@@ -463,9 +399,7 @@ def test_a_symlinked_model_file_is_refused(
 def test_the_output_folder_itself_as_a_link_is_refused(
     refusal: Callable[..., str], workspace: Path, tiny_base_model: Path, tmp_path: Path
 ) -> None:
-    shutil.rmtree(workspace / "output")
-    shutil.copytree(tiny_base_model, tmp_path / "real" / "ckpt")
-    (workspace / "output").symlink_to(tmp_path / "real", target_is_directory=True)
+    output_as_a_link(workspace, tiny_base_model, tmp_path / "real")
     assert "not a link" in refusal("output/ckpt")
 
 
@@ -665,14 +599,6 @@ def test_a_sparse_file_is_refused_at_once_and_unread(
     assert _bytes_read() - read_before < 32 * 1024 * 1024, "the sparse file was read"
 
 
-def _write_with_a_hole(path: Path, size: int, hole: tuple[int, int]) -> None:
-    """``size`` bytes of text at ``path``, with nothing written (a hole, read as NULs) in ``hole``."""
-    with path.open("wb") as file:
-        file.write(b"x" * hole[0])
-        file.seek(hole[1])
-        file.write(b"x" * (size - hole[1]))
-
-
 @pytest.mark.parametrize(
     ("hole", "sparse"),
     [
@@ -692,7 +618,7 @@ def test_a_file_is_sparse_when_most_of_it_is_holes_wherever_they_are(
     # The weights' index (4 MiB cap): holes read as NUL bytes, which no JSON holds, so a file
     # that is not sparse is refused for its JSON, after the sparse check let it through.
     split_into_shards(checkpoint)
-    _write_with_a_hole(checkpoint / "model.safetensors.index.json", 20 * 64 * 1024, hole)
+    write_with_a_hole(checkpoint / "model.safetensors.index.json", 20 * 64 * 1024, hole)
     message = refusal()
     assert ("model.safetensors.index.json is a sparse file" in message) == sparse, message
     assert sparse or "not a readable JSON file" in message
@@ -751,7 +677,7 @@ def test_a_single_shard_with_an_index_keeps_its_index(
     (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     snapshot = take()
     assert snapshot.ignored_files == BASE_TOKENIZER_FILES
-    index = json.loads(_files(snapshot)["model.safetensors.index.json"])
+    index = json.loads(snapshot_files(snapshot)["model.safetensors.index.json"])
     assert index["weight_map"] == weight_map
 
 
@@ -787,44 +713,6 @@ def test_an_index_may_name_at_most_max_shards_files(
     assert too_many is (shards > MAX_SHARDS), message
 
 
-# --- the chat template ----------------------------------------------------------------------
-
-
-# --- storage --------------------------------------------------------------------------------
-
-
-def test_prune_removes_only_old_unreferenced_snapshots(
-    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path
-) -> None:
-    kept, orphan, young = take(), take(), take()
-    old = time.time() - 7200
-    for snapshot in (kept, orphan):
-        for path in [snapshot.path, *snapshot.path.iterdir()]:
-            os.utime(path, (old, old))
-    assert prune_snapshots(snapshots, {kept.name}) == [orphan.name]
-    assert kept.path.is_dir() and young.path.is_dir() and not orphan.path.exists()
-
-
-@pytest.mark.parametrize(
-    "model_path", ["output/a\0b", "output/" + "x" * 300, "output/ckpt/../../output/ckpt\0"]
-)
-def test_unopenable_paths_are_refused_with_the_fix(refusal: Callable[..., str], model_path: str) -> None:
-    assert "cannot be opened" in refusal(model_path)
-
-
-def test_a_full_snapshot_storage_refuses_for_now_not_for_good(
-    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from autorl.checkpoints import snapshot as snapshot_module
-    from autorl.errors import ServiceUnavailableError
-
-    free = shutil.disk_usage(snapshots.parent).free
-    monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", free + 1)
-    with pytest.raises(ServiceUnavailableError, match="retry once queued evaluations have finished"):
-        take()
-    assert list(snapshots.iterdir()) == []
-
-
 @pytest.mark.parametrize("rewritten", ["model.safetensors", "config.json"])
 def test_a_file_rewritten_in_place_after_its_copy_is_refused(
     refusal: Callable[..., str], checkpoint: Path, monkeypatch: pytest.MonkeyPatch, rewritten: str
@@ -848,92 +736,6 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 
     monkeypatch.setattr(snapshot_module, "_copy_weights", copy_then_rewrite)
     assert "changed while they were being submitted" in refusal()
-
-
-# --- what each refusal says, at the limits ----------------------------------------------------
-
-
-def test_storage_left_with_exactly_its_reserve_after_the_copy_takes_the_checkpoint(
-    workspace: Path, tiny_base_model: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The reserve is what must be left, no more: the refusal names the free bytes and the size, and
-    with the reserve set to exactly their difference the checkpoint is taken. The storage is a
-    tmpfs (/dev/shm), whose free space only moves with what is written to it."""
-    from autorl.checkpoints import snapshot as snapshot_module
-    from autorl.errors import ServiceUnavailableError
-
-    storage = Path(tempfile.mkdtemp(prefix="autorl-snapshots-", dir="/dev/shm"))
-    try:
-        take = _taker(workspace, tiny_base_model, storage)
-        counts = re.compile(r"has (\d+) bytes free, too few to take this (\d+)-byte checkpoint")
-        monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", shutil.disk_usage(storage).total)
-        with pytest.raises(ServiceUnavailableError) as caught:
-            take()
-        for _ in range(20):
-            found = counts.search(str(caught.value))
-            assert found is not None, caught.value
-            free, needed = map(int, found.groups())
-            monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", free - needed)
-            try:
-                take()
-            except ServiceUnavailableError as refused:
-                now = counts.search(str(refused))
-                assert now is not None and int(now.group(1)) != free, (
-                    f"refused with the reserve left: {refused}"
-                )
-                caught.value = refused  # someone else wrote to /dev/shm meanwhile: again
-                continue
-            return
-        pytest.fail("the free space of /dev/shm never held still")
-    finally:
-        shutil.rmtree(storage)
-
-
-def test_a_full_snapshot_storage_says_who_can_grow_it(
-    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from autorl.checkpoints import snapshot as snapshot_module
-    from autorl.errors import ServiceUnavailableError
-
-    monkeypatch.setattr(snapshot_module, "MIN_FREE_BYTES", shutil.disk_usage(snapshots.parent).total)
-    with pytest.raises(ServiceUnavailableError) as caught:
-        take()
-    assert re.fullmatch(
-        rf"the evaluator storage \({re.escape(str(snapshots))}\) has \d+ bytes free, too few to take "
-        r"this \d+-byte checkpoint; retry once queued evaluations have finished \(operators: grow "
-        r"AUTORL_SNAPSHOT_DIR's volume\)",
-        str(caught.value),
-    ), caught.value
-
-
-def test_ignored_links_are_listed_as_links_not_as_what_they_point_to(
-    take: Callable[..., Snapshot], checkpoint: Path, tmp_path: Path
-) -> None:
-    (checkpoint / "checkpoint-500").mkdir()
-    (checkpoint / "latest").symlink_to(checkpoint / "checkpoint-500", target_is_directory=True)
-    (tmp_path / "elsewhere").mkdir()
-    (checkpoint / "runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
-    (checkpoint / "dangling").symlink_to(tmp_path / "not-there")
-    assert take().ignored_files == _with_base_files("checkpoint-500/", "dangling", "latest", "runs")
-
-
-def test_an_ignored_name_that_is_not_utf8_is_listed_escaped(
-    take: Callable[..., Snapshot], checkpoint: Path
-) -> None:
-    os.close(os.open(os.fsencode(checkpoint) + b"/notes-\xff\xfe.txt", os.O_WRONLY | os.O_CREAT, 0o644))
-    os.mkdir(os.fsencode(checkpoint) + b"/run-\xe9")
-    assert take().ignored_files == _with_base_files("notes-\\udcff\\udcfe.txt", "run-\\udce9/")
-
-
-def test_a_symlinked_model_file_is_refused_with_the_whole_fix(
-    refusal: Callable[..., str], checkpoint: Path, tiny_base_model: Path
-) -> None:
-    (checkpoint / "config.json").unlink()
-    (checkpoint / "config.json").symlink_to(tiny_base_model / "config.json")
-    assert refusal() == (
-        "output/ckpt/config.json is a symbolic link, and links are never followed; copy the file "
-        "into the checkpoint folder instead of linking it (model.save_pretrained(path) writes real files)"
-    )
 
 
 def _linked_base(tiny_base_model: Path, tmp_path: Path) -> Path:
@@ -963,76 +765,7 @@ def test_a_base_model_link_to_nothing_is_refused(
     (tmp_path / "blobs" / "generation_config.json").unlink()
     with pytest.raises(CheckpointError) as caught:
         snapshot_base_model(linked, snapshots)
-    assert str(caught.value) == _CHANGED
-
-
-def test_a_file_that_cannot_be_opened_is_named_with_the_reason(
-    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path
-) -> None:
-    """Out of descriptors after the first file: the second one is named, with the system's reason."""
-    import resource
-
-    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(4)]
-    for fd in held:
-        os.close(fd)
-    # The submitted folder and the base model's folder take two of the three free descriptors,
-    # the first file opened (config.json) the third, the second file (model.safetensors) none.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (held[3], hard))
-    try:
-        with pytest.raises(CheckpointError) as caught:
-            take()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert str(caught.value) == (
-        "output/ckpt/model.safetensors cannot be opened (Too many open files); save the model with "
-        "model.save_pretrained(path) and tokenizer.save_pretrained(path)"
-    )
-    assert list(snapshots.iterdir()) == []
-
-
-@pytest.mark.parametrize("size", [1024 * 1024, 1024 * 1024 + 1])
-def test_a_file_of_exactly_its_size_cap_is_accepted(
-    take: Callable[..., Snapshot], refusal: Callable[..., str], checkpoint: Path, size: int
-) -> None:
-    config = (checkpoint / "config.json").read_bytes()
-    (checkpoint / "config.json").write_bytes(config + b" " * (size - len(config)))
-    if size == 1024 * 1024:
-        assert "config.json" in _files(take())
-    else:
-        assert "is 1048577 bytes, more than the 1048576 allowed for config.json" in refusal()
-
-
-@pytest.mark.parametrize(
-    ("size", "hole", "sparse"),
-    [
-        # 1 MiB at most: never held to the rule, holes or not.
-        (1024 * 1024, (4096, 1024 * 1024), False),
-        # Exactly half data: not sparse.
-        (2 * 1024 * 1024, (1024 * 1024, 2 * 1024 * 1024), False),
-        # A hole of 1 MiB, then 2 bytes less than half the file: sparse.
-        (2 * 1024 * 1024 - 2, (0, 1024 * 1024), True),
-    ],
-    ids=["one-mib", "half", "just-under-half"],
-)
-def test_the_sparse_file_limits(
-    take: Callable[..., Snapshot],
-    refusal: Callable[..., str],
-    checkpoint: Path,
-    size: int,
-    hole: tuple[int, int],
-    sparse: bool,
-) -> None:
-    # The weights' index is the one file besides the weights that may exceed 1 MiB; holes read as
-    # NUL bytes, which no JSON holds, so a file that is not sparse is refused for its JSON.
-    split_into_shards(checkpoint)
-    index = checkpoint / "model.safetensors.index.json"
-    _write_with_a_hole(index, size, hole)
-    with index.open("r+b") as file:
-        file.truncate(size)  # a hole that ends the file
-    message = refusal()
-    assert ("model.safetensors.index.json is a sparse file" in message) == sparse
-    assert sparse or "not a readable JSON file" in message
+    assert str(caught.value) == CHANGED
 
 
 @pytest.mark.parametrize("change", [b"appended", b""], ids=["grown", "shrunk"])
@@ -1057,191 +790,7 @@ def test_a_small_file_changed_before_it_is_read_is_refused(
                 handle.truncate(len(data) - 10)
 
     monkeypatch.setattr(snapshot_module, "compare_to_base", compare_then_rewrite)
-    assert refusal() == _CHANGED
-
-
-#: Permission checks need a process that modes deny: user 0 with every capability dropped.
-_NEEDS_SETPRIV = pytest.mark.requires(
-    os.geteuid() == 0 and shutil.which("setpriv") is not None,
-    reason="needs root and setpriv to drop capabilities",
-)
-
-
-def _unprivileged_refusal(model_path: str, workspace: Path, tiny_base_model: Path, snapshots: Path) -> str:
-    """The refusal of a snapshot taken as user 0 without capabilities (denied by modes like anyone)."""
-    import subprocess
-    import sys
-
-    program = (
-        "from pathlib import Path\n"
-        "from autorl.checkpoints.snapshot import snapshot_submission\n"
-        "try:\n"
-        f"    snapshot_submission({model_path!r}, workspace=Path({str(workspace)!r}),\n"
-        f"        output_dir=Path({str(workspace / 'output')!r}),\n"
-        f"        base_model_dir=Path({str(tiny_base_model)!r}),\n"
-        f"        snapshot_root=Path({str(snapshots)!r}))\n"
-        "except Exception as exc:\n"
-        "    print(type(exc).__name__, exc)\n"
-    )
-    unprivileged = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
-    done = subprocess.run(
-        [*unprivileged, sys.executable, "-P", "-c", program], capture_output=True, text=True, timeout=120
-    )
-    return done.stdout.strip() + done.stderr
-
-
-@_NEEDS_SETPRIV
-def test_a_file_the_grader_may_not_read_is_named_with_its_fix(
-    checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
-) -> None:
-    """As user 0 without capabilities (the owner of a mode-000 file, denied like anyone)."""
-    (checkpoint / "config.json").chmod(0)
-    refused = _unprivileged_refusal("output/ckpt", workspace, tiny_base_model, snapshots)
-    assert refused.startswith(
-        "UnreadableCheckpointError $WORKSPACE/output/ckpt/config.json cannot be read by the grader "
-        "(permission denied): the grader reads checkpoints through the workspace's group, and this "
-        "file gives the group no read permission"
-    ), refused
-    assert 'Run chmod -R g+rX "$WORKSPACE/output/ckpt" and submit again' in refused
-
-
-@_NEEDS_SETPRIV
-def test_a_checkpoint_saved_into_output_itself_is_named_as_the_agent_names_it(
-    workspace: Path, tiny_base_model: Path, snapshots: Path
-) -> None:
-    """A checkpoint saved straight into OUTPUT_DIR (model.save_pretrained(OUTPUT_DIR)) and submitted
-    as "output": its unreadable file and the fix name the folder as the agent does."""
-    shutil.rmtree(workspace / "output")
-    shutil.copytree(tiny_base_model, workspace / "output")
-    (workspace / "output" / "config.json").chmod(0)
-    refused = _unprivileged_refusal("output", workspace, tiny_base_model, snapshots)
-    assert refused.startswith(
-        "UnreadableCheckpointError $WORKSPACE/output/config.json cannot be read by the grader "
-    ), refused
-    assert 'Run chmod -R g+rX "$WORKSPACE/output" and submit again' in refused
-
-
-# --- the submitted path and the folder's weights, message by message ---------------------------
-
-_UNREADABLE_FOLDER = (
-    "{name} cannot be read by the grader (permission denied): the grader reads checkpoints through "
-    "the workspace's group, and this folder gives the group no read and search permission "
-    "(safetensors and tempfile create files 0600, mkdtemp folders 0700; in a pod the platform adds "
-    'group-read within seconds of a save, but not here). Run chmod -R g+rX "{name}" and submit '
-    "again; this refusal does not count against your submission limit"
-)
-
-
-@_NEEDS_SETPRIV
-def test_an_output_folder_the_grader_may_not_read_is_named_as_the_agent_names_it(
-    checkpoint: Path, workspace: Path, tiny_base_model: Path, snapshots: Path
-) -> None:
-    (workspace / "output").chmod(0)
-    try:
-        refused = _unprivileged_refusal("output/ckpt", workspace, tiny_base_model, snapshots)
-    finally:
-        (workspace / "output").chmod(0o755)
-    assert refused == "UnreadableCheckpointError " + _UNREADABLE_FOLDER.format(name="$WORKSPACE/output")
-
-
-@_NEEDS_SETPRIV
-@pytest.mark.parametrize("mode", [0o000, 0o400], ids=["unopenable", "unsearchable"])
-def test_a_folder_on_the_path_the_grader_may_not_read_is_named_with_its_fix(
-    workspace: Path, tiny_base_model: Path, snapshots: Path, mode: int
-) -> None:
-    runs = workspace / "output" / "runs"
-    shutil.copytree(tiny_base_model, runs / "ckpt")
-    runs.chmod(mode)
-    try:
-        refused = _unprivileged_refusal("output/runs/ckpt", workspace, tiny_base_model, snapshots)
-    finally:
-        runs.chmod(0o755)
-    assert refused == "UnreadableCheckpointError " + _UNREADABLE_FOLDER.format(name="$WORKSPACE/output/runs")
-
-
-@_NEEDS_SETPRIV
-def test_a_workspace_named_through_a_link_is_submitted_through_its_real_path(
-    tiny_base_model: Path, tmp_path: Path, snapshots: Path
-) -> None:
-    """The platform's path to output/ (the real path of the folder holding it) is accepted; a file
-    the grader may not read there is named by that path, the agent's name for it being unknown."""
-    real = tmp_path / "real-workspace"
-    shutil.copytree(tiny_base_model, real / "output" / "ckpt")
-    workspace = tmp_path / "workspace"
-    workspace.symlink_to(real, target_is_directory=True)
-    take = _taker(workspace, tiny_base_model, snapshots)
-    assert "model.safetensors" in _files(take(real / "output" / "ckpt"))
-    (real / "output" / "ckpt" / "config.json").chmod(0)
-    refused = _unprivileged_refusal(str(real / "output" / "ckpt"), workspace, tiny_base_model, snapshots)
-    assert refused.startswith(
-        f"UnreadableCheckpointError {real}/output/ckpt/config.json cannot be read by the grader "
-    ), refused
-    assert f'Run chmod -R g+rX "{real}/output/ckpt" and submit again' in refused
-
-
-def test_the_output_folder_as_a_link_is_refused_with_the_whole_fix(
-    refusal: Callable[..., str], workspace: Path, tiny_base_model: Path, tmp_path: Path
-) -> None:
-    shutil.rmtree(workspace / "output")
-    shutil.copytree(tiny_base_model, tmp_path / "real" / "ckpt")
-    (workspace / "output").symlink_to(tmp_path / "real", target_is_directory=True)
-    assert re.fullmatch(
-        rf"this experiment's output folder {re.escape(str(workspace / 'output'))} cannot be opened "
-        r"\([^)]+\); it must be a plain folder, not a link: save the model under OUTPUT_DIR and submit "
-        r"that folder",
-        refusal("output/ckpt"),
-    )
-
-
-@pytest.mark.parametrize("entries", [10_000, 10_001])
-def test_a_folder_may_hold_at_most_max_entries_entries(
-    take: Callable[..., Snapshot], refusal: Callable[..., str], checkpoint: Path, entries: int
-) -> None:
-    for number in range(entries - len(os.listdir(checkpoint))):
-        (checkpoint / f"step-{number:05}.log").touch()
-    assert len(os.listdir(checkpoint)) == entries
-    if entries == 10_000:
-        assert len(take().ignored_files) == 100
-    else:
-        assert refusal() == (
-            "output/ckpt holds more than 10000 entries; save the model into a folder of its own with "
-            "model.save_pretrained(path) and submit that folder"
-        )
-
-
-def test_weight_refusals_say_exactly_what_to_do(
-    refusal: Callable[..., str], checkpoint: Path, workspace: Path
-) -> None:
-    (checkpoint / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
-    assert refusal() == (
-        "output/ckpt holds adapter_config.json: a LoRA/PEFT adapter, not a full model; merge it with "
-        "model = model.merge_and_unload() and save the full model with model.save_pretrained(path) "
-        "(plus the tokenizer), then submit that folder"
-    )
-    (checkpoint / "adapter_config.json").unlink()
-    (checkpoint / "model.safetensors.index.json").write_text("{}")
-    assert refusal() == (
-        "output/ckpt holds both model.safetensors and model.safetensors.index.json, two different sets "
-        "of weights; save the model into a fresh folder with model.save_pretrained(path) and submit "
-        "that folder"
-    )
-    (checkpoint / "model.safetensors").unlink()
-    (checkpoint / "model.safetensors.index.json").write_text('{"weight_map": ')
-    assert refusal().startswith("output/ckpt/model.safetensors.index.json is not a readable JSON file (")
-    (checkpoint / "model.safetensors.index.json").unlink()
-    for name in ("a.pt", "b.pth", "c.ckpt", "d.pkl", "pytorch_model.bin", "z.pt"):
-        (checkpoint / name).write_bytes(b"\x80\x04pickle")
-    assert refusal() == (
-        "output/ckpt holds pickle weights (a.pt, b.pth, c.ckpt, d.pkl, pytorch_model.bin), which can "
-        "run code when loaded and are not accepted; save the model with model.save_pretrained(path), "
-        "which writes model.safetensors (safetensors is its default), and submit that folder"
-    )
-    for name in ("a.pt", "b.pth", "c.ckpt", "d.pkl", "pytorch_model.bin", "z.pt"):
-        (checkpoint / name).unlink()
-    assert refusal() == (
-        "output/ckpt has no *.safetensors weights (model.safetensors); save the full model with "
-        "model.save_pretrained(path) (safetensors is its default) and submit that folder"
-    )
+    assert refusal() == CHANGED
 
 
 # --- a file swapped between the check of its name and its opening ------------------------------
@@ -1285,7 +834,7 @@ def test_a_link_swapped_in_after_the_check_is_never_followed_even_to_the_checked
         (checkpoint / "config.json").symlink_to(moved)
 
     _at_the_check_of(monkeypatch, "config.json", after=swap_for_a_link)
-    assert refusal() == _CHANGED
+    assert refusal() == CHANGED
 
 
 def test_a_file_replaced_by_another_after_the_check_is_refused(
@@ -1295,7 +844,7 @@ def test_a_file_replaced_by_another_after_the_check_is_refused(
     other.write_bytes((checkpoint / "config.json").read_bytes())
 
     _at_the_check_of(monkeypatch, "config.json", after=lambda: other.replace(checkpoint / "config.json"))
-    assert refusal() == _CHANGED
+    assert refusal() == CHANGED
 
 
 def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(
@@ -1309,7 +858,7 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_without_waiting(
 
     _at_the_check_of(monkeypatch, "config.json", after=swap_for_a_fifo)
     outcome = _outcome_unless_blocked_on(fifo, take)
-    assert isinstance(outcome, CheckpointError) and str(outcome) == _CHANGED
+    assert isinstance(outcome, CheckpointError) and str(outcome) == CHANGED
 
 
 def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
@@ -1317,40 +866,7 @@ def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
 ) -> None:
     (checkpoint / "notes.txt").write_text("done")
     _at_the_check_of(monkeypatch, "notes.txt", before=(checkpoint / "notes.txt").unlink)
-    assert take().ignored_files == _with_base_files("notes.txt")
-
-
-def test_path_walk_refusals_say_exactly_what_to_do(
-    refusal: Callable[..., str], workspace: Path, checkpoint: Path, tmp_path: Path
-) -> None:
-    assert refusal("output/not-there") == (
-        "model_path output/not-there does not exist; save the model there first "
-        "(model.save_pretrained(path) and tokenizer.save_pretrained(path)) and submit that folder"
-    )
-    assert refusal("output/ckpt/model.safetensors") == (
-        "model_path output/ckpt/model.safetensors: output/ckpt/model.safetensors is a file, not a "
-        "folder; submit the folder that save_pretrained wrote"
-    )
-    assert refusal("output/ckpt/model.safetensors/inner") == (
-        "model_path output/ckpt/model.safetensors/inner: output/ckpt/model.safetensors is not a "
-        "folder; submit the folder that save_pretrained wrote"
-    )
-    (tmp_path / "elsewhere").mkdir()
-    (workspace / "output" / "runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
-    assert refusal("output/runs/ckpt") == (
-        "model_path output/runs/ckpt: output/runs is a symbolic link, and links are never followed; "
-        "save the model into a real folder under OUTPUT_DIR and submit that folder"
-    )
-    unopenable = (
-        "save the model into a plain folder under OUTPUT_DIR with model.save_pretrained(path) and "
-        "submit that folder"
-    )
-    assert (
-        refusal("output/a\0b")
-        == f"model_path output/a\0b cannot be opened (embedded null byte); {unopenable}"
-    )
-    long_name = "output/" + "x" * 300
-    assert refusal(long_name) == f"model_path {long_name} cannot be opened (File name too long); {unopenable}"
+    assert take().ignored_files == with_base_files("notes.txt")
 
 
 # --- the weights' headers: bounded by the base model's, and canonical --------------------------
