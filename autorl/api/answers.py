@@ -122,7 +122,7 @@ class FinalResult(Answer):
 
     submission_id: int | None = Field(description="the evaluation that produced the score")
     of: int | None = Field(description="the agent's submission whose files it evaluated")
-    selection: str = Field(description="best_on_test, best_on_validation or nominated")
+    selection: Literal["best_on_test", "best_on_validation", "nominated"]
     status: SubmissionStatusName | None = Field(description="null before it is created")
     score: float | None
     interval: list[float] | None = None
@@ -211,7 +211,7 @@ class ExperimentAnswer(Answer):
     finished_at: float | None
     workspace: str
     eval_config: dict[str, Any]
-    feedback: str = Field("test", description="test or sealed (docs/PROTOCOL.md)")
+    feedback: Literal["test", "sealed"] = Field("test", description="docs/PROTOCOL.md")
     validation_baseline_score: float | None = Field(None, description="sealed: the baseline on validation")
     validation_baseline_status: SubmissionStatusName | None = None
     final: FinalResult | None = Field(

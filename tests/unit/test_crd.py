@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,21 @@ import pytest
 import yaml
 
 from autorl.crd import crd_manifest, render_crd_yaml
+from autorl.experiment import ExperimentResourceStatus, Phase
 from autorl_controller.operator.handlers.create import validation_error
+from autorl_controller.operator.lifecycle import (
+    JobState,
+    JobStatus,
+    agent_outcome,
+    conditions_status,
+    merged,
+    outcome_condition,
+    status_from_view,
+    status_patch,
+    with_condition,
+)
 from autorl_controller.operator.settings import ControllerSettings
+from tests.support.answers import experiment_answer
 from tests.support.cel_rules import cel_errors
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,3 +216,28 @@ def test_invalid_fixtures_are_refused_where_declared(path: Path) -> None:
     assert bool(errors) == ("crd" in layers), errors
     message = validation_error(manifest["metadata"]["name"], manifest.get("spec") or {}, CONTROLLER)
     assert message is not None and expect.group(1) in message, message
+
+
+def test_every_status_the_operator_patches_is_the_models_json_and_valid_for_the_crd() -> None:
+    """The operator patches status from ExperimentResourceStatus, serialised by alias: times in
+    whole UTC seconds, a field set to None sent as null (it removes it), and nothing the CRD's status
+    schema does not hold."""
+    best = {"submission_id": 5, "of": 5, "selection": "best_on_test", "status": "scored", "score": 30.5}
+    times = {"start_time": 1767225600.75, "end_time": 1767232800.0, "remaining_s": 3900.0}
+    view = experiment_answer(best_score=30.5, final={**best, "interval": [28.0, 35.0]}, **times)
+    outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
+    assert outcome is not None
+    finished = outcome_condition(outcome, datetime(2026, 1, 1, 3, tzinfo=UTC))
+    moving = ExperimentResourceStatus(phase=Phase.FINISHING, reason="EvaluationsInFlight", message="waiting")
+    status = merged(moving, status_from_view(view), conditions_status(with_condition(None, finished)))
+    assert isinstance(status, ExperimentResourceStatus)
+    patch = status_patch(status)
+    assert patch["phase"] == "Finishing" and patch["startTime"] == "2026-01-01T00:00:00Z"
+    assert patch["conditions"] == [{**finished, "lastTransitionTime": "2026-01-01T03:00:00Z"}]
+    final = (patch["finalScore"], patch["finalSelection"], patch["budgetLeft"])
+    assert final == (30.5, "best_on_test", "1h05m")
+    before = status_patch(status_from_view(experiment_answer(feedback="test")))
+    assert "finalScore" in before and before["finalScore"] is None  # sent as null, not left out
+    assert "completionTime" not in patch  # unset: never sent
+    manifest = yaml.safe_load(EXAMPLES[0].read_text())
+    assert crd_errors({**manifest, "status": patch}) == []

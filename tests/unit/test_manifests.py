@@ -25,6 +25,7 @@ from autorl_controller.operator.lifecycle import (
     outcome_condition,
     outcome_from_conditions,
     status_from_view,
+    status_patch,
 )
 from autorl_controller.operator.manifests import (
     KUEUE_QUEUE_LABEL,
@@ -508,7 +509,7 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
             "comparison": None,
         },
     )
-    status = status_from_view(view)
+    status = status_patch(status_from_view(view))
     assert (status["finalScore"], status["finalLow"], status["finalHigh"]) == (30.0, 27.5, 32.6)
     assert status["result"] == "30.00 [27.50, 32.60] on test"  # kubectl's Best column
     assert (status["feedback"], status["finalSelection"], status["testEvaluations"]) == (
@@ -530,7 +531,8 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
         },
     )
     assert (
-        status_from_view(before)["finalSelection"] is None and status_from_view(before)["finalScore"] is None
+        status_patch(status_from_view(before))["finalSelection"] is None
+        and status_patch(status_from_view(before))["finalScore"] is None
     )
 
 
@@ -539,7 +541,7 @@ def test_kubectls_best_column_shows_the_result_with_its_interval() -> None:
     evaluation, the best on validation, said so; nothing before a score."""
     best = {"submission_id": 4, "of": 4, "selection": "best_on_test", "status": "scored", "score": 41.2}
     scored = experiment_answer(best_score=41.2, feedback="test", final={**best, "interval": [38.57, 43.89]})
-    assert status_from_view(scored)["result"] == "41.20 [38.57, 43.89]"
+    assert status_patch(status_from_view(scored))["result"] == "41.20 [38.57, 43.89]"
     pending = {
         "submission_id": None,
         "of": 7,
@@ -548,8 +550,8 @@ def test_kubectls_best_column_shows_the_result_with_its_interval() -> None:
         "score": None,
     }
     sealed = experiment_answer(best_score=40.0, feedback="sealed", final=pending)
-    assert status_from_view(sealed)["result"] == "40.00 on validation"
-    assert status_from_view(experiment_answer(feedback="test"))["result"] is None
+    assert status_patch(status_from_view(sealed))["result"] == "40.00 on validation"
+    assert status_patch(status_from_view(experiment_answer(feedback="test")))["result"] is None
 
 
 def test_token_secret_holds_exactly_the_agents_two_variables() -> None:
@@ -653,7 +655,7 @@ def test_status_mirrors_the_graders_view() -> None:
         in_flight=2,
         evaluators=1,
     )
-    assert status_from_view(view) == {
+    assert status_patch(status_from_view(view)) == {
         "budgetLeft": "1h05m",
         "queue": "2 in flight, 1 evaluator",
         "evaluators": 1,

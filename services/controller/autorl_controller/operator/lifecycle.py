@@ -15,7 +15,7 @@ from typing import Any
 
 from autorl.api.answers import ExperimentAnswer
 from autorl.api.request_bodies import FinishStatus
-from autorl.experiment import Phase
+from autorl.experiment import ExperimentResourceStatus, Phase
 from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
@@ -201,6 +201,31 @@ def iso_from_epoch(seconds: float | None) -> str | None:
     return None if seconds is None else iso(datetime.fromtimestamp(seconds, UTC))
 
 
+def moment(seconds: float | None) -> datetime | None:
+    """An epoch time as status holds it: UTC, whole seconds (as :func:`iso` writes it)."""
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC).replace(microsecond=0)
+
+
+def merged(*parts: ExperimentResourceStatus) -> ExperimentResourceStatus:
+    """The status fields set in any of ``parts``, a later part's over an earlier one's."""
+    first, *rest = parts
+    update = {name: getattr(part, name) for part in rest for name in part.model_fields_set}
+    return first.model_copy(update=update)
+
+
+def conditions_status(conditions: list[dict[str, Any]] | None) -> ExperimentResourceStatus:
+    """Status with these conditions (as read from the object, or built here); nothing when None."""
+    if conditions is None:
+        return ExperimentResourceStatus()
+    return ExperimentResourceStatus.model_validate({"conditions": conditions})
+
+
+def status_patch(status: ExperimentResourceStatus) -> dict[str, Any]:
+    """The status fields as the status subresource is patched with them: the model's JSON by alias
+    (camelCase), only the fields set (one set to None is sent as null, which removes it)."""
+    return status.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
 def epoch_from_iso(text: str | None) -> float | None:
     if not text:
         return None
@@ -226,22 +251,24 @@ def budget_left(view: ExperimentAnswer) -> str | None:
     return format_duration(view.remaining_s)
 
 
-def status_from_view(view: ExperimentAnswer) -> dict[str, Any]:
+def status_from_view(view: ExperimentAnswer) -> ExperimentResourceStatus:
     """The grader's experiment view as Experiment status fields (the database is the truth)."""
-    return {
-        "budgetLeft": budget_left(view),
-        "queue": queue_summary(view),
-        "evaluators": view.evaluators,
-        "baselineScore": view.baseline_score,
-        "bestScore": view.best_score,
-        "bestSubmission": view.best_submission,
-        "improvement": view.improvement,
-        "submissions": view.submissions,
-        "startTime": iso_from_epoch(view.start_time),
-        "deadline": iso_from_epoch(view.end_time),
-        **final_status(view),
-        "result": result_text(view),
-    }
+    return merged(
+        ExperimentResourceStatus(
+            budgetLeft=budget_left(view),
+            queue=queue_summary(view),
+            evaluators=view.evaluators,
+            baselineScore=view.baseline_score,
+            bestScore=view.best_score,
+            bestSubmission=view.best_submission,
+            improvement=view.improvement,
+            submissions=view.submissions,
+            startTime=moment(view.start_time),
+            deadline=moment(view.end_time),
+        ),
+        final_status(view),
+        ExperimentResourceStatus(result=result_text(view)),
+    )
 
 
 def result_text(view: ExperimentAnswer) -> str | None:
@@ -259,19 +286,19 @@ def result_text(view: ExperimentAnswer) -> str | None:
     return f"{view.best_score:.2f}" + (" on validation" if sealed else "")
 
 
-def final_status(view: ExperimentAnswer) -> dict[str, Any]:
+def final_status(view: ExperimentAnswer) -> ExperimentResourceStatus:
     """The result on the test split (docs/PROTOCOL.md) as Experiment status fields."""
     final = view.final
     scored = final is not None and final.status == "scored"
     interval = final.interval if final is not None and scored else None
-    return {
-        "feedback": view.feedback,
-        "finalScore": final.score if final is not None and scored else None,
-        "finalLow": interval[0] if interval else None,
-        "finalHigh": interval[1] if interval else None,
-        "finalSelection": final.selection if final is not None and final.status is not None else None,
-        "testEvaluations": view.test_evaluations,
-    }
+    return ExperimentResourceStatus(
+        feedback=view.feedback,
+        finalScore=final.score if final is not None and scored else None,
+        finalLow=interval[0] if interval else None,
+        finalHigh=interval[1] if interval else None,
+        finalSelection=final.selection if final is not None and final.status is not None else None,
+        testEvaluations=view.test_evaluations,
+    )
 
 
 def changed(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -8,12 +8,12 @@ from typing import Any, cast
 
 import kopf
 
-from autorl.experiment import Phase
+from autorl.experiment import ExperimentResourceStatus, Phase
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason
 from autorl_controller.operator.context import OperatorContext
 from autorl_controller.operator.kube import EXPERIMENTS
-from autorl_controller.operator.lifecycle import changed, iso
+from autorl_controller.operator.lifecycle import changed, merged, status_patch
 
 
 def as_body(body: Mapping[str, Any]) -> kopf.Body:
@@ -25,10 +25,11 @@ async def patch_status(
     context: OperatorContext,
     body: Mapping[str, Any],
     current: dict[str, Any],
-    update: dict[str, Any],
+    update: ExperimentResourceStatus,
 ) -> None:
-    """Merge-patch the status subresource with what differs from ``current`` (nothing: no call)."""
-    diff = changed(current, update)
+    """Merge-patch the status subresource with the fields ``update`` sets, serialised by the model,
+    where they differ from ``current`` (nothing: no call)."""
+    diff = changed(current, status_patch(update))
     if diff:
         meta = body["metadata"]
         await context.kube.patch(
@@ -45,7 +46,7 @@ async def transition(
     message: str,
     *,
     reason: Reason,
-    extra: dict[str, Any] | None = None,
+    extra: ExperimentResourceStatus | None = None,
 ) -> None:
     """Move to ``phase`` with ``reason`` (status and an Event), unless the experiment is there already.
 
@@ -55,16 +56,15 @@ async def transition(
     """
     message = printable(message)
     same = current.get("phase") == phase.value and current.get("reason") == reason.value
-    if same and current.get("message") == message and not extra:
+    if same and current.get("message") == message and not (extra and extra.model_fields_set):
         return
-    update: dict[str, Any] = {
-        "phase": phase.value,
-        "reason": reason.value,
-        "message": message,
-        **(extra or {}),
-    }
+    update = merged(
+        ExperimentResourceStatus(phase=phase, reason=reason.value, message=message),
+        extra or ExperimentResourceStatus(),
+    )
     if phase.terminal:
-        update["completionTime"] = iso(datetime.now(UTC))
+        ended = datetime.now(UTC).replace(microsecond=0)
+        update = merged(update, ExperimentResourceStatus(completionTime=ended))
     entered = current.get("phase") != phase.value
     await patch_status(context, body, current, update)
     if entered:

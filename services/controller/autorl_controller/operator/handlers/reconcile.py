@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
 from autorl.api.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
-from autorl.experiment import ExperimentSpec, Phase
+from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
 from autorl_controller.operator.context import OperatorContext, context_of
@@ -41,8 +41,10 @@ from autorl_controller.operator.lifecycle import (
     agent_finished_since,
     agent_outcome,
     agent_running_since,
+    conditions_status,
     evaluators_condition,
     job_status,
+    merged,
     outcome_condition,
     outcome_from_conditions,
     status_from_view,
@@ -151,7 +153,7 @@ class Step:
             await self.finishing()
 
     async def _move(
-        self, phase: Phase, message: str, extra: dict[str, Any] | None = None, *, reason: Reason
+        self, phase: Phase, message: str, extra: ExperimentResourceStatus | None = None, *, reason: Reason
     ) -> None:
         await transition(self.context, self.body, self.status, phase, message, reason=reason, extra=extra)
 
@@ -303,7 +305,7 @@ class Step:
             return
         await self._adopt_and_create(JOBS, build_agent_job(self.ref, self.spec, self.settings))
         message = "the agent Job is waiting for its pod"
-        extra = {**status_from_view(view), **self._evaluators_condition(Reason.POD_STARTING, message)}
+        extra = merged(status_from_view(view), self._evaluators_condition(Reason.POD_STARTING, message))
         await self._move(Phase.RUNNING, message, extra, reason=Reason.POD_STARTING)
 
     async def baseline_waits(self, view: ExperimentAnswer) -> None:
@@ -316,10 +318,10 @@ class Step:
             reason = Reason.EVALUATING_BASELINE
             who = "" if view.evaluators is None else f"; {evaluators_phrase(view.evaluators, _backend(view))}"
             message = f"evaluating the base model{who}"
-        extra = {**status_from_view(view), **self._evaluators_condition(reason, message)}
+        extra = merged(status_from_view(view), self._evaluators_condition(reason, message))
         await self._move(Phase.BASELINE, message, extra, reason=reason)
 
-    def _evaluators_condition(self, reason: Reason, message: str) -> dict[str, Any]:
+    def _evaluators_condition(self, reason: Reason, message: str) -> ExperimentResourceStatus:
         conditions = evaluators_condition(
             self.status.get("conditions"),
             unavailable=reason is Reason.EVALUATORS_UNAVAILABLE,
@@ -327,7 +329,7 @@ class Step:
             message=printable(message),
             now=datetime.now(UTC),
         )
-        return {} if conditions is None else {"conditions": conditions}
+        return conditions_status(conditions)
 
     async def sync_policy(self) -> bool:
         """Create or refresh the agent's NetworkPolicy; False (and Failed) when its egress is refused."""
@@ -391,7 +393,7 @@ class Step:
         await self._move(
             Phase.FINISHING,
             f"{outcome.message}; waiting for evaluations in flight",
-            {**synced, "conditions": with_condition(self.status.get("conditions"), condition)},
+            merged(synced, conditions_status(with_condition(self.status.get("conditions"), condition))),
             reason=Reason.EVALUATIONS_IN_FLIGHT,
         )
 
