@@ -1,4 +1,5 @@
-"""What the kubelet reports about a container that ended, for tests of what the controller reads."""
+"""What the kubelet reports about a container that ended, for tests of what the controller reads, and
+the environment it gives a container."""
 
 from __future__ import annotations
 
@@ -21,3 +22,20 @@ def failed_pod_status(container: str, exit_code: int, log: str, *, init: bool = 
     terminated = {"exitCode": exit_code, "reason": "Error", "message": termination_message(log)}
     statuses = [{"name": container, "state": {"terminated": terminated}, "restartCount": 0}]
     return {"phase": "Failed", "initContainerStatuses" if init else "containerStatuses": statuses}
+
+
+def kubelet_environment(
+    container: dict[str, Any],
+    secrets_by_name: dict[str, dict[str, str]],
+    configmaps: dict[str, dict[str, str]],
+) -> dict[str, str]:
+    """A container's environment as the kubelet builds it: envFrom sources (with their prefix), then env."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        if "secretRef" in source:
+            data = secrets_by_name[source["secretRef"]["name"]]
+        else:
+            data = configmaps[source["configMapRef"]["name"]]
+        env.update({source.get("prefix", "") + key: value for key, value in data.items()})
+    env.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return env

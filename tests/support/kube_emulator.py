@@ -1,0 +1,499 @@
+"""A stand-in for the cluster the operator runs in: kmock's Kubernetes API emulator, with what the
+tests play where a cluster would (the Job controller, the scheduler, the kubelet, the prepare pod),
+beside the real grader and the real kopf operator loop (:func:`operator_platform`).
+
+The emulator has no kubelet, Job controller or garbage collector: :class:`Platform` does what the
+prepare Job's pod does (fill the shared cache), runs the evaluator on the queued baseline, and
+patches Jobs' status and creates pods and Events as those controllers would. Everything the
+operator does goes through the emulated API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import itertools
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import kmock
+import yaml
+
+from autorl.crd import crd_manifest
+from autorl.layout import cached_model_subpath
+from autorl.models.sources import model_dir_name
+from autorl.tasks import get_task
+from autorl_controller.operator.main import run_operator
+from autorl_controller.operator.manifests import ExperimentRef
+from autorl_controller.operator.settings import ControllerSettings
+from autorl_grader.main import create_app
+from tests.support.infra import serve
+from tests.support.settings import DeploymentSettings
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE_DATA = REPO / "tests" / "data"
+NAMESPACE = "autorl-e2e"
+EXPERIMENTS = "/apis/autorl.io/v1alpha1/namespaces/autorl-e2e/experiments"
+JOBS = "/apis/batch/v1/namespaces/autorl-e2e/jobs"
+SECRETS = "/api/v1/namespaces/autorl-e2e/secrets"
+POLICIES = "/apis/networking.k8s.io/v1/namespaces/autorl-e2e/networkpolicies"
+EVENTS = "/api/v1/namespaces/autorl-e2e/events"
+PODS = "/api/v1/namespaces/autorl-e2e/pods"
+CONFIGMAPS = "/api/v1/namespaces/autorl-e2e/configmaps"
+PULL_SECRETS = ["registry-pull"]
+RUNNER_IMAGE = "registry.example/autorl-agent-runner:0.1.0"
+TICK_S = 0.2
+WAIT_S = 60.0
+
+
+@attrs.define(kw_only=True)
+class ApiServerEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator plus what an API server does on create: uid, resourceVersion, timestamps,
+    and a name from ``generateName`` (kopf posts Events that way)."""
+
+    _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    async def _handle(self, request: kmock.Request) -> Any:
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).isoformat())
+            meta["resourceVersion"] = str(next(self._versions))
+        return await super()._handle(request)
+
+
+def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
+    verbs = {"get", "list", "watch", "create", "patch", "update", "delete"}
+    for path, kind, namespaced, subresources in (
+        ("autorl.io/v1alpha1/experiments", "Experiment", True, {"status"}),
+        ("batch/v1/jobs", "Job", True, {"status"}),
+        ("v1/secrets", "Secret", True, set()),
+        ("v1/configmaps", "ConfigMap", True, set()),
+        ("v1/pods", "Pod", True, {"status"}),
+        ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True, set()),
+        ("v1/events", "Event", True, set()),
+        # kopf's start-up waits for these two core resources to be discoverable.
+        ("v1/namespaces", "Namespace", False, set()),
+        ("apiextensions.k8s.io/v1/customresourcedefinitions", "CustomResourceDefinition", False, set()),
+    ):
+        emulator.resources[path] = kmock.ResourceInfo(
+            kind=kind, namespaced=namespaced, verbs=verbs, subresources=subresources
+        )
+
+
+@dataclass
+class Platform:
+    kube: httpx.AsyncClient
+    grader: httpx.AsyncClient
+    grader_settings: DeploymentSettings
+    shared: Path
+    emulator: ApiServerEmulator
+
+    async def apply(self, manifest: dict[str, Any]) -> None:
+        manifest["metadata"]["namespace"] = NAMESPACE
+        response = await self.kube.post(EXPERIMENTS, json=manifest)
+        assert response.status_code < 300, response.text
+
+    async def ref(self, name: str) -> ExperimentRef:
+        """The Experiment's identity as the controller sees it: namespace, name and uid."""
+        experiment = await self.get(f"{EXPERIMENTS}/{name}")
+        assert experiment is not None, name
+        return ExperimentRef(name, NAMESPACE, experiment["metadata"]["uid"])
+
+    async def create(self, path: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        manifest["metadata"]["namespace"] = NAMESPACE
+        response = await self.kube.post(path, json=manifest)
+        assert response.status_code < 300, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def run_agent_pod(
+        self, ref: ExperimentRef, *, started: datetime.datetime | None = None, pending: bool = False
+    ) -> str:
+        """What the Job controller and the kubelet do: a pod of the agent's Job, Pending (scheduled,
+        pulling its image) or with the agent's container running since ``started``; returns its name."""
+        job = await self.get(f"{JOBS}/{ref.agent_job_name}")
+        assert job is not None
+        uid = job["metadata"]["uid"]
+        name = f"{ref.agent_job_name}-{uuid.uuid4().hex[:5]}"
+        state = (
+            {"waiting": {"reason": "ContainerCreating"}}
+            if pending
+            else {"running": {"startedAt": iso(started or datetime.datetime.now(datetime.UTC))}}
+        )
+        await self.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {"batch.kubernetes.io/controller-uid": uid, "job-name": ref.agent_job_name},
+                    "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": ref.agent_job_name, "uid": uid}
+                    ],
+                },
+                "spec": job["spec"]["template"]["spec"],
+                "status": {
+                    "phase": "Pending" if pending else "Running",
+                    "containerStatuses": [{"name": "agent", "state": state}],
+                },
+            },
+        )
+        await self.patch_job_status(ref.agent_job_name, {"active": 1})
+        return name
+
+    async def set_agent_running(self, pod: str, started: datetime.datetime) -> None:
+        response = await self.kube.patch(
+            f"{PODS}/{pod}/status",
+            json={
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [
+                        {"name": "agent", "state": {"running": {"startedAt": iso(started)}}}
+                    ],
+                }
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        response.raise_for_status()
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        response = await self.kube.get(path)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def wait_for(self, path: str, check: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        """Poll the emulator until the object satisfies ``check`` (the operator reacts asynchronously)."""
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        last: dict[str, Any] | None = None
+        while asyncio.get_running_loop().time() < deadline:
+            last = await self.get(path)
+            if last is not None and check(last):
+                return last
+            await asyncio.sleep(TICK_S / 2)
+        raise AssertionError(f"timed out waiting for {what}; last seen: {last}")
+
+    async def wait_phase(self, name: str, phase: str) -> dict[str, Any]:
+        return await self.wait_for(
+            f"{EXPERIMENTS}/{name}",
+            lambda obj: (obj.get("status") or {}).get("phase") == phase,
+            f"{name} {phase}",
+        )
+
+    async def wait_gone(self, path: str) -> None:
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while await self.get(path) is not None:
+            assert asyncio.get_running_loop().time() < deadline, f"{path} still exists"
+            await asyncio.sleep(TICK_S / 2)
+
+    async def patch_job_status(self, name: str, status: dict[str, Any]) -> None:
+        """What the Job controller would write."""
+        response = await self.kube.patch(
+            f"{JOBS}/{name}/status",
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        response.raise_for_status()
+
+    async def events(self, name: str) -> list[tuple[str, str]]:
+        body = await self.get(EVENTS)
+        assert body is not None
+        return [
+            (event.get("reason", ""), event.get("message", ""))
+            for event in body["items"]
+            if event.get("involvedObject", {}).get("name") == name
+        ]
+
+    def run_prepare_pod(self, spec: dict[str, Any], ref: ExperimentRef, tiny_model: Path) -> None:
+        """What the prepare Job's pod leaves on the shared volume: the model and train split in the
+        cache, and the laid-out workspace (the agent runner's own code).
+
+        The hub is out of reach here, so a tiny model stands in for the hub id under its cache path.
+        """
+        from autorl_agent_runner.workspace.layout import create_workspace
+
+        model_dir = self.shared / "cache" / "models" / cached_model_subpath(spec["model"])
+        if not model_dir.exists():
+            shutil.copytree(tiny_model, model_dir)
+        task = get_task(spec["task"])
+        data_dir = self.shared / "cache" / "data" / task.name
+        task.download_train_data(data_dir, source_dir=FIXTURE_DATA)
+        create_workspace(
+            self.shared / ref.workspace_subpath,
+            run_id=ref.grader_name,
+            task_name=task.name,
+            description=task.description(),
+            base_model_dir=model_dir,
+            base_model_name=model_dir_name(spec["model"]),
+            train_data_dir=data_dir,
+            timeout_s=spec["timeoutSeconds"],
+        )
+
+    async def run_evaluator(self, ref: ExperimentRef) -> None:
+        """One evaluator pass over this experiment's baseline, for real. Not simply the oldest
+        claimable row: another test's experiment may have left its baseline queued."""
+        from autorl.store import Database
+        from autorl.store import repository as repo
+        from autorl_evaluator.jobs import evaluate
+
+        db = Database(self.grader_settings.database_url or "")
+        try:
+            with db.session() as session:
+                submission_id = repo.get_experiment(session, ref.grader_name).baseline_submission_id
+        finally:
+            db.dispose()
+        assert submission_id is not None, f"{ref.grader_name} has no baseline submission"
+        await asyncio.to_thread(evaluate, submission_id, self.grader_settings)
+
+    async def agent_credentials(self, name: str) -> tuple[str, str]:
+        secret = await self.get(f"{SECRETS}/{ExperimentRef(name, NAMESPACE).secret_name}")
+        assert secret is not None
+        data = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+        return data["GRADING_SERVER_URL"], data["AUTORL_TOKEN"]
+
+    async def prepare_job(self, ref: ExperimentRef) -> dict[str, Any]:
+        """This run's prepare Job, once the controller has created it."""
+        return await self.wait_for(
+            f"{JOBS}/{ref.prepare_job_name}",
+            lambda job: job["metadata"]["ownerReferences"][0]["uid"] == ref.uid,
+            "this run's prepare Job",
+        )
+
+    async def through_baseline(self, manifest: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
+        """Drive an applied Experiment to Running, playing the prepare pod and the evaluator."""
+        name = manifest["metadata"]["name"]
+        ref = await self.ref(name)
+        await self.prepare_job(ref)
+        self.run_prepare_pod(manifest["spec"], ref, tiny_model)
+        await self.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
+        await self.wait_phase(name, "Baseline")
+        await self.run_evaluator(ref)
+        return await self.wait_phase(name, "Running")
+
+
+def iso(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def complete() -> dict[str, str]:
+    return {"type": "Complete", "status": "True", "reason": "CompletionsReached"}
+
+
+def failed(reason: str, message: str) -> dict[str, str]:
+    return {"type": "Failed", "status": "True", "reason": reason, "message": message}
+
+
+def load_example(name: str, *, rename: str | None = None) -> dict[str, Any]:
+    """An Experiment of examples/, optionally under another name."""
+    manifest: dict[str, Any] = yaml.safe_load((REPO / "examples" / name).read_text())
+    if rename:
+        manifest["metadata"]["name"] = rename
+    return manifest
+
+
+def admin(platform: Platform) -> dict[str, str]:
+    """The headers of the grader's admin API."""
+    token = platform.grader_settings.admin_token
+    assert token is not None
+    return {"Authorization": f"Bearer {token.get_secret_value()}"}
+
+
+async def runs_named(platform: Platform, name: str) -> dict[str, dict[str, Any]]:
+    """The grader's records of every run of ``name`` in this namespace, by grader name."""
+    listed = await platform.grader.get("/v1/experiments", headers=admin(platform))
+    assert listed.status_code == 200, listed.text
+    prefix = f"{NAMESPACE}.{name}."
+    return {view["name"]: view for view in listed.json() if view["name"].startswith(prefix)}
+
+
+async def job_pod(platform: Platform, job_name: str, status: dict[str, Any]) -> str:
+    """A pod of that Job as the Job controller creates it, with the status the scheduler or kubelet
+    reports; returns its name."""
+    job = await platform.get(f"{JOBS}/{job_name}")
+    assert job is not None
+    uid = job["metadata"]["uid"]
+    name = f"{job_name}-{uuid.uuid4().hex[:5]}"
+    await platform.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": {"batch.kubernetes.io/controller-uid": uid, "job-name": job_name},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": uid}],
+            },
+            "spec": job["spec"]["template"]["spec"],
+            "status": status,
+        },
+    )
+    return name
+
+
+async def warning_event(platform: Platform, about: str, kind: str, reason: str, message: str) -> None:
+    """A Warning Event as the Job controller, scheduler or kubelet posts it."""
+    await platform.create(
+        EVENTS,
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{about}."},
+            "involvedObject": {"kind": kind, "name": about, "namespace": NAMESPACE},
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "lastTimestamp": iso(datetime.datetime.now(datetime.UTC)),
+        },
+    )
+
+
+def waiting_container(name: str, image: str, reason: str, message: str = "", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "state": {"waiting": {"reason": reason, "message": message}},
+        **extra,
+    }
+
+
+async def finish_agent(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
+    """What the Job controller writes when the agent's Job succeeds; returns the Succeeded Experiment."""
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
+    )
+    return await platform.wait_phase(ref.name, "Succeeded")
+
+
+#: What the scheduler says of a pod no node has the GPUs for, and the kubelet of an image it cannot pull.
+UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available"
+PULL_ERROR = f'failed to pull "{RUNNER_IMAGE}": not found'
+
+
+async def cause_unschedulable(platform: Platform, job: str) -> None:
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": UNSCHEDULABLE,
+    }
+    await job_pod(platform, job, {"phase": "Pending", "conditions": [condition]})
+
+
+async def waiting_prepare_pod(
+    platform: Platform, job: str, reason: str, message: str, *, init: bool = False, **extra: Any
+) -> None:
+    """A Pending prepare pod whose (init) container waits for ``reason``, as the kubelet reports it."""
+    status = waiting_container("prepare", RUNNER_IMAGE, reason, message, **extra)
+    statuses = "initContainerStatuses" if init else "containerStatuses"
+    await job_pod(platform, job, {"phase": "Pending", statuses: [status]})
+
+
+async def cause_image_pull(platform: Platform, job: str) -> None:
+    await waiting_prepare_pod(platform, job, "ImagePullBackOff", PULL_ERROR)
+
+
+async def cause_missing_secret(platform: Platform, job: str) -> None:
+    await waiting_prepare_pod(platform, job, "CreateContainerConfigError", 'secret "hf-token" not found')
+
+
+async def cause_crash_loop(platform: Platform, job: str) -> None:
+    await waiting_prepare_pod(
+        platform,
+        job,
+        "CrashLoopBackOff",
+        "back-off 40s",
+        init=True,
+        restartCount=4,
+        lastState={"terminated": {"exitCode": 3}},
+    )
+
+
+async def cause_refused_pod(platform: Platform, job: str) -> None:
+    quota = (
+        'pods "x" is forbidden: exceeded quota: compute, requested: requests.cpu=8, limited: requests.cpu=4'
+    )
+    await warning_event(platform, job, "Job", "FailedCreate", f"Error creating: {quota}")
+
+
+async def cause_failed_mount(platform: Platform, job: str) -> None:
+    pod = await job_pod(
+        platform,
+        job,
+        {"phase": "Pending", "containerStatuses": [waiting_container("prepare", "x", "ContainerCreating")]},
+    )
+    await warning_event(
+        platform,
+        pod,
+        "Pod",
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "shared": pvc "autorl-shared" not found',
+    )
+
+
+async def cause_suspended(platform: Platform, job: str) -> None:
+    """What Kueue does to a Job its queue has no quota for."""
+    response = await platform.kube.patch(
+        f"{JOBS}/{job}",
+        json={"spec": {"suspend": True}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    response.raise_for_status()
+
+
+@contextlib.asynccontextmanager
+async def operator_platform(
+    grader_settings: DeploymentSettings, grader_port: int, shared: Path
+) -> AsyncIterator[Platform]:
+    """The grader on ``grader_port``, the emulated API with the CRD, and the operator watching
+    :data:`NAMESPACE` with ``shared`` as its shared volume, ready; stopped on exit."""
+    with serve(create_app(grader_settings), port=grader_port) as grader:
+        async with ApiServerEmulator() as emulator, kmock.Server(emulator):
+            declare_resources(emulator)
+            api_url = str(emulator.url).rstrip("/")
+            async with httpx.AsyncClient(base_url=api_url) as kube:
+                crd = await kube.post(
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd_manifest()
+                )
+                assert crd.status_code < 300, crd.text
+                settings = ControllerSettings(
+                    grader_url=grader.url,
+                    admin_token=grader_settings.admin_token,
+                    kube_api_url=api_url,
+                    watch_namespaces=[NAMESPACE],
+                    shared_mount=str(shared),
+                    shared_pvc="autorl-shared",
+                    runner_image=RUNNER_IMAGE,
+                    grader_namespace="autorl",
+                    sync_interval_s=TICK_S,
+                    deadline_grace_s=0,
+                    finish_wait_s=30.0,
+                    request_timeout_s=10.0,
+                    image_pull_secrets=PULL_SECRETS,
+                )
+                stop, ready = asyncio.Event(), asyncio.Event()
+                operator = asyncio.create_task(
+                    run_operator(settings, stop_flag=stop, ready_flag=ready, liveness=False)
+                )
+                await asyncio.wait_for(ready.wait(), timeout=30)
+                async with httpx.AsyncClient(base_url=grader.url) as grader_client:
+                    try:
+                        yield Platform(kube, grader_client, grader_settings, shared, emulator)
+                    finally:
+                        stop.set()
+                        # kopf ends its own tasks by cancelling them, which the awaiting side then sees.
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait_for(operator, timeout=30)
