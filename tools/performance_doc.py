@@ -461,6 +461,121 @@ def opencompass_vllm_parity() -> str:
     return "".join(lines)
 
 
+def grpo_trl_vllm() -> str:
+    """TRL's ``GRPOTrainer`` with colocated vLLM against the fast path (bench/grpo_trl_vllm_gpu.py)."""
+    data = load_results("grpo_trl_vllm_gpu")
+    env, model, settings = data["environment"], data["model"], data["settings"]
+    calls = data["calls"]
+    sizes = (
+        f"{number(model['parameters'] / 1e9, 3)} B parameters; prompts of about "
+        f"{number(model['prompt_ids_mean'], 0)} ids; at most {settings['completion_tokens']} completion "
+        f"tokens; learning rate {settings['learning_rate']}, seed {settings['seed']}, "
+        f"{settings['warmup_steps']} warm-up step left out of each variant."
+    )
+    lines = [
+        f"Measured on one {env['gpu']} ({env['gpu_memory_gib']} GiB), torch {env['torch']}, transformers "
+        f"{env['transformers']}, TRL {env['trl']}, vLLM {env['vllm']}, datasets {env['datasets']}, Python "
+        f"{env['python']}; {len(calls)} calls, each variant in a process of its own, the pairs of one "
+        f"size in the same call. Model: {model['description']}, {sizes}",
+        "",
+        "| variant | call | completions / step | steps timed | s / step | completion tok/s "
+        "| engine start s | reward per step |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, record in data["variants"].items():
+        if record.get("status") != "ok":
+            lines.append(
+                f"| `{name}` | {record.get('call', 0) + 1} | — | — | — | — | — | {_failed(record)} |"
+            )
+            continue
+        rewards = ", ".join(str(r) for r in record["reward_per_step"])
+        rate = number(record["completion_tokens_per_s"], 0)
+        lines.append(
+            f"| `{name}` | {record['call'] + 1} | {record['completions_per_step']} | "
+            f"{record['steps_timed']} | {record['step_s']} | {rate} | "
+            f"{record.get('trainer_start_s', '—')} | {rewards} |"
+        )
+    lines.append("")
+    for name, ratio in data["ratios"].items():
+        fast, _, trl = name.partition("_over_")
+        lines.append(f"- `{fast}` against `{trl}`, same call: **{ratio}×** completion tokens per second.")
+    lines.append("")
+    for index, call in enumerate(calls, start=1):
+        lines.append(f"- Call {index}, {call['date'].replace('T', ' ')[:16]} UTC: `{call['command']}`")
+    return "\n".join(lines) + "\n"
+
+
+def vllm_warm_reload() -> str:
+    """A resident vLLM engine loading checkpoints in place against a fresh engine per checkpoint."""
+    data = load_results("vllm_warm_reload_gpu")
+    env, warm, fresh = data["environment"], data["warm"], data["fresh"]
+    controls = data["controls"]
+    lines = [
+        f"Measured {data['date'].replace('T', ' ')[:16]} UTC on one {env['gpu']}, torch {env['torch']}, vLLM "
+        f"{env['vllm']}, Python {env['python']}: `{data['command']}`. Model: {data['model']['description']}, "
+        f"{number(data['model']['parameters'] / 1e9, 3)} B parameters, a "
+        f"{number(data['model']['checkpoint_bytes'] / 1e9)} GB safetensors file. Engine: "
+        + ", ".join(f"`{k}={v}`" for k, v in data["engine_kwargs"].items())
+        + f". Workload: {data['workload']}.",
+        "",
+        "| checkpoint on disk → every prompt answered | s | of which |",
+        "| --- | ---: | --- |",
+    ]
+    for reload in warm["reloads"]:
+        lines.append(
+            f"| resident engine, checkpoint {reload['checkpoint']} loaded in place | "
+            f"{reload['checkpoint_to_answers_s']} | loading the weights {reload['load_weights_s']} s |"
+        )
+    for label, record in fresh.items():
+        lines.append(
+            f"| fresh process and engine, checkpoint {label} | {record['process_s']} | importing vLLM "
+            f"{record['import_s']} s, engine start {record['engine_start_s']} s, generation "
+            f"{record['generate_s']} s |"
+        )
+    reload_b = next(r for r in warm["reloads"] if r["checkpoint"] == "B")
+    ratio = number(fresh["B"]["process_s"] / reload_b["checkpoint_to_answers_s"])
+    lines += [
+        "",
+        f"Same call, checkpoint B: the fresh process takes **{ratio}×** as long as the resident engine.",
+        "",
+        f"The resident engine's own start, once: {warm['engine_start_s']} s (its first generation "
+        f"{warm['first_generate_s']} s).",
+        "",
+        "Greedy answers as token ids, identical rows of 1,319:",
+        "",
+    ]
+    words = {
+        "warm_B_vs_fresh_B": "resident engine after loading B, against a fresh engine on B",
+        "warm_A_after_B_vs_fresh_A": "resident engine after loading B then A, against a fresh engine on A",
+        "warm_A_after_B_vs_warm_A_at_start": "the same, against the resident engine's first answers on A",
+        "control_two_fresh_engines_on_A": "control: two freshly started engines on A "
+        "(each one's first answers)",
+        "control_A_vs_B_differ": "control: checkpoints A and B differ",
+        "control_same_engine_same_weights_again": "control: the resident engine answering on "
+        "A a second time, no reload",
+        "warm_A_loaded_onto_A_vs_warm_A_at_start": "A's file loaded onto A, against the first answers",
+        "warm_A_after_B_vs_warm_A_repeat": "after B then A, against the second answers without a reload",
+    }
+    for source, agreement in (("", data["agreement"]), (" (second call)", controls["agreement"])):
+        for name, a in agreement.items():
+            lines.append(
+                f"- {words.get(name, name)}{source}: {a['identical']:,} of {a['rows']:,} identical, "
+                f"the first {a['mean_identical_leading_ids']} ids equal on average."
+            )
+    equal = (
+        controls["warm"]["parameters_bitwise_equal_after_reloading_A"]
+        and controls["warm"]["parameters_bitwise_equal_after_loading_A_onto_A"]
+    )
+    lines += [
+        f"- Every parameter's bytes after loading A again equal the engine's at its start (a digest of "
+        f"each): {'yes' if equal else 'no'} (second call, {controls['date'].replace('T', ' ')[:16]} UTC: "
+        f"`{controls['command']}`; its reloads took "
+        + ", ".join(f"{r['checkpoint_to_answers_s']} s" for r in controls["warm"]["reloads"])
+        + ")."
+    ]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -477,6 +592,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "opencompass-vllm-machine": opencompass_vllm_machine,
     "opencompass-vllm-table": opencompass_vllm_table,
     "opencompass-vllm-parity": opencompass_vllm_parity,
+    "grpo-trl-vllm": grpo_trl_vllm,
+    "vllm-warm-reload": vllm_warm_reload,
 }
 
 
