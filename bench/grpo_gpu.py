@@ -279,6 +279,21 @@ def _trl(
     }
 
 
+def fast_trainer(model: Any, tokenizer: Any, task: Any, records: list[dict[str, str]], settings: Any) -> Any:
+    """The example agent's fast GRPO path on ``records`` (prompt and answer each), rewarded by ``task``."""
+    from autorl_agents.fast_grpo import FastGRPO
+
+    return FastGRPO(
+        model=model,
+        tokenizer=tokenizer,
+        prompts=[tokenizer(r["prompt"]).input_ids for r in records],
+        answers=[r["answer"] for r in records],
+        reward=lambda completions, answers: task.reward(completions, answers),
+        settings=settings,
+        eos_ids=[tokenizer.eos_token_id],
+    )
+
+
 def _fast(
     model: Any,
     tokenizer: Any,
@@ -288,22 +303,15 @@ def _fast(
     generations: int,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.fast_grpo import FastGRPOSettings
 
-    trainer = FastGRPO(
-        model=model,
-        tokenizer=tokenizer,
-        prompts=[tokenizer(r["prompt"]).input_ids for r in records],
-        answers=[r["answer"] for r in records],
-        reward=lambda completions, answers: task.reward(completions, answers),
-        settings=FastGRPOSettings(
-            prompts_per_step=prompts,
-            num_generations=generations,
-            max_completion_length=args.completion_tokens,
-            learning_rate=1e-6,
-        ),
-        eos_ids=[tokenizer.eos_token_id],
+    settings = FastGRPOSettings(
+        prompts_per_step=prompts,
+        num_generations=generations,
+        max_completion_length=args.completion_tokens,
+        learning_rate=1e-6,
     )
+    trainer = fast_trainer(model, tokenizer, task, records, settings)
     stats = [trainer.step() for _ in range(args.fast_steps + 1)][1:]
     tokens = sum(s.completion_tokens for s in stats)
     seconds = sum(s.seconds for s in stats)

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_gpu import _gsm8k_records as _records
-from grpo_gpu import _synchronize
+from grpo_gpu import _synchronize, fast_trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json"
@@ -238,24 +238,17 @@ def run_variant(variant: Variant, checkpoint: Path, args: argparse.Namespace) ->
 def _fast(
     variant: Variant, model: Any, tokenizer: Any, task: Any, records: list[dict[str, str]], args: Any
 ) -> list[dict[str, float]]:
-    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.fast_grpo import FastGRPOSettings
 
-    trainer = FastGRPO(
-        model=model,
-        tokenizer=tokenizer,
-        prompts=[tokenizer(r["prompt"]).input_ids for r in records],
-        answers=[r["answer"] for r in records],
-        reward=lambda completions, answers: task.reward(completions, answers),
-        settings=FastGRPOSettings(
-            prompts_per_step=variant.prompts,
-            num_generations=variant.generations,
-            max_completion_length=args.completion_tokens,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
-            loss_micro_batch=MICRO_BATCH,
-        ),
-        eos_ids=[tokenizer.eos_token_id],
+    settings = FastGRPOSettings(
+        prompts_per_step=variant.prompts,
+        num_generations=variant.generations,
+        max_completion_length=args.completion_tokens,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        loss_micro_batch=MICRO_BATCH,
     )
+    trainer = fast_trainer(model, tokenizer, task, records, settings)
     steps = []
     for _ in range(args.steps + 1):
         s = trainer.step()

@@ -38,6 +38,7 @@ from autorl.runs.summary import SUMMARY_COLUMNS, AgentSummary, RunOutcome, summa
 from autorl.untrusted_text import printable, rich_text
 
 if TYPE_CHECKING:
+    from autorl.settings import HomeSettings
     from autorl.store import Experiment
 
 T = TypeVar("T")
@@ -426,16 +427,22 @@ def _print_summary(summaries: Sequence[AgentSummary]) -> None:
     console.print(table)
 
 
+def _home_settings(home: Path | None) -> HomeSettings:
+    """The home a command reads: ``--home``, else ``$AUTORL_HOME``."""
+    from autorl.settings import HomeSettings
+
+    return HomeSettings() if home is None else HomeSettings(home=home)
+
+
 def _run(args: argparse.Namespace) -> int:
     from autorl.runs.run_lock import recover_orphaned_runs
-    from autorl.settings import HomeSettings
 
     if args.summary and args.compare:
         raise UsageError(
             "--summary groups every run and --compare shows chosen runs side by side: give one of them "
             "(narrow the summary with --task, --agent or --model)"
         )
-    settings = HomeSettings(home=args.home) if args.home else HomeSettings()
+    settings = _home_settings(args.home)
     home = settings.home
     # A run whose `autorl run` was killed wrote no row: record it now, as interrupted.
     for row in recover_orphaned_runs(home, settings.database_url):
@@ -516,9 +523,8 @@ def _report(args: argparse.Namespace) -> int:
 
     from autorl.errors import NotFoundError
     from autorl.runs.reports import report_run
-    from autorl.settings import HomeSettings
 
-    settings = HomeSettings() if args.home is None else HomeSettings(home=args.home)
+    settings = _home_settings(args.home)
     given = Path(args.run)
     run_id = given.name if given.is_dir() else args.run
     try:

@@ -625,7 +625,7 @@ def record_evaluation_key(
     experiment = submission.experiment
     validation = submission.split == Split.VALIDATION
     recorded_key = experiment_key(experiment, submission.split)
-    recorded = (experiment.validation_eval_config if validation else experiment.eval_config) or {}
+    recorded = recorded_config(submission)
     if recorded_key != key and _completes(recorded, evaluated):
         session.execute(
             update(Submission)
