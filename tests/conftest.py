@@ -49,18 +49,34 @@ READ_ONLY_SHARED = frozenset(
         "opencompass_run",
         "podman_ready",
         "chart_images",
+        "sharp_checkpoint",
+        "worker_run",
     }
 )
 
 
 def shares_state(item: pytest.Item) -> bool:
-    """Whether the test uses a fixture wider than itself that a test can change: only such a test
-    can pass or fail by the order tests run in through its fixtures."""
-    fixtures = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
-    return any(
-        definitions and definitions[-1].scope != "function" and name not in READ_ONLY_SHARED
-        for name, definitions in fixtures.items()
-    )
+    """Whether the test reaches a fixture wider than itself that a test can change: only such a test
+    can pass or fail by the order tests run in through its fixtures. The walk starts at what the test
+    asks for and goes through function-scoped fixtures into theirs; it stops at a read-only shared
+    fixture (whatever that one was built from is reached only through its finished value). The run's
+    Redis server is shared only by key prefix: a test with a prefix of its own (``fresh_queue_prefix``)
+    shares nothing there."""
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    own_queue = "fresh_queue_prefix" in item.fixturenames  # type: ignore[attr-defined]
+    seen: set[str] = set()
+    waiting = list(item._fixtureinfo.initialnames)  # type: ignore[attr-defined]
+    while waiting:
+        name = waiting.pop()
+        if name in seen or not definitions.get(name):
+            continue
+        seen.add(name)
+        fixture = definitions[name][-1]
+        if fixture.scope == "function":
+            waiting.extend(fixture.argnames)
+        elif name not in READ_ONLY_SHARED and not (name == "redis_url" and own_queue):
+            return True
+    return False
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -113,7 +113,7 @@ def processes_under(root: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sharp_checkpoint(tiny_base_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_sharp_model(tiny_base_model, tmp_path_factory.mktemp("ckpt") / "model")
 
 
@@ -132,7 +132,7 @@ def own_pg_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def worker_run(
     tiny_base_model: Path,
-    checkpoint: Path,
+    sharp_checkpoint: Path,
     trained_tiny_model: TrainedModel,
     own_pg_url: str,
     redis_url: str,
@@ -187,7 +187,7 @@ def worker_run(
         # The sharpened checkpoint is this experiment's base model: a submission must keep its base's
         # architecture (RoPE theta included), and the evaluator reads the base's config.json, which
         # transformers 5 wrote with RoPE only in rope_parameters: the view's fix is on this path.
-        experiment = register(client, settings, checkpoint, make_workspace(root))
+        experiment = register(client, settings, sharp_checkpoint, make_workspace(root))
         trained_experiment = register(client, settings, tiny_base_model, make_workspace(root))
         long_experiment = register(long_client, long_settings, tiny_base_model, make_workspace(root))
         redis = Redis.from_url(redis_url)
@@ -218,7 +218,7 @@ def worker_run(
         leftovers = processes_under(settings.eval_dir)
         [timed_out_run] = (settings.eval_dir / "opencompass").glob("2*")
         inference_started = any(timed_out_run.glob("work/*/logs/infer/*/*.out"))
-        scored = submit_and_work(client, experiment, checkpoint)
+        scored = submit_and_work(client, experiment, sharp_checkpoint)
         predictions_file = predictions_path(settings, int(scored["submission_id"]))
         predictions = [json.loads(line) for line in predictions_file.read_text().splitlines()]
         problems = get_task("gsm8k").load_test_problems(
@@ -295,9 +295,9 @@ def test_hf_and_opencompass_backends_agree_on_every_sample(worker_run: WorkerRun
 
 
 def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
-    checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+    sharp_checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
-    broken = corrupt_weights(checkpoint, tmp_path / "broken")
+    broken = corrupt_weights(sharp_checkpoint, tmp_path / "broken")
     settings = make_settings(
         eval_backend="opencompass", eval_max_new_tokens=MAX_NEW_TOKENS, opencompass_bin=OPENCOMPASS_BIN
     )

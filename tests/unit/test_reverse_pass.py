@@ -1,17 +1,21 @@
 """`make test`'s reverse pass runs what order can break: a test sharing a database, Redis or a
 running service with other tests runs again in reverse, and so does every unit test; a slow,
 integration or end-to-end test whose shared fixtures are only read-only artifacts (a finished run's
-outputs), or that has no fixture wider than itself, is marked ``order_independent`` and left out."""
+outputs), or that has no fixture wider than itself, is marked ``order_independent`` and left out.
+The run's Redis is shared by key prefix: a test with a prefix of its own shares nothing there."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, shares_state
 
 HOSTILE = "tests/e2e/test_sandbox_hostile.py"  # slow; one module-wide run, only read
-OPENCOMPASS = "tests/integration/test_opencompass_backend.py"  # slow; a worker on Postgres and Redis
+OPENCOMPASS = "tests/integration/test_opencompass_backend.py"  # slow; a finished worker run, only read
+OPERATOR = "tests/e2e/test_operator.py"  # slow; one platform (grader, database) per module
+OWN_QUEUE = "tests/e2e/test_submission_e2e.py"  # slow; the run's Redis under a prefix of its own
 
 
 def collected(*arguments: str) -> list[str]:
@@ -28,12 +32,49 @@ def collected(*arguments: str) -> list[str]:
 
 
 def test_the_reverse_pass_keeps_slow_tests_that_share_state_and_leaves_out_those_that_only_read() -> None:
-    everything = collected(HOSTILE, OPENCOMPASS)
-    reverse = collected("-m", "not containers and not order_independent", HOSTILE, OPENCOMPASS)
-    assert any("test_a_timed_out_evaluation" in test for test in reverse)  # a worker on Redis and Postgres
-    assert not [test for test in reverse if test.startswith(HOSTILE)]
-    assert len([test for test in everything if test.startswith(HOSTILE)]) > 5
-    assert sorted(reverse) == sorted(test for test in everything if test.startswith(OPENCOMPASS))
+    modules = (HOSTILE, OPENCOMPASS, OPERATOR, OWN_QUEUE)
+    everything = collected(*modules)
+    reverse = collected("-m", "not containers and not order_independent", *modules)
+    for module in (HOSTILE, OPENCOMPASS):
+        assert len([test for test in everything if test.startswith(module)]) >= 5
+    assert any(test.startswith(OWN_QUEUE) for test in everything)
+    assert sorted(reverse) == sorted(test for test in everything if test.startswith(OPERATOR)) != []
+
+
+def fixture(scope: str, *argnames: str) -> SimpleNamespace:
+    return SimpleNamespace(scope=scope, argnames=argnames)
+
+
+def item(asks: list[str], definitions: dict[str, SimpleNamespace]) -> SimpleNamespace:
+    """What pytest knows of a test's fixtures: those it asks for, and every definition they reach."""
+    reached, waiting = set(), list(asks)
+    while waiting:
+        name = waiting.pop()
+        if name not in reached:
+            reached.add(name)
+            waiting.extend(definitions[name].argnames)
+    info = SimpleNamespace(initialnames=tuple(asks), name2fixturedefs={n: [definitions[n]] for n in reached})
+    return SimpleNamespace(_fixtureinfo=info, fixturenames=sorted(reached))
+
+
+def test_state_is_shared_through_function_fixtures_and_not_through_a_finished_artifact() -> None:
+    definitions = {
+        "pg_url": fixture("module", "run_id"),
+        "run_id": fixture("module"),
+        "redis_url": fixture("session"),
+        "fresh_queue_prefix": fixture("function", "run_id"),
+        "settings": fixture("function", "pg_url"),  # a function fixture over the module's database
+        "make_settings": fixture("function", "run_id"),
+        "worker_run": fixture("module", "redis_url", "pg_url"),  # a finished run, only read
+        "grader": fixture("module", "pg_url"),
+    }
+    assert shares_state(item(["settings"], definitions))
+    assert shares_state(item(["grader"], definitions))
+    assert not shares_state(item(["worker_run"], definitions))
+    assert not shares_state(item(["make_settings"], definitions))
+    # Redis: shared unless the test works under a prefix of its own.
+    assert shares_state(item(["make_settings", "redis_url"], definitions))
+    assert not shares_state(item(["make_settings", "redis_url", "fresh_queue_prefix"], definitions))
 
 
 def test_the_reverse_pass_keeps_fast_tests_that_share_state_and_every_unit_test() -> None:

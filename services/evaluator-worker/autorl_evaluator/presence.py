@@ -3,6 +3,10 @@
 Each worker writes one row (its name, the queue it takes work from, the backends it can run) when it
 starts and again every ``evaluator_heartbeat_s`` from a background thread, and deletes it when it
 stops. A worker that dies leaves a row that stops being renewed; the grader counts only fresh rows.
+
+Reports and the final delete take one lock, and no report is written once stopping has begun: a
+report still in flight when the worker stops (a slow database) finishes before the delete, never
+after it, so a stopped worker is never counted again.
 """
 
 from __future__ import annotations
@@ -42,9 +46,16 @@ class Presence:
         self.name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.backends = runnable_backends(settings)
         self._stop = threading.Event()
+        self._writing = threading.Lock()
         self._thread = threading.Thread(target=self._beat, name="evaluator-presence", daemon=True)
 
     def report(self) -> None:
+        with self._writing:
+            if self._stop.is_set():
+                return
+            self._write_report()
+
+    def _write_report(self) -> None:
         try:
             with self.db.session() as session:
                 repo.report_evaluator(
@@ -73,9 +84,10 @@ class Presence:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
+        with self._writing:  # waits for a report in flight; none starts after this
+            try:
+                with self.db.session() as session:
+                    repo.forget_evaluator(session, self.name)
+            except ServiceUnavailableError as exc:
+                log.warning("event=presence_forget_failed reason=%s", exc)
         self._thread.join(timeout=self.settings.evaluator_heartbeat_s + 5)
-        try:
-            with self.db.session() as session:
-                repo.forget_evaluator(session, self.name)
-        except ServiceUnavailableError as exc:
-            log.warning("event=presence_forget_failed reason=%s", exc)
