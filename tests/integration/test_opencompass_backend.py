@@ -16,7 +16,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from autorl.tasks import get_task
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
+from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
 from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
@@ -321,3 +324,57 @@ def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
     assert [(r["dataset"], r["submission"]) for r in rows] == [("gsm8k", "-")]
     assert processes_under(run_dir) == []
     assert time.monotonic() - started < TIMEOUT_S
+
+
+def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weights_in_place(
+    worker_run: WorkerRun,
+    trained_tiny_model: TrainedModel,
+    make_settings: Callable[..., DeploymentSettings],
+    tmp_path: Path,
+) -> None:
+    """``AUTORL_VLLM_PYTHON``: OpenCompass renders the prompts and scores the answers, the resident
+    engine (transformers on the CPU, in that Python) generates. Its answers are OpenCompass's own
+    path's, word for word; the next checkpoint of the same architecture is loaded into the same
+    engine in place and answers as a fresh model does; a checkpoint that cannot be loaded fails with
+    the engine's error and the engine is stopped, so the next evaluation starts a fresh one."""
+    settings = make_settings(
+        eval_backend="opencompass",
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        opencompass_bin=OPENCOMPASS_BIN,
+        vllm_python=Path(sys.executable),
+    )
+    task = get_task("gsm8k")
+    config = EvalConfig.record(task.name, settings)
+    backend = OpenCompassBackend()
+    try:
+        first = backend.evaluate(worker_run.checkpoint, task, worker_run.problems, config, settings)
+        assert first.details["engine"] == "resident"
+        assert first.completions == [p["completion"] for p in worker_run.predictions]
+        assert first.scores["opencompass"] == pytest.approx(worker_run.scored["score"])
+        engine = ENGINES.current
+        assert engine is not None and engine.alive()
+
+        # The trained model's weights in the first checkpoint's architecture files: the same engine.
+        twin = tmp_path / "twin"
+        shutil.copytree(worker_run.checkpoint, twin)
+        shutil.copyfile(trained_tiny_model.path / "model.safetensors", twin / "model.safetensors")
+        problems = list(trained_tiny_model.problems)
+        second = backend.evaluate(twin, task, problems, config, settings)
+        assert ENGINES.current is engine and engine.alive()  # the same process, the weights swapped
+        loads = re.findall(
+            r"engine load reused=(\w+)", (settings.eval_dir / "opencompass" / "engine.log").read_text()
+        )
+        assert loads == ["False", "True"]
+        fresh = get_backend("hf").evaluate(
+            twin, task, problems, config, settings.model_copy(update={"eval_backend": "hf"})
+        )
+        assert second.completions == fresh.completions
+        assert second.scores == fresh.scores
+
+        broken = corrupt_weights(worker_run.checkpoint, tmp_path / "broken")
+        with pytest.raises(EvaluationError) as failure:
+            backend.evaluate(broken, task, worker_run.problems, config, settings)
+        assert "resident engine failed" in str(failure.value)
+        assert ENGINES.current is None and not engine.alive()
+    finally:
+        ENGINES.stop()

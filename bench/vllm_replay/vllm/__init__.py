@@ -17,31 +17,30 @@ its ``opencompass`` command.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-from dataclasses import dataclass, field
+import sys
+from pathlib import Path
 from typing import Any
 
 __version__ = "replay"
 
 
-class SamplingParams:
-    def __init__(self, **kwargs: Any) -> None:
-        self.kwargs = kwargs
-
-    def __repr__(self) -> str:
-        return f"SamplingParams({self.kwargs!r})"
-
-
-@dataclass
-class _Completion:
-    text: str
-
-
-@dataclass
-class _Output:
-    prompt: str
-    outputs: list[_Completion] = field(default_factory=list)
+# The classes OpenCompass receives are the worker's own shim's (engine_shim/vllm), loaded by path:
+# this module is named ``vllm`` too.
+_spec = importlib.util.spec_from_file_location(
+    "autorl_engine_shim",
+    Path(__file__).resolve().parents[3]
+    / "services/evaluator-worker/autorl_evaluator/backends/opencompass/engine_shim/vllm/__init__.py",
+)
+assert _spec is not None and _spec.loader is not None
+_shim = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _shim
+_spec.loader.exec_module(_shim)
+SamplingParams = _shim.SamplingParams
+_Completion = _shim.CompletionOutput
+_Output = _shim.RequestOutput
 
 
 class LLM:

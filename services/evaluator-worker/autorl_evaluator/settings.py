@@ -43,6 +43,13 @@ class WorkerSettings(PlatformSettings):
         default=Path(".venv-opencompass/bin/opencompass"),
         description="The opencompass command of its own venv.",
     )
+    vllm_python: Path | None = Field(
+        default=None,
+        description="The Python of an environment with vLLM. When set, the opencompass backend hands "
+        "generation to a resident engine running there (OpenCompass still renders every prompt and scores "
+        "every answer): vLLM on GPUs, transformers on the CPU. In the warm worker the engine stays between "
+        "evaluations and takes each checkpoint of its architecture by loading its weights in place.",
+    )
     opencompass_keep_runs: bool = Field(
         default=False,
         description="Keep each OpenCompass evaluation folder (config, logs, predictions) after a success "

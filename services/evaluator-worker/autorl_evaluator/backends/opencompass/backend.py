@@ -60,6 +60,7 @@ from autorl_evaluator.backends.opencompass.parallel import (
     fits_one_gpu,
     tensor_parallel_size,
 )
+from autorl_evaluator.backends.opencompass.resident_engine import ENGINES, EngineSpec, shim_environment
 from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
@@ -197,6 +198,16 @@ def subprocess_environment(
     return env
 
 
+def engine_environment(cache_dir: Path, placement: Placement) -> dict[str, str]:
+    """The resident engine's environment: OpenCompass's, with a home that outlives one evaluation."""
+    home = cache_dir / "engine"
+    (home / "home").mkdir(parents=True, exist_ok=True)
+    env = subprocess_environment(os.environ, run_dir=home, cache_dir=cache_dir, placement=placement)
+    # Weights are loaded in place by a function the server sends its own engine workers.
+    env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    return env
+
+
 class OpenCompassBackend:
     """Evaluates with the ``opencompass`` command of its own environment (``AUTORL_OPENCOMPASS_BIN``)."""
 
@@ -222,6 +233,8 @@ class OpenCompassBackend:
             result = self._run(command, model_dir, task, problems, config, worker, run_dir, root / "cache")
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
+            # A failed or stopped evaluation may leave the engine mid-request or poisoned.
+            ENGINES.stop()
             remove_view(run_dir / "model")
             raise
         result.seconds = time.monotonic() - started
@@ -271,6 +284,12 @@ class OpenCompassBackend:
         except EvaluationError as exc:  # the base model's config: not the submission's fault
             raise EvaluatorFaultError(str(exc)) from exc
         placement = place(settings, os.environ, shape, fits_one_gpu=fits)
+        resident = settings.vllm_python is not None
+        if resident and placement.gpu is not None and placement.gpu.replicas > 1:
+            # One engine: the first replica's devices.
+            placement = Placement(
+                gpu=GpuPlan(devices=placement.gpu.devices[: placement.gpu.tensor_parallel_size])
+            )
         check_prompts_render(view, task, problems, model_settings)
         config_path = run_dir / "config.py"
         max_out_len = config.max_new_tokens or task.max_new_tokens
@@ -285,12 +304,25 @@ class OpenCompassBackend:
                     model=model_settings,
                     gpu=placement.gpu,
                     cpu_batch_size=batch_size or CPU_EVAL_BATCH_SIZE,
+                    resident=resident,
                 )
             ),
             encoding="utf-8",
         )
         work_dir = run_dir / "work"
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
+        if settings.vllm_python is not None:
+            engine = ENGINES.get(
+                EngineSpec(
+                    python=settings.vllm_python,
+                    engine="vllm" if placement.gpu is not None else "transformers",
+                    cuda_visible_devices=placement.cuda_visible_devices,
+                ),
+                engine_environment(cache_dir, placement),
+                cache_dir.parent / "engine.log",
+            )
+            # OpenCompass's task asks for no GPU: the engine holds them.
+            env = shim_environment(engine, {**env, "CUDA_VISIBLE_DEVICES": ""})
         log_path = run_dir / "opencompass.log"
         log.info(
             "event=opencompass_started run_dir=%s samples=%d device=%s tensor_parallel_size=%s replicas=%s",
@@ -354,7 +386,10 @@ class OpenCompassBackend:
             details={
                 "backend": self.name,
                 "device": "cuda" if placement.gpu else "cpu",
-                "model_type": "VLLMwithChatTemplate" if placement.gpu else "HuggingFacewithChatTemplate",
+                "model_type": "VLLMwithChatTemplate"
+                if placement.gpu or resident
+                else "HuggingFacewithChatTemplate",
+                "engine": "resident" if resident else "opencompass",
                 "tensor_parallel_size": placement.gpu.tensor_parallel_size if placement.gpu else 0,
                 "replicas": placement.gpu.replicas if placement.gpu else 0,
                 "devices": list(placement.gpu.devices) if placement.gpu else [],

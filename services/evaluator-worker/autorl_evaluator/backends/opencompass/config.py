@@ -11,6 +11,9 @@ Two model types, chosen by where the evaluation runs:
   devices, and the shards' predictions (``gsm8k_0.json``, ``gsm8k_1.json``, ...) are read back in
   order.
 - CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests.
+- The resident engine (``resident=True``, ``AUTORL_VLLM_PYTHON`` set): ``VLLMwithChatTemplate``
+  wherever the model runs, its ``vllm`` module the worker's shim (``resident_engine.py``); the
+  task asks OpenCompass for no GPU (the engine server holds the devices) and one replica.
 
 Every value is written with ``repr`` so that a path or a prompt can never break out of its
 string. Nothing from the checkpoint is trusted to run: ``trust_remote_code=False`` everywhere.
@@ -67,13 +70,23 @@ class ConfigInputs:
     gpu: GpuPlan | None
     #: Prompts per batch on the CPU; the same as the in-process backend's, so both pad alike.
     cpu_batch_size: int
+    #: Generation goes to the worker's resident engine (``resident_engine.py``).
+    resident: bool = False
+
+    @property
+    def uses_vllm_model(self) -> bool:
+        return self.gpu is not None or self.resident
+
+    @property
+    def replicas(self) -> int:
+        return self.gpu.replicas if self.gpu is not None and not self.resident else 1
 
 
 def render(inputs: ConfigInputs) -> str:
     """The config file's text."""
-    model = _gpu_model(inputs) if inputs.gpu is not None else _cpu_model(inputs)
-    model_type = "VLLMwithChatTemplate" if inputs.gpu is not None else "HuggingFacewithChatTemplate"
-    replicas = inputs.gpu.replicas if inputs.gpu is not None else 1
+    model = _gpu_model(inputs) if inputs.uses_vllm_model else _cpu_model(inputs)
+    model_type = "VLLMwithChatTemplate" if inputs.uses_vllm_model else "HuggingFacewithChatTemplate"
+    replicas = inputs.replicas
     lines = [
         "# Written by autorl_evaluator.backends.opencompass.config (one evaluation); not to be edited.",
         "from mmengine.config import read_base",
@@ -150,9 +163,8 @@ def _common_model(inputs: ConfigInputs) -> dict[str, Any]:
 
 
 def _gpu_model(inputs: ConfigInputs) -> dict[str, Any]:
-    assert inputs.gpu is not None
     settings = inputs.model
-    tp = inputs.gpu.tensor_parallel_size
+    tp = inputs.gpu.tensor_parallel_size if inputs.gpu is not None else 1
     return {
         **_common_model(inputs),
         "model_kwargs": {
@@ -168,7 +180,8 @@ def _gpu_model(inputs: ConfigInputs) -> dict[str, Any]:
         "batch_size": settings.gpu_batch_size,
         "generation_kwargs": settings.vllm_generation_kwargs(),
         "chat_template_kwargs": settings.chat_template_kwargs(),
-        "run_cfg": {"num_gpus": tp, "num_procs": 1},
+        # The resident engine holds the devices; OpenCompass's task only talks to it.
+        "run_cfg": {"num_gpus": 0 if inputs.resident else tp, "num_procs": 1},
     }
 
 

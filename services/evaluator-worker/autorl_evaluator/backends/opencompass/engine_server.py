@@ -1,0 +1,270 @@
+"""The resident engine: generation for OpenCompass, kept warm between evaluations.
+
+OpenCompass renders every prompt itself (its chat template call, its stop words, its sampling
+parameters) and hands them to ``vllm.LLM.generate``. With ``AUTORL_VLLM_PYTHON`` set, the worker
+runs this program in that Python (an environment with vLLM; it needs nothing of ours) and gives
+OpenCompass a ``vllm`` module of its own (``engine_shim/``) that forwards ``LLM(path, **kwargs)``
+and ``generate`` here over a Unix socket. So OpenCompass keeps its prompts and scoring, the engine
+can be any vLLM release, and the engine outlives one evaluation: a checkpoint of the architecture
+the engine already holds is loaded into it in place (each parameter's own weight loader copies the
+tensors into memory the engine holds, so its CUDA graphs stay valid) instead of starting an engine.
+
+Engines: ``vllm`` (GPUs) or ``transformers`` (the CPU: greedy decoding with the same prompt
+tokenization, stop strings and output text as vLLM's, so the whole path runs on a machine without
+a GPU). Requests, one JSON object per connection, each answered with one JSON line:
+
+- ``{"op": "load", "model": DIR, "engine_kwargs": {...}}``: make DIR's weights the engine's. The
+  engine is reused when the architecture key (engine arguments, ``config.json`` and the tokenizer
+  files) equals the resident one's, else replaced. Answers ``reused`` and ``seconds``.
+- ``{"op": "generate", "prompts": [...], "sampling": {...}}``: the completions' texts.
+- ``{"op": "ping"}``.
+
+Every checkpoint this program reads is a view the worker built (the platform's config and
+tokenizer beside the submission's safetensors weights); nothing in it is run.
+
+    PYTHON engine_server.py --socket PATH --engine vllm|transformers
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: The files of a checkpoint view that fix what the engine is, besides its weights.
+KEY_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+)
+#: Largest request accepted (the whole test split's prompts fit many times over).
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+def architecture_key(model_dir: Path, engine_kwargs: dict[str, Any]) -> str:
+    """Equal for two checkpoints one engine can serve by loading weights alone."""
+    digest = hashlib.sha256(json.dumps(engine_kwargs, sort_keys=True).encode())
+    for name in KEY_FILES:
+        path = model_dir / name
+        digest.update(name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<absent>")
+    return digest.hexdigest()
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"no safetensors weights in {model_dir}")
+    return files
+
+
+def cut_at_stop(text: str, stops: list[str]) -> str:
+    """vLLM's output text for a stop string: everything before its first occurrence."""
+    cuts = [index for index in (text.find(stop) for stop in stops if stop) if index >= 0]
+    return text[: min(cuts)] if cuts else text
+
+
+class VllmEngine:
+    def __init__(self, model_dir: Path, engine_kwargs: dict[str, Any]) -> None:
+        from vllm import LLM
+
+        self.llm = LLM(str(model_dir), **engine_kwargs)
+
+    def load_weights(self, model_dir: Path) -> None:
+        for path in weight_files(model_dir):
+            self.llm.collective_rpc(_load_in_place, args=(str(path),))
+        # The prefix cache's blocks hold keys and values of the weights before.
+        self.llm.reset_prefix_cache()
+
+    def generate(self, prompts: list[str], sampling: dict[str, Any]) -> list[str]:
+        from vllm import SamplingParams
+
+        outputs = self.llm.generate(prompts, SamplingParams(**sampling), use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+
+def _load_in_place(worker: Any, path: str) -> int:
+    """Runs in each of the engine's workers: one safetensors file into the resident model."""
+    from safetensors.torch import load_file
+
+    runner = worker.model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    state = load_file(path, device=str(next(model.parameters()).device))
+    loaded = model.load_weights(iter(state.items()))
+    return len(loaded) if loaded is not None else len(state)
+
+
+class TransformersEngine:
+    """Greedy decoding on the CPU with vLLM's semantics for a text prompt: tokenized as vLLM does
+    (the tokenizer's special tokens added), stopped at end-of-text or ``max_tokens``, decoded without
+    special tokens, cut before the first stop string."""
+
+    batch_size = 8
+
+    def __init__(self, model_dir: Path, engine_kwargs: dict[str, Any]) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+        self.tokenizer.padding_side = "left"
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32, trust_remote_code=False
+        )
+        self.model: Any = model.eval()
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    def load_weights(self, model_dir: Path) -> None:
+        from safetensors.torch import load_file
+
+        expected = set(self.model.state_dict())
+        loaded: set[str] = set()
+        for path in weight_files(model_dir):
+            state = load_file(path)
+            unknown = set(state) - expected
+            if unknown:
+                raise ValueError(f"weights the resident model does not have: {sorted(unknown)[:5]}")
+            self.model.load_state_dict(state, strict=False)
+            loaded |= set(state)
+        tied = {name for name in expected - loaded if name.endswith("lm_head.weight")}
+        missing = expected - loaded - tied
+        if missing:
+            raise ValueError(f"weights missing from the checkpoint: {sorted(missing)[:5]}")
+        if tied:
+            self.model.tie_weights()
+
+    def generate(self, prompts: list[str], sampling: dict[str, Any]) -> list[str]:
+        if float(sampling.get("temperature", 1.0)) != 0.0:
+            raise ValueError("the transformers engine decodes greedily only (temperature 0)")
+        stops = [str(stop) for stop in sampling.get("stop") or []]
+        max_tokens = int(sampling.get("max_tokens") or 16)
+        texts: list[str] = []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = self.tokenizer(
+                prompts[start : start + self.batch_size], return_tensors="pt", padding=True
+            )
+            with self.torch.inference_mode():
+                out = self.model.generate(
+                    **batch,
+                    max_new_tokens=max_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                    repetition_penalty=1.0,
+                    pad_token_id=self.pad_token_id,
+                )
+            new = out[:, batch["input_ids"].shape[1] :]
+            for row in new:
+                texts.append(cut_at_stop(str(self.tokenizer.decode(row, skip_special_tokens=True)), stops))
+        return texts
+
+
+ENGINES = {"vllm": VllmEngine, "transformers": TransformersEngine}
+
+
+class Server:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.engine: Any = None
+        self.key: str | None = None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "ping":
+            return {"ok": True, "engine": self.kind, "key": self.key}
+        if op == "load":
+            return self.load(Path(str(request["model"])), dict(request.get("engine_kwargs") or {}))
+        if op == "generate":
+            if self.engine is None:
+                raise ValueError("generate before load")
+            prompts = [str(prompt) for prompt in request["prompts"]]
+            return {"ok": True, "texts": self.engine.generate(prompts, dict(request.get("sampling") or {}))}
+        raise ValueError(f"unknown op {op!r}")
+
+    def load(self, model_dir: Path, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+        started = time.monotonic()
+        key = architecture_key(model_dir, engine_kwargs)
+        reused = self.engine is not None and key == self.key
+        if reused:
+            self.engine.load_weights(model_dir)
+        else:
+            self.engine, self.key = None, None  # the old engine's memory goes before the new one's
+            self.engine = ENGINES[self.kind](model_dir, engine_kwargs)
+            self.key = key
+        seconds = round(time.monotonic() - started, 3)
+        print(f"engine load reused={reused} seconds={seconds}", flush=True)
+        return {"ok": True, "reused": reused, "seconds": seconds}
+
+
+def read_request(connection: socket.socket) -> dict[str, Any]:
+    chunks, size = [], 0
+    while True:
+        chunk = connection.recv(1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise ValueError("request too large")
+        if chunk.endswith(b"\n"):
+            break
+    request = json.loads(b"".join(chunks))
+    if not isinstance(request, dict):
+        raise ValueError("a request is one JSON object")
+    return request
+
+
+def serve(socket_path: Path, kind: str) -> None:
+    server = Server(kind)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    socket_path.unlink(missing_ok=True)
+    old_mask = os.umask(0o177)  # the socket: its owner only
+    try:
+        listener.bind(str(socket_path))
+    finally:
+        os.umask(old_mask)
+    listener.listen(4)
+    print(f"engine ready engine={kind}", flush=True)
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            try:
+                answer = server.handle(read_request(connection))
+            except Exception as exc:  # the answer says what failed; the worker decides what follows
+                traceback.print_exc()
+                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            with contextlib.suppress(OSError):  # the client is gone (its evaluation was stopped)
+                connection.sendall(json.dumps(answer).encode() + b"\n")
+                # The engine's processes forked while this request was served hold copies of the
+                # connection: closing ours would not end it for the client, shutting it down does.
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--socket", type=Path, required=True)
+    parser.add_argument("--engine", choices=sorted(ENGINES), required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    serve(args.socket, args.engine)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The resident engine's server and OpenCompass's side of it (autorl_evaluator.backends.opencompass:
+engine_server.py, engine_shim/vllm): answers reach OpenCompass whatever processes the engine forks,
+a checkpoint of the resident architecture is loaded in place and answers as a fresh engine does,
+another architecture gets a new engine, and vLLM's stop-string semantics hold on the CPU engine."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from autorl_evaluator.backends.opencompass import engine_server
+from autorl_evaluator.backends.opencompass.engine_server import Server, architecture_key, cut_at_stop
+from autorl_evaluator.backends.opencompass.resident_engine import SERVER, SHIM
+
+PROMPTS = [f"<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assistant\n" for n in range(5)]
+SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["<|im_end|>", "<|endoftext|>"], "top_k": 1}
+
+
+def load_shim() -> ModuleType:
+    """The shim as OpenCompass's process imports it (named apart here)."""
+    spec = importlib.util.spec_from_file_location("engine_shim_vllm", SHIM / "vllm" / "__init__.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def reweighted(base: Path, target: Path, seed: int) -> Path:
+    """``base`` with its weights nudged by a seeded draw: another checkpoint of the same architecture."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(base, target)
+    generator = torch.Generator().manual_seed(seed)
+    state = {
+        name: value + 0.05 * torch.randn(value.shape, generator=generator).to(value.dtype)
+        for name, value in load_file(str(base / "model.safetensors")).items()
+    }
+    save_file(state, str(target / "model.safetensors"), metadata={"format": "pt"})
+    return target
+
+
+def test_stop_strings_cut_as_vllm_cuts_them() -> None:
+    assert cut_at_stop("The answer is 4.<|im_end|>more", ["<|im_end|>"]) == "The answer is 4."
+    assert cut_at_stop("a STOP b END c", ["END", "STOP"]) == "a "  # the earliest, whichever stop
+    assert cut_at_stop("no stop here", ["<|im_end|>", ""]) == "no stop here"
+
+
+def test_the_architecture_key_follows_config_tokenizer_and_engine_arguments(
+    tiny_base_model: Path, tmp_path: Path
+) -> None:
+    other_weights = reweighted(tiny_base_model, tmp_path / "b", seed=1)
+    assert architecture_key(tiny_base_model, {"dtype": "bfloat16"}) == architecture_key(
+        other_weights, {"dtype": "bfloat16"}
+    )
+    assert architecture_key(tiny_base_model, {"dtype": "bfloat16"}) != architecture_key(
+        tiny_base_model, {"dtype": "float16"}
+    )
+    template = other_weights / "tokenizer_config.json"
+    template.write_text(template.read_text().replace("assistant", "helper"))
+    assert architecture_key(tiny_base_model, {}) != architecture_key(other_weights, {})
+
+
+def test_weights_loaded_in_place_answer_as_a_fresh_engine_does(tiny_base_model: Path, tmp_path: Path) -> None:
+    a = reweighted(tiny_base_model, tmp_path / "a", seed=0)
+    b = reweighted(tiny_base_model, tmp_path / "b", seed=1)
+    resident = Server("transformers")
+    generate = {"op": "generate", "prompts": PROMPTS, "sampling": SAMPLING}
+    assert resident.handle({"op": "load", "model": str(a)})["reused"] is False
+    on_a = resident.handle(generate)["texts"]
+    assert resident.handle({"op": "load", "model": str(b)})["reused"] is True
+    on_b = resident.handle(generate)["texts"]
+    fresh = Server("transformers")
+    assert fresh.handle({"op": "load", "model": str(b)})["reused"] is False
+    assert fresh.handle(generate)["texts"] == on_b
+    assert on_b != on_a  # the load changed the answers: the weights were really swapped
+    assert all("<|im_end|>" not in text for text in on_a + on_b)
+    # A checkpoint of another architecture (here: other engine arguments) replaces the engine.
+    assert resident.handle({"op": "load", "model": str(a), "engine_kwargs": {"seed": 1}})["reused"] is False
+    assert resident.handle(generate)["texts"] == on_a
+
+
+def test_a_checkpoint_whose_weights_do_not_fit_the_resident_model_is_refused(
+    tiny_base_model: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    broken = shutil.copytree(tiny_base_model, tmp_path / "broken")
+    state = load_file(str(broken / "model.safetensors"))
+    state.pop(sorted(state)[0])
+    save_file(state, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    server = Server("transformers")
+    server.handle({"op": "load", "model": str(tiny_base_model)})
+    with pytest.raises(ValueError, match="missing from the checkpoint"):
+        server.handle({"op": "load", "model": str(broken)})
+
+
+class ForkingEngine:
+    """Stands for vLLM's engine, which starts its worker processes while the first load request is
+    being served: they inherit every open descriptor, the request's connection too."""
+
+    children: list[int] = []
+
+    def __init__(self, model_dir: Path, engine_kwargs: dict[str, Any]) -> None:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        self.children.append(pid)
+
+    def generate(self, prompts: list[str], sampling: dict[str, Any]) -> list[str]:
+        return [prompt[::-1] for prompt in prompts]
+
+
+def test_answers_reach_opencompass_while_processes_the_engine_forked_hold_the_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(engine_server.ENGINES, "transformers", ForkingEngine)
+    socket_path = tmp_path / "engine.sock"
+    threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not socket_path.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    monkeypatch.setenv("AUTORL_ENGINE_SOCKET", str(socket_path))
+    shim = load_shim()
+    try:
+        started = time.monotonic()
+        llm = shim.LLM(str(tmp_path), dtype="bfloat16")
+        outputs = llm.generate(["ab", "cd"], shim.SamplingParams(temperature=0))
+        assert time.monotonic() - started < 10  # not held until the forked process ends
+        assert llm.loaded["reused"] is False
+        assert [output.outputs[0].text for output in outputs] == ["ba", "dc"]
+        assert [output.prompt for output in outputs] == ["ab", "cd"]
+        with pytest.raises(shim.EngineError, match="LoRA"):
+            llm.generate(["ab"], shim.SamplingParams(), lora_request=object())
+    finally:
+        for pid in ForkingEngine.children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def test_the_server_and_the_shim_need_nothing_of_ours_at_import() -> None:
+    """The server runs in the vLLM environment and the shim in OpenCompass's: neither has our
+    packages, so each imports only the standard library when it loads (engines load lazily)."""
+    for path in (SERVER, SHIM / "vllm" / "__init__.py", SHIM / "ray" / "__init__.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [
+            alias.name.split(".")[0]
+            for node in tree.body
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        ] + [
+            node.module.split(".")[0]
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module
+        ]
+        assert set(names) <= set(sys.stdlib_module_names) | {"__future__"}, (path, names)
