@@ -362,8 +362,11 @@ def start_until_agent_runs(
         text=True,
     )
     deadline = time.monotonic() + 240
-    while not list(home.glob("runs/*/workspace/output/started")) and time.monotonic() < deadline:
+    while not list(home.glob("runs/*/workspace/output/started")):
         assert process.poll() is None, process.communicate()
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the agent did not start within 240 s: {process.communicate()}")
         time.sleep(0.5)
     return process
 

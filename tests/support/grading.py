@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import uuid
@@ -86,16 +87,32 @@ def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
     return target
 
 
+#: Elements of the first weight whose lowest byte :func:`make_unique` changes: 255**4 (4.2 billion)
+#: equally likely results, so two copies of one model come out identical about once in billions
+#: (a single byte's 255 made that a few percent for a test's handful of copies).
+UNIQUE_ELEMENTS = 4
+_ELEMENT_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}
+
+
 def make_unique(folder: Path) -> None:
-    """Give the model in ``folder`` weights no other model has: the first weight's low byte is
-    replaced by a random one (a change far below what decoding notices on a tiny model)."""
+    """Give the model in ``folder`` weights no other model has: the lowest byte of each of the first
+    :data:`UNIQUE_ELEMENTS` elements of its first stored weight is changed at random (the lowest
+    mantissa bits, a change far below what decoding notices on a tiny model)."""
     weights = min(folder.glob("*.safetensors"))
     with weights.open("r+b") as handle:
-        data_start = 8 + int.from_bytes(handle.read(8), "little")
-        handle.seek(data_start)
-        old = handle.read(1)
-        handle.seek(data_start)
-        handle.write(bytes([(old[0] ^ secrets.randbelow(255) + 1) & 0xFF]))
+        header_size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(header_size))
+        first = min(
+            (entry for name, entry in header.items() if name != "__metadata__"),
+            key=lambda entry: entry["data_offsets"][0],
+        )
+        step = _ELEMENT_BYTES[first["dtype"]]
+        data_start = 8 + header_size + first["data_offsets"][0]
+        for element in range(UNIQUE_ELEMENTS):
+            handle.seek(data_start + element * step)  # little-endian: the element's lowest byte
+            old = handle.read(1)[0]
+            handle.seek(data_start + element * step)
+            handle.write(bytes([old ^ (secrets.randbelow(255) + 1)]))
 
 
 def evaluating_settings(
