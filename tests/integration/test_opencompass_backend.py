@@ -336,12 +336,14 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
     engine (transformers on the CPU, in that Python) generates. Its answers are OpenCompass's own
     path's, word for word; the next checkpoint of the same architecture is loaded into the same
     engine in place and answers as a fresh model does; a checkpoint that cannot be loaded fails with
-    the engine's error and the engine is stopped, so the next evaluation starts a fresh one."""
+    the engine's error and the engine is stopped, so the next evaluation starts a fresh one. Outside
+    the warm worker the engine goes with its evaluation."""
     settings = make_settings(
         eval_backend="opencompass",
         eval_max_new_tokens=MAX_NEW_TOKENS,
         opencompass_bin=OPENCOMPASS_BIN,
         vllm_python=Path(sys.executable),
+        eval_warm_worker=True,  # the engine stays between evaluations only in the warm worker
     )
     task = get_task("gsm8k")
     config = EvalConfig.record(task.name, settings)
@@ -376,5 +378,10 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
             backend.evaluate(broken, task, worker_run.problems, config, settings)
         assert "resident engine failed" in str(failure.value)
         assert ENGINES.current is None and not engine.alive()
+
+        # Outside the warm worker, the engine goes with its evaluation.
+        cold = settings.model_copy(update={"eval_warm_worker": False})
+        backend.evaluate(twin, task, problems[:1], config, cold)
+        assert ENGINES.current is None
     finally:
         ENGINES.stop()

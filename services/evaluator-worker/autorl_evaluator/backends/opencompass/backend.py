@@ -238,6 +238,10 @@ class OpenCompassBackend:
             remove_view(run_dir / "model")
             raise
         result.seconds = time.monotonic() - started
+        if not worker.eval_warm_worker:
+            # Only the warm worker's process evaluates again; elsewhere the engine (its whole
+            # process group) goes with this evaluation rather than with the process's exit.
+            ENGINES.stop()
         remove_view(run_dir / "model")
         if worker.opencompass_keep_runs:
             result.details["run_dir"] = str(run_dir)
