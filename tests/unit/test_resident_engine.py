@@ -92,19 +92,25 @@ def test_weights_loaded_in_place_answer_as_a_fresh_engine_does(tiny_base_model: 
     assert resident.handle(generate)["texts"] == on_a
 
 
-def test_a_checkpoint_whose_weights_do_not_fit_the_resident_model_is_refused(
+def test_a_checkpoint_with_other_tensors_is_refused_before_any_is_loaded(
     tiny_base_model: Path, tmp_path: Path
 ) -> None:
+    """Loading in place overwrites only what a checkpoint holds: one tensor short would leave the
+    previous submission's tensor serving this one. The server refuses it and the model is untouched."""
     from safetensors.torch import load_file, save_file
 
     broken = shutil.copytree(tiny_base_model, tmp_path / "broken")
     state = load_file(str(broken / "model.safetensors"))
-    state.pop(sorted(state)[0])
+    dropped = sorted(state)[-1]
+    state.pop(dropped)
     save_file(state, str(broken / "model.safetensors"), metadata={"format": "pt"})
     server = Server("transformers")
     server.handle({"op": "load", "model": str(tiny_base_model)})
-    with pytest.raises(ValueError, match="missing from the checkpoint"):
+    generate = {"op": "generate", "prompts": PROMPTS, "sampling": SAMPLING}
+    before = server.handle(generate)["texts"]
+    with pytest.raises(ValueError, match=f"tensors differ from the resident model's \\({dropped}"):
         server.handle({"op": "load", "model": str(broken)})
+    assert server.handle(generate)["texts"] == before
 
 
 class ForkingEngine:
@@ -127,7 +133,11 @@ class ForkingEngine:
 def test_answers_reach_opencompass_while_processes_the_engine_forked_hold_the_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import torch
+    from safetensors.torch import save_file
+
     monkeypatch.setitem(engine_server.ENGINES, "transformers", ForkingEngine)
+    save_file({"weight": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     socket_path = tmp_path / "engine.sock"
     threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
     deadline = time.monotonic() + 10

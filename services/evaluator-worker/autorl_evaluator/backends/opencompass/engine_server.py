@@ -51,6 +51,8 @@ KEY_FILES = (
     "merges.txt",
     "chat_template.jinja",
 )
+#: Largest safetensors header read (a real checkpoint's is a few hundred kilobytes).
+MAX_HEADER_BYTES = 100 * 1024 * 1024
 #: Largest request accepted (the whole test split's prompts fit many times over).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
@@ -70,6 +72,21 @@ def weight_files(model_dir: Path) -> list[Path]:
     if not files:
         raise ValueError(f"no safetensors weights in {model_dir}")
     return files
+
+
+def tensor_layout(model_dir: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every tensor of the checkpoint's safetensors files: name -> (dtype, shape), from the headers."""
+    layout: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for path in weight_files(model_dir):
+        with path.open("rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if size > MAX_HEADER_BYTES:
+                raise ValueError(f"{path.name}: a safetensors header of {size} bytes")
+            header = json.loads(handle.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                layout[name] = (str(entry["dtype"]), tuple(int(n) for n in entry["shape"]))
+    return layout
 
 
 def cut_at_stop(text: str, stops: list[str]) -> str:
@@ -183,6 +200,7 @@ class Server:
         self.kind = kind
         self.engine: Any = None
         self.key: str | None = None
+        self.layout: dict[str, tuple[str, tuple[int, ...]]] = {}
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -200,13 +218,23 @@ class Server:
     def load(self, model_dir: Path, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
         key = architecture_key(model_dir, engine_kwargs)
+        layout = tensor_layout(model_dir)
         reused = self.engine is not None and key == self.key
         if reused:
+            # A load in place overwrites only the tensors a checkpoint has: one with fewer or other
+            # tensors would leave the model before's in place. Refused before any tensor is taken.
+            if layout != self.layout:
+                differing = sorted(set(layout).symmetric_difference(self.layout)) or sorted(
+                    name for name in layout if layout[name] != self.layout[name]
+                )
+                raise ValueError(
+                    f"the checkpoint's tensors differ from the resident model's ({', '.join(differing[:3])})"
+                )
             self.engine.load_weights(model_dir)
         else:
             self.engine, self.key = None, None  # the old engine's memory goes before the new one's
             self.engine = ENGINES[self.kind](model_dir, engine_kwargs)
-            self.key = key
+            self.key, self.layout = key, layout
         seconds = round(time.monotonic() - started, 3)
         print(f"engine load reused={reused} seconds={seconds}", flush=True)
         return {"ok": True, "reused": reused, "seconds": seconds}
