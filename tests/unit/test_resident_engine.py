@@ -97,6 +97,7 @@ def test_a_checkpoint_with_other_tensors_is_refused_before_any_is_loaded(
 ) -> None:
     """Loading in place overwrites only what a checkpoint holds: one tensor short would leave the
     previous submission's tensor serving this one. The server refuses it and the model is untouched."""
+    import torch
     from safetensors.torch import load_file, save_file
 
     broken = shutil.copytree(tiny_base_model, tmp_path / "broken")
@@ -111,6 +112,17 @@ def test_a_checkpoint_with_other_tensors_is_refused_before_any_is_loaded(
     with pytest.raises(ValueError, match=f"tensors differ from the resident model's \\({dropped}"):
         server.handle({"op": "load", "model": str(broken)})
     assert server.handle(generate)["texts"] == before
+    # Another floating dtype is no other layout: it is converted as it is copied in.
+    as_half = shutil.copytree(tiny_base_model, tmp_path / "half")
+    save_file(
+        {
+            name: value.to(torch.bfloat16)
+            for name, value in load_file(str(tiny_base_model / "model.safetensors")).items()
+        },
+        str(as_half / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    assert server.handle({"op": "load", "model": str(as_half)})["reused"] is True
 
 
 class ForkingEngine:
