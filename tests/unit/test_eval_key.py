@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,19 @@ def test_compare_refuses_a_run_whose_key_the_store_does_not_hold(
     assert main(["results", "--home", str(tmp_path), "--compare", "20261203-10", "20261203-13"]) == 2
     err = capsys.readouterr().err
     assert "20261203-130000-gsm8k-dddddd is not in this home's store" in err
+
+
+def test_the_resident_engine_s_environment_is_part_of_the_opencompass_key(tmp_path: Path) -> None:
+    """With AUTORL_VLLM_PYTHON the answers come from that environment's engine: its vLLM, torch and
+    transformers are recorded beside OpenCompass's own, so its scores are never reused for (or
+    compared with) OpenCompass's own engine's, nor across its releases."""
+    venv = Path(sys.executable).parent.parent
+    plain = backend_versions("opencompass", WorkerSettings(opencompass_bin=tmp_path / "bin" / "opencompass"))
+    resident = backend_versions(
+        "opencompass",
+        WorkerSettings(opencompass_bin=tmp_path / "bin" / "opencompass", vllm_python=venv / "bin" / "python"),
+    )
+    assert not any(name.startswith("engine ") for name in plain)
+    assert resident["engine torch"] == importlib.metadata.version("torch")
+    assert resident["engine vllm"] == NOT_INSTALLED
+    assert {k: v for k, v in resident.items() if not k.startswith("engine ")} == plain

@@ -18,13 +18,20 @@ from autorl_evaluator.settings import WorkerSettings
 HF_PACKAGES = ("torch", "transformers")
 #: The packages whose versions can change an ``opencompass`` evaluation's numbers (vLLM on a GPU).
 OPENCOMPASS_PACKAGES = ("opencompass", "transformers", "torch", "vllm")
+#: The packages of the resident engine's environment (``AUTORL_VLLM_PYTHON``), which generates in
+#: place of OpenCompass's own vLLM: recorded as ``engine <package>``.
+RESIDENT_ENGINE_PACKAGES = ("vllm", "torch", "transformers")
 NOT_INSTALLED = "not installed"
 
 
 def backend_versions(backend: str, settings: WorkerSettings) -> dict[str, str]:
     """``{package: version}`` for the packages ``backend`` evaluates with, as installed here."""
     if backend == "opencompass":
-        return installed_versions(OPENCOMPASS_PACKAGES, venv_site_packages(settings.opencompass_bin))
+        versions = installed_versions(OPENCOMPASS_PACKAGES, venv_site_packages(settings.opencompass_bin))
+        if settings.vllm_python is not None:
+            engine = installed_versions(RESIDENT_ENGINE_PACKAGES, venv_site_packages(settings.vllm_python))
+            versions.update({f"engine {name}": version for name, version in engine.items()})
+        return versions
     return installed_versions(HF_PACKAGES, None)
 
 

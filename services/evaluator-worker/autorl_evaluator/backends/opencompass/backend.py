@@ -238,9 +238,10 @@ class OpenCompassBackend:
             remove_view(run_dir / "model")
             raise
         result.seconds = time.monotonic() - started
-        if not worker.eval_warm_worker:
+        if not worker.eval_warm_worker or worker.eval_gpu_min_free_fraction is not None:
             # Only the warm worker's process evaluates again; elsewhere the engine (its whole
-            # process group) goes with this evaluation rather than with the process's exit.
+            # process group) goes with this evaluation rather than with the process's exit. On
+            # GPUs shared with training, a resident engine would hold the share the next waits for.
             ENGINES.stop()
         remove_view(run_dir / "model")
         if worker.opencompass_keep_runs:

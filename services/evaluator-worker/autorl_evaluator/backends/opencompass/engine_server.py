@@ -40,17 +40,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-#: The files of a checkpoint view that fix what the engine is, besides its weights.
-KEY_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-)
 #: Largest safetensors header read (a real checkpoint's is a few hundred kilobytes).
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 #: Largest request accepted (the whole test split's prompts fit many times over).
@@ -58,12 +47,12 @@ MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
 
 def architecture_key(model_dir: Path, engine_kwargs: dict[str, Any]) -> str:
-    """Equal for two checkpoints one engine can serve by loading weights alone."""
+    """Equal for two checkpoints one engine can serve by loading weights alone: the same engine
+    arguments and the same files besides the weights (config, tokenizer, templates, shard index)."""
     digest = hashlib.sha256(json.dumps(engine_kwargs, sort_keys=True).encode())
-    for name in KEY_FILES:
-        path = model_dir / name
-        digest.update(name.encode() + b"\0")
-        digest.update(path.read_bytes() if path.is_file() else b"<absent>")
+    for path in sorted(model_dir.iterdir()):
+        if path.is_file() and path.suffix != ".safetensors":
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -107,7 +96,8 @@ class VllmEngine:
         for path in weight_files(model_dir):
             self.llm.collective_rpc(_load_in_place, args=(str(path),))
         # The prefix cache's blocks hold keys and values of the weights before.
-        self.llm.reset_prefix_cache()
+        if self.llm.reset_prefix_cache() is False:
+            raise RuntimeError("vLLM could not empty its prefix cache after the weights changed")
 
     def generate(self, prompts: list[str], sampling: dict[str, Any]) -> list[str]:
         from vllm import SamplingParams
@@ -117,14 +107,17 @@ class VllmEngine:
 
 
 def _load_in_place(worker: Any, path: str) -> int:
-    """Runs in each of the engine's workers: one safetensors file into the resident model."""
-    from safetensors.torch import load_file
+    """Runs in each of the engine's workers: one safetensors file into the resident model, read on
+    the CPU one tensor at a time (each parameter's loader copies it to the device and converts its
+    dtype), so a checkpoint never needs its size in free GPU memory beside the model."""
+    from safetensors import safe_open
 
     runner = worker.model_runner
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-    state = load_file(path, device=str(next(model.parameters()).device))
-    loaded = model.load_weights(iter(state.items()))
-    return len(loaded) if loaded is not None else len(state)
+    with safe_open(path, framework="pt", device="cpu") as handle:
+        names = list(handle.keys())
+        loaded = model.load_weights((name, handle.get_tensor(name)) for name in names)
+    return len(loaded) if loaded is not None else len(names)
 
 
 class TransformersEngine:
@@ -232,7 +225,12 @@ class Server:
                 raise ValueError(
                     f"the checkpoint's tensors differ from the resident model's ({', '.join(differing[:3])})"
                 )
-            self.engine.load_weights(model_dir)
+            try:
+                self.engine.load_weights(model_dir)
+            except BaseException:
+                # Partly overwritten: never served again, whatever the worker does next.
+                self.engine, self.key, self.layout = None, None, {}
+                raise
         else:
             self.engine, self.key = None, None  # the old engine's memory goes before the new one's
             self.engine = ENGINES[self.kind](model_dir, engine_kwargs)
@@ -291,7 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--engine", choices=sorted(ENGINES), required=True)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SIGTERM (also the signal the worker's death sends) takes the whole group down at once: the
+    # engine's own processes hold the GPU and must not outlive the server.
+    # Only as the leader of a group of its own (as the worker starts it): never a shell's group.
+    if os.getpgrp() == os.getpid():
+        signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     serve(args.socket, args.engine)
     return 0
 

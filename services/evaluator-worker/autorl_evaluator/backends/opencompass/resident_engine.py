@@ -117,11 +117,12 @@ class ResidentEngine:
 
 
 def _die_with_parent() -> None:
-    """In the server's process, before it runs: SIGKILL when the evaluating process ends."""
+    """In the server's process, before it runs: SIGTERM when the evaluating process ends, on which
+    the server kills its whole group (the engine's own processes too)."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 class ResidentEngines:
