@@ -376,9 +376,19 @@ def start_until_agent_runs(
 STOP_TIMEOUT_S = 300
 
 
-def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent", ["default", "ignoring SIGINT"])
+def test_ctrl_c_stops_everything_and_records_the_run(tmp_path: Path, parent: str) -> None:
+    """Also when started by a parent that ignores SIGINT (a background job of a script, a test
+    runner's worker): the ignored disposition is inherited, and the run must still take Ctrl-C."""
     home = tmp_path / "home"
-    process = start_until_agent_runs(tmp_path, "import time\n", stdio=subprocess.PIPE)
+    previous = signal.getsignal(signal.SIGINT)
+    if parent != "default":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the run inherits as it starts
+    try:
+        process = start_until_agent_runs(tmp_path, "import time\n", stdio=subprocess.PIPE)
+    finally:
+        if parent != "default" and previous is not None:
+            signal.signal(signal.SIGINT, previous)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=STOP_TIMEOUT_S)
     assert process.returncode == 130, stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 from autorl.cli import UsageError, check_seconds
@@ -140,6 +141,14 @@ def check_numbers(args: argparse.Namespace) -> None:
         )
 
 
+def take_ctrl_c() -> None:
+    """Ctrl-C stops a run, however it was started: a parent that ignores SIGINT (a shell's background
+    job, a test runner's worker) would otherwise leave the run deaf to it until its deadline, since
+    an ignored signal stays ignored across exec and Python then installs no handler."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _run(args: argparse.Namespace) -> int:
     from autorl.runs.seeds import RunSeed
     from autorl_local.experiment import LocalRunConfig, run_experiment
@@ -147,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     from autorl_local.settings import RunSettings
 
     check_numbers(args)
+    take_ctrl_c()
     env = list(args.env)
     if args.env_file is not None:
         from autorl.errors import AutoRLError
