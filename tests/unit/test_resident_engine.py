@@ -6,7 +6,6 @@ another architecture gets a new engine, and vLLM's stop-string semantics hold on
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import shutil
 import signal
@@ -14,27 +13,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from autorl_evaluator.backends.opencompass import engine_server
 from autorl_evaluator.backends.opencompass.engine_server import Server, architecture_key, cut_at_stop
+from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import SERVER, SHIM
 
 PROMPTS = [f"<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assistant\n" for n in range(5)]
 SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["<|im_end|>", "<|endoftext|>"], "top_k": 1}
-
-
-def load_shim() -> ModuleType:
-    """The shim as OpenCompass's process imports it (named apart here)."""
-    spec = importlib.util.spec_from_file_location("engine_shim_vllm", SHIM / "vllm" / "__init__.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def reweighted(base: Path, target: Path, seed: int) -> Path:
@@ -157,7 +146,6 @@ def test_answers_reach_opencompass_while_processes_the_engine_forked_hold_the_co
         assert time.monotonic() < deadline
         time.sleep(0.01)
     monkeypatch.setenv("AUTORL_ENGINE_SOCKET", str(socket_path))
-    shim = load_shim()
     try:
         started = time.monotonic()
         llm = shim.LLM(str(tmp_path), dtype="bfloat16")

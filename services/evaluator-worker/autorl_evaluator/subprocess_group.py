@@ -84,7 +84,8 @@ def run_in_group(
 # --- the supervisor ---------------------------------------------------------------------------
 
 
-def _set_parent_death_signal(signum: int) -> None:
+def set_parent_death_signal(signum: int) -> None:
+    """In a child before it runs (``preexec_fn``): ``signum`` when the process that started it ends."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
@@ -107,7 +108,7 @@ def _supervise(parent_pid: int, command: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, end_group)
     if sys.platform.startswith("linux"):
-        _set_parent_death_signal(signal.SIGTERM)
+        set_parent_death_signal(signal.SIGTERM)
     # The parent may have died before prctl took effect: then nobody would ever signal us.
     if os.getppid() != parent_pid:
         return 1

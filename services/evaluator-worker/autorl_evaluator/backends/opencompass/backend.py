@@ -51,6 +51,7 @@ from autorl_evaluator.backends.opencompass.config import (
     MODEL_ABBR,
     ConfigInputs,
     GpuPlan,
+    model_type,
     render,
 )
 from autorl_evaluator.backends.opencompass.model_size import weight_bytes
@@ -300,20 +301,16 @@ class OpenCompassBackend:
         max_out_len = config.max_new_tokens or task.max_new_tokens
         batch_size = config.batch_size_in_force(settings.eval_batch_size)
         timeout_s = config.timeout_in_force_s(settings.eval_timeout_s)
-        config_path.write_text(
-            render(
-                ConfigInputs(
-                    model_dir=view,
-                    task=task,
-                    max_out_len=max_out_len,
-                    model=model_settings,
-                    gpu=placement.gpu,
-                    cpu_batch_size=batch_size or CPU_EVAL_BATCH_SIZE,
-                    resident=resident,
-                )
-            ),
-            encoding="utf-8",
+        inputs = ConfigInputs(
+            model_dir=view,
+            task=task,
+            max_out_len=max_out_len,
+            model=model_settings,
+            gpu=placement.gpu,
+            cpu_batch_size=batch_size or CPU_EVAL_BATCH_SIZE,
+            resident=resident,
         )
+        config_path.write_text(render(inputs), encoding="utf-8")
         work_dir = run_dir / "work"
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
         if settings.vllm_python is not None:
@@ -391,9 +388,7 @@ class OpenCompassBackend:
             details={
                 "backend": self.name,
                 "device": "cuda" if placement.gpu else "cpu",
-                "model_type": "VLLMwithChatTemplate"
-                if placement.gpu or resident
-                else "HuggingFacewithChatTemplate",
+                "model_type": model_type(inputs),
                 "engine": "resident" if resident else "opencompass",
                 "tensor_parallel_size": placement.gpu.tensor_parallel_size if placement.gpu else 0,
                 "replicas": placement.gpu.replicas if placement.gpu else 0,

@@ -85,12 +85,12 @@ class ConfigInputs:
 def render(inputs: ConfigInputs) -> str:
     """The config file's text."""
     model = _gpu_model(inputs) if inputs.uses_vllm_model else _cpu_model(inputs)
-    model_type = "VLLMwithChatTemplate" if inputs.uses_vllm_model else "HuggingFacewithChatTemplate"
+    type_name = model_type(inputs)
     replicas = inputs.replicas
     lines = [
         "# Written by autorl_evaluator.backends.opencompass.config (one evaluation); not to be edited.",
         "from mmengine.config import read_base",
-        f"from opencompass.models import {model_type}",
+        f"from opencompass.models import {type_name}",
         "from opencompass.partitioners import NaivePartitioner, NumWorkerPartitioner",
         "from opencompass.runners import LocalRunner",
         "from opencompass.tasks import OpenICLEvalTask, OpenICLInferTask",
@@ -108,7 +108,7 @@ def render(inputs: ConfigInputs) -> str:
         lines.append(f"datasets[0]['infer_cfg']['prompt_template']['template']['round'] = {rounds!r}")
     lines += [
         "",
-        f"models = [dict(type={model_type}, **{model!r})]",
+        f"models = [dict(type={type_name}, **{model!r})]",
         "",
         # One inference task per replica, on devices of its own; one evaluation task.
         "infer = dict(",
@@ -124,6 +124,11 @@ def render(inputs: ConfigInputs) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def model_type(inputs: ConfigInputs) -> str:
+    """OpenCompass's model class for the config: its vLLM wrapper, or transformers on the CPU."""
+    return "VLLMwithChatTemplate" if inputs.uses_vllm_model else "HuggingFacewithChatTemplate"
 
 
 def _infer_partitioner(replicas: int) -> str:

@@ -14,22 +14,22 @@ OpenCompass reaches the engine through ``engine_shim/`` (its ``vllm`` module), p
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from autorl.process_group import kill_group
+from autorl_evaluator.backends.opencompass.engine_shim.vllm import EngineError, exchange
 from autorl_evaluator.failures import EvaluatorFaultError
+from autorl_evaluator.subprocess_group import set_parent_death_signal
 
 log = logging.getLogger("autorl.evaluator.engine")
 
@@ -68,7 +68,8 @@ class ResidentEngine:
             stderr=subprocess.STDOUT,
             cwd=self.folder,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            # On the evaluating process's death the server gets SIGTERM and kills its whole group.
+            preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM),
         )
         log.info(
             "event=engine_started pid=%d engine=%s python=%s", self.process.pid, spec.engine, spec.python
@@ -86,27 +87,13 @@ class ResidentEngine:
                     detail=f"{self.spec.python} {SERVER}; its log: {self.log_path}",
                 )
             if self.socket_path.exists():
-                with contextlib.suppress(OSError):
-                    if self.request({"op": "ping"}, timeout_s=10).get("ok"):
-                        return
+                with contextlib.suppress(OSError, EngineError, ValueError):
+                    exchange(str(self.socket_path), {"op": "ping"}, timeout_s=10)
+                    return
             if time.monotonic() > deadline:
                 self.stop()
                 raise EvaluatorFaultError(f"the resident engine did not listen within {timeout_s:.0f} s")
             time.sleep(0.1)
-
-    def request(self, payload: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.settimeout(timeout_s)
-            connection.connect(str(self.socket_path))
-            connection.sendall(json.dumps(payload).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = connection.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
-        answer: dict[str, Any] = json.loads(data) if data else {"ok": False, "error": "no answer"}
-        return answer
 
     def stop(self) -> None:
         # Its own session: the group is the server and every process its engine started.
@@ -114,15 +101,6 @@ class ResidentEngine:
         self._log.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         log.info("event=engine_stopped pid=%d returncode=%s", self.process.pid, self.process.returncode)
-
-
-def _die_with_parent() -> None:
-    """In the server's process, before it runs: SIGTERM when the evaluating process ends, on which
-    the server kills its whole group (the engine's own processes too)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 class ResidentEngines:

@@ -42,10 +42,11 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
 
 
-def request(payload: dict[str, Any]) -> dict[str, Any]:
-    """One request to the engine server and its answer."""
-    path = os.environ["AUTORL_ENGINE_SOCKET"]
+def exchange(path: str, payload: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+    """One request to the engine server at ``path`` and its answer; raises ``EngineError`` when the
+    server answers nothing or says the request failed, ``OSError`` when it cannot be reached."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout_s)
         connection.connect(path)
         connection.sendall(json.dumps(payload).encode() + b"\n")
         chunks: list[bytes] = []
@@ -62,6 +63,11 @@ def request(payload: dict[str, Any]) -> dict[str, Any]:
     if not answer.get("ok"):
         raise EngineError(f"the resident engine failed: {answer.get('error')}")
     return answer
+
+
+def request(payload: dict[str, Any]) -> dict[str, Any]:
+    """One request to the engine the worker named for this evaluation."""
+    return exchange(os.environ["AUTORL_ENGINE_SOCKET"], payload)
 
 
 class LLM:
