@@ -162,6 +162,32 @@ def test_answers_reach_opencompass_while_processes_the_engine_forked_hold_the_co
             os.waitpid(pid, 0)
 
 
+def test_the_socket_appears_only_once_the_server_accepts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that waits for the path connects at once: it never meets a bound socket that refuses."""
+    import socket
+
+    socket_path = tmp_path / "engine.sock"
+    seen_at_listen: list[bool] = []
+    listen = socket.socket.listen
+
+    def slow_listen(self: socket.socket, backlog: int = 0) -> None:
+        seen_at_listen.append(socket_path.exists())
+        time.sleep(0.5)  # a loaded machine between bind and listen
+        listen(self, backlog)
+
+    monkeypatch.setattr(socket.socket, "listen", slow_listen)
+    threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not socket_path.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert shim.exchange(str(socket_path), {"op": "ping"}, timeout_s=10)["ok"] is True
+    assert seen_at_listen == [False]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["engine.sock"]  # no name left behind
+
+
 def test_the_server_and_the_shim_need_nothing_of_ours_at_import() -> None:
     """The server runs in the vLLM environment and the shim in OpenCompass's: neither has our
     packages, so each imports only the standard library when it loads (engines load lazily)."""

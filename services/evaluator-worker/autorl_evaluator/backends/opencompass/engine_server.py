@@ -261,13 +261,17 @@ def read_request(connection: socket.socket) -> dict[str, Any]:
 def serve(socket_path: Path, kind: str) -> None:
     server = Server(kind)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    socket_path.unlink(missing_ok=True)
+    # Bound under a name of its own and renamed once listening: whoever sees ``socket_path`` can
+    # connect (a client that polls for the path never meets a socket that refuses).
+    binding = socket_path.with_name(f".{socket_path.name}.{os.getpid()}")
+    binding.unlink(missing_ok=True)
     old_mask = os.umask(0o177)  # the socket: its owner only
     try:
-        listener.bind(str(socket_path))
+        listener.bind(str(binding))
     finally:
         os.umask(old_mask)
     listener.listen(4)
+    os.replace(binding, socket_path)
     print(f"engine ready engine={kind}", flush=True)
     while True:
         connection, _ = listener.accept()
