@@ -14,7 +14,10 @@ RUN_TIMEOUT ?= 300
 help: ## list every target with what it does
 	@awk -F':.*## ' '/^[a-zA-Z0-9_.-]+:.*## / { printf "make %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-setup: system-packages $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed browser ## install everything: system packages, the three Python environments, the browser
+# The three Python environments install side by side (each pip process mostly waits on one core or
+# on the disk); the system packages and the browser one after the other (apt-get takes one lock).
+setup: system-packages browser ## install everything: system packages, the three Python environments, the browser
+	@$(MAKE) --no-print-directory -j3 --output-sync=target $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed
 
 # The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
 # (setpriv, unshare, nsenter), iproute2. Installed with apt-get where missing; without root or
@@ -30,7 +33,7 @@ system-packages: ## install the agent sandbox's system packages (bubblewrap, sli
 # The dashboard's browser test drives Debian's headless Chromium through its chromedriver
 # (browser builds that tools download for themselves cannot be fetched here).
 BROWSER_PACKAGES := chromium chromium-driver
-browser: ## install Debian's chromium and chromium-driver for the dashboard's browser test
+browser: | system-packages ## install Debian's chromium and chromium-driver for the dashboard's browser test
 	@if ! test -x /usr/bin/chromium || ! test -x /usr/bin/chromedriver; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \

@@ -13,6 +13,7 @@
 #                    pulled, a Debian bookworm minbase made here with debootstrap)
 #   BUILD_CA_BUNDLE  a CA bundle for HTTPS through a proxy, mounted into the build, never stored
 #   PIP_CACHE_DIR    the pip cache mounted into the builds (default /var/tmp/autorl-pip-cache)
+#   PARALLEL=0       one image after another (default 1: those that depend on no other side by side)
 #   --list           print each image it would build (tag, Dockerfile, build arguments) and build nothing
 # The host's pip configuration (find-links, extra index URLs, cert) is mounted read-only into the
 # builds, so locally available wheels are used; nothing of it is saved in an image layer.
@@ -22,6 +23,8 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/docker/containers.conf}"
 
 GPU="${GPU:-1}"
 case "$GPU" in 0|1) ;; *) echo "make images: GPU must be 0 or 1, not '$GPU'" >&2; exit 2;; esac
+PARALLEL="${PARALLEL:-1}"
+case "$PARALLEL" in 0|1) ;; *) echo "make images: PARALLEL must be 0 or 1, not '$PARALLEL'" >&2; exit 2;; esac
 LIST=0
 case "${1:-}" in
   "") ;;
@@ -109,30 +112,54 @@ base_image() {
 if [ "$LIST" = 0 ]; then install_tools; pip_sources; fi
 base_image
 
-# 4. The images.
+# 4. The images. Those that depend on no other are built at the same time (each build spends most of
+# its time in one pip process or in committing a layer: on two cores, side by side halves the wait);
+# each build's output goes to build/images/<name>.log, shown when it fails.
 build() {  # TAG DOCKERFILE [--build-arg ...]
   local tag=$1 file=$2; shift 2
   if [ "$LIST" = 1 ]; then echo "$tag $file $*"; return; fi
-  echo "== $tag ($file)"
+  local name=${tag##*/}; name=${name%%:*}
   local start=$SECONDS
-  podman build --network host --layers -q "${volumes[@]}" -f "$file" -t "$tag" "$@" . >/dev/null \
-    || die "building $tag failed (podman build -f $file)"
-  echo "   built in $((SECONDS - start)) s"
+  if podman build --network host --layers "${volumes[@]}" -f "$file" -t "$tag" "$@" . >"$WORK/$name.log" 2>&1; then
+    echo "== $tag ($file) built in $((SECONDS - start)) s"
+  else
+    tail -n 30 "$WORK/$name.log" >&2
+    echo "make images: building $tag failed (podman build -f $file; its log: $WORK/$name.log)" >&2
+    return 1
+  fi
 }
 if [ "$GPU" = 1 ]; then torch_tag="$APP_VERSION"; torch_index=""; else torch_tag="$APP_VERSION-cpu"; torch_index="$TORCH_INDEX_URL"; fi
-build "$REPO/grader:$APP_VERSION" docker/grader.Dockerfile --build-arg BASE_IMAGE="$BASE_IMAGE"
-build "$REPO/controller:$APP_VERSION" docker/controller.Dockerfile --build-arg BASE_IMAGE="$BASE_IMAGE"
-build "$REPO/agent-runner:$torch_tag" docker/agent-runner.Dockerfile \
-  --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_INDEX_URL="$torch_index"
-if [ "$GPU" = 0 ]; then
-  build "$REPO/evaluator-worker:$APP_VERSION-cpu" docker/evaluator-worker.Dockerfile \
-    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=cpu --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL"
+agent_images() {  # the example custom agent is built on the agent runner's image
+  build "$REPO/agent-runner:$torch_tag" docker/agent-runner.Dockerfile \
+    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_INDEX_URL="$torch_index" \
+  && build "$REPO/example-custom-agent:$APP_VERSION" docker/example-custom-agent.Dockerfile \
+    --build-arg AGENT_RUNNER_IMAGE="$REPO/agent-runner:$torch_tag"
+}
+evaluator_image() {
+  if [ "$GPU" = 0 ]; then
+    build "$REPO/evaluator-worker:$APP_VERSION-cpu" docker/evaluator-worker.Dockerfile \
+      --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=cpu --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL"
+  else
+    build "$REPO/evaluator-worker:$APP_VERSION" docker/evaluator-worker.Dockerfile \
+      --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=gpu
+  fi
+}
+service_images() {
+  build "$REPO/grader:$APP_VERSION" docker/grader.Dockerfile --build-arg BASE_IMAGE="$BASE_IMAGE" \
+  && build "$REPO/controller:$APP_VERSION" docker/controller.Dockerfile --build-arg BASE_IMAGE="$BASE_IMAGE"
+}
+if [ "$LIST" = 1 ]; then
+  service_images; agent_images; evaluator_image
+elif [ "$PARALLEL" = 0 ]; then
+  service_images && agent_images && evaluator_image || die "an image failed to build (its log is named above)"
 else
-  build "$REPO/evaluator-worker:$APP_VERSION" docker/evaluator-worker.Dockerfile \
-    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=gpu
+  echo "make images: building side by side (logs in $WORK/)"
+  pids=()
+  for group in service_images agent_images evaluator_image; do "$group" & pids+=($!); done
+  failed=0
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  [ "$failed" = 0 ] || die "an image failed to build (its log is named above)"
 fi
-build "$REPO/example-custom-agent:$APP_VERSION" docker/example-custom-agent.Dockerfile \
-  --build-arg AGENT_RUNNER_IMAGE="$REPO/agent-runner:$torch_tag"
 
 [ "$LIST" = 1 ] && exit 0
 podman images --filter "reference=$REPO/*" --format '{{.Repository}}:{{.Tag}}  {{.Size}}'

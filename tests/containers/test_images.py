@@ -224,3 +224,24 @@ def test_the_agents_python_in_the_agent_image_holds_the_agents_and_no_supervisor
         "autorl agent-runner --help >/dev/null && echo supervisor ok",
     )
     assert out.split() == ["agents", "ok", "supervisor", "ok"], out
+
+
+def test_a_failing_build_fails_make_images_and_shows_each_failing_images_log(podman_ready: None) -> None:
+    """`make images` builds side by side: every build that fails is named with the end of its log and
+    the log's path, the others still finish, and the script exits non-zero (a base image that does
+    not exist: each image built on it fails, the one built on the agent runner is never tried)."""
+    registry = "localhost/autorl-build-failure"
+    env = {**os.environ, "GPU": "0", "REGISTRY": registry, "BASE_IMAGE": f"{registry}/no-such-base:0"}
+    result = subprocess.run(
+        [str(REPO / "docker" / "build-images.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode != 0, result.stdout
+    assert "an image failed to build" in result.stderr
+    for image in ("grader", "agent-runner", "evaluator-worker"):
+        log = REPO / "build" / "images" / f"{image}.log"
+        assert f"building {registry}/autorl/{image}:" in result.stderr
+        assert f"its log: {log}" in result.stderr and "no-such-base" in log.read_text()
+    assert "example-custom-agent" not in result.stderr + result.stdout
+    assert " built in " not in result.stdout
+    tagged = podman("images", "--format", "{{.Repository}}", check=False).stdout
+    assert registry not in tagged

@@ -112,6 +112,7 @@ def test_every_image_is_built_on_base_image(gpu: str) -> None:
     ("argument", "env", "message"),
     [
         ("--list", {"GPU": "yes"}, "GPU must be 0 or 1, not 'yes'"),
+        ("--list", {"PARALLEL": "4"}, "PARALLEL must be 0 or 1, not '4'"),
         ("--push", {}, "unknown argument '--push' (--list prints the plan)"),
     ],
 )
