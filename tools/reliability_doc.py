@@ -180,11 +180,63 @@ def suite_time_table() -> str:
         seconds = number(slowest["seconds"], 0) if slowest else "–"
         lines.append(f"| {PHASE_NAMES[name]} | {run['summary']} | {test} | {seconds} |")
     machine = data["machine"]
-    return (
+    text = (
         "\n".join(lines) + f"\n\nMeasured {data['date']} at commit `{data['commit'][:10]}` on "
         f"{machine['cpus']} CPU cores (load average {machine['load_avg_start']} at the start): "
         f"`{data['command']}`.\n"
     )
+    return text + earlier_suite_times(data) + build_time_table()
+
+
+def earlier_suite_times(data: dict[str, Any]) -> str:
+    """The fresh-clone runs recorded before the latest, newest first: minutes per phase."""
+    earlier = data.get("earlier", [])
+    if not earlier:
+        return ""
+    names = list(PHASE_NAMES)
+    lines = [
+        "",
+        "Earlier fresh-clone runs (minutes; a phase left empty did not run: make stops at a failing one):",
+        "",
+        "| date | commit | exit | " + " | ".join(names) + " | all |",
+        "| --- | --- | ---: | " + " | ".join("---:" for _ in names) + " | ---: |",
+    ]
+    for run in earlier:
+        minutes = {phase["name"]: number(phase["seconds"] / 60) for phase in run["phases"]}
+        cells = " | ".join(minutes.get(name, "") for name in names)
+        total = number(run["total_s"] / 60)
+        lines.append(f"| {run['date']} | `{run['commit'][:10]}` | {run['exit_code']} | {cells} | {total} |")
+    return "\n".join(lines) + "\n"
+
+
+BUILD_PARTS = {
+    "setup": "`make setup`'s three Python environments",
+    "images": "`make images GPU=0` (every CPU image)",
+}
+
+
+def build_time_table() -> str:
+    """One after another against side by side, from cold caches (``tools/build_time.py``)."""
+    if not (RESULTS / "build_time.json").exists():
+        return ""
+    data = load_results("build_time")
+    lines = [
+        "",
+        "Set-up and images, one after another and side by side, each from cold caches in one run "
+        "(`python -m tools.build_time`):",
+        "",
+        "| part | one after another, s | side by side, s | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for part, name in BUILD_PARTS.items():
+        runs = data.get(part)
+        if not runs:
+            continue
+        sequential, parallel = runs["sequential"]["seconds"], runs["parallel"]["seconds"]
+        ratio = number(sequential / parallel, 2)
+        lines.append(f"| {name} | {number(sequential, 0)} | {number(parallel, 0)} | {ratio}× |")
+    where = f"at commit `{data['commit'][:10]}` on {data['machine']['cpus']} CPU cores"
+    return "\n".join(lines) + f"\n\nMeasured {data['date']} {where}.\n"
 
 
 RENDERERS: dict[str, Callable[[], str]] = {

@@ -114,6 +114,19 @@ def run(clone_dir: Path, log: Path) -> dict[str, Any]:
     }
 
 
+#: How many earlier runs the results file keeps (their phases and totals, newest first).
+EARLIER_KEPT = 5
+
+
+def earlier_runs() -> list[dict[str, Any]]:
+    """The runs recorded before this one, newest first: what a change to the suite's time is read against."""
+    if not RESULTS.exists():
+        return []
+    last = json.loads(RESULTS.read_text(encoding="utf-8"))
+    kept = {key: last[key] for key in ("date", "commit", "exit_code", "total_s", "phases")}
+    return [kept, *last.get("earlier", [])][:EARLIER_KEPT]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clone-dir", type=Path, help="where to clone (default: a new temporary folder)")
@@ -125,6 +138,7 @@ def main() -> int:
         parser.error(f"--clone-dir {clone_dir} exists: name a folder that does not, so the clone is fresh")
     log = args.log or parent / "make-test.log"
     record = run(clone_dir, log)
+    record["earlier"] = earlier_runs()
     RESULTS.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     minutes = record["total_s"] / 60
     print(f"make test: exit {record['exit_code']} after {minutes:.1f} min; log {log}; wrote {RESULTS}")

@@ -3,6 +3,11 @@ that starts it, each pass's pytest summary and slowest tests."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from tools import suite_time
 
 OUTPUT = """\
@@ -49,3 +54,21 @@ def test_phases_are_told_apart_by_the_recipe_lines_make_prints() -> None:
         {"name": "images", "seconds": 120.0},
         {"name": "lint", "seconds": 80.0},
     ]
+
+
+def test_a_new_record_keeps_the_runs_before_it_newest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The results file holds the latest run and, under ``earlier``, what it is read against."""
+    results = tmp_path / "suite_time.json"
+    monkeypatch.setattr(suite_time, "RESULTS", results)
+    assert suite_time.earlier_runs() == []
+    phases = [{"name": "setup", "seconds": 60.0}]
+    older = {"date": "2026-12-01", "commit": "a" * 40, "exit_code": 0, "total_s": 3000.0, "phases": phases}
+    for run in range(suite_time.EARLIER_KEPT + 2):
+        latest = {**older, "commit": f"{run:040d}", "passes": {"suite": {}}, "machine": {"cpus": 2}}
+        latest["earlier"] = suite_time.earlier_runs()
+        results.write_text(json.dumps(latest))
+    earlier = suite_time.earlier_runs()
+    assert [entry["commit"][-1] for entry in earlier] == ["6", "5", "4", "3", "2"]
+    assert set(earlier[0]) == {"date", "commit", "exit_code", "total_s", "phases"}  # no passes kept
