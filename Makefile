@@ -17,6 +17,7 @@ help: ## list every target with what it does
 # The three Python environments install side by side (each pip process mostly waits on one core or
 # on the disk); the system packages and the browser one after the other (apt-get takes one lock).
 setup: system-packages browser ## install everything: system packages, the three Python environments, the browser
+	@echo "make setup: the Python environments $(VENV), $(AGENT_VENV) and $(OC_VENV), side by side (each one's output once it is done)"
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed
 
 # The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
