@@ -88,12 +88,13 @@ run: setup ## install, then run the embedded default experiment end to end (offl
 # in no order of their own) and the slow, integration and end-to-end tests that share nothing a test can
 # change (order_independent, tests/conftest.py): every unit test and every test sharing state runs again.
 # Each module's tests run in one process (loadscope): a module-wide fixture (an OpenCompass run, a
-# sandboxed agent's run, the module's database) is built once. Each pass prints its 25 slowest tests.
+# sandboxed agent's run, the module's database) is built once, the costliest modules handed out first
+# (tests/support/suite_order.py). Each pass prints its 25 slowest tests.
 test: setup ## install, build the CPU images, run `make lint`, then the whole suite over two processes, then again in reverse order what order can break
 	$(MAKE) --no-print-directory images GPU=0
 	$(MAKE) --no-print-directory lint
-	CI=1 $(PY) -m pytest -n 2 --dist loadscope --durations=25
-	CI=1 $(PY) -m pytest -n 2 --dist loadscope --durations=25 --reverse -m "not containers and not order_independent"
+	CI=1 $(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25
+	CI=1 $(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25 --reverse -m "not containers and not order_independent"
 
 test-containers: setup ## build the CPU images, then run only the container tests (tests/containers/)
 	$(MAKE) --no-print-directory images GPU=0

@@ -14,6 +14,7 @@ from tests.support.infra import new_run_id, postgres_database, private_redis
 from tests.support.mutation_order import cheapest_first
 from tests.support.requirements import apply_requires_markers
 from tests.support.settings import DeploymentSettings
+from tests.support.suite_order import costliest_first
 
 pytest_plugins = ["pytester", "tests.support.fixtures"]
 
@@ -101,10 +102,13 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.order_independent)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under a mutant (``make mutation``), its tests run cheapest first (support/mutation_order.py);
+    in xdist's processes, the costliest modules are handed out first (support/suite_order.py)."""
     if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
         items[:] = cheapest_first(items)
+    elif hasattr(config, "workerinput"):  # an xdist process (not a pytest it starts in turn)
+        items[:] = costliest_first(items)
 
 
 @pytest.fixture(scope="module")

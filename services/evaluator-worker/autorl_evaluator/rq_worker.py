@@ -90,10 +90,17 @@ def refusal(job: Job, prefix: str) -> str | None:
     return None
 
 
+#: How long, at most, the thread that listens for RQ's commands (stop a job) waits in one read.
+COMMAND_READ_S = 1.0
+
+
 class EvaluationOnly:
     """The checks of both worker classes: refuse before anything runs, then feed the queue."""
 
     connection: Redis
+    pubsub: Any
+    pubsub_thread: Any
+    pubsub_channel_name: str
 
     def __init__(
         self,
@@ -112,6 +119,20 @@ class EvaluationOnly:
         self.dispatcher = dispatcher
         self.db = db
         self.metrics = metrics
+
+    def subscribe(self) -> None:
+        """RQ's subscription to this worker's command channel, its thread reading for at most
+        :data:`COMMAND_READ_S` at a time instead of RQ's 60 s. Stopping the worker waits out the read
+        in progress (redis-py's ``stop()``), and when the reply to the worker's unsubscribe reached
+        the thread before the stop did (a loaded machine), the thread began another read: a worker
+        asked to stop took a minute, and its pod that long to end."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})  # type: ignore[attr-defined]
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=COMMAND_READ_S,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,  # type: ignore[attr-defined]
+        )
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         reason = refusal(job, self.key_prefix)
