@@ -33,9 +33,9 @@ BASES = ["docker.io/library/python:3.11-slim", "localhost/autorl/python:3.11-boo
 MODES = {"sequential": "0", "parallel": "1"}
 
 
-def podman(*args: str) -> str:
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CONTAINERS_CONF": str(REPO_ROOT / "docker" / "containers.conf")}
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=True, env=env).stdout
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, env=env)
 
 
 def timed(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -60,10 +60,9 @@ def measure_setup(clone: Path, scratch: Path) -> dict[str, Any]:
 
 
 def remove_images_but(base: str) -> None:
-    keep = podman("image", "inspect", "--format", "{{.Id}}", base).strip()
-    ids = {
-        line for line in podman("images", "-a", "--format", "{{.ID}}").split() if not keep.startswith(line)
-    }
+    keep = podman("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
+    listed = podman("images", "-a", "--format", "{{.ID}}").stdout.split()
+    ids = {image for image in listed if not keep.startswith(image)}
     if ids:
         podman("rmi", "-f", *sorted(ids))
 
@@ -72,7 +71,7 @@ def measure_images(clone: Path, scratch: Path) -> dict[str, Any]:
     if shutil.which("podman") is None:
         sys.exit("tools.build_time: podman is not installed; run `make images GPU=0` once first")
     base = next(
-        (image for image in BASES if subprocess.run(["podman", "image", "exists", image]).returncode == 0),
+        (image for image in BASES if podman("image", "exists", image, check=False).returncode == 0),
         None,
     )
     if base is None:

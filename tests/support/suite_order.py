@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from tests.support.mutation_order import OrderedItem, tier
+from tests.support.mutation_order import TIERS, OrderedItem, tier
 
 #: Markers of the modules whose tests take minutes each: they start before everything else.
 LONGEST = ("opencompass", "containers")
@@ -29,7 +29,7 @@ T = TypeVar("T", bound=MarkedItem)
 def cost_class(item: MarkedItem) -> int:
     """Higher is costlier: the longest markers, then end-to-end, integration and unit folders."""
     longest = any(item.get_closest_marker(name) is not None for name in LONGEST)
-    return tier(item.path) + (len(LONGEST) + 2 if longest else 0)
+    return tier(item.path) + (len(TIERS) + 1 if longest else 0)  # above every folder's tier
 
 
 def costliest_first(items: Sequence[T]) -> list[T]:

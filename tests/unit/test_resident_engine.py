@@ -26,6 +26,15 @@ PROMPTS = [f"<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assi
 SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["<|im_end|>", "<|endoftext|>"], "top_k": 1}
 
 
+def serve_in_thread(socket_path: Path) -> None:
+    """The engine server in a thread of this process, once its socket's path exists."""
+    threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not socket_path.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
 def reweighted(base: Path, target: Path, seed: int) -> Path:
     """``base`` with its weights nudged by a seeded draw: another checkpoint of the same architecture."""
     import torch
@@ -140,11 +149,7 @@ def test_answers_reach_opencompass_while_processes_the_engine_forked_hold_the_co
     monkeypatch.setitem(engine_server.ENGINES, "transformers", ForkingEngine)
     save_file({"weight": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     socket_path = tmp_path / "engine.sock"
-    threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
-    deadline = time.monotonic() + 10
-    while not socket_path.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    serve_in_thread(socket_path)
     monkeypatch.setenv("AUTORL_ENGINE_SOCKET", str(socket_path))
     try:
         started = time.monotonic()
@@ -178,11 +183,7 @@ def test_the_socket_appears_only_once_the_server_accepts(
         listen(self, backlog)
 
     monkeypatch.setattr(socket.socket, "listen", slow_listen)
-    threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
-    deadline = time.monotonic() + 10
-    while not socket_path.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    serve_in_thread(socket_path)
     assert shim.exchange(str(socket_path), {"op": "ping"}, timeout_s=10)["ok"] is True
     assert seen_at_listen == [False]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["engine.sock"]  # no name left behind

@@ -126,6 +126,7 @@ class EvaluationOnly:
         in progress (redis-py's ``stop()``), and when the reply to the worker's unsubscribe reached
         the thread before the stop did (a loaded machine), the thread began another read: a worker
         asked to stop took a minute, and its pod that long to end."""
+        log.info("event=commands_subscribed channel=%s", self.pubsub_channel_name)
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})  # type: ignore[attr-defined]
         self.pubsub_thread = self.pubsub.run_in_thread(
