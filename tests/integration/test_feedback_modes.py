@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from autorl.api.answers import ExperimentAnswer, NominatedAnswer, SubmissionAnswer
 from autorl.store import Database, Split
 from autorl.store import repository as repo
-from autorl.store.models import utcnow
+from autorl.store.models import FailureReason, utcnow
 from autorl_evaluator.jobs import evaluate
 from tests.support.grading import (
     RegisteredExperiment,
@@ -218,6 +218,71 @@ def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ti
     late = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/late"})
     assert late.status_code == 409
     assert client.post(f"{experiment.url_path}/final", json={"submission_id": first}).status_code == 409
+
+
+def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> Any:
+    return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
+
+
+def test_a_nomination_of_a_failed_submission_is_refused(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    copy_model(tiny_base_model, experiment.output_dir / "broken", unique=True)
+    accepted = client.post(
+        f"{experiment.url_path}/submit", json={"model_path": "output/broken"}, params={"wait": "false"}
+    )
+    assert accepted.status_code == 202, accepted.text
+    failing = accepted.json()["submission_id"]
+    with db.session() as session:  # the worker's own result path: claimed, then failed
+        assert repo.claim(session, failing, worker="worker-1", lease_s=60)
+    with db.session() as session:
+        assert repo.record_failure(
+            session,
+            failing,
+            error="the model does not load",
+            reason=FailureReason.EVALUATION,
+            worker="worker-1",
+        )
+    assert agent_get(client, experiment, f"/submissions/{failing}")["status"] == "failed"
+    refused = nominate(client, experiment, failing)
+    assert refused.status_code == 400, refused.text
+    assert "is failed, not scored" in refused.json()["error"]
+    with db.session() as session:  # a refusal costs nothing: a later nomination is still open
+        assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
+
+
+def test_a_nomination_of_another_experiments_scored_submission_is_refused(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    ours = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    theirs = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    copy_model(tiny_base_model, theirs.output_dir / "a", unique=True)
+    their_id = submit(client, settings, theirs, "a")
+    assert agent_get(client, theirs, f"/submissions/{their_id}")["status"] == "scored"
+    refused = nominate(client, ours, their_id)
+    assert refused.status_code == 400, refused.text
+    # The same answer as for an id that exists nowhere: another experiment's ids are not revealed.
+    assert refused.json()["error"] == (
+        f"no submission {their_id} in this experiment; nominate an id from GET /scores"
+    )
+    with db.session() as session:
+        assert repo.get_experiment(session, ours.name).nominated_submission_id is None
+    # Its own experiment's agent may still nominate it.
+    assert nominate(client, theirs, their_id).status_code == 200
+
+
+def test_a_nomination_before_the_budget_starts_is_refused(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(
+        client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed", start=False
+    )
+    refused = nominate(client, experiment, 1)
+    assert refused.status_code == 403, refused.text
+    assert "has not started" in refused.json()["error"] and "GET /time" in refused.json()["error"]
+    with db.session() as session:
+        assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
 
 
 def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(
