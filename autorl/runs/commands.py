@@ -362,12 +362,13 @@ def _seed_cell(seed: RunSeed | None) -> str:
 
 
 def summary_of(rows: Sequence[ResultRow]) -> list[AgentSummary]:
-    """The agent summary of these runs: grouped by task, agent and base model."""
+    """The agent summary of these runs: grouped by task, agent, base model and feedback mode."""
     return summarize(
         RunOutcome(
             task=row.task,
             agent=row.agent,
             model=row.base_model,
+            feedback=row.feedback,
             baseline=row.baseline,
             best_score=row.best_score,
             improvement=row.improvement,
@@ -403,7 +404,7 @@ def _print_summary(summaries: Sequence[AgentSummary]) -> None:
     if not console.is_terminal:
         console = Console(width=240)
     table = Table(title="AutoRL agent summary", title_justify="left")
-    for name in ("task", "agent", "base_model"):
+    for name in ("task", "agent", "base_model", "feedback"):
         table.add_column(name)
     numbers = ("runs", "succeeded", "baseline", "best", "mean_best", "best_impr", "mean_impr", "submissions")
     for name in numbers:
@@ -414,7 +415,7 @@ def _print_summary(summaries: Sequence[AgentSummary]) -> None:
 
     for s in summaries:
         table.add_row(
-            *map(rich_text, (s.task, s.agent, s.model)),
+            *map(rich_text, (s.task, s.agent, s.model, s.feedback)),
             str(s.runs),
             str(s.succeeded),
             score(s.baseline),
@@ -489,7 +490,7 @@ def register_results(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="show the results of past runs ($AUTORL_HOME/results.csv)",
         description="One row per run: baseline, best score, improvement, submissions, status. "
         "Filter by task, agent or model; compare runs side by side with --compare; group them by "
-        "task, agent and base model with --summary.",
+        "task, agent, base model and feedback mode with --summary.",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--csv", action="store_true", help="print the rows as CSV, with the header")
@@ -510,9 +511,9 @@ def register_results(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument(
         "--summary",
         action="store_true",
-        help="the agent summary: runs grouped by task, agent and base model, with how many ran and "
-        "succeeded, the mean baseline, the best and mean best score and improvement, and the scored "
-        "submissions (with --json or --csv in that form)",
+        help="the agent summary: runs grouped by task, agent, base model and feedback mode, with how "
+        "many ran and succeeded, the mean baseline, the best and mean best score and improvement, and "
+        "the scored submissions (with --json or --csv in that form)",
     )
     parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
     parser.set_defaults(func=_run)

@@ -1,6 +1,7 @@
-"""The agent summary: runs grouped by task, agent and base model, with how many there were, how many
-succeeded, and their best and mean scores. `autorl results --summary` computes it from results.csv,
-the dashboard's summary page from the grader's experiments; both through :func:`summarize`."""
+"""The agent summary: runs grouped by task, agent, base model and feedback mode, with how many there
+were, how many succeeded, and their best and mean scores. `autorl results --summary` computes it
+from results.csv, the dashboard's summary page from the grader's experiments; both through
+:func:`summarize`."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ class RunOutcome:
     task: str
     agent: str
     model: str
-    baseline: float | None
-    best_score: float | None
+    #: test or sealed: a test run's best (a maximum over its test scores) and a sealed run's one
+    #: final evaluation are not the same measurement, so they are never grouped together.
+    feedback: str
+    baseline: float | None  # on the test split
+    best_score: float | None  # on the test split: a test run's best, a sealed run's final score
     improvement: float | None
     submissions: int  # scored submissions
     success: bool  # completed with at least one scored submission
@@ -26,11 +30,12 @@ class RunOutcome:
 
 @dataclass(frozen=True)
 class AgentSummary:
-    """One group of runs of the same task, agent and base model."""
+    """One group of runs of the same task, agent, base model and feedback mode."""
 
     task: str
     agent: str
     model: str
+    feedback: str
     runs: int
     succeeded: int
     scored_runs: int  # runs with a best score: what the means are taken over
@@ -53,13 +58,13 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def summarize(outcomes: Iterable[RunOutcome]) -> list[AgentSummary]:
-    """One entry per (task, agent, model), by task, then highest best score first (groups with no
-    score last), then agent and model."""
-    groups: dict[tuple[str, str, str], list[RunOutcome]] = {}
+    """One entry per (task, agent, model, feedback), by task, then highest best score first (groups
+    with no score last), then agent, model and feedback mode."""
+    groups: dict[tuple[str, str, str, str], list[RunOutcome]] = {}
     for outcome in outcomes:
-        groups.setdefault((outcome.task, outcome.agent, outcome.model), []).append(outcome)
+        groups.setdefault((outcome.task, outcome.agent, outcome.model, outcome.feedback), []).append(outcome)
     summaries = []
-    for (task, agent, model), runs in groups.items():
+    for (task, agent, model, feedback), runs in groups.items():
         baselines = [run.baseline for run in runs if run.baseline is not None]
         bests = [run.best_score for run in runs if run.best_score is not None]
         improvements = [run.improvement for run in runs if run.improvement is not None]
@@ -68,6 +73,7 @@ def summarize(outcomes: Iterable[RunOutcome]) -> list[AgentSummary]:
                 task=task,
                 agent=agent,
                 model=model,
+                feedback=feedback,
                 runs=len(runs),
                 succeeded=sum(run.success for run in runs),
                 scored_runs=len(bests),
@@ -81,5 +87,5 @@ def summarize(outcomes: Iterable[RunOutcome]) -> list[AgentSummary]:
         )
     return sorted(
         summaries,
-        key=lambda s: (s.task, s.best_score is None, -(s.best_score or 0.0), s.agent, s.model),
+        key=lambda s: (s.task, s.best_score is None, -(s.best_score or 0.0), s.agent, s.model, s.feedback),
     )

@@ -20,7 +20,14 @@ from autorl.uncertainty import wilson_interval
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
 from tests.support.infra import serve
-from tests.support.runs import SeededExperiment, add_submission, create_experiment, finish, scores
+from tests.support.runs import (
+    SeededExperiment,
+    add_submission,
+    create_experiment,
+    finish,
+    scores,
+    sealed_experiment,
+)
 from tests.support.settings import DeploymentSettings
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -43,6 +50,8 @@ SCORE_CELLS_JS = (
 )
 POINTS_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[0].data"
 BASELINE_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets[1].data"
+#: A sealed experiment's final evaluation on test and the baseline on test, apart from the rest.
+FINAL_JS = "return Chart.getChart(document.getElementById('chart')).data.datasets.slice(2).map(d => d.data)"
 #: The fill each point is drawn with (resolved by Chart.js): hollow where not distinguishable.
 FILLS_JS = (
     "return Chart.getChart(document.getElementById('chart')).getDatasetMeta(0).data"
@@ -193,6 +202,7 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert [p["distinguishable"] for p in points] == [None, False]
         assert browser.execute_script(FILLS_JS) == [POINT_FILL, HOLLOW_FILL]
         assert "Hollow points: not distinguishable" in "".join(texts(browser, "#chart-legend"))
+        assert not browser.find_element(By.ID, "chart-sealed").is_displayed()
         assert {p["y"] for p in browser.execute_script(BASELINE_JS)} == {10.0}
         Select(browser.find_element(By.ID, "protocol")).select_by_value("strict")
         assert [p["y"] for p in browser.execute_script(POINTS_JS)] == [28.0]  # #1 has no strict score
@@ -232,6 +242,26 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         screenshot = tmp_path / "dashboard-experiment.png"
         assert browser.save_screenshot(str(screenshot))
         print(f"dashboard screenshots: {tmp_path / 'dashboard-experiments.png'} {screenshot}")
+
+        # A sealed experiment: its points and baseline on validation, its final on test apart.
+        sealed = sealed_experiment(db, tmp_path / "sealed-workspace")
+        browser.get(f"{grader.url}/ui/experiments/{sealed.run.name}")
+        wait_for(browser, lambda d: d.execute_script(FINAL_JS)[0], "the final on the chart")
+        assert [p["y"] for p in browser.execute_script(POINTS_JS)] == [30.0, 60.0]
+        assert {p["y"] for p in browser.execute_script(BASELINE_JS)} == {20.0}
+        ((final,), test_baseline) = browser.execute_script(FINAL_JS)
+        assert (final["y"], final["of"]) == (50.0, sealed.nominated) and {p["y"] for p in test_baseline} == {
+            10.0
+        }
+        assert [final["low"], final["high"]] == pytest.approx(list(wilson_interval(5, 10)))
+        assert browser.find_element(By.ID, "chart-sealed").is_displayed()
+        low, high = wilson_interval(5, 10)
+        assert f"final (test)\n50.00 [{low:.2f}–{high:.2f}] (of #{sealed.nominated}, nominated)" in "\n".join(
+            texts(browser, "#summary div")
+        )
+        sealed_screenshot = tmp_path / "dashboard-sealed.png"
+        assert browser.save_screenshot(str(sealed_screenshot))
+        print(f"dashboard screenshot of a sealed experiment: {sealed_screenshot}")
 
         # The agent's capability URL leads to no dashboard, and its bearer token is refused.
         browser.get(f"{grader.url}/a/{run.token}/ui")

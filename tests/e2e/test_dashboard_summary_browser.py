@@ -34,7 +34,7 @@ def seed(db: Database, workspace: Path, agent: str, *best: float, status: str = 
 
 def rows(driver: Any) -> list[list[str]]:
     flat = cells(driver, ROW)
-    return [flat[i : i + 11] for i in range(0, len(flat), 11)]
+    return [flat[i : i + 12] for i in range(0, len(flat), 12)]
 
 
 def test_operator_reads_the_agent_summary_live(
@@ -61,6 +61,7 @@ def test_operator_reads_the_agent_summary_live(
             "gsm8k",
             "example_grpo",
             "builtin:tiny-qwen2",
+            "test",
             "3",
             "2",
             "10.00",
@@ -71,7 +72,7 @@ def test_operator_reads_the_agent_summary_live(
             "3",
         ]
         # The agent's name is text: markup shown as written, a direction override spelled out.
-        assert hostile[1] == "<img src=x onerror=window.pwned=1>\\u202eagent" and hostile[6] == "45.00"
+        assert hostile[1] == "<img src=x onerror=window.pwned=1>\\u202eagent" and hostile[7] == "45.00"
         assert browser.execute_script(
             "return window.pwned === undefined && !document.querySelector('main img')"
         )
@@ -79,7 +80,7 @@ def test_operator_reads_the_agent_summary_live(
         # The running experiment's first score joins the group's numbers without a reload.
         browser.execute_script("window.autorlNoReload = true")
         add_submission(db, running, scores=scores(35.0), minutes=1)
-        wait_for(browser, lambda d: rows(d)[1][6:8] == ["35.00", "28.33"], "the new best and mean")
+        wait_for(browser, lambda d: rows(d)[1][7:9] == ["35.00", "28.33"], "the new best and mean")
         assert browser.execute_script("return window.autorlNoReload") is True
         console = [entry["message"] for entry in browser.get_log("browser")]
         assert not [m for m in console if "Uncaught" in m or "Content Security Policy" in m], console

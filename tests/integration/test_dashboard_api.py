@@ -25,7 +25,7 @@ from autorl_grader.dashboard.log_tail import MAX_TAIL_BYTES
 from autorl_grader.dashboard.session import COOKIE_NAME, SessionSigner
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
-from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
+from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores, sealed_experiment
 from tests.support.settings import DeploymentSettings
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
@@ -179,6 +179,7 @@ def test_experiment_detail_has_a_series_per_protocol(
     assert [p["score"] for p in opencompass["points"]] == [12.0, 30.0, 10.0]
     assert [round(p["t_s"] / 60) for p in opencompass["points"]] == [1, 2, 3]
     assert opencompass["baseline"] == 10.0
+    assert opencompass["split"] == "test" and opencompass["final"] is None
     assert chart["protocols"]["strict"]["points"][0]["score"] == 11.0
     assert chart["protocols"]["flexible"]["baseline"] == 11.0
     best_id = opencompass["best_submission"]
@@ -194,6 +195,58 @@ def test_experiment_detail_has_a_series_per_protocol(
     assert detail["metrics"]["score_trajectory"] == [12.0, 30.0, 10.0, None, None]
     missing = client.get("/ui/api/experiments/no-such-experiment")
     assert missing.status_code == 404 and "GET /v1/experiments" in missing.json()["detail"]
+
+
+def test_a_sealed_experiment_is_shown_on_validation_with_its_final_on_test_apart(
+    client: TestClient, admin_token: str, db: Database, tmp_path: Path
+) -> None:
+    sealed = sealed_experiment(db, tmp_path / "sealed")
+    sign_in(client, admin_token)
+    rows = {r["name"]: r for r in client.get("/ui/api/experiments").json()["experiments"]}
+    row = rows[sealed.run.name]
+    assert row["feedback"] == "sealed" and row["test_evaluations"] == 1
+    # The agent's numbers on validation; the result on test apart, with its interval.
+    assert (row["validation_baseline_score"], row["best_score"], row["improvement"]) == (20.0, 60.0, 40.0)
+    assert row["baseline_score"] == 10.0
+    final = row["final"]
+    assert (final["submission_id"], final["of"], final["selection"]) == (
+        sealed.final,
+        sealed.nominated,
+        "nominated",
+    )
+    assert final["score"] == 50.0 and final["interval"][0] < 50.0 < final["interval"][1]
+
+    detail = client.get(f"/ui/api/experiments/{sealed.run.name}").json()
+    opencompass = detail["chart"]["protocols"]["opencompass"]
+    # The validation points against the baseline on validation; the final is not among them.
+    assert opencompass["split"] == "validation" and opencompass["baseline"] == 20.0
+    assert [p["submission_id"] for p in opencompass["points"]] == [sealed.nominated, sealed.best]
+    assert opencompass["best_submission"] == sealed.best
+    assert opencompass["final"] == {
+        "submission_id": sealed.final,
+        "of": sealed.nominated,
+        "t_s": 720.0,
+        "score": 50.0,
+        "baseline": 10.0,
+    }
+    flexible = detail["chart"]["protocols"]["flexible"]  # each protocol's own final and baselines
+    assert (flexible["baseline"], flexible["final"]["score"], flexible["final"]["baseline"]) == (
+        21.0,
+        51.0,
+        11.0,
+    )
+
+    subs = {s["submission_id"]: s for s in detail["submissions"]}
+    assert (
+        subs[sealed.test_baseline]["split"] == "test"
+        and subs[sealed.validation_baseline]["split"] == "validation"
+    )
+    assert subs[sealed.final]["split"] == "test" and subs[sealed.final]["final_of"] == sealed.nominated
+    assert subs[sealed.nominated]["final_of"] is None
+    # Each row is compared with the baseline on its own split: 50 % on test against 10 %, 30 % on
+    # validation against 20 %.
+    assert subs[sealed.final]["comparison"]["difference"] == 40.0
+    assert subs[sealed.nominated]["comparison"]["difference"] == 10.0
 
 
 def test_agent_log_tail_is_capped_and_never_follows_links(

@@ -1,5 +1,6 @@
 """The dashboard's agent summary JSON against real Postgres: the grader's experiments grouped by task,
-agent and base model with their counts and best and mean scores, only for a signed-in operator."""
+agent, base model and feedback mode with their counts and best and mean scores, only for a
+signed-in operator."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from autorl.store import Database
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
 from tests.integration.test_dashboard_api import db, settings
-from tests.support.runs import add_submission, create_experiment, finish, scores
+from tests.support.runs import add_submission, create_experiment, finish, scores, sealed_experiment
 from tests.support.settings import DeploymentSettings
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
@@ -55,6 +56,7 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
         "task": "gsm8k",
         "agent": "example_grpo",
         "model": "builtin:tiny-qwen2",
+        "feedback": "test",
         "runs": 3,
         "succeeded": 2,
         "scored_runs": 2,
@@ -68,3 +70,38 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
     # A failed experiment is not a success, whatever it scored.
     assert (claude["runs"], claude["succeeded"], claude["best_score"]) == (1, 0, 40.0)
     assert (none["best_improvement"], none["succeeded"]) == (-5.0, 1)
+
+
+def test_sealed_experiments_are_grouped_apart_and_summarised_by_their_final_on_test(
+    settings: DeploymentSettings, db: Database, tmp_path: Path
+) -> None:
+    seed(db, tmp_path / "a", "both_modes", 10.0, 12.0, 30.0, status="completed")
+    sealed = sealed_experiment(db, tmp_path / "sealed")  # 60 % the best on validation
+    with db.session() as session:
+        repo.get_experiment(session, sealed.run.name).agent = "both_modes"
+    finish(db, sealed.run.name, "completed")
+    assert settings.admin_token is not None
+    with TestClient(create_app(settings, reconcile=False), base_url=BASE) as client:
+        token = settings.admin_token.get_secret_value()
+        assert client.post("/ui/login", data={"token": token}, follow_redirects=False).status_code == 303
+        groups = client.get("/ui/api/summary").json()["groups"]
+    by_mode = {g["feedback"]: g for g in groups if g["agent"] == "both_modes"}
+    assert set(by_mode) == {"test", "sealed"}
+    assert (by_mode["test"]["runs"], by_mode["test"]["best_score"]) == (1, 30.0)
+    # Every number on test: the final evaluation (50 %) against the baseline on test (10 %), not
+    # the best on validation (60 %) against either baseline; the final is not an agent submission.
+    assert by_mode["sealed"] == {
+        "task": "gsm8k",
+        "agent": "both_modes",
+        "model": "builtin:tiny-qwen2",
+        "feedback": "sealed",
+        "runs": 1,
+        "succeeded": 1,
+        "scored_runs": 1,
+        "submissions": 2,
+        "baseline": 10.0,
+        "best_score": 50.0,
+        "mean_best_score": 50.0,
+        "best_improvement": 40.0,
+        "mean_improvement": 40.0,
+    }

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from autorl.store import Database, FailureReason
+from autorl.store import Database, FailureReason, Feedback, Split
 from autorl.store import repository as repo
 
 WORKER = "test-worker"
@@ -25,7 +25,12 @@ class SeededExperiment:
 
 
 def create_experiment(
-    db: Database, workspace: Path, *, timeout_s: int = 3600, started_minutes_ago: float | None = 0.0
+    db: Database,
+    workspace: Path,
+    *,
+    timeout_s: int = 3600,
+    started_minutes_ago: float | None = 0.0,
+    feedback: Feedback = Feedback.TEST,
 ) -> SeededExperiment:
     """An experiment of the tiny model; its budget started that long ago (``None``: not started)."""
     name = f"exp-{uuid.uuid4().hex[:10]}"
@@ -46,6 +51,12 @@ def create_experiment(
             max_submissions=100,
             eval_config=EVAL_CONFIG,
             eval_key=uuid.uuid4().hex,
+            feedback=feedback,
+            **(
+                {"validation_eval_config": EVAL_CONFIG, "validation_eval_key": uuid.uuid4().hex}
+                if feedback == Feedback.SEALED
+                else {}
+            ),
         )
         if started_minutes_ago is not None:
             repo.start_budget(session, experiment)
@@ -66,13 +77,17 @@ def add_submission(
     baseline: bool = False,
     folder: str | None = None,
     correctness: str | None = None,
+    split: Split = Split.TEST,
+    final_of: int | None = None,
 ) -> int:
     """A submission made ``minutes`` after the budget started: scored with ``scores`` (headline =
     opencompass), failed with ``error``, or left queued. ``files`` names its content: equal names are
     identical files (a second one reuses the first one's score, as the grader does). ``folder`` names
     its checkpoint folder in ``output/`` (default: a random one). ``correctness`` is its per-problem
     correctness string (autorl.uncertainty), all taken on the same problems; ``n_samples`` is its
-    length, else 10."""
+    length, else 10. ``split`` is the split it is evaluated on (a baseline on validation is the
+    sealed experiment's baseline there); ``final_of`` makes it the sealed experiment's final
+    evaluation of that submission, on test."""
     fingerprint = hashlib.sha256((files or uuid.uuid4().hex).encode()).hexdigest()
     with db.session() as session:
         experiment = repo.get_experiment(session, name)
@@ -82,9 +97,15 @@ def add_submission(
             model_path=str(Path(experiment.output_dir) / (folder or f"ckpt-{uuid.uuid4().hex[:6]}")),
             fingerprint=fingerprint,
             is_baseline=baseline,
+            split=Split.TEST if final_of is not None else split,
+            final_of=final_of,
         )
-        if baseline:
+        if baseline and split == Split.VALIDATION:
+            experiment.validation_baseline_submission_id = submission.id
+        elif baseline:
             experiment.baseline_submission_id = submission.id
+        if final_of is not None:
+            experiment.final_submission_id = submission.id
         if minutes is not None and experiment.start_time is not None:
             submission.created_at = experiment.start_time + timedelta(minutes=minutes)
         submission_id = submission.id
@@ -130,3 +151,48 @@ def finish(db: Database, name: str, status: str = "completed") -> None:
 
     with db.session() as session:
         repo.finish_experiment(session, repo.get_experiment(session, name), ExperimentStatus(status))
+
+
+@dataclass(frozen=True)
+class SealedRun:
+    """A sealed experiment seeded by :func:`sealed_experiment`, with the ids of what it holds."""
+
+    run: SeededExperiment
+    test_baseline: int
+    validation_baseline: int
+    nominated: int
+    best: int
+    final: int
+
+
+def sealed_experiment(db: Database, workspace: Path) -> SealedRun:
+    """A sealed experiment whose budget started 30 minutes ago, on 10 problems per split: the
+    baseline on test (10 %) and on validation (20 %), two agent submissions on validation (30 % at
+    minute 1, nominated; 60 % at minute 2, the best there), and the final evaluation of the
+    nominated one on test (50 %, at minute 12)."""
+    run = create_experiment(db, workspace, started_minutes_ago=30, feedback=Feedback.SEALED)
+
+    def scored(
+        percent: int, files: str, minutes: float | None, split: Split, *, final_of: int | None = None
+    ) -> int:
+        ones = percent // 10
+        return add_submission(
+            db,
+            run.name,
+            scores=scores(float(percent)),
+            correctness="1" * ones + "0" * (10 - ones),
+            files=files,
+            minutes=minutes,
+            baseline=minutes is None,
+            split=split,
+            final_of=final_of,
+        )
+
+    test_baseline = scored(10, "base", None, Split.TEST)
+    validation_baseline = scored(20, "base", None, Split.VALIDATION)
+    nominated = scored(30, "a", 1, Split.VALIDATION)
+    best = scored(60, "b", 2, Split.VALIDATION)
+    with db.session() as session:
+        repo.get_experiment(session, run.name).nominated_submission_id = nominated
+    final = scored(50, "a", 12, Split.TEST, final_of=nominated)
+    return SealedRun(run, test_baseline, validation_baseline, nominated, best, final)

@@ -1,5 +1,6 @@
-"""`autorl results --summary`: the runs of results.csv grouped by task, agent and base model, with
-their counts and best and mean scores, as a table, JSON or CSV; filters narrow it first."""
+"""`autorl results --summary`: the runs of results.csv grouped by task, agent, base model and
+feedback mode, with their counts and best and mean scores, as a table, JSON or CSV; filters narrow
+it first."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def test_summary_groups_runs_with_counts_and_best_and_mean_scores(
         "task": "arith",
         "agent": "example_grpo",
         "model": "builtin:tiny-qwen2",
+        "feedback": "test",
         "runs": 3,
         "succeeded": 3,
         "scored_runs": 3,
@@ -99,7 +101,8 @@ def test_summary_as_csv_and_as_a_table(home: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "AutoRL agent summary" in out
     grpo = next(line for line in out.splitlines() if "example_grpo" in line and "tiny" in line)
-    assert [cell.strip() for cell in grpo.split("│")[4:12]] == [
+    assert [cell.strip() for cell in grpo.split("│")[4:13]] == [
+        "test",
         "3",
         "3",
         "2.67",
@@ -133,9 +136,45 @@ def test_summary_and_compare_together_are_refused_with_the_fix(
 def test_groups_without_a_score_come_last_in_their_task() -> None:
     def outcome(agent: str, best: float | None) -> RunOutcome:
         return RunOutcome(
-            "t", agent, "m", 1.0, best, None if best is None else best - 1.0, 1, best is not None
+            "t", agent, "m", "test", 1.0, best, None if best is None else best - 1.0, 1, best is not None
         )
 
     order = [s.agent for s in summarize([outcome("none", None), outcome("low", 3.0), outcome("high", 9.0)])]
     assert order == ["high", "low", "none"]
     assert summarize([]) == []
+
+
+def test_sealed_runs_form_groups_of_their_own(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sealed run's best_score is its one final evaluation, a test run's a maximum over its test
+    scores: the same agent's runs in the two modes are two groups, never one mean."""
+    for run_id, final in (("v1", 24.0), ("v2", 18.0)):
+        append_row(
+            row(
+                run_id,
+                baseline=2.0,
+                best_score=final,
+                improvement=final - 2.0,
+                submissions=6,
+                feedback="sealed",
+                final_score=final,
+                final_low=final - 5.0,
+                final_high=final + 5.0,
+                final_p_value=0.01,
+                selection="nominated",
+                test_evaluations=1,
+            ),
+            home,
+        )
+    groups = {(g["agent"], g["feedback"]): g for g in summary_json(home, capsys, "--task", "arith")}
+    assert set(groups) == {
+        ("example_sft", "test"),
+        ("example_grpo", "test"),
+        ("example_grpo", "sealed"),
+    }
+    test, sealed = groups["example_grpo", "test"], groups["example_grpo", "sealed"]
+    assert (test["runs"], test["best_score"], test["mean_best_score"]) == (3, 40.0, 30.0)
+    assert (sealed["runs"], sealed["submissions"], sealed["baseline"]) == (2, 12, 2.0)
+    assert (sealed["best_score"], sealed["mean_best_score"], sealed["mean_improvement"]) == (24.0, 21.0, 19.0)
+    assert main(["results", "--summary", "--home", str(home), "--task", "arith"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "example_grpo" in line]
+    assert sorted(line.split("│")[4].strip() for line in lines) == ["sealed", "test"]

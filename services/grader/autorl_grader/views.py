@@ -103,10 +103,11 @@ class ExperimentTotals:
     baseline: Evaluated | None = None
 
     @classmethod
-    def read(cls, session: Session, experiment: Experiment) -> ExperimentTotals:
+    def read(cls, session: Session, experiment: Experiment, split: Split | None = None) -> ExperimentTotals:
         """The totals as the agent is shown them: against the baseline on the split its
-        submissions are scored on (sealed: validation)."""
-        split = repo.feedback_split(experiment)
+        submissions are scored on (sealed: validation), or on ``split`` (an operator's view of
+        a sealed experiment's test evaluations)."""
+        split = split or repo.feedback_split(experiment)
         baseline = baseline_score(session, experiment, split)
         baseline_row = repo.baseline_submission(session, experiment, split)
         return cls(

@@ -1,5 +1,5 @@
-"""The dashboard's agent summary: the grader's experiments grouped by task, agent and base model
-(autorl.runs.summary), as typed JSON. Read-only."""
+"""The dashboard's agent summary: the grader's experiments grouped by task, agent, base model and
+feedback mode (autorl.runs.summary), as typed JSON. Read-only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
+from autorl.runs.final_result import results_columns
 from autorl.runs.summary import RunOutcome, summarize
 from autorl.store import Experiment, SubmissionStatus
 from autorl.store import repository as repo
@@ -25,12 +26,17 @@ class AgentSummaryRow(BaseModel):
     task: Shown
     agent: Shown
     model: Shown = Field(description="the base model")
-    runs: int = Field(description="experiments of this task, agent and model, running ones included")
+    feedback: str = Field(description="test or sealed (docs/PROTOCOL.md)")
+    runs: int = Field(
+        description="experiments of this task, agent, model and feedback mode, running ones included"
+    )
     succeeded: int = Field(description="completed with at least one scored submission")
     scored_runs: int = Field(description="experiments with a best score: what the means are taken over")
     submissions: int = Field(description="scored submissions of the agent in all of them")
-    baseline: float | None = Field(description="mean baseline")
-    best_score: float | None = Field(description="the highest best score")
+    baseline: float | None = Field(description="mean baseline on the test split")
+    best_score: float | None = Field(
+        description="the highest result on the test split: the best (test), the final score (sealed)"
+    )
     mean_best_score: float | None
     best_improvement: float | None
     mean_improvement: float | None
@@ -42,24 +48,25 @@ class AgentSummaryList(BaseModel):
 
 
 def outcome(session: Session, experiment: Experiment) -> RunOutcome:
-    """What the summary reads of one experiment, as `autorl results` reads it of one run."""
+    """What the summary reads of one experiment, as `autorl results` reads it of one run: every
+    number on the test split (a sealed experiment's result is its final evaluation there)."""
     baseline = baseline_score(session, experiment)
-    best = repo.best_submission(session, experiment)
-    best_score = best.score if best is not None else None
+    best_score = results_columns(session, experiment)["final_score"]
     scored = [
         s
         for s in repo.experiment_submissions(session, experiment)
-        if not s.is_baseline and s.status == SubmissionStatus.SCORED
+        if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
     ]
     return RunOutcome(
         task=experiment.task,
         agent=experiment.agent or NO_AGENT,
         model=experiment.model,
+        feedback=experiment.feedback.value,
         baseline=baseline,
         best_score=best_score,
         improvement=None if best_score is None or baseline is None else best_score - baseline,
         submissions=len(scored),
-        success=experiment.status == ExperimentStatus.COMPLETED and best_score is not None,
+        success=experiment.status == ExperimentStatus.COMPLETED and bool(scored),
     )
 
 

@@ -1,5 +1,9 @@
 """What the dashboard shows, as typed JSON: the experiments table, one experiment's submissions,
-its score-over-time chart for each scoring protocol, and its run metrics. Read-only."""
+its score-over-time chart for each scoring protocol, and its run metrics. Read-only.
+
+A sealed experiment's agent submissions are scored on validation: its chart plots them against the
+baseline on validation, and its one final evaluation on the test split apart, against the baseline
+on test (docs/PROTOCOL.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.orm import Session
 
-from autorl.api.answers import Comparison
+from autorl.api.answers import Comparison, FinalResult
 from autorl.runs.reports import RunRecord, compute_metrics
-from autorl.store import Experiment, Submission, SubmissionStatus
+from autorl.store import Experiment, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.tasks.gsm8k import PROTOCOLS
 from autorl.untrusted_text import printable
@@ -24,6 +28,12 @@ Shown = Annotated[str, AfterValidator(printable)]
 ShownLines = Annotated[str, AfterValidator(lambda text: printable(text, multiline=True))]
 
 _SCORE_COLUMNS = {"opencompass": "score_opencompass", "flexible": "score_flexible", "strict": "score_strict"}
+
+
+class ShownFinal(FinalResult):
+    """The experiment's result on the test split, its error shown as text."""
+
+    error: Shown | None = None
 
 
 class ExperimentRow(BaseModel):
@@ -58,6 +68,12 @@ class ExperimentRow(BaseModel):
     evaluators: int | None = Field(None, description="evaluators alive for its backend")
     waiting_reason: str | None = Field(None, description="why its baseline waits (autorl.wait_reasons)")
     waiting_message: Shown | None = Field(None, description="what it waits for and what to do")
+    feedback: str = Field("test", description="test or sealed (docs/PROTOCOL.md)")
+    validation_baseline_score: float | None = Field(
+        None, description="sealed: the baseline on validation, which best_score and improvement are against"
+    )
+    final: ShownFinal | None = Field(None, description="the result on the test split (null while none)")
+    test_evaluations: int = Field(0, description="evaluations of the agent's checkpoints on the test split")
 
 
 class SubmissionRow(BaseModel):
@@ -77,6 +93,10 @@ class SubmissionRow(BaseModel):
     t_s: float | None = Field(description="seconds from the start of the budget to the submission")
     interval: list[float] | None = Field(None, description="95 % Wilson interval of the score, percent")
     comparison: Comparison | None = Field(None, description="against the baseline on the same problems")
+    split: str = Field(description="the split it was scored on: test, or validation (sealed)")
+    final_of: int | None = Field(
+        None, description="sealed: this is the final test evaluation of the agent's submission final_of"
+    )
 
 
 class ChartPoint(BaseModel):
@@ -86,10 +106,22 @@ class ChartPoint(BaseModel):
     reused: bool
 
 
+class ChartFinal(BaseModel):
+    """A sealed experiment's one evaluation on the test split, apart from the validation points."""
+
+    submission_id: int
+    of: int | None = Field(description="the agent's submission it evaluated")
+    t_s: float
+    score: float
+    baseline: float | None = Field(description="the baseline on the test split")
+
+
 class ChartSeries(BaseModel):
+    split: str = Field(description="the split of the points and the baseline: test, or validation (sealed)")
     baseline: float | None
     best_submission: int | None
     points: list[ChartPoint]
+    final: ChartFinal | None = Field(None, description="sealed: the final evaluation on test, once scored")
 
 
 class Chart(BaseModel):
@@ -161,22 +193,61 @@ def _origin(experiment: Experiment) -> float:
     return (experiment.start_time or experiment.created_at).timestamp()
 
 
+def _score(rows: list[Submission], submission_id: int | None, column: str) -> float | None:
+    row = next((s for s in rows if s.id == submission_id), None)
+    return getattr(row, column) if row is not None else None
+
+
+def _since(row: Submission, origin: float) -> float:
+    return round(row.created_at.timestamp() - origin, 1)
+
+
 def _series(experiment: Experiment, rows: list[Submission], protocol: str, origin: float) -> ChartSeries:
+    """The agent's submissions on the split it is scored on, against the baseline there; a sealed
+    experiment's final evaluation on test apart, against the baseline on test."""
     column = _SCORE_COLUMNS[protocol]
-    baseline_row = next((s for s in rows if s.id == experiment.baseline_submission_id), None)
+    split = repo.feedback_split(experiment)
+    baseline_id = (
+        experiment.validation_baseline_submission_id
+        if split == Split.VALIDATION
+        else experiment.baseline_submission_id
+    )
     points = [
         ChartPoint(
             submission_id=s.id,
-            t_s=round(s.created_at.timestamp() - origin, 1),
+            t_s=_since(s, origin),
             score=getattr(s, column),
             reused=s.reused_from is not None,
         )
         for s in rows
-        if not s.is_baseline and s.status == SubmissionStatus.SCORED and getattr(s, column) is not None
+        if not s.is_baseline
+        and s.final_of is None
+        and s.split == split
+        and s.status == SubmissionStatus.SCORED
+        and getattr(s, column) is not None
     ]
     best = max(points, key=lambda p: (p.score, -p.submission_id), default=None)
-    baseline = getattr(baseline_row, column) if baseline_row is not None else None
-    return ChartSeries(baseline=baseline, best_submission=best.submission_id if best else None, points=points)
+    final_row = next((s for s in rows if s.id == experiment.final_submission_id), None)
+    final = None
+    if (
+        final_row is not None
+        and final_row.status == SubmissionStatus.SCORED
+        and getattr(final_row, column) is not None
+    ):
+        final = ChartFinal(
+            submission_id=final_row.id,
+            of=final_row.final_of,
+            t_s=_since(final_row, origin),
+            score=getattr(final_row, column),
+            baseline=_score(rows, experiment.baseline_submission_id, column),
+        )
+    return ChartSeries(
+        split=split.value,
+        baseline=_score(rows, baseline_id, column),
+        best_submission=best.submission_id if best else None,
+        points=points,
+        final=final,
+    )
 
 
 def experiment_detail(
@@ -184,17 +255,21 @@ def experiment_detail(
 ) -> ExperimentDetail:
     experiment = repo.get_experiment(session, name)
     rows = list(repo.experiment_submissions(session, experiment))
-    totals = ExperimentTotals.read(session, experiment)
+    # Each row compared with the baseline on its own split (a sealed final: the one on test).
+    totals = {
+        split: ExperimentTotals.read(session, experiment, split) for split in {row.split for row in rows}
+    }
     origin = _origin(experiment)
     submissions = []
     for row in rows:
-        view = submission_view(session, experiment, row, totals).model_dump(exclude_unset=True)
+        view = submission_view(session, experiment, row, totals[row.split]).model_dump(exclude_unset=True)
         submissions.append(
             SubmissionRow.model_validate(
                 {
                     **view,
                     "reused": row.reused_from is not None,
-                    "t_s": round(row.created_at.timestamp() - origin, 1),
+                    "t_s": _since(row, origin),
+                    "final_of": row.final_of,
                 }
             )
         )

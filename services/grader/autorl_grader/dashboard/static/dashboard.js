@@ -114,6 +114,16 @@
     return `${exp.submissions}/${exp.total_submissions}${failed}`;
   }
 
+  // A sealed experiment's one result on the test split: its score and 95 % interval once scored.
+  function finalText(final) {
+    if (!final) return "–";
+    const of = `of #${final.of}, ${final.selection.replaceAll("_", " ")}`;
+    if (final.status === null) return `not made yet (${of})`;
+    if (final.status !== "scored") return `${final.status} (${of})`;
+    const interval = final.interval ? ` [${num(final.interval[0])}–${num(final.interval[1])}]` : "";
+    return `${num(final.score)}${interval} (${of})`;
+  }
+
   // --- the experiments table -----------------------------------------------------------------
 
   function experimentsPage() {
@@ -132,9 +142,19 @@
         cell(tr, exp.task);
         cell(tr, exp.model, "path");
         cell(tr, exp.agent || "–");
-        cell(tr, num(exp.baseline_score), "num");
-        cell(tr, num(exp.best_score), "num");
-        cell(tr, signed(exp.improvement), "num " + (exp.improvement > 0 ? "up" : exp.improvement < 0 ? "down" : ""));
+        // Sealed: the baseline, best and improvement the agent is scored on, all on validation;
+        // its result on test is on the experiment's page.
+        const sealed = exp.feedback === "sealed";
+        const scores = [
+          cell(tr, num(sealed ? exp.validation_baseline_score : exp.baseline_score), "num"),
+          cell(tr, num(exp.best_score), "num"),
+          cell(tr, signed(exp.improvement), "num " + (exp.improvement > 0 ? "up" : exp.improvement < 0 ? "down" : "")),
+        ];
+        if (sealed) {
+          scores.forEach((td) => {
+            td.title = `sealed: on the validation split; final on test: ${finalText(exp.final)}`;
+          });
+        }
         cell(tr, submissionsText(exp), "num");
         cell(tr, timeLeft(exp), "num");
         cell(tr, queueText(exp));
@@ -166,39 +186,50 @@
   const POINT_COLOR = "#1f77b4";
   const BEST_COLOR = "#d62728";
   const INTERVAL_COLOR = "rgba(31, 119, 180, 0.45)";
+  // A sealed experiment's final evaluation on test and the baseline on test: apart from the rest.
+  const FINAL_COLOR = "#9467bd";
+  const FINAL_INTERVAL_COLOR = "rgba(148, 103, 189, 0.55)";
+  const TEST_BASELINE_COLOR = "#ff7f0e";
+  const FINAL_DATASET = 2;
   // Inside a point that is not distinguishable from the baseline: hollow.
   const HOLLOW = "#ffffff";
 
   // Each scored submission's 95 % interval as an error bar behind its point (from the submission's
-  // `interval`; only for the headline protocol, whose score the interval is of).
+  // `interval`; only for the headline protocol, whose score the interval is of), and a sealed
+  // experiment's final evaluation's in its own colour.
   const intervalBars = {
     id: "intervalBars",
     beforeDatasetsDraw(chart) {
-      const raws = chart.data.datasets[0].data;
-      const scale = chart.scales.y;
-      const ctx = chart.ctx;
-      ctx.save();
-      ctx.strokeStyle = INTERVAL_COLOR;
-      ctx.lineWidth = 2;
-      chart.getDatasetMeta(0).data.forEach((element, i) => {
-        const raw = raws[i];
-        if (!raw || raw.low === null || raw.high === null) return;
-        const top = scale.getPixelForValue(raw.high);
-        const bottom = scale.getPixelForValue(raw.low);
-        ctx.beginPath();
-        for (const [x0, y0, x1, y1] of [
-          [element.x, top, element.x, bottom],
-          [element.x - 5, top, element.x + 5, top],
-          [element.x - 5, bottom, element.x + 5, bottom],
-        ]) {
-          ctx.moveTo(x0, y0);
-          ctx.lineTo(x1, y1);
-        }
-        ctx.stroke();
-      });
-      ctx.restore();
+      drawBars(chart, 0, INTERVAL_COLOR);
+      drawBars(chart, FINAL_DATASET, FINAL_INTERVAL_COLOR);
     },
   };
+
+  function drawBars(chart, index, color) {
+    const raws = chart.data.datasets[index].data;
+    const scale = chart.scales.y;
+    const ctx = chart.ctx;
+    ctx.save();
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 2;
+    chart.getDatasetMeta(index).data.forEach((element, i) => {
+      const raw = raws[i];
+      if (!raw || raw.low === null || raw.high === null) return;
+      const top = scale.getPixelForValue(raw.high);
+      const bottom = scale.getPixelForValue(raw.low);
+      ctx.beginPath();
+      for (const [x0, y0, x1, y1] of [
+        [element.x, top, element.x, bottom],
+        [element.x - 5, top, element.x + 5, top],
+        [element.x - 5, bottom, element.x + 5, bottom],
+      ]) {
+        ctx.moveTo(x0, y0);
+        ctx.lineTo(x1, y1);
+      }
+      ctx.stroke();
+    });
+    ctx.restore();
+  }
 
   // The tooltip of a submission's point: its score, its 95 % interval, and whether it can be told
   // from the baseline (canvas text: nothing here is parsed as markup).
@@ -207,6 +238,15 @@
     if (raw.low !== null && raw.high !== null) lines.push(`95 % interval ${num(raw.low)}–${num(raw.high)}`);
     if (raw.distinguishable === false) lines.push("not distinguishable from the baseline (hollow)");
     if (raw.distinguishable === true) lines.push("distinguishable from the baseline");
+    return lines;
+  }
+
+  function finalLabel(raw) {
+    const lines = [`final #${raw.id} on test (of #${raw.of}): ${num(raw.y)}`];
+    if (raw.low !== null && raw.high !== null) lines.push(`95 % interval ${num(raw.low)}–${num(raw.high)}`);
+    if (raw.distinguishable !== null) {
+      lines.push(`${raw.distinguishable ? "" : "not "}distinguishable from the baseline on test`);
+    }
     return lines;
   }
 
@@ -238,6 +278,25 @@
             borderColor: "#2ca02c",
             borderDash: [6, 4],
           },
+          {
+            label: "final (test)",
+            data: [],
+            pointStyle: "rectRot",
+            pointRadius: 9,
+            pointHoverRadius: 11,
+            borderColor: FINAL_COLOR,
+            backgroundColor: FINAL_COLOR,
+            pointBackgroundColor: (ctx) => (ctx.raw && ctx.raw.distinguishable === false ? HOLLOW : FINAL_COLOR),
+            pointBorderWidth: 2,
+          },
+          {
+            label: "baseline (test)",
+            data: [],
+            showLine: true,
+            pointRadius: 0,
+            borderColor: TEST_BASELINE_COLOR,
+            borderDash: [2, 3],
+          },
         ],
       },
       options: {
@@ -248,9 +307,20 @@
           y: { title: { display: true, text: "score" }, suggestedMin: 0 },
         },
         plugins: {
+          // The sealed-only series are named only where they have something to show.
+          legend: {
+            labels: {
+              filter: (item, data) => item.datasetIndex < FINAL_DATASET || data.datasets[item.datasetIndex].data.length > 0,
+            },
+          },
           tooltip: {
             callbacks: {
-              label: (ctx) => (ctx.datasetIndex === 0 ? pointLabel(ctx.raw) : `baseline ${num(ctx.raw.y)}`),
+              label: (ctx) =>
+                ctx.datasetIndex === 0
+                  ? pointLabel(ctx.raw)
+                  : ctx.datasetIndex === FINAL_DATASET
+                    ? finalLabel(ctx.raw)
+                    : `${ctx.dataset.label} ${num(ctx.raw.y)}`,
             },
           },
         },
@@ -277,16 +347,38 @@
         distinguishable: sub && sub.comparison ? sub.comparison.distinguishable : null,
       };
     });
-    const xs = points.map((p) => p.x);
+    const final = series.final;
+    const finals = final ? [finalPoint(final, headline ? byId.get(final.submission_id) : undefined)] : [];
+    const xs = points.concat(finals).map((p) => p.x);
     const elapsed = detail.experiment.start_time === null ? 0 : (detail.now - detail.chart.origin) / 60;
     const right = Math.max(elapsed, ...xs, 1);
+    const line = (y) => (y === null || y === undefined ? [] : [{ x: 0, y: y }, { x: right, y: y }]);
+    // Sealed: the points and their baseline are on validation; the final and its baseline on test.
+    const validation = series.split === "validation";
+    chart.data.datasets[0].label = validation ? "submissions (validation)" : "submissions";
+    chart.data.datasets[1].label = validation ? "baseline (validation)" : "baseline";
     chart.data.datasets[0].data = points;
-    chart.data.datasets[1].data = series.baseline === null ? [] : [{ x: 0, y: series.baseline }, { x: right, y: series.baseline }];
+    chart.data.datasets[1].data = line(series.baseline);
+    chart.data.datasets[FINAL_DATASET].data = finals;
+    chart.data.datasets[3].data = final ? line(final.baseline) : [];
     chart.options.scales.y.title.text = `score (${protocol})`;
     // Room for the top of every interval's bar.
-    const highs = points.map((p) => p.high).filter((high) => high !== null);
+    const highs = points.concat(finals).map((p) => p.high).filter((high) => high !== null);
     chart.options.scales.y.suggestedMax = highs.length ? Math.min(100, Math.max(...highs)) : undefined;
     chart.update("none");
+  }
+
+  function finalPoint(final, sub) {
+    const interval = sub && sub.interval ? sub.interval : null;
+    return {
+      x: final.t_s / 60,
+      y: final.score,
+      id: final.submission_id,
+      of: final.of,
+      low: interval ? interval[0] : null,
+      high: interval ? interval[1] : null,
+      distinguishable: sub && sub.comparison ? sub.comparison.distinguishable : null,
+    };
   }
 
   // A score's 95 % interval and its paired comparison with the baseline, for the score's tooltip.
@@ -304,10 +396,18 @@
     return lines.join("\n");
   }
 
-  function submissionRow(sub) {
+  // A submission's id, with what it is; a sealed experiment's rows also name their split.
+  function idText(sub, sealed) {
+    const id = String(sub.submission_id);
+    if (!sealed) return sub.is_baseline ? `${id} (baseline)` : id;
+    if (sub.is_baseline) return `${id} (baseline, ${sub.split})`;
+    return sub.final_of === null ? id : `${id} (final on test, of #${sub.final_of})`;
+  }
+
+  function submissionRow(sub, sealed) {
     const tr = document.createElement("tr");
     tr.dataset.id = String(sub.submission_id);
-    cell(tr, sub.is_baseline ? `${sub.submission_id} (baseline)` : String(sub.submission_id), "num");
+    cell(tr, idText(sub, sealed), "num");
     cell(tr, sub.status, "status-" + sub.status);
     const score = cell(tr, num(sub.score), sub.comparison && !sub.comparison.distinguishable ? "num indistinct" : "num");
     score.title = uncertaintyText(sub);
@@ -365,22 +465,38 @@
       select.value = chosen;
       const waiting = exp.waiting_reason ? `${exp.waiting_reason}: ${exp.waiting_message}` : "";
       document.getElementById("message").textContent = waiting || exp.message || "";
+      const sealed = exp.feedback === "sealed";
+      const best = exp.best_submission ? `${num(exp.best_score)} (#${exp.best_submission})` : "–";
+      const scores = sealed
+        ? [
+            ["feedback", "sealed"],
+            ["baseline (validation)", num(exp.validation_baseline_score)],
+            ["best (validation)", best],
+            ["improvement (validation)", signed(exp.improvement)],
+            ["baseline (test)", num(exp.baseline_score)],
+            ["final (test)", finalText(exp.final)],
+            ["test evaluations", String(exp.test_evaluations)],
+          ]
+        : [
+            ["baseline", num(exp.baseline_score)],
+            ["best", best],
+            ["improvement", signed(exp.improvement)],
+          ];
       summaryItems(document.getElementById("summary"), [
         ["phase", exp.phase],
         ["task", exp.task],
         ["base model", exp.model],
         ["agent", exp.agent],
         ["headline protocol", exp.protocol],
-        ["baseline", num(exp.baseline_score)],
-        ["best", exp.best_submission ? `${num(exp.best_score)} (#${exp.best_submission})` : "–"],
-        ["improvement", signed(exp.improvement)],
+        ...scores,
         ["submissions (scored/all)", submissionsText(exp) + ` of ${exp.max_submissions}`],
         ["time left", timeLeft(exp)],
         ["queue", queueText(exp)],
         ["evaluators", exp.evaluators === null ? "–" : String(exp.evaluators)],
       ]);
+      document.getElementById("chart-sealed").hidden = !sealed;
       drawChart(chart, detail, chosen);
-      syncRows(document.querySelector("#submissions tbody"), detail.submissions.map(submissionRow));
+      syncRows(document.querySelector("#submissions tbody"), detail.submissions.map((sub) => submissionRow(sub, sealed)));
       summaryItems(
         document.getElementById("metrics"),
         METRICS.map(([key, label]) => [label, metricText(key, detail.metrics[key])]),

@@ -16,6 +16,7 @@
       [group.task, ""],
       [group.agent, ""],
       [group.model, "path"],
+      [group.feedback, ""],
       [String(group.runs), "num"],
       [String(group.succeeded), "num"],
       [score(group.baseline), "num"],
