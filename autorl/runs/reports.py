@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autorl.errors import AutoRLError
+from autorl.runs.final_result import results_columns
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus
@@ -82,6 +83,9 @@ class RunRecord:
     finished_at: float | None
     baseline: float | None
     submissions: tuple[SubmissionRecord, ...]
+    #: The run's one result on the test split, as results.csv's columns from ``feedback`` to
+    #: ``test_evaluations`` hold it (a sealed run's final evaluation; a test run's best).
+    result: dict[str, Any]
 
     @classmethod
     def read(cls, session: Session, experiment: Experiment) -> RunRecord:
@@ -122,6 +126,7 @@ class RunRecord:
                 for row in rows
                 if not row.is_baseline and row.final_of is None
             ),
+            result=results_columns(session, experiment),
         )
 
 
@@ -189,7 +194,8 @@ def uncertainty_lines(metrics: dict[str, Any], split: str | None = None) -> list
 
 
 def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
-    """The reference's process metrics, plus the run's identity and headline numbers.
+    """The reference's process metrics, plus the run's identity and headline numbers, and its
+    result on the test split under results.csv's names (``feedback`` to ``test_evaluations``).
 
     ``now`` stands in for the end of a run that has not finished yet (the dashboard shows live runs).
     """
@@ -222,6 +228,7 @@ def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
         "improvement": None
         if best_score is None or run.baseline is None
         else round(best_score - run.baseline, 4),
+        **run.result,
         "total_submissions": len(subs),
         "scored_submissions": len(points),
         "valid_submission_rate": _share(len(points), len(finished)),

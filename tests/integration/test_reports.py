@@ -16,7 +16,7 @@ from autorl.settings import HomeSettings
 from autorl.store import Database, migrate
 from autorl.uncertainty import wilson_interval
 from tests.support.png import color_blobs
-from tests.support.runs import add_submission, create_experiment, finish, scores
+from tests.support.runs import add_submission, create_experiment, finish, scores, sealed_experiment
 
 
 @pytest.fixture
@@ -71,6 +71,33 @@ def test_metrics_follow_the_reference_names_and_definitions(home: Path, run_id: 
     assert metrics["best_discordant"] == [2, 0] and metrics["best_p_value"] == 0.5
     assert metrics["best_difference_interval"][0] < 0 < metrics["best_difference_interval"][1]
     assert metrics["best_distinguishable"] is False
+    # Its result on test, as results.csv's columns hold it: a test run's is its best.
+    assert metrics["feedback"] == "test" and metrics["selection"] == "best_on_test"
+    assert (metrics["final_score"], metrics["final_p_value"]) == (30.0, 0.5)
+    assert [metrics["final_low"], metrics["final_high"]] == pytest.approx(list(wilson_interval(3, 10)))
+    assert metrics["test_evaluations"] == 4  # the copy of the base model reused the baseline's score
+
+
+def test_a_sealed_runs_report_carries_its_final_evaluation_on_test(
+    home: Path, db: Database, tmp_path: Path
+) -> None:
+    sealed = sealed_experiment(db, tmp_path / "ws-sealed")
+    finish(db, sealed.run.name)
+    metrics = report_run(HomeSettings(home=home), sealed.run.name, now=0.0).metrics
+    # The agent's submissions on validation, against the baseline there; the final is not one.
+    assert (metrics["baseline"], metrics["best_score"], metrics["improvement"]) == (20.0, 60.0, 40.0)
+    assert metrics["best_submission"] == sealed.best and metrics["score_trajectory"] == [30.0, 60.0]
+    # The final evaluation of the nominated submission on test, against the baseline on test
+    # (50 % against 10 %: 4 gains, no loss, exact McNemar p = 2 / 2**4), under results.csv's names.
+    low, high = wilson_interval(5, 10)
+    assert {k: metrics[k] for k in ("feedback", "final_score", "final_p_value", "selection")} == {
+        "feedback": "sealed",
+        "final_score": 50.0,
+        "final_p_value": 0.125,
+        "selection": "nominated",
+    }
+    assert [metrics["final_low"], metrics["final_high"]] == pytest.approx([low, high])
+    assert metrics["test_evaluations"] == 1
 
 
 def test_trajectory_png_shows_each_scored_submission_where_its_score_is(home: Path, run_id: str) -> None:
