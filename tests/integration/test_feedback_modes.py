@@ -285,6 +285,31 @@ def test_a_nomination_before_the_budget_starts_is_refused(
         assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
 
 
+def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_no_test_evaluation(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    baselines(client, settings, experiment.name)
+    copy_model(tiny_base_model, experiment.output_dir / "copy")  # the base model's own files
+    copy = submit(client, settings, experiment, "copy")
+    assert nominate(client, experiment, copy).status_code == 200
+    with db.session() as session:
+        row = repo.get_experiment(session, experiment.name)
+        row.end_time = utcnow() - timedelta(seconds=1)
+        test_baseline = repo.baseline_submission(session, row, Split.TEST)
+        assert test_baseline is not None
+        test_baseline_id, test_baseline_score = test_baseline.id, test_baseline.score
+    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    # Scored at once with the baseline's score on test: no evaluation ran, and the baseline's own
+    # evaluation is not the agent's, so the experiment caused none on test.
+    assert view.final is not None and (view.final.of, view.final.status) == (copy, "scored")
+    assert view.final.score == test_baseline_score and view.in_flight == 0
+    assert view.test_evaluations == 0
+    with db.session() as session:
+        assert view.final.submission_id is not None
+        assert repo.get_submission(session, view.final.submission_id).reused_from == test_baseline_id
+
+
 def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
