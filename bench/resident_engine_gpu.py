@@ -1,4 +1,4 @@
-"""The evaluator's resident engine on one GPU: the worker's own server and OpenCompass's side of it.
+"""The evaluator's resident engine on one GPU, on a trained checkpoint: warm, fresh and in-process.
 
 ``AUTORL_VLLM_PYTHON`` makes the ``opencompass`` backend hand generation to a resident engine
 (services/evaluator-worker/.../opencompass/engine_server.py) that OpenCompass reaches through the
@@ -9,23 +9,46 @@ called as ``VLLMwithChatTemplate`` calls it: ``LLM(view, **model_kwargs)`` with 
 arguments of the config the worker writes, then ``generate(prompts, SamplingParams(**kwargs))``
 with OpenCompass's own 1,319 rendered prompts and sampling parameters (recorded on the CPU by
 ``bench/opencompass_vllm_gpu.py record``: 16 GSM8K test problems and 1,303 generated ones in
-``gsm8k_gen_1d7fe4``'s 4-shot prompt). Checkpoints: the Qwen2.5-1.5B architecture with the view's
-config and tokenizer, random bf16 weights drawn from seed 0 (``A``) and seed 1 (``B``).
+``gsm8k_gen_1d7fe4``'s 4-shot prompt).
 
-One engine serves ``A`` (its start, then the split), then ``B`` and ``A`` again, each loaded into it
-in place: seconds from ``LLM(...)`` (the load request) to the last answer, as the warm worker spends
-them per submission. Then a second, fresh engine serves ``B``: its answers against the resident
-engine's answers for ``B``, and, as the floor of what two runs agree on, the resident engine's first
-answers for ``A`` against its answers for ``A`` after ``B``.
+Checkpoints, all of the Qwen2.5-1.5B architecture with the view's config and tokenizer:
 
-    # on the GPU machine, vLLM 0.25 and its wheels (../shared/gpu) in /root/site,
-    # .vllm-parts/oc/carry (bench/opencompass_vllm_gpu.py record) carried:
+- ``A``: random bf16 weights (seed 0); it never stops, so every row runs to 512 tokens;
+- ``T1`` and ``T2``: trained here (``prepare``) from ``A`` by supervised fine-tuning on generated
+  arithmetic problems that are not among the evaluated ones, each in the evaluated 4-shot prompt,
+  answered as the exemplars answer and ended with ``<|im_end|>``: ``T1`` after the first part of
+  the steps, ``T2`` at the end. A trained model stops where its answers end, so ``T1``/``T2`` are
+  the evaluation at GSM8K answer lengths, and their answers are what agreement is judged on
+  (random weights agree on almost nothing between two runs: greedy choices among near-ties).
+
+``serve``: one resident engine (the engine arguments as recorded, those of an engine for one
+evaluation: eager) serves ``T1``
+(its start, then the split), then ``T2``, ``A`` and ``T1`` again, each loaded into it in place:
+seconds from ``LLM(...)`` (the load request) to the last answer, as the warm worker spends them per
+submission. Then fresh engines on ``T2``: the same arguments (the engine per evaluation), and CUDA
+graphs with prefix caching (``enforce_eager=False``), each asked twice; and the in-process engine
+(``autorl.decoding.greedy_engine``, the ``hf`` backend's) on ``T2`` with the prompts tokenized as
+vLLM tokenizes them and its text cut at the same stop strings. Agreement: identical completions and
+equal final answers (OpenCompass's ``gsm8k_postprocess``) of each against the resident engine's.
+
+``replay`` (here, after): every set of completions goes through the worker's real OpenCompass path
+(bench/opencompass_vllm_gpu.py's stand-in engine answers each prompt with it); OpenCompass scores
+them with its own evaluator and the worker reads its summary.
+
+    .venv/bin/python bench/opencompass_vllm_gpu.py record --work .vllm-parts/oc
+    # on the GPU machine, vLLM 0.25 and its wheels (bench/data/vllm-0.25-serve-wheels.txt) in
+    # /root/site, .vllm-parts/oc/carry carried (two calls: prepare trains, serve measures):
     PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/resident_engine_gpu.py \\
-        --inputs .vllm-parts/oc/carry --output $OUT/resident_engine_gpu.json
-    # here, a check of the script on the CPU (the transformers engine, a tiny model):
+        --inputs .vllm-parts/oc/carry --work /root/resident --phase prepare
+    PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/resident_engine_gpu.py \\
+        --work /root/resident --phase serve --output $OUT/resident_engine_gpu.json
+    # here: OpenCompass scores each engine's completions
+    .venv/bin/python bench/resident_engine_gpu.py --phase replay --gpu-result DIR/resident_engine_gpu.json
+    # here, a check of the whole script on the CPU (the transformers engine, a tiny model):
     .venv/bin/python bench/resident_engine_gpu.py --smoke
 
-Writes ``bench/results/resident_engine_gpu.json`` (or ``--output``).
+Writes ``bench/results/resident_engine_gpu.json`` (or ``--output``) and the completions beside it
+(``.texts.json.gz``).
 """
 
 from __future__ import annotations
@@ -36,12 +59,14 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -66,9 +91,10 @@ def environment() -> dict[str, Any]:
     return found
 
 
-def load_shim() -> ModuleType:
-    """The shim as OpenCompass imports it (here under another name: the real vllm is beside it)."""
-    spec = importlib.util.spec_from_file_location("autorl_engine_shim", SHIM)
+def load_file_module(name: str, path: Path) -> ModuleType:
+    """A module from its file; the shim so, as OpenCompass imports it, under another name (the real
+    vllm is beside it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -113,11 +139,13 @@ class Server:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def serve_once(shim: ModuleType, server: Server, view: Path, recorded: dict[str, Any]) -> dict[str, Any]:
+def serve_once(
+    shim: ModuleType, server: Server, view: Path, recorded: dict[str, Any], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """What one evaluation asks of the engine: ``LLM(view, **kwargs)``, then one ``generate``."""
     os.environ["AUTORL_ENGINE_SOCKET"] = str(server.socket)
     started = time.perf_counter()
-    llm = shim.LLM(str(view), **recorded["engine_kwargs"])
+    llm = shim.LLM(str(view), **kwargs)
     loaded = time.perf_counter()
     outputs = llm.generate(recorded["prompts"], shim.SamplingParams(**recorded["sampling_kwargs"]))
     done = time.perf_counter()
@@ -131,61 +159,408 @@ def serve_once(shim: ModuleType, server: Server, view: Path, recorded: dict[str,
 
 
 def agreement(first: list[str], second: list[str]) -> dict[str, Any]:
-    identical = sum(a == b for a, b in zip(first, second, strict=True))
-    return {"rows": len(first), "identical": identical, "identical_share": round(identical / len(first), 4)}
+    """Identical completions and equal final answers (OpenCompass's GSM8K postprocessing)."""
+    from autorl.tasks.gsm8k import opencompass_postprocess
+
+    pairs = list(zip(first, second, strict=True))
+    finals = [(opencompass_postprocess(a), opencompass_postprocess(b)) for a, b in pairs]
+    identical = sum(a == b for a, b in pairs)
+    equal = sum(a == b for a, b in finals)
+    return {
+        "rows": len(pairs),
+        "identical": identical,
+        "identical_share": round(identical / len(pairs), 4),
+        "equal_final_answers": equal,
+        "equal_final_answers_share": round(equal / len(pairs), 4),
+    }
 
 
-def smoke_inputs(work: Path) -> tuple[dict[str, Any], Path, Path]:
-    """A tiny model (two weight draws) and a few prompts, for the CPU check of this script."""
+def completion_tokens(texts: list[str], view: Path) -> dict[str, float]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(view)
+    counts = [len(tokenizer(text, add_special_tokens=False).input_ids) for text in texts]
+    return {"mean": round(sum(counts) / len(counts), 1), "max": max(counts), "total": sum(counts)}
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def copy_view(source: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.is_file() and path.suffix != ".safetensors":
+            shutil.copyfile(path, target / path.name)
+
+
+def answer_text(problem: Any) -> str:
+    """A generated problem's worked answer as the 4-shot exemplars write theirs (no calculator
+    annotation, a closing "The answer is N" line)."""
+    working, result = problem.answer.rsplit("\n#### ", 1)
+    return f"{re.sub(r'<<[^>]*>>', '', working)}\nThe answer is {result}\n"
+
+
+def training_examples(recorded: dict[str, Any], count: int) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """Generated problems that are not among the evaluated ones, each in the evaluated 4-shot prompt
+    (the recorded prompt of a generated problem with its question replaced), with their answers."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from opencompass_vllm_gpu import _problems
+
+    from autorl.tasks.arith import generate_problems
+
+    evaluated = _problems()
+    index = len(evaluated) - 1
+    template, question = recorded["prompts"][index], evaluated[index].question
+    if template.count(question) != 1:
+        raise RuntimeError("the recorded prompt does not hold its problem's question once")
+    seen = {problem.question for problem in evaluated}
+    fresh = [p for p in generate_problems(TRAIN_PROBLEM_SEED, count + len(seen)) if p.question not in seen]
+    examples = [(template.replace(question, p.question), answer_text(p)) for p in fresh[:count]]
+    return examples, {
+        "problems": len(examples),
+        "problem_seed": TRAIN_PROBLEM_SEED,
+        "overlap_with_evaluated": 0,
+    }
+
+
+def train(
+    base: Path,
+    saves: list[tuple[int, Path]],
+    examples: list[tuple[str, str]],
+    *,
+    batch: int,
+    learning_rate: float,
+    seed: int,
+) -> dict[str, Any]:
+    """Supervised fine-tuning of ``base`` on ``examples`` (loss on the answer and its end-of-turn
+    only); after each step named in ``saves`` the weights go to that folder (the base's tensor names
+    and shapes, so a resident engine can load them in place)."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device)
+    model.train()
+    with safe_open(str(base / "model.safetensors"), framework="pt") as handle:
+        saved_names = list(handle.keys())
+    rows = [
+        (tokenizer(prompt).input_ids, [*tokenizer(answer, add_special_tokens=False).input_ids, end])
+        for prompt, answer in examples
+    ]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
+    last = max(step for step, _ in saves)
+    warmup = max(1, last // 10)
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    losses: list[float] = []
+    started = time.perf_counter()
+    for step in range(1, last + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate * min(1.0, step / warmup)
+        chosen = [rows[order[(step * batch + i) % len(rows)]] for i in range(batch)]
+        width = max(len(p) + len(a) for p, a in chosen)
+        ids = torch.full((batch, width), tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        targets = torch.full((batch, width), -100, dtype=torch.long)
+        for row, (prompt, answer) in enumerate(chosen):
+            joined = prompt + answer
+            ids[row, : len(joined)] = torch.tensor(joined)
+            mask[row, : len(joined)] = 1
+            # The token at position t is predicted from position t - 1.
+            targets[row, len(prompt) - 1 : len(joined) - 1] = torch.tensor(answer)
+        ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
+        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        where = targets != -100
+        logits = model.lm_head(
+            hidden[where]
+        ).float()  # only where the loss is: not the whole vocabulary per prompt id
+        loss = torch.nn.functional.cross_entropy(logits, targets[where])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(round(float(loss), 4))
+        if step % 10 == 0 or step == last:
+            log(f"train step {step}/{last} loss {losses[-1]} ({time.perf_counter() - started:.0f} s)")
+        for save_step, folder in saves:
+            if step == save_step:
+                state = model.state_dict()
+                copy_view(base, folder)
+                save_file(
+                    {name: state[name].detach().to(dtype).contiguous().cpu() for name in saved_names},
+                    str(folder / "model.safetensors"),
+                    metadata={"format": "pt"},
+                )
+    return {
+        "steps": last,
+        "saves": {folder.name: step for step, folder in saves},
+        "batch": batch,
+        "learning_rate": learning_rate,
+        "seconds": round(time.perf_counter() - started, 1),
+        "loss_first_last": [losses[0], losses[-1]],
+        "loss_every_10": losses[::10],
+    }
+
+
+# --------------------------------------------------------------------------- the in-process engine
+
+
+def in_process(view: Path, recorded: dict[str, Any]) -> dict[str, Any]:
+    """The ``hf`` backend's engine on the recorded prompts with vLLM's text semantics: each prompt
+    tokenized as vLLM tokenizes a text prompt, greedy up to ``max_tokens`` or an end id, decoded
+    without special tokens and cut before the first stop string."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from autorl.decoding.greedy_engine import generate_greedy
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(view)
+    model: Any = AutoModelForCausalLM.from_pretrained(view, dtype=dtype).to(device).eval()
+    loaded = time.perf_counter()
+    sampling = recorded["sampling_kwargs"]
+    stops = [str(stop) for stop in sampling.get("stop") or []]
+    # Stop strings that are one special token each stop as that id: the same text, cut there.
+    stop_ids = {tokenizer.convert_tokens_to_ids(stop) for stop in stops if stop in tokenizer.get_vocab()}
+    eos = model.generation_config.eos_token_id
+    eos_ids = sorted(stop_ids | set(eos if isinstance(eos, list) else [eos]))
+    prompts = tokenizer(recorded["prompts"]).input_ids  # one call: the fast tokenizer's batch
+    if device == "cuda":
+        torch.cuda.synchronize()
+    tokenized = time.perf_counter()
+    output = generate_greedy(
+        model,
+        prompts,
+        max_new_tokens=int(sampling["max_tokens"]),
+        eos_ids=eos_ids,
+        pad_id=int(tokenizer.pad_token_id or 0),
+    )
+    if device == "cuda":
+        torch.cuda.synchronize()
+    done = time.perf_counter()
+    cut_at_stop = load_file_module("autorl_engine_server", SERVER).cut_at_stop
+    texts = [cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stops) for ids in output.tokens]
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "engine": output.engine,
+        "load_s": round(loaded - started, 2),
+        "tokenize_s": round(tokenized - loaded, 2),
+        "generate_s": round(done - tokenized, 2),
+        "eos_ids": eos_ids,
+        "texts": texts,
+    }
+
+
+# --------------------------------------------------------------------------- phases
+
+
+TRAIN_PROBLEM_SEED = 7
+#: Graphs and prefix caching (vLLM's own defaults) in place of the worker's ``enforce_eager``.
+GRAPH_KWARGS = {"enforce_eager": False, "enable_prefix_caching": True}
+
+
+def smoke_prepare(work: Path) -> dict[str, Any]:
+    """A tiny model, a few prompts and a few training steps, for the CPU check of this script."""
     sys.path.insert(0, str(REPO_ROOT))
     from autorl.models.sources import resolve_model
 
     base = resolve_model("builtin:tiny-qwen2", work / "models")
-    a, b = work / "A", work / "B"
-    for seed, target in ((0, a), (1, b)):
-        shutil.copytree(base, target, dirs_exist_ok=True)
-        state = load_file(str(base / "model.safetensors"))
-        generator = torch.Generator().manual_seed(seed)
-        state = {
-            name: value + 0.02 * torch.randn(value.shape, generator=generator).to(value.dtype)
-            for name, value in state.items()
-        }
-        save_file(state, str(target / "model.safetensors"), metadata={"format": "pt"})
+    copy_view(base, work / "A")
+    shutil.copyfile(base / "model.safetensors", work / "A" / "model.safetensors")
     turn = "<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assistant\n"
-    prompts = [turn.format(n=n) for n in range(6)]
     recorded = {
         "engine_kwargs": {"dtype": "bfloat16", "trust_remote_code": False},
         "sampling_kwargs": {"temperature": 0, "max_tokens": 12, "stop": ["<|im_end|>"]},
-        "prompts": prompts,
+        "prompts": [turn.format(n=n) for n in range(6)],
     }
-    return recorded, a, b
+    examples = [(turn.format(n=n), f"{2 * n}\n") for n in range(6, 30)]
+    trained = train(
+        work / "A", [(2, work / "T1"), (4, work / "T2")], examples, batch=4, learning_rate=1e-3, seed=0
+    )
+    (work / "recorded.json").write_text(json.dumps(recorded), encoding="utf-8")
+    return {"model_build": {"A": "builtin:tiny-qwen2"}, "training": trained}
 
 
-def gpu_inputs(inputs: Path, work: Path, seed: int) -> tuple[dict[str, Any], Path, Path, dict[str, Any]]:
+def gpu_prepare(inputs: Path, work: Path, seed: int, steps: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO_ROOT / "bench"))
     from opencompass_vllm_gpu import build_model
 
     with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         recorded = json.load(handle)
-    a, b = work / "A", work / "B"
-    built = {"A": build_model(inputs, a, seed), "B": build_model(inputs, b, seed + 1)}
-    return recorded, a, b, built
+    built = build_model(inputs, work / "A", seed)
+    examples, described = training_examples(recorded, 4096)
+    saves = [(steps // 2, work / "T1"), (steps, work / "T2")]
+    trained = train(work / "A", saves, examples, batch=16, learning_rate=3e-4, seed=seed)
+    shutil.copyfile(inputs / "recorded.json.gz", work / "recorded.json.gz")
+    return {"model_build": {"A": built}, "training": {**trained, "examples": described}}
+
+
+def read_recorded(work: Path) -> dict[str, Any]:
+    if (work / "recorded.json").exists():
+        recorded: dict[str, Any] = json.loads((work / "recorded.json").read_text(encoding="utf-8"))
+        return recorded
+    with gzip.open(work / "recorded.json.gz", "rt", encoding="utf-8") as handle:
+        recorded = json.load(handle)
+    return recorded
+
+
+def serve_phase(
+    work: Path, engine: str, result: dict[str, Any], save: Callable[[], None]
+) -> dict[str, list[str]]:
+    recorded = read_recorded(work)
+    result["workload"] = {
+        "prompts": len(recorded["prompts"]),
+        "engine_kwargs": recorded["engine_kwargs"],
+        "sampling_kwargs": recorded["sampling_kwargs"],
+    }
+    shim = load_file_module("autorl_engine_shim", SHIM)
+    texts: dict[str, list[str]] = {}
+    worker_kwargs = dict(recorded["engine_kwargs"])
+    graph_kwargs = {**worker_kwargs, **GRAPH_KWARGS} if engine == "vllm" else worker_kwargs
+
+    server = Server(engine, work / "resident.log")
+    result["resident"] = {
+        "listening_s": server.listening_s,
+        "engine_kwargs": worker_kwargs,
+        "evaluations": [],
+    }
+    try:
+        for label in ("T1", "T2", "A", "T1_again"):
+            answer = serve_once(shim, server, work / label.removesuffix("_again"), recorded, worker_kwargs)
+            texts[f"resident_{label}"] = answer.pop("texts")
+            result["resident"]["evaluations"].append({"checkpoint": label, **answer})
+            log(f"resident {label}: {answer}")
+            save()
+    finally:
+        server.stop()
+    result["fresh"] = {}
+    for name, kwargs in (("eager", worker_kwargs), ("graphs", graph_kwargs)):
+        fresh = Server(engine, work / f"fresh-{name}.log")
+        try:
+            first = serve_once(shim, fresh, work / "T2", recorded, kwargs)
+            texts[f"fresh_{name}_T2"] = first.pop("texts")
+            again = serve_once(shim, fresh, work / "T2", recorded, kwargs)
+            texts[f"fresh_{name}_T2_again"] = again.pop("texts")
+            result["fresh"][name] = {
+                "listening_s": fresh.listening_s,
+                "engine_kwargs": kwargs,
+                "first": first,
+                "again": again,
+            }
+            log(f"fresh {name} T2: {result['fresh'][name]}")
+            save()
+        finally:
+            fresh.stop()
+    answer = in_process(work / "T2", recorded)
+    texts["in_process_T2"] = answer.pop("texts")
+    result["in_process"] = {"checkpoint": "T2", **answer}
+    log(f"in-process T2: {answer}")
+    reference = texts["resident_T2"]
+    result["agreement_with_resident_T2"] = {
+        name: agreement(reference, other)
+        for name, other in texts.items()
+        if name.endswith(("T2", "T2_again")) and name != "resident_T2"
+    }
+    result["agreement_resident_T1_first_vs_after_T2_and_A"] = agreement(
+        texts["resident_T1"], texts["resident_T1_again"]
+    )
+    result["completion_tokens"] = {
+        name: completion_tokens(other, work / "T2") for name, other in texts.items()
+    }
+    save()
+    return texts
+
+
+def replay_phase(gpu_result: Path, output: Path) -> int:
+    """OpenCompass (the worker's real path, its evaluator and summary) scores every set of
+    completions the GPU run returned."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    sys.path.insert(0, str(REPO_ROOT))
+    from opencompass_vllm_gpu import _evaluate, _problems
+
+    from autorl.tasks import get_task
+
+    result = json.loads(gpu_result.read_text(encoding="utf-8"))
+    with gzip.open(gpu_result.with_suffix(".texts.json.gz"), "rt", encoding="utf-8") as handle:
+        texts: dict[str, list[str]] = json.load(handle)
+    work = Path(tempfile.mkdtemp(prefix="resident-replay-"))
+    carry = REPO_ROOT / ".vllm-parts" / "oc" / "carry"
+    with gzip.open(carry / "recorded.json.gz", "rt", encoding="utf-8") as handle:
+        prompts = json.load(handle)["prompts"]
+    answers = [problem.answer for problem in _problems()]
+    task = get_task("gsm8k")
+    scored: dict[str, Any] = {}
+    for name, completions in texts.items():
+        replay_file = work / f"replay-{name}.json"
+        replay_file.write_text(
+            json.dumps({"completions": dict(zip(prompts, completions, strict=True))}), encoding="utf-8"
+        )
+        evaluated, seconds = _evaluate(work, "replay", replay_file)
+        scored[name] = {
+            "summary_accuracy": float(evaluated.details["summary_accuracy"]),
+            "completions_equal_gpu": evaluated.completions == completions,
+            "recomputed_here": round(task.score(completions, answers)["opencompass"], 4),
+            "worker_seconds": round(seconds, 1),
+        }
+        log(f"replay {name}: {scored[name]}")
+    result["replay"] = {
+        "command": ".venv/bin/python bench/resident_engine_gpu.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "scores": scored,
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if output.with_suffix(".texts.json.gz") != gpu_result.with_suffix(".texts.json.gz"):
+        shutil.copyfile(gpu_result.with_suffix(".texts.json.gz"), output.with_suffix(".texts.json.gz"))
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=Path, help="bench/opencompass_vllm_gpu.py record's carry folder")
+    parser.add_argument("--work", type=Path, help="where the checkpoints are kept between phases")
+    parser.add_argument("--phase", choices=("all", "prepare", "serve", "replay"), default="all")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--gpu-result", type=Path, help="replay: the serve phase's JSON (its texts beside it)"
+    )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=160, help="training steps (T1 after half)")
     parser.add_argument("--smoke", action="store_true", help="the transformers engine on a tiny model (CPU)")
     args = parser.parse_args()
-    if not args.smoke and args.inputs is None:
+    if args.phase == "replay":
+        if args.gpu_result is None:
+            parser.error("--phase replay needs --gpu-result (the serve phase's JSON)")
+        return replay_phase(args.gpu_result, args.output)
+    if not args.smoke and args.inputs is None and args.phase != "serve":
         parser.error("--inputs is required (bench/opencompass_vllm_gpu.py record's carry folder), or --smoke")
-    work = Path(tempfile.mkdtemp(prefix="resident-engine-"))
+    if args.phase == "serve" and args.work is None:
+        parser.error("--phase serve needs the --work folder of --phase prepare")
+    work = args.work or Path(tempfile.mkdtemp(prefix="resident-engine-"))
+    work.mkdir(parents=True, exist_ok=True)
     engine = "transformers" if args.smoke else "vllm"
+    output = args.output
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if args.phase in ("all", "prepare"):
+        prepared = (
+            smoke_prepare(work) if args.smoke else gpu_prepare(args.inputs, work, args.seed, args.steps)
+        )
+        (work / "prepare.json").write_text(json.dumps(prepared, indent=1), encoding="utf-8")
+        log(
+            f"prepared: loss {prepared['training']['loss_first_last']} in {prepared['training']['seconds']} s"
+        )
+    if args.phase == "prepare":
+        return 0
     result: dict[str, Any] = {
         "benchmark": "resident_engine_gpu",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -193,53 +568,16 @@ def main() -> int:
         "engine": engine,
         "smoke": args.smoke,
         "environment": environment(),  # the GPU benchmarks' one description of the machine
+        **json.loads((work / "prepare.json").read_text(encoding="utf-8")),
     }
-    if args.smoke:
-        recorded, a, b = smoke_inputs(work)
-    else:
-        recorded, a, b, built = gpu_inputs(args.inputs, work, args.seed)
-        result["model_build"] = built
-    result["workload"] = {
-        "prompts": len(recorded["prompts"]),
-        "engine_kwargs": recorded["engine_kwargs"],
-        "sampling_kwargs": recorded["sampling_kwargs"],
-    }
-    shim = load_shim()
-    output = args.output
-    output.parent.mkdir(parents=True, exist_ok=True)
-    texts: dict[str, list[str]] = {}
 
     def save() -> None:
         output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
-    server = Server(engine, work / "resident.log")
-    result["resident"] = {"listening_s": server.listening_s, "evaluations": []}
-    try:
-        for label, view in (("A", a), ("B", b), ("A_again", a)):
-            answer = serve_once(shim, server, view, recorded)
-            texts[label] = answer.pop("texts")
-            result["resident"]["evaluations"].append({"checkpoint": label, **answer})
-            log(f"resident {label}: {answer}")
-            save()
-    finally:
-        server.stop()
-    fresh = Server(engine, work / "fresh.log")
-    try:
-        answer = serve_once(shim, fresh, b, recorded)
-        texts["B_fresh"] = answer.pop("texts")
-        result["fresh"] = {"listening_s": fresh.listening_s, "checkpoint": "B", **answer}
-        log(f"fresh B: {answer}")
-    finally:
-        fresh.stop()
-    result["agreement"] = {
-        "resident_B_vs_fresh_B": agreement(texts["B"], texts["B_fresh"]),
-        "resident_A_first_vs_after_B": agreement(texts["A"], texts["A_again"]),
-    }
-    result["mean_completion_chars"] = {k: round(sum(map(len, v)) / len(v), 1) for k, v in texts.items()}
-    save()
+    texts = serve_phase(work, engine, result, save)
     with gzip.open(output.with_suffix(".texts.json.gz"), "wt", encoding="utf-8") as handle:
         json.dump(texts, handle)
-    log(f"agreement {result['agreement']}")
+    log(f"agreement {result['agreement_with_resident_T2']}")
     return 0
 
 

@@ -52,17 +52,18 @@ GPU_BENCHMARKS: dict[str, str] = {
     "python3 bench/grpo_trl_vllm_gpu.py",
     "vllm_warm_reload_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
     "VLLM_ALLOW_INSECURE_SERIALIZATION=1 python3 bench/vllm_warm_reload_gpu.py",
-    # vLLM 0.25 as above; .vllm-parts/oc/carry from `bench/opencompass_vllm_gpu.py record` here.
+    # vLLM 0.25 as above; .vllm-parts/oc/carry from `bench/opencompass_vllm_gpu.py record` here. It
+    # trains its checkpoints first (--phase prepare, then serve, in two calls on one warm machine,
+    # and replay here: the script's docstring).
     "resident_engine_gpu": "PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 "
-    "python3 bench/resident_engine_gpu.py --inputs .vllm-parts/oc/carry",
+    "python3 bench/resident_engine_gpu.py --inputs .vllm-parts/oc/carry --work /root/resident",
+    "engine_race_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
+    "python3 bench/engine_race_gpu.py --inputs .vllm-parts/oc/carry",
 }
 
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).
 NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
-    "resident_engine_gpu": "its one GPU run (2026-12-04) started the engine in 46.5 s and then waited "
-    "on the answer that the engine's forked processes held open (since fixed and tested on the CPU); "
-    "not run again yet (docs/EVALUATION.md)",
 }
 
 #: Scripts in bench/ that are not benchmarks of their own: this runner, the script that made

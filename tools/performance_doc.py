@@ -576,6 +576,189 @@ def vllm_warm_reload() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _when(date: str) -> str:
+    return f"{date.replace('T', ' ')[:16]} UTC"
+
+
+#: The resident engine benchmark's completion sets, in the document's words.
+RESIDENT_SETS = {
+    "resident_T1": "resident engine, T1 (its start)",
+    "resident_T2": "resident engine, T2 loaded in place",
+    "resident_A": "resident engine, A loaded in place",
+    "resident_T1_again": "resident engine, T1 loaded in place again",
+    "fresh_eager_T2": "fresh engine, the recorded arguments (eager), T2",
+    "fresh_eager_T2_again": "the same engine, T2 a second time",
+    "fresh_graphs_T2": "fresh engine, CUDA graphs and prefix caching, T2",
+    "fresh_graphs_T2_again": "the same engine, T2 a second time",
+    "in_process_T2": "in-process engine (`greedy_engine`), T2",
+}
+
+
+def resident_engine() -> str:
+    """The worker's resident engine on the GPU: warm, fresh and in-process, on trained checkpoints."""
+    data = load_results("resident_engine_gpu")
+    env, trained, work = data["environment"], data["training"], data["workload"]
+    resident = {e["checkpoint"]: e for e in data["resident"]["evaluations"]}
+    eager, graphs = data["fresh"]["eager"], data["fresh"]["graphs"]
+    inproc, tokens, scores = data["in_process"], data["completion_tokens"], data["replay"]["scores"]
+    lines = [
+        f"Measured {_when(data['date'])} on one {env['gpu']} ({env['gpu_memory_gib']} GiB), torch "
+        f"{env['torch']}, "
+        f"vLLM {env['vllm']}, transformers {env['transformers']}, Python {env['python']}. Checkpoints: the "
+        f"Qwen2.5-1.5B architecture ({number(data['model_build']['A']['parameters'] / 1e9, 3)} B parameters) "
+        "with the view's locally built Qwen2-format tokenizer; A: random bf16 weights (seed 0); T1 and T2: "
+        f"A fine-tuned on the GPU for {trained['saves']['T1']} and {trained['saves']['T2']} steps of "
+        f"{trained['batch']} (learning rate {trained['learning_rate']}, loss {trained['loss_first_last'][0]} "
+        "→ "
+        f"{trained['loss_first_last'][1]}, {trained['seconds']} s) on "
+        f"{number(trained['examples']['problems'], 0)} "
+        "generated problems, none of them among those evaluated, each in the evaluated 4-shot prompt. "
+        f"Workload: OpenCompass's {number(work['prompts'], 0)} rendered prompts (16 GSM8K test problems and "
+        f"generated ones), sampling as OpenCompass sends it ({work['sampling_kwargs']}). The recorded engine "
+        "arguments (those of the config the worker writes for an engine of one evaluation): "
+        + ", ".join(f"`{k}={v}`" for k, v in work["engine_kwargs"].items())
+        + ".",
+        "",
+        "| evaluation | checkpoint on disk → every answer s | of which the load s | generation s "
+        "| mean new tokens | OpenCompass's score % |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    rows = [
+        ("resident_T1", resident["T1"]),
+        ("resident_T2", resident["T2"]),
+        ("resident_A", resident["A"]),
+        ("resident_T1_again", resident["T1_again"]),
+        ("fresh_eager_T2", eager["first"]),
+        ("fresh_eager_T2_again", eager["again"]),
+        ("fresh_graphs_T2", graphs["first"]),
+        ("fresh_graphs_T2_again", graphs["again"]),
+    ]
+    for name, run in rows:
+        lines.append(
+            f"| {RESIDENT_SETS[name]} | {run['checkpoint_to_answers_s']} | {run['load_s']} | "
+            f"{run['generate_s']} "
+            f"| {tokens[name]['mean']} | {scores[name]['summary_accuracy']} |"
+        )
+    whole = round(inproc["load_s"] + inproc["tokenize_s"] + inproc["generate_s"], 2)
+    lines.append(
+        f"| {RESIDENT_SETS['in_process_T2']} | {whole} | {inproc['load_s']} (tokenizing "
+        f"{inproc['tokenize_s']}) "
+        f"| {inproc['generate_s']} | {tokens['in_process_T2']['mean']} | "
+        f"{scores['in_process_T2']['summary_accuracy']} |"
+    )
+    warm = resident["T2"]["checkpoint_to_answers_s"]
+    lines += [
+        "",
+        f"- Warm against fresh, same call, T2 from disk to every answer: the resident engine **{warm} s** "
+        "(target ≤ 10 s), a fresh engine with the same arguments "
+        f"{eager['first']['checkpoint_to_answers_s']} s "
+        f"(**{number(eager['first']['checkpoint_to_answers_s'] / warm)}×**); the resident engine's own start "
+        f"once: {resident['T1']['load_s']} s.",
+        f"- In-process engine against vLLM, same call, T2's generation: {inproc['generate_s']} s against the "
+        f"resident engine's {resident['T2']['generate_s']} s (vLLM "
+        f"**{number(resident['T2']['generate_s'] / inproc['generate_s'], 2)}×** "
+        f"as long) and the graphs engine's {graphs['first']['generate_s']} s.",
+        "- New tokens are counted by tokenizing each completion's text again (A's random text does not "
+        "round-trip to the ids it was written with, so its mean passes 512).",
+        "",
+        "Each set of completions against the resident engine's on T2, 1,319 rows:",
+        "",
+    ]
+    for name, a in data["agreement_with_resident_T2"].items():
+        lines.append(
+            f"- {RESIDENT_SETS.get(name, name)}: {number(a['identical'], 0)} identical completions, "
+            f"{number(a['equal_final_answers'], 0)} equal final answers (`gsm8k_postprocess`)."
+        )
+    again = data["agreement_resident_T1_first_vs_after_T2_and_A"]
+    lines.append(
+        f"- The resident engine's first answers on T1 against its answers on T1 after T2 and A were loaded: "
+        f"{number(again['identical'], 0)} identical, {number(again['equal_final_answers'], 0)} equal final "
+        "answers."
+    )
+    equal_scores = len({scores[n]["summary_accuracy"] for n in scores if n.endswith(("T2", "T2_again"))}) == 1
+    lines += [
+        f"- OpenCompass's score of every T2 set: {'the same' if equal_scores else 'not the same'}; each "
+        "scored "
+        "through the worker's real path here, the completions reaching OpenCompass unchanged: "
+        + ("yes" if all(s["completions_equal_gpu"] for s in scores.values()) else "no")
+        + ".",
+        "",
+    ]
+    for call in data["follow_up_calls"]:
+        if "evaluations" in call:
+            runs = ", ".join(
+                f"{e['checkpoint']} {e['checkpoint_to_answers_s']} s" for e in call["evaluations"]
+            )
+            detail = f"{runs}; the prompts tokenized in one call {call['batch_tokenize_s']} s"
+        else:
+            runs = ", ".join(
+                f"{r['checkpoint']}: generation {r['generate_s']} s (tokenizing {r['tokenize_s']} s)"
+                for r in call["runs"]
+            )
+            detail = runs
+        lines.append(f"- Same machine, {_when(call['date'])}: {call['what']}: {detail}.")
+    lines += [
+        "",
+        f"Commands: `{data['prepare_command']}` ({_when(data['prepare_date'])}), then `{data['command']}` on "
+        "the "
+        f"GPU machine; `{data['replay']['command']}` here ({_when(data['replay']['date'])}).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+#: The engine race's vLLM configurations, in the document's words.
+RACE_VARIANTS = {
+    "vllm_worker_eager": "vLLM, the worker's arguments (eager)",
+    "vllm_graphs": "vLLM, CUDA graphs and prefix caching",
+    "vllm_graphs_seqs512": "the same, `max_num_seqs=512`",
+    "vllm_graphs_seqs256": "the same, `max_num_seqs=256`",
+}
+
+
+def engine_race() -> str:
+    """The in-process greedy engine against vLLM, one run, one model, one workload."""
+    data = load_results("engine_race_gpu")
+    env, inproc = data["environment"], data["in_process"]
+    lines = [
+        f"Measured {_when(data['date'])} on one {env['gpu']} ({env['gpu_memory_gib']} GiB), torch "
+        f"{env['torch']}, "
+        f"vLLM {env['vllm']}, transformers {env['transformers']}, Python {env['python']}: "
+        f"`{data['command']}`. "
+        f"Model: {data['model']['description']}, {number(data['model']['parameters'] / 1e9, 3)} B "
+        "parameters. "
+        "Workloads: " + "; ".join(f"`{k}`: {v}" for k, v in data["workloads"].items()) + ".",
+        "",
+        "| engine | start s | `ids_stop` s | `ids_full` s | `opencompass_prompts` s |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for attempt in ("first", "second"):
+        cells = " | ".join(
+            str(inproc["runs"][w][attempt]["seconds"])
+            for w in ("ids_stop", "ids_full", "opencompass_prompts")
+        )
+        start = inproc["load_s"] if attempt == "first" else "–"
+        lines.append(f"| in-process engine, {attempt} call | {start} | {cells} |")
+    for name, variant in data["vllm"].items():
+        if variant.get("status") != "ok":
+            lines.append(f"| {RACE_VARIANTS.get(name, name)} | {variant.get('status')} | | | |")
+            continue
+        cells = " | ".join(
+            str(variant["runs"][w]["seconds"]) for w in ("ids_stop", "ids_full", "opencompass_prompts")
+        )
+        lines.append(f"| {RACE_VARIANTS.get(name, name)} | {variant['startup_s']} | {cells} |")
+    lines.append("")
+    for workload, r in data["ratios"].items():
+        lines.append(
+            f"- `{workload}`: the fastest vLLM ({RACE_VARIANTS[r['fastest_vllm']]}) {r['fastest_vllm_s']} s, "
+            "the "
+            f"in-process engine {r['in_process_first_s']} s / {r['in_process_second_s']} s (first / second "
+            "call): "
+            f"vLLM's time over the engine's **{r['vllm_over_in_process_first']}× / "
+            f"{r['vllm_over_in_process_second']}×**."
+        )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -594,6 +777,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "opencompass-vllm-parity": opencompass_vllm_parity,
     "grpo-trl-vllm": grpo_trl_vllm,
     "vllm-warm-reload": vllm_warm_reload,
+    "resident-engine": resident_engine,
+    "engine-race": engine_race,
 }
 
 

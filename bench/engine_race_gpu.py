@@ -1,0 +1,240 @@
+"""The in-process greedy engine against vLLM 0.25 on one GPU: one run, one model, one workload.
+
+The ``hf`` backend and the example agent decode with ``autorl/decoding/greedy_engine.py``; the
+``opencompass`` backend's resident engine is vLLM. This measures both in the same call on the same
+checkpoint (the Qwen2.5-1.5B architecture with random bf16 weights, seed 0, the view's locally
+built Qwen2-format tokenizer: bench/opencompass_vllm_gpu.py's ``build_model``) and the same prompts:
+
+- ``ids_stop``: bench/hf_generation_gpu.py's 1,319 random-id prompts (1,441 shared prefix ids, each
+  problem's own suffix length under Qwen2.5's tokenizer), each row stopped at a length drawn from
+  the GSM8K train answers' token counts (random weights never choose to stop; end-of-text ignored);
+- ``ids_full``: the same prompts, 512 new tokens each;
+- ``opencompass_prompts``: OpenCompass's 1,319 rendered prompts (as text), its sampling parameters
+  (greedy, up to 512 new tokens, its stop strings).
+
+The in-process engine runs each workload twice in this process (the first includes capturing its
+CUDA graphs). Each vLLM configuration runs in a process of its own (``opencompass_vllm_gpu.py
+offline``: engine start, then each workload once): the worker's engine arguments (eager), then
+CUDA graphs with prefix caching at vLLM's default ``max_num_seqs`` and at 512 and 256.
+
+    # on the GPU machine, vLLM 0.25 and bench/data/vllm-0.25-serve-wheels.txt in /root/site,
+    # .vllm-parts/oc/carry (bench/opencompass_vllm_gpu.py record) carried:
+    PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/engine_race_gpu.py \\
+        --inputs .vllm-parts/oc/carry --output $OUT/engine_race_gpu.json
+
+Writes ``bench/results/engine_race_gpu.json`` (or ``--output``) after every variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results" / "engine_race_gpu.json"
+#: vLLM configurations over the worker's recorded engine arguments.
+VLLM_VARIANTS: dict[str, dict[str, Any]] = {
+    "vllm_worker_eager": {},
+    "vllm_graphs": {"enforce_eager": False, "enable_prefix_caching": True},
+    "vllm_graphs_seqs512": {"enforce_eager": False, "enable_prefix_caching": True, "max_num_seqs": 512},
+    "vllm_graphs_seqs256": {"enforce_eager": False, "enable_prefix_caching": True, "max_num_seqs": 256},
+}
+WORKLOADS = ("ids_stop", "ids_full", "opencompass_prompts")
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+def in_process(
+    model_dir: Path, recorded: dict[str, Any], prompts: list[list[int]], stops: list[int]
+) -> dict[str, Any]:
+    """Each workload twice through :func:`generate_greedy`, CUDA synchronised around each."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from autorl.decoding.greedy_engine import generate_greedy
+
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to("cuda").eval()
+    result: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 2), "runs": {}}
+    text_prompts = tokenizer(recorded["prompts"]).input_ids
+    stop_ids = sorted(
+        {
+            tokenizer.convert_tokens_to_ids(s)
+            for s in recorded["sampling_kwargs"]["stop"]
+            if s in tokenizer.get_vocab()
+        }
+    )
+    cases: dict[str, tuple[list[list[int]], int | list[int], list[int]]] = {
+        # End-of-text ignored, as vLLM's ignore_eos: no end id that could stop a row.
+        "ids_stop": (prompts, stops, []),
+        "ids_full": (prompts, 512, []),
+        "opencompass_prompts": (text_prompts, int(recorded["sampling_kwargs"]["max_tokens"]), stop_ids),
+    }
+    for name, (rows, limits, eos_ids) in cases.items():
+        for attempt in ("first", "second"):
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            output = generate_greedy(model, rows, max_new_tokens=limits, eos_ids=eos_ids, pad_id=0)
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - began
+            result["runs"].setdefault(name, {})[attempt] = {
+                "seconds": round(seconds, 2),
+                "new_tokens": sum(len(t) for t in output.tokens),
+            }
+            log(f"in-process {name} {attempt}: {result['runs'][name][attempt]}")
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result
+
+
+def vllm_variant(
+    inputs: Path, model_dir: Path, kwargs: dict[str, Any], seed: int, timeout_s: float
+) -> dict[str, Any]:
+    """One vLLM configuration in a process of its own (bench/opencompass_vllm_gpu.py offline)."""
+    folder = Path(tempfile.mkdtemp(prefix="engine-race-"))
+    spec, result = folder / "spec.json", folder / "result.json"
+    spec.write_text(
+        json.dumps({"model": str(model_dir), "engine_kwargs": kwargs, "seed": seed}), encoding="utf-8"
+    )
+    began = time.perf_counter()
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "bench" / "opencompass_vllm_gpu.py"),
+            "offline",
+            "--inputs",
+            str(inputs),
+            "--spec",
+            str(spec),
+            "--result",
+            str(result),
+        ],
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if completed.returncode or not result.exists():
+        return {
+            "status": "failed",
+            "returncode": completed.returncode,
+            "tail": completed.stdout[-1500:] + completed.stderr[-1500:],
+        }
+    found: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))["result"]
+    return {
+        "status": "ok",
+        "engine_kwargs": kwargs,
+        "process_s": round(time.perf_counter() - began, 1),
+        **found,
+    }
+
+
+def ratios(report: dict[str, Any]) -> dict[str, Any]:
+    """Per workload: the fastest vLLM configuration's seconds over the in-process engine's (its
+    first and its second call), both from this run."""
+    engine = report.get("in_process", {}).get("runs", {})
+    found: dict[str, Any] = {}
+    for workload in WORKLOADS:
+        timed = {
+            name: variant["runs"][workload]["seconds"]
+            for name, variant in report["vllm"].items()
+            if variant.get("status") == "ok" and workload in variant["runs"]
+        }
+        if not timed or workload not in engine:
+            continue
+        best = min(timed, key=lambda name: timed[name])
+        found[workload] = {
+            "fastest_vllm": best,
+            "fastest_vllm_s": timed[best],
+            "in_process_first_s": engine[workload]["first"]["seconds"],
+            "in_process_second_s": engine[workload]["second"]["seconds"],
+            "vllm_over_in_process_first": round(timed[best] / engine[workload]["first"]["seconds"], 2),
+            "vllm_over_in_process_second": round(timed[best] / engine[workload]["second"]["seconds"], 2),
+        }
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--inputs", type=Path, required=True, help="bench/opencompass_vllm_gpu.py record's carry"
+    )
+    parser.add_argument("--work", type=Path, default=Path("/root/engine-race"))
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="*", choices=sorted(VLLM_VARIANTS), help="vLLM variants to run")
+    parser.add_argument("--deadline-s", type=float, default=540.0, help="start no variant after this")
+    args = parser.parse_args()
+    sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+    import torch
+    from opencompass_vllm_gpu import _load_workload, build_model
+    from resident_engine_gpu import environment
+
+    began = time.perf_counter()
+    inputs = args.inputs.resolve()
+    model_dir = args.work / "A"
+    built = build_model(inputs, model_dir, args.seed)
+    torch.cuda.empty_cache()
+    recorded, prompts, stops = _load_workload(inputs, args.seed)
+    report: dict[str, Any] = {
+        "benchmark": "engine_race_gpu",
+        "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+        "command": "python3 bench/engine_race_gpu.py " + " ".join(sys.argv[1:]),
+        "environment": environment(),
+        "model": {
+            "description": f"Qwen2.5-1.5B architecture, random bf16 weights (seed {args.seed})",
+            **built,
+        },
+        "workloads": {
+            "ids_stop": f"{len(prompts)} random-id prompts ({len(prompts[0])} ids in the first), GSM8K "
+            f"answer lengths (mean {sum(stops) / len(stops):.1f} new tokens), end-of-text ignored",
+            "ids_full": "the same prompts, 512 new tokens each, end-of-text ignored",
+            "opencompass_prompts": f"OpenCompass's {len(recorded['prompts'])} rendered prompts, "
+            f"sampling {recorded['sampling_kwargs']}",
+        },
+        "worker_engine_kwargs": recorded["engine_kwargs"],
+        "vllm": {},
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
+        report["ratios"] = ratios(report)
+        args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+    report["in_process"] = in_process(model_dir, recorded, prompts, stops)
+    write()
+    for name, extra in VLLM_VARIANTS.items():
+        if args.only is not None and name not in args.only:
+            continue
+        left = args.deadline_s - (time.perf_counter() - began)
+        if left < 60:
+            report["vllm"][name] = {"status": "not run: deadline"}
+            continue
+        try:
+            report["vllm"][name] = vllm_variant(
+                inputs, model_dir, {**recorded["engine_kwargs"], **extra}, args.seed, left
+            )
+        except subprocess.TimeoutExpired:
+            report["vllm"][name] = {"status": "timed out"}
+        log(f"{name}: {report['vllm'][name]}")
+        write()
+    log(f"ratios {report['ratios']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
