@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -30,7 +31,7 @@ import pytest
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, write_problems
 from autorl_evaluator.backends.opencompass.backend import place, subprocess_environment
-from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs, render
+from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs, GpuPlan, render
 from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, tensor_parallel_size
 from autorl_evaluator.model_settings import settings_for
 from autorl_evaluator.settings import WorkerSettings
@@ -229,6 +230,30 @@ def test_gpu_config_carries_the_reference_settings(allocations: list[Allocation]
     assert result["pred_postprocessor"] == {"type": "extract-non-reasoning-content"}
     assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
     assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == env["HF_DATASETS_OFFLINE"] == "1"
+
+
+def _model_kwargs(config_text: str) -> dict[str, Any]:
+    """The model keyword arguments of a rendered config (its ``models = [dict(type=T, **{...})]``)."""
+    line = next(line for line in config_text.splitlines() if line.startswith("models = [dict("))
+    model: dict[str, Any] = ast.literal_eval(line[line.index("**") + 2 : line.rindex(")]")])
+    return dict(model["model_kwargs"])
+
+
+def test_the_resident_engine_captures_cuda_graphs_with_prefix_caching_and_a_one_off_engine_stays_eager(
+    tmp_path: Path,
+) -> None:
+    model = settings_for({"model_type": "qwen2", "max_position_embeddings": 32768})
+    common = {"model_dir": tmp_path, "task": get_task("gsm8k"), "max_out_len": 512, "model": model}
+    one_off = _model_kwargs(render(ConfigInputs(**common, gpu=GpuPlan((0,)), cpu_batch_size=64)))
+    resident = _model_kwargs(
+        render(ConfigInputs(**common, gpu=GpuPlan((0,)), cpu_batch_size=64, resident=True))
+    )
+    assert one_off["enforce_eager"] is True and "enable_prefix_caching" not in one_off
+    assert resident["enforce_eager"] is False and resident["enable_prefix_caching"] is True
+    # Everything else the engine is given is the same.
+    assert {k: v for k, v in resident.items() if k not in ("enforce_eager", "enable_prefix_caching")} == {
+        k: v for k, v in one_off.items() if k != "enforce_eager"
+    }
 
 
 def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
