@@ -16,24 +16,10 @@ from autorl.store import Database, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import admin_headers, make_workspace, register, submit_copies
 from tests.support.settings import DeploymentSettings
 
 FLOOD = 4
-
-
-def submit_copies(
-    client: TestClient, experiment: RegisteredExperiment, base: Path, count: int, prefix: str
-) -> list[int]:
-    ids = []
-    for index in range(count):
-        copy_model(base, experiment.output_dir / f"{prefix}{index}", unique=True)
-        response = client.post(
-            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{prefix}{index}"}
-        )
-        assert response.status_code == 202, response.text
-        ids.append(int(response.json()["submission_id"]))
-    return ids
 
 
 def flood_then_one_then_a_baseline(

@@ -3,6 +3,8 @@ evaluation past its hard timeout replaces the child process."""
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 import sys
 import textwrap
@@ -15,6 +17,7 @@ from autorl.models.tiny import build_tiny_qwen2
 from autorl_evaluator.backends.hf.warm_models import WarmModels, swap_weights
 from autorl_evaluator.warm_child import WarmChild
 from tests.support.checkpoints import edit_json, split_into_shards
+from tests.support.service_processes import service_env
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +178,156 @@ def test_the_local_worker_fails_a_timed_out_warm_evaluation_and_replaces_the_chi
         submission = repo.get_submission(session, submission_id)
         assert submission.status.final and "hard timeout of 1 s" in (submission.error or "")
     db.dispose()
+
+
+# --- `autorl worker` on RQ (rq_worker.WarmEvaluationWorker) -----------------------------------------
+
+
+@pytest.fixture
+def rq_settings(
+    make_settings: Any,
+    fresh_pg_url: str,
+    redis_url: str,
+    fresh_queue_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Any:
+    """An RQ deployment that evaluates the tiny model for real on one problem, its warm child (run
+    from this process in the in-process tests) configured through the environment as in a pod."""
+    settings = make_settings(
+        database_url=fresh_pg_url,
+        redis_url=redis_url,
+        redis_key_prefix=fresh_queue_prefix,
+        eval_backend="hf",
+        eval_limit=1,
+        eval_max_new_tokens=2,
+        submit_wait_s=0.0,
+        eval_warm_worker=True,
+    )
+    for variable, value in service_env(settings).items():
+        monkeypatch.setenv(variable, value)
+    return settings
+
+
+def _submit_copies(
+    settings: Any, base: Path, tmp_path: Path, count: int, *, timeout_s: int | None = None
+) -> list[int]:
+    """``count`` submissions of one new experiment (its recorded hard timeout ``timeout_s`` if given)."""
+    from fastapi.testclient import TestClient
+
+    from autorl.store import Database
+    from autorl.store import repository as repo
+    from autorl_grader.main import create_app
+    from tests.support.grading import make_workspace, register, submit_copies
+
+    with TestClient(create_app(settings, reconcile=False)) as client:
+        experiment = register(client, settings, base, make_workspace(tmp_path))
+        if timeout_s is not None:
+            db = Database(settings.database_url)
+            with db.session() as session:
+                recorded = repo.get_experiment(session, experiment.name)
+                recorded.eval_config = {**recorded.eval_config, "timeout_s": timeout_s}
+            db.dispose()
+        return submit_copies(client, experiment, base, count, "c")
+
+
+def _warm_rq_worker(settings: Any, warm: WarmChild | None = None) -> Any:
+    from redis import Redis
+
+    from autorl.queue import make_dispatcher
+    from autorl.store import Database
+    from autorl_evaluator.rq_worker import WarmEvaluationWorker, evaluation_queue
+
+    redis = Redis.from_url(settings.redis_url)
+    return WarmEvaluationWorker(
+        [evaluation_queue(settings.queue_name, redis)],
+        connection=redis,
+        key_prefix=settings.redis_key_prefix,
+        db=Database(settings.database_url),
+        own_timeout_s=settings.eval_timeout_s,
+        warm=warm,
+        dispatcher=make_dispatcher(settings),
+    )
+
+
+def _rows(settings: Any, ids: list[int]) -> list[Any]:
+    from autorl.store import Database
+    from autorl.store import repository as repo
+
+    db = Database(settings.database_url)
+    with db.session() as session:
+        rows = [repo.get_submission(session, i) for i in ids]
+        found = [(r.status, r.failure_reason, r.error) for r in rows]
+    db.dispose()
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_the_rq_worker_fails_a_timed_out_job_and_starts_a_fresh_child_for_the_next(
+    rq_settings: Any,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from autorl.process_group import group_members
+    from autorl.store import FailureReason, SubmissionStatus
+    from autorl_evaluator import local_worker
+
+    (hung,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1, timeout_s=1)
+    (after,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1)
+    monkeypatch.setattr(local_worker, "CHILD_MARGIN_S", 0.0)
+    # The real child, except that the evaluation of ``hung`` never answers (a hung engine).
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import itertools, sys, time
+            from autorl_evaluator.warm_child import main
+            first = sys.stdin.readline()
+            if int(first) == {hung}:
+                time.sleep(600)
+            sys.stdin = itertools.chain([first], sys.stdin)
+            raise SystemExit(main())
+            """
+        )
+    )
+    worker = _warm_rq_worker(rq_settings, WarmChild([sys.executable, str(script)]))
+    with caplog.at_level(logging.INFO, logger="autorl.evaluator.warm"):
+        worker.work(burst=True)
+    pids = [int(pid) for pid in re.findall(r"event=warm_worker_started pid=(\d+)", caplog.text)]
+    (failed, scored) = _rows(rq_settings, [hung, after])
+    assert (
+        failed[:2] == (SubmissionStatus.FAILED, FailureReason.TIMEOUT) and "hard timeout of 1 s" in failed[2]
+    )
+    assert scored[0] == SubmissionStatus.SCORED, scored
+    assert len(pids) == 2 and pids[0] != pids[1]
+    assert group_members(pids[0]) == [] and group_members(pids[1]) == []
+
+
+@pytest.mark.timeout(180)
+def test_autorl_worker_on_rq_evaluates_job_after_job_in_one_warm_child_and_sigterm_stops_both(
+    rq_settings: Any, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    import signal
+
+    from autorl.process_group import group_members
+    from autorl.store import SubmissionStatus
+    from tests.support.service_processes import start, stop
+    from tests.support.waiting import wait_for
+
+    ids = _submit_copies(rq_settings, tiny_base_model, tmp_path, 2)
+    log = tmp_path / "worker.log"
+    worker = start(["worker"], rq_settings, log)
+    try:
+        wait_for(lambda: all(row[0].final for row in _rows(rq_settings, ids)), "both scores", timeout_s=120)
+        rows = _rows(rq_settings, ids)
+        assert [row[0] for row in rows] == [SubmissionStatus.SCORED] * 2, rows
+        # One child for both jobs: the model stayed resident between them.
+        (child,) = [int(pid) for pid in re.findall(r"event=warm_worker_started pid=(\d+)", log.read_text())]
+        assert group_members(child), "the warm child stays between jobs"
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+        # The child leads a process group of its own: nothing of it outlives the worker.
+        assert group_members(child) == [], log.read_text()[-3000:]
+    finally:
+        stop(worker)

@@ -87,6 +87,21 @@ def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
     return target
 
 
+def submit_copies(
+    client: TestClient, experiment: RegisteredExperiment, base: Path, count: int, prefix: str
+) -> list[int]:
+    """Submit ``count`` copies of ``base``, each a model of its own, without waiting: their ids."""
+    ids = []
+    for index in range(count):
+        copy_model(base, experiment.output_dir / f"{prefix}{index}", unique=True)
+        response = client.post(
+            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{prefix}{index}"}
+        )
+        assert response.status_code == 202, response.text
+        ids.append(int(response.json()["submission_id"]))
+    return ids
+
+
 #: Elements of the first weight whose lowest byte :func:`make_unique` changes: 255**4 (4.2 billion)
 #: equally likely results, so two copies of one model come out identical about once in billions
 #: (a single byte's 255 made that a few percent for a test's handful of copies).

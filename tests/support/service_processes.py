@@ -37,6 +37,7 @@ def service_env(settings: DeploymentSettings) -> dict[str, str]:
         "AUTORL_EVAL_BACKEND": settings.eval_backend,
         "AUTORL_EVALUATOR_HEARTBEAT_S": str(settings.evaluator_heartbeat_s),
         "AUTORL_BASELINE_UNAVAILABLE_S": str(settings.baseline_unavailable_s),
+        "AUTORL_EVAL_WARM_WORKER": str(settings.eval_warm_worker).lower(),
     }
     optional = {
         "AUTORL_EVAL_DIR": settings.eval_dir,

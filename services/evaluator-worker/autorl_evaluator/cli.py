@@ -77,20 +77,34 @@ def run(args: argparse.Namespace) -> int:
     from redis import Redis
 
     from autorl.queue import make_dispatcher
-    from autorl_evaluator.rq_worker import EvaluationWorker, evaluation_queue
+    from autorl_evaluator.rq_worker import EvaluationWorker, WarmEvaluationWorker, evaluation_queue
 
     redis = Redis.from_url(settings.redis_url)
     dispatcher = make_dispatcher(settings)
-    worker = EvaluationWorker(
-        [evaluation_queue(settings.queue_name, redis)],
-        connection=redis,
-        key_prefix=settings.redis_key_prefix,
-        dispatcher=dispatcher,
-        db=db,
-        metrics=metrics,
-    )
+    queues = [evaluation_queue(settings.queue_name, redis)]
+    worker: EvaluationWorker | WarmEvaluationWorker
+    if settings.eval_warm_worker:
+        worker = WarmEvaluationWorker(
+            queues,
+            connection=redis,
+            key_prefix=settings.redis_key_prefix,
+            db=db,
+            own_timeout_s=settings.eval_timeout_s,
+            dispatcher=dispatcher,
+            metrics=metrics,
+        )
+    else:
+        worker = EvaluationWorker(
+            queues,
+            connection=redis,
+            key_prefix=settings.redis_key_prefix,
+            dispatcher=dispatcher,
+            db=db,
+            metrics=metrics,
+        )
     worker.feed()  # what waited in the database while no worker ran
-    # RQ shuts down in two stages on its own: the first SIGTERM finishes the job, a second kills it.
+    # RQ shuts down in two stages on its own: the first SIGTERM finishes the job, a second kills it
+    # (the warm worker's child goes with the worker either way).
     with Presence(db, settings):
         worker.work(burst=args.burst, with_scheduler=True)
     return 0

@@ -102,15 +102,13 @@ class LocalWorker:
             self.run_child(submission_id)
 
     def run_child(self, submission_id: int) -> None:
-        # The recorded config's hard timeout, as the evaluation itself obeys it (not this worker's).
-        with self.db.session() as session:
-            limit_s = repo.evaluation_timeout_s(session, submission_id, self.settings.eval_timeout_s)
+        limit_s = evaluation_limit_s(self.db, submission_id, self.settings.eval_timeout_s)
         timeout = limit_s + CHILD_MARGIN_S
         if self.warm is not None:
             try:
                 self.warm.run(submission_id, timeout)
             except TimeoutError:
-                self._record_timeout(submission_id, limit_s)
+                record_timeout(self.db, submission_id, limit_s)
             except ChildProcessError as exc:
                 log.warning("event=warm_worker_failed submission=%d reason=%s", submission_id, exc)
             return
@@ -122,19 +120,28 @@ class LocalWorker:
             self.child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(self.child.pid, self.child, grace_s=KILL_GRACE_S)
-            self._record_timeout(submission_id, limit_s)
+            record_timeout(self.db, submission_id, limit_s)
         finally:
             self.child = None
 
-    def _record_timeout(self, submission_id: int, limit_s: int) -> None:
-        with self.db.session() as session:
-            repo.record_failure(
-                session,
-                submission_id,
-                error=f"evaluation exceeded its hard timeout of {limit_s} s and was "
-                "stopped (AUTORL_EVAL_TIMEOUT_S)",
-                reason=FailureReason.TIMEOUT,
-            )
+
+def evaluation_limit_s(db: Database, submission_id: int, own_timeout_s: int) -> int:
+    """The recorded config's hard timeout, as the evaluation itself obeys it (not this worker's);
+    the process that runs it gets :data:`CHILD_MARGIN_S` more."""
+    with db.session() as session:
+        return repo.evaluation_timeout_s(session, submission_id, own_timeout_s)
+
+
+def record_timeout(db: Database, submission_id: int, limit_s: int) -> None:
+    """Fail a submission whose evaluation process was killed at its hard timeout."""
+    with db.session() as session:
+        repo.record_failure(
+            session,
+            submission_id,
+            error=f"evaluation exceeded its hard timeout of {limit_s} s and was "
+            "stopped (AUTORL_EVAL_TIMEOUT_S)",
+            reason=FailureReason.TIMEOUT,
+        )
 
 
 def gpu_free_fractions() -> list[float]:

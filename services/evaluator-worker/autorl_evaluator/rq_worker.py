@@ -26,11 +26,14 @@ from redis import Redis
 from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.timeouts import JobTimeoutException
 
 from autorl.errors import AutoRLError
 from autorl.queue import EVALUATE_JOB, Dispatcher, job_id
-from autorl.store import Database
+from autorl.store import Database, FailureReason
+from autorl_evaluator import local_worker
 from autorl_evaluator.metrics import WorkerMetrics
+from autorl_evaluator.warm_child import WarmChild
 
 log = logging.getLogger("autorl.evaluator.rq")
 
@@ -44,11 +47,14 @@ class EvaluationJob(Job):
 
     @property
     def func(self) -> Callable[..., Any]:
-        if self.func_name != EVALUATE_JOB or self.instance is not None:
-            raise JobRefusedError(f"job {self.id!r} does not name {EVALUATE_JOB}; refused")
+        self.require_evaluation()
         from autorl_evaluator.jobs import evaluate
 
         return evaluate
+
+    def require_evaluation(self) -> None:
+        if self.func_name != EVALUATE_JOB or self.instance is not None:
+            raise JobRefusedError(f"job {self.id!r} does not name {EVALUATE_JOB}; refused")
 
     @property
     def success_callback(self) -> None:
@@ -193,6 +199,73 @@ class InProcessEvaluationWorker(EvaluationOnly, SimpleWorker):
     """The same checks, jobs run in the worker's own process (tests run it in burst mode)."""
 
     job_class = EvaluationJob
+
+
+class WarmEvaluationWorker(EvaluationOnly, SimpleWorker):
+    """`autorl worker` with ``AUTORL_EVAL_WARM_WORKER``: the same checks, each job run in the
+    worker's own process by handing its submission id to one long-lived child
+    (:mod:`autorl_evaluator.warm_child`) that this process owns, so the model or engine of an
+    architecture stays resident from job to job.
+
+    The guarantees of a work horse per job hold: past the recorded hard timeout plus
+    ``CHILD_MARGIN_S`` (before RQ's own job timeout, which is 300 s later) the child's whole group
+    is killed and the submission failed as the local worker fails it; RQ's own timeout, if it
+    fires first, or a cold shutdown stops the child as well; a child that dies mid-evaluation
+    fails the job as a dead horse does (RQ retries it); the next job starts a fresh child; the
+    worker's stop takes the child's group down with it.
+    """
+
+    def __init__(
+        self,
+        queues: list[Queue],
+        *,
+        connection: Redis,
+        key_prefix: str,
+        db: Database,
+        own_timeout_s: int,
+        warm: WarmChild | None = None,
+        dispatcher: Dispatcher | None = None,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        super().__init__(
+            queues,
+            connection=connection,
+            key_prefix=key_prefix,
+            dispatcher=dispatcher,
+            db=db,
+            metrics=metrics,
+        )
+        self.store = db
+        self.own_timeout_s = own_timeout_s
+        self.warm = warm or WarmChild()
+        self.job_class = _job_handing_to(self.evaluate_in_child)
+
+    def evaluate_in_child(self, submission_id: int) -> dict[str, Any]:
+        limit_s = local_worker.evaluation_limit_s(self.store, submission_id, self.own_timeout_s)
+        try:
+            status = self.warm.run(submission_id, limit_s + local_worker.CHILD_MARGIN_S)
+        except (TimeoutError, JobTimeoutException):  # the child's group is gone either way
+            local_worker.record_timeout(self.store, submission_id, limit_s)
+            return {"submission_id": submission_id, "status": "failed", "reason": FailureReason.TIMEOUT.value}
+        return {"submission_id": submission_id, "status": status}
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[no-untyped-call]
+        finally:
+            self.warm.stop()
+
+
+def _job_handing_to(evaluation: Callable[[int], dict[str, Any]]) -> type[EvaluationJob]:
+    """The job class of one warm worker: checked as every job is, run by ``evaluation``."""
+
+    class WarmEvaluationJob(EvaluationJob):
+        @property
+        def func(self) -> Callable[..., Any]:
+            self.require_evaluation()
+            return evaluation
+
+    return WarmEvaluationJob
 
 
 def evaluation_queue(name: str, connection: Redis) -> Queue:

@@ -24,9 +24,10 @@ class WorkerSettings(PlatformSettings):
     )
     eval_warm_worker: bool = Field(
         default=False,
-        description="Local worker: evaluate in one long-lived child process that keeps the model of an "
-        "architecture resident and swaps each checkpoint's weights in (hf backend); the child is "
-        "replaced after an evaluation passes its hard timeout.",
+        description="Evaluate in one long-lived child process of the worker (local or RQ) that keeps the "
+        "model of an architecture resident and swaps each checkpoint's weights in (hf backend; the "
+        "opencompass backend's resident engine with AUTORL_VLLM_PYTHON); the child is replaced after an "
+        "evaluation passes its hard timeout or fails it by dying.",
     )
     eval_device: str | None = Field(
         default=None, description="torch device for the hf backend (default: cuda if any)."

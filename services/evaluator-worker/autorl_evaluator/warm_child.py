@@ -1,8 +1,9 @@
 """The warm worker: evaluations one after another in one long-lived child process, so the model
 of an architecture stays resident between them (:mod:`autorl_evaluator.backends.hf.warm_models`).
 
-The parent (:class:`WarmChild`, used by the local worker when ``AUTORL_EVAL_WARM_WORKER`` is
-set) writes one submission id per line to the child's stdin and reads ``done ID STATUS`` back.
+The parent (:class:`WarmChild`, owned by the local worker, or by the RQ worker's main process,
+when ``AUTORL_EVAL_WARM_WORKER`` is set) writes one submission id per line to the child's stdin
+and reads ``done ID STATUS`` back.
 The child runs in a process group of its own; an evaluation that passes its hard timeout gets
 the whole group killed, and the next evaluation starts a fresh child (a cold load), so a hung
 or poisoned process never serves another submission.
@@ -20,6 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from autorl.parent_death import dying_with_parent
 from autorl.process_group import kill_group
 from autorl.untrusted_text import log_printable_lines
 
@@ -32,7 +34,8 @@ class WarmChild:
     """The parent's handle on the child; ``command`` runs the child (default: this module)."""
 
     def __init__(self, command: Sequence[str] | None = None) -> None:
-        self.command = list(command or [sys.executable, "-m", "autorl_evaluator.warm_child"])
+        own = dying_with_parent([sys.executable, "-m", "autorl_evaluator.warm_child"])
+        self.command = list(command or own)
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0
 
@@ -48,7 +51,13 @@ class WarmChild:
         except BrokenPipeError:
             self.stop()
             raise ChildProcessError("the warm worker ended before taking the evaluation") from None
-        line = _read_line(process.stdout, time.monotonic() + timeout_s)
+        try:
+            line = _read_line(process.stdout, time.monotonic() + timeout_s)
+        except BaseException:
+            # Interrupted while the child works (an RQ job timeout, a worker's cold shutdown): the
+            # child must not go on evaluating, nor serve the next evaluation, unowned.
+            self.stop()
+            raise
         if line is None:
             self.stop()
             raise TimeoutError(f"evaluation {submission_id} passed {timeout_s:.0f} s")
