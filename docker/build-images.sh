@@ -4,8 +4,8 @@
 # No image ships `autorl run` (services/local-run, the single-machine mode): the cluster runs
 # experiments with the controller, each service in its own image.
 #
-#   GPU=1 (default)  every tag the chart's default values name: the gpu evaluator (vLLM) and the agent
-#                    runner with PyPI's CUDA torch, tagged <appVersion>
+#   GPU=1 (default)  every tag the chart's default values name: the gpu evaluator (OpenCompass, and vLLM
+#                    in /opt/vllm) and the agent runner with PyPI's CUDA torch, tagged <appVersion>
 #   GPU=0            the CPU variants instead, tagged <appVersion>-cpu (what the container tests run;
 #                    the chart selects them with agents.image.tag and evaluator.image.tag)
 #   REGISTRY=HOST    tag for another registry (default: the chart's image.registry)
@@ -135,14 +135,11 @@ agent_images() {  # the example custom agent is built on the agent runner's imag
   && build "$REPO/example-custom-agent:$APP_VERSION" docker/example-custom-agent.Dockerfile \
     --build-arg AGENT_RUNNER_IMAGE="$REPO/agent-runner:$torch_tag"
 }
-evaluator_image() {
-  if [ "$GPU" = 0 ]; then
-    build "$REPO/evaluator-worker:$APP_VERSION-cpu" docker/evaluator-worker.Dockerfile \
-      --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=cpu --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL"
-  else
-    build "$REPO/evaluator-worker:$APP_VERSION" docker/evaluator-worker.Dockerfile \
-      --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT=gpu
-  fi
+evaluator_image() {  # both variants: OpenCompass with the CPU torch; gpu adds vLLM in an environment of its own
+  local variant=gpu tag="$APP_VERSION"
+  if [ "$GPU" = 0 ]; then variant=cpu; tag="$APP_VERSION-cpu"; fi
+  build "$REPO/evaluator-worker:$tag" docker/evaluator-worker.Dockerfile \
+    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VARIANT="$variant" --build-arg TORCH_INDEX_URL="$TORCH_INDEX_URL"
 }
 service_images() {
   build "$REPO/grader:$APP_VERSION" docker/grader.Dockerfile --build-arg BASE_IMAGE="$BASE_IMAGE" \

@@ -1,15 +1,17 @@
 """Print the CPU side of docker/evaluator-worker.lock: what OpenCompass and the worker need, pinned
-and hashed as the lock pins them, without vLLM and the CUDA packages (torch, triton, nvidia-*,
-cuda-*) and without what only those need. The cpu evaluator image installs it with
-`pip install --no-deps --require-hashes`, then the CPU build of torch (whose own dependencies pip
-resolves for the image's Python); `make setup` installs .venv-opencompass under the same pins
-(`--constraints`: `name==version` lines only), so the two hold one set of versions.
+and hashed as the lock pins them, without the CUDA packages that OpenCompass's requirements pull in
+(torch, triton, nvidia-*, cuda-*) and without what only those need. Both evaluator images install it
+into OpenCompass's environment with `pip install --no-deps --require-hashes`, then the CPU build of
+torch (whose own dependencies pip resolves for the image's Python; generation on a GPU happens in the
+gpu image's second environment, docker/evaluator-vllm.lock); `make setup` installs
+.venv-opencompass under the same pins (`--constraints`: `name==version` lines only), so they all
+hold one set of versions.
 
     python3 docker/lock_cpu_side.py docker/evaluator-worker.lock > cpu.lock
     python3 docker/lock_cpu_side.py --constraints docker/evaluator-worker.lock > constraints.txt
 
 Reads the `# via` annotations that `uv pip compile` writes: a package belongs to the CPU side when
-the `.in` file asks for it (vLLM excepted) or a package of the CPU side needs it.
+the `.in` file asks for it or a package of the CPU side needs it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import sys
 from pathlib import Path
 
 ROOT = "-r "
-EXCLUDED_ROOTS = {"vllm"}
 CUDA_NAMES = {"torch", "triton"}
 CUDA_PREFIXES = ("nvidia-", "cuda-")
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)(\[[^\]]*\])?==(\S+)")
@@ -63,7 +64,7 @@ def is_cuda(name: str) -> bool:
 def cpu_side(lock_text: str) -> dict[str, str]:
     """The CPU side's entries, name -> pinned and hashed requirement text, in the lock's order."""
     entries = parse(lock_text)
-    excluded = EXCLUDED_ROOTS | {n for n in entries if is_cuda(n)}
+    excluded = {n for n in entries if is_cuda(n)}
     side = {n for n, (_v, parents, _t) in entries.items() if ROOT in parents} - excluded
     grown = True
     while grown:

@@ -6,8 +6,8 @@
   image's environment writes to (HOME, AUTORL_HOME) lies on one of the pod's volumes; the chart's
   environment loads the service's own settings inside the image.
 - The cpu evaluator image holds the lock's OpenCompass side at the CPU OpenCompass venv's versions
-  (torch aside), with the CPU build of torch and neither vLLM nor a CUDA package, and
-  `opencompass --help` runs.
+  (torch aside), with the CPU build of torch and neither vLLM nor a CUDA package nor the gpu
+  variant's engine environment (/opt/vllm, AUTORL_VLLM_PYTHON), and `opencompass --help` runs.
 """
 
 from __future__ import annotations
@@ -186,6 +186,10 @@ def test_cpu_evaluator_has_the_opencompass_venvs_pins_and_runs_opencompass(chart
     assert not [
         name for name in image_pins if name.startswith(("nvidia-", "cuda-")) or name in {"vllm", "triton"}
     ]
+    # No engine environment either: the worker runs OpenCompass's own engine (transformers).
+    engine_settings = ("AUTORL_VLLM_PYTHON=", "VLLM_USE_FLASHINFER_SAMPLER=")
+    assert not [item for item in image_config(EVALUATOR_CPU)["Env"] if item.startswith(engine_settings)]
+    in_image(EVALUATOR_CPU, "test ! -e /opt/vllm")
     require(OC_PYTHON.exists(), "no .venv-opencompass (make setup builds it)")
     venv = subprocess.run(
         [str(OC_PYTHON), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True

@@ -9,8 +9,9 @@
 - A model that fits one GPU runs as one replica per GPU: OpenCompass's own ``NumWorkerPartitioner``
   cuts the test split into consecutive shards, one task each, and its ``LocalRunner`` hands each task
   a device of its own; the shards' predictions are read back in problem order.
-- The evaluator image's lock resolves for Linux x86_64 from package metadata alone, for Python 3.11 (the
-  base of every image, the gpu evaluator's included) and 3.12.
+- The evaluator image's locks resolve for Linux x86_64 from package metadata alone: OpenCompass's for
+  Python 3.11 (the base of every image, the gpu evaluator's included) and 3.12, the resident engine's
+  (vLLM, the gpu image's /opt/vllm) for 3.11, holding the versions that ran on the GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, write_problems
@@ -35,10 +37,14 @@ from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, Co
 from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, tensor_parallel_size
 from autorl_evaluator.model_settings import settings_for
 from autorl_evaluator.settings import WorkerSettings
+from tests.support.lock_tool import load_lock_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
 LOCK = REPO_ROOT / "docker" / "evaluator-worker.lock"
+ENGINE_LOCK = REPO_ROOT / "docker" / "evaluator-vllm.lock"
+#: What ran on the GPU beside the machine's own packages (vLLM 0.25.0 and the wheels it needed).
+RAN_ON_THE_GPU = REPO_ROOT / "bench" / "data" / "vllm-0.25-serve-wheels.txt"
 LOCK_PLATFORM = ["--python-platform", "x86_64-manylinux_2_36"]
 
 # Runs inside .venv-opencompass: OpenCompass's loader, partitioner and LocalRunner allocation.
@@ -273,43 +279,82 @@ def test_worker_secrets_do_not_reach_opencompass(tmp_path: Path) -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # a CPU evaluation sees no GPU
 
 
-@pytest.mark.slow
-@pytest.mark.requires(
-    shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin")) is not None,
-    reason="needs uv in .venv (make setup)",
-)
-@pytest.mark.parametrize("python", ["3.11", "3.12"])
-def test_evaluator_image_lock_resolves_for_linux_python(python: str) -> None:
-    uv = shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin"))
-    assert uv is not None
+#: A ``name==version`` line of a lock or of ``uv pip compile``'s output.
+PIN = re.compile(r"^([A-Za-z0-9._-]+)(?:\[[^\]]*\])?==(\S+)", re.MULTILINE)
+UV = shutil.which("uv", path=str(REPO_ROOT / ".venv" / "bin"))
+QUIET = ("--no-header", "--no-annotate", "--quiet")
+needs_uv = pytest.mark.requires(UV is not None, reason="needs uv in .venv (make setup)")
+
+
+def pins(requirements: str) -> dict[str, str]:
+    """``{normalized name: version}`` of the ``name==version`` lines of a requirements text."""
+    return {str(canonicalize_name(name)): version for name, version in PIN.findall(requirements)}
+
+
+def resolve_for_linux(lock: Path, python: str, *options: str) -> dict[str, str]:
+    """``{name: version}`` that ``uv pip compile`` resolves ``lock`` to for Linux x86_64 and ``python``,
+    from package metadata alone."""
+    assert UV is not None
     resolved = subprocess.run(
-        [
-            uv,
-            "pip",
-            "compile",
-            str(LOCK),
-            "--python-version",
-            python,
-            *LOCK_PLATFORM,
-            "--no-header",
-            "--no-annotate",
-            "--quiet",
-        ],
+        [UV, "pip", "compile", str(lock), *options, "--python-version", python, *LOCK_PLATFORM, *QUIET],
         check=True,
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
-    ).stdout
-    pins = re.compile(r"^([A-Za-z0-9._-]+)(?:\[[^\]]*\])?==(\S+)", re.MULTILINE)
-    locked = dict(pins.findall(LOCK.read_text()))
-    assert dict(pins.findall(resolved)) == locked
-    assert locked["opencompass"] == "0.5.2" and locked["vllm"] == "0.13.0"
+    )
+    return pins(resolved.stdout)
+
+
+@pytest.mark.slow
+@needs_uv
+@pytest.mark.parametrize("python", ["3.11", "3.12"])
+def test_evaluator_image_lock_resolves_for_linux_python(python: str) -> None:
+    locked = pins(LOCK.read_text())
+    assert resolve_for_linux(LOCK, python) == locked
+    assert locked["opencompass"] == "0.5.2" and "vllm" not in locked
     assert locked["transformers"].startswith("4.")
     # The worker runs in the same environment: every dependency of the core is locked.
     core = (REPO_ROOT / "pyproject.toml").read_text().split("dependencies = [", 1)[1].split("]", 1)[0]
     for requirement in re.findall(r'"([A-Za-z0-9_-]+)', core):
         assert requirement.lower().replace("_", "-") in {name.lower() for name in locked}, requirement
+
+
+def _requirement_names(path: Path) -> set[str]:
+    """The package names a requirements file lists, one a line (comments and blank lines aside)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return {str(canonicalize_name(line)) for line in lines if line}
+
+
+@pytest.mark.slow
+@needs_uv
+def test_engine_image_lock_resolves_for_linux_python_and_holds_what_ran_on_the_gpu() -> None:
+    overrides, excludes = (
+        REPO_ROOT / "docker" / f"evaluator-vllm.{kind}" for kind in ("overrides", "excludes")
+    )
+    resolved = resolve_for_linux(
+        ENGINE_LOCK, "3.11", "--overrides", str(overrides), "--excludes", str(excludes)
+    )
+    # Every entry is hash-pinned (parse refuses one without hashes).
+    locked: dict[str, str] = {
+        name: version for name, (version, _, _) in load_lock_tool().parse(ENGINE_LOCK.read_text()).items()
+    }
+    assert resolved == locked
+    # The engine that ran: vLLM 0.25.0 on torch 2.11.0 (PyPI's CUDA 13.0 build) and transformers 5, and
+    # every wheel that went in beside the GPU machine's own packages at the version that ran.
+    assert (locked["vllm"], locked["torch"], locked["transformers"]) == ("0.25.0", "2.11.0", "5.17.0")
+    assert locked["cuda-toolkit"].startswith("13.0.")
+    ran = pins(RAN_ON_THE_GPU.read_text())
+    assert {name: locked.get(name) for name in ran} == ran
+    # ... and so does every version the .in file asks for (the GPU machine's own packages'): the lock is
+    # the .in file's resolution.
+    asked = pins((REPO_ROOT / "docker" / "evaluator-vllm.in").read_text())
+    assert {name: locked.get(name) for name in asked} == asked
+    # What the run did not have is not there: flashinfer among it (VLLM_USE_FLASHINFER_SAMPLER=0).
+    assert "flashinfer-python" in _requirement_names(excludes)
+    assert not _requirement_names(excludes) & set(locked)
+    # The engine server's one import beside vLLM and the standard library.
+    assert "safetensors" in locked
 
 
 @pytest.mark.opencompass

@@ -1,4 +1,5 @@
-"""docker/lock_cpu_side.py: the cpu evaluator image's share of docker/evaluator-worker.lock.
+"""docker/lock_cpu_side.py: the share of docker/evaluator-worker.lock that both evaluator images
+install into OpenCompass's environment.
 
 The lock itself resolving is tests/integration/test_opencompass_gpu_config.py's; the cpu image built
 from this share runs OpenCompass (tests/containers/test_images.py).
@@ -22,22 +23,23 @@ REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "docker" / "evaluator-worker.lock"
 
 
-def test_lock_pins_datasets_3_and_its_cpu_side_drops_vllm_and_cuda() -> None:
+def test_lock_pins_datasets_3_and_its_cpu_side_drops_cuda() -> None:
     tool = load_lock_tool()
     lock = LOCK.read_text()
     pins = {name: version for name, (version, _parents, _text) in tool.parse(lock).items()}
     # datasets 2 fails to import with pyarrow 21 and later (no pyarrow.PyExtensionType).
     assert pins["datasets"].startswith("3."), pins["datasets"]
     assert int(pins["pyarrow"].split(".")[0]) >= 21
+    # vLLM has an environment of its own (docker/evaluator-vllm.lock): OpenCompass's pins numpy 1.
+    assert "vllm" not in pins and pins["numpy"].startswith("1.")
     side = tool.cpu_side(lock)
     assert {"opencompass", "transformers", "datasets", "pyarrow", "pydantic", "sqlalchemy", "rq"} <= set(side)
-    assert not {"vllm", "torch", "triton", "xgrammar", "flashinfer-python"} & set(side)
+    assert not {"torch", "triton"} & set(side) and {"torch", "triton"} <= set(pins)
     assert not [name for name in side if tool.is_cuda(name)]
     assert all("--hash=sha256:" in text for text in side.values())
-    # What only vLLM needs stays out; what OpenCompass needs too stays in.
-    assert "ray" not in side and "numpy" in side
-    # torch's own dependencies are resolved with the CPU torch, for the image's Python.
-    assert "sympy" not in side and "networkx" not in side
+    # torch's own dependencies are resolved with the CPU torch, for the image's Python; what
+    # OpenCompass needs too stays in.
+    assert "sympy" not in side and "networkx" not in side and "numpy" in side
 
 
 def test_constraints_output_is_the_cpu_sides_pins() -> None:
@@ -70,9 +72,9 @@ def test_lock_tool_refuses_a_lock_without_hashes(tmp_path: Path) -> None:
 
 def test_every_package_the_worker_declares_is_in_both_evaluator_images() -> None:
     # Our packages go into the images without dependencies, so the lock alone must bring every
-    # distribution the core and the worker declare, at a version they accept (the CPU side for the
-    # cpu image, the whole lock for the gpu image). A dependency added to a pyproject.toml but not
-    # to docker/evaluator-worker.in fails here, not in a running worker.
+    # distribution the core and the worker declare, at a version they accept (its CPU side, which
+    # both variants install). A dependency added to a pyproject.toml but not to
+    # docker/evaluator-worker.in fails here, not in a running worker.
     tool = load_lock_tool()
     lock = LOCK.read_text()
     pins = {name: version for name, (version, _parents, _text) in tool.parse(lock).items()}
