@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from autorl.store import Database
@@ -17,6 +18,12 @@ from tests.support.settings import DeploymentSettings
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
 __all__ = ["db", "settings"]  # the fixtures, shared with the dashboard's other API tests
+
+
+@pytest.fixture
+def pg_url(fresh_pg_url: str) -> str:
+    """A database of each test's own: every test reads the summary of every experiment there is."""
+    return fresh_pg_url
 
 
 def seed(
