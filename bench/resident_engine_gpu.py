@@ -31,6 +31,10 @@ graphs with prefix caching (``enforce_eager=False``), each asked twice; and the 
 vLLM tokenizes them and its text cut at the same stop strings. Agreement: identical completions and
 equal final answers (OpenCompass's ``gsm8k_postprocess``) of each against the resident engine's.
 
+``bare`` (another call, after ``prepare``): T2 through the worker's server and shim and through the
+engine called directly in this process (``engine_server.py``'s own engine class), the resident
+engine's arguments, twice each: what the socket, the JSON and the shim add to a split's generation.
+
 ``replay`` (here, after): every set of completions goes through the worker's real OpenCompass path
 (bench/opencompass_vllm_gpu.py's stand-in engine answers each prompt with it); OpenCompass scores
 them with its own evaluator and the worker reads its summary.
@@ -481,6 +485,39 @@ def serve_phase(
     return texts
 
 
+def bare_phase(work: Path, engine: str, result: dict[str, Any]) -> None:
+    """The worker's path (server and shim) against the engine called directly in this process, on T2
+    with the resident engine's arguments, each asked twice: what the socket, the JSON and the shim
+    add to a split's generation."""
+    recorded = read_recorded(work)
+    kwargs = {**recorded["engine_kwargs"], **GRAPH_KWARGS} if engine == "vllm" else recorded["engine_kwargs"]
+    shim = load_file_module("autorl_engine_shim", SHIM)
+    server = Server(engine, work / "bare-shim.log")
+    shimmed: list[dict[str, Any]] = []
+    try:
+        for _ in range(2):
+            shimmed.append(serve_once(shim, server, work / "T2", recorded, kwargs))
+    finally:
+        server.stop()
+    engines = load_file_module("autorl_engine_server", SERVER).ENGINES
+    started = time.perf_counter()
+    direct = engines[engine](work / "T2", kwargs)
+    bare: list[dict[str, Any]] = [{"start_s": round(time.perf_counter() - started, 2)}]
+    for attempt in range(2):
+        began = time.perf_counter()
+        texts = direct.generate(recorded["prompts"], dict(recorded["sampling_kwargs"]))
+        bare[attempt]["generate_s"] = round(time.perf_counter() - began, 2)
+        bare[attempt]["texts"] = texts
+        bare.append({})
+    bare.pop()
+    result["engine_kwargs"] = kwargs
+    result["through_the_worker"] = [{k: v for k, v in run.items() if k != "texts"} for run in shimmed]
+    result["direct"] = [{k: v for k, v in run.items() if k != "texts"} for run in bare]
+    result["agreement_direct_vs_worker"] = agreement(bare[1]["texts"], shimmed[1]["texts"])
+    result["worker_over_direct"] = round(shimmed[1]["generate_s"] / bare[1]["generate_s"], 2)
+    log(f"through the worker {result['through_the_worker']}, direct {result['direct']}")
+
+
 def replay_phase(gpu_result: Path, output: Path) -> int:
     """OpenCompass (the worker's real path, its evaluator and summary) scores every set of
     completions the GPU run returned."""
@@ -529,7 +566,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", type=Path, help="bench/opencompass_vllm_gpu.py record's carry folder")
     parser.add_argument("--work", type=Path, help="where the checkpoints are kept between phases")
-    parser.add_argument("--phase", choices=("all", "prepare", "serve", "replay"), default="all")
+    parser.add_argument("--phase", choices=("all", "prepare", "serve", "bare", "replay"), default="all")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(
         "--gpu-result", type=Path, help="replay: the serve phase's JSON (its texts beside it)"
@@ -542,10 +579,10 @@ def main() -> int:
         if args.gpu_result is None:
             parser.error("--phase replay needs --gpu-result (the serve phase's JSON)")
         return replay_phase(args.gpu_result, args.output)
-    if not args.smoke and args.inputs is None and args.phase != "serve":
+    if not args.smoke and args.inputs is None and args.phase not in ("serve", "bare"):
         parser.error("--inputs is required (bench/opencompass_vllm_gpu.py record's carry folder), or --smoke")
-    if args.phase == "serve" and args.work is None:
-        parser.error("--phase serve needs the --work folder of --phase prepare")
+    if args.phase in ("serve", "bare") and args.work is None:
+        parser.error(f"--phase {args.phase} needs the --work folder of --phase prepare")
     work = args.work or Path(tempfile.mkdtemp(prefix="resident-engine-"))
     work.mkdir(parents=True, exist_ok=True)
     engine = "transformers" if args.smoke else "vllm"
@@ -574,6 +611,10 @@ def main() -> int:
     def save() -> None:
         output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
+    if args.phase == "bare":
+        bare_phase(work, engine, result)
+        save()
+        return 0
     texts = serve_phase(work, engine, result, save)
     with gzip.open(output.with_suffix(".texts.json.gz"), "wt", encoding="utf-8") as handle:
         json.dump(texts, handle)

@@ -685,7 +685,18 @@ def resident_engine() -> str:
         "",
     ]
     for call in data["follow_up_calls"]:
-        if "evaluations" in call:
+        if "through_the_worker" in call:
+            worker, direct, a = call["through_the_worker"], call["direct"], call["agreement_direct_vs_worker"]
+            detail = (
+                f"generation through the worker {worker[0]['generate_s']} s / {worker[1]['generate_s']} s, "
+                f"the engine called directly {direct[0]['generate_s']} s / {direct[1]['generate_s']} s (the "
+                "worker's path over the direct call, second calls: "
+                f"**{call['worker_over_direct']}×**); engine starts {worker[0]['load_s']} s and "
+                f"{direct[0]['start_s']} s; "
+                f"{number(a['identical'], 0)} of {number(a['rows'], 0)} completions identical, "
+                f"{number(a['equal_final_answers'], 0)} equal final answers"
+            )
+        elif "evaluations" in call:
             runs = ", ".join(
                 f"{e['checkpoint']} {e['checkpoint_to_answers_s']} s" for e in call["evaluations"]
             )
@@ -696,7 +707,8 @@ def resident_engine() -> str:
                 for r in call["runs"]
             )
             detail = runs
-        lines.append(f"- Same machine, {_when(call['date'])}: {call['what']}: {detail}.")
+        where = "Another machine" if "through_the_worker" in call else "Same machine"
+        lines.append(f"- {where}, {_when(call['date'])}: {call['what']}: {detail}.")
     lines += [
         "",
         f"Commands: `{data['prepare_command']}` ({_when(data['prepare_date'])}), then `{data['command']}` on "
