@@ -104,37 +104,17 @@ def vllm_variant(
     inputs: Path, model_dir: Path, kwargs: dict[str, Any], seed: int, timeout_s: float
 ) -> dict[str, Any]:
     """One vLLM configuration in a process of its own (bench/opencompass_vllm_gpu.py offline)."""
+    from opencompass_vllm_gpu import offline_child
+
     folder = Path(tempfile.mkdtemp(prefix="engine-race-"))
-    spec, result = folder / "spec.json", folder / "result.json"
-    spec.write_text(
-        json.dumps({"model": str(model_dir), "engine_kwargs": kwargs, "seed": seed}), encoding="utf-8"
-    )
     began = time.perf_counter()
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "bench" / "opencompass_vllm_gpu.py"),
-            "offline",
-            "--inputs",
-            str(inputs),
-            "--spec",
-            str(spec),
-            "--result",
-            str(result),
-        ],
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if completed.returncode or not result.exists():
-        return {
-            "status": "failed",
-            "returncode": completed.returncode,
-            "tail": completed.stdout[-1500:] + completed.stderr[-1500:],
-        }
-    found: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))["result"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        found, _ = offline_child(inputs, model_dir, kwargs, seed, folder, timeout_s=timeout_s, env=env)
+    except subprocess.CalledProcessError as exc:
+        return {"status": "failed", "returncode": exc.returncode}
+    except OSError as exc:  # it exited without writing its result
+        return {"status": "failed", "error": str(exc)}
     return {
         "status": "ok",
         "engine_kwargs": kwargs,

@@ -366,6 +366,28 @@ def offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def offline_child(
+    inputs: Path,
+    model: Path,
+    engine_kwargs: dict[str, Any],
+    seed: int,
+    folder: Path,
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`offline` in a process of its own (a vLLM engine cannot be started twice in one
+    process): its result and its outputs. Raises ``CalledProcessError`` when it fails."""
+    spec, child = folder / "spec.json", folder / "offline.json"
+    spec.write_text(json.dumps({"model": str(model), "engine_kwargs": engine_kwargs, "seed": seed}))
+    command = [sys.executable, __file__, "offline", "--inputs", str(inputs), "--spec", str(spec)]
+    subprocess.run([*command, "--result", str(child)], check=True, timeout=timeout_s, env=env)
+    data = json.loads(child.read_text(encoding="utf-8"))
+    child.unlink()
+    spec.unlink()
+    return data["result"], data["outputs"]
+
+
 def _load_workload(inputs: Path, seed: int) -> tuple[dict[str, Any], list[list[int]], list[int]]:
     with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         recorded = json.load(handle)
@@ -583,35 +605,14 @@ def gpu(args: argparse.Namespace) -> int:
             continue
         try:
             if kind == "offline":
-                spec = out / "spec.json"
-                spec.write_text(json.dumps({"model": str(model), "engine_kwargs": engine, "seed": args.seed}))
-                child = out / "offline.json"
                 started = time.perf_counter()
-                subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "offline",
-                        "--inputs",
-                        str(inputs),
-                        "--spec",
-                        str(spec),
-                        "--result",
-                        str(child),
-                    ],
-                    check=True,
-                    timeout=420,
-                )
-                data = json.loads(child.read_text(encoding="utf-8"))
-                child.unlink()
-                spec.unlink()
+                found, outs = offline_child(inputs, model, engine, args.seed, out, timeout_s=420)
                 record_ = {
                     "status": "ok",
                     "engine_kwargs": engine,
-                    **data["result"],
+                    **found,
                     "process_s": round(time.perf_counter() - started, 2),
                 }
-                outs = data["outputs"]
             else:
                 record_, outs = serve(name, model, engine, recorded, prompts, stops, runs, out)
                 record_ = {"status": "ok", "engine_kwargs": engine, **record_}

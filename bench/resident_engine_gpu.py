@@ -502,14 +502,13 @@ def bare_phase(work: Path, engine: str, result: dict[str, Any]) -> None:
     engines = load_file_module("autorl_engine_server", SERVER).ENGINES
     started = time.perf_counter()
     direct = engines[engine](work / "T2", kwargs)
-    bare: list[dict[str, Any]] = [{"start_s": round(time.perf_counter() - started, 2)}]
-    for attempt in range(2):
+    start_s = round(time.perf_counter() - started, 2)
+    bare: list[dict[str, Any]] = []
+    for _ in range(2):
         began = time.perf_counter()
         texts = direct.generate(recorded["prompts"], dict(recorded["sampling_kwargs"]))
-        bare[attempt]["generate_s"] = round(time.perf_counter() - began, 2)
-        bare[attempt]["texts"] = texts
-        bare.append({})
-    bare.pop()
+        bare.append({"generate_s": round(time.perf_counter() - began, 2), "texts": texts})
+    bare[0] = {"start_s": start_s, **bare[0]}
     result["engine_kwargs"] = kwargs
     result["through_the_worker"] = [{k: v for k, v in run.items() if k != "texts"} for run in shimmed]
     result["direct"] = [{k: v for k, v in run.items() if k != "texts"} for run in bare]
