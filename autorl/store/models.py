@@ -68,6 +68,7 @@ class FailureReason(enum.StrEnum):
     TIMEOUT = "timeout"  # the evaluation passed its hard timeout and was killed
     INTERRUPTED = "interrupted"  # its workers stopped too many times (AUTORL_MAX_EVAL_ATTEMPTS)
     CANCELLED = "cancelled"  # the experiment finished before it was evaluated
+    STOPPED = "stopped"  # an operator stopped its evaluation (RQ's stop-job command)
 
 
 class Feedback(enum.StrEnum):

@@ -580,9 +580,17 @@ def record_score(
 
 
 def record_failure(
-    session: Session, submission_id: int, *, error: str, reason: FailureReason, worker: str | None = None
+    session: Session,
+    submission_id: int,
+    *,
+    error: str,
+    reason: FailureReason,
+    worker: str | None = None,
+    worker_prefix: str | None = None,
 ) -> bool:
-    """Fail a submission that is not final yet (only while ``worker`` holds it, if given). The
+    """Fail a submission that is not final yet: only while ``worker`` holds it, if given; with
+    ``worker_prefix``, only while it waits for an evaluator or runs under a worker name that starts
+    with it (every claim one process makes), never while another process holds it. The
     submissions waiting for it are not failed with it: the first of them is evaluated itself."""
     lock_experiment_of(session, submission_id)
     stmt = update(Submission).where(
@@ -591,6 +599,13 @@ def record_failure(
     )
     if worker is not None:
         stmt = stmt.where(Submission.worker == worker)
+    if worker_prefix is not None:
+        stmt = stmt.where(
+            or_(
+                and_(Submission.status == SubmissionStatus.QUEUED, Submission.waits_for.is_(None)),
+                Submission.worker.startswith(worker_prefix, autoescape=True),
+            )
+        )
     result = session.execute(
         stmt.values(
             status=SubmissionStatus.FAILED,

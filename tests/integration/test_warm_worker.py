@@ -4,20 +4,26 @@ evaluation past its hard timeout replaces the child process."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
+import signal
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autorl.models.tiny import build_tiny_qwen2
+from autorl.process_group import group_members
 from autorl_evaluator.backends.hf.warm_models import WarmModels, swap_weights
-from autorl_evaluator.warm_child import WarmChild
+from autorl_evaluator.warm_child import EvaluationStoppedError, WarmChild
 from tests.support.checkpoints import edit_json, split_into_shards
 from tests.support.service_processes import service_env
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +137,47 @@ def test_a_child_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text("import sys\nfor line in sys.stdin:\n    sys.exit(3)\n")
     child = WarmChild([sys.executable, str(script)])
-    with pytest.raises(ChildProcessError, match="ended during the evaluation"):
+    with pytest.raises(ChildProcessError, match=r"exited with code 3 during the evaluation of submission 1"):
         child.run(1, timeout_s=30)
     assert child.process is None
+
+
+def test_an_interrupt_ends_only_an_evaluation_in_progress_with_the_childs_whole_group(tmp_path: Path) -> None:
+    # Id 2 starts a process in the child's group (as an engine would) and hangs.
+    script = tmp_path / "child.py"
+    started = tmp_path / "engine.pid"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, subprocess, sys, time
+            for line in sys.stdin:
+                if int(line) == 2:
+                    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+                    open({str(started)!r}, "w").write(str(engine.pid))
+                    time.sleep(600)
+                print(f"done {{int(line)}} ok-{{os.getpid()}}", flush=True)
+            """
+        )
+    )
+    child = WarmChild([sys.executable, str(script)])
+    first = child.run(1, timeout_s=30)
+    assert child.interrupt() is None  # nothing in progress: the idle child stays
+    assert child.run(3, timeout_s=30) == first
+    hung = child.process
+    assert hung is not None
+    interrupter = threading.Thread(
+        target=lambda: (wait_for(started.exists, "the hung evaluation", timeout_s=30), child.interrupt())
+    )
+    interrupter.start()
+    with pytest.raises(EvaluationStoppedError, match=f"evaluation 2 was stopped.*pid {hung.pid}.*SIGKILL"):
+        child.run(2, timeout_s=60)
+    interrupter.join()
+    assert group_members(hung.pid) == []  # the child and the process it started
+    with pytest.raises(EvaluationStoppedError, match="before it began"):
+        child.run(4, timeout_s=30, stop_requested=lambda: True)
+    after = child.run(5, timeout_s=30)
+    assert after.startswith("ok-") and after != first
+    child.stop()
 
 
 @pytest.mark.timeout(120)
@@ -269,7 +313,6 @@ def test_the_rq_worker_fails_a_timed_out_job_and_starts_a_fresh_child_for_the_ne
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from autorl.process_group import group_members
     from autorl.store import FailureReason, SubmissionStatus
     from autorl_evaluator import local_worker
 
@@ -310,10 +353,8 @@ def test_autorl_worker_on_rq_evaluates_job_after_job_in_one_warm_child_and_sigte
 ) -> None:
     import signal
 
-    from autorl.process_group import group_members
     from autorl.store import SubmissionStatus
     from tests.support.service_processes import start, stop
-    from tests.support.waiting import wait_for
 
     ids = _submit_copies(rq_settings, tiny_base_model, tmp_path, 2)
     log = tmp_path / "worker.log"
@@ -331,3 +372,225 @@ def test_autorl_worker_on_rq_evaluates_job_after_job_in_one_warm_child_and_sigte
         assert group_members(child) == [], log.read_text()[-3000:]
     finally:
         stop(worker)
+
+
+def _child_hanging_once_on(submission_id: int, tmp_path: Path) -> tuple[WarmChild, Path]:
+    """The real warm child, except that the first evaluation of ``submission_id`` (the first in any
+    child) hangs in its backend, after the claim, with a process of its own in the child's group
+    as an engine's; the file returned appears when it hangs."""
+    hanging = tmp_path / "hanging"
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import subprocess, sys, time
+            from pathlib import Path
+            import autorl_evaluator.backends as backends
+            from autorl_evaluator import jobs
+            from autorl_evaluator.warm_child import main
+
+            real_get_backend, real_evaluate = backends.get_backend, jobs.evaluate
+
+            class Hung:
+                def evaluate(self, *args, **kwargs):
+                    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+                    Path({str(hanging)!r}).touch()
+                    time.sleep(600)
+
+            def evaluate(submission_id, settings=None):
+                hang = submission_id == {submission_id} and not Path({str(hanging)!r}).exists()
+                backends.get_backend = (lambda name: Hung()) if hang else real_get_backend
+                return real_evaluate(submission_id, settings)
+
+            jobs.evaluate = evaluate
+            raise SystemExit(main())
+            """
+        )
+    )
+    return WarmChild([sys.executable, str(script)]), hanging
+
+
+def _meanwhile(action: Callable[[], None], on_failure: Callable[[], object]) -> Callable[[], None]:
+    """Run ``action`` in a thread while the worker works in this one (RQ's signal handlers need the
+    main thread); ``on_failure`` unblocks the worker if it fails. Returns the join, which re-raises."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:
+            failures.append(exc)
+            on_failure()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def join() -> None:
+        thread.join(timeout=60)
+        if failures:
+            raise failures[0]
+
+    return join
+
+
+def _job_status(settings: Any, submission_id: int) -> Any:
+    from redis import Redis
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    from autorl.queue import job_id
+
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        return Job.fetch(
+            job_id(settings.redis_key_prefix, submission_id), connection=redis, serializer=JSONSerializer
+        ).get_status()
+    finally:
+        redis.close()
+
+
+@pytest.mark.timeout(180)
+def test_an_operators_stop_job_kills_the_warm_childs_group_fails_the_submission_and_the_worker_goes_on(
+    rq_settings: Any, tiny_base_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rq.command import send_command, send_stop_job_command
+    from rq.job import JobStatus
+    from rq.serializers import JSONSerializer
+
+    from autorl.queue import job_id
+    from autorl.store import FailureReason, SubmissionStatus
+
+    (stopped,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1)
+    (after,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1)
+    warm, hanging = _child_hanging_once_on(stopped, tmp_path)
+    worker = _warm_rq_worker(rq_settings, warm)
+    prefix = rq_settings.redis_key_prefix
+
+    def operator() -> None:
+        wait_for(hanging.exists, "the evaluation to hang", timeout_s=90)
+        # A stop for a job this worker does not run (``after`` waits in the queue) changes nothing.
+        send_command(worker.connection, worker.name, "stop-job", job_id=job_id(prefix, after))
+        send_stop_job_command(worker.connection, job_id(prefix, stopped), serializer=JSONSerializer)
+
+    join = _meanwhile(operator, warm.interrupt)
+    with caplog.at_level(logging.INFO, logger="autorl.evaluator.warm"):
+        worker.work(burst=True)
+    join()
+    (failed, scored) = _rows(rq_settings, [stopped, after])
+    assert failed[:2] == (SubmissionStatus.FAILED, FailureReason.STOPPED), failed
+    assert "stopped by an operator" in failed[2] and "no score was recorded" in failed[2]
+    assert _job_status(rq_settings, stopped) == JobStatus.STOPPED  # as RQ leaves a killed horse's job
+    assert scored[0] == SubmissionStatus.SCORED, scored
+    pids = [int(pid) for pid in re.findall(r"event=warm_worker_started pid=(\d+)", caplog.text)]
+    assert len(pids) == 2 and pids[0] != pids[1]  # the next job had a fresh child
+    assert group_members(pids[0]) == [] and group_members(pids[1]) == []  # the engine stand-in too
+
+
+@pytest.mark.timeout(180)
+def test_a_warm_child_killed_mid_job_fails_the_job_and_its_submission_is_queued_again(
+    rq_settings: Any,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As the out-of-memory killer does: SIGKILL to the child alone, mid-evaluation."""
+    from fastapi.testclient import TestClient
+    from rq.job import JobStatus
+
+    from autorl.store import Database, SubmissionStatus
+    from autorl.store import repository as repo
+    from autorl_grader.main import create_app
+    from autorl_grader.reconciler import reconcile_once
+
+    monkeypatch.setenv("AUTORL_EVAL_LEASE_S", "1")  # the dead child's claim lapses within a second
+    (killed,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1)
+    (after,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1)
+    warm, hanging = _child_hanging_once_on(killed, tmp_path)
+    worker = _warm_rq_worker(rq_settings, warm)
+    dead: list[int] = []
+
+    def out_of_memory() -> None:
+        wait_for(hanging.exists, "the evaluation to hang", timeout_s=90)
+        assert warm.process is not None
+        dead.append(warm.process.pid)
+        os.kill(dead[0], signal.SIGKILL)
+
+    join = _meanwhile(out_of_memory, warm.interrupt)
+    with caplog.at_level(logging.INFO, logger="autorl.evaluator"):
+        worker.work(burst=True)
+    join()
+    (unfinished, scored) = _rows(rq_settings, [killed, after])
+    assert unfinished[0] == SubmissionStatus.RUNNING, unfinished  # never final, never scored
+    assert f"pid {dead[0]}) was killed by SIGKILL" in caplog.text
+    assert f"during the evaluation of submission {killed}" in caplog.text
+    assert _job_status(rq_settings, killed) == JobStatus.SCHEDULED  # RQ retries it, as a dead horse's
+    assert scored[0] == SubmissionStatus.SCORED, scored
+    pids = [int(pid) for pid in re.findall(r"event=warm_worker_started pid=(\d+)", caplog.text)]
+    assert pids[0] == dead[0] and len(pids) == 2 and group_members(dead[0]) == []
+
+    # Once the dead child's lease has lapsed, the grader's reconciler queues the submission again.
+    db = Database(rq_settings.database_url)
+    with db.session() as session:
+        wait_for(lambda: killed in {s.id for s in repo.stale_submissions(session)}, "the lease", timeout_s=10)
+    db.dispose()
+    state = TestClient(create_app(rq_settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
+    assert reconcile_once(state)["requeued"] == 1
+    (requeued,) = _rows(rq_settings, [killed])
+    assert requeued[0] == SubmissionStatus.QUEUED, requeued
+    assert _job_status(rq_settings, killed) == JobStatus.QUEUED  # a fresh job for the next worker
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_job_for_a_forked_work_horse_fails_its_submission_as_stopped(
+    rq_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`autorl worker` without the warm child: the stop kills the work horse's group (RQ) and the
+    submission fails with the same reason, instead of coming back once its lease lapses."""
+    import subprocess
+
+    from redis import Redis
+    from rq.command import send_stop_job_command
+    from rq.job import JobStatus
+    from rq.serializers import JSONSerializer
+
+    from autorl.queue import EVALUATE_JOB, job_id
+    from autorl.store import Database, FailureReason, SubmissionStatus
+    from autorl_evaluator import jobs
+    from autorl_evaluator.rq_worker import EvaluationWorker, evaluation_queue
+    from tests.support.runs import add_submission, create_experiment
+
+    db = Database(rq_settings.database_url)
+    submission = add_submission(db, create_experiment(db, tmp_path / "workspace").name)
+    hanging = tmp_path / "hanging"
+
+    def hang(*args: object) -> None:  # in the forked horse, after the claim
+        import time
+
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # as an engine
+        hanging.write_text(str(os.getpgrp()))
+        time.sleep(600)
+
+    monkeypatch.setattr(jobs, "snapshot_path", hang)
+    redis = Redis.from_url(rq_settings.redis_url)
+    queue = evaluation_queue(rq_settings.queue_name, redis)
+    job = job_id(rq_settings.redis_key_prefix, submission)
+    queue.enqueue(EVALUATE_JOB, submission, job_id=job)
+    worker = EvaluationWorker([queue], connection=redis, key_prefix=rq_settings.redis_key_prefix, db=db)
+
+    def operator() -> None:
+        wait_for(
+            lambda: hanging.exists() and bool(hanging.read_text()), "the evaluation to hang", timeout_s=60
+        )
+        send_stop_job_command(redis, job, serializer=JSONSerializer)
+
+    join = _meanwhile(operator, worker.kill_horse)
+    worker.work(burst=True)
+    join()
+    (row,) = _rows(rq_settings, [submission])
+    assert row[:2] == (SubmissionStatus.FAILED, FailureReason.STOPPED) and "stopped by an operator" in row[2]
+    assert _job_status(rq_settings, submission) == JobStatus.STOPPED
+    horse_group = int(hanging.read_text())  # the horse and the process it started
+    wait_for(lambda: group_members(horse_group) == [], "the horse's group to end", timeout_s=10)
+    db.dispose()
+    redis.close()

@@ -43,7 +43,12 @@ LEASE_RENEWALS = 4
 
 
 def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{worker_prefix(os.getpid())}{uuid.uuid4().hex[:8]}"
+
+
+def worker_prefix(pid: int) -> str:
+    """How the name of every claim process ``pid`` of this host makes begins (:func:`worker_name`)."""
+    return f"{socket.gethostname()}:{pid}:"
 
 
 @lru_cache(maxsize=4)

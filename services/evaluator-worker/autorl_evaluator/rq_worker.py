@@ -14,11 +14,18 @@ would run code here. So, by construction:
 
 What a submission id means is decided by the database: `evaluate` claims the row, and a row that is
 not waiting is skipped.
+
+RQ's stop-job command (``rq.command.send_stop_job_command``, an operator's) for the job a worker runs
+kills the process evaluating it, the forked work horse or the warm child, with its process group;
+RQ marks the job stopped and does not retry it, and the submission fails with the reason
+``stopped`` (:func:`record_stopped`). A stop for a job the worker does not run changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -27,13 +34,15 @@ from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException
+from rq.worker import SHUTDOWN_SIGNAL
 
 from autorl.errors import AutoRLError
 from autorl.queue import EVALUATE_JOB, Dispatcher, job_id
 from autorl.store import Database, FailureReason
+from autorl.store import repository as repo
 from autorl_evaluator import local_worker
 from autorl_evaluator.metrics import WorkerMetrics
-from autorl_evaluator.warm_child import WarmChild
+from autorl_evaluator.warm_child import EvaluationStoppedError, WarmChild
 
 log = logging.getLogger("autorl.evaluator.rq")
 
@@ -98,6 +107,29 @@ def refusal(job: Job, prefix: str) -> str | None:
 
 #: How long, at most, the thread that listens for RQ's commands (stop a job) waits in one read.
 COMMAND_READ_S = 1.0
+#: What the agent and the operator read on a submission whose evaluation an operator stopped.
+STOPPED_ERROR = (
+    "evaluation was stopped by an operator (RQ's stop-job command) before it finished; no score was "
+    "recorded: submit the checkpoint again to have it evaluated"
+)
+
+
+def record_stopped(db: Database, submission_id: int, pid: int) -> bool:
+    """Fail a submission whose evaluation job an operator stopped, where process ``pid`` (the work
+    horse or warm child that was killed) held it or it still waits; never one that is final or that
+    another process holds. True when it failed now."""
+    from autorl_evaluator.jobs import worker_prefix
+
+    with db.session() as session:
+        failed = repo.record_failure(
+            session,
+            submission_id,
+            error=STOPPED_ERROR,
+            reason=FailureReason.STOPPED,
+            worker_prefix=worker_prefix(pid),
+        )
+    log.warning("event=evaluation_stopped submission=%d pid=%d failed=%s", submission_id, pid, failed)
+    return failed
 
 
 class EvaluationOnly:
@@ -107,6 +139,8 @@ class EvaluationOnly:
     pubsub: Any
     pubsub_thread: Any
     pubsub_channel_name: str
+    #: The job RQ's stop-job command named, set by RQ before it calls ``kill_horse``.
+    _stopped_job_id: str | None
 
     def __init__(
         self,
@@ -125,6 +159,8 @@ class EvaluationOnly:
         self.dispatcher = dispatcher
         self.db = db
         self.metrics = metrics
+        #: The process ``kill_horse`` killed for a stop-job command (its claims are the job's).
+        self.stopped_pid: int | None = None
 
     def subscribe(self) -> None:
         """RQ's subscription to this worker's command channel, its thread reading for at most
@@ -142,6 +178,9 @@ class EvaluationOnly:
         )
 
     def execute_job(self, job: Job, queue: Queue) -> None:
+        # A stop that reached the previous job after its evaluation ended must not stop this one
+        # (RQ forgets it only when a job fails; a job id comes back when a submission is re-run).
+        self._stopped_job_id, self.stopped_pid = None, None
         reason = refusal(job, self.key_prefix)
         if reason is not None:
             self.discard(job.id, queue, reason)
@@ -152,6 +191,21 @@ class EvaluationOnly:
             return
         with self.metrics.evaluation(self.db, job.args[0]):
             super().execute_job(job, queue)  # type: ignore[misc]
+
+    def handle_job_failure(
+        self,
+        job: Job,
+        queue: Queue,
+        started_job_registry: Any = None,
+        exc_string: str = "",
+        execution: Any = None,
+    ) -> None:
+        # RQ marks a job its stop-job command named as stopped here (and forgets the name).
+        if self._stopped_job_id == job.id and self.db is not None:
+            record_stopped(self.db, job.args[0], self.stopped_pid or os.getpid())
+        super().handle_job_failure(  # type: ignore[misc]
+            job, queue, started_job_registry=started_job_registry, exc_string=exc_string, execution=execution
+        )
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
@@ -194,6 +248,14 @@ class EvaluationWorker(EvaluationOnly, Worker):
 
     job_class = EvaluationJob
 
+    def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
+        if not self.horse_pid:
+            # No horse yet (a stop between the job's start and the fork): RQ would signal the
+            # group of process 0, which is this worker's own.
+            return
+        self.stopped_pid = self.horse_pid
+        super().kill_horse(sig)
+
 
 class InProcessEvaluationWorker(EvaluationOnly, SimpleWorker):
     """The same checks, jobs run in the worker's own process (tests run it in burst mode)."""
@@ -210,9 +272,12 @@ class WarmEvaluationWorker(EvaluationOnly, SimpleWorker):
     The guarantees of a work horse per job hold: past the recorded hard timeout plus
     ``CHILD_MARGIN_S`` (before RQ's own job timeout, which is 300 s later) the child's whole group
     is killed and the submission failed as the local worker fails it; RQ's own timeout, if it
-    fires first, or a cold shutdown stops the child as well; a child that dies mid-evaluation
-    fails the job as a dead horse does (RQ retries it); the next job starts a fresh child; the
-    worker's stop takes the child's group down with it.
+    fires first, or a cold shutdown stops the child as well; RQ's stop-job command for the job
+    kills the child's group (``kill_horse``, from RQ's command thread) and the job ends stopped, as
+    a killed horse's does; a child that dies mid-evaluation (kill -9, the out-of-memory killer)
+    fails the job as a dead horse does (RQ retries it; the submission is handed out again once the
+    dead child's lease expires); the next job starts a fresh child; the worker's stop takes the
+    child's group down with it.
     """
 
     def __init__(
@@ -241,13 +306,30 @@ class WarmEvaluationWorker(EvaluationOnly, SimpleWorker):
         self.job_class = _job_handing_to(self.evaluate_in_child)
 
     def evaluate_in_child(self, submission_id: int) -> dict[str, Any]:
+        job = job_id(self.key_prefix, submission_id)
         limit_s = local_worker.evaluation_limit_s(self.store, submission_id, self.own_timeout_s)
         try:
-            status = self.warm.run(submission_id, limit_s + local_worker.CHILD_MARGIN_S)
+            status = self.warm.run(
+                submission_id,
+                limit_s + local_worker.CHILD_MARGIN_S,
+                stop_requested=lambda: self._stopped_job_id == job,
+            )
         except (TimeoutError, JobTimeoutException):  # the child's group is gone either way
             local_worker.record_timeout(self.store, submission_id, limit_s)
             return {"submission_id": submission_id, "status": "failed", "reason": FailureReason.TIMEOUT.value}
+        except EvaluationStoppedError:
+            raise  # the job fails; RQ marks it stopped and handle_job_failure records why
+        except ChildProcessError as exc:
+            log.warning("event=warm_worker_failed submission=%d reason=%s", submission_id, exc)
+            raise
         return {"submission_id": submission_id, "status": status}
+
+    def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
+        """RQ's stop-job command, from its command thread once it has marked the job stopped: the
+        warm child evaluating it is this worker's horse."""
+        pid = self.warm.interrupt(sig)
+        if pid is not None:
+            self.stopped_pid = pid
 
     def teardown(self) -> None:
         try:

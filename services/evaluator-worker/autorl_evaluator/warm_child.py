@@ -4,22 +4,26 @@ of an architecture stays resident between them (:mod:`autorl_evaluator.backends.
 The parent (:class:`WarmChild`, owned by the local worker, or by the RQ worker's main process,
 when ``AUTORL_EVAL_WARM_WORKER`` is set) writes one submission id per line to the child's stdin
 and reads ``done ID STATUS`` back.
-The child runs in a process group of its own; an evaluation that passes its hard timeout gets
-the whole group killed, and the next evaluation starts a fresh child (a cold load), so a hung
-or poisoned process never serves another submission.
+The child runs in a process group of its own; an evaluation that passes its hard timeout, or that
+another thread stops (:meth:`WarmChild.interrupt`, RQ's stop-job command), gets the whole group
+killed, and the next evaluation starts a fresh child (a cold load), so a hung or poisoned process
+never serves another submission.
 
     python -m autorl_evaluator.warm_child   # the child side; reads ids on stdin
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from autorl.parent_death import dying_with_parent
 from autorl.process_group import kill_group
@@ -30,6 +34,11 @@ log = logging.getLogger("autorl.evaluator.warm")
 STOP_GRACE_S = 10.0
 
 
+class EvaluationStoppedError(ChildProcessError):
+    """The evaluation was stopped from another thread (:meth:`WarmChild.interrupt`) or before the
+    child was handed it."""
+
+
 class WarmChild:
     """The parent's handle on the child; ``command`` runs the child (default: this module)."""
 
@@ -38,19 +47,55 @@ class WarmChild:
         self.command = list(command or own)
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0
+        # run() and interrupt() (another thread) agree under this lock on whether the child is
+        # evaluating, so that a stop is never lost between the two.
+        self._lock = threading.Lock()
+        self._evaluating = False
+        self._interrupted = False
 
-    def run(self, submission_id: int, timeout_s: float) -> str:
+    def run(
+        self, submission_id: int, timeout_s: float, *, stop_requested: Callable[[], bool] | None = None
+    ) -> str:
         """Evaluate ``submission_id`` in the child; its status line. Raises ``TimeoutError`` after
-        ``timeout_s`` (the child is killed, the next call starts another) and ``ChildProcessError``
-        when the child ends without answering."""
-        process = self._ensure_started()
+        ``timeout_s`` (the child is killed, the next call starts another), ``EvaluationStoppedError``
+        when :meth:`interrupt` killed it or ``stop_requested()`` was true before the child was
+        handed the id, and ``ChildProcessError`` when the child ends without answering."""
+        with self._lock:
+            if stop_requested is not None and stop_requested():
+                raise EvaluationStoppedError(f"evaluation {submission_id} was stopped before it began")
+            process = self._ensure_started()
+            self._evaluating, self._interrupted = True, False
+        try:
+            return self._evaluate(process, submission_id, timeout_s)
+        finally:
+            with self._lock:
+                self._evaluating = False
+                interrupted = self._interrupted
+            if interrupted:  # also when signalled just after it answered: it serves nothing more
+                self.stop()
+
+    def interrupt(self, signum: int = signal.SIGKILL) -> int | None:
+        """From another thread: end the evaluation in progress by sending ``signum`` to the child's
+        whole process group (:meth:`run` then raises ``EvaluationStoppedError``). The pid of the
+        child it signalled; None when no evaluation was in progress (nothing is signalled)."""
+        with self._lock:
+            process = self.process
+            if not self._evaluating or process is None:
+                return None
+            self._interrupted = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signum)
+        log.info("event=warm_worker_interrupted pid=%d signal=%d", process.pid, signum)
+        return process.pid
+
+    def _evaluate(self, process: subprocess.Popen[bytes], submission_id: int, timeout_s: float) -> str:
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(f"{submission_id}\n".encode())
             process.stdin.flush()
         except BrokenPipeError:
             self.stop()
-            raise ChildProcessError("the warm worker ended before taking the evaluation") from None
+            raise self._ended(process, submission_id, "before taking the evaluation") from None
         try:
             line = _read_line(process.stdout, time.monotonic() + timeout_s)
         except BaseException:
@@ -61,14 +106,31 @@ class WarmChild:
         if line is None:
             self.stop()
             raise TimeoutError(f"evaluation {submission_id} passed {timeout_s:.0f} s")
-        if not line:
+        if not line.endswith(b"\n"):  # its end, maybe mid-line: the child is gone
             self.stop()
-            raise ChildProcessError("the warm worker ended during the evaluation")
+            raise self._ended(process, submission_id, "during the evaluation")
         words = line.decode(errors="replace").split()
         if len(words) != 3 or words[:2] != ["done", str(submission_id)]:
             self.stop()
             raise ChildProcessError(f"unexpected answer from the warm worker: {line[:200]!r}")
         return words[2]
+
+    def _ended(self, process: subprocess.Popen[bytes], submission_id: int, when: str) -> ChildProcessError:
+        """Why the (reaped) child ended without answering for ``submission_id``."""
+        code = process.returncode
+        if code is not None and code < 0:
+            how = f"was killed by {_signal_name(-code)}"
+            if code == -signal.SIGKILL and not self._interrupted:
+                how += " (the kernel's out-of-memory killer sends it, as does kill -9)"
+        else:
+            how = f"exited with code {code}"
+        if self._interrupted:
+            return EvaluationStoppedError(
+                f"evaluation {submission_id} was stopped: the warm worker's child (pid {process.pid}) {how}"
+            )
+        return ChildProcessError(
+            f"the warm worker's child (pid {process.pid}) {how} {when} of submission {submission_id}"
+        )
 
     def _ensure_started(self) -> subprocess.Popen[bytes]:
         if self.process is None or self.process.poll() is not None:
@@ -81,10 +143,18 @@ class WarmChild:
 
     def stop(self) -> None:
         """Kill the child's whole process group (no-op when none runs)."""
-        if self.process is not None:
-            kill_group(self.process.pid, self.process, grace_s=STOP_GRACE_S)
-            log.info("event=warm_worker_stopped pid=%d", self.process.pid)
-            self.process = None
+        with self._lock:  # interrupt() no longer signals this child's group, which may be reaped
+            process, self.process = self.process, None
+        if process is not None:
+            kill_group(process.pid, process, grace_s=STOP_GRACE_S)
+            log.info("event=warm_worker_stopped pid=%d", process.pid)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _read_line(stream: object, deadline: float) -> bytes | None:
