@@ -17,6 +17,7 @@ import yaml
 
 from autorl.crd import crd_manifest
 from autorl_controller.operator.settings import ControllerSettings
+from autorl_evaluator.settings import WorkerSettings
 from tests.support.chart import render_chart
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "autorl"
@@ -231,6 +232,35 @@ def test_evaluator_serves_its_metrics_on_a_named_port_unless_disabled(port: int)
         assert "ports" not in container and "AUTORL_WORKER_METRICS_PORT" not in env
 
 
+@pytest.mark.parametrize(
+    ("values", "rendered_value", "warm"),
+    [
+        ({}, "false", False),
+        ({"warmWorker": True}, "true", True),
+        # An extraEnv that already set the variable (before the value existed) keeps its say.
+        (
+            {"warmWorker": True, "extraEnv": {"AUTORL_EVAL_WARM_WORKER": "0", "AUTORL_EVAL_LEASE_S": "60"}},
+            "0",
+            False,
+        ),
+    ],
+    ids=["default", "warm", "extra-env-precedes"],
+)
+def test_evaluator_warm_worker_value_reaches_the_workers_setting(
+    values: dict[str, Any], rendered_value: str, warm: bool
+) -> None:
+    deployment = of_kind(render(merge(IMAGES, {"evaluator": values})), "Deployment")[
+        f"{RELEASE}-autorl-evaluator"
+    ]
+    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    settings = [e["value"] for e in env if e["name"] == "AUTORL_EVAL_WARM_WORKER"]
+    assert settings == [rendered_value]  # once: a second entry of one name would leave it to chance
+    assert WorkerSettings(eval_warm_worker=settings[0]).eval_warm_worker is warm
+    for name, value in values.get("extraEnv", {}).items():
+        assert {"name": name, "value": value} in env
+
+
 def test_ingress_exposes_the_grader_service() -> None:
     documents = render(merge(IMAGES, INGRESS))
     ingress = of_kind(documents, "Ingress")[f"{RELEASE}-autorl-grader"]
@@ -319,6 +349,7 @@ def test_helm_test_pod_checks_the_grader_health() -> None:
         {"evaluator": {"testData": {"url": "ftp://mirror/gsm8k"}}},
         {"evaluator": {"testData": {"tasks": []}}},
         {"evaluator": {"maxNewTokens": -1}},
+        {"evaluator": {"warmWorker": "yes"}},
     ],
 )
 def test_schema_refuses_bad_values(values: dict[str, Any]) -> None:
