@@ -36,6 +36,7 @@ from autorl.tasks.base import Problem
 from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
 from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
+from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
 from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
@@ -62,6 +63,9 @@ LONG_BATCH_SIZE = 1
 LONG_REPEATS = 12
 TIMEOUT_TOO_SHORT_S = 150
 TIMEOUT_S = 900
+#: The warm OpenCompass's run starts at once (its server has imported OpenCompass): a few seconds
+#: into the long experiment's inference.
+WARM_TIMEOUT_TOO_SHORT_S = 8
 
 
 @dataclass
@@ -351,6 +355,9 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
     try:
         first = backend.evaluate(worker_run.checkpoint, task, worker_run.problems, config, settings)
         assert first.details["engine"] == "resident"
+        assert first.details["opencompass_process"] == "warm"
+        server = SERVERS.current
+        assert server is not None and server.alive()
         assert first.completions == [p["completion"] for p in worker_run.predictions]
         assert first.scores["opencompass"] == pytest.approx(worker_run.scored["score"])
         engine = ENGINES.current
@@ -363,6 +370,7 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
         problems = list(trained_tiny_model.problems)
         second = backend.evaluate(twin, task, problems, config, settings)
         assert ENGINES.current is engine and engine.alive()  # the same process, the weights swapped
+        assert SERVERS.current is server and server.alive()  # OpenCompass forked from the same server
         loads = re.findall(
             r"engine load reused=(\w+)", (settings.eval_dir / "opencompass" / "engine.log").read_text()
         )
@@ -378,10 +386,112 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
             backend.evaluate(broken, task, worker_run.problems, config, settings)
         assert "resident engine failed" in str(failure.value)
         assert ENGINES.current is None and not engine.alive()
+        assert SERVERS.current is None and not server.alive()
 
         # Outside the warm worker, the engine goes with its evaluation.
         cold = settings.model_copy(update={"eval_warm_worker": False})
-        backend.evaluate(twin, task, problems[:1], config, cold)
-        assert ENGINES.current is None
+        assert (
+            backend.evaluate(twin, task, problems[:1], config, cold).details["opencompass_process"]
+            == "command"
+        )
+        assert ENGINES.current is None and SERVERS.current is None
     finally:
         ENGINES.stop()
+        SERVERS.stop()
+
+
+def test_the_warm_worker_forks_opencompass_from_one_server_and_answers_as_the_command(
+    worker_run: WorkerRun, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+) -> None:
+    """In the warm worker each evaluation runs in a process forked from one server that imported
+    OpenCompass once (OpenCompass's own command entry, its tasks in that process): the answers and
+    the score are the ``opencompass`` command's, word for word; the next evaluation is forked from
+    the same server, and each run's process ends with its run; outside the warm worker the command
+    runs and no server is kept."""
+    settings = make_settings(
+        eval_backend="opencompass",
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        opencompass_bin=OPENCOMPASS_BIN,
+        eval_batch_size=LIMIT,
+        eval_warm_worker=True,
+    )
+    task = get_task("gsm8k")
+    config = EvalConfig.record(task.name, settings)
+    backend = OpenCompassBackend()
+    command = [p["completion"] for p in worker_run.predictions]
+    try:
+        first = backend.evaluate(worker_run.checkpoint, task, worker_run.problems, config, settings)
+        assert first.details["opencompass_process"] == "warm"
+        assert first.completions == command
+        assert first.scores["opencompass"] == pytest.approx(worker_run.scored["score"])
+        server = SERVERS.current
+        assert server is not None and server.alive()
+        second = backend.evaluate(worker_run.checkpoint, task, worker_run.problems, config, settings)
+        assert SERVERS.current is server and server.alive()
+        assert second.completions == command
+        assert settings.eval_dir is not None
+        assert processes_under(settings.eval_dir) == []
+
+        # A task that fails (OpenCompass's tasks run in the forked process, so the error ends the
+        # run instead of a "-" in the summary): the same failure as the command's, and the server
+        # goes with it.
+        broken = corrupt_weights(worker_run.checkpoint, tmp_path / "broken")
+        with pytest.raises(EvaluationError) as failure:
+            backend.evaluate(broken, task, worker_run.problems, config, settings)
+        message = str(failure.value)
+        assert "produced no score" in message
+        assert "safetensors" in message.lower() or "deserializ" in message.lower()
+        assert not any(problem.question[:40] in message for problem in worker_run.problems)
+        assert SERVERS.current is None and not server.alive()
+
+        cold = settings.model_copy(update={"eval_warm_worker": False})
+        third = backend.evaluate(worker_run.checkpoint, task, worker_run.problems, config, cold)
+        assert third.details["opencompass_process"] == "command"
+        assert third.completions == command
+        assert SERVERS.current is None
+    finally:
+        SERVERS.stop()
+
+
+def test_a_warm_evaluation_past_its_hard_timeout_ends_its_run_and_the_server(
+    sharp_checkpoint: Path,
+    make_settings: Callable[..., DeploymentSettings],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The hard timeout ends the forked run and everything it started, as it ends the command's
+    group; the server goes too, and the next evaluation gets a fresh one and a score."""
+    settings = make_settings(
+        eval_backend="opencompass",
+        eval_max_new_tokens=LONG_MAX_NEW_TOKENS,
+        opencompass_bin=OPENCOMPASS_BIN,
+        eval_batch_size=LONG_BATCH_SIZE,
+        eval_timeout_s=WARM_TIMEOUT_TOO_SHORT_S,
+        eval_warm_worker=True,
+    )
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir)
+    backend = OpenCompassBackend()
+    caplog.set_level("INFO", logger="autorl.evaluator.opencompass")
+    try:
+        with pytest.raises(EvaluationError) as failure:
+            backend.evaluate(
+                sharp_checkpoint, task, problems, EvalConfig.record(task.name, settings), settings
+            )
+        assert f"hard timeout of {WARM_TIMEOUT_TOO_SHORT_S} s" in str(failure.value)
+        assert "every process it started were stopped" in str(failure.value)
+        [started] = re.findall(r"event=compass_started pid=(\d+)", caplog.text)
+        assert not Path(f"/proc/{started}").exists() and SERVERS.current is None
+        assert settings.eval_dir is not None
+        assert processes_under(settings.eval_dir) == []
+
+        quick = settings.model_copy(
+            update={"eval_max_new_tokens": MAX_NEW_TOKENS, "eval_timeout_s": TIMEOUT_S}
+        )
+        result = backend.evaluate(
+            sharp_checkpoint, task, problems[:LIMIT], EvalConfig.record(task.name, quick), quick
+        )
+        assert result.details["opencompass_process"] == "warm" and len(result.completions) == LIMIT
+        assert SERVERS.current is not None and str(SERVERS.current.process.pid) != started
+    finally:
+        SERVERS.stop()

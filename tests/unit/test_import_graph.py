@@ -159,9 +159,13 @@ def imported_top_levels(path: Path) -> dict[str, int]:
 
 
 #: Files that run in another environment's Python: the resident engine's server in vLLM's, its
-#: shim in OpenCompass's. They import only the standard library when loaded
-#: (tests/unit/test_resident_engine.py); what their engines import is that environment's.
-OTHER_ENVIRONMENTS = ("autorl_evaluator/backends/opencompass/engine_server.py", "/engine_shim/")
+#: shim and the warm OpenCompass's server in OpenCompass's. They import only the standard library
+#: when loaded (tests/unit/test_resident_engine.py); what they import to serve is that environment's.
+OTHER_ENVIRONMENTS = (
+    "autorl_evaluator/backends/opencompass/engine_server.py",
+    "autorl_evaluator/backends/opencompass/compass_server.py",
+    "/engine_shim/",
+)
 
 
 def undeclared_imports(dist: Distribution) -> list[str]:

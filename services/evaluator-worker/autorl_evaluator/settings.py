@@ -26,7 +26,8 @@ class WorkerSettings(PlatformSettings):
         default=False,
         description="Evaluate in one long-lived child process of the worker (local or RQ) that keeps the "
         "model of an architecture resident and swaps each checkpoint's weights in (hf backend; the "
-        "opencompass backend's resident engine with AUTORL_VLLM_PYTHON); the child is replaced after an "
+        "opencompass backend's resident engine with AUTORL_VLLM_PYTHON, and its runs forked from one "
+        "process that has imported OpenCompass); the child is replaced after an "
         "evaluation passes its hard timeout or fails it by dying.",
     )
     eval_device: str | None = Field(

@@ -62,6 +62,7 @@ from autorl_evaluator.backends.opencompass.parallel import (
     tensor_parallel_size,
 )
 from autorl_evaluator.backends.opencompass.resident_engine import ENGINES, EngineSpec, shim_environment
+from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS, CompassSpec, opencompass_python
 from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
@@ -209,6 +210,16 @@ def engine_environment(cache_dir: Path, placement: Placement) -> dict[str, str]:
     return env
 
 
+def compass_environment(cache_dir: Path) -> dict[str, str]:
+    """The warm OpenCompass's environment: OpenCompass's, without GPUs, with a home of its own (each
+    run's process gets its run's environment when it is forked)."""
+    home = cache_dir / "compass"
+    (home / "home").mkdir(parents=True, exist_ok=True)
+    return subprocess_environment(
+        os.environ, run_dir=home, cache_dir=cache_dir, placement=Placement(gpu=None)
+    )
+
+
 class OpenCompassBackend:
     """Evaluates with the ``opencompass`` command of its own environment (``AUTORL_OPENCOMPASS_BIN``)."""
 
@@ -234,8 +245,10 @@ class OpenCompassBackend:
             result = self._run(command, model_dir, task, problems, config, worker, run_dir, root / "cache")
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
-            # A failed or stopped evaluation may leave the engine mid-request or poisoned.
+            # A failed or stopped evaluation may leave the engine mid-request or poisoned, and the
+            # warm OpenCompass mid-run.
             ENGINES.stop()
+            SERVERS.stop()
             remove_view(run_dir / "model")
             raise
         result.seconds = time.monotonic() - started
@@ -244,6 +257,7 @@ class OpenCompassBackend:
             # process group) goes with this evaluation rather than with the process's exit. On
             # GPUs shared with training, a resident engine would hold the share the next waits for.
             ENGINES.stop()
+            SERVERS.stop()
         remove_view(run_dir / "model")
         if worker.opencompass_keep_runs:
             result.details["run_dir"] = str(run_dir)
@@ -335,13 +349,23 @@ class OpenCompassBackend:
             placement.gpu.replicas if placement.gpu else "-",
         )
         # OpenCompass writes its task configs to ./tmp: the working directory is the run folder.
-        outcome = run_in_group(
-            [str(command), str(config_path), "--work-dir", str(work_dir)],
-            cwd=run_dir,
-            env=env,
-            timeout_s=timeout_s,
-            log_path=log_path,
-        )
+        arguments = [str(config_path), "--work-dir", str(work_dir)]
+        python = opencompass_python(command) if settings.eval_warm_worker else None
+        process = "command"
+        if python is not None and (resident or placement.gpu is None):
+            server = SERVERS.get(
+                CompassSpec(python=python, pythonpath=env.get("PYTHONPATH", "")),
+                compass_environment(cache_dir),
+                cache_dir.parent / "compass.log",
+            )
+            outcome = server.run(
+                [*arguments, "--debug"], cwd=run_dir, env=env, timeout_s=timeout_s, log_path=log_path
+            )
+            process = "warm"
+        else:
+            outcome = run_in_group(
+                [str(command), *arguments], cwd=run_dir, env=env, timeout_s=timeout_s, log_path=log_path
+            )
         log.info(
             "event=opencompass_finished returncode=%d timed_out=%s seconds=%.1f",
             outcome.returncode,
@@ -396,6 +420,8 @@ class OpenCompassBackend:
                 "max_new_tokens": max_out_len,
                 "summary_accuracy": accuracy,
                 "opencompass_seconds": round(outcome.seconds, 3),
+                # "warm": forked from the warm OpenCompass; "command": the opencompass command.
+                "opencompass_process": process,
             },
         )
 

@@ -16,20 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
-from autorl.process_group import kill_group
 from autorl_evaluator.backends.opencompass.engine_shim.vllm import EngineError, exchange
-from autorl_evaluator.failures import EvaluatorFaultError
-from autorl_evaluator.subprocess_group import set_parent_death_signal
+from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess
 
 log = logging.getLogger("autorl.evaluator.engine")
 
@@ -51,83 +43,33 @@ class EngineSpec:
     cuda_visible_devices: str
 
 
-class ResidentEngine:
+class ResidentEngine(ServerProcess):
     """One engine server process and its socket."""
+
+    kind = "engine"
+    title = "the resident engine"
 
     def __init__(self, spec: EngineSpec, env: Mapping[str, str], log_path: Path) -> None:
         self.spec = spec
-        self.folder = Path(tempfile.mkdtemp(prefix="autorl-engine-"))  # 0700: the socket is ours only
-        self.socket_path = self.folder / "engine.sock"
-        self.log_path = log_path
-        self._log: IO[bytes] = log_path.open("ab")
-        self.process = subprocess.Popen(
-            [str(spec.python), str(SERVER), "--socket", str(self.socket_path), "--engine", spec.engine],
-            env={**env, "CUDA_VISIBLE_DEVICES": spec.cuda_visible_devices},
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.folder,
-            start_new_session=True,
-            # On the evaluating process's death the server gets SIGTERM and kills its whole group.
-            preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM),
-        )
-        log.info(
-            "event=engine_started pid=%d engine=%s python=%s", self.process.pid, spec.engine, spec.python
+        super().__init__(
+            [str(spec.python), str(SERVER), "--engine", spec.engine],
+            {**env, "CUDA_VISIBLE_DEVICES": spec.cuda_visible_devices},
+            log_path,
+            stop_grace_s=STOP_GRACE_S,
         )
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
+    def ping(self) -> bool:
+        with contextlib.suppress(OSError, EngineError, ValueError):
+            exchange(str(self.socket_path), {"op": "ping"}, timeout_s=10)
+            return True
+        return False
 
     def wait_until_listening(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if not self.alive():
-                raise EvaluatorFaultError(
-                    f"the resident engine exited with code {self.process.returncode} before listening",
-                    detail=f"{self.spec.python} {SERVER}; its log: {self.log_path}",
-                )
-            if self.socket_path.exists():
-                with contextlib.suppress(OSError, EngineError, ValueError):
-                    exchange(str(self.socket_path), {"op": "ping"}, timeout_s=10)
-                    return
-            if time.monotonic() > deadline:
-                self.stop()
-                raise EvaluatorFaultError(f"the resident engine did not listen within {timeout_s:.0f} s")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        # Its own session: the group is the server and every process its engine started.
-        kill_group(self.process.pid, self.process, grace_s=STOP_GRACE_S)
-        self._log.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-        log.info("event=engine_stopped pid=%d returncode=%s", self.process.pid, self.process.returncode)
-
-
-class ResidentEngines:
-    """The engines this process keeps: at most one, replaced when another is needed."""
-
-    def __init__(self) -> None:
-        self.current: ResidentEngine | None = None
-
-    def get(self, spec: EngineSpec, env: Mapping[str, str], log_path: Path) -> ResidentEngine:
-        engine = self.current
-        if engine is not None and (engine.spec != spec or not engine.alive()):
-            self.stop()
-            engine = None
-        if engine is None:
-            engine = ResidentEngine(spec, env, log_path)
-            self.current = engine
-            engine.wait_until_listening()
-        return engine
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-            self.current = None
+        super().wait_until_listening(timeout_s)
 
 
 #: This process's engines (the warm worker's child keeps them between evaluations).
-ENGINES = ResidentEngines()
+ENGINES: KeptServer[EngineSpec, ResidentEngine] = KeptServer(ResidentEngine)
 
 
 def shim_environment(engine: ResidentEngine, env: Mapping[str, str]) -> dict[str, str]:

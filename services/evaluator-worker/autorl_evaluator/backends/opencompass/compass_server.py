@@ -1,0 +1,169 @@
+"""A warm OpenCompass: its modules imported once, one forked process per evaluation.
+
+An OpenCompass run of the ``opencompass`` command is three Python processes (the command, its
+inference task, its evaluation task), and each imports OpenCompass anew: seconds of every
+evaluation, more than a resident engine takes to answer the whole split. In the warm worker
+(``AUTORL_EVAL_WARM_WORKER``) the worker runs this program once in OpenCompass's own Python; it
+imports OpenCompass's command and what a GSM8K run uses, then waits. For each evaluation it forks:
+the child runs OpenCompass's own command-line entry (``opencompass.cli.main.main``) on the
+worker's config with ``--debug``, OpenCompass's mode that runs its tasks in its own process, so
+the prompts, the inference task, the evaluation task and the summary are OpenCompass's, run by
+the modules already in memory. Nothing of a submission ever reaches this process: the child gets
+the run's folder, arguments and environment, and exits when the run ends.
+
+The child is a process group and session of its own (the worker ends it and everything it
+started on a timeout, as it ends the ``opencompass`` command's group) and dies with this
+process. Requests, one JSON object per connection on a Unix socket in a 0700 folder:
+
+- ``{"op": "run", "argv": [...], "cwd": DIR, "env": {...}, "log": FILE}``: answered with
+  ``{"pid": N}`` when the child exists, then ``{"returncode": N}`` when it has ended;
+- ``{"op": "ping"}``: ``{"ok": true}``.
+
+It needs the standard library and OpenCompass only (it runs in OpenCompass's environment).
+
+    PYTHON compass_server.py --socket PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+#: Largest request accepted (arguments and an environment).
+MAX_REQUEST_BYTES = 1024 * 1024
+_PR_SET_PDEATHSIG = 1
+
+#: The child running now (its pid is its process group), ended with this process.
+_current_child: int | None = None
+
+
+def preload() -> None:
+    """OpenCompass's command and the modules a GSM8K run imports (datasets, models, tasks,
+    evaluators, summarizers), so that a forked run imports nothing it can share. No CUDA and no
+    thread is started here: a forked child starts from one thread."""
+    import opencompass.cli.main
+    import opencompass.datasets
+    import opencompass.models
+    import opencompass.openicl
+    import opencompass.summarizers
+    import opencompass.tasks  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoTokenizer  # noqa: F401
+
+
+def _answer(connection: socket.socket, payload: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        connection.sendall(json.dumps(payload).encode() + b"\n")
+
+
+def _read_request(connection: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST_BYTES:
+            raise ValueError("request too large")
+    request: dict[str, Any] = json.loads(data)
+    return request
+
+
+def _run_child(request: dict[str, Any]) -> int:
+    """In the forked child: OpenCompass's command on the worker's arguments; its exit code."""
+    os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.chdir(str(request["cwd"]))
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in dict(request["env"]).items()})
+    sys.argv = ["opencompass", *(str(arg) for arg in request["argv"])]
+    from opencompass.cli.main import main
+
+    try:
+        main()
+    except SystemExit as exit_:
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _serve(connection: socket.socket, listener: socket.socket) -> None:
+    global _current_child
+    request = _read_request(connection)
+    if request.get("op") == "ping":
+        _answer(connection, {"ok": True})
+        return
+    if request.get("op") != "run":
+        _answer(connection, {"ok": False, "error": f"unknown op {request.get('op')!r}"})
+        return
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            connection.close()
+            listener.close()
+            code = _run_child(request)
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    _current_child = pid
+    _answer(connection, {"ok": True, "pid": pid})
+    _, status = os.waitpid(pid, 0)
+    _current_child = None
+    _answer(connection, {"ok": True, "returncode": os.waitstatus_to_exitcode(status)})
+
+
+def _end(signum: int, _frame: object) -> None:
+    child = _current_child
+    if child is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child, signal.SIGKILL)
+    os._exit(128 + signum)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--socket", required=True)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _end)
+    signal.signal(signal.SIGINT, _end)
+    preload()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(args.socket)
+    os.chmod(args.socket, 0o600)
+    listener.listen(4)
+    print(f"compass server listening on {args.socket}", flush=True)
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            try:
+                _serve(connection, listener)
+            except Exception as exc:
+                _answer(connection, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The worker's side of the warm OpenCompass (``compass_server.py``): start it, run an evaluation
+in it, stop it.
+
+In the warm worker (``AUTORL_EVAL_WARM_WORKER``) the ``opencompass`` backend runs each evaluation
+in a process forked from a server that has OpenCompass imported already, instead of running the
+``opencompass`` command (three processes, each importing OpenCompass). The run is the same
+OpenCompass run: the same config, work folder, environment and log, OpenCompass's own command-line
+entry, its tasks run in the forked process (``--debug``). The forked process is a process group of
+its own: at the hard timeout, or when the wait is interrupted, the worker ends that group as it
+ends the command's, and any failure stops the server, so the next evaluation starts a fresh one.
+
+The server is kept only where the worker evaluates again (the warm worker), and only for the
+runs whose inference imports no GPU library into OpenCompass's process: the resident engine's
+(generation crosses to the engine's own environment) and the CPU's. It runs in the Python of the
+``opencompass`` command (the interpreter its script names); a command that is not a Python
+script runs the ordinary way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.process_group import kill_group
+from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess
+from autorl_evaluator.failures import EvaluatorFaultError
+from autorl_evaluator.subprocess_group import GroupResult
+
+log = logging.getLogger("autorl.evaluator.opencompass")
+
+SERVER = Path(__file__).resolve().parent / "compass_server.py"
+#: How long the server gets to import OpenCompass and listen.
+START_TIMEOUT_S = 180.0
+#: How long a forked run gets to be reported once asked for.
+FORK_TIMEOUT_S = 30.0
+#: After SIGTERM, how long the server's group gets before SIGKILL.
+STOP_GRACE_S = 5.0
+
+
+def opencompass_python(command: Path) -> Path | None:
+    """The interpreter the ``opencompass`` script runs in (its ``#!`` line), or None when the command
+    is not a Python script (a wrapper, a binary)."""
+    try:
+        with command.open("rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    parts = first[2:].decode("utf-8", errors="replace").split()
+    if len(parts) != 1:
+        return None
+    python = Path(parts[0])
+    if not python.name.startswith("python") or not python.is_file():
+        return None
+    return python
+
+
+@dataclass(frozen=True)
+class CompassSpec:
+    """Which server: the Python it runs in and the ``PYTHONPATH`` fixed at its start (the resident
+    engine's ``vllm`` shim first, or nothing)."""
+
+    python: Path
+    pythonpath: str
+
+
+class CompassServer(ServerProcess):
+    """One warm OpenCompass process and its socket."""
+
+    kind = "compass"
+    title = "the warm OpenCompass"
+
+    def __init__(self, spec: CompassSpec, env: Mapping[str, str], log_path: Path) -> None:
+        self.spec = spec
+        server_env = {name: value for name, value in env.items() if name != "PYTHONPATH"}
+        if spec.pythonpath:
+            server_env["PYTHONPATH"] = spec.pythonpath
+        super().__init__([str(spec.python), str(SERVER)], server_env, log_path, stop_grace_s=STOP_GRACE_S)
+
+    def _exchange(self, payload: dict[str, Any], timeout_s: float) -> socket.socket:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.settimeout(timeout_s)
+            connection.connect(str(self.socket_path))
+            connection.sendall(json.dumps(payload).encode() + b"\n")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def ping(self) -> bool:
+        with contextlib.suppress(OSError, ValueError), self._exchange({"op": "ping"}, 10) as connection:
+            return bool(_read_line(connection).get("ok"))
+        return False
+
+    def wait_until_listening(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        super().wait_until_listening(timeout_s)
+
+    def run(
+        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float, log_path: Path
+    ) -> GroupResult:
+        """OpenCompass's command on ``argv`` in a process forked from the server, as
+        :func:`~autorl_evaluator.subprocess_group.run_in_group` runs the command: its output to
+        ``log_path``, its whole group ended at ``timeout_s`` or when the wait is interrupted."""
+        started = time.monotonic()
+        request = {"op": "run", "argv": list(argv), "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
+        with self._exchange(request, FORK_TIMEOUT_S) as connection:
+            answer = _read_line(connection)
+            if "pid" not in answer:
+                raise EvaluatorFaultError(
+                    f"the warm OpenCompass did not start the run: {answer.get('error')}"
+                )
+            pgid = int(answer["pid"])
+            timed_out = False
+            try:
+                connection.settimeout(max(timeout_s - (time.monotonic() - started), 0.001))
+                try:
+                    ended = _read_line(connection)
+                except TimeoutError:
+                    timed_out = True
+                    kill_group(pgid)
+                    connection.settimeout(FORK_TIMEOUT_S)
+                    ended = _read_line(connection)
+            except BaseException:
+                kill_group(pgid)
+                raise
+        if "returncode" not in ended:
+            raise EvaluatorFaultError("the warm OpenCompass ended without reporting its run's exit")
+        # A run can exit while something it started goes on in its group: end that too.
+        survivors = kill_group(pgid)
+        return GroupResult(int(ended["returncode"]), timed_out, time.monotonic() - started, survivors)
+
+
+def _read_line(connection: socket.socket) -> dict[str, Any]:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    if not data:
+        return {}
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+#: This process's warm OpenCompass (the warm worker's child keeps it between evaluations).
+SERVERS: KeptServer[CompassSpec, CompassServer] = KeptServer(CompassServer)
