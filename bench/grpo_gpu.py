@@ -279,8 +279,16 @@ def _trl(
     }
 
 
-def fast_trainer(model: Any, tokenizer: Any, task: Any, records: list[dict[str, str]], settings: Any) -> Any:
-    """The example agent's fast GRPO path on ``records`` (prompt and answer each), rewarded by ``task``."""
+def fast_trainer(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    records: list[dict[str, Any]],
+    settings: Any,
+    eos_ids: list[int] | None = None,
+) -> Any:
+    """The example agent's fast GRPO path on ``records`` (prompt and answer each), rewarded by
+    ``task``; rollouts end at ``eos_ids`` (the tokenizer's end token by default)."""
     from autorl_agents.fast_grpo import FastGRPO
 
     return FastGRPO(
@@ -290,7 +298,7 @@ def fast_trainer(model: Any, tokenizer: Any, task: Any, records: list[dict[str, 
         answers=[r["answer"] for r in records],
         reward=lambda completions, answers: task.reward(completions, answers),
         settings=settings,
-        eos_ids=[tokenizer.eos_token_id],
+        eos_ids=eos_ids or [tokenizer.eos_token_id],
     )
 
 

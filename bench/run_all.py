@@ -46,8 +46,9 @@ GPU_BENCHMARKS: dict[str, str] = {
     # vLLM 0.25 and bench/data/vllm-0.25-serve-wheels.txt installed in /root/site there.
     "opencompass_vllm_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
     "python3 bench/opencompass_vllm_gpu.py gpu --inputs .vllm-parts/oc/carry --out OUT",
-    # vLLM 0.25 as above, with trl 1.16.0, datasets 5.2.0 and multiprocess 0.70.18 beside it. The
-    # 64x8 pair ran in a second call (--steps 2), joined with --merge (docs/PERFORMANCE.md).
+    # vLLM 0.25 as above, with bench/data/trl-1.16-wheels.txt beside it. The 64x8 pair ran in a
+    # second call (--steps 2); the learning comparison (--checkpoint /root/resident/T2, after
+    # resident_engine_gpu's prepare) in another; each joined with --merge (docs/PERFORMANCE.md).
     "grpo_trl_vllm_gpu": "PYTHONPATH=/root/site:.:bench:services/agents VLLM_USE_FLASHINFER_SAMPLER=0 "
     "python3 bench/grpo_trl_vllm_gpu.py",
     "vllm_warm_reload_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "

@@ -505,6 +505,115 @@ def grpo_trl_vllm() -> str:
     return "\n".join(lines) + "\n"
 
 
+def grpo_trl_vllm_learning() -> str:
+    """The learning comparison on a trained checkpoint (bench/grpo_trl_vllm_gpu.py --checkpoint)."""
+    run = load_results("grpo_trl_vllm_gpu").get("learning_run")
+    if run is None:
+        return (
+            "Not measured yet: no learning run on a trained checkpoint (`--checkpoint`) is in the "
+            "results file, so nothing here compares what the two paths learn per step.\n"
+        )
+    return learning_run_text(run)
+
+
+def learning_run_text(run: dict[str, Any]) -> str:
+    """A learning run's reward curves side by side, the first and last steps' mean reward and the
+    held-out accuracy before and after, per variant."""
+    env, model, settings = run["environment"], run["model"], run["settings"]
+    learning, variants = run["learning"], run["variants"]
+    compared = learning["variants"]
+    training = model.get("training") or {}
+    trained = (
+        f", fine-tuned {training['steps']} steps at learning rate {training['learning_rate']} (loss "
+        f"{training['loss_first_last'][0]} → {training['loss_first_last'][1]})"
+        if {"steps", "learning_rate", "loss_first_last"} <= set(training)
+        else ""
+    )
+    check = run.get("prompt_check", {})
+    prompt = (
+        f"equal to OpenCompass's recorded prompt for {check['equal']:,} of the {check['recorded_prompts']:,} "
+        "evaluated problems"
+        if check.get("checked")
+        else f"not checked against OpenCompass's recorded prompt ({check.get('why', 'no record')})"
+    )
+    problems = run.get("problems", {})
+    same = learning.get("same_problems_every_step")
+    lines = [
+        f"Measured {run['date'].replace('T', ' ')[:16]} UTC on one {env.get('gpu', 'CPU')}, torch "
+        f"{env['torch']}, transformers {env['transformers']}, TRL {env['trl']}, vLLM {env['vllm']}: "
+        f"`{run['command']}`. Model: {model['description']}, {number(model['parameters'] / 1e9, 3)} B "
+        f"parameters{trained}. Prompts: the evaluated 4-shot prompt ({prompt}) around generated problems "
+        f"that are not among {problems.get('kept_out', 'the training or evaluated problems')}; learning "
+        f"rate {settings['learning_rate']}, temperature {settings['temperature']}, at most "
+        f"{settings['completion_tokens']} completion tokens, seed {settings['seed']}; reward "
+        f"{settings.get('reward', '+1 right, -1 wrong')}. The same problems at every step in every "
+        f"variant: {'yes' if same else 'no'}.",
+        "",
+        "| step | " + " | ".join(f"`{name}` mean reward (right %)" for name in compared) + " |",
+        "| ---: | " + " | ".join("---:" for _ in compared) + " |",
+    ]
+    longest = max((len(c["reward_per_step"]) for c in compared.values()), default=0)
+    for index in range(longest):
+        cells = [
+            f"{c['reward_per_step'][index]:.3f} ({number(100 * c['accuracy_per_step'][index])})"
+            if index < len(c["reward_per_step"])
+            else "—"
+            for c in compared.values()
+        ]
+        lines.append(f"| {index + 1} | " + " | ".join(cells) + " |")
+    window = learning.get("window", 0)
+    held = run.get("held_out", {})
+    count = settings.get("held_out", 0)
+    lines += [
+        "",
+        f"| variant | steps run | mean reward, first {window} → last {window} of "
+        f"{learning.get('steps_compared', 0)} steps | held-out greedy accuracy % before → after "
+        f"({count} problems) | s / step | completion tok/s | engine start s | policy weights |",
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for name, record in variants.items():
+        c = compared.get(name)
+        if record.get("status") != "ok" or c is None:
+            lines.append(f"| `{name}` | — | — | — | — | — | — | {_failed(record)} |")
+            continue
+        accuracy = (
+            f"{c['held_out_accuracy_before']} → **{c['held_out_accuracy_after']}**"
+            if "held_out_accuracy_after" in c
+            else "not answered"
+        )
+        rate = record.get("completion_tokens_per_s")
+        lines.append(
+            f"| `{name}` | {c['steps_run']} | {c['mean_reward_first']} → **{c['mean_reward_last']}** | "
+            f"{accuracy} | {record.get('step_s', '—')} | {'—' if rate is None else number(rate, 0)} | "
+            f"{record.get('trainer_start_s', '—')} | {record.get('policy_dtype', '—')} |"
+        )
+    lines.append("")
+    if held.get("status") == "ok":
+        answers = held["answers"]
+        lines.append(
+            f"- Held out: {count} problems answered greedily by one engine (`{held['engine']}`) in one "
+            "process, the checkpoint as it was and then each variant's final weights loaded into it; "
+            "OpenCompass's protocol: "
+            + ", ".join(f"{name} {a['opencompass_accuracy']} %" for name, a in answers.items())
+            + "; answers that end with the end-of-turn id: "
+            + ", ".join(f"{name} {a['stopped']}" for name, a in answers.items())
+            + "; mean absolute change of a weight: "
+            + ", ".join(
+                f"{name} {a['weights_mean_abs_change']}"
+                for name, a in answers.items()
+                if name != "checkpoint"
+            )
+            + "."
+        )
+    else:
+        lines.append(f"- Held out: {_failed(held)}.")
+    lines.append(
+        f"- s / step and completion tok/s leave out each variant's first step, as above; the whole call: "
+        f"{run['total_s']} s."
+    )
+    return "\n".join(lines) + "\n"
+
+
 def vllm_warm_reload() -> str:
     """A resident vLLM engine loading checkpoints in place against a fresh engine per checkpoint."""
     data = load_results("vllm_warm_reload_gpu")
@@ -788,6 +897,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "opencompass-vllm-table": opencompass_vllm_table,
     "opencompass-vllm-parity": opencompass_vllm_parity,
     "grpo-trl-vllm": grpo_trl_vllm,
+    "grpo-trl-vllm-learning": grpo_trl_vllm_learning,
     "vllm-warm-reload": vllm_warm_reload,
     "resident-engine": resident_engine,
     "engine-race": engine_race,

@@ -1,14 +1,16 @@
 """The pure parts of the GPU benchmarks bench/grpo_trl_vllm_gpu.py and bench/vllm_warm_reload_gpu.py:
-variant names, step summaries, ratios within a call, joining calls' files, the padded tokenizer and
-answer comparison (the measurements themselves run only on a GPU machine)."""
+variant names, step summaries, ratios within a call, joining calls' files, the padded tokenizer, the
+learning comparison's problems, order and summary, and answer comparison (the measurements themselves
+run only on a GPU machine)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -94,33 +96,199 @@ def test_ratios_pair_variants_of_one_size_and_merge_joins_calls(bench: Any) -> N
         grpo.merge([first, first])
 
 
-def test_padded_tokenizer_decodes_every_id_and_encodes_as_before(bench: Any, tmp_path: Path) -> None:
+def test_padding_appends_fillers_after_every_id_and_encodes_as_before(bench: Any, tmp_path: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     grpo, _ = bench
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {token: index for index, token in enumerate(sorted(alphabet))}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {token: index for index, token in enumerate(alphabet)}
+    vocab["12"] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[("1", "2")]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens(["<|endoftext|>"])
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    before = tokenizer.encode("12 + 30 = 42").ids
-    size = len(vocab) + 1 + 40
+    special = len(vocab)
+    texts = ["12 + 30 = 42<|endoftext|>", "\u27e6300\u27e7 caf\u00e9", grpo.FILLER.format(special + 1)]
+    before = [tokenizer.encode(text).ids for text in texts]
+    size = special + 1 + 40
     assert grpo.pad_vocabulary(tmp_path, size) == 40
     padded = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
-    assert padded.get_vocab_size() == size
-    assert padded.encode("12 + 30 = 42").ids == before
-    added = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-    assert sorted(added.values()) == [*range(len(vocab)), *range(len(vocab) + 1, size)]
-    assert all(token.startswith("ĠQ") and token[2:].isalpha() for token in list(added)[len(vocab) :])
-    # The library's BPE model decodes ids below its entry count (transformers, which vLLM and both
-    # GRPO paths load it through, renumbers the special tokens past the padding, to the top ids).
-    tokens = [padded.id_to_token(token_id) for token_id in range(len(vocab) + 1, size - 1)]
-    assert all(token.startswith("ĠQ") and token[2:].isalpha() for token in tokens)
-    assert padded.decode([len(vocab) + 1, len(vocab) + 2]) == " Qjx Qjy"
-    assert len(json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))) == size - 1
+    assert [padded.encode(text).ids for text in texts] == before
+    assert padded.token_to_id("<|endoftext|>") == special
+    written = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    # Every id below the size is the model's, the special token's too, each once.
+    assert sorted(written.values()) == list(range(size))
+    assert written["<|endoftext|>"] == special
+    assert json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8")) == written
+    assert padded.decode([special + 1, size - 1]) == grpo.FILLER.format(special + 1) + grpo.FILLER.format(
+        size - 1
+    )
+    assert grpo.pad_vocabulary(tmp_path, size) == 0  # padded already
+
+
+@pytest.fixture(scope="module")
+def t2_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """bench/resident_engine_gpu.py's T2 tokenizer files (the view of bench/opencompass_vllm_gpu.py's
+    submission: the builtin Qwen2-format tokenizer, the Qwen2.5-1.5B config), and a padded copy."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import grpo_trl_vllm_gpu
+        from hf_eval_gpu import write_config_and_tokenizer
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+    from autorl_evaluator.backends.opencompass.model_view import build_view
+
+    root = tmp_path_factory.mktemp("t2")
+    write_config_and_tokenizer(root / "submission")
+    view = build_view(root / "submission", root / "view")
+    padded = root / "padded"
+    padded.mkdir()
+    for path in view.iterdir():
+        shutil.copyfile(path, padded / path.name)
+    config = json.loads((padded / "config.json").read_text(encoding="utf-8"))
+    assert grpo_trl_vllm_gpu.pad_vocabulary(padded, config["vocab_size"]) > 0
+    return view, padded
+
+
+def test_padded_t2_tokenizer_keeps_every_id_through_transformers(
+    bench: Any, t2_tokenizer: tuple[Path, Path]
+) -> None:
+    from transformers import AutoTokenizer
+
+    from autorl.tasks import get_task
+    from autorl.tasks.arith import generate_problems
+
+    grpo, _ = bench
+    view, padded = t2_tokenizer
+    before, after = AutoTokenizer.from_pretrained(view), AutoTokenizer.from_pretrained(padded)
+    size = json.loads((padded / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    task = get_task("gsm8k")
+    problems = generate_problems(3, 3)
+    texts = [task.render_prompt(before, p.question) for p in problems] + [
+        "Ben has 8 + 3 = 11 cups now.\nThe answer is 11\n<|im_end|>",
+        "<|im_start|>user\nHi<|im_end|>\n<|endoftext|>",
+        "naïve café 😀 \t\n\n  1,234.5 #### 42",
+        grpo.FILLER.format(size - 1) + " ⟦ ⟧",
+    ]
+    assert texts[0] == task.render_prompt(after, problems[0].question)
+    for text in texts:
+        assert after(text).input_ids == before(text).input_ids
+        assert (
+            after(text, add_special_tokens=False).input_ids
+            == before(text, add_special_tokens=False).input_ids
+        )
+    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        assert after.convert_tokens_to_ids(token) == before.convert_tokens_to_ids(token) < len(before)
+    assert (after.eos_token_id, after.pad_token_id) == (before.eos_token_id, before.pad_token_id)
+    assert sorted(after.all_special_ids) == sorted(before.all_special_ids)
+    # Every id the model can sample decodes; past the tokenizer's own ids, to a filler's text.
+    assert len(after) == size
+    tokens = after.convert_ids_to_tokens(list(range(size)))
+    assert None not in tokens
+    decoded = after.batch_decode([[token_id] for token_id in range(size)])
+    assert decoded[len(before)] == grpo.FILLER.format(len(before))
+    assert decoded[size - 1] == grpo.FILLER.format(size - 1)
+    assert decoded[: len(before)] == before.batch_decode([[token_id] for token_id in range(len(before))])
+
+
+def test_learning_problems_are_none_of_t2s_training_draw_nor_evaluated(bench: Any) -> None:
+    from autorl.tasks.arith import generate_problems
+
+    grpo, _ = bench
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        from opencompass_vllm_gpu import _problems
+        from resident_engine_gpu import TRAIN_PROBLEM_SEED
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+    held_out, problems, described = grpo.learning_problems(256, 16 * 13)
+    assert (len(held_out), len(problems), described["held_out"], described["grpo"]) == (256, 208, 256, 208)
+    evaluated = {p.question for p in _problems()}
+    trained = {p.question for p in generate_problems(TRAIN_PROBLEM_SEED, 4096 + len(evaluated))}
+    questions = [p.question for p in held_out + problems]
+    assert len(set(questions)) == len(questions)
+    assert not set(questions) & (evaluated | trained)
+    # The held-out set does not depend on how many GRPO problems a run draws.
+    assert grpo.learning_problems(256, 16)[0] == held_out
+
+
+def test_trl_dataset_order_is_the_fast_paths_draw_order(bench: Any) -> None:
+    import torch
+
+    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
+
+    grpo, _ = bench
+    trainer = FastGRPO(
+        model=torch.nn.Linear(2, 2),
+        tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=1),
+        prompts=[[5, 6, index] for index in range(40)],
+        answers=["1"] * 40,
+        reward=lambda completions, answers: [0.0] * len(completions),
+        settings=FastGRPOSettings(
+            prompts_per_step=8, num_generations=2, max_completion_length=4, learning_rate=1.0, seed=3
+        ),
+    )
+    order = grpo.fast_order(40, 3)
+    assert [trainer.next_problems() for _ in range(5)] == [order[i : i + 8] for i in range(0, 40, 8)]
+
+
+def test_learning_comparison_sets_the_reward_curves_side_by_side(bench: Any) -> None:
+    grpo, _ = bench
+    call = {"rewards": [1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0], "problems": [3, 7]}
+    step = grpo.step_record(2.0, 40, call, group=4)
+    assert step == {
+        "seconds": 2.0,
+        "completion_tokens": 40,
+        "reward": -0.75,
+        "accuracy": 0.125,
+        "groups_with_signal": 1,
+        "problems": [3, 7],
+    }
+
+    def steps(rewards: list[float]) -> list[dict[str, Any]]:
+        return [{"reward": r, "accuracy": (r + 1) / 2, "problems": [i]} for i, r in enumerate(rewards)]
+
+    variants = {
+        "fast_16x8": {"status": "ok", "steps": steps([-0.9, -0.8, -0.7, -0.6, -0.5, -0.4, -0.3])},
+        "trl_vllm_16x8": {"status": "ok", "steps": steps([-0.9, -0.9, -0.8, -0.8, -0.7, -0.6])},
+        "trl_vllm_2x4": {"status": "error", "error": "x"},
+    }
+    held_out = {"answers": {"checkpoint": {"accuracy": 10.0}, "fast_16x8": {"accuracy": 14.0}}}
+    result = grpo.learning_comparison(variants, held_out)
+    assert (result["steps_compared"], result["window"], result["same_problems_every_step"]) == (6, 2, True)
+    fast, trl = result["variants"]["fast_16x8"], result["variants"]["trl_vllm_16x8"]
+    assert (fast["mean_reward_first"], fast["mean_reward_last"], fast["steps_run"]) == (-0.85, -0.45, 7)
+    assert (trl["mean_reward_first"], trl["mean_reward_last"]) == (-0.9, -0.65)
+    assert (fast["held_out_accuracy_before"], fast["held_out_accuracy_after"]) == (10.0, 14.0)
+    assert "held_out_accuracy_after" not in trl  # its final weights were not answered with
+    assert set(result["variants"]) == {"fast_16x8", "trl_vllm_16x8"}
+    variants["trl_vllm_16x8"]["steps"][0]["problems"] = [9]
+    assert grpo.learning_comparison(variants, None)["same_problems_every_step"] is False
+
+
+def test_a_learning_run_merges_beside_the_random_weights_calls(bench: Any) -> None:
+    grpo, _ = bench
+    committed = json.loads((REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json").read_text("utf-8"))
+    run = {
+        "date": "d3",
+        "command": "c3",
+        "variants": {"fast_16x8": {"status": "ok"}, "trl_vllm_16x8": {"status": "ok"}},
+        "learning": {"variants": {}},
+    }
+    merged = grpo.merge([committed, run])
+    assert merged["learning_run"] == run
+    assert merged["calls"] == committed["calls"]
+    assert merged["variants"] == committed["variants"]
+    assert merged["ratios"] == committed["ratios"]
+    # Merging the merged file again with another random-weights call numbers that call after.
+    later = {"date": "d4", "command": "c4", "variants": {"trl_vllm_8x8": {"completion_tokens_per_s": 1.0}}}
+    again = grpo.merge([merged, later])
+    assert again["variants"]["trl_vllm_8x8"]["call"] == len(committed["calls"])
+    assert again["learning_run"] == run
+    with pytest.raises(ValueError, match="random-weights"):
+        grpo.merge([run])
 
 
 def test_answer_comparison_counts_identical_rows_and_shared_leading_ids(bench: Any) -> None:
@@ -143,3 +311,73 @@ def test_recorded_command_names_the_environment_and_puts_the_output_under_out(
     assert grpo.command_line(Path("/tmp/x/r.json")) == (
         "PYTHONPATH=/root/site:.:bench python3 bench/grpo_trl_vllm_gpu.py --output $OUT/r.json --steps 2"
     )
+
+
+def test_the_learning_run_renders_its_curves_side_by_side_and_says_when_it_is_missing(bench: Any) -> None:
+    from tools import performance_doc
+
+    grpo, _ = bench
+
+    def steps(rewards: list[float]) -> list[dict[str, Any]]:
+        return [
+            grpo.step_record(1.0, 8, {"rewards": [r, r, -1.0, -1.0], "problems": [i]}, group=2)
+            for i, r in enumerate(rewards)
+        ]
+
+    variants = {
+        "fast_2x4": {
+            "status": "ok",
+            "steps": steps([-1.0, 1.0, 1.0]),
+            "step_s": 1.0,
+            "completion_tokens_per_s": 8.0,
+            "policy_dtype": "bfloat16",
+        },
+        "trl_vllm_2x4": {
+            "status": "ok",
+            "steps": steps([-1.0, -1.0]),
+            "trainer_start_s": 50.0,
+            "policy_dtype": "float32",
+        },
+    }
+    held_out = {
+        "status": "ok",
+        "engine": "autorl.decoding.greedy_engine",
+        "answers": {
+            name: {"accuracy": a, "opencompass_accuracy": a, "stopped": 5, "weights_mean_abs_change": 0.001}
+            for name, a in (("checkpoint", 10.0), ("fast_2x4", 12.5), ("trl_vllm_2x4", 10.0))
+        },
+    }
+    run = {
+        "date": "2026-12-05T10:00:00Z",
+        "command": "python3 bench/grpo_trl_vllm_gpu.py --checkpoint /root/resident/T2",
+        "environment": {"gpu": "G", "torch": "t", "transformers": "x", "trl": "1.16.0", "vllm": "0.25.0"},
+        "model": {
+            "description": "T2",
+            "parameters": 1.5e9,
+            "training": {"steps": 160, "learning_rate": 3e-4, "loss_first_last": [12.1, 0.56]},
+        },
+        "settings": {
+            "learning_rate": 1e-4,
+            "temperature": 1.0,
+            "completion_tokens": 256,
+            "seed": 0,
+            "held_out": 256,
+            "reward": "+1 right, -1 wrong",
+        },
+        "prompt_check": {"checked": True, "recorded_prompts": 1319, "equal": 1319},
+        "problems": {"kept_out": "T2's training draw"},
+        "variants": variants,
+        "held_out": held_out,
+        "learning": grpo.learning_comparison(variants, held_out),
+        "total_s": 300.0,
+    }
+    text = performance_doc.learning_run_text(run)
+    assert "| 2 | 0.000 (50.0) | -1.000 (0.0) |" in text
+    assert "| 3 | 0.000 (50.0) | — |" in text
+    assert "| `fast_2x4` | 3 | -1.0 → **0.0** | 10.0 → **12.5** | 1.0 | 8 | — | bfloat16 |" in text
+    assert "| `trl_vllm_2x4` | 2 | -1.0 → **-1.0** | 10.0 → **10.0** | — | — | 50.0 | float32 |" in text
+    assert "1,319 of the 1,319 evaluated problems" in text
+    assert "The same problems at every step in every variant: yes." in text
+    committed = json.loads((REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json").read_text("utf-8"))
+    if "learning_run" not in committed:
+        assert performance_doc.grpo_trl_vllm_learning().startswith("Not measured yet")
