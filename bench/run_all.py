@@ -21,6 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Name → arguments after the Python interpreter.
 CPU_BENCHMARKS: dict[str, list[str]] = {
     "opencompass_cpu": ["bench/opencompass_cpu.py", "--problems", "4", "--max-new-tokens", "512"],
+    "warm_opencompass_cpu": ["bench/warm_opencompass_cpu.py", "--problems", "4", "--max-new-tokens", "24"],
     "grader_fuzz": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_grader_fuzz.py"],
     "grader_load": ["bench/grader_load.py", "--agents", "500", "--waiters", "500", "--duration", "10"],
     "soak": ["bench/soak.py", "--duration", "1200", "--interval", "3"],
@@ -60,11 +61,18 @@ GPU_BENCHMARKS: dict[str, str] = {
     "python3 bench/resident_engine_gpu.py --inputs .vllm-parts/oc/carry --work /root/resident",
     "engine_race_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
     "python3 bench/engine_race_gpu.py --inputs .vllm-parts/oc/carry",
+    # Both environments from tools/gpu_evaluator_parts.py installed there (its install.sh), and
+    # /root/resident from resident_engine_gpu's --phase prepare; then `in-process` in python3.
+    "opencompass_worker_gpu": "PYTHONPATH=.:services/evaluator-worker /root/oc/bin/python "
+    "bench/opencompass_worker_gpu.py run --work /root/resident --opencompass-bin /root/oc/bin/opencompass "
+    "--vllm-python /root/vllm-python",
 }
 
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).
 NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
+    "opencompass_worker_gpu": "written and run on the CPU (--smoke); no GPU machine was lent since "
+    "(docs/PERFORMANCE.md)",
 }
 
 #: Scripts in bench/ that are not benchmarks of their own: this runner, the script that made

@@ -880,6 +880,92 @@ def engine_race() -> str:
     return "\n".join(lines) + "\n"
 
 
+WARM_VARIANTS = {
+    "command": "the `opencompass` command (three processes), OpenCompass's transformers model",
+    "warm": "warm worker: forked from the warm OpenCompass, OpenCompass's transformers model",
+    "command_resident": "the `opencompass` command, the resident engine started for the evaluation",
+    "warm_resident": "warm worker: forked from the warm OpenCompass, the resident engine kept",
+}
+
+
+def warm_opencompass_cpu() -> str:
+    """The warm worker's OpenCompass against the ``opencompass`` command (bench/warm_opencompass_cpu.py)."""
+    data = load_results("warm_opencompass_cpu")
+    machine = data["machine"]
+    lines = [
+        f"Measured {_when(data['date'])} on {machine['cpus']} CPU cores (load average "
+        f"{number(machine['load_average'][0])} at the end): {data['model']}, {data['problems']} problems, "
+        f"up to {data['max_new_tokens']} new tokens, {data['rounds']} evaluations of each variant in one "
+        f"process, one variant after another; {data['total_s']} s in all.",
+        "",
+        "| variant | evaluations (s) | median s | first evaluation (server start) s |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for name, label in WARM_VARIANTS.items():
+        first = data["first_evaluation_s"].get(name)
+        lines.append(
+            f"| {label} | {', '.join(str(v) for v in data['seconds'][name])} | {data['median_s'][name]} | "
+            f"{first if first is not None else '—'} |"
+        )
+    same = data["same_completions"]
+    lines += [
+        "",
+        f"The command's median over the warm worker's: **{data['ratios']['command_over_warm']}×** with "
+        "OpenCompass's own model, **"
+        f"{data['ratios']['command_resident_over_warm_resident']}×** with the resident engine. Completions "
+        f"word for word the same: warm against command {'yes' if same['warm_vs_command'] else 'NO'}, "
+        f"with the resident engine {'yes' if same['warm_resident_vs_command_resident'] else 'NO'}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+WORKER_RUNS = {
+    "warm_T2_first": "warm worker, T2 first (the warm OpenCompass and the engine start)",
+    "warm_T1": "warm worker, T1 (weights loaded in place)",
+    "warm_T2": "warm worker, T2 (weights loaded in place)",
+    "command_T2": "outside the warm worker: the `opencompass` command, an engine for the evaluation",
+    "in_process_T2": "the `hf` backend's in-process engine, T2 (generation only)",
+}
+
+
+def opencompass_worker_gpu() -> str:
+    """The ``opencompass`` backend end to end on the GPU (bench/opencompass_worker_gpu.py)."""
+    path = REPO_ROOT / "bench" / "results" / "opencompass_worker_gpu.json"
+    if not path.exists():
+        return (
+            "Not measured yet: the script is written and runs on the CPU (`--smoke`), but no GPU "
+            "machine has been lent since it was written, so no figure of OpenCompass on the GPU "
+            "machine, and no submit-to-score time, is published here.\n"
+        )
+    data = load_results("opencompass_worker_gpu")
+    env = data["environment"]
+    lines = [
+        f"Measured {_when(data['date'])} on one {env['machine']}: OpenCompass's environment "
+        + ", ".join(f"{k} {v}" for k, v in env["opencompass_environment"].items())
+        + "; the engine's "
+        + ", ".join(f"{k} {v}" for k, v in env["engine_environment"].items())
+        + f"; {data['problems']} problems.",
+        "",
+        "| run | snapshot s | evaluate s | submit to score s | OpenCompass s | score |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, label in WORKER_RUNS.items():
+        run = data["runs"].get(name)
+        if run is None or "evaluate_s" not in run:
+            continue
+        lines.append(
+            f"| {label} | {run['snapshot_s']} | {run['evaluate_s']} | {run['submit_to_score_s']} | "
+            f"{run['opencompass_s']} | {run['summary_accuracy']} |"
+        )
+    for name, agreement in data.get("agreement", {}).items():
+        lines.append(
+            f"\n- {WORKER_RUNS.get(name, name)} against the warm worker's T2: final answers equal in "
+            f"{agreement['equal_final_answers']:,} of {agreement['rows']:,}, identical text in "
+            f"{agreement['identical']:,}."
+        )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -901,6 +987,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "vllm-warm-reload": vllm_warm_reload,
     "resident-engine": resident_engine,
     "engine-race": engine_race,
+    "warm-opencompass-cpu": warm_opencompass_cpu,
+    "opencompass-worker-gpu": opencompass_worker_gpu,
 }
 
 

@@ -1,0 +1,300 @@
+"""The ``opencompass`` backend end to end on one GPU: OpenCompass and vLLM, submit to score.
+
+What a GPU evaluator worker runs, all of it on the GPU machine: OpenCompass 0.5.2 in an environment
+of its own (the OpenCompass side of ``docker/evaluator-worker.lock``), the resident vLLM engine in
+another (vLLM 0.25, ``AUTORL_VLLM_PYTHON``), and the worker's own code between them. For each
+submission: the grader's snapshot (``autorl.checkpoints.snapshot.snapshot_submission``: the checks
+and the copy of the weights beside the base model's files), then the worker's
+``OpenCompassBackend.evaluate`` on the snapshot (the view, the placement on GPU 0, the config it
+writes, OpenCompass's prompts, the engine, OpenCompass's scoring and summary, the worker's parsing).
+Checkpoints: ``T1`` and ``T2`` of ``bench/resident_engine_gpu.py --phase prepare`` (the
+Qwen2.5-1.5B architecture fine-tuned there so that it answers and stops), base ``A``; problems: the
+recorded split of ``bench/opencompass_vllm_gpu.py`` (1,319 in gsm8k_gen_1d7fe4's 4-shot prompt).
+
+``run`` (OpenCompass's Python, our packages on ``PYTHONPATH``), in one process as the warm worker's
+child evaluates:
+
+1. the warm worker (``AUTORL_EVAL_WARM_WORKER``): T2 (the warm OpenCompass and the engine start),
+   T1 and T2 again (each forked from the warm OpenCompass, weights loaded into the engine in place);
+2. the worker outside the warm worker: T2 through the ``opencompass`` command (its three processes)
+   and an engine started for that evaluation.
+
+``in-process`` (the engine's Python): the ``hf`` backend's engine on the same prompts and T2.
+``merge`` (here or there): the answer agreement between every T2 run, into the results file.
+
+    # on the GPU machine: OpenCompass's wheels in a venv of the machine's python3
+    # (--system-site-packages, for its torch), vLLM 0.25 in /root/site, /root/resident prepared
+    PYTHONPATH=.:services/evaluator-worker /root/oc/bin/python bench/opencompass_worker_gpu.py run \\
+        --work /root/resident --opencompass-bin /root/oc/bin/opencompass --vllm-python /root/vllm-python \\
+        --output OUT/opencompass_worker_gpu.json
+    PYTHONPATH=/root/site:. python3 bench/opencompass_worker_gpu.py in-process --work /root/resident \\
+        --output OUT/opencompass_worker_gpu.json
+    .venv/bin/python bench/opencompass_worker_gpu.py --smoke run ...   # the CPU check, here
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_worker_gpu.json"
+#: Packages of OpenCompass's environment the run reports (what it imported them as).
+OPENCOMPASS_PACKAGES = ("opencompass", "transformers", "numpy", "torch", "datasets", "tokenizers", "pandas")
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+def texts_path(output: Path) -> Path:
+    return output.with_name(output.name.removesuffix(".json") + ".texts.json.gz")
+
+
+def load_output(output: Path) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8")) if output.exists() else {}
+    texts: dict[str, list[str]] = {}
+    if texts_path(output).exists():
+        with gzip.open(texts_path(output), "rt", encoding="utf-8") as handle:
+            texts = json.load(handle)
+    return result, texts
+
+
+def save_output(output: Path, result: dict[str, Any], texts: dict[str, list[str]]) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    with gzip.open(texts_path(output), "wt", encoding="utf-8") as handle:
+        json.dump(texts, handle)
+
+
+def versions(packages: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    for name in packages:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
+def engine_versions(python: Path) -> dict[str, Any]:
+    script = (
+        "import json, importlib.metadata as m\n"
+        "print(json.dumps({n: m.version(n) for n in ('vllm', 'torch', 'transformers', 'numpy')}))"
+    )
+    try:
+        found: dict[str, Any] = json.loads(
+            subprocess.run(
+                [str(python), "-c", script], capture_output=True, text=True, check=True, timeout=120
+            ).stdout
+        )
+    except (subprocess.SubprocessError, ValueError) as exc:
+        found = {"error": str(exc)[-500:]}
+    return found
+
+
+def submit_folder(workspace: Path, checkpoint: Path, name: str) -> str:
+    """The agent's output folder holding ``checkpoint`` as ``output/<name>`` (weights hard-linked)."""
+    target = workspace / "output" / name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for path in checkpoint.iterdir():
+        if path.is_file():
+            if path.suffix == ".safetensors":
+                os.link(path, target / path.name)
+            else:
+                shutil.copyfile(path, target / path.name)
+    return f"output/{name}"
+
+
+def engine_log_loads(log_path: Path) -> list[str]:
+    if not log_path.exists():
+        return []
+    return re.findall(r"engine load .*", log_path.read_text(encoding="utf-8", errors="replace"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from autorl.checkpoints.snapshot import remove_snapshot, snapshot_submission
+    from autorl.eval_config import EvalConfig
+    from autorl.tasks import get_task
+    from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
+    from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
+    from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
+    from autorl_evaluator.settings import WorkerSettings
+
+    work = args.work.resolve()
+    task = get_task("gsm8k")
+    split = split_problems(args)
+    base = work / "A"
+    root = work / "worker"
+    shutil.rmtree(root, ignore_errors=True)
+    workspace = root / "workspace"
+    snapshots = root / "snapshots"
+    if not args.smoke:
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+    common = {
+        "home": root / "home",
+        "eval_device": "cpu" if args.smoke else "cuda",
+        "opencompass_bin": args.opencompass_bin,
+        "vllm_python": args.vllm_python,
+    }
+    warm = WorkerSettings(**common, eval_warm_worker=True)
+    cold = WorkerSettings(**common, eval_warm_worker=False)
+    result, texts = load_output(args.output)
+    result.update(
+        {
+            "benchmark": "opencompass_worker_gpu",
+            "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+            "command": " ".join(sys.argv),
+            "environment": {
+                "python": platform.python_version(),
+                "machine": gpu_name(),
+                "opencompass_environment": versions(OPENCOMPASS_PACKAGES),
+                "engine_environment": engine_versions(args.vllm_python),
+            },
+            "problems": len(split),
+            "runs": {},
+        }
+    )
+    backend = OpenCompassBackend()
+    plan = [
+        ("warm_T2_first", warm, "T2"),
+        ("warm_T1", warm, "T1"),
+        ("warm_T2", warm, "T2"),
+        ("command_T2", cold, "T2"),
+    ]
+    try:
+        for label, settings, checkpoint in plan:
+            if not settings.eval_warm_worker:
+                # Outside the warm worker nothing is kept: the evaluation starts its own engine.
+                SERVERS.stop()
+                ENGINES.stop()
+            submitted = submit_folder(workspace, work / checkpoint, checkpoint)
+            started = time.perf_counter()
+            snapshot = snapshot_submission(
+                submitted,
+                workspace=workspace,
+                output_dir=workspace / "output",
+                base_model_dir=base,
+                snapshot_root=snapshots,
+            )
+            snapshotted = time.perf_counter()
+            config = EvalConfig.record(task.name, settings)
+            evaluated = backend.evaluate(snapshot.path, task, split, config, settings)
+            done = time.perf_counter()
+            remove_snapshot(snapshot.path)
+            texts[label] = evaluated.completions
+            result["runs"][label] = {
+                "checkpoint": checkpoint,
+                "warm_worker": settings.eval_warm_worker,
+                "opencompass_process": evaluated.details["opencompass_process"],
+                "snapshot_s": round(snapshotted - started, 2),
+                "evaluate_s": round(done - snapshotted, 2),
+                "submit_to_score_s": round(done - started, 2),
+                "opencompass_s": evaluated.details["opencompass_seconds"],
+                "summary_accuracy": evaluated.details["summary_accuracy"],
+                "scores": evaluated.scores,
+                "engine_loads": engine_log_loads(root / "home" / "eval" / "opencompass" / "engine.log")[-1:],
+            }
+            log(f"{label}: {result['runs'][label]}")
+            save_output(args.output, result, texts)
+    finally:
+        SERVERS.stop()
+        ENGINES.stop()
+    result["agreement"] = agreements(texts)
+    save_output(args.output, result, texts)
+    return 0
+
+
+def split_problems(args: argparse.Namespace) -> list[Any]:
+    if not args.smoke:
+        from opencompass_vllm_gpu import _problems
+
+        found: list[Any] = _problems()
+        return found
+    from autorl.tasks import get_task
+
+    source = REPO_ROOT / "tests" / "data"
+    return list(get_task("gsm8k").load_test_problems(args.work / "data", source_dir=source, limit=4))
+
+
+def gpu_name() -> str:
+    try:
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor() or "cpu"
+
+
+def in_process(args: argparse.Namespace) -> int:
+    """The ``hf`` backend's engine on the recorded prompts and T2 (bench/resident_engine_gpu.py's)."""
+    from resident_engine_gpu import copy_view, read_recorded
+    from resident_engine_gpu import in_process as answer
+
+    work = args.work.resolve()
+    view = work / "in-process-view"
+    copy_view(work / "T2", view)
+    if not (view / "model.safetensors").exists():
+        os.link(work / "T2" / "model.safetensors", view / "model.safetensors")
+    recorded = read_recorded(work)
+    answered = answer(view, recorded)
+    result, texts = load_output(args.output)
+    texts["in_process_T2"] = answered.pop("texts")
+    result.setdefault("runs", {})["in_process_T2"] = {"checkpoint": "T2", **answered}
+    result["agreement"] = agreements(texts)
+    log(f"in-process T2: {answered}")
+    save_output(args.output, result, texts)
+    return 0
+
+
+def agreements(texts: dict[str, list[str]]) -> dict[str, Any]:
+    """Every T2 run against the warm worker's T2 (identical text, equal final answers)."""
+    from resident_engine_gpu import agreement
+
+    reference = texts.get("warm_T2")
+    if reference is None:
+        return {}
+    return {
+        name: agreement(reference, other)
+        for name, other in texts.items()
+        if name != "warm_T2" and name.endswith("T2") and len(other) == len(reference)
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("phase", choices=("run", "in-process"))
+    parser.add_argument(
+        "--work", type=Path, required=True, help="resident_engine_gpu.py's --work (A, T1, T2)"
+    )
+    parser.add_argument(
+        "--opencompass-bin", type=Path, default=REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
+    )
+    parser.add_argument("--vllm-python", type=Path, default=Path(sys.executable))
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--smoke", action="store_true", help="the CPU check: the transformers engine, 4 problems"
+    )
+    args = parser.parse_args()
+    return run(args) if args.phase == "run" else in_process(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
