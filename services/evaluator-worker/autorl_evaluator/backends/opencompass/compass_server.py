@@ -35,6 +35,7 @@ import signal
 import socket
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 #: Largest request accepted (arguments and an environment).
@@ -47,8 +48,9 @@ _current_child: int | None = None
 
 def preload() -> None:
     """OpenCompass's command and the modules a GSM8K run imports (datasets, models, tasks,
-    evaluators, summarizers), so that a forked run imports nothing it can share. No CUDA and no
-    thread is started here: a forked child starts from one thread."""
+    evaluators, summarizers), so that a forked run imports nothing it can share. Nothing here
+    starts CUDA; importing torch and pyarrow starts a few threads of theirs, which a forked process
+    does not have (it is one thread)."""
     import opencompass.cli.main
     import opencompass.datasets
     import opencompass.models
@@ -77,13 +79,33 @@ def _read_request(connection: socket.socket) -> dict[str, Any]:
     return request
 
 
-def _run_child(request: dict[str, Any]) -> int:
+def _reseed() -> None:
+    """Fresh random states, as a new process has: a forked one would start from the server's."""
+    import random
+
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+    fingerprint = sys.modules.get("datasets.fingerprint")
+    if fingerprint is not None and hasattr(fingerprint, "fingerprint_rng"):
+        fingerprint.fingerprint_rng.seed()
+
+
+def _run_child(request: dict[str, Any], server: int) -> int:
     """In the forked child: OpenCompass's command on the worker's arguments; its exit code."""
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:  # the server died before the request to die with it was made
+        return 1
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    _reseed()
     log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -117,19 +139,23 @@ def _serve(connection: socket.socket, listener: socket.socket) -> None:
     if request.get("op") != "run":
         _answer(connection, {"ok": False, "error": f"unknown op {request.get('op')!r}"})
         return
+    server = os.getpid()
+    # No SIGTERM between the fork and knowing the child: it would end the server and leave the run.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             connection.close()
             listener.close()
-            code = _run_child(request)
+            code = _run_child(request, server)
         finally:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
     _current_child = pid
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     _answer(connection, {"ok": True, "pid": pid})
     _, status = os.waitpid(pid, 0)
     _current_child = None
@@ -148,6 +174,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True)
     args = parser.parse_args()
+    # The script's folder (the worker's package) is not where a run imports from, as for the command.
+    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+        sys.path.pop(0)
     signal.signal(signal.SIGTERM, _end)
     signal.signal(signal.SIGINT, _end)
     preload()

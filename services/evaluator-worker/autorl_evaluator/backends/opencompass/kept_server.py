@@ -41,7 +41,7 @@ class ServerProcess:
         self._log: IO[bytes] = log_path.open("ab")
         self.process = subprocess.Popen(
             self.command,
-            env=dict(env),
+            env=self.server_environment(env),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -50,6 +50,10 @@ class ServerProcess:
             preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM),
         )
         log.info("event=%s_started pid=%d command=%s", self.kind, self.process.pid, " ".join(command))
+
+    def server_environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The server's environment (its folder exists by now)."""
+        return dict(env)
 
     def alive(self) -> bool:
         return self.process.poll() is None

@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import signal
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -80,10 +82,34 @@ class CompassServer(ServerProcess):
 
     def __init__(self, spec: CompassSpec, env: Mapping[str, str], log_path: Path) -> None:
         self.spec = spec
+        self._home_at_start: list[tuple[str, int, int]] | None = None
+        super().__init__([str(spec.python), str(SERVER)], env, log_path, stop_grace_s=STOP_GRACE_S)
+
+    @property
+    def home(self) -> Path:
+        """The server's own home, in its 0700 folder, removed with it. Libraries that resolve their
+        cache folders when they are imported (huggingface_hub, datasets, OpenCompass's data folder)
+        resolve them here, in the server, for every run forked from it."""
+        return self.folder / "home"
+
+    def server_environment(self, env: Mapping[str, str]) -> dict[str, str]:
         server_env = {name: value for name, value in env.items() if name != "PYTHONPATH"}
-        if spec.pythonpath:
-            server_env["PYTHONPATH"] = spec.pythonpath
-        super().__init__([str(spec.python), str(SERVER)], server_env, log_path, stop_grace_s=STOP_GRACE_S)
+        if self.spec.pythonpath:
+            server_env["PYTHONPATH"] = self.spec.pythonpath
+        (self.home / "huggingface").mkdir(parents=True)
+        server_env.update({"HOME": str(self.home), "HF_HOME": str(self.home / "huggingface")})
+        return server_env
+
+    def home_contents(self) -> list[tuple[str, int, int]]:
+        """Every file under the server's home: path, size, modification time."""
+        found = []
+        for folder, _, names in os.walk(self.home):
+            for name in names:
+                path = Path(folder) / name
+                with contextlib.suppress(OSError):
+                    stat = path.lstat()
+                    found.append((str(path.relative_to(self.home)), stat.st_size, stat.st_mtime_ns))
+        return sorted(found)
 
     def _exchange(self, payload: dict[str, Any], timeout_s: float) -> socket.socket:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -103,6 +129,8 @@ class CompassServer(ServerProcess):
 
     def wait_until_listening(self, timeout_s: float = START_TIMEOUT_S) -> None:
         super().wait_until_listening(timeout_s)
+        # What the server wrote there while importing; a run must leave it as it is.
+        self._home_at_start = self.home_contents()
 
     def run(
         self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float, log_path: Path
@@ -112,15 +140,16 @@ class CompassServer(ServerProcess):
         ``log_path``, its whole group ended at ``timeout_s`` or when the wait is interrupted."""
         started = time.monotonic()
         request = {"op": "run", "argv": list(argv), "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
-        with self._exchange(request, FORK_TIMEOUT_S) as connection:
-            answer = _read_line(connection)
-            if "pid" not in answer:
-                raise EvaluatorFaultError(
-                    f"the warm OpenCompass did not start the run: {answer.get('error')}"
-                )
-            pgid = int(answer["pid"])
-            timed_out = False
-            try:
+        pgid: int | None = None
+        timed_out = False
+        try:
+            with self._exchange(request, FORK_TIMEOUT_S) as connection:
+                answer = _read_line(connection)
+                if "pid" not in answer:
+                    raise EvaluatorFaultError(
+                        f"the warm OpenCompass did not start the run: {answer.get('error')}"
+                    )
+                pgid = int(answer["pid"])
                 connection.settimeout(max(timeout_s - (time.monotonic() - started), 0.001))
                 try:
                     ended = _read_line(connection)
@@ -129,13 +158,20 @@ class CompassServer(ServerProcess):
                     kill_group(pgid)
                     connection.settimeout(FORK_TIMEOUT_S)
                     ended = _read_line(connection)
-            except BaseException:
-                kill_group(pgid)
-                raise
+        except (OSError, ValueError) as exc:
+            # The server died, its socket went, or it answered nothing readable: the worker's fault.
+            if not timed_out:
+                raise EvaluatorFaultError(f"the warm OpenCompass failed during the run: {exc}") from exc
+            ended = {"returncode": -signal.SIGKILL}
+        finally:
+            # Whatever happened, nothing of the run outlives it (the command's group is ended too).
+            survivors = kill_group(pgid) if pgid is not None else []
         if "returncode" not in ended:
             raise EvaluatorFaultError("the warm OpenCompass ended without reporting its run's exit")
-        # A run can exit while something it started goes on in its group: end that too.
-        survivors = kill_group(pgid)
+        if self.home_contents() != self._home_at_start:
+            # A run wrote where the next run would read: the next gets a fresh server.
+            log.warning("event=compass_home_changed pid=%d", self.process.pid)
+            self.stop()
         return GroupResult(int(ended["returncode"]), timed_out, time.monotonic() - started, survivors)
 
 
