@@ -68,6 +68,12 @@ from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
+from autorl_evaluator.versions import (
+    OPENCOMPASS_PACKAGES,
+    RESIDENT_ENGINE_PACKAGES,
+    installed_versions,
+    venv_site_packages,
+)
 
 log = logging.getLogger("autorl.evaluator.opencompass")
 
@@ -333,6 +339,11 @@ class OpenCompassBackend:
                     python=settings.vllm_python,
                     engine="vllm" if placement.gpu is not None else "transformers",
                     cuda_visible_devices=placement.cuda_visible_devices,
+                    packages=tuple(
+                        installed_versions(
+                            RESIDENT_ENGINE_PACKAGES, venv_site_packages(settings.vllm_python)
+                        ).items()
+                    ),
                 ),
                 engine_environment(cache_dir, placement),
                 cache_dir.parent / "engine.log",
@@ -354,7 +365,13 @@ class OpenCompassBackend:
         process = "command"
         if python is not None and (resident or placement.gpu is None):
             server = SERVERS.get(
-                CompassSpec(python=python, pythonpath=env.get("PYTHONPATH", "")),
+                CompassSpec(
+                    python=python,
+                    pythonpath=env.get("PYTHONPATH", ""),
+                    packages=tuple(
+                        installed_versions(OPENCOMPASS_PACKAGES, venv_site_packages(command)).items()
+                    ),
+                ),
                 compass_environment(cache_dir),
                 cache_dir.parent / "compass.log",
             )

@@ -41,6 +41,9 @@ class EngineSpec:
     python: Path
     engine: str
     cuda_visible_devices: str
+    #: The engine environment's package versions when it was asked for (the evaluation key's): an
+    #: environment upgraded in place gets a new engine, so the key never names what is not running.
+    packages: tuple[tuple[str, str], ...] = ()
 
 
 class ResidentEngine(ServerProcess):

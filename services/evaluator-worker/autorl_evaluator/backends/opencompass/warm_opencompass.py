@@ -72,6 +72,9 @@ class CompassSpec:
 
     python: Path
     pythonpath: str
+    #: OpenCompass's environment's package versions when it was asked for (the evaluation key's): an
+    #: environment upgraded in place gets a new server, which imports what is installed now.
+    packages: tuple[tuple[str, str], ...] = ()
 
 
 class CompassServer(ServerProcess):
