@@ -14,6 +14,11 @@ Qwen2 (``--problems`` GSM8K test problems in the real 4-shot prompt, ``--max-new
 
 A warm variant's first evaluation starts its server (and engine) and is reported apart. Short
 answers keep generation small, as it is on a GPU, so the figures are the fixed cost around it.
+
+Then the whole split (``split`` in the results): the 1,319 prompts OpenCompass renders for
+bench/opencompass_vllm_gpu.py's problems, answered by a stand-in engine with the completions the
+resident engine gave for the trained T2 on the H200, through the command and the warm OpenCompass:
+OpenCompass's own work around the engine (rendering, scoring, summary) at the split's size.
 Writes ``bench/results/warm_opencompass_cpu.json``.
 
     .venv/bin/python bench/warm_opencompass_cpu.py [--problems 4] [--max-new-tokens 24] [--rounds 3]
@@ -34,10 +39,117 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 RESULTS = REPO_ROOT / "bench" / "results" / "warm_opencompass_cpu.json"
 OC_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
 DATA = REPO_ROOT / "tests" / "data"
 VARIANTS = ("command", "warm", "command_resident", "warm_resident")
+
+
+def time_variants(
+    model: Path, problems: list[Any], settings: dict[str, Any], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, float], dict[str, list[str]], dict[str, Any]]:
+    """Each variant's evaluations one after another, as one worker process takes them (an evaluation
+    outside the warm worker stops whatever a warm one kept): seconds per evaluation, a warm
+    variant's first apart, each variant's completions and last result."""
+    from autorl.eval_config import EvalConfig
+    from autorl.tasks import get_task
+    from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
+    from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
+    from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
+
+    task = get_task("gsm8k")
+    backend = OpenCompassBackend()
+    seconds: dict[str, list[float]] = {name: [] for name in settings}
+    first: dict[str, float] = {}
+    completions: dict[str, list[str]] = {}
+    last: dict[str, Any] = {}
+    try:
+        for name, worker in settings.items():
+            config = EvalConfig.record(task.name, worker)
+            warm = worker.eval_warm_worker
+            for index in range(rounds + (1 if warm else 0)):
+                began = time.perf_counter()
+                result = backend.evaluate(model, task, problems, config, worker)
+                took = round(time.perf_counter() - began, 2)
+                completions.setdefault(name, result.completions)
+                last[name] = result
+                assert result.details["opencompass_process"] == ("warm" if warm else "command")
+                if warm and index == 0:
+                    first[name] = took  # the server (and engine) start
+                else:
+                    seconds[name].append(took)
+                print(f"{name} {index}: {took:.1f} s", flush=True)
+            SERVERS.stop()
+            ENGINES.stop()
+    finally:
+        SERVERS.stop()
+        ENGINES.stop()
+    return seconds, first, completions, last
+
+
+SPLIT_TEXTS = REPO_ROOT / "bench" / "results" / "resident_engine_gpu.texts.json.gz"
+STAND_IN = REPO_ROOT / "bench" / "vllm_replay"
+
+
+def split_replay(root: Path, rounds: int) -> dict[str, Any]:
+    """OpenCompass's own work around the engine on the whole split: the recorded 1,319 prompts of
+    bench/opencompass_vllm_gpu.py, answered by the stand-in engine (``bench/vllm_replay``) with the
+    completions the resident engine gave on the H200 for T2 (bench/resident_engine_gpu.py), through
+    the command and through the warm OpenCompass; OpenCompass renders every prompt and scores every
+    answer as in a real run."""
+    import gzip
+
+    import opencompass_vllm_gpu as recorder
+
+    from autorl_evaluator.backends.opencompass import backend as backend_module
+    from autorl_evaluator.settings import WorkerSettings
+
+    work = root / "split"
+    recorder.record(work)
+    with gzip.open(work / "carry" / "recorded.json.gz", "rt", encoding="utf-8") as handle:
+        prompts = json.load(handle)["prompts"]
+    with gzip.open(SPLIT_TEXTS, "rt", encoding="utf-8") as handle:
+        texts = json.load(handle)["resident_T2"]
+    replay = work / "replay.json"
+    replay.write_text(json.dumps({"completions": dict(zip(prompts, texts, strict=True))}), encoding="utf-8")
+
+    def stand_in_environment(engine: Any, env: dict[str, str]) -> dict[str, str]:
+        # The stand-in takes the shim's place; the resident engine is started but never asked.
+        del engine
+        replaying = {"AUTORL_VLLM_REPLAY_MODE": "replay", "AUTORL_VLLM_REPLAY_FILE": str(replay)}
+        return {**env, "PYTHONPATH": str(STAND_IN), **replaying}
+
+    original = backend_module.shim_environment
+    backend_module.shim_environment = stand_in_environment
+    try:
+        settings = {
+            name: WorkerSettings(
+                home=work / name,
+                eval_device="cpu",
+                opencompass_bin=OC_BIN,
+                vllm_python=Path(sys.executable),
+                eval_warm_worker=name == "warm",
+            )
+            for name in ("command", "warm")
+        }
+        seconds, first, completions, last = time_variants(
+            recorder._submission(work), recorder._problems(), settings, rounds
+        )
+    finally:
+        backend_module.shim_environment = original
+    medians = {name: round(statistics.median(values), 2) for name, values in seconds.items()}
+    return {
+        "prompts": len(prompts),
+        "completions": "resident_T2 of bench/results/resident_engine_gpu.texts.json.gz (the H200's for T2)",
+        "seconds": seconds,
+        "median_s": medians,
+        "first_evaluation_s": first,
+        "command_over_warm": round(medians["command"] / medians["warm"], 2),
+        "completions_are_the_gpus": all(completions[name] == texts for name in completions),
+        "summary_accuracy": {name: result.details["summary_accuracy"] for name, result in last.items()},
+        "opencompass_s": {name: result.details["opencompass_seconds"] for name, result in last.items()},
+    }
 
 
 def main() -> int:
@@ -49,12 +161,8 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO_ROOT))
-    from autorl.eval_config import EvalConfig
     from autorl.models.sources import resolve_model
     from autorl.tasks import get_task
-    from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
-    from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
-    from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
     from autorl_evaluator.settings import WorkerSettings
 
     root = Path(tempfile.mkdtemp(prefix="warm-opencompass-"))
@@ -73,33 +181,8 @@ def main() -> int:
         )
         for name in VARIANTS
     }
-    backend = OpenCompassBackend()
-    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    first: dict[str, float] = {}
-    completions: dict[str, list[str]] = {}
     started_all = time.perf_counter()
-    try:
-        # Each variant's evaluations one after another, as one worker process takes them: an
-        # evaluation outside the warm worker stops whatever a warm one kept.
-        for name in VARIANTS:
-            config = EvalConfig.record(task.name, settings[name])
-            warm = name.startswith("warm")
-            for index in range(args.rounds + (1 if warm else 0)):
-                began = time.perf_counter()
-                result = backend.evaluate(model, task, problems, config, settings[name])
-                took = round(time.perf_counter() - began, 2)
-                completions.setdefault(name, result.completions)
-                assert result.details["opencompass_process"] == ("warm" if warm else "command")
-                if warm and index == 0:
-                    first[name] = took  # the server (and engine) start
-                else:
-                    seconds[name].append(took)
-                print(f"{name} {index}: {took:.1f} s", flush=True)
-            SERVERS.stop()
-            ENGINES.stop()
-    finally:
-        SERVERS.stop()
-        ENGINES.stop()
+    seconds, first, completions, _ = time_variants(model, problems, settings, args.rounds)
     medians = {name: round(statistics.median(values), 2) for name, values in seconds.items()}
     report: dict[str, Any] = {
         "benchmark": "warm_opencompass_cpu",
@@ -124,6 +207,7 @@ def main() -> int:
             "warm_resident_vs_command_resident": completions["warm_resident"]
             == completions["command_resident"],
         },
+        "split": split_replay(root, args.rounds),
         "total_s": round(time.perf_counter() - started_all, 1),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -916,6 +916,21 @@ def warm_opencompass_cpu() -> str:
         f"word for word the same: warm against command {'yes' if same['warm_vs_command'] else 'NO'}, "
         f"with the resident engine {'yes' if same['warm_resident_vs_command_resident'] else 'NO'}.",
     ]
+    split = data.get("split")
+    if split is not None:
+        lines += [
+            "",
+            f"The whole split, {split['prompts']:,} prompts answered with the completions "
+            f"{split['completions']}: the command "
+            f"{', '.join(str(v) for v in split['seconds']['command'])} s "
+            f"(median {split['median_s']['command']}), the warm worker "
+            f"{', '.join(str(v) for v in split['seconds']['warm'])} s (median {split['median_s']['warm']}; "
+            f"its first, with the server's start, {split['first_evaluation_s']['warm']}): "
+            f"**{split['command_over_warm']}×**. OpenCompass's summary: "
+            + ", ".join(f"{name} {value}" for name, value in split["summary_accuracy"].items())
+            + f"; the completions OpenCompass scored were the GPU's: "
+            f"{'yes' if split['completions_are_the_gpus'] else 'NO'}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
