@@ -10,8 +10,9 @@ its own: at the hard timeout, or when the wait is interrupted, the worker ends t
 ends the command's, and any failure stops the server, so the next evaluation starts a fresh one.
 
 The server is kept only where the worker evaluates again (the warm worker), and only for the
-runs whose inference imports no GPU library into OpenCompass's process: the resident engine's
-(generation crosses to the engine's own environment) and the CPU's. It runs in the Python of the
+runs that do no GPU work in OpenCompass's process (vLLM there would start CUDA, which a forked
+process cannot share): the resident engine's (generation crosses to the engine's own environment)
+and the CPU's. It runs in the Python of the
 ``opencompass`` command (the interpreter its script names); a command that is not a Python
 script runs the ordinary way.
 """
