@@ -133,3 +133,16 @@ def test_when_the_server_dies_mid_run_the_worker_ends_the_runs_group_and_says_it
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+def test_a_server_whose_worker_dies_ends_and_removes_its_folder(
+    servers: tuple[KeptServer[CompassSpec, CompassServer], Path],
+) -> None:
+    """The server gets SIGTERM when the process that started it dies (its parent-death signal): it
+    ends, and its folder (socket, home) goes with it."""
+    kept, cache = servers
+    server = start(kept, cache)
+    assert server.folder.exists()
+    os.kill(server.process.pid, signal.SIGTERM)
+    server.process.wait(timeout=30)
+    assert not server.folder.exists()

@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -44,6 +45,8 @@ _PR_SET_PDEATHSIG = 1
 
 #: The child running now (its pid is its process group), ended with this process.
 _current_child: int | None = None
+#: The server's folder (its socket's, its home's), removed when the server is ended.
+_folder: Path | None = None
 
 
 def preload() -> None:
@@ -167,6 +170,8 @@ def _end(signum: int, _frame: object) -> None:
     if child is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child, signal.SIGKILL)
+    if _folder is not None:
+        shutil.rmtree(_folder, ignore_errors=True)
     os._exit(128 + signum)
 
 
@@ -177,6 +182,8 @@ def main() -> int:
     # The script's folder (the worker's package) is not where a run imports from, as for the command.
     if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
         sys.path.pop(0)
+    global _folder
+    _folder = Path(args.socket).resolve().parent
     signal.signal(signal.SIGTERM, _end)
     signal.signal(signal.SIGINT, _end)
     preload()
