@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib.metadata
 import json
 import os
 import platform
@@ -78,16 +77,6 @@ def save_output(output: Path, result: dict[str, Any], texts: dict[str, list[str]
     output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     with gzip.open(texts_path(output), "wt", encoding="utf-8") as handle:
         json.dump(texts, handle)
-
-
-def versions(packages: tuple[str, ...]) -> dict[str, str]:
-    found = {}
-    for name in packages:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "absent"
-    return found
 
 
 def engine_versions(python: Path) -> dict[str, Any]:
@@ -134,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
     from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
     from autorl_evaluator.settings import WorkerSettings
+    from autorl_evaluator.versions import installed_versions
 
     work = args.work.resolve()
     task = get_task("gsm8k")
@@ -162,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
             "environment": {
                 "python": platform.python_version(),
                 "machine": gpu_name(),
-                "opencompass_environment": versions(OPENCOMPASS_PACKAGES),
+                "opencompass_environment": installed_versions(OPENCOMPASS_PACKAGES, None),
                 "engine_environment": engine_versions(args.vllm_python),
             },
             "problems": len(split),

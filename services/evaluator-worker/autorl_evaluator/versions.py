@@ -21,6 +21,8 @@ OPENCOMPASS_PACKAGES = ("opencompass", "transformers", "torch", "vllm")
 #: The packages of the resident engine's environment (``AUTORL_VLLM_PYTHON``), which generates in
 #: place of OpenCompass's own vLLM: recorded as ``engine <package>``.
 RESIDENT_ENGINE_PACKAGES = ("vllm", "torch", "transformers")
+#: How the resident engine's packages are named among the versions.
+ENGINE_PREFIX = "engine "
 NOT_INSTALLED = "not installed"
 
 
@@ -30,7 +32,7 @@ def backend_versions(backend: str, settings: WorkerSettings) -> dict[str, str]:
         versions = installed_versions(OPENCOMPASS_PACKAGES, venv_site_packages(settings.opencompass_bin))
         if settings.vllm_python is not None:
             engine = installed_versions(RESIDENT_ENGINE_PACKAGES, venv_site_packages(settings.vllm_python))
-            versions.update({f"engine {name}": version for name, version in engine.items()})
+            versions.update({f"{ENGINE_PREFIX}{name}": version for name, version in engine.items()})
         return versions
     return installed_versions(HF_PACKAGES, None)
 

@@ -68,12 +68,7 @@ from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
-from autorl_evaluator.versions import (
-    OPENCOMPASS_PACKAGES,
-    RESIDENT_ENGINE_PACKAGES,
-    installed_versions,
-    venv_site_packages,
-)
+from autorl_evaluator.versions import ENGINE_PREFIX, backend_versions
 
 log = logging.getLogger("autorl.evaluator.opencompass")
 
@@ -217,12 +212,11 @@ def engine_environment(cache_dir: Path, placement: Placement) -> dict[str, str]:
 
 
 def compass_environment(cache_dir: Path) -> dict[str, str]:
-    """The warm OpenCompass's environment: OpenCompass's, without GPUs, with a home of its own (each
-    run's process gets its run's environment when it is forked)."""
-    home = cache_dir / "compass"
-    (home / "home").mkdir(parents=True, exist_ok=True)
+    """The warm OpenCompass's environment: OpenCompass's, without GPUs (its home and caches are the
+    server's own, :meth:`CompassServer.server_environment`; each run's process gets its run's
+    environment when it is forked)."""
     return subprocess_environment(
-        os.environ, run_dir=home, cache_dir=cache_dir, placement=Placement(gpu=None)
+        os.environ, run_dir=cache_dir / "compass", cache_dir=cache_dir, placement=Placement(gpu=None)
     )
 
 
@@ -333,17 +327,16 @@ class OpenCompassBackend:
         config_path.write_text(render(inputs), encoding="utf-8")
         work_dir = run_dir / "work"
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
+        # The package versions the evaluation key records: a kept server started under others is
+        # replaced, so what runs is what the key names.
+        versions = backend_versions(self.name, settings)
         if settings.vllm_python is not None:
             engine = ENGINES.get(
                 EngineSpec(
                     python=settings.vllm_python,
                     engine="vllm" if placement.gpu is not None else "transformers",
                     cuda_visible_devices=placement.cuda_visible_devices,
-                    packages=tuple(
-                        installed_versions(
-                            RESIDENT_ENGINE_PACKAGES, venv_site_packages(settings.vllm_python)
-                        ).items()
-                    ),
+                    packages=tuple((k, v) for k, v in versions.items() if k.startswith(ENGINE_PREFIX)),
                 ),
                 engine_environment(cache_dir, placement),
                 cache_dir.parent / "engine.log",
@@ -368,9 +361,7 @@ class OpenCompassBackend:
                 CompassSpec(
                     python=python,
                     pythonpath=env.get("PYTHONPATH", ""),
-                    packages=tuple(
-                        installed_versions(OPENCOMPASS_PACKAGES, venv_site_packages(command)).items()
-                    ),
+                    packages=tuple((k, v) for k, v in versions.items() if not k.startswith(ENGINE_PREFIX)),
                 ),
                 compass_environment(cache_dir),
                 cache_dir.parent / "compass.log",

@@ -29,6 +29,8 @@ class ServerProcess:
     kind = "server"
     #: How the error messages call it.
     title = "the server"
+    #: How long the server program gets to start and listen.
+    start_timeout_s = 120.0
 
     def __init__(
         self, command: Sequence[str], env: Mapping[str, str], log_path: Path, *, stop_grace_s: float
@@ -62,7 +64,8 @@ class ServerProcess:
         """Whether the server answers on its socket."""
         raise NotImplementedError
 
-    def wait_until_listening(self, timeout_s: float) -> None:
+    def wait_until_listening(self) -> None:
+        timeout_s = self.start_timeout_s
         deadline = time.monotonic() + timeout_s
         while True:
             if not self.alive():

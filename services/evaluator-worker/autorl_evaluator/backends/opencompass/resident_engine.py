@@ -51,6 +51,7 @@ class ResidentEngine(ServerProcess):
 
     kind = "engine"
     title = "the resident engine"
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, spec: EngineSpec, env: Mapping[str, str], log_path: Path) -> None:
         self.spec = spec
@@ -66,9 +67,6 @@ class ResidentEngine(ServerProcess):
             exchange(str(self.socket_path), {"op": "ping"}, timeout_s=10)
             return True
         return False
-
-    def wait_until_listening(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        super().wait_until_listening(timeout_s)
 
 
 #: This process's engines (the warm worker's child keeps them between evaluations).

@@ -83,6 +83,7 @@ class CompassServer(ServerProcess):
 
     kind = "compass"
     title = "the warm OpenCompass"
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, spec: CompassSpec, env: Mapping[str, str], log_path: Path) -> None:
         self.spec = spec
@@ -101,7 +102,13 @@ class CompassServer(ServerProcess):
         if self.spec.pythonpath:
             server_env["PYTHONPATH"] = self.spec.pythonpath
         (self.home / "huggingface").mkdir(parents=True)
-        server_env.update({"HOME": str(self.home), "HF_HOME": str(self.home / "huggingface")})
+        server_env.update(
+            {
+                "HOME": str(self.home),
+                "HF_HOME": str(self.home / "huggingface"),
+                "COMPASS_DATA_CACHE": str(self.home),
+            }
+        )
         return server_env
 
     def home_contents(self) -> list[tuple[str, int, int]]:
@@ -131,8 +138,8 @@ class CompassServer(ServerProcess):
             return bool(_read_line(connection).get("ok"))
         return False
 
-    def wait_until_listening(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        super().wait_until_listening(timeout_s)
+    def wait_until_listening(self) -> None:
+        super().wait_until_listening()
         # What the server wrote there while importing; a run must leave it as it is.
         self._home_at_start = self.home_contents()
 
