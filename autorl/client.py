@@ -24,6 +24,7 @@ from autorl.api.answers import (
     FINAL_STATUSES,
     Best,
     HealthAnswer,
+    NominatedAnswer,
     PendingAnswer,
     ScoresAnswer,
     SubmissionAnswer,
@@ -42,7 +43,7 @@ from autorl.api.endpoints import (
     SubmissionRejectedError,
     TooManySubmissionsError,
 )
-from autorl.api.request_bodies import SubmitRequest
+from autorl.api.request_bodies import NominateRequest, SubmitRequest
 from autorl.errors import AutoRLError
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "GraderUnavailableError",
     "GradingClient",
     "GradingError",
+    "NominatedAnswer",
     "PendingSubmission",
     "Scores",
     "SubmissionNotFoundError",
@@ -113,6 +115,7 @@ SUBMISSION = Endpoint[SubmissionAnswer](
 SUBMIT = Endpoint[SubmissionAnswer | PendingAnswer](
     "POST", "/submit", SubmissionAnswer, AGENT_REFUSALS, body=SubmitRequest, pending=PendingAnswer
 )
+NOMINATE = Endpoint[NominatedAnswer]("POST", "/final", NominatedAnswer, AGENT_REFUSALS, body=NominateRequest)
 
 
 class GradingClient(BlockingClient):
@@ -158,6 +161,14 @@ class GradingClient(BlockingClient):
 
     def submission(self, submission_id: int) -> SubmissionResult:
         return self._caller.send(SUBMISSION.call(submission_id=int(submission_id)))
+
+    def nominate(self, submission_id: int) -> NominatedAnswer:
+        """Sealed mode: nominate one of your scored submissions, once, inside the budget, for the
+        experiment's one evaluation on the test split (``POST /final``). Answers its validation
+        score; the test score is never shown. Refused: a second nomination or test mode
+        (:class:`ExperimentConflictError`), an id that is not a scored submission of yours
+        (:class:`SubmissionRejectedError`), outside the budget (:class:`DeadlineError`)."""
+        return self._caller.send(NOMINATE.call(body=NominateRequest(submission_id=int(submission_id))))
 
     @overload
     def submit(

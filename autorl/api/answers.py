@@ -162,6 +162,20 @@ class TimeAnswer(Answer):
     now: float
 
 
+class LiveAnswer(Answer):
+    """``GET /healthz``: the process answers."""
+
+    status: Literal["ok"]
+
+
+class ReadyAnswer(Answer):
+    """``GET /readyz``: the database and the queue answer (503 otherwise, a refusal whose ``status``
+    is ``unavailable``)."""
+
+    status: Literal["ready"]
+    queue: str = Field(description="how evaluations are dispatched: rq (Redis) or local (this process)")
+
+
 class HealthAnswer(Answer):
     status: str
     task: str | None = Field(None, description="the caller's experiment's task (null without its token)")

@@ -219,6 +219,26 @@ def mounts_of(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def test_only_the_grader_and_the_controller_hold_the_admin_token() -> None:
+    """The admin API's token reaches the pods that serve or call that API, and no other: an
+    evaluator runs submitted weights and OpenCompass, an agent runs anything, neither needs it."""
+    documents = render(merge(IMAGES, BUNDLED_EXISTING))
+    secret = f"{RELEASE}-autorl-admin-token"
+    holders = {
+        name
+        for name, pod in pod_specs(documents)
+        for container in [*pod.get("initContainers", []), *pod["containers"]]
+        for variable in [*container.get("env", []), *container.get("envFrom", [])]
+        if json.dumps(variable).find(secret) >= 0
+    }
+    assert holders == {f"{RELEASE}-autorl-grader", f"{RELEASE}-autorl-controller"}
+    for name, pod in pod_specs(documents):
+        mounted = {v.get("secret", {}).get("secretName") for v in pod.get("volumes", [])}
+        assert secret not in mounted, name
+    job = build_agent_job(ExperimentRef("exp", NAMESPACE, "uid-1"), AGENT, controller_settings(documents))
+    assert secret not in json.dumps(job)
+
+
 @pytest.mark.parametrize("values", [{}, BUNDLED_EXISTING], ids=["chart-claims", "existing-claims"])
 def test_snapshots_are_written_by_the_grader_and_read_by_evaluators_only(values: dict[str, Any]) -> None:
     documents = render(merge(IMAGES, values))

@@ -21,6 +21,7 @@ from autorl.client import (
     GraderUnavailableError,
     GradingClient,
     GradingError,
+    NominatedAnswer,
     PendingSubmission,
     Scores,
     SubmissionNotFoundError,
@@ -31,6 +32,8 @@ from autorl.client import (
     TooManySubmissionsError,
 )
 from autorl.errors import AutoRLError
+from autorl.store import Database
+from autorl.store import repository as repo
 from autorl_grader.main import create_app
 from tests.support.grading import admin_headers, make_workspace
 from tests.support.infra import ServedApp, serve
@@ -192,6 +195,48 @@ def test_the_limit_and_a_finished_experiment_refuse_with_their_own_classes(
             client.submit("output/b", wait=False)
     assert closed.value.status_code == 409 and "completed" in closed.value.detail
     assert isinstance(closed.value, GradingError) and not closed.value.retryable
+
+
+def test_a_sealed_nomination_through_the_client(
+    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """`nominate` sends POST /final: a submission not scored yet is refused with the grader's
+    reason, a scored one is nominated with its validation score, a second nomination conflicts."""
+    workspace = make_workspace(tmp_path)
+    shutil.copytree(tiny_base_model, workspace / "output" / "a")
+    registered = register(grader, settings, tiny_base_model, workspace, 600, feedback="sealed")
+    db = Database(settings.database_url)
+    with GradingClient(registered["capability_url"]) as client:
+        pending = client.submit("output/a", wait=False)
+        with pytest.raises(SubmissionRejectedError) as unscored:
+            client.nominate(pending.submission_id)
+        assert unscored.value.status_code == 400 and "scored" in unscored.value.detail
+        with db.session() as session:  # the worker's result path: claimed, then scored
+            assert repo.claim(session, pending.submission_id, worker="worker-1", lease_s=60)
+        with db.session() as session:
+            scores = {"opencompass": 40.0, "flexible": 40.0, "strict": 30.0}
+            assert repo.record_score(
+                session, pending.submission_id, worker="worker-1", scores=scores, n_samples=5, seconds=1.0
+            )
+        nominated = client.nominate(pending.submission_id)
+        assert isinstance(nominated, NominatedAnswer)
+        assert (nominated.submission_id, nominated.split, nominated.score) == (
+            pending.submission_id,
+            "validation",
+            40.0,
+        )
+        with pytest.raises(ExperimentConflictError) as twice:
+            client.nominate(pending.submission_id)
+        assert twice.value.status_code == 409
+    db.dispose()
+
+
+def test_a_nomination_in_test_mode_conflicts(experiment: dict[str, str]) -> None:
+    with GradingClient(experiment["capability_url"]) as client:
+        submitted = client.submit("output/copy", wait=False)
+        with pytest.raises(ExperimentConflictError) as refused:
+            client.nominate(submitted.submission_id)
+    assert refused.value.status_code == 409 and "feedback: test" in refused.value.detail
 
 
 def test_unreachable_grader_and_missing_url_are_clear() -> None:

@@ -639,7 +639,11 @@ def test_redis_down_is_503_and_nothing_is_written(
         response = submit(client, experiment, "output/c")
         assert response.status_code == 503
         assert "Redis" in response.json()["detail"]
-        assert client.get("/readyz").status_code == 503
+        unready = client.get("/readyz")
+        assert unready.status_code == 503
+        # The refusal's shape, with the probe's own status beside it.
+        assert unready.json()["status"] == "unavailable"
+        assert unready.json()["error"] == unready.json()["detail"] and "Redis" in unready.json()["error"]
     assert submission_count(settings, experiment) == 0
     # Nor a copy of the checkpoint in the evaluators' storage.
     assert settings.snapshot_dir is not None and not any(settings.snapshot_dir.glob("*"))

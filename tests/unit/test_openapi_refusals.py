@@ -102,3 +102,11 @@ def test_metrics_declares_prometheus_text_behind_the_admin_token() -> None:
     responses = DOCUMENT["paths"]["/metrics"]["get"]["responses"]
     assert "text/plain" in responses["200"]["content"]
     assert {"401", "503"} <= set(responses)
+
+
+def test_the_probes_answer_named_models_and_readiness_refuses_as_every_route() -> None:
+    """The probes are served on the agents' port too: their answers are typed like the API's."""
+    live = DOCUMENT["paths"]["/healthz"]["get"]["responses"]
+    ready = DOCUMENT["paths"]["/readyz"]["get"]["responses"]
+    assert typed(json_schema(live["200"])) and typed(json_schema(ready["200"]))
+    assert json_schema(ready["503"]) == {"$ref": REFUSAL_REF}

@@ -181,11 +181,6 @@ the URL is composed from the password by Kubernetes' $(VAR) expansion, so it alw
 {{- end }}
 - name: AUTORL_REDIS_KEY_PREFIX
   value: {{ include "autorl.fullname" . | quote }}
-- name: AUTORL_ADMIN_TOKEN
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "autorl.adminSecretName" . }}
-      key: {{ include "autorl.adminSecretKey" . }}
 - name: AUTORL_HOME
   value: /tmp/autorl
 - name: AUTORL_CACHE_DIR

@@ -42,7 +42,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--timeout", type=float, required=True, help="the agent's time budget in seconds")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="grader port on 127.0.0.1")
     parser.add_argument(
-        "--workspace", type=Path, default=None, help="the run's workspace (default $AUTORL_HOME/runs/RUN_ID)"
+        "--workspace",
+        type=Path,
+        default=None,
+        help="the run's workspace (default $AUTORL_HOME/runs/RUN_ID/workspace)",
     )
     parser.add_argument(
         "--env",

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from autorl.api.answers import LiveAnswer, ReadyAnswer
 from autorl.errors import ServiceUnavailableError
 from autorl_grader.api.deps import AdminDep, StateDep
 from autorl_grader.api.refusals import refusals
@@ -17,18 +18,20 @@ router = APIRouter(tags=["ops"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+def healthz() -> LiveAnswer:
+    return LiveAnswer(status="ok")
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=ReadyAnswer, responses=refusals(503))
 def readyz(state: StateDep) -> Any:
     try:
         state.db.ping()
         state.dispatcher.ping()
     except ServiceUnavailableError as exc:
-        return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
-    return {"status": "ready", "queue": state.dispatcher.kind}
+        # A refusal as every other (detail, error), with the probe's status beside it.
+        message = str(exc)
+        return JSONResponse({"status": "unavailable", "detail": message, "error": message}, status_code=503)
+    return ReadyAnswer(status="ready", queue=state.dispatcher.kind)
 
 
 @router.get(
