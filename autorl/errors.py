@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+#: How the error of a failure that is the evaluator's own (an engine that refused to start, a GPU
+#: fault), not the submission's, begins. Only the evaluator writes errors, so an agent cannot forge it.
+EVALUATOR_FAULT_PREFIX = "evaluator error"
+
 
 class AutoRLError(Exception):
     """Base class. `str(err)` is a message for a person and names the fix."""

@@ -22,6 +22,7 @@ from autorl.api.answers import (
     FINAL_STATUSES,
     ExperimentAnswer,
     PendingAnswer,
+    ReadyAnswer,
     RegisteredAnswer,
     SubmissionAnswer,
     TokenAnswer,
@@ -68,7 +69,7 @@ ADMIN_REFUSALS: dict[int, type[GradingError]] = {
 }
 
 _EXPERIMENT = "/v1/experiments/{name}"
-READY = Endpoint[dict[str, str]]("GET", "/readyz", dict[str, str], ADMIN_REFUSALS)
+READY = Endpoint[ReadyAnswer]("GET", "/readyz", ReadyAnswer, ADMIN_REFUSALS)
 REGISTER = Endpoint[RegisteredAnswer](
     "POST", "/v1/experiments", RegisteredAnswer, ADMIN_REFUSALS, body=RegisterExperiment
 )

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.errors import EVALUATOR_FAULT_PREFIX
+
 #: A submission's status as an answer carries it (the store's SubmissionStatus values).
 SubmissionStatusName = Literal["queued", "running", "scored", "failed"]
 #: A submission not evaluated yet: what a pending (202) answer carries.
@@ -116,6 +118,11 @@ class NominatedAnswer(Answer):
     message: str
 
 
+#: How many times a sealed experiment's final test evaluation is made when each one fails for the
+#: evaluator's own fault (it computed no score, so the test split has still scored nothing).
+MAX_FINAL_ATTEMPTS = 3
+
+
 class FinalResult(Answer):
     """The experiment's one result on the test split: sealed, the final evaluation of the
     nominated (or best on validation) submission; test, the best submission."""
@@ -128,6 +135,11 @@ class FinalResult(Answer):
     interval: list[float] | None = None
     comparison: Comparison | None = None
     error: str | None = None
+
+    def failed_for_the_evaluator(self) -> bool:
+        """A sealed final that failed for the evaluator's own fault: it computed no score, and the
+        platform asks for it again (``POST /v1/experiments/NAME/final``)."""
+        return self.status == "failed" and (self.error or "").startswith(EVALUATOR_FAULT_PREFIX)
 
 
 class PendingAnswer(Answer):

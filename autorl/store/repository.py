@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from autorl.errors import ConflictError, InvalidRequestError, NotFoundError
+from autorl.errors import EVALUATOR_FAULT_PREFIX, ConflictError, InvalidRequestError, NotFoundError
 from autorl.eval_config import MEASURED_FIELDS, EvalConfig
 from autorl.store.models import (
     BaselineCache,
@@ -188,9 +188,19 @@ def agent_submissions_count(session: Session, experiment: Experiment) -> int:
     )
 
 
-#: How the error of a failure that is the evaluator's own (an engine that refused to start, a GPU
-#: fault), not the submission's, begins. Only the evaluator writes errors, so an agent cannot forge it.
-EVALUATOR_FAULT_PREFIX = "evaluator error"
+def evaluator_fault() -> ColumnElement[bool]:
+    """A submission that failed for the evaluator's own fault (its error says so)."""
+    return and_(
+        Submission.status == SubmissionStatus.FAILED,
+        func.coalesce(Submission.error, "").startswith(EVALUATOR_FAULT_PREFIX, autoescape=True),
+    )
+
+
+def failed_for_the_evaluator(submission: Submission) -> bool:
+    """:func:`evaluator_fault` for a loaded row."""
+    return submission.status == SubmissionStatus.FAILED and (submission.error or "").startswith(
+        EVALUATOR_FAULT_PREFIX
+    )
 
 
 def limited_submissions_count(session: Session, experiment: Experiment) -> int:
@@ -199,12 +209,7 @@ def limited_submissions_count(session: Session, experiment: Experiment) -> int:
     return (
         session.scalar(
             select(func.count(Submission.id)).where(
-                Submission.experiment_id == experiment.id,
-                _agents(),
-                or_(
-                    Submission.status != SubmissionStatus.FAILED,
-                    ~func.coalesce(Submission.error, "").startswith(EVALUATOR_FAULT_PREFIX, autoescape=True),
-                ),
+                Submission.experiment_id == experiment.id, _agents(), ~evaluator_fault()
             )
         )
         or 0
@@ -451,10 +456,26 @@ def final_submission(session: Session, experiment: Experiment) -> Submission | N
     return None if final_id is None else session.get(Submission, final_id)
 
 
+def final_attempts(session: Session, experiment: Experiment) -> int:
+    """How many final test evaluations a sealed experiment has made (more than one only after
+    failures that were the evaluator's own)."""
+    return int(
+        session.scalar(
+            select(func.count(Submission.id)).where(
+                Submission.experiment_id == experiment.id,
+                Submission.split == Split.TEST,
+                Submission.final_of.is_not(None),
+            )
+        )
+        or 0
+    )
+
+
 def test_evaluations(session: Session, experiment: Experiment) -> int:
     """Evaluations of the agent's checkpoints on the test split this experiment caused: its
     agent's submissions (test mode) or its final evaluation (sealed) that an evaluator ran;
-    baselines, reused scores and cancelled ones are not counted."""
+    baselines, reused scores, cancelled ones and failures that were the evaluator's own fault (no
+    score was computed) are not counted."""
     return int(
         session.scalar(
             select(func.count(Submission.id)).where(
@@ -464,6 +485,7 @@ def test_evaluations(session: Session, experiment: Experiment) -> int:
                 Submission.reused_from.is_(None),
                 Submission.started_at.is_not(None),
                 Submission.status.in_([SubmissionStatus.SCORED, SubmissionStatus.FAILED]),
+                ~evaluator_fault(),
             )
         )
         or 0

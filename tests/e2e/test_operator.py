@@ -910,9 +910,11 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     platform: Platform, tiny_base_model: Path
 ) -> None:
     """spec.evaluation.feedback: sealed, through the operator: both baselines, a submission scored
-    on validation, and in Finishing the one test evaluation the controller asks for, mirrored
-    into the status before the experiment succeeds."""
-    from autorl.store import Database, Split
+    on validation, and in Finishing the one test evaluation the controller asks for (again, when
+    the first fails for the evaluator's own fault), mirrored into the status before the
+    experiment succeeds."""
+    from autorl.errors import EVALUATOR_FAULT_PREFIX
+    from autorl.store import Database, FailureReason, Split
     from autorl.store import repository as repo
     from autorl_evaluator.jobs import evaluate
     from tests.support.grading import make_unique
@@ -923,17 +925,18 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     await platform.apply(manifest)
     ref = await platform.ref(name)
 
-    async def evaluate_waiting() -> list[int]:
-        """Evaluate every evaluation of this experiment still waiting, for real."""
+    def waiting_ids() -> list[int]:
         db = Database(platform.grader_settings.database_url or "")
         try:
             with db.session() as session:
                 experiment = repo.get_experiment(session, ref.grader_name)
-                waiting = [
-                    s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final
-                ]
+                return [s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final]
         finally:
             db.dispose()
+
+    async def evaluate_waiting() -> list[int]:
+        """Evaluate every evaluation of this experiment still waiting, for real."""
+        waiting = waiting_ids()
         for submission_id in waiting:
             await asyncio.to_thread(evaluate, submission_id, platform.grader_settings)
         return waiting
@@ -977,10 +980,36 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
         f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("phase") == "Finishing", "Finishing"
     )
     assert finishing["status"]["feedback"] == "sealed"
-    for _ in range(60):  # the controller asks for the final evaluation on its next ticks
-        if await evaluate_waiting():
-            break
-        await asyncio.sleep(0.5)
+
+    async def fail_waiting_as_the_evaluator() -> list[int]:
+        """The worker's result path for an engine that would not start: the evaluator's fault."""
+        waiting = waiting_ids()
+        db = Database(platform.grader_settings.database_url or "")
+        try:
+            for submission_id in waiting:
+                with db.session() as session:
+                    assert repo.claim(session, submission_id, worker="worker-1", lease_s=60)
+                with db.session() as session:
+                    assert repo.record_failure(
+                        session,
+                        submission_id,
+                        error=f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): no engine",
+                        reason=FailureReason.EVALUATION,
+                        worker="worker-1",
+                    )
+        finally:
+            db.dispose()
+        return waiting
+
+    # The controller asks for the final evaluation on its next ticks; the first fails for the
+    # evaluator's own fault, so it asks again, and the second is the result.
+    for attempt in (fail_waiting_as_the_evaluator, evaluate_waiting):
+        for _ in range(60):
+            if await attempt():
+                break
+            await asyncio.sleep(0.5)
+        else:
+            raise AssertionError(f"no final evaluation to take for {attempt.__name__}")
     done = await platform.wait_phase(name, "Succeeded")
     status = done["status"]
     assert status["finalSelection"] == "best_on_validation" and status["testEvaluations"] == 1

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.api.answers import ExperimentAnswer, NominatedAnswer, SubmissionAnswer
+from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, NominatedAnswer, SubmissionAnswer
+from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.store import Database, Split
 from autorl.store import repository as repo
 from autorl.store.models import FailureReason, utcnow
 from autorl_evaluator.jobs import evaluate
+from autorl_grader.main import create_app
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
@@ -30,6 +32,7 @@ from tests.support.grading import (
     make_workspace,
     register,
 )
+from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
 
 LIMIT = 3
@@ -308,6 +311,155 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
     with db.session() as session:
         assert view.final.submission_id is not None
         assert repo.get_submission(session, view.final.submission_id).reused_from == test_baseline_id
+
+
+def fail_as_the_evaluator(db: Database, submission_id: int, *, own_fault: bool = True) -> None:
+    """The worker's result path for a failure: the evaluator's own (an engine that would not
+    start) or the checkpoint's."""
+    with db.session() as session:
+        assert repo.claim(session, submission_id, worker="worker-1", lease_s=60)
+    error = (
+        f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): the engine did not start"
+        if own_fault
+        else "the model does not load"
+    )
+    with db.session() as session:
+        assert repo.record_failure(
+            session, submission_id, error=error, reason=FailureReason.EVALUATION, worker="worker-1"
+        )
+
+
+def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_kept_snapshot(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """The sealed result is not lost to an evaluator's failure: asked again, the platform makes a
+    new final of the same submission from the same snapshot (kept meanwhile), up to three in all;
+    a failure that computed no score is no test evaluation. A failure of the checkpoint's own is
+    the result."""
+    from autorl_grader.reconciler import reconcile_once
+
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    baselines(client, settings, experiment.name)
+    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    a = submit(client, settings, experiment, "a")
+    with db.session() as session:
+        row = repo.get_experiment(session, experiment.name)
+        row.end_time = utcnow() - timedelta(seconds=1)
+        snapshot = repo.get_submission(session, a).snapshot
+    assert snapshot is not None and settings.snapshot_dir is not None
+    first = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert first.final is not None and first.final.submission_id is not None
+    fail_as_the_evaluator(db, first.final.submission_id)
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]  # prunes snapshots
+    assert (settings.snapshot_dir / snapshot).is_dir()  # kept: the final may be made again
+
+    failed = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
+    assert failed.final is not None and failed.final.status == "failed"
+    assert failed.test_evaluations == 0 and failed.in_flight == 0  # no score was computed on test
+    second = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert (
+        second.final is not None and second.final.of == a and second.final.selection == "best_on_validation"
+    )
+    assert second.final.submission_id not in (None, first.final.submission_id)
+    assert second.in_flight == 1
+    assert evaluate(second.final.submission_id, settings)["status"] == "scored"  # from the kept snapshot
+    scored = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    assert scored.final is not None and scored.final.submission_id == second.final.submission_id  # once
+    assert scored.final.status == "scored" and scored.test_evaluations == 1
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    assert not (settings.snapshot_dir / snapshot).exists()
+
+
+def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_final(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
+    a, b = submit(client, settings, experiment, "a"), submit(client, settings, experiment, "b")
+    with db.session() as session:
+        repo.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+    made = []
+    for _ in range(MAX_FINAL_ATTEMPTS + 1):
+        view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+        assert view.final is not None and view.final.submission_id is not None
+        if view.final.status == "queued":
+            made.append(view.final.submission_id)
+            fail_as_the_evaluator(db, view.final.submission_id)
+    assert len(made) == MAX_FINAL_ATTEMPTS == len(set(made))
+    assert view.final.submission_id == made[-1] and view.final.status == "failed" and view.in_flight == 0
+    assert view.final.of in (a, b) and view.test_evaluations == 0
+
+    other = register(client, settings, tiny_base_model, make_workspace(tmp_path / "other"), feedback="sealed")
+    copy_model(tiny_base_model, other.output_dir / "c", unique=True)
+    c = submit(client, settings, other, "c")
+    with db.session() as session:
+        repo.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
+    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
+    assert view.final is not None and view.final.submission_id is not None and view.final.of == c
+    fail_as_the_evaluator(db, view.final.submission_id, own_fault=False)
+    again = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
+    assert again.final is not None and again.final.submission_id == view.final.submission_id
+    assert again.final.status == "failed" and again.test_evaluations == 1
+
+
+def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_stops_when_none_is_made(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """`autorl run`'s final step (autorl_local.final_evaluation) against the grader's admin API:
+    after a final that failed for the evaluator's fault it asks again and takes the next one's
+    score; when every attempt fails it stops at the grader's last and reports it."""
+    from autorl.api.admin_client import AdminClient
+    from autorl_local.final_evaluation import evaluate_final
+
+    def waiting(name: str) -> list[int]:
+        with db.session() as session:
+            experiment = repo.get_experiment(session, name)
+            return [s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+
+    def sealed_run_after_its_agent() -> str:
+        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+        baselines(client, settings, experiment.name)
+        copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+        submit(client, settings, experiment, "a")
+        with db.session() as session:
+            repo.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+        return experiment.name
+
+    with (
+        serve(create_app(settings, reconcile=False)) as served,
+        AdminClient(served.url, settings.admin_token_value) as admin_api,
+    ):
+        name = sealed_run_after_its_agent()
+        phases: list[str] = []
+        notes: list[str] = []
+        outcomes = iter(("evaluator", "scored"))
+
+        def wait() -> ExperimentAnswer:
+            (final_id,) = waiting(name)
+            if next(outcomes) == "evaluator":
+                fail_as_the_evaluator(db, final_id)
+            else:
+                assert evaluate(final_id, settings)["status"] == "scored"
+            return admin_api.experiment(name)
+
+        ended = evaluate_final(admin_api, name, wait=wait, phase=phases.append, note=notes.append)
+        assert ended is not None and ended.final is not None and ended.final.status == "scored"
+        assert ended.test_evaluations == 1 and len(phases) == 2
+        assert len(notes) == 1 and "failed for the evaluator's own fault" in notes[0]
+
+        name = sealed_run_after_its_agent()
+        phases.clear()
+
+        def always_fails() -> ExperimentAnswer:
+            (final_id,) = waiting(name)
+            fail_as_the_evaluator(db, final_id)
+            return admin_api.experiment(name)
+
+        ended = evaluate_final(admin_api, name, wait=always_fails, phase=phases.append, note=notes.append)
+        assert len(phases) == MAX_FINAL_ATTEMPTS
+        assert ended is not None and ended.final is not None and ended.final.status == "failed"
+        assert ended.final.failed_for_the_evaluator() and ended.test_evaluations == 0
 
 
 def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(

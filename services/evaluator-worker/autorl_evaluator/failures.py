@@ -14,8 +14,7 @@ from __future__ import annotations
 import errno
 
 from autorl.checkpoints.chat_template import ChatTemplateError
-from autorl.errors import AutoRLError, EvaluationError
-from autorl.store.repository import EVALUATOR_FAULT_PREFIX
+from autorl.errors import EVALUATOR_FAULT_PREFIX, AutoRLError, EvaluationError
 
 GENERIC_FAILURE = (
     "the evaluation failed after the test data was loaded; the details stay in the evaluator's log "

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import ColumnElement, and_, or_, select
 from starlette.concurrency import run_in_threadpool
 
-from autorl.api.answers import PendingAnswer, SubmissionAnswer
+from autorl.api.answers import MAX_FINAL_ATTEMPTS, PendingAnswer, SubmissionAnswer
 from autorl.checkpoints.snapshot import (
     Snapshot,
     prune_snapshots,
@@ -289,31 +289,47 @@ def _check_budget_open(experiment: Experiment) -> None:
 def begin_final(state: GraderState, name: str) -> int | None:
     """Create (once) a sealed experiment's one evaluation on the test split, after the agent's
     budget: of the nominated submission, else the best on validation (ties: the earliest). It
-    evaluates that submission's snapshot, kept for this (:func:`prune_orphan_snapshots`). Returns
-    its id, or None when the experiment is not sealed or nothing was scored."""
+    evaluates that submission's snapshot, kept for this (:func:`prune_orphan_snapshots`). A final
+    that failed for the evaluator's own fault computed no score: asked again, this makes a new one
+    of the same submission, up to ``MAX_FINAL_ATTEMPTS`` in all. Returns the final's id, or None
+    when the experiment is not sealed or nothing was scored."""
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         if experiment.feedback != Feedback.SEALED:
             return None
-        if experiment.final_submission_id is not None:
-            return experiment.final_submission_id
+        previous = repo.final_submission(session, experiment)
+        if previous is not None and not (
+            repo.failed_for_the_evaluator(previous)
+            and not experiment.status.finished
+            and repo.final_attempts(session, experiment) < MAX_FINAL_ATTEMPTS
+        ):
+            return previous.id
         if experiment.status.finished:
             raise ConflictError(
                 f"experiment {name!r} is {experiment.status.value}; its final evaluation is made before "
                 "it finishes"
             )
-        chosen, selection = repo.final_choice(session, experiment)
-        if chosen is None:
-            return None
-        source = chosen
-        if source.snapshot is None and source.reused_from is not None:
-            source = session.get(Submission, source.reused_from) or chosen
+        if previous is None:
+            chosen, selection = repo.final_choice(session, experiment)
+            if chosen is None:
+                return None
+            source = chosen
+            if source.snapshot is None and source.reused_from is not None:
+                source = session.get(Submission, source.reused_from) or chosen
+            snapshot = source.snapshot
+        else:
+            # Again, of the same submission and from the same snapshot (kept for this).
+            chosen = session.get(Submission, previous.final_of)
+            assert chosen is not None
+            selection = "again after an evaluator's failure"
+            snapshot = previous.snapshot
+            previous.snapshot = None
         final = repo.create_submission(
             session,
             experiment,
             model_path=chosen.model_path,
             fingerprint=chosen.fingerprint,
-            snapshot=source.snapshot,
+            snapshot=snapshot,
             ignored_files=chosen.ignored_files,
             split=Split.TEST,
             final_of=chosen.id,
@@ -346,14 +362,17 @@ def prune_orphan_snapshots(state: GraderState) -> list[str]:
             for name in session.scalars(
                 select(Submission.snapshot).where(
                     Submission.snapshot.is_not(None),
-                    or_(Submission.status.in_(unfinished), _awaits_final()),
+                    or_(Submission.status.in_(unfinished), _awaits_final(), _final_to_retry()),
                 )
             )
             if name is not None
         }
         done = session.scalars(
             select(Submission).where(
-                Submission.snapshot.is_not(None), Submission.status.not_in(unfinished), ~_awaits_final()
+                Submission.snapshot.is_not(None),
+                Submission.status.not_in(unfinished),
+                ~_awaits_final(),
+                ~_final_to_retry(),
             )
         ).all()
         removed = []
@@ -376,6 +395,22 @@ def _awaits_final() -> ColumnElement[bool]:
         Submission.experiment_id.in_(
             select(Experiment.id).where(
                 Experiment.final_submission_id.is_(None),
+                Experiment.status.in_([ExperimentStatus.PENDING, ExperimentStatus.RUNNING]),
+            )
+        ),
+    )
+
+
+def _final_to_retry() -> ColumnElement[bool]:
+    """A running sealed experiment's current final test evaluation that failed for the evaluator's
+    own fault: its snapshot is kept, since the final may be made again (:func:`begin_final`)."""
+    return and_(
+        Submission.split == Split.TEST,
+        Submission.final_of.is_not(None),
+        repo.evaluator_fault(),
+        Submission.id.in_(
+            select(Experiment.final_submission_id).where(
+                Experiment.final_submission_id.is_not(None),
                 Experiment.status.in_([ExperimentStatus.PENDING, ExperimentStatus.RUNNING]),
             )
         ),

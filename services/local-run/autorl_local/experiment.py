@@ -48,6 +48,7 @@ from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_mod
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner
 from autorl_agent_runner.sandbox.plan import SandboxMode
 from autorl_agent_runner.workspace.layout import Workspace, check_workspace_free, create_workspace
+from autorl_local.final_evaluation import evaluate_final
 from autorl_local.progress import Progress, fmt_duration, fmt_score
 from autorl_local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
 from autorl_local.settings import RunSettings
@@ -462,17 +463,21 @@ class LocalRun:
             time.sleep(POLL_S)
 
     def _final_evaluation(self) -> None:
-        """Sealed: the one evaluation on the test split, of the agent's nomination or its best
-        on validation, after the agent has ended (its answer is the platform's, never the agent's)."""
-        view = self.admin.final(self.run_id)
-        final = view.final
-        if final is None or final.submission_id is None:
-            self.progress.note("final evaluation: nothing was scored on validation")
-            return
-        self.progress.phase(
-            "final", f"evaluating submission {final.of} ({final.selection}) on the test split, once"
+        """Sealed: the one evaluation on the test split, after the agent has ended (its answer is
+        the platform's, never the agent's); made again after an evaluator's failure, each attempt
+        with its own --finish-wait."""
+
+        def wait() -> ExperimentAnswer | None:
+            self._wait_in_flight()
+            return self.last_view
+
+        evaluate_final(
+            self.admin,
+            self.run_id,
+            wait=wait,
+            phase=lambda detail: self.progress.phase("final", detail),
+            note=self.progress.note,
         )
-        self._wait_in_flight()
 
     # --- the end ----------------------------------------------------------------------------
 

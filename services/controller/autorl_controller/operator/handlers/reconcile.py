@@ -18,7 +18,7 @@ import kopf
 from pydantic import ValidationError
 
 from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
-from autorl.api.answers import ExperimentAnswer, RegisteredAnswer, TokenAnswer
+from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
@@ -481,13 +481,14 @@ class Step:
         since = agent_finished_since(conditions)
         waited = time.time() - since if since is not None else 0.0
         sealed = view.feedback == "sealed"
-        # A sealed experiment's one test evaluation comes after its validation ones: it has a
-        # second finish wait of its own.
-        limit = self.settings.finish_wait_s * (2 if sealed else 1)
+        # A sealed experiment's one test evaluation comes after its validation ones: it has finish
+        # waits of its own, one for each time it may be made (again after an evaluator's failure).
+        limit = self.settings.finish_wait_s * (1 + MAX_FINAL_ATTEMPTS if sealed else 1)
         if view.in_flight > 0 and waited < limit:
             await patch_status(self.context, self.body, self.status, status_from_view(view))
             return
-        if sealed and view.status in ("pending", "running") and not_begun(view) and waited < limit:
+        if sealed and view.status in ("pending", "running") and final_to_make(view) and waited < limit:
+            # The grader makes it, or makes it again, or answers the one it has (then we finish).
             view = await self.context.grader.final(self.ref.grader_name)
             if view.in_flight > 0:
                 await patch_status(self.context, self.body, self.status, status_from_view(view))
@@ -510,9 +511,11 @@ class Step:
             return None
 
 
-def not_begun(view: ExperimentAnswer) -> bool:
-    """A sealed experiment whose one test evaluation is not created yet, with a submission to take."""
-    return view.final is not None and view.final.submission_id is None
+def final_to_make(view: ExperimentAnswer) -> bool:
+    """A sealed experiment whose one test evaluation is not created yet, with a submission to take,
+    or whose final failed for the evaluator's own fault (the grader decides whether to make it again)."""
+    final = view.final
+    return final is not None and (final.submission_id is None or final.failed_for_the_evaluator())
 
 
 def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
