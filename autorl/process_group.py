@@ -1,6 +1,7 @@
 """Ending a process group: SIGTERM, a grace period, SIGKILL, then wait until the kernel has reaped
-it; and the tail of a process's log. One implementation for every service that runs children in
-a group of their own (the evaluator's supervised runs and warm child, `autorl run`'s services)."""
+it; the same for every descendant of a child subreaper, in whatever group or session; and the tail
+of a process's log. One implementation for every service that runs children in a group of their
+own (the evaluator's supervised runs and warm child, `autorl run`'s services)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,8 @@ KILL_GRACE_S = 5.0
 REAP_WAIT_S = 10.0
 
 
-def group_members(pgid: int) -> list[int]:
-    """Pids of live (not zombie) processes in process group ``pgid``, read from /proc."""
-    members: list[int] = []
+def _processes() -> Iterator[tuple[int, bool, int, int]]:
+    """Each process in /proc: its pid, whether it is live (not a zombie), its parent, its group."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -29,16 +30,76 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         # Fields after the command name, which is in parentheses and may itself hold spaces.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+        state, parent, group = stat[stat.rfind(")") + 2 :].split()[:3]
+        yield int(entry.name), state not in ("Z", "X"), int(parent), int(group)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of live (not zombie) processes in process group ``pgid``, read from /proc."""
+    return [pid for pid, live, _, group in _processes() if live and group == pgid]
+
+
+def descendants(root: int) -> list[int]:
+    """Pids of live (not zombie) processes whose ancestry leads to ``root`` (its children, theirs,
+    and so on, in whatever group or session), from one scan of /proc."""
+    children: dict[int, list[int]] = {}
+    live: set[int] = set()
+    for pid, alive, parent, _ in _processes():
+        children.setdefault(parent, []).append(pid)
+        if alive:
+            live.add(pid)
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return sorted(found & live)
 
 
 def _signal_group(pgid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+
+
+def _signal_each(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _reap_children() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def end_descendants(grace_s: float = KILL_GRACE_S) -> tuple[bool, list[int]]:
+    """In a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``: an orphan among its descendants is
+    handed to it, so whatever it started stays its descendant even in a group or session of its
+    own): SIGTERM each descendant, SIGKILL what is left after ``grace_s``, and reap its children
+    (every child of this process, so only for a process whose children are all to end). Returns
+    whether SIGKILL was needed and the pids still alive after :data:`REAP_WAIT_S`."""
+    me = os.getpid()
+    _reap_children()
+    left = descendants(me)
+    _signal_each(left, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        _reap_children()
+        left = descendants(me)
+    if not left:
+        return False, []
+    deadline = time.monotonic() + REAP_WAIT_S
+    while left and time.monotonic() < deadline:
+        # Every round: a process may have started another between the scan and the signal.
+        _signal_each(left, signal.SIGKILL)
+        time.sleep(0.1)
+        _reap_children()
+        left = descendants(me)
+    return True, left
 
 
 def kill_group(

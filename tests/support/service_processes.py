@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from autorl_agent_runner.sandbox.processes import descendants
+from autorl.process_group import descendants
 from tests.support.infra import free_port
 from tests.support.settings import DeploymentSettings
 

@@ -2,18 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from autorl_evaluator.subprocess_group import group_members, log_tail, run_in_group
 
 # A command that leaves a grandchild behind and then blocks: the shape of OpenCompass starting a
 # task process that starts vLLM workers.
 TREE = ["sh", "-c", "sleep 300 & echo started; sleep 300"]
+
+
+def escaping(then: str, *, ignore_sigterm: bool = False) -> list[str]:
+    """A command that starts a grandchild which leaves the group and the session (``os.setsid()``)
+    and sleeps, waits until it has, then runs ``then`` (Python)."""
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_sigterm else ""
+    grandchild = (
+        f"import os, signal, time; {ignore}os.setsid(); open('escaped', 'w').close(); time.sleep(300)"
+    )
+    return [
+        sys.executable,
+        "-c",
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
+        "while not os.path.exists('escaped'): time.sleep(0.02)\n"
+        f"print('started', flush=True)\n{then}\n",
+    ]
+
+
+@pytest.fixture
+def leftovers(tmp_path: Path) -> Iterator[None]:
+    """Whatever a test leaves running in its folder (a failing one) is SIGKILLed at its end."""
+    yield
+    for pid in _processes_in(tmp_path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _processes_in(cwd: Path) -> list[int]:
@@ -66,20 +96,46 @@ def test_what_a_finished_command_left_running_is_killed(tmp_path: Path) -> None:
     assert _processes_in(tmp_path) == []
 
 
-def test_the_tree_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
-    """A worker SIGKILLed mid-evaluation (an RQ cold shutdown) must not leave an orphaned tree."""
+@pytest.mark.usefixtures("leftovers")
+def test_a_process_that_left_the_group_is_killed_when_the_command_exits(tmp_path: Path) -> None:
+    result = run_in_group(
+        escaping("sys.exit(4)"), cwd=tmp_path, env=dict(os.environ), timeout_s=60, log_path=tmp_path / "l"
+    )
+    assert (result.returncode, result.timed_out, result.survivors) == (4, False, [])
+    assert (tmp_path / "escaped").exists()
+    assert _processes_in(tmp_path) == []
+
+
+@pytest.mark.usefixtures("leftovers")
+def test_the_timeout_kills_what_left_the_group_even_if_it_ignores_sigterm(tmp_path: Path) -> None:
+    result = run_in_group(
+        escaping("time.sleep(300)", ignore_sigterm=True),
+        cwd=tmp_path,
+        env=dict(os.environ),
+        timeout_s=3,
+        log_path=tmp_path / "l",
+    )
+    assert "started" in log_tail(tmp_path / "l")
+    assert _processes_in(tmp_path) == []
+    assert (result.timed_out, result.survivors) == (True, [])
+
+
+@pytest.mark.usefixtures("leftovers")
+@pytest.mark.parametrize("command", [TREE, escaping("time.sleep(300)")], ids=["group", "left the group"])
+def test_the_tree_dies_with_the_process_that_started_it(tmp_path: Path, command: list[str]) -> None:
+    """A worker SIGKILLed mid-evaluation (an RQ cold shutdown) must not leave an orphaned tree, not
+    even a process that left the group."""
     parent_code = (
         "import os, sys; from pathlib import Path; "
         "from autorl_evaluator.subprocess_group import run_in_group; "
-        f"run_in_group({TREE!r}, cwd=Path({str(tmp_path)!r}), env=dict(os.environ), "
+        f"run_in_group({command!r}, cwd=Path({str(tmp_path)!r}), env=dict(os.environ), "
         f"timeout_s=300, log_path=Path({str(tmp_path / 'l')!r}))"
     )
     parent = subprocess.Popen([sys.executable, "-c", parent_code])
     deadline = time.monotonic() + 30
-    while len(_processes_in(tmp_path)) < 3 and time.monotonic() < deadline:  # supervisor, sh, sleep
+    while "started" not in log_tail(tmp_path / "l") and time.monotonic() < deadline:
         time.sleep(0.1)
-    tree = _processes_in(tmp_path)
-    assert len(tree) >= 3
+    assert len(_processes_in(tmp_path)) >= 3  # the supervisor, the command, what it started
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 15

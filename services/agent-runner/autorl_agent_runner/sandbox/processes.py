@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from autorl.process_group import descendants
 from autorl_agent_runner.sandbox.agent_user import signal_uid, uid_processes
 from autorl_agent_runner.sandbox.environment import RUN_MARKER_VARIABLE
 
@@ -57,23 +58,6 @@ def _is_zombie(pid: int) -> bool:
 
 def _all_pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
-
-
-def descendants(root: int) -> set[int]:
-    """``root``'s children, their children, and so on (one /proc scan)."""
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        fields = _stat_fields(pid)
-        if fields is not None:
-            children.setdefault(int(fields[1]), []).append(pid)
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
 
 
 @dataclass

@@ -13,10 +13,16 @@ the run's folder, arguments and environment, and exits when the run ends.
 
 The child is a process group and session of its own (the worker ends it and everything it
 started on a timeout, as it ends the ``opencompass`` command's group) and dies with this
-process. Requests, one JSON object per connection on a Unix socket in a 0700 folder:
+process. This process is a child subreaper (``PR_SET_CHILD_SUBREAPER``): what a run started and
+left behind, even in a group or session of its own, is handed to it when its parent ends. It runs
+one run at a time, so once a run's child has ended, every process still under the server is a
+leftover of that run: it gets SIGTERM, SIGKILL five seconds later, and is reaped before the run's
+end is reported; when the server is ended, everything under it is ended at once (SIGTERM, then
+SIGKILL). Requests, one JSON object per connection on a Unix socket in a 0700 folder:
 
 - ``{"op": "run", "argv": [...], "cwd": DIR, "env": {...}, "log": FILE}``: answered with
-  ``{"pid": N}`` when the child exists, then ``{"returncode": N}`` when it has ended;
+  ``{"pid": N}`` when the child exists, then ``{"returncode": N, "survivors": [...]}`` when it
+  and what it left have ended (survivors: those still alive after SIGKILL);
 - ``{"op": "ping"}``: ``{"ok": true}``.
 
 It needs the standard library and OpenCompass only (it runs in OpenCompass's environment).
@@ -35,6 +41,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -42,9 +49,12 @@ from typing import Any
 #: Largest request accepted (arguments and an environment).
 MAX_REQUEST_BYTES = 1024 * 1024
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: After SIGTERM, how long what a run left behind gets before SIGKILL.
+KILL_GRACE_S = 5.0
+#: How long SIGKILLed processes get to go before they are reported as survivors.
+REAP_WAIT_S = 10.0
 
-#: The child running now (its pid is its process group), ended with this process.
-_current_child: int | None = None
 #: The server's folder (its socket's, its home's), removed when the server is ended.
 _folder: Path | None = None
 
@@ -98,6 +108,52 @@ def _reseed() -> None:
         fingerprint.fingerprint_rng.seed()
 
 
+def _under_server() -> list[int]:
+    """Live processes whose ancestry leads to this server, from one scan of /proc. (The worker's
+    ``autorl.process_group`` does the same; this program cannot import it.)"""
+    parents: dict[int, int] = {}
+    live: set[int] = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            stat = Path("/proc", name, "stat").read_text()
+            state, parent = stat[stat.rfind(")") + 2 :].split()[:2]
+            parents[int(name)] = int(parent)
+            if state not in ("Z", "X"):
+                live.add(int(name))
+    server, found = os.getpid(), []
+    for pid in live:
+        ancestor, steps = parents[pid], 0
+        while ancestor in parents and ancestor != server and steps < len(parents):
+            ancestor, steps = parents[ancestor], steps + 1
+        if ancestor == server:
+            found.append(pid)
+    return sorted(found)
+
+
+def _end_all_under_server(grace_s: float) -> list[int]:
+    """SIGTERM every process under the server, SIGKILL what is left after ``grace_s`` (again each
+    round: one may start another between the scan and the signal), reaping the server's children
+    as they end; the pids still alive :data:`REAP_WAIT_S` after that."""
+    left = _under_server()
+    _signal_all(left, signal.SIGTERM)
+    kill_at = time.monotonic() + grace_s
+    while left and time.monotonic() < kill_at + REAP_WAIT_S:
+        time.sleep(0.1)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        left = _under_server()
+        if time.monotonic() >= kill_at:
+            _signal_all(left, signal.SIGKILL)
+    return left
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
 def _run_child(request: dict[str, Any], server: int) -> int:
     """In the forked child: OpenCompass's command on the worker's arguments; its exit code."""
     os.setsid()
@@ -134,7 +190,6 @@ def _run_child(request: dict[str, Any], server: int) -> int:
 
 
 def _serve(connection: socket.socket, listener: socket.socket) -> None:
-    global _current_child
     request = _read_request(connection)
     if request.get("op") == "ping":
         _answer(connection, {"ok": True})
@@ -143,7 +198,7 @@ def _serve(connection: socket.socket, listener: socket.socket) -> None:
         _answer(connection, {"ok": False, "error": f"unknown op {request.get('op')!r}"})
         return
     server = os.getpid()
-    # No SIGTERM between the fork and knowing the child: it would end the server and leave the run.
+    # The child starts with SIGTERM blocked, until it has put the default handlers back.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     pid = os.fork()
     if pid == 0:
@@ -157,19 +212,20 @@ def _serve(connection: socket.socket, listener: socket.socket) -> None:
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
-    _current_child = pid
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     _answer(connection, {"ok": True, "pid": pid})
-    _, status = os.waitpid(pid, 0)
-    _current_child = None
-    _answer(connection, {"ok": True, "returncode": os.waitstatus_to_exitcode(status)})
+    # Reaping on the way what the run left behind (handed to the server) that ended.
+    while (reaped := os.waitpid(-1, 0))[0] != pid:
+        pass
+    # The run has ended (no other runs): whatever is still under the server is its leftover.
+    survivors = _end_all_under_server(KILL_GRACE_S)
+    returncode = os.waitstatus_to_exitcode(reaped[1])
+    _answer(connection, {"ok": True, "returncode": returncode, "survivors": survivors})
 
 
 def _end(signum: int, _frame: object) -> None:
-    child = _current_child
-    if child is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child, signal.SIGKILL)
+    # The run going on, and anything under the server, goes with it now.
+    _end_all_under_server(0)
     if _folder is not None:
         shutil.rmtree(_folder, ignore_errors=True)
     os._exit(128 + signum)
@@ -186,6 +242,8 @@ def main() -> int:
     _folder = Path(args.socket).resolve().parent
     signal.signal(signal.SIGTERM, _end)
     signal.signal(signal.SIGINT, _end)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     preload()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(args.socket)

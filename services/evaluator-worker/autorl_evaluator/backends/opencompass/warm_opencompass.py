@@ -8,6 +8,8 @@ OpenCompass run: the same config, work folder, environment and log, OpenCompass'
 entry, its tasks run in the forked process (``--debug``). The forked process is a process group of
 its own: at the hard timeout, or when the wait is interrupted, the worker ends that group as it
 ends the command's, and any failure stops the server, so the next evaluation starts a fresh one.
+What a run leaves behind outside its group (a process that called ``setsid``) is handed to the
+server, a child subreaper, which ends it before it reports the run's end.
 
 The server is kept only where the worker evaluates again (the warm worker), and only for the
 runs that do no GPU work in OpenCompass's process (vLLM there would start CUDA, which a forked
@@ -148,7 +150,8 @@ class CompassServer(ServerProcess):
     ) -> GroupResult:
         """OpenCompass's command on ``argv`` in a process forked from the server, as
         :func:`~autorl_evaluator.subprocess_group.run_in_group` runs the command: its output to
-        ``log_path``, its whole group ended at ``timeout_s`` or when the wait is interrupted."""
+        ``log_path``, its whole group ended at ``timeout_s`` or when the wait is interrupted, and
+        what it left outside its group ended by the server when it has ended."""
         started = time.monotonic()
         request = {"op": "run", "argv": list(argv), "cwd": str(cwd), "env": dict(env), "log": str(log_path)}
         pgid: int | None = None
@@ -179,6 +182,8 @@ class CompassServer(ServerProcess):
             survivors = kill_group(pgid) if pgid is not None else []
         if "returncode" not in ended:
             raise EvaluatorFaultError("the warm OpenCompass ended without reporting its run's exit")
+        # With what the server found still alive after SIGKILL under it (outside the group too).
+        survivors = sorted({*survivors, *map(int, ended.get("survivors", []))})
         if self.home_contents() != self._home_at_start:
             # A run wrote where the next run would read: the next gets a fresh server.
             log.warning("event=compass_home_changed pid=%d", self.process.pid)
