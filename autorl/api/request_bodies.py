@@ -15,6 +15,12 @@ from autorl.untrusted_text import unprintable_characters
 #: Lowercase DNS-1123, as a Kubernetes name (the operator names experiments after their objects).
 EXPERIMENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
+#: The longest ``model_path`` accepted, in bytes of UTF-8 (Linux's PATH_MAX), and the most folders in
+#: it: the path is stored with the submission and repeated in answers, the dashboard and logs, so
+#: its size is bounded where it arrives (a 1 MiB path would be copied into every ``/scores`` entry).
+MAX_MODEL_PATH_BYTES = 4096
+MAX_MODEL_PATH_PARTS = 64
+
 FinishStatus = Literal["completed", "interrupted", "failed", "timed_out"]
 FeedbackMode = Literal["test", "sealed"]
 Protocol = Literal["opencompass", "flexible", "strict"]
@@ -37,6 +43,13 @@ class SubmitRequest(BaseModel):
     def _printable(cls, value: str) -> str:
         # A CheckpointError, not a ValueError: it leaves validation as it is, and the API edge answers
         # it 400 as any other refused checkpoint. Operators see this path in their terminal and logs.
+        size, parts = len(value.encode("utf-8", errors="surrogatepass")), len(Path(value).parts)
+        if size > MAX_MODEL_PATH_BYTES or parts > MAX_MODEL_PATH_PARTS:
+            raise CheckpointError(
+                f"model_path is {size} bytes and {parts} folders long; the limit is "
+                f"{MAX_MODEL_PATH_BYTES} bytes and {MAX_MODEL_PATH_PARTS} folders: save the checkpoint "
+                "to a short path under output/, such as output/step-100"
+            )
         hidden = unprintable_characters(value)
         if hidden:
             raise CheckpointError(

@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
 
+from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.errors import ConfigurationError
 from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
@@ -257,6 +258,32 @@ def test_a_model_path_with_hidden_characters_is_400_with_the_fix(
     assert body["detail"] == body["error"]
     assert "model_path holds characters that do not print" in body["detail"]
     assert printable(hidden[0]) in body["detail"] and "rename the checkpoint folder" in body["detail"]
+    assert submission_count(settings, experiment) == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "output/" + "/".join(["d" * 200] * 20) + "/x",  # 4,027 bytes, but 22 folders: accepted
+        "output/" + "/".join(["d" * 250] * 20) + "/x",  # 5,027 bytes
+        "output/" + "/".join(["d"] * 70),  # 71 folders
+        "output/" + "é" * 2100,  # 4,207 bytes in UTF-8 (2,107 characters)
+    ],
+    ids=["within", "bytes", "folders", "utf8-bytes"],
+)
+def test_a_model_path_past_the_size_limits_is_400_before_any_file_is_read(
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, path: str
+) -> None:
+    """The path is stored and repeated in answers, the dashboard and logs: its size is bounded
+    where it arrives, whatever the folder holds (none of these exists)."""
+    response = submit(client, experiment, path, params={"wait": "false"})
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    if len(path.encode()) <= MAX_MODEL_PATH_BYTES and len(Path(path).parts) <= MAX_MODEL_PATH_PARTS:
+        assert "limit is" not in detail  # refused for another reason: the folder does not exist
+    else:
+        assert f"the limit is {MAX_MODEL_PATH_BYTES} bytes and {MAX_MODEL_PATH_PARTS} folders" in detail
+        assert "output/step-100" in detail and len(detail) < 400
     assert submission_count(settings, experiment) == 0
 
 
