@@ -19,40 +19,41 @@ from autorl_evaluator.backends.opencompass.warm_opencompass import (
     SERVER,
     CompassServer,
     CompassSpec,
-    opencompass_python,
 )
 from autorl_evaluator.failures import EvaluatorFaultError
+from autorl_evaluator.versions import script_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script(path: Path, text: str) -> Path:
+def executable(path: Path, text: str) -> Path:
+    """A script at ``path`` (written, made executable)."""
     path.write_text(text, encoding="utf-8")
     path.chmod(0o755)
     return path
 
 
 def test_the_command_pip_installs_runs_in_the_python_its_script_names(tmp_path: Path) -> None:
-    command = _script(
+    command = executable(
         tmp_path / "opencompass", f"#!{sys.executable}\nfrom opencompass.cli.main import main\n"
     )
-    assert opencompass_python(command) == Path(sys.executable)
+    assert script_python(command) == Path(sys.executable)
 
 
 def test_the_real_command_of_the_opencompass_environment_names_its_python() -> None:
     command = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
-    python = opencompass_python(command)
+    python = script_python(command)
     assert python is not None and python.parent == command.parent
 
 
 def test_a_wrapper_a_binary_or_a_missing_command_runs_the_ordinary_way(tmp_path: Path) -> None:
-    wrapper = _script(tmp_path / "wrapper", '#!/bin/sh\nexec opencompass "$@"\n')
-    with_arguments = _script(tmp_path / "args", f"#!{sys.executable} -S\n")
+    wrapper = executable(tmp_path / "wrapper", '#!/bin/sh\nexec opencompass "$@"\n')
+    with_arguments = executable(tmp_path / "args", f"#!{sys.executable} -S\n")
     binary = tmp_path / "binary"
     binary.write_bytes(b"\x7fELF\x02\x01\x01")
-    missing_python = _script(tmp_path / "gone", f"#!{tmp_path / 'no' / 'python3'}\n")
+    missing_python = executable(tmp_path / "gone", f"#!{tmp_path / 'no' / 'python3'}\n")
     for command in (wrapper, with_arguments, binary, missing_python, tmp_path / "absent"):
-        assert opencompass_python(command) is None, command
+        assert script_python(command) is None, command
 
 
 def test_the_server_needs_nothing_of_ours_at_import() -> None:

@@ -27,7 +27,8 @@ class EvalResult:
 
 class Backend(Protocol):
     """Generates completions for ``problems`` with the model in ``model_dir`` and scores them, as
-    ``config`` (the experiment's recorded evaluation: generation limit, batch size, hard timeout)
+    ``config`` (the experiment's recorded evaluation: generation limit, batch size, hard timeout;
+    from the worker, with the split's hash and the package versions measured for this evaluation)
     says; ``worker`` (the worker's own settings) says only where and with what it runs (device, paths)."""
 
     name: str

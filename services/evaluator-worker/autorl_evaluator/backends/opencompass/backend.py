@@ -62,13 +62,13 @@ from autorl_evaluator.backends.opencompass.parallel import (
     tensor_parallel_size,
 )
 from autorl_evaluator.backends.opencompass.resident_engine import ENGINES, EngineSpec, shim_environment
-from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS, CompassSpec, opencompass_python
+from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS, CompassSpec
 from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
-from autorl_evaluator.versions import ENGINE_PREFIX, backend_versions
+from autorl_evaluator.versions import ENGINE_PREFIX, backend_versions, script_python
 
 log = logging.getLogger("autorl.evaluator.opencompass")
 
@@ -327,9 +327,9 @@ class OpenCompassBackend:
         config_path.write_text(render(inputs), encoding="utf-8")
         work_dir = run_dir / "work"
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
-        # The package versions the evaluation key records: a kept server started under others is
-        # replaced, so what runs is what the key names.
-        versions = backend_versions(self.name, settings)
+        # The package versions the evaluation key records (measured for this evaluation, or now): a
+        # kept server started under others is replaced, so what runs is what the key names.
+        versions = config.backend_versions or backend_versions(self.name, settings)
         if settings.vllm_python is not None:
             engine = ENGINES.get(
                 EngineSpec(
@@ -354,7 +354,7 @@ class OpenCompassBackend:
         )
         # OpenCompass writes its task configs to ./tmp: the working directory is the run folder.
         arguments = [str(config_path), "--work-dir", str(work_dir)]
-        python = opencompass_python(command) if settings.eval_warm_worker else None
+        python = script_python(command) if settings.eval_warm_worker else None
         process = "command"
         if python is not None and (resident or placement.gpu is None):
             server = SERVERS.get(

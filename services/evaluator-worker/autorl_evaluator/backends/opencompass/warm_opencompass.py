@@ -49,25 +49,6 @@ FORK_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
 
 
-def opencompass_python(command: Path) -> Path | None:
-    """The interpreter the ``opencompass`` script runs in (its ``#!`` line), or None when the command
-    is not a Python script (a wrapper, a binary)."""
-    try:
-        with command.open("rb") as handle:
-            first = handle.readline(4096)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    parts = first[2:].decode("utf-8", errors="replace").split()
-    if len(parts) != 1:
-        return None
-    python = Path(parts[0])
-    if not python.name.startswith("python") or not python.is_file():
-        return None
-    return python
-
-
 @dataclass(frozen=True)
 class CompassSpec:
     """Which server: the Python it runs in and the ``PYTHONPATH`` fixed at its start (the resident
