@@ -6,6 +6,7 @@ another architecture gets a new engine, and vLLM's stop-string semantics hold on
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import signal
@@ -69,6 +70,47 @@ def test_the_architecture_key_follows_config_tokenizer_and_engine_arguments(
     template = other_weights / "tokenizer_config.json"
     template.write_text(template.read_text().replace("assistant", "helper"))
     assert architecture_key(tiny_base_model, {}) != architecture_key(other_weights, {})
+
+
+def sharded(checkpoint: Path, target: Path, *, dtype: str) -> Path:
+    """``checkpoint`` saved again as two shards of ``dtype`` with their index, as
+    ``save_pretrained(max_shard_size=...)`` writes them: the same weights, other files."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(checkpoint, target)
+    (target / "model.safetensors").unlink()
+    state = {
+        name: value.to(getattr(torch, dtype))
+        for name, value in load_file(str(checkpoint / "model.safetensors")).items()
+    }
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, part in shards.items():
+        save_file({name: state[name] for name in part}, str(target / file), metadata={"format": "pt"})
+    index = {
+        "metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
+        "weight_map": {name: file for file, part in shards.items() for name in part},
+    }
+    (target / "model.safetensors.index.json").write_text(json.dumps(index))
+    return target
+
+
+def test_how_a_checkpoint_is_sharded_or_typed_does_not_replace_the_engine(
+    tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """The shard index is the submission's choice: two shards of another dtype, with their index,
+    are the same engine's, and loading them in place answers as the single file does."""
+    single = reweighted(tiny_base_model, tmp_path / "single", seed=1)
+    two = sharded(single, tmp_path / "two", dtype="float16")
+    assert architecture_key(two, {}) == architecture_key(single, {}) == architecture_key(tiny_base_model, {})
+    resident = Server("transformers")
+    generate = {"op": "generate", "prompts": PROMPTS, "sampling": SAMPLING}
+    assert resident.handle({"op": "load", "model": str(tiny_base_model)})["reused"] is False
+    assert resident.handle({"op": "load", "model": str(single)})["reused"] is True
+    on_single = resident.handle(generate)["texts"]
+    assert resident.handle({"op": "load", "model": str(two)})["reused"] is True
+    assert resident.handle(generate)["texts"] == on_single
 
 
 def test_weights_loaded_in_place_answer_as_a_fresh_engine_does(tiny_base_model: Path, tmp_path: Path) -> None:

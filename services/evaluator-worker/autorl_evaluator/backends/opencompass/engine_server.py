@@ -46,12 +46,19 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
 
+#: How the weights' own files end: the weights and their shard index. How a checkpoint is sharded
+#: (and the index's ``total_size``, which follows the dtype it was saved in) is the submission's
+#: choice and no concern of the engine, which loads every tensor in place whatever file holds it.
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json")
+
+
 def architecture_key(model_dir: Path, engine_kwargs: dict[str, Any]) -> str:
     """Equal for two checkpoints one engine can serve by loading weights alone: the same engine
-    arguments and the same files besides the weights (config, tokenizer, templates, shard index)."""
+    arguments and the same files besides the weights and their shard index (config, tokenizer,
+    templates: the platform's, in the evaluated view)."""
     digest = hashlib.sha256(json.dumps(engine_kwargs, sort_keys=True).encode())
     for path in sorted(model_dir.iterdir()):
-        if path.is_file() and path.suffix != ".safetensors":
+        if path.is_file() and not path.name.endswith(WEIGHT_FILE_SUFFIXES):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
