@@ -40,6 +40,12 @@ class UnreadableCheckpointError(CheckpointError):
     """A submitted file or folder the grader may not read (no group permission on it)."""
 
 
+class CostlyCheckpointError(CheckpointError):
+    """A checkpoint refused after the grader began reading its weight data (its files changed while
+    they were copied and hashed): the refusal cost the platform that read, so the grader counts it
+    against the experiment's submission limit as it counts a submission."""
+
+
 class InvalidRequestError(AutoRLError):
     """A well-formed request naming something it may not (a submission that is not scored)."""
 

@@ -22,7 +22,10 @@ data is read.
 The weights are then copied, hashed while copied, into a new folder under the snapshot root, beside
 the base model's config, generation config, tokenizer and chat template (normalized as
 :mod:`autorl.checkpoints.model_files` says). Every source file's size and modification time are compared again
-at the end: a file changed during the copy refuses the submission. The fingerprint is over what the
+just before the first tensor byte is read (a change by then is refused at no cost), after each chunk
+of the copy (a change stops it there) and at the end. A refusal once tensor data has been read is a
+:class:`~autorl.errors.CostlyCheckpointError`: the grader counts it against the submission limit,
+since the read and the copy were made. The fingerprint is over what the
 snapshot holds, so identical evaluated files, and only those, share a score; a copy of the base
 model's weights has the baseline's fingerprint. The evaluator loads the snapshot, never the agent's
 folder.
@@ -54,6 +57,7 @@ from autorl.checkpoints.model_files import TOKENIZER_FILES
 from autorl.checkpoints.safetensors_header import Header, Tensor, compare_names, compare_to_base, read_header
 from autorl.errors import (
     CheckpointError,
+    CostlyCheckpointError,
     ModelSourceError,
     ServiceUnavailableError,
     UnreadableCheckpointError,
@@ -102,8 +106,12 @@ _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors")
 _PICKLE_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt|pkl))", re.IGNORECASE)
 _SAVE = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
 _CHANGED = (
-    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
-    "folder and submit it once it is complete"
+    "the checkpoint's files changed while they were being submitted; stop writing a checkpoint before "
+    "you submit it: save each checkpoint to a new folder and submit that folder once it is complete"
+)
+_BASE_CHANGED = (
+    "the base model's files changed while this checkpoint was being taken (the platform replaced them); "
+    "submit the checkpoint again"
 )
 
 
@@ -425,6 +433,7 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
     name = uuid.uuid4().hex
     writer = _Writer(snapshot_root / name)
     writer.path.mkdir(mode=0o755)
+    reading_weights = False
     try:
         with ExitStack() as stack:
             opened = {entry: _open(source, entry, stack) for entry in sorted({*shards, *checked})}
@@ -451,15 +460,31 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
             model_files.check_config(config, base.config, opened[CONFIG].name)
             small = {entry: _read_small(handle) for entry, handle in platform_files.items()}
             _write_platform_files(writer, small, base, platform)
+            # Every check that needs no tensor data is behind, and a file changed by now is refused
+            # at no cost. From here on the weights are read, copied and hashed: a refusal is a
+            # CostlyCheckpointError, which the grader counts against the submission limit.
+            for handle in opened.values():
+                _check_unchanged(handle)
+            reading_weights = True
             for shard, header in headers.items():
                 _copy_weights(opened[shard], header, writer)
             if indexed:
                 total = sum(header.data_bytes for header in headers.values())
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
                 writer.write(WEIGHTS_INDEX, model_files.dump_json(index))
-            for handle in [*opened.values(), *platform_files.values()]:
+            for handle in opened.values():
+                _check_unchanged(handle)
+            for handle in platform_files.values():
+                # The base model's files are the platform's: their change is not the agent's to pay for.
+                if platform is not source and _changed(handle):
+                    raise ServiceUnavailableError(_BASE_CHANGED)
                 _check_unchanged(handle)
         fingerprint = writer.fingerprint()
+    except CheckpointError as exc:
+        remove_snapshot(writer.path)
+        if reading_weights and not isinstance(exc, CostlyCheckpointError):
+            raise CostlyCheckpointError(str(exc)) from exc
+        raise
     except BaseException:
         remove_snapshot(writer.path)
         raise
@@ -647,7 +672,8 @@ def _read_small(opened: _Opened) -> bytes:
 
 
 def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
-    """Copy the checked header, then stream the tensor data, hashing what is written."""
+    """Copy the checked header, then stream the tensor data, hashing what is written. A file that
+    changes (size or modification time) stops the copy at the next chunk."""
     target = writer.path / Path(opened.name).name
     # The canonical header, not the submitted one: the same tensors and data are the same file,
     # whatever metadata, key order or padding the agent's header held (nothing of it is evaluated).
@@ -663,14 +689,20 @@ def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
             out.write(chunk)
             content.update(chunk)
             remaining -= len(chunk)
+            if _changed(opened):  # stop at once: the rest of the copy would be refused anyway
+                raise CheckpointError(_CHANGED)
         if os.read(opened.fd, 1):
             raise CheckpointError(_CHANGED)
     writer.digests[target.name] = content.digest()
 
 
-def _check_unchanged(opened: _Opened) -> None:
+def _changed(opened: _Opened) -> bool:
     now = os.fstat(opened.fd)
-    if (now.st_size, now.st_mtime_ns) != (opened.info.st_size, opened.info.st_mtime_ns):
+    return (now.st_size, now.st_mtime_ns) != (opened.info.st_size, opened.info.st_mtime_ns)
+
+
+def _check_unchanged(opened: _Opened) -> None:
+    if _changed(opened):
         raise CheckpointError(_CHANGED)
 
 

@@ -144,6 +144,10 @@ class Experiment(Base):
     # lease holds (a grader that died while copying lets go when it runs out).
     snapshot_holder: Mapped[str | None] = mapped_column(String(32))
     snapshot_lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Submits refused after the grader had begun reading the checkpoint's weights (the files changed
+    # under the copy): each counts against max_submissions as a submission does, though no row is
+    # written for it (autorl_grader.submissions.count_refusal).
+    costly_refusals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     submissions: Mapped[list[Submission]] = relationship(
         back_populates="experiment", order_by="Submission.id", foreign_keys="Submission.experiment_id"

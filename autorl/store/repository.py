@@ -204,9 +204,11 @@ def failed_for_the_evaluator(submission: Submission) -> bool:
 
 
 def limited_submissions_count(session: Session, experiment: Experiment) -> int:
-    """The agent's submissions that count against its limit: all but those that failed for the
-    evaluator's own fault."""
-    return (
+    """What counts against the agent's limit: its submissions, all but those that failed for the
+    evaluator's own fault, and its submits refused after the grader began reading the checkpoint's
+    weights (``experiment.costly_refusals``, which have no row). Read it on the experiment's row
+    locked for update (``get_experiment(..., for_update=True)``) to decide on it."""
+    submissions = (
         session.scalar(
             select(func.count(Submission.id)).where(
                 Submission.experiment_id == experiment.id, _agents(), ~evaluator_fault()
@@ -214,6 +216,20 @@ def limited_submissions_count(session: Session, experiment: Experiment) -> int:
         )
         or 0
     )
+    return submissions + (experiment.costly_refusals or 0)
+
+
+def count_costly_refusal(session: Session, experiment: Experiment) -> int:
+    """Count a submit refused after its checkpoint's weights were read against ``experiment``'s
+    limit (a row locked for update, as when a submission is created), unless the limit is already
+    reached (only a submit whose lease another grader took over can get there): what counts never
+    exceeds ``max_submissions``. Returns how many submissions are left."""
+    count = limited_submissions_count(session, experiment)
+    if count < experiment.max_submissions:
+        experiment.costly_refusals = (experiment.costly_refusals or 0) + 1
+        count += 1
+        session.flush()
+    return max(0, experiment.max_submissions - count)
 
 
 def take_snapshot_lease(experiment: Experiment, holder: str, lease_s: float) -> bool:

@@ -23,8 +23,8 @@ BASE_TOKENIZER_FILES = (
 )
 #: The refusal of a checkpoint whose files changed while the snapshot read them.
 CHANGED = (
-    "the checkpoint's files changed while they were being submitted; save each checkpoint to a new "
-    "folder and submit it once it is complete"
+    "the checkpoint's files changed while they were being submitted; stop writing a checkpoint before "
+    "you submit it: save each checkpoint to a new folder and submit that folder once it is complete"
 )
 
 

@@ -24,7 +24,7 @@ from autorl.checkpoints.snapshot import (
     Snapshot,
     snapshot_base_model,
 )
-from autorl.errors import CheckpointError
+from autorl.errors import CheckpointError, CostlyCheckpointError, ServiceUnavailableError
 from tests.support.checkpoints import (
     edit_json,
     read_safetensors,
@@ -36,6 +36,7 @@ from tests.support.snapshots import (
     CHANGED,
     output_as_a_link,
     snapshot_files,
+    taker,
     with_base_files,
     write_with_a_hole,
 )
@@ -736,6 +737,81 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 
     monkeypatch.setattr(snapshot_module, "_copy_weights", copy_then_rewrite)
     assert "changed while they were being submitted" in refusal()
+
+
+def test_weights_growing_under_the_copy_stop_it_and_are_a_costly_refusal(
+    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes appended as the copy starts: the copy stops at the chunk where the change shows, and
+    the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "COPY_CHUNK_BYTES", 64 * 1024)
+    copy_weights, chunks = snapshot_module._copy_weights, []
+    read = os.read
+
+    def counted_read(fd: int, size: int) -> bytes:
+        chunks.append(size)
+        return read(fd, size)
+
+    def append_then_copy(opened: Any, header: Any, writer: Any) -> None:
+        with (checkpoint / "model.safetensors").open("ab") as weights:
+            weights.write(b"\0" * 1024)
+        monkeypatch.setattr(snapshot_module.os, "read", counted_read)
+        copy_weights(opened, header, writer)
+
+    monkeypatch.setattr(snapshot_module, "_copy_weights", append_then_copy)
+    with pytest.raises(CostlyCheckpointError) as caught:
+        take()
+    assert str(caught.value) == CHANGED and chunks == [64 * 1024]
+    assert list(snapshots.iterdir()) == []
+
+
+def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
+    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change after the header and config checks, before the first tensor byte: refused by the
+    re-check before the copy, which never starts; not a CostlyCheckpointError."""
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    def never_copy(*args: Any) -> None:
+        raise AssertionError("the weights were copied")
+
+    write_config = snapshot_module._write_platform_files
+
+    def write_then_append(*args: Any) -> None:
+        write_config(*args)
+        with (checkpoint / "model.safetensors").open("ab") as weights:
+            weights.write(b"\0")
+
+    monkeypatch.setattr(snapshot_module, "_copy_weights", never_copy)
+    monkeypatch.setattr(snapshot_module, "_write_platform_files", write_then_append)
+    with pytest.raises(CheckpointError) as caught:
+        take()
+    assert str(caught.value) == CHANGED and not isinstance(caught.value, CostlyCheckpointError)
+    assert list(snapshots.iterdir()) == []
+
+
+def test_base_model_files_changed_under_the_copy_are_the_platforms_failure(
+    workspace: Path, checkpoint: Path, tiny_base_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base model's files are the platform's: a change to them during a submission's copy is a
+    503 to retry, never a refusal of the agent's checkpoint (which would count against its limit)."""
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    base = Path(shutil.copytree(tiny_base_model, tmp_path / "base"))
+    snapshots = tmp_path / "own-snapshots"
+    copy_weights = snapshot_module._copy_weights
+
+    def copy_then_touch_base(opened: Any, header: Any, writer: Any) -> None:
+        copy_weights(opened, header, writer)
+        tokenizer = base / "tokenizer.json"
+        os.utime(tokenizer, ns=(tokenizer.stat().st_atime_ns, tokenizer.stat().st_mtime_ns + 1_000_000))
+
+    monkeypatch.setattr(snapshot_module, "_copy_weights", copy_then_touch_base)
+    with pytest.raises(ServiceUnavailableError, match="the base model's files changed"):
+        taker(workspace, base, snapshots)()
+    assert list(snapshots.iterdir()) == []
 
 
 def _linked_base(tiny_base_model: Path, tmp_path: Path) -> Path:

@@ -4,8 +4,11 @@ A submit first waits here, in the event loop, for its experiment's turn: waiting
 thread, so a burst of submits from one experiment holds one thread, not all of them, and other
 experiments' submits go on. Then it takes the experiment's lease in the database (several grader
 replicas share it) and checks the budget and the submission limit *before* anything is copied:
-past the limit a submit is refused without reading a file. Every submit that is refused therefore
+past the limit a submit is refused without reading a file. Every submit refused there therefore
 costs neither snapshot storage nor memory, and at most one snapshot per experiment is in progress.
+A submit refused only once its checkpoint's weights were being read (its files changed under the
+copy) cost that read, and counts against the limit as a submission does
+(autorl_grader.submissions.count_refusal): the limit bounds the copies an experiment can cause.
 """
 
 from __future__ import annotations

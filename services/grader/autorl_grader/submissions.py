@@ -21,7 +21,14 @@ from autorl.checkpoints.snapshot import (
     snapshot_base_model,
     snapshot_submission,
 )
-from autorl.errors import ConflictError, DeadlineExceededError, ServiceUnavailableError, SubmissionLimitError
+from autorl.errors import (
+    CheckpointError,
+    ConflictError,
+    CostlyCheckpointError,
+    DeadlineExceededError,
+    ServiceUnavailableError,
+    SubmissionLimitError,
+)
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.store.models import ExperimentStatus, utcnow
@@ -67,10 +74,19 @@ def check_open(experiment: Experiment) -> None:
 
 
 def check_limit(count: int, experiment: Experiment) -> None:
+    """``count``: :func:`repo.limited_submissions_count` of ``experiment``, locked for update."""
     if count >= experiment.max_submissions:
+        # GET /scores lists submissions only: say what else took part of the limit.
+        refused = experiment.costly_refusals or 0
+        counted = (
+            f" ({refused} of them refused after the grader had read the checkpoint's weights, which "
+            "counts as a submission but is not listed in GET /scores)"
+            if refused
+            else ""
+        )
         raise SubmissionLimitError(
-            f"experiment {experiment.name!r} reached its limit of {experiment.max_submissions} submissions; "
-            "submit only your best checkpoints (GET /scores shows what you have)"
+            f"experiment {experiment.name!r} reached its limit of {experiment.max_submissions} "
+            f"submissions{counted}; submit only your best checkpoints (GET /scores shows what you have)"
         )
 
 
@@ -145,10 +161,14 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     """Blocking: reserves, snapshots and commits a submission, then enqueues it. Returns its id.
     Called in the experiment's turn (autorl_grader.snapshot_slots)."""
     check_open(experiment)
+    # A queue that does not answer refuses the submit before any file is read, at no cost.
+    state.dispatcher.ping()
     holder = uuid.uuid4().hex
     reserve_snapshot(state, experiment, holder)
     try:
         submission_id, queued = _snapshot_and_commit(state, experiment, model_path, holder)
+    except CostlyCheckpointError as exc:
+        raise count_refusal(state, experiment, holder, exc) from exc
     except BaseException:
         # Committed, the lease is let go in the submission's own transaction; refused, here.
         with state.db.session() as session:
@@ -164,6 +184,30 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     if queued:
         dispatch_committed(state)
     return submission_id
+
+
+def count_refusal(
+    state: GraderState, experiment: Experiment, holder: str, refusal: CostlyCheckpointError
+) -> CheckpointError:
+    """A submit refused after the grader began reading the checkpoint's weights cost what an
+    accepted one costs, so it counts against the limit as one does (``costly_refusals``): under the
+    experiment's row lock, with the lease let go, in one transaction. Returns the refusal the agent
+    gets (still a 400): the reason, that it counted, how many submissions are left and the fix.
+    Refusals found before any weight data is read are not counted (:func:`reserve_snapshot`)."""
+    with state.db.session() as session:
+        locked = repo.get_experiment(session, experiment.name, for_update=True)
+        left = repo.count_costly_refusal(session, locked)
+        limit = locked.max_submissions
+        repo.release_snapshot_lease(session, locked.id, holder)
+    log.warning(
+        "event=submission_refused_after_read experiment=%s submissions_left=%d", experiment.name, left
+    )
+    # The reason names the fix (a CheckpointError does; for files that changed: stop writing a
+    # checkpoint before submitting it, save it to a new folder and submit that folder).
+    return CheckpointError(
+        f"{refusal}. This refusal counts against your limit of {limit} submissions, as a submission "
+        f"does, because the grader had already read and copied the checkpoint's weights: {left} left"
+    )
 
 
 def _snapshot_and_commit(

@@ -498,7 +498,9 @@ measured by the platform: `POST /set_baseline` is refused.
   folder as `Trainer.save_model` or a `checkpoint-N/` save leaves it is fine: the trainer's own
   files beside the weights (`training_args.bin`, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`,
   `trainer_state.json`) are ignored, never loaded.
-- Submitting identical weights twice reuses the earlier score. There is {limit}.
+- Submitting identical weights twice reuses the earlier score. There is {limit}. Stop writing a
+  checkpoint before you submit it (save each one to a new folder): a submit refused because its
+  files changed while the grader copied them counts against the limit.
 - The score is exact-match accuracy (0-100) of greedy generation on the test split, prompted
   exactly as `autorl.tasks.get_task("{task}").render_prompt(tokenizer, question)` renders a
   question (four worked examples in the model's chat template). Train on that format.
