@@ -1,10 +1,13 @@
-"""How large one request to the grading API may be, and what a client is told when it is larger.
+"""How large one request to the grading API may be, how long it may take to arrive and how many
+connections a client may hold, and what a client is told past each limit.
 
-Both doors an agent's request can come through apply these: the relay that forwards the agent
-API into the sandbox (``autorl run``) and the grader's own server (on a cluster agents reach it
-directly). Defined once, so the two never disagree on what is too large or on what the client
-reads. A refusal is the grader's usual JSON (``detail`` and ``error``, the same text naming the
-limit and the fix), never a reset connection.
+Both doors an agent's request can come through apply the size limits: the relay that forwards the
+agent API into the sandbox (``autorl run``) and the grader's own server (on a cluster agents reach
+it directly). Defined once, so the two never disagree on what is too large or on what the client
+reads. The relay holds each sandbox to :data:`MAX_AGENT_CONNECTIONS`; the grader's server holds
+every client to :data:`REQUEST_READ_S` and the connection caps. A refusal is the grader's usual
+JSON (``detail`` and ``error``, the same text naming the limit and the fix), never a reset
+connection.
 """
 
 from __future__ import annotations
@@ -22,6 +25,36 @@ MAX_HEADER_BYTES = 64 * 1024
 DRAIN_S = 5.0
 DRAIN_BYTES = 64 << 20
 
+#: How long the grader waits for one whole request (line, headers and body), counted from when it
+#: begins to wait for it: the connection opened, or the previous answer on it sent. A request within
+#: the size limits arrives in well under a second from any client that sends it at once, as HTTP
+#: client libraries do; 30 s leaves a loaded or paused client ample room, and bounds how long a client
+#: that stalls, or trickles its bytes, holds a connection and up to a body's worth of memory. Past it
+#: the answer is 408 and the connection closes. (Waiting for an answer, a blocking /submit, is not
+#: reading the request: it is not counted.)
+REQUEST_READ_S = 30.0
+#: The most connections the grader's server holds at once on each port it listens on; the agent
+#: port and the admin port are counted apart, so agents that fill the agent port leave the admin
+#: port to the controller. A connection holds at most one request while it is read: the head and
+#: body limits above plus a read's worth, about 1.1 MiB (measured before this cap: 300 connections
+#: each holding a body of 1 MiB - 1 byte grew the grader by 308 MiB). Both ports full hold about
+#: 560 MiB, inside the chart's 2 GiB limit with the grader's own use (about 100 MiB idle, and the
+#: submit path's allowance of 700 MiB in tests/integration/test_submit_burst.py) beside it.
+MAX_CONNECTIONS = 256
+#: The most connections one sandbox's agent holds open to the grading API at once: the sandbox's
+#: relay accepts no more (and forwards each over one connection of its own to the grader).
+MAX_AGENT_CONNECTIONS = 64
+#: The most connections one client address holds at once on one port of the grader, so that one
+#: agent never takes every slot from other experiments' agents or from the controller: at least four
+#: addresses are needed to fill a port. On a cluster each agent pod has an address of its own and
+#: gets what the relay allows an agent; on one machine (``autorl run``: a single-port grader that the
+#: relay and the run's own admin client both reach from 127.0.0.1) the 16 above the relay's cap keep
+#: the run's own requests served while the agent uses all of its relay's connections.
+MAX_CONNECTIONS_PER_CLIENT = MAX_AGENT_CONNECTIONS + 16
+#: The Retry-After of a connection refused over a cap: connections free as requests are answered
+#: (a held one at most REQUEST_READ_S after it opened).
+RETRY_AFTER_S = 5
+
 BODY_TOO_LARGE = (
     f"the request body is over the grading API's limit of {MAX_BODY_BYTES} bytes; its bodies are small "
     'JSON objects: to submit, send only the checkpoint\'s path, as {"model_path": "output/v1"}'
@@ -30,6 +63,27 @@ HEADERS_TOO_LARGE = (
     f"the request line and headers are over the grading API's limit of {MAX_HEADER_BYTES} bytes; "
     "send only the Authorization and Content-Type headers the API needs"
 )
+
+
+def request_too_slow(read_s: float = REQUEST_READ_S) -> str:
+    """The reason of a request that was not received whole within ``read_s`` seconds (408)."""
+    return (
+        f"the request did not arrive whole within the grading API's limit of {read_s:g} s; send the "
+        "request line, headers and body at once, as an HTTP client library does, on a new connection"
+    )
+
+
+def too_many_connections(limit: int, *, per_client: bool) -> str:
+    """The reason of a connection refused over a cap (503): one address's, or one port's."""
+    held = (
+        f"your address already holds {limit} connections to the grader, the grading API's limit per address"
+        if per_client
+        else f"the grader already holds {limit} connections on this port, its limit"
+    )
+    return (
+        f"{held}; retry after the Retry-After header's seconds, and close connections you no longer "
+        "use (send each request at once: one not received whole in time is refused)"
+    )
 
 
 def unparsable_request(status_hint: int, reason: str) -> tuple[int, str]:

@@ -126,7 +126,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def grader_process(command: list[str], env: dict[str, str], urls: list[str]) -> Iterator[None]:
+def grader_process(
+    command: list[str], env: dict[str, str], urls: list[str]
+) -> Iterator[subprocess.Popen[str]]:
     """Run `autorl grader ...` as a real process until each of ``urls`` answers ``/healthz``; stop
     it afterwards. Its output is the failure message when it exits before that."""
     import httpx
@@ -144,7 +146,7 @@ def grader_process(command: list[str], env: dict[str, str], urls: list[str]) -> 
             assert process.poll() is None, process.communicate()[0]
             assert time.monotonic() < deadline, "the grader did not start"
             time.sleep(0.2)
-        yield
+        yield process
     finally:
         process.terminate()
         process.wait(timeout=30)

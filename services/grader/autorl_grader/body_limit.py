@@ -4,7 +4,9 @@ Every route, the agent's and the admin's, takes at most a small JSON object, so 
 answered 413 as soon as its ``Content-Length`` or the part received so far passes the limit; at
 most the limit and one received chunk are ever held. The answer closes the connection: the
 server's protocol (:mod:`autorl_grader.http_server`) then drops what the client is still sending
-for a bounded time, so that the client reads the reason instead of a reset.
+for a bounded time, so that the client reads the reason instead of a reset. How long the body may
+take to arrive, and how many connections may each hold one, is that protocol's to bound. A request
+whose client is gone before its body is whole never reaches the app.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ class BodyLimit:
         size = 0
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                # The client left, or the server gave up on it (it did not send the request whole
+                # in time): nothing will read the answer, so the app is not run.
+                return
             received.append(message)
-            if message["type"] != "http.request":
-                break
             size += len(message.get("body", b""))
             if size > self.max_bytes:
                 await self._refuse(scope, receive, send)

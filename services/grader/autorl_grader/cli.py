@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autorl_grader.http_server import ConnectionLimits
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,27 +25,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> int:
+    """Serve until stopped. ``limits``: what each connection may take (by default
+    autorl.api.request_limits'; tests shorten them)."""
     import uvicorn
 
     from autorl.cli import UsageError
-    from autorl_grader.http_server import AnsweringH11Protocol
+    from autorl_grader.http_server import AnsweringH11Protocol, ConnectionLimits
     from autorl_grader.main import create_app
     from autorl_grader.ports import AgentPortGuard
     from autorl_grader.settings import GraderSettings
 
+    protocol = AnsweringH11Protocol.limited(limits or ConnectionLimits())
     settings = GraderSettings()
     app = create_app(settings)
     if args.admin_port is None:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=AnsweringH11Protocol)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol)
         return 0
     if args.admin_port == args.port:
         raise UsageError(f"--admin-port must differ from --port ({args.port})")
     sockets = [_listen(args.host, port) for port in (args.port, args.admin_port)]
     server = uvicorn.Server(
-        uvicorn.Config(
-            AgentPortGuard(app, agent_port=args.port), log_level=args.log_level, http=AnsweringH11Protocol
-        )
+        uvicorn.Config(AgentPortGuard(app, agent_port=args.port), log_level=args.log_level, http=protocol)
     )
     server.run(sockets=sockets)
     return 0

@@ -1,4 +1,5 @@
-"""The grader's HTTP protocol: uvicorn's h11 protocol, with every refusal readable by the client.
+"""The grader's HTTP protocol: uvicorn's h11 protocol, with every refusal readable by the client, and
+what a client's connections may cost bounded.
 
 uvicorn's own protocol answers a header block over h11's limit with a plain-text 400 and closes at
 once, and closes at once after an answer that ends the connection: with the client's bytes still
@@ -8,21 +9,108 @@ the reason. Here the header block is capped at :data:`autorl.api.request_limits.
 (431 for a header block over the limit, 400 otherwise), and a connection that must close while
 the client is still sending its request is half-closed: the answer goes out, what still comes in
 is read and dropped for at most :data:`~autorl.api.request_limits.DRAIN_S` seconds and
-:data:`~autorl.api.request_limits.DRAIN_BYTES` bytes, then it closes. ``autorl grader`` passes this
-protocol to uvicorn explicitly, so it is used even where httptools is installed.
+:data:`~autorl.api.request_limits.DRAIN_BYTES` bytes, then it closes.
+
+uvicorn's protocol also waits for a request as long as the client likes and takes every connection
+it is offered, so connections that each hold part of a request (up to a body's megabyte, read before
+any route or token is checked) could grow the grader's memory without bound. Here (limits in
+:class:`ConnectionLimits`, their values and reasons in :mod:`autorl.api.request_limits`):
+
+- a request must arrive whole (line, headers and body) within ``read_s`` of when the grader begins
+  to wait for it (the connection opened, or the previous answer sent); past it the answer is 408 and
+  the connection closes as above, and the app reading its body sees the client gone;
+- a port serves at most ``per_port`` connections at once, and one client address at most
+  ``per_client`` of them; past either, a new connection is answered 503 with a Retry-After at once
+  and closed as above. The agent port and the admin port are counted apart, so agents that fill one
+  leave the other to the controller. Refused connections being answered are themselves capped
+  (``refusals`` per port): past that, a new one is closed unanswered, as a full listen queue would.
+
+``autorl grader`` passes this protocol to uvicorn explicitly (:meth:`AnsweringH11Protocol.limited`),
+so it is used even where httptools is installed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from autorl.api.request_limits import DRAIN_BYTES, DRAIN_S, RequestParser, unparsable_request
+from autorl.api.request_limits import (
+    DRAIN_BYTES,
+    DRAIN_S,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_CLIENT,
+    REQUEST_READ_S,
+    RETRY_AFTER_S,
+    RequestParser,
+    request_too_slow,
+    too_many_connections,
+    unparsable_request,
+)
+
+#: Refused connections logged one by one; past this, one line per LOGGED_REFUSALS_EVERY more (a
+#: client decides how often it is refused, not how large the grader's log grows).
+LOGGED_REFUSALS = 100
+LOGGED_REFUSALS_EVERY = 1000
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one server's connections may take (module docstring); tests shorten them."""
+
+    read_s: float = REQUEST_READ_S
+    per_port: int = MAX_CONNECTIONS
+    per_client: int = MAX_CONNECTIONS_PER_CLIENT
+    refusals: int = MAX_CONNECTIONS
+
+
+class ConnectionSlots:
+    """The connections one server holds, by listening port and by port and client address, and the
+    refused ones it is still answering, by port. Used from the event loop's thread only."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self._on_port: Counter[int | None] = Counter()
+        self._from_client: Counter[tuple[int | None, str | None]] = Counter()
+        self._refusing: Counter[int | None] = Counter()
+        self.refused = 0
+
+    def take(self, port: int | None, client: str | None) -> str | None:
+        """A slot for a new connection: None once taken, else the reason it is refused."""
+        if self._from_client[(port, client)] >= self.limits.per_client:
+            return too_many_connections(self.limits.per_client, per_client=True)
+        if self._on_port[port] >= self.limits.per_port:
+            return too_many_connections(self.limits.per_port, per_client=False)
+        self._on_port[port] += 1
+        self._from_client[(port, client)] += 1
+        return None
+
+    def give_back(self, port: int | None, client: str | None) -> None:
+        self._on_port[port] -= 1
+        self._from_client[(port, client)] -= 1
+        if not self._from_client[(port, client)]:
+            del self._from_client[(port, client)]  # an address that left takes no room
+
+    def take_refusal(self, port: int | None) -> bool:
+        """Whether a refused connection on ``port`` may be answered (else it is closed at once)."""
+        if self._refusing[port] >= self.limits.refusals:
+            return False
+        self._refusing[port] += 1
+        return True
+
+    def give_back_refusal(self, port: int | None) -> None:
+        self._refusing[port] -= 1
+
+    def count_refusal(self) -> bool:
+        """Counts a refusal; whether to log it."""
+        self.refused += 1
+        return self.refused <= LOGGED_REFUSALS or self.refused % LOGGED_REFUSALS_EVERY == 0
 
 
 class _Parser(RequestParser):
@@ -62,6 +150,17 @@ class _Transport:
 class AnsweringH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the limits and answers described above."""
 
+    #: Shared by every connection of every server that uses this class; :meth:`limited` gives a
+    #: server slots (and limits) of its own.
+    slots: ClassVar[ConnectionSlots] = ConnectionSlots(ConnectionLimits())
+
+    @classmethod
+    def limited(cls, limits: ConnectionLimits) -> type[AnsweringH11Protocol]:
+        """This protocol for one server: its connections share slots of their own, under ``limits``."""
+        return cast(
+            type[AnsweringH11Protocol], type(cls.__name__, (cls,), {"slots": ConnectionSlots(limits)})
+        )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._parser = _Parser()
@@ -69,24 +168,127 @@ class AnsweringH11Protocol(H11Protocol):
         self.draining = False
         self._drained = 0
         self._drain_deadline: asyncio.TimerHandle | None = None
+        self._read_deadline: asyncio.TimerHandle | None = None
         self._socket_transport: asyncio.Transport | None = None
+        #: (port, client address) of the slot this connection holds, or None.
+        self._slot: tuple[int | None, str | None] | None = None
+        #: Whether this connection was refused and holds one of its port's refusals being answered.
+        self._answering_refusal = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._socket_transport = transport
         super().connection_made(cast(asyncio.Transport, _Transport(transport, self)))
+        port = self.server[1] if self.server else None
+        address = self.client[0] if self.client else None
+        refusal = self.slots.take(port, address)
+        if refusal is None:
+            self._slot = (port, address)
+            self._watch_request()
+            return
+        self._log_refusal("too_many_connections", port, address)
+        if not self.slots.take_refusal(port):
+            transport.abort()
+            return
+        self._answering_refusal = True
+        self._answer(503, refusal, [("retry-after", str(RETRY_AFTER_S))])
+        self.drain()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._drain_deadline is not None:
-            self._drain_deadline.cancel()
+        for timer in (self._drain_deadline, self._read_deadline):
+            if timer is not None:
+                timer.cancel()
+        self._read_deadline = None
+        if self._slot is not None:
+            self.slots.give_back(*self._slot)
+            self._slot = None
+        if self._answering_refusal:
+            self.slots.give_back_refusal(self.server[1] if self.server else None)
+            self._answering_refusal = False
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if not self.draining:
             super().data_received(data)
+            self._watch_request()
             return
         self._drained += len(data)
         if self._drained > DRAIN_BYTES:
             self._close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_request()  # the connection stays open: the next request's deadline starts
+
+    def _should_upgrade(self) -> bool:
+        # The grader serves no WebSocket; an upgraded connection would leave this protocol, and the
+        # slot it holds, behind. A request asking for one is served as plain HTTP.
+        return False
+
+    def _watch_request(self) -> None:
+        """Arms the request's deadline while the grader waits for a request or the rest of one;
+        cancels it once the request is whole (or the connection is closing)."""
+        transport = self._socket_transport
+        waiting = (
+            self._slot is not None
+            and not self.draining
+            and transport is not None
+            and not transport.is_closing()
+            and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+        )
+        if waiting and self._read_deadline is None:
+            self._read_deadline = self.loop.call_later(self.slots.limits.read_s, self._request_too_slow)
+        elif not waiting and self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+    def _request_too_slow(self) -> None:
+        """The request did not arrive whole in time: 408, then close as after every refusal."""
+        self._read_deadline = None
+        transport = self._socket_transport
+        if self.draining or transport is None or transport.is_closing():
+            return
+        self._log_refusal("request_too_slow", *(self._slot or (None, None)))
+        self._refuse_request(408, request_too_slow(self.slots.limits.read_s))
+
+    def _refuse_request(self, status: int, detail: str) -> None:
+        """Answers the request being received with a refusal, unless an answer was begun already
+        (the app answered before reading the whole body), and closes as after every refusal. An
+        app still reading the request's body sees the client gone."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if (
+            cycle is None
+            or not cycle.response_started
+            or (cycle.response_complete and self.conn.their_state is not h11.SEND_BODY)
+        ):
+            self._answer(status, detail)
+        self.drain()
+
+    def _answer(self, status: int, detail: str, headers: list[tuple[str, str]] | None = None) -> None:
+        """Writes a refusal in the grader's JSON shape that ends the connection, past h11 (which
+        has no request to answer when none was received)."""
+        body = json.dumps({"detail": detail, "error": detail}).encode()
+        lines = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            "content-type: application/json",
+            f"content-length: {len(body)}",
+            "connection: close",
+            *(f"{name}: {value}" for name, value in headers or []),
+        ]
+        assert self._socket_transport is not None
+        self._socket_transport.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
+
+    def _log_refusal(self, reason: str, port: int | None, address: str | None) -> None:
+        if self.slots.count_refusal():
+            self.logger.warning(
+                "event=connection_refused reason=%s port=%s client=%s refusals=%d",
+                reason,
+                port,
+                address,
+                self.slots.refused,
+            )
 
     def send_400_response(self, msg: str) -> None:
         """Called by uvicorn for a request h11 cannot parse (``msg`` is uvicorn's generic text)."""
@@ -94,25 +296,14 @@ class AnsweringH11Protocol(H11Protocol):
         status, detail = (
             unparsable_request(error.error_status_hint, str(error)) if error else unparsable_request(400, msg)
         )
-        body = json.dumps({"detail": detail, "error": detail}).encode()
-        headers = [
-            ("content-type", "application/json"),
-            ("content-length", str(len(body))),
-            ("connection", "close"),
-        ]
-        for event in (
-            h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase),
-            h11.Data(data=body),
-            h11.EndOfMessage(),
-        ):
-            self.transport.write(self.conn.send(event) or b"")
-        self.drain()
+        self._refuse_request(status, detail)
 
     def drain(self) -> None:
         """Send what is buffered and end our side; drop what the client still sends, bounded."""
         transport = self._socket_transport
         assert transport is not None
         self.draining = True
+        self._watch_request()  # a request's deadline no longer applies; the drain's does
         self.flow.resume_reading()
         if not transport.can_write_eof():
             transport.close()

@@ -28,6 +28,7 @@ from autorl.api.request_limits import (
     BODY_TOO_LARGE,
     DRAIN_BYTES,
     DRAIN_S,
+    MAX_AGENT_CONNECTIONS,
     MAX_BODY_BYTES,
     RequestParser,
     unparsable_request,
@@ -49,7 +50,9 @@ FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "retry-after", "location
 UPSTREAM_TIMEOUT_S = 660.0
 #: An idle agent connection is closed after this long.
 IDLE_TIMEOUT_S = 900.0
-MAX_CONNECTIONS = 64
+#: Connections the agent may hold at once; past it a new one is closed. The grader allows one
+#: address this many and more (request_limits.MAX_CONNECTIONS_PER_CLIENT).
+MAX_CONNECTIONS = MAX_AGENT_CONNECTIONS
 _ACCEPT_POLL_S = 0.5
 
 

@@ -1,0 +1,350 @@
+"""A client that holds connections open, or sends its requests slowly, costs the grader bounded memory
+and no other client its service (on a cluster agents reach the grader without the sandbox's relay,
+which has limits of its own). The real `autorl grader`, in both its modes, over real sockets:
+
+- a request not received whole within the deadline (a body that stalls, headers trickled a byte at a
+  time, nothing at all) is answered 408 with the usual JSON refusal and its connection is closed;
+- past the connections one address may hold on a port, or a port may hold, a connection is answered
+  503 with a Retry-After, while other addresses and the admin port are served;
+- connections that each hold a body of 1 MiB - 1 byte grow the grader's memory only by what the cap
+  admits, and the deadline releases them.
+
+The limits are shortened through the server's own argument (``ConnectionLimits``), run by the same
+command line code as `autorl grader`; the command's defaults are checked with the command itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+import httpx
+import pytest
+
+from autorl.api.request_limits import (
+    MAX_AGENT_CONNECTIONS,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS_PER_CLIENT,
+    RETRY_AFTER_S,
+    request_too_slow,
+    too_many_connections,
+)
+from tests.support.infra import free_port, grader_process
+
+AUTORL = str(Path(sys.executable).parent / "autorl")
+#: `autorl grader` with the given ConnectionLimits (a JSON object, the first argument).
+LAUNCH = """
+import json, sys
+from autorl.cli import build_parser
+from autorl_grader.cli import run
+from autorl_grader.http_server import ConnectionLimits
+args = build_parser().parse_args(["grader", *sys.argv[2:]])
+raise SystemExit(run(args, limits=ConnectionLimits(**json.loads(sys.argv[1]))))
+"""
+MIB = 1 << 20
+#: The request deadline of the tests of it.
+READ_S = 1.5
+SUBMIT_HEAD = (
+    b"POST /submit HTTP/1.1\r\nHost: grader\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+)
+
+
+@dataclass
+class Grader:
+    process: Popen[str]
+    agent_port: int
+    admin_port: int | None
+    token: str
+
+    def admin_ok(self, source: str = "127.0.0.1") -> bool:
+        """A fresh admin request from ``source``, on the admin port where there is one, is served."""
+        port = self.admin_port or self.agent_port
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
+            answer = client.get(
+                f"http://127.0.0.1:{port}/v1/experiments", headers={"Authorization": f"Bearer {self.token}"}
+            )
+        return answer.status_code == 200
+
+    def rss(self) -> int:
+        return proc_status(self.process.pid, "VmRSS")
+
+    def open_files(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, limits: dict[str, Any] | None, *, admin_port: bool) -> Iterator[Grader]:
+    """`autorl grader` (with ``limits``: the same command with those ConnectionLimits) on free ports."""
+    agent, admin = free_port(), free_port() if admin_port else None
+    token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "AUTORL_HOME": str(tmp_path / "home"),  # SQLite in its home; local dispatch: no Redis
+        "AUTORL_ADMIN_TOKEN": token,
+        "AUTORL_PUBLIC_URL": f"http://127.0.0.1:{agent}",
+    }
+    for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE"):
+        env.pop(name, None)
+    args = ["--host", "127.0.0.1", "--port", str(agent), "--log-level", "warning"]
+    if admin is not None:
+        args += ["--admin-port", str(admin)]
+    command = (
+        [AUTORL, "grader", *args]
+        if limits is None
+        else [sys.executable, "-c", LAUNCH, json.dumps(limits), *args]
+    )
+    urls = [f"http://127.0.0.1:{port}" for port in (agent, admin) if port is not None]
+    with grader_process(command, env, urls) as process:
+        yield Grader(process, agent, admin, token)
+
+
+def proc_status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+def connect(port: int, source: str = "127.0.0.1", timeout: float = 30) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+
+def parse(data: bytes) -> Answer:
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)
+    }
+    return Answer(int(status_line.split()[1]), headers, json.loads(body) if body else None)
+
+
+def read_to_close(sock: socket.socket) -> Answer:
+    """Everything the grader sends until it closes the connection: one answer."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return parse(data)
+
+
+def read_one(sock: socket.socket) -> Answer:
+    """One answer of a kept-alive connection (its body by Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(parse(head + b"\r\n\r\n").headers["content-length"])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return parse(head + b"\r\n\r\n" + body)
+
+
+def healthz(port: int, source: str = "127.0.0.1") -> httpx.Response:
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
+        return client.get(f"http://127.0.0.1:{port}/healthz")
+
+
+def next_connection(port: int, source: str = "127.0.0.1") -> Answer:
+    """A request on a new connection, answered with a refusal that closes it."""
+    with connect(port, source) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: grader\r\n\r\n")
+        return read_to_close(sock)
+
+
+def assert_refused(answer: Answer, status: int, reason: str) -> None:
+    assert answer.status == status, answer
+    assert answer.headers["content-type"] == "application/json" and answer.headers["connection"] == "close"
+    assert answer.body == {"detail": reason, "error": reason}
+
+
+@contextlib.contextmanager
+def held(port: int, count: int, source: str = "127.0.0.1") -> Iterator[list[socket.socket]]:
+    """``count`` connections from ``source``, each holding a request it has not finished sending."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = connect(port, source)
+            sock.sendall(SUBMIT_HEAD % 100 + b'{"model_path": ')
+            socks.append(sock)
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def eventually(check: Any, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
+
+
+def stall_in_the_body(sock: socket.socket) -> float:
+    sock.sendall(SUBMIT_HEAD % 100 + b'{"model_path": "output/')
+    return time.monotonic()
+
+
+def trickle_the_headers(sock: socket.socket) -> float:
+    """A header byte every 0.2 s until the grader answers: the client is never idle, its request
+    never complete (given up after 10 s)."""
+    started = time.monotonic()
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: grader\r\nX-Slow: ")
+    sock.settimeout(0.2)
+    while time.monotonic() < started + 10:
+        try:
+            sock.recv(1, socket.MSG_PEEK)  # the answer has come (or the connection closed)
+            break
+        except TimeoutError:
+            sock.sendall(b"s")
+    sock.settimeout(READ_S + 10)
+    return started
+
+
+def send_nothing(sock: socket.socket) -> float:
+    return time.monotonic()
+
+
+def trickle_a_second_request(sock: socket.socket) -> float:
+    """One request answered on the connection, then the next one trickled."""
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: grader\r\n\r\n")
+    assert read_one(sock).status == 200
+    return trickle_the_headers(sock)
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [stall_in_the_body, trickle_the_headers, send_nothing, trickle_a_second_request],
+    ids=["part of a body", "headers a byte at a time", "nothing", "a second request, trickled"],
+)
+@pytest.mark.parametrize("admin_port", [True, False], ids=["agent port", "single port"])
+def test_a_request_not_received_whole_in_time_is_answered_408_and_closed(
+    tmp_path: Path, stall: Any, admin_port: bool
+) -> None:
+    with serving(tmp_path, {"read_s": READ_S}, admin_port=admin_port) as grader:
+        with connect(grader.agent_port, timeout=READ_S + 10) as sock:
+            started = stall(sock)
+            answer = read_to_close(sock)  # the answer, then the grader's end of the connection
+            waited = time.monotonic() - started
+        assert_refused(answer, 408, request_too_slow(READ_S))
+        assert READ_S - 0.2 < waited < READ_S + 5
+        assert healthz(grader.agent_port).status_code == 200
+        assert grader.process.poll() is None
+
+
+@pytest.mark.parametrize("admin_port", [True, False], ids=["agent port", "single port"])
+def test_one_address_past_its_cap_is_answered_503_and_other_clients_are_served(
+    tmp_path: Path, admin_port: bool
+) -> None:
+    per_client = 4
+    with serving(tmp_path, {"per_client": per_client, "per_port": 8}, admin_port=admin_port) as grader:
+        with held(grader.agent_port, per_client):
+            answer = next_connection(grader.agent_port)
+            assert_refused(answer, 503, too_many_connections(per_client, per_client=True))
+            assert answer.headers["retry-after"] == str(RETRY_AFTER_S)
+            # Another address, and the controller (on its own port, or from its own address), are
+            # served meanwhile.
+            assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
+            assert grader.admin_ok(source="127.0.0.1" if admin_port else "127.0.0.3")
+        # The held connections closed, their slots are free again.
+        eventually(lambda: healthz(grader.agent_port).status_code == 200)
+
+
+def test_a_full_agent_port_leaves_the_admin_port_to_the_controller(tmp_path: Path) -> None:
+    per_port = 6
+    limits = {"per_client": 4, "per_port": per_port}
+    with (
+        serving(tmp_path, limits, admin_port=True) as grader,
+        held(grader.agent_port, 4),
+        held(grader.agent_port, 2, source="127.0.0.2"),
+    ):
+        answer = next_connection(grader.agent_port, source="127.0.0.3")
+        assert_refused(answer, 503, too_many_connections(per_port, per_client=False))
+        assert answer.headers["retry-after"] == str(RETRY_AFTER_S)
+        assert grader.admin_ok()
+
+
+def test_refused_connections_being_answered_are_capped_too(tmp_path: Path) -> None:
+    # A refused connection is answered, then drained for a bounded time; a client that opens them
+    # faster than they drain finds the next ones closed unanswered, as a full listen queue would.
+    limits = {"per_client": 1, "refusals": 2}
+    with serving(tmp_path, limits, admin_port=True) as grader, held(grader.agent_port, 1):
+        refused = [connect(grader.agent_port) for _ in range(2)]  # answered 503, not read yet
+        try:
+            with connect(grader.agent_port) as sock, contextlib.suppress(ConnectionResetError):
+                assert sock.recv(65536) == b""
+            for sock in refused:
+                assert read_to_close(sock).status == 503
+        finally:
+            for sock in refused:
+                sock.close()
+        # Those answered, refusals are answered again; other addresses were served throughout.
+        assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
+        eventually(lambda: healthz(grader.agent_port).status_code == 503)
+
+
+@pytest.mark.parametrize("admin_port", [True, False], ids=["agent port", "single port"])
+def test_the_commands_own_cap_per_address(tmp_path: Path, admin_port: bool) -> None:
+    # An agent using every connection its sandbox's relay allows leaves room for an admin client on
+    # the same address (`autorl run`: relay and run both reach the grader from 127.0.0.1).
+    with (
+        serving(tmp_path, None, admin_port=admin_port) as grader,
+        held(grader.agent_port, MAX_AGENT_CONNECTIONS),
+    ):
+        assert grader.admin_ok()
+        with held(grader.agent_port, MAX_CONNECTIONS_PER_CLIENT - MAX_AGENT_CONNECTIONS):
+            answer = next_connection(grader.agent_port)
+            assert_refused(answer, 503, too_many_connections(MAX_CONNECTIONS_PER_CLIENT, per_client=True))
+            assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
+            assert grader.admin_ok(source="127.0.0.1" if admin_port else "127.0.0.3")
+
+
+def test_connections_holding_bodies_cost_only_what_the_cap_admits_until_the_deadline(tmp_path: Path) -> None:
+    # Each connection declares a body of the largest size taken and sends all of it but one byte.
+    per_client, connections, read_s = 8, 96, 4.0
+    limits = {"per_client": per_client, "read_s": read_s}
+    body = b" " * (MAX_BODY_BYTES - 1)
+    with serving(tmp_path, limits, admin_port=True) as grader:
+        for _ in range(3):  # warm the paths a request takes
+            assert healthz(grader.agent_port).status_code == 200
+        rss_before, files_before = grader.rss(), grader.open_files()
+        socks = []
+        try:
+            for _ in range(connections):
+                sock = connect(grader.agent_port, timeout=read_s + 10)
+                socks.append(sock)
+                with contextlib.suppress(OSError):  # a refused connection may be closed meanwhile
+                    sock.sendall(SUBMIT_HEAD % MAX_BODY_BYTES + body)
+            time.sleep(1.0)  # the grader reads what was sent
+            growth = grader.rss() - rss_before
+            # Without a cap every connection holds its megabyte: 96 MiB and more.
+            assert growth < 3 * per_client * MIB, f"the grader's memory grew {growth / MIB:.0f} MiB"
+            answers = [read_to_close(sock) for sock in socks]
+        finally:
+            for sock in socks:
+                sock.close()
+        statuses = sorted(answer.status for answer in answers)
+        assert statuses == [408] * per_client + [503] * (connections - per_client)
+        # After the deadline every connection is closed and the address is served again.
+        eventually(lambda: grader.open_files() <= files_before)
+        assert healthz(grader.agent_port).status_code == 200
+        assert grader.admin_ok() and grader.process.poll() is None
