@@ -71,7 +71,12 @@ class SubmissionLimitError(AutoRLError):
 
 
 class ServiceUnavailableError(AutoRLError):
-    """Postgres or Redis cannot be reached."""
+    """Postgres or Redis cannot be reached, or the grader cannot take the request for now; retrying
+    later may work. ``retry_after_s``, when given, is sent as the answer's ``Retry-After``."""
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class EvaluationError(AutoRLError):

@@ -426,8 +426,17 @@ def baseline_submission(
 
 def nominate(session: Session, experiment: Experiment, submission_id: int) -> Submission:
     """Record the agent's nomination of its scored submission ``submission_id`` for the final
-    test evaluation. Call with the experiment's row locked. Refusals: not sealed or nominated
-    already (ConflictError), not this experiment's scored submission (InvalidRequestError)."""
+    test evaluation. Call with the experiment's row locked. Refusals: those of
+    :func:`nomination_candidate`."""
+    submission = nomination_candidate(session, experiment, submission_id)
+    experiment.nominated_submission_id = submission.id
+    return submission
+
+
+def nomination_candidate(session: Session, experiment: Experiment, submission_id: int) -> Submission:
+    """The submission a nomination of ``submission_id`` would record, nothing recorded. Refusals:
+    not sealed or nominated already (ConflictError), not this experiment's scored submission
+    (InvalidRequestError)."""
     if experiment.feedback != Feedback.SEALED:
         raise ConflictError(
             f"experiment {experiment.name!r} scores every submission on the test split (feedback: test); "
@@ -455,7 +464,6 @@ def nominate(session: Session, experiment: Experiment, submission_id: int) -> Su
             f"submission {submission_id} is {submission.status.value}, not scored; nominate a scored "
             "submission (GET /scores shows each one's status)"
         )
-    experiment.nominated_submission_id = submission.id
     return submission
 
 
@@ -465,6 +473,86 @@ def final_choice(session: Session, experiment: Experiment) -> tuple[Submission |
     if experiment.nominated_submission_id is not None:
         return session.get(Submission, experiment.nominated_submission_id), "nominated"
     return best_submission(session, experiment), "best_on_validation"
+
+
+def final_source(session: Session, chosen: Submission) -> Submission | None:
+    """The submission whose snapshot a final test evaluation of ``chosen`` evaluates: ``chosen``
+    itself, or, when it took an identical evaluation's score and holds no snapshot, that
+    evaluation. None when that is a baseline's: the files are the base model's, and the final
+    takes the baseline's score on test without an evaluation."""
+    if chosen.snapshot is not None or chosen.reused_from is None:
+        return chosen
+    earlier = session.get(Submission, chosen.reused_from)
+    if earlier is None:
+        return chosen
+    return None if earlier.is_baseline else earlier
+
+
+def snapshot_holders(session: Session, experiment: Experiment) -> list[Submission]:
+    """The experiment's submissions whose snapshots must stay in the evaluator storage: each queued
+    or running one that names a snapshot (an evaluator will read it; a copy waiting for an identical
+    evaluation names none of its own), and the one :func:`kept_for_final`. Read it with the
+    experiment's row locked to act on it (a nomination and the release of snapshots are ordered by
+    that lock)."""
+    holders = list(
+        session.scalars(
+            select(Submission)
+            .where(
+                Submission.experiment_id == experiment.id,
+                Submission.snapshot.is_not(None),
+                _unevaluated(),
+            )
+            .order_by(Submission.id)
+        )
+    )
+    kept = kept_for_final(session, experiment)
+    if kept is not None and kept not in holders:
+        holders.append(kept)
+    return holders
+
+
+def kept_for_final(session: Session, experiment: Experiment) -> Submission | None:
+    """The finished evaluation whose snapshot a running sealed experiment keeps for its final test
+    evaluation, if it names one:
+
+    - before the final is chosen, the one the final would take now, :func:`final_choice`'s answer
+      (the nominated submission, else the best on validation, ties: the earliest) through
+      :func:`final_source`. Every other scored validation snapshot is let go: a nomination of one
+      is accepted only if its folder still holds the scored files;
+    - after, the final, when it failed for the evaluator's own fault (it may be made again from
+      the same snapshot)."""
+    if experiment.status.finished or experiment.feedback != Feedback.SEALED:
+        return None
+    kept: Submission | None = None
+    if experiment.final_submission_id is None:
+        chosen, _ = final_choice(session, experiment)
+        kept = final_source(session, chosen) if chosen is not None else None
+    else:
+        final = session.get(Submission, experiment.final_submission_id)
+        kept = final if final is not None and failed_for_the_evaluator(final) else None
+    return kept if kept is not None and kept.snapshot is not None else None
+
+
+def held_snapshots(session: Session, experiment: Experiment) -> int:
+    """How many snapshots the experiment's agent holds in the evaluator storage now (its share,
+    ``snapshots_per_experiment``): :func:`snapshot_holders`, baselines (the platform's) left out,
+    a snapshot that two rows name (a final and the submission it evaluates) counted once."""
+    return len(
+        {
+            row.snapshot
+            for row in snapshot_holders(session, experiment)
+            if not row.is_baseline and row.snapshot
+        }
+    )
+
+
+def snapshot_in_use(session: Session, submission_id: int, snapshot: str) -> bool:
+    """Whether one of :func:`snapshot_holders` of ``submission_id``'s experiment names ``snapshot``
+    (an evaluator asks before it removes the snapshot of a submission it has just finished with)."""
+    submission = session.get(Submission, submission_id)
+    if submission is None:
+        return False
+    return any(row.snapshot == snapshot for row in snapshot_holders(session, submission.experiment))
 
 
 def final_submission(session: Session, experiment: Experiment) -> Submission | None:
@@ -773,6 +861,10 @@ def settle_waiting(session: Session, evaluated: Submission) -> int:
     if evaluated.status == SubmissionStatus.FAILED and waiting:
         first, *rest = waiting
         first.waits_for = None
+        if first.snapshot is None:
+            # A copy that waited holds no snapshot of its own: it takes the failed evaluation's,
+            # whose files are the same (the evaluator keeps what a queued submission names).
+            first.snapshot = evaluated.snapshot
         for submission in rest:
             submission.waits_for = first.id
         session.flush()

@@ -115,8 +115,9 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         # A sealed experiment's validation evaluation is recorded under the validation config.
         recorded_config = repo.recorded_config(submission)
         snapshot, task_name, attempt = submission.snapshot, experiment.task, submission.attempts
-        # A scored validation checkpoint may be nominated for the final test evaluation: the
-        # grader removes its snapshot once the final is chosen (autorl_grader.submissions).
+        # A scored validation checkpoint may be the one the final test evaluation takes: the
+        # grader decides, under the experiment's lock, which one it keeps (the best on
+        # validation, or the nominated one) and removes the others (autorl_grader.submissions).
         keeps_snapshot = split_name == Split.VALIDATION and not submission.is_baseline
     log.info(
         "event=evaluation_started submission=%d split=%s attempt=%d worker=%s",
@@ -173,7 +174,10 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         with db.session() as session:
             reason = FailureReason.EVALUATION if test_data_loaded else FailureReason.SETUP
             final = repo.record_failure(session, submission_id, error=message, reason=reason, worker=worker)
-        if final and snapshot:
+            # Still needed: a copy that waited for this evaluation takes its snapshot, and a final
+            # that failed for the evaluator's own fault is made again from it.
+            needed = final and snapshot is not None and repo.snapshot_in_use(session, submission_id, snapshot)
+        if final and snapshot and not needed:
             _remove_snapshot(settings, snapshot)
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
     seconds = time.monotonic() - started

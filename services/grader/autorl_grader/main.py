@@ -98,7 +98,9 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
 
     @app.exception_handler(AutoRLError)
     async def _autorl_error(_: Request, exc: AutoRLError) -> JSONResponse:
-        return refusal(_status_for(exc), str(exc))
+        retry_after = exc.retry_after_s if isinstance(exc, ServiceUnavailableError) else None
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return refusal(_status_for(exc), str(exc), headers)
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:

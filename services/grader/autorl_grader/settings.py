@@ -13,6 +13,8 @@ SUBMIT_WAIT_S = 540.0
 #: keeper walks the workspace every second) before it is refused.
 UNREADABLE_WAIT_S = 10.0
 RECONCILE_INTERVAL_S = 15.0
+#: Snapshots one experiment may hold at once (evaluator storage is shared by every experiment).
+SNAPSHOTS_PER_EXPERIMENT = 8
 
 
 class GraderSettings(PlatformSettings, AdminTokenSettings):
@@ -51,6 +53,15 @@ class GraderSettings(PlatformSettings, AdminTokenSettings):
         "for its backend, is reported as EvaluatorsUnavailable (a condition, not a failure) with the fix.",
     )
     max_submissions: int = Field(default=100, gt=0, description="Default per-experiment submission limit.")
+    snapshots_per_experiment: int = Field(
+        default=SNAPSHOTS_PER_EXPERIMENT,
+        gt=0,
+        description="Snapshots one experiment may hold at once in the evaluator storage (its share of "
+        "AUTORL_SNAPSHOT_DIR): checkpoints waiting for or in evaluation, and in a sealed experiment the one "
+        "kept for its final. A submit past it is refused (503, Retry-After) before any file is read and "
+        "does not count against the limit; size the snapshot volume for this many checkpoints per "
+        "experiment running at once (each up to the base model's tensors stored as F32).",
+    )
     max_eval_attempts: int = Field(
         default=3, gt=0, description="Evaluation attempts before a submission fails."
     )

@@ -3,8 +3,9 @@
 A submit first waits here, in the event loop, for its experiment's turn: waiting costs no worker
 thread, so a burst of submits from one experiment holds one thread, not all of them, and other
 experiments' submits go on. Then it takes the experiment's lease in the database (several grader
-replicas share it) and checks the budget and the submission limit *before* anything is copied:
-past the limit a submit is refused without reading a file. Every submit refused there therefore
+replicas share it) and checks the budget, the submission limit and the experiment's share of the
+snapshot storage *before* anything is copied: past the limit (429) or the share (503) a submit is
+refused without reading a file. Every submit refused there therefore
 costs neither snapshot storage nor memory, and at most one snapshot per experiment is in progress.
 A submit refused only once its checkpoint's weights were being read (its files changed under the
 copy) cost that read, and counts against the limit as a submission does

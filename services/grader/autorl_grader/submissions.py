@@ -6,11 +6,13 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, PendingAnswer, SubmissionAnswer
@@ -31,13 +33,17 @@ from autorl.errors import (
 )
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
-from autorl.store.models import ExperimentStatus, utcnow
+from autorl.store.models import utcnow
 from autorl_grader.state import GraderState
-from autorl_grader.views import pending_view, submission_view
+from autorl_grader.views import display_path, pending_view, submission_view
 
 log = logging.getLogger("autorl.grader")
 #: How often a submit waiting for another grader replica's snapshot lease looks again.
 SNAPSHOT_LEASE_POLL_S = 0.25
+#: The Retry-After of a submit refused for the experiment's share of the evaluator storage: about
+#: the time in which an evaluation of a small model ends.
+SHARE_RETRY_AFTER_S = 30
+T = TypeVar("T")
 
 
 def rebase_agent_path(experiment: Experiment, model_path: str) -> str:
@@ -113,45 +119,93 @@ class _HeldSnapshot:
     """Whether the submission being committed keeps its snapshot (see :func:`_held_until_committed`)."""
 
     queued = False
+    kept = False
 
     def attach(self, submission: Submission) -> int:
         """The new submission's id. One that is final at once (it reuses a score) lets go of the
-        snapshot; a queued one keeps it for the evaluator."""
+        snapshot, and so does a copy that waits for an identical evaluation of its experiment (it
+        takes that one's result; should that fail, it takes that one's snapshot,
+        :func:`repo.settle_waiting`); one to evaluate keeps it for the evaluator."""
         self.queued = not submission.status.final
-        if not self.queued:
+        self.kept = self.queued and submission.waits_for is None
+        if not self.kept:
             submission.snapshot = None
         return submission.id
+
+    def keep(self) -> None:
+        """The snapshot is committed as a submission's (a nomination's copy of its folder)."""
+        self.kept = True
 
 
 @contextmanager
 def _held_until_committed(snapshot: Snapshot) -> Iterator[_HeldSnapshot]:
-    """Remove ``snapshot`` when the block fails, or when it ends without a queued submission
-    attached (one reusing a score, or none committed): only a queued submission's evaluator reads it."""
+    """Remove ``snapshot`` when the block fails, or when it ends without a submission keeping it
+    (one reusing a score, one waiting for an identical evaluation, or none committed)."""
     held = _HeldSnapshot()
     try:
         yield held
     except BaseException:
         remove_snapshot(snapshot.path)
         raise
-    if not held.queued:
+    if not held.kept:
         remove_snapshot(snapshot.path)
 
 
-def reserve_snapshot(state: GraderState, experiment: Experiment, holder: str) -> None:
-    """Take the experiment's snapshot lease once the budget is open and a submission is left
-    (autorl_grader.snapshot_slots): a submit refused here has read no file. Another grader
+def check_share(
+    state: GraderState, session: Session, experiment: Experiment, *, replacing_kept: bool = False
+) -> None:
+    """Refuse one more snapshot of ``experiment`` (a row locked for update) when it holds its share
+    of the evaluator storage already (``snapshots_per_experiment``): 503 with a Retry-After, before
+    any file is read, not counted against the limit. The storage is shared by every experiment, so
+    one experiment's queue must not fill it for the others. Counted is what its submissions hold
+    (:func:`repo.held_snapshots`); :func:`reserve_snapshot` has removed what they let go.
+    ``replacing_kept``: the new snapshot, once committed, replaces the one kept for the final (a
+    nomination's), which is then not counted: an experiment exceeds its share by that one copy at
+    most, while it is taken (one copy of an experiment at a time)."""
+    share = state.settings.snapshots_per_experiment
+    held = repo.held_snapshots(session, experiment)
+    kept = repo.kept_for_final(session, experiment) if replacing_kept else None
+    if kept is not None and not kept.is_baseline:
+        held -= 1
+    if held >= share:
+        raise ServiceUnavailableError(
+            f"this experiment already holds {held} checkpoints in the evaluator storage, waiting for "
+            f"evaluation or kept for its final (at most {share} at once); retry once one has been "
+            "scored (GET /scores shows each one's status). This refusal does not count against your "
+            "submission limit",
+            retry_after_s=SHARE_RETRY_AFTER_S,
+        )
+
+
+def reserve_snapshot(
+    state: GraderState,
+    experiment: Experiment,
+    holder: str,
+    checks: Callable[[Session, Experiment], None] | None = None,
+) -> None:
+    """Take the experiment's snapshot lease once the budget is open, a submission is left and the
+    experiment's share of the evaluator storage has room (autorl_grader.snapshot_slots): a submit
+    refused here has read no file. ``checks`` replaces the budget and limit checks: a nomination's,
+    whose snapshot replaces the one kept for the final (:func:`check_share`). Another grader
     replica's lease is waited for, at most ``snapshot_wait_s``."""
     deadline = time.monotonic() + state.settings.snapshot_wait_s
     while True:
+        # What the experiment let go (a validation snapshot no longer the best) leaves the storage
+        # before its share is counted, so the count is what the storage holds.
+        release_snapshots(state, experiment.name)
         with state.db.session() as session:
             locked = repo.get_experiment(session, experiment.name, for_update=True)
-            check_open(locked)
-            check_limit(repo.limited_submissions_count(session, locked), locked)
+            if checks is None:
+                check_open(locked)
+                check_limit(repo.limited_submissions_count(session, locked), locked)
+            else:
+                checks(session, locked)
+            check_share(state, session, locked, replacing_kept=checks is not None)
             if repo.take_snapshot_lease(locked, holder, state.settings.snapshot_lease_s):
                 return
         if time.monotonic() + SNAPSHOT_LEASE_POLL_S > deadline:
             raise ServiceUnavailableError(
-                f"another checkpoint of experiment {experiment.name!r} is being copied; submit again "
+                f"another checkpoint of experiment {experiment.name!r} is being copied; try again "
                 "once its /submit has answered (one checkpoint of an experiment is taken at a time)"
             )
         time.sleep(SNAPSHOT_LEASE_POLL_S)
@@ -163,17 +217,9 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     check_open(experiment)
     # A queue that does not answer refuses the submit before any file is read, at no cost.
     state.dispatcher.ping()
-    holder = uuid.uuid4().hex
-    reserve_snapshot(state, experiment, holder)
-    try:
-        submission_id, queued = _snapshot_and_commit(state, experiment, model_path, holder)
-    except CostlyCheckpointError as exc:
-        raise count_refusal(state, experiment, holder, exc) from exc
-    except BaseException:
-        # Committed, the lease is let go in the submission's own transaction; refused, here.
-        with state.db.session() as session:
-            repo.release_snapshot_lease(session, experiment.id, holder)
-        raise
+    submission_id, queued = under_lease(
+        state, experiment, lambda holder: _snapshot_and_commit(state, experiment, model_path, holder)
+    )
     state.last_submits.forget(experiment.id)
     log.info(
         "event=submission_accepted experiment=%s submission=%d reused=%s",
@@ -184,6 +230,28 @@ def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:
     if queued:
         dispatch_committed(state)
     return submission_id
+
+
+def under_lease(
+    state: GraderState,
+    experiment: Experiment,
+    copy: Callable[[str], T],
+    checks: Callable[[Session, Experiment], None] | None = None,
+) -> T:
+    """Run ``copy(holder)`` (it takes a snapshot and commits it, letting go of the lease in that
+    transaction) under the experiment's snapshot lease (:func:`reserve_snapshot`, with
+    ``checks``). A refusal once the weights were being read is counted (:func:`count_refusal`);
+    any other lets go of the lease here."""
+    holder = uuid.uuid4().hex
+    reserve_snapshot(state, experiment, holder, checks)
+    try:
+        return copy(holder)
+    except CostlyCheckpointError as exc:
+        raise count_refusal(state, experiment, holder, exc) from exc
+    except BaseException:
+        with state.db.session() as session:
+            repo.release_snapshot_lease(session, experiment.id, holder)
+        raise
 
 
 def count_refusal(
@@ -305,15 +373,117 @@ def _request_baseline_on(state: GraderState, name: str, split: Split) -> int:
 
 
 def nominate(state: GraderState, experiment: Experiment, submission_id: int) -> Submission:
-    """The agent's ``POST /final``: inside its budget, once, one of its scored submissions."""
+    """The agent's ``POST /final``: inside its budget, once, one of its scored submissions. Called
+    in the experiment's turn (autorl_grader.snapshot_slots), as a submit is.
+
+    A running sealed experiment keeps only the snapshot its final would take now (the best on
+    validation, :func:`repo.snapshot_holders`). A submission whose snapshot was let go is nominated
+    from its folder, which must still hold the files that were scored (:func:`_nominate_from_folder`)."""
     with state.db.session() as session:
         locked = repo.get_experiment(session, experiment.name, for_update=True)
         if locked.feedback == Feedback.SEALED:
             _check_budget_open(locked)
+        candidate = repo.nomination_candidate(session, locked, submission_id)
+        nominated = None
+        if _has_its_snapshot(state, session, candidate):
+            nominated = repo.nominate(session, locked, submission_id)
+            released = forget_released(session, locked)  # the best on validation, when not this one
+            session.flush()
+            session.expunge(nominated)
+    if nominated is None:
+        return _nominate_from_folder(state, experiment, submission_id)
+    remove_released(state, released)
+    log.info("event=final_nominated experiment=%s submission=%d", experiment.name, submission_id)
+    return nominated
+
+
+def _has_its_snapshot(state: GraderState, session: Session, chosen: Submission) -> bool:
+    """Whether a final of ``chosen`` has its files: the snapshot it would evaluate is kept, or it
+    needs none (the base model's files, whose score on test is the baseline's)."""
+    source = repo.final_source(session, chosen)
+    if source is None:
+        return True
+    return source.snapshot is not None and (snapshot_root(state) / source.snapshot / "config.json").is_file()
+
+
+def _nominate_from_folder(state: GraderState, experiment: Experiment, submission_id: int) -> Submission:
+    """Nominate a scored submission whose snapshot was let go: the grader takes its folder again,
+    with every check of a submit, and accepts it only if the fingerprint is the one that was scored;
+    the new snapshot becomes the submission's, kept for the final. The copy is one more snapshot of
+    the experiment, so it is held to the share (:func:`check_share`) and to the submission limit:
+    a refusal once the weights were being read (the files changed, or are not the scored ones)
+    counts against the limit as a costly submit does (:func:`count_refusal`)."""
+    model_path = ""
+
+    def checks(session: Session, locked: Experiment) -> None:
+        nonlocal model_path
+        _check_budget_open(locked)
+        candidate = repo.nomination_candidate(session, locked, submission_id)
+        model_path = candidate.model_path
+        if repo.limited_submissions_count(session, locked) >= locked.max_submissions:
+            # Reading the folder again may cost a submission (a costly refusal): none is left.
+            raise CheckpointError(
+                f"submission {submission_id}'s files are no longer kept (only the best on validation's "
+                f"are) and would be read again from its folder {display_path(locked, model_path)}, "
+                f"which your reached limit of {locked.max_submissions} submissions no longer allows; "
+                "nominate the best submission on validation, whose files are kept, or leave the choice "
+                "to the platform, which takes it"
+            )
+
+    return under_lease(
+        state,
+        experiment,
+        lambda holder: _snapshot_and_nominate(state, experiment, submission_id, model_path, holder),
+        checks,
+    )
+
+
+def _snapshot_and_nominate(
+    state: GraderState, experiment: Experiment, submission_id: int, model_path: str, holder: str
+) -> Submission:
+    shown = display_path(experiment, model_path)
+    unchanged_fix = (
+        "nominate a submission whose folder is unchanged, or leave the choice to the platform, which "
+        "takes the best on validation, whose files are kept"
+    )
+    try:
+        snapshot = snapshot_submission(
+            shown,  # the path as the agent knows it (relative to the workspace): its reasons name it
+            workspace=Path(experiment.workspace),
+            output_dir=Path(experiment.output_dir),
+            base_model_dir=Path(experiment.base_model_dir),
+            snapshot_root=snapshot_root(state),
+            unreadable_wait_s=state.settings.unreadable_wait_s,
+        )
+    except CheckpointError as exc:
+        refused = CostlyCheckpointError if isinstance(exc, CostlyCheckpointError) else CheckpointError
+        raise refused(
+            f"submission {submission_id}'s folder {shown} no longer holds the files that were scored "
+            f"({exc}); {unchanged_fix}"
+        ) from exc
+    with _held_until_committed(snapshot) as held, state.db.session() as session:
+        locked = repo.get_experiment(session, experiment.name, for_update=True)
+        _check_budget_open(locked)
+        chosen = repo.nomination_candidate(session, locked, submission_id)
+        if snapshot.fingerprint != chosen.fingerprint:
+            # Known only once every weight was read and hashed: a costly refusal.
+            raise CostlyCheckpointError(
+                f"submission {submission_id}'s folder {shown} no longer holds the files that were "
+                f"scored; {unchanged_fix}"
+            )
         nominated = repo.nominate(session, locked, submission_id)
+        nominated.snapshot = snapshot.name
+        held.keep()
+        repo.release_snapshot_lease(session, locked.id, holder)
+        released = forget_released(session, locked)
         session.flush()
         session.expunge(nominated)
-    log.info("event=final_nominated experiment=%s submission=%d", experiment.name, submission_id)
+    remove_released(state, released)
+    log.info(
+        "event=final_nominated experiment=%s submission=%d snapshot=taken_again",
+        experiment.name,
+        submission_id,
+    )
     return nominated
 
 
@@ -394,71 +564,71 @@ def begin_final(state: GraderState, name: str) -> int | None:
     return final_id
 
 
-def prune_orphan_snapshots(state: GraderState) -> list[str]:
-    """Remove the snapshots no evaluation needs any more: at once those of final submissions (the
-    evaluators may mount the snapshots read-only and then cannot remove them themselves), and
-    those no submission names once they are old (a crash between copying and committing)."""
+def forget_released(session: Session, experiment: Experiment) -> list[str]:
+    """Let go of the snapshots of ``experiment`` (a row locked for update) that no submission holds
+    any more (:func:`repo.snapshot_holders`): their rows forget them in this transaction. Returns
+    the names to remove from the storage once it is committed (:func:`remove_released`): until
+    then a nomination still finds the row naming its files, after it takes them again."""
+    holders = repo.snapshot_holders(session, experiment)
+    kept_rows = {row.id for row in holders}
+    kept = {row.snapshot for row in holders}
+    released = set()
+    named = session.scalars(
+        select(Submission).where(Submission.experiment_id == experiment.id, Submission.snapshot.is_not(None))
+    ).all()
+    for submission in named:
+        if submission.id in kept_rows or submission.snapshot is None:
+            continue
+        if submission.snapshot not in kept:
+            released.add(submission.snapshot)
+        submission.snapshot = None
+    return sorted(released)
+
+
+def remove_released(state: GraderState, names: list[str]) -> list[str]:
     root = snapshot_root(state)
-    unfinished = [SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]
+    for name in names:
+        remove_snapshot(root / name)
+    return names
+
+
+def release_snapshots(state: GraderState, name: str) -> list[str]:
+    """Remove the snapshots experiment ``name`` no longer holds (:func:`forget_released`), in a
+    transaction of its own under its row lock. Returns their names."""
+    with state.db.session() as session:
+        released = forget_released(session, repo.get_experiment(session, name, for_update=True))
+    return remove_released(state, released)
+
+
+def prune_orphan_snapshots(state: GraderState) -> list[str]:
+    """Remove the snapshots no evaluation needs any more, experiment by experiment under its row
+    lock (:func:`release_snapshots`): at once those of final submissions (the evaluators may mount
+    the snapshots read-only and then cannot remove them themselves), a sealed experiment's
+    validation snapshots but the one its final would take, and those no submission names once they
+    are old (a crash between copying and committing)."""
+    with state.db.session() as session:
+        names = session.scalars(
+            select(Experiment.name)
+            .where(
+                Experiment.id.in_(
+                    select(Submission.experiment_id).where(
+                        Submission.snapshot.is_not(None),
+                        Submission.status.not_in([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]),
+                    )
+                )
+            )
+            .order_by(Experiment.id)
+        ).all()
+    removed: list[str] = []
+    for name in names:
+        removed += release_snapshots(state, name)
     with state.db.session() as session:
         keep = {
             name
-            for name in session.scalars(
-                select(Submission.snapshot).where(
-                    Submission.snapshot.is_not(None),
-                    or_(Submission.status.in_(unfinished), _awaits_final(), _final_to_retry()),
-                )
-            )
+            for name in session.scalars(select(Submission.snapshot).where(Submission.snapshot.is_not(None)))
             if name is not None
         }
-        done = session.scalars(
-            select(Submission).where(
-                Submission.snapshot.is_not(None),
-                Submission.status.not_in(unfinished),
-                ~_awaits_final(),
-                ~_final_to_retry(),
-            )
-        ).all()
-        removed = []
-        for submission in done:
-            assert submission.snapshot is not None
-            if submission.snapshot not in keep:
-                remove_snapshot(root / submission.snapshot)
-                removed.append(submission.snapshot)
-            submission.snapshot = None
-    return removed + prune_snapshots(root, keep)
-
-
-def _awaits_final() -> ColumnElement[bool]:
-    """A sealed experiment's scored validation evaluation whose final test evaluation is not
-    chosen yet: its snapshot is kept, since the final may take it."""
-    return and_(
-        Submission.split == Split.VALIDATION,
-        Submission.is_baseline.is_(False),
-        Submission.status == SubmissionStatus.SCORED,
-        Submission.experiment_id.in_(
-            select(Experiment.id).where(
-                Experiment.final_submission_id.is_(None),
-                Experiment.status.in_([ExperimentStatus.PENDING, ExperimentStatus.RUNNING]),
-            )
-        ),
-    )
-
-
-def _final_to_retry() -> ColumnElement[bool]:
-    """A running sealed experiment's current final test evaluation that failed for the evaluator's
-    own fault: its snapshot is kept, since the final may be made again (:func:`begin_final`)."""
-    return and_(
-        Submission.split == Split.TEST,
-        Submission.final_of.is_not(None),
-        repo.evaluator_fault(),
-        Submission.id.in_(
-            select(Experiment.final_submission_id).where(
-                Experiment.final_submission_id.is_not(None),
-                Experiment.status.in_([ExperimentStatus.PENDING, ExperimentStatus.RUNNING]),
-            )
-        ),
-    )
+    return removed + prune_snapshots(snapshot_root(state), keep)
 
 
 def _load(

@@ -411,6 +411,10 @@ curl -s -X POST "$GRADING_SERVER_URL/final" -H 'Content-Type: application/json' 
 (once: a second nomination is refused with 409; the id must be one of your scored submissions),
 else your best submission on validation (on a tie, the earliest). That test score is the
 experiment's result; it is not shown to you.
+
+Meanwhile only your best submission's files are kept. To nominate another one, leave its folder
+under `output/` unchanged: the grader reads it again and accepts it only if it holds the files
+that were scored.
 """
 
 

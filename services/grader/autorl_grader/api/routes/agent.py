@@ -109,10 +109,13 @@ def shown_to_agent(experiment: Experiment, submission: Submission) -> bool:
     response_model=NominatedAnswer,
     responses=refusals(400, 403, 409),
 )
-def final(body: NominateRequest, experiment: AgentExperimentDep, state: StateDep) -> NominatedAnswer:
+async def final(body: NominateRequest, experiment: AgentExperimentDep, state: StateDep) -> NominatedAnswer:
     """Sealed mode: nominate one of your scored submissions for the one evaluation on the test
-    split after your budget ends (once). Without a nomination the best on validation is taken."""
-    nominated = nominate(state, experiment, body.submission_id)
+    split after your budget ends (once). Without a nomination the best on validation is taken.
+    A submission whose files are no longer kept is taken again from its folder, in the
+    experiment's turn as a submit is."""
+    async with state.snapshot_slots.turn(experiment.id):
+        nominated = await run_in_threadpool(nominate, state, experiment, body.submission_id)
     return NominatedAnswer(
         submission_id=nominated.id,
         split=nominated.split.value,

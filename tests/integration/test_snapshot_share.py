@@ -1,0 +1,321 @@
+"""Each experiment's share of the evaluator storage, which every experiment shares: one experiment
+holds at most ``snapshots_per_experiment`` snapshots at once (checkpoints waiting for or in
+evaluation, the one a sealed experiment keeps for its final), and a submit past it is refused
+before any file is read (503, Retry-After), costing no submission, while other experiments go on.
+A running sealed experiment keeps only the snapshot its final would take now (the best on
+validation, or the nominated one); a nomination of a submission whose snapshot was let go takes
+its folder again and is accepted only if it still holds the scored files. A real grader on
+Postgres, in-process; evaluations run for real (``hf``, the tiny model) or are recorded through
+the worker's own result path."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autorl.api.answers import ExperimentAnswer, NominatedAnswer
+from autorl.errors import EVALUATOR_FAULT_PREFIX
+from autorl.store import Database, SubmissionStatus
+from autorl.store import repository as repo
+from autorl.store.models import utcnow
+from autorl_evaluator.failures import EvaluatorFaultError
+from autorl_evaluator.jobs import evaluate
+from autorl_grader.reconciler import reconcile_once
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    evaluating_settings,
+    make_unique,
+    make_workspace,
+    register,
+)
+from tests.support.settings import DeploymentSettings
+
+SHARE = 2
+WORKER = "share-worker"
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
+    """Real evaluations of the tiny model on 3 problems; each experiment may hold 2 snapshots."""
+    return evaluating_settings(
+        lambda **values: make_settings(**values, snapshots_per_experiment=SHARE),
+        pg_url,
+        limit=3,
+        max_new_tokens=6,
+    )
+
+
+def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) -> Any:
+    return client.post(
+        f"{experiment.url_path}/submit", json={"model_path": f"output/{folder}"}, params={"wait": "false"}
+    )
+
+
+def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> Any:
+    return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
+
+
+def record(db: Database, submission_id: int, score: float) -> None:
+    """The worker's result path: claimed, then scored."""
+    with db.session() as session:
+        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+    with db.session() as session:
+        scores = {"opencompass": score, "flexible": score, "strict": score}
+        assert repo.record_score(
+            session, submission_id, worker=WORKER, scores=scores, n_samples=3, seconds=1.0
+        )
+
+
+def on_disk(settings: DeploymentSettings) -> set[str]:
+    assert settings.snapshot_dir is not None
+    return (
+        {path.name for path in settings.snapshot_dir.iterdir()} if settings.snapshot_dir.is_dir() else set()
+    )
+
+
+def snapshot_of(db: Database, submission_id: int) -> str | None:
+    with db.session() as session:
+        return repo.get_submission(session, submission_id).snapshot
+
+
+def counted(db: Database, experiment: RegisteredExperiment) -> tuple[int, int]:
+    """What counts against the limit, and of it the costly refusals."""
+    with db.session() as session:
+        row = repo.get_experiment(session, experiment.name)
+        return repo.limited_submissions_count(session, row), row.costly_refusals
+
+
+def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> ExperimentAnswer:
+    response = client.request(method, f"/v1/experiments{path}", headers=admin_headers(settings))
+    assert response.status_code in (200, 202), response.text
+    return ExperimentAnswer.model_validate(response.json())
+
+
+def end_budget(db: Database, experiment: RegisteredExperiment) -> None:
+    with db.session() as session:
+        repo.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+
+
+def share_refusal(held: int) -> str:
+    return (
+        f"this experiment already holds {held} checkpoints in the evaluator storage, waiting for "
+        f"evaluation or kept for its final (at most {SHARE} at once); retry once one has been scored "
+        "(GET /scores shows each one's status). This refusal does not count against your submission limit"
+    )
+
+
+def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_others_go_on(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    hostile = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    victim = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    for name in ("h0", "h1", "h2", "h3"):
+        copy_model(tiny_base_model, hostile.output_dir / name, unique=True)
+    copy_model(tiny_base_model, victim.output_dir / "v0", unique=True)
+
+    h0, h1 = (submit(client, hostile, name) for name in ("h0", "h1"))
+    assert (h0.status_code, h1.status_code) == (202, 202), (h0.text, h1.text)
+    h0_id, h1_id = h0.json()["submission_id"], h1.json()["submission_id"]
+    held = on_disk(settings)
+    assert len(held) == SHARE
+
+    refused = submit(client, hostile, "h2")
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["detail"] == refused.json()["error"] == share_refusal(SHARE)
+    assert int(refused.headers["Retry-After"]) > 0
+    assert on_disk(settings) == held  # refused before anything was copied
+    assert counted(db, hostile) == (2, 0)  # nor counted
+
+    # Another experiment is not starved: its first submit is accepted.
+    theirs = submit(client, victim, "v0")
+    assert theirs.status_code == 202, theirs.text
+    victim_snapshot = snapshot_of(db, theirs.json()["submission_id"])
+    assert victim_snapshot is not None and victim_snapshot in on_disk(settings)
+
+    # Once one is scored, the next is accepted.
+    assert evaluate(h0_id, settings)["status"] == "scored"
+    # Identical checkpoints hold no snapshot of their own and take no part of the share: one
+    # reusing h0's score, one waiting for h1's evaluation.
+    shutil.copytree(hostile.output_dir / "h0", hostile.output_dir / "h0-again")
+    shutil.copytree(hostile.output_dir / "h1", hostile.output_dir / "h1-again")
+    reused = submit(client, hostile, "h0-again")
+    assert reused.status_code == 200 and reused.json()["reused_from"] == h0_id, reused.text
+    waiting = submit(client, hostile, "h1-again")
+    assert waiting.status_code == 202, waiting.text
+    waiting_id = waiting.json()["submission_id"]
+    with db.session() as session:
+        row = repo.get_submission(session, waiting_id)
+        assert (row.status, row.waits_for, row.snapshot) == (SubmissionStatus.QUEUED, h1_id, None)
+    accepted = submit(client, hostile, "h2")
+    assert accepted.status_code == 202, accepted.text
+    h2_snapshot = snapshot_of(db, accepted.json()["submission_id"])
+    assert on_disk(settings) == {snapshot_of(db, h1_id), h2_snapshot, victim_snapshot}
+
+    again = submit(client, hostile, "h3")
+    assert again.status_code == 503 and again.json()["detail"] == share_refusal(SHARE), again.text
+    # The refusals took nothing of the limit: h0, h1, the two copies and h2 count, nothing else.
+    assert counted(db, hostile) == (5, 0)
+    assert client.get(f"{hostile.url_path}/scores").json()["total_submissions"] == 5
+
+
+def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_unchanged_folder_again(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    scores = {"a": 10.0, "b": 30.0, "c": 20.0, "d": 5.0}
+    ids: dict[str, int] = {}
+    for name in (*scores, "e"):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+    for name, score in scores.items():  # one at a time: each scored before the next
+        accepted = submit(client, experiment, name)
+        assert accepted.status_code == 202, accepted.text
+        ids[name] = accepted.json()["submission_id"]
+        record(db, ids[name], score)
+    in_flight = submit(client, experiment, "e")
+    assert in_flight.status_code == 202, in_flight.text
+    ids["e"] = in_flight.json()["submission_id"]
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+
+    # Only the best on validation (b) and the one in flight (e) are on disk.
+    best, queued = snapshot_of(db, ids["b"]), snapshot_of(db, ids["e"])
+    assert best is not None and queued is not None
+    assert on_disk(settings) == {best, queued}
+    assert all(snapshot_of(db, ids[name]) is None for name in ("a", "c", "d"))
+    # The snapshot kept for the final is part of the share.
+    copy_model(tiny_base_model, experiment.output_dir / "f", unique=True)
+    full = submit(client, experiment, "f")
+    assert full.status_code == 503 and full.json()["detail"] == share_refusal(SHARE), full.text
+    assert counted(db, experiment) == (5, 0)
+
+    # c's folder changed since it was scored: refused with the fix, counted (the grader read every
+    # weight to find it out), nothing kept.
+    make_unique(experiment.output_dir / "c")
+    changed = nominate(client, experiment, ids["c"])
+    assert changed.status_code == 400, changed.text
+    detail = changed.json()["detail"]
+    assert detail.startswith(
+        f"submission {ids['c']}'s folder output/c no longer holds the files that were scored; nominate a "
+        "submission whose folder is unchanged, or leave the choice to the platform, which takes the best "
+        "on validation, whose files are kept. This refusal counts against your limit of 100 submissions"
+    ), detail
+    assert counted(db, experiment) == (6, 1)
+    assert on_disk(settings) == {best, queued}
+    # d's folder is gone: refused with the fix before any weight is read, not counted.
+    shutil.rmtree(experiment.output_dir / "d")
+    gone = nominate(client, experiment, ids["d"])
+    assert gone.status_code == 400, gone.text
+    assert gone.json()["detail"].startswith(
+        f"submission {ids['d']}'s folder output/d no longer holds the files that were scored (model_path "
+        "output/d does not exist"
+    ), gone.text
+    assert "leave the choice to the platform" in gone.json()["detail"]
+    assert counted(db, experiment) == (6, 1) and on_disk(settings) == {best, queued}
+    with db.session() as session:
+        assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
+
+    # a's folder is unchanged: taken again, its snapshot is a's, kept for the final; b's is let go.
+    accepted = nominate(client, experiment, ids["a"])
+    assert accepted.status_code == 200, accepted.text
+    assert NominatedAnswer.model_validate(accepted.json()).model_dump(exclude={"message"}) == {
+        "submission_id": ids["a"],
+        "split": "validation",
+        "score": 10.0,
+    }
+    taken_again = snapshot_of(db, ids["a"])
+    assert taken_again is not None and on_disk(settings) == {taken_again, queued}
+    assert counted(db, experiment) == (6, 1)
+    assert nominate(client, experiment, ids["b"]).status_code == 409  # once
+
+    # After the budget, the final of a evaluates for real from the snapshot taken again.
+    record(db, ids["e"], 50.0)  # a better one no longer matters: a was nominated
+    end_budget(db, experiment)
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    assert on_disk(settings) == {taken_again}
+    view = admin(client, settings, "POST", f"/{experiment.name}/final")
+    assert view.final is not None and view.final.selection == "nominated" and view.final.of == ids["a"]
+    assert view.final.submission_id is not None
+    assert snapshot_of(db, view.final.submission_id) == taken_again
+    assert evaluate(view.final.submission_id, settings)["status"] == "scored"
+    done = admin(client, settings, "GET", f"/{experiment.name}")
+    assert done.final is not None and done.final.status == "scored" and done.test_evaluations == 1
+
+
+def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(
+        client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed", max_submissions=2
+    )
+    ids = {}
+    for name, score in (("a", 10.0), ("b", 30.0)):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        ids[name] = submit(client, experiment, name).json()["submission_id"]
+        record(db, ids[name], score)
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    assert snapshot_of(db, ids["a"]) is None
+    refused = nominate(client, experiment, ids["a"])
+    assert refused.status_code == 400, refused.text
+    assert "your reached limit of 2 submissions no longer allows" in refused.json()["detail"]
+    assert counted(db, experiment) == (2, 0)
+    # The best's files are kept: its nomination needs no read.
+    assert nominate(client, experiment, ids["b"]).status_code == 200
+
+
+def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the real job function: a copy that waited for an evaluation that failed for the
+    evaluator's fault takes that evaluation's snapshot, and a sealed final that failed so is made
+    again from its own; each then scores for real."""
+    from autorl_evaluator import backends
+
+    real_backend = backends.get_backend
+
+    class EngineDown:
+        def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+            raise EvaluatorFaultError("the engine did not start")
+
+    def fail_once() -> None:
+        monkeypatch.setattr(backends, "get_backend", lambda name: EngineDown())
+
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    shutil.copytree(experiment.output_dir / "a", experiment.output_dir / "a-again")
+    first = submit(client, experiment, "a").json()["submission_id"]
+    copy = submit(client, experiment, "a-again").json()["submission_id"]
+    snapshot = snapshot_of(db, first)
+    assert snapshot is not None and snapshot_of(db, copy) is None and on_disk(settings) == {snapshot}
+
+    fail_once()
+    failed = evaluate(first, settings)
+    assert failed["status"] == "failed" and failed["error"].startswith(EVALUATOR_FAULT_PREFIX)
+    assert snapshot_of(db, copy) == snapshot and on_disk(settings) == {snapshot}
+    monkeypatch.setattr(backends, "get_backend", real_backend)
+    assert evaluate(copy, settings)["status"] == "scored"  # from the snapshot it took
+
+    end_budget(db, experiment)
+    view = admin(client, settings, "POST", f"/{experiment.name}/final")
+    assert view.final is not None and view.final.of == copy and view.final.submission_id is not None
+    fail_once()
+    assert evaluate(view.final.submission_id, settings)["status"] == "failed"
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    assert on_disk(settings) == {snapshot}  # kept: the final is made again from it
+    monkeypatch.setattr(backends, "get_backend", real_backend)
+    again = admin(client, settings, "POST", f"/{experiment.name}/final")
+    assert again.final is not None and again.final.submission_id not in (None, view.final.submission_id)
+    assert evaluate(again.final.submission_id, settings)["status"] == "scored"
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    assert on_disk(settings) == set()
