@@ -10,8 +10,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.errors import EVALUATOR_FAULT_PREFIX
-
 #: A submission's status as an answer carries it (the store's SubmissionStatus values).
 SubmissionStatusName = Literal["queued", "running", "scored", "failed"]
 #: A submission not evaluated yet: what a pending (202) answer carries.
@@ -118,8 +116,9 @@ class NominatedAnswer(Answer):
     message: str
 
 
-#: How many times a sealed experiment's final test evaluation is made when each one fails for the
-#: evaluator's own fault (it computed no score, so the test split has still scored nothing).
+#: How many times a sealed experiment's final test evaluation is made when each one fails for a
+#: reason of the platform's (it computed no score, so the test split has still scored nothing);
+#: the grader decides, so a client asks again after any failed final.
 MAX_FINAL_ATTEMPTS = 3
 
 
@@ -135,11 +134,6 @@ class FinalResult(Answer):
     interval: list[float] | None = None
     comparison: Comparison | None = None
     error: str | None = None
-
-    def failed_for_the_evaluator(self) -> bool:
-        """A sealed final that failed for the evaluator's own fault: it computed no score, and the
-        platform asks for it again (``POST /v1/experiments/NAME/final``)."""
-        return self.status == "failed" and (self.error or "").startswith(EVALUATOR_FAULT_PREFIX)
 
 
 class PendingAnswer(Answer):

@@ -196,10 +196,28 @@ def evaluator_fault() -> ColumnElement[bool]:
     )
 
 
-def failed_for_the_evaluator(submission: Submission) -> bool:
-    """:func:`evaluator_fault` for a loaded row."""
-    return submission.status == SubmissionStatus.FAILED and (submission.error or "").startswith(
-        EVALUATOR_FAULT_PREFIX
+#: Failures that end an evaluation before the test split was loaded, or without an evaluation:
+#: nothing of the checkpoint ran on the split.
+_BEFORE_THE_SPLIT = (FailureReason.SETUP, FailureReason.CANCELLED)
+
+
+def failed_without_a_test_evaluation() -> ColumnElement[bool]:
+    """A submission that failed with no score of its own computed on its split for a reason of the
+    platform's: before the split was loaded (set-up: the snapshot, its config, the backend; a
+    checkpoint that reaches an evaluator has passed every submit check), cancelled, or for the
+    evaluator's own fault (:func:`evaluator_fault`). A sealed final that failed so is made again;
+    none of them is a test evaluation (:func:`test_evaluations`)."""
+    return and_(
+        Submission.status == SubmissionStatus.FAILED,
+        or_(Submission.failure_reason.in_(_BEFORE_THE_SPLIT), evaluator_fault()),
+    )
+
+
+def failed_for_the_platform(submission: Submission) -> bool:
+    """:func:`failed_without_a_test_evaluation` for a loaded row."""
+    return submission.status == SubmissionStatus.FAILED and (
+        submission.failure_reason in _BEFORE_THE_SPLIT
+        or (submission.error or "").startswith(EVALUATOR_FAULT_PREFIX)
     )
 
 
@@ -519,7 +537,7 @@ def kept_for_final(session: Session, experiment: Experiment) -> Submission | Non
       (the nominated submission, else the best on validation, ties: the earliest) through
       :func:`final_source`. Every other scored validation snapshot is let go: a nomination of one
       is accepted only if its folder still holds the scored files;
-    - after, the final, when it failed for the evaluator's own fault (it may be made again from
+    - after, the final, when it failed for a reason of the platform's (it may be made again from
       the same snapshot)."""
     if experiment.status.finished or experiment.feedback != Feedback.SEALED:
         return None
@@ -529,7 +547,7 @@ def kept_for_final(session: Session, experiment: Experiment) -> Submission | Non
         kept = final_source(session, chosen) if chosen is not None else None
     else:
         final = session.get(Submission, experiment.final_submission_id)
-        kept = final if final is not None and failed_for_the_evaluator(final) else None
+        kept = final if final is not None and failed_for_the_platform(final) else None
     return kept if kept is not None and kept.snapshot is not None else None
 
 
@@ -578,8 +596,9 @@ def final_attempts(session: Session, experiment: Experiment) -> int:
 def test_evaluations(session: Session, experiment: Experiment) -> int:
     """Evaluations of the agent's checkpoints on the test split this experiment caused: its
     agent's submissions (test mode) or its final evaluation (sealed) that an evaluator ran;
-    baselines, reused scores, cancelled ones and failures that were the evaluator's own fault (no
-    score was computed) are not counted."""
+    baselines, reused scores, and failures before the split was loaded, cancelled or for the
+    evaluator's own fault (no score was computed: :func:`failed_without_a_test_evaluation`) are not
+    counted."""
     return int(
         session.scalar(
             select(func.count(Submission.id)).where(
@@ -589,7 +608,7 @@ def test_evaluations(session: Session, experiment: Experiment) -> int:
                 Submission.reused_from.is_(None),
                 Submission.started_at.is_not(None),
                 Submission.status.in_([SubmissionStatus.SCORED, SubmissionStatus.FAILED]),
-                ~evaluator_fault(),
+                ~failed_without_a_test_evaluation(),
             )
         )
         or 0

@@ -234,6 +234,8 @@ def test_a_full_evaluator_disk_fails_the_submission_with_the_reason_and_the_work
     assert "storage is full" in rows[full]["error"]
     with db.session() as session:
         assert repo.get_submission(session, full).attempts == 1  # failed at once, not retried to death
+        # The evaluator's fault, not the checkpoint's: only the scored one counts against the limit.
+        assert repo.limited_submissions_count(session, repo.get_experiment(session, experiment.name)) == 1
     record_fault(
         request,
         fault="a full disk in the evaluator's storage",

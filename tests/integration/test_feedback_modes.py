@@ -313,20 +313,25 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
         assert repo.get_submission(session, view.final.submission_id).reused_from == test_baseline_id
 
 
-def fail_as_the_evaluator(db: Database, submission_id: int, *, own_fault: bool = True) -> None:
+#: How an evaluation fails, as the worker records it: the error and the reason.
+FAILURES = {
+    "evaluator": (
+        f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): the engine did not start",
+        FailureReason.EVALUATION,
+    ),
+    "setup": ("the submission's snapshot is gone from the evaluator's storage", FailureReason.SETUP),
+    "checkpoint": ("the model does not load", FailureReason.EVALUATION),
+}
+
+
+def fail_as_the_evaluator(db: Database, submission_id: int, *, how: str = "evaluator") -> None:
     """The worker's result path for a failure: the evaluator's own (an engine that would not
-    start) or the checkpoint's."""
+    start), one before the test split was loaded, or the checkpoint's."""
     with db.session() as session:
         assert repo.claim(session, submission_id, worker="worker-1", lease_s=60)
-    error = (
-        f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): the engine did not start"
-        if own_fault
-        else "the model does not load"
-    )
+    error, reason = FAILURES[how]
     with db.session() as session:
-        assert repo.record_failure(
-            session, submission_id, error=error, reason=FailureReason.EVALUATION, worker="worker-1"
-        )
+        assert repo.record_failure(session, submission_id, error=error, reason=reason, worker="worker-1")
 
 
 def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_kept_snapshot(
@@ -385,7 +390,10 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
         assert view.final is not None and view.final.submission_id is not None
         if view.final.status == "queued":
             made.append(view.final.submission_id)
-            fail_as_the_evaluator(db, view.final.submission_id)
+            # Before the test split was loaded (its snapshot gone), or the evaluator's own fault:
+            # either way no score was computed, so each is made again and none is a test evaluation.
+            how = ("setup", "evaluator", "setup")[len(made) - 1]
+            fail_as_the_evaluator(db, view.final.submission_id, how=how)
     assert len(made) == MAX_FINAL_ATTEMPTS == len(set(made))
     assert view.final.submission_id == made[-1] and view.final.status == "failed" and view.in_flight == 0
     assert view.final.of in (a, b) and view.test_evaluations == 0
@@ -397,7 +405,7 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
         repo.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
     assert view.final is not None and view.final.submission_id is not None and view.final.of == c
-    fail_as_the_evaluator(db, view.final.submission_id, own_fault=False)
+    fail_as_the_evaluator(db, view.final.submission_id, how="checkpoint")
     again = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
     assert again.final is not None and again.final.submission_id == view.final.submission_id
     assert again.final.status == "failed" and again.test_evaluations == 1
@@ -446,7 +454,8 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
         ended = evaluate_final(admin_api, name, wait=wait, phase=phases.append, note=notes.append)
         assert ended is not None and ended.final is not None and ended.final.status == "scored"
         assert ended.test_evaluations == 1 and len(phases) == 2
-        assert len(notes) == 1 and "failed for the evaluator's own fault" in notes[0]
+        assert len(notes) == 1 and "not for the checkpoint's own reasons" in notes[0]
+        assert "the engine did not start" in notes[0]  # the failure, as the evaluator recorded it
 
         name = sealed_run_after_its_agent()
         phases.clear()
@@ -459,7 +468,8 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
         ended = evaluate_final(admin_api, name, wait=always_fails, phase=phases.append, note=notes.append)
         assert len(phases) == MAX_FINAL_ATTEMPTS
         assert ended is not None and ended.final is not None and ended.final.status == "failed"
-        assert ended.final.failed_for_the_evaluator() and ended.test_evaluations == 0
+        assert ended.final.error is not None and ended.final.error.startswith(EVALUATOR_FAULT_PREFIX)
+        assert ended.test_evaluations == 0
 
 
 def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(

@@ -28,9 +28,12 @@ TEMPLATE_FAILURE = (
     "renders every conversation the same way, such as the base model's"
 )
 
+#: The evaluator's own fault: it does not count against the submission limit, and a sealed final
+#: that fails so is made again.
 STORAGE_FULL = (
-    "the evaluator's storage is full (no space left on its disk), so this submission was not scored; "
-    "submit it again once an operator has freed space in the evaluator's storage (AUTORL_EVAL_DIR)"
+    f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your submission "
+    "limit): the evaluator's storage is full (no space left on its disk), so this submission was not "
+    "scored; submit it again once an operator has freed space in the evaluator's storage (AUTORL_EVAL_DIR)"
 )
 #: Errors of a full disk or quota, or a file size limit.
 STORAGE_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})

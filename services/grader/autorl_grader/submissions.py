@@ -504,16 +504,17 @@ def begin_final(state: GraderState, name: str) -> int | None:
     """Create (once) a sealed experiment's one evaluation on the test split, after the agent's
     budget: of the nominated submission, else the best on validation (ties: the earliest). It
     evaluates that submission's snapshot, kept for this (:func:`prune_orphan_snapshots`). A final
-    that failed for the evaluator's own fault computed no score: asked again, this makes a new one
-    of the same submission, up to ``MAX_FINAL_ATTEMPTS`` in all. Returns the final's id, or None
-    when the experiment is not sealed or nothing was scored."""
+    that failed for a reason of the platform's computed no score (before the test split was loaded,
+    or for the evaluator's own fault: :func:`repo.failed_without_a_test_evaluation`): asked again,
+    this makes a new one of the same submission, up to ``MAX_FINAL_ATTEMPTS`` in all. Returns the
+    final's id, or None when the experiment is not sealed or nothing was scored."""
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
         if experiment.feedback != Feedback.SEALED:
             return None
         previous = repo.final_submission(session, experiment)
         if previous is not None and not (
-            repo.failed_for_the_evaluator(previous)
+            repo.failed_for_the_platform(previous)
             and not experiment.status.finished
             and repo.final_attempts(session, experiment) < MAX_FINAL_ATTEMPTS
         ):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from autorl.api.admin_client import AdminClient
 from autorl.api.answers import ExperimentAnswer
+from autorl.untrusted_text import printable
 
 
 def evaluate_final(
@@ -18,10 +19,12 @@ def evaluate_final(
 ) -> ExperimentAnswer | None:
     """Ask the grader for the final evaluation (of the nomination, else the best on validation)
     and ``wait`` for it (``wait`` answers the experiment's view once nothing is in flight or its
-    own time is up). While the final failed for the evaluator's own fault it is asked for again:
-    the grader makes it again of the same submission while it allows, and otherwise answers the
-    one it has. Returns the last view."""
+    own time is up). After a failed final it is asked for again: the grader makes it again of the
+    same submission when the failure was the platform's (before the test split was loaded, or the
+    evaluator's own fault) and its attempts allow, and otherwise answers the one it has, which ends
+    this. Returns the last view."""
     made: list[int] = []
+    failure = ""
     while True:
         view = admin.final(name)
         final = view.final
@@ -32,12 +35,13 @@ def evaluate_final(
             return view
         if made:
             note(
-                f"final evaluation {made[-1]} failed for the evaluator's own fault; evaluating "
-                f"submission {final.of} on the test split again"
+                f"final evaluation {made[-1]} failed ({failure}), not for the checkpoint's own "
+                f"reasons: evaluating submission {final.of} on the test split again"
             )
         made.append(final.submission_id)
         phase(f"evaluating submission {final.of} ({final.selection}) on the test split, once")
         ended = wait()
         last = None if ended is None else ended.final
-        if last is None or not last.failed_for_the_evaluator():
+        if last is None or last.status != "failed":
             return ended
+        failure = printable(last.error or "no error recorded")[:300]

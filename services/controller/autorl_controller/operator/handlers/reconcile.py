@@ -513,9 +513,10 @@ class Step:
 
 def final_to_make(view: ExperimentAnswer) -> bool:
     """A sealed experiment whose one test evaluation is not created yet, with a submission to take,
-    or whose final failed for the evaluator's own fault (the grader decides whether to make it again)."""
+    or whose final failed (the grader decides whether to make it again: only after a failure of the
+    platform's, and answers the failed one otherwise, which ends the wait)."""
     final = view.final
-    return final is not None and (final.submission_id is None or final.failed_for_the_evaluator())
+    return final is not None and (final.submission_id is None or final.status == "failed")
 
 
 def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
