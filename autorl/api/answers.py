@@ -220,6 +220,11 @@ class ExperimentAnswer(Answer):
     submissions: int
     total_submissions: int
     failed_submissions: int
+    refused_submissions: int = Field(
+        0,
+        description="submits refused after the grader had read their weights: not submissions (no "
+        "id), but each counts against max_submissions as one does",
+    )
     in_flight: int
     max_submissions: int
     timeout_s: int | None

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from autorl.store import Database
+from autorl.store import repository as repo
 from autorl.uncertainty import wilson_interval
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
@@ -141,6 +142,8 @@ def test_operator_signs_in_and_watches_an_experiment_live(
     # A baseline no evaluator takes (none runs here; the settings report it as unavailable at once).
     stuck = create_experiment(db, tmp_path / "stuck-workspace", started_minutes_ago=None)
     add_submission(db, stuck.name, baseline=True)
+    with db.session() as session:  # two submits refused after their weights were read: counted
+        repo.get_experiment(session, run.name).costly_refusals = 2
     assert settings.admin_token is not None
     app = create_app(settings, reconcile=False)
     with serve(app) as grader:
@@ -168,7 +171,7 @@ def test_operator_signs_in_and_watches_an_experiment_live(
             "builtin:tiny-qwen2",
             "example_grpo",
         )
-        assert (baseline, best, improvement, subs) == ("10.00", "30.00", "+20.00", "2/3, 1 failed")
+        assert (baseline, best, improvement, subs) == ("10.00", "30.00", "+20.00", "2/3, 1 failed, 2 refused")
         assert left.startswith("5") and queue == "–" and waits == "–"  # about 54 minutes of the hour left
         assert cells(browser, f'tr[data-name="{other.name}"]')[1::8] == ["pending", "not started"]
         assert cells(browser, f'tr[data-name="{ended.name}"]')[1::8] == ["timed_out", "ended"]

@@ -23,7 +23,7 @@ from autorl.store import Database
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
 from tests.integration.test_grader_api import submission_count
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
 from tests.support.settings import DeploymentSettings
 from tests.support.snapshots import CHANGED
 
@@ -119,6 +119,9 @@ def test_a_checkpoint_changed_during_the_copy_counts_against_the_limit(
     assert limited.json()["detail"] == limit_reached(experiment, 1, refused=1)
     assert len(weights_copied) == 1  # refused before anything was read
     assert submission_count(settings, experiment) == 0 and snapshots_left(settings) == []
+    # The operator sees what took the limit: no submission, one counted refusal.
+    view = client.get(f"/v1/experiments/{experiment.name}", headers=admin_headers(settings)).json()
+    assert (view["total_submissions"], view["refused_submissions"], view["max_submissions"]) == (0, 1, 1)
 
 
 def test_refusals_before_the_weights_are_read_do_not_count(

@@ -294,6 +294,7 @@ def experiment_view(
         "submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.SCORED),
         "total_submissions": len(agent_rows),
         "failed_submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.FAILED),
+        "refused_submissions": experiment.costly_refusals or 0,
         "in_flight": repo.in_flight_count(session, experiment),
         "max_submissions": experiment.max_submissions,
         "timeout_s": experiment.timeout_s,

@@ -53,6 +53,9 @@ class ExperimentRow(BaseModel):
     submissions: int = Field(description="scored submissions of the agent")
     total_submissions: int
     failed_submissions: int
+    refused_submissions: int = Field(
+        0, description="submits refused after their weights were read, counted against the limit"
+    )
     max_submissions: int
     queued: int
     running: int

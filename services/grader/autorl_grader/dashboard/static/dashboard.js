@@ -111,7 +111,9 @@
 
   function submissionsText(exp) {
     const failed = exp.failed_submissions ? `, ${exp.failed_submissions} failed` : "";
-    return `${exp.submissions}/${exp.total_submissions}${failed}`;
+    // Refused after the grader read their weights: no submission, but counted against the limit.
+    const refused = exp.refused_submissions ? `, ${exp.refused_submissions} refused` : "";
+    return `${exp.submissions}/${exp.total_submissions}${failed}${refused}`;
   }
 
   // A sealed experiment's one result on the test split: its score and 95 % interval once scored.
