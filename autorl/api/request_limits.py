@@ -5,9 +5,9 @@ Both doors an agent's request can come through apply the size limits: the relay 
 agent API into the sandbox (``autorl run``) and the grader's own server (on a cluster agents reach
 it directly). Defined once, so the two never disagree on what is too large or on what the client
 reads. The relay holds each sandbox to :data:`MAX_AGENT_CONNECTIONS`; the grader's server holds
-every client to :data:`REQUEST_READ_S` and the connection caps. A refusal is the grader's usual
-JSON (``detail`` and ``error``, the same text naming the limit and the fix), never a reset
-connection.
+every client to :data:`REQUEST_READ_S`, :data:`ANSWER_WRITE_S` and the connection caps. A refusal
+is the grader's usual JSON (``detail`` and ``error``, the same text naming the limit and the fix),
+never a reset connection.
 """
 
 from __future__ import annotations
@@ -33,13 +33,25 @@ DRAIN_BYTES = 64 << 20
 #: the answer is 408 and the connection closes. (Waiting for an answer, a blocking /submit, is not
 #: reading the request: it is not counted.)
 REQUEST_READ_S = 30.0
+#: How long what the grader writes to a connection (an answer, a refusal) may wait in its buffer for
+#: the client to read it, counted from each write: the socket takes what fits at once, the rest waits
+#: for the client. A client that reads its answers takes the largest (an agent's GET /scores) in well
+#: under a second, and 30 s leaves a loaded or paused one ample room; a client that never read them
+#: (a zero receive window), or trickled them, kept its connection and the whole unsent answer in the
+#: grader's memory for as long as it liked (20 such connections each with an unread 28 MB answer
+#: grew the grader from 29 to 639 MiB, still held 25 s later). Past it the connection is aborted and
+#: its unsent bytes dropped.
+ANSWER_WRITE_S = 30.0
 #: The most connections the grader's server holds at once on each port it listens on; the agent
 #: port and the admin port are counted apart, so agents that fill the agent port leave the admin
 #: port to the controller. A connection holds at most one request while it is read: the head and
 #: body limits above plus a read's worth, about 1.1 MiB (measured before this cap: 300 connections
 #: each holding a body of 1 MiB - 1 byte grew the grader by 308 MiB). Both ports full hold about
 #: 560 MiB, inside the chart's 2 GiB limit with the grader's own use (about 100 MiB idle, and the
-#: submit path's allowance of 700 MiB in tests/integration/test_submit_burst.py) beside it.
+#: submit path's allowance of 700 MiB in tests/integration/test_submit_burst.py) beside it. An
+#: answer the client does not read is held besides, for at most ANSWER_WRITE_S; an agent's largest,
+#: its GET /scores, grows with its submissions, each carrying at most its model_path
+#: (autorl.api.request_bodies) and a bounded list of ignored files (autorl.checkpoints.snapshot).
 MAX_CONNECTIONS = 256
 #: The most connections one sandbox's agent holds open to the grading API at once: the sandbox's
 #: relay accepts no more (and forwards each over one connection of its own to the grader).
@@ -52,7 +64,8 @@ MAX_AGENT_CONNECTIONS = 64
 #: the run's own requests served while the agent uses all of its relay's connections.
 MAX_CONNECTIONS_PER_CLIENT = MAX_AGENT_CONNECTIONS + 16
 #: The Retry-After of a connection refused over a cap: connections free as requests are answered
-#: (a held one at most REQUEST_READ_S after it opened).
+#: and their answers read: a connection waits at most REQUEST_READ_S for a request and
+#: ANSWER_WRITE_S for the client to read what was written to it (a refused one at most DRAIN_S).
 RETRY_AFTER_S = 5
 
 BODY_TOO_LARGE = (

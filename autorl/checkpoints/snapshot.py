@@ -9,7 +9,8 @@ checks. Entries of the folder are sorted by an allow-list:
 - ``config.json`` (required): checked against the base model's architecture, never evaluated;
 - refused: ``adapter_config.json`` (an adapter: merge it first) and pickle weights without
   safetensors ones;
-- everything else is ignored: never opened, never copied, listed in the answer. That includes the
+- everything else is ignored: never opened, never copied, listed in the answer (bounded:
+  :data:`MAX_IGNORED_LISTED` names of :data:`MAX_IGNORED_NAME_CHARS` characters). That includes the
   submission's tokenizer files, chat template and ``generation_config.json``: a tokenizer is a
   program (its normalizer, pre-tokenizer, post-processor and decoder rewrite every test prompt and
   every completion), a chat template is one, and decoding settings choose where a completion is
@@ -90,8 +91,17 @@ MAX_ENTRIES = 10_000
 MAX_SHARDS = 1_000
 #: Header bytes a submission's shards may hold beyond twice what the base model's need.
 HEADER_SLACK_BYTES = 64 * 1024
-#: How many ignored names an answer lists.
-MAX_IGNORED_LISTED = 100
+#: How many ignored names an answer lists (the first, sorted), and the most characters each one
+#: takes there: past either, the answer says so (:func:`_listed`). The names are the agent's to
+#: choose, and every answer about the submission carries them, GET /scores each submission's: bounded
+#: so, a submission's ``ignored_files`` is about 2 KB of JSON for plain names and at most 13 KB
+#: whatever the characters (150 names of 250 undecodable bytes each added 177 KB to each submission
+#: in GET /scores when every listed name was whole and 100 were listed). A checkpoint saved by
+#: ``Trainer`` leaves about a dozen files beside its weights (one ``rng_state`` more per GPU).
+MAX_IGNORED_LISTED = 20
+MAX_IGNORED_NAME_CHARS = 100
+#: Ends a listed name that was shortened to MAX_IGNORED_NAME_CHARS characters (before a folder's /).
+SHORTENED = "…"
 #: Files above this size must have at least this fraction of their bytes allocated.
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
@@ -430,7 +440,7 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
             f"{source.shown} has no config.json; save the model with model.save_pretrained(path), which "
             "writes it, and submit that folder"
         )
-    ignored = sorted(_ignored_names(source, names - set(shards) - checked))
+    ignored = _listed(source, names - set(shards) - checked)
     snapshot_root.mkdir(parents=True, exist_ok=True)
     name = uuid.uuid4().hex
     writer = _Writer(snapshot_root / name)
@@ -494,7 +504,7 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
         name=name,
         path=writer.path,
         fingerprint=fingerprint,
-        ignored_files=tuple(ignored[:MAX_IGNORED_LISTED]),
+        ignored_files=ignored,
     )
 
 
@@ -582,14 +592,47 @@ def _weight_map(index: dict[str, Any], shown: str) -> dict[str, str]:
     return weight_map
 
 
-def _ignored_names(source: _Source, names: set[str]) -> Iterator[str]:
+def _listed(source: _Source, names: set[str]) -> tuple[str, ...]:
+    """The ignored entries ``names`` of ``source`` as an answer lists them: sorted as shown
+    (undecodable bytes escaped as ``\\udcff``, a folder ending in /), the first
+    :data:`MAX_IGNORED_LISTED`, each shortened to :data:`MAX_IGNORED_NAME_CHARS` characters, then
+    how many more there are."""
+    shown = sorted(_ignored_names(source, names))
+    listed = [
+        text if len(text) <= MAX_IGNORED_NAME_CHARS else _shortened(entry, suffix)
+        for text, entry, suffix in shown[:MAX_IGNORED_LISTED]
+    ]
+    if len(shown) > MAX_IGNORED_LISTED:
+        listed.append(f"(and {len(shown) - MAX_IGNORED_LISTED} more)")
+    return tuple(listed)
+
+
+def _ignored_names(source: _Source, names: set[str]) -> Iterator[tuple[str, str, str]]:
+    """Each entry as shown, the entry and the suffix of its shown name (/ for a folder)."""
     for entry in names:
         try:
             is_dir = stat.S_ISDIR(os.stat(entry, dir_fd=source.fd, follow_symlinks=False).st_mode)
         except OSError:
             is_dir = False
-        shown = entry.encode("utf-8", "backslashreplace").decode("utf-8")
-        yield f"{shown}/" if is_dir else shown
+        suffix = "/" if is_dir else ""
+        yield _escaped(entry) + suffix, entry, suffix
+
+
+def _escaped(entry: str) -> str:
+    return entry.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _shortened(entry: str, suffix: str) -> str:
+    """``entry`` shown in at most MAX_IGNORED_NAME_CHARS characters with its suffix and the mark,
+    cut between characters (never inside an escape)."""
+    room = MAX_IGNORED_NAME_CHARS - len(SHORTENED) - len(suffix)
+    kept = ""
+    for char in entry:
+        part = _escaped(char)
+        if len(kept) + len(part) > room:
+            break
+        kept += part
+    return kept + SHORTENED + suffix
 
 
 def _open(source: _Source, entry: str, stack: ExitStack) -> _Opened:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -193,6 +194,31 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
     assert response.status_code == 400, response.text
     assert fix in response.json()["detail"]
     assert submission_count(settings, experiment) == 0
+
+
+def test_ignored_file_names_add_bounded_bytes_to_each_answer_and_to_scores(
+    client: TestClient, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    # Ignored files are never opened, but their names are the agent's and are listed: 150 junk
+    # files named with 250 undecodable bytes each added 177 KB to each submission in GET /scores.
+    submissions = 3
+    for number in range(submissions):
+        target = copy_model(tiny_base_model, experiment.output_dir / f"c{number}", unique=True)
+        for junk in range(150):
+            name = b"\xff" * 250 + b"%05d" % junk
+            os.close(os.open(os.fsencode(target) + b"/" + name, os.O_WRONLY | os.O_CREAT, 0o644))
+        response = submit(client, experiment, f"output/c{number}", params={"wait": "false"})
+        assert response.status_code == 202, response.text
+        ignored = response.json()["ignored_files"]
+        assert len(ignored) == 21 and ignored[-1] == "(and 135 more)"  # 150 + the base's 5
+        assert all(len(name) <= 100 for name in ignored)
+        assert len(json.dumps(ignored, ensure_ascii=False).encode()) < 2_500  # measured: 2.4 KB
+    scores = client.get(f"{experiment.url_path}/scores")
+    assert scores.status_code == 200
+    assert [len(entry["ignored_files"]) for entry in scores.json()["submissions"]] == [21] * submissions
+    # Each submission's entry is its ignored files and 0.7 KB besides (measured: 9.3 KB for the
+    # three), where 100 such submissions made an answer of 17.7 MB (177 KB each).
+    assert len(scores.content) < submissions * 4_000, len(scores.content)
 
 
 def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(

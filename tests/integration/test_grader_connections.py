@@ -7,7 +7,9 @@ which has limits of its own). The real `autorl grader`, in both its modes, over 
 - past the connections one address may hold on a port, or a port may hold, a connection is answered
   503 with a Retry-After, while other addresses and the admin port are served;
 - connections that each hold a body of 1 MiB - 1 byte grow the grader's memory only by what the cap
-  admits, and the deadline releases them.
+  admits, and the deadline releases them;
+- a client that never reads its answers is cut off once what was written to it has waited for it
+  past the answer deadline: its connections, and the memory their answers took, are released.
 
 The limits are shortened through the server's own argument (``ConnectionLimits``), run by the same
 command line code as `autorl grader`; the command's defaults are checked with the command itself.
@@ -54,6 +56,10 @@ raise SystemExit(run(args, limits=ConnectionLimits(**json.loads(sys.argv[1]))))
 MIB = 1 << 20
 #: The request deadline of the tests of it.
 READ_S = 1.5
+#: The answer deadline of the tests of it.
+WRITE_S = 2.0
+#: A request for the grader's OpenAPI document (about 76 KB; served where the admin routes are).
+DOCUMENT = b"GET /openapi.json HTTP/1.1\r\nHost: grader\r\n\r\n"
 SUBMIT_HEAD = (
     b"POST /submit HTTP/1.1\r\nHost: grader\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 )
@@ -190,6 +196,30 @@ def held(port: int, count: int, source: str = "127.0.0.1") -> Iterator[list[sock
     finally:
         for sock in socks:
             sock.close()
+
+
+def never_reading(port: int, source: str = "127.0.0.1", requests: int = 8) -> socket.socket:
+    """A connection that asks for ``requests`` copies of the OpenAPI document at once and reads
+    none: its receive window is the smallest there is, and its segments small, as on a network
+    (on loopback the grader's kernel would otherwise take megabytes of answers into its own
+    buffers, where the grader does not count them)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1000)
+    sock.settimeout(30)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(DOCUMENT * requests)
+    return sock
+
+
+def received(sock: socket.socket) -> int:
+    """How many bytes the connection delivers until it ends (closed or reset)."""
+    total = 0
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            total += len(chunk)
+    return total
 
 
 def eventually(check: Any, timeout_s: float = 10) -> None:
@@ -348,3 +378,52 @@ def test_connections_holding_bodies_cost_only_what_the_cap_admits_until_the_dead
         eventually(lambda: grader.open_files() <= files_before)
         assert healthz(grader.agent_port).status_code == 200
         assert grader.admin_ok() and grader.process.poll() is None
+
+
+def test_a_client_that_never_reads_its_answers_is_cut_off_after_the_write_deadline(tmp_path: Path) -> None:
+    # The answers wait in the grader for the client to read them; the request deadline no longer
+    # applies (the requests were received), and a close would wait for them too.
+    per_client = 4
+    limits = {"per_client": per_client, "write_s": WRITE_S, "read_s": 60.0}
+    with serving(tmp_path, limits, admin_port=False) as grader:
+        document = len(httpx.get(f"http://127.0.0.1:{grader.agent_port}/openapi.json").content)
+        socks = [never_reading(grader.agent_port) for _ in range(per_client)]
+        started = time.monotonic()
+        try:
+            # The address is at its cap while its answers wait ...
+            answer = next_connection(grader.agent_port)
+            assert_refused(answer, 503, too_many_connections(per_client, per_client=True))
+            # ... and is served again once the deadline has aborted them.
+            eventually(lambda: healthz(grader.agent_port).status_code == 200, timeout_s=WRITE_S + 10)
+            freed = time.monotonic() - started
+            # What was not sent by then was dropped: far less than the 8 answers asked for arrives.
+            assert all(received(sock) < 4 * document for sock in socks)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert WRITE_S - 0.5 < freed < WRITE_S + 5
+        assert grader.admin_ok() and grader.process.poll() is None
+
+
+def test_answers_never_read_cost_memory_only_until_the_write_deadline(tmp_path: Path) -> None:
+    # Three addresses, each with all the connections the command's cap per address allows, each
+    # asking for 8 copies of the document and reading none.
+    write_s = 5.0
+    with serving(tmp_path, {"write_s": write_s, "read_s": 60.0}, admin_port=False) as grader:
+        for _ in range(3):  # warm the paths a request takes
+            assert httpx.get(f"http://127.0.0.1:{grader.agent_port}/openapi.json").status_code == 200
+        rss_before, files_before = grader.rss(), grader.open_files()
+        socks = []
+        try:
+            for number in range(3 * MAX_CONNECTIONS_PER_CLIENT):
+                socks.append(never_reading(grader.agent_port, source=f"127.0.0.{1 + number % 3}"))
+            # Held while unread (measured: 46 MiB, one answer and the next one's start on each) ...
+            eventually(lambda: grader.rss() - rss_before > 25 * MIB, timeout_s=write_s)
+            # ... until the deadline: every connection is closed, and the memory handed back.
+            eventually(lambda: grader.open_files() <= files_before, timeout_s=write_s + 10)
+            eventually(lambda: grader.rss() - rss_before < 10 * MIB, timeout_s=5)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert healthz(grader.agent_port).status_code == 200
+        assert grader.process.poll() is None

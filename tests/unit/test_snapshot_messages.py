@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from autorl.checkpoints.snapshot import (
+    MAX_IGNORED_LISTED,
+    MAX_IGNORED_NAME_CHARS,
     Snapshot,
 )
 from autorl.errors import CheckpointError
@@ -95,6 +97,35 @@ def test_an_ignored_name_that_is_not_utf8_is_listed_escaped(
     os.close(os.open(os.fsencode(checkpoint) + b"/notes-\xff\xfe.txt", os.O_WRONLY | os.O_CREAT, 0o644))
     os.mkdir(os.fsencode(checkpoint) + b"/run-\xe9")
     assert take().ignored_files == with_base_files("notes-\\udcff\\udcfe.txt", "run-\\udce9/")
+
+
+def test_ignored_names_are_listed_in_bounded_room_whatever_the_agent_names_them(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    # The names are the agent's: long ones, undecodable ones, many. Each answer about the
+    # submission (and GET /scores, each submission's) carries what is listed.
+    folder = os.fsencode(checkpoint)
+    os.mkdir(checkpoint / ("A" * 200))
+    for number in range(3):
+        os.close(os.open(folder + b"/" + b"\xff" * 250 + b"-%d" % number, os.O_WRONLY | os.O_CREAT, 0o644))
+    for number in range(30):
+        (checkpoint / (f"run-{number:02}-" + "x" * 240)).touch()
+    listed = take().ignored_files
+    # Sorted as shown, the first 20, each cut to 100 characters (never inside an escape, a
+    # folder's / kept), then how many more: 1 + 3 + 30 + the base's 5 tokenizer files in all.
+    assert listed == (
+        "A" * 98 + "…/",
+        *["\\udcff" * 16 + "…"] * 3,
+        "generation_config.json",
+        "merges.txt",
+        *[f"run-{number:02}-" + "x" * 92 + "…" for number in range(14)],
+        "(and 19 more)",
+    )
+    assert len(listed) == MAX_IGNORED_LISTED + 1
+    assert max(len(name) for name in listed) == MAX_IGNORED_NAME_CHARS
+    # Measured as the answers carry it: 2 KB, where these names whole took 13 KB (a name of 250
+    # undecodable bytes alone 1.75 KB).
+    assert len(json.dumps(listed, ensure_ascii=False).encode()) < 2_100
 
 
 def test_a_symlinked_model_file_is_refused_with_the_whole_fix(
@@ -316,7 +347,8 @@ def test_a_folder_may_hold_at_most_max_entries_entries(
         (checkpoint / f"step-{number:05}.log").touch()
     assert len(os.listdir(checkpoint)) == entries
     if entries == 10_000:
-        assert len(take().ignored_files) == 100
+        listed = take().ignored_files
+        assert len(listed) == 21 and listed[-1] == f"(and {entries - 2 - 20} more)"
     else:
         assert refusal() == (
             "output/ckpt holds more than 10000 entries; save the model into a folder of its own with "

@@ -19,6 +19,15 @@ any route or token is checked) could grow the grader's memory without bound. Her
 - a request must arrive whole (line, headers and body) within ``read_s`` of when the grader begins
   to wait for it (the connection opened, or the previous answer sent); past it the answer is 408 and
   the connection closes as above, and the app reading its body sees the client gone;
+- what the grader writes must leave it within ``write_s``: each write's bytes that the socket did
+  not take at once wait in the transport's buffer for the client to read them, and if some are
+  still there ``write_s`` after they were written (a client that does not read its answers), the
+  connection is aborted: the buffer is dropped, the slot freed, and an app waiting to write more
+  sees the client gone. A drain that gives up aborts too, so what the client never read of a
+  refusal is dropped with it rather than held for a close that would wait for it. The allocator
+  keeps what such buffers freed for the process (glibc returns little of it on its own), so soon
+  after connections were aborted with unsent bytes the grader hands the freed memory back to the
+  system (``malloc_trim``; at most once per :data:`RELEASE_MEMORY_AFTER_S`);
 - a port serves at most ``per_port`` connections at once, and one client address at most
   ``per_client`` of them; past either, a new connection is answered 503 with a Retry-After at once
   and closed as above. The agent port and the admin port are counted apart, so agents that fill one
@@ -32,9 +41,11 @@ so it is used even where httptools is installed.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
+from functools import cache
 from http import HTTPStatus
 from typing import Any, ClassVar, cast
 
@@ -42,6 +53,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from autorl.api.request_limits import (
+    ANSWER_WRITE_S,
     DRAIN_BYTES,
     DRAIN_S,
     MAX_CONNECTIONS,
@@ -58,6 +70,25 @@ from autorl.api.request_limits import (
 #: client decides how often it is refused, not how large the grader's log grows).
 LOGGED_REFUSALS = 100
 LOGGED_REFUSALS_EVERY = 1000
+#: Writes this close together share the time of the first for the write deadline, so that a
+#: connection keeps at most ``write_s`` / WRITE_MARK_S of them (a deadline up to this much early).
+WRITE_MARK_S = 0.1
+#: How long after a connection was aborted with unsent bytes the grader hands freed memory back to
+#: the system; the aborts meanwhile share the one call (about 10 ms for a heap of a few hundred MiB).
+RELEASE_MEMORY_AFTER_S = 1.0
+
+
+def release_freed_memory() -> None:
+    """Hands the memory that the C allocator keeps after frees back to the system: glibc's
+    ``malloc_trim``; nothing where the C library has none."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _malloc_trim() -> Any:
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 @dataclass(frozen=True)
@@ -65,6 +96,7 @@ class ConnectionLimits:
     """What one server's connections may take (module docstring); tests shorten them."""
 
     read_s: float = REQUEST_READ_S
+    write_s: float = ANSWER_WRITE_S
     per_port: int = MAX_CONNECTIONS
     per_client: int = MAX_CONNECTIONS_PER_CLIENT
     refusals: int = MAX_CONNECTIONS
@@ -80,6 +112,7 @@ class ConnectionSlots:
         self._from_client: Counter[tuple[int | None, str | None]] = Counter()
         self._refusing: Counter[int | None] = Counter()
         self.refused = 0
+        self._release: asyncio.TimerHandle | None = None
 
     def take(self, port: int | None, client: str | None) -> str | None:
         """A slot for a new connection: None once taken, else the reason it is refused."""
@@ -106,6 +139,16 @@ class ConnectionSlots:
 
     def give_back_refusal(self, port: int | None) -> None:
         self._refusing[port] -= 1
+
+    def release_memory_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A connection was aborted with unsent bytes: hand freed memory back once it is freed
+        (the app writing to it returns, its answer with it, in the next iterations of the loop)."""
+        if self._release is None:
+            self._release = loop.call_later(RELEASE_MEMORY_AFTER_S, self._release_memory)
+
+    def _release_memory(self) -> None:
+        self._release = None
+        release_freed_memory()
 
     def count_refusal(self) -> bool:
         """Counts a refusal; whether to log it."""
@@ -134,8 +177,15 @@ class _Transport:
         self._transport = transport
         self._protocol = protocol
 
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._protocol.write(data)
+
     def close(self) -> None:
-        if self._protocol.conn.their_state is h11.SEND_BODY and not self._protocol.draining:
+        if (
+            self._protocol.conn.their_state is h11.SEND_BODY
+            and not self._protocol.draining
+            and not self._transport.is_closing()
+        ):
             self._protocol.drain()
         else:
             self._transport.close()
@@ -169,6 +219,11 @@ class AnsweringH11Protocol(H11Protocol):
         self._drained = 0
         self._drain_deadline: asyncio.TimerHandle | None = None
         self._read_deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None
+        #: Bytes written to the transport so far, and (how many had been written with a write's
+        #: last byte, when) for each write the socket has not taken all of yet, oldest first.
+        self._written = 0
+        self._unsent: deque[tuple[int, float]] = deque()
         self._socket_transport: asyncio.Transport | None = None
         #: (port, client address) of the slot this connection holds, or None.
         self._slot: tuple[int | None, str | None] | None = None
@@ -194,10 +249,11 @@ class AnsweringH11Protocol(H11Protocol):
         self.drain()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._drain_deadline, self._read_deadline):
+        for timer in (self._drain_deadline, self._read_deadline, self._write_deadline):
             if timer is not None:
                 timer.cancel()
-        self._read_deadline = None
+        self._read_deadline = self._write_deadline = None
+        self._unsent.clear()
         if self._slot is not None:
             self.slots.give_back(*self._slot)
             self._slot = None
@@ -241,6 +297,46 @@ class AnsweringH11Protocol(H11Protocol):
             self._read_deadline.cancel()
             self._read_deadline = None
 
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Writes to the client; what the socket does not take at once is timed (module docstring)."""
+        transport = self._socket_transport
+        assert transport is not None
+        transport.write(data)
+        self._written += len(data)
+        if not transport.get_write_buffer_size():
+            self._watch_answer()  # all taken: earlier writes' bytes too
+            return
+        now = self.loop.time()
+        if self._unsent and now - self._unsent[-1][1] < WRITE_MARK_S:
+            self._unsent[-1] = (self._written, self._unsent[-1][1])
+        else:
+            self._unsent.append((self._written, now))
+        self._watch_answer()
+
+    def _watch_answer(self) -> None:
+        """Forgets the writes the socket has taken whole; aborts the connection if the oldest write
+        it has not is ``write_s`` old, else arms a deadline for it."""
+        transport = self._socket_transport
+        assert transport is not None
+        sent = self._written - transport.get_write_buffer_size()
+        while self._unsent and self._unsent[0][0] <= sent:
+            self._unsent.popleft()
+        if not self._unsent:
+            if self._write_deadline is not None:
+                self._write_deadline.cancel()
+                self._write_deadline = None
+            return
+        due = self._unsent[0][1] + self.slots.limits.write_s
+        if due <= self.loop.time():
+            self._log_refusal("answer_not_read", *(self._slot or (None, None)))
+            self._abort()
+        elif self._write_deadline is None:
+            self._write_deadline = self.loop.call_at(due, self._answer_deadline)
+
+    def _answer_deadline(self) -> None:
+        self._write_deadline = None
+        self._watch_answer()
+
     def _request_too_slow(self) -> None:
         """The request did not arrive whole in time: 408, then close as after every refusal."""
         self._read_deadline = None
@@ -277,8 +373,7 @@ class AnsweringH11Protocol(H11Protocol):
             "connection: close",
             *(f"{name}: {value}" for name, value in headers or []),
         ]
-        assert self._socket_transport is not None
-        self._socket_transport.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
+        self.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
 
     def _log_refusal(self, reason: str, port: int | None, address: str | None) -> None:
         if self.slots.count_refusal():
@@ -312,5 +407,15 @@ class AnsweringH11Protocol(H11Protocol):
         self._drain_deadline = self.loop.call_later(DRAIN_S, self._close)
 
     def _close(self) -> None:
-        if self._socket_transport is not None:
-            self._socket_transport.close()
+        """The drain gives up: what the client has not read yet is dropped (a close would wait
+        for it as long as the client does not read)."""
+        self._abort()
+
+    def _abort(self) -> None:
+        """Closes the connection at once, dropping what it has not sent."""
+        transport = self._socket_transport
+        assert transport is not None
+        self._unsent.clear()
+        if transport.get_write_buffer_size():
+            self.slots.release_memory_soon(self.loop)
+        transport.abort()
