@@ -66,10 +66,14 @@ from autorl.api.request_limits import (
     unparsable_request,
 )
 
-#: Refused connections logged one by one; past this, one line per LOGGED_REFUSALS_EVERY more (a
-#: client decides how often it is refused, not how large the grader's log grows).
+#: Refused connections logged one by one, for each port, reason and client address; past this, one
+#: line per LOGGED_REFUSALS_EVERY more of the same (a client decides how often it is refused, not how
+#: large the grader's log grows, and one client's flood does not hide another's refusals: the
+#: controller's on the admin port, another agent's). At most REFUSAL_KEYS (port, reason, client)
+#: are counted apart; past that, the rest share one count.
 LOGGED_REFUSALS = 100
 LOGGED_REFUSALS_EVERY = 1000
+REFUSAL_KEYS = 4096
 #: Writes this close together share the time of the first for the write deadline, so that a
 #: connection keeps at most ``write_s`` / WRITE_MARK_S of them (a deadline up to this much early).
 WRITE_MARK_S = 0.1
@@ -112,6 +116,7 @@ class ConnectionSlots:
         self._from_client: Counter[tuple[int | None, str | None]] = Counter()
         self._refusing: Counter[int | None] = Counter()
         self.refused = 0
+        self._refused_by: Counter[tuple[int | None, str, str | None]] = Counter()
         self._release: asyncio.TimerHandle | None = None
 
     def take(self, port: int | None, client: str | None) -> str | None:
@@ -150,10 +155,16 @@ class ConnectionSlots:
         self._release = None
         release_freed_memory()
 
-    def count_refusal(self) -> bool:
-        """Counts a refusal; whether to log it."""
+    def count_refusal(self, port: int | None, reason: str, client: str | None) -> int:
+        """Counts a refusal; returns how many of the same (port, reason, client) there were, this
+        one included, when it is to be logged, else 0."""
         self.refused += 1
-        return self.refused <= LOGGED_REFUSALS or self.refused % LOGGED_REFUSALS_EVERY == 0
+        key = (port, reason, client)
+        if key not in self._refused_by and len(self._refused_by) >= REFUSAL_KEYS:
+            key = (None, reason, None)
+        self._refused_by[key] += 1
+        same = self._refused_by[key]
+        return same if same <= LOGGED_REFUSALS or same % LOGGED_REFUSALS_EVERY == 0 else 0
 
 
 class _Parser(RequestParser):
@@ -376,12 +387,14 @@ class AnsweringH11Protocol(H11Protocol):
         self.write("\r\n".join([*lines, "", ""]).encode("latin-1") + body)
 
     def _log_refusal(self, reason: str, port: int | None, address: str | None) -> None:
-        if self.slots.count_refusal():
+        same = self.slots.count_refusal(port, reason, address)
+        if same:
             self.logger.warning(
-                "event=connection_refused reason=%s port=%s client=%s refusals=%d",
+                "event=connection_refused reason=%s port=%s client=%s same=%d refusals=%d",
                 reason,
                 port,
                 address,
+                same,
                 self.slots.refused,
             )
 
