@@ -28,7 +28,7 @@ from tests.unit.test_warm_opencompass import executable
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _dist(site: Path, name: str, version: str) -> None:
+def installed_dist(site: Path, name: str, version: str) -> None:
     info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
@@ -38,7 +38,7 @@ def test_a_wrapper_that_sets_its_own_path_reports_the_packages_it_runs_with(tmp_
     """A resident engine's Python given as a wrapper script (its packages on a PYTHONPATH it sets):
     the versions are those the wrapped interpreter finds, not "not installed"."""
     site = tmp_path / "site"
-    _dist(site, "vllm", "0.25.0")
+    installed_dist(site, "vllm", "0.25.0")
     wrapper = executable(
         tmp_path / "vllm-python", f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n'
     )
@@ -77,7 +77,7 @@ def test_the_worker_s_own_path_does_not_leak_into_what_an_interpreter_reports(
     """The worker's PYTHONPATH and working folder are not OpenCompass's: a package found only there
     is not installed for it."""
     site = tmp_path / "worker-site"
-    _dist(site, "opencompass", "9.9.9")
+    installed_dist(site, "opencompass", "9.9.9")
     monkeypatch.setenv("PYTHONPATH", str(site))
     monkeypatch.chdir(site)
     assert interpreter_versions(Path(sys.executable), ["opencompass"]) == {"opencompass": NOT_INSTALLED}

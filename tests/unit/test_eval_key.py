@@ -23,6 +23,7 @@ from autorl.tasks import get_task
 from autorl.tasks.base import Problem, split_sha256, write_problems
 from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.versions import NOT_INSTALLED, backend_versions, installed_versions
+from tests.unit.test_backend_versions import installed_dist
 from tests.unit.test_results import row
 
 DATA_SHA256 = "a" * 64
@@ -125,9 +126,7 @@ def test_the_opencompass_backend_records_the_versions_of_its_own_venv(tmp_path: 
     command.write_text("#!/bin/sh\n")
     site = venv / "lib" / "python3.10" / "site-packages"
     for name, version in (("opencompass", "0.3.9"), ("vllm", "0.6.3.post1"), ("transformers", "4.45.2")):
-        info = site / f"{name}-{version}.dist-info"
-        info.mkdir(parents=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        installed_dist(site, name, version)
     versions = backend_versions("opencompass", WorkerSettings(opencompass_bin=command))
     assert versions == {
         "opencompass": "0.3.9",

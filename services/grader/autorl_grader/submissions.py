@@ -536,7 +536,7 @@ def begin_final(state: GraderState, name: str) -> int | None:
             # Again, of the same submission and from the same snapshot (kept for this).
             chosen = session.get(Submission, previous.final_of)
             assert chosen is not None
-            selection = "again after an evaluator's failure"
+            selection = "again after a failure of the platform's"
             snapshot = previous.snapshot
             previous.snapshot = None
         final = repo.create_submission(

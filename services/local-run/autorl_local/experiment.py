@@ -464,7 +464,7 @@ class LocalRun:
 
     def _final_evaluation(self) -> None:
         """Sealed: the one evaluation on the test split, after the agent has ended (its answer is
-        the platform's, never the agent's); made again after an evaluator's failure, each attempt
+        the platform's, never the agent's); made again after a failure of the platform's, each attempt
         with its own --finish-wait."""
 
         def wait() -> ExperimentAnswer | None:

@@ -482,7 +482,7 @@ class Step:
         waited = time.time() - since if since is not None else 0.0
         sealed = view.feedback == "sealed"
         # A sealed experiment's one test evaluation comes after its validation ones: it has finish
-        # waits of its own, one for each time it may be made (again after an evaluator's failure).
+        # waits of its own, one for each time it may be made (again after a failure of the platform's).
         limit = self.settings.finish_wait_s * (1 + MAX_FINAL_ATTEMPTS if sealed else 1)
         if view.in_flight > 0 and waited < limit:
             await patch_status(self.context, self.body, self.status, status_from_view(view))
