@@ -23,7 +23,7 @@ child evaluates:
 ``merge`` (here or there): the answer agreement between every T2 run, into the results file.
 
     # on the GPU machine: OpenCompass's wheels in a venv of the machine's python3
-    # (--system-site-packages, for its torch), vLLM 0.25 in /root/site, /root/resident prepared
+    # (tools/gpu_evaluator_parts.py: its install.sh), vLLM 0.25 in /root/site, /root/resident prepared
     PYTHONPATH=.:services/evaluator-worker /root/oc/bin/python bench/opencompass_worker_gpu.py run \\
         --work /root/resident --opencompass-bin /root/oc/bin/opencompass --vllm-python /root/vllm-python \\
         --output OUT/opencompass_worker_gpu.json

@@ -71,8 +71,6 @@ GPU_BENCHMARKS: dict[str, str] = {
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).
 NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
-    "opencompass_worker_gpu": "written and run on the CPU (--smoke); no GPU machine was lent since "
-    "(docs/PERFORMANCE.md)",
 }
 
 #: Scripts in bench/ that are not benchmarks of their own: this runner, the script that made

@@ -6,16 +6,17 @@ is warm. This builds, for CPython 3.12 on x86-64 Linux:
 
 - ``oc/``: OpenCompass's environment, the OpenCompass side of ``docker/evaluator-worker.lock`` at its
   versions (OpenCompass 0.5.2, transformers 4.57.6, numpy 1.26.4, datasets 3.6.0 and the worker's
-  own dependencies), without torch, triton and CUDA's libraries (the machine's torch serves) and
+  own dependencies), without torch, triton and CUDA's libraries (the machine's torch serves, its
+  jax left out) and
   without the packages that neither an OpenCompass GSM8K run nor the worker imports
   (:data:`NOT_IMPORTED`, found by recording every module each OpenCompass process had imported at
   its exit): beneath them the machine's own are never loaded;
 - ``vllm/``: vLLM 0.25.0 and ``bench/data/vllm-0.25-serve-wheels.txt`` (the resident engine's);
 - ``trl/``: ``bench/data/trl-1.16-wheels.txt`` (the GRPO comparison's);
 - ``install.sh``: run there from the repository's root once the parts are joined: vLLM and TRL into
-  ``/root/site`` (``pip --target``), OpenCompass's into the venv ``/root/oc`` over the machine's
-  packages (``--system-site-packages``: its torch), and ``/root/vllm-python``, the engine's Python
-  for ``AUTORL_VLLM_PYTHON``.
+  ``/root/site`` (``pip --target``), OpenCompass's into the venv ``/root/oc`` (the machine's
+  packages after its own, jax left out, and this repository, through ``.pth`` files), and
+  ``/root/vllm-python``, the engine's Python for ``AUTORL_VLLM_PYTHON``.
 
 All of it in one tar, split into ``OUT/pN/partN`` of ``--part-mib`` each:
 
@@ -63,10 +64,27 @@ PIP="-q --no-index --no-deps --no-compile"
 python3 -m pip install $PIP --target /root/site "$HERE"/vllm/*.whl "$HERE"/trl/*.whl
 python3 -m venv --system-site-packages --without-pip /root/oc
 /root/oc/bin/python -m pip install $PIP "$HERE"/oc/*.whl
+# OpenCompass's Python sees, after its own packages: the machine's torch and what comes with it,
+# but not its jax (transformers 4.57 imports jax where it finds it, and the machine's does not
+# load), and this repository, as the image's worker environment has it installed (the chat
+# template's renderer runs in an isolated interpreter: PYTHONPATH does not reach it).
+MACHINE=$(cd /tmp && python3 -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
+mkdir -p /root/machine-site
+for path in "$MACHINE"/*; do
+  case $(basename "$path") in
+    jax*|jaxlib*|_jax*|flax*|tensorflow*) ;;
+    *) ln -sfn "$path" /root/machine-site/ ;;
+  esac
+done
+OC_SITE=$(/root/oc/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo /root/machine-site > "$OC_SITE"/machine-site.pth
+printf '%s\n%s\n' "$PWD" "$PWD/services/evaluator-worker" > "$OC_SITE"/autorl-repository.pth
 ENGINE_ENV="PYTHONPATH=/root/site VLLM_USE_FLASHINFER_SAMPLER=0"
 printf '#!/bin/sh\\nexport %s\\nexec %s "$@"\\n' "$ENGINE_ENV" "$(command -v python3)" > /root/vllm-python
 chmod +x /root/vllm-python
-/root/oc/bin/python -c "import opencompass, numpy, transformers as t; print(numpy.__version__, t.__version__)"
+CHECK="import opencompass, numpy, torch, transformers as t, transformers.image_transforms, autorl_evaluator"
+PRINT="print(numpy.__version__, t.__version__, torch.__version__)"
+(cd /tmp && env -i /root/oc/bin/python -c "$CHECK; $PRINT")
 /root/vllm-python -c "import vllm, transformers as t; print('engine:', vllm.__version__, t.__version__)"
 """
 

@@ -943,6 +943,10 @@ WORKER_RUNS = {
 }
 
 
+#: The warm GPU worker's submit-to-score target for the whole split at GSM8K answer lengths.
+WARM_TARGET_S = 10.0
+
+
 def opencompass_worker_gpu() -> str:
     """The ``opencompass`` backend end to end on the GPU (bench/opencompass_worker_gpu.py)."""
     path = REPO_ROOT / "bench" / "results" / "opencompass_worker_gpu.json"
@@ -972,12 +976,37 @@ def opencompass_worker_gpu() -> str:
             f"| {label} | {run['snapshot_s']} | {run['evaluate_s']} | {run['submit_to_score_s']} | "
             f"{run['opencompass_s']} | {run['summary_accuracy']} |"
         )
+    lines.append("")
     for name, agreement in data.get("agreement", {}).items():
         lines.append(
-            f"\n- {WORKER_RUNS.get(name, name)} against the warm worker's T2: final answers equal in "
-            f"{agreement['equal_final_answers']:,} of {agreement['rows']:,}, identical text in "
+            f"- {WORKER_RUNS.get(name, name)} against the warm worker's T2: final answers equal in "
+            f"{agreement['equal_final_answers']:,} of {agreement['rows']:,} "
+            f"({100 * agreement['equal_final_answers_share']:.2f} %), identical text in "
             f"{agreement['identical']:,}."
         )
+    runs = data["runs"]
+    warm, cold, inside = runs.get("warm_T2"), runs.get("command_T2"), runs.get("in_process_T2")
+    if warm and cold:
+        lines.append(
+            "- Submit to score, the same checkpoint in the same run: warm worker "
+            f"{warm['submit_to_score_s']} s, "
+            f"outside it {cold['submit_to_score_s']} s "
+            f"({cold['submit_to_score_s'] / warm['submit_to_score_s']:.1f}× the warm worker's). Against the "
+            f"target of at most {WARM_TARGET_S:g} s the warm worker is "
+            f"{'within it' if warm['submit_to_score_s'] <= WARM_TARGET_S else 'over it'}; "
+            f"of its time, {warm['snapshot_s']} s is the grader's snapshot (the weights copied) and "
+            f"{warm['opencompass_s']} s OpenCompass with the engine."
+        )
+    if warm and inside:
+        engine_s = inside["load_s"] + inside["tokenize_s"] + inside["generate_s"]
+        lines.append(
+            f"- The in-process engine on the same prompts and weights in the same call: "
+            f"{engine_s:.2f} s (load {inside['load_s']}, tokenize {inside['tokenize_s']}, generate "
+            f"{inside['generate_s']}), against the warm worker's {warm['opencompass_s']} s of OpenCompass "
+            f"and vLLM ({warm['opencompass_s'] / engine_s:.1f}×); it does not score, so this is its "
+            "generation alone."
+        )
+    lines.append(f"- Command: `{data['command']}`, then `in-process` as below.")
     return "\n".join(lines) + "\n"
 
 

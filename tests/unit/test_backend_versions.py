@@ -103,3 +103,16 @@ def test_an_interpreter_that_cannot_answer_is_the_evaluator_s_fault(tmp_path: Pa
     assert "libpython missing" in raised.value.detail
     with pytest.raises(EvaluatorFaultError, match="could not ask"):
         interpreter_versions(tmp_path / "absent", ["vllm"])
+
+
+def test_a_relative_interpreter_path_is_taken_from_the_worker_s_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AUTORL_VLLM_PYTHON=.venv/bin/python``, say: the question runs in an empty folder of its own,
+    but the path means the interpreter beside the worker, as everywhere else the worker uses it."""
+    site = tmp_path / "site"
+    installed_dist(site, "vllm", "0.25.0")
+    (tmp_path / "bin").mkdir()
+    executable(tmp_path / "bin" / "python3", f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    monkeypatch.chdir(tmp_path)
+    assert interpreter_versions(Path("bin/python3"), ["vllm"]) == {"vllm": "0.25.0"}
