@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.models.tiny import CHATML_TEMPLATE
+from autorl.store import Database
+from autorl.store import repository as repo
 from autorl.tasks import get_task
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
@@ -232,7 +235,8 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
 ) -> None:
     """A chat template that fails only on test prompts (the base model's: a submission's own is
     never evaluated, tests/unit/test_snapshot.py) is rendered under the limits, and what it says
-    of a test question stays in evaluator storage."""
+    of a test question stays in evaluator storage. The template is the platform's, so its failure
+    is the evaluator's: it does not count against the agent's limit."""
     base = Path(shutil.copytree(tiny_base_model, tmp_path / "sly-base"))
     edit_json(base / "tokenizer_config.json", chat_template=template)
     experiment = register(client, settings, base, make_workspace(tmp_path / "own-template"))
@@ -244,6 +248,14 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     assert result["status"] == "failed"
     body = view(client, experiment, submission_id)
     assert body["error"] == TEMPLATE_FAILURE
+    assert body["error"].startswith(EVALUATOR_FAULT_PREFIX)
+    db = Database(settings.database_url or "")
+    try:
+        with db.session() as session:
+            row = repo.get_experiment(session, experiment.name)
+            assert repo.limited_submissions_count(session, row) == 0  # the platform's failure
+    finally:
+        db.dispose()
     answers = json.dumps(
         [view(client, experiment, submission_id), client.get(f"{experiment.url_path}/scores").json()]
     )

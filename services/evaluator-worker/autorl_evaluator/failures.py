@@ -22,10 +22,14 @@ GENERIC_FAILURE = (
     "AutoModelForCausalLM.from_pretrained(path) and generates from the prompt of a train question "
     "(task.render_prompt), or ask an operator"
 )
+#: The template rendered is the base model's, never the submission's: its failure is the platform's.
+#: Fixed text: the error itself may quote a test prompt, so it stays in evaluator storage.
 TEMPLATE_FAILURE = (
-    "the chat template failed on a test prompt (it raised an error, or ran past the renderer's time, "
-    "size or memory limits), although it rendered a train question at submit; use a template that "
-    "renders every conversation the same way, such as the base model's"
+    f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your submission "
+    "limit, and an operator has the details): the base model's chat template, which the platform "
+    "renders every test prompt with, failed on a test prompt or could not be rendered; a submission's "
+    "own template is never used, so submitting again will not help until an operator fixes the "
+    "evaluator or the experiment's base model"
 )
 
 #: The evaluator's own fault: it does not count against the submission limit, and a sealed final

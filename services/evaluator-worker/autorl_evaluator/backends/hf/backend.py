@@ -15,8 +15,8 @@ left-padded, in the same batches.
 
 The model is read from the submission's snapshot (:mod:`autorl.checkpoints.snapshot`: evaluator-owned,
 normalized files), never with remote code, and from safetensors only. Prompts are rendered by the
-sandboxed, time- and size-limited renderer of :mod:`autorl.checkpoints.chat_template`, the one the grader
-dry-ran at submit. torch and transformers are imported inside functions.
+sandboxed, time- and size-limited renderer of :mod:`autorl.checkpoints.chat_template` from the base
+model's template (the snapshot's). torch and transformers are imported inside functions.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def prompt_texts(tokenizer: Any, task: Task, questions: Sequence[str], model: Mo
     as transformers renders it but with the sandbox's limits (what :meth:`Task.render_prompt` gives
     for one question)."""
     if not isinstance(tokenizer.chat_template, str):
-        raise ChatTemplateError("the tokenizer has no chat template; save it with tokenizer.save_pretrained")
+        raise ChatTemplateError("the base model has no chat template; register one whose tokenizer has")
     template = ChatTemplate(tokenizer.chat_template, dict(tokenizer.special_tokens_map))
     conversations = [evaluation_messages(task.build_messages(question)) for question in questions]
     return template.render_batch(conversations, add_generation_prompt=True, **model.chat_template_kwargs())

@@ -10,8 +10,9 @@ One evaluation is one folder under ``EVAL_DIR/opencompass/`` (evaluator-only sto
 - ``work/``: OpenCompass's ``--work-dir``; ``opencompass.log``: its output.
 
 Before OpenCompass starts, every test prompt is rendered once by the sandboxed, limited renderer
-(:mod:`autorl.checkpoints.chat_template`): a chat template that loops, explodes or raises on a test prompt
-fails here, in seconds, instead of inside OpenCompass, which renders with no limits.
+(:mod:`autorl.checkpoints.chat_template`): a base model's chat template that loops, explodes or raises
+on a test prompt fails here, in seconds, as the platform's failure, instead of inside OpenCompass,
+which renders with no limits.
 
 OpenCompass exits 0 when a task fails, so its exit code is never trusted: the score comes from
 the newest summary CSV, and a ``-`` (or no row) is a failure carrying the log tail (with lines
