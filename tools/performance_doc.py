@@ -1010,6 +1010,34 @@ def opencompass_worker_gpu() -> str:
     return "\n".join(lines) + "\n"
 
 
+SNAPSHOT_RUNS = {
+    "snapshot_copy_gpu": "the GPU machine (its CPU cores and disk)",
+    "snapshot_copy": "the development machine",
+}
+
+
+def snapshot_copy() -> str:
+    """The grader's snapshot copy: hashing beside the copy against after each write."""
+    lines = [
+        "| where | weights | hash beside the copy (s, median) | hash after each write (s, median) | "
+        "ratio | same fingerprint | date | command |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
+    ]
+    for name, where in SNAPSHOT_RUNS.items():
+        if not (REPO_ROOT / "bench" / "results" / f"{name}.json").exists():
+            continue
+        data = load_results(name)
+        medians = data["median_s"]
+        lines.append(
+            f"| {where}, {data['machine']['cpus']} cores | {data['weights_bytes'] / 2**30:.2f} GiB | "
+            f"{medians['hash_beside_copy']} ({data['gib_per_s']['hash_beside_copy']} GiB/s) | "
+            f"{medians['hash_after_each_write']} ({data['gib_per_s']['hash_after_each_write']} GiB/s) | "
+            f"**{data['ratio_after_over_beside']}×** | {'yes' if data['same_fingerprint'] else 'NO'} | "
+            f"{_when(data['date'])} | `{data['command']}` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -1032,6 +1060,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "resident-engine": resident_engine,
     "engine-race": engine_race,
     "warm-opencompass-cpu": warm_opencompass_cpu,
+    "snapshot-copy": snapshot_copy,
     "opencompass-worker-gpu": opencompass_worker_gpu,
 }
 
