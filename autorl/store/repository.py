@@ -209,7 +209,11 @@ def failed_without_a_test_evaluation() -> ColumnElement[bool]:
     none of them is a test evaluation (:func:`test_evaluations`)."""
     return and_(
         Submission.status == SubmissionStatus.FAILED,
-        or_(Submission.failure_reason.in_(_BEFORE_THE_SPLIT), evaluator_fault()),
+        # Null-safe (a row without a reason is none of these), so that its negation counts it.
+        or_(
+            and_(Submission.failure_reason.is_not(None), Submission.failure_reason.in_(_BEFORE_THE_SPLIT)),
+            evaluator_fault(),
+        ),
     )
 
 
@@ -222,14 +226,18 @@ def failed_for_the_platform(submission: Submission) -> bool:
 
 
 def limited_submissions_count(session: Session, experiment: Experiment) -> int:
-    """What counts against the agent's limit: its submissions, all but those that failed for the
-    evaluator's own fault, and its submits refused after the grader began reading the checkpoint's
-    weights (``experiment.costly_refusals``, which have no row). Read it on the experiment's row
-    locked for update (``get_experiment(..., for_update=True)``) to decide on it."""
+    """What counts against the agent's limit: its submissions, all but those that failed for a
+    reason of the platform's (:func:`failed_without_a_test_evaluation`: the evaluator's own fault,
+    before the test split was loaded, cancelled), and its submits refused after the grader began
+    reading the checkpoint's weights (``experiment.costly_refusals``, which have no row). Read it
+    on the experiment's row locked for update (``get_experiment(..., for_update=True)``) to decide
+    on it."""
     submissions = (
         session.scalar(
             select(func.count(Submission.id)).where(
-                Submission.experiment_id == experiment.id, _agents(), ~evaluator_fault()
+                Submission.experiment_id == experiment.id,
+                _agents(),
+                ~failed_without_a_test_evaluation(),
             )
         )
         or 0

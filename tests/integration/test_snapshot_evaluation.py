@@ -249,13 +249,7 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     body = view(client, experiment, submission_id)
     assert body["error"] == TEMPLATE_FAILURE
     assert body["error"].startswith(EVALUATOR_FAULT_PREFIX)
-    db = Database(settings.database_url or "")
-    try:
-        with db.session() as session:
-            row = repo.get_experiment(session, experiment.name)
-            assert repo.limited_submissions_count(session, row) == 0  # the platform's failure
-    finally:
-        db.dispose()
+    assert limited(settings, experiment) == 0  # the platform's failure
     answers = json.dumps(
         [view(client, experiment, submission_id), client.get(f"{experiment.url_path}/scores").json()]
     )
@@ -270,6 +264,38 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     assert settings.eval_dir is not None
     detail = (settings.eval_dir / "submissions" / str(submission_id) / "error.txt").read_text()
     assert "ChatTemplateError" in detail
+
+
+def limited(settings: DeploymentSettings, experiment: RegisteredExperiment) -> int:
+    db = Database(settings.database_url or "")
+    try:
+        with db.session() as session:
+            return repo.limited_submissions_count(session, repo.get_experiment(session, experiment.name))
+    finally:
+        db.dispose()
+
+
+def test_an_evaluation_that_fails_before_the_test_split_is_read_is_the_evaluator_s_fault(
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    """Set-up reads only what the grader already checked and stored (the snapshot, the recorded
+    config, the task, the split): its failure is the platform's. The agent is told so, and the
+    submission does not count against its limit."""
+    copy_model(tiny_base_model, experiment.output_dir / "lost", unique=True)
+    lost = submit(client, experiment, "output/lost").json()["submission_id"]
+    assert settings.snapshot_dir is not None
+    for snapshot in settings.snapshot_dir.iterdir():
+        shutil.rmtree(snapshot)  # gone from the evaluator's storage before the evaluation
+    assert evaluate(lost, settings)["status"] == "failed"
+    error = view(client, experiment, lost)["error"]
+    assert error.startswith(f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count"), (
+        error
+    )
+    assert "could not be set up" in error
+    assert limited(settings, experiment) == 0
+    copy_model(tiny_base_model, experiment.output_dir / "next", unique=True)
+    assert submit(client, experiment, "output/next").status_code == 202
+    assert limited(settings, experiment) == 1  # a submission of the agent's counts as ever
 
 
 def test_the_reconciler_removes_snapshots_no_evaluation_needs(

@@ -116,3 +116,18 @@ def test_a_relative_interpreter_path_is_taken_from_the_worker_s_folder(
     executable(tmp_path / "bin" / "python3", f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     monkeypatch.chdir(tmp_path)
     assert interpreter_versions(Path("bin/python3"), ["vllm"]) == {"vllm": "0.25.0"}
+
+
+def test_the_worker_s_commands_are_absolute_wherever_they_are_run_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine, OpenCompass and the version question each run in a folder of their own: a
+    relative setting means the worker's folder, a bare name the PATH's, and a venv's link stays
+    the venv's (not resolved to its base interpreter)."""
+    monkeypatch.chdir(tmp_path)
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "env")
+    settings = WorkerSettings(vllm_python=Path("env/bin/python"))
+    assert settings.vllm_python == tmp_path / "env" / "bin" / "python"
+    assert settings.opencompass_bin == tmp_path / ".venv-opencompass" / "bin" / "opencompass"
+    monkeypatch.setenv("PATH", str(tmp_path / "env" / "bin"))
+    assert WorkerSettings(vllm_python=Path("python")).vllm_python == tmp_path / "env" / "bin" / "python"

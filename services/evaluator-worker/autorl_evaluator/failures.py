@@ -69,10 +69,18 @@ def storage_full(exc: BaseException) -> bool:
 
 
 def setup_message(exc: BaseException) -> str:
-    """What the agent is told about ``exc``, raised before the test split was loaded."""
+    """What the agent is told about ``exc``, raised before the test split was loaded: the set-up
+    (the snapshot, the recorded config, the task, the split) reads nothing the agent wrote after
+    the grader's checks, so its failure is the evaluator's and does not count against the limit."""
     if storage_full(exc):
         return STORAGE_FULL
-    return str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, EvaluatorFaultError):
+        return str(exc)
+    what = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
+    return (
+        f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your "
+        f"submission limit): the evaluation could not be set up, before any test problem was read: {what}"
+    )
 
 
 def agent_message(exc: BaseException) -> str:

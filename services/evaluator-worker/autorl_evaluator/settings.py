@@ -3,13 +3,23 @@ documentation."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from autorl.settings import PlatformSettings
 
 EVAL_LEASE_S = 120.0
+
+
+def absolute_command(command: Path) -> Path:
+    """``command`` as the worker means it wherever it is run from: a bare name through ``PATH``, a
+    relative path from the worker's own folder. Not resolved: a venv's ``bin/python`` is a link to
+    its base interpreter, and only the link's path makes it the venv's."""
+    found = shutil.which(str(command)) if os.sep not in str(command) else None
+    return Path(os.path.abspath(found or command))
 
 
 class WorkerSettings(PlatformSettings):
@@ -43,7 +53,8 @@ class WorkerSettings(PlatformSettings):
     )
     opencompass_bin: Path = Field(
         default=Path(".venv-opencompass/bin/opencompass"),
-        description="The opencompass command of its own venv.",
+        validate_default=True,
+        description="The opencompass command of its own venv (a relative path is the worker's folder's).",
     )
     vllm_python: Path | None = Field(
         default=None,
@@ -57,3 +68,9 @@ class WorkerSettings(PlatformSettings):
         description="Keep each OpenCompass evaluation folder (config, logs, predictions) after a success "
         "too; failed ones are always kept. Evaluator storage only: the folders hold test questions.",
     )
+
+    @field_validator("opencompass_bin", "vllm_python")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        # Engines, OpenCompass and the version question run in folders of their own.
+        return None if value is None else absolute_command(value)

@@ -15,14 +15,13 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from autorl_evaluator.failures import EvaluatorFaultError
-from autorl_evaluator.settings import WorkerSettings
+from autorl_evaluator.settings import WorkerSettings, absolute_command
 
 #: The packages whose versions can change an ``hf`` evaluation's numbers.
 HF_PACKAGES = ("torch", "transformers")
@@ -98,9 +97,7 @@ def interpreter_versions(python: Path, packages: Sequence[str]) -> dict[str, str
     A failure to answer is the evaluator's (its environment is broken), never the submission's."""
     env = {name: os.environ[name] for name in QUERY_VARIABLES if name in os.environ}
     env.setdefault("PATH", os.defpath)
-    # It runs in another folder: a relative path (a setting such as ``.venv/bin/python``) is taken
-    # from the worker's own folder first. Not resolved: a venv's interpreter is a link to its base.
-    program = os.path.abspath(shutil.which(str(python)) or str(python))
+    program = str(absolute_command(python))  # it runs in a folder of its own
     with tempfile.TemporaryDirectory(prefix="autorl-versions-") as home:
         # An empty folder as working directory and home: nothing of the worker's on the path.
         try:
