@@ -8,6 +8,8 @@ benchmark writes new results, ``python3 -m tools.performance_doc`` rewrites thos
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -984,6 +986,19 @@ def opencompass_worker_gpu() -> str:
             f"({100 * agreement['equal_final_answers_share']:.2f} %), identical text in "
             f"{agreement['identical']:,}."
         )
+    texts_file = path.with_name("opencompass_worker_gpu.texts.json.gz")
+    if texts_file.exists():
+        with gzip.open(texts_file, "rt", encoding="utf-8") as handle:
+            texts = json.load(handle)
+        first, again = texts.get("warm_T2_first"), texts.get("warm_T2")
+        if first and again and len(first) == len(again):
+            same = sum(a == b for a, b in zip(first, again, strict=True))
+            lines.append(
+                f"- The same engine twice: the warm worker's T2 as its engine started against T2 loaded in "
+                f"place after T1: identical text in {same:,} of {len(first):,}; both scored "
+                f"{data['runs']['warm_T2_first']['summary_accuracy']} and "
+                f"{data['runs']['warm_T2']['summary_accuracy']}."
+            )
     runs = data["runs"]
     warm, cold, inside = runs.get("warm_T2"), runs.get("command_T2"), runs.get("in_process_T2")
     if warm and cold:
