@@ -291,7 +291,9 @@ def test_an_evaluation_that_fails_before_the_test_split_is_read_is_the_evaluator
     assert error.startswith(f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count"), (
         error
     )
-    assert "could not be set up" in error
+    assert "could not be set up" in error and str(settings.snapshot_dir) not in error
+    assert settings.eval_dir is not None  # the whole error, for the operator
+    assert (settings.eval_dir / "submissions" / str(lost) / "error.txt").read_text()
     assert limited(settings, experiment) == 0
     copy_model(tiny_base_model, experiment.output_dir / "next", unique=True)
     assert submit(client, experiment, "output/next").status_code == 202

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 
 from autorl.checkpoints.chat_template import ChatTemplateError
-from autorl.errors import EVALUATOR_FAULT_PREFIX, AutoRLError, EvaluationError
+from autorl.errors import EVALUATOR_FAULT_PREFIX, EvaluationError
 
 GENERIC_FAILURE = (
     "the evaluation failed after the test data was loaded; the details stay in the evaluator's log "
@@ -71,15 +71,16 @@ def storage_full(exc: BaseException) -> bool:
 def setup_message(exc: BaseException) -> str:
     """What the agent is told about ``exc``, raised before the test split was loaded: the set-up
     (the snapshot, the recorded config, the task, the split) reads nothing the agent wrote after
-    the grader's checks, so its failure is the evaluator's and does not count against the limit."""
+    the grader's checks, so its failure is the evaluator's and does not count against the limit.
+    Fixed text and the error's type only: loading the split may raise with its contents (a seed, a
+    row) or the evaluator's paths in the error; the whole error goes to evaluator storage."""
     if storage_full(exc):
         return STORAGE_FULL
-    if isinstance(exc, EvaluatorFaultError):
-        return str(exc)
-    what = str(exc) if isinstance(exc, AutoRLError) else f"{type(exc).__name__}: {exc}"
     return (
         f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your "
-        f"submission limit): the evaluation could not be set up, before any test problem was read: {what}"
+        "submission limit, and an operator has the details): the evaluation could not be set up "
+        f"({type(exc).__name__}), before the checkpoint ran; submit it again once an operator has "
+        "fixed the evaluator"
     )
 
 

@@ -166,10 +166,13 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             )
         else:
             message = setup_message(exc)
+            # The set-up reads the split too: what it raised stays in evaluator storage.
+            detail_path = _write_error(settings, submission_id, operator_detail(exc))
             log.warning(
-                "event=evaluation_failed submission=%d phase=setup error=%s",
+                "event=evaluation_failed submission=%d phase=setup error_type=%s detail=%s",
                 submission_id,
-                message.splitlines()[0][:300],
+                type(exc).__name__,
+                detail_path,
             )
         with db.session() as session:
             reason = FailureReason.EVALUATION if test_data_loaded else FailureReason.SETUP
