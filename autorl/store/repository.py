@@ -189,11 +189,25 @@ def agent_submissions_count(session: Session, experiment: Experiment) -> int:
 
 
 def evaluator_fault() -> ColumnElement[bool]:
-    """A submission that failed for the evaluator's own fault (its error says so)."""
-    return and_(
-        Submission.status == SubmissionStatus.FAILED,
-        func.coalesce(Submission.error, "").startswith(EVALUATOR_FAULT_PREFIX, autoescape=True),
-    )
+    """A submission that failed for the evaluator's own fault (its error says so). Compared byte
+    for byte, as :func:`failed_for_the_platform` does: SQLite's LIKE ignores case."""
+    prefix = func.substr(func.coalesce(Submission.error, ""), 1, len(EVALUATOR_FAULT_PREFIX))
+    return and_(Submission.status == SubmissionStatus.FAILED, prefix == EVALUATOR_FAULT_PREFIX)
+
+
+#: The most of an error a submission keeps.
+MAX_ERROR_CHARS = 4000
+#: Of a longer error, its beginning (which says whose fault it is) and then its end.
+ERROR_HEAD_CHARS = 1000
+
+
+def stored_error(error: str) -> str:
+    """``error`` as a submission keeps it: whole up to MAX_ERROR_CHARS; past that its beginning,
+    which carries the evaluator-fault prefix, and its end, which carries a log's last lines."""
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    cut = " … "
+    return error[:ERROR_HEAD_CHARS] + cut + error[-(MAX_ERROR_CHARS - ERROR_HEAD_CHARS - len(cut)) :]
 
 
 #: Failures that end an evaluation before the test split was loaded, or without an evaluation:
@@ -762,7 +776,7 @@ def record_failure(
     result = session.execute(
         stmt.values(
             status=SubmissionStatus.FAILED,
-            error=error[-4000:],
+            error=stored_error(error),
             failure_reason=reason,
             finished_at=utcnow(),
             lease_expires_at=None,
@@ -918,7 +932,7 @@ def release(session: Session, submission_id: int, *, worker: str, error: str) ->
     session.execute(
         update(Submission)
         .where(Submission.id == submission_id, _held_by(worker))
-        .values(status=SubmissionStatus.QUEUED, error=error[-4000:], lease_expires_at=None, worker=None)
+        .values(status=SubmissionStatus.QUEUED, error=stored_error(error), lease_expires_at=None, worker=None)
         .execution_options(synchronize_session=False)
     )
 

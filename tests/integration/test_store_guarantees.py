@@ -141,3 +141,40 @@ def test_queue_positions_count_only_the_experiments_own_queue(
     assert positions == [1, 2, 3]
     assert mine["queue_position"] == 1  # another experiment's queue is not the caller's to see
     assert client.get(f"{quiet.url_path}/submissions/{mine['submission_id']}").json()["queue_position"] == 1
+
+
+def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evaluator_s(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """On SQLite as on PostgreSQL the prefix is compared exactly (SQLite's LIKE ignores case), and
+    a long error keeps its beginning, so a long evaluator fault stays the evaluator's."""
+    from autorl.errors import EVALUATOR_FAULT_PREFIX
+    from autorl.store.models import FailureReason
+
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    errors = {
+        "exact": f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): the engine did not start",
+        "long": f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): " + "log line\n" * 1000,
+        "other_case": "Evaluator Error: looks like the prefix",
+        "checkpoint": "the model does not load",
+    }
+    ids = {}
+    for name, error in errors.items():
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        ids[name] = submit(client, experiment, name).json()["submission_id"]
+        with db.session() as session:
+            assert repo.claim(session, ids[name], worker="worker-1", lease_s=60)
+        with db.session() as session:
+            repo.record_failure(
+                session, ids[name], error=error, reason=FailureReason.EVALUATION, worker="worker-1"
+            )
+    with db.session() as session:
+        row = repo.get_experiment(session, experiment.name)
+        assert repo.limited_submissions_count(session, row) == 2  # other_case and checkpoint
+        stored = {name: repo.get_submission(session, ids[name]) for name in errors}
+        assert [name for name, sub in stored.items() if repo.failed_for_the_platform(sub)] == [
+            "exact",
+            "long",
+        ]
+        long_error = stored["long"].error or ""
+        assert len(long_error) <= repo.MAX_ERROR_CHARS and long_error.endswith("log line\n")
