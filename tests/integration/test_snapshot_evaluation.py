@@ -231,7 +231,12 @@ def _admin(settings: DeploymentSettings) -> dict[str, str]:
 
 @pytest.mark.parametrize("template", [SLY_TEMPLATE, LOOPING_TEMPLATE], ids=["raises", "loops"])
 def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path, template: str
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    template: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A chat template that fails only on test prompts (the base model's: a submission's own is
     never evaluated, tests/unit/test_snapshot.py) is rendered under the limits, and what it says
@@ -244,8 +249,13 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     accepted = submit(client, experiment, "output/sly")
     assert accepted.status_code == 202, accepted.text
     submission_id = accepted.json()["submission_id"]
+    from autorl_evaluator.backends.hf import backend as hf_backend
+
+    loads: list[Path] = []
+    monkeypatch.setattr(hf_backend, "_cold_load", lambda model_dir, *_: loads.append(model_dir))
     result = evaluate(submission_id, settings)
     assert result["status"] == "failed"
+    assert loads == []  # the prompts are rendered before the weights are loaded: no load was spent
     body = view(client, experiment, submission_id)
     assert body["error"] == TEMPLATE_FAILURE
     assert body["error"].startswith(EVALUATOR_FAULT_PREFIX)

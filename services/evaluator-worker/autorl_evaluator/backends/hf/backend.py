@@ -97,14 +97,16 @@ def _generate(
     device = torch.device(settings.eval_device or ("cuda" if torch.cuda.is_available() else "cpu"))
     # float32 on the CPU, as OpenCompass's CPU path loads it; the GPU dtype of the model settings.
     dtype = torch.float32 if device.type == "cpu" else getattr(torch, model_settings.dtype)
-    tokenizer, model, generation_eos, swapped = _load(
-        model_dir, device, dtype, warm=settings.eval_warm_worker
+    tokenizer = _tokenizer(model_dir)
+    # The prompts before the weights: a template that fails on them (the platform's) costs no load.
+    texts = prompt_texts(tokenizer, task, [problem.question for problem in problems], model_settings)
+    model, generation_eos, swapped = _load(
+        model_dir, tokenizer, device, dtype, warm=settings.eval_warm_worker
     )
     max_new_tokens = config.max_new_tokens or task.max_new_tokens
     words = stop_words(tokenizer, generation_eos)
     # The model's own generation config falls back to config.json's eos when the file is absent.
     eos_ids = eos_token_ids(tokenizer, model.generation_config.eos_token_id, generation_eos)
-    texts = prompt_texts(tokenizer, task, [problem.question for problem in problems], model_settings)
     rows = [encode(tokenizer, text) for text in texts]
     batch_size = config.batch_size_in_force(settings.eval_batch_size)
     # The engine sizes a GPU batch from free memory; plain ``generate`` (other architectures) and
@@ -145,18 +147,35 @@ def _generate(
     return completions, details
 
 
-def _load(
-    model_dir: Path, device: Any, dtype: Any, *, warm: bool = False
-) -> tuple[Any, Any, int | list[int] | None, bool]:
-    """Tokenizer, model and the generation config's eos ids, as OpenCompass's wrapper loads them,
-    and whether the weights were swapped into the resident model (``warm``:
-    :data:`autorl_evaluator.backends.hf.warm_models.RESIDENT`)."""
-    from transformers import AutoTokenizer, GenerationConfig
+def _tokenizer(model_dir: Path) -> Any:
+    """The snapshot's tokenizer (the base model's), as OpenCompass's wrapper loads it."""
+    from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
+        return AutoTokenizer.from_pretrained(
             model_dir, trust_remote_code=False, padding_side="left", truncation_side="left"
         )
+    except Exception as exc:
+        raise _unloadable(exc) from exc
+
+
+def _unloadable(exc: Exception) -> PublicEvaluationError:
+    return PublicEvaluationError(
+        f"transformers cannot load the checkpoint ({type(exc).__name__}: {str(exc).strip()[:500]}); "
+        "save it with model.save_pretrained(path) and tokenizer.save_pretrained(path) "
+        "and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
+    )
+
+
+def _load(
+    model_dir: Path, tokenizer: Any, device: Any, dtype: Any, *, warm: bool = False
+) -> tuple[Any, int | list[int] | None, bool]:
+    """The model and the generation config's eos ids, as OpenCompass's wrapper loads them (the
+    tokenizer's pad id set as it sets it), and whether the weights were swapped into the resident
+    model (``warm``: :data:`autorl_evaluator.backends.hf.warm_models.RESIDENT`)."""
+    from transformers import GenerationConfig
+
+    try:
         if warm:
             model, swapped = RESIDENT.load(
                 model_dir, device, dtype, lambda: _cold_load(model_dir, device, dtype)
@@ -167,11 +186,7 @@ def _load(
     # config with wrong types, shapes that do not match); each is the checkpoint's fault.
     # The snapshot's files are all that is read: the message cannot quote the test split.
     except Exception as exc:
-        raise PublicEvaluationError(
-            f"transformers cannot load the checkpoint ({type(exc).__name__}: {str(exc).strip()[:500]}); "
-            "save it with model.save_pretrained(path) and tokenizer.save_pretrained(path) "
-            "and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
-        ) from exc
+        raise _unloadable(exc) from exc
     # OpenCompass reads stop words and a missing pad id from generation_config.json alone.
     try:
         generation_config = GenerationConfig.from_pretrained(model_dir)
@@ -187,7 +202,7 @@ def _load(
                 "and save it with tokenizer.save_pretrained(path)"
             )
         tokenizer.pad_token_id = pad if pad is not None else tokenizer.eos_token_id
-    return tokenizer, model, generation_eos, swapped
+    return model, generation_eos, swapped
 
 
 def _cold_load(model_dir: Path, device: Any, dtype: Any) -> Any:
