@@ -106,8 +106,10 @@ SHORTENED = "…"
 #: Files above this size must have at least this fraction of their bytes allocated.
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
-#: Read, write and hash in pieces this large (larger pieces cost fewer system calls and hand-offs).
+#: Read, write and hash weights in pieces this large (fewer system calls and hand-offs).
 COPY_CHUNK_BYTES = 8 * _MIB
+#: Small files (configs, an index) are read in pieces this large: each read allocates its size.
+SMALL_READ_BYTES = _MIB
 #: How often a submission the grader may not read yet is tried again (see snapshot_submission).
 UNREADABLE_POLL_S = 0.25
 #: Free space the snapshot storage keeps after a copy, for the evaluators' own files.
@@ -707,7 +709,7 @@ def _allocated(fd: int, size: int) -> int:
 def _read_small(opened: _Opened) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    while chunk := os.read(opened.fd, COPY_CHUNK_BYTES):
+    while chunk := os.read(opened.fd, SMALL_READ_BYTES):
         chunks.append(chunk)
         size += len(chunk)
         if size > opened.info.st_size:

@@ -16,6 +16,16 @@ import errno
 from autorl.checkpoints.chat_template import ChatTemplateError
 from autorl.errors import EVALUATOR_FAULT_PREFIX, EvaluationError
 
+
+def evaluator_fault_message(message: str) -> str:
+    """What an agent reads of a failure that is the evaluator's: it says so, and that it does not
+    count against the submission limit (the prefix the store counts by), then ``message``."""
+    return (
+        f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your "
+        f"submission limit, and an operator has the details): {message}"
+    )
+
+
 GENERIC_FAILURE = (
     "the evaluation failed after the test data was loaded; the details stay in the evaluator's log "
     "because they may quote test problems. Check that the checkpoint loads with "
@@ -24,12 +34,10 @@ GENERIC_FAILURE = (
 )
 #: The template rendered is the base model's, never the submission's: its failure is the platform's.
 #: Fixed text: the error itself may quote a test prompt, so it stays in evaluator storage.
-TEMPLATE_FAILURE = (
-    f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your submission "
-    "limit, and an operator has the details): the base model's chat template, which the platform "
-    "renders every test prompt with, failed on a test prompt or could not be rendered; a submission's "
-    "own template is never used, so submitting again will not help until an operator fixes the "
-    "evaluator or the experiment's base model"
+TEMPLATE_FAILURE = evaluator_fault_message(
+    "the base model's chat template, which the platform renders every test prompt with, failed on a "
+    "test prompt or could not be rendered; a submission's own template is never used, so submitting "
+    "again will not help until an operator fixes the evaluator or the experiment's base model"
 )
 
 #: The evaluator's own fault: it does not count against the submission limit, and a sealed final
@@ -57,11 +65,7 @@ class EvaluatorFaultError(PublicEvaluationError):
     submit): the agent is told so, and the submission does not count against its limit."""
 
     def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(
-            f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your "
-            f"submission limit, and an operator has the details): {message}",
-            detail,
-        )
+        super().__init__(evaluator_fault_message(message), detail)
 
 
 def storage_full(exc: BaseException) -> bool:
@@ -76,11 +80,9 @@ def setup_message(exc: BaseException) -> str:
     row) or the evaluator's paths in the error; the whole error goes to evaluator storage."""
     if storage_full(exc):
         return STORAGE_FULL
-    return (
-        f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count against your "
-        "submission limit, and an operator has the details): the evaluation could not be set up "
-        f"({type(exc).__name__}), before the checkpoint ran; submit it again once an operator has "
-        "fixed the evaluator"
+    return evaluator_fault_message(
+        f"the evaluation could not be set up ({type(exc).__name__}), before the checkpoint ran; "
+        "submit it again once an operator has fixed the evaluator"
     )
 
 
