@@ -20,7 +20,11 @@ child evaluates:
    and an engine started for that evaluation.
 
 ``in-process`` (the engine's Python): the ``hf`` backend's engine on the same prompts and T2.
-``merge`` (here or there): the answer agreement between every T2 run, into the results file.
+``bare`` (the engine's Python, after ``run``): vLLM called directly with the resident engine's
+arguments (from its log) on T2 and the same prompts: what OpenCompass and the worker add to the
+engine's generation, measured on the same machine in the same call. Every run also records the
+engine's own generation time (its log's ``engine generate`` line). Each phase adds the answer
+agreement between every T2 run to the results file.
 
     # on the GPU machine: OpenCompass's wheels in a venv of the machine's python3
     # (tools/gpu_evaluator_parts.py: its install.sh), vLLM 0.25 in /root/site, /root/resident prepared
@@ -29,6 +33,8 @@ child evaluates:
         --output OUT/opencompass_worker_gpu.json
     PYTHONPATH=/root/site:. python3 bench/opencompass_worker_gpu.py in-process --work /root/resident \\
         --output OUT/opencompass_worker_gpu.json
+    PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/opencompass_worker_gpu.py bare \\
+        --work /root/resident --output OUT/opencompass_worker_gpu.json
     .venv/bin/python bench/opencompass_worker_gpu.py --smoke run ...   # the CPU check, here
 """
 
@@ -109,10 +115,17 @@ def submit_folder(workspace: Path, checkpoint: Path, name: str) -> str:
     return f"output/{name}"
 
 
-def engine_log_loads(log_path: Path) -> list[str]:
+def engine_log(log_path: Path, kind: str) -> list[str]:
+    """The engine log's ``engine <kind> ...`` lines (load, start, generate), oldest first."""
     if not log_path.exists():
         return []
-    return re.findall(r"engine load .*", log_path.read_text(encoding="utf-8", errors="replace"))
+    return re.findall(rf"engine {kind} .*", log_path.read_text(encoding="utf-8", errors="replace"))
+
+
+def engine_generate_s(lines: list[str]) -> float | None:
+    """The seconds of the last ``engine generate`` line: the engine's share of an evaluation."""
+    found = re.search(r"seconds=([\d.]+)", lines[-1]) if lines else None
+    return float(found.group(1)) if found else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     backend = OpenCompassBackend()
+    log_path = root / "home" / "eval" / "opencompass" / "engine.log"
     plan = [
         ("warm_T2_first", warm, "T2"),
         ("warm_T1", warm, "T1"),
@@ -197,8 +211,11 @@ def run(args: argparse.Namespace) -> int:
                 "opencompass_s": evaluated.details["opencompass_seconds"],
                 "summary_accuracy": evaluated.details["summary_accuracy"],
                 "scores": evaluated.scores,
-                "engine_loads": engine_log_loads(root / "home" / "eval" / "opencompass" / "engine.log")[-1:],
+                "engine_loads": engine_log(log_path, "load")[-1:],
+                "engine_generate_s": engine_generate_s(engine_log(log_path, "generate")),
             }
+            if settings.eval_warm_worker and engine_log(log_path, "start"):
+                result["engine_kwargs"] = json.loads(engine_log(log_path, "start")[-1].split("=", 1)[1])
             log(f"{label}: {result['runs'][label]}")
             save_output(args.output, result, texts)
     finally:
@@ -254,6 +271,39 @@ def in_process(args: argparse.Namespace) -> int:
     return 0
 
 
+def bare(args: argparse.Namespace) -> int:
+    """vLLM called directly in this process, with the engine arguments the warm worker's resident
+    engine was started with (``run``'s record of its log), on T2 and the same prompts and sampling:
+    its start and two generations of the split, beside the warm worker's OpenCompass time."""
+    from resident_engine_gpu import SERVER, load_file_module, read_recorded
+
+    work = args.work.resolve()
+    result, texts = load_output(args.output)
+    kwargs = result.get("engine_kwargs")
+    if not kwargs:
+        raise SystemExit("run the `run` phase first: its record names the resident engine's arguments")
+    recorded = read_recorded(work)
+    engines = load_file_module("autorl_engine_server", SERVER).ENGINES
+    started = time.perf_counter()
+    engine = engines["transformers" if args.smoke else "vllm"](work / "T2", kwargs)
+    start_s = round(time.perf_counter() - started, 2)
+    generated: list[float] = []
+    for _ in range(2):
+        began = time.perf_counter()
+        answered = engine.generate(recorded["prompts"], dict(recorded["sampling_kwargs"]))
+        generated.append(round(time.perf_counter() - began, 2))
+    texts["bare_vllm_T2"] = answered
+    run: dict[str, Any] = {"checkpoint": "T2", "start_s": start_s, "generate_s": generated}
+    warm = result.get("runs", {}).get("warm_T2")
+    if warm is not None:
+        run["opencompass_over_bare"] = round(warm["opencompass_s"] / generated[-1], 2)
+    result.setdefault("runs", {})["bare_vllm_T2"] = run
+    result["agreement"] = agreements(texts)
+    log(f"bare vLLM T2: {run}")
+    save_output(args.output, result, texts)
+    return 0
+
+
 def agreements(texts: dict[str, list[str]]) -> dict[str, Any]:
     """Every T2 run against the warm worker's T2 (identical text, equal final answers)."""
     from resident_engine_gpu import agreement
@@ -270,7 +320,7 @@ def agreements(texts: dict[str, list[str]]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("phase", choices=("run", "in-process"))
+    parser.add_argument("phase", choices=("run", "in-process", "bare"))
     parser.add_argument(
         "--work", type=Path, required=True, help="resident_engine_gpu.py's --work (A, T1, T2)"
     )
@@ -283,7 +333,7 @@ def main() -> int:
         "--smoke", action="store_true", help="the CPU check: the transformers engine, 4 problems"
     )
     args = parser.parse_args()
-    return run(args) if args.phase == "run" else in_process(args)
+    return {"run": run, "in-process": in_process, "bare": bare}[args.phase](args)
 
 
 if __name__ == "__main__":

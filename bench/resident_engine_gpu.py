@@ -62,6 +62,7 @@ import contextlib
 import gzip
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -227,6 +228,15 @@ def training_examples(recorded: dict[str, Any], count: int) -> tuple[list[tuple[
     }
 
 
+def schedule(step: int, warmup: int, last: int) -> float:
+    """The learning rate's factor at ``step``: linear warm-up to 1, then a cosine down to 0.1 at
+    ``last`` (a trained model's answers settle as the rate falls)."""
+    if step <= warmup:
+        return step / warmup
+    progress = (step - warmup) / max(1, last - warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def train(
     base: Path,
     saves: list[tuple[int, Path]],
@@ -265,7 +275,7 @@ def train(
     started = time.perf_counter()
     for step in range(1, last + 1):
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate * min(1.0, step / warmup)
+            group["lr"] = learning_rate * schedule(step, warmup, last)
         chosen = [rows[order[(step * batch + i) % len(rows)]] for i in range(batch)]
         width = max(len(p) + len(a) for p, a in chosen)
         ids = torch.full((batch, width), tokenizer.pad_token_id or 0, dtype=torch.long)
@@ -305,6 +315,7 @@ def train(
         "saves": {folder.name: step for step, folder in saves},
         "batch": batch,
         "learning_rate": learning_rate,
+        "schedule": "linear warm-up over a tenth of the steps, then a cosine down to a tenth",
         "seconds": round(time.perf_counter() - started, 1),
         "loss_first_last": [losses[0], losses[-1]],
         "loss_every_10": losses[::10],
@@ -571,7 +582,7 @@ def main() -> int:
         "--gpu-result", type=Path, help="replay: the serve phase's JSON (its texts beside it)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=160, help="training steps (T1 after half)")
+    parser.add_argument("--steps", type=int, default=480, help="training steps (T1 after half)")
     parser.add_argument("--smoke", action="store_true", help="the transformers engine on a tiny model (CPU)")
     args = parser.parse_args()
     if args.phase == "replay":

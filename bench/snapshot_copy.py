@@ -1,16 +1,25 @@
-"""The grader's snapshot of a submission: hashing beside the copy against hashing after each write.
+"""The grader's snapshot of a submission: blocks copied and hashed in parallel against one stream.
 
 ``autorl.checkpoints.snapshot`` copies a submission's weights into storage the agent cannot write
-and hashes every byte it writes. Each chunk is now hashed on a thread of its own while the next
-one is read and written, in 8 MiB pieces. This times ``snapshot_submission`` as it is against the
-same function with the hashing done inline after each write in 1 MiB pieces (the former loop: the
-executor replaced by one that runs each task at once), alternating, on the same checkpoint in the
-same run, and checks both give the same fingerprint.
+and hashes every byte it writes. It now copies them in 16 MiB blocks on up to four threads, each
+block hashed as it is written (the fingerprint scheme v3: a file's digest over its blocks'
+digests). This times ``snapshot_submission`` as it is against the same function with the former
+copy loops put back (the v2 scheme: the file hashed as one stream, so on one core), alternating,
+on the same checkpoint in the same run:
+
+- ``blocks_in_parallel``: as it is;
+- ``one_stream_hash_beside``: each 8 MiB chunk hashed on a helper thread while the next is read and
+  written (the loop before this one);
+- ``one_stream_hash_after_write``: each 1 MiB chunk hashed right after it is written (the loop
+  before that).
+
+It checks that each variant's fingerprint is the same every round, and that the snapshot taken as
+it is ``holds`` the one-stream fingerprint (what a submission scored before the change carries).
 
     .venv/bin/python bench/snapshot_copy.py [--hidden 1024 --layers 16] [--rounds 3]
     # on the GPU machine, a real 1.5B checkpoint (bench/resident_engine_gpu.py's):
     PYTHONPATH=. python3 bench/snapshot_copy.py --base /root/resident/A --checkpoint /root/resident/T2 \\
-        --output $OUT/snapshot_copy.json
+        --output $OUT/snapshot_copy_gpu.json
 
 Writes ``bench/results/snapshot_copy.json`` (or ``--output``).
 """
@@ -18,6 +27,7 @@ Writes ``bench/results/snapshot_copy.json`` (or ``--output``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -26,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,25 +44,45 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 RESULTS = REPO_ROOT / "bench" / "results" / "snapshot_copy.json"
-FORMER_CHUNK_BYTES = 1024 * 1024
+VARIANTS = ("blocks_in_parallel", "one_stream_hash_beside", "one_stream_hash_after_write")
+#: The chunk of each one-stream loop, and whether it hashed on a helper thread.
+ONE_STREAM = {
+    "one_stream_hash_beside": (8 * 1024 * 1024, True),
+    "one_stream_hash_after_write": (1024 * 1024, False),
+}
 
 
-class InlineExecutor:
-    """Runs each task when it is submitted: the copy loop hashes each chunk right after writing it."""
+def one_stream_copy(chunk_bytes: int, beside: bool) -> Any:
+    """The former ``_copy_weights``: the canonical header, then the data read, written and hashed in
+    order as one stream (``beside``: each chunk hashed on a helper thread while the next is read)."""
+    from autorl.checkpoints import snapshot
 
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
+    def copy(opened: Any, header: Any, writer: Any) -> None:
+        target = writer.path / Path(opened.name).name
+        canonical = header.canonical()
+        content = hashlib.sha256(canonical)
+        os.lseek(opened.fd, len(header.raw), os.SEEK_SET)
+        hashing: Future[Any] | None = None
+        with target.open("xb") as out, ThreadPoolExecutor(1) as hasher:
+            out.write(canonical)
+            remaining = header.data_bytes
+            while remaining:
+                chunk = os.read(opened.fd, min(remaining, chunk_bytes))
+                if not chunk:
+                    raise snapshot.CheckpointError("changed")
+                out.write(chunk)
+                if beside:
+                    if hashing is not None:
+                        hashing.result()
+                    hashing = hasher.submit(content.update, chunk)
+                else:
+                    content.update(chunk)
+                remaining -= len(chunk)
+            if hashing is not None:
+                hashing.result()
+        writer.digests[target.name] = content.digest()
 
-    def __enter__(self) -> InlineExecutor:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        pass
-
-    def submit(self, function: Any, *args: Any) -> Future[Any]:
-        done: Future[Any] = Future()
-        done.set_result(function(*args))
-        return done
+    return copy
 
 
 def build_checkpoints(work: Path, hidden: int, layers: int) -> tuple[Path, Path]:
@@ -80,7 +110,7 @@ def build_checkpoints(work: Path, hidden: int, layers: int) -> tuple[Path, Path]
     return base, submission
 
 
-def take(base: Path, checkpoint: Path, snapshots: Path, former: bool) -> tuple[float, str]:
+def take(base: Path, checkpoint: Path, snapshots: Path, variant: str) -> tuple[float, Any]:
     from autorl.checkpoints import snapshot
 
     workspace = snapshots.parent / "workspace"
@@ -89,9 +119,10 @@ def take(base: Path, checkpoint: Path, snapshots: Path, former: bool) -> tuple[f
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(checkpoint, target, copy_function=os.link)
-    saved = (snapshot.ThreadPoolExecutor, snapshot.COPY_CHUNK_BYTES)
-    if former:
-        snapshot.ThreadPoolExecutor, snapshot.COPY_CHUNK_BYTES = InlineExecutor, FORMER_CHUNK_BYTES  # type: ignore[assignment,misc]
+    saved = snapshot._copy_weights, snapshot._FINGERPRINT_SCHEME
+    if variant in ONE_STREAM:
+        snapshot._copy_weights = one_stream_copy(*ONE_STREAM[variant])  # type: ignore[assignment]
+        snapshot._FINGERPRINT_SCHEME = b"autorl-snapshot-v2\0"
     try:
         started = time.perf_counter()
         taken = snapshot.snapshot_submission(
@@ -103,9 +134,8 @@ def take(base: Path, checkpoint: Path, snapshots: Path, former: bool) -> tuple[f
         )
         seconds = time.perf_counter() - started
     finally:
-        snapshot.ThreadPoolExecutor, snapshot.COPY_CHUNK_BYTES = saved  # type: ignore[misc]
-    snapshot.remove_snapshot(taken.path)
-    return seconds, taken.fingerprint
+        snapshot._copy_weights, snapshot._FINGERPRINT_SCHEME = saved  # type: ignore[assignment]
+    return seconds, taken
 
 
 def main() -> int:
@@ -124,17 +154,22 @@ def main() -> int:
         else:
             base, checkpoint = args.base.resolve(), args.checkpoint.resolve()
         weights = sum(path.stat().st_size for path in checkpoint.glob("*.safetensors"))
-        seconds: dict[str, list[float]] = {"hash_beside_copy": [], "hash_after_each_write": []}
-        fingerprints: dict[str, set[str]] = {name: set() for name in seconds}
-        take(base, checkpoint, work / "snapshots", former=False)  # warm the page cache
+        seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        fingerprints: dict[str, set[str]] = {name: set() for name in VARIANTS}
+        from autorl.checkpoints.snapshot import remove_snapshot
+
+        _, warm = take(base, checkpoint, work / "snapshots", VARIANTS[0])  # warm the page cache
+        remove_snapshot(warm.path)
         for _ in range(args.rounds):
-            for name in seconds:
-                spent, fingerprint = take(
-                    base, checkpoint, work / "snapshots", former=name != "hash_beside_copy"
-                )
+            for name in VARIANTS:
+                spent, taken = take(base, checkpoint, work / "snapshots", name)
                 seconds[name].append(round(spent, 3))
-                fingerprints[name].add(fingerprint)
+                fingerprints[name].add(taken.fingerprint)
+                remove_snapshot(taken.path)
                 print(f"{name}: {spent:.2f} s", flush=True)
+        _, kept = take(base, checkpoint, work / "snapshots", VARIANTS[0])
+        holds_one_stream = all(kept.holds(found) for found in fingerprints["one_stream_hash_beside"])
+        remove_snapshot(kept.path)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     result = {
         "benchmark": "snapshot_copy",
@@ -150,21 +185,21 @@ def main() -> int:
         "seconds": seconds,
         "median_s": medians,
         "gib_per_s": {name: round(weights / 2**30 / value, 2) for name, value in medians.items()},
-        "ratio_after_over_beside": round(medians["hash_after_each_write"] / medians["hash_beside_copy"], 2),
-        "same_fingerprint": len(fingerprints["hash_beside_copy"] | fingerprints["hash_after_each_write"])
-        == 1,
+        "ratio_over_blocks": {name: round(medians[name] / medians[VARIANTS[0]], 2) for name in VARIANTS[1:]},
+        "same_fingerprint_each_round": all(len(found) == 1 for found in fingerprints.values()),
+        "one_stream_fingerprints_agree": fingerprints["one_stream_hash_beside"]
+        == fingerprints["one_stream_hash_after_write"],
+        "blocks_snapshot_holds_one_stream_fingerprint": holds_one_stream,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(
-        json.dumps(
-            {
-                key: result[key]
-                for key in ("median_s", "gib_per_s", "ratio_after_over_beside", "same_fingerprint")
-            }
-        )
+    checks = (
+        "same_fingerprint_each_round",
+        "one_stream_fingerprints_agree",
+        "blocks_snapshot_holds_one_stream_fingerprint",
     )
-    return 0 if result["same_fingerprint"] else 1
+    print(json.dumps({key: result[key] for key in ("median_s", "gib_per_s", "ratio_over_blocks", *checks)}))
+    return 0 if all(result[key] for key in checks) else 1
 
 
 if __name__ == "__main__":

@@ -47,10 +47,11 @@ import os
 import re
 import shutil
 import stat
+import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,8 +107,11 @@ SHORTENED = "…"
 #: Files above this size must have at least this fraction of their bytes allocated.
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
-#: Read, write and hash weights in pieces this large (fewer system calls and hand-offs).
-COPY_CHUNK_BYTES = 8 * _MIB
+#: Weights are read, written and hashed in blocks this large, several at once; a weights file's
+#: digest is over its blocks' digests, so the size is part of the fingerprint scheme below.
+COPY_BLOCK_BYTES = 16 * _MIB
+#: Blocks copied at once: the copy is bound by hashing, which one core does at about 2 GB/s.
+COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
 #: Small files (configs, an index) are read in pieces this large: each read allocates its size.
 SMALL_READ_BYTES = _MIB
 #: How often a submission the grader may not read yet is tried again (see snapshot_submission).
@@ -117,7 +121,8 @@ MIN_FREE_BYTES = 1024 * _MIB
 #: A snapshot folder nothing refers to is removed once its newest file is this old.
 ORPHAN_GRACE_S = 3600.0
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FINGERPRINT_SCHEME = b"autorl-snapshot-v2\0"
+#: v3: a weights file's digest is over its blocks' digests (v2: over its bytes, one stream).
+_FINGERPRINT_SCHEME = b"autorl-snapshot-v3\0"
 _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors")
 _PICKLE_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt|pkl))", re.IGNORECASE)
 _SAVE = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
@@ -139,6 +144,13 @@ class Snapshot:
     path: Path
     fingerprint: str
     ignored_files: tuple[str, ...] = ()
+
+    def holds(self, fingerprint: str) -> bool:
+        """Whether these are the files ``fingerprint`` was taken of: by this scheme, or by the one
+        before it (each file's digest over its bytes), which a submission scored before an upgrade
+        carries. The earlier scheme reads every file again, so it is only tried when this one
+        differs."""
+        return fingerprint == self.fingerprint or fingerprint == _fingerprint_v2(self.path)
 
 
 @dataclass(frozen=True)
@@ -416,8 +428,8 @@ class _Writer:
         (self.path / name).write_bytes(data)
         self.digests[name] = hashlib.sha256(data).digest()
 
-    def fingerprint(self) -> str:
-        digest = hashlib.sha256(_FINGERPRINT_SCHEME)
+    def fingerprint(self, scheme: bytes | None = None) -> str:
+        digest = hashlib.sha256(scheme or _FINGERPRINT_SCHEME)
         for name in sorted(self.digests):
             encoded = name.encode("utf-8")
             # Length-prefixed names: no two file lists hash the same bytes.
@@ -510,6 +522,18 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
         fingerprint=fingerprint,
         ignored_files=ignored,
     )
+
+
+def _fingerprint_v2(folder: Path) -> str:
+    """The fingerprint of a snapshot folder's files by the scheme before :data:`_FINGERPRINT_SCHEME`."""
+    writer = _Writer(folder)
+    for path in sorted(folder.iterdir()):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(COPY_BLOCK_BYTES):
+                digest.update(chunk)
+        writer.digests[path.name] = digest.digest()
+    return writer.fingerprint(b"autorl-snapshot-v2\0")
 
 
 def _check_free_space(snapshot_root: Path, needed: int) -> None:
@@ -721,36 +745,53 @@ def _read_small(opened: _Opened) -> bytes:
 
 
 def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
-    """Copy the checked header, then stream the tensor data, hashing what is written. A file that
-    changes (size or modification time) stops the copy at the next chunk."""
+    """Copy the checked header, then the tensor data in blocks of :data:`COPY_BLOCK_BYTES`, up to
+    :data:`COPY_THREADS` at a time (each thread reads, writes and hashes one block: file I/O and
+    hashlib release the GIL). The file's digest is the SHA-256 of the canonical header followed by
+    each block's SHA-256 in order, so it is the same whatever order the blocks finish in. A file
+    that changes (size or modification time) stops the copy at the next block."""
     target = writer.path / Path(opened.name).name
     # The canonical header, not the submitted one: the same tensors and data are the same file,
     # whatever metadata, key order or padding the agent's header held (nothing of it is evaluated).
     canonical = header.canonical()
-    content = hashlib.sha256(canonical)
-    # Each chunk is hashed on a thread of its own while the next is read and written (hashlib and
-    # file I/O release the GIL): the copy takes about as long as the slower of the two, not both.
-    # One chunk is hashed at a time, in order, so the digest is the file's.
-    hashing: Future[None] | None = None
-    with target.open("xb") as out, ThreadPoolExecutor(1, thread_name_prefix="snapshot-hash") as hasher:
+    source_start, size = len(header.raw), header.data_bytes
+    blocks = -(-size // COPY_BLOCK_BYTES)
+    digests = [b""] * blocks
+    stop = threading.Event()
+
+    def copy_block(index: int, out: int) -> None:
+        if stop.is_set():  # another block failed or saw a change: the copy is refused anyway
+            return
+        try:
+            offset = index * COPY_BLOCK_BYTES
+            length = min(COPY_BLOCK_BYTES, size - offset)
+            data = os.pread(opened.fd, length, source_start + offset)
+            if len(data) != length or _changed(opened):
+                raise CheckpointError(_CHANGED)
+            view, at = memoryview(data), len(canonical) + offset
+            while view:
+                written = os.pwrite(out, view, at)
+                view, at = view[written:], at + written
+            digests[index] = hashlib.sha256(data).digest()
+        except BaseException:
+            stop.set()  # the blocks not yet started are not copied
+            raise
+
+    with target.open("xb") as out:
         out.write(canonical)
-        remaining = header.data_bytes
-        while remaining:
-            chunk = os.read(opened.fd, min(remaining, COPY_CHUNK_BYTES))
-            if not chunk:
-                raise CheckpointError(_CHANGED)
-            out.write(chunk)
-            if hashing is not None:
-                hashing.result()
-            hashing = hasher.submit(content.update, chunk)
-            remaining -= len(chunk)
-            if _changed(opened):  # stop at once: the rest of the copy would be refused anyway
-                raise CheckpointError(_CHANGED)
-        if os.read(opened.fd, 1):
-            raise CheckpointError(_CHANGED)
-        if hashing is not None:
-            hashing.result()
-    writer.digests[target.name] = content.digest()
+        out.flush()
+        pool = ThreadPoolExecutor(max(1, min(COPY_THREADS, blocks)), thread_name_prefix="snapshot-copy")
+        try:
+            for copied in [pool.submit(copy_block, index, out.fileno()) for index in range(blocks)]:
+                copied.result()
+        except BaseException:
+            stop.set()  # interrupted here: the blocks not yet started are not copied
+            raise
+        finally:
+            pool.shutdown(cancel_futures=True)
+    if os.pread(opened.fd, 1, source_start + size):  # grown since its size was read
+        raise CheckpointError(_CHANGED)
+    writer.digests[target.name] = hashlib.sha256(canonical + b"".join(digests)).digest()
 
 
 def _changed(opened: _Opened) -> bool:

@@ -371,10 +371,13 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
         second = backend.evaluate(twin, task, problems, config, settings)
         assert ENGINES.current is engine and engine.alive()  # the same process, the weights swapped
         assert SERVERS.current is server and server.alive()  # OpenCompass forked from the same server
-        loads = re.findall(
-            r"engine load reused=(\w+)", (settings.eval_dir / "opencompass" / "engine.log").read_text()
-        )
-        assert loads == ["False", "True"]
+        engine_log = (settings.eval_dir / "opencompass" / "engine.log").read_text()
+        assert re.findall(r"engine load reused=(\w+)", engine_log) == ["False", "True"]
+        # One start (with the arguments it got), and each evaluation's prompts timed by the engine.
+        started = re.findall(r"engine start kwargs=(.*)", engine_log)
+        assert len(started) == 1 and json.loads(started[0])["trust_remote_code"] is False
+        generated = re.findall(r"engine generate prompts=(\d+) seconds=([\d.]+)", engine_log)
+        assert [int(count) for count, _ in generated] == [len(worker_run.problems), len(problems)]
         fresh = get_backend("hf").evaluate(
             twin, task, problems, config, settings.model_copy(update={"eval_backend": "hf"})
         )

@@ -166,6 +166,40 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     assert client.get(f"{hostile.url_path}/scores").json()["total_submissions"] == 5
 
 
+def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_accepted(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """A submission scored before an upgrade carries the earlier scheme's fingerprint (each file's
+    SHA-256 over its bytes): nominating its unchanged folder is accepted, not refused as changed."""
+    import hashlib
+
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    ids: dict[str, int] = {}
+    for name, score in (("a", 10.0), ("b", 30.0)):
+        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        accepted = submit(client, experiment, name)
+        assert accepted.status_code == 202, accepted.text
+        ids[name] = accepted.json()["submission_id"]
+        record(db, ids[name], score)
+    kept = snapshot_of(db, ids["a"])
+    assert settings.snapshot_dir is not None and kept is not None
+    folder = settings.snapshot_dir / kept
+    earlier = hashlib.sha256(b"autorl-snapshot-v2\0")
+    for path in sorted(folder.iterdir()):
+        name = path.name.encode()
+        earlier.update(len(name).to_bytes(8, "big") + name + hashlib.sha256(path.read_bytes()).digest())
+    with db.session() as session:
+        row = repo.get_submission(session, ids["a"])
+        assert row.fingerprint != earlier.hexdigest()
+        row.fingerprint = earlier.hexdigest()
+    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+    assert snapshot_of(db, ids["a"]) is None  # let go: the nomination takes the folder again
+
+    accepted = nominate(client, experiment, ids["a"])
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["submission_id"] == ids["a"] and counted(db, experiment) == (2, 0)
+
+
 def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_unchanged_folder_again(
     client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
@@ -254,7 +288,7 @@ def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(
     experiment = register(
         client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed", max_submissions=2
     )
-    ids = {}
+    ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
         ids[name] = submit(client, experiment, name).json()["submission_id"]

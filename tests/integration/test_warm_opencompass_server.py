@@ -78,6 +78,30 @@ def test_each_run_starts_with_fresh_random_state_and_imports_nothing_from_the_wo
     assert Path(seen[0][3]).resolve() != SERVER.parent
 
 
+def test_a_run_dumps_its_config_unformatted_and_reads_back_the_same_config(
+    servers: tuple[KeptServer[CompassSpec, CompassServer], Path], tmp_path: Path
+) -> None:
+    """OpenCompass dumps its config to files as a run goes; in a warm run mmengine's yapf layout of
+    that text (seconds per evaluation) is skipped, and the file still reads back as the same config."""
+    kept, cache = servers
+    server = start(kept, cache)
+    out, dumped = tmp_path / "dump.txt", tmp_path / "dumped.py"
+    body = (
+        "import json, mmengine.config.config as module\n"
+        "from mmengine.config import Config\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise AssertionError('yapf formatted the config')\n"
+        "module.FormatCode = refuse\n"
+        "source = dict(a=1, b=dict(c=[1, 2.5, (3, \"x'y\")], d='q\"s', e=None), f=[dict(g=True)])\n"
+        f"Config(source).dump({str(dumped)!r})\n"
+        f"back = Config.fromfile({str(dumped)!r}).to_dict()\n"
+        "same = back == Config(source).to_dict()\n"
+        f"open({str(out)!r}, 'w').write(json.dumps(same))\n"
+    )
+    run_code(server, tmp_path, "dump", body, cache)
+    assert out.read_text() == "true"  # written only when the dump did not call yapf
+
+
 def test_a_run_that_writes_into_the_servers_home_gets_the_next_run_a_fresh_server(
     servers: tuple[KeptServer[CompassSpec, CompassServer], Path], tmp_path: Path
 ) -> None:

@@ -742,28 +742,102 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 def test_weights_growing_under_the_copy_stop_it_and_are_a_costly_refusal(
     take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Bytes appended as the copy starts: the copy stops at the chunk where the change shows, and
-    the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
+    """Bytes appended as the copy starts: the copy stops at the blocks in flight when the change
+    shows, and the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
     from autorl.checkpoints import snapshot as snapshot_module
 
-    monkeypatch.setattr(snapshot_module, "COPY_CHUNK_BYTES", 64 * 1024)
-    copy_weights, chunks = snapshot_module._copy_weights, []
-    read = os.read
+    monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", 64 * 1024)
+    monkeypatch.setattr(snapshot_module, "COPY_THREADS", 2)
+    copy_weights, reads = snapshot_module._copy_weights, []
+    pread = os.pread
 
-    def counted_read(fd: int, size: int) -> bytes:
-        chunks.append(size)
-        return read(fd, size)
+    def counted_pread(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return pread(fd, size, offset)
 
     def append_then_copy(opened: Any, header: Any, writer: Any) -> None:
         with (checkpoint / "model.safetensors").open("ab") as weights:
             weights.write(b"\0" * 1024)
-        monkeypatch.setattr(snapshot_module.os, "read", counted_read)
+        monkeypatch.setattr(snapshot_module.os, "pread", counted_pread)
         copy_weights(opened, header, writer)
 
     monkeypatch.setattr(snapshot_module, "_copy_weights", append_then_copy)
+    blocks = -(-(checkpoint / "model.safetensors").stat().st_size // (64 * 1024))
     with pytest.raises(CostlyCheckpointError) as caught:
         take()
-    assert str(caught.value) == CHANGED and chunks == [64 * 1024]
+    assert blocks > 10 and str(caught.value) == CHANGED and 1 <= len(reads) <= 2
+    assert list(snapshots.iterdir()) == []
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_weights_digest_is_over_their_blocks_in_order_whatever_the_threads(
+    take: Callable[..., Snapshot], checkpoint: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """The snapshot's weights are the submitted bytes (a canonical header before them), and their
+    digest is SHA-256 over the header and each block's SHA-256 in file order: the same fingerprint
+    however many threads copied the blocks, and however they finished."""
+    import hashlib
+
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    block = 48 * 1024
+    monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", block)
+    monkeypatch.setattr(snapshot_module, "COPY_THREADS", threads)
+    sha256, finished = hashlib.sha256, []
+
+    def slow_first_block(data: bytes = b"") -> Any:  # the first block finishes last
+        if len(data) == block and not finished:
+            finished.append(True)
+            time.sleep(0.2 if threads > 1 else 0)
+        return sha256(data)
+
+    monkeypatch.setattr(snapshot_module.hashlib, "sha256", slow_first_block)
+    snapshot = take()
+    monkeypatch.setattr(snapshot_module.hashlib, "sha256", sha256)
+    copied = (snapshot.path / "model.safetensors").read_bytes()
+    submitted = (checkpoint / "model.safetensors").read_bytes()
+    header_bytes = 8 + int.from_bytes(copied[:8], "little")
+    data = copied[header_bytes:]
+    assert data == submitted[8 + int.from_bytes(submitted[:8], "little") :] and len(data) > 10 * block
+    blocks = b"".join(sha256(data[at : at + block]).digest() for at in range(0, len(data), block))
+    files = {
+        path.name: sha256(path.read_bytes()).digest()
+        for path in snapshot.path.iterdir()
+        if path.name != "model.safetensors"
+    }
+    files["model.safetensors"] = sha256(copied[:header_bytes] + blocks).digest()
+    expected = sha256(b"autorl-snapshot-v3\0")
+    for name in sorted(files):
+        expected.update(len(name.encode()).to_bytes(8, "big") + name.encode() + files[name])
+    assert snapshot.fingerprint == expected.hexdigest()
+
+
+def test_a_block_that_cannot_be_written_stops_the_copy_and_leaves_nothing(
+    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk, say) ends the copy: the blocks not yet started are never
+    read, the error is the storage's (not a refusal of the checkpoint), and the folder is removed."""
+    import errno
+
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", 32 * 1024)
+    monkeypatch.setattr(snapshot_module, "COPY_THREADS", 2)
+    reads, pread = [], os.pread
+
+    def counted_pread(fd: int, size: int, offset: int) -> bytes:
+        reads.append(offset)
+        return pread(fd, size, offset)
+
+    def full_disk(*_: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(snapshot_module.os, "pread", counted_pread)
+    monkeypatch.setattr(snapshot_module.os, "pwrite", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        take()
+    blocks = -(-(checkpoint / "model.safetensors").stat().st_size // (32 * 1024))
+    assert blocks > 10 and len([offset for offset in reads if offset > 0]) <= 2
     assert list(snapshots.iterdir()) == []
 
 
@@ -1011,3 +1085,23 @@ def test_the_snapshot_holds_a_canonical_header_whatever_the_submitted_one_says(
     written, written_data = read_safetensors(edited.path / "model.safetensors")
     assert written["__metadata__"] == {"format": "pt"} and written_data == data
     assert list(written)[1:] == sorted(name for name in header if name != "__metadata__")
+
+
+def test_a_snapshot_holds_its_files_by_this_fingerprint_scheme_and_the_one_before(
+    take: Callable[..., Snapshot], checkpoint: Path
+) -> None:
+    """A fingerprint of the scheme before (each file's SHA-256 over its bytes, as submissions scored
+    before an upgrade carry) names the same files; another checkpoint's names them by neither."""
+    import hashlib
+
+    snapshot = take()
+    earlier = hashlib.sha256(b"autorl-snapshot-v2\0")
+    for path in sorted(snapshot.path.iterdir()):
+        name = path.name.encode()
+        earlier.update(len(name).to_bytes(8, "big") + name + hashlib.sha256(path.read_bytes()).digest())
+    assert earlier.hexdigest() != snapshot.fingerprint
+    assert snapshot.holds(snapshot.fingerprint) and snapshot.holds(earlier.hexdigest())
+    header, data = read_safetensors(checkpoint / "model.safetensors")
+    write_safetensors(checkpoint / "model.safetensors", header, bytes([data[0] ^ 1]) + data[1:])
+    other = take()
+    assert not other.holds(snapshot.fingerprint) and not other.holds(earlier.hexdigest())

@@ -465,7 +465,7 @@ def _snapshot_and_nominate(
         locked = repo.get_experiment(session, experiment.name, for_update=True)
         _check_budget_open(locked)
         chosen = repo.nomination_candidate(session, locked, submission_id)
-        if snapshot.fingerprint != chosen.fingerprint:
+        if not snapshot.holds(chosen.fingerprint):
             # Known only once every weight was read and hashed: a costly refusal.
             raise CostlyCheckpointError(
                 f"submission {submission_id}'s folder {shown} no longer holds the files that were "

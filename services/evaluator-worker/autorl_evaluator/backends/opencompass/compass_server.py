@@ -73,6 +73,28 @@ def preload() -> None:
     import transformers  # noqa: F401
     from transformers import AutoTokenizer  # noqa: F401
 
+    unformatted_config_dumps()
+
+
+def unformatted_config_dumps() -> None:
+    """OpenCompass writes its config to files as a run goes (the whole config once, each task's
+    before the task runs, in this process with ``--debug``), and mmengine lays each file's text out
+    with yapf: most of a warm run's own time, seconds per evaluation (docs/PERFORMANCE.md). A run
+    here dumps the same Python unformatted: the same config when read back, only its layout
+    differs."""
+    from mmengine.config import Config
+
+    formatted_dump = Config.dump
+    if getattr(formatted_dump, "unformatted", False):
+        return
+
+    def dump(self: Any, file: Any = None) -> Any:
+        object.__setattr__(self, "_format_python_code", False)  # Config's own setattr is its dict's
+        return formatted_dump(self, file)
+
+    dump.unformatted = True  # type: ignore[attr-defined]
+    Config.dump = dump
+
 
 def _answer(connection: socket.socket, payload: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
