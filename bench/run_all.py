@@ -26,7 +26,7 @@ CPU_BENCHMARKS: dict[str, list[str]] = {
     "grader_load": ["bench/grader_load.py", "--agents", "500", "--waiters", "500", "--duration", "10"],
     "soak": ["bench/soak.py", "--duration", "1200", "--interval", "3"],
     # The grader's snapshot copy of a 1 GB checkpoint: hashing beside the copy against after each write.
-    "snapshot_copy": ["bench/snapshot_copy.py", "--rounds", "5"],
+    "snapshot_copy": ["bench/snapshot_copy.py", "--rounds", "6"],
     # The embedded demo under each agent setting, one after another on two cores (about 35 minutes).
     "demo_cpu": ["bench/demo_cpu.py", "--parallel", "1"],
 }

@@ -47,11 +47,10 @@ import os
 import re
 import shutil
 import stat
-import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,10 +106,11 @@ SHORTENED = "…"
 #: Files above this size must have at least this fraction of their bytes allocated.
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
-#: Weights are read, written and hashed in blocks this large, several at once; a weights file's
-#: digest is over its blocks' digests, so the size is part of the fingerprint scheme below.
-COPY_BLOCK_BYTES = 16 * _MIB
-#: Blocks copied at once: the copy is bound by hashing, which one core does at about 2 GB/s.
+#: Weights are read, written and hashed in blocks this large; a weights file's digest is over its
+#: blocks' digests, so the size is part of the fingerprint scheme below.
+COPY_BLOCK_BYTES = 8 * _MIB
+#: Blocks hashed at once, beside the copy (one core hashes about 1 to 2 GB/s, slower than a copy
+#: between page caches); each holds its block until hashed.
 COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
 #: Small files (configs, an index) are read in pieces this large: each read allocates its size.
 SMALL_READ_BYTES = _MIB
@@ -745,53 +745,51 @@ def _read_small(opened: _Opened) -> bytes:
 
 
 def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
-    """Copy the checked header, then the tensor data in blocks of :data:`COPY_BLOCK_BYTES`, up to
-    :data:`COPY_THREADS` at a time (each thread reads, writes and hashes one block: file I/O and
-    hashlib release the GIL). The file's digest is the SHA-256 of the canonical header followed by
-    each block's SHA-256 in order, so it is the same whatever order the blocks finish in. A file
-    that changes (size or modification time) stops the copy at the next block."""
+    """Copy the checked header, then the tensor data in blocks of :data:`COPY_BLOCK_BYTES`, read and
+    written in order on this thread while up to :data:`COPY_THREADS` threads hash the blocks before
+    (hashlib releases the GIL): the copy takes about as long as the reads and writes, not as long
+    as hashing the file on one core. The file's digest is the SHA-256 of the canonical header
+    followed by each block's SHA-256 in order. A file that changes (size or modification time)
+    stops the copy at the next block."""
     target = writer.path / Path(opened.name).name
     # The canonical header, not the submitted one: the same tensors and data are the same file,
     # whatever metadata, key order or padding the agent's header held (nothing of it is evaluated).
     canonical = header.canonical()
     source_start, size = len(header.raw), header.data_bytes
-    blocks = -(-size // COPY_BLOCK_BYTES)
-    digests = [b""] * blocks
-    stop = threading.Event()
-
-    def copy_block(index: int, out: int) -> None:
-        if stop.is_set():  # another block failed or saw a change: the copy is refused anyway
-            return
-        try:
-            offset = index * COPY_BLOCK_BYTES
-            length = min(COPY_BLOCK_BYTES, size - offset)
-            data = os.pread(opened.fd, length, source_start + offset)
-            if len(data) != length or _changed(opened):
-                raise CheckpointError(_CHANGED)
-            view, at = memoryview(data), len(canonical) + offset
-            while view:
-                written = os.pwrite(out, view, at)
-                view, at = view[written:], at + written
-            digests[index] = hashlib.sha256(data).digest()
-        except BaseException:
-            stop.set()  # the blocks not yet started are not copied
-            raise
-
-    with target.open("xb") as out:
+    hashed: list[Future[bytes]] = []
+    with (
+        target.open("xb") as out,
+        ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="snapshot-hash") as pool,
+    ):
         out.write(canonical)
         out.flush()
-        pool = ThreadPoolExecutor(max(1, min(COPY_THREADS, blocks)), thread_name_prefix="snapshot-copy")
         try:
-            for copied in [pool.submit(copy_block, index, out.fileno()) for index in range(blocks)]:
-                copied.result()
+            for offset in range(0, size, COPY_BLOCK_BYTES):
+                length = min(COPY_BLOCK_BYTES, size - offset)
+                data = os.pread(opened.fd, length, source_start + offset)
+                if len(data) != length or _changed(opened):
+                    raise CheckpointError(_CHANGED)  # stop at once: the rest would be refused anyway
+                view, at = memoryview(data), len(canonical) + offset
+                while view:
+                    written = os.pwrite(out.fileno(), view, at)
+                    view, at = view[written:], at + written
+                if len(hashed) >= COPY_THREADS:
+                    hashed[-COPY_THREADS].result()  # at most COPY_THREADS blocks wait to be hashed
+                hashed.append(pool.submit(_block_digest, data))
+            if os.pread(opened.fd, 1, source_start + size):  # grown since its size was read
+                raise CheckpointError(_CHANGED)
         except BaseException:
-            stop.set()  # interrupted here: the blocks not yet started are not copied
+            for waiting in hashed:
+                waiting.cancel()
             raise
-        finally:
-            pool.shutdown(cancel_futures=True)
-    if os.pread(opened.fd, 1, source_start + size):  # grown since its size was read
-        raise CheckpointError(_CHANGED)
-    writer.digests[target.name] = hashlib.sha256(canonical + b"".join(digests)).digest()
+    digest = hashlib.sha256(canonical)
+    for block in hashed:
+        digest.update(block.result())
+    writer.digests[target.name] = digest.digest()
+
+
+def _block_digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 def _changed(opened: _Opened) -> bool:

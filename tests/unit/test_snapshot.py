@@ -742,8 +742,8 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 def test_weights_growing_under_the_copy_stop_it_and_are_a_costly_refusal(
     take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Bytes appended as the copy starts: the copy stops at the blocks in flight when the change
-    shows, and the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
+    """Bytes appended as the copy starts: the copy stops at the block where the change shows, and
+    the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
     from autorl.checkpoints import snapshot as snapshot_module
 
     monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", 64 * 1024)
@@ -765,7 +765,7 @@ def test_weights_growing_under_the_copy_stop_it_and_are_a_costly_refusal(
     blocks = -(-(checkpoint / "model.safetensors").stat().st_size // (64 * 1024))
     with pytest.raises(CostlyCheckpointError) as caught:
         take()
-    assert blocks > 10 and str(caught.value) == CHANGED and 1 <= len(reads) <= 2
+    assert blocks > 10 and str(caught.value) == CHANGED and reads == [64 * 1024]
     assert list(snapshots.iterdir()) == []
 
 
@@ -775,7 +775,7 @@ def test_the_weights_digest_is_over_their_blocks_in_order_whatever_the_threads(
 ) -> None:
     """The snapshot's weights are the submitted bytes (a canonical header before them), and their
     digest is SHA-256 over the header and each block's SHA-256 in file order: the same fingerprint
-    however many threads copied the blocks, and however they finished."""
+    however many threads hashed the blocks, and whatever order they finished in."""
     import hashlib
 
     from autorl.checkpoints import snapshot as snapshot_module
@@ -815,8 +815,8 @@ def test_the_weights_digest_is_over_their_blocks_in_order_whatever_the_threads(
 def test_a_block_that_cannot_be_written_stops_the_copy_and_leaves_nothing(
     take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write that fails (a full disk, say) ends the copy: the blocks not yet started are never
-    read, the error is the storage's (not a refusal of the checkpoint), and the folder is removed."""
+    """A write that fails (a full disk, say) ends the copy: the blocks after it are never read, the
+    error is the storage's (not a refusal of the checkpoint), and the folder is removed."""
     import errno
 
     from autorl.checkpoints import snapshot as snapshot_module
@@ -837,7 +837,7 @@ def test_a_block_that_cannot_be_written_stops_the_copy_and_leaves_nothing(
     with pytest.raises(OSError, match="No space left"):
         take()
     blocks = -(-(checkpoint / "model.safetensors").stat().st_size // (32 * 1024))
-    assert blocks > 10 and len([offset for offset in reads if offset > 0]) <= 2
+    assert blocks > 10 and len(reads) == 1
     assert list(snapshots.iterdir()) == []
 
 
