@@ -17,8 +17,10 @@ answers keep generation small, as it is on a GPU, so the figures are the fixed c
 
 Then the whole split (``split`` in the results): the 1,319 prompts OpenCompass renders for
 bench/opencompass_vllm_gpu.py's problems, answered by a stand-in engine with the completions the
-resident engine gave for the trained T2 on the H200, through the command and the warm OpenCompass:
-OpenCompass's own work around the engine (rendering, scoring, summary) at the split's size.
+resident engine gave for the trained T2 on the H200, through the command, the warm OpenCompass,
+and the warm OpenCompass as it was before its runs dumped their config unformatted
+(``warm_formatted``: mmengine's yapf layout of each dump): OpenCompass's own work around the
+engine (rendering, scoring, summary) at the split's size.
 Writes ``bench/results/warm_opencompass_cpu.json``.
 
     .venv/bin/python bench/warm_opencompass_cpu.py [--problems 4] [--max-new-tokens 24] [--rounds 3]
@@ -47,25 +49,29 @@ VARIANTS = ("command", "warm", "command_resident", "warm_resident")
 
 
 def time_variants(
-    model: Path, problems: list[Any], settings: dict[str, Any], rounds: int
+    model: Path, problems: list[Any], settings: dict[str, Any], rounds: int, formatted: Path | None = None
 ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, list[str]], dict[str, Any]]:
     """Each variant's evaluations one after another, as one worker process takes them (an evaluation
     outside the warm worker stops whatever a warm one kept): seconds per evaluation, a warm
     variant's first apart, each variant's completions and last result."""
     from autorl.eval_config import EvalConfig
     from autorl.tasks import get_task
+    from autorl_evaluator.backends.opencompass import warm_opencompass
     from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
     from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
     from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
 
     task = get_task("gsm8k")
     backend = OpenCompassBackend()
+    program = warm_opencompass.SERVER
     seconds: dict[str, list[float]] = {name: [] for name in settings}
     first: dict[str, float] = {}
     completions: dict[str, list[str]] = {}
     last: dict[str, Any] = {}
     try:
         for name, worker in settings.items():
+            # ``*_formatted``: the warm server's program as it was (``formatted``), for this variant only.
+            warm_opencompass.SERVER = formatted if name.endswith("_formatted") and formatted else program
             config = EvalConfig.record(task.name, worker)
             warm = worker.eval_warm_worker
             for index in range(rounds + (1 if warm else 0)):
@@ -85,10 +91,35 @@ def time_variants(
     finally:
         SERVERS.stop()
         ENGINES.stop()
+        warm_opencompass.SERVER = program
     return seconds, first, completions, last
 
 
 SPLIT_TEXTS = REPO_ROOT / "bench" / "results" / "resident_engine_gpu.texts.json.gz"
+#: On the split: the command, the warm OpenCompass, and the warm OpenCompass as it was before its
+#: runs dumped their config unformatted (mmengine laying each dump out with yapf).
+SPLIT_VARIANTS = ("command", "warm", "warm_formatted")
+FORMATTED_SERVER = """\
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("compass_server", {server!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.unformatted_config_dumps = lambda: None  # mmengine's own dump, yapf and all
+sys.exit(module.main())
+"""
+
+
+def formatted_server(work: Path) -> Path:
+    """The warm OpenCompass's program with mmengine's formatted config dumps (the ``warm_formatted``
+    variant's server)."""
+    from autorl_evaluator.backends.opencompass import warm_opencompass
+
+    path = work / "formatted_server" / "compass_server.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(FORMATTED_SERVER.format(server=str(warm_opencompass.SERVER)), encoding="utf-8")
+    return path
+
+
 STAND_IN = REPO_ROOT / "bench" / "vllm_replay"
 
 
@@ -129,12 +160,12 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
                 eval_device="cpu",
                 opencompass_bin=OC_BIN,
                 vllm_python=Path(sys.executable),
-                eval_warm_worker=name == "warm",
+                eval_warm_worker=name.startswith("warm"),
             )
-            for name in ("command", "warm")
+            for name in SPLIT_VARIANTS
         }
         seconds, first, completions, last = time_variants(
-            recorder._submission(work), recorder._problems(), settings, rounds
+            recorder._submission(work), recorder._problems(), settings, rounds, formatted_server(work)
         )
     finally:
         backend_module.shim_environment = original
@@ -146,6 +177,7 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
         "median_s": medians,
         "first_evaluation_s": first,
         "command_over_warm": round(medians["command"] / medians["warm"], 2),
+        "warm_formatted_over_warm": round(medians["warm_formatted"] / medians["warm"], 2),
         "completions_are_the_gpus": all(completions[name] == texts for name in completions),
         "summary_accuracy": {name: result.details["summary_accuracy"] for name, result in last.items()},
         "opencompass_s": {name: result.details["opencompass_seconds"] for name, result in last.items()},

@@ -933,6 +933,15 @@ def warm_opencompass_cpu() -> str:
             + f"; the completions OpenCompass scored were the GPU's: "
             f"{'yes' if split['completions_are_the_gpus'] else 'NO'}.",
         ]
+        if "warm_formatted" in split["seconds"]:
+            lines += [
+                "",
+                "The warm worker as it was before its runs dumped their config unformatted (mmengine "
+                "laying out each dump with yapf), in the same run: "
+                f"{', '.join(str(v) for v in split['seconds']['warm_formatted'])} s "
+                f"(median {split['median_s']['warm_formatted']}): "
+                f"**{split['warm_formatted_over_warm']}×** the warm worker's.",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -1021,8 +1030,30 @@ def opencompass_worker_gpu() -> str:
             f"and vLLM ({warm['opencompass_s'] / engine_s:.1f}×); it does not score, so this is its "
             "generation alone."
         )
-    lines.append(f"- Command: `{data['command']}`, then `in-process` as below.")
+    lines += worker_engine_share(runs)
+    lines.append(f"- Command: `{data['command']}`, then `in-process` and `bare` as below.")
     return "\n".join(lines) + "\n"
+
+
+def worker_engine_share(runs: dict[str, Any]) -> list[str]:
+    """What OpenCompass and the worker add to the engine: the engine's own generation time in the
+    warm worker's T2 (its log), and vLLM called directly on the same prompts in the same call."""
+    warm, bare = runs.get("warm_T2") or {}, runs.get("bare_vllm_T2")
+    lines = []
+    if warm.get("engine_generate_s"):
+        lines.append(
+            f"- Of the warm worker's {warm['opencompass_s']} s of OpenCompass on T2, the resident engine "
+            f"generated for {warm['engine_generate_s']} s (its log); the rest is OpenCompass's own work "
+            "(prompts, scoring, summary) and the worker's."
+        )
+    if bare:
+        lines.append(
+            f"- vLLM called directly with the resident engine's arguments on the same prompts and T2, in "
+            f"the same call: start {bare['start_s']} s, the split in "
+            f"{', '.join(str(v) for v in bare['generate_s'])} s; the warm worker's OpenCompass with "
+            f"the engine took **{bare['opencompass_over_bare']}×** that (target: at most 2×)."
+        )
+    return lines
 
 
 SNAPSHOT_RUNS = {

@@ -49,6 +49,7 @@ import shutil
 import stat
 import time
 import uuid
+from collections import deque
 from collections.abc import Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -756,11 +757,10 @@ def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
     # whatever metadata, key order or padding the agent's header held (nothing of it is evaluated).
     canonical = header.canonical()
     source_start, size = len(header.raw), header.data_bytes
-    hashed: list[Future[bytes]] = []
-    with (
-        target.open("xb") as out,
-        ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="snapshot-hash") as pool,
-    ):
+    digest = hashlib.sha256(canonical)
+    hashing: deque[Future[bytes]] = deque()  # blocks being hashed, oldest first
+    pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="snapshot-hash")
+    with target.open("xb") as out, pool:
         out.write(canonical)
         out.flush()
         try:
@@ -769,23 +769,28 @@ def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
                 data = os.pread(opened.fd, length, source_start + offset)
                 if len(data) != length or _changed(opened):
                     raise CheckpointError(_CHANGED)  # stop at once: the rest would be refused anyway
-                view, at = memoryview(data), len(canonical) + offset
-                while view:
-                    written = os.pwrite(out.fileno(), view, at)
-                    view, at = view[written:], at + written
-                if len(hashed) >= COPY_THREADS:
-                    hashed[-COPY_THREADS].result()  # at most COPY_THREADS blocks wait to be hashed
-                hashed.append(pool.submit(_block_digest, data))
+                _write_all(out.fileno(), data, len(canonical) + offset)
+                if len(hashing) == COPY_THREADS:  # at most COPY_THREADS blocks wait to be hashed
+                    digest.update(hashing.popleft().result())
+                hashing.append(pool.submit(_block_digest, data))
             if os.pread(opened.fd, 1, source_start + size):  # grown since its size was read
                 raise CheckpointError(_CHANGED)
+            while hashing:
+                digest.update(hashing.popleft().result())
         except BaseException:
-            for waiting in hashed:
+            for waiting in hashing:
                 waiting.cancel()
             raise
-    digest = hashlib.sha256(canonical)
-    for block in hashed:
-        digest.update(block.result())
     writer.digests[target.name] = digest.digest()
+
+
+def _write_all(fd: int, data: bytes, at: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, at)
+        if written == 0:  # no storage should answer so, but a loop on it would never end
+            raise OSError(errno.EIO, "the snapshot storage wrote nothing")
+        view, at = view[written:], at + written
 
 
 def _block_digest(data: bytes) -> bytes:

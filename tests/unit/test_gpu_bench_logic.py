@@ -381,3 +381,15 @@ def test_the_learning_run_renders_its_curves_side_by_side_and_says_when_it_is_mi
     committed = json.loads((REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json").read_text("utf-8"))
     if "learning_run" not in committed:
         assert performance_doc.grpo_trl_vllm_learning().startswith("Not measured yet")
+
+
+def test_the_worker_run_says_what_the_engine_and_bare_vllm_took_beside_opencompass() -> None:
+    """The GPU worker's page names the engine's own share of a warm evaluation and, when the `bare`
+    phase ran, vLLM called directly in the same call, with OpenCompass's time over it."""
+    from tools import performance_doc
+
+    warm = {"opencompass_s": 6.2, "engine_generate_s": 5.1}
+    bare = {"start_s": 41.0, "generate_s": [5.4, 4.9], "opencompass_over_bare": 1.27}
+    text = "\n".join(performance_doc.worker_engine_share({"warm_T2": warm, "bare_vllm_T2": bare}))
+    assert "generated for 5.1 s" in text and "the split in 5.4, 4.9 s" in text and "**1.27×**" in text
+    assert performance_doc.worker_engine_share({"warm_T2": {"opencompass_s": 7.8}}) == []

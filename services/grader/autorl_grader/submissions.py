@@ -461,23 +461,29 @@ def _snapshot_and_nominate(
             f"submission {submission_id}'s folder {shown} no longer holds the files that were scored "
             f"({exc}); {unchanged_fix}"
         ) from exc
-    with _held_until_committed(snapshot) as held, state.db.session() as session:
-        locked = repo.get_experiment(session, experiment.name, for_update=True)
-        _check_budget_open(locked)
-        chosen = repo.nomination_candidate(session, locked, submission_id)
-        if not snapshot.holds(chosen.fingerprint):
-            # Known only once every weight was read and hashed: a costly refusal.
-            raise CostlyCheckpointError(
-                f"submission {submission_id}'s folder {shown} no longer holds the files that were "
-                f"scored; {unchanged_fix}"
-            )
-        nominated = repo.nominate(session, locked, submission_id)
-        nominated.snapshot = snapshot.name
-        held.keep()
-        repo.release_snapshot_lease(session, locked.id, holder)
-        released = forget_released(session, locked)
-        session.flush()
-        session.expunge(nominated)
+    with _held_until_committed(snapshot) as held:
+        with state.db.session() as session:
+            scored = repo.get_submission(session, submission_id, experiment).fingerprint
+        # Outside the experiment's lock: where the fingerprints differ, ``holds`` reads the whole
+        # snapshot again (the scheme before), which must not stall the experiment's other requests.
+        unchanged = snapshot.holds(scored)
+        with state.db.session() as session:
+            locked = repo.get_experiment(session, experiment.name, for_update=True)
+            _check_budget_open(locked)
+            chosen = repo.nomination_candidate(session, locked, submission_id)
+            if not unchanged or chosen.fingerprint != scored:
+                # Known only once every weight was read and hashed: a costly refusal.
+                raise CostlyCheckpointError(
+                    f"submission {submission_id}'s folder {shown} no longer holds the files that were "
+                    f"scored; {unchanged_fix}"
+                )
+            nominated = repo.nominate(session, locked, submission_id)
+            nominated.snapshot = snapshot.name
+            held.keep()
+            repo.release_snapshot_lease(session, locked.id, holder)
+            released = forget_released(session, locked)
+            session.flush()
+            session.expunge(nominated)
     remove_released(state, released)
     log.info(
         "event=final_nominated experiment=%s submission=%d snapshot=taken_again",
