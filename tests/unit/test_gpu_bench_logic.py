@@ -393,3 +393,28 @@ def test_the_worker_run_says_what_the_engine_and_bare_vllm_took_beside_opencompa
     text = "\n".join(performance_doc.worker_engine_share({"warm_T2": warm, "bare_vllm_T2": bare}))
     assert "generated for 5.1 s" in text and "the split in 5.4, 4.9 s" in text and "**1.27×**" in text
     assert performance_doc.worker_engine_share({"warm_T2": {"opencompass_s": 7.8}}) == []
+
+
+def test_the_worker_bench_reads_the_engines_share_from_its_log(tmp_path: Path) -> None:
+    """bench/opencompass_worker_gpu.py takes the engine's arguments and its last generation's
+    seconds from the engine log the worker keeps (the lines engine_server.py prints)."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import opencompass_worker_gpu as worker_bench
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+    log = tmp_path / "engine.log"
+    assert worker_bench.engine_log(log, "generate") == []
+    log.write_text(
+        "engine ready engine=vllm\n"
+        'engine start kwargs={"dtype": "bfloat16", "enforce_eager": false}\n'
+        "engine load reused=False seconds=52.1\n"
+        "engine generate prompts=1319 seconds=5.432\n"
+        "engine load reused=True seconds=0.38\n"
+        "engine generate prompts=1319 seconds=4.9\n",
+        encoding="utf-8",
+    )
+    assert worker_bench.engine_generate_s(worker_bench.engine_log(log, "generate")) == 4.9
+    started = worker_bench.engine_log(log, "start")
+    assert json.loads(started[-1].split("=", 1)[1]) == {"dtype": "bfloat16", "enforce_eager": False}
+    assert worker_bench.engine_generate_s([]) is None
