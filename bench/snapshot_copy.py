@@ -122,7 +122,7 @@ def take(base: Path, checkpoint: Path, snapshots: Path, variant: str) -> tuple[f
     saved = snapshot._copy_weights, snapshot._FINGERPRINT_SCHEME
     if variant in ONE_STREAM:
         snapshot._copy_weights = one_stream_copy(*ONE_STREAM[variant])  # type: ignore[assignment]
-        snapshot._FINGERPRINT_SCHEME = b"autorl-snapshot-v2\0"
+        snapshot._FINGERPRINT_SCHEME = snapshot._FINGERPRINT_SCHEME_V2
     try:
         started = time.perf_counter()
         taken = snapshot.snapshot_submission(

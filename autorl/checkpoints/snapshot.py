@@ -110,8 +110,8 @@ MIN_DATA_FRACTION = 0.5
 #: Weights are read, written and hashed in blocks this large; a weights file's digest is over its
 #: blocks' digests, so the size is part of the fingerprint scheme below.
 COPY_BLOCK_BYTES = 8 * _MIB
-#: Blocks hashed at once, beside the copy (one core hashes about 1 to 2 GB/s, slower than a copy
-#: between page caches); each holds its block until hashed.
+#: Blocks hashed at once, beside the copy (one core hashes more slowly than a copy between page
+#: caches runs); each holds its block until hashed.
 COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
 #: Small files (configs, an index) are read in pieces this large: each read allocates its size.
 SMALL_READ_BYTES = _MIB
@@ -124,6 +124,7 @@ ORPHAN_GRACE_S = 3600.0
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: v3: a weights file's digest is over its blocks' digests (v2: over its bytes, one stream).
 _FINGERPRINT_SCHEME = b"autorl-snapshot-v3\0"
+_FINGERPRINT_SCHEME_V2 = b"autorl-snapshot-v2\0"
 _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors")
 _PICKLE_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt|pkl))", re.IGNORECASE)
 _SAVE = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
@@ -534,7 +535,7 @@ def _fingerprint_v2(folder: Path) -> str:
             while chunk := handle.read(COPY_BLOCK_BYTES):
                 digest.update(chunk)
         writer.digests[path.name] = digest.digest()
-    return writer.fingerprint(b"autorl-snapshot-v2\0")
+    return writer.fingerprint(_FINGERPRINT_SCHEME_V2)
 
 
 def _check_free_space(snapshot_root: Path, needed: int) -> None:
