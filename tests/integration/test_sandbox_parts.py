@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import ipaddress
 import json
+import random
+import re
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +28,13 @@ from autorl_agent_runner.sandbox.api_relay import (
     Refusal,
     route_request,
 )
-from autorl_agent_runner.sandbox.egress import firewall_rules
+from autorl_agent_runner.sandbox.egress import (
+    REFUSE,
+    EgressError,
+    allowed_network,
+    firewall_rules,
+    refused_destinations,
+)
 from autorl_agent_runner.sandbox.filesystem_view import FilesystemView, ViewError
 from autorl_agent_runner.sandbox.plan import missing_protections_warning
 
@@ -186,11 +198,137 @@ def test_view_never_exposes_platform_folders(tmp_path: Path) -> None:
         )
 
 
-def test_egress_firewall_rejects_the_host_and_keeps_loopback() -> None:
-    rules = firewall_rules(["192.0.2.2", "fd00::2", "169.254.0.0/16", "10.0.2.2/32"])
-    assert 'oifname "lo" accept' in rules
-    assert "ip daddr { 10.0.2.2/32, 169.254.0.0/16, 192.0.2.2/32 } reject" in rules
-    assert "ip6 daddr { fd00::2/128 } reject" in rules
+#: One address of every kind of destination that is not the public internet.
+NON_PUBLIC_PROBES = (
+    "0.1.2.3", "10.1.2.3", "100.64.0.1", "100.127.255.254", "127.0.0.2", "169.254.169.254", "172.16.0.1",
+    "172.31.255.254", "192.0.0.8", "192.0.2.1", "192.168.1.10", "198.18.0.1", "198.51.100.7", "203.0.113.9",
+    "224.0.0.251", "239.255.255.250", "240.0.0.1", "255.255.255.255", "::", "::1", "::ffff:10.0.0.1",
+    "64:ff9b::a00:1", "64:ff9b:1::1", "100::1", "2001:db8::1", "2002:a00:1::1", "3fff::1", "5f00::1",
+    "fd12:3456::1", "fe80::1", "fec0::1", "ff02::1",
+)  # fmt: skip
+PUBLIC_PROBES = ("1.1.1.1", "8.8.8.8", "93.184.216.34", "2606:4700:4700::1111")
+
+
+def ruleset_verdicts(rules: str) -> list[tuple[str, list[ipaddress.IPv4Network | ipaddress.IPv6Network]]]:
+    """The ruleset's address rules in order: (verdict, networks)."""
+    found = []
+    for line in rules.splitlines():
+        match = re.fullmatch(r"\s*ip6? daddr (?:\{ (.*) \}|(\S+)) (accept|reject.*)", line)
+        if match and "dport" not in line:
+            listed = (match.group(1) or match.group(2)).split(", ")
+            found.append((match.group(3), [ipaddress.ip_network(n) for n in listed]))
+    return found
+
+
+def first_verdict(rules: str, address: str) -> str:
+    ip = ipaddress.ip_address(address)
+    for verdict, networks in ruleset_verdicts(rules):
+        if any(ip.version == n.version and ip in n for n in networks):
+            return verdict
+    return "accept"
+
+
+def test_egress_firewall_refuses_every_non_public_range_and_the_host_unless_allowed() -> None:
+    rules = firewall_rules(refused_destinations(["203.0.113.50", "fd00::2", "8.8.4.4"]))
+    assert 'oifname "lo" accept' in rules and "policy accept" in rules
+    for address in NON_PUBLIC_PROBES:
+        assert first_verdict(rules, address) == REFUSE, address
+    # Whatever Python's ipaddress holds non-global is refused (a seeded sample of the IPv4 space).
+    refused = [n for verdict, networks in ruleset_verdicts(rules) if verdict == REFUSE for n in networks]
+    sample = random.Random(35)
+    for _ in range(20_000):
+        ip = ipaddress.IPv4Address(sample.getrandbits(32))
+        assert ip.is_global or any(ip in n for n in refused if n.version == 4), ip
+    assert first_verdict(rules, "8.8.4.4") == REFUSE  # a public address of the host itself
+    assert first_verdict(rules, "10.0.2.2") == REFUSE  # the gateway: this machine's loopback
+    for address in PUBLIC_PROBES:
+        assert first_verdict(rules, address) == "accept", address
+    assert "ip daddr 10.0.2.3 udp dport 53 accept" in rules  # the user-mode network's resolver
+
+
+def test_egress_firewall_accepts_what_the_operator_names_before_refusing() -> None:
+    allowed = [allowed_network("192.168.7.0/24"), allowed_network("10.20.0.5"), allowed_network("fd12::/16")]
+    rules = firewall_rules(refused_destinations(["192.168.7.1"]), allowed)
+    for address in ("192.168.7.1", "192.168.7.200", "10.20.0.5", "fd12::1"):
+        assert first_verdict(rules, address) == "accept", address
+    for address in ("192.168.8.1", "10.20.0.6", "fd13::1", "169.254.169.254"):
+        assert first_verdict(rules, address) == REFUSE, address
+    # Even a named range holding it never opens the gateway (this machine's own loopback).
+    assert first_verdict(firewall_rules([], [allowed_network("10.0.0.0/8")]), "10.0.2.2") == REFUSE
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("10.1.2.3/8", "has host bits set; write the network, 10.0.0.0/8, or one address, 10.1.2.3"),
+        ("example.com", "is not an address or a network; give one such as 192.168.1.0/24"),
+        ("10.0.0.0/33", "is not an address or a network"),
+    ],
+)
+def test_a_bad_allowed_network_names_the_fix(text: str, message: str) -> None:
+    with pytest.raises(EgressError, match="--egress-allow") as refused:
+        allowed_network(text)
+    assert message in str(refused.value)
+
+
+#: Runs in a new user and network namespace: a veth whose far end drops everything, the ruleset
+#: from stdin, then a TCP connect to each target at once; prints what each got.
+FIREWALL_PROBE = """
+import errno, json, socket, subprocess, sys, time
+def ip(*args):
+    subprocess.run(["ip", *args], check=True)
+ip("link", "set", "lo", "up")
+ip("link", "add", "v0", "type", "veth", "peer", "name", "v1")
+ip("link", "set", "v0", "up")
+ip("link", "set", "v1", "up")
+ip("addr", "add", "10.0.2.100/24", "dev", "v0")
+ip("-6", "addr", "add", "fd00::100/64", "dev", "v0", "nodad")
+for gateway, family in (("10.0.2.2", "-4"), ("fd00::2", "-6")):
+    ip(family, "neigh", "add", gateway, "lladdr", "02:00:00:00:00:02", "dev", "v0", "nud", "permanent")
+    ip(family, "route", "add", "default", "via", gateway, "dev", "v0")
+subprocess.run(["nft", "-f", "-"], input=sys.stdin.read(), text=True, check=True)
+socks, got = {}, {}
+for address in sys.argv[1:]:
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    sock.setblocking(False)
+    code = sock.connect_ex((address, 443))
+    if code != errno.EINPROGRESS:
+        got[address] = errno.errorcode.get(code, str(code))
+    socks[address] = sock
+time.sleep(1.5)  # an IPv6 refusal comes with the first retransmission, a second in
+for address, sock in socks.items():
+    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    got.setdefault(address, errno.errorcode[code] if code else "sent")
+print(json.dumps(got))
+"""
+
+
+def test_the_kernel_refuses_non_public_destinations_at_once_and_lets_the_rest_out() -> None:
+    """The ruleset as the agent's namespace gets it, in a real kernel: a refused destination fails
+    at once (no route to host, or permission denied for IPv6), an allowed or public one leaves."""
+    if not all(shutil.which(tool) for tool in ("unshare", "ip", "nft")):
+        pytest.skip("needs unshare, ip and nft")
+    allowed = [allowed_network("192.168.7.0/24")]
+    rules = firewall_rules(refused_destinations(["203.0.113.50"]), allowed)
+    unicast = [a for a in NON_PUBLIC_PROBES if not ipaddress.ip_address(a).is_multicast]
+    # Not these: no packet leaves for them (loopback is the agent's own, link-local needs a scope,
+    # the rest cannot be sent to).
+    unsent = ("0.1.2.3", "::", "::1", "127.0.0.2", "255.255.255.255", "fe80::1")
+    unicast = [a for a in unicast if a not in unsent]
+    leaving = ["192.168.7.9", "1.1.1.1", "2606:4700:4700::1111"]
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-c", FIREWALL_PROBE,
+         *unicast, "10.0.2.2", "203.0.113.50", *leaving],
+        input=rules, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if done.returncode != 0 and "Operation not permitted" in done.stderr:
+        pytest.skip(f"no user and network namespace here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    refused = {a: got[a] for a in [*unicast, "10.0.2.2", "203.0.113.50"]}
+    odd = {a: r for a, r in refused.items() if r not in ("EHOSTUNREACH", "EACCES")}
+    assert not odd, odd
+    assert all(got[a] == "sent" for a in leaving), got
 
 
 def test_missing_namespaces_are_named_loudly() -> None:

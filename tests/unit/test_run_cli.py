@@ -105,3 +105,43 @@ def test_the_agent_runner_refuses_a_bad_duration_before_it_starts(
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not workspace.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--egress-allow", "192.168.1.0/24"], "--egress-allow opens destinations of --egress, which is off"),
+        (
+            ["--egress", "--egress-allow", "10.1.2.3/8"],
+            "write the network, 10.0.0.0/8, or one address, 10.1.2.3",
+        ),
+        (["--egress", "--egress-allow", "llm.internal"], "is not an address or a network; give one such as"),
+    ],
+)
+def test_a_bad_egress_allowance_is_refused_before_anything_starts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    from autorl.cli import main
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("AUTORL_HOME", str(home))
+    assert main([*BASE, *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not home.exists()
+
+
+def test_egress_allowances_become_networks() -> None:
+    import ipaddress
+
+    from autorl.cli import build_parser
+    from autorl_local.cli import check_egress
+
+    args = build_parser().parse_args(
+        [*BASE, "--egress", "--egress-allow", "192.168.1.0/24", "--egress-allow", "fd12::7"]
+    )
+    check_egress(args)
+    assert args.egress_allow == [ipaddress.ip_network("192.168.1.0/24"), ipaddress.ip_network("fd12::7/128")]

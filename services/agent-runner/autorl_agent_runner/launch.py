@@ -18,6 +18,7 @@ from autorl.client import GradingClient
 from autorl_agent_runner.agent_command import AgentCommand, resolve_agent
 from autorl_agent_runner.agent_python import find_agent_python
 from autorl_agent_runner.runner import GRACE_PERIOD_S, AgentRunner, RunnerConfig
+from autorl_agent_runner.sandbox.egress import Network
 from autorl_agent_runner.sandbox.environment import ContractValues, parse_env_items
 from autorl_agent_runner.sandbox.plan import (
     SandboxMode,
@@ -76,6 +77,8 @@ class AgentLaunch:
     #: Variables the platform itself sets for the agent (``CUDA_VISIBLE_DEVICES``, GPU driver's).
     platform_env: Mapping[str, str] = field(default_factory=dict)
     egress: bool = False
+    #: Non-public destinations the operator lets the agent reach through ``egress``.
+    egress_allow: tuple[Network, ...] = ()
     grace_period_s: float = GRACE_PERIOD_S
     #: Used only when the grader reports no budget (a runner started on its own).
     timeout_s: float | None = None
@@ -117,6 +120,7 @@ def launch_agent(
         sandbox=launch.sandbox,
         hidden=settings.hidden_paths(),
         egress=launch.egress,
+        egress_allow=launch.egress_allow,
         grace_period_s=launch.grace_period_s,
         timeout_s=launch.timeout_s,
         echo_output=launch.echo_output,

@@ -32,7 +32,7 @@ from autorl.untrusted_text import printable
 from autorl_agent_runner.agent_command import AgentCommand
 from autorl_agent_runner.sandbox.agent_user import give_to_agent, reclaim
 from autorl_agent_runner.sandbox.api_relay import AgentApiRelay
-from autorl_agent_runner.sandbox.egress import Egress
+from autorl_agent_runner.sandbox.egress import Egress, Network
 from autorl_agent_runner.sandbox.environment import ContractValues, build_agent_env
 from autorl_agent_runner.sandbox.netns import listen_in_netns
 from autorl_agent_runner.sandbox.plan import (
@@ -76,6 +76,9 @@ class RunnerConfig:
     hidden: Sequence[Path] = ()
     #: Internet access for the agent (an outside LLM API), never the host's services.
     egress: bool = False
+    #: Non-public destinations (private networks, the host's addresses) the operator lets the
+    #: agent reach through ``egress``; every other one is refused.
+    egress_allow: tuple[Network, ...] = ()
     grace_period_s: float = GRACE_PERIOD_S
     mirror_interval_s: float = MIRROR_INTERVAL_S
     #: Used only when the grader reports no budget (a runner started on its own).
@@ -331,7 +334,7 @@ class AgentRunner:
             )
             self._relay.start()
         if self._plan.egress:
-            self._egress = Egress.start(sandbox_pid)
+            self._egress = Egress.start(sandbox_pid, self.config.egress_allow)
 
     def _close_network(self) -> None:
         if self._relay is not None:

@@ -95,7 +95,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--egress",
         action="store_true",
-        help="let the sandboxed agent reach the internet (an outside LLM API); never this machine's services",
+        help="let the sandboxed agent reach the internet (an outside LLM API): public addresses only, never "
+        "this machine's addresses, private (10/8, 172.16/12, 192.168/16), CGNAT (100.64/10), link-local or "
+        "other non-public ranges, unless --egress-allow names them",
+    )
+    parser.add_argument(
+        "--egress-allow",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="with --egress, also let the agent reach this address or network, e.g. 192.168.1.0/24 for an "
+        "LLM server on your network (repeatable)",
     )
     parser.add_argument(
         "--feedback",
@@ -144,6 +154,21 @@ def check_numbers(args: argparse.Namespace) -> None:
         )
 
 
+def check_egress(args: argparse.Namespace) -> None:
+    """Refuse an ``--egress-allow`` that cannot work; replace each value by its network."""
+    if args.egress_allow and not args.egress:
+        raise UsageError(
+            "--egress-allow opens destinations of --egress, which is off; add --egress, or drop "
+            "--egress-allow to keep the agent on the grader alone"
+        )
+    from autorl_agent_runner.sandbox.egress import EgressError, allowed_network
+
+    try:
+        args.egress_allow = [allowed_network(text) for text in args.egress_allow]
+    except EgressError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def take_ctrl_c() -> None:
     """Ctrl-C stops a run, however it was started: a parent that ignores SIGINT (a shell's background
     job, a test runner's worker) would otherwise leave the run deaf to it until its deadline, since
@@ -159,6 +184,7 @@ def _run(args: argparse.Namespace) -> int:
     from autorl_local.settings import RunSettings
 
     check_numbers(args)
+    check_egress(args)
     take_ctrl_c()
     env = list(args.env)
     if args.env_file is not None:
@@ -189,6 +215,7 @@ def _run(args: argparse.Namespace) -> int:
             grace_period_s=args.grace_period,
             sandbox=args.sandbox,
             egress=args.egress,
+            egress_allow=tuple(args.egress_allow),
             driver_model=args.driver_model,
             max_submissions=args.max_submissions,
             feedback=args.feedback,

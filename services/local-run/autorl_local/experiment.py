@@ -46,6 +46,7 @@ from autorl.wait_reasons import Reason
 from autorl_agent_runner.agent_command import AgentCommand
 from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
 from autorl_agent_runner.runner import AgentOutcome, AgentRunner
+from autorl_agent_runner.sandbox.egress import Network
 from autorl_agent_runner.sandbox.plan import SandboxMode
 from autorl_agent_runner.workspace.layout import Workspace, check_workspace_free, create_workspace
 from autorl_local.final_evaluation import evaluate_final
@@ -78,6 +79,8 @@ class LocalRunConfig:
     sandbox: str = "auto"
     #: Internet access for the agent (an outside LLM API) through a user-mode network stack.
     egress: bool = False
+    #: Non-public destinations the operator lets the agent reach (``--egress-allow``).
+    egress_allow: tuple[Network, ...] = ()
     driver_model: str | None = None
     max_submissions: int | None = None
     #: test or sealed (docs/PROTOCOL.md).
@@ -345,6 +348,7 @@ class LocalRun:
             passed_env=self.passed_env,
             platform_env={} if config.agent_gpus is None else {"CUDA_VISIBLE_DEVICES": config.agent_gpus},
             egress=config.egress,
+            egress_allow=config.egress_allow,
             grace_period_s=config.grace_period_s,
             runner_log=self.settings.home / runner_log_subpath(self.run_id),
             seed=config.seed.seed,
