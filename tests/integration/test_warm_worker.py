@@ -1,4 +1,5 @@
-"""The warm worker: weights swapped into a resident model answer as a cold load does, and an
+"""The warm worker: weights swapped into a resident model answer as a cold load does, a base model
+whose files besides the weights differ (another generation config) gets a model of its own, and an
 evaluation past its hard timeout replaces the child process."""
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from autorl_evaluator.warm_child import EvaluationStoppedError, WarmChild
 from tests.support.checkpoints import edit_json, split_into_shards
 from tests.support.service_processes import service_env
 from tests.support.waiting import wait_for
+
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +90,46 @@ def test_another_architecture_loads_cold(checkpoints: tuple[Path, Path], tmp_pat
     first, _ = warm.load(a, "cpu", torch.float32, lambda: _cold(a))
     second, swapped = warm.load(other, "cpu", torch.float32, lambda: _cold(other))
     assert not swapped and second is not first
+
+
+def test_a_base_with_another_generation_config_never_steers_the_resident_model(
+    tiny_base_model: Path, make_settings: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Base A evaluated cold, then base B (A byte for byte but for its generation config, whose eos
+    ids name every token: each answer would stop at once) warms the resident model, then A in the
+    same warm process: A gets a model of its own and answers as in its cold evaluation. A checkpoint
+    of A (other weights, the same files besides) still swaps into A's resident model."""
+    import json
+
+    from autorl.eval_config import EvalConfig
+    from autorl.tasks import get_task
+    from autorl_evaluator.backends.hf.backend import HFBackend
+    from autorl_evaluator.backends.hf.warm_models import RESIDENT
+
+    a = Path(shutil.copytree(tiny_base_model, tmp_path / "a"))
+    b = Path(shutil.copytree(tiny_base_model, tmp_path / "b"))
+    vocab = json.loads((a / "config.json").read_text())["vocab_size"]
+    edit_json(b / "generation_config.json", eos_token_id=list(range(vocab)))
+    twin = Path(shutil.copytree(tiny_base_model, tmp_path / "twin"))
+    other = build_tiny_qwen2(tmp_path / "other", seed=1)
+    shutil.copyfile(other / "model.safetensors", twin / "model.safetensors")
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=TEST_DATA, limit=2)
+    warm = make_settings(eval_backend="hf", eval_max_new_tokens=12, eval_warm_worker=True)
+    config = EvalConfig.record(task.name, warm)
+    backend = HFBackend()
+    cold_a = backend.evaluate(a, task, problems, config, warm.model_copy(update={"eval_warm_worker": False}))
+    RESIDENT.clear()
+    try:
+        on_b = backend.evaluate(b, task, problems, config, warm)
+        on_a = backend.evaluate(a, task, problems, config, warm)
+        swapped = backend.evaluate(twin, task, problems, config, warm)
+    finally:
+        RESIDENT.clear()
+    assert all(cold_a.completions) and on_b.completions != cold_a.completions  # B's eos ids cut answers
+    assert on_a.completions == cold_a.completions
+    assert not on_a.details["weights_swapped_into_resident_model"]
+    assert swapped.details["weights_swapped_into_resident_model"]
 
 
 def test_a_failed_swap_drops_the_resident_model(checkpoints: tuple[Path, Path], tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The resident engine's server and OpenCompass's side of it (autorl_evaluator.backends.opencompass:
 engine_server.py, engine_shim/vllm): answers reach OpenCompass whatever processes the engine forks,
 a checkpoint of the resident architecture is loaded in place and answers as a fresh engine does,
-another architecture gets a new engine, and vLLM's stop-string semantics hold on the CPU engine."""
+another architecture or any other file besides the weights (another base's generation config) gets
+a new engine, and vLLM's stop-string semantics hold on the CPU engine."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from autorl_evaluator import resident_key
 from autorl_evaluator.backends.opencompass import engine_server
-from autorl_evaluator.backends.opencompass.engine_server import Server, architecture_key, cut_at_stop
+from autorl_evaluator.backends.opencompass.engine_server import Server, cut_at_stop, engine_state_key
 from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import SERVER, SHIM
 
@@ -57,19 +59,29 @@ def test_stop_strings_cut_as_vllm_cuts_them() -> None:
     assert cut_at_stop("no stop here", ["<|im_end|>", ""]) == "no stop here"
 
 
-def test_the_architecture_key_follows_config_tokenizer_and_engine_arguments(
+def test_the_engine_key_follows_config_tokenizer_and_engine_arguments(
     tiny_base_model: Path, tmp_path: Path
 ) -> None:
     other_weights = reweighted(tiny_base_model, tmp_path / "b", seed=1)
-    assert architecture_key(tiny_base_model, {"dtype": "bfloat16"}) == architecture_key(
+    assert engine_state_key(tiny_base_model, {"dtype": "bfloat16"}) == engine_state_key(
         other_weights, {"dtype": "bfloat16"}
     )
-    assert architecture_key(tiny_base_model, {"dtype": "bfloat16"}) != architecture_key(
+    assert engine_state_key(tiny_base_model, {"dtype": "bfloat16"}) != engine_state_key(
         tiny_base_model, {"dtype": "float16"}
     )
     template = other_weights / "tokenizer_config.json"
     template.write_text(template.read_text().replace("assistant", "helper"))
-    assert architecture_key(tiny_base_model, {}) != architecture_key(other_weights, {})
+    assert engine_state_key(tiny_base_model, {}) != engine_state_key(other_weights, {})
+
+
+def test_the_engine_key_is_the_workers_one_resident_state_key(tiny_base_model: Path) -> None:
+    """The server (in vLLM's environment) loads the worker's key function by its path: one
+    function decides reuse for every resident kind."""
+    assert Path(resident_key.__file__).resolve() == engine_server.RESIDENT_KEY
+    kwargs = {"dtype": "bfloat16", "enforce_eager": False}
+    assert engine_state_key(tiny_base_model, kwargs) == resident_key.resident_state_key(
+        tiny_base_model, {"engine_kwargs": kwargs}
+    )
 
 
 def sharded(checkpoint: Path, target: Path, *, dtype: str) -> Path:
@@ -103,7 +115,7 @@ def test_how_a_checkpoint_is_sharded_or_typed_does_not_replace_the_engine(
     are the same engine's, and loading them in place answers as the single file does."""
     single = reweighted(tiny_base_model, tmp_path / "single", seed=1)
     two = sharded(single, tmp_path / "two", dtype="float16")
-    assert architecture_key(two, {}) == architecture_key(single, {}) == architecture_key(tiny_base_model, {})
+    assert engine_state_key(two, {}) == engine_state_key(single, {}) == engine_state_key(tiny_base_model, {})
     resident = Server("transformers")
     generate = {"op": "generate", "prompts": PROMPTS, "sampling": SAMPLING}
     assert resident.handle({"op": "load", "model": str(tiny_base_model)})["reused"] is False
@@ -130,6 +142,53 @@ def test_weights_loaded_in_place_answer_as_a_fresh_engine_does(tiny_base_model: 
     # A checkpoint of another architecture (here: other engine arguments) replaces the engine.
     assert resident.handle({"op": "load", "model": str(a), "engine_kwargs": {"seed": 1}})["reused"] is False
     assert resident.handle(generate)["texts"] == on_a
+
+
+def with_extra_eos(base: Path, target: Path, eos_id: int) -> Path:
+    """``base`` byte for byte, but for ``eos_id`` added to its generation config's eos ids: another
+    base model, whose weights and every other file are the first's."""
+    shutil.copytree(base, target)
+    config = json.loads((target / "generation_config.json").read_text())
+    config["eos_token_id"] = [*config["eos_token_id"], eos_id]
+    (target / "generation_config.json").write_text(json.dumps(config, indent=2))
+    return target
+
+
+def generated_ids(model_dir: Path, prompt: str, max_new_tokens: int) -> list[int]:
+    """The ids greedy decoding of ``model_dir`` generates after ``prompt`` (no eos stops it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None)
+    return [int(token) for token in out[0, ids.shape[1] :]]
+
+
+def test_a_base_with_another_generation_config_never_steers_the_resident_engine(
+    tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """Base A, then base B (A's files but for extra eos ids in its generation config, ids that cut
+    A's answers short), then A again, in one resident engine: B gets an engine of its own (its key
+    differs) and A's answers are those of A's cold engine."""
+    a = Path(shutil.copytree(tiny_base_model, tmp_path / "a"))
+    b = with_extra_eos(a, tmp_path / "b", generated_ids(a, PROMPTS[0], 3)[2])
+    assert engine_state_key(a, {}) != engine_state_key(b, {})
+    generate = {"op": "generate", "prompts": PROMPTS, "sampling": SAMPLING}
+    cold = Server("transformers")
+    cold.handle({"op": "load", "model": str(a)})
+    on_a_cold = cold.handle(generate)["texts"]
+
+    resident = Server("transformers")
+    assert resident.handle({"op": "load", "model": str(a)})["reused"] is False
+    assert resident.handle(generate)["texts"] == on_a_cold
+    assert resident.handle({"op": "load", "model": str(b)})["reused"] is False
+    on_b = resident.handle(generate)["texts"]
+    assert len(on_b[0]) < len(on_a_cold[0])  # B's eos ids cut A's first answer: B would steer A
+    assert resident.handle({"op": "load", "model": str(a)})["reused"] is False
+    assert resident.handle(generate)["texts"] == on_a_cold
 
 
 def test_a_checkpoint_with_other_tensors_is_refused_before_any_is_loaded(

@@ -1,32 +1,28 @@
-"""A model kept resident between evaluations: the next checkpoint of the same architecture only
-swaps its weights in.
+"""A model kept resident between evaluations: the next checkpoint with the same files besides its
+weights only swaps its weights in.
 
-Submissions of one experiment share the base model's architecture (the snapshot keeps the
-base's ``config.json`` and refuses tensors whose names or shapes differ from the base's), so
-building the module tree, allocating it on the device and moving it there is done once per
-architecture; each further checkpoint reads its safetensors straight to the device and copies
-them into the resident parameters. Any failure while swapping drops the resident model (its
-weights may be half-copied) and the checkpoint is loaded cold, where its own error, if any,
-is raised.
+Submissions of one experiment share the base model's files (the snapshot keeps the base's
+``config.json``, generation config and tokenizer, and refuses tensors whose names or shapes differ
+from the base's), so building the module tree, allocating it on the device and moving it there is
+done once per base model; each further checkpoint reads its safetensors straight to the device and
+copies them into the resident parameters. The resident model is reused only when every file
+besides the weights, the device and the dtype are those it was built from
+(:func:`autorl_evaluator.resident_key.resident_state_key`): a model keeps what it read at its
+load (the generation config's eos ids among it), and another experiment's base that differs in one
+byte of one file gets a cold load. Any failure while swapping drops the resident model (its weights
+may be half-copied) and the checkpoint is loaded cold, where its own error, if any, is raised.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autorl_evaluator.resident_key import resident_state_key
+
 log = logging.getLogger("autorl.evaluator.warm")
-
-
-def architecture_key(model_dir: Path, device: Any, dtype: Any) -> str:
-    """What must be equal for a resident model to take a checkpoint's weights: its config file,
-    the device and the dtype."""
-    digest = hashlib.sha256((model_dir / "config.json").read_bytes())
-    digest.update(f"|{device}|{dtype}".encode())
-    return digest.hexdigest()
 
 
 def swap_weights(model: Any, model_dir: Path) -> None:
@@ -58,7 +54,7 @@ def swap_weights(model: Any, model_dir: Path) -> None:
 
 
 class WarmModels:
-    """One resident model (the last architecture loaded); ``load`` swaps weights when it can."""
+    """One resident model (the last one loaded); ``load`` swaps weights when it may."""
 
     def __init__(self) -> None:
         self.key: str | None = None
@@ -69,7 +65,7 @@ class WarmModels:
     ) -> tuple[Any, bool]:
         """The model of ``model_dir`` on ``device``, and whether it was swapped into a resident one
         (``cold_load`` builds it otherwise, and it becomes the resident model)."""
-        key = architecture_key(model_dir, device, dtype)
+        key = resident_state_key(model_dir, {"device": str(device), "dtype": str(dtype)})
         if self.model is not None and key == self.key:
             try:
                 swap_weights(self.model, model_dir)

@@ -14,8 +14,10 @@ tokenization, stop strings and output text as vLLM's, so the whole path runs on 
 a GPU). Requests, one JSON object per connection, each answered with one JSON line:
 
 - ``{"op": "load", "model": DIR, "engine_kwargs": {...}}``: make DIR's weights the engine's. The
-  engine is reused when the architecture key (engine arguments, ``config.json`` and the tokenizer
-  files) equals the resident one's, else replaced. Answers ``reused`` and ``seconds``.
+  engine is reused when the resident state key (the engine arguments and every file besides the
+  weights: ``config.json``, the generation config, the tokenizer files, the chat template;
+  ``resident_key.py`` of the worker's package, the warm ``hf`` child's key too) equals the resident
+  one's, else replaced. Answers ``reused`` and ``seconds``.
 - ``{"op": "generate", "prompts": [...], "sampling": {...}}``: the completions' texts.
 - ``{"op": "ping"}``.
 
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
+import functools
+import importlib.util
 import json
 import os
 import signal
@@ -46,21 +49,30 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
 
-#: How the weights' own files end: the weights and their shard index. How a checkpoint is sharded
-#: (and the index's ``total_size``, which follows the dtype it was saved in) is the submission's
-#: choice and no concern of the engine, which loads every tensor in place whatever file holds it.
-WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json")
+#: The worker's one key of resident state (``autorl_evaluator/resident_key.py``), loaded by its path:
+#: this program runs in vLLM's environment, which has none of our packages.
+RESIDENT_KEY = Path(__file__).resolve().parents[2] / "resident_key.py"
 
 
-def architecture_key(model_dir: Path, engine_kwargs: dict[str, Any]) -> str:
+@functools.cache
+def _resident_key_module() -> Any:
+    spec = importlib.util.spec_from_file_location("autorl_resident_key", RESIDENT_KEY)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {RESIDENT_KEY}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def engine_state_key(model_dir: Path, engine_kwargs: dict[str, Any]) -> str:
     """Equal for two checkpoints one engine can serve by loading weights alone: the same engine
-    arguments and the same files besides the weights and their shard index (config, tokenizer,
-    templates: the platform's, in the evaluated view)."""
-    digest = hashlib.sha256(json.dumps(engine_kwargs, sort_keys=True).encode())
-    for path in sorted(model_dir.iterdir()):
-        if path.is_file() and not path.name.endswith(WEIGHT_FILE_SUFFIXES):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    arguments and the same files besides the weights and their shard index (config, generation
+    config, tokenizer, templates: the platform's, in the evaluated view). How a checkpoint is
+    sharded (and the index's ``total_size``, which follows the dtype it was saved in) is the
+    submission's choice and no concern of the engine, which loads every tensor in place whatever
+    file holds it."""
+    key: str = _resident_key_module().resident_state_key(model_dir, {"engine_kwargs": engine_kwargs})
+    return key
 
 
 def weight_files(model_dir: Path) -> list[Path]:
@@ -224,7 +236,7 @@ class Server:
 
     def load(self, model_dir: Path, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
-        key = architecture_key(model_dir, engine_kwargs)
+        key = engine_state_key(model_dir, engine_kwargs)
         layout = tensor_layout(model_dir)
         reused = self.engine is not None and key == self.key
         if reused:
