@@ -27,8 +27,9 @@ def grader_settings(
     home = tmp_path_factory.mktemp("grader-home")
     return DeploymentSettings(
         home=home,
-        # As the chart does: the URL agents are given is the grader's own address.
-        public_url=f"http://127.0.0.1:{grader_port}",
+        # As the chart does: the grader's Service's DNS name, which resolves nowhere here. Agents get
+        # the Service's cluster IP instead (the emulated Service's is 127.0.0.1), no name to look up.
+        public_url=f"http://autorl-grader.autorl.svc:{grader_port}",
         database_url=pg_url,
         admin_token=secrets.token_hex(16),
         data_source_dir=FIXTURE_DATA,

@@ -117,7 +117,13 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
         "autorl.io/experiment": name,
         "autorl.io/role": "agent",
     }
-    assert policy["spec"]["ingress"] == [] and len(policy["spec"]["egress"]) == 2  # DNS and the grader only
+    assert policy["spec"]["ingress"] == [] and len(policy["spec"]["egress"]) == 1  # the grader only
+    # No egress host names: no resolver, and a grader URL that needs none (the Service's cluster IP,
+    # not the grader's own URL, a name that resolves nowhere here).
+    assert pod["dnsPolicy"] == "None" and pod["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+    url, token = await platform.agent_credentials(name)
+    assert url == f"{str(platform.grader.base_url).rstrip('/')}/a/{token}"  # http://127.0.0.1:PORT
+    assert platform.grader_settings.public_url.startswith("http://autorl-grader.autorl.svc:")
 
     # The agent's container runs: the budget starts with it.
     await platform.run_agent_pod(ref)

@@ -33,7 +33,7 @@ from tests.support.infra import free_port
 pytestmark = pytest.mark.slow
 
 HOSTILE_AGENT = """
-import re, signal, socket, sys, time, urllib.error, urllib.parse, urllib.request
+import errno, re, signal, socket, sys, time, urllib.error, urllib.parse, urllib.request
 MARKUP_NAME = "m[/bold][link=https:evil.example]x[/link]"
 ESCAPE_NAME = "ok\\x1b]0;pwned\\x07\\nsubmission 99 score=100.00"
 
@@ -91,6 +91,12 @@ for address in os.environ["HOST_ADDRESSES"].split(","):
     targets += [(address, 5432), (address, 6379)]
     targets += [(address, int(port)) for port in os.environ["LISTENER_PORTS"].split(",")]
 report["network"] = probe_network(targets)
+# Other machines of the operator's network: what the firewall says (errno), not what a host answers.
+report["private"] = {}
+for host in ("10.77.0.1", "172.20.0.1", "192.168.77.1", "100.64.0.1", "169.254.169.254"):
+    with socket.socket() as sock:
+        sock.settimeout(3)
+        report["private"][host] = errno.errorcode.get(sock.connect_ex((host, 80)), "connected or timed out")
 report["interfaces"] = sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:])
 report["routes"] = [line.split()[:3] for line in open("/proc/net/route").readlines()[1:]]
 report["resolv_conf"] = where("/etc/resolv.conf") == "present" and open("/etc/resolv.conf").read()
@@ -473,6 +479,9 @@ def test_egress_has_a_network_without_the_host(hostile: HostileRuns) -> None:
     probed = set(report["network"])
     assert {"10.0.2.2:5432", "127.0.0.1:5432"} <= probed
     assert all(f"{address}:5432" in probed for address in hostile.host_addresses)
+    # Refused by the agent's firewall at once (no route to host), before any packet leaves: not a
+    # reset from the user-mode stack, which would mean the connection was tried from this machine.
+    assert set(report["private"].values()) == {"EHOSTUNREACH"}, report["private"]
 
 
 def test_what_the_agent_left_never_breaks_the_hand_back(hostile: HostileRuns) -> None:

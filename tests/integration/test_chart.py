@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from autorl.crd import crd_manifest
+from autorl_controller.operator.manifests import agent_grading_url
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_evaluator.settings import WorkerSettings
 from tests.support.chart import render_chart
@@ -280,15 +281,33 @@ def test_controller_is_single_least_privileged_and_probed() -> None:
     assert controller["spec"]["replicas"] == 1 and controller["spec"]["strategy"] == {"type": "Recreate"}
     container = controller["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    roles = [doc for doc in documents if doc["kind"] == "Role"]
-    assert {role["metadata"]["namespace"] for role in roles} == {"team-a", "team-b"}
+    every_role = [doc for doc in documents if doc["kind"] == "Role"]
     assert not [doc for doc in documents if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    for role in roles:
+    # In the release's namespace, only get on the grader's Service: its cluster IP is the agents' URL.
+    service_role = of_kind(documents, "Role")[f"{RELEASE}-autorl-controller-grader-service"]
+    assert service_role["metadata"]["namespace"] == NAMESPACE
+    assert service_role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["services"],
+            "resourceNames": [f"{RELEASE}-autorl-grader"],
+            "verbs": ["get"],
+        }
+    ]
+    binding = of_kind(documents, "RoleBinding")[f"{RELEASE}-autorl-controller-grader-service"]
+    assert binding["roleRef"]["name"] == service_role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-autorl-controller", "namespace": NAMESPACE}
+    ]
+    roles = [role for role in every_role if role is not service_role]
+    assert {role["metadata"]["namespace"] for role in roles} == {"team-a", "team-b"}
+    for role in every_role:
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert not {"deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
             if "update" in rule["verbs"]:
                 assert rule["resources"] == ["experiments/finalizers"], rule
+    for role in roles:
         secrets = next(r for r in role["rules"] if r["resources"] == ["secrets"])
         assert "list" not in secrets["verbs"] and "watch" not in secrets["verbs"]
         # The budget starts when the agent container runs: the controller reads its Jobs' pods.
@@ -313,6 +332,11 @@ def test_controller_settings_agree_with_the_rendered_grader() -> None:
     service = of_kind(documents, "Service")[f"{RELEASE}-autorl-grader"]
     ports = {port["name"]: port["port"] for port in service["spec"]["ports"]}
     assert settings.grader_url == f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:{ports['admin']}"
+    # Agents get this Service's cluster IP and the port that leads to the grader's agent port.
+    assert settings.grader_service == service["metadata"]["name"]
+    assert agent_grading_url(
+        service | {"spec": service["spec"] | {"clusterIP": "10.96.7.8"}}, "t", settings
+    ) == (f"http://10.96.7.8:{ports['http']}/a/t")
     grader_env = {e["name"]: e.get("value") for e in grader["spec"]["containers"][0]["env"]}
     assert (
         grader_env["AUTORL_PUBLIC_URL"] == f"http://{RELEASE}-autorl-grader.{NAMESPACE}.svc:{ports['http']}"

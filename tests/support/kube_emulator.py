@@ -48,6 +48,9 @@ POLICIES = "/apis/networking.k8s.io/v1/namespaces/autorl-e2e/networkpolicies"
 EVENTS = "/api/v1/namespaces/autorl-e2e/events"
 PODS = "/api/v1/namespaces/autorl-e2e/pods"
 CONFIGMAPS = "/api/v1/namespaces/autorl-e2e/configmaps"
+#: Where the grader's Service lives (the platform's namespace, not the experiments').
+GRADER_NAMESPACE = "autorl"
+GRADER_SERVICE = f"/api/v1/namespaces/{GRADER_NAMESPACE}/services"
 PULL_SECRETS = ["registry-pull"]
 RUNNER_IMAGE = "registry.example/autorl-agent-runner:0.1.0"
 TICK_S = 0.2
@@ -78,6 +81,7 @@ def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
         ("autorl.io/v1alpha1/experiments", "Experiment", True, {"status"}),
         ("batch/v1/jobs", "Job", True, {"status"}),
         ("v1/secrets", "Secret", True, set()),
+        ("v1/services", "Service", True, set()),
         ("v1/configmaps", "ConfigMap", True, set()),
         ("v1/pods", "Pod", True, {"status"}),
         ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True, set()),
@@ -454,6 +458,24 @@ async def cause_suspended(platform: Platform, job: str) -> None:
     response.raise_for_status()
 
 
+def grader_service(port: int) -> dict[str, Any]:
+    """The grader's Service as the chart makes it, with the address a cluster would give it: here
+    the grader's own, 127.0.0.1, where the test's grader listens."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "autorl-grader", "namespace": GRADER_NAMESPACE},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "127.0.0.1",
+            "ports": [
+                {"name": "http", "port": port, "targetPort": "http"},
+                {"name": "admin", "port": port + 1, "targetPort": "admin"},
+            ],
+        },
+    }
+
+
 @contextlib.asynccontextmanager
 async def operator_platform(
     grader_settings: DeploymentSettings, grader_port: int, shared: Path
@@ -469,6 +491,8 @@ async def operator_platform(
                     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd_manifest()
                 )
                 assert crd.status_code < 300, crd.text
+                service = await kube.post(GRADER_SERVICE, json=grader_service(grader_port))
+                assert service.status_code < 300, service.text
                 settings = ControllerSettings(
                     grader_url=grader.url,
                     admin_token=grader_settings.admin_token,
@@ -477,7 +501,7 @@ async def operator_platform(
                     shared_mount=str(shared),
                     shared_pvc="autorl-shared",
                     runner_image=RUNNER_IMAGE,
-                    grader_namespace="autorl",
+                    grader_namespace=GRADER_NAMESPACE,
                     sync_interval_s=TICK_S,
                     deadline_grace_s=0,
                     finish_wait_s=30.0,

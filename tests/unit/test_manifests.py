@@ -30,6 +30,8 @@ from autorl_controller.operator.lifecycle import (
 from autorl_controller.operator.manifests import (
     KUEUE_QUEUE_LABEL,
     ExperimentRef,
+    GraderServiceError,
+    agent_grading_url,
     agent_run_as_id,
     build_agent_job,
     build_network_policy,
@@ -39,6 +41,7 @@ from autorl_controller.operator.manifests import (
     cached_model_subpath,
     check_egress,
     id_collisions,
+    needs_dns,
 )
 from autorl_controller.operator.settings import ControllerSettings
 from tests.support.answers import experiment_answer
@@ -358,9 +361,9 @@ def test_settings_refuse_ids_or_ranges_that_would_mix_agents_and_platform(
             [{"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"protocol": "TCP", "port": 8443}]}],
         ),
     ],
-    ids=["dns-and-grader-only", "hosts-and-cidrs", "unresolved-host"],
+    ids=["grader-only", "hosts-and-cidrs", "unresolved-host"],
 )
-def test_network_policy_allows_dns_the_grader_and_the_spec_only(
+def test_network_policy_allows_the_grader_the_spec_and_dns_only_for_names(
     spec: ExperimentSpec, resolved: dict[str, list[str]], extra_rules: list[dict[str, Any]]
 ) -> None:
     policy = build_network_policy(REF, spec, SETTINGS, resolved)["spec"]
@@ -368,13 +371,98 @@ def test_network_policy_allows_dns_the_grader_and_the_spec_only(
         "matchLabels": {"autorl.io/experiment": REF.name, "autorl.io/role": "agent"}
     }
     assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []
-    dns, grader, *rest = policy["egress"]
-    assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
-    assert {"protocol": "UDP", "port": 53} in dns["ports"]
+    grader, *rest = policy["egress"]
+    if needs_dns(spec):
+        dns, *rest = rest
+        assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+        assert dns["to"][0]["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+        }
+        assert {"protocol": "UDP", "port": 53} in dns["ports"] and {"protocol": "TCP", "port": 53} in dns[
+            "ports"
+        ]
+    # No rule anywhere names port 53 otherwise: cluster DNS forwards outside names (a tunnel out).
+    assert not any(port["port"] == 53 for rule in rest for port in rule["ports"])
     assert grader["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "autorl"}}
     assert grader["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "grader"
     assert grader["ports"] == [{"protocol": "TCP", "port": 8000}]
     assert rest == extra_rules
+
+
+@pytest.mark.parametrize(
+    ("egress", "dns"),
+    [
+        (None, False),
+        ([{"cidr": "203.0.113.0/24"}], False),
+        ([{"host": "api.example.com"}], True),
+        ([{"cidr": "203.0.113.0/24"}, {"host": "api.example.com"}], True),
+    ],
+    ids=["no-egress", "cidrs-only", "a-host", "cidr-and-host"],
+)
+def test_an_agent_pod_has_a_resolver_only_when_its_egress_names_a_host(
+    egress: list[dict[str, Any]] | None, dns: bool
+) -> None:
+    spec = ExperimentSpec.model_validate(
+        {"task": "gsm8k", "model": "m/n", "agent": {"builtin": "example_grpo"}, "egress": egress}
+    )
+    job = build_agent_job(REF, spec, SETTINGS)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    pod = pod_of(job)
+    policy = build_network_policy(REF, spec, SETTINGS, {"api.example.com": ["198.51.100.7"]})
+    to_dns = [rule for rule in policy["spec"]["egress"] if {"protocol": "UDP", "port": 53} in rule["ports"]]
+    if dns:
+        assert "dnsPolicy" not in pod and "dnsConfig" not in pod  # the cluster's resolver, as by default
+        assert len(to_dns) == 1
+    else:
+        # Not the cluster's resolver: only the pod's own loopback, where nothing of the platform answers.
+        assert pod["dnsPolicy"] == "None" and pod["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+        assert "searches" not in pod["dnsConfig"] and to_dns == []
+
+
+@pytest.mark.parametrize(
+    ("cluster_ip", "ports", "url"),
+    [
+        (
+            "10.96.12.34",
+            [{"name": "http", "port": 8000, "targetPort": "http"}],
+            "http://10.96.12.34:8000/a/t0k",
+        ),
+        (
+            "10.96.12.34",
+            [
+                {"name": "admin", "port": 8001, "targetPort": "admin"},
+                {"name": "web", "port": 80, "targetPort": 8000},
+            ],
+            "http://10.96.12.34:80/a/t0k",
+        ),
+        ("fd00:10:96::7", [{"port": 8000}], "http://[fd00:10:96::7]:8000/a/t0k"),
+    ],
+    ids=["named-port", "numbered-target", "ipv6-default-target"],
+)
+def test_agents_reach_the_grader_at_its_services_address_not_a_name(
+    cluster_ip: str, ports: list[dict[str, Any]], url: str
+) -> None:
+    service = {"metadata": {"name": "autorl-grader"}, "spec": {"clusterIP": cluster_ip, "ports": ports}}
+    assert agent_grading_url(service, "t0k", SETTINGS) == url
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ({"clusterIP": "None", "ports": [{"port": 8000}]}, "has no cluster IP (headless?)"),
+        (
+            {"clusterIP": "10.96.0.9", "ports": [{"name": "admin", "port": 8001}]},
+            "has no port leading to the grader",
+        ),
+    ],
+    ids=["headless", "no-agent-port"],
+)
+def test_a_grader_service_without_an_address_for_agents_names_the_fix(
+    spec: dict[str, Any], fragment: str
+) -> None:
+    service = {"metadata": {"name": "autorl-grader"}, "spec": spec}
+    with pytest.raises(GraderServiceError, match=re.escape(fragment)):
+        agent_grading_url(service, "t0k", SETTINGS)
 
 
 def egress_spec(*rules: dict[str, Any]) -> ExperimentSpec:
@@ -433,7 +521,7 @@ def test_every_allowed_block_excepts_the_cluster_ranges_inside_it(
     )
     policy = build_network_policy(REF, egress_spec({"cidr": cidr}), settings)
     kubernetes_validate.validate(policy, KUBERNETES_VERSION, strict=True)
-    (block,) = policy["spec"]["egress"][2]["to"]
+    (block,) = policy["spec"]["egress"][1]["to"]  # after the grader; no DNS for addresses
     assert block["ipBlock"].get("except") == excepted
 
 
@@ -445,7 +533,7 @@ def test_host_addresses_inside_the_cluster_are_never_allowed() -> None:
     allowed = [peer["ipBlock"]["cidr"] for rule in policy["spec"]["egress"][2:] for peer in rule["to"]]
     assert allowed == ["198.51.100.7/32"]
     everything_inside = build_network_policy(REF, spec, SETTINGS, {"api.example.com": ["10.1.1.1"]})
-    assert len(everything_inside["spec"]["egress"]) == 2  # DNS and the grader: nothing more
+    assert len(everything_inside["spec"]["egress"]) == 2  # the grader and DNS: nothing more
 
 
 def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> None:

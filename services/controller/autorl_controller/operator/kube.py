@@ -1,11 +1,11 @@
 """A small async Kubernetes client for the handful of calls the handlers make.
 
-Why not ``kubernetes_asyncio``: the controller touches five kinds (Secrets, Jobs, Pods (read only),
-NetworkPolicies, Experiments' status) with five verbs; a generated client of the whole API, with its own
-configuration loader, would be a second way to log in beside kopf's. This client is built from the
-very ``kopf.ConnectionInfo`` that the operator's login handler gives kopf, so both always talk to the
-same server with the same credentials, and it speaks plain JSON over ``httpx`` (already a core
-dependency), which any conforming API server or emulator answers.
+Why not ``kubernetes_asyncio``: the controller touches a handful of kinds (Secrets, Jobs, Pods and the
+grader's Service (read only), NetworkPolicies, Events, Experiments' status) with five verbs; a generated
+client of the whole API, with its own configuration loader, would be a second way to log in beside
+kopf's. This client is built from the very ``kopf.ConnectionInfo`` that the operator's login handler
+gives kopf, so both always talk to the same server with the same credentials, and it speaks plain JSON
+over ``httpx`` (already a core dependency), which any conforming API server or emulator answers.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Resource:
 
 
 SECRETS = Resource("v1", "secrets")
+SERVICES = Resource("v1", "services")
 PODS = Resource("v1", "pods")
 EVENTS = Resource("v1", "events")
 JOBS = Resource("batch/v1", "jobs")

@@ -50,6 +50,11 @@ TMP_VOLUME = "tmp"
 #: Never a destination: link-local addresses (cloud metadata services hand out node credentials
 #: there), and IPv4-mapped IPv6, which a CNI may read as the IPv4 range it spells (::ffff:10.0.0.0/104).
 ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10", "::ffff:0:0/96")
+#: The resolver of an agent pod that may look up no name: the pod's own loopback, where nothing of the
+#: platform answers, so a lookup fails at once rather than after a timeout (a resolver the agent ran
+#: there itself would know only what the agent knows). The NetworkPolicy keeps the cluster's DNS out
+#: of reach; this keeps it out of the pod's resolv.conf too.
+NO_DNS_CONFIG = {"nameservers": ["127.0.0.1"], "options": [{"name": "attempts", "value": "1"}]}
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,46 @@ def build_token_secret(ref: ExperimentRef, *, token: str, grading_server_url: st
         "immutable": True,
         "data": {SECRET_TOKEN_KEY: b64(token), SECRET_URL_KEY: b64(grading_server_url)},
     }
+
+
+def needs_dns(spec: ExperimentSpec) -> bool:
+    """Whether the agent may look names up: only when its ``egress`` lists a host name. Cluster DNS
+    answers outside names too, so a resolver is a channel out (a DNS tunnel): no name, no DNS."""
+    return any(rule.host is not None for rule in spec.egress or [])
+
+
+class GraderServiceError(ValueError):
+    """The grader's Service cannot give the address agents reach the grader at."""
+
+
+def agent_grading_url(service: Mapping[str, Any], token: str, settings: ControllerSettings) -> str:
+    """The ``GRADING_SERVER_URL`` an agent pod gets: ``http://CLUSTER_IP:PORT/a/<token>``.
+
+    An address, not the Service's DNS name: an agent pod without egress host names has no resolver
+    (:func:`needs_dns`). ``service`` is the grader's Service as the API returns it; the port is the
+    one that leads to the grader's agent port (``settings.grader_port``, named ``http`` in the chart).
+    """
+    name = service.get("metadata", {}).get("name", settings.grader_service)
+    spec = service.get("spec") or {}
+    address = spec.get("clusterIP")
+    if not address or address == "None":
+        raise GraderServiceError(
+            f"Service {settings.grader_namespace}/{name} has no cluster IP (headless?); agents reach the "
+            "grader at its Service's address: give the grader a ClusterIP Service (the chart's default)"
+        )
+    ports = spec.get("ports") or []
+    port = next(
+        (p["port"] for p in ports if p.get("targetPort", p.get("port")) in (settings.grader_port, "http")),
+        None,
+    )
+    if port is None:
+        raise GraderServiceError(
+            f"Service {settings.grader_namespace}/{name} has no port leading to the grader's agent port "
+            f"{settings.grader_port} (targetPort {settings.grader_port} or 'http'); set grader_port to the "
+            "grader's container port"
+        )
+    host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    return f"http://{host}:{port}/a/{token}"
 
 
 def _pod_security(
@@ -507,8 +552,8 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
 
     Restricted Pod Security with a read-only root file system, the experiment's own user and group
     id, no service-account token, no service links (no addresses of Postgres or Redis in its
-    environment), credentials only by ``envFrom``, and a hard deadline: at it the pod gets SIGTERM,
-    ``agent_stop_grace_s`` later SIGKILL.
+    environment), credentials only by ``envFrom``, no resolver unless ``egress`` names a host, and
+    a hard deadline: at it the pod gets SIGTERM, ``agent_stop_grace_s`` later SIGKILL.
     """
     env_from: list[dict[str, Any]] = [{"secretRef": {"name": ref.secret_name}}]
     env_from += declared_env_from(spec)
@@ -532,6 +577,10 @@ def build_agent_job(ref: ExperimentRef, spec: ExperimentSpec, settings: Controll
         "securityContext": _pod_security(settings, agent_run_as_id(ref, settings)),
         "volumes": [_shared_volume(settings), _tmp_volume(), {"name": SIDECAR_TMP_VOLUME, "emptyDir": {}}],
     }
+    if not needs_dns(spec):
+        # No resolver at all, not the cluster's: fails closed even where no NetworkPolicy is enforced.
+        pod["dnsPolicy"] = "None"
+        pod["dnsConfig"] = NO_DNS_CONFIG
     if spec.agent.builtin is not None:
         container["image"] = settings.runner_image
         container["command"] = ["autorl", "agent-runner"]
@@ -636,7 +685,8 @@ def build_network_policy(
     settings: ControllerSettings,
     resolved_hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """Agent pods: no ingress; egress only to DNS, the grader's agent port, and the spec's ``egress``.
+    """Agent pods: no ingress; egress only to the grader's agent port, the spec's ``egress``, and the
+    cluster's DNS when that lists a host name (:func:`needs_dns`; without one, no DNS at all).
 
     A NetworkPolicy knows addresses, not names: a ``host`` rule allows the addresses it resolved to
     (``resolved_hosts``, refreshed by the controller while the experiment runs), less any inside the
@@ -650,17 +700,6 @@ def build_network_policy(
             "to": [
                 {
                     "namespaceSelector": {
-                        "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
-                    },
-                    "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
-                }
-            ],
-            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-        },
-        {
-            "to": [
-                {
-                    "namespaceSelector": {
                         "matchLabels": {"kubernetes.io/metadata.name": settings.grader_namespace}
                     },
                     "podSelector": {"matchLabels": dict(settings.grader_pod_labels)},
@@ -669,6 +708,20 @@ def build_network_policy(
             "ports": [{"protocol": "TCP", "port": settings.grader_port}],
         },
     ]
+    if needs_dns(spec):
+        egress.append(
+            {
+                "to": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
+                        },
+                        "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
+                    }
+                ],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            }
+        )
     resolved_hosts = resolved_hosts or {}
     for rule in spec.egress or []:
         if rule.cidr is not None:

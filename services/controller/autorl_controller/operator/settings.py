@@ -69,6 +69,11 @@ class ControllerSettings(AdminTokenSettings):
     grader_namespace: str = Field(
         default="autorl", description="Namespace of the grader pods (for the NetworkPolicy)."
     )
+    grader_service: str = Field(
+        default="autorl-grader",
+        description="Name of the grader's Service in grader_namespace: agents get its cluster IP in "
+        "GRADING_SERVER_URL, an address that needs no DNS (agent pods without egress host names have none).",
+    )
     grader_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "autorl", "app.kubernetes.io/component": "grader"},
         description="Labels selecting the grader pods (JSON), which agents may reach.",
@@ -79,7 +84,10 @@ class ControllerSettings(AdminTokenSettings):
         lt=65536,
         description="Container port of the grader's agent API, the only one agents may reach.",
     )
-    dns_namespace: str = Field(default="kube-system", description="Namespace of the cluster DNS pods.")
+    dns_namespace: str = Field(
+        default="kube-system",
+        description="Namespace of the cluster DNS pods (reachable only by agents whose egress names a host).",
+    )
     dns_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {"k8s-app": "kube-dns"},
         description="Labels selecting the cluster DNS pods (JSON).",

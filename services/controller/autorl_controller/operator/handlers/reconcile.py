@@ -31,6 +31,7 @@ from autorl_controller.operator.kube import (
     NETWORK_POLICIES,
     PODS,
     SECRETS,
+    SERVICES,
     KubeError,
     Resource,
 )
@@ -53,7 +54,9 @@ from autorl_controller.operator.lifecycle import (
 from autorl_controller.operator.manifests import (
     AGENT_CONTAINER,
     ExperimentRef,
+    GraderServiceError,
     agent_deadline_slack_s,
+    agent_grading_url,
     agent_run_as_id,
     build_agent_job,
     build_network_policy,
@@ -202,6 +205,7 @@ class Step:
         the registration is invalid (a name too long for the grader)."""
         if await self._child(SECRETS, self.ref.secret_name) is not None:
             return True
+        service = await self._grader_service()
         try:
             registration = build_registration(self.ref, self.spec, self.settings)
         except ValidationError as exc:
@@ -214,11 +218,34 @@ class Step:
         except ExperimentConflictError:
             # Registered by an earlier tick whose Secret was never written: its token is lost.
             answer = await self.context.grader.new_token(self.ref.grader_name)
-        secret = build_token_secret(
-            self.ref, token=answer.token, grading_server_url=answer.grading_server_url
-        )
+        try:
+            url = agent_grading_url(service, answer.token, self.settings)
+        except GraderServiceError as exc:
+            raise kopf.TemporaryError(str(exc), delay=self.settings.sync_interval_s) from exc
+        secret = build_token_secret(self.ref, token=answer.token, grading_server_url=url)
         await self._adopt_and_create(SECRETS, secret)
         return True
+
+    async def _grader_service(self) -> dict[str, Any]:
+        """The grader's Service, whose cluster IP agents reach the grader at (no DNS needed)."""
+        where = f"{self.settings.grader_namespace}/{self.settings.grader_service}"
+        try:
+            service = await self.context.kube.get(
+                SERVICES, self.settings.grader_namespace, self.settings.grader_service
+            )
+        except KubeError as exc:
+            raise kopf.TemporaryError(
+                f"cannot read the grader's Service {where} (the address agents reach the grader at): {exc}; "
+                "the chart's Role grants get on it",
+                delay=self.settings.sync_interval_s,
+            ) from exc
+        if service is None:
+            raise kopf.TemporaryError(
+                f"waiting for the grader's Service {where} (the address agents reach the grader at); "
+                "check grader_service and grader_namespace",
+                delay=self.settings.sync_interval_s,
+            )
+        return service
 
     async def prepare(self) -> None:
         job = await self._child(JOBS, self.ref.prepare_job_name)
