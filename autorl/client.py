@@ -78,7 +78,8 @@ POLL_INTERVAL_S = 5.0
 SubmissionResult = SubmissionAnswer
 #: What ``submit(..., wait=False)`` answers at once: the id, ``status`` and ``queue_position``.
 PendingSubmission = PendingAnswer
-#: This experiment's submissions (the baseline excluded) and the best so far.
+#: This experiment's submissions (the baseline excluded) and the best so far; ``submission_id``
+#: counts the experiment's own submissions (1, 2, ...), as every id an agent is shown does.
 Scores = ScoresAnswer
 #: The budget, in epoch seconds; ``None`` before the budget starts.
 TimeInfo = TimeAnswer
@@ -157,7 +158,24 @@ class GradingClient(BlockingClient):
         return self._caller.send(TIME.call())
 
     def scores(self) -> Scores:
-        return self._caller.send(SCORES.call())
+        """Every submission of this experiment (the baseline excluded), oldest first, and the best
+        so far: ``GET /scores`` page after page until ``next_after`` is null. Totals are the last
+        page's."""
+        page = self.scores_page()
+        submissions = list(page.submissions)
+        while page.next_after is not None:
+            page = self.scores_page(after=page.next_after)
+            submissions += page.submissions
+        return page.model_copy(update={"submissions": submissions})
+
+    def scores_page(self, after: int = 0, limit: int | None = None) -> Scores:
+        """One page of ``GET /scores``: the submissions numbered above ``after``, at most ``limit``
+        (the server's default: every one the experiment's limit allows); ``next_after`` is where
+        the next page begins, null on the last."""
+        params: dict[str, str | float] = {"after": after}
+        if limit is not None:
+            params["limit"] = limit
+        return self._caller.send(SCORES.call(params=params))
 
     def submission(self, submission_id: int) -> SubmissionResult:
         return self._caller.send(SUBMISSION.call(submission_id=int(submission_id)))

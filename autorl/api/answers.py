@@ -31,11 +31,17 @@ class Refusal(BaseModel):
     error: str
 
 
+#: An agent's submission ids count its experiment's own submissions (1, 2, ...), as the
+#: reference's one server per run does; 0 is the baseline its scores are compared with. Operators'
+#: answers (the admin API) carry the database's global ids.
+SUBMISSION_ID = "your experiment's own count: 1, 2, ... (0: the baseline); the admin API's are global"
+
+
 class Best(Answer):
     """The best scored submission, as the reference's ``best`` carries it: its whole entry (all
     null while nothing is scored)."""
 
-    submission_id: int | None
+    submission_id: int | None = Field(description=SUBMISSION_ID)
     score: float | None
     timestamp: str | None = Field(None, description="when it was received, ISO 8601 UTC")
     model_path: str | None = None
@@ -67,7 +73,7 @@ class Comparison(Answer):
 class SubmissionAnswer(Answer):
     """One submission (or the baseline) as the agent and the operator see it."""
 
-    submission_id: int
+    submission_id: int = Field(description=SUBMISSION_ID)
     status: SubmissionStatusName
     score: float | None = Field(description="the headline protocol's accuracy in percent")
     split: str = Field(
@@ -80,10 +86,15 @@ class SubmissionAnswer(Answer):
     best: Best
     total_submissions: int
     model_path: str
-    timestamp: str = Field(description="when it was received, ISO 8601 UTC")
+    timestamp: str | None = Field(
+        description="when it was received, ISO 8601 UTC; of the baseline, null to the agent (as every "
+        "time of the baseline: the platform's work before the agent's budget)"
+    )
     elapsed_seconds: float | None
     is_baseline: bool
-    reused_from: int | None = Field(description="this experiment's earlier submission whose score was reused")
+    reused_from: int | None = Field(
+        description="this experiment's earlier submission whose score was reused (0: the baseline)"
+    )
     n_samples: int | None
     eval_seconds: float | None
     attempts: int
@@ -110,7 +121,7 @@ class SubmissionAnswer(Answer):
 class NominatedAnswer(Answer):
     """``POST /final``: the nomination is recorded; its test score is never shown to the agent."""
 
-    submission_id: int
+    submission_id: int = Field(description=SUBMISSION_ID)
     split: str = Field(description="the split of the score the agent was shown: validation")
     score: float | None = Field(description="the nominated submission's validation score")
     message: str
@@ -139,9 +150,11 @@ class FinalResult(Answer):
 class PendingAnswer(Answer):
     """A submission accepted and not scored yet (``?wait=false``, or the wait ran out)."""
 
-    submission_id: int
+    submission_id: int = Field(description=SUBMISSION_ID)
     status: PendingStatusName
-    queue_position: int | None
+    queue_position: int | None = Field(
+        description="your submissions waiting ahead of this one, plus one (0: being evaluated)"
+    )
     ignored_files: list[str]
 
     @property
@@ -149,12 +162,27 @@ class PendingAnswer(Answer):
         return self.status in FINAL_STATUSES
 
 
+#: ``GET /scores`` without ``limit`` lists this many submissions, or the experiment's
+#: ``max_submissions`` where that is more (up to :data:`MAX_SCORES_PAGE`): as the reference, every
+#: submission in one answer.
+DEFAULT_SCORES_PAGE = 100
+#: The most submissions one ``GET /scores`` page lists.
+MAX_SCORES_PAGE = 1000
+
+
 class ScoresAnswer(Answer):
+    """``GET /scores[?after=N&limit=M]``: the experiment's submissions numbered above ``after``
+    (default 0: from the first), oldest first, at most ``limit``; ``next_after`` is the ``after`` of
+    the next page, null on the last."""
+
     experiment: str
     baseline_score: float | None
     best: Best
     total_submissions: int
     submissions: list[SubmissionAnswer]
+    next_after: int | None = Field(
+        None, description="more follow: ask again with ?after=this (null: this page is the last)"
+    )
 
 
 class TimeAnswer(Answer):

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -159,10 +160,17 @@ class Submission(Base):
     __table_args__ = (
         Index("ix_submissions_status", "status"),
         Index("ix_submissions_fingerprint", "eval_key", "fingerprint"),
+        UniqueConstraint("experiment_id", "number", name="uq_submissions_number"),
     )
 
+    #: The global id: the admin API's, the dashboard's and the evaluators'. Agents never see it.
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    # The agent's number of its submission (1, 2, ... per experiment, no gaps): the submission_id of
+    # every agent-facing answer (docs/AGENTS.md, "The grading API"). Given under the experiment's
+    # row lock as the row is inserted (repository.create_submission); None for what is not the
+    # agent's submission (a baseline, a sealed experiment's final evaluation).
+    number: Mapped[int | None] = mapped_column(Integer)
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     model_path: Mapped[str] = mapped_column(Text)  # as submitted, inside the experiment's output/
     fingerprint: Mapped[str] = mapped_column(String(64))  # of the snapshot's files
@@ -209,6 +217,12 @@ class Submission(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # One more on every UPDATE of the row, whoever makes it (the ORM's flush and every update()
+    # statement add it): with the count of rows, a version of an experiment's submissions that
+    # changes with every change to them, on every clock (repository.submissions_version).
+    revision: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0", onupdate=literal_column("revision") + 1
+    )
 
     experiment: Mapped[Experiment] = relationship(back_populates="submissions", foreign_keys=[experiment_id])
 

@@ -396,7 +396,8 @@ def create_submission(
     names the scored submission to take it from, e.g. a cached baseline); identical files of the
     same experiment being evaluated now are not evaluated again: the new submission waits for that
     result (`settle_waiting`). Call with the experiment's row locked
-    (`get_experiment(for_update=True)`), so that this check and the evaluation's end are ordered."""
+    (`get_experiment(for_update=True)`), so that this check and the evaluation's end are ordered,
+    and so that an agent's submission takes the experiment's next number (`Submission.number`)."""
     submission = Submission(
         experiment_id=experiment.id,
         is_baseline=is_baseline,
@@ -408,6 +409,7 @@ def create_submission(
         split=split,
         final_of=final_of,
         status=SubmissionStatus.QUEUED,
+        number=None if is_baseline or final_of is not None else _next_number(session, experiment),
     )
     earlier = session.get(Submission, reuse_from) if reuse_from is not None else None
     if earlier is None or earlier.status != SubmissionStatus.SCORED or earlier.split != split:
@@ -420,6 +422,68 @@ def create_submission(
     session.add(submission)
     session.flush()
     return submission
+
+
+def _next_number(session: Session, experiment: Experiment) -> int:
+    """The number the experiment's next agent submission takes: one past its last (under the
+    experiment's row lock, which every insert of a submission holds; the unique constraint on
+    (experiment, number) stands behind it)."""
+    last = session.scalar(
+        select(func.max(Submission.number)).where(Submission.experiment_id == experiment.id)
+    )
+    return int(last or 0) + 1
+
+
+#: The agent's number of the baseline it is compared with (its own submissions count from 1).
+BASELINE_NUMBER = 0
+
+
+def agent_submission(session: Session, experiment: Experiment, number: int) -> Submission:
+    """The submission the experiment's agent numbers ``number`` (``Submission.number``), or, for
+    :data:`BASELINE_NUMBER`, the baseline on the split its submissions are scored on. Anything else,
+    another experiment's numbers included, is missing (NotFoundError): no probing across tenants."""
+    if number == BASELINE_NUMBER:
+        found = baseline_submission(session, experiment, feedback_split(experiment))
+    else:
+        found = session.scalar(
+            select(Submission).where(Submission.experiment_id == experiment.id, Submission.number == number)
+        )
+    if found is None:
+        raise NotFoundError(f"no submission {number} in this experiment; list yours with GET /scores")
+    return found
+
+
+def agent_submissions_page(
+    session: Session, experiment: Experiment, *, after: int, limit: int
+) -> tuple[list[Submission], bool]:
+    """The agent's submissions numbered above ``after``, at most ``limit`` of them in their order,
+    and whether more follow."""
+    rows = list(
+        session.scalars(
+            select(Submission)
+            .where(
+                Submission.experiment_id == experiment.id,
+                Submission.number.is_not(None),
+                Submission.number > after,
+            )
+            .order_by(Submission.number)
+            .limit(limit + 1)
+        )
+    )
+    return rows[:limit], len(rows) > limit
+
+
+def submissions_version(session: Session, experiment: Experiment) -> tuple[int, int]:
+    """A version of everything stored about the experiment's submissions: their count and the sum
+    of their revisions (``Submission.revision``). Every insert raises the first and every update the
+    second, and neither ever falls, so a version is never seen twice: an answer built from the
+    submissions may be kept while their version stays the same (autorl_grader.answer_cache)."""
+    count, revisions = session.execute(
+        select(func.count(Submission.id), func.coalesce(func.sum(Submission.revision), 0)).where(
+            Submission.experiment_id == experiment.id
+        )
+    ).one()
+    return int(count), int(revisions)
 
 
 def get_submission(session: Session, submission_id: int, experiment: Experiment | None = None) -> Submission:
@@ -464,44 +528,42 @@ def baseline_submission(
 # -- sealed mode: the nomination and the one final test evaluation ------------------------------
 
 
-def nominate(session: Session, experiment: Experiment, submission_id: int) -> Submission:
-    """Record the agent's nomination of its scored submission ``submission_id`` for the final
-    test evaluation. Call with the experiment's row locked. Refusals: those of
+def nominate(session: Session, experiment: Experiment, number: int) -> Submission:
+    """Record the agent's nomination of its scored submission ``number`` (the agent's number of
+    it) for the final test evaluation. Call with the experiment's row locked. Refusals: those of
     :func:`nomination_candidate`."""
-    submission = nomination_candidate(session, experiment, submission_id)
+    submission = nomination_candidate(session, experiment, number)
     experiment.nominated_submission_id = submission.id
     return submission
 
 
-def nomination_candidate(session: Session, experiment: Experiment, submission_id: int) -> Submission:
-    """The submission a nomination of ``submission_id`` would record, nothing recorded. Refusals:
-    not sealed or nominated already (ConflictError), not this experiment's scored submission
-    (InvalidRequestError)."""
+def nomination_candidate(session: Session, experiment: Experiment, number: int) -> Submission:
+    """The submission a nomination of the agent's submission ``number`` would record, nothing
+    recorded. Refusals: not sealed or nominated already (ConflictError), not this experiment's
+    scored submission (InvalidRequestError)."""
     if experiment.feedback != Feedback.SEALED:
         raise ConflictError(
             f"experiment {experiment.name!r} scores every submission on the test split (feedback: test); "
             "there is no final evaluation to nominate for"
         )
     if experiment.nominated_submission_id is not None or experiment.final_submission_id is not None:
-        chosen = experiment.nominated_submission_id
+        nominated = experiment.nominated_submission_id
+        chosen = session.get(Submission, nominated) if nominated is not None else None
         raise ConflictError(
             "the final evaluation is already chosen"
-            + (f" (submission {chosen} was nominated)" if chosen is not None else "")
+            + (f" (submission {chosen.number} was nominated)" if chosen is not None else "")
             + "; a nomination is made once"
         )
-    submission = session.get(Submission, submission_id)
-    if (
-        submission is None
-        or submission.experiment_id != experiment.id
-        or submission.is_baseline
-        or submission.final_of is not None
-    ):
+    submission = session.scalar(
+        select(Submission).where(Submission.experiment_id == experiment.id, Submission.number == number)
+    )
+    if submission is None:
         raise InvalidRequestError(
-            f"no submission {submission_id} in this experiment; nominate an id from GET /scores"
+            f"no submission {number} in this experiment; nominate an id from GET /scores"
         )
     if submission.status != SubmissionStatus.SCORED:
         raise InvalidRequestError(
-            f"submission {submission_id} is {submission.status.value}, not scored; nominate a scored "
+            f"submission {number} is {submission.status.value}, not scored; nominate a scored "
             "submission (GET /scores shows each one's status)"
         )
     return submission
@@ -638,9 +700,12 @@ def test_evaluations(session: Session, experiment: Experiment) -> int:
 
 
 def queue_position(session: Session, submission: Submission) -> int:
-    """1-based position among its own experiment's queued submissions (oldest first); 0 when it is
-    not waiting. Other experiments' queues are never counted: they are not the caller's to see.
-    A submission waiting for an identical one's evaluation has that one's position (0 once it runs)."""
+    """1-based position among its own experiment's queued agent submissions (oldest first): the
+    agent's submissions waiting ahead of it, plus one; 0 when it is not waiting. Nothing else is
+    counted: not other experiments' queues (not the caller's to see), nor the platform's own work
+    for the experiment (its baselines, a sealed experiment's evaluations on the test split), so the
+    number derives from the agent's own acts only. A submission waiting for an identical one's
+    evaluation has that one's position (0 once it runs)."""
     if submission.status != SubmissionStatus.QUEUED:
         return 0
     if submission.waits_for is not None:
@@ -649,6 +714,7 @@ def queue_position(session: Session, submission: Submission) -> int:
     ahead = session.scalar(
         select(func.count(Submission.id)).where(
             Submission.experiment_id == submission.experiment_id,
+            _agents(),
             Submission.status == SubmissionStatus.QUEUED,
             Submission.waits_for.is_(None),
             Submission.id < submission.id,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from fastapi.testclient import TestClient
@@ -31,6 +31,7 @@ from tests.support.grading import (
     evaluating_settings,
     make_workspace,
     register,
+    row_id,
 )
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
@@ -62,17 +63,25 @@ def baselines(client: TestClient, settings: DeploymentSettings, name: str) -> No
         assert evaluate(submission_id, settings)["status"] == "scored"
 
 
+class Submitted(NamedTuple):
+    """A submission as its agent numbers it and as the database (and the admin API) knows it."""
+
+    number: int
+    id: int
+
+
 def submit(
     client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, name: str
-) -> int:
+) -> Submitted:
     accepted = client.post(
         f"{experiment.url_path}/submit", json={"model_path": f"output/{name}"}, params={"wait": "false"}
     )
     assert accepted.status_code in (200, 202), accepted.text
-    submission_id: int = accepted.json()["submission_id"]
+    number: int = accepted.json()["submission_id"]
+    submitted = Submitted(number, row_id(settings.database_url, experiment, number))
     if accepted.status_code == 202:
-        assert evaluate(submission_id, settings)["status"] == "scored"
-    return submission_id
+        assert evaluate(submitted.id, settings)["status"] == "scored"
+    return submitted
 
 
 def agent_get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
@@ -89,16 +98,16 @@ def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_t
     baselines(client, settings, experiment.name)
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     first = submit(client, settings, experiment, "a")
-    answer = agent_get(client, experiment, f"/submissions/{first}")
+    answer = agent_get(client, experiment, f"/submissions/{first.number}")
     assert answer["split"] == "test"
     assert all(s["split"] == "test" for s in agent_get(client, experiment, "/scores")["submissions"])
     view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
     assert view.final is not None and view.final.selection == "best_on_test"
-    assert view.final.score == view.best_score and view.final.of == view.best_submission
+    assert view.final.score == view.best_score and view.final.of == view.best_submission == first.id
     assert view.final.interval == answer["interval"]
     assert view.test_evaluations == 1
     # /final belongs to sealed mode only.
-    refused = client.post(f"{experiment.url_path}/final", json={"submission_id": first})
+    refused = client.post(f"{experiment.url_path}/final", json={"submission_id": first.number})
     assert refused.status_code == 409 and "feedback: test" in refused.json()["error"]
     # The admin's final step changes nothing in test mode.
     assert (
@@ -127,42 +136,46 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     for name in ("a", "b", "c"):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
     a = submit(client, settings, experiment, "a")
-    answer = agent_get(client, experiment, f"/submissions/{a}")
+    answer = agent_get(client, experiment, f"/submissions/{a.number}")
     SubmissionAnswer.model_validate(answer)
     assert answer["split"] == "validation"
     assert answer["baseline_score"] == validation_base_score
     with db.session() as session:
-        scored, base = repo.get_submission(session, a), repo.get_submission(session, validation_base_id)
+        scored, base = repo.get_submission(session, a.id), repo.get_submission(session, validation_base_id)
         assert scored.problems_digest == base.problems_digest  # compared on the same problems
         assert scored.snapshot is not None  # kept: it may be nominated
 
-    # The agent's routes never show a test-split evaluation.
-    hidden = client.get(f"{experiment.url_path}/submissions/{test_base_id}")
-    assert hidden.status_code == 404
-    assert client.get(f"{experiment.url_path}/submissions/{validation_base_id}").status_code == 200
+    # The agent's routes never show a test-split evaluation: its numbers are its submissions and
+    # the baseline on validation (0).
+    shown_baseline = agent_get(client, experiment, "/submissions/0")
+    assert shown_baseline["is_baseline"] and shown_baseline["split"] == "validation"
+    assert client.get(f"{experiment.url_path}/submissions/{a.number + 1}").status_code == 404
 
     # /final: every refusal, JSON with detail and error naming the fix.
     def nominate(body: Any) -> Any:
         return client.post(f"{experiment.url_path}/final", json=body)
 
-    for malformed in ({}, {"submission_id": "x"}, {"submission_id": 0}, {"submission_id": a, "extra": 1}):
+    for malformed in (
+        {},
+        {"submission_id": "x"},
+        {"submission_id": 0},
+        {"submission_id": a.number, "extra": 1},
+    ):
         refused = nominate(malformed)
         assert refused.status_code == 422, refused.text
         assert refused.json()["error"]
     unknown = nominate({"submission_id": 2**31 - 1})
     assert unknown.status_code == 400 and "GET /scores" in unknown.json()["error"]
-    baseline_nominated = nominate({"submission_id": validation_base_id})
-    assert baseline_nominated.status_code == 400
     queued = client.post(
         f"{experiment.url_path}/submit", json={"model_path": "output/b"}, params={"wait": "false"}
     ).json()["submission_id"]
     unscored = nominate({"submission_id": queued})
     assert unscored.status_code == 400 and "not scored" in unscored.json()["error"]
-    assert evaluate(queued, settings)["status"] == "scored"
-    accepted = nominate({"submission_id": a})
+    assert evaluate(row_id(db, experiment, queued), settings)["status"] == "scored"
+    accepted = nominate({"submission_id": a.number})
     assert accepted.status_code == 200, accepted.text
     nominated = NominatedAnswer.model_validate(accepted.json())
-    assert (nominated.submission_id, nominated.split) == (a, "validation")
+    assert (nominated.submission_id, nominated.split) == (a.number, "validation")
     again = nominate({"submission_id": queued})
     assert again.status_code == 409 and again.json()["detail"] == again.json()["error"]
 
@@ -170,10 +183,10 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     with db.session() as session:
         row = repo.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
-    late = nominate({"submission_id": a})
+    late = nominate({"submission_id": a.number})
     assert late.status_code == 403 and "budget" in late.json()["error"]
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
-    assert view.final is not None and view.final.selection == "nominated" and view.final.of == a
+    assert view.final is not None and view.final.selection == "nominated" and view.final.of == a.id
     assert view.in_flight == 1 and view.test_evaluations == 0
     final_id = view.final.submission_id
     assert final_id is not None
@@ -192,12 +205,12 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         )
 
     # Nothing the agent can read carries it: not /scores, not /submissions/N, not the totals.
-    assert client.get(f"{experiment.url_path}/submissions/{final_id}").status_code == 404
+    assert client.get(f"{experiment.url_path}/submissions/3").status_code == 404
     listing = agent_get(client, experiment, "/scores")
-    assert {s["submission_id"] for s in listing["submissions"]} == {a, queued}
+    assert [s["submission_id"] for s in listing["submissions"]] == [a.number, queued] == [1, 2]
     assert all(s["split"] == "validation" for s in listing["submissions"])
     assert listing["total_submissions"] == 2
-    assert listing["best"]["submission_id"] in {a, queued}
+    assert listing["best"]["submission_id"] in {a.number, queued}
 
 
 def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ties(
@@ -210,17 +223,19 @@ def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ti
     first = submit(client, settings, experiment, "first")
     second = submit(client, settings, experiment, "second")
     with db.session() as session:  # an equal validation score: the earliest is taken
-        repo.get_submission(session, second).score = repo.get_submission(session, first).score
+        repo.get_submission(session, second.id).score = repo.get_submission(session, first.id).score
     view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
-    assert view.final is not None and (view.final.of, view.final.status) == (first, None)
+    assert view.final is not None and (view.final.of, view.final.status) == (first.id, None)
     assert view.final.selection == "best_on_validation"
     final = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
-    assert final.final is not None and final.final.of == first and final.final.submission_id is not None
+    assert final.final is not None and final.final.of == first.id and final.final.submission_id is not None
     # The final has begun: no more submissions, no nomination.
     copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
     late = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/late"})
     assert late.status_code == 409
-    assert client.post(f"{experiment.url_path}/final", json={"submission_id": first}).status_code == 409
+    assert (
+        client.post(f"{experiment.url_path}/final", json={"submission_id": first.number}).status_code == 409
+    )
 
 
 def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> Any:
@@ -237,12 +252,13 @@ def test_a_nomination_of_a_failed_submission_is_refused(
     )
     assert accepted.status_code == 202, accepted.text
     failing = accepted.json()["submission_id"]
+    failing_row = row_id(db, experiment, failing)
     with db.session() as session:  # the worker's own result path: claimed, then failed
-        assert repo.claim(session, failing, worker="worker-1", lease_s=60)
+        assert repo.claim(session, failing_row, worker="worker-1", lease_s=60)
     with db.session() as session:
         assert repo.record_failure(
             session,
-            failing,
+            failing_row,
             error="the model does not load",
             reason=FailureReason.EVALUATION,
             worker="worker-1",
@@ -261,18 +277,20 @@ def test_a_nomination_of_another_experiments_scored_submission_is_refused(
     ours = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
     theirs = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
     copy_model(tiny_base_model, theirs.output_dir / "a", unique=True)
-    their_id = submit(client, settings, theirs, "a")
-    assert agent_get(client, theirs, f"/submissions/{their_id}")["status"] == "scored"
-    refused = nominate(client, ours, their_id)
-    assert refused.status_code == 400, refused.text
-    # The same answer as for an id that exists nowhere: another experiment's ids are not revealed.
-    assert refused.json()["error"] == (
-        f"no submission {their_id} in this experiment; nominate an id from GET /scores"
-    )
+    theirs_a = submit(client, settings, theirs, "a")
+    assert agent_get(client, theirs, f"/submissions/{theirs_a.number}")["status"] == "scored"
+    # Neither its number (ours has no submission 1 yet) nor its global id is ours to nominate.
+    for their_id in (theirs_a.number, theirs_a.id):
+        refused = nominate(client, ours, their_id)
+        assert refused.status_code == 400, refused.text
+        # The same answer as for an id that exists nowhere: another experiment's ids are not revealed.
+        assert refused.json()["error"] == (
+            f"no submission {their_id} in this experiment; nominate an id from GET /scores"
+        )
     with db.session() as session:
         assert repo.get_experiment(session, ours.name).nominated_submission_id is None
     # Its own experiment's agent may still nominate it.
-    assert nominate(client, theirs, their_id).status_code == 200
+    assert nominate(client, theirs, theirs_a.number).status_code == 200
 
 
 def test_a_nomination_before_the_budget_starts_is_refused(
@@ -295,7 +313,7 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
     baselines(client, settings, experiment.name)
     copy_model(tiny_base_model, experiment.output_dir / "copy")  # the base model's own files
     copy = submit(client, settings, experiment, "copy")
-    assert nominate(client, experiment, copy).status_code == 200
+    assert nominate(client, experiment, copy.number).status_code == 200
     with db.session() as session:
         row = repo.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
@@ -305,7 +323,7 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
     # Scored at once with the baseline's score on test: no evaluation ran, and the baseline's own
     # evaluation is not the agent's, so the experiment caused none on test.
-    assert view.final is not None and (view.final.of, view.final.status) == (copy, "scored")
+    assert view.final is not None and (view.final.of, view.final.status) == (copy.id, "scored")
     assert view.final.score == test_baseline_score and view.in_flight == 0
     assert view.test_evaluations == 0
     with db.session() as session:
@@ -350,7 +368,7 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     with db.session() as session:
         row = repo.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
-        snapshot = repo.get_submission(session, a).snapshot
+        snapshot = repo.get_submission(session, a.id).snapshot
     assert snapshot is not None and settings.snapshot_dir is not None
     first = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
     assert first.final is not None and first.final.submission_id is not None
@@ -363,7 +381,9 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     assert failed.test_evaluations == 0 and failed.in_flight == 0  # no score was computed on test
     second = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
     assert (
-        second.final is not None and second.final.of == a and second.final.selection == "best_on_validation"
+        second.final is not None
+        and second.final.of == a.id
+        and second.final.selection == "best_on_validation"
     )
     assert second.final.submission_id not in (None, first.final.submission_id)
     assert second.in_flight == 1
@@ -396,7 +416,7 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
             fail_as_the_evaluator(db, view.final.submission_id, how=how)
     assert len(made) == MAX_FINAL_ATTEMPTS == len(set(made))
     assert view.final.submission_id == made[-1] and view.final.status == "failed" and view.in_flight == 0
-    assert view.final.of in (a, b) and view.test_evaluations == 0
+    assert view.final.of in (a.id, b.id) and view.test_evaluations == 0
 
     other = register(client, settings, tiny_base_model, make_workspace(tmp_path / "other"), feedback="sealed")
     copy_model(tiny_base_model, other.output_dir / "c", unique=True)
@@ -404,7 +424,7 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
     with db.session() as session:
         repo.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
-    assert view.final is not None and view.final.submission_id is not None and view.final.of == c
+    assert view.final is not None and view.final.submission_id is not None and view.final.of == c.id
     fail_as_the_evaluator(db, view.final.submission_id, how="checkpoint")
     again = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
     assert again.final is not None and again.final.submission_id == view.final.submission_id

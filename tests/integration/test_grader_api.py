@@ -24,7 +24,14 @@ from autorl.store import repository as repo
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+)
 from tests.support.settings import DeploymentSettings
 
 
@@ -408,7 +415,7 @@ def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
         with db.session() as session:
             rows = repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
             submitted = [row for row in rows if not row.is_baseline]
-            assert {row.id for row in submitted} == accepted
+            assert {row.number for row in submitted} == accepted
             assert all(row.fingerprint and row.status is SubmissionStatus.QUEUED for row in submitted)
             snapshots = {row.snapshot for row in rows if row.snapshot is not None}
     finally:
@@ -439,24 +446,26 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
     assert settings.database_url is not None
     db = Database(settings.database_url)
     submission_id = first.json()["submission_id"]
+    first_row = row_id(db, experiment, submission_id)
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker="w", lease_s=60)
+        assert repo.claim(session, first_row, worker="w", lease_s=60)
     with db.session() as session:
         fault = EvaluatorFaultError("vLLM could not start the model on this worker's GPUs")
         assert repo.record_failure(
-            session, submission_id, error=agent_message(fault), reason=FailureReason.EVALUATION, worker="w"
+            session, first_row, error=agent_message(fault), reason=FailureReason.EVALUATION, worker="w"
         )
     failed = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
     assert failed["status"] == "failed" and failed["error"].startswith("evaluator error (not your checkpoint")
     second = submit(client, experiment, "output/a", params={"wait": "false"})
     assert second.status_code == 202, second.text
+    second_row = row_id(db, experiment, second.json()["submission_id"])
     # A failure of the checkpoint itself counts.
     with db.session() as session:
-        assert repo.claim(session, second.json()["submission_id"], worker="w", lease_s=60)
+        assert repo.claim(session, second_row, worker="w", lease_s=60)
     with db.session() as session:
         assert repo.record_failure(
             session,
-            second.json()["submission_id"],
+            second_row,
             error="the checkpoint ...",
             reason=FailureReason.EVALUATION,
             worker="w",
@@ -723,7 +732,7 @@ def test_identical_weights_reuse_the_score(
     first = submit(client, experiment, "output/one", params={"wait": "false"}).json()["submission_id"]
     db = Database(settings.database_url or "")
     with db.session() as session:  # stand in for a worker that finished the first evaluation
-        row = repo.get_submission(session, first)
+        row = repo.get_submission(session, row_id(db, experiment, first))
         row.status, row.score, row.score_flexible, row.score_strict, row.n_samples = (
             SubmissionStatus.SCORED,
             37.5,
@@ -743,8 +752,8 @@ def test_identical_weights_reuse_the_score(
     # let go by that submit (in test mode no evaluation needs it any more): the storage is empty.
     db = Database(settings.database_url or "")
     with db.session() as session:
-        assert repo.get_submission(session, first).snapshot is None
-        assert repo.get_submission(session, body["submission_id"]).snapshot is None
+        assert repo.get_submission(session, row_id(db, experiment, first)).snapshot is None
+        assert repo.get_submission(session, row_id(db, experiment, body["submission_id"])).snapshot is None
     db.dispose()
     assert settings.snapshot_dir is not None
     assert list(settings.snapshot_dir.iterdir()) == []
@@ -762,9 +771,10 @@ def test_an_accepted_submission_is_logged_for_operators(
         response = submit(client, experiment, "output/logged", params={"wait": "false"})
     assert response.status_code == 202, response.text
     accepted = [r.getMessage() for r in caplog.records if "event=submission_accepted" in r.getMessage()]
+    # Operators read the global id (the admin API's), not the agent's number of it.
+    global_id = row_id(settings.database_url, experiment, response.json()["submission_id"])
     assert accepted == [
-        f"event=submission_accepted experiment={experiment.name} "
-        f"submission={response.json()['submission_id']} reused=False"
+        f"event=submission_accepted experiment={experiment.name} submission={global_id} reused=False"
     ]
 
 
@@ -780,11 +790,12 @@ def test_the_headline_score_follows_the_experiments_protocol(
     copy_model(tiny_base_model, strict.output_dir / "s", unique=True)
     submission_id = submit(client, strict, "output/s", params={"wait": "false"}).json()["submission_id"]
     db = Database(settings.database_url or "")
+    evaluated = row_id(db, strict, submission_id)
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker="w", lease_s=60)
+        assert repo.claim(session, evaluated, worker="w", lease_s=60)
         assert repo.record_score(
             session,
-            submission_id,
+            evaluated,
             worker="w",
             scores={"opencompass": 50.0, "flexible": 60.0, "strict": 10.0},
             n_samples=10,

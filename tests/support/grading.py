@@ -142,3 +142,27 @@ def evaluating_settings(
         eval_max_new_tokens=max_new_tokens,
         submit_wait_s=0.0,
     )
+
+
+def row_id(database: Any, experiment: RegisteredExperiment | str, number: int) -> int:
+    """The global id (the database's, the evaluators', the admin API's) of the submission that
+    ``experiment``'s agent numbers ``number`` (the ``submission_id`` of its answers); ``database``
+    a ``Database`` or its URL."""
+    from sqlalchemy import select
+
+    from autorl.store import Database, Experiment, Submission
+
+    name = experiment if isinstance(experiment, str) else experiment.name
+    db = database if isinstance(database, Database) else Database(str(database))
+    try:
+        with db.session() as session:
+            found = session.scalar(
+                select(Submission.id)
+                .join(Experiment, Submission.experiment_id == Experiment.id)
+                .where(Experiment.name == name, Submission.number == number)
+            )
+    finally:
+        if db is not database:
+            db.dispose()
+    assert found is not None, f"{name} has no submission numbered {number}"
+    return int(found)

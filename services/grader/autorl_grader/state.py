@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from autorl.queue import Dispatcher, make_dispatcher
 from autorl.store import Database, Experiment
+from autorl_grader.answer_cache import AnswerCache
 from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.metrics import metrics_registry
 from autorl_grader.result_waits import ResultWaits
@@ -32,6 +33,8 @@ class GraderState:
     #: Token hash → its experiment; experiment id → time of its latest submission (expiring_cache).
     tokens: ExpiringCache[str, Experiment] = field(default_factory=ExpiringCache)
     last_submits: ExpiringCache[int, LastSubmit] = field(default_factory=ExpiringCache)
+    #: Experiment id → its heavy answers (GET /scores pages) while its submissions are unchanged.
+    answers: AnswerCache = field(default_factory=AnswerCache)
     waits: ResultWaits = field(init=False)
     snapshot_slots: SnapshotSlots = field(default_factory=SnapshotSlots)
 

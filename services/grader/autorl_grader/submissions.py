@@ -35,7 +35,7 @@ from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStat
 from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader.state import GraderState
-from autorl_grader.views import display_path, pending_view, submission_view
+from autorl_grader.views import agent_submission_view, display_path, pending_view, submission_view
 
 log = logging.getLogger("autorl.grader")
 #: How often a submit waiting for another grader replica's snapshot lease looks again.
@@ -318,12 +318,18 @@ def request_baseline(state: GraderState, name: str) -> int:
     """Create (once) the experiment's baseline evaluation on the test split, and a sealed
     experiment's on the validation split too; returns the test one's id. The cache, keyed by task,
     model and evaluation key (which names the split), is trusted only while the base model's
-    fingerprint still matches it (a rebuilt or re-downloaded model is measured again)."""
+    fingerprint still matches it (a rebuilt or re-downloaded model is measured again).
+
+    Sealed, the validation baseline is created first, so evaluators take it first (the fair order
+    takes an experiment's baselines oldest first): it never waits behind the test evaluation, and
+    nothing the agent is shown of it (a copy of the base model waiting for its result, too) takes
+    the test evaluation's time."""
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name)
-        splits = [Split.TEST] + ([Split.VALIDATION] if experiment.feedback == Feedback.SEALED else [])
-    ids = [_request_baseline_on(state, name, split) for split in splits]
-    return ids[0]
+        sealed = experiment.feedback == Feedback.SEALED
+    if sealed:
+        _request_baseline_on(state, name, Split.VALIDATION)
+    return _request_baseline_on(state, name, Split.TEST)
 
 
 def _baseline_id(experiment: Experiment, split: Split) -> int | None:
@@ -372,8 +378,9 @@ def _request_baseline_on(state: GraderState, name: str, split: Split) -> int:
     return submission_id
 
 
-def nominate(state: GraderState, experiment: Experiment, submission_id: int) -> Submission:
-    """The agent's ``POST /final``: inside its budget, once, one of its scored submissions. Called
+def nominate(state: GraderState, experiment: Experiment, number: int) -> Submission:
+    """The agent's ``POST /final``: inside its budget, once, one of its scored submissions (``number``,
+    the agent's number of it: ``Submission.number``). Called
     in the experiment's turn (autorl_grader.snapshot_slots), as a submit is.
 
     A running sealed experiment keeps only the snapshot its final would take now (the best on
@@ -383,17 +390,19 @@ def nominate(state: GraderState, experiment: Experiment, submission_id: int) -> 
         locked = repo.get_experiment(session, experiment.name, for_update=True)
         if locked.feedback == Feedback.SEALED:
             _check_budget_open(locked)
-        candidate = repo.nomination_candidate(session, locked, submission_id)
+        candidate = repo.nomination_candidate(session, locked, number)
         nominated = None
         if _has_its_snapshot(state, session, candidate):
-            nominated = repo.nominate(session, locked, submission_id)
+            nominated = repo.nominate(session, locked, number)
             released = forget_released(session, locked)  # the best on validation, when not this one
             session.flush()
             session.expunge(nominated)
     if nominated is None:
-        return _nominate_from_folder(state, experiment, submission_id)
+        return _nominate_from_folder(state, experiment, number)
     remove_released(state, released)
-    log.info("event=final_nominated experiment=%s submission=%d", experiment.name, submission_id)
+    log.info(
+        "event=final_nominated experiment=%s submission=%d number=%d", experiment.name, nominated.id, number
+    )
     return nominated
 
 
@@ -406,7 +415,7 @@ def _has_its_snapshot(state: GraderState, session: Session, chosen: Submission) 
     return source.snapshot is not None and (snapshot_root(state) / source.snapshot / "config.json").is_file()
 
 
-def _nominate_from_folder(state: GraderState, experiment: Experiment, submission_id: int) -> Submission:
+def _nominate_from_folder(state: GraderState, experiment: Experiment, number: int) -> Submission:
     """Nominate a scored submission whose snapshot was let go: the grader takes its folder again,
     with every check of a submit, and accepts it only if the fingerprint is the one that was scored;
     the new snapshot becomes the submission's, kept for the final. The copy is one more snapshot of
@@ -418,12 +427,12 @@ def _nominate_from_folder(state: GraderState, experiment: Experiment, submission
     def checks(session: Session, locked: Experiment) -> None:
         nonlocal model_path
         _check_budget_open(locked)
-        candidate = repo.nomination_candidate(session, locked, submission_id)
+        candidate = repo.nomination_candidate(session, locked, number)
         model_path = candidate.model_path
         if repo.limited_submissions_count(session, locked) >= locked.max_submissions:
             # Reading the folder again may cost a submission (a costly refusal): none is left.
             raise CheckpointError(
-                f"submission {submission_id}'s files are no longer kept (only the best on validation's "
+                f"submission {number}'s files are no longer kept (only the best on validation's "
                 f"are) and would be read again from its folder {display_path(locked, model_path)}, "
                 f"which your reached limit of {locked.max_submissions} submissions no longer allows; "
                 "nominate the best submission on validation, whose files are kept, or leave the choice "
@@ -433,13 +442,13 @@ def _nominate_from_folder(state: GraderState, experiment: Experiment, submission
     return under_lease(
         state,
         experiment,
-        lambda holder: _snapshot_and_nominate(state, experiment, submission_id, model_path, holder),
+        lambda holder: _snapshot_and_nominate(state, experiment, number, model_path, holder),
         checks,
     )
 
 
 def _snapshot_and_nominate(
-    state: GraderState, experiment: Experiment, submission_id: int, model_path: str, holder: str
+    state: GraderState, experiment: Experiment, number: int, model_path: str, holder: str
 ) -> Submission:
     shown = display_path(experiment, model_path)
     unchanged_fix = (
@@ -458,26 +467,26 @@ def _snapshot_and_nominate(
     except CheckpointError as exc:
         refused = CostlyCheckpointError if isinstance(exc, CostlyCheckpointError) else CheckpointError
         raise refused(
-            f"submission {submission_id}'s folder {shown} no longer holds the files that were scored "
+            f"submission {number}'s folder {shown} no longer holds the files that were scored "
             f"({exc}); {unchanged_fix}"
         ) from exc
     with _held_until_committed(snapshot) as held:
         with state.db.session() as session:
-            scored = repo.get_submission(session, submission_id, experiment).fingerprint
+            scored = repo.agent_submission(session, experiment, number).fingerprint
         # Outside the experiment's lock: where the fingerprints differ, ``holds`` reads the whole
         # snapshot again (the scheme before), which must not stall the experiment's other requests.
         unchanged = snapshot.holds(scored)
         with state.db.session() as session:
             locked = repo.get_experiment(session, experiment.name, for_update=True)
             _check_budget_open(locked)
-            chosen = repo.nomination_candidate(session, locked, submission_id)
+            chosen = repo.nomination_candidate(session, locked, number)
             if not unchanged or chosen.fingerprint != scored:
                 # Known only once every weight was read and hashed: a costly refusal.
                 raise CostlyCheckpointError(
-                    f"submission {submission_id}'s folder {shown} no longer holds the files that were "
+                    f"submission {number}'s folder {shown} no longer holds the files that were "
                     f"scored; {unchanged_fix}"
                 )
-            nominated = repo.nominate(session, locked, submission_id)
+            nominated = repo.nominate(session, locked, number)
             nominated.snapshot = snapshot.name
             held.keep()
             repo.release_snapshot_lease(session, locked.id, holder)
@@ -486,9 +495,10 @@ def _snapshot_and_nominate(
             session.expunge(nominated)
     remove_released(state, released)
     log.info(
-        "event=final_nominated experiment=%s submission=%d snapshot=taken_again",
+        "event=final_nominated experiment=%s submission=%d number=%d snapshot=taken_again",
         experiment.name,
-        submission_id,
+        nominated.id,
+        number,
     )
     return nominated
 
@@ -639,25 +649,27 @@ def prune_orphan_snapshots(state: GraderState) -> list[str]:
 
 
 def _load(
-    state: GraderState, experiment_name: str, submission_id: int
+    state: GraderState, experiment_name: str, submission_id: int, agent: bool
 ) -> tuple[Submission, SubmissionAnswer | PendingAnswer]:
     with state.db.session() as session:
         experiment = repo.get_experiment(session, experiment_name)
         submission = repo.get_submission(session, submission_id, experiment)
-        if submission.status.final:
-            return submission, submission_view(session, experiment, submission)
-        return submission, pending_view(session, submission)
+        if not submission.status.final:
+            return submission, pending_view(session, submission, agent=agent)
+        view = agent_submission_view if agent else submission_view
+        return submission, view(session, experiment, submission)
 
 
 async def wait_for_result(
-    state: GraderState, experiment_name: str, submission_id: int, timeout_s: float
+    state: GraderState, experiment_name: str, submission_id: int, timeout_s: float, *, agent: bool = False
 ) -> SubmissionAnswer | PendingAnswer:
-    """Wait until the submission is final or the wait ends (the process's one poller wakes the
-    waiter: autorl_grader.result_waits). Returns its answer: the whole one once final, else the
-    pending one."""
-    submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
+    """Wait until the submission (``submission_id``: its global id) is final or the wait ends (the
+    process's one poller wakes the waiter: autorl_grader.result_waits). Returns its answer: the
+    whole one once final, else the pending one; ``agent``: as its agent is shown it (under its
+    numbers, autorl_grader.views), else as an operator is."""
+    submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id, agent)
     if submission.status.final or timeout_s <= 0:
         return view
     await state.waits.wait(submission_id, timeout_s)
-    _, view = await run_in_threadpool(_load, state, experiment_name, submission_id)
+    _, view = await run_in_threadpool(_load, state, experiment_name, submission_id, agent)
     return view

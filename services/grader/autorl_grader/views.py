@@ -1,6 +1,12 @@
 """Store rows as the grader's answer models (autorl.api.answers): a view that produced a field its
 model does not declare would fail here, so what is sent is what the OpenAPI document says. Times
-are epoch seconds, as in the workspace's run_meta.json."""
+are epoch seconds, as in the workspace's run_meta.json.
+
+Two audiences see submissions. Operators (the admin API, the dashboard) see the global ids the
+database keeps. An agent sees its own numbers (``Submission.number``: 1, 2, ... per experiment, 0
+its baseline), as the reference's one server per run counts them, so no id it is shown counts
+another experiment's submissions; and of a baseline, the platform's work before its budget, it is
+shown no time (:func:`agent_submission_view`)."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from autorl.api.answers import (
     PendingAnswer,
     PendingStatusName,
     ProtocolScores,
+    ScoresAnswer,
     SubmissionAnswer,
     SubmissionStatusName,
     TimeAnswer,
@@ -66,14 +73,16 @@ def baseline_score(session: Session, experiment: Experiment, split: Split = Spli
     return baseline.score if baseline is not None and baseline.status == SubmissionStatus.SCORED else None
 
 
-def best_view(session: Session, experiment: Experiment, baseline: float | None) -> Best:
-    """The best scored submission as the reference's ``best`` carries it: the whole entry that
-    scores.json holds for it (every field null while none is scored)."""
-    best = repo.best_submission(session, experiment)
+def best_view(
+    experiment: Experiment, best: Submission | None, baseline: float | None, *, agent: bool = False
+) -> Best:
+    """The best scored submission ``best`` as the reference's ``best`` carries it: the whole entry
+    that scores.json holds for it (every field null while none is scored); ``agent``: under the
+    agent's number of it."""
     if best is None:
         return Best(**dict.fromkeys(Best.model_fields))
     return Best(
-        submission_id=best.id,
+        submission_id=best.number if agent else best.id,
         score=best.score,
         timestamp=iso_utc(best.created_at),
         model_path=display_path(experiment, best.model_path),
@@ -92,12 +101,35 @@ def own_reused_from(session: Session, experiment: Experiment, submission: Submis
     return submission.reused_from if source is not None and source.experiment_id == experiment.id else None
 
 
+def agent_number(experiment: Experiment, submission: Submission) -> int | None:
+    """The agent's number of ``submission``: its own submissions' (1, 2, ...), or
+    :data:`repo.BASELINE_NUMBER` for the baseline on the split it is scored on; None for what the
+    agent never sees (a sealed experiment's evaluations on the test split)."""
+    if submission.number is not None:
+        return submission.number
+    if submission.is_baseline and submission.split == repo.feedback_split(experiment):
+        return repo.BASELINE_NUMBER
+    return None
+
+
+def agent_reused_from(session: Session, experiment: Experiment, submission: Submission) -> int | None:
+    """:func:`own_reused_from` as the agent numbers it: its own submission's number, 0 for its baseline."""
+    if submission.reused_from is None:
+        return None
+    source = session.get(Submission, submission.reused_from)
+    if source is None or source.experiment_id != experiment.id:
+        return None
+    return agent_number(experiment, source)
+
+
 @dataclass(frozen=True)
 class ExperimentTotals:
     """What every submission view of one experiment repeats: read once per request, not per row."""
 
     baseline_score: float | None
+    #: The best, under its global id (operators) and under the agent's number of it.
     best: Best
+    agent_best: Best
     total_submissions: int
     #: The scored baseline's evaluation, which every score is compared with.
     baseline: Evaluated | None = None
@@ -110,11 +142,13 @@ class ExperimentTotals:
         split = split or repo.feedback_split(experiment)
         baseline = baseline_score(session, experiment, split)
         baseline_row = repo.baseline_submission(session, experiment, split)
+        best = repo.best_submission(session, experiment)
         return cls(
             baseline_score=baseline,
-            best=best_view(session, experiment, baseline),
+            best=best_view(experiment, best, baseline),
             total_submissions=repo.agent_submissions_count(session, experiment),
             baseline=Evaluated.of(baseline_row) if baseline is not None and baseline_row else None,
+            agent_best=best_view(experiment, best, baseline, agent=True),
         )
 
 
@@ -125,14 +159,49 @@ def _status(submission: Submission) -> SubmissionStatusName:
 def submission_view(
     session: Session, experiment: Experiment, submission: Submission, totals: ExperimentTotals | None = None
 ) -> SubmissionAnswer:
-    """Every field set, so that an answer dumped with ``exclude_unset`` keeps the nulls the
-    contract shows; only ``queue_position`` is left unset (and out) once the submission is final."""
+    """The operator's view (global ids). Every field set, so that an answer dumped with
+    ``exclude_unset`` keeps the nulls the contract shows; only ``queue_position`` is left unset
+    (and out) once the submission is final."""
+    return SubmissionAnswer(**_submission_fields(session, experiment, submission, totals))
+
+
+#: A submission's times: a baseline's are never the agent's to see (:func:`agent_submission_view`).
+TIME_FIELDS = ("timestamp", "elapsed_seconds", "eval_seconds", "created_at", "finished_at")
+
+
+def agent_submission_view(
+    session: Session, experiment: Experiment, submission: Submission, totals: ExperimentTotals | None = None
+) -> SubmissionAnswer:
+    """The agent's view: :func:`submission_view` under the agent's numbers (``submission_id``,
+    ``best.submission_id``, ``reused_from``: :func:`agent_number`). A baseline is the platform's
+    work before the agent's budget: its times are null. They would tell what the agent cannot
+    otherwise observe: how long the evaluators took for other work then (a sealed experiment's
+    test evaluation of the base model, other experiments' baselines queued ahead), or that another
+    experiment had measured the base model before (a score reused at once)."""
+    totals = totals or ExperimentTotals.read(session, experiment)
+    fields = _submission_fields(session, experiment, submission, totals)
+    number = agent_number(experiment, submission)
+    if number is None:
+        raise ValueError(f"submission {submission.id} is not one its experiment's agent sees")
+    fields.update(
+        submission_id=number,
+        best=totals.agent_best,
+        reused_from=agent_reused_from(session, experiment, submission),
+    )
+    if submission.is_baseline:
+        fields.update(dict.fromkeys(TIME_FIELDS))
+    return SubmissionAnswer(**fields)
+
+
+def _submission_fields(
+    session: Session, experiment: Experiment, submission: Submission, totals: ExperimentTotals | None
+) -> dict[str, Any]:
     totals = totals or ExperimentTotals.read(session, experiment)
     baseline = totals.baseline_score
     pending: dict[str, Any] = {}
     if not submission.status.final:
         pending["queue_position"] = repo.queue_position(session, submission)
-    return SubmissionAnswer(
+    return dict(
         submission_id=submission.id,
         status=_status(submission),
         score=submission.score,
@@ -165,9 +234,28 @@ def submission_view(
     )
 
 
-def pending_view(session: Session, submission: Submission) -> PendingAnswer:
+def scores_view(session: Session, experiment: Experiment, *, after: int, limit: int) -> ScoresAnswer:
+    """``GET /scores``: the agent's submissions numbered above ``after``, at most ``limit``, each as
+    :func:`agent_submission_view` shows it; ``next_after`` set while more follow."""
+    rows, more = repo.agent_submissions_page(session, experiment, after=after, limit=limit)
+    totals = ExperimentTotals.read(session, experiment)
+    return ScoresAnswer(
+        experiment=experiment.name,
+        baseline_score=totals.baseline_score,
+        best=totals.agent_best,
+        total_submissions=totals.total_submissions,
+        submissions=[agent_submission_view(session, experiment, row, totals) for row in rows],
+        next_after=rows[-1].number if more and rows else None,
+    )
+
+
+def pending_view(session: Session, submission: Submission, *, agent: bool = False) -> PendingAnswer:
+    """The answer to a submit not scored yet; ``agent``: under the agent's number of it."""
+    shown = submission.number if agent else submission.id
+    if shown is None:
+        raise ValueError(f"submission {submission.id} is not one its experiment's agent sees")
     return PendingAnswer(
-        submission_id=submission.id,
+        submission_id=shown,
         status=cast(PendingStatusName, submission.status.value),
         queue_position=repo.queue_position(session, submission),
         ignored_files=submission.ignored_files or [],

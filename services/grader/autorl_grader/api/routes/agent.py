@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
-from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
 
 from autorl.api.answers import (
+    DEFAULT_SCORES_PAGE,
+    MAX_SCORES_PAGE,
     HealthAnswer,
     NominatedAnswer,
     PendingAnswer,
@@ -20,16 +21,18 @@ from autorl.api.answers import (
     TimeAnswer,
 )
 from autorl.api.request_bodies import NominateRequest, SubmitRequest
-from autorl.errors import ForbiddenError, NotFoundError
-from autorl.store import Database, Experiment, Submission
+from autorl.errors import ForbiddenError
+from autorl.store import Database, Experiment
 from autorl.store import repository as repo
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExperimentDep, StateDep
 from autorl_grader.api.refusals import refusals
+from autorl_grader.fair_share import leave_in_flight
 from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, nominate, wait_for_result
-from autorl_grader.views import ExperimentTotals, answer_response, submission_view, time_view
+from autorl_grader.thread_pools import AgentRoute, in_agent_threads
+from autorl_grader.views import agent_submission_view, answer_response, scores_view, time_view
 
-router = APIRouter(tags=["agent"], responses=refusals(401, 503))
+router = APIRouter(tags=["agent"], responses=refusals(401, 429, 503), route_class=AgentRoute)
 #: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
 MAX_ID = 2**31 - 1
 
@@ -69,12 +72,14 @@ async def submit(
     body: SubmitRequest,
     experiment: AgentExperimentDep,
     state: StateDep,
+    request: Request,
     wait: bool = Query(True, description="Wait for the score (at most the server's wait time, then 202)."),
 ) -> JSONResponse:
     async with state.snapshot_slots.turn(experiment.id):
-        submission_id = await run_in_threadpool(accept, state, experiment, body.model_path)
+        submission_id = await in_agent_threads(accept, state, experiment, body.model_path)
     timeout = state.settings.submit_wait_s if wait else 0.0
-    return answer_response(await wait_for_result(state, experiment.name, submission_id, timeout))
+    leave_in_flight(request.scope)  # waiting for the score holds no place in the fair share
+    return answer_response(await wait_for_result(state, experiment.name, submission_id, timeout, agent=True))
 
 
 @router.get(
@@ -84,24 +89,24 @@ async def submit(
     responses=refusals(404),
 )
 def get_submission(
-    submission_id: Annotated[int, Path(ge=1, le=MAX_ID, description="An id a /submit answer gave you.")],
+    submission_id: Annotated[
+        int,
+        Path(
+            ge=0,
+            le=MAX_ID,
+            description="A number a /submit answer gave you (yours: 1, 2, ...; 0: the baseline).",
+        ),
+    ],
     experiment: AgentExperimentDep,
     db: DbDep,
 ) -> SubmissionAnswer:
-    with db.session() as session:
-        submission = repo.get_submission(session, submission_id, experiment)
-        if not shown_to_agent(experiment, submission):
-            # A sealed experiment's test evaluations look exactly like a missing submission.
-            raise NotFoundError(
-                f"no submission {submission_id} in this experiment; list yours with GET /scores"
-            )
-        return submission_view(session, experiment, submission)
-
-
-def shown_to_agent(experiment: Experiment, submission: Submission) -> bool:
-    """Only evaluations on the split the agent is scored on: a sealed experiment's test-split
-    baseline and final evaluation are never the agent's to see."""
-    return submission.split == repo.feedback_split(experiment)
+    """One of your submissions by your number of it (``Submission.number``), or the baseline (0).
+    Another experiment's submissions, and a sealed experiment's evaluations on the test split,
+    have no number here: asked for, they are missing."""
+    with db.read_session() as session:
+        return agent_submission_view(
+            session, experiment, repo.agent_submission(session, experiment, submission_id)
+        )
 
 
 @router.post(
@@ -110,50 +115,71 @@ def shown_to_agent(experiment: Experiment, submission: Submission) -> bool:
     responses=refusals(400, 403, 409),
 )
 async def final(body: NominateRequest, experiment: AgentExperimentDep, state: StateDep) -> NominatedAnswer:
-    """Sealed mode: nominate one of your scored submissions for the one evaluation on the test
-    split after your budget ends (once). Without a nomination the best on validation is taken.
-    A submission whose files are no longer kept is taken again from its folder, in the
-    experiment's turn as a submit is."""
+    """Sealed mode: nominate one of your scored submissions (by your number of it) for the one
+    evaluation on the test split after your budget ends (once). Without a nomination the best on
+    validation is taken. A submission whose files are no longer kept is taken again from its
+    folder, in the experiment's turn as a submit is."""
     async with state.snapshot_slots.turn(experiment.id):
-        nominated = await run_in_threadpool(nominate, state, experiment, body.submission_id)
+        nominated = await in_agent_threads(nominate, state, experiment, body.submission_id)
     return NominatedAnswer(
-        submission_id=nominated.id,
+        submission_id=body.submission_id,
         split=nominated.split.value,
         score=nominated.score,
-        message=f"submission {nominated.id} will be evaluated once on the test split after your budget "
-        "ends; its test score is not shown to you",
+        message=f"submission {body.submission_id} will be evaluated once on the test split after your "
+        "budget ends; its test score is not shown to you",
     )
 
 
+def default_scores_page(experiment: Experiment) -> int:
+    """Every submission the experiment may make, in one page (at least the reference's 100)."""
+    return min(MAX_SCORES_PAGE, max(DEFAULT_SCORES_PAGE, experiment.max_submissions))
+
+
 @router.get("/scores", response_model=ScoresAnswer, response_model_exclude_unset=True)
-def scores(experiment: AgentExperimentDep, db: DbDep) -> ScoresAnswer:
-    with db.session() as session:
-        rows = [
-            s
-            for s in repo.experiment_submissions(session, experiment)
-            if not s.is_baseline and shown_to_agent(experiment, s)
-        ]
-        totals = ExperimentTotals.read(session, experiment)
-        return ScoresAnswer(
-            experiment=experiment.name,
-            baseline_score=totals.baseline_score,
-            best=totals.best,
-            total_submissions=totals.total_submissions,
-            submissions=[submission_view(session, experiment, s, totals) for s in rows],
-        )
+def scores(
+    experiment: AgentExperimentDep,
+    state: StateDep,
+    db: DbDep,
+    after: Annotated[
+        int,
+        Query(
+            ge=0, le=MAX_ID, description="List your submissions numbered above this (a page's next_after)."
+        ),
+    ] = 0,
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_SCORES_PAGE,
+            description="At most this many (default: every one your limit allows, at least "
+            f"{DEFAULT_SCORES_PAGE}).",
+        ),
+    ] = None,
+) -> Response:
+    """Your submissions, oldest first, a page at a time; ``next_after`` says where the next begins.
+    The answer is built once per change of your submissions (autorl_grader.answer_cache)."""
+    page = (after, limit or default_scores_page(experiment))
+    with db.read_session() as session:
+        version = repo.submissions_version(session, experiment)
+        body = state.answers.get(experiment.id, version, page)
+        if body is None:
+            answer = scores_view(session, experiment, after=page[0], limit=page[1])
+            body = answer.model_dump_json(exclude_unset=True).encode()
+            state.answers.put(experiment.id, version, page, body)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/time", response_model=TimeAnswer)
 async def time_left(experiment: AgentExperimentDep, state: StateDep) -> TimeAnswer:
     last = state.last_submits.get(experiment.id)
     if last is None:
-        last = LastSubmit(await run_in_threadpool(_last_submit_time, state.db, experiment))
+        last = LastSubmit(await in_agent_threads(_last_submit_time, state.db, experiment))
         state.last_submits.put(experiment.id, last)
     return time_view(experiment, last.at)
 
 
 def _last_submit_time(db: Database, experiment: Experiment) -> datetime | None:
-    with db.session() as session:
+    with db.read_session() as session:
         return repo.last_submit_time(session, experiment)
 
 
