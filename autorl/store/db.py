@@ -34,11 +34,20 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None
 
 
+#: The execution option that marks a connection's transactions read-only (:meth:`Database.read_session`).
+READ_ONLY = "autorl_read_only"
+
+
 def _sqlite_begin(conn: Connection) -> None:
-    # IMMEDIATE takes SQLite's write lock at BEGIN: transactions run one at a time, so a check and
-    # the write that depends on it (limits, claims, finishing) are atomic across processes, and no
-    # transaction fails half-way because another wrote first. They are all short.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # IMMEDIATE takes SQLite's write lock at BEGIN: transactions that may write run one at a time, so
+    # a check and the write that depends on it (limits, claims, finishing) are atomic across
+    # processes, and no transaction fails half-way because another wrote first. They are all short.
+    # A read-only transaction takes no lock at BEGIN: in WAL mode it reads a snapshot while writers
+    # go on, and `query_only` makes any write in it an error rather than a wait for the write lock.
+    # Every transaction sets `query_only` for itself, so a pooled connection carries none over.
+    read_only = bool(conn.get_execution_options().get(READ_ONLY))
+    conn.exec_driver_sql(f"PRAGMA query_only={int(read_only)}")
+    conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 #: Connections a process keeps to SQLite, and how many more it may open at a peak of concurrent
@@ -71,6 +80,11 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Postgres: a READ ONLY transaction (the driver's read-only mode, reset when the connection
+        # goes back to the pool); SQLite: a deferred, query-only one (`_sqlite_begin`).
+        options = {READ_ONLY: True} if self.is_sqlite else {"postgresql_readonly": True}
+        self.read_engine = self.engine.execution_options(**options)
+        self.read_sessions = sessionmaker(self.read_engine, expire_on_commit=False)
 
     @property
     def is_sqlite(self) -> bool:
@@ -87,9 +101,23 @@ class Database:
                 "check AUTORL_DATABASE_URL and that the database is running"
             ) from exc
 
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A session whose transaction only reads: it never takes or waits for SQLite's write lock
+        (writers go on while it reads), and on Postgres it is a READ ONLY transaction. A write in
+        it is an error. For every route that only reads, so that a reader never delays a writer."""
+        try:
+            with self.read_sessions.begin() as session:
+                yield session
+        except OperationalError as exc:
+            raise ServiceUnavailableError(
+                f"the database is unreachable ({_short(exc)}); "
+                "check AUTORL_DATABASE_URL and that the database is running"
+            ) from exc
+
     def ping(self) -> None:
         try:
-            with self.engine.connect() as conn:
+            with self.read_engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
         except OperationalError as exc:
             raise ServiceUnavailableError(f"the database is unreachable ({_short(exc)})") from exc

@@ -30,7 +30,8 @@ WAITERS = 40
 
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url, submit_wait_s=60.0)
+    # The waiters of one experiment arrive at once: its fair share lets them all in.
+    return make_settings(database_url=pg_url, submit_wait_s=60.0, agent_requests_in_flight=WAITERS)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from autorl import __version__
@@ -26,14 +27,17 @@ from autorl.errors import (
     UnknownTaskError,
 )
 from autorl.store import migrate
+from autorl_grader.access_log import install_access_sampling
 from autorl_grader.api.deps import capability_token
 from autorl_grader.api.refusals import REFUSAL_RESPONSES
 from autorl_grader.api.routes import admin, agent, ops, ui, ui_summary
 from autorl_grader.body_limit import BodyLimit
+from autorl_grader.fair_share import FairShareLayer
 from autorl_grader.logging_setup import install_redaction
 from autorl_grader.reconciler import Reconciler
 from autorl_grader.settings import GraderSettings
 from autorl_grader.state import GraderState
+from autorl_grader.thread_pools import size_admin_threads
 
 log = logging.getLogger("autorl.grader")
 
@@ -78,6 +82,8 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         install_redaction()
+        install_access_sampling()
+        size_admin_threads(settings.admin_threads)
         state.db.wait_until_ready()
         if run_migrations:
             migrate(state.db)
@@ -95,6 +101,9 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
     app = FastAPI(title="AutoRL grader", version=__version__, lifespan=lifespan, responses=REFUSAL_RESPONSES)
     app.state.grader = state
     app.add_middleware(BodyLimit)
+    # Outermost: an agent request past its experiment's fair share is refused before its body is read.
+    agent_roots = {route.path.split("/")[1] for route in agent.router.routes if isinstance(route, APIRoute)}
+    app.add_middleware(FairShareLayer, fair_share=state.fair_share, agent_roots=agent_roots)
 
     @app.exception_handler(AutoRLError)
     async def _autorl_error(_: Request, exc: AutoRLError) -> JSONResponse:

@@ -78,5 +78,5 @@ class ResultWaits:
                     event.set()
 
     def _final_ids(self, submission_ids: list[int]) -> list[int]:
-        with self._db.session() as session:
+        with self._db.read_session() as session:
             return repo.final_submission_ids(session, submission_ids)

@@ -15,6 +15,14 @@ UNREADABLE_WAIT_S = 10.0
 RECONCILE_INTERVAL_S = 15.0
 #: Snapshots one experiment may hold at once (evaluator storage is shared by every experiment).
 SNAPSHOTS_PER_EXPERIMENT = 8
+#: Each experiment's fair share of the grader (autorl_grader.fair_share): far above what an agent
+#: polling its scores and time, or waiting on blocking submits, ever sends.
+AGENT_REQUESTS_PER_S = 10.0
+AGENT_REQUEST_BURST = 40
+AGENT_REQUESTS_IN_FLIGHT = 8
+#: Threads for the agent API's blocking work, and for everything else (admin API, dashboard, probes).
+AGENT_THREADS = 16
+ADMIN_THREADS = 40
 
 
 class GraderSettings(PlatformSettings, AdminTokenSettings):
@@ -70,6 +78,38 @@ class GraderSettings(PlatformSettings, AdminTokenSettings):
         gt=0,
         description="How often the grader requeues dead workers' submissions and feeds the queue from "
         "the database (what Redis lost).",
+    )
+    agent_requests_per_s: float = Field(
+        default=AGENT_REQUESTS_PER_S,
+        gt=0,
+        description="Each experiment's fair share of the agent API: requests per second it may send on "
+        "average (a token bucket). Past it, or past its burst or requests in flight, a request is "
+        "answered 429 with Retry-After before its body is read or the database touched. Requests "
+        "without a token the grader knows are also held to this share per client address.",
+    )
+    agent_request_burst: int = Field(
+        default=AGENT_REQUEST_BURST,
+        gt=0,
+        description="How many agent requests an experiment may send at once above its rate per second "
+        "(the token bucket's size).",
+    )
+    agent_requests_in_flight: int = Field(
+        default=AGENT_REQUESTS_IN_FLIGHT,
+        gt=0,
+        description="Agent requests of one experiment the grader works on at once; a blocking /submit "
+        "waiting for its score does not count.",
+    )
+    agent_threads: int = Field(
+        default=AGENT_THREADS,
+        gt=0,
+        description="Threads that serve the agent API's blocking work (database reads, snapshot copies), "
+        "shared by every experiment; the admin API, the dashboard and the probes have threads of their "
+        "own (AUTORL_ADMIN_THREADS), so agents never hold up the controller.",
+    )
+    admin_threads: int = Field(
+        default=ADMIN_THREADS,
+        gt=0,
+        description="Threads that serve the admin API, the dashboard and the probes.",
     )
     public_url: str = Field(
         default="http://127.0.0.1:8000", description="Base URL agents use to reach the grader."

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from anyio import CapacityLimiter
 from prometheus_client import CollectorRegistry
 
 from autorl.queue import Dispatcher, make_dispatcher
 from autorl.store import Database, Experiment
 from autorl_grader.answer_cache import AnswerCache
 from autorl_grader.expiring_cache import ExpiringCache
+from autorl_grader.fair_share import Budget, FairShare
 from autorl_grader.metrics import metrics_registry
 from autorl_grader.result_waits import ResultWaits
 from autorl_grader.settings import GraderSettings
@@ -37,9 +39,19 @@ class GraderState:
     answers: AnswerCache = field(default_factory=AnswerCache)
     waits: ResultWaits = field(init=False)
     snapshot_slots: SnapshotSlots = field(default_factory=SnapshotSlots)
+    #: Each experiment's budget of agent requests (fair_share), and the agent API's threads.
+    fair_share: FairShare = field(init=False)
+    agent_threads: CapacityLimiter = field(init=False)
 
     def __post_init__(self) -> None:
         self.waits = ResultWaits(self.db)
+        settings = self.settings
+        self.fair_share = FairShare(
+            Budget(
+                settings.agent_requests_per_s, settings.agent_request_burst, settings.agent_requests_in_flight
+            )
+        )
+        self.agent_threads = CapacityLimiter(settings.agent_threads)
 
     def forget_experiment(self, name: str) -> None:
         """After this process changed the experiment's row (finish, start, new token)."""

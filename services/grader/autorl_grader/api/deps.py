@@ -6,15 +6,18 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
-from starlette.concurrency import run_in_threadpool
 
 from autorl.store import Database, Experiment
 from autorl.store import repository as repo
 from autorl_grader.settings import GraderSettings
 from autorl_grader.state import GraderState
+from autorl_grader.thread_pools import in_agent_threads
+
+# The dependencies that only read what is in memory are coroutines: a synchronous one would take a
+# thread (of the pool its route runs on) for each request.
 
 
-def get_state(request: Request) -> GraderState:
+async def get_state(request: Request) -> GraderState:
     state: GraderState = request.app.state.grader
     return state
 
@@ -22,11 +25,11 @@ def get_state(request: Request) -> GraderState:
 StateDep = Annotated[GraderState, Depends(get_state)]
 
 
-def get_settings(state: StateDep) -> GraderSettings:
+async def get_settings(state: StateDep) -> GraderSettings:
     return state.settings
 
 
-def get_db(state: StateDep) -> Database:
+async def get_db(state: StateDep) -> Database:
     return state.db
 
 
@@ -42,7 +45,7 @@ def _bearer(request: Request) -> str | None:
     return None
 
 
-def capability_token(
+async def capability_token(
     token: Annotated[str, Path(description="The experiment token of the capability URL /a/<token>.")],
 ) -> str:
     """Declares the capability URL's token in the OpenAPI document (get_agent_experiment reads it)."""
@@ -51,7 +54,8 @@ def capability_token(
 
 async def get_agent_experiment(request: Request, state: StateDep) -> Experiment:
     """The experiment of the caller: from the capability URL `/a/<token>/...` or a bearer token.
-    A matched token is remembered for a moment (autorl_grader.expiring_cache)."""
+    A matched token is remembered for a moment (autorl_grader.expiring_cache), and its requests are
+    charged to its experiment's fair share from then on (autorl_grader.fair_share)."""
     token = request.path_params.get("token") or _bearer(request)
     if not token:
         raise HTTPException(
@@ -78,14 +82,17 @@ async def _experiment_of(state: GraderState, token: str) -> Experiment | None:
     experiment = state.tokens.get(repo.hash_token(token))
     if experiment is not None:
         return experiment
-    experiment = await run_in_threadpool(_experiment_by_token, state.db, token)
+    experiment = await in_agent_threads(_experiment_by_token, state.db, token)
     if experiment is not None:
         state.tokens.put(repo.hash_token(token), experiment)
+        state.fair_share.know(repo.hash_token(token))
+    else:
+        state.fair_share.forget(repo.hash_token(token))
     return experiment
 
 
 def _experiment_by_token(db: Database, token: str) -> Experiment | None:
-    with db.session() as session:
+    with db.read_session() as session:
         return repo.experiment_by_token(session, token)
 
 
@@ -93,7 +100,7 @@ AgentExperimentDep = Annotated[Experiment, Depends(get_agent_experiment)]
 OptionalAgentExperimentDep = Annotated[Experiment | None, Depends(get_optional_agent_experiment)]
 
 
-def require_admin(request: Request, settings: SettingsDep) -> None:
+async def require_admin(request: Request, settings: SettingsDep) -> None:
     expected = settings.admin_token_value
     given = _bearer(request) or ""
     if not expected:

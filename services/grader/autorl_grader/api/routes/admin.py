@@ -80,6 +80,7 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             validation_eval_key=validation.key if validation is not None else None,
         )
         view = experiment_view(session, experiment)
+    state.fair_share.know(repo.hash_token(token))  # its agent's requests are its experiment's from the first
     return RegisteredAnswer(
         **view.model_dump(exclude_unset=True),
         token=token,
@@ -90,13 +91,13 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
 @router.get("", response_model=list[ExperimentAnswer])
 def list_all(db: DbDep, settings: SettingsDep) -> list[ExperimentAnswer]:
     availability = Availability.of(settings)
-    with db.session() as session:
+    with db.read_session() as session:
         return [experiment_view(session, e, availability) for e in repo.list_experiments(session)]
 
 
 @router.get("/{name}", response_model=ExperimentAnswer, responses=refusals(404))
 def get_one(name: str, db: DbDep, settings: SettingsDep) -> ExperimentAnswer:
-    with db.session() as session:
+    with db.read_session() as session:
         return experiment_view(session, repo.get_experiment(session, name), Availability.of(settings))
 
 
@@ -105,6 +106,7 @@ def new_token(name: str, state: StateDep, settings: SettingsDep) -> TokenAnswer:
     with state.db.session() as session:
         token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
     state.forget_experiment(name)
+    state.fair_share.know(repo.hash_token(token))
     return TokenAnswer(
         name=name, token=token, grading_server_url=f"{settings.public_url.rstrip('/')}/a/{token}"
     )
@@ -173,7 +175,7 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> ExperimentAnsw
     responses=refusals(404),
 )
 def submissions(name: str, db: DbDep) -> list[SubmissionAnswer]:
-    with db.session() as session:
+    with db.read_session() as session:
         experiment = repo.get_experiment(session, name)
         totals = ExperimentTotals.read(session, experiment)
         return [

@@ -173,7 +173,7 @@ async def experiments_data(db: DbDep, settings: SettingsDep, response: Response)
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> ExperimentList:
-        with db.session() as session:
+        with db.read_session() as session:
             return experiment_list(session, Availability.of(settings))
 
     return await run_in_threadpool(read)
@@ -186,7 +186,7 @@ async def experiment_data(
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> ExperimentDetail:
-        with db.session() as session:
+        with db.read_session() as session:
             return experiment_detail(session, name, Availability.of(settings))
 
     return await run_in_threadpool(read)
@@ -206,7 +206,7 @@ async def agent_log(
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> LogTailView:
-        with db.session() as session:
+        with db.read_session() as session:
             workspace = repo.get_experiment(session, name).workspace
         if source == "runner":
             tail = read_runner_tail(settings.home, name, tail_bytes)

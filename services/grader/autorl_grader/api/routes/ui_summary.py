@@ -33,7 +33,7 @@ async def summary_data(db: DbDep, response: Response) -> AgentSummaryList:
     response.headers.update(SECURITY_HEADERS)
 
     def read() -> AgentSummaryList:
-        with db.session() as session:
+        with db.read_session() as session:
             return agent_summary(session)
 
     return await run_in_threadpool(read)
