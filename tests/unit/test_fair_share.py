@@ -27,9 +27,9 @@ class Clock:
         return self.now
 
 
-def share(**kwargs: object) -> tuple[FairShare, Clock]:
+def share(**kwargs: int) -> tuple[FairShare, Clock]:
     clock = Clock()
-    fair = FairShare(BUDGET, clock=clock, **kwargs)  # type: ignore[arg-type]
+    fair = FairShare(BUDGET, clock=clock, **kwargs)
     fair.know(TOKEN)
     return fair, clock
 
@@ -61,7 +61,7 @@ def test_a_burst_then_the_rate_then_a_refusal_that_names_the_budget_and_when_to_
 
 
 def test_requests_in_flight_are_capped_until_one_is_answered() -> None:
-    fair, clock = share()
+    fair, _ = share()
     held = [fair.admit(TOKEN, "10.0.0.1") for _ in range(BUDGET.in_flight)]
     assert all(isinstance(h, Admission) for h in held)
     refused = fair.admit(TOKEN, "10.0.0.1")
