@@ -35,7 +35,7 @@ from autorl.errors import AutoRLError
 from autorl.store import Database
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
-from tests.support.grading import admin_headers, make_workspace
+from tests.support.grading import admin_headers, make_workspace, row_id
 from tests.support.infra import ServedApp, serve
 from tests.support.settings import DeploymentSettings
 
@@ -211,12 +211,13 @@ def test_a_sealed_nomination_through_the_client(
         with pytest.raises(SubmissionRejectedError) as unscored:
             client.nominate(pending.submission_id)
         assert unscored.value.status_code == 400 and "scored" in unscored.value.detail
+        evaluated = row_id(db, registered["name"], pending.submission_id)
         with db.session() as session:  # the worker's result path: claimed, then scored
-            assert repo.claim(session, pending.submission_id, worker="worker-1", lease_s=60)
+            assert repo.claim(session, evaluated, worker="worker-1", lease_s=60)
         with db.session() as session:
             scores = {"opencompass": 40.0, "flexible": 40.0, "strict": 30.0}
             assert repo.record_score(
-                session, pending.submission_id, worker="worker-1", scores=scores, n_samples=5, seconds=1.0
+                session, evaluated, worker="worker-1", scores=scores, n_samples=5, seconds=1.0
             )
         nominated = client.nominate(pending.submission_id)
         assert isinstance(nominated, NominatedAnswer)

@@ -24,7 +24,14 @@ from autorl.store import Database, FailureReason, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
 from tests.support.checkpoints import read_safetensors, write_safetensors
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+)
 from tests.support.infra import serve
 from tests.support.reference import REFERENCE_BEST_FIELDS
 from tests.support.settings import DeploymentSettings
@@ -76,7 +83,10 @@ def identical_copies(experiment: RegisteredExperiment, base: Path, count: int) -
     return [f"output/copy-{i}" for i in range(count)]
 
 
-def submit_together(grader: httpx.Client, experiment: RegisteredExperiment, paths: list[str]) -> list[int]:
+def submit_together(
+    grader: httpx.Client, db: Database, experiment: RegisteredExperiment, paths: list[str]
+) -> list[int]:
+    """Submit ``paths`` at once; their global ids (the database's, the evaluators')."""
     barrier = threading.Barrier(len(paths))
     ids: list[int] = []
     errors: list[str] = []
@@ -97,7 +107,7 @@ def submit_together(grader: httpx.Client, experiment: RegisteredExperiment, path
     for thread in threads:
         thread.join()
     assert not errors, errors
-    return sorted(ids)
+    return sorted(row_id(db, experiment, number) for number in ids)
 
 
 def rows(db: Database, ids: list[int]) -> dict[int, Submission]:
@@ -128,8 +138,18 @@ def claimable(db: Database) -> set[int]:
         return {c.submission_id for c in repo.claimable_in_fair_order(session)}
 
 
-def agent_view(grader: httpx.Client, experiment: RegisteredExperiment, submission_id: int) -> dict[str, Any]:
-    body: dict[str, Any] = grader.get(f"{experiment.url_path}/submissions/{submission_id}").json()
+def agent_number(db: Database, submission_id: int) -> int | None:
+    """The agent's number of the submission whose global id is ``submission_id``."""
+    with db.session() as session:
+        return session.get(Submission, submission_id).number  # type: ignore[union-attr]
+
+
+def agent_view(
+    grader: httpx.Client, db: Database, experiment: RegisteredExperiment, submission_id: int
+) -> dict[str, Any]:
+    """The submission whose global id is ``submission_id`` as its agent sees it (by its number)."""
+    number = agent_number(db, submission_id)
+    body: dict[str, Any] = grader.get(f"{experiment.url_path}/submissions/{number}").json()
     return body
 
 
@@ -137,7 +157,7 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
-    ids = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, COPIES))
+    ids = submit_together(grader, db, experiment, identical_copies(experiment, tiny_base_model, COPIES))
     assert len(ids) == COPIES
     first, *others = ids
     found = rows(db, ids)
@@ -147,22 +167,22 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     assert claimable(db) & set(ids) == {first}
     with db.session() as session:  # a worker handed a waiting copy's id anyway cannot take it
         assert not repo.claim(session, others[0], worker=WORKER, lease_s=60)
-    assert all(agent_view(grader, experiment, i)["status"] == "queued" for i in ids)
+    assert all(agent_view(grader, db, experiment, i)["status"] == "queued" for i in ids)
     # Each copy is where the evaluation it waits for is; a later submission is not behind them.
-    assert {agent_view(grader, experiment, i)["queue_position"] for i in ids} == {1}
+    assert {agent_view(grader, db, experiment, i)["queue_position"] for i in ids} == {1}
     copy_model(tiny_base_model, experiment.output_dir / "other", unique=True)
-    [later] = submit_together(grader, experiment, ["output/other"])
-    assert agent_view(grader, experiment, later)["queue_position"] == 2
+    [later] = submit_together(grader, db, experiment, ["output/other"])
+    assert agent_view(grader, db, experiment, later)["queue_position"] == 2
     with db.session() as session:
         assert repo.claim(session, first, worker=WORKER, lease_s=60)
-    assert {agent_view(grader, experiment, i)["queue_position"] for i in others} == {0}
-    assert agent_view(grader, experiment, later)["queue_position"] == 1
+    assert {agent_view(grader, db, experiment, i)["queue_position"] for i in others} == {0}
+    assert agent_view(grader, db, experiment, later)["queue_position"] == 1
     with db.session() as session:  # back in the queue, as the reconciler leaves a dead worker's
         repo.release(session, first, worker=WORKER, error="worker stopped")
 
     evaluate_with(db, first, score=42.0)
     for i in ids:
-        view = agent_view(grader, experiment, i)
+        view = agent_view(grader, db, experiment, i)
         assert (view["status"], view["score"]) == ("scored", 42.0), view
     found = rows(db, ids)
     assert [found[i].reused_from for i in others] == [first] * len(others)
@@ -178,11 +198,12 @@ def test_a_copy_of_the_base_model_waits_for_the_baseline_in_flight(
     assert baseline.status_code == 202, baseline.text
     baseline_id = baseline.json()["submission_id"]
     shutil.copytree(tiny_base_model, experiment.output_dir / "untouched")
-    [copy_id] = submit_together(grader, experiment, ["output/untouched"])
+    [copy_id] = submit_together(grader, db, experiment, ["output/untouched"])
     assert rows(db, [copy_id])[copy_id].waits_for == baseline_id
     evaluate_with(db, baseline_id, score=8.0)
-    view = agent_view(grader, experiment, copy_id)
-    assert (view["status"], view["score"], view["reused_from"]) == ("scored", 8.0, baseline_id)
+    view = agent_view(grader, db, experiment, copy_id)
+    # The baseline, as the agent numbers it (0), never its global id.
+    assert (view["status"], view["score"], view["reused_from"]) == ("scored", 8.0, 0)
 
 
 def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
@@ -190,7 +211,7 @@ def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     first, second, third = submit_together(
-        grader, experiment, identical_copies(experiment, tiny_base_model, 3)
+        grader, db, experiment, identical_copies(experiment, tiny_base_model, 3)
     )
     evaluate_with(db, first, score=None)
     found = rows(db, [first, second, third])
@@ -200,8 +221,8 @@ def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
     assert (found[third].status, found[third].waits_for) == (SubmissionStatus.QUEUED, second)
     assert claimable(db) & {first, second, third} == {second}
     evaluate_with(db, second, score=17.0)
-    assert agent_view(grader, experiment, third)["score"] == 17.0
-    assert agent_view(grader, experiment, first)["status"] == "failed"
+    assert agent_view(grader, db, experiment, third)["score"] == 17.0
+    assert agent_view(grader, db, experiment, first)["status"] == "failed"
 
 
 def test_another_experiments_identical_evaluation_is_never_waited_for(
@@ -211,8 +232,8 @@ def test_another_experiments_identical_evaluation_is_never_waited_for(
     theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs")
     [path] = identical_copies(theirs, tiny_base_model, 1)
     shutil.copytree(theirs.workspace / path, mine.workspace / path)
-    [their_id] = submit_together(grader, theirs, [path])
-    [my_id] = submit_together(grader, mine, [path])
+    [their_id] = submit_together(grader, db, theirs, [path])
+    [my_id] = submit_together(grader, db, mine, [path])
     found = rows(db, [their_id, my_id])
     assert found[their_id].fingerprint == found[my_id].fingerprint
     assert found[my_id].waits_for is None
@@ -254,18 +275,19 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     shutil.copytree(theirs.workspace / path, mine.workspace / path)
     their_baseline = measure_baseline(grader, settings, theirs)
     evaluate_with(db, their_baseline, score=8.0)
-    [their_id] = submit_together(grader, theirs, [path])
+    [their_id] = submit_together(grader, db, theirs, [path])
     evaluate_with(db, their_id, score=42.0)
 
     response = submit_now(grader, mine, path)
     assert response.status_code == 202, response.text
-    my_id = response.json()["submission_id"]
+    my_number = response.json()["submission_id"]
+    my_id = row_id(db, mine, my_number)
     assert response.json()["status"] == "queued"
     found = rows(db, [their_id, my_id])
     assert found[their_id].fingerprint == found[my_id].fingerprint
     assert (found[my_id].reused_from, found[my_id].waits_for) == (None, None)
     assert my_id in claimable(db)
-    view = agent_view(grader, mine, my_id)
+    view = agent_view(grader, db, mine, my_id)
     assert (view["status"], view["score"], view["reused_from"], view["eval_seconds"]) == (
         "queued",
         None,
@@ -274,11 +296,11 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     )
     assert view["queue_position"] == 1 and set(view["best"].values()) == {None}
     scores = grader.get(f"{mine.url_path}/scores").json()
-    assert [row["submission_id"] for row in scores["submissions"]] == [my_id]
+    assert [row["submission_id"] for row in scores["submissions"]] == [my_number] == [1]
     assert "42.0" not in str(scores)  # the other experiment's score shows nowhere
 
     evaluate_with(db, my_id, score=30.0)  # its own evaluation, its own score
-    view = agent_view(grader, mine, my_id)
+    view = agent_view(grader, db, mine, my_id)
     assert (view["status"], view["score"], view["eval_seconds"], view["reused_from"]) == (
         "scored",
         30.0,
@@ -297,7 +319,7 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     assert again.json()["best"] == view["best"]  # the earlier one stays best (equal score, lower id)
     assert (again.json()["score"], again.json()["reused_from"], again.json()["eval_seconds"]) == (
         30.0,
-        my_id,
+        my_number,
         0.0,
     )
 
@@ -339,7 +361,7 @@ def test_an_evaluation_ending_while_a_copy_is_submitted_still_hands_it_the_score
     """The copy's check and the evaluation's end are ordered by the experiment's row lock: the
     evaluation cannot end between the copy's "wait for it" and its commit (it would miss the copy)."""
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
-    [first] = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, 1))
+    [first] = submit_together(grader, db, experiment, identical_copies(experiment, tiny_base_model, 1))
     with db.session() as session:
         assert repo.claim(session, first, worker=WORKER, lease_s=60)
         fingerprint = repo.get_submission(session, first).fingerprint
@@ -372,11 +394,11 @@ def test_the_reconciler_settles_copies_whose_evaluation_ended_without_them(
     grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
-    first, second = submit_together(grader, experiment, identical_copies(experiment, tiny_base_model, 2))
+    first, second = submit_together(grader, db, experiment, identical_copies(experiment, tiny_base_model, 2))
     evaluate_with(db, first, score=12.5)
     with db.session() as session:  # as if the copy had been committed after the evaluation's end
         waiting = repo.get_submission(session, second)
         waiting.status, waiting.score, waiting.waits_for = SubmissionStatus.QUEUED, None, first
     with db.session() as session:
         assert repo.settle_orphaned_waiting(session) == 1
-    assert agent_view(grader, experiment, second)["score"] == 12.5
+    assert agent_view(grader, db, experiment, second)["score"] == 12.5

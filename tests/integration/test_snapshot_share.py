@@ -35,6 +35,7 @@ from tests.support.grading import (
     make_unique,
     make_workspace,
     register,
+    row_id,
 )
 from tests.support.settings import DeploymentSettings
 
@@ -63,8 +64,9 @@ def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id
     return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
 
 
-def record(db: Database, submission_id: int, score: float) -> None:
-    """The worker's result path: claimed, then scored."""
+def record(db: Database, experiment: RegisteredExperiment, number: int, score: float) -> None:
+    """The worker's result path for the agent's submission ``number``: claimed, then scored."""
+    submission_id = row_id(db, experiment, number)
     with db.session() as session:
         assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
@@ -82,8 +84,14 @@ def on_disk(settings: DeploymentSettings) -> set[str]:
 
 
 def snapshot_of(db: Database, submission_id: int) -> str | None:
+    """The snapshot the submission (its global id) names."""
     with db.session() as session:
         return repo.get_submission(session, submission_id).snapshot
+
+
+def agents_snapshot(db: Database, experiment: RegisteredExperiment, number: int) -> str | None:
+    """The snapshot the experiment's agent's submission ``number`` names."""
+    return snapshot_of(db, row_id(db, experiment, number))
 
 
 def counted(db: Database, experiment: RegisteredExperiment) -> tuple[int, int]:
@@ -123,7 +131,8 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
 
     h0, h1 = (submit(client, hostile, name) for name in ("h0", "h1"))
     assert (h0.status_code, h1.status_code) == (202, 202), (h0.text, h1.text)
-    h0_id, h1_id = h0.json()["submission_id"], h1.json()["submission_id"]
+    h0_number = h0.json()["submission_id"]
+    h0_id, h1_id = row_id(db, hostile, h0_number), row_id(db, hostile, h1.json()["submission_id"])
     held = on_disk(settings)
     assert len(held) == SHARE
 
@@ -137,7 +146,7 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     # Another experiment is not starved: its first submit is accepted.
     theirs = submit(client, victim, "v0")
     assert theirs.status_code == 202, theirs.text
-    victim_snapshot = snapshot_of(db, theirs.json()["submission_id"])
+    victim_snapshot = agents_snapshot(db, victim, theirs.json()["submission_id"])
     assert victim_snapshot is not None and victim_snapshot in on_disk(settings)
 
     # Once one is scored, the next is accepted.
@@ -147,16 +156,16 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     shutil.copytree(hostile.output_dir / "h0", hostile.output_dir / "h0-again")
     shutil.copytree(hostile.output_dir / "h1", hostile.output_dir / "h1-again")
     reused = submit(client, hostile, "h0-again")
-    assert reused.status_code == 200 and reused.json()["reused_from"] == h0_id, reused.text
+    assert reused.status_code == 200 and reused.json()["reused_from"] == h0_number, reused.text
     waiting = submit(client, hostile, "h1-again")
     assert waiting.status_code == 202, waiting.text
-    waiting_id = waiting.json()["submission_id"]
+    waiting_id = row_id(db, hostile, waiting.json()["submission_id"])
     with db.session() as session:
         row = repo.get_submission(session, waiting_id)
         assert (row.status, row.waits_for, row.snapshot) == (SubmissionStatus.QUEUED, h1_id, None)
     accepted = submit(client, hostile, "h2")
     assert accepted.status_code == 202, accepted.text
-    h2_snapshot = snapshot_of(db, accepted.json()["submission_id"])
+    h2_snapshot = agents_snapshot(db, hostile, accepted.json()["submission_id"])
     assert on_disk(settings) == {snapshot_of(db, h1_id), h2_snapshot, victim_snapshot}
 
     again = submit(client, hostile, "h3")
@@ -180,8 +189,8 @@ def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_acc
         accepted = submit(client, experiment, name)
         assert accepted.status_code == 202, accepted.text
         ids[name] = accepted.json()["submission_id"]
-        record(db, ids[name], score)
-    kept = snapshot_of(db, ids["a"])
+        record(db, experiment, ids[name], score)
+    kept = agents_snapshot(db, experiment, ids["a"])
     assert settings.snapshot_dir is not None and kept is not None
     folder = settings.snapshot_dir / kept
     earlier = hashlib.sha256(b"autorl-snapshot-v2\0")
@@ -189,11 +198,11 @@ def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_acc
         name = path.name.encode()
         earlier.update(len(name).to_bytes(8, "big") + name + hashlib.sha256(path.read_bytes()).digest())
     with db.session() as session:
-        row = repo.get_submission(session, ids["a"])
+        row = repo.get_submission(session, row_id(db, experiment, ids["a"]))
         assert row.fingerprint != earlier.hexdigest()
         row.fingerprint = earlier.hexdigest()
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert snapshot_of(db, ids["a"]) is None  # let go: the nomination takes the folder again
+    assert agents_snapshot(db, experiment, ids["a"]) is None  # let go: the nomination takes the folder again
 
     accepted = nominate(client, experiment, ids["a"])
     assert accepted.status_code == 200, accepted.text
@@ -212,17 +221,17 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
         accepted = submit(client, experiment, name)
         assert accepted.status_code == 202, accepted.text
         ids[name] = accepted.json()["submission_id"]
-        record(db, ids[name], score)
+        record(db, experiment, ids[name], score)
     in_flight = submit(client, experiment, "e")
     assert in_flight.status_code == 202, in_flight.text
     ids["e"] = in_flight.json()["submission_id"]
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
 
     # Only the best on validation (b) and the one in flight (e) are on disk.
-    best, queued = snapshot_of(db, ids["b"]), snapshot_of(db, ids["e"])
+    best, queued = agents_snapshot(db, experiment, ids["b"]), agents_snapshot(db, experiment, ids["e"])
     assert best is not None and queued is not None
     assert on_disk(settings) == {best, queued}
-    assert all(snapshot_of(db, ids[name]) is None for name in ("a", "c", "d"))
+    assert all(agents_snapshot(db, experiment, ids[name]) is None for name in ("a", "c", "d"))
     # The snapshot kept for the final is part of the share.
     copy_model(tiny_base_model, experiment.output_dir / "f", unique=True)
     full = submit(client, experiment, "f")
@@ -263,18 +272,19 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
         "split": "validation",
         "score": 10.0,
     }
-    taken_again = snapshot_of(db, ids["a"])
+    taken_again = agents_snapshot(db, experiment, ids["a"])
     assert taken_again is not None and on_disk(settings) == {taken_again, queued}
     assert counted(db, experiment) == (6, 1)
     assert nominate(client, experiment, ids["b"]).status_code == 409  # once
 
     # After the budget, the final of a evaluates for real from the snapshot taken again.
-    record(db, ids["e"], 50.0)  # a better one no longer matters: a was nominated
+    record(db, experiment, ids["e"], 50.0)  # a better one no longer matters: a was nominated
     end_budget(db, experiment)
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
     assert on_disk(settings) == {taken_again}
     view = admin(client, settings, "POST", f"/{experiment.name}/final")
-    assert view.final is not None and view.final.selection == "nominated" and view.final.of == ids["a"]
+    assert view.final is not None and view.final.selection == "nominated"
+    assert view.final.of == row_id(db, experiment, ids["a"])
     assert view.final.submission_id is not None
     assert snapshot_of(db, view.final.submission_id) == taken_again
     assert evaluate(view.final.submission_id, settings)["status"] == "scored"
@@ -292,9 +302,9 @@ def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
         ids[name] = submit(client, experiment, name).json()["submission_id"]
-        record(db, ids[name], score)
+        record(db, experiment, ids[name], score)
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert snapshot_of(db, ids["a"]) is None
+    assert agents_snapshot(db, experiment, ids["a"]) is None
     refused = nominate(client, experiment, ids["a"])
     assert refused.status_code == 400, refused.text
     assert "your reached limit of 2 submissions no longer allows" in refused.json()["detail"]
@@ -328,8 +338,8 @@ def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
     experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     shutil.copytree(experiment.output_dir / "a", experiment.output_dir / "a-again")
-    first = submit(client, experiment, "a").json()["submission_id"]
-    copy = submit(client, experiment, "a-again").json()["submission_id"]
+    first = row_id(db, experiment, submit(client, experiment, "a").json()["submission_id"])
+    copy = row_id(db, experiment, submit(client, experiment, "a-again").json()["submission_id"])
     snapshot = snapshot_of(db, first)
     assert snapshot is not None and snapshot_of(db, copy) is None and on_disk(settings) == {snapshot}
 
