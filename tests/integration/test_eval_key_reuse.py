@@ -20,7 +20,14 @@ from autorl.tasks import get_task
 from autorl.tasks.base import Problem, split_sha256, write_problems
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+)
 from tests.support.settings import DeploymentSettings
 
 
@@ -121,7 +128,7 @@ def test_a_score_computed_on_another_split_is_not_reused(
     copy_model(tiny_base_model, experiment.output_dir / "x", unique=True)
     submitted = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/x"})
     assert submitted.status_code == 202, submitted.text
-    first_id = submitted.json()["submission_id"]
+    first_id = row_id(settings.database_url, experiment, submitted.json()["submission_id"])
     assert evaluate(first_id, settings)["status"] == "scored"
     # Scored under the key it was computed under; the experiment's key stays what it recorded.
     key, submissions = keys(settings, experiment.name)
@@ -132,5 +139,6 @@ def test_a_score_computed_on_another_split_is_not_reused(
     assert again.status_code == 202 and again.json()["status"] == "queued", again.text
     db = Database(settings.database_url or "")
     with db.session() as session:
-        assert session.get(Submission, again.json()["submission_id"]).reused_from is None  # type: ignore[union-attr]
+        again_id = row_id(db, experiment, again.json()["submission_id"])
+        assert session.get(Submission, again_id).reused_from is None  # type: ignore[union-attr]
     db.dispose()

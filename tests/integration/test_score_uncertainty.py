@@ -24,7 +24,9 @@ from tests.support.grading import (
     copy_model,
     evaluating_settings,
     make_workspace,
+    number_of,
     register,
+    row_id,
 )
 from tests.support.runs import add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
@@ -69,7 +71,8 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
         f"{experiment.url_path}/submit", json={"model_path": "output/a"}, params={"wait": "false"}
     )
     assert accepted.status_code == 202, accepted.text
-    submission_id = accepted.json()["submission_id"]
+    number = accepted.json()["submission_id"]
+    submission_id = row_id(db, experiment, number)
     assert evaluate(submission_id, settings)["status"] == "scored"
 
     with db.session() as session:
@@ -80,7 +83,7 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
     assert correctness is not None and baseline_correctness is not None
     assert len(correctness) == LIMIT and set(correctness) <= {"0", "1"}
     # The string is what the score counts.
-    answer = get(client, experiment, f"/submissions/{submission_id}")
+    answer = get(client, experiment, f"/submissions/{number}")
     assert answer["score"] == pytest.approx(100 * correctness.count("1") / LIMIT)
     assert answer["interval"] == pytest.approx(list(wilson_interval(correctness.count("1"), LIMIT)))
     expected = compare(correctness, baseline_correctness)
@@ -89,9 +92,10 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
     SubmissionAnswer.model_validate(answer)
 
     listed = {s["submission_id"]: s for s in get(client, experiment, "/scores")["submissions"]}
-    assert listed[submission_id]["comparison"] == answer["comparison"]
-    # The baseline: an interval, and no comparison (it is what every score is compared with).
-    base = get(client, experiment, f"/submissions/{baseline_id}")
+    assert listed[number]["comparison"] == answer["comparison"]
+    # The baseline (the agent's 0): an interval, and no comparison (it is what every score is
+    # compared with).
+    base = get(client, experiment, "/submissions/0")
     assert base["interval"] == pytest.approx(list(wilson_interval(baseline_correctness.count("1"), LIMIT)))
     assert base["comparison"] is None
 
@@ -120,6 +124,10 @@ def test_the_baseline_has_an_interval_and_no_comparison_and_a_clear_gain_is_dist
     # Scored before per-problem correctness was kept:
     old_id = add_submission(db, run.name, scores=scores(40.0), minutes=3)
     failed_id = add_submission(db, run.name, error="failed", minutes=4)
+    # As the agent numbers them (the baseline is its 0).
+    base_id, better_id, noisy_id, old_id, failed_id = (
+        number_of(db, i) for i in (base_id, better_id, noisy_id, old_id, failed_id)
+    )
     experiment = RegisteredExperiment(
         name=run.name,
         token=run.token,

@@ -34,6 +34,7 @@ from tests.support.grading import (
     evaluating_settings,
     make_workspace,
     register,
+    row_id,
 )
 from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
 from tests.support.settings import DeploymentSettings
@@ -118,10 +119,11 @@ def test_files_changed_after_the_202_are_not_what_is_evaluated(
     accepted = submit(client, experiment, "output/a")
     assert accepted.status_code == 202, accepted.text
     first = accepted.json()["submission_id"]
+    first_id = row_id(settings.database_url, experiment, first)
     poison(checkpoint, other_weights)
     # The evaluator never opens the agent's folder: it reads the snapshot.
     with watch(checkpoint, IN_OPEN | IN_ACCESS) as agent_files:
-        result = evaluate(first, settings)
+        result = evaluate(first_id, settings)
         assert agent_files.events(timeout_s=0) == []
     assert result["status"] == "scored", result
     scored = view(client, experiment, first)
@@ -129,8 +131,9 @@ def test_files_changed_after_the_202_are_not_what_is_evaluated(
     # The poisoned bytes are another model: evaluated on their own, never given the first score.
     poisoned = submit(client, experiment, "output/a").json()["submission_id"]
     assert view(client, experiment, poisoned)["reused_from"] is None
-    evaluate(poisoned, settings)
-    assert completions(settings, poisoned) != completions(settings, first)
+    poisoned_id = row_id(settings.database_url, experiment, poisoned)
+    evaluate(poisoned_id, settings)
+    assert completions(settings, poisoned_id) != completions(settings, first_id)
     # The original bytes again: the first score, reused.
     for name, data in original.items():
         (checkpoint / name).write_bytes(data)
@@ -149,7 +152,7 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
     checkpoint = copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
     original = (checkpoint / "model.safetensors").read_bytes()
     reference = submit(client, experiment, "output/b").json()["submission_id"]
-    evaluate(reference, settings)
+    evaluate(row_id(settings.database_url, experiment, reference), settings)
     swapped = threading.Event()
 
     def swap_on_first_read() -> None:
@@ -180,7 +183,9 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
         assert settings.snapshot_dir is not None
         [snapshot] = [path for path in settings.snapshot_dir.iterdir() if path.is_dir()]
         assert (snapshot / "model.safetensors").read_bytes() in (original, other_weights.read_bytes())
-        assert evaluate(submission_id, settings)["status"] == "scored"
+        assert (
+            evaluate(row_id(settings.database_url, experiment, submission_id), settings)["status"] == "scored"
+        )
     else:
         assert body["reused_from"] == reference
 
@@ -194,7 +199,9 @@ def test_agent_files_changed_while_the_evaluator_reads_change_nothing(
 ) -> None:
     checkpoint = copy_model(tiny_base_model, experiment.output_dir / "c", unique=True)
     reference_dir = copy_model(checkpoint, experiment.output_dir / "c-reference")
-    submission_id = submit(client, experiment, "output/c").json()["submission_id"]
+    submission_id = row_id(
+        settings.database_url, experiment, submit(client, experiment, "output/c").json()["submission_id"]
+    )
     assert settings.snapshot_dir is not None
     [snapshot] = [path for path in settings.snapshot_dir.iterdir() if path.is_dir()]
     swapped = threading.Event()
@@ -249,11 +256,12 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     accepted = submit(client, experiment, "output/sly")
     assert accepted.status_code == 202, accepted.text
     submission_id = accepted.json()["submission_id"]
+    evaluated = row_id(settings.database_url, experiment, submission_id)
     from autorl_evaluator.backends.hf import backend as hf_backend
 
     loads: list[Path] = []
     monkeypatch.setattr(hf_backend, "_cold_load", lambda model_dir, *_: loads.append(model_dir))
-    result = evaluate(submission_id, settings)
+    result = evaluate(evaluated, settings)
     assert result["status"] == "failed"
     assert loads == []  # the prompts are rendered before the weights are loaded: no load was spent
     body = view(client, experiment, submission_id)
@@ -272,7 +280,7 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
                 assert text[start : start + 24] not in answers
     # The operator still has the whole story, in evaluator storage.
     assert settings.eval_dir is not None
-    detail = (settings.eval_dir / "submissions" / str(submission_id) / "error.txt").read_text()
+    detail = (settings.eval_dir / "submissions" / str(evaluated) / "error.txt").read_text()
     assert "ChatTemplateError" in detail
 
 
@@ -296,14 +304,15 @@ def test_an_evaluation_that_fails_before_the_test_split_is_read_is_the_evaluator
     assert settings.snapshot_dir is not None
     for snapshot in settings.snapshot_dir.iterdir():
         shutil.rmtree(snapshot)  # gone from the evaluator's storage before the evaluation
-    assert evaluate(lost, settings)["status"] == "failed"
+    lost_id = row_id(settings.database_url, experiment, lost)
+    assert evaluate(lost_id, settings)["status"] == "failed"
     error = view(client, experiment, lost)["error"]
     assert error.startswith(f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count"), (
         error
     )
     assert "could not be set up" in error and str(settings.snapshot_dir) not in error
     assert settings.eval_dir is not None  # the whole error, for the operator
-    assert (settings.eval_dir / "submissions" / str(lost) / "error.txt").read_text()
+    assert (settings.eval_dir / "submissions" / str(lost_id) / "error.txt").read_text()
     assert limited(settings, experiment) == 0
     copy_model(tiny_base_model, experiment.output_dir / "next", unique=True)
     assert submit(client, experiment, "output/next").status_code == 202
@@ -325,7 +334,9 @@ def test_the_reconciler_removes_snapshots_no_evaluation_needs(
     assert settings.snapshot_dir is not None
     copy_model(tiny_base_model, experiment.output_dir / "done", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "waiting", unique=True)
-    done = submit(client, experiment, "output/done").json()["submission_id"]
+    done = row_id(
+        settings.database_url, experiment, submit(client, experiment, "output/done").json()["submission_id"]
+    )
     submit(client, experiment, "output/waiting")
     orphan = settings.snapshot_dir / "crashed-before-commit"
     orphan.mkdir()

@@ -90,7 +90,8 @@ def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
 def submit_copies(
     client: TestClient, experiment: RegisteredExperiment, base: Path, count: int, prefix: str
 ) -> list[int]:
-    """Submit ``count`` copies of ``base``, each a model of its own, without waiting: their ids."""
+    """Submit ``count`` copies of ``base``, each a model of its own, without waiting: their global
+    ids (the database's, the evaluators'; the agent's numbers are 1, 2, ...: :func:`row_id`)."""
     ids = []
     for index in range(count):
         copy_model(base, experiment.output_dir / f"{prefix}{index}", unique=True)
@@ -98,7 +99,7 @@ def submit_copies(
             f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{prefix}{index}"}
         )
         assert response.status_code == 202, response.text
-        ids.append(int(response.json()["submission_id"]))
+        ids.append(row_id(client.app.state.grader.db, experiment, int(response.json()["submission_id"])))
     return ids
 
 
@@ -166,3 +167,22 @@ def row_id(database: Any, experiment: RegisteredExperiment | str, number: int) -
             db.dispose()
     assert found is not None, f"{name} has no submission numbered {number}"
     return int(found)
+
+
+def number_of(database: Any, submission_id: int) -> int:
+    """The agent's number of the submission whose global id is ``submission_id`` (0: a baseline
+    on the split its agent is scored on); ``database`` a ``Database`` or its URL."""
+    from autorl.store import Database, Submission
+    from autorl_grader.views import agent_number
+
+    db = database if isinstance(database, Database) else Database(str(database))
+    try:
+        with db.session() as session:
+            submission = session.get(Submission, submission_id)
+            assert submission is not None, f"no submission {submission_id}"
+            number = agent_number(submission.experiment, submission)
+    finally:
+        if db is not database:
+            db.dispose()
+    assert number is not None, f"submission {submission_id} is not one its agent sees"
+    return number
