@@ -23,6 +23,10 @@ at a time or batched with left padding: the same function); only the work around
 Decoding settings are the platform's: greedy, stop at ``eos_ids`` or a row's own token limit; no
 setting of the checkpoint's ``generation_config.json`` other than its eos ids applies.
 
+**A deadline** (an evaluation's time budget) is checked before each batch and at each check for
+finished rows (or each step of ``generate``): past it, :class:`DeadlineExceededError` ends the
+generation.
+
 **Sampling** (:func:`generate_sampled`, for RL rollouts): the same loop draws each next id from
 ``softmax(logits / temperature)`` over the whole vocabulary (no top-k or top-p: TRL's GRPO
 defaults) through the Gumbel-max trick, which stays inside the captured graphs.
@@ -58,6 +62,15 @@ CUDA_GRAPHS = True
 SPAN_SLOTS = 128
 #: Prefix positions one prefill pass of the single prefix row takes (its scores are prefix²-sized).
 PREFIX_CHUNK = 2048
+
+
+class DeadlineExceededError(TimeoutError):
+    """The generation passed the deadline it was given."""
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineExceededError("the generation passed its deadline")
 
 
 @dataclass
@@ -117,6 +130,7 @@ def generate_greedy(
     memory_share: float | None = None,
     generate_kwargs: dict[str, Any] | None = None,
     temperature: float | None = None,
+    deadline: float | None = None,
 ) -> GreedyOutput:
     """Greedy completions of ``prompts`` (lists of ids, none empty). ``max_new_tokens`` is one
     limit for all rows or one per prompt. ``max_batch_size`` caps the batch; on a GPU the free
@@ -124,7 +138,8 @@ def generate_greedy(
     training process shares the GPU), and an out-of-memory error halves it and retries the batch.
     A model the engine does not support (:func:`unsupported_reason`) decodes with
     ``model.generate(**generate_kwargs)`` in the same batches. ``temperature`` samples instead of
-    taking the argmax (:func:`generate_sampled`)."""
+    taking the argmax (:func:`generate_sampled`). Past ``deadline`` (a ``time.monotonic()``) it
+    raises :class:`DeadlineExceededError`."""
     import torch
 
     if temperature is not None and not temperature > 0:
@@ -153,17 +168,22 @@ def generate_greedy(
             prefix = _prefix_keys(forward, shape, [int(i) for i in prompts[0][:shared]])
 
             def decode(suffixes: list[list[int]], batch_limits: list[int]) -> list[list[int]]:
-                return _decode_batch(forward, shape, prefix, shared, suffixes, batch_limits, eos_ids, pad_id)
+                return _decode_batch(
+                    forward, shape, prefix, shared, suffixes, batch_limits, eos_ids, pad_id, deadline
+                )
 
         else:
             log.info("event=hf_plain_generate reason=%r", reason)
             output.engine = "generate"
 
             def decode(suffixes: list[list[int]], batch_limits: list[int]) -> list[list[int]]:
-                return _generate_batch(model, suffixes, batch_limits, eos_ids, pad_id, generate_kwargs or {})
+                return _generate_batch(
+                    model, suffixes, batch_limits, eos_ids, pad_id, generate_kwargs or {}, deadline
+                )
 
         start = 0
         while start < len(order):
+            _check_deadline(deadline)
             row_slots = aligned_slots(len(prompts[order[start]]) - shared + max(limits) - 1, SPAN_SLOTS)
             rows = min(cap, len(order) - start)
             if device.type == "cuda" and max_batch_size is None:
@@ -212,9 +232,16 @@ def _generate_batch(
     eos_ids: Sequence[int],
     pad_id: int,
     generate_kwargs: dict[str, Any],
+    deadline: float | None = None,
 ) -> list[list[int]]:
-    """One left-padded batch through ``model.generate``."""
+    """One left-padded batch through ``model.generate`` (``deadline`` checked at each step)."""
     import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class PastDeadline(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            _check_deadline(deadline)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     width = max(len(ids) for ids in prompts)
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -229,6 +256,7 @@ def _generate_batch(
         max_new_tokens=max(limits),
         eos_token_id=list(eos_ids) or None,
         pad_token_id=pad_id,
+        stopping_criteria=StoppingCriteriaList([PastDeadline()] if deadline is not None else []),
     )
     generated = output[:, width:].tolist()
     return [_until_stop(ids, limit, eos_ids) for ids, limit in zip(generated, limits, strict=True)]
@@ -345,9 +373,10 @@ def _decode_batch(
     limits: list[int],
     eos_ids: Sequence[int],
     pad_id: int,
+    deadline: float | None = None,
 ) -> list[list[int]]:
     """Greedy ids of one batch: its rows' own prompt ids after the ``shared`` prefix ids whose
-    keys and values ``prefix`` holds.
+    keys and values ``prefix`` holds; ``deadline`` checked at each check for finished rows.
 
     A row's slots: ``[0, width)`` its own ids, left-padded to the widest row, then one slot per
     decode step."""
@@ -408,6 +437,7 @@ def _decode_batch(
     for step_number in range(1, steps):
         if step_number % CHECK_EVERY_STEPS == 1:
             still = int((~done[:n]).sum())
+            _check_deadline(deadline)
             if still == 0:
                 break
             if still <= KEEP_AT_MOST * n:

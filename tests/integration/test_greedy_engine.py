@@ -177,3 +177,33 @@ def test_bad_requests_are_refused(model_and_prompts: tuple[Any, Any, list[list[i
         generate_greedy(model, [prompts[0], []], max_new_tokens=4, eos_ids=[], pad_id=0)
     with pytest.raises(ValueError, match="at least 1, once or once per prompt"):
         generate_greedy(model, prompts[:2], max_new_tokens=[4], eos_ids=[], pad_id=0)
+
+
+class _TickingClock:
+    """``time.monotonic`` that moves one second at each reading."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("engine", ["greedy", "generate"])
+def test_a_deadline_ends_the_generation_inside_a_batch(
+    model_and_prompts: tuple[Any, Any, list[list[int]]], monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """An evaluation's time budget: the deadline is read before each batch and while a batch decodes
+    (the engine's checks for finished rows, each step of ``generate``), so one long batch is stopped
+    too. The clock passes the deadline right after the batch has begun."""
+    model, tokenizer, prompts = model_and_prompts
+    if engine == "generate":
+        monkeypatch.setattr(greedy_engine, "SUPPORTED_MODEL_TYPES", frozenset())
+    clock = _TickingClock()
+    monkeypatch.setattr(greedy_engine, "time", clock)
+    with pytest.raises(greedy_engine.DeadlineExceededError):
+        generate_greedy(
+            model, prompts, max_new_tokens=NEW_TOKENS, eos_ids=[], pad_id=tokenizer.pad_token_id, deadline=2.5
+        )
+    assert 2 < clock.now < NEW_TOKENS  # read again within the batch, not after it

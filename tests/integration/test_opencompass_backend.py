@@ -39,6 +39,7 @@ from autorl_evaluator.backends.opencompass.resident_engine import ENGINES
 from autorl_evaluator.backends.opencompass.warm_opencompass import SERVERS
 from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
+from autorl_evaluator.time_budget import BudgetExceededError, TimeBudget
 from autorl_grader.main import create_app
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
 from tests.support.models import TrainedModel
@@ -498,3 +499,68 @@ def test_a_warm_evaluation_past_its_hard_timeout_ends_its_run_and_the_server(
         assert SERVERS.current is not None and str(SERVERS.current.process.pid) != started
     finally:
         SERVERS.stop()
+
+
+def test_a_base_with_another_generation_config_never_steers_the_warm_opencompass_or_its_engine(
+    sharp_checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+) -> None:
+    """Base A evaluated by a fresh engine, then base B (A byte for byte but for its generation
+    config, whose eos ids name every token) warms a fresh engine, then A in the same warm worker:
+    OpenCompass forked from one server throughout, and the engine takes A as another model (a load,
+    not weights in place), so A answers as it did first."""
+    settings = make_settings(
+        eval_backend="opencompass",
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        opencompass_bin=OPENCOMPASS_BIN,
+        vllm_python=Path(sys.executable),
+        eval_warm_worker=True,
+    )
+    a = Path(shutil.copytree(sharp_checkpoint, tmp_path / "a"))
+    b = Path(shutil.copytree(sharp_checkpoint, tmp_path / "b"))
+    generation = json.loads((b / "generation_config.json").read_text(encoding="utf-8"))
+    vocab = json.loads((b / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    generation["eos_token_id"] = list(range(vocab))
+    (b / "generation_config.json").write_text(json.dumps(generation), encoding="utf-8")
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
+    config = EvalConfig.record(task.name, settings)
+    backend = OpenCompassBackend()
+    ENGINES.stop()
+    SERVERS.stop()
+    try:
+        first = backend.evaluate(a, task, problems, config, settings)
+        server = SERVERS.current
+        ENGINES.stop()
+        on_b = backend.evaluate(b, task, problems, config, settings)
+        engine = ENGINES.current
+        again = backend.evaluate(a, task, problems, config, settings)
+        assert SERVERS.current is server and ENGINES.current is engine  # one server; B's engine process
+    finally:
+        ENGINES.stop()
+        SERVERS.stop()
+    assert all(first.completions) and on_b.completions != first.completions
+    assert again.completions == first.completions
+    engine_log = (settings.eval_dir / "opencompass" / "engine.log").read_text()
+    assert re.findall(r"engine load reused=(\w+)", engine_log) == ["False", "False", "False"]
+
+
+def test_an_evaluation_past_its_time_budget_stops_opencompass_and_says_so(
+    sharp_checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+) -> None:
+    """An agent's evaluation on the CPU gets a budget measured on the CPU: OpenCompass's run ends at
+    it, every process of it with it, and the failure is the budget's (the checkpoint's)."""
+    settings = make_settings(
+        eval_backend="opencompass", eval_max_new_tokens=MAX_NEW_TOKENS, opencompass_bin=OPENCOMPASS_BIN
+    )
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
+    budget = TimeBudget(seconds=3, baseline_seconds=1, baseline_fill=1, factor=3, floor_s=0, device="cpu")
+    started = time.monotonic()
+    with pytest.raises(BudgetExceededError, match="passed its time budget of 3 s") as failure:
+        OpenCompassBackend().evaluate(
+            sharp_checkpoint, task, problems, EvalConfig.record(task.name, settings), settings, budget=budget
+        )
+    assert time.monotonic() - started < 60  # not the hard timeout
+    assert "every process it started were stopped" in str(failure.value)
+    assert settings.eval_dir is not None
+    assert processes_under(settings.eval_dir) == []

@@ -6,7 +6,9 @@ in storage the agent cannot write; never the agent's folder), and writes `scored
 While it works it renews a lease; a worker that dies stops renewing, and the grader's reconciler
 hands the submission to another. Per-sample outputs and the errors raised once the test split is
 loaded (they can quote test problems) stay in evaluator storage; the agent reads a message chosen
-by :mod:`autorl_evaluator.failures`. The snapshot is removed once the submission is final.
+by :mod:`autorl_evaluator.failures`. An agent's evaluation runs within its time budget
+(:mod:`autorl_evaluator.time_budget`); past it the submission fails with the reason ``timeout``,
+counted against its limit. The snapshot is removed once the submission is final.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from autorl.uncertainty import encode_correctness, problems_digest
 from autorl.untrusted_text import log_printable_lines
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 from autorl_evaluator.settings import WorkerSettings
+from autorl_evaluator.time_budget import BudgetExceededError, evaluation_budget
 from autorl_evaluator.versions import backend_versions
 
 log = logging.getLogger("autorl.evaluator")
@@ -119,12 +122,15 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         # grader decides, under the experiment's lock, which one it keeps (the best on
         # validation, or the nominated one) and removes the others (autorl_grader.submissions).
         keeps_snapshot = split_name == Split.VALIDATION and not submission.is_baseline
+        # An agent's checkpoint gets what the base model needs (its baseline's measure), no more.
+        budget = evaluation_budget(session, submission, settings)
     log.info(
-        "event=evaluation_started submission=%d split=%s attempt=%d worker=%s",
+        "event=evaluation_started submission=%d split=%s attempt=%d worker=%s budget_s=%s",
         submission_id,
         split_name.value,
         attempt,
         worker,
+        f"{budget.seconds:.0f}" if budget is not None else "-",
     )
     started = time.monotonic()
     test_data_loaded = False
@@ -147,7 +153,7 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             evaluated = config.with_measured(split_sha256(split), backend_versions(config.backend, settings))
             problems = split if config.limit is None else split[: config.limit]
             backend = get_backend(config.backend)
-            result = backend.evaluate(model_dir, task, problems, evaluated, settings)
+            result = backend.evaluate(model_dir, task, problems, evaluated, settings, budget=budget)
             answers = [problem.answer for problem in problems]
             correctness = encode_correctness(task.judge(result.completions, answers, config.protocol))
             digest = problems_digest(
@@ -176,6 +182,8 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             )
         with db.session() as session:
             reason = FailureReason.EVALUATION if test_data_loaded else FailureReason.SETUP
+            if isinstance(exc, BudgetExceededError):
+                reason = FailureReason.TIMEOUT  # the checkpoint's: it counts against the limit
             final = repo.record_failure(session, submission_id, error=message, reason=reason, worker=worker)
             # Still needed: a copy that waited for this evaluation takes its snapshot, and a final
             # that failed for the evaluator's own fault is made again from it.

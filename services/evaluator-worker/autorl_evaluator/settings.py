@@ -12,6 +12,13 @@ from pydantic import Field, field_validator
 from autorl.settings import PlatformSettings
 
 EVAL_LEASE_S = 120.0
+#: An agent's evaluation may take this many times what the base model writing every answer to its
+#: token limit takes (autorl_evaluator.time_budget): room for a slower device of the same kind and
+#: for a checkpoint that writes longer answers than the base model.
+EVAL_BUDGET_FACTOR = 4.0
+#: The least time budget of an evaluation, in seconds: a model's load and a process's start, which a
+#: short baseline (a few problems) hardly measures.
+EVAL_BUDGET_FLOOR_S = 120.0
 
 
 def absolute_command(command: Path) -> Path:
@@ -31,6 +38,19 @@ class WorkerSettings(PlatformSettings):
         gt=0,
         description="An evaluating worker renews its claim every quarter of this; a claim not renewed for "
         "this long is a dead worker's, and the grader's reconciler hands the submission to another.",
+    )
+    eval_budget_factor: float = Field(
+        default=EVAL_BUDGET_FACTOR,
+        gt=0,
+        description="An agent's evaluation is stopped, as its checkpoint's failure (counted against the "
+        "submission limit), past this many times the base model's own evaluation under the same evaluation "
+        "key and batch size on the same kind of device, scaled to every answer at its token limit "
+        '(docs/EVALUATION.md, "Time budget"); baselines have the hard timeout only.',
+    )
+    eval_budget_floor_s: float = Field(
+        default=EVAL_BUDGET_FLOOR_S,
+        ge=0,
+        description="The least time budget of an agent's evaluation in seconds (AUTORL_EVAL_BUDGET_FACTOR).",
     )
     eval_warm_worker: bool = Field(
         default=False,

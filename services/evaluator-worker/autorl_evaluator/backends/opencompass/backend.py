@@ -69,6 +69,7 @@ from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.model_settings import ModelSettings, settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
 from autorl_evaluator.subprocess_group import log_tail, run_in_group
+from autorl_evaluator.time_budget import BudgetExceededError, TimeBudget, remaining_s
 from autorl_evaluator.versions import ENGINE_PREFIX, backend_versions, script_python
 
 log = logging.getLogger("autorl.evaluator.opencompass")
@@ -227,7 +228,13 @@ class OpenCompassBackend:
     name = "opencompass"
 
     def evaluate(
-        self, model_dir: Path, task: Task, problems: list[Problem], config: EvalConfig, worker: WorkerSettings
+        self,
+        model_dir: Path,
+        task: Task,
+        problems: list[Problem],
+        config: EvalConfig,
+        worker: WorkerSettings,
+        budget: TimeBudget | None = None,
     ) -> EvalResult:
         if not isinstance(task, GSM8KFormatTask):
             raise EvaluationError(
@@ -243,7 +250,9 @@ class OpenCompassBackend:
         (run_dir / "home").mkdir()
         started = time.monotonic()
         try:
-            result = self._run(command, model_dir, task, problems, config, worker, run_dir, root / "cache")
+            result = self._run(
+                command, model_dir, task, problems, config, worker, run_dir, root / "cache", budget, started
+            )
         except BaseException:
             log.warning("event=opencompass_failed run_dir=%s", run_dir)
             # A failed or stopped evaluation may leave the engine mid-request or poisoned, and the
@@ -289,6 +298,8 @@ class OpenCompassBackend:
         settings: WorkerSettings,
         run_dir: Path,
         cache_dir: Path,
+        budget: TimeBudget | None,
+        started: float,
     ) -> EvalResult:
         data_dir = run_dir / DATASET_DATA_SUBDIR
         write_problems(data_dir / "test.jsonl", problems)
@@ -355,6 +366,8 @@ class OpenCompassBackend:
         )
         # OpenCompass writes its task configs to ./tmp: the working directory is the run folder.
         arguments = [str(config_path), "--work-dir", str(work_dir)]
+        # An agent's evaluation stops at its time budget, where that comes before the hard timeout.
+        deadline = budget.deadline(started, "cuda" if placement.gpu else "cpu") if budget else None
         python = script_python(command) if settings.eval_warm_worker else None
         process = "command"
         if python is not None and (resident or placement.gpu is None):
@@ -367,13 +380,15 @@ class OpenCompassBackend:
                 compass_environment(cache_dir),
                 cache_dir.parent / "compass.log",
             )
+            run_timeout_s = _run_timeout_s(timeout_s, deadline)
             outcome = server.run(
-                [*arguments, "--debug"], cwd=run_dir, env=env, timeout_s=timeout_s, log_path=log_path
+                [*arguments, "--debug"], cwd=run_dir, env=env, timeout_s=run_timeout_s, log_path=log_path
             )
             process = "warm"
         else:
+            run_timeout_s = _run_timeout_s(timeout_s, deadline)
             outcome = run_in_group(
-                [str(command), *arguments], cwd=run_dir, env=env, timeout_s=timeout_s, log_path=log_path
+                [str(command), *arguments], cwd=run_dir, env=env, timeout_s=run_timeout_s, log_path=log_path
             )
         log.info(
             "event=opencompass_finished returncode=%d timed_out=%s seconds=%.1f",
@@ -389,6 +404,10 @@ class OpenCompassBackend:
                 if outcome.survivors
                 else "it and every process it started were stopped"
             )
+            if budget is not None and run_timeout_s < timeout_s:
+                raise BudgetExceededError(
+                    f"{budget.exceeded()} (OpenCompass: {stopped})", detail=_error_tail(run_dir, problems)
+                )
             raise PublicEvaluationError(
                 f"OpenCompass did not finish within the hard timeout of {timeout_s} s "
                 f"(AUTORL_EVAL_TIMEOUT_S); {stopped}.",
@@ -433,6 +452,12 @@ class OpenCompassBackend:
                 "opencompass_process": process,
             },
         )
+
+
+def _run_timeout_s(timeout_s: float, deadline: float | None) -> float:
+    """How long OpenCompass's run may take from now: the hard timeout, or less to the deadline."""
+    left_s = remaining_s(deadline)
+    return timeout_s if left_s is None else min(timeout_s, left_s)
 
 
 def check_prompts_render(view: Path, task: Task, problems: Sequence[Problem], model: ModelSettings) -> None:

@@ -19,7 +19,9 @@ a GPU). Requests, one JSON object per connection, each answered with one JSON li
   ``resident_key.py`` of the worker's package, the warm ``hf`` child's key too) equals the resident
   one's, else replaced. Answers ``reused`` and ``seconds``.
 - ``{"op": "generate", "prompts": [...], "sampling": {...}}``: the completions' texts.
-- ``{"op": "ping"}``.
+- ``{"op": "ping"}``: ``ok``, the engine, the resident key and whether denormal floats compute as
+  zero in this process (the CPU engine's server flushes them from its start: weights scaled into
+  the denormal range would take the processor's slow path at every multiplication).
 
 Every checkpoint this program reads is a view the worker built (the platform's config and
 tokenizer beside the submission's safetensors weights); nothing in it is run.
@@ -97,6 +99,14 @@ def tensor_layout(model_dir: Path) -> dict[str, tuple[int, ...]]:
             if name != "__metadata__":
                 layout[name] = tuple(int(n) for n in entry["shape"])
     return layout
+
+
+def denormals_flushed() -> bool | None:
+    """Whether a denormal float computes as zero in this process (None before torch is imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return bool((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0)
 
 
 def cut_at_stop(text: str, stops: list[str]) -> str:
@@ -219,7 +229,12 @@ class Server:
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "engine": self.kind, "key": self.key}
+            return {
+                "ok": True,
+                "engine": self.kind,
+                "key": self.key,
+                "denormals_flushed": denormals_flushed(),
+            }
         if op == "load":
             return self.load(Path(str(request["model"])), dict(request.get("engine_kwargs") or {}))
         if op == "generate":
@@ -325,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
     else:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if args.engine == "transformers":
+        # This process runs the model on the CPU and nothing else: denormals flush for its whole life.
+        import torch
+
+        torch.set_flush_denormal(True)
     serve(args.socket, args.engine)
     return 0
 

@@ -1,0 +1,148 @@
+"""An evaluation's time budget: what the base model's architecture needs, times a margin.
+
+A submission has the base model's tensors (names and shapes, checked at submit) and runs in the
+base model's code, so it cannot need more work than the base model writing every answer to its
+token limit. The budget is measured once per base model and evaluation key: the baseline's own
+evaluation (every row of the same split, the same backend and settings), scaled up to every row at
+its token limit where the baseline recorded how many tokens it wrote, times
+``AUTORL_EVAL_BUDGET_FACTOR``, and never under ``AUTORL_EVAL_BUDGET_FLOOR_S``. An evaluation past
+it (weights that make every step slow, such as denormal values on a CPU that does not flush them)
+is stopped and fails as the checkpoint's failure: it counts against the submission limit and the
+agent reads the budget. Otherwise it would hold a shared evaluator, and every experiment queued
+behind it, up to the hard timeout.
+
+A baseline evaluation has no budget (it is the measure; the hard timeout bounds it), nor has an
+evaluation whose baseline was measured on another kind of device or batch size, or not yet: the
+hard timeout (``AUTORL_EVAL_TIMEOUT_S``) bounds those.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from autorl.store import Split, Submission, SubmissionStatus
+from autorl.store import repository as repo
+from autorl_evaluator.failures import PublicEvaluationError
+from autorl_evaluator.settings import WorkerSettings
+
+log = logging.getLogger("autorl.evaluator.budget")
+#: How many ``reused_from`` links lead from an experiment's baseline to the evaluation it reused.
+MAX_REUSE_HOPS = 8
+
+
+class BudgetExceededError(PublicEvaluationError):
+    """The evaluation passed its time budget: the checkpoint's failure (it counts against the
+    submission limit), with a message that names the budget."""
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """How long an agent's evaluation may take, and what that was measured from."""
+
+    seconds: float
+    #: The baseline evaluation's own duration and the share of its token limit it wrote.
+    baseline_seconds: float
+    baseline_fill: float
+    factor: float
+    floor_s: float
+    #: The kind of device the baseline ran on (``cpu``, ``cuda``): the budget holds only there.
+    device: str
+
+    def deadline(self, started: float, device: str) -> float | None:
+        """The ``time.monotonic()`` past which an evaluation that began at ``started`` on a device
+        of kind ``device`` is stopped; None where the baseline ran on another kind of device."""
+        if device_kind(device) != self.device:
+            log.info("event=budget_not_applied device=%s baseline_device=%s", device, self.device)
+            return None
+        return started + self.seconds
+
+    def exceeded(self) -> BudgetExceededError:
+        """The failure of an evaluation stopped at its budget, as the agent reads it."""
+        return BudgetExceededError(
+            f"the evaluation passed its time budget of {self.seconds:.0f} s and was stopped: a checkpoint "
+            "of the base model's shapes needs no more work than the base model writing every answer to "
+            f"its token limit, which the budget allows {self.factor:g} times over (the base model's own "
+            f"evaluation took {self.baseline_seconds:.0f} s for {self.baseline_fill:.0%} of that limit; "
+            f"the budget is at least {self.floor_s:.0f} s; AUTORL_EVAL_BUDGET_FACTOR, "
+            "AUTORL_EVAL_BUDGET_FLOOR_S). This is the checkpoint's failure and counts against your "
+            "submission limit; check its weights for values that make arithmetic slow (denormal, "
+            "NaN or infinite values)"
+        )
+
+
+def device_kind(device: str) -> str:
+    """``cuda:1`` → ``cuda``."""
+    return device.split(":", 1)[0]
+
+
+def evaluation_budget(
+    session: Session, submission: Submission, settings: WorkerSettings
+) -> TimeBudget | None:
+    """``submission``'s budget from its experiment's baseline on the same split (the evaluation
+    it reused, if it reused one), or None: a baseline itself, or no baseline measured under the same
+    evaluation key and batch size yet."""
+    if submission.is_baseline:
+        return None
+    experiment = submission.experiment
+    baseline_id = (
+        experiment.validation_baseline_submission_id
+        if submission.split == Split.VALIDATION
+        else experiment.baseline_submission_id
+    )
+    measured = _measured_evaluation(session, baseline_id)
+    if measured is None or measured.eval_key != submission.eval_key:
+        return None
+    details = measured.details or {}
+    # The batch size is no part of the key (it changes no score) but changes the time.
+    measured_config = details.get("eval_config")
+    own_config = repo.recorded_config(submission)
+    if not isinstance(measured_config, dict) or measured_config.get("batch_size") != own_config.get(
+        "batch_size"
+    ):
+        return None
+    seconds = float(measured.eval_seconds or 0.0)
+    device = details.get("device")
+    if seconds <= 0 or not isinstance(device, str):
+        return None
+    fill = _fill(details, measured.n_samples)
+    budget = max(settings.eval_budget_floor_s, settings.eval_budget_factor * seconds / fill)
+    return TimeBudget(
+        seconds=budget,
+        baseline_seconds=seconds,
+        baseline_fill=fill,
+        factor=settings.eval_budget_factor,
+        floor_s=settings.eval_budget_floor_s,
+        device=device_kind(device),
+    )
+
+
+def _measured_evaluation(session: Session, submission_id: int | None) -> Submission | None:
+    """The scored evaluation ``submission_id`` is, or reused (through ``reused_from``)."""
+    for _ in range(MAX_REUSE_HOPS):
+        row = session.get(Submission, submission_id) if submission_id is not None else None
+        if row is None or row.status != SubmissionStatus.SCORED:
+            return None
+        if row.reused_from is None:
+            return row
+        submission_id = row.reused_from
+    return None
+
+
+def _fill(details: dict[str, object], n_samples: int | None) -> float:
+    """The share of every row's token limit the baseline wrote (1 where it did not record its new
+    tokens): its duration over this is what the base model writing every row to the limit takes,
+    taken as proportional to the tokens written (an overestimate: a row's prompt costs the same
+    either way)."""
+    tokens, limit = details.get("new_tokens"), details.get("max_new_tokens")
+    if not isinstance(tokens, int) or not isinstance(limit, int) or not n_samples or tokens <= 0:
+        return 1.0
+    return min(1.0, tokens / (n_samples * limit))
+
+
+def remaining_s(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (never below zero); None without one."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)

@@ -1,0 +1,185 @@
+"""An evaluation's cost is bounded by what the base model needs (autorl_evaluator.time_budget).
+
+An agent's evaluation gets a time budget measured from its experiment's baseline: past it the
+evaluation stops and fails as the checkpoint's failure, counted against the submission limit, with
+a message that names the budget (real grader on Postgres, the real job function with the ``hf``
+backend on the tiny model, a budget factor made tiny through the worker's settings). And
+denormal weights (every weight times 1e-39) cost a CPU evaluation nothing more: denormals compute
+as zero in the process that evaluates, the hf backend's and the CPU engine server's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from autorl.eval_config import EvalConfig
+from autorl.store import Database, Experiment, FailureReason, Submission, SubmissionStatus
+from autorl.store import repository as repo
+from autorl.tasks import get_task
+from autorl_evaluator.backends.hf.backend import HFBackend
+from autorl_evaluator.backends.opencompass.engine_server import denormals_flushed
+from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
+from autorl_evaluator.backends.opencompass.resident_engine import EngineSpec, ResidentEngine
+from autorl_evaluator.jobs import evaluate
+from autorl_evaluator.time_budget import TimeBudget, evaluation_budget
+from autorl_grader.main import create_app
+from tests.support.grading import admin_headers, copy_model, evaluating_settings, make_workspace, register
+from tests.support.settings import DeploymentSettings
+
+LIMIT = 2
+MAX_NEW_TOKENS = 6
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
+    return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
+
+
+@pytest.fixture
+def client(settings: DeploymentSettings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, reconcile=False)) as test_client:
+        yield test_client
+
+
+def _submitted(settings: DeploymentSettings, experiment: str, model_path: str) -> int:
+    """The global id of ``experiment``'s submission of ``model_path``."""
+    db = Database(settings.database_url or "")
+    try:
+        with db.session() as session:
+            found = session.scalar(
+                select(Submission.id)
+                .join(Experiment, Submission.experiment_id == Experiment.id)
+                .where(Experiment.name == experiment, Submission.model_path.endswith(model_path))
+            )
+    finally:
+        db.dispose()
+    assert found is not None
+    return int(found)
+
+
+def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_counts_against_the_limit(
+    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    queued = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
+    assert queued.status_code == 202, queued.text
+    tight = settings.model_copy(update={"eval_budget_factor": 1e-6, "eval_budget_floor_s": 0.0})
+    # The baseline is the measure: it has no budget, whatever the factor.
+    assert evaluate(queued.json()["submission_id"], tight)["status"] == "scored"
+
+    copy_model(tiny_base_model, experiment.output_dir / "slow", unique=True)
+    slow_submit = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/slow"})
+    assert slow_submit.status_code == 202, slow_submit.text
+    slow = _submitted(settings, experiment.name, "output/slow")
+    db = Database(settings.database_url or "")
+    try:
+        with db.session() as session:
+            row = session.get(Submission, slow)
+            assert row is not None
+            budget = evaluation_budget(session, row, settings)
+            baseline = session.get(Submission, row.experiment.baseline_submission_id)
+            assert budget is not None and baseline is not None and baseline.details is not None
+            # The base model writing every row to its limit, times the factor, at least the floor.
+            fill = baseline.details["new_tokens"] / (LIMIT * MAX_NEW_TOKENS)
+            assert budget.baseline_fill == pytest.approx(fill) and 0 < fill <= 1
+            assert budget.seconds == pytest.approx(
+                max(settings.eval_budget_floor_s, settings.eval_budget_factor * baseline.eval_seconds / fill)
+            )
+
+        result = evaluate(slow, tight)
+        assert result["status"] == "failed"
+        with db.session() as session:
+            failed = session.get(Submission, slow)
+            assert failed is not None
+            assert (failed.status, failed.failure_reason) == (SubmissionStatus.FAILED, FailureReason.TIMEOUT)
+            error = failed.error or ""
+            assert error.startswith("the evaluation passed its time budget of 0 s and was stopped"), error
+            assert "counts against your submission limit" in error and "AUTORL_EVAL_BUDGET_FACTOR" in error
+            assert repo.limited_submissions_count(session, failed.experiment) == 1
+        # What the agent reads names the budget too.
+        scores = client.get(f"{experiment.url_path}/scores").json()
+        assert [entry["error"][:44] for entry in scores["submissions"]] == [
+            "the evaluation passed its time budget of 0 s"
+        ], scores
+
+        # The same checkpoint's evaluation within the default budget scores.
+        copy_model(tiny_base_model, experiment.output_dir / "fine", unique=True)
+        assert (
+            client.post(f"{experiment.url_path}/submit", json={"model_path": "output/fine"}).status_code
+            == 202
+        )
+        assert evaluate(_submitted(settings, experiment.name, "output/fine"), settings)["status"] == "scored"
+    finally:
+        db.dispose()
+
+
+def test_a_budget_holds_only_on_the_kind_of_device_its_baseline_ran_on() -> None:
+    budget = TimeBudget(
+        seconds=30, baseline_seconds=5, baseline_fill=0.5, factor=3, floor_s=10, device="cuda"
+    )
+    assert budget.deadline(100.0, "cuda:1") == 130.0
+    assert budget.deadline(100.0, "cpu") is None  # measured on a GPU: a CPU evaluation keeps the hard timeout
+    assert "time budget of 30 s" in str(budget.exceeded())
+
+
+def _denormal_copy(source: Path, target: Path) -> Path:
+    """``source`` with every floating weight times 1e-39 (in float32: denormal numbers)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, target)
+    weights = target / "model.safetensors"
+    tensors = {name: value.float() * 1e-39 for name, value in load_file(str(weights)).items()}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    return target
+
+
+def test_denormal_weights_compute_as_zeros_in_the_hf_backends_evaluation(
+    tiny_base_model: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+) -> None:
+    """The flush is in force while the model runs (its denormal weights multiply to zero, so no
+    arithmetic takes the processor's slow path) and undone after the evaluation."""
+    import torch
+
+    denormal = _denormal_copy(tiny_base_model, tmp_path / "denormal")
+    seen: list[tuple[bool, bool]] = []
+
+    def inspect(module: Any, inputs: Any, output: Any) -> None:
+        if isinstance(module, torch.nn.Linear) and not seen:
+            weight = module.weight.detach()
+            # Its bits (integers, which no flush touches) are not zero; what it computes is.
+            seen.append((bool((weight.view(torch.int32) != 0).any()), bool((weight * 1.0).abs().max() == 0)))
+
+    settings = make_settings(eval_backend="hf", eval_max_new_tokens=MAX_NEW_TOKENS)
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=TEST_DATA, limit=LIMIT)
+    assert denormals_flushed() is False
+    hook = torch.nn.modules.module.register_module_forward_hook(inspect)
+    try:
+        HFBackend().evaluate(denormal, task, problems, EvalConfig.record(task.name, settings), settings)
+    finally:
+        hook.remove()
+    assert seen == [(True, True)]  # denormal weights, read as zeros
+    assert denormals_flushed() is False  # the process's own setting again
+
+
+def test_the_cpu_engine_server_flushes_denormals_for_its_whole_life(tmp_path: Path) -> None:
+    engine = ResidentEngine(
+        EngineSpec(python=Path(sys.executable), engine="transformers", cuda_visible_devices=""),
+        {"PATH": "/usr/bin:/bin"},
+        tmp_path / "engine.log",
+    )
+    try:
+        engine.wait_until_listening()
+        answer = shim.exchange(str(engine.socket_path), {"op": "ping"}, timeout_s=30)
+        assert answer["denormals_flushed"] is True, (tmp_path / "engine.log").read_text()
+    finally:
+        engine.stop()
