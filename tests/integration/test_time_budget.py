@@ -10,6 +10,8 @@ as zero in the process that evaluates, the hf backend's and the CPU engine serve
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -129,6 +131,10 @@ def test_a_budget_holds_only_on_the_kind_of_device_its_baseline_ran_on() -> None
     assert budget.deadline(100.0, "cuda:1") == 130.0
     assert budget.deadline(100.0, "cpu") is None  # measured on a GPU: a CPU evaluation keeps the hard timeout
     assert "time budget of 30 s" in str(budget.exceeded())
+    # A sealed experiment's final: its budget derives from the test split's baseline, not shown.
+    final = dataclasses.replace(budget, seconds_shown=False)
+    assert str(final.exceeded()).startswith("the evaluation passed its time budget and was stopped")
+    assert not re.search(r"\d+ s\b", str(final.exceeded()))
 
 
 def _denormal_copy(source: Path, target: Path) -> Path:

@@ -51,6 +51,9 @@ class TimeBudget:
     floor_s: float
     #: The kind of device the baseline ran on (``cpu``, ``cuda``): the budget holds only there.
     device: str
+    #: Whether the agent may read the seconds: not for a sealed experiment's final, whose budget
+    #: derives from the test split's baseline (the agent sees nothing timed on the test split).
+    seconds_shown: bool = True
 
     def deadline(self, started: float, device: str) -> float | None:
         """The ``time.monotonic()`` past which an evaluation that began at ``started`` on a device
@@ -62,12 +65,18 @@ class TimeBudget:
 
     def exceeded(self) -> BudgetExceededError:
         """The failure of an evaluation stopped at its budget, as the agent reads it."""
+        if self.seconds_shown:
+            budget = f"its time budget of {self.seconds:.0f} s"
+            measure = (
+                f" (the base model's own evaluation took {self.baseline_seconds:.0f} s for "
+                f"{self.baseline_fill:.0%} of that limit; the budget is at least {self.floor_s:.0f} s"
+            )
+        else:
+            budget, measure = "its time budget", " (its seconds derive from the test split and are not shown"
         return BudgetExceededError(
-            f"the evaluation passed its time budget of {self.seconds:.0f} s and was stopped: a checkpoint "
-            "of the base model's shapes needs no more work than the base model writing every answer to "
-            f"its token limit, which the budget allows {self.factor:g} times over (the base model's own "
-            f"evaluation took {self.baseline_seconds:.0f} s for {self.baseline_fill:.0%} of that limit; "
-            f"the budget is at least {self.floor_s:.0f} s; AUTORL_EVAL_BUDGET_FACTOR, "
+            f"the evaluation passed {budget} and was stopped: a checkpoint of the base model's shapes "
+            "needs no more work than the base model writing every answer to its token limit, which the "
+            f"budget allows {self.factor:g} times over{measure}; AUTORL_EVAL_BUDGET_FACTOR, "
             "AUTORL_EVAL_BUDGET_FLOOR_S). This is the checkpoint's failure and counts against your "
             "submission limit; check its weights for values that make arithmetic slow (denormal, "
             "NaN or infinite values)"
@@ -117,6 +126,7 @@ def evaluation_budget(
         factor=settings.eval_budget_factor,
         floor_s=settings.eval_budget_floor_s,
         device=device_kind(device),
+        seconds_shown=submission.final_of is None,
     )
 
 
