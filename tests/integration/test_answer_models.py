@@ -20,7 +20,14 @@ from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader import views
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+)
 from tests.support.openapi import assert_matches_document, grader_document
 from tests.support.settings import DeploymentSettings
 
@@ -89,7 +96,7 @@ def test_every_answer_of_a_run_matches_the_model_its_document_declares(
     assert pending.status_code == 202 and pending.json()["status"] == "queued"
     first = pending.json()["submission_id"]
     assert client.get(f"{experiment.url_path}/submissions/{first}").json()["queue_position"] == 1
-    finish_evaluation(db, first, correctness="1111000000")
+    finish_evaluation(db, row_id(db, experiment, first), correctness="1111000000")
 
     shutil.copytree(experiment.output_dir / "one", experiment.output_dir / "two")
     reused = submit(client, experiment, {"model_path": "output/two"})  # the same files: scored at once
@@ -100,7 +107,9 @@ def test_every_answer_of_a_run_matches_the_model_its_document_declares(
 
     copy_model(tiny_base_model, experiment.output_dir / "three", unique=True)
     failing = submit(client, experiment, {"model_path": "output/three"}, wait="false").json()["submission_id"]
-    finish_evaluation(db, failing, correctness=None, error="the model's config does not load")
+    finish_evaluation(
+        db, row_id(db, experiment, failing), correctness=None, error="the model's config does not load"
+    )
     failed = client.get(f"/submissions/{failing}", headers=experiment.bearer).json()
     # The contract's nulls stay in the answer: a failed evaluation has a null score and interval.
     assert failed["status"] == "failed" and failed["score"] is None and failed["interval"] is None

@@ -17,7 +17,14 @@ from fastapi.testclient import TestClient
 from autorl.store import Database
 from autorl.store import repository as repo
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+)
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
 
@@ -98,7 +105,8 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
     for name in ("scored", "running", "queued"):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
         ids.append(submit(client, experiment, name).json()["submission_id"])
-    scored, running, queued = ids
+    agent_numbers = dict(zip(("scored", "running", "queued"), ids, strict=True))
+    scored, running, queued = (row_id(db, experiment, number) for number in ids)
     with db.session() as session:
         assert repo.claim(session, scored, worker="w1", lease_s=60)
         assert repo.record_score(
@@ -121,8 +129,8 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
     numbers = ("baseline_score", "best_score", "improvement", "submissions", "total_submissions", "in_flight")
     assert {k: later[k] for k in numbers} == {k: finished[k] for k in numbers}
     rows = {s["submission_id"]: s for s in client.get(f"{experiment.url_path}/scores").json()["submissions"]}
-    assert rows[scored]["status"] == "scored"
-    for cancelled in (running, queued):
+    assert rows[agent_numbers["scored"]]["status"] == "scored"
+    for cancelled in (agent_numbers["running"], agent_numbers["queued"]):
         assert rows[cancelled]["status"] == "failed" and rows[cancelled]["score"] is None
         assert rows[cancelled]["error"].startswith("cancelled: the experiment finished")
 
@@ -161,7 +169,7 @@ def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evalua
     ids = {}
     for name, error in errors.items():
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids[name] = submit(client, experiment, name).json()["submission_id"]
+        ids[name] = row_id(db, experiment, submit(client, experiment, name).json()["submission_id"])
         with db.session() as session:
             assert repo.claim(session, ids[name], worker="worker-1", lease_s=60)
         with db.session() as session:
