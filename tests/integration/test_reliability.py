@@ -18,7 +18,14 @@ from autorl.store import repository as repo
 from autorl.store.models import utcnow
 from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+)
 from tests.support.settings import DeploymentSettings
 
 
@@ -48,7 +55,7 @@ def queued_id(client: TestClient, settings: DeploymentSettings, tiny_base_model:
     copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
     response = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
     assert response.status_code == 202
-    return int(response.json()["submission_id"])
+    return row_id(settings.database_url, experiment, int(response.json()["submission_id"]))
 
 
 def rq_queue(settings: DeploymentSettings) -> Queue:
@@ -77,7 +84,8 @@ def test_the_job_timeout_is_the_recorded_evaluation_timeout_not_the_dispatchers_
     with TestClient(create_app(other, reconcile=False)) as other_client:
         response = other_client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
     assert response.status_code == 202, response.text
-    job = next(j for j in rq_queue(settings).jobs if j.args == [response.json()["submission_id"]])
+    submission_id = row_id(settings.database_url, experiment, response.json()["submission_id"])
+    job = next(j for j in rq_queue(settings).jobs if j.args == [submission_id])
     assert job.timeout == settings.eval_timeout_s + 300
 
 
@@ -153,7 +161,7 @@ def test_redis_holds_one_waiting_job_per_experiment_and_none_once_it_finished(
         response = client.post(
             f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{name}"}
         )
-        ids.append(int(response.json()["submission_id"]))
+        ids.append(row_id(settings.database_url, experiment, int(response.json()["submission_id"])))
 
     def waiting() -> list[int]:
         return [args[0] for args in (job.args for job in rq_queue(settings).jobs) if args[0] in ids]
