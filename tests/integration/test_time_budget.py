@@ -10,7 +10,6 @@ as zero in the process that evaluates, the hf backend's and the CPU engine serve
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import sys
@@ -104,14 +103,13 @@ def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_count
             assert failed is not None
             assert (failed.status, failed.failure_reason) == (SubmissionStatus.FAILED, FailureReason.TIMEOUT)
             error = failed.error or ""
-            assert error.startswith("the evaluation passed its time budget of 0 s and was stopped"), error
+            assert error.startswith("the evaluation passed its time budget and was stopped"), error
             assert "counts against your submission limit" in error and "AUTORL_EVAL_BUDGET_FACTOR" in error
             assert repo.limited_submissions_count(session, failed.experiment) == 1
         # What the agent reads names the budget too.
         scores = client.get(f"{experiment.url_path}/scores").json()
-        assert [entry["error"][:44] for entry in scores["submissions"]] == [
-            "the evaluation passed its time budget of 0 s"
-        ], scores
+        errors = [entry["error"] for entry in scores["submissions"]]
+        assert len(errors) == 1 and errors[0].startswith("the evaluation passed its time budget"), scores
 
         # The same checkpoint's evaluation within the default budget scores.
         copy_model(tiny_base_model, experiment.output_dir / "fine", unique=True)
@@ -130,11 +128,10 @@ def test_a_budget_holds_only_on_the_kind_of_device_its_baseline_ran_on() -> None
     )
     assert budget.deadline(100.0, "cuda:1") == 130.0
     assert budget.deadline(100.0, "cpu") is None  # measured on a GPU: a CPU evaluation keeps the hard timeout
-    assert "time budget of 30 s" in str(budget.exceeded())
-    # A sealed experiment's final: its budget derives from the test split's baseline, not shown.
-    final = dataclasses.replace(budget, seconds_shown=False)
-    assert str(final.exceeded()).startswith("the evaluation passed its time budget and was stopped")
-    assert not re.search(r"\d+ s\b", str(final.exceeded()))
+    # Its seconds may derive from another split's or another experiment's evaluation: never shown.
+    message = str(budget.exceeded())
+    assert message.startswith("the evaluation passed its time budget and was stopped"), message
+    assert "3 times over" in message and not re.search(r"\d+ s\b", message), message
 
 
 def _denormal_copy(source: Path, target: Path) -> Path:

@@ -51,9 +51,6 @@ class TimeBudget:
     floor_s: float
     #: The kind of device the baseline ran on (``cpu``, ``cuda``): the budget holds only there.
     device: str
-    #: Whether the agent may read the seconds: not for a sealed experiment's final, whose budget
-    #: derives from the test split's baseline (the agent sees nothing timed on the test split).
-    seconds_shown: bool = True
 
     def deadline(self, started: float, device: str) -> float | None:
         """The ``time.monotonic()`` past which an evaluation that began at ``started`` on a device
@@ -64,19 +61,22 @@ class TimeBudget:
         return started + self.seconds
 
     def exceeded(self) -> BudgetExceededError:
-        """The failure of an evaluation stopped at its budget, as the agent reads it."""
-        if self.seconds_shown:
-            budget = f"its time budget of {self.seconds:.0f} s"
-            measure = (
-                f" (the base model's own evaluation took {self.baseline_seconds:.0f} s for "
-                f"{self.baseline_fill:.0%} of that limit; the budget is at least {self.floor_s:.0f} s"
-            )
-        else:
-            budget, measure = "its time budget", " (its seconds derive from the test split and are not shown"
+        """The failure of an evaluation stopped at its budget, as the agent reads it: without its
+        seconds, which derive from a baseline that another split's or another experiment's evaluation
+        may have measured (the agent reads no number timed on work not its own); the evaluator's log
+        has them."""
+        log.info(
+            "event=budget_exceeded budget_s=%.1f baseline_s=%.1f fill=%.3f factor=%g floor_s=%.0f",
+            self.seconds,
+            self.baseline_seconds,
+            self.baseline_fill,
+            self.factor,
+            self.floor_s,
+        )
         return BudgetExceededError(
-            f"the evaluation passed {budget} and was stopped: a checkpoint of the base model's shapes "
-            "needs no more work than the base model writing every answer to its token limit, which the "
-            f"budget allows {self.factor:g} times over{measure}; AUTORL_EVAL_BUDGET_FACTOR, "
+            "the evaluation passed its time budget and was stopped: a checkpoint of the base model's "
+            "shapes needs no more work than the base model writing every answer to its token limit, "
+            f"which the budget allows {self.factor:g} times over (AUTORL_EVAL_BUDGET_FACTOR, at least "
             "AUTORL_EVAL_BUDGET_FLOOR_S). This is the checkpoint's failure and counts against your "
             "submission limit; check its weights for values that make arithmetic slow (denormal, "
             "NaN or infinite values)"
@@ -126,7 +126,6 @@ def evaluation_budget(
         factor=settings.eval_budget_factor,
         floor_s=settings.eval_budget_floor_s,
         device=device_kind(device),
-        seconds_shown=submission.final_of is None,
     )
 
 
