@@ -10,10 +10,19 @@ Scenarios, each for ``--duration`` seconds:
 - ``waiters``: ``--waiters`` blocking ``POST /submit`` held open (no evaluator runs, so none ends)
   while the database's committed transactions per second are counted (``pg_stat_database``).
 
+These scenarios measure the grader's throughput, so each experiment's fair share is lifted for them
+(``UNLIMITED_SHARE``). ``tenants`` measures the fair share itself, at its defaults, on SQLite and on
+Postgres: another tenant's ``GET /scores`` and the admin API's ``GET /v1/experiments/NAME``, each
+asked one at a time, idle and then while one experiment floods its own large ``GET /scores``
+(``--flood-connections`` keep-alive connections from another process), in the same run; the target
+is a p99 under the flood of at most ``TARGET_P99_RATIO`` times the idle one. The machine's load
+average is recorded beside it (other work on the machine shows in the figures).
+
 Writes ``bench/results/grader_load.json``. ``--autorl`` picks the grader's install, e.g. another
 checkout's ``.venv/bin/autorl`` to measure a version before a change.
 
     nice -n 10 .venv/bin/python bench/grader_load.py --agents 500 --duration 10
+    .venv/bin/python bench/grader_load.py --scenarios tenants --duration 10 --label tenants
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import secrets
 import statistics
@@ -53,6 +63,19 @@ SUBMIT_EVERY = 50
 START_TIMEOUT_S = 60.0
 #: Seconds to let earlier requests drain, then to measure the database's rate without waiters.
 SETTLE_S = 5.0
+#: The fair share lifted, for the scenarios that measure throughput.
+UNLIMITED_SHARE = {
+    "AUTORL_AGENT_REQUESTS_PER_S": "1000000",
+    "AUTORL_AGENT_REQUEST_BURST": "1000000",
+    "AUTORL_AGENT_REQUESTS_IN_FLIGHT": "1000000",
+}
+#: The flooding tenant's submissions (copies of one checkpoint, each reused at once) and the length
+#: of their folder names: a large ``GET /scores`` answer, as an agent can make it.
+FLOOD_SUBMISSIONS = 90
+FLOOD_NAME_CHARS = 200
+TARGET_P99_RATIO = 3.0
+#: Between two requests of the measured tenant and of the admin client: within a fair share.
+POLL_PAUSE_S = 0.2
 
 Request = tuple[str, str, dict[str, Any] | None]  # method, URL, JSON body
 
@@ -230,6 +253,170 @@ def register_experiments(
     return experiments
 
 
+def latencies_summary(latencies: list[float], statuses: Counter[str]) -> dict[str, Any]:
+    return {
+        "requests": len(latencies),
+        "latency_ms_p50": round(percentile(latencies, 0.5) * 1000, 1),
+        "latency_ms_p99": round(percentile(latencies, 0.99) * 1000, 1),
+        "latency_ms_max": round(max(latencies) * 1000, 1),
+        "statuses": dict(sorted(statuses.items())),
+    }
+
+
+async def one_at_a_time(url: str, headers: dict[str, str], duration_s: float) -> dict[str, Any]:
+    """One client asking ``url`` again as soon as it is answered (a tenant polling), on one keep-alive
+    connection: its latencies."""
+    latencies: list[float] = []
+    statuses: Counter[str] = Counter()
+    deadline = time.monotonic() + duration_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            async with session.get(url, headers=headers) as response:
+                await response.read()
+                statuses[str(response.status)] += 1
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(POLL_PAUSE_S)
+    return latencies_summary(latencies, statuses)
+
+
+async def observe(
+    victim: str, admin: str, admin_headers: dict[str, str], duration_s: float
+) -> dict[str, Any]:
+    tenant, operator = await asyncio.gather(
+        one_at_a_time(victim, {}, duration_s), one_at_a_time(admin, admin_headers, duration_s)
+    )
+    return {"other_tenant_scores": tenant, "admin_get": operator}
+
+
+def flood(url: str, connections: int, duration_s: float, counts: Any) -> None:
+    """In a process of its own: ``connections`` keep-alive connections asking ``url`` as fast as
+    answers come, for ``duration_s``; the statuses counted into ``counts`` (a shared dict)."""
+
+    async def main() -> Counter[str]:
+        statuses: Counter[str] = Counter()
+        deadline = time.monotonic() + duration_s
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=60)
+        ) as session:
+
+            async def one() -> None:
+                while time.monotonic() < deadline:
+                    try:
+                        async with session.get(url) as response:
+                            await response.read()
+                            statuses[str(response.status)] += 1
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        statuses[type(exc).__name__] += 1
+
+            await asyncio.gather(*(one() for _ in range(connections)))
+        return statuses
+
+    counts.update(asyncio.run(main()))
+
+
+def large_scores(experiment_url: str, base: Path, output: Path) -> int:
+    """FLOOD_SUBMISSIONS copies of the base model under long folder names, each submitted (waiting as
+    the fair share says between them): the experiment's ``GET /scores`` answer grows with them.
+    Returns the answer's size in bytes."""
+    with httpx.Client(timeout=120) as client:
+        for index in range(FLOOD_SUBMISSIONS):
+            name = f"{index:03d}-" + "n" * (FLOOD_NAME_CHARS - 4)
+            copy_model(base, output / name)
+            while True:
+                answer = client.post(
+                    f"{experiment_url}/submit?wait=false", json={"model_path": f"output/{name}"}
+                )
+                if answer.status_code != 429:
+                    break
+                time.sleep(float(answer.headers["retry-after"]))
+            answer.raise_for_status()
+        while (scores := client.get(f"{experiment_url}/scores")).status_code == 429:
+            time.sleep(float(scores.headers["retry-after"]))
+        scores.raise_for_status()
+        return len(scores.content)
+
+
+def tenants(args: argparse.Namespace, base: Path, database: str) -> dict[str, Any]:
+    """Another tenant's and the admin API's latencies idle and under one tenant's flood, on ``database``
+    (``sqlite`` or ``postgres``), the fair share at its defaults."""
+    run_id = new_run_id()
+    admin_token = secrets.token_urlsafe(24)
+    with contextlib.ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="autorl-tenants-")))
+        port = free_port()
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith("AUTORL_AGENT_")
+            and name not in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL")
+        }
+        env.update(
+            AUTORL_HOME=str(root / "home"),
+            AUTORL_ADMIN_TOKEN=admin_token,
+            AUTORL_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        )
+        if database == "postgres":
+            env["AUTORL_DATABASE_URL"] = stack.enter_context(postgres_database(run_id))
+            env["AUTORL_REDIS_URL"] = stack.enter_context(private_redis(run_id, root / "redis"))
+            env["AUTORL_REDIS_KEY_PREFIX"] = f"tenants-{run_id}"
+        grader = [args.autorl, "grader", "--port", str(port), "--log-level", "warning"]
+        url = f"http://127.0.0.1:{port}"
+        stack.enter_context(served(grader, env, f"{url}/readyz", root / "grader.log"))
+        flooder, other = register_experiments(url, admin_token, 2, base, root)
+        answer_bytes = large_scores(flooder.url, base, root / "ws-0" / "output")
+        admin_headers = {"Authorization": f"Bearer {admin_token}"}
+        victim, admin = f"{other.url}/scores", f"{url}/v1/experiments/{other.name}"
+        time.sleep(2.0)  # the flooder's budget refills; nothing else runs
+        idle = asyncio.run(observe(victim, admin, admin_headers, args.duration))
+        with multiprocessing.Manager() as manager:
+            counts = manager.dict()
+            flooding = multiprocessing.Process(
+                target=flood,
+                args=(f"{flooder.url}/scores", args.flood_connections, args.duration + 2, counts),
+            )
+            flooding.start()
+            time.sleep(1.0)  # the flood's connections are open and its burst spent
+            under_flood = asyncio.run(observe(victim, admin, admin_headers, args.duration))
+            flooding.join()
+            flood_statuses = dict(sorted(counts.items()))
+    ratios = {
+        name: round(under_flood[name]["latency_ms_p99"] / max(idle[name]["latency_ms_p99"], 0.1), 2)
+        for name in idle
+    }
+    return {
+        "database": database,
+        "flood_connections": args.flood_connections,
+        "flood_scores_answer_bytes": answer_bytes,
+        "flood_statuses": flood_statuses,
+        "idle": idle,
+        "under_flood": under_flood,
+        "p99_ratio": ratios,
+        "target_p99_ratio": TARGET_P99_RATIO,
+        "within_target": all(r <= TARGET_P99_RATIO for r in ratios.values()),
+    }
+
+
+def run_tenants(args: argparse.Namespace) -> dict[str, Any]:
+    from autorl.models.sources import resolve_model
+    from autorl.settings import HomeSettings
+
+    base = resolve_model("builtin:tiny-qwen2", HomeSettings().models_dir)
+    load_before = os.getloadavg()
+    results = {database: tenants(args, base, database) for database in ("sqlite", "postgres")}
+    return {
+        "tenants": {
+            "machine": {
+                "cpus": os.cpu_count(),
+                "load_average_before": [round(x, 2) for x in load_before],
+                "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            },
+            **results,
+        }
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from autorl.models.sources import resolve_model
     from autorl.settings import HomeSettings
@@ -255,6 +442,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             AUTORL_REDIS_KEY_PREFIX=f"load-{run_id}",
             AUTORL_ADMIN_TOKEN=admin_token,
             AUTORL_PUBLIC_URL=f"http://127.0.0.1:{grader_port}",
+            **UNLIMITED_SHARE,
         )
         grader = [args.autorl, "grader", "--port", str(grader_port), "--log-level", "warning"]
         bare = [sys.executable, "-m", "uvicorn", "bare_time_app:app", "--app-dir", "bench"]
@@ -304,13 +492,30 @@ def main() -> int:
     )
     parser.add_argument("--label", default="after", help="name of this measurement in the results file")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--scenarios",
+        choices=("throughput", "tenants"),
+        default="throughput",
+        help="throughput: bare_time, time, mixed, waiters; tenants: the fair share under one tenant's flood",
+    )
+    parser.add_argument(
+        "--flood-connections",
+        type=int,
+        default=60,
+        help="tenants: the flooding tenant's keep-alive connections",
+    )
     args = parser.parse_args()
-    measured = run(args)
+    measured = run_tenants(args) if args.scenarios == "tenants" else run(args)
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
     runs = previous.get("runs", {})
+    command = (
+        f"--scenarios tenants --flood-connections {args.flood_connections}"
+        if args.scenarios == "tenants"
+        else f"--agents {args.agents} --waiters {args.waiters}"
+    )
     runs[args.label] = {
-        "command": f"nice -n 10 .venv/bin/python bench/grader_load.py --agents {args.agents} "
-        f"--waiters {args.waiters} --duration {args.duration:g} --label {args.label}",
+        "command": f"nice -n 10 .venv/bin/python bench/grader_load.py {command} "
+        f"--duration {args.duration:g} --label {args.label}",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "agents": args.agents,
         "duration_s": args.duration,

@@ -1090,6 +1090,42 @@ def snapshot_copy() -> str:
     return "\n".join(lines) + "\n"
 
 
+def grader_tenants() -> str:
+    """Another tenant's and the admin API's latencies, idle and under one tenant's flood."""
+    run = load_results("grader_load")["runs"]["tenants"]
+    data = run["tenants"]
+    machine = data["machine"]
+    lines = [
+        f"Measured {run['date']} on {machine['cpus']} cores shared with other work (load average "
+        f"{machine['load_average_before'][0]} before, {machine['load_average_after'][0]} after): "
+        f"`{run['command']}`.",
+        "",
+        "| database | flood: 200 / 429 | its /scores answer | other tenant's GET /scores p50 / p99, "
+        "idle → flood (ms) | admin GET p50 / p99, idle → flood (ms) | p99 flood / idle (tenant, admin) | "
+        "target |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for database in ("sqlite", "postgres"):
+        r = data[database]
+        statuses = r["flood_statuses"]
+
+        def cell(name: str, r: dict[str, Any] = r) -> str:
+            idle, flood = r["idle"][name], r["under_flood"][name]
+            return (
+                f"{idle['latency_ms_p50']} / {idle['latency_ms_p99']} → "
+                f"{flood['latency_ms_p50']} / {flood['latency_ms_p99']}"
+            )
+
+        ratio = r["p99_ratio"]
+        lines.append(
+            f"| {database} | {number(statuses.get('200', 0), 0)} / {number(statuses.get('429', 0), 0)} | "
+            f"{number(r['flood_scores_answer_bytes'] / 1000, 0)} KB | {cell('other_tenant_scores')} | "
+            f"{cell('admin_get')} | {ratio['other_tenant_scores']}×, {ratio['admin_get']}× | "
+            f"≤ {r['target_p99_ratio']:g}×: {'met' if r['within_target'] else 'not met'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "generation-machine": generation_machine,
     "generation-table": generation_table,
@@ -1114,6 +1150,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "warm-opencompass-cpu": warm_opencompass_cpu,
     "snapshot-copy": snapshot_copy,
     "opencompass-worker-gpu": opencompass_worker_gpu,
+    "grader-tenants": grader_tenants,
 }
 
 

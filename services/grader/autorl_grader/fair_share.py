@@ -17,6 +17,12 @@ a new made-up token with each request is held to its address's share. Budgets ar
 :data:`BUDGET_KEYS` keys (the least recently used are dropped), so that a client cannot grow the
 grader's memory by inventing tokens or addresses.
 
+A refusal is answered after a pause (the ``Retry-After`` it names, at most
+:data:`REFUSAL_PAUSE_S`): a client that sends its next request as soon as it is answered, on as
+many keep-alive connections as it may open, is refused about once per connection and second rather
+than as fast as the grader can answer, so that answering refusals does not become the work that
+slows everyone (the pause holds only a connection the client opened, which is capped per address).
+
 A blocking ``POST /submit`` gives its place in flight back while it waits for its evaluation
 (:func:`leave_in_flight`): a waiting request costs the grader no thread, and an agent waiting for a
 score may go on polling. Only agent routes are charged: the admin API, the probes and the dashboard
@@ -25,6 +31,7 @@ are the platform's own callers.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -43,6 +50,8 @@ from autorl.store import repository as repo
 BUDGET_KEYS = 10_000
 #: Seconds a request refused for its requests in flight is told to wait.
 IN_FLIGHT_RETRY_AFTER_S = 1
+#: The longest a refusal waits before it is answered.
+REFUSAL_PAUSE_S = 1.0
 #: Where an admitted request's place in flight is kept in its ASGI scope.
 SCOPE_KEY = "autorl.fair_share"
 #: The budget a request is charged to, as the access log names it (``experiment:<hash prefix>`` or
@@ -243,6 +252,7 @@ class FairShareLayer:
         answer = JSONResponse(
             {"detail": refusal.message, "error": refusal.message}, status_code=429, headers=headers
         )
+        await asyncio.sleep(min(refusal.retry_after_s, REFUSAL_PAUSE_S))
 
         async def no_body() -> Message:
             return {"type": "http.disconnect"}
