@@ -472,9 +472,9 @@ curl -s -X POST "$GRADING_SERVER_URL/submit" -H 'Content-Type: application/json'
      -d '{{"model_path": "'$OUTPUT_DIR'/v1"}}'
 ```
 
-The answer (once scored) holds `submission_id`, `status`, `score`, `baseline_score`,
-`improvement`, `best`, `total_submissions`, `timestamp` and `elapsed_seconds`. A refusal is a
-4xx whose `error` (and `detail`) says why and what to do. In Python, with `requests` as the
+The answer (once scored) holds `submission_id` (your own count: 1, 2, ...), `status`, `score`,
+`baseline_score`, `improvement`, `best`, `total_submissions`, `timestamp` and `elapsed_seconds`.
+A refusal is a 4xx whose `error` (and `detail`) says why and what to do. In Python, with `requests` as the
 reference's example agent does, or with the platform's client:
 
 ```python
@@ -489,7 +489,9 @@ print(client.submission(pending.submission_id).status, client.time().remaining_s
 
 A blocking submit returns once the checkpoint is scored (the server holds the request for up to
 540 s, then answers 202 with the submission id: poll `GET $GRADING_SERVER_URL/submissions/ID`).
-`?wait=false` returns at once. `GET $GRADING_SERVER_URL/scores` lists your submissions.
+`?wait=false` returns at once. `GET $GRADING_SERVER_URL/scores` lists your submissions (past
+the first page, whose size is at least your submission limit, `next_after` names where the next
+begins: `?after=N`).
 `GET $GRADING_SERVER_URL/health` answers `status` and `available_gpus`; the optional `gpu` field
 of `/submit` is accepted and ignored (evaluators have GPUs of their own). The baseline is
 measured by the platform: `POST /set_baseline` is refused.
