@@ -102,7 +102,16 @@ class SubmissionAnswer(Answer):
     ignored_files: list[str]
     created_at: float | None
     finished_at: float | None
-    queue_position: int | None = Field(None, description="only while queued or running")
+    queue_position: int | None = Field(
+        None,
+        description="only while queued or running: the experiment's own submissions waiting ahead of "
+        "it, plus one (0: being evaluated)",
+    )
+    number: int | None = Field(
+        None,
+        description="admin API only: the agent's number of this submission (the submission_id its "
+        "agent is shown); null for a baseline or a sealed experiment's final evaluation",
+    )
     interval: list[float] | None = Field(
         None, description="95 % Wilson interval of the score in percent, [low, high]; null unless scored"
     )

@@ -118,6 +118,8 @@ def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
     # The admin API keeps the global ids.
     admin_rows = grader.get(f"/v1/experiments/{mine.name}/submissions", headers=admin_headers(settings))
     assert [row["submission_id"] for row in admin_rows.json()] == globals_[mine.name]
+    assert [row["number"] for row in admin_rows.json()] == [1, 2, 3]  # and the agent's, beside
+    assert "number" not in agent_get(grader, mine, "/submissions/1")
 
     # Scored, then nominated by the agent's own number; the admin's final names the global id.
     for number, value in zip((1, 2, 3), (10.0, 30.0, 20.0), strict=True):

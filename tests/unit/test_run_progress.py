@@ -64,6 +64,21 @@ def test_a_sealed_run_shows_validation_scores_against_the_validation_baseline_an
         assert "final evaluation on test: submission 4 output/a status=scored score=18.50" in out.getvalue()
 
 
+def test_a_submission_is_named_by_the_agents_own_number() -> None:
+    """The admin API's ids are global; the progress names what the agent's log and scores.json
+    show for the same submission (a final on test has no agent number: its global id)."""
+    progress, out = _progress()
+    with progress:
+        submissions = [
+            submission_answer(7, score=20.0, split="validation", model_path="output/a", number=1),
+            submission_answer(9, score=18.5, split="test", model_path="output/a"),
+        ]
+        progress.update(experiment_answer(feedback="sealed"), submissions)
+    printed = out.getvalue()
+    assert "submission 1 output/a status=scored" in printed and "submission 7" not in printed
+    assert "final evaluation on test: submission 9 output/a" in printed
+
+
 HOSTILE_PATH = (
     "output/[/bold][link=https://evil.example]x[/link]"
     "\x1b]0;pwned\x07\x1b[2J\u202e\nsubmission 99 status=scored"

@@ -159,10 +159,11 @@ def _status(submission: Submission) -> SubmissionStatusName:
 def submission_view(
     session: Session, experiment: Experiment, submission: Submission, totals: ExperimentTotals | None = None
 ) -> SubmissionAnswer:
-    """The operator's view (global ids). Every field set, so that an answer dumped with
-    ``exclude_unset`` keeps the nulls the contract shows; only ``queue_position`` is left unset
-    (and out) once the submission is final."""
-    return SubmissionAnswer(**_submission_fields(session, experiment, submission, totals))
+    """The operator's view (global ids, and ``number``, the agent's of it). Every field set, so
+    that an answer dumped with ``exclude_unset`` keeps the nulls the contract shows; only
+    ``queue_position`` is left unset (and out) once the submission is final."""
+    fields = _submission_fields(session, experiment, submission, totals)
+    return SubmissionAnswer(**fields, number=submission.number)
 
 
 #: A submission's times: a baseline's are never the agent's to see (:func:`agent_submission_view`).

@@ -149,7 +149,9 @@ class Progress:
 
     @staticmethod
     def _describe(view: SubmissionAnswer) -> str:
-        text = f"submission {view.submission_id} {printable(view.model_path)} status={view.status}"
+        # The agent's number where it has one: the id its own log and scores.json show.
+        shown = view.number if view.number is not None else view.submission_id
+        text = f"submission {shown} {printable(view.model_path)} status={view.status}"
         if view.status == "scored":
             text += f" score={fmt_score(view.score)} improvement={fmt_score(view.improvement)}"
         elif view.status == "failed" and view.error:
