@@ -2,9 +2,12 @@
 
 Two runs share one platform home. The first agent probes everything it should not reach,
 leaves files in every temporary folder, starts a double-forked `setsid` daemon that ignores
-SIGTERM, submits through GRADING_SERVER_URL, and waits for its deadline. The second runs with
-`--egress`: it looks for the first run's files and workspace, and tries the host's services
-through the user-mode network. Each agent writes what it got into output/; the tests assert it.
+SIGTERM, submits through GRADING_SERVER_URL, floods its own `GET /scores` through the relay (while
+the test floods the same grader from a second address with its token, and measures a second
+experiment registered there, the admin API and a database write), and waits for its deadline.
+The second runs with `--egress`: it looks for the first run's files and workspace, and tries the
+host's services through the user-mode network. Each agent writes what it got into output/; the
+tests assert it.
 """
 
 from __future__ import annotations
@@ -15,17 +18,23 @@ import socket
 import stat
 import subprocess
 import textwrap
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import sqlalchemy
 
+from autorl.store import Database
 from autorl_agent_runner.sandbox.egress import host_addresses
 from autorl_agent_runner.workspace.tree_walk import open_dir, remove_entry, walk_fd
+from autorl_grader.settings import AGENT_REQUEST_BURST, AGENT_REQUESTS_PER_S
 from tests.conftest import FIXTURE_DATA, REPO_ROOT
 from tests.e2e.test_local_run import AUTORL, REFERENCE_AGENT, Run, leftover_processes
 from tests.support.infra import free_port
@@ -38,6 +47,7 @@ MARKUP_NAME = "m[/bold][link=https:evil.example]x[/link]"
 ESCAPE_NAME = "ok\\x1b]0;pwned\\x07\\nsubmission 99 score=100.00"
 
 MARK = os.environ["MARK"]
+FLOOD_S, FLOOD_CONNECTIONS = int(os.environ["FLOOD_S"]), 48
 report = {}
 BASE = urllib.parse.urlsplit(URL)
 ROOT = URL.split("/a/")[0]
@@ -216,6 +226,33 @@ if os.environ["PHASE"] == "first":
     report["markup_submit"] = call("/submit", {"model_path": save(MARKUP_NAME)})
     report["escape_submit"] = call("/submit", {"model_path": save(ESCAPE_NAME)})
     record("report", report)
+    # A flood of its own GET /scores from many keep-alive connections through the relay, while the
+    # test floods the grader from a second address with this token and works as another tenant.
+    import http.client, threading
+    record("flooding", {"token": TOKEN})
+    flooded, flood_lock, flood_until = {}, threading.Lock(), time.time() + FLOOD_S
+
+    def flood():
+        conn = http.client.HTTPConnection(BASE.hostname, BASE.port, timeout=30)
+        while time.time() < flood_until:
+            try:
+                conn.request("GET", BASE.path + "/scores")
+                response = conn.getresponse()
+                response.read()
+                outcome = str(response.status)
+            except (OSError, http.client.HTTPException) as error:
+                outcome = type(error).__name__
+                conn.close()
+                conn = http.client.HTTPConnection(BASE.hostname, BASE.port, timeout=30)
+            with flood_lock:
+                flooded[outcome] = flooded.get(outcome, 0) + 1
+
+    flooders = [threading.Thread(target=flood) for _ in range(FLOOD_CONNECTIONS)]
+    for thread in flooders:
+        thread.start()
+    for thread in flooders:
+        thread.join()
+    record("flood", flooded)
     # Until the deadline: a folder in place of run_meta.json, a FIFO in place of scores.json.
     while True:
         for name, plant in (("run_meta.json", os.mkdir), ("scores.json", os.mkfifo)):
@@ -264,6 +301,8 @@ class HostileRuns:
     listeners: list[Listener]
     host_addresses: list[str]
     first_finished: float
+    #: What the test measured as another tenant of the first run's grader during its agent's flood.
+    beside: BesideTheFlood
 
 
 def _listener(address: str) -> Listener:
@@ -273,7 +312,109 @@ def _listener(address: str) -> Listener:
     return Listener(sock)
 
 
-def _run(home: Path, agent: Path, env: dict[str, str], *flags: str) -> Run:
+@dataclass
+class BesideTheFlood:
+    """Seconds each call took at most while the agent flooded, and the second address's statuses."""
+
+    slowest_s: dict[str, float]
+    second_address: Counter[str]
+
+
+#: The most another tenant's request, the admin API or a database write may take during the flood.
+SERVED_WITHIN_S = 2.0
+#: How long the agent floods.
+AGENT_FLOOD_S = 8
+
+
+def _grader_admin_token(port: int) -> str:
+    """The admin token `autorl run` gave its grader (the operator's own, read from the process)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"grader" in command and str(port).encode() in command:
+            for variable in environ:
+                if variable.startswith(b"AUTORL_ADMIN_TOKEN="):
+                    return variable.split(b"=", 1)[1].decode()
+    raise AssertionError(f"no grader on port {port}")
+
+
+def _beside_the_flood(home: Path, port: int, base_model: Path, workspace: Path) -> BesideTheFlood:
+    """Once the agent floods: a second experiment registered on the same grader through the admin API,
+    a flood from 127.0.0.2 with the agent's token, and the other experiment's agent API, the admin
+    API and a write to the grader's database timed, one call at a time."""
+    deadline = time.monotonic() + 300
+    while not (flag := next(home.glob("runs/*/workspace/output/flooding.json"), None)):
+        assert time.monotonic() < deadline, "the agent never flooded"
+        time.sleep(0.2)
+    token = json.loads(flag.read_text())["token"]
+    url = f"http://127.0.0.1:{port}"
+    admin = {"Authorization": f"Bearer {_grader_admin_token(port)}"}
+    body = {
+        "name": f"beside-{uuid.uuid4().hex[:8]}",
+        "task": "arith",
+        "model": "builtin:tiny-qwen2",
+        "timeout_s": 600,
+        "workspace": str(workspace),
+        "base_model_dir": str(base_model),
+    }
+    with httpx.Client(base_url=url, timeout=30) as client:
+        other = client.post("/v1/experiments", json=body, headers=admin).json()
+        client.post(f"/v1/experiments/{other['name']}/start", json={}, headers=admin).raise_for_status()
+    stop, second_address = threading.Event(), Counter[str]()
+
+    def flood() -> None:
+        transport = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(transport=transport, timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    second_address[str(client.get(f"{url}/a/{token}/scores").status_code)] += 1
+                except httpx.HTTPError as error:
+                    second_address[type(error).__name__] += 1
+
+    floods = [threading.Thread(target=flood) for _ in range(16)]
+    for thread in floods:
+        thread.start()
+    db = Database(f"sqlite:///{home / 'autorl.db'}")
+    calls: dict[str, Callable[[], object]] = {
+        "other experiment": lambda: httpx.get(
+            f"{other['grading_server_url']}/scores", timeout=30
+        ).raise_for_status(),
+        "admin API": lambda: httpx.get(f"{url}/v1/experiments", headers=admin, timeout=30).raise_for_status(),
+        "database write": lambda: _write(db, other["name"]),
+    }
+    slowest = dict.fromkeys(calls, 0.0)
+    try:
+        for _ in range(6):
+            for name, call in calls.items():
+                started = time.monotonic()
+                call()
+                slowest[name] = max(slowest[name], time.monotonic() - started)
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in floods:
+            thread.join()
+        db.dispose()
+    return BesideTheFlood(slowest, second_address)
+
+
+def _write(db: Database, name: str) -> None:
+    with db.session() as session:
+        session.execute(
+            sqlalchemy.text("UPDATE experiments SET agent = agent WHERE name = :name"), {"name": name}
+        )
+
+
+def _run(
+    home: Path,
+    agent: Path,
+    env: dict[str, str],
+    *flags: str,
+    beside: Callable[[Path, int], BesideTheFlood] | None = None,
+) -> tuple[Run, BesideTheFlood | None]:
     environment = {
         **os.environ,
         "AUTORL_HOME": str(home),
@@ -283,16 +424,19 @@ def _run(home: Path, agent: Path, env: dict[str, str], *flags: str) -> Run:
         "AUTORL_EVAL_DEVICE": "cpu",
     }
     passed = [part for name, value in env.items() for part in ("--env", f"{name}={value}")]
-    base = ["-a", str(agent), "-t", "arith", "-m", "builtin:tiny-qwen2", "--port", str(free_port())]
+    port = free_port()
+    base = ["-a", str(agent), "-t", "arith", "-m", "builtin:tiny-qwen2", "--port", str(port)]
     started = time.monotonic()
-    done = subprocess.run(
+    with subprocess.Popen(
         [AUTORL, "run", *base, *passed, *flags],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=environment,
-        timeout=600,
-    )
-    return Run(done.returncode, done.stdout, done.stderr, home, time.monotonic() - started)
+    ) as process:
+        measured = beside(home, port) if beside is not None else None
+        stdout, stderr = process.communicate(timeout=600)
+    return Run(process.returncode, stdout, stderr, home, time.monotonic() - started), measured
 
 
 @pytest.fixture(scope="module")
@@ -313,13 +457,30 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRuns]:
         "REPO": str(REPO_ROOT),
         "LISTENER_PORTS": ",".join(str(listener.port) for listener in listeners),
         "HOST_ADDRESSES": ",".join(addresses),
+        "FLOOD_S": str(AGENT_FLOOD_S),
     }
-    first = _run(home, agent, {**env, "PHASE": "first"}, "--timeout", "45", "--grace-period", "2")
+    from autorl.models.sources import resolve_model
+    from autorl.settings import HomeSettings
+
+    base_model = resolve_model("builtin:tiny-qwen2", HomeSettings().models_dir)
+    other_workspace = root / "beside"
+    (other_workspace / "output").mkdir(parents=True)
+    first, beside = _run(
+        home,
+        agent,
+        {**env, "PHASE": "first"},
+        "--timeout",
+        "45",
+        "--grace-period",
+        "2",
+        beside=lambda home, port: _beside_the_flood(home, port, base_model, other_workspace),
+    )
+    assert beside is not None
     first_finished = time.time()
     assert first.code == 0, first.stderr
     first_workspace = first.workspace()
     first_report = json.loads((first_workspace / "output" / "report.json").read_text())
-    second = _run(
+    second, _ = _run(
         home,
         agent,
         {**env, "PHASE": "second", "FIRST_WORKSPACE": str(first_workspace)},
@@ -341,11 +502,28 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRuns]:
         listeners,
         addresses,
         first_finished,
+        beside,
     )
     for listener in listeners:
         listener.sock.close()
     # pytest's own clean-up of old runs recurses, once per level.
     remove_entry(first_workspace / "code", "chain")
+
+
+def test_a_flood_leaves_another_experiment_the_admin_api_and_the_database_their_service(
+    hostile: HostileRuns,
+) -> None:
+    """The agent floods its own large answers through the relay and the test floods from a second
+    address with its token: the other experiment's agent API, the admin API and a database write each
+    answer within 2 s, and the flood is answered 429 past its experiment's fair share."""
+    slowest = hostile.beside.slowest_s
+    assert all(took < SERVED_WITHIN_S for took in slowest.values()), slowest
+    through_relay = json.loads((hostile.first_workspace / "output" / "flood.json").read_text())
+    floods = (through_relay, hostile.beside.second_address)
+    assert all(flood.get("429", 0) > flood.get("200", 0) > 0 for flood in floods), floods
+    # Both floods are the one experiment's: together served no more than its share over the flood.
+    served = sum(flood.get("200", 0) for flood in floods)
+    assert served <= AGENT_REQUEST_BURST + AGENT_REQUESTS_PER_S * (AGENT_FLOOD_S + 2), floods
 
 
 def test_submitting_through_the_forwarded_endpoint_is_scored(hostile: HostileRuns) -> None:
