@@ -688,6 +688,9 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
         validation_baseline_score = validation_baseline.score
         nominated = experiment.nominated_submission_id
         assert final.final_of == nominated and len(test_ids) == 2  # the baseline and the final
+        # The agent's numbers: its own submissions only (no evaluation on test has one).
+        numbers = {s.number: s.id for s in rows if s.number is not None}
+        assert set(numbers.values()) <= validation_ids
     db.dispose()
 
     workspace = run.workspace()
@@ -696,12 +699,13 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
     answers = [answer for _code, answer in seen["submit"]] + seen["/scores"][1]["submissions"]
     assert answers and all(a["split"] == "validation" for a in answers)
     assert all(a["baseline_score"] == validation_baseline_score for a in answers)
-    assert seen["final"][0] == 200 and seen["final"][1]["submission_id"] == nominated
+    assert seen["final"][0] == 200 and numbers[seen["final"][1]["submission_id"]] == nominated
     assert seen["final_again"][0] == 409
     assert [code for code, _answer in seen["final_refusals"]] == [422, 422, 400]
-    # Of every id it probed, only validation evaluations answered; test ones look missing.
+    # Of every id it probed, only its own submissions answered (validation evaluations): nothing
+    # on test has a number it could ask for.
     shown = {int(n) for n, (code, _answer) in seen["probe"].items() if code == 200}
-    assert shown and shown <= validation_ids and not shown & test_ids
+    assert shown == set(numbers) == {1, 2}
     for route in ("/v1/experiments", "/ui/api/summary", "/metrics"):
         assert seen[route][0] in (None, 401, 403, 404), (route, seen[route])
     # No file it could read holds a test-split evaluation: the mirrors list validation scores only.

@@ -30,6 +30,7 @@ from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id
 from autorl_controller.operator.settings import ControllerSettings
 from tests.support.broken_experiments import CASES as BROKEN
 from tests.support.broken_experiments import manifest as broken_manifest
+from tests.support.grading import row_id
 from tests.support.kube_emulator import (
     CONFIGMAPS,
     EXPERIMENTS,
@@ -975,7 +976,10 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     make_unique(checkpoint)
     submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
     assert submitted.status_code == 202, submitted.text
-    assert await evaluate_waiting() == [submitted.json()["submission_id"]]
+    submitted_id = row_id(
+        platform.grader_settings.database_url, ref.grader_name, submitted.json()["submission_id"]
+    )
+    assert await evaluate_waiting() == [submitted_id]
     shown = (await platform.grader.get(f"{url}/submissions/{submitted.json()['submission_id']}")).json()
     assert shown["split"] == "validation"
 

@@ -18,7 +18,7 @@ from rq.serializers import JSONSerializer
 from autorl.queue import job_id
 from autorl.tasks.gsm8k import accuracy
 from autorl_grader.main import create_app
-from tests.support.grading import make_workspace
+from tests.support.grading import make_workspace, row_id
 from tests.support.infra import serve
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
 from tests.support.reference import REFERENCE_BEST_FIELDS
@@ -116,7 +116,7 @@ def test_trained_model_is_scored_end_to_end(
     assert body["n_samples"] == len(answers)
     # The work went through Redis: RQ ran the job for this submission and kept its result.
     job = Job.fetch(
-        job_id(settings.redis_key_prefix, body["submission_id"]),
+        job_id(settings.redis_key_prefix, row_id(settings.database_url, name, body["submission_id"])),
         connection=Redis.from_url(settings.redis_url or ""),
         serializer=JSONSerializer,
     )

@@ -15,7 +15,7 @@ import pytest
 from autorl.store import Database, SubmissionStatus, migrate
 from autorl.store import repository as repo
 from tests.support.fault_records import record_fault
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register, row_id
 from tests.support.infra import free_port
 from tests.support.postgres_cluster import PostgresCluster
 from tests.support.service_processes import kill_tree, running, start, stop, wait_until_serving
@@ -185,7 +185,7 @@ def test_the_grader_killed_while_a_blocking_submit_waits(
         wait_for(scored, "the score", timeout_s=240)
         final = client.get(f"{experiment.url_path}/submissions/{submission}").json()
     with db.session() as session:
-        row = repo.get_submission(session, submission)
+        row = repo.get_submission(session, row_id(db, experiment, submission))
         assert row.attempts == 1 and row.status == SubmissionStatus.SCORED
     db.dispose()
     assert final["score"] is not None
