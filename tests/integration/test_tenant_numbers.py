@@ -38,7 +38,7 @@ from tests.support.grading import (
     row_id,
 )
 from tests.support.infra import ServedApp, serve
-from tests.support.runs import add_submission, create_experiment, scores
+from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
 
 WORKER = "test-worker"
@@ -73,6 +73,18 @@ def score(db: Database, submission_id: int, value: float) -> None:
         assert repo.record_score(
             session, submission_id, worker=WORKER, scores=scores(value), n_samples=10, seconds=1.0
         )
+
+
+def agent_of(run: SeededExperiment) -> RegisteredExperiment:
+    """A seeded experiment as its agent reaches it."""
+    return RegisteredExperiment(
+        name=run.name,
+        token=run.token,
+        url_path=f"/a/{run.token}",
+        workspace=run.workspace,
+        output_dir=run.workspace / "output",
+        view={},
+    )
 
 
 def agent_get(grader: httpx.Client, experiment: RegisteredExperiment, path: str, **params: Any) -> Any:
@@ -151,14 +163,7 @@ def test_scores_pages_and_a_reference_client_reads_every_submission_in_the_first
     grader: httpx.Client, served: ServedApp, db: Database, tmp_path: Path
 ) -> None:
     run = create_experiment(db, tmp_path / "workspace")
-    experiment = RegisteredExperiment(
-        name=run.name,
-        token=run.token,
-        url_path=f"/a/{run.token}",
-        workspace=run.workspace,
-        output_dir=run.workspace / "output",
-        view={},
-    )
+    experiment = agent_of(run)
     for _ in range(101):  # one past the reference's 100 (failures of the platform's do not count)
         add_submission(db, run.name)
     first = agent_get(grader, experiment, "/scores")
@@ -184,14 +189,7 @@ def test_a_scores_answer_is_built_once_per_change_and_never_stale(
     grader: httpx.Client, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = create_experiment(db, tmp_path / "workspace")
-    experiment = RegisteredExperiment(
-        name=run.name,
-        token=run.token,
-        url_path=f"/a/{run.token}",
-        workspace=run.workspace,
-        output_dir=run.workspace / "output",
-        view={},
-    )
+    experiment = agent_of(run)
     built: list[int] = []
     real_view: Callable[..., Any] = agent_routes.scores_view
 
@@ -286,9 +284,5 @@ def test_a_test_mode_baseline_shows_its_agent_no_time_either(
     experiments' baselines: its times are not the agent's in either mode."""
     run = create_experiment(db, tmp_path / "workspace", feedback=Feedback.TEST)
     add_submission(db, run.name, scores=scores(12.5), baseline=True)
-    base = agent_get(
-        grader,
-        RegisteredExperiment(run.name, run.token, f"/a/{run.token}", run.workspace, run.workspace, {}),
-        "/submissions/0",
-    )
+    base = agent_get(grader, agent_of(run), "/submissions/0")
     assert base["score"] == 12.5 and base["timestamp"] is None and base["eval_seconds"] is None
