@@ -220,6 +220,10 @@ def test_a_scores_answer_is_built_once_per_change_and_never_stale(
         session.get(Submission, queued).score = 60.0  # type: ignore[union-attr]
     assert agent_get(grader, experiment, "/scores")["best"]["score"] == 60.0
     assert agent_get(grader, experiment, "/scores", limit=1)["next_after"] == 1  # another page: its own
+    # A baseline recorded while the grader remembers the experiment's row without it (its token
+    # is kept for a moment) is in the next answer all the same.
+    add_submission(db, run.name, scores=scores(12.5), baseline=True)
+    assert agent_get(grader, experiment, "/scores")["baseline_score"] == 12.5
 
 
 def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(

@@ -163,7 +163,11 @@ def scores(
         version = repo.submissions_version(session, experiment)
         body = state.answers.get(experiment.id, version, page)
         if body is None:
-            answer = scores_view(session, experiment, after=page[0], limit=page[1])
+            # Built from what is read after the version (the experiment's row too: the token's may
+            # be a moment old, without a baseline its version already counts), so an answer is
+            # never older than the version it is kept under.
+            current = session.get(Experiment, experiment.id) or experiment
+            answer = scores_view(session, current, after=page[0], limit=page[1])
             body = answer.model_dump_json(exclude_unset=True).encode()
             state.answers.put(experiment.id, version, page, body)
     return Response(body, media_type="application/json")
