@@ -262,6 +262,31 @@ def test_evaluator_warm_worker_value_reaches_the_workers_setting(
         assert {"name": name, "value": value} in env
 
 
+@pytest.mark.parametrize(
+    ("values", "rendered", "budget"),
+    [
+        ({}, ("4", "120"), (4.0, 120.0)),
+        ({"budgetFactor": 2.5, "budgetFloorSeconds": 30}, ("2.5", "30"), (2.5, 30.0)),
+        # An extraEnv that already set a variable (before the values existed) keeps its say.
+        ({"budgetFactor": 6, "extraEnv": {"AUTORL_EVAL_BUDGET_FACTOR": "8"}}, ("8", "120"), (8.0, 120.0)),
+    ],
+    ids=["default", "set", "extra-env-precedes"],
+)
+def test_evaluator_time_budget_values_reach_the_workers_settings(
+    values: dict[str, Any], rendered: tuple[str, str], budget: tuple[float, float]
+) -> None:
+    deployment = of_kind(render(merge(IMAGES, {"evaluator": values})), "Deployment")[
+        f"{RELEASE}-autorl-evaluator"
+    ]
+    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    factor = [e["value"] for e in env if e["name"] == "AUTORL_EVAL_BUDGET_FACTOR"]
+    floor = [e["value"] for e in env if e["name"] == "AUTORL_EVAL_BUDGET_FLOOR_S"]
+    assert (factor, floor) == ([rendered[0]], [rendered[1]])  # once each
+    worker = WorkerSettings(eval_budget_factor=factor[0], eval_budget_floor_s=floor[0])
+    assert (worker.eval_budget_factor, worker.eval_budget_floor_s) == budget
+
+
 def test_ingress_exposes_the_grader_service() -> None:
     documents = render(merge(IMAGES, INGRESS))
     ingress = of_kind(documents, "Ingress")[f"{RELEASE}-autorl-grader"]
@@ -374,6 +399,8 @@ def test_helm_test_pod_checks_the_grader_health() -> None:
         {"evaluator": {"testData": {"tasks": []}}},
         {"evaluator": {"maxNewTokens": -1}},
         {"evaluator": {"warmWorker": "yes"}},
+        {"evaluator": {"budgetFactor": 0}},
+        {"evaluator": {"budgetFloorSeconds": -1}},
     ],
 )
 def test_schema_refuses_bad_values(values: dict[str, Any]) -> None:
