@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kmock
 import pytest
 
@@ -38,6 +39,7 @@ from tests.support.kube_emulator import (
     NAMESPACE,
     PODS,
     POLICIES,
+    RELEASE,
     SECRETS,
     TICK_S,
     WAIT_S,
@@ -50,7 +52,9 @@ from tests.support.kube_emulator import (
     cause_refused_pod,
     cause_suspended,
     cause_unschedulable,
+    chart_authorizer,
     complete,
+    controller_rbac,
     failed,
     finish_agent,
     iso,
@@ -652,6 +656,117 @@ async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
     view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
     assert before - 1 <= view["start_time"] <= time.time()
     await finish_agent(platform, ref)
+
+
+async def test_a_role_without_its_jobs_rule_leaves_the_controller_forbidden_and_saying_so(
+    platform: Platform, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The emulated API server authorizes the controller by the chart's rendered Role: without the
+    rule for Jobs, it answers 403, the controller's log quotes the refusal and nothing is created."""
+    documents = controller_rbac()
+    (role,) = [
+        doc for doc in documents if doc["kind"] == "Role" and doc["metadata"]["namespace"] == NAMESPACE
+    ]
+    role["rules"] = [rule for rule in role["rules"] if "jobs" not in rule["resources"]]
+    charts = platform.emulator.authorizer
+    platform.emulator.authorizer = chart_authorizer(documents)
+    name = "gsm8k-no-jobs-rule"
+    try:
+        await platform.apply(load_example("experiment-gsm8k.yaml", rename=name))
+        ref = await platform.ref(name)
+        refusal = (
+            f'jobs.batch "{ref.prepare_job_name}" is forbidden: User '
+            f'"system:serviceaccount:{RELEASE}:{RELEASE}-controller" cannot get resource "jobs" '
+            f'in API group "batch" in the namespace "{NAMESPACE}"'
+        )
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while not any(refusal in record.getMessage() for record in caplog.records):
+            assert asyncio.get_running_loop().time() < deadline, caplog.text
+            await asyncio.sleep(TICK_S)
+        assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None
+        experiment = await platform.get(f"{EXPERIMENTS}/{name}")
+        assert experiment is not None and experiment["status"]["phase"] == "Pending"
+    finally:
+        platform.emulator.authorizer = charts
+    await platform.kube.delete(f"{EXPERIMENTS}/{name}")
+    await platform.wait_gone(f"{EXPERIMENTS}/{name}")
+
+
+async def test_the_emulated_api_server_refuses_the_controller_what_a_cluster_would(
+    platform: Platform,
+) -> None:
+    """Small direct requests, as the controller's ServiceAccount (no cluster token): RBAC's 403
+    Status, the schema's 400 and 422, Pod Security's 403 for a pod and its warning for a Job."""
+    user = f"system:serviceaccount:{RELEASE}:{RELEASE}-controller"
+    async with httpx.AsyncClient(base_url=platform.kube.base_url) as controller:
+        logs = await controller.get(f"{PODS}/some-pod/log")
+        assert logs.status_code == 403
+        assert logs.json() == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f'pods "some-pod" is forbidden: User "{user}" cannot get resource "pods/log" '
+            f'in API group "" in the namespace "{NAMESPACE}"',
+            "reason": "Forbidden",
+            "details": {"name": "some-pod", "group": "", "kind": "pods"},
+            "code": 403,
+        }
+        for refused in (
+            controller.get(SECRETS),  # list
+            controller.get(PODS, params={"watch": "true"}),  # list is granted, watch is not
+            controller.get("/api/v1/namespaces/default/pods"),  # the Role is namespaced
+            controller.get("/api/v1/namespaces/autorl/services/autorl-postgres"),  # only the grader's
+        ):
+            answer = await refused
+            assert (answer.status_code, answer.json()["reason"]) == (403, "Forbidden"), answer.text
+
+        def job(name: str, **change: Any) -> dict[str, Any]:
+            container = {"name": "main", "image": "busybox", **change}
+            template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+            return {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name},
+                "spec": {"template": template},
+            }
+
+        unknown = await controller.post(JOBS, json=job("unknown-field", imagePullPolcy="Always"))
+        assert unknown.status_code == 400, unknown.text
+        assert (
+            'strict decoding error: unknown field "spec.template.spec.containers[0].imagePullPolcy"'
+            in (unknown.json()["message"])
+        )
+        invalid = await controller.post(JOBS, json=job("bad-type", args="--fast"))
+        assert (invalid.status_code, invalid.json()["reason"]) == (422, "Invalid"), invalid.text
+        assert invalid.json()["message"].startswith(
+            'Job.batch "bad-type" is invalid: spec.template.spec.containers[0].args: Invalid value: "--fast"'
+        )
+        # Not restricted (root allowed, no seccomp, privileges kept): the Job is admitted with the
+        # admission's warning, its pod is refused, whoever creates it (here the Job controller's part).
+        created = await controller.post(JOBS, json=job("unrestricted"))
+        assert created.status_code < 300, created.text
+        assert 'would violate PodSecurity \\"restricted:latest\\": ' in created.headers["Warning"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "unrestricted-x"},
+        "spec": job("-")["spec"]["template"]["spec"],
+    }
+    refused_pod = await platform.kube.post(PODS, json=pod)
+    assert refused_pod.status_code == 403, refused_pod.text
+    message = refused_pod.json()["message"]
+    assert message.startswith(
+        'pods "unrestricted-x" is forbidden: violates PodSecurity "restricted:latest": '
+    )
+    for rule in (
+        "allowPrivilegeEscalation != false",
+        "unrestricted capabilities",
+        "runAsNonRoot != true",
+        "seccompProfile",
+    ):
+        assert rule in message, message
+    await platform.kube.delete(f"{JOBS}/unrestricted")
 
 
 async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_later(

@@ -6,6 +6,13 @@ The emulator has no kubelet, Job controller or garbage collector: :class:`Platfo
 prepare Job's pod does (fill the shared cache), runs the evaluator on the queued baseline, and
 patches Jobs' status and creates pods and Events as those controllers would. Everything the
 operator does goes through the emulated API.
+
+The emulated API server refuses what a real one would refuse the controller
+(:meth:`ApiServerEmulator._refusal`): RBAC from the chart's own rendered Role and bindings
+(tests/support/kube_rbac.py), the Kubernetes schema of every object it writes (kubernetes-validate),
+and Pod Security "restricted" in :data:`NAMESPACE` (tests/support/pod_security.py). A request with
+:data:`CLUSTER_TOKEN` is the cluster's own components' (what the tests play) and passes RBAC and the
+schema; any other is the controller's, as its ServiceAccount's token would make it.
 """
 
 from __future__ import annotations
@@ -13,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import datetime
 import itertools
+import json
+import re
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -22,9 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import attrs
 import httpx
+import jsonschema
 import kmock
+import kubernetes_validate
 import yaml
 
 from autorl.crd import crd_manifest
@@ -35,7 +48,18 @@ from autorl_controller.operator.main import run_operator
 from autorl_controller.operator.manifests import ExperimentRef
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
+from tests.support.chart import render_chart
 from tests.support.infra import serve
+from tests.support.kube_rbac import (
+    Attributes,
+    Authorizer,
+    ServiceAccountUser,
+    forbidden_path_status,
+    forbidden_status,
+    request_verb,
+)
+from tests.support.kube_status import failure
+from tests.support.pod_security import forbidden_pod_status, violations, would_violate_warning
 from tests.support.settings import DeploymentSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,14 +81,111 @@ TICK_S = 0.2
 WAIT_S = 60.0
 
 
+#: The bearer token of the cluster's own components that the tests play (the Job controller, the
+#: kubelet, the scheduler, an administrator's kubectl): they are not the controller, and RBAC and the
+#: schema check pass them by.
+CLUSTER_TOKEN = "emulated-cluster-admin"
+#: The chart's release the controller's ServiceAccount and Roles come from (in the grader's namespace).
+RELEASE = "autorl"
+KUBERNETES_VERSION = kubernetes_validate.latest_version()
+#: Groups whose objects the Kubernetes OpenAPI schema describes (not the CRD's).
+BUILTIN_GROUPS = frozenset({"", "batch", "networking.k8s.io", "apps", "rbac.authorization.k8s.io"})
+#: Resources whose pod template the PodSecurity admission checks (warns; their pods are refused).
+POD_TEMPLATES = {"jobs": ("spec", "template", "spec")}
+
+
+def controller_rbac() -> list[dict[str, Any]]:
+    """The chart's objects for a release whose controller watches :data:`NAMESPACE`, as Helm renders
+    them: the controller's ServiceAccount and Deployment, its Roles and RoleBindings among them."""
+    return render_chart(
+        {"controller": {"watchNamespaces": [NAMESPACE]}}, release=RELEASE, namespace=GRADER_NAMESPACE
+    )
+
+
+def controller_user(manifests: list[dict[str, Any]]) -> ServiceAccountUser:
+    """The user the controller's pod is: its Deployment's ServiceAccount in the release's namespace."""
+    (deployment,) = [
+        doc
+        for doc in manifests
+        if doc["kind"] == "Deployment"
+        and doc["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
+    ]
+    return ServiceAccountUser(GRADER_NAMESPACE, deployment["spec"]["template"]["spec"]["serviceAccountName"])
+
+
+def chart_authorizer(manifests: list[dict[str, Any]] | None = None) -> Authorizer:
+    """RBAC for the controller's ServiceAccount from the chart's rendered manifests (None: render them)."""
+    documents = controller_rbac() if manifests is None else manifests
+    return Authorizer(documents, controller_user(documents))
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: what the API server stores after a merge-patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def field_path(error: jsonschema.ValidationError) -> str:
+    """A schema error's place as the API server writes it: ``spec.template.spec.containers[0].image``."""
+    path = ""
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
+def schema_status(obj: dict[str, Any], group: str, error: jsonschema.ValidationError) -> dict[str, Any]:
+    """The API server's refusal of an object its schema does not admit: an unknown field as strict field
+    validation answers it (400), any other error as validation does (422)."""
+    kind = obj.get("kind", "")
+    name = obj.get("metadata", {}).get("name", "")
+    where = field_path(error)
+    if error.validator == "additionalProperties":
+        fields = [f"{where}.{field}" if where else field for field in re.findall(r"'([^']+)'", error.message)]
+        version = str(obj.get("apiVersion", "")).rsplit("/", 1)[-1]
+        unknown = ", ".join(f'unknown field "{field}"' for field in fields)
+        message = (
+            f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {unknown}'
+        )
+        return failure(400, "BadRequest", message)
+    qualified = f"{kind}.{group}" if group else kind
+    cause = f"Invalid value: {json.dumps(error.instance)}: {error.message}"
+    causes = [{"reason": "FieldValueInvalid", "message": cause, "field": where}]
+    return failure(
+        422,
+        "Invalid",
+        f'{qualified} "{name}" is invalid: {where}: {cause}',
+        {"name": name, "group": group, "kind": kind, "causes": causes},
+    )
+
+
+def _dig(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
 @attrs.define(kw_only=True)
 class ApiServerEmulator(kmock.KubernetesEmulator):
-    """kmock's emulator plus what an API server does on create: uid, resourceVersion, timestamps,
-    and a name from ``generateName`` (kopf posts Events that way)."""
+    """kmock's emulator plus what an API server does on create (uid, resourceVersion, timestamps, a
+    name from ``generateName``: kopf posts Events that way) and what it refuses (:meth:`_refusal`)."""
 
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    #: RBAC of the controller's ServiceAccount; None: every request is allowed.
+    authorizer: Authorizer | None = None
+    #: Namespaces labelled ``pod-security.kubernetes.io/enforce: restricted``.
+    restricted_namespaces: frozenset[str] = frozenset()
 
     async def _handle(self, request: kmock.Request) -> Any:
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return aiohttp.web.json_response(refusal, status=refusal["code"])
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
@@ -72,7 +193,101 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).isoformat())
             meta["resourceVersion"] = str(next(self._versions))
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        warning = self._pod_template_warning(request)
+        if warning is not None and not response.prepared:
+            response.headers.add("Warning", warning)
+        return response
+
+    def _is_cluster(self, request: kmock.Request) -> bool:
+        return any(
+            key.lower() == "authorization" and value == f"Bearer {CLUSTER_TOKEN}"
+            for key, value in request.headers.items()
+        )
+
+    def _attributes(self, request: kmock.Request) -> Attributes | None:
+        """The authorizer's attributes of a resource request; None: a non-resource path."""
+        resource = request.resource
+        if resource is None or resource.group is None or resource.version is None:
+            return None
+        verb = request_verb(str(request.method.value), named=request.name is not None, params=request.params)
+        if resource.plural is None:
+            if request.namespace is None:
+                return None  # /api/v1, /apis/group/version: discovery
+            # /api/v1/namespaces/NAME: the Namespace object itself
+            verb = request_verb(str(request.method.value), named=True, params=request.params)
+            return Attributes(verb, "", "namespaces", None, request.namespace)
+        return Attributes(
+            verb,
+            str(resource.group),
+            str(resource.plural),
+            request.namespace,
+            request.name or "",
+            request.subresource or "",
+        )
+
+    def _refusal(self, request: kmock.Request) -> dict[str, Any] | None:
+        """The Status a real API server answers instead of serving the request, or None."""
+        controller = self.authorizer is not None and not self._is_cluster(request)
+        attributes = self._attributes(request)
+        if controller and self.authorizer is not None:
+            if attributes is None:
+                verb = request_verb(str(request.method.value), named=True, params=request.params)
+                if not self.authorizer.allows_path(verb, request.url.path):
+                    return forbidden_path_status(verb, request.url.path, self.authorizer.user)
+            elif not self.authorizer.allows(attributes):
+                return forbidden_status(attributes, self.authorizer.user)
+        if attributes is None or not isinstance(request.data, dict):
+            return None
+        if attributes.verb == "create" and attributes.resource == "pods" and not attributes.subresource:
+            name = request.data.get("metadata", {}).get("name") or ""
+            if request.namespace in self.restricted_namespaces:
+                found = violations(request.data.get("spec") or {})
+                if found:
+                    return forbidden_pod_status(name, found)
+        if (
+            controller
+            and attributes.group in BUILTIN_GROUPS
+            and attributes.verb in ("create", "patch", "update")
+        ):
+            written = self._written(request, attributes)
+            if written is not None:
+                try:
+                    kubernetes_validate.validate(written, KUBERNETES_VERSION, strict=True)
+                except jsonschema.ValidationError as error:
+                    return schema_status(written, attributes.group, error)
+        return None
+
+    def _written(self, request: kmock.Request, attributes: Attributes) -> dict[str, Any] | None:
+        """The object as the API server would store it after this request."""
+        resource = request.resource
+        assert resource is not None
+        if attributes.verb == "patch":
+            key = (resource, request.namespace, str(request.name))
+            if key not in self.objects or self.objects[key].deleted:
+                return None  # the emulator answers 404
+            written = dict(merge_patch(self.objects[key].raw, request.data))
+        else:
+            written = dict(request.data)
+        # A body may leave its type out: the API server takes it from the path (kopf's Events do).
+        group_version = f"{resource.group}/{resource.version}" if resource.group else str(resource.version)
+        written.setdefault("apiVersion", group_version)
+        written.setdefault("kind", self.resources[f"{group_version}/{resource.plural}"].kind)
+        return written
+
+    def _pod_template_warning(self, request: kmock.Request) -> str | None:
+        """The PodSecurity admission's warning for a workload whose pods it would refuse."""
+        resource = request.resource
+        if (
+            resource is None
+            or request.namespace not in self.restricted_namespaces
+            or request.action != kmock.action.CREATE
+            or not isinstance(request.data, dict)
+            or resource.plural not in POD_TEMPLATES
+        ):
+            return None
+        found = violations(_dig(request.data, POD_TEMPLATES[str(resource.plural)]) or {})
+        return would_violate_warning(found) if found else None
 
 
 def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
@@ -483,10 +698,14 @@ async def operator_platform(
     """The grader on ``grader_port``, the emulated API with the CRD, and the operator watching
     :data:`NAMESPACE` with ``shared`` as its shared volume, ready; stopped on exit."""
     with serve(create_app(grader_settings), port=grader_port) as grader:
-        async with ApiServerEmulator() as emulator, kmock.Server(emulator):
+        emulator = ApiServerEmulator(
+            authorizer=chart_authorizer(), restricted_namespaces=frozenset({NAMESPACE})
+        )
+        async with emulator, kmock.Server(emulator):
             declare_resources(emulator)
             api_url = str(emulator.url).rstrip("/")
-            async with httpx.AsyncClient(base_url=api_url) as kube:
+            cluster = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
+            async with httpx.AsyncClient(base_url=api_url, headers=cluster) as kube:
                 crd = await kube.post(
                     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd_manifest()
                 )
