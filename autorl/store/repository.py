@@ -69,6 +69,12 @@ def experiment_by_token(session: Session, token: str) -> Experiment | None:
     return session.scalar(select(Experiment).where(Experiment.token_hash == hash_token(token)))
 
 
+def recent_token_hashes(session: Session, limit: int) -> list[str]:
+    """The token hashes of the ``limit`` experiments registered last, oldest first."""
+    stmt = select(Experiment.token_hash).order_by(Experiment.id.desc()).limit(limit)
+    return list(reversed(session.scalars(stmt).all()))
+
+
 def list_experiments(session: Session) -> Sequence[Experiment]:
     return session.scalars(select(Experiment).order_by(Experiment.id)).all()
 

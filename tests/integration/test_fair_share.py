@@ -53,16 +53,15 @@ class Tenants:
     database_url: str
     a: RegisteredExperiment
     b: RegisteredExperiment
+    home: Path
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-@pytest.fixture
-def tenants(tmp_path: Path, tiny_base_model: Path) -> Iterator[Tenants]:
-    port, admin_token = free_port(), secrets.token_hex(16)
-    home = tmp_path / "home"
+def grader_command(home: Path, port: int, admin_token: str) -> tuple[list[str], dict[str, str]]:
+    """`autorl grader` on SQLite in ``home`` with the tests' small fair share: command and environment."""
     unset = ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE")
     env = {
         **{name: value for name, value in os.environ.items() if name not in unset},
@@ -73,7 +72,14 @@ def tenants(tmp_path: Path, tiny_base_model: Path) -> Iterator[Tenants]:
         "AUTORL_AGENT_REQUEST_BURST": str(BURST),
         "AUTORL_AGENT_REQUESTS_IN_FLIGHT": str(IN_FLIGHT),
     }
-    command = [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    return [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env
+
+
+@pytest.fixture
+def tenants(tmp_path: Path, tiny_base_model: Path) -> Iterator[Tenants]:
+    port, admin_token = free_port(), secrets.token_hex(16)
+    home = tmp_path / "home"
+    command, env = grader_command(home, port, admin_token)
     with (
         grader_process(command, env, [f"http://127.0.0.1:{port}"]),
         httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client,
@@ -82,7 +88,7 @@ def tenants(tmp_path: Path, tiny_base_model: Path) -> Iterator[Tenants]:
             register(client, Operator(admin_token), tiny_base_model, make_workspace(tmp_path), task="arith")  # type: ignore[arg-type]
             for _ in range(2)
         )
-        yield Tenants(port, admin_token, f"sqlite:///{home / 'autorl.db'}", a, b)
+        yield Tenants(port, admin_token, f"sqlite:///{home / 'autorl.db'}", a, b, home)
 
 
 def get(tenants: Tenants, path: str, source: str = "127.0.0.1", **kwargs: Any) -> httpx.Response:
@@ -191,6 +197,27 @@ def test_made_up_tokens_are_held_to_their_address_share(tenants: Tenants) -> Non
     # A token the grader knows, from the same address, is its experiment's, not the address's.
     assert get(tenants, f"{tenants.a.url_path}/time", source="127.0.0.2").status_code == 200
     assert get(tenants, f"/a/{secrets.token_hex(16)}/time", source="127.0.0.3").status_code == 401
+
+
+def test_a_grader_that_did_not_register_an_experiment_knows_its_token_before_its_first_request(
+    tenants: Tenants,
+) -> None:
+    """A restarted grader, or a second replica, knows every experiment's token from the database: a
+    client sharing the experiments' address (agents of one host behind their relays) cannot spend,
+    with made-up tokens, an address budget that the experiments' own first requests would be charged
+    to."""
+    port = free_port()
+    command, env = grader_command(tenants.home, port, tenants.admin_token)
+    with grader_process(command, env, [f"http://127.0.0.1:{port}"]):
+        url = f"http://127.0.0.1:{port}"
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as client:
+            made_up = [
+                client.get(f"{url}/a/{secrets.token_hex(16)}/time").status_code for _ in range(BURST + 1)
+            ]
+            assert made_up == [401] * BURST + [429]
+            for experiment in (tenants.a, tenants.b):
+                assert client.get(f"{url}{experiment.url_path}/time").status_code == 200
+                assert client.get(f"{url}/scores", headers=experiment.bearer).status_code == 200
 
 
 def test_under_one_experiments_flood_another_the_admin_api_and_a_write_stay_fast(tenants: Tenants) -> None:

@@ -110,6 +110,23 @@ def test_budgets_kept_are_bounded() -> None:
     assert len(fair._known) <= 50
 
 
+def test_a_budget_with_requests_in_flight_is_never_dropped_for_room() -> None:
+    """Made-up tokens from many addresses fill the budgets kept; an experiment's requests still in
+    flight keep its budget, so that dropping it never gives the experiment more places at once."""
+    fair, _ = share(max_keys=50)
+    held = [fair.admit(TOKEN, "10.0.0.1") for _ in range(BUDGET.in_flight)]
+    assert all(isinstance(h, Admission) for h in held)
+    for index in range(1000):
+        admitted(fair.admit(repo.hash_token(f"spray-{index}"), f"10.1.{index // 250}.{index % 250}"))
+    assert len(fair._buckets) <= 50
+    refused = fair.admit(TOKEN, "10.0.0.1")
+    assert isinstance(refused, Refusal) and refused.retry_after_s == IN_FLIGHT_RETRY_AFTER_S
+    for admission in held:
+        assert isinstance(admission, Admission)
+        admission.release()
+    admitted(fair.admit(TOKEN, "10.0.0.1"))
+
+
 @pytest.mark.parametrize(
     ("path", "headers", "token"),
     [

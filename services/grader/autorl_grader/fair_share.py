@@ -9,13 +9,17 @@ most its share of the grader's threads, CPU and database, and the others keep th
 
 Whose budget a request is charged to comes from the request alone, never from the database: the
 experiment token of the capability URL ``/a/<token>/...`` or of ``Authorization: Bearer``, as its
-hash (``repo.hash_token``). A token that the grader has found in its database (:meth:`FairShare.know`,
-called where a request is authenticated and where an experiment is registered) is charged to its
-own budget only. Any other request (no token, or one the grader has not matched) is charged to its
-token's budget, if it has one, and also to a budget of its client address, so that a client sending
-a new made-up token with each request is held to its address's share. Budgets are kept for at most
-:data:`BUDGET_KEYS` keys (the least recently used are dropped), so that a client cannot grow the
-grader's memory by inventing tokens or addresses.
+hash (``repo.hash_token``). A token that the grader has found in its database is charged to its own
+budget only: :meth:`FairShare.know` is called where a request is authenticated and where an
+experiment is registered, and :meth:`FairShare.know_all` with every experiment's token when the
+grader starts and on each pass of its reconciler, so that a restarted grader or another replica
+knows the experiments it did not register before their first requests. Any other request (no
+token, or one the grader has not matched) is charged to its token's budget, if it has one, and also
+to a budget of its client address, so that a client sending a new made-up token with each request
+is held to its address's share. Budgets are kept for at most :data:`BUDGET_KEYS` keys (the least
+recently used with no request in flight are dropped), so that a client cannot grow the grader's
+memory by inventing tokens or addresses, nor win its experiment's places in flight anew by having
+its budget dropped.
 
 A refusal is answered after a pause (the ``Retry-After`` it names, at most
 :data:`REFUSAL_PAUSE_S`): a client that sends its next request as soon as it is answered, on as
@@ -138,6 +142,11 @@ class FairShare:
             while len(self._known) > self.max_keys:
                 self._known.popitem(last=False)
 
+    def know_all(self, token_hashes: Collection[str]) -> None:
+        """Every one of these tokens was found in the database (oldest first)."""
+        for token_hash in token_hashes:
+            self.know(token_hash)
+
     def forget(self, token_hash: str) -> None:
         """The token matched no experiment (unknown or revoked)."""
         with self._lock:
@@ -168,11 +177,20 @@ class FairShare:
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = Bucket(tokens=float(self.budget.burst), updated=now)
-            while len(self._buckets) > self.max_keys:
-                self._buckets.popitem(last=False)
+            self._make_room()
         else:
             self._buckets.move_to_end(key)
         return bucket
+
+    def _make_room(self) -> None:
+        """Drops the least recently used budgets past :attr:`max_keys`, never one with requests in
+        flight: a budget dropped and made anew would give its key its places at once again. Those
+        in flight are few (each holds a connection, and connections are capped)."""
+        while len(self._buckets) > self.max_keys:
+            idle = next((key for key, kept in self._buckets.items() if not kept.in_flight), None)
+            if idle is None:
+                return
+            del self._buckets[idle]
 
     def _refusal(self, wait_s: float, *, by_address: bool) -> Refusal:
         retry_after = max(1, math.ceil(wait_s))

@@ -87,6 +87,7 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
         state.db.wait_until_ready()
         if run_migrations:
             migrate(state.db)
+        state.know_experiment_tokens()
         reconciler = Reconciler(state, settings.reconcile_interval_s) if reconcile else None
         if reconciler:
             reconciler.start()

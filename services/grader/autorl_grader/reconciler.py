@@ -1,5 +1,6 @@
 """Makes sure nothing is lost: requeues what a dead worker held, and feeds the queue from the
-database in fair order (what Redis lost, and each experiment's next job)."""
+database in fair order (what Redis lost, and each experiment's next job); the fair share learns
+the tokens of experiments that another replica registered."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ class Reconciler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
             try:
+                self.state.know_experiment_tokens()
                 reconcile_once(self.state)
             except ServiceUnavailableError as exc:
                 log.warning("event=reconcile_skipped reason=%s", exc)

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from autorl.queue import Dispatcher, make_dispatcher
 from autorl.store import Database, Experiment
+from autorl.store import repository as repo
 from autorl_grader.answer_cache import AnswerCache
 from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.fair_share import Budget, FairShare
@@ -52,6 +53,14 @@ class GraderState:
             )
         )
         self.agent_threads = CapacityLimiter(settings.agent_threads)
+
+    def know_experiment_tokens(self) -> None:
+        """The fair share learns every experiment's token from the database (those of the latest
+        experiments, as many as it keeps): the ones another replica registered, or registered before
+        this process started, are charged to their own budgets from their first request."""
+        with self.db.read_session() as session:
+            hashes = repo.recent_token_hashes(session, self.fair_share.max_keys)
+        self.fair_share.know_all(hashes)
 
     def forget_experiment(self, name: str) -> None:
         """After this process changed the experiment's row (finish, start, new token)."""
