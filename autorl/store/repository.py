@@ -317,14 +317,22 @@ def last_submit_time(session: Session, experiment: Experiment) -> datetime | Non
 
 
 def reusable_result(
-    session: Session, experiment: Experiment, fingerprint: str, split: Split = Split.TEST
+    session: Session,
+    experiment: Experiment,
+    fingerprint: str,
+    split: Split = Split.TEST,
+    *,
+    for_baseline: bool = False,
 ) -> Submission | None:
     """A scored evaluation of identical files on ``split`` under the experiment's evaluation
-    settings whose score the experiment may take: its own (the earliest), else a baseline of its
-    base model. Another
-    experiment's checkpoints are never reused: a score at once would tell an agent that someone
-    else had submitted exactly these files. A baseline tells nothing: it measures the base model
-    every experiment on that model is given."""
+    settings whose score the experiment may take: its own (the earliest), else, for its baseline
+    (``for_baseline``), a baseline of its base model. Another experiment's checkpoints are never
+    reused: a score at once would tell an agent that someone else had submitted exactly these
+    files. Nor is another experiment's baseline reused for the agent's own submission (a copy of
+    the base model): scored at once while the experiment's own baseline is still being evaluated,
+    it would tell the agent that another experiment's evaluation of the base model had just ended.
+    A baseline tells nothing when it is the experiment's: it measures the base model every
+    experiment on that model is given, before the agent's budget, and its times are not shown."""
     base_model_baseline = and_(
         Submission.is_baseline.is_(True),
         Submission.experiment_id.in_(select(Experiment.id).where(Experiment.model == experiment.model)),
@@ -336,7 +344,9 @@ def reusable_result(
             Submission.split == split,
             Submission.fingerprint == fingerprint,
             Submission.status == SubmissionStatus.SCORED,
-            or_(Submission.experiment_id == experiment.id, base_model_baseline),
+            or_(Submission.experiment_id == experiment.id, base_model_baseline)
+            if for_baseline
+            else Submission.experiment_id == experiment.id,
         )
         .order_by(Submission.experiment_id != experiment.id, Submission.id)
         .limit(1)
@@ -419,7 +429,7 @@ def create_submission(
     )
     earlier = session.get(Submission, reuse_from) if reuse_from is not None else None
     if earlier is None or earlier.status != SubmissionStatus.SCORED or earlier.split != split:
-        earlier = reusable_result(session, experiment, fingerprint, split)
+        earlier = reusable_result(session, experiment, fingerprint, split, for_baseline=is_baseline)
     if earlier is not None:
         take_score(submission, earlier)
     else:

@@ -290,3 +290,37 @@ def test_a_test_mode_baseline_shows_its_agent_no_time_either(
     add_submission(db, run.name, scores=scores(12.5), baseline=True)
     base = agent_get(grader, agent_of(run), "/submissions/0")
     assert base["score"] == 12.5 and base["timestamp"] is None and base["eval_seconds"] is None
+
+
+def test_nothing_of_a_baseline_or_a_copy_of_the_base_tells_that_another_experiment_measured_it(
+    db: Database, grader: httpx.Client, tmp_path: Path
+) -> None:
+    """Experiments of one base model share its baseline's score, never the news of it: a baseline
+    reused from another experiment's looks as one evaluated for its own (its attempts too), and a
+    copy of the base model submitted while the agent's own baseline is still being evaluated waits
+    for that one, not for whichever experiment's baseline is scored first."""
+
+    def of_one_base(folder: str) -> SeededExperiment:
+        run = create_experiment(db, tmp_path / folder)
+        with db.session() as session:
+            repo.get_experiment(session, run.name).eval_key = "one base, one evaluation"
+        return run
+
+    waiting = of_one_base("waiting")
+    own_baseline = add_submission(db, waiting.name, baseline=True, files="the base model")
+    measured = of_one_base("measured")
+    add_submission(db, measured.name, baseline=True, files="the base model", scores=scores(12.5))
+    later = of_one_base("later")
+    add_submission(db, later.name, baseline=True, files="the base model")
+    evaluated, reused = (agent_get(grader, agent_of(run), "/submissions/0") for run in (measured, later))
+    assert evaluated["score"] == reused["score"] == 12.5
+    assert evaluated == {
+        **reused,
+        "submission_id": evaluated["submission_id"],
+        "model_path": evaluated["model_path"],
+    }
+
+    copy = add_submission(db, waiting.name, files="the base model")
+    with db.read_session() as session:
+        assert session.get(Submission, copy).waits_for == own_baseline
+    assert agent_get(grader, agent_of(waiting), "/submissions/1")["status"] == "queued"

@@ -178,7 +178,9 @@ def agent_submission_view(
     work before the agent's budget: its times are null. They would tell what the agent cannot
     otherwise observe: how long the evaluators took for other work then (a sealed experiment's
     test evaluation of the base model, other experiments' baselines queued ahead), or that another
-    experiment had measured the base model before (a score reused at once)."""
+    experiment had measured the base model before (a score reused at once). Nor are its
+    ``attempts`` (0 where its score was another experiment's, 1 or more where it was evaluated
+    for this one): shown as 0."""
     totals = totals or ExperimentTotals.read(session, experiment)
     fields = _submission_fields(session, experiment, submission, totals)
     number = agent_number(experiment, submission)
@@ -190,7 +192,7 @@ def agent_submission_view(
         reused_from=agent_reused_from(session, experiment, submission),
     )
     if submission.is_baseline:
-        fields.update(dict.fromkeys(TIME_FIELDS))
+        fields.update(dict.fromkeys(TIME_FIELDS), attempts=0)
     return SubmissionAnswer(**fields)
 
 
