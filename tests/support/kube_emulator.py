@@ -239,12 +239,11 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 return forbidden_status(attributes, self.authorizer.user)
         if attributes is None or not isinstance(request.data, dict):
             return None
-        if attributes.verb == "create" and attributes.resource == "pods" and not attributes.subresource:
-            name = request.data.get("metadata", {}).get("name") or ""
-            if request.namespace in self.restricted_namespaces:
-                found = violations(request.data.get("spec") or {})
-                if found:
-                    return forbidden_pod_status(name, found)
+        creates_pod = attributes.verb == "create" and attributes.combined_resource == "pods"
+        if creates_pod and request.namespace in self.restricted_namespaces:
+            found = violations(request.data.get("spec") or {})
+            if found:
+                return forbidden_pod_status(request.data.get("metadata", {}).get("name") or "", found)
         if (
             controller
             and attributes.group in BUILTIN_GROUPS
