@@ -37,6 +37,7 @@ from autorl_agent_runner.sandbox.egress import (
 )
 from autorl_agent_runner.sandbox.filesystem_view import FilesystemView, ViewError
 from autorl_agent_runner.sandbox.plan import missing_protections_warning
+from tests.support.requirements import require
 
 TOKEN = "tok-123"
 
@@ -306,8 +307,7 @@ print(json.dumps(got))
 def test_the_kernel_refuses_non_public_destinations_at_once_and_lets_the_rest_out() -> None:
     """The ruleset as the agent's namespace gets it, in a real kernel: a refused destination fails
     at once (no route to host, or permission denied for IPv6), an allowed or public one leaves."""
-    if not all(shutil.which(tool) for tool in ("unshare", "ip", "nft")):
-        pytest.skip("needs unshare, ip and nft")
+    require(all(shutil.which(tool) for tool in ("unshare", "ip", "nft")), "needs unshare, ip and nft")
     allowed = [allowed_network("192.168.7.0/24")]
     rules = firewall_rules(refused_destinations(["203.0.113.50"]), allowed)
     unicast = [a for a in NON_PUBLIC_PROBES if not ipaddress.ip_address(a).is_multicast]
@@ -321,8 +321,8 @@ def test_the_kernel_refuses_non_public_destinations_at_once_and_lets_the_rest_ou
          *unicast, "10.0.2.2", "203.0.113.50", *leaving],
         input=rules, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    if done.returncode != 0 and "Operation not permitted" in done.stderr:
-        pytest.skip(f"no user and network namespace here: {done.stderr.strip()[-200:]}")
+    unprivileged = done.returncode != 0 and "Operation not permitted" in done.stderr
+    require(not unprivileged, f"no user and network namespace here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     refused = {a: got[a] for a in [*unicast, "10.0.2.2", "203.0.113.50"]}

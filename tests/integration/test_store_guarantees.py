@@ -61,7 +61,7 @@ def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) ->
 def test_concurrent_submits_never_exceed_the_limit(
     settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
-    # Every submit in flight at once: the limit, not the fair share (tests/integration/test_fair_share.py), refuses.
+    # Every submit in flight at once: the limit refuses, not the fair share (test_fair_share.py).
     settings = settings.model_copy(update={"agent_requests_in_flight": CONCURRENT_SUBMITS})
     app = create_app(settings, reconcile=False)
     with serve(app) as grader, TestClient(app) as admin:

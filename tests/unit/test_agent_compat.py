@@ -195,8 +195,9 @@ def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None
     # Every score carries its interval and its comparison with the baseline, as answered.
     assert written[1]["interval"] == [40.4, 59.6] and written[1]["comparison"] == comparison
     assert written[0]["interval"] is None and written[0]["comparison"] is None
-    # Each object as the grader answers it: its fields, none added ("queue_position" only while queued).
-    assert set(written[0]) == set(SubmissionAnswer.model_fields) - {"queue_position"}
+    # Each object as the grader answers it: its fields, none added ("queue_position" only while queued,
+    # "number" only in the admin API's answers).
+    assert set(written[0]) == set(SubmissionAnswer.model_fields) - {"queue_position", "number"}
     write_scores(workspace, [])
     assert json.loads(workspace.scores.read_text()) == []
 

@@ -33,7 +33,9 @@ def test_the_fuzzing_section_states_the_recorded_cases_and_outcome() -> None:
 
 
 def test_the_load_section_states_each_measured_version() -> None:
-    runs = _results("grader_load")["runs"]
+    # The throughput runs (the fair share's run is PERFORMANCE.md's: tests/unit/test_generated_docs.py).
+    runs = {label: run for label, run in _results("grader_load")["runs"].items() if "bare_time" in run}
+    assert runs
     text = _sections().load_table()
     for label, run in runs.items():
         assert (

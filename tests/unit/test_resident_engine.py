@@ -72,6 +72,11 @@ def test_the_engine_key_follows_config_tokenizer_and_engine_arguments(
     template = other_weights / "tokenizer_config.json"
     template.write_text(template.read_text().replace("assistant", "helper"))
     assert engine_state_key(tiny_base_model, {}) != engine_state_key(other_weights, {})
+    # A file in a folder beside the weights (transformers reads additional_chat_templates/) too.
+    nested = shutil.copytree(tiny_base_model, tmp_path / "nested")
+    (nested / "additional_chat_templates").mkdir()
+    (nested / "additional_chat_templates" / "tool_use.jinja").write_text("{{ messages }}")
+    assert engine_state_key(tiny_base_model, {}) != engine_state_key(nested, {})
 
 
 def test_the_engine_key_is_the_workers_one_resident_state_key(tiny_base_model: Path) -> None:

@@ -11,7 +11,8 @@ snapshot keeps the base model's); two experiments' bases may differ in a single 
 them, and then the second must not run with the first's. So the key covers every file of the
 model folder except the weights and their shard index (how a checkpoint is sharded is the
 submission's choice; the weights are swapped in for each evaluation), by name and content, and
-the settings given.
+the settings given. Folders are walked whole (``additional_chat_templates/`` and whatever a
+later library reads from beside the weights), each file named by its path in the folder.
 
 Standard library only: the resident engine's server runs in another Python (vLLM's environment)
 and loads this file by its path.
@@ -34,8 +35,9 @@ def resident_state_key(model_dir: Path, settings: Mapping[str, object]) -> str:
     model the other left resident, once the weights are swapped."""
     digest = hashlib.sha256(b"resident-state-v1\0")
     digest.update(json.dumps(dict(settings), sort_keys=True, default=str).encode() + b"\0")
-    for path in sorted(model_dir.iterdir()):
+    for path in sorted(model_dir.rglob("*")):
         if path.is_file() and not path.name.endswith(WEIGHT_FILE_SUFFIXES):
             content = path.read_bytes()
-            digest.update(f"{path.name}\0{len(content)}\0".encode() + content)
+            name = path.relative_to(model_dir).as_posix()
+            digest.update(f"{name}\0{len(content)}\0".encode() + content)
     return digest.hexdigest()
