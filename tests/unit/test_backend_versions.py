@@ -123,11 +123,17 @@ def test_the_worker_s_commands_are_absolute_wherever_they_are_run_from(
 ) -> None:
     """The engine, OpenCompass and the version question each run in a folder of their own: a
     relative setting means the worker's folder, a bare name the PATH's, and a venv's link stays
-    the venv's (not resolved to its base interpreter)."""
+    the venv's (not resolved to its base interpreter). The default OpenCompass command is the
+    repository's, never the working folder's."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTORL_OPENCOMPASS_BIN", raising=False)
     venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "env")
     settings = WorkerSettings(vllm_python=Path("env/bin/python"))
     assert settings.vllm_python == tmp_path / "env" / "bin" / "python"
-    assert settings.opencompass_bin == tmp_path / ".venv-opencompass" / "bin" / "opencompass"
+    assert settings.opencompass_bin == REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
+    assert (
+        WorkerSettings(opencompass_bin=Path("oc/bin/opencompass")).opencompass_bin
+        == tmp_path / "oc" / "bin" / "opencompass"
+    )
     monkeypatch.setenv("PATH", str(tmp_path / "env" / "bin"))
     assert WorkerSettings(vllm_python=Path("python")).vllm_python == tmp_path / "env" / "bin" / "python"

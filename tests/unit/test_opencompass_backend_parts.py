@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autorl.errors import EvaluationError
+from autorl.errors import EVALUATOR_FAULT_PREFIX, EvaluationError
+from autorl.eval_config import EvalConfig
+from autorl.tasks import get_task
 from autorl.tasks.base import Problem
 from autorl_evaluator.backends.hf.opencompass_chat import cut_at_stop_words, opencompass_messages
 from autorl_evaluator.backends.opencompass.backend import (
@@ -205,6 +207,29 @@ def test_an_engine_that_could_not_start_is_the_evaluators_fault(tmp_path: Path) 
     assert engine_fault(tmp_path)
     message = agent_message(EvaluatorFaultError("vLLM could not start the model on this worker's GPUs"))
     assert message.startswith("evaluator error (not your checkpoint's fault; it does not count")
+
+
+def test_a_missing_opencompass_command_is_the_evaluators_fault_from_any_folder(
+    tiny_base_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from a folder outside the repository: the default command is still the repository's
+    (`make setup`'s), and a command that is not there fails the evaluation at once as the
+    evaluator's fault (not counted against the submission), naming the command and the fix."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTORL_OPENCOMPASS_BIN", raising=False)
+    repository = Path(__file__).resolve().parents[2]
+    assert WorkerSettings().opencompass_bin == repository / ".venv-opencompass" / "bin" / "opencompass"
+    missing = tmp_path / "nowhere" / "bin" / "opencompass"
+    config = EvalConfig(task="arith", backend="opencompass", max_new_tokens=8, limit=1)
+    problem = Problem(question="What is 1 + 1?", answer="1 + 1 = 2\n#### 2")
+    with pytest.raises(EvaluatorFaultError) as failure:
+        OpenCompassBackend().evaluate(
+            tiny_base_model, get_task("arith"), [problem], config, WorkerSettings(opencompass_bin=missing)
+        )
+    message = agent_message(failure.value)
+    assert message.startswith(f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault")
+    assert str(missing) in message and "AUTORL_OPENCOMPASS_BIN" in message
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_the_fit_is_read_from_the_gpus_and_the_weights(

@@ -29,6 +29,14 @@ def absolute_command(command: Path) -> Path:
     return Path(os.path.abspath(found or command))
 
 
+def installed_opencompass_command() -> Path:
+    """The default ``opencompass`` command: the one ``make setup`` installs in the repository this
+    package is installed from (``.venv-opencompass`` beside ``services/``), whatever folder the
+    worker runs in. An installation outside the repository (an image) sets AUTORL_OPENCOMPASS_BIN."""
+    repository = Path(__file__).resolve().parents[3]
+    return repository / ".venv-opencompass" / "bin" / "opencompass"
+
+
 class WorkerSettings(PlatformSettings):
     """How this worker evaluates: its device, backend command and claims. The evaluation config an
     experiment recorded (backend, limit, tokens, timeout, batch) takes precedence per job."""
@@ -72,9 +80,10 @@ class WorkerSettings(PlatformSettings):
         "then keeps within it; unset: start at once, batch from all free memory.",
     )
     opencompass_bin: Path = Field(
-        default=Path(".venv-opencompass/bin/opencompass"),
-        validate_default=True,
-        description="The opencompass command of its own venv (a relative path is the worker's folder's).",
+        default_factory=installed_opencompass_command,
+        description="The opencompass command of its own venv; by default the repository's "
+        "`.venv-opencompass` (found from this package's location, never the working folder); a relative "
+        "path set here is the worker's folder's.",
     )
     vllm_python: Path | None = Field(
         default=None,

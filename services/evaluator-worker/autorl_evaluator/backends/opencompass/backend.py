@@ -478,14 +478,13 @@ def summary_agrees(summary: float, recomputed: float) -> bool:
 
 
 def _opencompass_command(configured: Path) -> Path:
+    """The opencompass command to run (absolute: WorkerSettings makes it so). A missing one is the
+    evaluator's fault, never the checkpoint's."""
     command = configured.expanduser()
-    if not command.is_absolute():
-        # Relative to where the worker was started (the repository root in development).
-        command = Path.cwd() / command
     if not command.is_file():
-        raise EvaluationError(
-            f"the opencompass command {command} does not exist; build its environment with "
-            "`make .venv-opencompass/.installed` or point AUTORL_OPENCOMPASS_BIN at it"
+        raise EvaluatorFaultError(
+            f"the evaluator's opencompass command {command} does not exist; build its environment with "
+            "`make .venv-opencompass/.installed` in the repository or point AUTORL_OPENCOMPASS_BIN at it"
         )
     return command
 
