@@ -213,8 +213,8 @@ class PlatformSettings(EvaluationSettings):
 
     local_mode: bool = Field(
         default=False,
-        description="Single-machine mode (`autorl run`): allows an empty admin token and Redis or Postgres "
-        "URLs without a password.",
+        description="Single-machine mode (`autorl run`): allows any admin token (`autorl grader` makes "
+        "one where none is set) and Redis or Postgres URLs without a password.",
     )
 
     redis_url: str | None = Field(

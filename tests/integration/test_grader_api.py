@@ -850,16 +850,22 @@ def test_single_machine_sqlite_store_enforces_the_deadline(
     make_settings: Callable[..., DeploymentSettings], tiny_base_model: Path, tmp_path: Path
 ) -> None:
     """SQLite (the single-machine default) keeps no time zone; deadlines must still compare."""
-    settings = make_settings(admin_token="", local_mode=True, submit_wait_s=0.0)
+    settings = make_settings(local_mode=True, submit_wait_s=0.0)
     assert (settings.database_url or "").startswith("sqlite")
     with TestClient(create_app(settings, reconcile=False)) as client:
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-        client.post(f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 60})
+        client.post(
+            f"/v1/experiments/{experiment.name}/start",
+            json={"timeout_s": 60},
+            headers=admin_headers(settings),
+        )
         copy_model(tiny_base_model, experiment.output_dir / "in-time", unique=True)
         assert submit(client, experiment, "output/in-time").status_code == 202
         remaining = client.get(f"{experiment.url_path}/time").json()["remaining_s"]
         assert 0 < remaining <= 60
-        client.post(f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1})
+        client.post(
+            f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings)
+        )
         time.sleep(1.2)
         copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
         assert submit(client, experiment, "output/late").status_code == 403

@@ -32,12 +32,13 @@ def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> 
 
     from autorl.cli import UsageError
     from autorl_grader.http_server import AnsweringH11Protocol, ConnectionLimits
+    from autorl_grader.local_admin_token import with_local_admin_token
     from autorl_grader.main import create_app
     from autorl_grader.ports import AgentPortGuard
     from autorl_grader.settings import GraderSettings
 
     protocol = AnsweringH11Protocol.limited(limits or ConnectionLimits())
-    settings = GraderSettings()
+    settings = with_local_admin_token(GraderSettings())
     app = create_app(settings)
     if args.admin_port is None:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol)
