@@ -30,6 +30,17 @@ def check_seconds(flag: str, value: float, *, example: int, zero: bool = False) 
         raise UsageError(f"{flag} must be {kind} such as {example}, not {value:g}")
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` that shows each option's default, where it has one its help does not already name."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == []
+        if not action.option_strings or unset or action.default is argparse.SUPPRESS or "default" in text:
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autorl",
@@ -47,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
             missing.set_defaults(func=_unavailable(ep.name, exc))
             continue
         register(sub)
+    for command in sub.choices.values():
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 

@@ -121,12 +121,28 @@ def select_runs(rows: list[ResultRow], wanted: Sequence[str]) -> list[ResultRow]
         if not hits:
             raise UsageError(f"no run {given!r} in results.csv; list the runs with `autorl results`")
         if len(hits) > 1:
-            raise UsageError(
-                f"{given!r} matches {len(hits)} runs ({', '.join(r.run_id for r in hits[:5])}); "
-                "give more of the id"
-            )
+            raise UsageError(f"{given!r} matches {len(hits)} runs ({_listed(hits)}); give more of the id")
         chosen[hits[0].run_id] = hits[0]
     return [row for row in rows if row.run_id in chosen]
+
+
+#: How many of the runs an ambiguous prefix matches its refusal names; the rest are counted.
+LISTED_MATCHES = 5
+
+
+def _listed(rows: Sequence[ResultRow]) -> str:
+    """The run ids of ``rows``, the first :data:`LISTED_MATCHES` named and the rest counted."""
+    named = ", ".join(row.run_id for row in rows[:LISTED_MATCHES])
+    rest = len(rows) - LISTED_MATCHES
+    return f"{named} and {rest} more" if rest > 0 else named
+
+
+def no_store(database_url: str) -> bool:
+    """Whether the store is a SQLite file that does not exist (a home where nothing ran yet): reading
+    it would create an empty database and fail on its missing tables."""
+    return (
+        database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).is_file()
+    )
 
 
 #: Report metrics shown beside the results row when comparing runs (from each run's metrics.json).
@@ -179,7 +195,7 @@ def _from_store(database_url: str, run_ids: Sequence[str], read: Callable[[Exper
 
     from autorl.store import Database, Experiment
 
-    if database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).is_file():
+    if no_store(database_url):
         return {}  # no store in this home (nothing created one to read)
     db = Database(database_url)
     try:
@@ -528,6 +544,11 @@ def _report(args: argparse.Namespace) -> int:
     settings = _home_settings(args.home)
     given = Path(args.run)
     run_id = given.name if given.is_dir() else args.run
+    if no_store(settings.database_url):
+        raise UsageError(
+            f"no runs recorded yet in {settings.home} (it has no database): start one with `autorl run`, "
+            "list them with `autorl results`"
+        )
     try:
         report = report_run(settings, run_id, time.time())
     except NotFoundError as exc:

@@ -276,6 +276,29 @@ def test_results_compare_refuses_unknown_and_ambiguous_runs(
     assert "matches 2 runs" in capsys.readouterr().err
 
 
+def test_an_ambiguous_prefix_names_the_runs_it_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every run the refusal counts is named, or counted as "and N more": never "6 runs" and 5 names."""
+    ids = [f"20261130-1{hour}{minute}500-arith-aaaaa{minute}" for hour in (0, 1) for minute in range(5)][:7]
+    for run_id in ids:
+        append_row(row(run_id), tmp_path)
+    assert main(["results", "--home", str(tmp_path), "--compare", "20261130-10"]) == 2
+    assert "matches 5 runs (" + ", ".join(ids[:5]) + "); give more" in capsys.readouterr().err
+    assert main(["results", "--home", str(tmp_path), "--compare", "20261130"]) == 2
+    assert "matches 7 runs (" + ", ".join(ids[:5]) + " and 2 more); give more" in capsys.readouterr().err
+
+
+def test_report_in_a_home_where_nothing_ran_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "fresh"
+    assert main(["report", "20261130-101500-arith-aaaaaa", "--home", str(home)]) == 2
+    error = capsys.readouterr().err
+    assert f"no runs recorded yet in {home}" in error and "unreachable" not in error
+    assert not home.exists()  # no empty autorl.db left behind
+
+
 def test_results_compare_refuses_runs_of_different_feedback_modes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

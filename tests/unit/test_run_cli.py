@@ -145,3 +145,24 @@ def test_egress_allowances_become_networks() -> None:
     )
     check_egress(args)
     assert args.egress_allow == [ipaddress.ip_network("192.168.1.0/24"), ipaddress.ip_network("fd12::7/128")]
+
+
+def test_run_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each option of `autorl run` with a default names it in --help (as the flag table in
+    docs/LOCAL.md does): a newcomer sees what leaving a flag out means."""
+    from autorl.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    for shown in (
+        "grader port on 127.0.0.1 (default: 8000)",
+        "local evaluator worker processes (default: 1)",
+        "(default: 600.0)",
+        "(default: 30.0)",
+        "(default: auto)",
+        "(default: test)",
+        "evaluation backend (default hf)",
+    ):
+        assert shown in text, shown
+    assert "(default: None)" not in text and "(default: False)" not in text

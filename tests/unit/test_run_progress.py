@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -115,3 +116,24 @@ def test_agent_strings_are_shown_as_inert_text(terminal: bool) -> None:
     lines = shown.splitlines()
     assert not any(line.lstrip().startswith("submission 99") for line in lines)  # no forged line
     assert sum(escaped in line for line in lines) >= 2  # its own line (or table row) and the status line
+
+
+def test_a_run_whose_agent_never_submitted_ends_with_a_warning_saying_so(tmp_path: Path) -> None:
+    """Its status stays `completed` (the run did end as planned); the summary says why no score."""
+    from autorl_local.experiment import nothing_scored_warning
+
+    finished = experiment_answer(status="completed", baseline_score=0.0)
+    warning = nothing_scored_warning(finished, "completed", tmp_path)
+    assert warning is not None and warning.startswith("the agent submitted nothing")
+    assert str(tmp_path / "agent.log") in warning and "--timeout" in warning
+    failed_all = experiment_answer(total_submissions=2, failed_submissions=2)
+    warning = nothing_scored_warning(failed_all, "completed", tmp_path)
+    assert warning is not None and "none of the agent's 2 submissions was scored" in warning
+    refused = experiment_answer(refused_submissions=1)
+    warning = nothing_scored_warning(refused, "completed", tmp_path)
+    assert warning is not None and warning.startswith("every submit of the agent was refused")
+    assert (
+        nothing_scored_warning(experiment_answer(submissions=1, total_submissions=1), "completed", tmp_path)
+        is None
+    )
+    assert nothing_scored_warning(finished, "failed", tmp_path) is None  # a failure has its own note

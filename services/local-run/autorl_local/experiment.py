@@ -32,7 +32,7 @@ from autorl.api.request_bodies import RegisterExperiment
 from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
-from autorl.layout import runner_log_subpath
+from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
 from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
 from autorl.runs.final_result import result_columns
 from autorl.runs.reports import report_after_run, uncertainty_lines
@@ -537,6 +537,9 @@ class LocalRun:
                 "\n", (f"Run {row.run_id}", "bold"), f" {row.status} in {fmt_duration(row.duration_s)}"
             )
         )
+        warning = nothing_scored_warning(self.last_view, row.status, Path(row.workspace))
+        if warning is not None:
+            console.print(Text(f"  warning      {printable(warning)}", style="bold yellow"))
         # Text throughout, never markup: the note can quote the agent's strings and a service's log.
         lines = [
             *([f"note         {printable(message, multiline=True)}"] if message else []),
@@ -553,6 +556,29 @@ class LocalRun:
         ]
         for line in lines:
             console.print(Text(f"  {line}"))
+
+
+def nothing_scored_warning(view: ExperimentAnswer | None, status: RunStatus, workspace: Path) -> str | None:
+    """The summary's warning for a run that completed with nothing of the agent's scored. Its status
+    stays ``completed`` (the platform did its part; results.csv says ``success`` false): the warning
+    says why there is no best score, where a user would otherwise read a quiet "-"."""
+    if view is None or status != "completed" or view.submissions > 0:
+        return None
+    if view.total_submissions == 0 and view.refused_submissions > 0:
+        return (
+            f"every submit of the agent was refused ({view.refused_submissions} after the grader read its "
+            f"weights), so there is no best score or improvement; see its log {workspace / AGENT_LOG_FILE}"
+        )
+    if view.total_submissions == 0:
+        return (
+            "the agent submitted nothing, so there is no best score or improvement; see its log "
+            f"{workspace / AGENT_LOG_FILE} (an agent that keeps time in reserve before its deadline, as the "
+            "built-in ones do, submits nothing when --timeout is not above that reserve: give it more time)"
+        )
+    return (
+        f"none of the agent's {view.total_submissions} submissions was scored, so there is no best score "
+        f"or improvement; each one's error is in {workspace / SCORES_FILE}"
+    )
 
 
 def final_lines(row: ResultRow) -> list[str]:
