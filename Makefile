@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SERVICES := services/grader services/evaluator-worker services/agent-runner services/agents services/controller services/local-run
 RUN_TIMEOUT ?= 300
 
-.PHONY: setup system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench mutation chart crd images clean help
+.PHONY: setup setup-run system-packages browser vendor-chartjs run test test-containers test-fast reliability lint bench mutation chart crd images clean help
 
 # Each target's line in `make help` is the `## ` comment on its rule (a test checks every target has one).
 help: ## list every target with what it does
@@ -16,20 +16,29 @@ help: ## list every target with what it does
 
 # The three Python environments install side by side (each pip process mostly waits on one core or
 # on the disk); the system packages and the browser one after the other (apt-get takes one lock).
-setup: system-packages browser ## install everything: system packages, the three Python environments, the browser
+setup: system-packages browser ## install everything the tests need: system packages, the three Python environments, the browser
 	@echo "make setup: the Python environments $(VENV), $(AGENT_VENV) and $(OC_VENV), side by side (each one's output once it is done)"
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(VENV)/.installed $(AGENT_VENV)/.installed $(OC_VENV)/.installed
 
+# What running needs and no more: no browser (only the dashboard's browser test drives one), no
+# OpenCompass environment (`autorl run` evaluates with the hf backend unless --backend opencompass),
+# and no root (the sandbox's missing system packages are named, and the run falls back as it says).
+setup-run: system-packages ## install what `make run` needs: .venv and .venv-agent (no root, no browser, no OpenCompass)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.installed $(AGENT_VENV)/.installed
+
 # The agent's sandbox: bubblewrap (namespaces), slirp4netns and nftables (--egress), util-linux
 # (setpriv, unshare, nsenter), iproute2. Installed with apt-get where missing; without root or
-# apt-get, the list of what to install is printed instead.
+# apt-get, the exact command is printed with the fallback (docs/LOCAL.md, "Sandbox"), and set-up goes on.
 SYSTEM_PACKAGES := bubblewrap slirp4netns nftables util-linux iproute2
-system-packages: ## install the agent sandbox's system packages (bubblewrap, slirp4netns, nftables, ...)
+system-packages: ## install the agent sandbox's system packages (bubblewrap, slirp4netns, nftables, ...); without root, name them
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ -z "$$missing" ]; then exit 0; fi; missing=$$(echo $$missing); \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
-	else echo "the agent sandbox needs: $$missing (apt-get install $$missing)"; fi
+	else echo "make: the agent sandbox's system packages are missing (installing them takes root and apt-get): run" \
+		"'sudo apt-get install $$missing' (Debian/Ubuntu). Until then autorl run (--sandbox auto) runs the agent" \
+		"without a sandbox, with a warning naming what it can reach (docs/LOCAL.md, \"Sandbox\"), and --egress" \
+		"is refused" >&2; fi
 
 # The dashboard's browser test drives Debian's headless Chromium through its chromedriver
 # (browser builds that tools download for themselves cannot be fetched here).
@@ -79,7 +88,7 @@ $(OC_VENV)/.installed: requirements-opencompass.txt docker/evaluator-worker.lock
 	$(OC_VENV)/bin/opencompass --help >/dev/null
 	touch $@
 
-run: setup ## install, then run the embedded default experiment end to end (offline, CPU)
+run: setup-run ## install what running needs (make setup-run), then run the embedded default experiment end to end (offline, CPU)
 	$(VENV)/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout $(RUN_TIMEOUT)
 
 # CI=1: a test whose dependency is missing fails instead of skipping (tests/support/requirements.py):

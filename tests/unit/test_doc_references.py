@@ -125,6 +125,34 @@ def test_every_autorl_command_and_flag_a_document_names_exists() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+#: Where the documents say how they write the command (the one rule the test below holds them to).
+COMMAND_RULE = (
+    "After set-up the `autorl` command is `.venv/bin/autorl`, and every command in these documents is"
+)
+
+
+def test_every_autorl_command_to_type_is_written_as_set_up_leaves_it() -> None:
+    """`make setup` puts `autorl` in .venv/bin, not on PATH: every command a reader types (a line of a
+    code block in README.md or docs/) writes it `.venv/bin/autorl`, as README says once. Prose names
+    commands (`autorl run`), and a usage synopsis (`autorl evaluate MODEL [--json]`) describes one:
+    neither is typed as it stands."""
+    readme = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert COMMAND_RULE in readme
+    commands = subparsers(parser())
+    wrong = []
+    for document in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+        text = document.read_text(encoding="utf-8")
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
+            for line in block.splitlines():
+                if "[-" in line:
+                    continue  # a synopsis: its optional parts are not typed as written
+                for match in re.finditer(r"(\S*)\bautorl ([a-z][\w-]*)", line):
+                    written, name = match.groups()
+                    if name in commands and written != ".venv/bin/":
+                        wrong.append(f"{relative(document)}: {line.strip()}")
+    assert not wrong, "write `.venv/bin/autorl ...`:\n" + "\n".join(wrong)
+
+
 def test_the_flag_table_of_autorl_run_is_its_help() -> None:
     """docs/LOCAL.md's table lists every flag of `autorl run`, and nothing else."""
     text = (REPO_ROOT / "docs" / "LOCAL.md").read_text(encoding="utf-8")

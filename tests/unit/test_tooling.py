@@ -60,6 +60,35 @@ def test_make_test_runs_the_linters_before_the_tests_and_ci_runs_only_make_test(
     assert [shlex.split(line) for line in ci if "make" in line] == [["make", "test"]]
 
 
+def test_make_run_installs_only_what_running_needs_and_make_test_everything(tmp_path: Path) -> None:
+    """`make run` never installs or requires the browser (the dashboard's browser test's) nor the
+    OpenCompass environment; `make test` still installs both. Dry runs against fresh environments."""
+    venvs = [f"VENV={tmp_path}/v", f"AGENT_VENV={tmp_path}/a", f"OC_VENV={tmp_path}/o"]
+    run = make("-n", "run", *venvs)
+    test = make("-n", "test", *venvs)
+    browser = re.search(r"^BROWSER_PACKAGES := (.+)$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert browser is not None
+    for package in [*browser.group(1).split(), "chromedriver"]:
+        assert package not in run, package
+        assert package in test, package
+    for installed in (f"{tmp_path}/v/.installed", f"{tmp_path}/a/.installed"):
+        assert f"touch {installed}" in run and f"touch {installed}" in test
+    assert f"{tmp_path}/o/" not in run and f"touch {tmp_path}/o/.installed" in test
+    # README's requirements say the same: none of this for `make run`; the browser, root and the
+    # redis-server command (the tests start their own Redis, none need one on :6379) for `make test`.
+    readme = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    requirements = readme.split("Requirements, by command:", 1)[1].split("```", 1)[0]
+    for_run, for_test = requirements.split("- `make setup` and `make test`:", 1)
+    assert "No root, no browser, no Postgres or Redis" in for_run and "chromium" not in for_run
+    assert all(
+        need in for_test for need in ("root", "`chromium`", "`chromium-driver`", "`redis-server` command")
+    )
+    assert ":6379" not in requirements
+    assert run.rstrip().endswith(
+        f"{tmp_path}/v/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout 300"
+    )
+
+
 def test_make_bench_knows_every_benchmark_and_each_has_its_results_file() -> None:
     sys.path.insert(0, str(REPO_ROOT / "bench"))
     try:

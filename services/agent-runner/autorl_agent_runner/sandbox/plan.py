@@ -276,8 +276,8 @@ def plan_bubblewrap(request: SandboxRequest, *, as_own_user: bool) -> SandboxPla
     for tool in needed:
         if shutil.which(tool) is None:
             raise SandboxError(
-                f"`{tool}` is not installed (apt-get install bubblewrap util-linux, or `make setup`); "
-                "or pass --sandbox none"
+                f"`{tool}` is not installed (as root: apt-get install bubblewrap util-linux, or "
+                "`make system-packages`); or pass --sandbox none"
             )
     if request.egress:
         if not request.loopback_grader:
@@ -364,7 +364,8 @@ def unsandboxed_warning(reason: str) -> str:
         f"({reason}). It runs as {_whoami()} and can read everything that user can (the platform "
         "home with its database and tokens, other runs, test data), reach every local service "
         "(database, Redis, the grader's admin API) and signal platform processes. For isolation, "
-        "install bubblewrap (`make setup`) and leave --sandbox at auto."
+        "install bubblewrap (as root: `apt-get install bubblewrap`, or `make system-packages`) and "
+        "leave --sandbox at auto."
     )
 
 
