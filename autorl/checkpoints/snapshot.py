@@ -248,6 +248,8 @@ def read_base_model(base_model_dir: Path) -> BaseCheckpoint:
             shards = sorted(set(_weight_map(index, WEIGHTS_INDEX).values()))
         else:
             shards = [WEIGHTS]
+            if not (base_model_dir / WEIGHTS).is_file():
+                raise ModelSourceError(_no_safetensors(base_model_dir))
         tensors: dict[str, Tensor] = {}
         header_bytes = 0
         for shard in shards:
@@ -262,6 +264,21 @@ def read_base_model(base_model_dir: Path) -> BaseCheckpoint:
             f"the base model in {base_model_dir} cannot be read ({exc}); resolve the base model again"
         ) from exc
     return BaseCheckpoint(config=config, tensors=tensors, chat_template=template, header_bytes=header_bytes)
+
+
+def _no_safetensors(model_dir: Path) -> str:
+    """Why a model folder without safetensors weights is refused, and the fix."""
+    pickles = sorted(entry.name for entry in model_dir.iterdir() if _PICKLE_WEIGHTS.fullmatch(entry.name))
+    if pickles:
+        return (
+            f"{model_dir} holds only pickle weights ({', '.join(pickles[:5])}), which can run code when "
+            "loaded and are not accepted; load the model once and save it with model.save_pretrained(path), "
+            "which writes model.safetensors (safetensors is its default), then use that folder"
+        )
+    return (
+        f"{model_dir} has no safetensors weights ({WEIGHTS} or {WEIGHTS_INDEX}); save the full model with "
+        "model.save_pretrained(path) (safetensors is its default) and use that folder"
+    )
 
 
 def _base_chat_template(base_model_dir: Path) -> str | None:

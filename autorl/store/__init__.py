@@ -6,6 +6,7 @@ The database is the truth; workspace mirrors (`run_meta.json`, `scores.json`) ar
 from autorl.store.db import Database, migrate
 from autorl.store.models import (
     BaselineCache,
+    EvaluationCache,
     Experiment,
     FailureReason,
     Feedback,
@@ -17,6 +18,7 @@ from autorl.store.models import (
 __all__ = [
     "BaselineCache",
     "Database",
+    "EvaluationCache",
     "Experiment",
     "FailureReason",
     "Feedback",

@@ -246,6 +246,32 @@ class BaselineCache(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class EvaluationCache(Base):
+    """One result of ``autorl evaluate`` per (snapshot fingerprint, evaluation key): the same files
+    scored under the same key are never evaluated twice. It keeps what a comparison needs (the
+    per-problem correctness and the digest of the problems), as a submission row does."""
+
+    __tablename__ = "evaluation_cache"
+    __table_args__ = (UniqueConstraint("fingerprint", "eval_key", name="uq_evaluation_cache_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task: Mapped[str] = mapped_column(String(64))
+    #: The model source as it was named when first evaluated (a folder, a hub id, builtin:NAME).
+    model: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    eval_key: Mapped[str] = mapped_column(String(64))
+    eval_config: Mapped[dict[str, object]] = mapped_column(JSON)
+    score: Mapped[float] = mapped_column(Float)
+    score_opencompass: Mapped[float | None] = mapped_column(Float)
+    score_flexible: Mapped[float | None] = mapped_column(Float)
+    score_strict: Mapped[float | None] = mapped_column(Float)
+    n_samples: Mapped[int] = mapped_column(Integer)
+    correctness: Mapped[str] = mapped_column(Text)
+    problems_digest: Mapped[str] = mapped_column(String(64))
+    eval_seconds: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class Evaluator(Base):
     """An evaluator worker that reports itself alive: which queue it takes work from, which
     backends it can run, and when it last said so. Rows of workers that stopped are deleted at

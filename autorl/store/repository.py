@@ -11,12 +11,14 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autorl.errors import EVALUATOR_FAULT_PREFIX, ConflictError, InvalidRequestError, NotFoundError
 from autorl.eval_config import MEASURED_FIELDS, EvalConfig
 from autorl.store.models import (
     BaselineCache,
+    EvaluationCache,
     Evaluator,
     Experiment,
     ExperimentStatus,
@@ -1139,6 +1141,32 @@ def remember_baseline(session: Session, submission: Submission) -> None:
             score_strict=submission.score_strict,
         )
     )
+
+
+# -- results of `autorl evaluate` --------------------------------------------------------------
+
+
+def cached_evaluation(session: Session, *, fingerprint: str, eval_key: str) -> EvaluationCache | None:
+    """The earlier result of these files (a snapshot's fingerprint) under this evaluation key."""
+    return session.scalar(
+        select(EvaluationCache).where(
+            EvaluationCache.fingerprint == fingerprint, EvaluationCache.eval_key == eval_key
+        )
+    )
+
+
+def remember_evaluation(session: Session, result: EvaluationCache) -> EvaluationCache:
+    """Keep ``result`` unless one of the same files and key is kept already (by a call that ran at
+    the same time): the kept one is returned either way."""
+    try:
+        with session.begin_nested():
+            session.add(result)
+    except IntegrityError:
+        kept = cached_evaluation(session, fingerprint=result.fingerprint, eval_key=result.eval_key)
+        if kept is None:
+            raise
+        return kept
+    return result
 
 
 # -- evaluators that report themselves alive --------------------------------------------------

@@ -9,6 +9,11 @@ loaded (they can quote test problems) stay in evaluator storage; the agent reads
 by :mod:`autorl_evaluator.failures`. An agent's evaluation runs within its time budget
 (:mod:`autorl_evaluator.time_budget`); past it the submission fails with the reason ``timeout``,
 counted against its limit. The snapshot is removed once the submission is final.
+
+The evaluation itself (the split from evaluator storage, the key it is computed under, the backend,
+the per-problem judgement) is :func:`load_split`, :func:`measured_config` and
+:func:`evaluate_snapshot`, which ``autorl evaluate`` (:mod:`autorl_evaluator.evaluate_command`) runs
+too, so that a checkpoint scored on its own scores as a submission of the same files.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,12 +38,13 @@ from autorl.eval_config import EvalConfig
 from autorl.store import Database, Experiment, FailureReason, Split, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
-from autorl.tasks.base import split_sha256
+from autorl.tasks.base import Problem, Task, split_sha256
 from autorl.uncertainty import encode_correctness, problems_digest
 from autorl.untrusted_text import log_printable_lines
+from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 from autorl_evaluator.settings import WorkerSettings
-from autorl_evaluator.time_budget import BudgetExceededError, evaluation_budget
+from autorl_evaluator.time_budget import BudgetExceededError, TimeBudget, evaluation_budget
 from autorl_evaluator.versions import backend_versions
 
 log = logging.getLogger("autorl.evaluator")
@@ -101,10 +108,60 @@ def snapshot_path(settings: WorkerSettings, snapshot: str | None) -> Path:
     return path
 
 
-def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict[str, Any]:
-    """Evaluate one submission. Safe to call twice or concurrently: only one claim succeeds."""
+@dataclass(frozen=True)
+class SnapshotScore:
+    """One snapshot evaluated on one split: what a submission records (and ``autorl evaluate``
+    shows). ``result.completions`` answer test questions: evaluator-side only."""
+
+    result: EvalResult
+    #: The problems evaluated: the split's first ``limit`` (all without one), in the split's order.
+    problems: list[Problem]
+    #: Per problem, whether the headline protocol judged it correct (autorl.uncertainty).
+    correctness: str
+    #: Names the problems, so that two correctness strings pair only on the same ones.
+    problems_digest: str
+
+
+def load_split(task: Task, split: Split, settings: WorkerSettings) -> list[Problem]:
+    """The whole split an evaluation reads, from evaluator storage (``AUTORL_EVAL_DIR/data``; cached
+    there from ``AUTORL_DATA_SOURCE_DIR`` or the hub on first use): the test split, or sealed mode's
+    validation split carved from the train split."""
+    data_dir, source_dir = settings.eval_dir / "data", settings.data_source_dir
+    if split == Split.VALIDATION:
+        return task.load_validation_problems(data_dir, source_dir=source_dir)
+    return task.load_test_problems(data_dir, source_dir=source_dir)
+
+
+def measured_config(config: EvalConfig, split: list[Problem], settings: WorkerSettings) -> EvalConfig:
+    """The config a score is computed under (its key): the recorded one with the whole split's hash
+    and the versions of the packages the backend runs with, as they are here and now."""
+    return config.with_measured(split_sha256(split), backend_versions(config.backend, settings))
+
+
+def evaluate_snapshot(
+    model_dir: Path,
+    task: Task,
+    split: list[Problem],
+    evaluated: EvalConfig,
+    settings: WorkerSettings,
+    *,
+    budget: TimeBudget | None = None,
+) -> SnapshotScore:
+    """Evaluate the model in ``model_dir`` (a snapshot) on ``split`` as ``evaluated`` (from
+    :func:`measured_config`) says, with its backend, and judge each answer."""
     from autorl_evaluator.backends import get_backend
 
+    problems = split if evaluated.limit is None else split[: evaluated.limit]
+    backend = get_backend(evaluated.backend)
+    result = backend.evaluate(model_dir, task, problems, evaluated, settings, budget=budget)
+    answers = [problem.answer for problem in problems]
+    correctness = encode_correctness(task.judge(result.completions, answers, evaluated.protocol))
+    digest = problems_digest([text for problem in problems for text in (problem.question, problem.answer)])
+    return SnapshotScore(result=result, problems=problems, correctness=correctness, problems_digest=digest)
+
+
+def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict[str, Any]:
+    """Evaluate one submission. Safe to call twice or concurrently: only one claim succeeds."""
     settings = settings or WorkerSettings()
     db = _database(settings.database_url)
     worker = worker_name()
@@ -141,25 +198,12 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             # beside this worker's own settings (where the evaluation runs, not how it is scored).
             config = EvalConfig.model_validate(recorded_config)
             task = get_task(task_name)
-            data_dir, source_dir = settings.eval_dir / "data", settings.data_source_dir
-            split = (
-                task.load_validation_problems(data_dir, source_dir=source_dir)
-                if split_name == Split.VALIDATION
-                else task.load_test_problems(data_dir, source_dir=source_dir)
-            )
+            split = load_split(task, split_name, settings)
             test_data_loaded = True
-            # The key this score is computed under: the recorded config with the split's hash and
-            # the versions of the packages the backend runs with, as they are here and now.
-            evaluated = config.with_measured(split_sha256(split), backend_versions(config.backend, settings))
-            problems = split if config.limit is None else split[: config.limit]
-            backend = get_backend(config.backend)
-            result = backend.evaluate(model_dir, task, problems, evaluated, settings, budget=budget)
-            answers = [problem.answer for problem in problems]
-            correctness = encode_correctness(task.judge(result.completions, answers, config.protocol))
-            digest = problems_digest(
-                [text for problem in problems for text in (problem.question, problem.answer)]
-            )
-        _write_predictions(predictions_path(settings, submission_id), problems, result.completions)
+            evaluated = measured_config(config, split, settings)
+            scored = evaluate_snapshot(model_dir, task, split, evaluated, settings, budget=budget)
+        result = scored.result
+        _write_predictions(predictions_path(settings, submission_id), scored.problems, result.completions)
     except Exception as exc:
         if test_data_loaded:
             message = agent_message(exc)
@@ -205,8 +249,8 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             seconds=seconds,
             details={**result.details, "eval_config": evaluated.stored()},
             protocol=config.protocol,
-            correctness=correctness,
-            problems_digest=digest,
+            correctness=scored.correctness,
+            problems_digest=scored.problems_digest,
         )
     if recorded and snapshot and not keeps_snapshot:
         _remove_snapshot(settings, snapshot)

@@ -1,0 +1,313 @@
+"""`autorl evaluate`: one checkpoint scored through the worker's own path, without an experiment.
+
+The tiny models on the CPU with a few problems and short answers. The command's score, protocols,
+evaluation key and ``--base`` comparison are those the worker (the real job function, a grader on
+Postgres) computes for a submission of the same files; results are kept by the files and the key,
+so a second call evaluates nothing; it works from any folder; bad input exits 2 naming the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import autorl.tasks
+import autorl_evaluator.backends as backends
+from autorl.cli import EXIT_BAD_INPUT, main
+from autorl.store import Database
+from autorl.store import repository as repo
+from autorl.tasks.arith import ArithTask
+from autorl.uncertainty import compare, wilson_interval
+from autorl_evaluator.evaluate_command import CACHED
+from autorl_evaluator.jobs import evaluate
+from autorl_grader.main import create_app
+from tests.support.grading import (
+    admin_headers,
+    copy_model,
+    evaluating_settings,
+    make_unique,
+    make_workspace,
+    register,
+    row_id,
+)
+from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
+from tests.support.settings import DeploymentSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURE_DATA = REPO_ROOT / "tests" / "data"
+#: The keys of ``--json``'s one object (docs/EVALUATION.md, "Score one checkpoint").
+JSON_KEYS = {"task", "model", "split", "n", "score", "interval", "scores", "eval_key"}
+COMPARISON_KEYS = {"difference", "interval", "p_value", "discordant", "distinguishable"}
+#: Answers of the untrained tiny model are never right: a few tokens show that as well as 64.
+SHORT_ANSWERS = "4"
+
+
+def home_environment(home: Path, *, max_new_tokens: str = SHORT_ANSWERS) -> dict[str, str]:
+    """A platform home of the test's own; evaluation settings as a worker of the grader under test."""
+    return {
+        "AUTORL_HOME": str(home),
+        "AUTORL_DATA_SOURCE_DIR": str(FIXTURE_DATA),
+        "AUTORL_EVAL_DEVICE": "cpu",
+        "AUTORL_EVAL_MAX_NEW_TOKENS": max_new_tokens,
+    }
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process's AUTORL_* variables: only a home of this test's own (no other database or folder)."""
+    for name in list(os.environ):
+        if name.startswith("AUTORL_") and name != "AUTORL_TEST_MODELS_DIR":
+            monkeypatch.delenv(name)
+    folder = tmp_path / "home"
+    for name, value in home_environment(folder).items():
+        monkeypatch.setenv(name, value)
+    return folder
+
+
+@pytest.fixture
+def evaluations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The backends' evaluations in this process, by backend name: the real backends, counted."""
+    counted: list[str] = []
+    real = backends.get_backend
+
+    def counting(name: str) -> backends.Backend:
+        counted.append(name)
+        return real(name)
+
+    monkeypatch.setattr(backends, "get_backend", counting)
+    return counted
+
+
+def run_evaluate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``autorl evaluate ARGS`` in this process: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = main(["evaluate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_from_a_folder_outside_the_repository(tmp_path: Path) -> None:
+    """The installed command, run where no repository is: builtin:tiny-qwen2 scored on arith's
+    secret test split; stdout is exactly one JSON object of the contract, progress goes to stderr."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTORL_")}
+    env.update(home_environment(tmp_path / "home"))
+    autorl = Path(sys.executable).parent / "autorl"
+    done = subprocess.run(
+        [str(autorl), "evaluate", "builtin:tiny-qwen2", "-t", "arith", "--limit", "3", "--json"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)  # one object and nothing else
+    assert set(answer) == JSON_KEYS
+    assert answer["task"] == "arith" and answer["split"] == "test" and answer["n"] == 3
+    assert answer["model"] == "builtin:tiny-qwen2"
+    assert set(answer["scores"]) == {"opencompass", "flexible", "strict"}
+    assert answer["score"] == answer["scores"]["opencompass"]
+    correct = round(answer["score"] * 3 / 100)
+    assert answer["interval"] == list(wilson_interval(correct, 3))
+    assert len(answer["eval_key"]) == 32 and int(answer["eval_key"], 16) >= 0
+    assert "evaluating builtin:tiny-qwen2 on 3 arith problems" in done.stderr
+    # The secret test seed lives in this home's evaluator storage, the split nowhere in the folder.
+    assert (tmp_path / "home" / "eval" / "data" / "arith" / "test-seed").is_file()
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_the_score_and_comparison_are_the_workers_for_the_same_files(
+    make_settings: Callable[..., DeploymentSettings],
+    pg_url: str,
+    trained_tiny_model: TrainedModel,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The trained model submitted to an experiment of the tiny base model and evaluated by the job
+    function, beside `autorl evaluate` of the same folder with --base: the same score, protocols and
+    evaluation key, and the comparison the grader answers with (autorl.uncertainty's of the two
+    correctness strings)."""
+    limit = 4
+    settings = evaluating_settings(make_settings, pg_url, limit=limit, max_new_tokens=EVAL_MAX_NEW_TOKENS)
+    with TestClient(create_app(settings, reconcile=False)) as client:
+        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+        asked = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
+        baseline_id = asked.json()["submission_id"]
+        assert evaluate(baseline_id, settings)["status"] == "scored"
+        checkpoint = copy_model(trained_tiny_model.path, experiment.output_dir / "trained")
+        accepted = client.post(
+            f"{experiment.url_path}/submit", json={"model_path": "output/trained"}, params={"wait": "false"}
+        )
+        assert accepted.status_code == 202, accepted.text
+        number = accepted.json()["submission_id"]
+        db = Database(pg_url)
+        submission_id = row_id(db, experiment, number)
+        assert evaluate(submission_id, settings)["status"] == "scored"
+        graders = client.get(f"{experiment.url_path}/submissions/{number}").json()
+    with db.session() as session:
+        worker = repo.get_submission(session, submission_id)
+        base = repo.get_submission(session, baseline_id)
+        session.expunge_all()
+    db.dispose()
+
+    for name in list(os.environ):
+        if name.startswith("AUTORL_"):
+            monkeypatch.delenv(name)
+    environment = home_environment(settings.home, max_new_tokens=str(EVAL_MAX_NEW_TOKENS))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    arguments = ["-t", "gsm8k", "--limit", str(limit), "--base", str(tiny_base_model), "--json"]
+    code, out, err = run_evaluate(capsys, str(checkpoint), *arguments)
+    assert code == 0, err
+    answer = json.loads(out)
+    assert set(answer) == JSON_KEYS | {"comparison"} and set(answer["comparison"]) == COMPARISON_KEYS
+    assert answer["model"] == str(checkpoint)
+    assert answer["n"] == worker.n_samples == limit
+    assert answer["score"] == worker.score and 0 < answer["score"] < 100
+    assert answer["scores"] == {
+        "opencompass": worker.score_opencompass,
+        "flexible": worker.score_flexible,
+        "strict": worker.score_strict,
+    }
+    assert answer["eval_key"] == worker.eval_key
+    assert answer["interval"] == graders["interval"]
+    assert worker.correctness is not None and base.correctness is not None
+    assert answer["comparison"] == compare(worker.correctness, base.correctness).as_dict()
+    assert answer["comparison"] == graders["comparison"]
+    assert answer["comparison"]["discordant"] == [limit // 2, 0]  # the even problems, taught right
+
+
+def test_a_result_is_kept_by_files_and_key_and_a_folder_is_named_from_the_working_folder(
+    home: Path,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    evaluations: list[str],
+) -> None:
+    work = tmp_path / "work"
+    copy_model(tiny_base_model, work / "ckpt")
+    monkeypatch.chdir(work)
+    arguments = ("ckpt", "-t", "arith", "--limit", "2", "--json")
+
+    code, first, err = run_evaluate(capsys, *arguments)
+    assert code == 0, err
+    assert evaluations == ["hf"] and CACHED not in err
+    assert json.loads(first)["model"] == str(work / "ckpt")
+
+    code, again, err = run_evaluate(capsys, *arguments)
+    assert code == 0, err
+    assert evaluations == ["hf"], "the second call evaluated again"
+    assert CACHED in err
+    assert again == first
+
+    # Other weights are another checkpoint; another limit another key: each evaluated once.
+    make_unique(work / "ckpt")
+    code, changed, err = run_evaluate(capsys, *arguments)
+    assert code == 0, err
+    assert evaluations == ["hf", "hf"] and CACHED not in err
+    assert json.loads(changed)["eval_key"] == json.loads(first)["eval_key"]
+    code, fewer, err = run_evaluate(capsys, "ckpt", "-t", "arith", "--limit", "1", "--json")
+    assert code == 0, err
+    assert evaluations == ["hf", "hf", "hf"]
+    assert json.loads(fewer)["eval_key"] != json.loads(first)["eval_key"]
+    assert json.loads(fewer)["n"] == 1
+
+
+def test_text_output_shows_the_interval_protocols_and_comparison(
+    home: Path, tiny_base_model: Path, capsys: pytest.CaptureFixture[str], evaluations: list[str]
+) -> None:
+    """The model against itself: nothing to tell apart, and the base is evaluated once (the same files)."""
+    code, out, err = run_evaluate(
+        capsys, str(tiny_base_model), "-t", "arith", "--limit", "2", "--base", str(tiny_base_model)
+    )
+    assert code == 0, err
+    assert evaluations == ["hf"]
+    assert "score 0.00  (95 % interval 0.00 to" in out
+    assert "protocols: opencompass 0.00  flexible 0.00  strict 0.00" in out
+    assert "+0.00 points" in out and "exact McNemar p = 1" in out and "not distinguishable" in out
+
+
+class OneProblemTask(ArithTask):
+    """A task whose train split (one problem) is too small to carve a validation split from."""
+
+    name = "one-problem"
+
+    def __init__(self) -> None:
+        super().__init__(train_size=1)
+
+
+def pickle_only(folder: Path, tiny_base_model: Path) -> Path:
+    folder.mkdir()
+    shutil.copy(tiny_base_model / "config.json", folder / "config.json")
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("case", "fix"),
+    [
+        ("missing folder", "does not exist; pass an existing folder that holds config.json"),
+        ("pickle-only weights", "save it with model.save_pretrained(path)"),
+        ("pickle-only weights beside a base", "save the model with model.save_pretrained(path)"),
+        ("unknown task", "known tasks: arith, gsm8k; pass one of them with -t"),
+        ("no validation split", "has no validation split"),
+        ("limit 0", "--limit must be a positive number of problems, such as 20, not 0"),
+        ("negative limit", "--limit must be a positive number of problems, such as 20, not -3"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_fix(
+    case: str,
+    fix: str,
+    home: Path,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    evaluations: list[str],
+) -> None:
+    model, task, extra = str(tiny_base_model), "arith", []
+    if case == "missing folder":
+        model = str(tmp_path / "nowhere")
+    elif case.startswith("pickle-only"):
+        model = str(pickle_only(tmp_path / "pickled", tiny_base_model))
+        if case.endswith("beside a base"):
+            extra = ["--base", str(tiny_base_model)]
+    elif case == "unknown task":
+        task = "nope"
+    elif case == "no validation split":
+        monkeypatch.setitem(autorl.tasks._REGISTRY, OneProblemTask.name, OneProblemTask)
+        task, extra = OneProblemTask.name, ["--split", "validation"]
+    elif case == "limit 0":
+        extra = ["--limit", "0"]
+    else:
+        extra = ["--limit", "-3"]
+    code, out, err = run_evaluate(capsys, model, "-t", task, *extra)
+    assert code == EXIT_BAD_INPUT, err
+    assert out == ""
+    assert fix in err and "Traceback" not in err
+    assert evaluations == []
+    if case == "no validation split":
+        assert "use --split test" in err
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_snapshots(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every call removes its snapshots: evaluator storage holds no copy of a model afterwards."""
+    yield
+    home_dir = request.node.funcargs.get("home")
+    if isinstance(home_dir, Path):
+        leftovers = list((home_dir / "eval").glob("evaluate-*"))
+        assert leftovers == []
