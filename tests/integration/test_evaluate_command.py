@@ -126,6 +126,43 @@ def test_json_from_a_folder_outside_the_repository(tmp_path: Path) -> None:
     assert list(elsewhere.iterdir()) == []
 
 
+OPENCOMPASS_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
+
+
+@pytest.mark.opencompass
+@pytest.mark.slow
+@pytest.mark.requires(OPENCOMPASS_BIN.exists(), reason="needs .venv-opencompass (make setup)")
+def test_the_opencompass_backend_from_a_folder_outside_the_repository_scores_as_hf(
+    trained_tiny_model: TrainedModel, tmp_path: Path
+) -> None:
+    """OpenCompass on the CPU (about 40 s on 2 shared cores, most of it its start), its command found
+    from the installation, scores the model trained to answer every other problem as the hf backend
+    does, on the same problems, under a key of its own (the backend and its packages are in it)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTORL_")}
+    env.update(home_environment(tmp_path / "home", max_new_tokens=str(EVAL_MAX_NEW_TOKENS)))
+    autorl = Path(sys.executable).parent / "autorl"
+    arguments = ["evaluate", str(trained_tiny_model.path), "-t", "gsm8k", "--limit", "2", "--json"]
+    answers = {}
+    for backend in ("opencompass", "hf"):
+        done = subprocess.run(
+            [str(autorl), *arguments, "--backend", backend],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        answers[backend] = json.loads(done.stdout)
+        assert set(answers[backend]) == JSON_KEYS
+    assert answers["opencompass"]["scores"] == answers["hf"]["scores"]
+    assert answers["opencompass"]["score"] == 50.0  # the first problem right, the second not
+    assert answers["opencompass"]["n"] == answers["hf"]["n"] == 2
+    assert answers["opencompass"]["eval_key"] != answers["hf"]["eval_key"]
+
+
 def test_the_score_and_comparison_are_the_workers_for_the_same_files(
     make_settings: Callable[..., DeploymentSettings],
     pg_url: str,
