@@ -324,9 +324,13 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     )
 
 
-def test_a_copy_of_the_base_model_takes_a_baseline_of_that_model_from_any_experiment(
+def test_a_copy_of_the_base_model_takes_its_own_experiments_baseline_measured_once_for_all(
     grader: httpx.Client, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
 ) -> None:
+    """Experiments of one base model share its baseline's evaluation, never the news of it: a copy
+    of the base model submitted before its own experiment's baseline is queued (it never takes
+    the score the moment another experiment's baseline ends); once its own baseline takes the
+    measured score, a copy takes that at once and 0 GPU-seconds."""
     model = f"local:shared-{uuid.uuid4().hex[:8]}"
     theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs", model=model)
     mine = new_experiment(grader, settings, tiny_base_model, tmp_path / "mine", model=model)
@@ -335,16 +339,16 @@ def test_a_copy_of_the_base_model_takes_a_baseline_of_that_model_from_any_experi
 
     shutil.copytree(tiny_base_model, mine.output_dir / "untouched")
     copy = submit_now(grader, mine, "output/untouched")
-    assert copy.status_code == 200, copy.text
-    # The baseline's score at once, 0 GPU-seconds, and never the other experiment's id.
-    assert (copy.json()["status"], copy.json()["score"], copy.json()["eval_seconds"]) == ("scored", 8.0, 0.0)
-    assert copy.json()["reused_from"] is None
-    # The experiment's own baseline (from the cache) is the same; a later copy names the
-    # experiment's own earliest scored one, never the other experiment's.
+    assert copy.status_code == 202 and copy.json()["status"] == "queued", copy.text
+    # The experiment's own baseline takes the measured score (no second evaluation), and the
+    # copy its score with it: its own baseline's, never naming the other experiment's id.
+    # Once the experiment's own baseline takes the measured score (no second evaluation), a copy
+    # takes it at once, 0 GPU-seconds, naming its own baseline, never the other experiment's id.
     measure_baseline(grader, settings, mine)
     shutil.copytree(tiny_base_model, mine.output_dir / "untouched-again")
     again = submit_now(grader, mine, "output/untouched-again")
-    assert (again.json()["score"], again.json()["reused_from"]) == (8.0, copy.json()["submission_id"])
+    assert again.status_code == 200, again.text
+    assert (again.json()["score"], again.json()["eval_seconds"], again.json()["reused_from"]) == (8.0, 0.0, 0)
 
     # Another base model's baseline is not this experiment's to take, even with the same bytes.
     elsewhere = new_experiment(grader, settings, tiny_base_model, tmp_path / "elsewhere")
