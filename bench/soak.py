@@ -215,6 +215,7 @@ def _process_summaries(traces: dict[str, ProcessTrace], phase: tuple[float, floa
 
 def _submission_check(workspace: Path, database: Path) -> dict[str, Any]:
     """What the agent was told against what the store holds: each id once, scored, one attempt.
+    The agent is told its own numbers (``submissions.number``), by which the store is read.
 
     Every stored submission must be scored once, also one the agent never heard back about: the
     one it was waiting for when its budget ended (at most one, as it submits one at a time)."""
@@ -223,7 +224,8 @@ def _submission_check(workspace: Path, database: Path) -> dict[str, Any]:
     answers = [json.loads(line) for line in lines]
     with sqlite3.connect(database) as connection:
         rows = connection.execute(
-            "SELECT id, status, attempts, score, reused_from FROM submissions WHERE is_baseline = 0"
+            "SELECT number, status, attempts, score, reused_from FROM submissions"
+            " WHERE is_baseline = 0 AND final_of IS NULL"
         ).fetchall()
     stored = {row[0]: row for row in rows}
     ids = [answer["submission_id"] for answer in answers]

@@ -43,6 +43,8 @@ from tests.support.podman_pods import PodHost, logs, remove, run_to_completion, 
 pytestmark = [pytest.mark.slow, pytest.mark.containers]
 
 BUDGET_S = 240
+#: SFT for one epoch then GRPO for one, on 64 train problems: a few steps of each.
+AGENT_ARGS = "--sft always --sft-epochs 1 --max-train-problems 64"
 #: The evaluator's data step reads GSM8K's test split from a claim (no hub here): the suite's fixture.
 DATA_CLAIM = "gsm8k-data"
 FIXTURE_DATA = Path(__file__).resolve().parents[1] / "data"
@@ -162,7 +164,9 @@ def test_agent_container_trains_submits_and_the_worker_container_scores(platform
         {
             "task": "arith",
             "model": "builtin:tiny-qwen2",
-            "agent": {"builtin": "example_grpo"},
+            # Both phases, each kept short (the agent ends once they are done): what is proved here is
+            # that the images train, submit and score, not how much the model learns (test_local_run.py).
+            "agent": {"builtin": "example_grpo", "env": [{"name": "AUTORL_AGENT_ARGS", "value": AGENT_ARGS}]},
             "timeoutSeconds": BUDGET_S,
         }
     )
@@ -206,7 +210,12 @@ def test_agent_container_trains_submits_and_the_worker_container_scores(platform
     # The agent trained in its container, with its budget read from the grader through its URL.
     workspace = platform.host.claims[platform.controller.shared_pvc] / ref.workspace_subpath
     agent_log = (workspace / "agent.log").read_text(errors="replace")
-    for event in ("event=start task=arith", "event=phase_end", "event=done"):
+    for event in (
+        "event=start task=arith",
+        "event=phase_end phase=sft",
+        "event=phase_end phase=grpo",
+        "event=done",
+    ):
         assert event in agent_log, f"{event}\n{agent_logs[-2000:]}\n{agent_log[-6000:]}"
     # The runner's own events are the pod's stream, never among the agent's output.
     assert "event=agent_finished exit_code=0" in agent_logs and "event=agent_finished" not in agent_log

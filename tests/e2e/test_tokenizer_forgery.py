@@ -221,16 +221,19 @@ CELLS = [
         Cell("hf", "tiny-qwen3", Path(sys.executable), frozenset({"normalizer", "decoder", "template"}), 120),
         id="hf-qwen3",
     ),
-    *[
-        pytest.param(
-            Cell(
-                "opencompass", base, OPENCOMPASS_PYTHON, frozenset({"normalizer", "decoder", "template"}), 300
-            ),
-            id=f"opencompass-{name}",
-            marks=pytest.mark.opencompass,
-        )
-        for name, base in (("qwen2", "builtin:tiny-qwen2"), ("qwen3", "tiny-qwen3"))
-    ],
+    # One base through OpenCompass (its transformers 4 runs all three payloads): which files the
+    # snapshot holds is the same for every architecture and backend, and Qwen3 runs above.
+    pytest.param(
+        Cell(
+            "opencompass",
+            "builtin:tiny-qwen2",
+            OPENCOMPASS_PYTHON,
+            frozenset({"normalizer", "decoder", "template"}),
+            300,
+        ),
+        id="opencompass-qwen2",
+        marks=pytest.mark.opencompass,
+    ),
 ]
 
 

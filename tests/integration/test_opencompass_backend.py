@@ -41,7 +41,7 @@ from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_evaluator.time_budget import BudgetExceededError, TimeBudget
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register, row_id
 from tests.support.models import TrainedModel
 from tests.support.opencompass_models import corrupt_weights, save_sharp_model
 from tests.support.settings import DeploymentSettings
@@ -227,7 +227,9 @@ def worker_run(
         [timed_out_run] = (settings.eval_dir / "opencompass").glob("2*")
         inference_started = any(timed_out_run.glob("work/*/logs/infer/*/*.out"))
         scored = submit_and_work(client, experiment, sharp_checkpoint)
-        predictions_file = predictions_path(settings, int(scored["submission_id"]))
+        predictions_file = predictions_path(
+            settings, row_id(settings.database_url, experiment, int(scored["submission_id"]))
+        )
         predictions = [json.loads(line) for line in predictions_file.read_text().splitlines()]
         problems = get_task("gsm8k").load_test_problems(
             settings.eval_dir / "data" / "gsm8k", source_dir=FIXTURE_DATA, limit=LIMIT
@@ -556,7 +558,7 @@ def test_an_evaluation_past_its_time_budget_stops_opencompass_and_says_so(
     problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
     budget = TimeBudget(seconds=3, baseline_seconds=1, baseline_fill=1, factor=3, floor_s=0, device="cpu")
     started = time.monotonic()
-    with pytest.raises(BudgetExceededError, match="passed its time budget of 3 s") as failure:
+    with pytest.raises(BudgetExceededError, match="passed its time budget and was stopped") as failure:
         OpenCompassBackend().evaluate(
             sharp_checkpoint, task, problems, EvalConfig.record(task.name, settings), settings, budget=budget
         )
