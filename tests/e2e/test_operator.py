@@ -688,6 +688,8 @@ async def test_a_role_without_its_jobs_rule_leaves_the_controller_forbidden_and_
         assert experiment is not None and experiment["status"]["phase"] == "Pending"
     finally:
         platform.emulator.authorizer = charts
+    # With the rule back, the controller's next pass goes on (as after fixing the Role on a cluster).
+    await platform.wait_for(f"{JOBS}/{ref.prepare_job_name}", lambda job: True, "the prepare Job")
     await platform.kube.delete(f"{EXPERIMENTS}/{name}")
     await platform.wait_gone(f"{EXPERIMENTS}/{name}")
 
