@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,24 +90,20 @@ class Database:
     def is_sqlite(self) -> bool:
         return self.url.startswith("sqlite")
 
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        try:
-            with self.sessions.begin() as session:
-                yield session
-        except OperationalError as exc:
-            raise ServiceUnavailableError(
-                f"the database is unreachable ({_short(exc)}); "
-                "check AUTORL_DATABASE_URL and that the database is running"
-            ) from exc
+    def session(self) -> AbstractContextManager[Session]:
+        return self._transaction(self.sessions)
 
-    @contextmanager
-    def read_session(self) -> Iterator[Session]:
+    def read_session(self) -> AbstractContextManager[Session]:
         """A session whose transaction only reads: it never takes or waits for SQLite's write lock
         (writers go on while it reads), and on Postgres it is a READ ONLY transaction. A write in
         it is an error. For every route that only reads, so that a reader never delays a writer."""
+        return self._transaction(self.read_sessions)
+
+    @staticmethod
+    @contextmanager
+    def _transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
         try:
-            with self.read_sessions.begin() as session:
+            with sessions.begin() as session:
                 yield session
         except OperationalError as exc:
             raise ServiceUnavailableError(
