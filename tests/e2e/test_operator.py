@@ -694,6 +694,31 @@ async def test_a_role_without_its_jobs_rule_leaves_the_controller_forbidden_and_
     await platform.wait_gone(f"{EXPERIMENTS}/{name}")
 
 
+async def test_an_experiment_deleted_during_a_reconcile_pass_goes_once_the_pass_ends(
+    platform: Platform,
+) -> None:
+    """kubectl delete while the controller's pass waits on a slow API server: the Experiment is gone
+    seconds after the pass ends, not a minute later."""
+    name = "gsm8k-deleted-mid-pass"
+    await platform.apply(load_example("experiment-gsm8k.yaml", rename=name))
+    ref = await platform.ref(name)
+    job = f"{JOBS}/{ref.prepare_job_name}"
+    await platform.wait_for(job, lambda job: True, "the prepare Job")
+    platform.emulator.slow_reads[job] = 3.0
+    try:
+        begun = platform.emulator.slow_reads_begun
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while platform.emulator.slow_reads_begun == begun:  # a pass now waits on the Job's read
+            assert asyncio.get_running_loop().time() < deadline, "no reconcile pass read the Job"
+            await asyncio.sleep(TICK_S / 4)
+        deleted = asyncio.get_running_loop().time()
+        await platform.kube.delete(f"{EXPERIMENTS}/{name}")
+    finally:
+        platform.emulator.slow_reads.clear()
+    await platform.wait_gone(f"{EXPERIMENTS}/{name}")
+    assert asyncio.get_running_loop().time() - deleted < 15
+
+
 async def test_the_emulated_api_server_refuses_the_controller_what_a_cluster_would(
     platform: Platform,
 ) -> None:

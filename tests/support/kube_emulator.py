@@ -181,8 +181,16 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     authorizer: Authorizer | None = None
     #: Namespaces labelled ``pod-security.kubernetes.io/enforce: restricted``.
     restricted_namespaces: frozenset[str] = frozenset()
+    #: Seconds a slow API server takes to answer the controller's GET of a path.
+    slow_reads: dict[str, float] = attrs.field(factory=dict)
+    #: How many of those slow reads have begun.
+    slow_reads_begun: int = 0
 
     async def _handle(self, request: kmock.Request) -> Any:
+        delay = self.slow_reads.get(request.url.path)
+        if delay is not None and str(request.method.value) == "GET" and not self._is_cluster(request):
+            self.slow_reads_begun += 1
+            await asyncio.sleep(delay)
         refusal = self._refusal(request)
         if refusal is not None:
             return aiohttp.web.json_response(refusal, status=refusal["code"])

@@ -17,6 +17,8 @@ from autorl_controller.operator.handlers import cleanup, create, delete, login, 
 from autorl_controller.operator.settings import ControllerSettings
 
 FINALIZER = f"{GROUP}/controller"
+#: Seconds between checks that a deleted Experiment's reconcile pass has ended.
+DELETION_RECHECK_S = 1.0
 
 
 def build_registry(settings: ControllerSettings) -> kopf.OperatorRegistry:
@@ -48,6 +50,9 @@ def operator_settings() -> kopf.OperatorSettings:
     # before the controller starts). One replica with a Recreate rollout: no peering needed.
     settings.scanning.disabled = True
     settings.peering.standalone = True
+    # A deletion that lands while a reconcile pass runs waits for the pass to end; kopf checks
+    # again after this many seconds (its default, 60, held a deleted Experiment for a minute).
+    settings.background.cancellation_polling = DELETION_RECHECK_S
     return settings
 
 
