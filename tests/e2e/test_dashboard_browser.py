@@ -1,16 +1,18 @@
 """The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, driven by Selenium)
 against a grader served over HTTP with its data in Postgres: sign in, read the experiments table,
 open an experiment, see its chart and a new submission arrive without a reload, and an agent's
-token refused on every dashboard route. The screenshots are test artifacts in the test's folder
-under pytest's basetemp (`<basetemp>/test_operator_signs_in_and_wat0/dashboard-*.png`; their
-paths are printed)."""
+token refused on every dashboard route; filter and sort the experiments, the URL keeping both. The
+screenshots are test artifacts in the test's folder under pytest's basetemp
+(`<basetemp>/test_operator_signs_in_and_wat0/dashboard-*.png`; their paths are printed)."""
 
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -115,6 +117,17 @@ def wait_for(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(condition, message=what)
+
+
+def sign_in(driver: Any, url: str, settings: DeploymentSettings) -> None:
+    """Through the form, with the admin token: the browser ends on the experiments page."""
+    from selenium.webdriver.common.by import By
+
+    assert settings.admin_token is not None
+    driver.get(f"{url}/ui/login")
+    driver.find_element(By.ID, "token").send_keys(settings.admin_token.get_secret_value())
+    driver.find_element(By.ID, "sign-in").click()
+    at_url(driver, f"{url}/ui")
 
 
 #: Read in one script call: the page redraws its tables every poll, so cells fetched one by one
@@ -288,18 +301,12 @@ def test_operator_signs_in_and_watches_an_experiment_live(
 def test_agent_strings_show_as_text_with_hidden_characters_escaped(
     browser: Any, settings: DeploymentSettings, db: Database, tmp_path: Path
 ) -> None:
-    from selenium.webdriver.common.by import By
-
     run = create_experiment(db, tmp_path / "workspace")
     folder = "<img src=x onerror=window.pwned=1>[/bold]\x1b[2J\u202egnp.exe"
     add_submission(db, run.name, error="<b>loud</b>\r\nsubmission 99 score=100.00", folder=folder)
     (run.workspace / "agent.log").write_text("<script>window.pwned=2</script>\n\x1b[31mred\u200b\x1b[0m\n")
-    assert settings.admin_token is not None
     with serve(create_app(settings, reconcile=False)) as grader:
-        browser.get(f"{grader.url}/ui/login")
-        browser.find_element(By.ID, "token").send_keys(settings.admin_token.get_secret_value())
-        browser.find_element(By.ID, "sign-in").click()
-        at_url(browser, f"{grader.url}/ui")
+        sign_in(browser, grader.url, settings)
         browser.get(f"{grader.url}/ui/experiments/{run.name}")
         wait_for(browser, lambda d: "red" in "".join(texts(d, "#log")), "the log tail")
         path, error = texts(browser, "#submissions td.path")[0], texts(browser, "#submissions td.error")[0]
@@ -311,3 +318,112 @@ def test_agent_strings_show_as_text_with_hidden_characters_escaped(
         assert browser.execute_script(
             "return window.pwned === undefined && !document.querySelector('main img, main b')"
         )
+
+
+SORTED_JS = (
+    "return Array.from(document.querySelectorAll('#experiments th[aria-sort]'),"
+    " th => [th.dataset.sort, th.getAttribute('aria-sort')])"
+)
+ROW_NAMES_JS = "return Array.from(document.querySelectorAll('#experiments tbody tr'), tr => tr.dataset.name)"
+
+
+def row_names(driver: Any) -> list[str]:
+    return list(driver.execute_script(ROW_NAMES_JS))
+
+
+def query(driver: Any) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(driver.current_url).query)
+
+
+def test_operator_filters_and_sorts_experiments_and_the_url_keeps_them(
+    browser: Any, settings: DeploymentSettings, db: Database, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    agent, other_agent = f"agent-{uuid.uuid4().hex[:6]}", f"agent-{uuid.uuid4().hex[:6]}"
+
+    def seeded(folder: str, who: str, best: float | None, **fields: str) -> str:
+        run = create_experiment(db, tmp_path / folder)
+        add_submission(db, run.name, scores=scores(10.0), baseline=True)
+        if best is not None:
+            add_submission(db, run.name, scores=scores(best), minutes=1)
+        with db.session() as session:
+            experiment = repo.get_experiment(session, run.name)
+            experiment.agent = who
+            for field, value in fields.items():
+                setattr(experiment, field, value)
+        return run.name
+
+    done = seeded("done", agent, 30.0)
+    finish(db, done, "completed")
+    arith = seeded("arith", agent, 12.0, task="arith")
+    unscored = seeded("unscored", agent, None, model="Qwen/Qwen2.5-1.5B")
+    seeded("other", other_agent, 45.0)
+    sealed = sealed_experiment(db, tmp_path / "sealed").run.name  # 60 on validation
+    with db.session() as session:
+        repo.get_experiment(session, sealed).agent = agent
+    with serve(create_app(settings, reconcile=False)) as grader:
+        sign_in(browser, grader.url, settings)
+
+        # A shared link: one agent's experiments, the best first, the unscored one last.
+        browser.get(f"{grader.url}/ui?agent={agent}&sort=best&order=desc")
+        wait_for(browser, lambda d: row_names(d) == [sealed, done, arith, unscored], "sorted by best")
+        assert Select(browser.find_element(By.NAME, "agent")).first_selected_option.text == agent
+        assert browser.execute_script(SORTED_JS) == [["best", "descending"]]
+
+        def choose(name: str, value: str, rows: list[str]) -> None:
+            Select(browser.find_element(By.NAME, name)).select_by_value(value)
+            wait_for(browser, lambda d: row_names(d) == rows, f"{name}={value!r}: {rows}")
+
+        choose("task", "gsm8k", [sealed, done, unscored])
+        choose("model", "builtin:tiny-qwen2", [sealed, done])
+        choose("feedback", "sealed", [sealed])
+        choose("feedback", "", [sealed, done])
+        choose("phase", "completed", [done])
+        choose("phase", "", [sealed, done])
+        browser.find_element(By.CSS_SELECTOR, "th[data-sort=best] button").click()  # again: ascending
+        wait_for(browser, lambda d: row_names(d) == [done, sealed], "ascending")
+        expected = {
+            "agent": [agent],
+            "task": ["gsm8k"],
+            "model": ["builtin:tiny-qwen2"],
+            "sort": ["best"],
+            "order": ["asc"],
+        }
+        assert query(browser) == expected
+        assert texts(browser, "#shown")[0].startswith("2 of ")  # of all the grader's experiments
+
+        screenshot = tmp_path / "dashboard-filtered.png"
+        assert browser.save_screenshot(str(screenshot))
+        print(f"dashboard screenshot, filtered and sorted: {screenshot}")
+
+        # A reload keeps the filters and the sort.
+        browser.refresh()
+        wait_for(browser, lambda d: row_names(d) == [done, sealed], "the same rows after a reload")
+        assert query(browser) == expected
+        chosen = {
+            name: Select(browser.find_element(By.NAME, name)).first_selected_option.text
+            for name in ("task", "agent", "model", "phase", "feedback")
+        }
+        assert chosen == {
+            "task": "gsm8k",
+            "agent": agent,
+            "model": "builtin:tiny-qwen2",
+            "phase": "all",
+            "feedback": "all",
+        }
+
+        # A hostile link: its values are data, shown as text and matching nothing; no markup runs.
+        hostile = "<img src=x onerror=window.pwned=1>"
+        browser.get(f"{grader.url}/ui?{urlencode({'agent': hostile, 'sort': '<script>'})}")
+        wait_for(browser, lambda d: d.execute_script("return window.autorlPolls"), "a poll")
+        assert row_names(browser) == []
+        assert Select(browser.find_element(By.NAME, "agent")).first_selected_option.text == hostile
+        assert texts(browser, "#empty") == ["No experiment matches these filters."]
+        assert browser.execute_script(SORTED_JS) == []  # an unknown column sorts nothing
+        assert browser.execute_script(
+            "return window.pwned === undefined && !document.querySelector('main img')"
+        )
+        console = [entry["message"] for entry in browser.get_log("browser")]
+        assert not [m for m in console if "Uncaught" in m or "Content Security Policy" in m], console

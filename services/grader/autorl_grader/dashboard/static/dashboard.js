@@ -128,45 +128,169 @@
 
   // --- the experiments table -----------------------------------------------------------------
 
+  const ACTIVE_PHASES = ["pending", "baseline", "running", "finishing"];
+  // Filters and sort live in the query string (?agent=example_grpo&sort=best&order=desc): a link
+  // shares them and a reload keeps them. A value from the URL is data like any other: compared with
+  // the experiments' values and shown as an option's text, never parsed as markup.
+  const FILTERS = {
+    task: (exp) => exp.task,
+    agent: (exp) => exp.agent,
+    model: (exp) => exp.model,
+    phase: (exp) => exp.phase,
+    feedback: (exp) => exp.feedback,
+  };
+  // One sort key per column, the value the column shows; a missing value sorts last either way.
+  const SORT_KEYS = {
+    name: (exp) => exp.name,
+    phase: FILTERS.phase,
+    task: FILTERS.task,
+    model: FILTERS.model,
+    agent: FILTERS.agent,
+    baseline: (exp) => (exp.feedback === "sealed" ? exp.validation_baseline_score : exp.baseline_score),
+    best: (exp) => exp.best_score,
+    improvement: (exp) => exp.improvement,
+    submissions: (exp) => exp.submissions,
+    left: (exp) => (ACTIVE_PHASES.includes(exp.phase) && exp.start_time !== null ? exp.remaining_s : null),
+    queue: (exp) => exp.running + exp.queued,
+    waiting: (exp) => exp.waiting_reason,
+  };
+
+  function viewFromURL() {
+    const params = new URLSearchParams(window.location.search);
+    const view = { filters: {}, sort: null, order: params.get("order") === "desc" ? "desc" : "asc" };
+    for (const key of Object.keys(FILTERS)) {
+      if (params.get(key)) view.filters[key] = params.get(key);
+    }
+    if (Object.hasOwn(SORT_KEYS, params.get("sort") || "")) view.sort = params.get("sort");
+    return view;
+  }
+
+  function writeURL(view) {
+    const params = new URLSearchParams(view.filters);
+    if (view.sort) {
+      params.set("sort", view.sort);
+      params.set("order", view.order);
+    }
+    const query = params.toString();
+    window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+  }
+
+  function missing(value) {
+    return value === null || value === undefined;
+  }
+
+  function shownExperiments(experiments, view) {
+    const rows = experiments.filter((exp) =>
+      Object.entries(view.filters).every(([key, value]) => FILTERS[key](exp) === value),
+    );
+    if (!view.sort) return rows;
+    const key = SORT_KEYS[view.sort];
+    const sign = view.order === "desc" ? -1 : 1;
+    return rows.sort((a, b) => {
+      const [x, y] = [key(a), key(b)];
+      if (missing(x) || missing(y)) return missing(x) - missing(y) || a.name.localeCompare(b.name);
+      const order = typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+      return sign * order || a.name.localeCompare(b.name);
+    });
+  }
+
+  // Each filter offers the values present (and the chosen one, even if none has it any more).
+  function fillFilter(select, values, chosen) {
+    const wanted = ["", ...Array.from(new Set([...values, ...(chosen ? [chosen] : [])])).sort()];
+    const current = Array.from(select.options, (option) => option.value);
+    if (wanted.length !== current.length || wanted.some((value, i) => value !== current[i])) {
+      select.replaceChildren(
+        ...wanted.map((value) => {
+          const option = document.createElement("option");
+          option.value = value;
+          option.textContent = value === "" ? "all" : value;
+          return option;
+        }),
+      );
+    }
+    select.value = chosen || "";
+  }
+
+  function experimentRow(exp) {
+    const tr = document.createElement("tr");
+    tr.dataset.name = exp.name;
+    const link = document.createElement("a");
+    link.href = "/ui/experiments/" + encodeURIComponent(exp.name);
+    link.textContent = exp.name;
+    cell(tr, "").appendChild(link);
+    cell(tr, exp.phase, "phase-" + exp.phase);
+    cell(tr, exp.task);
+    cell(tr, exp.model, "path");
+    cell(tr, exp.agent || "–");
+    // Sealed: the baseline, best and improvement the agent is scored on, all on validation;
+    // its result on test is on the experiment's page.
+    const sealed = exp.feedback === "sealed";
+    const scores = [
+      cell(tr, num(sealed ? exp.validation_baseline_score : exp.baseline_score), "num"),
+      cell(tr, num(exp.best_score), "num"),
+      cell(tr, signed(exp.improvement), "num " + (exp.improvement > 0 ? "up" : exp.improvement < 0 ? "down" : "")),
+    ];
+    if (sealed) {
+      scores.forEach((td) => {
+        td.title = `sealed: on the validation split; final on test: ${finalText(exp.final)}`;
+      });
+    }
+    cell(tr, submissionsText(exp), "num");
+    cell(tr, timeLeft(exp), "num");
+    cell(tr, queueText(exp));
+    // Why its baseline waits (the reason kubectl and autorl run show), what to do on hover.
+    const waits = cell(tr, exp.waiting_reason || "–", exp.waiting_reason ? "waiting" : "");
+    if (exp.waiting_message) waits.title = exp.waiting_message;
+    return tr;
+  }
+
   function experimentsPage() {
     const body = document.querySelector("#experiments tbody");
     const empty = document.getElementById("empty");
-    poll(async () => {
-      const data = await getJSON("/ui/api/experiments");
-      const rows = data.experiments.map((exp) => {
-        const tr = document.createElement("tr");
-        tr.dataset.name = exp.name;
-        const link = document.createElement("a");
-        link.href = "/ui/experiments/" + encodeURIComponent(exp.name);
-        link.textContent = exp.name;
-        cell(tr, "").appendChild(link);
-        cell(tr, exp.phase, "phase-" + exp.phase);
-        cell(tr, exp.task);
-        cell(tr, exp.model, "path");
-        cell(tr, exp.agent || "–");
-        // Sealed: the baseline, best and improvement the agent is scored on, all on validation;
-        // its result on test is on the experiment's page.
-        const sealed = exp.feedback === "sealed";
-        const scores = [
-          cell(tr, num(sealed ? exp.validation_baseline_score : exp.baseline_score), "num"),
-          cell(tr, num(exp.best_score), "num"),
-          cell(tr, signed(exp.improvement), "num " + (exp.improvement > 0 ? "up" : exp.improvement < 0 ? "down" : "")),
-        ];
-        if (sealed) {
-          scores.forEach((td) => {
-            td.title = `sealed: on the validation split; final on test: ${finalText(exp.final)}`;
-          });
-        }
-        cell(tr, submissionsText(exp), "num");
-        cell(tr, timeLeft(exp), "num");
-        cell(tr, queueText(exp));
-        // Why its baseline waits (the reason kubectl and autorl run show), what to do on hover.
-        const waits = cell(tr, exp.waiting_reason || "–", exp.waiting_reason ? "waiting" : "");
-        if (exp.waiting_message) waits.title = exp.waiting_message;
-        return tr;
+    const noneYet = empty.textContent;
+    const form = document.getElementById("filters");
+    const headers = document.querySelectorAll("#experiments th[data-sort]");
+    const view = viewFromURL();
+    let experiments = [];
+
+    function render() {
+      for (const [key, value] of Object.entries(FILTERS)) {
+        const values = experiments.map(value).filter((v) => !missing(v));
+        fillFilter(form.elements[key], values, view.filters[key]);
+      }
+      headers.forEach((th) => {
+        const sorted = th.dataset.sort === view.sort;
+        if (sorted) th.setAttribute("aria-sort", view.order === "desc" ? "descending" : "ascending");
+        else th.removeAttribute("aria-sort");
       });
+      const rows = shownExperiments(experiments, view).map(experimentRow);
       syncRows(body, rows);
+      empty.textContent = experiments.length ? "No experiment matches these filters." : noneYet;
       empty.hidden = rows.length > 0;
+      document.getElementById("shown").textContent = `${rows.length} of ${experiments.length} shown`;
+    }
+
+    form.addEventListener("submit", (event) => event.preventDefault());
+    form.addEventListener("change", (event) => {
+      const { name, value } = event.target;
+      if (!Object.hasOwn(FILTERS, name)) return;
+      if (value) view.filters[name] = value;
+      else delete view.filters[name];
+      writeURL(view);
+      render();
+    });
+    // A header sorts by its column; the sorted column's header again reverses the order.
+    headers.forEach((th) => {
+      th.querySelector("button").addEventListener("click", () => {
+        view.order = view.sort === th.dataset.sort && view.order === "asc" ? "desc" : "asc";
+        view.sort = th.dataset.sort;
+        writeURL(view);
+        render();
+      });
+    });
+    poll(async () => {
+      experiments = (await getJSON("/ui/api/experiments")).experiments;
+      render();
     });
   }
 
