@@ -41,7 +41,6 @@ REPO_PATH = re.compile(
 MEASURED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(tok/s|GiB|GB|TB/s|MB|requests/s|×)(?![\w/])")
 #: Figures that are facts rather than this project's measurements, each with where it comes from.
 NOT_MEASURED = {
-    ("docs/EVALUATION.md", "141 GB"): "the H200's memory, from NVIDIA's data sheet",
     # Image sizes as `podman images` reports them after `make images`; no bench script writes them.
     ("docs/KUBERNETES.md", "274 MB"): "podman images",
     ("docs/KUBERNETES.md", "284 MB"): "podman images",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -214,11 +215,24 @@ def test_a_missing_opencompass_command_is_the_evaluators_fault_from_any_folder(
 ) -> None:
     """Run from a folder outside the repository: the default command is still the repository's
     (`make setup`'s), and a command that is not there fails the evaluation at once as the
-    evaluator's fault (not counted against the submission), naming the command and the fix."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AUTORL_OPENCOMPASS_BIN", raising=False)
+    evaluator's fault (not counted against the submission), naming the command and the fix, all as
+    docs/EVALUATION.md says: the environment it names, the setting that names another command, and
+    the words the agent reads."""
     repository = Path(__file__).resolve().parents[2]
-    assert WorkerSettings().opencompass_bin == repository / ".venv-opencompass" / "bin" / "opencompass"
+    guide = " ".join((repository / "docs" / "EVALUATION.md").read_text(encoding="utf-8").split())
+    claim = re.search(
+        r"By default the `opencompass` of the repository's `([^`]+)`.*?; `(AUTORL_\w+)` names another"
+        r".*?A missing command fails the evaluation as the evaluator's fault: the agent reads `([^`]+)`",
+        guide,
+    )
+    assert claim is not None, "docs/EVALUATION.md no longer says where the opencompass command is"
+    environment, setting, agent_reads = claim.groups()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(setting, raising=False)
+    assert WorkerSettings().opencompass_bin == repository / environment / "bin" / "opencompass"
+    monkeypatch.setenv(setting, str(tmp_path / "elsewhere" / "opencompass"))
+    assert WorkerSettings().opencompass_bin == tmp_path / "elsewhere" / "opencompass"
+    monkeypatch.delenv(setting)
     missing = tmp_path / "nowhere" / "bin" / "opencompass"
     config = EvalConfig(task="arith", backend="opencompass", max_new_tokens=8, limit=1)
     problem = Problem(question="What is 1 + 1?", answer="1 + 1 = 2\n#### 2")
@@ -228,7 +242,8 @@ def test_a_missing_opencompass_command_is_the_evaluators_fault_from_any_folder(
         )
     message = agent_message(failure.value)
     assert message.startswith(f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault")
-    assert str(missing) in message and "AUTORL_OPENCOMPASS_BIN" in message
+    assert message.startswith(agent_reads)
+    assert str(missing) in message and setting in message
     assert not (tmp_path / "nowhere").exists()
 
 
