@@ -48,6 +48,25 @@ CLUSTER_MODEL_PATTERN = (
 MAX_LABEL_LENGTH = 63
 MAX_DNS_NAME_LENGTH = 253
 MAX_QUANTITY_LENGTH = 64
+#: Bounds of every string, list and map of the spec. The API server's CEL cost estimate takes the
+#: size of what a rule reads from these (``self == oldSelf`` reads the whole spec), so none is left
+#: unbounded; the controller's validation enforces the same ones. Generous for real use: a longer
+#: value of a variable belongs in a ConfigMap or Secret passed by ``envFrom``.
+MAX_MODEL_LENGTH = 256
+#: A registry host, a repository path of up to 255 characters, a tag and a digest.
+MAX_IMAGE_LENGTH = 512
+#: Items of ``command`` and of ``args``, and characters of each item and of a variable's value.
+MAX_ARGS = 256
+MAX_ARG_LENGTH = 4096
+MAX_ENV = 100
+MAX_ENV_FROM = 32
+MAX_ENV_NAME_LENGTH = 256
+#: Resource names in ``requests`` and in ``limits``.
+MAX_RESOURCES = 32
+MAX_EGRESS_RULES = 64
+MAX_EGRESS_PORTS = 32
+#: An IPv6 CIDR is at most 49 characters.
+MAX_CIDR_LENGTH = 64
 #: The grader keeps counts in 32-bit integers.
 MAX_INT32 = 2**31 - 1
 #: Resources Kubernetes knows by a bare name; any other is ``vendor.domain/name`` (e.g. ``nvidia.com/gpu``).
@@ -63,6 +82,8 @@ def _quantity(value: str | int) -> str | int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"{value} is negative; a resource amount is 0 or more")
+    elif len(value) > MAX_QUANTITY_LENGTH:
+        raise ValueError(f"a quantity has at most {MAX_QUANTITY_LENGTH} characters, not {len(value)}")
     elif not _QUANTITY.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a Kubernetes quantity; write a number and an optional unit with no space, "
@@ -86,6 +107,10 @@ Quantity = Annotated[
 ]
 
 
+#: One item of a container's ``command`` or ``args``.
+Arg = Annotated[str, Field(max_length=MAX_ARG_LENGTH)]
+
+
 class _Model(BaseModel):
     """Shared config: camelCase names as in the manifest, unknown fields refused."""
 
@@ -93,9 +118,15 @@ class _Model(BaseModel):
 
 
 class EnvVar(_Model):
-    name: str = Field(description="Variable name.", json_schema_extra={"pattern": ENV_NAME_PATTERN})
+    name: str = Field(
+        description="Variable name.",
+        max_length=MAX_ENV_NAME_LENGTH,
+        json_schema_extra={"pattern": ENV_NAME_PATTERN},
+    )
     value: str = Field(
-        default="", description="Literal value. Credentials belong in a Secret passed by envFrom."
+        default="",
+        description="Literal value. Credentials belong in a Secret passed by envFrom.",
+        max_length=MAX_ARG_LENGTH,
     )
 
     @field_validator("name")
@@ -129,7 +160,9 @@ class LocalObjectRef(_Model):
 
 class EnvFromSource(_Model):
     prefix: str | None = Field(
-        default=None, description="Prepended to every variable name taken from the source."
+        default=None,
+        description="Prepended to every variable name taken from the source.",
+        max_length=MAX_ENV_NAME_LENGTH,
     )
     secretRef: LocalObjectRef | None = Field(
         default=None, description="All keys of a Secret, e.g. an LLM API key."
@@ -144,9 +177,13 @@ class EnvFromSource(_Model):
 
 
 class Resources(_Model):
-    requests: dict[str, Quantity] | None = Field(default=None, description="Minimum resources, e.g. cpu: 8.")
+    requests: dict[str, Quantity] | None = Field(
+        default=None, description="Minimum resources, e.g. cpu: 8.", max_length=MAX_RESOURCES
+    )
     limits: dict[str, Quantity] | None = Field(
-        default=None, description='Maximum resources, e.g. memory: 64Gi, "nvidia.com/gpu": 1.'
+        default=None,
+        description='Maximum resources, e.g. memory: 64Gi, "nvidia.com/gpu": 1.',
+        max_length=MAX_RESOURCES,
     )
 
     @model_validator(mode="after")
@@ -208,19 +245,24 @@ class AgentSpec(_Model):
         default=None,
         description="Container image of a custom agent.",
         min_length=1,
+        max_length=MAX_IMAGE_LENGTH,
         json_schema_extra={"pattern": r"^\S+$"},
     )
-    command: list[str] | None = Field(
-        default=None, description="Entry point of the custom image (image only)."
+    command: list[Arg] | None = Field(
+        default=None, description="Entry point of the custom image (image only).", max_length=MAX_ARGS
     )
-    args: list[str] | None = Field(
+    args: list[Arg] | None = Field(
         default=None,
         description="Arguments of the custom image's command, or of the built-in agent's program.",
+        max_length=MAX_ARGS,
     )
-    env: list[EnvVar] | None = Field(default=None, description="Extra plain environment variables.")
+    env: list[EnvVar] | None = Field(
+        default=None, description="Extra plain environment variables.", max_length=MAX_ENV
+    )
     envFrom: list[EnvFromSource] | None = Field(
         default=None,
         description="Secrets or ConfigMaps whose keys become environment variables (credentials).",
+        max_length=MAX_ENV_FROM,
     )
     resources: Resources | None = Field(default=None, description="Compute resources of the agent container.")
 
@@ -285,10 +327,11 @@ class EgressRule(_Model):
     cidr: str | None = Field(
         default=None,
         description="Address block, e.g. 203.0.113.0/24.",
+        max_length=MAX_CIDR_LENGTH,
         json_schema_extra={"pattern": r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$"},
     )
     ports: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
-        default=None, description="TCP ports (default 443)."
+        default=None, description="TCP ports (default 443).", max_length=MAX_EGRESS_PORTS
     )
 
     @model_validator(mode="after")
@@ -321,6 +364,7 @@ class ExperimentSpec(_Model):
     task: str = Field(description="Benchmark task, e.g. gsm8k.", json_schema_extra=_task_enum)
     model: str = Field(
         description="Base model: a Hugging Face hub id (Qwen/Qwen2.5-1.5B) or builtin:tiny-qwen2.",
+        max_length=MAX_MODEL_LENGTH,
         json_schema_extra={"pattern": CLUSTER_MODEL_PATTERN},
     )
     agent: AgentSpec = Field(
@@ -336,6 +380,7 @@ class ExperimentSpec(_Model):
     egress: list[EgressRule] | None = Field(
         default=None,
         description="Destinations the agent may reach besides DNS and the grader, e.g. an LLM API.",
+        max_length=MAX_EGRESS_RULES,
     )
     queueName: str | None = Field(
         default=None,
@@ -373,8 +418,11 @@ class ExperimentSpec(_Model):
     @field_validator("queueName")
     @classmethod
     def _queue_label(cls, queue: str | None) -> str | None:
-        if queue is not None and (len(queue) > 63 or not _DNS_LABEL.fullmatch(queue)):
-            raise ValueError(f"queueName {queue!r} must be a DNS label (lower case, digits, '-', ≤ 63)")
+        if queue is not None and (len(queue) > MAX_LABEL_LENGTH or not _DNS_LABEL.fullmatch(queue)):
+            raise ValueError(
+                f"queueName {queue!r} must be a DNS label (lower case, digits, '-', "
+                f"at most {MAX_LABEL_LENGTH} characters)"
+            )
         return queue
 
 

@@ -13,7 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.experiment import AGENT_COMMAND_NEEDS_IMAGE, AGENT_EXACTLY_ONE, QUANTITY_PATTERN
+from autorl.experiment import (
+    AGENT_COMMAND_NEEDS_IMAGE,
+    AGENT_EXACTLY_ONE,
+    MAX_ARG_LENGTH,
+    MAX_ARGS,
+    MAX_ENV,
+    MAX_IMAGE_LENGTH,
+    MAX_MODEL_LENGTH,
+    QUANTITY_PATTERN,
+)
 
 Spec = dict[str, Any]
 
@@ -163,6 +172,12 @@ CASES: list[Broken] = [
            "egress: 'api openai com' is not a DNS name"),
     Broken("egress-port-out-of-range", _egress({"host": "api.openai.com", "ports": [70000]}),
            "should be less than or equal to 65535", "less than or equal to 65535"),
+    Broken("too-many-args", _set("agent.args", ["--lr"] * (MAX_ARGS + 1)),
+           f"spec.agent.args: Too many: {MAX_ARGS + 1}: must have at most {MAX_ARGS} items",
+           f"spec.agent.args: List should have at most {MAX_ARGS} items"),
+    Broken("image-too-long", lambda spec: spec.update(agent={"image": "r/" + "a" * MAX_IMAGE_LENGTH}),
+           f"spec.agent.image: Too long: may not be longer than {MAX_IMAGE_LENGTH}",
+           f"spec.agent.image: String should have at most {MAX_IMAGE_LENGTH} characters"),
     # Only the controller can see these: it refuses them before any Job.
     Broken("fractional-gpu", _limit("nvidia.com/gpu", "0.5"), None,
            "limits.nvidia.com/gpu: '0.5' is not a whole number of devices; write e.g. \"nvidia.com/gpu\": 1"),
@@ -194,6 +209,15 @@ VALID: dict[str, Callable[[Spec], None]] = {
     "builtin-with-empty-command": _set("agent.command", []),
     "builtin-with-command-null": _set("agent.command", None),
     "builtin-with-args": _set("agent.args", ["--learning-rate", "1e-5"]),
+    "at-the-bounds": lambda spec: spec.update(
+        model="Qwen/" + "Q" * (MAX_MODEL_LENGTH - 5),
+        agent={
+            "image": "registry.example/" + "a" * (MAX_IMAGE_LENGTH - 17),
+            "command": ["python"] * MAX_ARGS,
+            "args": ["a" * MAX_ARG_LENGTH] * MAX_ARGS,
+            "env": [{"name": f"V{i}", "value": "v" * MAX_ARG_LENGTH} for i in range(MAX_ENV)],
+        },
+    ),
 }
 
 

@@ -10,7 +10,9 @@ operator does goes through the emulated API.
 The emulated API server refuses what a real one would refuse the controller
 (:meth:`ApiServerEmulator._refusal`): RBAC from the chart's own rendered Role and bindings
 (tests/support/kube_rbac.py), the Kubernetes schema of every object it writes (kubernetes-validate),
-and Pod Security "restricted" in :data:`NAMESPACE` (tests/support/pod_security.py). A request with
+and Pod Security "restricted" in :data:`NAMESPACE` (tests/support/pod_security.py); a CRD whose CEL
+rules read an unbounded string, list or map, and from anyone a custom resource past its CRD's
+``maxLength``, ``maxItems`` or ``maxProperties`` (tests/support/crd_bounds.py). A request with
 :data:`CLUSTER_TOKEN` is the cluster's own components' (what the tests play) and passes RBAC and the
 schema; any other is the controller's, as its ServiceAccount's token would make it.
 """
@@ -49,6 +51,7 @@ from autorl_controller.operator.manifests import ExperimentRef
 from autorl_controller.operator.settings import ControllerSettings
 from autorl_grader.main import create_app
 from tests.support.chart import render_chart
+from tests.support.crd_bounds import crd_refusal, object_refusal
 from tests.support.infra import serve
 from tests.support.kube_rbac import (
     Attributes,
@@ -90,6 +93,8 @@ RELEASE = "autorl"
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 #: Groups whose objects the Kubernetes OpenAPI schema describes (not the CRD's).
 BUILTIN_GROUPS = frozenset({"", "batch", "networking.k8s.io", "apps", "rbac.authorization.k8s.io"})
+#: CustomResourceDefinitions: their group and resource.
+CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 #: Resources whose pod template the PodSecurity admission checks (warns; their pods are refused).
 POD_TEMPLATES = {"jobs": ("spec", "template", "spec")}
 
@@ -181,6 +186,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     authorizer: Authorizer | None = None
     #: Namespaces labelled ``pod-security.kubernetes.io/enforce: restricted``.
     restricted_namespaces: frozenset[str] = frozenset()
+    #: The CRDs admitted, by the group and plural of their resources.
+    crds: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
     #: Seconds a slow API server takes to answer the controller's GET of a path.
     slow_reads: dict[str, float] = attrs.field(factory=dict)
     #: How many of those slow reads have begun.
@@ -252,6 +259,17 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             found = violations(request.data.get("spec") or {})
             if found:
                 return forbidden_pod_status(request.data.get("metadata", {}).get("name") or "", found)
+        writes = attributes.verb in ("create", "patch", "update")
+        if writes and (attributes.group, attributes.resource) == CRDS:
+            crd = self._written(request, attributes)
+            refused = None if crd is None else crd_refusal(crd)
+            if crd is not None and refused is None:
+                self.crds[(crd["spec"]["group"], crd["spec"]["names"]["plural"])] = crd
+            return refused
+        if writes and (attributes.group, attributes.resource) in self.crds:
+            written = self._written(request, attributes)
+            if written is not None:
+                return object_refusal(self.crds[(attributes.group, attributes.resource)], written)
         if (
             controller
             and attributes.group in BUILTIN_GROUPS

@@ -24,6 +24,7 @@ from autorl_controller.operator.handlers.create import validation_error
 from autorl_controller.operator.settings import ControllerSettings
 from tests.support.broken_experiments import CASES, Broken, base_spec, manifest, valid_manifests
 from tests.support.cel_rules import cel_errors, is_transition_rule, rules
+from tests.support.crd_bounds import BOUND_KEYWORDS, bound_message
 from tests.unit.test_crd import as_json_schema
 
 #: The controller's defaults: every private range is the cluster's.
@@ -34,13 +35,13 @@ def _value(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, (dict, list)) else f'"{type(value).__name__}"'
 
 
-#: The API server's words for each failed keyword (k8s.io/kube-openapi's validate package).
+#: The API server's words for each failed keyword (k8s.io/kube-openapi's validate package); those
+#: of the bounds are its own (tests/support/crd_bounds.py).
 _DETAILS = {
     "pattern": "should match '{bound}'",
     "minimum": "should be greater than or equal to {bound}",
     "maximum": "should be less than or equal to {bound}",
     "minLength": "should be at least {bound} chars long",
-    "maxLength": "should be at most {bound} chars long",
     "type": "must be of type {types}",
     "oneOf": "must validate one and only one schema (oneOf)",
 }
@@ -66,6 +67,8 @@ def api_server_errors(resource: dict[str, Any], old: dict[str, Any] | None = Non
             lines += [
                 f'unknown field "{path}.{name}"' for name in value if name not in error.schema["properties"]
             ]
+        elif keyword in BOUND_KEYWORDS:
+            lines.append(f"{path}: {bound_message(str(keyword), bound, value)[1]}")
         elif keyword == "enum":
             supported = ", ".join(json.dumps(v) for v in bound if v is not None)
             lines.append(f"{path}: Unsupported value: {_value(value)}: supported values: {supported}")
