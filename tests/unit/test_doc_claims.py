@@ -4,10 +4,14 @@ fails here, not in a reader's hands."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from autorl_evaluator.backends.opencompass.parallel import fits_one_gpu
 from autorl_evaluator.model_settings import ModelSettings
@@ -62,3 +66,133 @@ def test_the_qwen_sizes_said_to_fit_one_h200_are_those_the_rule_admits() -> None
     assert fit == sizes[: len(fit)], "the rule admits every size up to a largest one"
     assert largest == fit[-1]
     assert sharded == sizes[len(fit)]
+
+
+def _default_of(path: Path, name: str) -> str:
+    """The default ``os.environ.get(VARIABLE, DEFAULT)`` gives the module constant ``name``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == name for target in node.targets
+        ):
+            assert isinstance(node.value, ast.Call) and isinstance(node.value.args[1], ast.Constant)
+            return str(node.value.args[1].value)
+    raise AssertionError(f"{name} is not assigned in {path}")
+
+
+def test_the_test_suites_servers_are_those_the_readme_requires() -> None:
+    """README's requirements of `make test` name the PostgreSQL the tests connect to and the Redis
+    command they start their own servers with (no Redis has to be running)."""
+    found = claim(
+        r"`make test` also podman \(`make (images GPU=0)`.*?PostgreSQL on ([\d.]+):(\d+) with trust "
+        r"authentication and the `([\w-]+)` command \(the tests start Redis servers of their own\)",
+        "README.md",
+    )
+    images, host, port, redis_command = found.groups()
+    infra = REPO / "tests" / "support" / "infra.py"
+    dsn = dict(part.split("=", 1) for part in _default_of(infra, "PG_ADMIN_DSN").split())
+    assert (dsn["host"], dsn["port"]) == (host, port)
+    assert _default_of(infra, "REDIS_SERVER") == redis_command
+    assert "port = free_port()" in infra.read_text(encoding="utf-8")  # each test Redis on a port of its own
+    recipe = (REPO / "Makefile").read_text(encoding="utf-8").split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert f"$(MAKE) --no-print-directory {images}" in recipe
+
+
+def test_the_demos_figures_are_the_committed_runs() -> None:
+    """README quotes the demo's run from bench/results/demo_cpu.json (its `default` variant)."""
+    found = claim(
+        r"the demo went from ([\d.]+) to ([\d.]+) in ([\d.]+) s \(SFT reached ([\d.]+), GRPO ([\d.]+);",
+        "README.md",
+    )
+    run = results("demo_cpu")["variants"]["default"]
+    quoted = [float(value) for value in found.groups()]
+    assert quoted == [run["baseline"], run["best_score"], run["wall_s"], run["best_sft"], run["best_grpo"]]
+    assert run["agent_args"] == "" and run["exit_code"] == 0  # the defaults of `make run`
+
+
+def test_the_sample_summary_is_what_autorl_run_prints_for_the_demos_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LOCAL.md's sample summary is the one `autorl run` prints, line for line, for the numbers of
+    the demo's committed run (bench/results/demo_cpu.json, `default`): every line the summary has,
+    none it lacks. The interval and the paired test follow from the scores, since the baseline got
+    every one of arith's test problems wrong."""
+    from autorl.runs.results import ResultRow
+    from autorl.runs.seeds import RunSeed
+    from autorl.tasks.arith import TEST_SIZE
+    from autorl.uncertainty import accuracy_interval, compare
+    from autorl_local.experiment import LocalRun
+
+    guide = (REPO / "docs" / "LOCAL.md").read_text(encoding="utf-8")
+    shown = guide.split("`bench/results/demo_cpu.json`", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    run = results("demo_cpu")["variants"]["default"]
+    header = next(line for line in run["terminal_tail"] if line.startswith("Run "))
+    match = re.fullmatch(r"Run (\S+) (\w+) in (\d+):(\d\d)", header)
+    assert match is not None
+    run_id = match[1]
+    assert match[2] == "completed"
+    right, base_right = (round(score * TEST_SIZE / 100) for score in (run["best_score"], run["baseline"]))
+    assert base_right == 0
+    best, baseline = "1" * right + "0" * (TEST_SIZE - right), "0" * TEST_SIZE
+    low, high = accuracy_interval(best)
+    comparison = compare(best, baseline)
+    scored = sum(s["status"] == "scored" for s in run["submissions"])
+    home = Path("/home/you/.autorl")
+    row = ResultRow(
+        run_id=run_id,
+        timestamp="",
+        task="arith",
+        agent="example_grpo",
+        driver_model=None,
+        base_model="builtin:tiny-qwen2",
+        baseline=run["baseline"],
+        best_score=run["best_score"],
+        improvement=run["improvement"],
+        submissions=scored,
+        duration_s=60 * int(match[3]) + int(match[4]),
+        success=True,
+        status="completed",
+        workspace=str(home / "runs" / run_id / "workspace"),
+        feedback="test",
+        final_score=run["best_score"],
+        final_low=low,
+        final_high=high,
+        final_p_value=comparison.p_value,
+        selection="best_on_test",
+        test_evaluations=scored,
+    )
+    metrics = {
+        "best_score": run["best_score"],
+        "best_interval": [low, high],
+        "best_difference_interval": list(comparison.interval),
+        "best_p_value": comparison.p_value,
+        "best_distinguishable": comparison.distinguishable,
+    }
+    monkeypatch.setenv("COLUMNS", "200")  # one line each, as on a wide terminal
+    local_run = SimpleNamespace(
+        config=SimpleNamespace(seed=RunSeed(0)), last_view=None, settings=SimpleNamespace(home=home)
+    )
+    LocalRun._print_summary(local_run, row, None, metrics)
+    assert shown == capsys.readouterr().out.lstrip("\n")
+
+
+def test_the_learning_rates_said_to_differ_by_model_size_are_the_agents_defaults() -> None:
+    """LOCAL.md's learning rates of the example agent for a tiny and a larger model, and how many
+    times larger they are, are its defaults (with the size that makes a model tiny)."""
+    from autorl_agents.example_config import ExampleGRPOConfig, grpo_sizes, sft_sizes
+    from autorl_agents.example_grpo import TINY_MODEL_PARAMETERS
+
+    found = claim(
+        r"a tiny model \(under (\d+) M parameters\) trains at (\d+) times the SFT learning rate "
+        r"\(([\de.-]+) against ([\de.-]+)\) and (\d+) times the GRPO one \(([\de.-]+) against the "
+        r"reference's ([\de.-]+)\)",
+        "docs/LOCAL.md",
+    )
+    millions, sft_times, sft_tiny, sft_other, grpo_times, grpo_tiny, grpo_other = found.groups()
+    assert int(millions) * 1_000_000 == TINY_MODEL_PARAMETERS
+    config = ExampleGRPOConfig()
+    sft = {tiny: sft_sizes(config, tiny=tiny).learning_rate for tiny in (True, False)}
+    grpo = {tiny: grpo_sizes(config, tiny=tiny).learning_rate for tiny in (True, False)}
+    assert (float(sft_tiny), float(sft_other)) == (sft[True], sft[False])
+    assert (float(grpo_tiny), float(grpo_other)) == (grpo[True], grpo[False])
+    assert int(sft_times) == round(sft[True] / sft[False])
+    assert int(grpo_times) == round(grpo[True] / grpo[False])

@@ -123,6 +123,23 @@ class ExampleGRPOConfig:
 
 
 @dataclass(frozen=True)
+class SFTSizes:
+    """The SFT settings whose defaults depend on the model's size."""
+
+    learning_rate: float
+    batch_size: int
+
+
+def sft_sizes(config: ExampleGRPOConfig, *, tiny: bool) -> SFTSizes:
+    """A tiny model (the builtin demo model) learns the answer format from random weights: a learning
+    rate 300 times a pretrained model's, in batches twice as large."""
+    return SFTSizes(
+        learning_rate=config.sft_learning_rate or (3e-3 if tiny else 1e-5),
+        batch_size=config.sft_batch_size or (32 if tiny else 16),
+    )
+
+
+@dataclass(frozen=True)
 class GRPOSizes:
     """The GRPO settings whose defaults depend on the model's size."""
 

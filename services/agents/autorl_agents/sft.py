@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from autorl_agents.agent_log import log
 from autorl_agents.cache_compat import forward, output_cache
+from autorl_agents.example_config import sft_sizes
 from autorl_agents.step_clock import StepClock
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
     from autorl_agents.precision import MasterWeightAdamW
 
     config = agent.config
-    lr = config.sft_learning_rate or (3e-3 if agent.tiny else 1e-5)
-    batch_size = config.sft_batch_size or (32 if agent.tiny else 16)
+    sizes = sft_sizes(config, tiny=agent.tiny)
+    lr, batch_size = sizes.learning_rate, sizes.batch_size
     prompts = [
         agent.tokenizer(agent.task.render_prompt(agent.tokenizer, p.question)).input_ids
         for p in agent.problems
