@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -33,6 +34,8 @@ from tests.support.grading import (
     row_id,
 )
 from tests.support.settings import DeploymentSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -757,6 +760,33 @@ def test_identical_weights_reuse_the_score(
     db.dispose()
     assert settings.snapshot_dir is not None
     assert list(settings.snapshot_dir.iterdir()) == []
+
+
+def test_submit_without_waiting_answers_as_the_agents_guide_says(
+    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
+) -> None:
+    """docs/AGENTS.md says what `?wait=false` answers: the status of a submission still to be
+    evaluated and that of one whose score is already known (identical files reused it)."""
+    guide = " ".join((REPO_ROOT / "docs" / "AGENTS.md").read_text(encoding="utf-8").split())
+    said = re.search(
+        r"`\?wait=false`: at once, (\d{3}) `\{submission_id, status: \"(\w+)\", queue_position\}`.*?, "
+        r"or (\d{3}) with the whole answer when the score is already known",
+        guide,
+    )
+    assert said is not None, "docs/AGENTS.md no longer says what ?wait=false answers"
+    pending_status, pending_state, known_status = int(said[1]), said[2], int(said[3])
+    first_dir = copy_model(tiny_base_model, experiment.output_dir / "one", unique=True)
+    pending = submit(client, experiment, "output/one", params={"wait": "false"})
+    assert pending.status_code == pending_status and pending.json()["status"] == pending_state
+    db = Database(settings.database_url or "")
+    with db.session() as session:  # stand in for a worker that scored it
+        row = repo.get_submission(session, row_id(db, experiment, pending.json()["submission_id"]))
+        row.status, row.score, row.n_samples = SubmissionStatus.SCORED, 50.0, 8
+    db.dispose()
+    shutil.copytree(first_dir, experiment.output_dir / "two")
+    known = submit(client, experiment, "output/two", params={"wait": "false"})
+    assert known.status_code == known_status
+    assert known.json()["status"] == "scored" and known.json()["score"] == 50.0
 
 
 def test_an_accepted_submission_is_logged_for_operators(
