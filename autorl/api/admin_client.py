@@ -40,7 +40,13 @@ from autorl.api.endpoints import (
     HttpCaller,
     RequestRejectedError,
 )
-from autorl.api.request_bodies import FinishExperiment, FinishStatus, RegisterExperiment, StartBudget
+from autorl.api.request_bodies import (
+    FinishExperiment,
+    FinishStatus,
+    RecordOverlap,
+    RegisterExperiment,
+    StartBudget,
+)
 
 __all__ = [
     "AdminClient",
@@ -89,6 +95,10 @@ FINISH = Endpoint[ExperimentAnswer](
 )
 #: Sealed mode: after the agent has ended, the one evaluation on the test split (once).
 FINAL = Endpoint[ExperimentAnswer]("POST", f"{_EXPERIMENT}/final", ExperimentAnswer, ADMIN_REFUSALS)
+#: After the agent has ended: how many test problems its files hold (autorl.provenance.overlap).
+OVERLAP = Endpoint[ExperimentAnswer](
+    "POST", f"{_EXPERIMENT}/overlap", ExperimentAnswer, ADMIN_REFUSALS, body=RecordOverlap
+)
 SUBMISSIONS = Endpoint[list[SubmissionAnswer]](
     "GET", f"{_EXPERIMENT}/submissions", list[SubmissionAnswer], ADMIN_REFUSALS
 )
@@ -189,6 +199,9 @@ class AdminClient(BlockingClient):
 
     def finish(self, name: str, status: FinishStatus, message: str | None = None) -> ExperimentAnswer:
         return self._caller.send(finish_call(name, status, message))
+
+    def record_overlap(self, name: str, test_overlap: int) -> ExperimentAnswer:
+        return self._caller.send(OVERLAP.call(name=name, body=RecordOverlap(test_overlap=test_overlap)))
 
     def submissions(self, name: str) -> list[SubmissionAnswer]:
         """Every submission of the experiment, the baseline included, oldest first."""

@@ -120,6 +120,11 @@ class SubmissionAnswer(Answer):
         description="against the baseline on the same problems; null for the baseline itself, "
         "unless scored, or while the baseline is not",
     )
+    lineage: str | None = Field(
+        None,
+        description="admin API only: the registered public checkpoint this checkpoint is nearer than "
+        "the base (docs/PROTOCOL.md); null when the base is nearest or none is registered",
+    )
 
     @property
     def final(self) -> bool:
@@ -283,6 +288,18 @@ class ExperimentAnswer(Answer):
         0,
         description="evaluations of the agent's checkpoints on the test split (baselines and reused "
         "scores excluded)",
+    )
+    test_overlap: int | None = Field(
+        None, description="test problems found in the agent's files after it ended; null: not read"
+    )
+    twin_score: float | None = Field(None, description="the final on the twin split (new numbers)")
+    twin_p_value: float | None = Field(
+        None, description="paired test: the final's test-minus-twin gap exceeds the base model's"
+    )
+    lineage: str | None = Field(
+        None,
+        description="the registered public checkpoint a scored submission is nearer than the base "
+        "(the final's, else the first such submission's); null otherwise",
     )
     evaluators: int | None = Field(
         None, description="evaluators alive that take work for this experiment's backend"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -59,6 +59,10 @@ class SubmitRequest(BaseModel):
         return value
 
 
+#: Public checkpoints one experiment may register (each is read once per scored submission).
+MAX_KNOWN_CHECKPOINTS = 16
+
+
 class RegisterExperiment(BaseModel):
     """``POST /v1/experiments``."""
 
@@ -86,6 +90,12 @@ class RegisterExperiment(BaseModel):
     )
     agent: str | None = None
     driver_model: str | None = None
+    known_checkpoints: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
+        default_factory=list,
+        max_length=MAX_KNOWN_CHECKPOINTS,
+        description="Public checkpoints of the base's family (folders or hub ids, as the evaluators "
+        "see them): a scored submission nearer one than the base is named in `lineage`.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -100,6 +110,15 @@ class RegisterExperiment(BaseModel):
         if not Path(value).is_absolute():
             raise ValueError("must be an absolute path")
         return value
+
+
+class RecordOverlap(BaseModel):
+    """``POST /v1/experiments/{name}/overlap``: how many test problems were found in the agent's
+    files once it had ended (autorl.provenance.overlap)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test_overlap: int = Field(ge=0, le=2**31 - 1)
 
 
 class NominateRequest(BaseModel):

@@ -2,8 +2,9 @@
 
 The columns, their order and the JSON types are a contract (docs/LOCAL.md, "Results"): other tools
 read this file, so a row is only ever appended, under a file lock, with the header written once.
-A file written before the feedback columns is read as it is (its rows are test-mode runs) and,
-at the next append, rewritten whole with the new header, every row kept.
+A file written before the feedback or the provenance columns is read as it is (its rows are
+test-mode runs, nothing read for provenance) and, at the next append, rewritten whole with the new
+header, every row kept.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ class ResultRow:
     final_p_value: float | None = None  # exact McNemar against the baseline on the same problems
     selection: str | None = None  # best_on_test, best_on_validation or nominated
     test_evaluations: int | None = None  # agent checkpoints evaluated on test (None: not recorded)
+    #: What the agent may have brought in (docs/PROTOCOL.md): test problems found in its files
+    #: (None: not read), the final on the twin split and the paired test of its gap against the
+    #: base model's, the registered public checkpoint a submission is nearer than the base.
+    test_overlap: int | None = None
+    twin_score: float | None = None
+    twin_p_value: float | None = None
+    lineage: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
@@ -79,12 +87,28 @@ class ResultRow:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ResultRow))
-#: The columns of files written before feedback modes: still read, rewritten at the next append.
-LEGACY_COLUMNS: tuple[str, ...] = COLUMNS[: COLUMNS.index("workspace") + 1]
-FLOAT_COLUMNS = frozenset(
-    {"baseline", "best_score", "improvement", "duration_s", "final_score", "final_low", "final_high"}
+#: The columns of older files (before feedback modes; before the provenance columns): still read,
+#: rewritten whole with today's header at the next append.
+LEGACY_COLUMNS: tuple[tuple[str, ...], ...] = (
+    COLUMNS[: COLUMNS.index("workspace") + 1],
+    COLUMNS[: COLUMNS.index("test_evaluations") + 1],
 )
-_OPTIONAL_TEXT_COLUMNS = frozenset({"driver_model", "selection"})
+FLOAT_COLUMNS = frozenset(
+    {
+        "baseline",
+        "best_score",
+        "improvement",
+        "duration_s",
+        "final_score",
+        "final_low",
+        "final_high",
+        "twin_score",
+    }
+)
+#: Printed with four significant digits: a p-value of 1e-9 must not round to 0.
+P_VALUE_COLUMNS = frozenset({"final_p_value", "twin_p_value"})
+_OPTIONAL_INT_COLUMNS = frozenset({"test_evaluations", "test_overlap"})
+_OPTIONAL_TEXT_COLUMNS = frozenset({"driver_model", "selection", "lineage"})
 
 
 def results_path(home: Path) -> Path:
@@ -115,9 +139,8 @@ def format_cell(name: str, value: object) -> str:
         if not math.isfinite(number):
             return ""
         return repr(round(number, 4))
-    if name == "final_p_value":
+    if name in P_VALUE_COLUMNS:
         number = float(value)  # type: ignore[arg-type]
-        # Four significant digits: a p-value of 1e-9 must not round to 0.
         return repr(float(f"{number:.4g}")) if math.isfinite(number) else ""
     return str(value)
 
@@ -127,11 +150,11 @@ def _parse_row(record: dict[str, str], where: str) -> ResultRow:
     try:
         for name in COLUMNS:
             raw = (record.get(name) or "").strip()
-            if name in FLOAT_COLUMNS or name == "final_p_value":
+            if name in FLOAT_COLUMNS or name in P_VALUE_COLUMNS:
                 values[name] = float(raw) if raw else None
             elif name == "submissions":
                 values[name] = int(raw or 0)
-            elif name == "test_evaluations":
+            elif name in _OPTIONAL_INT_COLUMNS:
                 values[name] = int(raw) if raw else None
             elif name == "feedback":
                 values[name] = raw or "test"
@@ -160,7 +183,7 @@ def read_rows(home: Path) -> list[ResultRow]:
 
 
 def _check_header(header: Sequence[str] | None, path: Path) -> None:
-    if header is not None and tuple(header) not in (COLUMNS, LEGACY_COLUMNS):
+    if header is not None and tuple(header) not in (COLUMNS, *LEGACY_COLUMNS):
         raise ResultsError(
             f"{path} has columns {','.join(header)}, expected {','.join(COLUMNS)}; "
             "move the old file aside and run again"

@@ -149,6 +149,14 @@ class Experiment(Base):
     # under the copy): each counts against max_submissions as a submission does, though no row is
     # written for it (autorl_grader.submissions.count_refusal).
     costly_refusals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # What the agent may have brought in (autorl.provenance, docs/PROTOCOL.md): the public checkpoints
+    # registered for this experiment (folders or hub ids; the evaluators' AUTORL_KNOWN_CHECKPOINTS
+    # come beside them), the test problems found in the agent's files once it has ended (None: not
+    # read), and the final on the twin split with its paired test against the base model's gap.
+    known_checkpoints: Mapped[list[str] | None] = mapped_column(JSON)
+    test_overlap: Mapped[int | None] = mapped_column(Integer)
+    twin_score: Mapped[float | None] = mapped_column(Float)
+    twin_p_value: Mapped[float | None] = mapped_column(Float)
 
     submissions: Mapped[list[Submission]] = relationship(
         back_populates="experiment", order_by="Submission.id", foreign_keys="Submission.experiment_id"

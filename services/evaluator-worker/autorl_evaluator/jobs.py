@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,6 +35,8 @@ from typing import Any
 from autorl.checkpoints.snapshot import remove_snapshot
 from autorl.errors import AutoRLError
 from autorl.eval_config import EvalConfig
+from autorl.models.sources import resolve_model
+from autorl.provenance.lineage import BASE, lineage
 from autorl.store import Database, Experiment, FailureReason, Split, Submission
 from autorl.store import repository as repo
 from autorl.tasks import get_task
@@ -181,6 +183,10 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         keeps_snapshot = split_name == Split.VALIDATION and not submission.is_baseline
         # An agent's checkpoint gets what the base model needs (its baseline's measure), no more.
         budget = evaluation_budget(session, submission, settings)
+        # Each agent checkpoint's distance to its base and to the registered public checkpoints.
+        known = [*settings.known_checkpoints, *(experiment.known_checkpoints or [])]
+        traced = known if not submission.is_baseline and submission.final_of is None else []
+        base_dir = Path(experiment.base_model_dir)
     log.info(
         "event=evaluation_started submission=%d split=%s attempt=%d worker=%s budget_s=%s",
         submission_id,
@@ -202,6 +208,8 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             test_data_loaded = True
             evaluated = measured_config(config, split, settings)
             scored = evaluate_snapshot(model_dir, task, split, evaluated, settings, budget=budget)
+            seconds = time.monotonic() - started
+            descent = trace_lineage(model_dir, base_dir, traced, settings) if traced else None
         result = scored.result
         _write_predictions(predictions_path(settings, submission_id), scored.problems, result.completions)
     except Exception as exc:
@@ -235,7 +243,6 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         if final and snapshot and not needed:
             _remove_snapshot(settings, snapshot)
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
-    seconds = time.monotonic() - started
     with db.session() as session:
         repo.record_evaluation_key(
             session, submission_id, worker=worker, evaluated=evaluated.stored(), key=evaluated.key
@@ -247,7 +254,11 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             scores=result.scores,
             n_samples=result.n_samples,
             seconds=seconds,
-            details={**result.details, "eval_config": evaluated.stored()},
+            details={
+                **result.details,
+                "eval_config": evaluated.stored(),
+                **({"lineage": descent} if descent is not None else {}),
+            },
             protocol=config.protocol,
             correctness=scored.correctness,
             problems_digest=scored.problems_digest,
@@ -263,6 +274,26 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         recorded,
     )
     return {"submission_id": submission_id, "claimed": True, "status": "scored", "scores": result.scores}
+
+
+def trace_lineage(
+    model_dir: Path, base_dir: Path, known: Sequence[str], settings: WorkerSettings
+) -> dict[str, Any]:
+    """The snapshot's :func:`autorl.provenance.lineage.lineage` record; a known checkpoint that cannot
+    be had, or a failure of the comparison itself, is the platform's: named, never the checkpoint's."""
+    resolved: list[tuple[str, Path]] = []
+    skipped: dict[str, str] = {}
+    for source in dict.fromkeys(known):
+        try:
+            resolved.append((source, resolve_model(source, settings.models_dir)))
+        except Exception as exc:
+            skipped[source] = f"not found: {exc}"
+    try:
+        found = lineage(model_dir, base_dir, resolved)
+    except Exception as exc:
+        log.warning("event=lineage_failed error_type=%s", type(exc).__name__)
+        return {"nearest": None, "distances": {}, "skipped": {**skipped, BASE: f"not compared: {exc}"}}
+    return {**found.to_json(), "skipped": {**skipped, **found.skipped}}
 
 
 def _remove_snapshot(settings: WorkerSettings, snapshot: str) -> None:

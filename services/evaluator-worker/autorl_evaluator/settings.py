@@ -3,11 +3,14 @@ documentation."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from autorl.settings import PlatformSettings
 
@@ -97,6 +100,24 @@ class WorkerSettings(PlatformSettings):
         description="Keep each OpenCompass evaluation folder (config, logs, predictions) after a success "
         "too; failed ones are always kept. Evaluator storage only: the folders hold test questions.",
     )
+
+    known_checkpoints: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Public checkpoints of the base models' families (folders or hub ids, comma-separated "
+        "or a JSON list): each agent's scored checkpoint nearer one of them than its base is named in "
+        "the admin API and results.csv `lineage` (docs/PROTOCOL.md). An experiment adds its own "
+        "(spec.evaluation.knownCheckpoints, `autorl run --known-checkpoint`).",
+    )
+
+    @field_validator("known_checkpoints", mode="before")
+    @classmethod
+    def _listed(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @field_validator("opencompass_bin", "vllm_python")
     @classmethod

@@ -32,6 +32,7 @@ from autorl.api.answers import (
     TimeAnswer,
     WaitingAnswer,
 )
+from autorl.provenance.lineage import experiment_lineage, submission_lineage
 from autorl.runs.final_result import final_view, uncertainty_view
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
@@ -163,7 +164,7 @@ def submission_view(
     that an answer dumped with ``exclude_unset`` keeps the nulls the contract shows; only
     ``queue_position`` is left unset (and out) once the submission is final."""
     fields = _submission_fields(session, experiment, submission, totals)
-    return SubmissionAnswer(**fields, number=submission.number)
+    return SubmissionAnswer(**fields, number=submission.number, lineage=submission_lineage(submission))
 
 
 #: A submission's times: a baseline's are never the agent's to see (:func:`agent_submission_view`).
@@ -376,6 +377,10 @@ def experiment_view(
         "validation_baseline_status": _status(validation_row) if validation_row else None,
         "final": FinalResult.model_validate(final) if final is not None else None,
         "test_evaluations": repo.test_evaluations(session, experiment),
+        "test_overlap": experiment.test_overlap,
+        "twin_score": experiment.twin_score,
+        "twin_p_value": experiment.twin_p_value,
+        "lineage": experiment_lineage(agent_rows, final.get("of") if final is not None else None),
         "best_score": best.score if best else None,
         "best_submission": best.id if best else None,
         # Against the baseline on the split the best was scored on (sealed: validation).

@@ -16,7 +16,7 @@ from autorl.api.answers import (
     SubmissionAnswer,
     TokenAnswer,
 )
-from autorl.api.request_bodies import FinishExperiment, RegisterExperiment, StartBudget
+from autorl.api.request_bodies import FinishExperiment, RecordOverlap, RegisterExperiment, StartBudget
 from autorl.errors import ConflictError
 from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
@@ -71,6 +71,7 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             agent_workspace=body.agent_workspace,
             agent=body.agent,
             driver_model=body.driver_model,
+            known_checkpoints=body.known_checkpoints or None,
             timeout_s=body.timeout_s,
             max_submissions=body.max_submissions or settings.max_submissions,
             eval_config=config.stored(),
@@ -152,6 +153,18 @@ def final(name: str, state: StateDep) -> ExperimentAnswer:
     begin_final(state, name)
     with state.db.session() as session:
         view = experiment_view(session, repo.get_experiment(session, name))
+    state.forget_experiment(name)
+    return view
+
+
+@router.post("/{name}/overlap", response_model=ExperimentAnswer, responses=refusals(404))
+def overlap(name: str, body: RecordOverlap, state: StateDep) -> ExperimentAnswer:
+    """Record how many test problems were found in the agent's files once it had ended (the
+    files and counts stay in evaluator storage)."""
+    with state.db.session() as session:
+        experiment = repo.get_experiment(session, name, for_update=True)
+        experiment.test_overlap = body.test_overlap
+        view = experiment_view(session, experiment)
     state.forget_experiment(name)
     return view
 
