@@ -57,6 +57,8 @@ MAX_MODEL_LENGTH = 256
 MAX_IMAGE_LENGTH = 512
 #: Items of ``command`` and of ``args``, and characters of each item and of a variable's value.
 MAX_ARGS = 256
+#: Public checkpoints an Experiment may register (each is read once per scored submission).
+MAX_KNOWN_CHECKPOINTS = 16
 MAX_ARG_LENGTH = 4096
 MAX_ENV = 100
 MAX_ENV_FROM = 32
@@ -308,6 +310,13 @@ class EvaluationSpec(_Model):
         description="test: every submission scored on the test split (the reference's behaviour); sealed: "
         "on a validation split held out of the agent's train data, and one checkpoint (the agent's "
         "POST /final nomination, else the best on validation) evaluated on the test split once at the end.",
+    )
+    knownCheckpoints: list[Annotated[str, Field(min_length=1, max_length=MAX_MODEL_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=MAX_KNOWN_CHECKPOINTS,
+        description="Public checkpoints of the base's family (hub ids, or folders as the evaluators see "
+        "them): a scored submission nearer one of them than the base is named in the grader's lineage "
+        "(beside the evaluators' own AUTORL_KNOWN_CHECKPOINTS).",
     )
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autorl.errors import CheckpointError
+from autorl.experiment import MAX_KNOWN_CHECKPOINTS
 from autorl.untrusted_text import unprintable_characters
 
 #: Lowercase DNS-1123, as a Kubernetes name (the operator names experiments after their objects).
@@ -57,10 +58,6 @@ class SubmitRequest(BaseModel):
                 "rename the checkpoint folder to a name of visible characters, such as output/step-100"
             )
         return value
-
-
-#: Public checkpoints one experiment may register (each is read once per scored submission).
-MAX_KNOWN_CHECKPOINTS = 16
 
 
 class RegisterExperiment(BaseModel):

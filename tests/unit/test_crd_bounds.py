@@ -47,6 +47,7 @@ FULL_SPEC: dict[str, Any] = {
     },
     "egress": [{"host": "api.openai.com", "ports": [443]}, {"cidr": "203.0.113.0/24"}],
     "queueName": "team-a",
+    "evaluation": {"knownCheckpoints": ["Qwen/Qwen2.5-1.5B-Instruct"]},
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -47,6 +48,17 @@ from autorl_controller.operator.settings import ControllerSettings
 from tests.support.answers import experiment_answer
 
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
+#: The oldest Kubernetes the chart installs on (its Chart.yaml's kubeVersion, ">=X.Y.Z-0").
+OLDEST_KUBERNETES = re.fullmatch(
+    r'">=([\d.]+)-0"',
+    next(
+        line.split(":", 1)[1].strip()
+        for line in (Path(__file__).resolve().parents[2] / "charts" / "autorl" / "Chart.yaml")
+        .read_text(encoding="utf-8")
+        .splitlines()
+        if line.startswith("kubeVersion:")
+    ),
+)
 UID = "5f0c3a9e-2b7d-4c1e-9a8f-0d6e4b3c2a10"
 REF = ExperimentRef("gsm8k-grpo", "team-a", UID)
 SETTINGS = ControllerSettings(
@@ -108,7 +120,11 @@ def all_containers(job: dict[str, Any]) -> list[dict[str, Any]]:
     ids=["agent-builtin", "agent-custom", "prepare", "policy", "secret"],
 )
 def test_every_manifest_passes_strict_kubernetes_validation(manifest: dict[str, Any]) -> None:
-    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+    """On the newest Kubernetes and on the oldest the chart installs on: every field the controller
+    writes is one that API server knows (none dropped or refused as unknown)."""
+    assert OLDEST_KUBERNETES is not None, "Chart.yaml's kubeVersion is no longer >=X.Y.Z-0"
+    for version in (KUBERNETES_VERSION, OLDEST_KUBERNETES[1]):
+        kubernetes_validate.validate(manifest, version, strict=True)
 
 
 @SPECS
@@ -551,7 +567,16 @@ def test_registration_names_the_experiment_per_namespace_and_maps_paths() -> Non
         "base_model_dir": "/shared/cache/models/hub/Qwen--Qwen2.5-1.5B",
         "agent_workspace": "/workspace",
         "agent": "example_grpo",
+        "known_checkpoints": [],
     }
+
+
+def test_the_experiments_known_checkpoints_are_registered_for_its_lineage() -> None:
+    known = ["Qwen/Qwen2.5-1.5B-Instruct", "/shared/models/math"]
+    spec = BUILTIN.model_copy(update={"evaluation": EvaluationSpec(knownCheckpoints=known)})
+    assert build_registration(REF, spec, SETTINGS).known_checkpoints == known
+    with pytest.raises(ValueError, match="at most 16"):
+        EvaluationSpec(knownCheckpoints=[f"org/model-{n}" for n in range(17)])
 
 
 def test_a_sealed_experiment_registers_sealed_and_prepares_its_workspace_without_validation() -> None:

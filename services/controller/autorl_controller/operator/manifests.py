@@ -165,6 +165,7 @@ def build_registration(
         max_submissions=spec.evaluation.maxSubmissions,
         protocol=spec.evaluation.protocol,
         feedback=spec.evaluation.feedback,
+        known_checkpoints=list(spec.evaluation.knownCheckpoints),
         workspace=workspace,
         output_dir=f"{workspace}/{OUTPUT_DIR}",
         base_model_dir=shared_path(settings, _cached_model(spec)),
