@@ -1,0 +1,425 @@
+"""Test questions in an agent's files: a public test set brought in (to train on it) is found.
+
+After an agent has ended, the platform reads its text files (its workspace's ``code/`` and
+``output/``; weight files are skipped) for the questions of the task's test split. Text is compared
+as words (:func:`normalize`): Unicode NFKC, casefolded, every run of characters that are not letters
+or digits a separator, JSON string escapes undone. So reformatting does not hide a question: JSON
+escaping, line breaks, extra spaces, upper case, changed punctuation, markdown, a Python list.
+
+The rule (:class:`OverlapIndex`): a question is cut into its word n-grams (``n`` = 13, the usual
+long n-gram of contamination studies; a question of at most ``n`` words is its single n-gram, so it
+counts only whole and on word boundaries). A file holds a question when
+
+* at least ``min_share`` (default half) of the question's n-grams appear in the file, and never
+  fewer than two of them unless the question has only one: a common phrase that many questions
+  share ("how many ... does she have left") is one n-gram, never a question; and
+* every number of the question lies inside an n-gram that appears: questions written from one
+  template (GSM8K's near-duplicates, arith's generated problems) differ only in their numbers,
+  and a train question is not a test question because most of its words are.
+
+So a copy of a whole question is found however it is formatted, and so is a copy of most of it
+that keeps its numbers (a question without its closing "How many ...?"). A question cut in half
+across two files is not: each file is judged on its own. Paraphrases, translations and encodings
+other than JSON's (base64, compression; compressed files look binary and are skipped) are not
+found: this catches a test set carried in, not one hidden on purpose.
+
+:func:`scan_files` reads the files without following a symbolic link, never opening anything but a
+regular file, within caps on each file's bytes, the total bytes and the number of files, so that
+an agent's files cannot make the scan unbounded. Its :class:`OverlapReport` names files and counts,
+never a question's text.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import re
+import stat
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import compress, count, islice
+from pathlib import Path
+from typing import Any
+
+from autorl.tasks.base import Problem
+
+#: The n of the word n-grams: 13, as in the contamination studies of GPT-3 and after.
+DEFAULT_N = 13
+#: The share of a question's n-grams a file must hold for the question to count.
+DEFAULT_MIN_SHARE = 0.5
+#: Bytes read from one file at most; the rest of a longer file is not read, and the file is named.
+MAX_FILE_BYTES = 256 * 1024 * 1024
+#: Bytes read from all files together at most: about a minute at the 20 MB/s measured for JSON lines
+#: on one core; about two for a file of nothing but test questions, the slowest kind.
+MAX_TOTAL_BYTES = 1024 * 1024 * 1024
+#: Files opened at most.
+MAX_FILES = 100_000
+#: Folders deeper than this below a root are not entered.
+MAX_DEPTH = 64
+#: Bytes read at once; a question across two reads is still found (the words carry over).
+CHUNK_BYTES = 1024 * 1024
+#: A file with a NUL byte in its first bytes is binary and is not read.
+BINARY_SNIFF_BYTES = 8 * 1024
+#: Weights, arrays and pickles: not text, and too large to read for nothing.
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".gguf",
+    ".ggml",
+    ".onnx",
+    ".npy",
+    ".npz",
+    ".h5",
+    ".hdf5",
+    ".msgpack",
+    ".pkl",
+    ".pickle",
+    ".tflite",
+    ".pb",
+    ".ot",
+)
+
+# JSON's string escapes (and Python's \x, \U): a surrogate pair, one code point, or a
+# character that stands for a separator (\n, \t, ...) or for a backslash.
+_ESCAPE = re.compile(
+    r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|U([0-9a-fA-F]{8}))"
+    r"|\\[nrtbf\\]"
+)
+_WORD = re.compile(r"[^\W_]+")
+_DIGIT = re.compile(r"\d")
+_WHITESPACE = (" ", "\n", "\t", "\r")
+#: Every ASCII byte that is not a letter or digit → a space.
+_ASCII_SEPARATORS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
+
+
+def _unescape(match: re.Match[str]) -> str:
+    high, low, code, byte, wide = match.groups()
+    if high is not None:
+        return chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + (int(low, 16) - 0xDC00))
+    number = code or byte or wide
+    if number is None:
+        return " "
+    value = int(number, 16)
+    # A lone surrogate or a code point past Unicode is no letter: a separator.
+    return " " if 0xD800 <= value <= 0xDFFF or value > 0x10FFFF else chr(value)
+
+
+def normalize(text: str) -> list[str]:
+    """The words of ``text`` for matching: JSON string escapes undone (``\\u00e9`` → é, ``\\n`` and
+    ``\\t`` → separators), Unicode NFKC, casefolded, split at every run of characters that are not
+    letters or digits. Numbers are words too (``$1,200.50`` → ``1``, ``200``, ``50``)."""
+    if "\\" in text:
+        text = _ESCAPE.sub(_unescape, text)
+    if text.isascii():
+        # The same words, found twice as fast: NFKC leaves ASCII as it is and casefold lowers it.
+        return text.lower().encode("ascii").translate(_ASCII_SEPARATORS).decode("ascii").split()
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+@dataclass(frozen=True)
+class _Question:
+    words: tuple[str, ...]
+    #: Words in each of its n-grams: n, or all of them for a question of at most n words.
+    gram: int
+    #: How many of its n-grams must appear.
+    needed: int
+    #: Word positions that hold a number.
+    numbers: tuple[int, ...]
+
+    @property
+    def positions(self) -> int:
+        """How many n-grams it has (1 for a question of at most n words)."""
+        return len(self.words) - self.gram + 1
+
+
+class OverlapIndex:
+    """The word n-grams of a test split's questions (the rule is the module's docstring's).
+
+    A text is read in one pass: every ``stride``-th position of it is looked up as a key of
+    ``key_length`` words among the questions' own, and only a hit is compared with the n-grams
+    around it. With ``key_length + stride - 1`` at most the shortest n-gram, every n-gram of the
+    text starts within ``stride`` words before a looked-up position whose key lies inside it, so
+    nothing is missed, and the text's words are looked at about ``key_length / stride`` times
+    (8 words every 6th position for n = 13).
+    """
+
+    def __init__(
+        self, questions: Iterable[Problem | str], *, n: int = DEFAULT_N, min_share: float = DEFAULT_MIN_SHARE
+    ) -> None:
+        if n < 1:
+            raise ValueError(f"n must be at least 1, not {n}")
+        if not 0 < min_share <= 1:
+            raise ValueError(f"min_share must be in (0, 1], not {min_share}")
+        self.n = n
+        self.min_share = min_share
+        #: Each question's words and needs; None for one without words (never found).
+        self._questions: list[_Question | None] = []
+        for question in questions:
+            words = tuple(normalize(question.question if isinstance(question, Problem) else question))
+            if not words:
+                self._questions.append(None)
+                continue
+            gram = min(n, len(words))
+            positions = len(words) - gram + 1
+            needed = 1 if positions == 1 else min(positions, max(2, math.ceil(min_share * positions)))
+            numbers = tuple(i for i, word in enumerate(words) if _DIGIT.search(word))
+            self._questions.append(_Question(words, gram, needed, numbers))
+        shortest = min((q.gram for q in self._questions if q is not None), default=1)
+        self.stride = max(1, shortest // 2)
+        self.key_length = shortest - self.stride + 1
+        #: Key (``key_length`` words) → (question index, where the key starts in it), each place.
+        self._keys: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+        for index, entry in enumerate(self._questions):
+            if entry is not None:
+                for start in range(len(entry.words) - self.key_length + 1):
+                    key = entry.words[start : start + self.key_length]
+                    self._keys.setdefault(key, []).append((index, start))
+
+    def __len__(self) -> int:
+        return len(self._questions)
+
+    @property
+    def longest(self) -> int:
+        """The most words an n-gram of the index has (what must carry over between reads)."""
+        return max((q.gram for q in self._questions if q is not None), default=0)
+
+    def matches_in(self, words: Sequence[str]) -> set[tuple[int, int]]:
+        """(question index, n-gram start) of each of the questions' n-grams that ``words`` holds."""
+        matches: set[tuple[int, int]] = set()
+        width, stride = self.key_length, self.stride
+        probes = zip(*(islice(words, k, None, stride) for k in range(width)), strict=False)
+        # Both loops run in C; the Python loop below sees only positions whose key is a question's.
+        for at in compress(count(0, stride), map(self._keys.__contains__, probes)):
+            for index, key_start in self._keys[tuple(words[at : at + width])]:
+                question = self._questions[index]
+                assert question is not None
+                # The n-grams of the question that hold the key and start at most stride - 1
+                # words before it: one of them is where an occurrence of any n-gram is caught.
+                for start in range(
+                    max(0, key_start - stride + 1), min(key_start, question.positions - 1) + 1
+                ):
+                    begin = at - (key_start - start)
+                    if (index, start) in matches or begin < 0 or begin + question.gram > len(words):
+                        continue
+                    if (
+                        tuple(words[begin : begin + question.gram])
+                        == question.words[start : start + question.gram]
+                    ):
+                        matches.add((index, start))
+        return matches
+
+    def problems_with(self, matches: Iterable[tuple[int, int]]) -> set[int]:
+        """The indices of the questions that a text with these n-grams (from :meth:`matches_in`,
+        over all its parts) holds, by the rule."""
+        starts: dict[int, set[int]] = {}
+        for index, start in matches:
+            starts.setdefault(index, set()).add(start)
+        found = set()
+        for index, matched in starts.items():
+            question = self._questions[index]
+            assert question is not None
+            if len(matched) >= question.needed and self._numbers_covered(question, matched):
+                found.add(index)
+        return found
+
+    @staticmethod
+    def _numbers_covered(question: _Question, starts: set[int]) -> bool:
+        return all(any(p - question.gram < s <= p for s in starts) for p in question.numbers)
+
+    def find(self, words: Sequence[str]) -> set[int]:
+        """The indices of the questions that a text of ``words`` (from :func:`normalize`) holds."""
+        return self.problems_with(self.matches_in(words))
+
+
+@dataclass(frozen=True)
+class OverlapReport:
+    """What :func:`scan_files` found; paths are ``<root's name>/<path below the root>``."""
+
+    #: Indices (in the index's order) of the questions found in some file.
+    found: frozenset[int]
+    #: Each file that holds a question, and how many it holds.
+    files: tuple[tuple[str, int], ...]
+    scanned_files: int
+    scanned_bytes: int
+    #: Files read only up to the per-file cap, or the one where the total cap ran out.
+    truncated: tuple[str, ...]
+    #: A cap (total bytes or files) ended the scan before every file was read.
+    stopped_early: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.found)
+
+    def to_json(self) -> dict[str, Any]:
+        """The operator's record: indices, paths and counts, never a question's text."""
+        return {
+            "count": self.count,
+            "found": sorted(self.found),
+            "files": [{"path": path, "problems": problems} for path, problems in self.files],
+            "scanned_files": self.scanned_files,
+            "scanned_bytes": self.scanned_bytes,
+            "truncated": list(self.truncated),
+            "stopped_early": self.stopped_early,
+        }
+
+
+def _shown(path: str) -> str:
+    """A file name as valid UTF-8 text (undecodable bytes as ``\\xNN``), for the record."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
+class _Budget:
+    def __init__(self, max_total_bytes: int, max_files: int) -> None:
+        self.bytes_left = max_total_bytes
+        self.files_left = max_files
+        self.exhausted = False
+
+
+def _read_chunks(fd: int, limit: int, chunk_bytes: int) -> Iterator[bytes]:
+    """Up to ``limit`` bytes of ``fd`` in reads of ``chunk_bytes``."""
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(chunk_bytes, left))
+        if not chunk:
+            return
+        left -= len(chunk)
+        yield chunk
+
+
+def _scan_fd(fd: int, index: OverlapIndex, limit: int, chunk_bytes: int) -> tuple[set[int], int, bool] | None:
+    """(questions found, bytes read, whether bytes remain past ``limit``) for a text file; None for
+    a binary one."""
+    if b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
+        return None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    carry_words = max(index.longest - 1, 0)
+    matches: set[tuple[int, int]] = set()
+    text_tail = ""
+    words_tail: list[str] = []
+    read = 0
+    for chunk in _read_chunks(fd, limit, chunk_bytes):
+        read += len(chunk)
+        text = text_tail + decoder.decode(chunk)
+        # Cut after the last whitespace: no word and no escape is split; the rest waits for the
+        # next read. Text without whitespace is taken whole.
+        cut = max(text.rfind(space) for space in _WHITESPACE) + 1 or len(text)
+        text, text_tail = text[:cut], text[cut:]
+        words = words_tail + normalize(text)
+        matches |= index.matches_in(words)
+        words_tail = words[len(words) - carry_words :] if carry_words else []
+    words = words_tail + normalize(text_tail + decoder.decode(b"", final=True))
+    matches |= index.matches_in(words)
+    more = read == limit and bool(os.read(fd, 1))
+    return index.problems_with(matches), read, more
+
+
+def _open_regular(name: str, dir_fd: int) -> int | None:
+    """A read-only descriptor of ``name`` if it is a regular file (never through a link, never a
+    FIFO or device, which are not even opened); else None."""
+    try:
+        before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(before.st_mode):
+        return None
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _walk(root: Path, max_depth: int) -> Iterator[tuple[str, str, int]]:
+    """(path below ``root``, file name, its folder's descriptor) of every non-folder entry, sorted,
+    links never followed; nothing if ``root`` is a link or not a folder."""
+    if root.is_symlink() or not root.is_dir():
+        return
+    for folder, dirnames, filenames, dir_fd in os.fwalk(root, topdown=True, follow_symlinks=False):
+        below = os.path.relpath(folder, root)
+        depth = 0 if below == "." else below.count(os.sep) + 1
+        if depth >= max_depth:
+            dirnames.clear()
+        else:
+            dirnames.sort()
+        for name in sorted(filenames):
+            yield (name if below == "." else os.path.join(below, name)), name, dir_fd
+
+
+def scan_files(
+    roots: Sequence[Path],
+    index: OverlapIndex,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+    max_files: int = MAX_FILES,
+    skip_suffixes: Sequence[str] = WEIGHT_SUFFIXES,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> OverlapReport:
+    """The questions of ``index`` that the text files under ``roots`` hold, each file judged alone.
+
+    Each root is labelled by its name (``code``, ``output``), so names must differ. Skipped: links
+    (a root that is one too), anything but regular files, names ending in ``skip_suffixes`` (case
+    ignored), files with a NUL byte in their first 8 KiB, folders deeper than :data:`MAX_DEPTH`.
+    """
+    labels = [root.name for root in roots]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"roots must have distinct names, not {labels}")
+    suffixes = tuple(suffix.lower() for suffix in skip_suffixes)
+    budget = _Budget(max_total_bytes, max_files)
+    found: set[int] = set()
+    files: list[tuple[str, int]] = []
+    truncated: list[str] = []
+    scanned_files = scanned_bytes = 0
+    for root in roots:
+        for below, name, dir_fd in _walk(root, MAX_DEPTH):
+            if budget.exhausted:
+                break
+            if name.lower().endswith(suffixes):
+                continue
+            if budget.files_left <= 0 or budget.bytes_left <= 0:
+                budget.exhausted = True
+                break
+            fd = _open_regular(name, dir_fd)
+            if fd is None:
+                continue
+            budget.files_left -= 1
+            try:
+                limit = min(max_file_bytes, budget.bytes_left)
+                result = _scan_fd(fd, index, limit, chunk_bytes)
+            finally:
+                os.close(fd)
+            if result is None:
+                continue
+            in_file, read, more = result
+            scanned_files += 1
+            scanned_bytes += read
+            budget.bytes_left -= read
+            shown = _shown(f"{root.name}/{below}")
+            if more:
+                truncated.append(shown)
+                if limit < max_file_bytes:
+                    budget.exhausted = True
+            if in_file:
+                files.append((shown, len(in_file)))
+                found |= in_file
+        if budget.exhausted:
+            break
+    return OverlapReport(
+        found=frozenset(found),
+        files=tuple(files),
+        scanned_files=scanned_files,
+        scanned_bytes=scanned_bytes,
+        truncated=tuple(truncated),
+        stopped_early=budget.exhausted,
+    )

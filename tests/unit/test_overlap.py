@@ -1,0 +1,240 @@
+"""Test questions in an agent's files are found however they are formatted; honest train data, a
+shared phrase, a question cut in half, links, FIFOs and weight files are not counted. Real files
+in a temporary workspace; nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from autorl.provenance.overlap import OverlapIndex, normalize, scan_files
+from autorl.tasks.arith import ArithTask
+from autorl.tasks.base import Problem, read_problems
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
+TEST = read_problems(DATA / "test.jsonl")
+TRAIN = read_problems(DATA / "train.jsonl")
+INDEX = OverlapIndex(TEST)
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> list[Path]:
+    """The agent's ``code/`` and ``output/`` folders."""
+    folders = [tmp_path / "workspace" / "code", tmp_path / "workspace" / "output"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+    return folders
+
+
+def jsonl(problems: list[Problem]) -> str:
+    return "".join(json.dumps({"question": p.question, "answer": p.answer}) + "\n" for p in problems)
+
+
+def test_normalize_undoes_json_escapes_unicode_forms_case_and_punctuation() -> None:
+    assert normalize('{"q": "Zo\\u00eb\'s CAF\\u00c9\\nsold 1,500 cr\\u00eapes"}') == normalize(
+        "Q: zoë’s café — sold 1,500 crêpes"
+    )
+    assert normalize("Zoe\u0308 sold 1,500") == ["zoë", "sold", "1", "500"]  # combining mark composed
+    assert normalize("Ｌｅａｈ buys １２ packs") == ["leah", "buys", "12", "packs"]  # NFKC
+    assert normalize("STRASSE\\tstraße") == ["strasse", "strasse"]  # casefold, \t a separator
+    assert normalize("- **Cost:** $18.50\n\n  (each)") == ["cost", "18", "50", "each"]
+    assert normalize("\\ud835\\udc00 and \\\\n") == ["a", "and", "n"]  # a surrogate pair; \\ then n
+
+
+def test_json_lines_of_test_questions_are_found_exactly(roots: list[Path]) -> None:
+    chosen = [0, 6, 11]
+    (roots[1] / "stolen.jsonl").write_text(
+        "".join(json.dumps({"q": TEST[i].question}, ensure_ascii=True) + "\n" for i in chosen)
+    )
+
+    report = scan_files(roots, INDEX)
+
+    assert report.found == frozenset(chosen)
+    assert report.count == 3
+    assert report.files == (("output/stolen.jsonl", 3),)
+    assert report.scanned_files == 1
+
+
+def test_a_question_is_found_wherever_it_starts() -> None:
+    """The text is looked up every few words: each offset of a question must still be caught."""
+    words = normalize(TEST[9].question)
+    assert INDEX.stride > 1
+    for padding in range(2 * INDEX.stride):
+        assert INDEX.find(["pad"] * padding + words + ["end"]) == {9}, padding
+
+
+def test_reformatted_questions_are_found(roots: list[Path]) -> None:
+    def rewrapped(question: str) -> str:
+        words = question.upper().split()
+        return "\n".join("  ".join(words[i : i + 4]) for i in range(0, len(words), 4))
+
+    (roots[0] / "notes.md").write_text(
+        "\n".join(f"- **Q{i}:** {TEST[i].question.replace('.', ' ;')}" for i in (1, 2))
+    )
+    (roots[0] / "data.py").write_text(f"QUESTIONS = {[TEST[i].question for i in (3, 4)]!r}\n")
+    (roots[1] / "wrapped.txt").write_text("\n\n".join(rewrapped(TEST[i].question) for i in (5, 7)))
+
+    report = scan_files(roots, INDEX)
+
+    assert report.found == {1, 2, 3, 4, 5, 7}
+    assert sorted(report.files) == [("code/data.py", 2), ("code/notes.md", 2), ("output/wrapped.txt", 2)]
+
+
+def test_the_whole_train_split_holds_no_test_question(roots: list[Path]) -> None:
+    (roots[1] / "train.jsonl").write_text(jsonl(TRAIN))
+    (roots[1] / "questions.txt").write_text(" ".join(p.question for p in TRAIN))
+
+    report = scan_files(roots, INDEX)
+
+    assert report.count == 0
+    assert report.scanned_files == 2
+
+
+def test_a_question_cut_in_half_across_files_is_not_found_and_most_of_one_is(roots: list[Path]) -> None:
+    words = TEST[0].question.split()  # "Leah buys 6 packs ... How many juice boxes are left?"
+    half = len(words) // 2
+    (roots[0] / "first.txt").write_text(" ".join(words[:half]))
+    (roots[1] / "second.txt").write_text(" ".join(words[half:]))
+    assert scan_files(roots, INDEX).count == 0
+
+    # Without its last four words: 9 of its 13 n-grams, every number among them.
+    (roots[1] / "most.txt").write_text(" ".join(words[:-4]))
+    report = scan_files(roots, INDEX)
+    assert report.found == {0}
+    assert report.files == (("output/most.txt", 1),)
+
+
+def test_a_phrase_that_questions_share_does_not_count_one(roots: list[Path]) -> None:
+    """The closing 13 words of a question (one of its n-grams, numbers and all) inside other text."""
+    closing = " ".join(TEST[4].question.split()[-13:])
+    (roots[1] / "log.txt").write_text(f"step 10: the model wrote {closing} and stopped\n")
+
+    assert scan_files(roots, INDEX).count == 0
+
+
+def test_numbers_tell_templated_questions_apart() -> None:
+    """Another first number leaves 10 of the question's 13 n-grams, all but the first few words."""
+    index = OverlapIndex([TEST[0]])
+    changed = TEST[0].question.replace("Leah buys 6 packs", "Leah buys 7 packs")
+
+    assert index.find(normalize(changed)) == set()
+    assert index.find(normalize(TEST[0].question)) == {0}
+
+
+def test_one_n_gram_never_counts_a_question_of_several() -> None:
+    question = "Ann packs 12 boxes of 8 pens each and then gives some of them to her class"
+    index = OverlapIndex([question])  # 17 words: 5 n-grams, 3 needed
+
+    assert index.find(normalize(question)[:14]) == set()  # 2 n-grams
+    assert index.find(normalize(question)[:15]) == {0}
+    short = OverlapIndex([" ".join(question.split()[:14])])  # 14 words: 2 n-grams, both needed
+    assert short.find(normalize(question)[:13]) == set()
+
+
+def test_links_fifos_and_weight_files_are_not_read(tmp_path: Path, roots: list[Path]) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "test.jsonl").write_text(jsonl(TEST))
+    (roots[0] / "test.jsonl").symlink_to(outside / "test.jsonl")
+    (roots[0] / "linked").symlink_to(outside, target_is_directory=True)
+    os.mkfifo(roots[1] / "pipe")  # opening it for reading would wait for a writer
+    (roots[1] / "model.safetensors").write_text(jsonl(TEST))
+    (roots[1] / "OPTIMIZER.PT").write_text(jsonl(TEST))
+    (roots[1] / "cache.bin.txt").write_bytes(b"\0\1\2" + jsonl(TEST).encode())  # binary: NUL up front
+
+    report = scan_files(roots, INDEX)
+
+    assert report.count == 0
+    assert report.scanned_files == 0
+
+
+def test_a_root_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "test.jsonl").write_text(jsonl(TEST))
+    (tmp_path / "output").symlink_to(outside, target_is_directory=True)
+
+    assert scan_files([tmp_path / "output"], INDEX).scanned_files == 0
+
+
+def test_caps_name_what_they_cut_and_chunk_boundaries_hide_nothing(roots: list[Path]) -> None:
+    question = json.dumps(TEST[3].question)
+    filler = "loss 0.25 é\n" * 100  # 1,300 bytes, a two-byte character among them
+    (roots[1] / "big.log").write_text(filler * 2 + question)
+    small = filler[:-57] + question + filler[:300]
+    (roots[1] / "small.log").write_text(small)
+
+    # big.log's question lies past the per-file cap; small.log's crosses reads of 64 bytes.
+    report = scan_files(roots, INDEX, max_file_bytes=2_000, chunk_bytes=64)
+
+    assert report.truncated == ("output/big.log",)
+    assert report.files == (("output/small.log", 1),)
+    assert report.scanned_bytes == 2_000 + len(small.encode())
+    assert not report.stopped_early
+
+    # The total cap ends the scan inside the first file (names are read in order).
+    report = scan_files(roots, INDEX, max_total_bytes=1_500, chunk_bytes=64)
+    assert report.truncated == ("output/big.log",)
+    assert report.stopped_early
+    assert (report.scanned_files, report.scanned_bytes, report.count) == (1, 1_500, 0)
+
+
+def test_deep_folders_are_not_entered_past_the_limit(roots: list[Path]) -> None:
+    fd = os.open(roots[1], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(200):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("q.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "w") as deep:
+            deep.write(TEST[0].question)
+    finally:
+        os.close(fd)
+    (roots[1] / "q.txt").write_text(TEST[1].question)
+
+    assert scan_files(roots, INDEX).found == {1}
+
+
+def test_the_report_holds_paths_and_counts_never_question_text(roots: list[Path]) -> None:
+    (roots[1] / "stolen.jsonl").write_text(jsonl(TEST))
+    (roots[0] / "train.jsonl").write_text(jsonl(TRAIN))
+
+    record = json.dumps(scan_files(roots, INDEX).to_json())
+
+    assert json.loads(record) == {
+        "count": len(TEST),
+        "found": list(range(len(TEST))),
+        "files": [{"path": "output/stolen.jsonl", "problems": len(TEST)}],
+        "scanned_files": 2,
+        "scanned_bytes": len(jsonl(TEST).encode()) + len(jsonl(TRAIN).encode()),
+        "truncated": [],
+        "stopped_early": False,
+    }
+    question_words = {w for p in TEST for w in normalize(p.question) if not w.isdigit()}
+    assert question_words & set(re.findall(r"[a-z]+", record.lower())) <= {"problems", "count", "files"}
+
+
+def test_arith_train_questions_hold_no_test_question_and_its_test_questions_are_found(
+    roots: list[Path],
+) -> None:
+    task = ArithTask()
+    test = task.test_problems(20261204)
+    index = OverlapIndex(test)
+    (roots[1] / "train.jsonl").write_text(jsonl(task.train_problems()))
+    assert scan_files(roots, index).count == 0
+
+    (roots[1] / "test.jsonl").write_text(jsonl(test[:50]))
+    assert scan_files(roots, index).found == set(range(50))
+
+
+def test_a_short_question_counts_only_whole_and_on_word_boundaries() -> None:
+    index = OverlapIndex(["Ann has 3 apples.", "How many pens?"])
+
+    assert index.find(normalize("Joann has 3 apples; Ann has 13 apples; Ann has 3 apple")) == set()
+    assert index.find(normalize("ANN HAS 3 APPLES!")) == {0}
+    assert index.find(normalize("how many pens are there")) == {1}
