@@ -196,3 +196,42 @@ def test_the_learning_rates_said_to_differ_by_model_size_are_the_agents_defaults
     assert (float(grpo_tiny), float(grpo_other)) == (grpo[True], grpo[False])
     assert int(sft_times) == round(sft[True] / sft[False])
     assert int(grpo_times) == round(grpo[True] / grpo[False])
+
+
+def test_the_kubernetes_the_guide_requires_is_the_charts_and_the_oldest_that_knows_the_pods_fields() -> None:
+    """KUBERNETES.md's minimum Kubernetes is the chart's kubeVersion, and the release it names for
+    supplementalGroupsPolicy (set by default on the controller's pods) is the first whose API has it."""
+    import kubernetes_validate
+
+    from autorl_controller.operator.settings import ControllerSettings
+
+    found = claim(
+        r"Kubernetes ([\d.]+) or newer \(the agent and prepare pods set `supplementalGroupsPolicy`, a field "
+        r"from ([\d.]+);",
+        "docs/KUBERNETES.md",
+    )
+    required, field_since = found.groups()
+    chart = (REPO / "charts" / "autorl" / "Chart.yaml").read_text(encoding="utf-8")
+    assert f'kubeVersion: ">={required}.0-0"' in chart
+    assert ControllerSettings.model_fields["agent_strict_groups"].default is True
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"securityContext": {"supplementalGroupsPolicy": "Strict"}, "containers": [{"name": "c"}]},
+    }
+
+    def knows_the_field(version: str) -> bool:
+        try:
+            kubernetes_validate.validate(pod, version, strict=True)
+        except kubernetes_validate.ValidationError:
+            return False
+        return True
+
+    versions = sorted(
+        {".".join(v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions()},
+        key=lambda v: tuple(map(int, v.split("."))),
+    )
+    first = next(version for version in versions if knows_the_field(f"{version}.0"))
+    assert field_since == first
+    assert tuple(map(int, required.split("."))) >= tuple(map(int, first.split(".")))

@@ -40,13 +40,7 @@ REPO_PATH = re.compile(
 #: A measured-looking figure with a unit that only a measurement gives (times are also settings).
 MEASURED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?(tok/s|GiB|GB|TB/s|MB|requests/s|×)(?![\w/])")
 #: Figures that are facts rather than this project's measurements, each with where it comes from.
-NOT_MEASURED = {
-    # Image sizes as `podman images` reports them after `make images`; no bench script writes them.
-    ("docs/KUBERNETES.md", "274 MB"): "podman images",
-    ("docs/KUBERNETES.md", "284 MB"): "podman images",
-    ("docs/KUBERNETES.md", "2.38 GB"): "podman images",
-    ("docs/KUBERNETES.md", "9.11 GB"): "podman images",
-}
+NOT_MEASURED: dict[tuple[str, str], str] = {}
 
 
 def relative(path: Path) -> str:
