@@ -235,3 +235,19 @@ def test_the_kubernetes_the_guide_requires_is_the_charts_and_the_oldest_that_kno
     first = next(version for version in versions if knows_the_field(f"{version}.0"))
     assert field_since == first
     assert tuple(map(int, required.split("."))) >= tuple(map(int, first.split(".")))
+
+
+def test_the_registration_fields_the_map_lists_are_the_routes_own_and_as_optional() -> None:
+    """ARCHITECTURE.md lists every field of `POST /v1/experiments`, with `?` after exactly those the
+    request model lets a caller leave out."""
+    from autorl.api.request_bodies import RegisterExperiment
+
+    body = claim(r"`POST /v1/experiments` `\{(.*?)\}` → 201", "docs/ARCHITECTURE.md")[1]
+    fields = [field.strip() for field in re.sub(r"\([^()]*\)", "", body).split(",")]
+    listed = {field.rstrip("?"): field.endswith("?") for field in fields}
+    assert len(listed) == len(fields), "a field listed twice"
+    model = RegisterExperiment.model_fields
+    assert set(listed) == set(model)
+    assert {name for name, optional in listed.items() if optional} == {
+        name for name, field in model.items() if not field.is_required()
+    }
