@@ -30,14 +30,14 @@ def fault_records() -> list[dict[str, Any]]:
 
 def faults_table() -> str:
     lines = [
-        "| fault | injected as | cases | outcome | reproduce |",
+        "| fault | injected as | cases | outcome | test |",
         "| --- | --- | ---: | --- | --- |",
     ]
     for record in fault_records():
         verdict = "**passed**" if record["passed"] else "**FAILED**"
         lines.append(
             f"| {_cell(record['fault'])} | {_cell(record['injected'])} | {record['cases']} | "
-            f"{verdict}: {_cell(record['outcome'])} | `.venv/bin/python -m pytest {record['test']}` |"
+            f"{verdict}: {_cell(record['outcome'])} | `{record['test']}` |"
         )
     recorded = sorted({record["recorded"] for record in fault_records()})
     dates = ", ".join(recorded) if recorded else "never"
@@ -84,70 +84,35 @@ MUTATION_OUTCOMES = ("killed", "survived", "no tests", "timeout")
 
 
 def _survival(survivor: dict[str, str]) -> str:
-    if "equivalent" in survivor:
-        return "equivalent: " + _cell(survivor["equivalent"])
     if "untestable_here" in survivor:
         return "**not tested here**: " + _cell(survivor["untestable_here"])
     return "**a missing test**"
 
 
-def _carried_over(modules: dict[str, str]) -> str:
-    """The modules that run did not run again (``tools/mutation.py --modules``), with their run's date."""
-    if not modules:
-        return ""
-    listed = ", ".join(f"{_code(module)} (run {date[:10]})" for module, date in modules.items())
-    return f" Not run again then, so counted as their last run left them: {listed}."
-
-
-def _process_tests(tests: dict[str, list[str]]) -> str:
-    """The mutants also run against tests that start the grader as a process of its own."""
-    if not tests:
-        return ""
-    listed = "; ".join(
-        f"{_code(pattern)} against {', '.join(map(_code, ids))}" for pattern, ids in tests.items()
-    )
-    return (
-        " The survivors of these patterns were then run against tests that run the code in a process of"
-        " their own (the grader, or a snapshot taken as a user without capabilities; mutmut sees only its"
-        f" own process's calls), that process importing the mutant: {listed}."
-    )
-
-
-def _run_time(run: dict[str, Any] | None) -> str:
-    """How long the run from scratch took (later ``--survivors`` runs are not counted)."""
-    if not run:
-        return ""
-    return (
-        f" The run from scratch (mutmut, then the process-level tests) took {number(run['wall_s'] / 60, 0)}"
-        f" minutes on {run['cpus']} CPU cores (load average {run['load_avg_1m']} at its end); later"
-        " `--survivors` runs are not counted."
-    )
-
-
 def mutation_table() -> str:
+    """The outcomes by module; the survivors that are not equivalent, each with why (every
+    equivalent one's reason is in the results file)."""
     data = load_results("mutation")
     outcomes = ", ".join(f"{status} {count}" for status, count in data["outcomes"].items())
     by_module = data["outcomes_by_module"]
     others = sorted({s for counts in by_module.values() for s in counts} - set(MUTATION_OUTCOMES))
     columns = [*MUTATION_OUTCOMES, *others]
+    survivors = data["survivors"]
+    open_ones = [s for s in survivors if "equivalent" not in s]
     lines = [
-        f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants, "
-        f"each against the tests among {', '.join(map(_code, data['tests']))} that call the changed "
-        f"function. Outcomes: {outcomes}. Mutants run: {', '.join(map(_code, data['mutants_run']))}."
-        + _process_tests(data.get("process_tests", {}))
-        + _carried_over(data.get("carried_over", {}))
-        + _run_time(data.get("run")),
+        f"Run {data['date'][:10]} with {data['tool']} (`make mutation`): {data['mutants']} mutants; "
+        f"{outcomes}. Of the {len(survivors)} survivors, {len(survivors) - len(open_ones)} are equivalent "
+        "(each one's reason is in `bench/results/mutation.json`)"
+        + (", the others below." if open_ones else "; none is a missing test."),
         "",
         "| module | " + " | ".join(columns) + " |",
         "| --- | " + " | ".join("---:" for _ in columns) + " |",
     ]
     for module, counts in by_module.items():
         lines.append(f"| {_code(module)} | " + " | ".join(str(counts.get(c, 0)) for c in columns) + " |")
-    lines.append("")
-    if not data["survivors"]:
-        return "\n".join([*lines, "No mutant survived."]) + "\n"
-    lines += ["| surviving mutant | the changed line | why it survives |", "| --- | --- | --- |"]
-    lines += [f"| {_code(s['mutant'])} | {_code(s['change'])} | {_survival(s)} |" for s in data["survivors"]]
+    if open_ones:
+        lines += ["", "| surviving mutant | the changed line | why it survives |", "| --- | --- | --- |"]
+        lines += [f"| {_code(s['mutant'])} | {_code(s['change'])} | {_survival(s)} |" for s in open_ones]
     return "\n".join(lines) + "\n"
 
 
@@ -185,28 +150,7 @@ def suite_time_table() -> str:
         f"{machine['cpus']} CPU cores (load average {machine['load_avg_start']} at the start): "
         f"`{data['command']}`.\n"
     )
-    return text + earlier_suite_times(data) + build_time_table()
-
-
-def earlier_suite_times(data: dict[str, Any]) -> str:
-    """The fresh-clone runs recorded before the latest, newest first: minutes per phase."""
-    earlier = data.get("earlier", [])
-    if not earlier:
-        return ""
-    names = list(PHASE_NAMES)
-    lines = [
-        "",
-        "Earlier fresh-clone runs (minutes; a phase left empty did not run: make stops at a failing one):",
-        "",
-        "| date | commit | exit | " + " | ".join(names) + " | all |",
-        "| --- | --- | ---: | " + " | ".join("---:" for _ in names) + " | ---: |",
-    ]
-    for run in earlier:
-        minutes = {phase["name"]: number(phase["seconds"] / 60) for phase in run["phases"]}
-        cells = " | ".join(minutes.get(name, "") for name in names)
-        total = number(run["total_s"] / 60)
-        lines.append(f"| {run['date']} | `{run['commit'][:10]}` | {run['exit_code']} | {cells} | {total} |")
-    return "\n".join(lines) + "\n"
+    return text + build_time_table()
 
 
 BUILD_PARTS = {
