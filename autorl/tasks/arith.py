@@ -9,16 +9,14 @@ exactly GSM8K's.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import secrets
-import tempfile
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.tasks.base import Problem, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
+from autorl.tasks.seeds import secret_seed
 
 DEFAULT_SEED = 0
 TRAIN_SIZE = 2000
@@ -113,11 +111,34 @@ def generate_problems(seed: int, count: int) -> list[Problem]:
             if a == b:
                 continue
         question, working, c = _render(template, rng.choice(_NAMES), rng.choice(_ITEMS), a, b, annotate=True)
-        if str(c) in question or question in seen:
+        problem = Problem(question, f"{working}\n#### {c}")
+        if question in seen or not follows_generator_rules(problem):
             continue
         seen.add(question)
-        problems.append(Problem(question, f"{working}\n#### {c}"))
+        problems.append(problem)
     return problems
+
+
+_CALCULATION = re.compile(r"<<(\d+)([+-])(\d+)=(\d+)>>")
+
+
+def follows_generator_rules(problem: Problem) -> bool:
+    """Whether ``problem``'s numbers keep the generator's rules: one sum or difference of two
+    operands from 2 to :data:`MAX_OPERAND`, whose result is positive, is the ``#### N`` answer and
+    occurs nowhere in the question (not even inside a larger number)."""
+    calculations = _CALCULATION.findall(problem.answer)
+    if len(calculations) != 1:
+        return False
+    a, sign, b, c = calculations[0]
+    left, right, result = int(a), int(b), int(c)
+    return (
+        left in _OPERANDS
+        and right in _OPERANDS
+        and result == (left - right if sign == "-" else left + right)
+        and result > 0
+        and problem.answer.endswith(f"\n#### {result}")
+        and c not in problem.question
+    )
 
 
 #: The file in the evaluator's data folder that holds the test split's secret seed.
@@ -181,25 +202,8 @@ class ArithTask(GSM8KFormatTask):
 
 
 def secret_test_seed(folder: Path) -> int:
-    """The seed in ``folder/test-seed``, created once (atomically, owner-only) if absent.
-
-    Evaluators that share storage (replicas on one volume) read the same seed, so their scores
-    are comparable; a new evaluator storage draws a new test split from the same distribution.
-    """
-    path = folder / TEST_SEED_FILE
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        # Written whole under a private name, then linked into place: a reader never sees half a
-        # seed, and of two evaluators creating it at once, one link wins and both read it.
-        fd, partial = tempfile.mkstemp(prefix=f".{TEST_SEED_FILE}.", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write(f"{secrets.randbits(63)}\n")
-            with contextlib.suppress(FileExistsError):
-                os.link(partial, path)
-        finally:
-            os.unlink(partial)
-    return int(path.read_text(encoding="ascii").strip())
+    """The test split's seed: :func:`~autorl.tasks.seeds.secret_seed` in ``folder/test-seed``."""
+    return secret_seed(folder, TEST_SEED_FILE)
 
 
 _DESCRIPTION = """\
