@@ -148,6 +148,11 @@ def key_of(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def recorded_key(recorded: dict[str, Any]) -> str:
+    """The key of a recorded config (an experiment's ``eval_config`` as the admin API shows it)."""
+    return key_of(_scored(recorded))
+
+
 def differing_fields(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
     """The names of the key fields in which two recorded configs differ (a field one of them lacks
     counts as differing); package versions are named one by one (``backend_versions.vllm``)."""

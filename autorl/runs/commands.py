@@ -1,6 +1,7 @@
 """The commands that read past runs: ``autorl results`` (the runs of ``$AUTORL_HOME/results.csv`` as a
 table, filtered, compared side by side under equal evaluation keys only, or grouped into the agent
-summary; docs/LOCAL.md, "Results") and ``autorl report`` (a run's report, written again)."""
+summary; docs/LOCAL.md, "Results") and ``autorl report`` (a run's report, written again, and its
+summary); with ``--grader URL`` both read a grader's experiments instead (autorl.runs.grader_runs)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import io
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from autorl.errors import UsageError
 from autorl.runs.repeats import (
@@ -24,73 +26,15 @@ from autorl.runs.repeats import (
     paired_comparison,
     why_not_paired,
 )
-from autorl.runs.results import (
-    COLUMNS,
-    FLOAT_COLUMNS,
-    ResultRow,
-    csv_text,
-    format_cell,
-    read_rows,
-    results_path,
-)
-from autorl.runs.seeds import RunSeed, read_run_seed
+from autorl.runs.results import COLUMNS, ResultRow, csv_text, format_cell
+from autorl.runs.results_table import metric_cell, print_results
+from autorl.runs.run_sources import HomeRuns, RunKey, RunSource, resolve_run_id
+from autorl.runs.seeds import RunSeed
 from autorl.runs.summary import SUMMARY_COLUMNS, AgentSummary, RunOutcome, summarize
 from autorl.untrusted_text import printable, rich_text
 
 if TYPE_CHECKING:
     from autorl.settings import HomeSettings
-    from autorl.store import Experiment
-
-T = TypeVar("T")
-
-
-def _print_table(rows: list[ResultRow], home: Path, notes: dict[str, str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=360)  # piped or redirected: whole values, not ellipses at 80 columns
-    table = Table(title="AutoRL runs", title_justify="left")
-    shown = ("run_id", "task", "agent", "base_model", "baseline", "best_score", "improvement")
-    final = ("feedback", "final", "final 95 %", "final p", "selection", "test evals")
-    numeric = {*FLOAT_COLUMNS, "submissions", "final", "final p", "test evals"}
-    for name in (*shown, "best 95 %", *final, "submissions", "duration_s", "status", "note"):
-        table.add_column(name, justify="right" if name in numeric else "left")
-    for row in rows:
-        cells = [format_cell(name, getattr(row, name)) or "-" for name in shown]
-        final_interval = (
-            _metric_cell([row.final_low, row.final_high])
-            if row.final_low is not None and row.final_high is not None
-            else "-"
-        )
-        # The best score's interval, from the run's report (runs without one show "-"); a sealed
-        # run's best score is its final on test, whose interval the row holds (the report's best
-        # is on validation).
-        interval = (
-            final_interval
-            if row.feedback == "sealed"
-            else _metric_cell(_report_metrics(home, row.run_id).get("best_interval"))
-        )
-        final_cells = [
-            row.feedback,
-            format_cell("final_score", row.final_score) or "-",
-            final_interval,
-            format_cell("final_p_value", row.final_p_value) or "-",
-            row.selection or "-",
-            "-" if row.test_evaluations is None else str(row.test_evaluations),
-        ]
-        table.add_row(
-            *map(rich_text, cells),
-            interval,
-            *map(rich_text, final_cells),
-            str(row.submissions),
-            f"{row.duration_s:.0f}",
-            row.status,
-            # How it ended, as recorded (why it failed, what its baseline waited for): text, escaped.
-            rich_text(notes.get(row.run_id, "-")),
-        )
-    console.print(table)
 
 
 @dataclass(frozen=True)
@@ -113,36 +57,11 @@ class RowFilter:
         return " ".join(f"{flag} {value}" for flag, value in given.items() if value is not None)
 
 
-def select_runs(rows: list[ResultRow], wanted: Sequence[str]) -> list[ResultRow]:
+def select_runs(rows: list[ResultRow], wanted: Sequence[str], source: RunSource) -> list[ResultRow]:
     """The rows of the given run ids (or unique prefixes of them), oldest first."""
-    chosen: dict[str, ResultRow] = {}
-    for given in wanted:
-        hits = [row for row in rows if row.run_id == given] or [r for r in rows if r.run_id.startswith(given)]
-        if not hits:
-            raise UsageError(f"no run {given!r} in results.csv; list the runs with `autorl results`")
-        if len(hits) > 1:
-            raise UsageError(f"{given!r} matches {len(hits)} runs ({_listed(hits)}); give more of the id")
-        chosen[hits[0].run_id] = hits[0]
+    run_ids = [row.run_id for row in rows]
+    chosen = {resolve_run_id(given, run_ids, source.where, source.listing) for given in wanted}
     return [row for row in rows if row.run_id in chosen]
-
-
-#: How many of the runs an ambiguous prefix matches its refusal names; the rest are counted.
-LISTED_MATCHES = 5
-
-
-def _listed(rows: Sequence[ResultRow]) -> str:
-    """The run ids of ``rows``, the first :data:`LISTED_MATCHES` named and the rest counted."""
-    named = ", ".join(row.run_id for row in rows[:LISTED_MATCHES])
-    rest = len(rows) - LISTED_MATCHES
-    return f"{named} and {rest} more" if rest > 0 else named
-
-
-def no_store(database_url: str) -> bool:
-    """Whether the store is a SQLite file that does not exist (a home where nothing ran yet): reading
-    it would create an empty database and fail on its missing tables."""
-    return (
-        database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).is_file()
-    )
 
 
 #: Report metrics shown beside the results row when comparing runs (from each run's metrics.json).
@@ -158,66 +77,6 @@ COMPARED_METRICS = (
     "best_p_value",
     "best_distinguishable",
 )
-
-
-def _metric_cell(value: object) -> str:
-    """A report metric as a cell: intervals as ``[low, high]`` in points, two decimals."""
-    if value is None:
-        return "-"
-    if isinstance(value, list) and all(isinstance(v, float | int) for v in value):
-        return "[" + ", ".join(f"{v:.2f}" for v in value) + "]"
-    return str(value)
-
-
-def _report_metrics(home: Path, run_id: str) -> dict[str, Any]:
-    from autorl.runs.reports import METRICS_FILE, REPORTS_DIR
-
-    path = home.expanduser() / "runs" / run_id / REPORTS_DIR / METRICS_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # no report (an older run): its row is compared without it
-    return data if isinstance(data, dict) else {}
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """A run's evaluation key and the recorded fields it hashes (from this home's store)."""
-
-    key: str
-    config: dict[str, Any]
-
-
-def _from_store(database_url: str, run_ids: Sequence[str], read: Callable[[Experiment], T]) -> dict[str, T]:
-    """``read`` of each run whose experiment this home's store holds (others left out)."""
-    from sqlalchemy import select
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from autorl.store import Database, Experiment
-
-    if no_store(database_url):
-        return {}  # no store in this home (nothing created one to read)
-    db = Database(database_url)
-    try:
-        with db.session() as session:
-            found = session.scalars(select(Experiment).where(Experiment.name.in_(list(run_ids))))
-            return {e.name: read(e) for e in found}
-    except SQLAlchemyError:
-        return {}  # a store without experiments yet
-    finally:
-        db.dispose()
-
-
-def run_keys(database_url: str, run_ids: Sequence[str]) -> dict[str, RunKey]:
-    """The evaluation key of each run whose experiment this home's store holds (others left out)."""
-    return _from_store(database_url, run_ids, lambda e: RunKey(e.eval_key, dict(e.eval_config)))
-
-
-def run_notes(database_url: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """How each run ended, in the words recorded when it finished: why it failed or stopped, and for
-    a run that ended while its baseline waited, what for (its wait reason) and what to do."""
-    notes = _from_store(database_url, run_ids, lambda e: e.message)
-    return {run_id: note for run_id, note in notes.items() if note}
 
 
 def check_same_key(rows: Sequence[ResultRow], keys: dict[str, RunKey]) -> None:
@@ -271,8 +130,8 @@ class RunComparison:
     paired: PairedComparison | None
 
     @classmethod
-    def of(cls, rows: Sequence[ResultRow], home: Path, keys: dict[str, RunKey]) -> RunComparison:
-        seeds = {row.run_id: seed for row in rows if (seed := read_run_seed(home, row.run_id)) is not None}
+    def of(cls, rows: Sequence[ResultRow], source: RunSource, keys: dict[str, RunKey]) -> RunComparison:
+        seeds = source.seeds([row.run_id for row in rows])
         groups = group_runs(rows, seeds, {run_id: key.key for run_id, key in keys.items()})
         return cls(seeds, keys, groups, paired_comparison(groups))
 
@@ -348,7 +207,7 @@ def _print_repeats(console: Any, comparison: RunComparison) -> None:
         console.print(Text(line))
 
 
-def _print_comparison(rows: list[ResultRow], home: Path, comparison: RunComparison) -> None:
+def _print_comparison(rows: list[ResultRow], source: RunSource, comparison: RunComparison) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -362,9 +221,9 @@ def _print_comparison(rows: list[ResultRow], home: Path, comparison: RunComparis
         table.add_column(rich_text(row.run_id), justify="right")
     for name in (name for name in COLUMNS[1:] if name != "workspace"):
         table.add_row(name, *[rich_text(format_cell(name, getattr(row, name)) or "-") for row in rows])
-    reports = [_report_metrics(home, row.run_id) for row in rows]
+    reports = [source.metrics(row.run_id) for row in rows]
     for name in COMPARED_METRICS:
-        table.add_row(name, *[_metric_cell(r.get(name)) for r in reports])
+        table.add_row(name, *[metric_cell(r.get(name)) for r in reports])
     table.add_row("eval_key", *[keys[row.run_id].key if row.run_id in keys else "-" for row in rows])
     table.add_row("seed", *[_seed_cell(comparison.seeds.get(row.run_id)) for row in rows])
     console.print(table)
@@ -451,28 +310,38 @@ def _home_settings(home: Path | None) -> HomeSettings:
     return HomeSettings() if home is None else HomeSettings(home=home)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from autorl.runs.run_lock import recover_orphaned_runs
+@contextmanager
+def _runs_of(args: argparse.Namespace) -> Iterator[RunSource]:
+    """The runs a command reads: the grader's experiments with ``--grader``, else the home's runs."""
+    if args.grader is None:
+        yield HomeRuns(_home_settings(args.home))
+        return
+    from autorl.runs.grader_runs import grader_runs
 
+    with grader_runs(args.grader) as runs:
+        yield runs
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.summary and args.compare:
         raise UsageError(
             "--summary groups every run and --compare shows chosen runs side by side: give one of them "
             "(narrow the summary with --task, --agent or --model)"
         )
-    settings = _home_settings(args.home)
-    home = settings.home
-    # A run whose `autorl run` was killed wrote no row: record it now, as interrupted.
-    for row in recover_orphaned_runs(home, settings.database_url):
-        print(f"run {row.run_id} was killed before it finished; recorded as interrupted", file=sys.stderr)
+    with _runs_of(args) as source:
+        return _show(args, source)
+
+
+def _show(args: argparse.Namespace, source: RunSource) -> int:
     row_filter = RowFilter(task=args.task, agent=args.agent, model=args.model)
-    rows = [row for row in read_rows(home) if row_filter.matches(row)]
+    rows = [row for row in source.rows() if row_filter.matches(row)]
     comparison: RunComparison | None = None
     if args.compare:
-        rows = select_runs(rows, args.compare)
-        keys = run_keys(settings.database_url, [row.run_id for row in rows])
+        rows = select_runs(rows, args.compare, source)
+        keys = source.keys([row.run_id for row in rows])
         check_same_key(rows, keys)
         check_same_feedback(rows)
-        comparison = RunComparison.of(rows, home, keys)
+        comparison = RunComparison.of(rows, source, keys)
     if args.summary and (rows or args.json or args.csv):
         summaries = summary_of(rows)
         if args.json:
@@ -490,13 +359,15 @@ def _run(args: argparse.Namespace) -> int:
     elif args.csv:
         sys.stdout.write(csv_text(rows, header=True))
     elif comparison is not None:
-        _print_comparison(rows, home, comparison)
+        _print_comparison(rows, source, comparison)
     elif rows:
-        _print_table(rows, home, run_notes(settings.database_url, [row.run_id for row in rows]))
+        title = "AutoRL runs" if args.grader is None else f"Experiments of the grader at {args.grader}"
+        notes = source.notes([row.run_id for row in rows])
+        print_results(rows, notes, source.metrics, title=title, wide=args.wide)
     elif row_filter.describe():
-        print(f"no runs match {row_filter.describe()} in {results_path(home)}", file=sys.stderr)
+        print(f"no runs match {row_filter.describe()} in {source.where}", file=sys.stderr)
     else:
-        print(f"no runs recorded yet in {results_path(home)}", file=sys.stderr)
+        print(f"no runs recorded yet in {source.where}", file=sys.stderr)
     return 0
 
 
@@ -531,41 +402,68 @@ def register_results(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "many ran and succeeded, the mean baseline, the best and mean best score and improvement, and "
         "the scored submissions (with --json or --csv in that form)",
     )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column (intervals, the final result on test, feedback, duration, "
+        "how each run ended); without it the table fits 100 columns",
+    )
     parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
+    _add_grader_option(parser, "list the experiments of the grader at this URL instead of this home's runs")
     parser.set_defaults(func=_run)
 
 
+def _add_grader_option(parser: argparse.ArgumentParser, purpose: str) -> None:
+    parser.add_argument(
+        "--grader",
+        default=None,
+        metavar="URL",
+        help=f"{purpose}, through its admin API (as http://HOST:PORT; the admin token from "
+        "AUTORL_ADMIN_TOKEN)",
+    )
+
+
 def _report(args: argparse.Namespace) -> int:
+    if args.grader is not None:
+        from autorl.runs.grader_runs import grader_runs
+
+        with grader_runs(args.grader) as experiments:
+            metrics = experiments.metrics(experiments.resolve(args.run))
+        _print_report(metrics, args.json)
+        return 0
     import time
 
-    from autorl.errors import NotFoundError
     from autorl.runs.reports import report_run
 
-    settings = _home_settings(args.home)
+    runs = HomeRuns(_home_settings(args.home))
     given = Path(args.run)
-    run_id = given.name if given.is_dir() else args.run
-    if no_store(settings.database_url):
-        raise UsageError(
-            f"no runs recorded yet in {settings.home} (it has no database): start one with `autorl run`, "
-            "list them with `autorl results`"
-        )
-    try:
-        report = report_run(settings, run_id, time.time())
-    except NotFoundError as exc:
-        raise UsageError(
-            f"no run {run_id!r} in the database of {settings.home} (or AUTORL_DATABASE_URL); "
-            "list the runs with `autorl results`"
-        ) from exc
-    if args.json:
-        print(json.dumps(report.metrics, indent=2))
-    else:
-        seed = report.metrics.get("seed")
-        if seed is not None:
-            repeats = report.metrics.get("repeats") or 1
-            of = f" (repeat {report.metrics.get('repeat')} of {repeats})" if repeats > 1 else ""
-            print(f"seed:    {seed}{of}")
+    run_id = resolve_run_id(
+        given.name if given.is_dir() else args.run,
+        runs.stored_run_ids(),
+        f"the database of {runs.home} (or AUTORL_DATABASE_URL)",
+        runs.listing,
+    )
+    report = report_run(runs.settings, run_id, time.time())
+    _print_report(report.metrics, args.json)
+    if not args.json:
         print(f"metrics: {report.metrics_path}\nplot:    {report.plot_path}")
     return 0
+
+
+def _print_report(metrics: dict[str, Any], as_json: bool) -> None:
+    """A run's report: its metrics as JSON, or its summary (and seed) for a person."""
+    from autorl.runs.reports import summary_lines
+
+    if as_json:
+        print(json.dumps(metrics, indent=2))
+        return
+    for line in summary_lines(metrics):
+        print(printable(line))
+    seed = metrics.get("seed")
+    if seed is not None:
+        repeats = metrics.get("repeats") or 1
+        of = f" (repeat {metrics.get('repeat')} of {repeats})" if repeats > 1 else ""
+        print(f"seed:    {seed}{of}")
 
 
 def register_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -576,7 +474,12 @@ def register_report(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "copies of the base model, share of the budget used, ...) from the database and write "
         "$AUTORL_HOME/runs/RUN/reports/metrics.json and reports/figures/score_trajectory.png.",
     )
-    parser.add_argument("run", metavar="RUN", help="the run id (as in `autorl results`) or its run folder")
+    parser.add_argument(
+        "run",
+        metavar="RUN",
+        help="the run id (as in `autorl results`), a unique prefix of it, or its run folder",
+    )
     parser.add_argument("--home", type=Path, default=None, help="platform home (default: $AUTORL_HOME)")
     parser.add_argument("--json", action="store_true", help="print only the metrics, as JSON")
+    _add_grader_option(parser, "summarise an experiment of the grader at this URL (nothing is written)")
     parser.set_defaults(func=_report)

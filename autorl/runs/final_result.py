@@ -1,6 +1,7 @@
 """An experiment's one result on the test split (docs/PROTOCOL.md), from the store: in test mode
 its best submission; in sealed mode its final evaluation (or, before that exists, the submission
-it will take). Shared by the grader's answers and the runs recorded after a killed ``autorl run``."""
+it will take). Shared by the grader's answers and the runs recorded after a killed ``autorl run``;
+:func:`answer_results` reads the same numbers back from the grader's answer."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from autorl.api.answers import ExperimentAnswer
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.uncertainty import Evaluated, comparison_of, interval_of
@@ -99,4 +101,38 @@ def result_columns(
         "final_p_value": comparison["p_value"] if comparison else None,
         "selection": final.get("selection") if final is not None and final.get("status") else None,
         "test_evaluations": test_evaluations,
+    }
+
+
+def answer_columns(view: ExperimentAnswer | None, feedback: str) -> dict[str, Any]:
+    """results.csv's columns after ``workspace`` from the grader's answer (None: the grader never
+    answered), as :func:`results_columns` reads them from the store."""
+    final = view.final.model_dump() if view is not None and view.final is not None else None
+    return result_columns(
+        final,
+        feedback,
+        None if view is None else view.test_evaluations,
+    )
+
+
+def answer_results(view: ExperimentAnswer | None, feedback: str) -> dict[str, Any]:
+    """results.csv's numbers of an experiment from the grader's answer (None: the grader never
+    answered): ``baseline``, ``best_score``, ``improvement``, ``submissions`` (scored) and the
+    columns after ``workspace``. Every number is on the test split: a sealed experiment's best
+    there is its final score (its best on validation is not a test score)."""
+    columns = answer_columns(view, feedback)
+    baseline = None if view is None else view.baseline_score
+    if feedback == "sealed":
+        best = columns["final_score"]
+        improvement = None if best is None or baseline is None else best - baseline
+    else:
+        best = None if view is None else view.best_score
+        improvement = None if view is None else view.improvement
+    scored = 0 if view is None else view.submissions
+    return {
+        "baseline": baseline,
+        "best_score": best,
+        "improvement": improvement,
+        "submissions": scored,
+        **columns,
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -24,8 +24,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from autorl.api.answers import Comparison as ComparisonAnswer
+from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
 from autorl.errors import AutoRLError
-from autorl.runs.final_result import results_columns
+from autorl.runs.final_result import answer_columns, results_columns
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus
@@ -129,6 +131,54 @@ class RunRecord:
             result=results_columns(session, experiment),
         )
 
+    @classmethod
+    def of_answers(cls, experiment: ExperimentAnswer, submissions: Sequence[SubmissionAnswer]) -> RunRecord:
+        """The same record from the grader's admin API: the experiment and every submission of it
+        (``GET /v1/experiments/{name}`` and ``.../submissions``), for an experiment of a cluster.
+        The answers carry what :meth:`read` computes: each submission's interval and comparison
+        with the baseline on the split it was scored on, and the submission whose score it reused
+        (a copy of the base model reuses the baseline's)."""
+        split = "validation" if experiment.feedback == "sealed" else "test"
+        baselines = [s for s in submissions if s.is_baseline and s.split == split]
+        base_id = baselines[-1].submission_id if baselines else None
+        baseline = (
+            experiment.validation_baseline_score if split == "validation" else experiment.baseline_score
+        )
+        return cls(
+            run_id=experiment.name,
+            task=experiment.task,
+            base_model=experiment.model,
+            agent=experiment.agent,
+            status=experiment.status,
+            protocol=str(experiment.eval_config.get("protocol", "opencompass")),
+            timeout_s=experiment.timeout_s or 0,
+            start_time=experiment.start_time,
+            end_time=experiment.end_time,
+            finished_at=experiment.finished_at,
+            baseline=baseline,
+            submissions=tuple(
+                SubmissionRecord(
+                    submission_id=s.submission_id,
+                    created_at=s.created_at or 0.0,
+                    status=s.status,
+                    score=s.score,
+                    is_copy_of_base=base_id is not None and s.reused_from == base_id,
+                    interval=None if s.interval is None else (s.interval[0], s.interval[1]),
+                    comparison=None if s.comparison is None else _comparison(s.comparison),
+                )
+                # The agent's own submissions: a baseline and a final evaluation have no number.
+                for s in submissions
+                if not s.is_baseline and s.number is not None
+            ),
+            result=answer_columns(experiment, experiment.feedback),
+        )
+
+
+def _comparison(answer: ComparisonAnswer) -> Comparison:
+    low, high = answer.interval
+    first, second = answer.discordant
+    return Comparison(answer.difference, (low, high), answer.p_value, (first, second))
+
 
 def _since_start(run: RunRecord, moment: float) -> float | None:
     return None if run.start_time is None else round(moment - run.start_time, 1)
@@ -193,6 +243,58 @@ def uncertainty_lines(metrics: dict[str, Any], split: str | None = None) -> list
     return lines
 
 
+def final_lines(result: Mapping[str, Any]) -> list[str]:
+    """Summary lines for the result on the test split (docs/PROTOCOL.md), from results.csv's
+    columns ``feedback`` to ``test_evaluations`` (a row's, or a report's metrics)."""
+    feedback, selection, score = result.get("feedback"), result.get("selection"), result.get("final_score")
+    if score is None:
+        return [
+            f"feedback     {feedback}",
+            *([f"final        none ({selection} not scored)"] if selection else []),
+        ]
+    low, high, p_value = result.get("final_low"), result.get("final_high"), result.get("final_p_value")
+    interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    tested = "" if p_value is None else f", McNemar p={p_value:.3g}"
+    return [
+        f"feedback     {feedback}",
+        f"final        {score:.2f}{interval} ({selection}{tested})",
+        f"test evals   {result.get('test_evaluations')}",
+    ]
+
+
+def _points(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
+    """A report as a person reads it (``autorl report``): the run, its headline numbers on the
+    split its submissions were scored on (a sealed run's: validation, its result on test below),
+    their uncertainty, its result on the test split, and how it used its submissions and budget."""
+    sealed = metrics.get("feedback") == "sealed"
+    on = " (validation)" if sealed else ""
+    scored, total = metrics.get("scored_submissions"), metrics.get("total_submissions")
+    copies = metrics.get("copy_model_count")
+    used = metrics.get("time_used_ratio")
+    to_best = metrics.get("time_to_best")
+    return [
+        f"run          {metrics.get('run_id')}, {metrics.get('status')}",
+        f"task         {metrics.get('task')}, base model {metrics.get('base_model')}, "
+        f"agent {metrics.get('agent') or '-'}",
+        f"baseline     {_points(metrics.get('baseline'))}{on}",
+        f"best score   {_points(metrics.get('best_score'))}{on}",
+        f"improvement  {_points(metrics.get('improvement'), signed=True)}{on}",
+        *uncertainty_lines(dict(metrics), "validation" if sealed else None),
+        *final_lines(metrics),
+        f"submissions  {total}, {scored} scored"
+        + ("" if not copies else f", {copies} cop{'y' if copies == 1 else 'ies'} of the base model"),
+        "budget       "
+        + ("-" if used is None else f"{used * 100:.0f} % used")
+        + ("" if to_best is None else f", best after {to_best:.0f} s"),
+    ]
+
+
 def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
     """The reference's process metrics, plus the run's identity and headline numbers, and its
     result on the test split under results.csv's names (``feedback`` to ``test_evaluations``).
@@ -241,7 +343,7 @@ def compute_metrics(run: RunRecord, now: float) -> dict[str, Any]:
         "time_to_best": _since_start(run, best.submission.created_at) if best else None,
         "monotonic_ratio": _share(rises, len(points) - 1) if len(points) >= 2 else None,
         "copy_model_count": sum(1 for s in subs if s.is_copy_of_base) if run.baseline is not None else None,
-        "time_used_ratio": None if used_s is None else round(used_s / run.timeout_s, 4),
+        "time_used_ratio": None if used_s is None or not run.timeout_s else round(used_s / run.timeout_s, 4),
         "last_submit_gap": None if last_submit is None else round(max(0.0, end - last_submit), 1),
     }
 

@@ -157,3 +157,34 @@ def test_run_without_submissions_has_empty_metrics_and_a_plot(
     assert metrics["first_valid_idx"] is None and metrics["time_to_best"] is None
     assert metrics["copy_model_count"] is None  # no baseline to compare with
     assert report.plot_path.stat().st_size > 0
+
+
+def test_report_takes_a_unique_prefix_and_prints_the_runs_summary(
+    home: Path, run_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", run_id[:8], "--home", str(home)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:5] == [
+        f"run          {run_id}, completed",
+        "task         gsm8k, base model builtin:tiny-qwen2, agent example_grpo",
+        "baseline     10.00",
+        "best score   30.00",
+        "improvement  +20.00",
+    ]
+    assert "submissions  5, 4 scored, 1 copy of the base model" in lines
+    assert "final        30.00 [10.78, 60.32] (best_on_test, McNemar p=0.5)" in lines
+    assert lines[-2:] == [
+        f"metrics: {home / 'runs' / run_id / 'reports' / 'metrics.json'}",
+        f"plot:    {home / 'runs' / run_id / 'reports' / 'figures' / 'score_trajectory.png'}",
+    ]
+
+
+def test_an_ambiguous_report_prefix_is_refused_as_compare_refuses_it(
+    home: Path, db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = [create_experiment(db, tmp_path / f"ws-{i}").name for i in range(7)]
+    assert main(["report", "exp-", "--home", str(home)]) == 2
+    error = capsys.readouterr().err
+    assert f"'exp-' matches 7 runs ({', '.join(names[:5])} and 2 more); give more of the id" in error
+    assert main(["report", "nope", "--home", str(home)]) == 2
+    assert "no run 'nope' in the database of" in capsys.readouterr().err

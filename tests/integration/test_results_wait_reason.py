@@ -79,7 +79,7 @@ def test_a_run_that_ends_while_its_baseline_waits_shows_the_reason_in_results(
             home,
         )
     monkeypatch.setenv("AUTORL_DATABASE_URL", fresh_pg_url)
-    assert main(["results", "--home", str(home)]) == 0
+    assert main(["results", "--home", str(home), "--wide"]) == 0
     table = capsys.readouterr().out
     note = note_column(table, experiment.name)
     assert note.startswith("the baseline evaluation queued: EvaluatorsUnavailable: the base model waits")

@@ -114,7 +114,7 @@ def test_a_file_written_before_the_feedback_columns_is_read_and_rewritten_with_e
     assert rows[:2] == old
     assert rows[2].final_p_value == 3.2e-9  # small p-values keep their digits
     assert (rows[2].selection, rows[2].test_evaluations, rows[2].feedback) == ("nominated", 1, "sealed")
-    assert main(["results", "--home", str(tmp_path)]) == 0
+    assert main(["results", "--home", str(tmp_path), "--wide"]) == 0
     table = capsys.readouterr().out
     assert "nominated" in table and "[20.10, 44.90]" in table and "sealed" in table
 
@@ -318,11 +318,15 @@ def test_results_table_shows_cells_as_inert_text(tmp_path: Path, capsys: pytest.
         tmp_path,
     )
     append_row(row("r2", agent="[bold"), tmp_path)
-    for args in ([], ["--compare", "r1", "r2"]):
+    for args in (["--wide"], ["--compare", "r1", "r2"]):
         assert main(["results", "--home", str(tmp_path), *args]) == 0
         out = capsys.readouterr().out
         assert "[/bold]agent[link=https://evil.example]x\\x1b]0;t\\x07" in out and "m\\u202e" in out
         assert "[bold" in out and "\x1b" not in out and "\u202e" not in out
+    # The narrow table folds the long agent onto more lines: escaped there too.
+    assert main(["results", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "m\\u202e" in out and "[bold" in out and "\x1b" not in out and "\u202e" not in out
 
 
 def test_results_table_shows_the_best_scores_interval_from_the_report(
@@ -333,6 +337,6 @@ def test_results_table_shows_the_best_scores_interval_from_the_report(
     report = tmp_path / "runs" / "20261130-101500-arith-aaaaaa" / "reports" / "metrics.json"
     report.parent.mkdir(parents=True)
     report.write_text(json.dumps({"best_interval": [37.318, 42.771]}))
-    assert main(["results", "--home", str(tmp_path)]) == 0
+    assert main(["results", "--home", str(tmp_path), "--wide"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "arith-" in line]
     assert "[37.32, 42.77]" in lines[0] and "[" not in lines[1]  # a run without a report shows "-"

@@ -34,8 +34,8 @@ from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
 from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
-from autorl.runs.final_result import result_columns
-from autorl.runs.reports import report_after_run, uncertainty_lines
+from autorl.runs.final_result import answer_results
+from autorl.runs.reports import final_lines, report_after_run, uncertainty_lines
 from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.runs.seeds import RunSeed, write_run_seed
@@ -498,13 +498,8 @@ class LocalRun:
         self._stop_services()
 
     def _record(self, status: RunStatus, started: float) -> ResultRow:
-        view = self.last_view
-        scored = 0 if view is None else view.submissions
-        final = final_columns(view, self.config.feedback)
-        sealed = self.config.feedback == "sealed"
         # Every number of the row is on the test split: a sealed run's best there is its final.
-        best = final["final_score"] if sealed else (None if view is None else view.best_score)
-        baseline = None if view is None else view.baseline_score
+        numbers = answer_results(self.last_view, self.config.feedback)
         row = ResultRow(
             run_id=self.run_id,
             timestamp=utc_timestamp(),
@@ -512,19 +507,11 @@ class LocalRun:
             agent=self.agent.name,
             driver_model=self.config.driver_model,
             base_model=self.config.model,
-            baseline=baseline,
-            best_score=best,
-            improvement=(
-                (None if best is None or baseline is None else best - baseline)
-                if sealed
-                else (None if view is None else view.improvement)
-            ),
-            submissions=scored,
             duration_s=round(time.time() - started, 1),
-            success=status == "completed" and scored > 0,
+            success=status == "completed" and numbers["submissions"] > 0,
             status=status,
             workspace=str(self.workspace_root),
-            **final,
+            **numbers,
         )
         append_row(row, self.settings.home)
         return row
@@ -549,7 +536,7 @@ class LocalRun:
             f"improvement  {improvement}",
             # A sealed run's submissions were scored on validation; its best score is its final on test.
             *uncertainty_lines(metrics, "validation" if row.feedback == "sealed" else None),
-            *final_lines(row),
+            *final_lines(row.to_json()),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",
             f"results      {printable(str(results_path(self.settings.home)))}",
@@ -579,31 +566,6 @@ def nothing_scored_warning(view: ExperimentAnswer | None, status: RunStatus, wor
         f"none of the agent's {view.total_submissions} submissions was scored, so there is no best score "
         f"or improvement; each one's error is in {workspace / SCORES_FILE}"
     )
-
-
-def final_lines(row: ResultRow) -> list[str]:
-    """The summary's lines for the result on the test split (docs/PROTOCOL.md)."""
-    if row.final_score is None:
-        return [f"feedback     {row.feedback}"] + (
-            [f"final        none ({row.selection} not scored)"] if row.selection else []
-        )
-    interval = (
-        f" [{row.final_low:.2f}, {row.final_high:.2f}]"
-        if row.final_low is not None and row.final_high is not None
-        else ""
-    )
-    p_value = "" if row.final_p_value is None else f", McNemar p={row.final_p_value:.3g}"
-    return [
-        f"feedback     {row.feedback}",
-        f"final        {row.final_score:.2f}{interval} ({row.selection}{p_value})",
-        f"test evals   {row.test_evaluations}",
-    ]
-
-
-def final_columns(view: ExperimentAnswer | None, feedback: str) -> dict[str, Any]:
-    """results.csv's columns after ``workspace`` from the grader's last answer."""
-    final = view.final.model_dump() if view is not None and view.final is not None else None
-    return result_columns(final, feedback, None if view is None else view.test_evaluations)
 
 
 @contextmanager

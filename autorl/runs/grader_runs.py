@@ -1,0 +1,174 @@
+"""A cluster's experiments as ``autorl results`` and ``autorl report`` show a home's runs (``--grader
+URL``), read through the grader's admin API (``GET /v1/experiments[/{name}]`` and its
+``/submissions``) with the admin token ``AUTORL_ADMIN_TOKEN``: one results row per finished
+experiment, its recorded message as the row's note, its evaluation key from its recorded config,
+and its report computed from its submissions as ``autorl report`` computes one from a home's store."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, TypeVar
+
+from autorl.api.admin_client import (
+    AdminClient,
+    AuthenticationError,
+    ExperimentNotFoundError,
+    GraderUnavailableError,
+    GradingError,
+)
+from autorl.api.answers import ExperimentAnswer
+from autorl.errors import UsageError
+from autorl.runs.final_result import answer_results
+from autorl.runs.results import ResultRow, RunStatus, utc_timestamp
+from autorl.runs.run_sources import RunKey, resolve_run_id
+from autorl.runs.seeds import RunSeed
+from autorl.settings import AdminTokenSettings
+
+A = TypeVar("A")
+
+#: An experiment's status as a results row records it: a run whose budget ran out completed (as
+#: `autorl run` records it); an experiment that has not finished has no row yet.
+ROW_STATUS: dict[str, RunStatus] = {
+    "completed": "completed",
+    "timed_out": "completed",
+    "interrupted": "interrupted",
+    "failed": "failed",
+}
+#: Where the admin token is found, for the messages that ask for it.
+TOKEN_FIX = (
+    "set AUTORL_ADMIN_TOKEN to the grader's admin token (a local grader keeps it in "
+    "$AUTORL_HOME/grader-admin-token; a cluster's is in the autorl-admin-token Secret, docs/KUBERNETES.md)"
+)
+
+
+class GraderReaderSettings(AdminTokenSettings):
+    """The admin token that `autorl results --grader` and `autorl report --grader` send. Any token
+    is sent as it is: the grader says whether it is its own."""
+
+    def accepts_any_admin_token(self) -> bool:
+        return True
+
+
+def experiment_row(view: ExperimentAnswer) -> ResultRow | None:
+    """The results row of a finished experiment (None while it has not finished), with the numbers
+    `autorl run` records for a run: every score on the test split."""
+    status = ROW_STATUS.get(view.status)
+    if status is None:
+        return None
+    numbers = answer_results(view, view.feedback)
+    ended = view.finished_at
+    return ResultRow(
+        run_id=view.name,
+        timestamp=utc_timestamp(datetime.fromtimestamp(ended, UTC)) if ended is not None else "",
+        task=view.task,
+        agent=view.agent or "",
+        driver_model=view.driver_model,
+        base_model=view.model,
+        duration_s=round(max(0.0, ended - view.created_at), 1)
+        if ended is not None and view.created_at is not None
+        else 0.0,
+        success=status == "completed" and numbers["submissions"] > 0,
+        status=status,
+        workspace=view.workspace,
+        **numbers,
+    )
+
+
+class GraderRuns:
+    """The experiments of the grader at ``url``, as a :class:`~autorl.runs.run_sources.RunSource`."""
+
+    def __init__(self, url: str, admin: AdminClient) -> None:
+        self.url = url
+        self.admin = admin
+        self.where = f"the grader at {url}"
+        self.listing = f"autorl results --grader {url}"
+
+    @cached_property
+    def experiments(self) -> list[ExperimentAnswer]:
+        """Every experiment of the grader, oldest first."""
+        return self._ask(self.admin.experiments)
+
+    def rows(self) -> list[ResultRow]:
+        rows = [row for view in self.experiments if (row := experiment_row(view)) is not None]
+        unfinished = len(self.experiments) - len(rows)
+        if unfinished:
+            print(
+                f"{unfinished} of the grader's experiments {'has' if unfinished == 1 else 'have'} not "
+                "finished and no row yet; "
+                f"the dashboard shows them live: {self.url.rstrip('/')}/ui",
+                file=sys.stderr,
+            )
+        return rows
+
+    def notes(self, run_ids: Sequence[str]) -> dict[str, str]:
+        return {view.name: view.message for view in self.experiments if view.name in run_ids and view.message}
+
+    def keys(self, run_ids: Sequence[str]) -> dict[str, RunKey]:
+        from autorl.eval_config import recorded_key
+
+        return {
+            view.name: RunKey(recorded_key(view.eval_config), dict(view.eval_config))
+            for view in self.experiments
+            if view.name in run_ids
+        }
+
+    def seeds(self, run_ids: Sequence[str]) -> dict[str, RunSeed]:
+        return {}  # a seed is `autorl run --repeat`'s, kept in a home's run folder: the grader has none
+
+    def metrics(self, run_id: str) -> dict[str, Any]:
+        """The run's report, computed now from its experiment and submissions."""
+        from autorl.runs.reports import RunRecord, compute_metrics, seed_metrics
+
+        experiment = self._ask(lambda: self.admin.experiment(run_id), run_id)
+        submissions = self._ask(lambda: self.admin.submissions(run_id), run_id)
+        return {
+            **compute_metrics(RunRecord.of_answers(experiment, submissions), time.time()),
+            **seed_metrics(None),
+        }
+
+    def resolve(self, given: str) -> str:
+        """The experiment ``given`` names (its name or a unique prefix), finished or not."""
+        return resolve_run_id(given, [view.name for view in self.experiments], self.where, self.listing)
+
+    def _ask(self, request: Callable[[], A], name: str | None = None) -> A:
+        """``request``'s answer; the grader's refusal or silence as a UsageError naming the fix."""
+        try:
+            return request()
+        except AuthenticationError as exc:
+            raise UsageError(
+                f"the grader at {self.url} refused the admin token ({exc.detail}); {TOKEN_FIX}"
+            ) from exc
+        except ExperimentNotFoundError as exc:
+            if name is not None:
+                raise UsageError(f"no experiment {name!r} at the grader {self.url}: {exc.detail}") from exc
+            raise UsageError(
+                f"{self.url} has no admin API ({exc}): give --grader the grader's base URL "
+                "(as http://HOST:PORT, without a path)"
+            ) from exc
+        except GraderUnavailableError as exc:
+            raise UsageError(
+                f"cannot read the experiments of the grader at {self.url}: {exc}; check that it runs and "
+                "that --grader is its base URL (as http://HOST:PORT)"
+            ) from exc
+        except GradingError as exc:
+            raise UsageError(
+                f"the grader at {self.url} did not answer as an AutoRL grader's admin API ({exc}); "
+                "give --grader the grader's base URL (as http://HOST:PORT)"
+            ) from exc
+
+
+@contextmanager
+def grader_runs(url: str) -> Iterator[GraderRuns]:
+    """The experiments of the grader at ``url``, read with ``AUTORL_ADMIN_TOKEN``."""
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--grader takes the grader's base URL, as http://HOST:PORT, not {url!r}")
+    token = GraderReaderSettings().admin_token_value
+    if not token:
+        raise UsageError(f"no admin token to read the grader at {url}: {TOKEN_FIX}")
+    with AdminClient(url, token, user_agent="autorl-results") as admin:
+        yield GraderRuns(url, admin)
