@@ -6,8 +6,8 @@ wrong piece (token, URL, name) refused with its fix, exit 2."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+import secrets
+from collections.abc import Iterator
 
 import pytest
 from rich.cells import cell_len
@@ -25,33 +25,21 @@ from tests.support.settings import DeploymentSettings
 UNREACHABLE = "http://127.0.0.1:9"
 
 
-@pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], fresh_pg_url: str) -> DeploymentSettings:
-    """A database of each test's own: the grader lists every experiment there is."""
-    return make_settings(database_url=fresh_pg_url)
+@pytest.fixture(scope="module")
+def settings(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> DeploymentSettings:
+    """The module's own database: the grader lists every experiment there is (those below)."""
+    home = tmp_path_factory.mktemp("grader") / "home"
+    return DeploymentSettings(home=home, admin_token=secrets.token_hex(16), database_url=pg_url)
 
 
-@pytest.fixture
-def db(settings: DeploymentSettings) -> Iterator[Database]:
-    database = Database(settings.database_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def grader(settings: DeploymentSettings, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The grader's URL; the commands' admin token is its own."""
-    monkeypatch.setenv("AUTORL_ADMIN_TOKEN", settings.admin_token_value)
-    with serve(create_app(settings, reconcile=False)) as served:
-        yield served.url
-
-
-@pytest.fixture
-def cluster(db: Database, tmp_path: Path) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def cluster(settings: DeploymentSettings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A test-mode experiment (baseline 10; 12, a failure, a copy of the base model, 30, 20), a
     sealed one (final 50 % on test against 10 %), one that failed with a message, one whose budget
     ran out, and one still running: by role, their names."""
-    run = create_experiment(db, tmp_path / "ws-test", started_minutes_ago=10)
+    root = tmp_path_factory.mktemp("workspaces")
+    db = Database(settings.database_url)
+    run = create_experiment(db, root / "ws-test", started_minutes_ago=10)
     add_submission(db, run.name, scores=scores(10.0), files="base", baseline=True, correctness="1" + "0" * 9)
     add_submission(db, run.name, scores=scores(12.0), minutes=1)
     add_submission(db, run.name, error="config.json: not the base architecture", minutes=2)
@@ -59,20 +47,34 @@ def cluster(db: Database, tmp_path: Path) -> dict[str, str]:
     add_submission(db, run.name, scores=scores(30.0), minutes=5, correctness="111" + "0" * 7)
     add_submission(db, run.name, scores=scores(20.0), minutes=6)
     finish(db, run.name)
-    sealed = sealed_experiment(db, tmp_path / "ws-sealed").run.name
+    sealed = sealed_experiment(db, root / "ws-sealed").run.name
     finish(db, sealed)
-    failed = create_experiment(db, tmp_path / "ws-failed").name
+    failed = create_experiment(db, root / "ws-failed").name
     with db.session() as session:
         experiment = repo.get_experiment(session, failed)
         repo.finish_experiment(
             session, experiment, ExperimentStatus.FAILED, "[bold]agent\x1b]0;x\x07 exited 1"
         )
-    timed_out = create_experiment(db, tmp_path / "ws-timed-out").name
+    timed_out = create_experiment(db, root / "ws-timed-out").name
     add_submission(db, timed_out, scores=scores(10.0), baseline=True)
     add_submission(db, timed_out, scores=scores(15.0), minutes=1)
     finish(db, timed_out, "timed_out")
-    running = create_experiment(db, tmp_path / "ws-running").name
+    running = create_experiment(db, root / "ws-running").name
+    db.dispose()
     return {"test": run.name, "sealed": sealed, "failed": failed, "timed_out": timed_out, "running": running}
+
+
+@pytest.fixture(scope="module")
+def served(settings: DeploymentSettings) -> Iterator[str]:
+    with serve(create_app(settings, reconcile=False)) as app:
+        yield app.url
+
+
+@pytest.fixture
+def grader(served: str, settings: DeploymentSettings, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The grader's URL; the commands' admin token is its own."""
+    monkeypatch.setenv("AUTORL_ADMIN_TOKEN", settings.admin_token_value)
+    return served
 
 
 def results(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
