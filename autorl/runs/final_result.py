@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autorl.api.answers import ExperimentAnswer
+from autorl.provenance.lineage import experiment_lineage
 from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store import repository as repo
 from autorl.uncertainty import Evaluated, comparison_of, interval_of
@@ -77,15 +78,30 @@ def _entry(
     }
 
 
+#: results.csv's last columns: what the agent may have brought in (autorl.provenance).
+PROVENANCE_COLUMNS = ("test_overlap", "twin_score", "twin_p_value", "lineage")
+
+
 def results_columns(session: Session, experiment: Experiment) -> dict[str, Any]:
     """results.csv's columns after ``workspace`` for this experiment, from the store."""
+    final = final_view(session, experiment)
+    agent_rows = [row for row in repo.experiment_submissions(session, experiment) if row.number is not None]
+    provenance = {
+        "test_overlap": experiment.test_overlap,
+        "twin_score": experiment.twin_score,
+        "twin_p_value": experiment.twin_p_value,
+        "lineage": experiment_lineage(agent_rows, final.get("of") if final is not None else None),
+    }
     return result_columns(
-        final_view(session, experiment), experiment.feedback.value, repo.test_evaluations(session, experiment)
+        final, experiment.feedback.value, repo.test_evaluations(session, experiment), provenance
     )
 
 
 def result_columns(
-    final: Mapping[str, Any] | None, feedback: str, test_evaluations: int | None
+    final: Mapping[str, Any] | None,
+    feedback: str,
+    test_evaluations: int | None,
+    provenance: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """results.csv's columns after ``workspace`` from an experiment's ``final`` (as the admin
     API answers it): its score, 95 % interval and McNemar p-value once scored, and how it was
@@ -101,6 +117,7 @@ def result_columns(
         "final_p_value": comparison["p_value"] if comparison else None,
         "selection": final.get("selection") if final is not None and final.get("status") else None,
         "test_evaluations": test_evaluations,
+        **{name: (provenance or {}).get(name) for name in PROVENANCE_COLUMNS},
     }
 
 
@@ -112,6 +129,7 @@ def answer_columns(view: ExperimentAnswer | None, feedback: str) -> dict[str, An
         final,
         feedback,
         None if view is None else view.test_evaluations,
+        None if view is None else view.model_dump(include=set(PROVENANCE_COLUMNS)),
     )
 
 

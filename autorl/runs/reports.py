@@ -251,6 +251,7 @@ def final_lines(result: Mapping[str, Any]) -> list[str]:
         return [
             f"feedback     {feedback}",
             *([f"final        none ({selection} not scored)"] if selection else []),
+            *provenance_lines(result),
         ]
     low, high, p_value = result.get("final_low"), result.get("final_high"), result.get("final_p_value")
     interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
@@ -259,7 +260,31 @@ def final_lines(result: Mapping[str, Any]) -> list[str]:
         f"feedback     {feedback}",
         f"final        {score:.2f}{interval} ({selection}{tested})",
         f"test evals   {result.get('test_evaluations')}",
+        *provenance_lines(result),
     ]
+
+
+#: A twin gap with a p-value below this is flagged (docs/PROTOCOL.md).
+TWIN_FLAG_P = 0.01
+
+
+def provenance_lines(result: Mapping[str, Any]) -> list[str]:
+    """What the agent may have brought in, from results.csv's last columns; a finding is flagged
+    with ``!`` (agent strings, such as a lineage path, are the caller's to print as data)."""
+    lines = []
+    overlap = result.get("test_overlap")
+    if overlap is not None:
+        found = "  ! test problems found in the agent's files" if overlap else ""
+        lines.append(f"test overlap {overlap}{found}")
+    twin, twin_p = result.get("twin_score"), result.get("twin_p_value")
+    if twin is not None:
+        flagged = twin_p is not None and twin_p < TWIN_FLAG_P
+        tested = "" if twin_p is None else f" (gap against the base's: p={twin_p:.3g})"
+        lines.append(f"twin split   {twin:.2f}{tested}" + ("  ! learned by heart?" if flagged else ""))
+    lineage = result.get("lineage")
+    if lineage:
+        lines.append(f"lineage      {lineage}  ! nearer this registered checkpoint than the base")
+    return lines
 
 
 def _points(value: float | None, *, signed: bool = False) -> str:

@@ -196,6 +196,7 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
     assert isinstance(row["improvement"], float) and row["submissions"] == 1
     assert isinstance(row["duration_s"], float) and 0 < row["duration_s"] < run.seconds + 1
     assert row["driver_model"] is None
+    assert row["test_overlap"] == 0 and "test overlap 0" in run.stdout
     # The run's report, written at its end: the copy of the base model is counted as one.
     reports = run.home / "runs" / str(row["run_id"]) / "reports"
     metrics = json.loads((reports / "metrics.json").read_text())
@@ -563,6 +564,8 @@ def test_demo_learns_and_grpo_raises_the_reward(tmp_path: Path, autorl_run: Call
     (row,) = run.results()
     assert isinstance(row["improvement"], float) and row["improvement"] >= DEMO_MIN_IMPROVEMENT, row
     assert f"improvement  +{row['improvement']:.2f}" in run.stdout
+    # An honest agent's files (its code, logs, train data and checkpoints) hold no test problem.
+    assert row["test_overlap"] == 0 and row["lineage"] is None
     assert "phase=agent time left" in run.stderr and "latest score" in run.stderr
 
     # Both phases of the built-in agent ran, each submitted, and every submission was scored.
@@ -721,3 +724,80 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
     assert agent_train == split_train(whole)[0]
     assert not {p.question for p in agent_train} & {p.question for p in split_train(whole)[1]}
     assert not leftover_processes(run.home)
+
+
+#: A checkpoint moved by seeded noise, written by the test (the registered "public" checkpoint) and
+#: by the agent (which adds a little of its own): the same function in both processes.
+NOISE = """\
+def noisy(source, target, seed, scale):
+    import shutil, torch
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(source, target)
+    os.chmod(target, 0o755)
+    for entry in os.listdir(target):
+        os.chmod(os.path.join(target, entry), 0o644)
+    weights = load_file(os.path.join(source, "model.safetensors"))
+    generator = torch.Generator().manual_seed(seed)
+    moved = {
+        name: (tensor.float() + scale * torch.randn(tensor.shape, generator=generator)).to(tensor.dtype)
+        for name, tensor in sorted(weights.items())
+    }
+    save_file(moved, os.path.join(target, "model.safetensors"), metadata={"format": "pt"})
+"""
+
+
+def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are_found(
+    tmp_path: Path, autorl_run: Callable[..., Run]
+) -> None:
+    """An agent that brought the test split in (it writes test questions into output/, beside train
+    questions) and submits a registered public checkpoint with a little noise of its own: the run's
+    row counts the test problems (the train ones count nothing) and names the checkpoint; its copy
+    of the base descends from nothing registered."""
+    from autorl.models.tiny import build_tiny_qwen2
+    from autorl.provenance.lineage import submission_lineage
+    from autorl.store import Database
+    from autorl.store import repository as repo
+    from autorl.tasks.arith import ArithTask, secret_test_seed
+
+    home = tmp_path / "home"
+    task = ArithTask()
+    test = task.test_problems(secret_test_seed(home / "eval" / "data" / "arith"))  # the evaluator's own seed
+    brought = [problem.question for problem in test[:5]]
+    train = [problem.question for problem in task.train_problems()[:50]]
+    public = tmp_path / "public-instruct"
+    namespace: dict[str, object] = {"os": os}
+    exec(NOISE, namespace)  # the test's own code, shared with the agent's
+    namespace["noisy"](build_tiny_qwen2(tmp_path / "base"), public, 1, 0.05)  # type: ignore[operator]
+    agent = write_agent(
+        tmp_path,
+        NOISE
+        + textwrap.dedent(
+            f"""
+        with open(os.path.join(OUT, "notes.jsonl"), "w") as handle:
+            for question in {brought!r}:
+                handle.write(json.dumps({{"prompt": question.upper().replace(" ", "  ")}}) + "\\n")
+        with open(os.path.join(OUT, "train_copy.txt"), "w") as handle:
+            handle.write("\\n".join({train!r}))
+        noisy(os.environ["MODEL_PATH"], os.path.join(OUT, "tuned"), 1, 0.05)
+        noisy(os.path.join(OUT, "tuned"), os.path.join(OUT, "tuned-more"), 2, 0.002)
+        call("/submit", {{"model_path": "output/tuned-more"}})
+        call("/submit", {{"model_path": save("copy-of-base")}})
+        """
+        ),
+    )
+    run = autorl_run(
+        "-a", agent, "-t", "arith", "-m", "builtin:tiny-qwen2", "--timeout", "180",
+        "--port", str(free_port()), "--known-checkpoint", str(public),
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    (row,) = run.results()
+    assert row["test_overlap"] == 5 and row["lineage"] == str(public.resolve())
+    assert "test overlap 5" in run.stdout and "lineage" in run.stdout
+    record = json.loads(next((home / "eval" / "provenance").glob("*.json")).read_text())
+    assert [entry["path"] for entry in record["test"]["files"]] == ["output/notes.jsonl"]
+    assert not any(question in json.dumps(record) for question in brought)  # counts, never the text
+    db = Database(f"sqlite:///{home / 'autorl.db'}")
+    with db.session() as session:
+        rows = repo.experiment_submissions(session, repo.get_experiment(session, str(row["run_id"])))
+        named = {sub.model_path.rsplit("/", 1)[-1]: submission_lineage(sub) for sub in rows if sub.number}
+    assert named == {"tuned-more": str(public.resolve()), "copy-of-base": None}

@@ -251,3 +251,13 @@ def test_the_registration_fields_the_map_lists_are_the_routes_own_and_as_optiona
     assert {name for name, optional in listed.items() if optional} == {
         name for name, field in model.items() if not field.is_required()
     }
+
+
+def test_the_results_columns_listed_in_local_md_are_the_files() -> None:
+    """LOCAL.md's list of results.csv's columns is the header ``autorl run`` writes, in order."""
+    from autorl.runs.results import COLUMNS
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "LOCAL.md").read_text().split())
+    listed = re.search(r"appended under a file lock: `([^`]+)`", text)
+    assert listed is not None
+    assert tuple(name.strip() for name in listed.group(1).split(",")) == COLUMNS

@@ -65,7 +65,35 @@ def test_columns_are_the_contract() -> None:
         "final_p_value",
         "selection",
         "test_evaluations",
+        "test_overlap",
+        "twin_score",
+        "twin_p_value",
+        "lineage",
     )
+
+
+def test_a_file_written_before_the_provenance_columns_is_read_and_rewritten_with_every_row(
+    tmp_path: Path,
+) -> None:
+    path = results_path(tmp_path)
+    before = COLUMNS[: COLUMNS.index("test_evaluations") + 1]
+    path.write_text(
+        ",".join(before) + "\n"
+        "old,2026-12-05T10:00:00+00:00,arith,example_grpo,,builtin:tiny-qwen2,0.0,12.5,12.5,3,301.5,true,"
+        "completed,/tmp/ws,sealed,31.25,20.1,44.9,3.2e-09,nominated,1\n"
+    )
+    (old,) = read_rows(tmp_path)
+    assert (old.final_score, old.test_overlap, old.twin_score, old.lineage) == (31.25, None, None, None)
+    append_row(
+        row("new", test_overlap=7, twin_score=40.0, twin_p_value=2.5e-7, lineage="models/instruct, v2"),
+        tmp_path,
+    )
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(COLUMNS) and len(lines) == 3
+    assert read_rows(tmp_path) == [old, read_rows(tmp_path)[1]]
+    new = read_rows(tmp_path)[1]
+    assert (new.test_overlap, new.twin_score, new.twin_p_value) == (7, 40.0, 2.5e-7)
+    assert new.lineage == "models/instruct, v2"  # a comma in a path stays one cell
 
 
 LEGACY_HEADER = (

@@ -123,6 +123,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run N experiments one after another with seeds 0..N-1 (the agent's AUTORL_SEED), each its "
         "own run and results row; compare them with autorl results --compare (default 1)",
     )
+    parser.add_argument(
+        "--known-checkpoint",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="a public checkpoint of the base's family (folder or hub id; repeat for more): a scored "
+        "submission nearer it than the base is named in results.csv lineage (docs/PROTOCOL.md)",
+    )
     parser.add_argument("--driver-model", default=None, help="the LLM driving an LLM agent, for results.csv")
     parser.add_argument("--max-submissions", type=int, default=None, help="per-experiment submission limit")
     parser.set_defaults(func=_run)
@@ -219,6 +227,7 @@ def _run(args: argparse.Namespace) -> int:
             driver_model=args.driver_model,
             max_submissions=args.max_submissions,
             feedback=args.feedback,
+            known_checkpoints=tuple(args.known_checkpoint),
             seed=RunSeed(seed, repeat=seed + 1, repeats=args.repeat),
         )
         for seed in range(args.repeat)

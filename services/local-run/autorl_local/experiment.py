@@ -49,6 +49,7 @@ from autorl_agent_runner.runner import AgentOutcome, AgentRunner
 from autorl_agent_runner.sandbox.egress import Network
 from autorl_agent_runner.sandbox.plan import SandboxMode
 from autorl_agent_runner.workspace.layout import Workspace, check_workspace_free, create_workspace
+from autorl_local.agent_files import agent_roots, read_agent_files
 from autorl_local.final_evaluation import evaluate_final
 from autorl_local.progress import Progress, fmt_duration, fmt_score
 from autorl_local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
@@ -85,6 +86,8 @@ class LocalRunConfig:
     max_submissions: int | None = None
     #: test or sealed (docs/PROTOCOL.md).
     feedback: str = "test"
+    #: Public checkpoints a submission's lineage is traced to (``--known-checkpoint``).
+    known_checkpoints: tuple[str, ...] = ()
     #: The agent's AUTORL_SEED, and which of how many repeats this run is (``--repeat``).
     seed: RunSeed = field(default_factory=lambda: RunSeed(0))
 
@@ -136,6 +139,9 @@ def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
     with console.status(f"preparing model {config.model} and the {task.name} train split"):
         try:
             base_dir = resolve_model(config.model, settings.models_dir)
+            known = tuple(
+                str(resolve_model(source, settings.models_dir)) for source in config.known_checkpoints
+            )
         except ModelSourceError as exc:
             raise UsageError(str(exc)) from exc
         data_file = task.download_train_data(
@@ -144,7 +150,9 @@ def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
         if config.feedback == "sealed":
             # The agent's train data without the validation split its submissions are scored on.
             data_file = write_agent_train(data_file, settings.data_dir / "sealed" / task.name)
-    prepared = Prepared(base_dir=base_dir, train_data_dir=data_file.parent, started=started)
+    prepared = Prepared(
+        base_dir=base_dir, train_data_dir=data_file.parent, started=started, known_checkpoints=known
+    )
     return LocalRun(
         RunPlan(
             config=config,
@@ -167,6 +175,8 @@ class Prepared:
     train_data_dir: Path
     #: When `autorl run` began: a run's duration includes preparing the model and data.
     started: float
+    #: ``--known-checkpoint`` folders, resolved.
+    known_checkpoints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -292,6 +302,7 @@ class LocalRun:
                 driver_model=config.driver_model,
                 max_submissions=config.max_submissions,
                 feedback="sealed" if config.feedback == "sealed" else "test",
+                known_checkpoints=list(prepared.known_checkpoints),
             )
         )
         self.registered = True
@@ -325,6 +336,7 @@ class LocalRun:
             self.progress.note(f"baseline score {fmt_score(view.baseline_score)}")
         with GradingClient(registered.grading_server_url) as client:
             runner, outcome = self._run_agent(workspace, registered, client)
+            self._read_agent_files(workspace)
             self.progress.phase("finishing", "waiting for evaluations in flight")
             self._wait_in_flight()
             if config.feedback == "sealed":
@@ -378,6 +390,40 @@ class LocalRun:
         else:
             self.progress.note(f"agent exited with code {outcome.exit_code}")
         return runner, outcome
+
+    def _read_agent_files(self, workspace: Workspace) -> None:
+        """Once the agent has ended (it cannot react): its files read for the test questions."""
+        self.progress.phase("finishing", "reading the agent's files for test questions")
+        settings = self.settings
+        platform = [
+            settings.home,
+            settings.cache_dir,
+            settings.eval_dir,
+            *filter(None, [settings.data_source_dir]),
+        ]
+        roots, program = agent_roots(
+            [workspace.code, workspace.output],
+            self.agent.folder,
+            self.agent.script,
+            [path.resolve() for path in platform],
+        )
+        try:
+            counts, record = read_agent_files(
+                self.task,
+                self.settings,
+                run_id=self.run_id,
+                roots=roots,
+                sealed=self.config.feedback == "sealed",
+                program=program,
+            )
+        except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
+            self.progress.note(f"could not read the agent's files for test questions: {printable(str(exc))}")
+            return
+        self.last_view = self.admin.record_overlap(self.run_id, counts["test"])
+        found = {split: count for split, count in counts.items() if count}
+        if found:
+            listed = ", ".join(f"{count} {split}" for split, count in found.items())
+            self.progress.note(f"the agent's files hold {listed} problem(s); files and counts in {record}")
 
     # --- services ---------------------------------------------------------------------------
 
