@@ -62,6 +62,9 @@ MAX_DEPTH = 64
 CHUNK_BYTES = 1024 * 1024
 #: A file with a NUL byte in its first bytes is binary and is not read.
 BINARY_SNIFF_BYTES = 8 * 1024
+#: Binary files that hold their strings as plain UTF-8 (a datasets cache's Arrow tables): read
+#: whole, a NUL being one more separator.
+TEXT_TABLE_SUFFIXES = (".arrow",)
 #: Weights, arrays and pickles: not text, and too large to read for nothing.
 WEIGHT_SUFFIXES = (
     ".safetensors",
@@ -292,10 +295,12 @@ def _read_chunks(fd: int, limit: int, chunk_bytes: int) -> Iterator[bytes]:
         yield chunk
 
 
-def _scan_fd(fd: int, index: OverlapIndex, limit: int, chunk_bytes: int) -> tuple[set[int], int, bool] | None:
+def _scan_fd(
+    fd: int, index: OverlapIndex, limit: int, chunk_bytes: int, *, table: bool = False
+) -> tuple[set[int], int, bool] | None:
     """(questions found, bytes read, whether bytes remain past ``limit``) for a text file; None for
     a binary one."""
-    if b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
+    if not table and b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
         return None
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     carry_words = max(index.longest - 1, 0)
@@ -396,7 +401,9 @@ def scan_files(
             budget.files_left -= 1
             try:
                 limit = min(max_file_bytes, budget.bytes_left)
-                result = _scan_fd(fd, index, limit, chunk_bytes)
+                result = _scan_fd(
+                    fd, index, limit, chunk_bytes, table=name.lower().endswith(TEXT_TABLE_SUFFIXES)
+                )
             finally:
                 os.close(fd)
             if result is None:

@@ -152,6 +152,13 @@ def test_links_fifos_and_weight_files_are_not_read(tmp_path: Path, roots: list[P
     assert report.scanned_files == 0
 
 
+def test_a_datasets_arrow_cache_is_read_though_it_is_binary(roots: list[Path]) -> None:
+    """``datasets.save_to_disk`` writes Arrow tables: NULs and lengths between UTF-8 strings."""
+    rows = b"".join(b"\0\0\0" + bytes([len(p.question) % 256]) + p.question.encode() for p in TEST[:3])
+    (roots[1] / "data-00000-of-00001.arrow").write_bytes(b"ARROW1\0\0" + rows)
+    assert scan_files(roots, INDEX).count == 3
+
+
 def test_a_root_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
