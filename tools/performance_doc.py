@@ -43,10 +43,9 @@ def generation() -> str:
     data = load_results("hf_generation_gpu")
     env, prompts, variants = data["environment"], data["prompts"], data["variants"]
     lines = [
-        f"Measured {data['date'][:10]} on one {env['gpu']}: {data['model']}; {prompts['rows']:,} prompts "
-        f"of the split's lengths ({prompts['shared_prefix_ids']:,} ids shared), up to "
-        f"{data['max_new_tokens']} new tokens. Floor: the weights and every live row's cache read once "
-        f"per step at {data['copy_bandwidth_tb_s']} TB/s.",
+        f"Measured {data['date'][:10]} on one {env['gpu']}: {prompts['rows']:,} prompts of the split's "
+        f"lengths, up to {data['max_new_tokens']} new tokens; × floor: over the time of reading the weights "
+        f"and caches once a step at {data['copy_bandwidth_tb_s']} TB/s.",
         "",
         "| variant | rows | new tokens | s | new tok/s | × floor | peak GiB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -107,8 +106,8 @@ def grpo_throughput() -> str:
         return _failed(part) + "\n"
     env = data["environment"]
     lines = [
-        f"Measured {_when(data['runs']['throughput']['date'])} on one {env['gpu']}, TRL {env['trl']}: "
-        f"{part['model']}; {part['completion_tokens']}-token completions.",
+        f"Measured {_when(data['runs']['throughput']['date'])} on one {env['gpu']}, TRL {env['trl']}, "
+        f"{part['completion_tokens']}-token completions.",
         "",
         "| variant | completions / step | s / step | rollout s | loss + update s | completion tok/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -249,8 +248,8 @@ def opencompass_vllm() -> str:
     env, variants = data["environment"], data["variants"]
     bare = variants["bare_llm_graphs"]["runs"]
     lines = [
-        f"Measured {data['date'][:10]} on one {env['gpu']}, vLLM {env['vllm']}: {data['model']}; the "
-        f"{data['recorded']['prompts']:,} prompts OpenCompass rendered through the worker's config.",
+        f"Measured {data['date'][:10]} on one {env['gpu']}, vLLM {env['vllm']}, "
+        f"{data['recorded']['prompts']:,} prompts.",
         "",
         "| variant | engine start s | OpenCompass's prompts s (× bare) | GSM8K answer lengths s (× bare) "
         "| 512 tokens a row s (× bare) |",
@@ -280,10 +279,10 @@ def opencompass_vllm() -> str:
 def grpo_trl_vllm() -> str:
     """TRL's ``GRPOTrainer`` with colocated vLLM against the fast path (bench/grpo_trl_vllm_gpu.py)."""
     data = load_results("grpo_trl_vllm_gpu")
-    env, model, settings = data["environment"], data["model"], data["settings"]
+    env, settings = data["environment"], data["settings"]
     lines = [
-        f"Measured on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}: {model['description']}; at "
-        f"most {settings['completion_tokens']} completion tokens.",
+        f"Measured on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}; at most "
+        f"{settings['completion_tokens']} completion tokens.",
         "",
         "| variant | completions / step | s / step | completion tok/s | engine start s |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -376,9 +375,8 @@ def vllm_warm_reload() -> str:
     data = load_results("vllm_warm_reload_gpu")
     env, warm, fresh, controls = data["environment"], data["warm"], data["fresh"], data["controls"]
     lines = [
-        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}: "
-        f"{data['model']['description']}, a {number(data['model']['checkpoint_bytes'] / 1e9)} GB checkpoint; "
-        "the split's prompt lengths at GSM8K answer lengths.",
+        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}, a "
+        f"{number(data['model']['checkpoint_bytes'] / 1e9)} GB checkpoint.",
         "",
         "| checkpoint on disk → every prompt answered | s | of which |",
         "| --- | ---: | --- |",
@@ -430,10 +428,8 @@ def resident_engine() -> str:
     eager, graphs = data["fresh"]["eager"], data["fresh"]["graphs"]
     inproc, tokens, scores = data["in_process"], data["completion_tokens"], data["replay"]["scores"]
     lines = [
-        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}. A: the Qwen2.5-1.5B "
-        f"architecture with random weights; T1, T2: A fine-tuned {trained['saves']['T1']} and "
-        f"{trained['saves']['T2']} steps on generated problems. OpenCompass's "
-        f"{data['workload']['prompts']:,} prompts and sampling.",
+        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}; A random weights, T1 and "
+        f"T2 A fine-tuned {trained['saves']['T1']} and {trained['saves']['T2']} steps.",
         "",
         "| evaluation | checkpoint on disk → every answer s | load s | generation s | mean new tokens "
         "| OpenCompass's score % |",
@@ -491,9 +487,8 @@ def engine_race() -> str:
     env, inproc = data["environment"], data["in_process"]
     workloads = ("ids_stop", "ids_full", "opencompass_prompts")
     lines = [
-        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}: "
-        f"{data['model']['description']}; `ids_stop`: the split's prompt lengths at GSM8K answer "
-        "lengths, `ids_full`: 512 new tokens a row, `opencompass_prompts`: OpenCompass's rendered prompts.",
+        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}; `ids_stop`: GSM8K answer "
+        "lengths, `ids_full`: 512 new tokens a row.",
         "",
         "| engine | start s | `ids_stop` s | `ids_full` s | `opencompass_prompts` s |",
         "| --- | ---: | ---: | ---: | ---: |",
