@@ -30,14 +30,14 @@ def fault_records() -> list[dict[str, Any]]:
 
 def faults_table() -> str:
     lines = [
-        "| fault | injected as | cases | outcome | test |",
-        "| --- | --- | ---: | --- | --- |",
+        "| fault | cases | outcome | test |",
+        "| --- | ---: | --- | --- |",
     ]
     for record in fault_records():
         verdict = "**passed**" if record["passed"] else "**FAILED**"
         lines.append(
-            f"| {_cell(record['fault'])} | {_cell(record['injected'])} | {record['cases']} | "
-            f"{verdict}: {_cell(record['outcome'])} | `{record['test']}` |"
+            f"| {_cell(record['fault'])} | {record['cases']} | {verdict}: {_cell(record['outcome'])} | "
+            f"`{record['test']}` |"
         )
     recorded = sorted({record["recorded"] for record in fault_records()})
     dates = ", ".join(recorded) if recorded else "never"
