@@ -328,20 +328,8 @@ def learning_run_text(run: dict[str, Any]) -> str:
     lines = [
         f"Measured {_when(run['date'])} from the trained checkpoint T2, learning rate "
         f"{settings['learning_rate']}; {prompt}. The same problems at every step in every variant: "
-        f"{'yes' if same else 'no'}.",
-        "",
-        "| step | " + " | ".join(f"`{name}` mean reward (right %)" for name in compared) + " |",
-        "| ---: | " + " | ".join("---:" for _ in compared) + " |",
+        f"{'yes' if same else 'no'} (each step's reward is in the results file).",
     ]
-    longest = max((len(c["reward_per_step"]) for c in compared.values()), default=0)
-    for index in range(longest):
-        cells = [
-            f"{c['reward_per_step'][index]:.3f} ({number(100 * c['accuracy_per_step'][index])})"
-            if index < len(c["reward_per_step"])
-            else "—"
-            for c in compared.values()
-        ]
-        lines.append(f"| {index + 1} | " + " | ".join(cells) + " |")
     window = learning.get("window", 0)
     count = settings.get("held_out", 0)
     lines += [
