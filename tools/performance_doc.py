@@ -184,15 +184,14 @@ def demo_cpu() -> str:
         f"--timeout {data['timeout_s']:g}`, {len(data['variants'])} runs at once, each on "
         f"{data['cores_per_run']} cores of its own. Scores on the arith test split.",
         "",
-        "| variant | agent arguments | baseline | best SFT | best GRPO | improvement | run s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| variant (its agent arguments: the results file) | baseline | best SFT | best GRPO | improvement "
+        "| run s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, record in data["variants"].items():
         cells = [record.get(key) for key in ("baseline", "best_sft", "best_grpo", "improvement")]
         shown = " | ".join("—" if value is None else number(value) for value in cells)
-        lines.append(
-            f"| `{name}` | `{record['agent_args'] or '(defaults)'}` | {shown} | {record['wall_s']} |"
-        )
+        lines.append(f"| `{name}` | {shown} | {record['wall_s']} |")
     return "\n".join(lines) + "\n"
 
 
