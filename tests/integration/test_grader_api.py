@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -25,6 +24,7 @@ from autorl.store import repository as repo
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
+from tests.support.documents import claim
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
@@ -34,8 +34,6 @@ from tests.support.grading import (
     row_id,
 )
 from tests.support.settings import DeploymentSettings
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -767,13 +765,11 @@ def test_submit_without_waiting_answers_as_the_agents_guide_says(
 ) -> None:
     """docs/AGENTS.md says what `?wait=false` answers: the status of a submission still to be
     evaluated and that of one whose score is already known (identical files reused it)."""
-    guide = " ".join((REPO_ROOT / "docs" / "AGENTS.md").read_text(encoding="utf-8").split())
-    said = re.search(
+    said = claim(
         r"`\?wait=false`: at once, (\d{3}) `\{submission_id, status: \"(\w+)\", queue_position\}`.*?, "
         r"or (\d{3}) with the whole answer when the score is already known",
-        guide,
+        "docs/AGENTS.md",
     )
-    assert said is not None, "docs/AGENTS.md no longer says what ?wait=false answers"
     pending_status, pending_state, known_status = int(said[1]), said[2], int(said[3])
     first_dir = copy_model(tiny_base_model, experiment.output_dir / "one", unique=True)
     pending = submit(client, experiment, "output/one", params={"wait": "false"})

@@ -15,6 +15,7 @@ import pytest
 
 from autorl_evaluator.backends.opencompass.parallel import fits_one_gpu
 from autorl_evaluator.model_settings import ModelSettings
+from tests.support.documents import claim
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,20 +32,9 @@ QWEN25_PARAMETERS = {
 }
 
 
-def document(name: str) -> str:
-    """A document's text with its line breaks and runs of spaces as single spaces."""
-    return " ".join((REPO / name).read_text(encoding="utf-8").split())
-
-
 def results(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((REPO / "bench" / "results" / f"{name}.json").read_text("utf-8"))
     return data
-
-
-def claim(pattern: str, name: str) -> re.Match[str]:
-    found = re.search(pattern, document(name))
-    assert found is not None, f"{name} no longer states what this test checks: /{pattern}/"
-    return found
 
 
 def test_the_qwen_sizes_said_to_fit_one_h200_are_those_the_rule_admits() -> None:

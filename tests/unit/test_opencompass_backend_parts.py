@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, 
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_evaluator.model_settings import settings_for, within_free_memory_gate
 from autorl_evaluator.settings import WorkerSettings
+from tests.support.documents import claim
 
 HEADER = "dataset,version,metric,mode,submission\n"
 
@@ -219,14 +219,11 @@ def test_a_missing_opencompass_command_is_the_evaluators_fault_from_any_folder(
     docs/EVALUATION.md says: the environment it names, the setting that names another command, and
     the words the agent reads."""
     repository = Path(__file__).resolve().parents[2]
-    guide = " ".join((repository / "docs" / "EVALUATION.md").read_text(encoding="utf-8").split())
-    claim = re.search(
+    environment, setting, agent_reads = claim(
         r"By default the `opencompass` of the repository's `([^`]+)`.*?; `(AUTORL_\w+)` names another"
         r".*?A missing command fails the evaluation as the evaluator's fault: the agent reads `([^`]+)`",
-        guide,
-    )
-    assert claim is not None, "docs/EVALUATION.md no longer says where the opencompass command is"
-    environment, setting, agent_reads = claim.groups()
+        "docs/EVALUATION.md",
+    ).groups()
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(setting, raising=False)
     assert WorkerSettings().opencompass_bin == repository / environment / "bin" / "opencompass"
