@@ -196,11 +196,11 @@ def test_the_kubernetes_the_guide_requires_is_the_charts_and_the_oldest_that_kno
     from autorl_controller.operator.settings import ControllerSettings
 
     found = claim(
-        r"Kubernetes ([\d.]+) or newer \(the agent and prepare pods set `supplementalGroupsPolicy`, a field "
-        r"from ([\d.]+);",
+        r"Kubernetes ([\d.]+) or newer .*? `supplementalGroupsPolicy`, a field from ([\d.]+): "
+        r"on (.*?) install with `--set agents.strictSupplementalGroups=false`",
         "docs/KUBERNETES.md",
     )
-    required, field_since = found.groups()
+    required, field_since, older = found.groups()
     chart = (REPO / "charts" / "autorl" / "Chart.yaml").read_text(encoding="utf-8")
     assert f'kubeVersion: ">={required}.0-0"' in chart
     assert ControllerSettings.model_fields["agent_strict_groups"].default is True
@@ -224,7 +224,14 @@ def test_the_kubernetes_the_guide_requires_is_the_charts_and_the_oldest_that_kno
     )
     first = next(version for version in versions if knows_the_field(f"{version}.0"))
     assert field_since == first
-    assert tuple(map(int, required.split("."))) >= tuple(map(int, first.split(".")))
+    below = [
+        v
+        for v in versions
+        if tuple(map(int, required.split(".")))
+        <= tuple(map(int, v.split(".")))
+        < tuple(map(int, first.split(".")))
+    ]
+    assert older == " and ".join(below)  # the releases the chart installs on that lack the field
 
 
 def test_the_registration_fields_the_map_lists_are_the_routes_own_and_as_optional() -> None:
