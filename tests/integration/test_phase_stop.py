@@ -38,6 +38,10 @@ class _Agent:
         self.config = ExampleGRPOConfig(**settings)
         self.tiny = True
         self.submitted: list[tuple[str, str]] = []
+        self.stop = time.time() + 3600.0
+
+    def stop_time(self) -> float:
+        return self.stop
 
     def save_and_submit(self, name: str, phase: str) -> None:
         self.submitted.append((name, phase))
@@ -66,7 +70,9 @@ def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
         return real_clip(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_taking_ten_seconds)
-    agent = _Agent(tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1)
+    agent = _Agent(
+        tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=0
+    )
     stop_at = wall[0] + STOP_AFTER_S
     sft.run_phase(agent, stop_at=stop_at)  # type: ignore[arg-type]
     assert agent.submitted == [("sft-final", "sft")]
@@ -74,6 +80,45 @@ def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
     out = capsys.readouterr().out
     assert "event=phase_stop phase=sft reason=time epoch=1 step=1 next_step_s=10" in out
     assert "event=phase_end phase=sft steps=1" in out
+
+
+def test_on_a_slow_machine_sft_makes_its_least_steps_past_its_share_and_evaluates_once(
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Steps ten times slower than planned (a loaded machine): SFT goes past its time share to the
+    steps that make the model learn, within the agent's own stop, and skips the evaluation of an
+    epoch it ends behind plan, submitting its last checkpoint instead."""
+    import torch
+
+    wall = _slow_clock(monkeypatch, sft)
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_taking_ten_seconds(*args: Any, **kwargs: Any) -> Any:
+        wall[0] += STEP_S
+        return real_clip(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_taking_ten_seconds)
+    # 8 problems in steps of 2: 4 steps an epoch; the share allows one step, the least is 6.
+    agent = _Agent(
+        tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=6
+    )
+    agent.stop = wall[0] + 1000.0
+    sft.run_phase(agent, stop_at=wall[0] + STOP_AFTER_S)  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "event=skip_submit checkpoint=sft-epoch-1 reason=behind" in out
+    assert "event=phase_stop phase=sft reason=time epoch=2 step=6" in out
+    assert agent.submitted == [("sft-final", "sft")]
+    # Where the agent's own stop comes first, it stops SFT whatever the least.
+    capsys.readouterr()
+    again = _Agent(
+        tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=6
+    )
+    again.stop = wall[0] + 25.0
+    sft.run_phase(again, stop_at=wall[0] + STOP_AFTER_S)  # type: ignore[arg-type]
+    assert "event=phase_end phase=sft steps=2" in capsys.readouterr().out
 
 
 def test_the_fast_grpo_phase_starts_no_step_that_would_end_past_its_stop(

@@ -137,3 +137,14 @@ def test_a_run_whose_agent_never_submitted_ends_with_a_warning_saying_so(tmp_pat
         is None
     )
     assert nothing_scored_warning(finished, "failed", tmp_path) is None  # a failure has its own note
+
+
+def test_a_loaded_machine_is_named_with_its_load_and_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autorl_local import progress
+
+    monkeypatch.setattr(progress.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(progress.os, "getloadavg", lambda: (1.9, 1.0, 1.0))
+    assert progress.load_note() is None
+    monkeypatch.setattr(progress.os, "getloadavg", lambda: (4.25, 3.0, 2.0))
+    note = progress.load_note()
+    assert note is not None and "load average 4.2 on 2 cores" in note and "less CPU" in note

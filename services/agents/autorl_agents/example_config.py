@@ -71,7 +71,17 @@ class ExampleGRPOConfig:
         None, "SFT examples per optimizer step (default: 32 for a tiny model, 16 otherwise)", low=1
     )
     sft_time_fraction: float = setting(
-        0.7, "largest share of the remaining budget SFT may take; GRPO gets the rest", low=0, high=1
+        0.7,
+        "share of the remaining budget SFT takes once it has made --sft-min-steps; GRPO gets the rest",
+        low=0,
+        high=1,
+    )
+    sft_min_steps: int | None = setting(
+        None,
+        "SFT steps made before the time share can stop SFT, budget permitting (a slow or loaded machine "
+        "gives SFT more of the budget rather than stop it short of what learns; default: 400 for a "
+        "tiny model, 0 otherwise)",
+        low=0,
     )
     rl: RlMode = setting("grpo", "the RL phase after SFT: grpo, or none for SFT alone")
     grpo_epochs: int = setting(1, "GRPO epochs over the train prompts", low=1)
@@ -128,6 +138,7 @@ class SFTSizes:
 
     learning_rate: float
     batch_size: int
+    min_steps: int
 
 
 def sft_sizes(config: ExampleGRPOConfig, *, tiny: bool) -> SFTSizes:
@@ -136,6 +147,8 @@ def sft_sizes(config: ExampleGRPOConfig, *, tiny: bool) -> SFTSizes:
     return SFTSizes(
         learning_rate=config.sft_learning_rate or (3e-3 if tiny else 1e-5),
         batch_size=config.sft_batch_size or (32 if tiny else 16),
+        # The tiny model answers about half of arith after ~430 steps of 32 and nearly all after ~600.
+        min_steps=config.sft_min_steps if config.sft_min_steps is not None else (400 if tiny else 0),
     )
 
 

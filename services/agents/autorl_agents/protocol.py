@@ -45,6 +45,10 @@ class Agent(Protocol):
         """Whether the model is small enough that the tiny model's settings apply."""
         ...
 
+    def stop_time(self) -> float:
+        """When training stops for good: the deadline less the reserve for saving and submitting."""
+        ...
+
     def save_and_submit(self, name: str, phase: str) -> None:
         """Save the model under ``OUTPUT_DIR/name`` and submit it, unless the budget is nearly over."""
         ...

@@ -52,6 +52,9 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
     config = agent.config
     sizes = sft_sizes(config, tiny=agent.tiny)
     lr, batch_size = sizes.learning_rate, sizes.batch_size
+    # The time share stops SFT only once it has made its least steps; before, only the agent's
+    # own stop time does (a loaded machine gives SFT more of the budget, GRPO less).
+    share_stop = stop_at
     prompts = [
         agent.tokenizer(agent.task.render_prompt(agent.tokenizer, p.question)).input_ids
         for p in agent.problems
@@ -71,17 +74,18 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
         learning_rate=lr,
         shared_prefix_tokens=shared,
         budget_s=round(stop_at - time.time()),
+        min_steps=sizes.min_steps,
     )
     optimizer = MasterWeightAdamW(agent.model.parameters(), lr=lr)
     generator = random.Random(config.seed)
     order = list(range(len(prompts)))
     agent.model.train()
-    step, stopped = 0, False
+    step, stopped, behind = 0, False, False
     clock = StepClock()
     for epoch in range(1, config.sft_epochs + 1):
         generator.shuffle(order)
         for start in range(0, len(order), batch_size):
-            if not clock.has_room_before(stop_at):
+            if not clock.has_room_before(share_stop if step >= sizes.min_steps else agent.stop_time()):
                 stopped = True
                 break
             clock.begin()
@@ -129,8 +133,16 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
                 next_step_s=round(clock.step_estimate(), 1),
             )
             break
+        left = steps_per_epoch * config.sft_epochs - step
+        if epoch < config.sft_epochs and clock.ends_after(left, share_stop):
+            # Behind its plan (a slow or loaded machine): an evaluation now would take cores from
+            # training; the phase's last checkpoint is submitted.
+            log("skip_submit", checkpoint=f"sft-epoch-{epoch}", reason="behind")
+            behind = True
+            continue
         agent.save_and_submit(f"sft-epoch-{epoch}", "sft")
-    if stopped and step % steps_per_epoch:
+        behind = False
+    if stopped and (step % steps_per_epoch or behind):
         agent.save_and_submit("sft-final", "sft")
     agent.model.eval()
     del optimizer

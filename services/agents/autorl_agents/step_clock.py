@@ -42,6 +42,10 @@ class StepClock:
         """Seconds the next step may take: the slowest of the recent ones (0 before the first)."""
         return max(self._durations, default=0.0)
 
+    def ends_after(self, steps: int, stop_at: float) -> bool:
+        """Whether ``steps`` more steps, started now, would end past ``stop_at``."""
+        return self._now() + steps * self.step_estimate() > stop_at
+
     def has_room_before(self, stop_at: float) -> bool:
         """Whether a step started now would end before ``stop_at``, by the recent steps."""
         return self._now() + self.step_estimate() < stop_at

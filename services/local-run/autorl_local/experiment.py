@@ -51,7 +51,7 @@ from autorl_agent_runner.sandbox.plan import SandboxMode
 from autorl_agent_runner.workspace.layout import Workspace, check_workspace_free, create_workspace
 from autorl_local.agent_files import agent_roots, read_agent_files
 from autorl_local.final_evaluation import evaluate_final
-from autorl_local.progress import Progress, fmt_duration, fmt_score
+from autorl_local.progress import Progress, fmt_duration, fmt_score, load_note
 from autorl_local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
 from autorl_local.settings import RunSettings
 
@@ -366,6 +366,9 @@ class LocalRun:
             seed=config.seed.seed,
         )
         self.progress.phase("agent", f"{self.agent.name} in {workspace.root}")
+        loaded = load_note()
+        if loaded is not None:
+            self.progress.note(loaded)
         started = self.admin.start(self.run_id)
         self.progress.set_deadline(started.end_time)
         poller = threading.Thread(target=self._poll, name="autorl-progress", daemon=True)
@@ -389,6 +392,9 @@ class LocalRun:
             self.progress.note(f"agent reached its deadline and was stopped{killed}")
         else:
             self.progress.note(f"agent exited with code {outcome.exit_code}")
+        loaded = load_note()
+        if loaded is not None:
+            self.progress.note(loaded)
         return runner, outcome
 
     def _read_agent_files(self, workspace: Workspace) -> None:

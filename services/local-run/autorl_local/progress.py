@@ -7,6 +7,7 @@ a log reads as a history rather than a pile of redraws, plus a status line every
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,19 @@ STATUS_INTERVAL_S = 30.0
 
 def fmt_score(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def load_note() -> str | None:
+    """What to tell the user when the machine is busier than its cores (the last minute's load
+    average above the cores this process may use), else None."""
+    cores = len(os.sched_getaffinity(0))
+    load = os.getloadavg()[0]
+    if load <= cores:
+        return None
+    return (
+        f"the machine is loaded (load average {load:.1f} on {cores} core{'s' if cores > 1 else ''}): "
+        "training and evaluation get less CPU than the budget assumes, so the agent does less in it"
+    )
 
 
 def fmt_duration(seconds: float) -> str:
