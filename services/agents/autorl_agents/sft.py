@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from autorl_agents.protocol import Agent
 
 _CALCULATOR = re.compile(r"<<[^>]*>>")
+#: Of the budget left when SFT starts, the most it takes to make its least steps (GRPO keeps the rest).
+MAX_SHARE_FOR_LEAST_STEPS = 0.9
 _FINAL_ANSWER = re.compile(r"\n?####\s*(.+?)\s*$")
 
 
@@ -52,8 +54,8 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
     config = agent.config
     sizes = sft_sizes(config, tiny=agent.tiny)
     lr, batch_size = sizes.learning_rate, sizes.batch_size
-    # The time share stops SFT only once it has made its least steps; before, only the agent's
-    # own stop time does (a loaded machine gives SFT more of the budget, GRPO less).
+    # The time share stops SFT only once it has made its least steps; before, it may take up to
+    # MAX_SHARE_FOR_LEAST_STEPS of what is left (a loaded machine gives SFT more, GRPO less).
     share_stop = stop_at
     prompts = [
         agent.tokenizer(agent.task.render_prompt(agent.tokenizer, p.question)).input_ids
@@ -82,10 +84,13 @@ def run_phase(agent: Agent, *, stop_at: float) -> None:
     agent.model.train()
     step, stopped, behind = 0, False, False
     clock = StepClock()
+    least_stop = max(
+        stop_at, clock.now() + MAX_SHARE_FOR_LEAST_STEPS * max(0.0, agent.stop_time() - clock.now())
+    )
     for epoch in range(1, config.sft_epochs + 1):
         generator.shuffle(order)
         for start in range(0, len(order), batch_size):
-            if not clock.has_room_before(share_stop if step >= sizes.min_steps else agent.stop_time()):
+            if not clock.has_room_before(share_stop if step >= sizes.min_steps else least_stop):
                 stopped = True
                 break
             clock.begin()

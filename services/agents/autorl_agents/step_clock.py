@@ -27,6 +27,10 @@ class StepClock:
         self._durations: deque[float] = deque(maxlen=window)
         self._began: float | None = None
 
+    def now(self) -> float:
+        """The clock's time (the wall clock unless the clock was given another)."""
+        return self._now()
+
     def begin(self) -> None:
         """A step starts now."""
         self._began = self._now()
