@@ -10,6 +10,8 @@ on the same problems (the same evaluation key and problem digest) pair problem b
 - :func:`paired_difference_interval`: Newcombe's square-and-add interval for the difference of two
   paired proportions (Newcombe 1998, method 10), in points.
 - :func:`mcnemar_exact_p`: the exact (binomial) two-sided McNemar p-value from the discordant pairs.
+- :func:`twin_gap_p_value`: whether a checkpoint's test-minus-twin gap exceeds the base model's, by
+  an exact one-sided paired sign-flip (permutation) test.
 
 Across repeated runs (``autorl run --repeat``, one score per seed):
 
@@ -92,6 +94,35 @@ def mcnemar_exact_p(gains: int, losses: int) -> float:
     n = gains + losses
     tail = sum(math.comb(n, k) for k in range(min(gains, losses) + 1))
     return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+
+
+def twin_gap_p_value(final_test: str, final_twin: str, base_test: str, base_twin: str) -> float:
+    """One-sided p-value that a checkpoint's gap between the test problems and their twins (the
+    same problems with other numbers) exceeds the base model's, over the problems of equal index
+    in the four correctness strings (the twins' strings may be shorter: only problems with a twin).
+
+    Per problem ``d = (final_test - final_twin) - (base_test - base_twin)``, in -2..2; under the
+    null hypothesis each ``d`` is as likely negative as positive, so the exact distribution of
+    their sum is that of random signs on their magnitudes: with ``n1`` of magnitude 1 and ``n2`` of
+    magnitude 2, ``(2 k1 - n1) + 2 (2 k2 - n2)`` for independent binomial(n, 1/2) ``k1``, ``k2``.
+    Returns ``P(sum >= observed)``: 1 when no problem differs."""
+    strings = (final_test, final_twin, base_test, base_twin)
+    for correctness in strings:
+        _check_correctness(correctness)
+    n = min(len(text) for text in strings)
+    gaps = [
+        (int(final_test[i]) - int(final_twin[i])) - (int(base_test[i]) - int(base_twin[i])) for i in range(n)
+    ]
+    observed = sum(gaps)
+    n1 = sum(1 for gap in gaps if abs(gap) == 1)
+    n2 = sum(1 for gap in gaps if abs(gap) == 2)
+    hits = sum(
+        math.comb(n1, k1) * math.comb(n2, k2)
+        for k1 in range(n1 + 1)
+        for k2 in range(n2 + 1)
+        if (2 * k1 - n1) + 2 * (2 * k2 - n2) >= observed
+    )
+    return float(Fraction(hits, 2 ** (n1 + n2)))
 
 
 def paired_difference_interval(

@@ -43,7 +43,7 @@ from autorl.api.endpoints import (
 from autorl.api.request_bodies import (
     FinishExperiment,
     FinishStatus,
-    RecordOverlap,
+    RecordProvenance,
     RegisterExperiment,
     StartBudget,
 )
@@ -95,9 +95,9 @@ FINISH = Endpoint[ExperimentAnswer](
 )
 #: Sealed mode: after the agent has ended, the one evaluation on the test split (once).
 FINAL = Endpoint[ExperimentAnswer]("POST", f"{_EXPERIMENT}/final", ExperimentAnswer, ADMIN_REFUSALS)
-#: After the agent has ended: how many test problems its files hold (autorl.provenance.overlap).
-OVERLAP = Endpoint[ExperimentAnswer](
-    "POST", f"{_EXPERIMENT}/overlap", ExperimentAnswer, ADMIN_REFUSALS, body=RecordOverlap
+#: After the agent has ended: what it may have brought in (autorl.provenance).
+PROVENANCE = Endpoint[ExperimentAnswer](
+    "POST", f"{_EXPERIMENT}/provenance", ExperimentAnswer, ADMIN_REFUSALS, body=RecordProvenance
 )
 SUBMISSIONS = Endpoint[list[SubmissionAnswer]](
     "GET", f"{_EXPERIMENT}/submissions", list[SubmissionAnswer], ADMIN_REFUSALS
@@ -200,8 +200,9 @@ class AdminClient(BlockingClient):
     def finish(self, name: str, status: FinishStatus, message: str | None = None) -> ExperimentAnswer:
         return self._caller.send(finish_call(name, status, message))
 
-    def record_overlap(self, name: str, test_overlap: int) -> ExperimentAnswer:
-        return self._caller.send(OVERLAP.call(name=name, body=RecordOverlap(test_overlap=test_overlap)))
+    def record_provenance(self, name: str, **found: float | int) -> ExperimentAnswer:
+        """Record ``test_overlap``, ``twin_score`` and/or ``twin_p_value`` (those given)."""
+        return self._caller.send(PROVENANCE.call(name=name, body=RecordProvenance.model_validate(found)))
 
     def submissions(self, name: str) -> list[SubmissionAnswer]:
         """Every submission of the experiment, the baseline included, oldest first."""

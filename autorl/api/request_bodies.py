@@ -109,13 +109,16 @@ class RegisterExperiment(BaseModel):
         return value
 
 
-class RecordOverlap(BaseModel):
-    """``POST /v1/experiments/{name}/overlap``: how many test problems were found in the agent's
-    files once it had ended (autorl.provenance.overlap)."""
+class RecordProvenance(BaseModel):
+    """``POST /v1/experiments/{name}/provenance``: what was found, after the agent ended, of what it
+    may have brought in (autorl.provenance): the test problems its files hold, the final's score on
+    the twin split and the paired test of its gap against the base model's. Fields left out are kept."""
 
     model_config = ConfigDict(extra="forbid")
 
-    test_overlap: int = Field(ge=0, le=2**31 - 1)
+    test_overlap: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    twin_score: float | None = Field(default=None, ge=0, le=100)
+    twin_p_value: float | None = Field(default=None, ge=0, le=1)
 
 
 class NominateRequest(BaseModel):

@@ -564,8 +564,10 @@ def test_demo_learns_and_grpo_raises_the_reward(tmp_path: Path, autorl_run: Call
     (row,) = run.results()
     assert isinstance(row["improvement"], float) and row["improvement"] >= DEMO_MIN_IMPROVEMENT, row
     assert f"improvement  +{row['improvement']:.2f}" in run.stdout
-    # An honest agent's files (its code, logs, train data and checkpoints) hold no test problem.
+    # An honest agent's files (its code, logs, train data and checkpoints) hold no test problem,
+    # and its final is not flagged for a gap between the test problems and their twins.
     assert row["test_overlap"] == 0 and row["lineage"] is None
+    assert isinstance(row["twin_score"], float) and row["twin_p_value"] >= 0.01, row
     assert "phase=agent time left" in run.stderr and "latest score" in run.stderr
 
     # Both phases of the built-in agent ran, each submitted, and every submission was scored.
@@ -793,6 +795,9 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
     (row,) = run.results()
     assert row["test_overlap"] == 5 and row["lineage"] == str(public.resolve())
     assert "test overlap 5" in run.stdout and "lineage" in run.stdout
+    # The final (the best on test) and the base on the twins of the 4 problems they were scored on.
+    assert isinstance(row["twin_score"], float) and 0 <= row["twin_p_value"] <= 1
+    assert "twin split" in run.stdout and "twin split: the final scores" in run.stderr
     record = json.loads(next((home / "eval" / "provenance").glob("*.json")).read_text())
     assert [entry["path"] for entry in record["test"]["files"]] == ["output/notes.jsonl"]
     assert not any(question in json.dumps(record) for question in brought)  # counts, never the text

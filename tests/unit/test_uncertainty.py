@@ -16,6 +16,7 @@ from autorl.uncertainty import (
     mcnemar_exact_p,
     paired_difference_interval,
     problems_digest,
+    twin_gap_p_value,
     wilson_interval,
 )
 
@@ -139,3 +140,45 @@ def test_the_exact_p_value_of_a_pair_of_counts_is_computed_once() -> None:
         assert mcnemar_exact_p(650, 600) == first
     info = mcnemar_exact_p.cache_info()
     assert (info.misses, info.hits) == (1, 100)
+
+
+@pytest.mark.parametrize(
+    ("final_test", "final_twin", "base_test", "base_twin"),
+    [
+        ("1111111011", "0001000011", "0100010010", "0100000010"),  # learned the test by heart
+        ("1011001101", "1011001101", "0010001000", "0010001000"),  # no gap on either side
+        ("1100110011", "1110110111", "0101010101", "0001010100"),  # the base's gap is the larger
+        ("11110000111", "0011", "00110000011", "0011"),  # twins for the first four problems only
+    ],
+)
+def test_the_twin_gap_p_value_is_scipys_exact_paired_permutation_test(
+    final_test: str, final_twin: str, base_test: str, base_twin: str
+) -> None:
+    import numpy as np
+    from scipy.stats import permutation_test
+
+    n = len(final_twin)
+    gaps = np.array(
+        [
+            (int(final_test[i]) - int(final_twin[i])) - (int(base_test[i]) - int(base_twin[i]))
+            for i in range(n)
+        ],
+        dtype=float,
+    )
+    # Paired samples (the gaps, and zeros): permuting within pairs flips each gap's sign, all 2^n ways.
+    expected = permutation_test(
+        (gaps, np.zeros(n)),
+        lambda x, y, axis: np.sum(x - y, axis=axis),
+        permutation_type="samples",
+        alternative="greater",
+        n_resamples=np.inf,
+    ).pvalue
+    assert twin_gap_p_value(final_test, final_twin, base_test, base_twin) == pytest.approx(expected)
+
+
+def test_the_twin_gap_p_value_is_small_for_a_test_learned_by_heart_and_refuses_bad_strings() -> None:
+    memorised = "1" * 40
+    assert twin_gap_p_value(memorised, "0" * 40, "0" * 40, "0" * 40) == 0.5**40
+    assert twin_gap_p_value("1010", "1010", "1010", "1010") == 1.0
+    with pytest.raises(ValueError, match="only '0' and '1'"):
+        twin_gap_p_value("1x", "10", "10", "10")

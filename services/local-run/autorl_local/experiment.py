@@ -341,6 +341,7 @@ class LocalRun:
             self._wait_in_flight()
             if config.feedback == "sealed":
                 self._final_evaluation()
+            self._score_twins()
             # The mirrors' last refresh: with the scores of evaluations that ended after the agent.
             runner.refresh_mirrors()
         if outcome.exit_code not in (0, None) and not outcome.timed_out:
@@ -397,6 +398,35 @@ class LocalRun:
             self.progress.note(loaded)
         return runner, outcome
 
+    def _score_twins(self) -> None:
+        """The final and the base model on the twin split, once (autorl_local.twin_evaluation)."""
+        from autorl_evaluator.settings import WorkerSettings
+        from autorl_local.twin_evaluation import NoTwinScore, score_twins
+
+        self.progress.phase("finishing", "scoring the final and the base model on the twin split")
+        # The local workers' settings: this run's home, store and backend over the environment's.
+        own: dict[str, Any] = {
+            "home": self.settings.home,
+            "database_url": self.settings.database_url,
+            "eval_backend": self.config.backend,
+        }
+        settings = WorkerSettings(**own)
+        try:
+            found = score_twins(self.run_id, settings)
+        except NoTwinScore as exc:
+            self.progress.note(f"twin split: not scored ({exc})")
+            return
+        except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
+            self.progress.note(f"twin split: could not be scored ({printable(str(exc))})")
+            return
+        self.last_view = self.admin.record_provenance(
+            self.run_id, twin_score=found.score, twin_p_value=found.p_value
+        )
+        self.progress.note(
+            f"twin split: the final scores {found.score:.2f} on the twins of {found.twins} of its "
+            f"{found.problems} test problems (gap against the base model's: p={found.p_value:.3g})"
+        )
+
     def _read_agent_files(self, workspace: Workspace) -> None:
         """Once the agent has ended (it cannot react): its files read for the test questions."""
         self.progress.phase("finishing", "reading the agent's files for test questions")
@@ -425,7 +455,7 @@ class LocalRun:
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
             self.progress.note(f"could not read the agent's files for test questions: {printable(str(exc))}")
             return
-        self.last_view = self.admin.record_overlap(self.run_id, counts["test"])
+        self.last_view = self.admin.record_provenance(self.run_id, test_overlap=counts["test"])
         found = {split: count for split, count in counts.items() if count}
         if found:
             listed = ", ".join(f"{count} {split}" for split, count in found.items())

@@ -16,7 +16,7 @@ from autorl.api.answers import (
     SubmissionAnswer,
     TokenAnswer,
 )
-from autorl.api.request_bodies import FinishExperiment, RecordOverlap, RegisterExperiment, StartBudget
+from autorl.api.request_bodies import FinishExperiment, RecordProvenance, RegisterExperiment, StartBudget
 from autorl.errors import ConflictError
 from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
@@ -157,13 +157,14 @@ def final(name: str, state: StateDep) -> ExperimentAnswer:
     return view
 
 
-@router.post("/{name}/overlap", response_model=ExperimentAnswer, responses=refusals(404))
-def overlap(name: str, body: RecordOverlap, state: StateDep) -> ExperimentAnswer:
-    """Record how many test problems were found in the agent's files once it had ended (the
-    files and counts stay in evaluator storage)."""
+@router.post("/{name}/provenance", response_model=ExperimentAnswer, responses=refusals(404))
+def provenance(name: str, body: RecordProvenance, state: StateDep) -> ExperimentAnswer:
+    """Record what was found after the agent ended: the test problems its files hold (the files
+    and counts stay in evaluator storage), the final's twin score and its paired test."""
     with state.db.session() as session:
         experiment = repo.get_experiment(session, name, for_update=True)
-        experiment.test_overlap = body.test_overlap
+        for field in body.model_fields_set:
+            setattr(experiment, field, getattr(body, field))
         view = experiment_view(session, experiment)
     state.forget_experiment(name)
     return view
