@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from autorl.store import Database
+from autorl.store import Database, Submission
 from autorl.store import repository as repo
 from autorl.uncertainty import wilson_interval
 from autorl_grader.main import create_app
@@ -86,13 +86,6 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return make_settings(database_url=pg_url, baseline_unavailable_s=0.0)
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Database]:
-    database = Database(pg_url)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture
@@ -275,6 +268,18 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert f"final (test)\n50.00 [{low:.2f}–{high:.2f}] (of #{sealed.nominated}, nominated)" in "\n".join(
             texts(browser, "#summary div")
         )
+        # What the agent brought in, flagged; the lineage (an operator's path or hub id) as text.
+        with db.session() as session:
+            row = repo.get_experiment(session, sealed.run.name)
+            row.test_overlap, row.twin_score, row.twin_p_value = 3, 12.5, 0.004
+            nominated = session.get(Submission, sealed.nominated)
+            assert nominated is not None
+            nominated.details = {"lineage": {"nearest": "<b>hub/instruct</b>", "distances": {"base": 0.1}}}
+        wait_for(browser, lambda d: "test overlap" in "\n".join(texts(d, "#summary div")), "the findings")
+        summary = "\n".join(texts(browser, "#summary div"))
+        assert "test overlap\n3 ⚠ test problems in the agent's files" in summary
+        assert "twin split\n12.50 (p=0.00400) ⚠ learned by heart?" in summary
+        assert "lineage\n⚠ nearer <b>hub/instruct</b> than the base" in summary
         sealed_screenshot = tmp_path / "dashboard-sealed.png"
         assert browser.save_screenshot(str(sealed_screenshot))
         print(f"dashboard screenshot of a sealed experiment: {sealed_screenshot}")

@@ -77,6 +77,10 @@ class ExperimentRow(BaseModel):
     )
     final: ShownFinal | None = Field(None, description="the result on the test split (null while none)")
     test_evaluations: int = Field(0, description="evaluations of the agent's checkpoints on the test split")
+    test_overlap: int | None = Field(None, description="test problems in the agent's files (null: not read)")
+    twin_score: float | None = Field(None, description="the final on the twin split")
+    twin_p_value: float | None = Field(None, description="its gap against the base model's, paired test")
+    lineage: Shown | None = Field(None, description="the registered checkpoint it is nearer than the base")
 
 
 class SubmissionRow(BaseModel):

@@ -608,6 +608,15 @@
             ["best", best],
             ["improvement", signed(exp.improvement)],
           ];
+      const brought = [];
+      if (exp.test_overlap !== null) {
+        brought.push(["test overlap", exp.test_overlap ? `${exp.test_overlap} ⚠ test problems in the agent's files` : "0"]);
+      }
+      if (exp.twin_score !== null) {
+        const flagged = exp.twin_p_value !== null && exp.twin_p_value < 0.01;
+        brought.push(["twin split", `${num(exp.twin_score)} (p=${exp.twin_p_value.toPrecision(3)})${flagged ? " ⚠ learned by heart?" : ""}`]);
+      }
+      if (exp.lineage) brought.push(["lineage", `⚠ nearer ${exp.lineage} than the base`]);
       summaryItems(document.getElementById("summary"), [
         ["phase", exp.phase],
         ["task", exp.task],
@@ -619,6 +628,7 @@
         ["time left", timeLeft(exp)],
         ["queue", queueText(exp)],
         ["evaluators", exp.evaluators === null ? "–" : String(exp.evaluators)],
+        ...brought,
       ]);
       document.getElementById("chart-sealed").hidden = !sealed;
       drawChart(chart, detail, chosen);
