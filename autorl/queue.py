@@ -20,8 +20,7 @@ from typing import Protocol
 
 from autorl.errors import ServiceUnavailableError
 from autorl.settings import PlatformSettings
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, claims, eval_keys
 
 EVALUATE_JOB = "autorl_evaluator.jobs.evaluate"
 #: RQ kills a job that runs longer than the evaluation's own hard timeout plus this margin.
@@ -102,7 +101,7 @@ class RQDispatcher:
     def _dispatch_locked(self, db: Database) -> int:
         waiting = self.waiting_submissions()
         with db.session() as session:
-            candidates = repo.claimable_in_fair_order(session)
+            candidates = claims.claimable_in_fair_order(session)
         claimable = {c.submission_id for c in candidates}
         stale = waiting - claimable
         if stale:  # finished, cancelled or claimed elsewhere: their jobs would only be skipped
@@ -119,7 +118,9 @@ class RQDispatcher:
                     continue
                 # RQ's job timeout follows the submission's recorded evaluation timeout, not this
                 # process's own setting (another grader, or an older one, may have recorded it).
-                timeout_s = repo.evaluation_timeout_s(session, candidate.submission_id, self.eval_timeout_s)
+                timeout_s = eval_keys.evaluation_timeout_s(
+                    session, candidate.submission_id, self.eval_timeout_s
+                )
                 self._enqueue(candidate.submission_id, at_front=candidate.ahead, timeout_s=timeout_s)
                 if not candidate.ahead:
                     depth[candidate.experiment_id] += 1

@@ -34,7 +34,7 @@ folder.
 A snapshot belongs to one submission and is removed once that submission is final (by the
 evaluator after recording the result, by the grader when a score is reused or, where evaluators
 mount the snapshots read-only, by the grader's reconciler), unless it is kept for a sealed
-experiment's final (autorl.store.repository.snapshot_holders); :func:`prune_snapshots` removes what
+experiment's final (autorl.store.sealed_final.snapshot_holders); :func:`prune_snapshots` removes what
 a crash left behind. Every experiment's snapshots share one storage: the grader holds each
 experiment to its share of it (autorl_grader.submissions.check_share).
 """

@@ -12,8 +12,7 @@ from sqlalchemy.orm import Session
 
 from autorl.api.answers import ExperimentAnswer
 from autorl.provenance.lineage import experiment_lineage
-from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus, sealed_final, submissions
 from autorl.uncertainty import Evaluated, comparison_of, interval_of
 
 
@@ -32,7 +31,7 @@ def uncertainty_view(submission: Submission, baseline: Evaluated | None) -> dict
 
 
 def scored_baseline(session: Session, experiment: Experiment, split: Split) -> Evaluated | None:
-    row = repo.baseline_submission(session, experiment, split)
+    row = submissions.baseline_submission(session, experiment, split)
     return Evaluated.of(row) if row is not None and row.status == SubmissionStatus.SCORED else None
 
 
@@ -41,13 +40,13 @@ def final_view(session: Session, experiment: Experiment) -> dict[str, Any] | Non
     none), compared with the baseline on the test split."""
     baseline = scored_baseline(session, experiment, Split.TEST)
     if experiment.feedback != Feedback.SEALED:
-        best = repo.best_submission(session, experiment)
+        best = submissions.best_submission(session, experiment)
         if best is None:
             return None
         return _entry(best, best.id, "best_on_test", baseline)
-    final = repo.final_submission(session, experiment)
+    final = sealed_final.final_submission(session, experiment)
     if final is None:
-        chosen, selection = repo.final_choice(session, experiment)
+        chosen, selection = sealed_final.final_choice(session, experiment)
         if chosen is None:
             return None
         return {
@@ -85,7 +84,9 @@ PROVENANCE_COLUMNS = ("test_overlap", "twin_score", "twin_p_value", "lineage")
 def results_columns(session: Session, experiment: Experiment) -> dict[str, Any]:
     """results.csv's columns after ``workspace`` for this experiment, from the store."""
     final = final_view(session, experiment)
-    agent_rows = [row for row in repo.experiment_submissions(session, experiment) if row.number is not None]
+    agent_rows = [
+        row for row in submissions.experiment_submissions(session, experiment) if row.number is not None
+    ]
     provenance = {
         "test_overlap": experiment.test_overlap,
         "twin_score": experiment.twin_score,
@@ -93,7 +94,7 @@ def results_columns(session: Session, experiment: Experiment) -> dict[str, Any]:
         "lineage": experiment_lineage(agent_rows, final.get("of") if final is not None else None),
     }
     return result_columns(
-        final, experiment.feedback.value, repo.test_evaluations(session, experiment), provenance
+        final, experiment.feedback.value, sealed_final.test_evaluations(session, experiment), provenance
     )
 
 

@@ -30,8 +30,8 @@ from autorl.errors import AutoRLError
 from autorl.runs.final_result import answer_columns, results_columns
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
-from autorl.store import Database, Experiment, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
+from autorl.store import submissions as submission_store
 from autorl.uncertainty import Comparison, Evaluated, comparison_of, interval_of
 
 REPORTS_DIR = "reports"
@@ -93,14 +93,16 @@ class RunRecord:
     def read(cls, session: Session, experiment: Experiment) -> RunRecord:
         # The agent's submissions on the split they were scored on during the budget (a sealed
         # run's validation split), against the baseline there; its final test evaluation is not one.
-        baseline_row = repo.baseline_submission(session, experiment, repo.feedback_split(experiment))
+        baseline_row = submission_store.baseline_submission(
+            session, experiment, experiments.feedback_split(experiment)
+        )
         base_fingerprint = baseline_row.fingerprint if baseline_row is not None else None
         baseline = (
             baseline_row.score
             if baseline_row is not None and baseline_row.status == SubmissionStatus.SCORED
             else None
         )
-        rows: Sequence[Submission] = repo.experiment_submissions(session, experiment)
+        rows: Sequence[Submission] = submission_store.experiment_submissions(session, experiment)
         base_evaluation = Evaluated.of(baseline_row) if baseline is not None and baseline_row else None
         return cls(
             run_id=experiment.name,
@@ -493,7 +495,7 @@ def read_run(database_url: str, run_id: str) -> RunRecord:
     db = Database(database_url)
     try:
         with db.session() as session:
-            return RunRecord.read(session, repo.get_experiment(session, run_id))
+            return RunRecord.read(session, experiments.get_experiment(session, run_id))
     finally:
         db.dispose()
 

@@ -117,17 +117,18 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
     if database_url:
         from autorl.errors import NotFoundError
         from autorl.runs.final_result import results_columns
-        from autorl.store import Database, SubmissionStatus
-        from autorl.store import repository as repo
+        from autorl.store import Database, SubmissionStatus, experiments, submissions
         from autorl.store.models import ExperimentStatus
 
         db = Database(database_url)
         try:
             with db.session() as session:
-                experiment = repo.get_experiment(session, info.run_id, for_update=True)
-                repo.finish_experiment(session, experiment, ExperimentStatus.INTERRUPTED, INTERRUPTED_MESSAGE)
-                baseline_row = repo.baseline_submission(session, experiment)
-                best_row = repo.best_submission(session, experiment)
+                experiment = experiments.get_experiment(session, info.run_id, for_update=True)
+                experiments.finish_experiment(
+                    session, experiment, ExperimentStatus.INTERRUPTED, INTERRUPTED_MESSAGE
+                )
+                baseline_row = submissions.baseline_submission(session, experiment)
+                best_row = submissions.best_submission(session, experiment)
                 baseline = baseline_row.score if baseline_row else None
                 final = results_columns(session, experiment)
                 # A sealed experiment's best on the test split is its final score (none when
@@ -136,7 +137,7 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
                 best = final["final_score"] if sealed else (best_row.score if best_row else None)
                 scored = sum(
                     1
-                    for s in repo.experiment_submissions(session, experiment)
+                    for s in submissions.experiment_submissions(session, experiment)
                     if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
                 )
         except NotFoundError:

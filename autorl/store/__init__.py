@@ -1,4 +1,5 @@
-"""Persistence: SQLAlchemy 2 models, repository functions, Alembic migrations.
+"""Persistence: SQLAlchemy 2 models, the functions that read and write them (a module per thing
+stored, each function taking a session), Alembic migrations.
 
 The database is the truth; workspace mirrors (`run_meta.json`, `scores.json`) are copies.
 """

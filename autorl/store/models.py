@@ -176,7 +176,7 @@ class Submission(Base):
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
     # The agent's number of its submission (1, 2, ... per experiment, no gaps): the submission_id of
     # every agent-facing answer (docs/AGENTS.md, "The grading API"). Given under the experiment's
-    # row lock as the row is inserted (repository.create_submission); None for what is not the
+    # row lock as the row is inserted (submissions.create_submission); None for what is not the
     # agent's submission (a baseline, a sealed experiment's final evaluation).
     number: Mapped[int | None] = mapped_column(Integer)
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -227,7 +227,7 @@ class Submission(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # One more on every UPDATE of the row, whoever makes it (the ORM's flush and every update()
     # statement add it): with the count of rows, a version of an experiment's submissions that
-    # changes with every change to them, on every clock (repository.submissions_version).
+    # changes with every change to them, on every clock (submissions.submissions_version).
     revision: Mapped[int] = mapped_column(
         Integer, default=0, server_default="0", onupdate=literal_column("revision") + 1
     )

@@ -17,8 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from autorl.store import Database, Submission
-from autorl.store import repository as repo
+from autorl.store import Database, Submission, experiments
 from autorl.uncertainty import wilson_interval
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
@@ -149,7 +148,7 @@ def test_operator_signs_in_and_watches_an_experiment_live(
     stuck = create_experiment(db, tmp_path / "stuck-workspace", started_minutes_ago=None)
     add_submission(db, stuck.name, baseline=True)
     with db.session() as session:  # two submits refused after their weights were read: counted
-        repo.get_experiment(session, run.name).costly_refusals = 2
+        experiments.get_experiment(session, run.name).costly_refusals = 2
     assert settings.admin_token is not None
     app = create_app(settings, reconcile=False)
     with serve(app) as grader:
@@ -270,7 +269,7 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         )
         # What the agent brought in, flagged; the lineage (an operator's path or hub id) as text.
         with db.session() as session:
-            row = repo.get_experiment(session, sealed.run.name)
+            row = experiments.get_experiment(session, sealed.run.name)
             row.test_overlap, row.twin_score, row.twin_p_value = 3, 12.5, 0.004
             nominated = session.get(Submission, sealed.nominated)
             assert nominated is not None
@@ -354,7 +353,7 @@ def test_operator_filters_and_sorts_experiments_and_the_url_keeps_them(
         if best is not None:
             add_submission(db, run.name, scores=scores(best), minutes=1)
         with db.session() as session:
-            experiment = repo.get_experiment(session, run.name)
+            experiment = experiments.get_experiment(session, run.name)
             experiment.agent = who
             for field, value in fields.items():
                 setattr(experiment, field, value)
@@ -367,7 +366,7 @@ def test_operator_filters_and_sorts_experiments_and_the_url_keeps_them(
     seeded("other", other_agent, 45.0)
     sealed = sealed_experiment(db, tmp_path / "sealed").run.name  # 60 on validation
     with db.session() as session:
-        repo.get_experiment(session, sealed).agent = agent
+        experiments.get_experiment(session, sealed).agent = agent
     with serve(create_app(settings, reconcile=False)) as grader:
         sign_in(browser, grader.url, settings)
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, experiments
 from autorl_grader.main import create_app
 from tests.e2e.test_dashboard_browser import at_url, browser, cells, db, settings, texts, wait_for
 from tests.support.infra import serve
@@ -23,7 +22,7 @@ ROW = "#summary tbody tr"
 def seed(db: Database, workspace: Path, agent: str, *best: float, status: str = "completed") -> str:
     run = create_experiment(db, workspace)
     with db.session() as session:
-        repo.get_experiment(session, run.name).agent = agent
+        experiments.get_experiment(session, run.name).agent = agent
     add_submission(db, run.name, scores=scores(10.0), baseline=True)
     for minute, value in enumerate(best, start=1):
         add_submission(db, run.name, scores=scores(value), minutes=minute)

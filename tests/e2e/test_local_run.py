@@ -308,15 +308,14 @@ def test_results_row_equals_the_database_when_evaluations_are_cancelled(
     )  # fmt: skip
     assert run.code == 0, run.stderr
     (row,) = run.results()
-    from autorl.store import Database
-    from autorl.store import repository as repo
+    from autorl.store import Database, experiments, submissions
 
     db = Database(f"sqlite:///{run.home / 'autorl.db'}")
     with db.session() as session:
-        experiment = repo.get_experiment(session, str(row["run_id"]))
-        rows = [s for s in repo.experiment_submissions(session, experiment) if not s.is_baseline]
+        experiment = experiments.get_experiment(session, str(row["run_id"]))
+        rows = [s for s in submissions.experiment_submissions(session, experiment) if not s.is_baseline]
         scored = [s for s in rows if s.status == "scored"]
-        baseline = repo.baseline_submission(session, experiment)
+        baseline = submissions.baseline_submission(session, experiment)
         assert baseline is not None
         baseline_score = baseline.score
     db.dispose()
@@ -656,8 +655,7 @@ record("seen", seen)
 def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination_on_test_once(
     tmp_path: Path, autorl_run: Callable[..., Run]
 ) -> None:
-    from autorl.store import Database, Split
-    from autorl.store import repository as repo
+    from autorl.store import Database, Split, experiments, sealed_final, submissions
     from autorl.tasks.arith import ArithTask
     from autorl.tasks.base import read_problems, split_train
 
@@ -682,13 +680,13 @@ def test_a_sealed_run_shows_the_agent_no_test_score_and_evaluates_its_nomination
 
     db = Database(f"sqlite:///{run.home / 'autorl.db'}")
     with db.session() as session:
-        experiment = repo.get_experiment(session, str(row["run_id"]))
-        rows = repo.experiment_submissions(session, experiment)
+        experiment = experiments.get_experiment(session, str(row["run_id"]))
+        rows = submissions.experiment_submissions(session, experiment)
         test_ids = {s.id for s in rows if s.split == Split.TEST}
         validation_ids = {s.id for s in rows if s.split == Split.VALIDATION}
-        final = repo.final_submission(session, experiment)
+        final = sealed_final.final_submission(session, experiment)
         assert final is not None and final.score == row["final_score"]
-        validation_baseline = repo.baseline_submission(session, experiment, Split.VALIDATION)
+        validation_baseline = submissions.baseline_submission(session, experiment, Split.VALIDATION)
         assert validation_baseline is not None
         validation_baseline_score = validation_baseline.score
         nominated = experiment.nominated_submission_id
@@ -757,8 +755,7 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
     of the base descends from nothing registered."""
     from autorl.models.tiny import build_tiny_qwen2
     from autorl.provenance.lineage import submission_lineage
-    from autorl.store import Database
-    from autorl.store import repository as repo
+    from autorl.store import Database, experiments, submissions
     from autorl.tasks.arith import ArithTask, secret_test_seed
 
     home = tmp_path / "home"
@@ -803,6 +800,8 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
     assert not any(question in json.dumps(record) for question in brought)  # counts, never the text
     db = Database(f"sqlite:///{home / 'autorl.db'}")
     with db.session() as session:
-        rows = repo.experiment_submissions(session, repo.get_experiment(session, str(row["run_id"])))
+        rows = submissions.experiment_submissions(
+            session, experiments.get_experiment(session, str(row["run_id"]))
+        )
         named = {sub.model_path.rsplit("/", 1)[-1]: submission_lineage(sub) for sub in rows if sub.number}
     assert named == {"tuned-more": str(public.resolve()), "copy-of-base": None}

@@ -1063,8 +1063,16 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     the first fails for the evaluator's own fault), mirrored into the status before the
     experiment succeeds."""
     from autorl.errors import EVALUATOR_FAULT_PREFIX
-    from autorl.store import Database, FailureReason, Split
-    from autorl.store import repository as repo
+    from autorl.store import (
+        Database,
+        FailureReason,
+        Split,
+        claims,
+        experiments,
+        outcomes,
+        sealed_final,
+        submissions,
+    )
     from autorl_evaluator.jobs import evaluate
     from tests.support.grading import make_unique
 
@@ -1078,8 +1086,12 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
         db = Database(platform.grader_settings.database_url or "")
         try:
             with db.session() as session:
-                experiment = repo.get_experiment(session, ref.grader_name)
-                return [s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+                experiment = experiments.get_experiment(session, ref.grader_name)
+                return [
+                    s.id
+                    for s in submissions.experiment_submissions(session, experiment)
+                    if not s.status.final
+                ]
         finally:
             db.dispose()
 
@@ -1100,9 +1112,9 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     db = Database(platform.grader_settings.database_url or "")
     try:
         with db.session() as session:
-            experiment = repo.get_experiment(session, ref.grader_name)
+            experiment = experiments.get_experiment(session, ref.grader_name)
             for split in (Split.TEST, Split.VALIDATION):
-                baseline = repo.baseline_submission(session, experiment, split)
+                baseline = submissions.baseline_submission(session, experiment, split)
                 assert baseline is not None and baseline.split == split and baseline.status.final
     finally:
         db.dispose()
@@ -1140,9 +1152,9 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
         try:
             for submission_id in waiting:
                 with db.session() as session:
-                    assert repo.claim(session, submission_id, worker="worker-1", lease_s=60)
+                    assert claims.claim(session, submission_id, worker="worker-1", lease_s=60)
                 with db.session() as session:
-                    assert repo.record_failure(
+                    assert outcomes.record_failure(
                         session,
                         submission_id,
                         error=f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): no engine",
@@ -1173,8 +1185,8 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     db = Database(platform.grader_settings.database_url or "")
     try:
         with db.session() as session:
-            experiment = repo.get_experiment(session, ref.grader_name)
-            final = repo.final_submission(session, experiment)
+            experiment = experiments.get_experiment(session, ref.grader_name)
+            final = sealed_final.final_submission(session, experiment)
             assert final is not None and final.split == Split.TEST and final.score == status["finalScore"]
     finally:
         db.dispose()

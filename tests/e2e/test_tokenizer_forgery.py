@@ -334,16 +334,15 @@ def direct_scores(cell: Cell, folders: dict[str, Path], home: Path) -> dict[str,
 
 def database_submissions(home: Path, run_id: str) -> list[tuple[str, float | None]]:
     """The status and score of each submission of the run's experiment, as the database holds them."""
-    from autorl.store import Database
-    from autorl.store import repository as repo
+    from autorl.store import Database, experiments, submissions
 
     db = Database(f"sqlite:///{home / 'autorl.db'}")
     try:
         with db.session() as session:
-            experiment = repo.get_experiment(session, run_id)
+            experiment = experiments.get_experiment(session, run_id)
             return [
                 (s.status, s.score)
-                for s in repo.experiment_submissions(session, experiment)
+                for s in submissions.experiment_submissions(session, experiment)
                 if not s.is_baseline
             ]
     finally:

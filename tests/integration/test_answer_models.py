@@ -15,8 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from autorl.store import Database, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, SubmissionStatus, experiments, submissions
 from autorl.store.models import utcnow
 from autorl_grader import views
 from autorl_grader.main import create_app
@@ -62,7 +61,7 @@ def finish_evaluation(
 ) -> None:
     """Stand in for the worker that evaluated it: scored with ``correctness``, else failed."""
     with db.session() as session:
-        row = repo.get_submission(session, submission_id)
+        row = submissions.get_submission(session, submission_id)
         row.finished_at, row.eval_seconds = utcnow(), 1.5
         if correctness is None:
             row.status, row.error = SubmissionStatus.FAILED, error
@@ -137,6 +136,6 @@ def test_every_answer_of_a_run_matches_the_model_its_document_declares(
     leaking = {"interval": None, "comparison": None, "leak": 1}
     monkeypatch.setattr(views, "uncertainty_view", lambda *_: leaking)
     with db.session() as session:
-        row = repo.get_submission(session, first)
+        row = submissions.get_submission(session, first)
         with pytest.raises(ValidationError, match="leak"):
-            views.submission_view(session, repo.get_experiment(session, experiment.name), row)
+            views.submission_view(session, experiments.get_experiment(session, experiment.name), row)

@@ -32,8 +32,7 @@ from autorl.client import (
     TooManySubmissionsError,
 )
 from autorl.errors import AutoRLError
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, claims, outcomes
 from autorl_grader.main import create_app
 from tests.support.grading import admin_headers, make_workspace, row_id
 from tests.support.infra import ServedApp, serve
@@ -213,10 +212,10 @@ def test_a_sealed_nomination_through_the_client(
         assert unscored.value.status_code == 400 and "scored" in unscored.value.detail
         evaluated = row_id(db, registered["name"], pending.submission_id)
         with db.session() as session:  # the worker's result path: claimed, then scored
-            assert repo.claim(session, evaluated, worker="worker-1", lease_s=60)
+            assert claims.claim(session, evaluated, worker="worker-1", lease_s=60)
         with db.session() as session:
             scores = {"opencompass": 40.0, "flexible": 40.0, "strict": 30.0}
-            assert repo.record_score(
+            assert outcomes.record_score(
                 session, evaluated, worker="worker-1", scores=scores, n_samples=5, seconds=1.0
             )
         nominated = client.nominate(pending.submission_id)

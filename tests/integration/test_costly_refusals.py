@@ -19,8 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autorl.checkpoints import snapshot as snapshot_module
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, experiments
 from autorl_grader.main import create_app
 from tests.integration.test_grader_api import submission_count
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
@@ -82,7 +81,7 @@ def costly_refusals(settings: DeploymentSettings, experiment: RegisteredExperime
     db = Database(settings.database_url)
     try:
         with db.session() as session:
-            return repo.get_experiment(session, experiment.name).costly_refusals
+            return experiments.get_experiment(session, experiment.name).costly_refusals
     finally:
         db.dispose()
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, experiments
 from autorl_grader.main import create_app
 from tests.integration.test_dashboard_api import db, settings
 from tests.support.runs import add_submission, create_experiment, finish, scores, sealed_experiment
@@ -32,7 +31,7 @@ def seed(
     """An experiment of ``agent`` with its baseline and one scored submission per ``best`` value."""
     run = create_experiment(db, workspace)
     with db.session() as session:
-        repo.get_experiment(session, run.name).agent = agent
+        experiments.get_experiment(session, run.name).agent = agent
     add_submission(db, run.name, scores=scores(baseline), baseline=True)
     for minute, value in enumerate(best, start=1):
         add_submission(db, run.name, scores=scores(value), minutes=minute)
@@ -85,7 +84,7 @@ def test_sealed_experiments_are_grouped_apart_and_summarised_by_their_final_on_t
     seed(db, tmp_path / "a", "both_modes", 10.0, 12.0, 30.0, status="completed")
     sealed = sealed_experiment(db, tmp_path / "sealed")  # 60 % the best on validation
     with db.session() as session:
-        repo.get_experiment(session, sealed.run.name).agent = "both_modes"
+        experiments.get_experiment(session, sealed.run.name).agent = "both_modes"
     finish(db, sealed.run.name, "completed")
     assert settings.admin_token is not None
     with TestClient(create_app(settings, reconcile=False), base_url=BASE) as client:

@@ -14,8 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autorl import eval_config
-from autorl.store import Database, Submission
-from autorl.store import repository as repo
+from autorl.store import Database, Submission, experiments
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, split_sha256, write_problems
 from autorl_evaluator.jobs import evaluate
@@ -55,7 +54,7 @@ def keys(settings: DeploymentSettings, name: str) -> tuple[str, dict[int, str]]:
     """The experiment's key and each of its submissions' keys."""
     db = Database(settings.database_url or "")
     with db.session() as session:
-        experiment = repo.get_experiment(session, name)
+        experiment = experiments.get_experiment(session, name)
         result = experiment.eval_key, {s.id: s.eval_key for s in experiment.submissions}
     db.dispose()
     return result

@@ -22,8 +22,7 @@ from fastapi.testclient import TestClient
 import autorl.tasks
 import autorl_evaluator.backends as backends
 from autorl.cli import EXIT_BAD_INPUT, main
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, submissions
 from autorl.tasks.arith import ArithTask
 from autorl.uncertainty import compare, wilson_interval
 from autorl_evaluator.evaluate_command import CACHED
@@ -194,8 +193,8 @@ def test_the_score_and_comparison_are_the_workers_for_the_same_files(
         assert evaluate(submission_id, settings)["status"] == "scored"
         graders = client.get(f"{experiment.url_path}/submissions/{number}").json()
     with db.session() as session:
-        worker = repo.get_submission(session, submission_id)
-        base = repo.get_submission(session, baseline_id)
+        worker = submissions.get_submission(session, submission_id)
+        base = submissions.get_submission(session, baseline_id)
         session.expunge_all()
     db.dispose()
 

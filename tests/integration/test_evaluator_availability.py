@@ -81,8 +81,7 @@ def test_only_evaluators_of_the_experiments_queue_and_backend_count(
 ) -> None:
     """A worker of another deployment's queue, or one that cannot run the experiment's backend (no
     OpenCompass command), is not counted as taking its work."""
-    from autorl.store import Database
-    from autorl.store import repository as repo
+    from autorl.store import Database, evaluator_presence
 
     settings = make_settings(database_url=fresh_pg_url, evaluator_heartbeat_s=0.5, baseline_unavailable_s=0.0)
     db = Database(fresh_pg_url)
@@ -98,13 +97,17 @@ def test_only_evaluators_of_the_experiments_queue_and_backend_count(
             admin = admin_headers(settings)
             client.post(f"{path}/baseline", headers=admin)
             with db.session() as session:  # as two live workers report themselves
-                repo.report_evaluator(session, name="other-deployment", queue="other-eval", backends=["hf"])
-                repo.report_evaluator(session, name="hf-only", queue="local", backends=["hf"])
-                repo.report_evaluator(session, name="opencompass", queue="local", backends=["opencompass"])
+                evaluator_presence.report_evaluator(
+                    session, name="other-deployment", queue="other-eval", backends=["hf"]
+                )
+                evaluator_presence.report_evaluator(session, name="hf-only", queue="local", backends=["hf"])
+                evaluator_presence.report_evaluator(
+                    session, name="opencompass", queue="local", backends=["opencompass"]
+                )
             both = client.get(path, headers=admin).json()
             assert both["evaluators"] == 1 and both["waiting"]["reason"] == "WaitingForEvaluator"
             with db.session() as session:
-                repo.forget_evaluator(session, "opencompass")
+                evaluator_presence.forget_evaluator(session, "opencompass")
             view = client.get(path, headers=admin).json()
             assert view["eval_config"]["backend"] == "opencompass"
             assert view["evaluators"] == 0
@@ -113,5 +116,5 @@ def test_only_evaluators_of_the_experiments_queue_and_backend_count(
     finally:
         with db.session() as session:
             for name in ("other-deployment", "hf-only", "opencompass"):
-                repo.forget_evaluator(session, name)
+                evaluator_presence.forget_evaluator(session, name)
         db.dispose()

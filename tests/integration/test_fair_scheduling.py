@@ -12,8 +12,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from autorl.queue import make_dispatcher
-from autorl.store import Database, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, Submission, SubmissionStatus, claims, outcomes, submissions
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import admin_headers, make_workspace, register, submit_copies
@@ -55,28 +54,28 @@ def test_local_workers_take_baselines_first_then_experiments_in_turn(
     db = Database(local_settings.database_url or "")
     order: list[int] = []
     with db.session() as session:  # two workers: while one evaluates A's first, the other takes B's
-        first = repo.next_claimable_id(session)
+        first = claims.next_claimable_id(session)
         assert first == baseline
-        assert repo.claim(session, first, worker="w0", lease_s=60)
+        assert claims.claim(session, first, worker="w0", lease_s=60)
     with db.session() as session:
-        taken = repo.next_claimable_id(session)
-        assert taken is not None and repo.claim(session, taken, worker="w1", lease_s=60)
+        taken = claims.next_claimable_id(session)
+        assert taken is not None and claims.claim(session, taken, worker="w1", lease_s=60)
     with db.session() as session:
-        busy = repo.next_claimable_id(session)
+        busy = claims.next_claimable_id(session)
         assert (taken, busy) == (flood[0], one)  # A has one running: B goes before A's older ones
     for worker, submission_id in (("w0", first), ("w1", taken)):
         with db.session() as session:
-            assert repo.record_score(
+            assert outcomes.record_score(
                 session, submission_id, worker=worker, scores={"opencompass": 1.0}, n_samples=1, seconds=1
             )
         order.append(submission_id)
     while True:  # one worker from here on: still A's and B's in turn, never a run of A's
         with db.session() as session:
-            submission_id = repo.next_claimable_id(session)
+            submission_id = claims.next_claimable_id(session)
             if submission_id is None:
                 break
-            assert repo.claim(session, submission_id, worker="w", lease_s=60)
-            assert repo.record_score(
+            assert claims.claim(session, submission_id, worker="w", lease_s=60)
+            assert outcomes.record_score(
                 session, submission_id, worker="w", scores={"opencompass": 1.0}, n_samples=1, seconds=1
             )
         order.append(submission_id)
@@ -151,8 +150,8 @@ def test_a_sealed_experiments_final_evaluation_goes_before_any_agents_submission
     db = Database(local_settings.database_url or "")
     try:
         with db.session() as session:
-            single = repo.get_submission(session, one).experiment
-            final = repo.create_submission(
+            single = submissions.get_submission(session, one).experiment
+            final = submissions.create_submission(
                 session,
                 single,
                 model_path="output/b0",
@@ -161,7 +160,7 @@ def test_a_sealed_experiments_final_evaluation_goes_before_any_agents_submission
                 final_of=one,
             ).id
         with db.session() as session:
-            order = repo.claimable_in_fair_order(session)
+            order = claims.claimable_in_fair_order(session)
         assert [c.submission_id for c in order[:2]] == [baseline, final]
         assert [c.ahead for c in order] == [True, True] + [False] * (len(order) - 2)
         assert {c.submission_id for c in order[2:]} == {*flood, one}

@@ -14,8 +14,8 @@ from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from autorl.store import Database, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, SubmissionStatus, submissions
+from autorl.store import experiments as experiment_store
 from autorl.tasks import get_task
 from autorl_grader.main import create_app
 from tests.support.fault_records import record_fault
@@ -96,7 +96,7 @@ def submit_unique(
 
 def statuses(db: Database, ids: list[int]) -> dict[int, SubmissionStatus]:
     with db.session() as session:
-        return {i: repo.get_submission(session, i).status for i in ids}
+        return {i: submissions.get_submission(session, i).status for i in ids}
 
 
 def all_final(db: Database, ids: list[int]) -> Callable[[], bool]:
@@ -125,16 +125,16 @@ def test_a_worker_killed_mid_evaluation_is_replaced_and_the_submission_scored_on
     finally:
         stop(first)
     with db.session() as session:
-        killed = repo.get_submission(session, submission)
+        killed = submissions.get_submission(session, submission)
         killed_worker, killed_attempts = killed.worker, killed.attempts
     assert killed.status == SubmissionStatus.RUNNING and killed_attempts == 1
     with running(["worker"], settings, tmp_path / "worker-2.log"):
         wait_for(all_final(db, [submission]), "the second worker's score", timeout_s=SETTLE_TIMEOUT_S)
     with db.session() as session:
-        row = repo.get_submission(session, submission)
+        row = submissions.get_submission(session, submission)
         assert row.status == SubmissionStatus.SCORED and row.score is not None
         assert row.attempts == 2 and row.worker != killed_worker
-        assert len(repo.experiment_submissions(session, row.experiment)) == 1
+        assert len(submissions.experiment_submissions(session, row.experiment)) == 1
     scores = grader.get(f"{experiment.url_path}/scores").json()["submissions"]
     assert [(s["submission_id"], s["status"]) for s in scores] == [(number_of(db, submission), "scored")]
     second_log = (tmp_path / "worker-2.log").read_text()
@@ -177,7 +177,7 @@ def test_a_redis_restarted_empty_gets_every_queued_submission_again(
         wait_for(all_final(db, ids), "every submission's score", timeout_s=SETTLE_TIMEOUT_S)
     assert set(statuses(db, ids).values()) == {SubmissionStatus.SCORED}
     with db.session() as session:
-        assert {repo.get_submission(session, i).attempts for i in ids} == {1}
+        assert {submissions.get_submission(session, i).attempts for i in ids} == {1}
     log = (tmp_path / "worker.log").read_text()
     assert all(log.count(f"event=evaluation_scored submission={i} ") == 1 for i in ids)
     record_fault(
@@ -243,9 +243,14 @@ def test_a_full_evaluator_disk_fails_the_submission_with_the_reason_and_the_work
     assert rows[number_of(db, full)]["status"] == "failed" and rows[number_of(db, full)]["score"] is None
     assert "storage is full" in rows[number_of(db, full)]["error"]
     with db.session() as session:
-        assert repo.get_submission(session, full).attempts == 1  # failed at once, not retried to death
+        assert submissions.get_submission(session, full).attempts == 1  # failed at once, not retried to death
         # The evaluator's fault, not the checkpoint's: only the scored one counts against the limit.
-        assert repo.limited_submissions_count(session, repo.get_experiment(session, experiment.name)) == 1
+        assert (
+            submissions.limited_submissions_count(
+                session, experiment_store.get_experiment(session, experiment.name)
+            )
+            == 1
+        )
     record_fault(
         request,
         fault="a full disk in the evaluator's storage",

@@ -12,8 +12,7 @@ import httpx
 import psycopg
 import pytest
 
-from autorl.store import Database, SubmissionStatus, migrate
-from autorl.store import repository as repo
+from autorl.store import Database, SubmissionStatus, experiments, migrate, submissions
 from tests.support.fault_records import record_fault
 from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register, row_id
 from tests.support.infra import free_port
@@ -98,7 +97,9 @@ def test_postgres_stopped_and_started_under_a_running_grader(
     db = Database(database_url)
     try:
         with db.session() as session:
-            rows = repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+            rows = submissions.experiment_submissions(
+                session, experiments.get_experiment(session, experiment.name)
+            )
             assert [r.status for r in rows] == [SubmissionStatus.QUEUED] * 2
     finally:
         db.dispose()
@@ -159,7 +160,9 @@ def test_the_grader_killed_while_a_blocking_submit_waits(
         def committed() -> int:
             with db.session() as session:
                 return len(
-                    repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+                    submissions.experiment_submissions(
+                        session, experiments.get_experiment(session, experiment.name)
+                    )
                 )
 
         wait_for(lambda: committed() == 1, "the submission's row", timeout_s=60)
@@ -185,7 +188,7 @@ def test_the_grader_killed_while_a_blocking_submit_waits(
         wait_for(scored, "the score", timeout_s=240)
         final = client.get(f"{experiment.url_path}/submissions/{submission}").json()
     with db.session() as session:
-        row = repo.get_submission(session, row_id(db, experiment, submission))
+        row = submissions.get_submission(session, row_id(db, experiment, submission))
         assert row.attempts == 1 and row.status == SubmissionStatus.SCORED
     db.dispose()
     assert final["score"] is not None

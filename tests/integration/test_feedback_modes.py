@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, NominatedAnswer, SubmissionAnswer
 from autorl.errors import EVALUATOR_FAULT_PREFIX
-from autorl.store import Database, Split
-from autorl.store import repository as repo
+from autorl.store import Database, Split, claims, experiments, submissions
+from autorl.store import outcomes as outcome_store
 from autorl.store.models import FailureReason, utcnow
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
@@ -57,8 +57,8 @@ def baselines(client: TestClient, settings: DeploymentSettings, name: str) -> No
     """Ask for the baseline and evaluate every baseline evaluation the grader created."""
     admin(client, settings, "POST", f"/{name}/baseline")
     with Database(settings.database_url).session() as session:
-        experiment = repo.get_experiment(session, name)
-        ids = [s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+        experiment = experiments.get_experiment(session, name)
+        ids = [s.id for s in submissions.experiment_submissions(session, experiment) if not s.status.final]
     for submission_id in ids:
         assert evaluate(submission_id, settings)["status"] == "scored"
 
@@ -122,9 +122,9 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     assert experiment.view["feedback"] == "sealed"
     baselines(client, settings, experiment.name)
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
-        test_base = repo.baseline_submission(session, row, Split.TEST)
-        validation_base = repo.baseline_submission(session, row, Split.VALIDATION)
+        row = experiments.get_experiment(session, experiment.name)
+        test_base = submissions.baseline_submission(session, row, Split.TEST)
+        validation_base = submissions.baseline_submission(session, row, Split.VALIDATION)
         assert test_base is not None and validation_base is not None
         assert test_base.split == Split.TEST and validation_base.split == Split.VALIDATION
         # Different problems, different keys (the baseline cache keeps one per split).
@@ -141,7 +141,10 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     assert answer["split"] == "validation"
     assert answer["baseline_score"] == validation_base_score
     with db.session() as session:
-        scored, base = repo.get_submission(session, a.id), repo.get_submission(session, validation_base_id)
+        scored, base = (
+            submissions.get_submission(session, a.id),
+            submissions.get_submission(session, validation_base_id),
+        )
         assert scored.problems_digest == base.problems_digest  # compared on the same problems
         assert scored.snapshot is not None  # kept: it may be nominated
 
@@ -181,7 +184,7 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
 
     # After the budget: the platform's final step evaluates the nominated submission on test, once.
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
+        row = experiments.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
     late = nominate({"submission_id": a.number})
     assert late.status_code == 403 and "budget" in late.json()["error"]
@@ -198,10 +201,10 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     assert again_view.final.status == "scored" and again_view.final.interval is not None
     assert again_view.final.comparison is not None  # against the baseline on the test split
     with db.session() as session:
-        final_row = repo.get_submission(session, final_id)
+        final_row = submissions.get_submission(session, final_id)
         assert (
             final_row.split == Split.TEST
-            and final_row.problems_digest == repo.get_submission(session, test_base_id).problems_digest
+            and final_row.problems_digest == submissions.get_submission(session, test_base_id).problems_digest
         )
 
     # Nothing the agent can read carries it: not /scores, not /submissions/N, not the totals.
@@ -223,7 +226,9 @@ def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ti
     first = submit(client, settings, experiment, "first")
     second = submit(client, settings, experiment, "second")
     with db.session() as session:  # an equal validation score: the earliest is taken
-        repo.get_submission(session, second.id).score = repo.get_submission(session, first.id).score
+        submissions.get_submission(session, second.id).score = submissions.get_submission(
+            session, first.id
+        ).score
     view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
     assert view.final is not None and (view.final.of, view.final.status) == (first.id, None)
     assert view.final.selection == "best_on_validation"
@@ -254,9 +259,9 @@ def test_a_nomination_of_a_failed_submission_is_refused(
     failing = accepted.json()["submission_id"]
     failing_row = row_id(db, experiment, failing)
     with db.session() as session:  # the worker's own result path: claimed, then failed
-        assert repo.claim(session, failing_row, worker="worker-1", lease_s=60)
+        assert claims.claim(session, failing_row, worker="worker-1", lease_s=60)
     with db.session() as session:
-        assert repo.record_failure(
+        assert outcome_store.record_failure(
             session,
             failing_row,
             error="the model does not load",
@@ -268,7 +273,7 @@ def test_a_nomination_of_a_failed_submission_is_refused(
     assert refused.status_code == 400, refused.text
     assert "is failed, not scored" in refused.json()["error"]
     with db.session() as session:  # a refusal costs nothing: a later nomination is still open
-        assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
+        assert experiments.get_experiment(session, experiment.name).nominated_submission_id is None
 
 
 def test_a_nomination_of_another_experiments_scored_submission_is_refused(
@@ -288,7 +293,7 @@ def test_a_nomination_of_another_experiments_scored_submission_is_refused(
             f"no submission {their_id} in this experiment; nominate an id from GET /scores"
         )
     with db.session() as session:
-        assert repo.get_experiment(session, ours.name).nominated_submission_id is None
+        assert experiments.get_experiment(session, ours.name).nominated_submission_id is None
     # Its own experiment's agent may still nominate it.
     assert nominate(client, theirs, theirs_a.number).status_code == 200
 
@@ -303,7 +308,7 @@ def test_a_nomination_before_the_budget_starts_is_refused(
     assert refused.status_code == 403, refused.text
     assert "has not started" in refused.json()["error"] and "GET /time" in refused.json()["error"]
     with db.session() as session:
-        assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
+        assert experiments.get_experiment(session, experiment.name).nominated_submission_id is None
 
 
 def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_no_test_evaluation(
@@ -315,9 +320,9 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
     copy = submit(client, settings, experiment, "copy")
     assert nominate(client, experiment, copy.number).status_code == 200
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
+        row = experiments.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
-        test_baseline = repo.baseline_submission(session, row, Split.TEST)
+        test_baseline = submissions.baseline_submission(session, row, Split.TEST)
         assert test_baseline is not None
         test_baseline_id, test_baseline_score = test_baseline.id, test_baseline.score
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
@@ -328,7 +333,7 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
     assert view.test_evaluations == 0
     with db.session() as session:
         assert view.final.submission_id is not None
-        assert repo.get_submission(session, view.final.submission_id).reused_from == test_baseline_id
+        assert submissions.get_submission(session, view.final.submission_id).reused_from == test_baseline_id
 
 
 #: How an evaluation fails, as the worker records it: the error and the reason.
@@ -346,10 +351,12 @@ def fail_as_the_evaluator(db: Database, submission_id: int, *, how: str = "evalu
     """The worker's result path for a failure: the evaluator's own (an engine that would not
     start), one before the test split was loaded, or the checkpoint's."""
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker="worker-1", lease_s=60)
+        assert claims.claim(session, submission_id, worker="worker-1", lease_s=60)
     error, reason = FAILURES[how]
     with db.session() as session:
-        assert repo.record_failure(session, submission_id, error=error, reason=reason, worker="worker-1")
+        assert outcome_store.record_failure(
+            session, submission_id, error=error, reason=reason, worker="worker-1"
+        )
 
 
 def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_kept_snapshot(
@@ -366,9 +373,9 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     a = submit(client, settings, experiment, "a")
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
+        row = experiments.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
-        snapshot = repo.get_submission(session, a.id).snapshot
+        snapshot = submissions.get_submission(session, a.id).snapshot
     assert snapshot is not None and settings.snapshot_dir is not None
     first = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
     assert first.final is not None and first.final.submission_id is not None
@@ -403,7 +410,7 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
     copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
     a, b = submit(client, settings, experiment, "a"), submit(client, settings, experiment, "b")
     with db.session() as session:
-        repo.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+        experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
     made = []
     for _ in range(MAX_FINAL_ATTEMPTS + 1):
         view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
@@ -422,7 +429,7 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
     copy_model(tiny_base_model, other.output_dir / "c", unique=True)
     c = submit(client, settings, other, "c")
     with db.session() as session:
-        repo.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
+        experiments.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
     assert view.final is not None and view.final.submission_id is not None and view.final.of == c.id
     fail_as_the_evaluator(db, view.final.submission_id, how="checkpoint")
@@ -442,8 +449,10 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
 
     def waiting(name: str) -> list[int]:
         with db.session() as session:
-            experiment = repo.get_experiment(session, name)
-            return [s.id for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+            experiment = experiments.get_experiment(session, name)
+            return [
+                s.id for s in submissions.experiment_submissions(session, experiment) if not s.status.final
+            ]
 
     def sealed_run_after_its_agent() -> str:
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
@@ -451,7 +460,7 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
         copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
         submit(client, settings, experiment, "a")
         with db.session() as session:
-            repo.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+            experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
         return experiment.name
 
     with (

@@ -19,8 +19,17 @@ from sqlalchemy import func, select, text
 
 from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.errors import ConfigurationError
-from autorl.store import Database, FailureReason, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import (
+    Database,
+    FailureReason,
+    Submission,
+    SubmissionStatus,
+    caches,
+    claims,
+    experiments,
+    outcomes,
+)
+from autorl.store import submissions as submission_store
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
@@ -390,7 +399,7 @@ def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
         # Another transaction holds the experiment's row until a submit waits on it; by then every
         # submit has been sent, and only the one whose turn it is has reached the database.
         with db.session() as holder:
-            repo.get_experiment(holder, experiment.name, for_update=True)
+            experiments.get_experiment(holder, experiment.name, for_update=True)
             for thread in threads:
                 thread.start()
             deadline = time.monotonic() + 60
@@ -414,7 +423,9 @@ def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
             answer.json()["submission_id"] for answer in answers.values() if answer.status_code == 202
         }
         with db.session() as session:
-            rows = repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+            rows = submission_store.experiment_submissions(
+                session, experiments.get_experiment(session, experiment.name)
+            )
             submitted = [row for row in rows if not row.is_baseline]
             assert {row.number for row in submitted} == accepted
             assert all(row.fingerprint and row.status is SubmissionStatus.QUEUED for row in submitted)
@@ -449,10 +460,10 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
     submission_id = first.json()["submission_id"]
     first_row = row_id(db, experiment, submission_id)
     with db.session() as session:
-        assert repo.claim(session, first_row, worker="w", lease_s=60)
+        assert claims.claim(session, first_row, worker="w", lease_s=60)
     with db.session() as session:
         fault = EvaluatorFaultError("vLLM could not start the model on this worker's GPUs")
-        assert repo.record_failure(
+        assert outcomes.record_failure(
             session, first_row, error=agent_message(fault), reason=FailureReason.EVALUATION, worker="w"
         )
     failed = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
@@ -462,9 +473,9 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
     second_row = row_id(db, experiment, second.json()["submission_id"])
     # A failure of the checkpoint itself counts.
     with db.session() as session:
-        assert repo.claim(session, second_row, worker="w", lease_s=60)
+        assert claims.claim(session, second_row, worker="w", lease_s=60)
     with db.session() as session:
-        assert repo.record_failure(
+        assert outcomes.record_failure(
             session,
             second_row,
             error="the checkpoint ...",
@@ -727,13 +738,13 @@ def test_identical_weights_reuse_the_score(
     client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
 ) -> None:
     from autorl.store import SubmissionStatus
-    from autorl.store import repository as repo
+    from autorl.store import submissions as submission_store
 
     first_dir = copy_model(tiny_base_model, experiment.output_dir / "one", unique=True)
     first = submit(client, experiment, "output/one", params={"wait": "false"}).json()["submission_id"]
     db = Database(settings.database_url or "")
     with db.session() as session:  # stand in for a worker that finished the first evaluation
-        row = repo.get_submission(session, row_id(db, experiment, first))
+        row = submission_store.get_submission(session, row_id(db, experiment, first))
         row.status, row.score, row.score_flexible, row.score_strict, row.n_samples = (
             SubmissionStatus.SCORED,
             37.5,
@@ -753,8 +764,11 @@ def test_identical_weights_reuse_the_score(
     # let go by that submit (in test mode no evaluation needs it any more): the storage is empty.
     db = Database(settings.database_url or "")
     with db.session() as session:
-        assert repo.get_submission(session, row_id(db, experiment, first)).snapshot is None
-        assert repo.get_submission(session, row_id(db, experiment, body["submission_id"])).snapshot is None
+        assert submission_store.get_submission(session, row_id(db, experiment, first)).snapshot is None
+        assert (
+            submission_store.get_submission(session, row_id(db, experiment, body["submission_id"])).snapshot
+            is None
+        )
     db.dispose()
     assert settings.snapshot_dir is not None
     assert list(settings.snapshot_dir.iterdir()) == []
@@ -776,7 +790,9 @@ def test_submit_without_waiting_answers_as_the_agents_guide_says(
     assert pending.status_code == pending_status and pending.json()["status"] == pending_state
     db = Database(settings.database_url or "")
     with db.session() as session:  # stand in for a worker that scored it
-        row = repo.get_submission(session, row_id(db, experiment, pending.json()["submission_id"]))
+        row = submission_store.get_submission(
+            session, row_id(db, experiment, pending.json()["submission_id"])
+        )
         row.status, row.score, row.n_samples = SubmissionStatus.SCORED, 50.0, 8
     db.dispose()
     shutil.copytree(first_dir, experiment.output_dir / "two")
@@ -807,7 +823,7 @@ def test_an_accepted_submission_is_logged_for_operators(
 def test_the_headline_score_follows_the_experiments_protocol(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
-    from autorl.store import repository as repo
+    from autorl.store import claims, outcomes
 
     strict = register(client, settings, tiny_base_model, make_workspace(tmp_path), protocol="strict")
     default = register(client, settings, tiny_base_model, make_workspace(tmp_path))
@@ -818,8 +834,8 @@ def test_the_headline_score_follows_the_experiments_protocol(
     db = Database(settings.database_url or "")
     evaluated = row_id(db, strict, submission_id)
     with db.session() as session:
-        assert repo.claim(session, evaluated, worker="w", lease_s=60)
-        assert repo.record_score(
+        assert claims.claim(session, evaluated, worker="w", lease_s=60)
+        assert outcomes.record_score(
             session,
             evaluated,
             worker="w",
@@ -837,8 +853,7 @@ def test_the_headline_score_follows_the_experiments_protocol(
 def test_baseline_is_measured_once_per_model_and_settings(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
-    from autorl.store import SubmissionStatus
-    from autorl.store import repository as repo
+    from autorl.store import SubmissionStatus, claims, experiments, outcomes
 
     base = copy_model(tiny_base_model, tmp_path / "base", unique=True)
     model = f"local:{tmp_path.name}"
@@ -850,8 +865,8 @@ def test_baseline_is_measured_once_per_model_and_settings(
     assert again.json()["submission_id"] == queued.json()["submission_id"]  # idempotent
     db = Database(settings.database_url or "")
     with db.session() as session:
-        assert repo.claim(session, queued.json()["submission_id"], worker="w", lease_s=60)
-        assert repo.record_score(
+        assert claims.claim(session, queued.json()["submission_id"], worker="w", lease_s=60)
+        assert outcomes.record_score(
             session,
             queued.json()["submission_id"],
             worker="w",
@@ -859,8 +874,8 @@ def test_baseline_is_measured_once_per_model_and_settings(
             n_samples=8,
             seconds=3.0,
         )
-        eval_key = repo.get_experiment(session, first.name).eval_key
-        assert repo.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
+        eval_key = experiments.get_experiment(session, first.name).eval_key
+        assert caches.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
     db.dispose()
     second = register(client, settings, base, make_workspace(tmp_path), model=model)
     reused = client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)

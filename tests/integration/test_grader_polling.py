@@ -15,8 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, update
 
-from autorl.store import Database, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, Submission, SubmissionStatus, experiments
 from autorl_grader.expiring_cache import CACHE_TTL_S, ExpiringCache
 from autorl_grader.main import create_app
 from autorl_grader.result_waits import POLL_INTERVAL_S
@@ -133,7 +132,9 @@ def test_a_token_replaced_elsewhere_is_refused_within_the_ttl(
     db = Database(settings.database_url or "")
     try:
         with db.session() as session:
-            repo.rotate_token(session, repo.get_experiment(session, experiment.name, for_update=True))
+            experiments.rotate_token(
+                session, experiments.get_experiment(session, experiment.name, for_update=True)
+            )
     finally:
         db.dispose()
     rotated_at = time.monotonic()

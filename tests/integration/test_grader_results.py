@@ -14,8 +14,7 @@ from rich.cells import cell_len
 
 from autorl.cli import main
 from autorl.runs.reports import compute_metrics, read_run, seed_metrics
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, experiments
 from autorl.store.models import ExperimentStatus
 from autorl_grader.main import create_app
 from tests.support.infra import serve
@@ -51,8 +50,8 @@ def cluster(settings: DeploymentSettings, tmp_path_factory: pytest.TempPathFacto
     finish(db, sealed)
     failed = create_experiment(db, root / "ws-failed").name
     with db.session() as session:
-        experiment = repo.get_experiment(session, failed)
-        repo.finish_experiment(
+        experiment = experiments.get_experiment(session, failed)
+        experiments.finish_experiment(
             session, experiment, ExperimentStatus.FAILED, "[bold]agent\x1b]0;x\x07 exited 1"
         )
     timed_out = create_experiment(db, root / "ws-timed-out").name

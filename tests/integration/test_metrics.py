@@ -24,8 +24,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from autorl.store import Database, FailureReason, migrate
-from autorl.store import repository as repo
+from autorl.store import Database, FailureReason, claims, migrate, outcomes, submissions
 from autorl_evaluator.metrics import WorkerMetrics
 from autorl_grader.main import create_app
 from tests.support.fixtures import FIXTURE_DATA
@@ -267,7 +266,7 @@ def test_grader_metrics_count_each_status_queue_reason_and_duration(
     assert value(samples, "autorl_evaluation_duration_seconds_bucket", le="5.0") == 2
     assert value(samples, "autorl_baseline_cache_hits_total") == 0
     with db.session() as session:
-        assert repo.get_submission(session, waiting).waits_for is not None
+        assert submissions.get_submission(session, waiting).waits_for is not None
 
 
 def test_grader_reports_the_database_down_instead_of_failing(
@@ -304,21 +303,23 @@ def test_worker_metrics_count_each_outcome_from_the_submission_record(tmp_path: 
 
     def claim(submission_id: int) -> None:
         with db.session() as session:
-            assert repo.claim(session, submission_id, worker="w", lease_s=60)
+            assert claims.claim(session, submission_id, worker="w", lease_s=60)
 
     with metrics.evaluation(db, queued[0]):
         assert sample("autorl_worker_evaluations_in_progress") == 1
         claim(queued[0])
         with db.session() as session:
-            repo.record_score(session, queued[0], worker="w", scores=scores(5.0), n_samples=1, seconds=1.0)
+            outcomes.record_score(
+                session, queued[0], worker="w", scores=scores(5.0), n_samples=1, seconds=1.0
+            )
     with metrics.evaluation(db, queued[1]):
         claim(queued[1])
         with db.session() as session:
-            repo.record_failure(session, queued[1], error="killed", reason=FailureReason.TIMEOUT)
+            outcomes.record_failure(session, queued[1], error="killed", reason=FailureReason.TIMEOUT)
     with metrics.evaluation(db, queued[2]):
         claim(queued[2])
         with db.session() as session:
-            repo.release(session, queued[2], worker="w", error="worker stopping")
+            claims.release(session, queued[2], worker="w", error="worker stopping")
     with metrics.evaluation(db, queued[0]):
         pass  # already scored: the job never claims it
     with metrics.evaluation(db, queued[3]):

@@ -13,8 +13,7 @@ from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from autorl.store import Database, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, SubmissionStatus, claims, outcomes, submissions
 from autorl.store.models import utcnow
 from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
@@ -96,7 +95,7 @@ def test_only_one_of_many_concurrent_claims_wins(db: Database, queued_id: int) -
     def claim(worker: str) -> None:
         barrier.wait()
         with db.session() as session:
-            if repo.claim(session, queued_id, worker=worker, lease_s=60):
+            if claims.claim(session, queued_id, worker=worker, lease_s=60):
                 winners.append(worker)
 
     threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
@@ -106,7 +105,7 @@ def test_only_one_of_many_concurrent_claims_wins(db: Database, queued_id: int) -
         thread.join()
     assert len(winners) == 1
     with db.session() as session:
-        row = repo.get_submission(session, queued_id)
+        row = submissions.get_submission(session, queued_id)
         assert row.status == SubmissionStatus.RUNNING and row.attempts == 1 and row.worker == winners[0]
 
 
@@ -115,24 +114,24 @@ def test_a_dead_workers_submission_is_requeued_and_its_late_result_ignored(
 ) -> None:
     state = TestClient(create_app(settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
     with db.session() as session:
-        assert repo.claim(session, queued_id, worker="dead", lease_s=60)
-        repo.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
+        assert claims.claim(session, queued_id, worker="dead", lease_s=60)
+        submissions.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
     rq_queue(settings).empty()  # the queue lost the job too
     done = reconcile_once(state)
     assert done["requeued"] == 1 and done["enqueued"] >= 1  # other tests may leave queued rows too
     assert any(job.args == [queued_id] for job in rq_queue(settings).jobs)
     with db.session() as session:
-        assert repo.get_submission(session, queued_id).status == SubmissionStatus.QUEUED
-        assert repo.claim(session, queued_id, worker="alive", lease_s=60)
+        assert submissions.get_submission(session, queued_id).status == SubmissionStatus.QUEUED
+        assert claims.claim(session, queued_id, worker="alive", lease_s=60)
     with db.session() as session:  # the dead worker wakes up: its result must not count
-        assert not repo.record_score(
+        assert not outcomes.record_score(
             session, queued_id, worker="dead", scores={"opencompass": 99.0}, n_samples=1, seconds=1.0
         )
-        assert repo.record_score(
+        assert outcomes.record_score(
             session, queued_id, worker="alive", scores={"opencompass": 25.0}, n_samples=4, seconds=1.0
         )
     with db.session() as session:
-        row = repo.get_submission(session, queued_id)
+        row = submissions.get_submission(session, queued_id)
         assert row.score == 25.0 and row.attempts == 2
 
 
@@ -142,11 +141,11 @@ def test_after_max_attempts_a_submission_fails_with_a_reason(
     state = TestClient(create_app(settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
     for attempt in range(settings.max_eval_attempts):
         with db.session() as session:
-            assert repo.claim(session, queued_id, worker=f"crash{attempt}", lease_s=60)
-            repo.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
+            assert claims.claim(session, queued_id, worker=f"crash{attempt}", lease_s=60)
+            submissions.get_submission(session, queued_id).lease_expires_at = utcnow() - timedelta(seconds=1)
         reconcile_once(state)
     with db.session() as session:
-        row = repo.get_submission(session, queued_id)
+        row = submissions.get_submission(session, queued_id)
         assert row.status == SubmissionStatus.FAILED
         assert "interrupted 3 times" in (row.error or "")
 

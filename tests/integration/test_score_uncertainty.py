@@ -13,8 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autorl.api.answers import SubmissionAnswer
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, submissions
 from autorl.uncertainty import compare, wilson_interval
 from autorl_evaluator.jobs import evaluate, predictions_path
 from autorl_grader.main import create_app
@@ -76,8 +75,8 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
     assert evaluate(submission_id, settings)["status"] == "scored"
 
     with db.session() as session:
-        row = repo.get_submission(session, submission_id)
-        baseline_row = repo.get_submission(session, baseline_id)
+        row = submissions.get_submission(session, submission_id)
+        baseline_row = submissions.get_submission(session, baseline_id)
         correctness, baseline_correctness = row.correctness, baseline_row.correctness
         assert row.problems_digest == baseline_row.problems_digest and row.problems_digest
     assert correctness is not None and baseline_correctness is not None

@@ -20,8 +20,16 @@ from typing import Any
 import httpx
 import pytest
 
-from autorl.store import Database, FailureReason, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import (
+    Database,
+    FailureReason,
+    Submission,
+    SubmissionStatus,
+    claims,
+    experiments,
+    outcomes,
+    submissions,
+)
 from autorl_grader.main import create_app
 from tests.support.checkpoints import read_safetensors, write_safetensors
 from tests.support.grading import (
@@ -120,22 +128,22 @@ def rows(db: Database, ids: list[int]) -> dict[int, Submission]:
 def evaluate_with(db: Database, submission_id: int, *, score: float | None) -> None:
     """What a worker does: claim, then record a score (or an evaluator failure)."""
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
         if score is None:
-            repo.record_failure(
+            outcomes.record_failure(
                 session, submission_id, error="out of memory", reason=FailureReason.EVALUATION, worker=WORKER
             )
         else:
             scores = {"opencompass": score, "flexible": score, "strict": score}
-            assert repo.record_score(
+            assert outcomes.record_score(
                 session, submission_id, worker=WORKER, scores=scores, n_samples=5, seconds=2.0
             )
 
 
 def claimable(db: Database) -> set[int]:
     with db.session() as session:
-        return {c.submission_id for c in repo.claimable_in_fair_order(session)}
+        return {c.submission_id for c in claims.claimable_in_fair_order(session)}
 
 
 def agent_number(db: Database, submission_id: int) -> int | None:
@@ -166,7 +174,7 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     assert {found[i].waits_for for i in others} == {first}
     assert claimable(db) & set(ids) == {first}
     with db.session() as session:  # a worker handed a waiting copy's id anyway cannot take it
-        assert not repo.claim(session, others[0], worker=WORKER, lease_s=60)
+        assert not claims.claim(session, others[0], worker=WORKER, lease_s=60)
     assert all(agent_view(grader, db, experiment, i)["status"] == "queued" for i in ids)
     # Each copy is where the evaluation it waits for is; a later submission is not behind them.
     assert {agent_view(grader, db, experiment, i)["queue_position"] for i in ids} == {1}
@@ -174,11 +182,11 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     [later] = submit_together(grader, db, experiment, ["output/other"])
     assert agent_view(grader, db, experiment, later)["queue_position"] == 2
     with db.session() as session:
-        assert repo.claim(session, first, worker=WORKER, lease_s=60)
+        assert claims.claim(session, first, worker=WORKER, lease_s=60)
     assert {agent_view(grader, db, experiment, i)["queue_position"] for i in others} == {0}
     assert agent_view(grader, db, experiment, later)["queue_position"] == 1
     with db.session() as session:  # back in the queue, as the reconciler leaves a dead worker's
-        repo.release(session, first, worker=WORKER, error="worker stopped")
+        claims.release(session, first, worker=WORKER, error="worker stopped")
 
     evaluate_with(db, first, score=42.0)
     for i in ids:
@@ -367,22 +375,24 @@ def test_an_evaluation_ending_while_a_copy_is_submitted_still_hands_it_the_score
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     [first] = submit_together(grader, db, experiment, identical_copies(experiment, tiny_base_model, 1))
     with db.session() as session:
-        assert repo.claim(session, first, worker=WORKER, lease_s=60)
-        fingerprint = repo.get_submission(session, first).fingerprint
+        assert claims.claim(session, first, worker=WORKER, lease_s=60)
+        fingerprint = submissions.get_submission(session, first).fingerprint
     copy_inserted, scored = threading.Event(), threading.Event()
 
     def end_the_evaluation() -> None:
         copy_inserted.wait()
         with db.session() as session:
             scores = {"opencompass": 55.0}
-            repo.record_score(session, first, worker=WORKER, scores=scores, n_samples=5, seconds=1.0)
+            outcomes.record_score(session, first, worker=WORKER, scores=scores, n_samples=5, seconds=1.0)
         scored.set()
 
     worker = threading.Thread(target=end_the_evaluation)
     worker.start()
     with db.session() as session:  # as the grader's accept(): lock, check, insert, commit
-        locked = repo.get_experiment(session, experiment.name, for_update=True)
-        copy = repo.create_submission(session, locked, model_path="output/copy", fingerprint=fingerprint)
+        locked = experiments.get_experiment(session, experiment.name, for_update=True)
+        copy = submissions.create_submission(
+            session, locked, model_path="output/copy", fingerprint=fingerprint
+        )
         assert copy.waits_for == first
         copy_id = copy.id
         copy_inserted.set()
@@ -401,8 +411,8 @@ def test_the_reconciler_settles_copies_whose_evaluation_ended_without_them(
     first, second = submit_together(grader, db, experiment, identical_copies(experiment, tiny_base_model, 2))
     evaluate_with(db, first, score=12.5)
     with db.session() as session:  # as if the copy had been committed after the evaluation's end
-        waiting = repo.get_submission(session, second)
+        waiting = submissions.get_submission(session, second)
         waiting.status, waiting.score, waiting.waits_for = SubmissionStatus.QUEUED, None, first
     with db.session() as session:
-        assert repo.settle_orphaned_waiting(session) == 1
+        assert outcomes.settle_orphaned_waiting(session) == 1
     assert agent_view(grader, db, experiment, second)["score"] == 12.5

@@ -21,8 +21,7 @@ from fastapi.testclient import TestClient
 
 from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.models.tiny import CHATML_TEMPLATE
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, experiments, outcomes, submissions
 from autorl.tasks import get_task
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
@@ -288,7 +287,9 @@ def limited(settings: DeploymentSettings, experiment: RegisteredExperiment) -> i
     db = Database(settings.database_url or "")
     try:
         with db.session() as session:
-            return repo.limited_submissions_count(session, repo.get_experiment(session, experiment.name))
+            return submissions.limited_submissions_count(
+                session, experiments.get_experiment(session, experiment.name)
+            )
     finally:
         db.dispose()
 
@@ -327,8 +328,7 @@ def test_the_reconciler_removes_snapshots_no_evaluation_needs(
     import os
     import time
 
-    from autorl.store import Database, FailureReason
-    from autorl.store import repository as repo
+    from autorl.store import Database, FailureReason, experiments, submissions
     from autorl_grader.reconciler import reconcile_once
 
     assert settings.snapshot_dir is not None
@@ -344,13 +344,15 @@ def test_the_reconciler_removes_snapshots_no_evaluation_needs(
     os.utime(orphan, (old, old))
     db = Database(settings.database_url or "")
     with db.session() as session:  # failed without its worker, as after too many interrupted attempts
-        assert repo.record_failure(session, done, error="interrupted", reason=FailureReason.INTERRUPTED)
+        assert outcomes.record_failure(session, done, error="interrupted", reason=FailureReason.INTERRUPTED)
     db.dispose()
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
     with db.session() as session:
         rows = {
             row.id: row.snapshot
-            for row in repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+            for row in submissions.experiment_submissions(
+                session, experiments.get_experiment(session, experiment.name)
+            )
         }
     db.dispose()
     assert rows[done] is None

@@ -21,8 +21,7 @@ from fastapi.testclient import TestClient
 
 from autorl.api.answers import ExperimentAnswer, NominatedAnswer
 from autorl.errors import EVALUATOR_FAULT_PREFIX
-from autorl.store import Database, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, SubmissionStatus, claims, experiments, outcomes, submissions
 from autorl.store.models import utcnow
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.jobs import evaluate
@@ -68,10 +67,10 @@ def record(db: Database, experiment: RegisteredExperiment, number: int, score: f
     """The worker's result path for the agent's submission ``number``: claimed, then scored."""
     submission_id = row_id(db, experiment, number)
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
         scores = {"opencompass": score, "flexible": score, "strict": score}
-        assert repo.record_score(
+        assert outcomes.record_score(
             session, submission_id, worker=WORKER, scores=scores, n_samples=3, seconds=1.0
         )
 
@@ -86,7 +85,7 @@ def on_disk(settings: DeploymentSettings) -> set[str]:
 def snapshot_of(db: Database, submission_id: int) -> str | None:
     """The snapshot the submission (its global id) names."""
     with db.session() as session:
-        return repo.get_submission(session, submission_id).snapshot
+        return submissions.get_submission(session, submission_id).snapshot
 
 
 def agents_snapshot(db: Database, experiment: RegisteredExperiment, number: int) -> str | None:
@@ -97,8 +96,8 @@ def agents_snapshot(db: Database, experiment: RegisteredExperiment, number: int)
 def counted(db: Database, experiment: RegisteredExperiment) -> tuple[int, int]:
     """What counts against the limit, and of it the costly refusals."""
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
-        return repo.limited_submissions_count(session, row), row.costly_refusals
+        row = experiments.get_experiment(session, experiment.name)
+        return submissions.limited_submissions_count(session, row), row.costly_refusals
 
 
 def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> ExperimentAnswer:
@@ -109,7 +108,7 @@ def admin(client: TestClient, settings: DeploymentSettings, method: str, path: s
 
 def end_budget(db: Database, experiment: RegisteredExperiment) -> None:
     with db.session() as session:
-        repo.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+        experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
 
 
 def share_refusal(held: int) -> str:
@@ -161,7 +160,7 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     assert waiting.status_code == 202, waiting.text
     waiting_id = row_id(db, hostile, waiting.json()["submission_id"])
     with db.session() as session:
-        row = repo.get_submission(session, waiting_id)
+        row = submissions.get_submission(session, waiting_id)
         assert (row.status, row.waits_for, row.snapshot) == (SubmissionStatus.QUEUED, h1_id, None)
     accepted = submit(client, hostile, "h2")
     assert accepted.status_code == 202, accepted.text
@@ -198,7 +197,7 @@ def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_acc
         name = path.name.encode()
         earlier.update(len(name).to_bytes(8, "big") + name + hashlib.sha256(path.read_bytes()).digest())
     with db.session() as session:
-        row = repo.get_submission(session, row_id(db, experiment, ids["a"]))
+        row = submissions.get_submission(session, row_id(db, experiment, ids["a"]))
         assert row.fingerprint != earlier.hexdigest()
         row.fingerprint = earlier.hexdigest()
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
@@ -262,7 +261,7 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
     assert "leave the choice to the platform" in gone.json()["detail"]
     assert counted(db, experiment) == (6, 1) and on_disk(settings) == {best, queued}
     with db.session() as session:
-        assert repo.get_experiment(session, experiment.name).nominated_submission_id is None
+        assert experiments.get_experiment(session, experiment.name).nominated_submission_id is None
 
     # a's folder is unchanged: taken again, its snapshot is a's, kept for the final; b's is let go.
     accepted = nominate(client, experiment, ids["a"])

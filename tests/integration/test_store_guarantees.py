@@ -14,8 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, claims, experiments, outcomes, submission_filters, submissions
 from autorl_grader.main import create_app
 from tests.support.grading import (
     RegisteredExperiment,
@@ -80,7 +79,9 @@ def test_concurrent_submits_never_exceed_the_limit(
     refused = next(r for r in responses if r.status_code == 429)
     assert "limit of 3" in refused.json()["detail"]
     with db.session() as session:
-        stored = repo.experiment_submissions(session, repo.get_experiment(session, experiment.name))
+        stored = submissions.experiment_submissions(
+            session, experiments.get_experiment(session, experiment.name)
+        )
         assert len(stored) == LIMIT
 
 
@@ -94,7 +95,10 @@ def test_submissions_before_the_budget_starts_are_refused(
     assert "has not started" in response.json()["detail"] and "GET /time" in response.json()["detail"]
     assert client.get(f"{experiment.url_path}/time").json()["start_time"] is None
     with db.session() as session:
-        assert repo.experiment_submissions(session, repo.get_experiment(session, experiment.name)) == []
+        assert (
+            submissions.experiment_submissions(session, experiments.get_experiment(session, experiment.name))
+            == []
+        )
     client.post(f"/v1/experiments/{experiment.name}/start", json={}, headers=admin_headers(settings))
     assert submit(client, experiment, "early").status_code == 202
 
@@ -110,11 +114,11 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
     agent_numbers = dict(zip(("scored", "running", "queued"), ids, strict=True))
     scored, running, queued = (row_id(db, experiment, number) for number in ids)
     with db.session() as session:
-        assert repo.claim(session, scored, worker="w1", lease_s=60)
-        assert repo.record_score(
+        assert claims.claim(session, scored, worker="w1", lease_s=60)
+        assert outcomes.record_score(
             session, scored, worker="w1", scores={"opencompass": 40.0}, n_samples=4, seconds=1
         )
-        assert repo.claim(session, running, worker="w2", lease_s=60)
+        assert claims.claim(session, running, worker="w2", lease_s=60)
 
     finished = client.post(
         f"/v1/experiments/{experiment.name}/finish",
@@ -122,10 +126,10 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
         headers=admin_headers(settings),
     ).json()
     with db.session() as session:  # the evaluation in flight ends after the experiment: it does not count
-        assert not repo.record_score(
+        assert not outcomes.record_score(
             session, running, worker="w2", scores={"opencompass": 99.0}, n_samples=4, seconds=1
         )
-        assert not repo.claim(session, queued, worker="w3", lease_s=60)
+        assert not claims.claim(session, queued, worker="w3", lease_s=60)
     assert finished["in_flight"] == 0 and finished["submissions"] == 1 and finished["best_score"] == 40.0
     later = client.get(f"/v1/experiments/{experiment.name}", headers=admin_headers(settings)).json()
     numbers = ("baseline_score", "best_score", "improvement", "submissions", "total_submissions", "in_flight")
@@ -173,18 +177,18 @@ def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evalua
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
         ids[name] = row_id(db, experiment, submit(client, experiment, name).json()["submission_id"])
         with db.session() as session:
-            assert repo.claim(session, ids[name], worker="worker-1", lease_s=60)
+            assert claims.claim(session, ids[name], worker="worker-1", lease_s=60)
         with db.session() as session:
-            repo.record_failure(
+            outcomes.record_failure(
                 session, ids[name], error=error, reason=FailureReason.EVALUATION, worker="worker-1"
             )
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
-        assert repo.limited_submissions_count(session, row) == 2  # other_case and checkpoint
-        stored = {name: repo.get_submission(session, ids[name]) for name in errors}
-        assert [name for name, sub in stored.items() if repo.failed_for_the_platform(sub)] == [
+        row = experiments.get_experiment(session, experiment.name)
+        assert submissions.limited_submissions_count(session, row) == 2  # other_case and checkpoint
+        stored = {name: submissions.get_submission(session, ids[name]) for name in errors}
+        assert [name for name, sub in stored.items() if submission_filters.failed_for_the_platform(sub)] == [
             "exact",
             "long",
         ]
         long_error = stored["long"].error or ""
-        assert len(long_error) <= repo.MAX_ERROR_CHARS and long_error.endswith("log line\n")
+        assert len(long_error) <= outcomes.MAX_ERROR_CHARS and long_error.endswith("log line\n")

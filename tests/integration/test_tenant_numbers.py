@@ -23,8 +23,7 @@ import pytest
 
 from autorl.api.answers import MAX_SCORES_PAGE, ExperimentAnswer
 from autorl.client import GradingClient
-from autorl.store import Database, Feedback, Split, Submission
-from autorl.store import repository as repo
+from autorl.store import Database, Feedback, Split, Submission, claims, experiments, outcomes, submissions
 from autorl_agent_runner.workspace.layout import Workspace
 from autorl_agent_runner.workspace.mirrors import refresh_mirrors
 from autorl_grader.api.routes import agent as agent_routes
@@ -68,9 +67,9 @@ def submit(grader: httpx.Client, experiment: RegisteredExperiment, folder: str) 
 def score(db: Database, submission_id: int, value: float) -> None:
     """What an evaluator does (any replica, any process): claim, then record a score."""
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
-        assert repo.record_score(
+        assert outcomes.record_score(
             session, submission_id, worker=WORKER, scores=scores(value), n_samples=10, seconds=1.0
         )
 
@@ -204,10 +203,10 @@ def test_a_scores_answer_is_built_once_per_change_and_never_stale(
     assert agent_get(grader, experiment, "/scores") == first and len(built) == 1  # the same answer, kept
     # An evaluator (another process) takes it, then scores it: each change is seen at once.
     with db.session() as session:
-        assert repo.claim(session, queued, worker=WORKER, lease_s=60)
+        assert claims.claim(session, queued, worker=WORKER, lease_s=60)
     assert agent_get(grader, experiment, "/scores")["submissions"][0]["status"] == "running"
     with db.session() as session:
-        assert repo.record_score(
+        assert outcomes.record_score(
             session, queued, worker=WORKER, scores=scores(42.0), n_samples=10, seconds=1.0
         )
     scored = agent_get(grader, experiment, "/scores")
@@ -237,9 +236,9 @@ def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(
     asked = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
     assert asked.status_code == 202, asked.text
     with db.session() as session:
-        row = repo.get_experiment(session, experiment.name)
-        validation = repo.baseline_submission(session, row, Split.VALIDATION)
-        test = repo.baseline_submission(session, row, Split.TEST)
+        row = experiments.get_experiment(session, experiment.name)
+        validation = submissions.baseline_submission(session, row, Split.VALIDATION)
+        test = submissions.baseline_submission(session, row, Split.TEST)
         assert validation is not None and test is not None and test.id == asked.json()["submission_id"]
         validation_id, test_id = validation.id, test.id
         # Created first, so evaluators take it first (claims go by id among baselines); whatever
@@ -268,10 +267,10 @@ def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(
     assert (copied["status"], copied["reused_from"], copied["score"]) == ("scored", 0, 25.0)
     # The test baseline takes as long as it takes: nothing the agent sees changes.
     with db.session() as session:
-        assert repo.claim(session, test_id, worker=WORKER, lease_s=60)
+        assert claims.claim(session, test_id, worker=WORKER, lease_s=60)
     assert shown() == before
     with db.session() as session:
-        assert repo.record_score(
+        assert outcomes.record_score(
             session, test_id, worker=WORKER, scores=scores(30.0), n_samples=10, seconds=900.0
         )
     assert shown() == before
@@ -305,7 +304,7 @@ def test_nothing_of_a_baseline_or_a_copy_of_the_base_tells_that_another_experime
     def of_one_base(folder: str) -> SeededExperiment:
         run = create_experiment(db, tmp_path / folder)
         with db.session() as session:
-            repo.get_experiment(session, run.name).eval_key = "one base, one evaluation"
+            experiments.get_experiment(session, run.name).eval_key = "one base, one evaluation"
         return run
 
     waiting = of_one_base("waiting")

@@ -22,8 +22,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from autorl.eval_config import EvalConfig
-from autorl.store import Database, Experiment, FailureReason, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, Experiment, FailureReason, Submission, SubmissionStatus, submissions
 from autorl.tasks import get_task
 from autorl_evaluator.backends.hf.backend import HFBackend
 from autorl_evaluator.backends.opencompass.engine_server import denormals_flushed
@@ -105,7 +104,7 @@ def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_count
             error = failed.error or ""
             assert error.startswith("the evaluation passed its time budget and was stopped"), error
             assert "counts against your submission limit" in error and "AUTORL_EVAL_BUDGET_FACTOR" in error
-            assert repo.limited_submissions_count(session, failed.experiment) == 1
+            assert submissions.limited_submissions_count(session, failed.experiment) == 1
         # What the agent reads names the budget too.
         scores = client.get(f"{experiment.url_path}/scores").json()
         errors = [entry["error"] for entry in scores["submissions"]]

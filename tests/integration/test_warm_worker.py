@@ -238,8 +238,7 @@ def test_the_local_worker_fails_a_timed_out_warm_evaluation_and_replaces_the_chi
 ) -> None:
     """The hard timeout is the experiment's recorded one (autorl.eval_config), whatever the worker's
     own AUTORL_EVAL_TIMEOUT_S says; a config recorded before timeouts were takes the worker's own."""
-    from autorl.store import Database, migrate
-    from autorl.store import repository as repo
+    from autorl.store import Database, experiments, migrate, submissions
     from autorl_evaluator import local_worker
     from tests.support.runs import EVAL_CONFIG, add_submission, create_experiment
 
@@ -252,7 +251,7 @@ def test_the_local_worker_fails_a_timed_out_warm_evaluation_and_replaces_the_chi
     if recorded_timeout_s is not None:
         with db.session() as session:
             recorded = {**EVAL_CONFIG, "max_new_tokens": 8, "timeout_s": recorded_timeout_s}
-            repo.get_experiment(session, experiment.name).eval_config = recorded
+            experiments.get_experiment(session, experiment.name).eval_config = recorded
     submission_id = add_submission(db, experiment.name)
     monkeypatch.setattr(local_worker, "CHILD_MARGIN_S", 0.0)
     worker = local_worker.LocalWorker(settings)
@@ -262,7 +261,7 @@ def test_the_local_worker_fails_a_timed_out_warm_evaluation_and_replaces_the_chi
     worker.run_one(submission_id)
     assert worker.warm.process is None and worker.warm.started == 1
     with db.session() as session:
-        submission = repo.get_submission(session, submission_id)
+        submission = submissions.get_submission(session, submission_id)
         assert submission.status.final and "hard timeout of 1 s" in (submission.error or "")
     db.dispose()
 
@@ -301,8 +300,7 @@ def _submit_copies(
     """``count`` submissions of one new experiment (its recorded hard timeout ``timeout_s`` if given)."""
     from fastapi.testclient import TestClient
 
-    from autorl.store import Database
-    from autorl.store import repository as repo
+    from autorl.store import Database, experiments
     from autorl_grader.main import create_app
     from tests.support.grading import make_workspace, register, submit_copies
 
@@ -311,7 +309,7 @@ def _submit_copies(
         if timeout_s is not None:
             db = Database(settings.database_url)
             with db.session() as session:
-                recorded = repo.get_experiment(session, experiment.name)
+                recorded = experiments.get_experiment(session, experiment.name)
                 recorded.eval_config = {**recorded.eval_config, "timeout_s": timeout_s}
             db.dispose()
         return submit_copies(client, experiment, base, count, "c")
@@ -337,12 +335,11 @@ def _warm_rq_worker(settings: Any, warm: WarmChild | None = None) -> Any:
 
 
 def _rows(settings: Any, ids: list[int]) -> list[Any]:
-    from autorl.store import Database
-    from autorl.store import repository as repo
+    from autorl.store import Database, submissions
 
     db = Database(settings.database_url)
     with db.session() as session:
-        rows = [repo.get_submission(session, i) for i in ids]
+        rows = [submissions.get_submission(session, i) for i in ids]
         found = [(r.status, r.failure_reason, r.error) for r in rows]
     db.dispose()
     return found
@@ -541,8 +538,7 @@ def test_a_warm_child_killed_mid_job_fails_the_job_and_its_submission_is_queued_
     from fastapi.testclient import TestClient
     from rq.job import JobStatus
 
-    from autorl.store import Database, SubmissionStatus
-    from autorl.store import repository as repo
+    from autorl.store import Database, SubmissionStatus, claims
     from autorl_grader.main import create_app
     from autorl_grader.reconciler import reconcile_once
 
@@ -575,7 +571,9 @@ def test_a_warm_child_killed_mid_job_fails_the_job_and_its_submission_is_queued_
     # Once the dead child's lease has lapsed, the grader's reconciler queues the submission again.
     db = Database(rq_settings.database_url)
     with db.session() as session:
-        wait_for(lambda: killed in {s.id for s in repo.stale_submissions(session)}, "the lease", timeout_s=10)
+        wait_for(
+            lambda: killed in {s.id for s in claims.stale_submissions(session)}, "the lease", timeout_s=10
+        )
     db.dispose()
     state = TestClient(create_app(rq_settings, reconcile=False)).app.state.grader  # type: ignore[attr-defined]
     assert reconcile_once(state)["requeued"] == 1

@@ -490,14 +490,13 @@ class Platform:
     async def run_evaluator(self, ref: ExperimentRef) -> None:
         """One evaluator pass over this experiment's baseline, for real. Not simply the oldest
         claimable row: another test's experiment may have left its baseline queued."""
-        from autorl.store import Database
-        from autorl.store import repository as repo
+        from autorl.store import Database, experiments
         from autorl_evaluator.jobs import evaluate
 
         db = Database(self.grader_settings.database_url or "")
         try:
             with db.session() as session:
-                submission_id = repo.get_experiment(session, ref.grader_name).baseline_submission_id
+                submission_id = experiments.get_experiment(session, ref.grader_name).baseline_submission_id
         finally:
             db.dispose()
         assert submission_id is not None, f"{ref.grader_name} has no baseline submission"

@@ -1,4 +1,4 @@
-"""Experiments with evaluated submissions, written through the store's own repository functions
+"""Experiments with evaluated submissions, written through the store's own functions
 (the same calls the grader and workers make), for tests of what people look at: the dashboard and
 run reports. Evaluating real models would only make these tests slower, not more real."""
 
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from autorl.store import Database, FailureReason, Feedback, Split
-from autorl.store import repository as repo
+from autorl.store import Database, FailureReason, Feedback, Split, claims, experiments, outcomes, submissions
 
 WORKER = "test-worker"
 EVAL_CONFIG = {"task": "gsm8k", "backend": "hf", "protocol": "opencompass", "limit": None}
@@ -34,10 +33,10 @@ def create_experiment(
 ) -> SeededExperiment:
     """An experiment of the tiny model; its budget started that long ago (``None``: not started)."""
     name = f"exp-{uuid.uuid4().hex[:10]}"
-    token = repo.new_token()
+    token = experiments.new_token()
     (workspace / "output").mkdir(parents=True, exist_ok=True)
     with db.session() as session:
-        experiment = repo.create_experiment(
+        experiment = experiments.create_experiment(
             session,
             token=token,
             name=name,
@@ -59,7 +58,7 @@ def create_experiment(
             ),
         )
         if started_minutes_ago is not None:
-            repo.start_budget(session, experiment)
+            experiments.start_budget(session, experiment)
             assert experiment.start_time is not None and experiment.end_time is not None
             experiment.start_time -= timedelta(minutes=started_minutes_ago)
             experiment.end_time -= timedelta(minutes=started_minutes_ago)
@@ -90,8 +89,8 @@ def add_submission(
     evaluation of that submission, on test."""
     fingerprint = hashlib.sha256((files or uuid.uuid4().hex).encode()).hexdigest()
     with db.session() as session:
-        experiment = repo.get_experiment(session, name)
-        submission = repo.create_submission(
+        experiment = experiments.get_experiment(session, name)
+        submission = submissions.create_submission(
             session,
             experiment,
             model_path=str(Path(experiment.output_dir) / (folder or f"ckpt-{uuid.uuid4().hex[:6]}")),
@@ -113,10 +112,10 @@ def add_submission(
     if already_scored or (scores is None and error is None):
         return submission_id
     with db.session() as session:
-        assert repo.claim(session, submission_id, worker=WORKER, lease_s=60)
+        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
         if scores is not None:
-            repo.record_score(
+            outcomes.record_score(
                 session,
                 submission_id,
                 worker=WORKER,
@@ -127,7 +126,7 @@ def add_submission(
                 problems_digest=PROBLEMS_DIGEST if correctness else None,
             )
         else:
-            repo.record_failure(
+            outcomes.record_failure(
                 session,
                 submission_id,
                 error=error or "failed",
@@ -150,7 +149,9 @@ def finish(db: Database, name: str, status: str = "completed") -> None:
     from autorl.store.models import ExperimentStatus
 
     with db.session() as session:
-        repo.finish_experiment(session, repo.get_experiment(session, name), ExperimentStatus(status))
+        experiments.finish_experiment(
+            session, experiments.get_experiment(session, name), ExperimentStatus(status)
+        )
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,6 @@ def sealed_experiment(db: Database, workspace: Path) -> SealedRun:
     nominated = scored(30, "a", 1, Split.VALIDATION)
     best = scored(60, "b", 2, Split.VALIDATION)
     with db.session() as session:
-        repo.get_experiment(session, run.name).nominated_submission_id = nominated
+        experiments.get_experiment(session, run.name).nominated_submission_id = nominated
     final = scored(50, "a", 12, Split.TEST, final_of=nominated)
     return SealedRun(run, test_baseline, validation_baseline, nominated, best, final)

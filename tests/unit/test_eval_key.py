@@ -16,8 +16,7 @@ from autorl.cli import main
 from autorl.eval_config import DECODING, EVAL_PROTOCOL_VERSION, EvalConfig, differing_fields
 from autorl.runs.results import append_row
 from autorl.settings import EvaluationSettings
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, experiments
 from autorl.store.db import migrate
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, split_sha256, write_problems
@@ -146,9 +145,9 @@ def record_run(home: Path, run_id: str, recorded: EvalConfig) -> None:
     db = Database(settings.database_url)
     migrate(db)
     with db.session() as session:
-        repo.create_experiment(
+        experiments.create_experiment(
             session,
-            token=repo.new_token(),
+            token=experiments.new_token(),
             name=run_id,
             task=recorded.task,
             model="builtin:tiny-qwen2",

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from autorl.store import Database, migrate
-from autorl.store import repository as repo
+from autorl.store import Database, evaluator_presence, migrate
 from autorl.store.models import Evaluator
 from autorl_evaluator.presence import Presence
 from autorl_evaluator.settings import WorkerSettings
@@ -27,7 +26,7 @@ def test_the_heartbeat_survives_an_unexpected_failure_and_reports_again(
 ) -> None:
     db = Database(f"sqlite:///{tmp_path / 'autorl.db'}")
     migrate(db)
-    real_report = repo.report_evaluator
+    real_report = evaluator_presence.report_evaluator
     failures = iter([KeyError("a bug"), ValueError("another")])
 
     def failing_twice(*args: Any, **kwargs: Any) -> None:
@@ -36,7 +35,7 @@ def test_the_heartbeat_survives_an_unexpected_failure_and_reports_again(
             raise failure
         real_report(*args, **kwargs)
 
-    monkeypatch.setattr(repo, "report_evaluator", failing_twice)
+    monkeypatch.setattr(evaluator_presence, "report_evaluator", failing_twice)
     presence = Presence(db, WorkerSettings(evaluator_heartbeat_s=0.05))
     with caplog.at_level(logging.WARNING, logger="autorl.evaluator.presence"), presence:
         deadline = time.monotonic() + 10
@@ -57,7 +56,7 @@ def test_a_report_still_in_flight_when_the_worker_stops_does_not_outlive_the_del
     for): the worker is still not counted once it has stopped."""
     db = Database(f"sqlite:///{tmp_path / 'autorl.db'}")
     migrate(db)
-    real_report = repo.report_evaluator
+    real_report = evaluator_presence.report_evaluator
     in_flight, stopping, written = threading.Event(), threading.Event(), threading.Event()
     calls = 0
 
@@ -73,7 +72,7 @@ def test_a_report_still_in_flight_when_the_worker_stops_does_not_outlive_the_del
             return
         real_report(*args, **kwargs)
 
-    monkeypatch.setattr(repo, "report_evaluator", slow_after_the_first)
+    monkeypatch.setattr(evaluator_presence, "report_evaluator", slow_after_the_first)
     presence = Presence(db, WorkerSettings(evaluator_heartbeat_s=0.05))
     with presence:
         assert in_flight.wait(10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorl.store import repository as repo
+from autorl.store import experiments
 from autorl_grader.fair_share import (
     IN_FLIGHT_RETRY_AFTER_S,
     Admission,
@@ -16,7 +16,7 @@ from autorl_grader.fair_share import (
 )
 
 BUDGET = Budget(requests_per_s=2.0, burst=4, in_flight=3)
-TOKEN = repo.hash_token("token-of-a")
+TOKEN = experiments.hash_token("token-of-a")
 
 
 class Clock:
@@ -76,7 +76,7 @@ def test_requests_in_flight_are_capped_until_one_is_answered() -> None:
 
 def test_one_experiments_flood_leaves_another_its_share() -> None:
     fair, _ = share()
-    other = repo.hash_token("token-of-b")
+    other = experiments.hash_token("token-of-b")
     fair.know(other)
     for _ in range(BUDGET.burst):
         admitted(fair.admit(TOKEN, "10.0.0.1"))
@@ -89,8 +89,8 @@ def test_one_experiments_flood_leaves_another_its_share() -> None:
 def test_made_up_tokens_share_their_address_budget_and_a_known_token_is_not_charged_to_it() -> None:
     fair, _ = share()
     for index in range(BUDGET.burst):
-        admitted(fair.admit(repo.hash_token(f"made-up-{index}"), "10.0.0.9"))
-    refused = fair.admit(repo.hash_token("made-up-next"), "10.0.0.9")
+        admitted(fair.admit(experiments.hash_token(f"made-up-{index}"), "10.0.0.9"))
+    refused = fair.admit(experiments.hash_token("made-up-next"), "10.0.0.9")
     assert isinstance(refused, Refusal)
     assert "from this address without a token the grader knows" in refused.message
     assert isinstance(fair.admit(None, "10.0.0.9"), Refusal)  # no token at all: the same address
@@ -103,10 +103,10 @@ def test_made_up_tokens_share_their_address_budget_and_a_known_token_is_not_char
 def test_budgets_kept_are_bounded() -> None:
     fair, _ = share(max_keys=50)
     for index in range(1000):
-        admitted(fair.admit(repo.hash_token(f"spray-{index}"), f"10.1.{index // 250}.{index % 250}"))
+        admitted(fair.admit(experiments.hash_token(f"spray-{index}"), f"10.1.{index // 250}.{index % 250}"))
     assert len(fair._buckets) <= 50
     for index in range(1000):
-        fair.know(repo.hash_token(f"spray-{index}"))
+        fair.know(experiments.hash_token(f"spray-{index}"))
     assert len(fair._known) <= 50
 
 
@@ -117,7 +117,7 @@ def test_a_budget_with_requests_in_flight_is_never_dropped_for_room() -> None:
     held = [fair.admit(TOKEN, "10.0.0.1") for _ in range(BUDGET.in_flight)]
     assert all(isinstance(h, Admission) for h in held)
     for index in range(1000):
-        admitted(fair.admit(repo.hash_token(f"spray-{index}"), f"10.1.{index // 250}.{index % 250}"))
+        admitted(fair.admit(experiments.hash_token(f"spray-{index}"), f"10.1.{index // 250}.{index % 250}"))
     assert len(fair._buckets) <= 50
     refused = fair.admit(TOKEN, "10.0.0.1")
     assert isinstance(refused, Refusal) and refused.retry_after_s == IN_FLIGHT_RETRY_AFTER_S

@@ -42,8 +42,7 @@ from autorl.errors import (
 )
 from autorl.eval_config import EvalConfig
 from autorl.layout import BUILTIN_PREFIX
-from autorl.store import Database, EvaluationCache, Split, migrate
-from autorl.store import repository as repo
+from autorl.store import Database, EvaluationCache, Split, caches, migrate
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import Problem
 from autorl.uncertainty import Evaluated, accuracy_interval, comparison_of
@@ -256,7 +255,7 @@ def _result(
     from autorl_evaluator.jobs import evaluate_snapshot
 
     with db.session() as session:
-        kept = repo.cached_evaluation(session, fingerprint=snapshot.fingerprint, eval_key=evaluated.key)
+        kept = caches.cached_evaluation(session, fingerprint=snapshot.fingerprint, eval_key=evaluated.key)
         if kept is not None:
             session.expunge(kept)
     if kept is not None:
@@ -291,7 +290,7 @@ def _result(
         eval_seconds=seconds,
     )
     with db.session() as session:
-        kept = repo.remember_evaluation(session, row)
+        kept = caches.remember_evaluation(session, row)
         session.flush()
         session.expunge(kept)
     return kept

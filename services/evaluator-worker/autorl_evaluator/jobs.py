@@ -37,8 +37,18 @@ from autorl.errors import AutoRLError
 from autorl.eval_config import EvalConfig
 from autorl.models.sources import resolve_model
 from autorl.provenance.lineage import BASE, lineage
-from autorl.store import Database, Experiment, FailureReason, Split, Submission
-from autorl.store import repository as repo
+from autorl.store import (
+    Database,
+    Experiment,
+    FailureReason,
+    Split,
+    Submission,
+    claims,
+    eval_keys,
+    outcomes,
+    sealed_final,
+    submissions,
+)
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, Task, split_sha256
 from autorl.uncertainty import encode_correctness, problems_digest
@@ -76,7 +86,7 @@ def _lease(db: Database, submission_id: int, worker: str, lease_s: float) -> Ite
         while not stop.wait(lease_s / LEASE_RENEWALS):
             try:
                 with db.session() as session:
-                    repo.renew_lease(session, submission_id, worker=worker, lease_s=lease_s)
+                    claims.renew_lease(session, submission_id, worker=worker, lease_s=lease_s)
             except AutoRLError as exc:
                 log.warning("event=lease_renew_failed submission=%d reason=%s", submission_id, exc)
 
@@ -168,14 +178,14 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
     db = _database(settings.database_url)
     worker = worker_name()
     with db.session() as session:
-        if not repo.claim(session, submission_id, worker=worker, lease_s=settings.eval_lease_s):
+        if not claims.claim(session, submission_id, worker=worker, lease_s=settings.eval_lease_s):
             log.info("event=claim_skipped submission=%d", submission_id)
             return {"submission_id": submission_id, "claimed": False}
-        submission: Submission = repo.get_submission(session, submission_id)
+        submission: Submission = submissions.get_submission(session, submission_id)
         experiment: Experiment = submission.experiment
         split_name = submission.split
         # A sealed experiment's validation evaluation is recorded under the validation config.
-        recorded_config = repo.recorded_config(submission)
+        recorded_config = eval_keys.recorded_config(submission)
         snapshot, task_name, attempt = submission.snapshot, experiment.task, submission.attempts
         # A scored validation checkpoint may be the one the final test evaluation takes: the
         # grader decides, under the experiment's lock, which one it keeps (the best on
@@ -236,18 +246,24 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             reason = FailureReason.EVALUATION if test_data_loaded else FailureReason.SETUP
             if isinstance(exc, BudgetExceededError):
                 reason = FailureReason.TIMEOUT  # the checkpoint's: it counts against the limit
-            final = repo.record_failure(session, submission_id, error=message, reason=reason, worker=worker)
+            final = outcomes.record_failure(
+                session, submission_id, error=message, reason=reason, worker=worker
+            )
             # Still needed: a copy that waited for this evaluation takes its snapshot, and a final
             # that failed for the evaluator's own fault is made again from it.
-            needed = final and snapshot is not None and repo.snapshot_in_use(session, submission_id, snapshot)
+            needed = (
+                final
+                and snapshot is not None
+                and sealed_final.snapshot_in_use(session, submission_id, snapshot)
+            )
         if final and snapshot and not needed:
             _remove_snapshot(settings, snapshot)
         return {"submission_id": submission_id, "claimed": True, "status": "failed", "error": message}
     with db.session() as session:
-        repo.record_evaluation_key(
+        eval_keys.record_evaluation_key(
             session, submission_id, worker=worker, evaluated=evaluated.stored(), key=evaluated.key
         )
-        recorded = repo.record_score(
+        recorded = outcomes.record_score(
             session,
             submission_id,
             worker=worker,

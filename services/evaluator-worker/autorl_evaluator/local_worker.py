@@ -18,8 +18,7 @@ import time
 from autorl.errors import ServiceUnavailableError
 from autorl.parent_death import dying_with_parent
 from autorl.process_group import kill_group
-from autorl.store import Database, FailureReason
-from autorl.store import repository as repo
+from autorl.store import Database, FailureReason, claims, eval_keys, outcomes
 from autorl_evaluator.gpu_memory import visible_gpu_memory
 from autorl_evaluator.metrics import WorkerMetrics
 from autorl_evaluator.settings import WorkerSettings
@@ -64,7 +63,7 @@ class LocalWorker:
         while not self.stopping:
             try:
                 with self.db.session() as session:
-                    submission_id = repo.next_claimable_id(session)
+                    submission_id = claims.next_claimable_id(session)
             except ServiceUnavailableError as exc:
                 log.warning("event=poll_failed reason=%s", exc)
                 submission_id = None
@@ -129,13 +128,13 @@ def evaluation_limit_s(db: Database, submission_id: int, own_timeout_s: int) -> 
     """The recorded config's hard timeout, as the evaluation itself obeys it (not this worker's);
     the process that runs it gets :data:`CHILD_MARGIN_S` more."""
     with db.session() as session:
-        return repo.evaluation_timeout_s(session, submission_id, own_timeout_s)
+        return eval_keys.evaluation_timeout_s(session, submission_id, own_timeout_s)
 
 
 def record_timeout(db: Database, submission_id: int, limit_s: int) -> None:
     """Fail a submission whose evaluation process was killed at its hard timeout."""
     with db.session() as session:
-        repo.record_failure(
+        outcomes.record_failure(
             session,
             submission_id,
             error=f"evaluation exceeded its hard timeout of {limit_s} s and was "

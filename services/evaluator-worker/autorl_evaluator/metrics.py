@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from autorl.errors import AutoRLError
 from autorl.store import Database, Submission
-from autorl.store.stats import EVALUATION_DURATION_BUCKETS
+from autorl.store.metric_counts import EVALUATION_DURATION_BUCKETS
 
 log = logging.getLogger("autorl.evaluator.metrics")
 METRICS_PORT_ENV = "AUTORL_WORKER_METRICS_PORT"

@@ -20,8 +20,7 @@ import threading
 from types import TracebackType
 
 from autorl.errors import ServiceUnavailableError
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, evaluator_presence
 from autorl_evaluator.settings import WorkerSettings
 
 log = logging.getLogger("autorl.evaluator.presence")
@@ -58,7 +57,7 @@ class Presence:
     def _write_report(self) -> None:
         try:
             with self.db.session() as session:
-                repo.report_evaluator(
+                evaluator_presence.report_evaluator(
                     session, name=self.name, queue=self.settings.work_queue, backends=self.backends
                 )
         except Exception as exc:
@@ -87,7 +86,7 @@ class Presence:
         with self._writing:  # waits for a report in flight; none starts after this
             try:
                 with self.db.session() as session:
-                    repo.forget_evaluator(session, self.name)
+                    evaluator_presence.forget_evaluator(session, self.name)
             except ServiceUnavailableError as exc:
                 log.warning("event=presence_forget_failed reason=%s", exc)
         self._thread.join(timeout=self.settings.evaluator_heartbeat_s + 5)

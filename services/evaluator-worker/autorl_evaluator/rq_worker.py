@@ -38,8 +38,7 @@ from rq.worker import SHUTDOWN_SIGNAL
 
 from autorl.errors import AutoRLError
 from autorl.queue import EVALUATE_JOB, Dispatcher, job_id
-from autorl.store import Database, FailureReason
-from autorl.store import repository as repo
+from autorl.store import Database, FailureReason, outcomes
 from autorl_evaluator import local_worker
 from autorl_evaluator.metrics import WorkerMetrics
 from autorl_evaluator.warm_child import EvaluationStoppedError, WarmChild
@@ -121,7 +120,7 @@ def record_stopped(db: Database, submission_id: int, pid: int) -> bool:
     from autorl_evaluator.jobs import worker_prefix
 
     with db.session() as session:
-        failed = repo.record_failure(
+        failed = outcomes.record_failure(
             session,
             submission_id,
             error=STOPPED_ERROR,

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from autorl.store import Split, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Split, Submission, SubmissionStatus, eval_keys
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.settings import WorkerSettings
 
@@ -108,7 +107,7 @@ def evaluation_budget(
     details = measured.details or {}
     # The batch size is no part of the key (it changes no score) but changes the time.
     measured_config = details.get("eval_config")
-    own_config = repo.recorded_config(submission)
+    own_config = eval_keys.recorded_config(submission)
     if not isinstance(measured_config, dict) or measured_config.get("batch_size") != own_config.get(
         "batch_size"
     ):

@@ -1,7 +1,7 @@
 """Heavy agent answers kept per experiment until its submissions change: ``GET /scores`` builds one
 view per submission (hundreds of KB for a hundred submissions with long paths), which an agent
 can ask for in a loop. Each entry is the answer's encoded body, kept under the version of the
-experiment's submissions it was built from (``repository.submissions_version``: their count and
+experiment's submissions it was built from (``autorl.store.submissions.submissions_version``: their count and
 the sum of their revisions, which every insert or update raises). A request reads the version, one
 indexed aggregate, and is answered from the cache only when it is unchanged, so no answer is ever
 staler than the database, whichever grader replica or evaluator changed it.

@@ -9,7 +9,7 @@ most its share of the grader's threads, CPU and database, and the others keep th
 
 Whose budget a request is charged to comes from the request alone, never from the database: the
 experiment token of the capability URL ``/a/<token>/...`` or of ``Authorization: Bearer``, as its
-hash (``repo.hash_token``). A token that the grader has found in its database is charged to its own
+hash (``experiments.hash_token``). A token that the grader has found in its database is charged to its own
 budget only: :meth:`FairShare.know` is called where a request is authenticated and where an
 experiment is registered, and :meth:`FairShare.know_all` with every experiment's token when the
 grader starts and on each pass of its reconciler, so that a restarted grader or another replica
@@ -48,7 +48,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from autorl.store import repository as repo
+from autorl.store import experiments
 
 #: Budgets (and known tokens) kept at most; past it the least recently used one is dropped.
 BUDGET_KEYS = 10_000
@@ -246,7 +246,7 @@ class FairShareLayer:
             await self.app(scope, receive, send)
             return
         token = request_token(scope)
-        token_hash = repo.hash_token(token) if token is not None else None
+        token_hash = experiments.hash_token(token) if token is not None else None
         address = scope["client"][0] if scope.get("client") else None
         CLIENT.set(f"experiment:{token_hash[:12]}" if token_hash is not None else f"address:{address}")
         decision = self.fair_share.admit(token_hash, address)

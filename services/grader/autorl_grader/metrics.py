@@ -1,6 +1,6 @@
 """The grader's Prometheus metrics (docs/OPERATIONS.md lists each one).
 
-Every value is read from the database when `/metrics` is scraped (`autorl.store.stats`), none is
+Every value is read from the database when `/metrics` is scraped (`autorl.store.metric_counts`), none is
 counted in this process: the grader may run as several processes or replicas, and each of them
 answers the same store-wide numbers, before and after a restart.
 """
@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from autorl.errors import ServiceUnavailableError
 from autorl.store import Database
-from autorl.store.stats import StoreStats, store_stats
+from autorl.store.metric_counts import StoreStats, store_stats
 
 
 def _labelled(

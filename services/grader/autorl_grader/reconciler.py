@@ -8,8 +8,7 @@ import logging
 import threading
 
 from autorl.errors import ServiceUnavailableError
-from autorl.store import FailureReason, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import FailureReason, SubmissionStatus, claims, outcomes
 from autorl_grader.state import GraderState
 from autorl_grader.submissions import prune_orphan_snapshots
 
@@ -21,9 +20,9 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
     failed = 0
     requeued: set[int] = set()
     with state.db.session() as session:
-        for submission in repo.stale_submissions(session):
+        for submission in claims.stale_submissions(session):
             if submission.attempts >= state.settings.max_eval_attempts:
-                repo.record_failure(
+                outcomes.record_failure(
                     session,
                     submission.id,
                     error=f"evaluation was interrupted {submission.attempts} times (its worker stopped); "
@@ -36,7 +35,7 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
                 submission.worker = None
                 submission.lease_expires_at = None
                 requeued.add(submission.id)
-        settled = repo.settle_orphaned_waiting(session)
+        settled = outcomes.settle_orphaned_waiting(session)
     if requeued:
         state.dispatcher.discard_jobs(requeued)
     enqueued = state.dispatcher.dispatch(state.db)

@@ -11,8 +11,7 @@ import weakref
 from starlette.concurrency import run_in_threadpool
 
 from autorl.errors import ServiceUnavailableError
-from autorl.store import Database
-from autorl.store import repository as repo
+from autorl.store import Database, submissions
 
 log = logging.getLogger("autorl.grader")
 #: Seconds between two reads of the awaited submissions' statuses.
@@ -79,4 +78,4 @@ class ResultWaits:
 
     def _final_ids(self, submission_ids: list[int]) -> list[int]:
         with self._db.read_session() as session:
-            return repo.final_submission_ids(session, submission_ids)
+            return submissions.final_submission_ids(session, submission_ids)

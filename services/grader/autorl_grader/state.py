@@ -9,8 +9,7 @@ from anyio import CapacityLimiter
 from prometheus_client import CollectorRegistry
 
 from autorl.queue import Dispatcher, make_dispatcher
-from autorl.store import Database, Experiment
-from autorl.store import repository as repo
+from autorl.store import Database, Experiment, experiments
 from autorl_grader.answer_cache import AnswerCache
 from autorl_grader.expiring_cache import ExpiringCache
 from autorl_grader.fair_share import Budget, FairShare
@@ -59,7 +58,7 @@ class GraderState:
         experiments, as many as it keeps): the ones another replica registered, or registered before
         this process started, are charged to their own budgets from their first request."""
         with self.db.read_session() as session:
-            hashes = repo.recent_token_hashes(session, self.fair_share.max_keys)
+            hashes = experiments.recent_token_hashes(session, self.fair_share.max_keys)
         self.fair_share.know_all(hashes)
 
     def forget_experiment(self, name: str) -> None:

@@ -31,8 +31,19 @@ from autorl.errors import (
     ServiceUnavailableError,
     SubmissionLimitError,
 )
-from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import (
+    Experiment,
+    Feedback,
+    Split,
+    Submission,
+    SubmissionStatus,
+    caches,
+    eval_keys,
+    experiments,
+    sealed_final,
+    submission_filters,
+    submissions,
+)
 from autorl.store.models import utcnow
 from autorl_grader.state import GraderState
 from autorl_grader.views import agent_submission_view, display_path, pending_view, submission_view
@@ -80,7 +91,7 @@ def check_open(experiment: Experiment) -> None:
 
 
 def check_limit(count: int, experiment: Experiment) -> None:
-    """``count``: :func:`repo.limited_submissions_count` of ``experiment``, locked for update."""
+    """``count``: :func:`submissions.limited_submissions_count` of ``experiment``, locked for update."""
     if count >= experiment.max_submissions:
         # GET /scores lists submissions only: say what else took part of the limit.
         refused = experiment.costly_refusals or 0
@@ -125,7 +136,7 @@ class _HeldSnapshot:
         """The new submission's id. One that is final at once (it reuses a score) lets go of the
         snapshot, and so does a copy that waits for an identical evaluation of its experiment (it
         takes that one's result; should that fail, it takes that one's snapshot,
-        :func:`repo.settle_waiting`); one to evaluate keeps it for the evaluator."""
+        :func:`outcomes.settle_waiting`); one to evaluate keeps it for the evaluator."""
         self.queued = not submission.status.final
         self.kept = self.queued and submission.waits_for is None
         if not self.kept:
@@ -158,13 +169,13 @@ def check_share(
     of the evaluator storage already (``snapshots_per_experiment``): 503 with a Retry-After, before
     any file is read, not counted against the limit. The storage is shared by every experiment, so
     one experiment's queue must not fill it for the others. Counted is what its submissions hold
-    (:func:`repo.held_snapshots`); :func:`reserve_snapshot` has removed what they let go.
+    (:func:`sealed_final.held_snapshots`); :func:`reserve_snapshot` has removed what they let go.
     ``replacing_kept``: the new snapshot, once committed, replaces the one kept for the final (a
     nomination's), which is then not counted: an experiment exceeds its share by that one copy at
     most, while it is taken (one copy of an experiment at a time)."""
     share = state.settings.snapshots_per_experiment
-    held = repo.held_snapshots(session, experiment)
-    kept = repo.kept_for_final(session, experiment) if replacing_kept else None
+    held = sealed_final.held_snapshots(session, experiment)
+    kept = sealed_final.kept_for_final(session, experiment) if replacing_kept else None
     if kept is not None and not kept.is_baseline:
         held -= 1
     if held >= share:
@@ -194,14 +205,14 @@ def reserve_snapshot(
         # before its share is counted, so the count is what the storage holds.
         release_snapshots(state, experiment.name)
         with state.db.session() as session:
-            locked = repo.get_experiment(session, experiment.name, for_update=True)
+            locked = experiments.get_experiment(session, experiment.name, for_update=True)
             if checks is None:
                 check_open(locked)
-                check_limit(repo.limited_submissions_count(session, locked), locked)
+                check_limit(submissions.limited_submissions_count(session, locked), locked)
             else:
                 checks(session, locked)
             check_share(state, session, locked, replacing_kept=checks is not None)
-            if repo.take_snapshot_lease(locked, holder, state.settings.snapshot_lease_s):
+            if experiments.take_snapshot_lease(locked, holder, state.settings.snapshot_lease_s):
                 return
         if time.monotonic() + SNAPSHOT_LEASE_POLL_S > deadline:
             raise ServiceUnavailableError(
@@ -250,7 +261,7 @@ def under_lease(
         raise count_refusal(state, experiment, holder, exc) from exc
     except BaseException:
         with state.db.session() as session:
-            repo.release_snapshot_lease(session, experiment.id, holder)
+            experiments.release_snapshot_lease(session, experiment.id, holder)
         raise
 
 
@@ -263,10 +274,10 @@ def count_refusal(
     gets (still a 400): the reason, that it counted, how many submissions are left and the fix.
     Refusals found before any weight data is read are not counted (:func:`reserve_snapshot`)."""
     with state.db.session() as session:
-        locked = repo.get_experiment(session, experiment.name, for_update=True)
-        left = repo.count_costly_refusal(session, locked)
+        locked = experiments.get_experiment(session, experiment.name, for_update=True)
+        left = submissions.count_costly_refusal(session, locked)
         limit = locked.max_submissions
-        repo.release_snapshot_lease(session, locked.id, holder)
+        experiments.release_snapshot_lease(session, locked.id, holder)
     log.warning(
         "event=submission_refused_after_read experiment=%s submissions_left=%d", experiment.name, left
     )
@@ -288,19 +299,19 @@ def _snapshot_and_commit(
         # Refuse before writing anything when the queue is down: no half-accepted submission.
         state.dispatcher.ping()
         with state.db.session() as session:
-            locked = repo.get_experiment(session, experiment.name, for_update=True)
+            locked = experiments.get_experiment(session, experiment.name, for_update=True)
             check_open(locked)
-            check_limit(repo.limited_submissions_count(session, locked), locked)
-            submission = repo.create_submission(
+            check_limit(submissions.limited_submissions_count(session, locked), locked)
+            submission = submissions.create_submission(
                 session,
                 locked,
                 model_path=shown_path,
                 fingerprint=snapshot.fingerprint,
                 snapshot=snapshot.name,
                 ignored_files=list(snapshot.ignored_files),
-                split=repo.feedback_split(locked),
+                split=experiments.feedback_split(locked),
             )
-            repo.release_snapshot_lease(session, locked.id, holder)
+            experiments.release_snapshot_lease(session, locked.id, holder)
             submission_id = held.attach(submission)
     return submission_id, held.queued
 
@@ -325,7 +336,7 @@ def request_baseline(state: GraderState, name: str) -> int:
     nothing the agent is shown of it (a copy of the base model waiting for its result, too) takes
     the test evaluation's time."""
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, name)
+        experiment = experiments.get_experiment(session, name)
         sealed = experiment.feedback == Feedback.SEALED
     if sealed:
         _request_baseline_on(state, name, Split.VALIDATION)
@@ -340,25 +351,25 @@ def _baseline_id(experiment: Experiment, split: Split) -> int | None:
 
 def _request_baseline_on(state: GraderState, name: str, split: Split) -> int:
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, name)
+        experiment = experiments.get_experiment(session, name)
         existing = _baseline_id(experiment, split)
         if existing is not None:
             return existing
         base_dir = experiment.base_model_dir
     snapshot = snapshot_base_model(Path(base_dir), snapshot_root(state))
     with _held_until_committed(snapshot) as held, state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
+        experiment = experiments.get_experiment(session, name, for_update=True)
         existing = _baseline_id(experiment, split)
         if existing is not None:
             return existing
-        cached = repo.cached_baseline(
+        cached = caches.cached_baseline(
             session,
             task=experiment.task,
             model=experiment.model,
-            eval_key=repo.experiment_key(experiment, split),
+            eval_key=eval_keys.experiment_key(experiment, split),
         )
         reusable = cached is not None and cached.fingerprint == snapshot.fingerprint
-        submission = repo.create_submission(
+        submission = submissions.create_submission(
             session,
             experiment,
             model_path=base_dir,
@@ -384,16 +395,16 @@ def nominate(state: GraderState, experiment: Experiment, number: int) -> Submiss
     in the experiment's turn (autorl_grader.snapshot_slots), as a submit is.
 
     A running sealed experiment keeps only the snapshot its final would take now (the best on
-    validation, :func:`repo.snapshot_holders`). A submission whose snapshot was let go is nominated
+    validation, :func:`sealed_final.snapshot_holders`). A submission whose snapshot was let go is nominated
     from its folder, which must still hold the files that were scored (:func:`_nominate_from_folder`)."""
     with state.db.session() as session:
-        locked = repo.get_experiment(session, experiment.name, for_update=True)
+        locked = experiments.get_experiment(session, experiment.name, for_update=True)
         if locked.feedback == Feedback.SEALED:
             _check_budget_open(locked)
-        candidate = repo.nomination_candidate(session, locked, number)
+        candidate = sealed_final.nomination_candidate(session, locked, number)
         nominated = None
         if _has_its_snapshot(state, session, candidate):
-            nominated = repo.nominate(session, locked, number)
+            nominated = sealed_final.nominate(session, locked, number)
             released = forget_released(session, locked)  # the best on validation, when not this one
             session.flush()
             session.expunge(nominated)
@@ -409,7 +420,7 @@ def nominate(state: GraderState, experiment: Experiment, number: int) -> Submiss
 def _has_its_snapshot(state: GraderState, session: Session, chosen: Submission) -> bool:
     """Whether a final of ``chosen`` has its files: the snapshot it would evaluate is kept, or it
     needs none (the base model's files, whose score on test is the baseline's)."""
-    source = repo.final_source(session, chosen)
+    source = sealed_final.final_source(session, chosen)
     if source is None:
         return True
     return source.snapshot is not None and (snapshot_root(state) / source.snapshot / "config.json").is_file()
@@ -427,9 +438,9 @@ def _nominate_from_folder(state: GraderState, experiment: Experiment, number: in
     def checks(session: Session, locked: Experiment) -> None:
         nonlocal model_path
         _check_budget_open(locked)
-        candidate = repo.nomination_candidate(session, locked, number)
+        candidate = sealed_final.nomination_candidate(session, locked, number)
         model_path = candidate.model_path
-        if repo.limited_submissions_count(session, locked) >= locked.max_submissions:
+        if submissions.limited_submissions_count(session, locked) >= locked.max_submissions:
             # Reading the folder again may cost a submission (a costly refusal): none is left.
             raise CheckpointError(
                 f"submission {number}'s files are no longer kept (only the best on validation's "
@@ -472,24 +483,24 @@ def _snapshot_and_nominate(
         ) from exc
     with _held_until_committed(snapshot) as held:
         with state.db.session() as session:
-            scored = repo.agent_submission(session, experiment, number).fingerprint
+            scored = submissions.agent_submission(session, experiment, number).fingerprint
         # Outside the experiment's lock: where the fingerprints differ, ``holds`` reads the whole
         # snapshot again (the scheme before), which must not stall the experiment's other requests.
         unchanged = snapshot.holds(scored)
         with state.db.session() as session:
-            locked = repo.get_experiment(session, experiment.name, for_update=True)
+            locked = experiments.get_experiment(session, experiment.name, for_update=True)
             _check_budget_open(locked)
-            chosen = repo.nomination_candidate(session, locked, number)
+            chosen = sealed_final.nomination_candidate(session, locked, number)
             if not unchanged or chosen.fingerprint != scored:
                 # Known only once every weight was read and hashed: a costly refusal.
                 raise CostlyCheckpointError(
                     f"submission {number}'s folder {shown} no longer holds the files that were "
                     f"scored; {unchanged_fix}"
                 )
-            nominated = repo.nominate(session, locked, number)
+            nominated = sealed_final.nominate(session, locked, number)
             nominated.snapshot = snapshot.name
             held.keep()
-            repo.release_snapshot_lease(session, locked.id, holder)
+            experiments.release_snapshot_lease(session, locked.id, holder)
             released = forget_released(session, locked)
             session.flush()
             session.expunge(nominated)
@@ -521,18 +532,19 @@ def begin_final(state: GraderState, name: str) -> int | None:
     budget: of the nominated submission, else the best on validation (ties: the earliest). It
     evaluates that submission's snapshot, kept for this (:func:`prune_orphan_snapshots`). A final
     that failed for a reason of the platform's computed no score (before the test split was loaded,
-    or for the evaluator's own fault: :func:`repo.failed_without_a_test_evaluation`): asked again,
-    this makes a new one of the same submission, up to ``MAX_FINAL_ATTEMPTS`` in all. Returns the
+    or for the evaluator's own fault:
+    :func:`autorl.store.submission_filters.failed_without_a_test_evaluation`): asked again, this makes
+    a new one of the same submission, up to ``MAX_FINAL_ATTEMPTS`` in all. Returns the
     final's id, or None when the experiment is not sealed or nothing was scored."""
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
+        experiment = experiments.get_experiment(session, name, for_update=True)
         if experiment.feedback != Feedback.SEALED:
             return None
-        previous = repo.final_submission(session, experiment)
+        previous = sealed_final.final_submission(session, experiment)
         if previous is not None and not (
-            repo.failed_for_the_platform(previous)
+            submission_filters.failed_for_the_platform(previous)
             and not experiment.status.finished
-            and repo.final_attempts(session, experiment) < MAX_FINAL_ATTEMPTS
+            and sealed_final.final_attempts(session, experiment) < MAX_FINAL_ATTEMPTS
         ):
             return previous.id
         if experiment.status.finished:
@@ -541,7 +553,7 @@ def begin_final(state: GraderState, name: str) -> int | None:
                 "it finishes"
             )
         if previous is None:
-            chosen, selection = repo.final_choice(session, experiment)
+            chosen, selection = sealed_final.final_choice(session, experiment)
             if chosen is None:
                 return None
             source = chosen
@@ -555,7 +567,7 @@ def begin_final(state: GraderState, name: str) -> int | None:
             selection = "again after a failure of the platform's"
             snapshot = previous.snapshot
             previous.snapshot = None
-        final = repo.create_submission(
+        final = submissions.create_submission(
             session,
             experiment,
             model_path=chosen.model_path,
@@ -583,10 +595,10 @@ def begin_final(state: GraderState, name: str) -> int | None:
 
 def forget_released(session: Session, experiment: Experiment) -> list[str]:
     """Let go of the snapshots of ``experiment`` (a row locked for update) that no submission holds
-    any more (:func:`repo.snapshot_holders`): their rows forget them in this transaction. Returns
+    any more (:func:`sealed_final.snapshot_holders`): their rows forget them in this transaction. Returns
     the names to remove from the storage once it is committed (:func:`remove_released`): until
     then a nomination still finds the row naming its files, after it takes them again."""
-    holders = repo.snapshot_holders(session, experiment)
+    holders = sealed_final.snapshot_holders(session, experiment)
     kept_rows = {row.id for row in holders}
     kept = {row.snapshot for row in holders}
     released = set()
@@ -613,7 +625,7 @@ def release_snapshots(state: GraderState, name: str) -> list[str]:
     """Remove the snapshots experiment ``name`` no longer holds (:func:`forget_released`), in a
     transaction of its own under its row lock. Returns their names."""
     with state.db.session() as session:
-        released = forget_released(session, repo.get_experiment(session, name, for_update=True))
+        released = forget_released(session, experiments.get_experiment(session, name, for_update=True))
     return remove_released(state, released)
 
 
@@ -652,8 +664,8 @@ def _load(
     state: GraderState, experiment_name: str, submission_id: int, agent: bool
 ) -> tuple[Submission, SubmissionAnswer | PendingAnswer]:
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, experiment_name)
-        submission = repo.get_submission(session, submission_id, experiment)
+        experiment = experiments.get_experiment(session, experiment_name)
+        submission = submissions.get_submission(session, submission_id, experiment)
         if not submission.status.final:
             return submission, pending_view(session, submission, agent=agent)
         view = agent_submission_view if agent else submission_view

@@ -34,8 +34,18 @@ from autorl.api.answers import (
 )
 from autorl.provenance.lineage import experiment_lineage, submission_lineage
 from autorl.runs.final_result import final_view, uncertainty_view
-from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import (
+    Experiment,
+    Feedback,
+    Split,
+    Submission,
+    SubmissionStatus,
+    claims,
+    evaluator_presence,
+    experiments,
+    sealed_final,
+    submissions,
+)
 from autorl.store.models import utcnow
 from autorl.uncertainty import Evaluated
 from autorl.wait_reasons import baseline_wait
@@ -70,7 +80,7 @@ def display_path(experiment: Experiment, path: str) -> str:
 
 
 def baseline_score(session: Session, experiment: Experiment, split: Split = Split.TEST) -> float | None:
-    baseline = repo.baseline_submission(session, experiment, split)
+    baseline = submissions.baseline_submission(session, experiment, split)
     return baseline.score if baseline is not None and baseline.status == SubmissionStatus.SCORED else None
 
 
@@ -104,12 +114,12 @@ def own_reused_from(session: Session, experiment: Experiment, submission: Submis
 
 def agent_number(experiment: Experiment, submission: Submission) -> int | None:
     """The agent's number of ``submission``: its own submissions' (1, 2, ...), or
-    :data:`repo.BASELINE_NUMBER` for the baseline on the split it is scored on; None for what the
+    :data:`submissions.BASELINE_NUMBER` for the baseline on the split it is scored on; None for what the
     agent never sees (a sealed experiment's evaluations on the test split)."""
     if submission.number is not None:
         return submission.number
-    if submission.is_baseline and submission.split == repo.feedback_split(experiment):
-        return repo.BASELINE_NUMBER
+    if submission.is_baseline and submission.split == experiments.feedback_split(experiment):
+        return submissions.BASELINE_NUMBER
     return None
 
 
@@ -140,14 +150,14 @@ class ExperimentTotals:
         """The totals as the agent is shown them: against the baseline on the split its
         submissions are scored on (sealed: validation), or on ``split`` (an operator's view of
         a sealed experiment's test evaluations)."""
-        split = split or repo.feedback_split(experiment)
+        split = split or experiments.feedback_split(experiment)
         baseline = baseline_score(session, experiment, split)
-        baseline_row = repo.baseline_submission(session, experiment, split)
-        best = repo.best_submission(session, experiment)
+        baseline_row = submissions.baseline_submission(session, experiment, split)
+        best = submissions.best_submission(session, experiment)
         return cls(
             baseline_score=baseline,
             best=best_view(experiment, best, baseline),
-            total_submissions=repo.agent_submissions_count(session, experiment),
+            total_submissions=submissions.agent_submissions_count(session, experiment),
             baseline=Evaluated.of(baseline_row) if baseline is not None and baseline_row else None,
             agent_best=best_view(experiment, best, baseline, agent=True),
         )
@@ -204,7 +214,7 @@ def _submission_fields(
     baseline = totals.baseline_score
     pending: dict[str, Any] = {}
     if not submission.status.final:
-        pending["queue_position"] = repo.queue_position(session, submission)
+        pending["queue_position"] = submissions.queue_position(session, submission)
     return dict(
         submission_id=submission.id,
         status=_status(submission),
@@ -241,7 +251,7 @@ def _submission_fields(
 def scores_view(session: Session, experiment: Experiment, *, after: int, limit: int) -> ScoresAnswer:
     """``GET /scores``: the agent's submissions numbered above ``after``, at most ``limit``, each as
     :func:`agent_submission_view` shows it; ``next_after`` set while more follow."""
-    rows, more = repo.agent_submissions_page(session, experiment, after=after, limit=limit)
+    rows, more = submissions.agent_submissions_page(session, experiment, after=after, limit=limit)
     totals = ExperimentTotals.read(session, experiment)
     return ScoresAnswer(
         experiment=experiment.name,
@@ -261,7 +271,7 @@ def pending_view(session: Session, submission: Submission, *, agent: bool = Fals
     return PendingAnswer(
         submission_id=shown,
         status=cast(PendingStatusName, submission.status.value),
-        queue_position=repo.queue_position(session, submission),
+        queue_position=submissions.queue_position(session, submission),
         ignored_files=submission.ignored_files or [],
     )
 
@@ -307,14 +317,14 @@ class Availability:
 def availability_view(session: Session, experiment: Experiment, availability: Availability) -> dict[str, Any]:
     """How many evaluators take this experiment's work and, while its baseline waits for one, why."""
     backend = str(experiment.eval_config.get("backend", "hf"))
-    evaluators = repo.live_evaluators(
+    evaluators = evaluator_presence.live_evaluators(
         session, queue=availability.queue, backend=backend, alive_s=availability.alive_s
     )
-    baseline = repo.baseline_submission(session, experiment)
+    baseline = submissions.baseline_submission(session, experiment)
     waiting = None
     if baseline is not None and baseline.status == SubmissionStatus.QUEUED and not experiment.status.finished:
         waited_s = max(0.0, (utcnow() - baseline.created_at).total_seconds())
-        position = repo.evaluation_order_position(session, baseline.waits_for or baseline.id)
+        position = claims.evaluation_order_position(session, baseline.waits_for or baseline.id)
         reason, message = baseline_wait(
             position=position,
             evaluators=evaluators,
@@ -346,16 +356,18 @@ def experiment_view(
     session: Session, experiment: Experiment, availability: Availability | None = None
 ) -> ExperimentAnswer:
     sealed = experiment.feedback == Feedback.SEALED
-    baseline_row = repo.baseline_submission(session, experiment)
-    validation_row = repo.baseline_submission(session, experiment, Split.VALIDATION) if sealed else None
+    baseline_row = submissions.baseline_submission(session, experiment)
+    validation_row = (
+        submissions.baseline_submission(session, experiment, Split.VALIDATION) if sealed else None
+    )
     baseline = baseline_score(session, experiment)
-    best = repo.best_submission(session, experiment)
+    best = submissions.best_submission(session, experiment)
     agent_rows = [
         s
-        for s in repo.experiment_submissions(session, experiment)
+        for s in submissions.experiment_submissions(session, experiment)
         if not s.is_baseline and s.final_of is None
     ]
-    timing = time_view(experiment, repo.last_submit_time(session, experiment))
+    timing = time_view(experiment, submissions.last_submit_time(session, experiment))
     final = final_view(session, experiment)
     fields: dict[str, Any] = {
         "name": experiment.name,
@@ -376,7 +388,7 @@ def experiment_view(
         else None,
         "validation_baseline_status": _status(validation_row) if validation_row else None,
         "final": FinalResult.model_validate(final) if final is not None else None,
-        "test_evaluations": repo.test_evaluations(session, experiment),
+        "test_evaluations": sealed_final.test_evaluations(session, experiment),
         "test_overlap": experiment.test_overlap,
         "twin_score": experiment.twin_score,
         "twin_p_value": experiment.twin_p_value,
@@ -385,13 +397,14 @@ def experiment_view(
         "best_submission": best.id if best else None,
         # Against the baseline on the split the best was scored on (sealed: validation).
         "improvement": _improvement(
-            best.score if best else None, baseline_score(session, experiment, repo.feedback_split(experiment))
+            best.score if best else None,
+            baseline_score(session, experiment, experiments.feedback_split(experiment)),
         ),
         "submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.SCORED),
         "total_submissions": len(agent_rows),
         "failed_submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.FAILED),
         "refused_submissions": experiment.costly_refusals or 0,
-        "in_flight": repo.in_flight_count(session, experiment),
+        "in_flight": submissions.in_flight_count(session, experiment),
         "max_submissions": experiment.max_submissions,
         "timeout_s": experiment.timeout_s,
         "start_time": timing.start_time,

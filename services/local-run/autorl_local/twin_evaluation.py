@@ -19,8 +19,7 @@ from autorl.checkpoints.snapshot import snapshot_base_model, snapshot_submission
 from autorl.eval_config import EvalConfig
 from autorl.provenance.twins import twin_for, twin_seed, twin_split
 from autorl.runs.final_result import final_view
-from autorl.store import Database, Split, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Database, Split, Submission, SubmissionStatus, experiments, submissions
 from autorl.tasks import get_task
 from autorl.uncertainty import twin_gap_p_value
 from autorl_evaluator.jobs import evaluate_snapshot, load_split, measured_config
@@ -45,13 +44,13 @@ def score_twins(name: str, settings: WorkerSettings) -> TwinResult:
     db = Database(settings.database_url)
     try:
         with db.read_session() as session:
-            experiment = repo.get_experiment(session, name)
+            experiment = experiments.get_experiment(session, name)
             final = final_view(session, experiment)
             if final is None or final.get("status") != SubmissionStatus.SCORED.value:
                 raise NoTwinScore("no final was scored on the test split")
             evaluation = session.get(Submission, final["submission_id"])
             chosen = session.get(Submission, final["of"])
-            baseline = repo.baseline_submission(session, experiment, Split.TEST)
+            baseline = submissions.baseline_submission(session, experiment, Split.TEST)
             if evaluation is None or chosen is None or baseline is None:
                 raise NoTwinScore("the final or the baseline is not in the store")
             if not (evaluation.correctness and baseline.correctness):

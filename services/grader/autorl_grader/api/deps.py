@@ -7,8 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 
-from autorl.store import Database, Experiment
-from autorl.store import repository as repo
+from autorl.store import Database, Experiment, experiments
 from autorl_grader.settings import GraderSettings
 from autorl_grader.state import GraderState
 from autorl_grader.thread_pools import in_agent_threads
@@ -79,21 +78,21 @@ async def get_optional_agent_experiment(request: Request, state: StateDep) -> Ex
 
 
 async def _experiment_of(state: GraderState, token: str) -> Experiment | None:
-    experiment = state.tokens.get(repo.hash_token(token))
+    experiment = state.tokens.get(experiments.hash_token(token))
     if experiment is not None:
         return experiment
     experiment = await in_agent_threads(_experiment_by_token, state.db, token)
     if experiment is not None:
-        state.tokens.put(repo.hash_token(token), experiment)
-        state.fair_share.know(repo.hash_token(token))
+        state.tokens.put(experiments.hash_token(token), experiment)
+        state.fair_share.know(experiments.hash_token(token))
     else:
-        state.fair_share.forget(repo.hash_token(token))
+        state.fair_share.forget(experiments.hash_token(token))
     return experiment
 
 
 def _experiment_by_token(db: Database, token: str) -> Experiment | None:
     with db.read_session() as session:
-        return repo.experiment_by_token(session, token)
+        return experiments.experiment_by_token(session, token)
 
 
 AgentExperimentDep = Annotated[Experiment, Depends(get_agent_experiment)]

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from autorl.runs.final_result import results_columns
 from autorl.runs.summary import RunOutcome, summarize
-from autorl.store import Experiment, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import Experiment, SubmissionStatus, experiments
+from autorl.store import submissions as submission_store
 from autorl.store.models import ExperimentStatus
 from autorl_grader.dashboard.data import Shown
 from autorl_grader.views import baseline_score
@@ -54,7 +54,7 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
     best_score = results_columns(session, experiment)["final_score"]
     scored = [
         s
-        for s in repo.experiment_submissions(session, experiment)
+        for s in submission_store.experiment_submissions(session, experiment)
         if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
     ]
     return RunOutcome(
@@ -71,5 +71,5 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
 
 
 def agent_summary(session: Session) -> AgentSummaryList:
-    summaries = summarize(outcome(session, e) for e in repo.list_experiments(session))
+    summaries = summarize(outcome(session, e) for e in experiments.list_experiments(session))
     return AgentSummaryList(groups=[AgentSummaryRow(**s.to_json()) for s in summaries], now=time.time())

@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from autorl.api.answers import Comparison, FinalResult
 from autorl.runs.reports import RunRecord, compute_metrics
 from autorl.store import Experiment, Split, Submission, SubmissionStatus
-from autorl.store import repository as repo
+from autorl.store import experiments as experiment_store
+from autorl.store import submissions as submission_store
 from autorl.tasks.gsm8k import PROTOCOLS
 from autorl.untrusted_text import printable
 from autorl_grader.views import Availability, ExperimentTotals, experiment_view, submission_view
@@ -172,7 +173,9 @@ def experiment_row(
 ) -> ExperimentRow:
     view = experiment_view(session, experiment, availability).model_dump()
     waiting = view.pop("waiting", None) or {}
-    unfinished = [s for s in repo.experiment_submissions(session, experiment) if not s.status.final]
+    unfinished = [
+        s for s in submission_store.experiment_submissions(session, experiment) if not s.status.final
+    ]
     queued = [s for s in unfinished if s.status == SubmissionStatus.QUEUED]
     # Merged over the admin view, so that a field it gains later never clashes with these.
     return ExperimentRow.model_validate(
@@ -182,7 +185,7 @@ def experiment_row(
             "protocol": str(experiment.eval_config.get("protocol", "opencompass")),
             "queued": len(queued),
             "running": len(unfinished) - len(queued),
-            "queue_position": repo.queue_position(session, queued[0]) if queued else None,
+            "queue_position": submission_store.queue_position(session, queued[0]) if queued else None,
             "waiting_reason": waiting.get("reason"),
             "waiting_message": waiting.get("message"),
         }
@@ -191,7 +194,9 @@ def experiment_row(
 
 def experiment_list(session: Session, availability: Availability | None = None) -> ExperimentList:
     return ExperimentList(
-        experiments=[experiment_row(session, e, availability) for e in repo.list_experiments(session)],
+        experiments=[
+            experiment_row(session, e, availability) for e in experiment_store.list_experiments(session)
+        ],
         now=time.time(),
     )
 
@@ -213,7 +218,7 @@ def _series(experiment: Experiment, rows: list[Submission], protocol: str, origi
     """The agent's submissions on the split it is scored on, against the baseline there; a sealed
     experiment's final evaluation on test apart, against the baseline on test."""
     column = _SCORE_COLUMNS[protocol]
-    split = repo.feedback_split(experiment)
+    split = experiment_store.feedback_split(experiment)
     baseline_id = (
         experiment.validation_baseline_submission_id
         if split == Split.VALIDATION
@@ -260,8 +265,8 @@ def _series(experiment: Experiment, rows: list[Submission], protocol: str, origi
 def experiment_detail(
     session: Session, name: str, availability: Availability | None = None
 ) -> ExperimentDetail:
-    experiment = repo.get_experiment(session, name)
-    rows = list(repo.experiment_submissions(session, experiment))
+    experiment = experiment_store.get_experiment(session, name)
+    rows = list(submission_store.experiment_submissions(session, experiment))
     # Each row compared with the baseline on its own split (a sealed final: the one on test).
     totals = {
         split: ExperimentTotals.read(session, experiment, split) for split in {row.split for row in rows}

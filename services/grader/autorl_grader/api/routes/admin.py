@@ -20,7 +20,8 @@ from autorl.api.request_bodies import FinishExperiment, RecordProvenance, Regist
 from autorl.errors import ConflictError
 from autorl.eval_config import EvalConfig
 from autorl.layout import OUTPUT_DIR
-from autorl.store import repository as repo
+from autorl.store import eval_keys, experiments
+from autorl.store import submissions as submission_store
 from autorl.store.models import ExperimentStatus, Feedback, Split
 from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
@@ -42,11 +43,11 @@ router = APIRouter(
 @router.post("", status_code=201, response_model=RegisteredAnswer, responses=refusals(400, 409))
 def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -> RegisteredAnswer:
     task = get_task(body.task)
-    token = repo.new_token()
+    token = experiments.new_token()
     with state.db.session() as session:
         # The split's hash and package versions as the evaluators last measured them: the baseline
         # cache hits only under the same; none yet, and the first evaluation completes the key.
-        measured = repo.last_measured(session, task=task.name, backend=settings.eval_backend)
+        measured = eval_keys.last_measured(session, task=task.name, backend=settings.eval_backend)
         config = EvalConfig.record(task.name, settings, protocol=body.protocol, measured=measured)
         validation = None
         if body.feedback == "sealed":
@@ -54,12 +55,12 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
                 task.name,
                 settings,
                 protocol=body.protocol,
-                measured=repo.last_measured(
+                measured=eval_keys.last_measured(
                     session, task=task.name, backend=settings.eval_backend, split=Split.VALIDATION
                 ),
                 split="validation",
             )
-        experiment = repo.create_experiment(
+        experiment = experiments.create_experiment(
             session,
             token=token,
             name=body.name,
@@ -81,7 +82,9 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             validation_eval_key=validation.key if validation is not None else None,
         )
         view = experiment_view(session, experiment)
-    state.fair_share.know(repo.hash_token(token))  # its agent's requests are its experiment's from the first
+    state.fair_share.know(
+        experiments.hash_token(token)
+    )  # its agent's requests are its experiment's from the first
     return RegisteredAnswer(
         **view.model_dump(exclude_unset=True),
         token=token,
@@ -93,21 +96,21 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
 def list_all(db: DbDep, settings: SettingsDep) -> list[ExperimentAnswer]:
     availability = Availability.of(settings)
     with db.read_session() as session:
-        return [experiment_view(session, e, availability) for e in repo.list_experiments(session)]
+        return [experiment_view(session, e, availability) for e in experiments.list_experiments(session)]
 
 
 @router.get("/{name}", response_model=ExperimentAnswer, responses=refusals(404))
 def get_one(name: str, db: DbDep, settings: SettingsDep) -> ExperimentAnswer:
     with db.read_session() as session:
-        return experiment_view(session, repo.get_experiment(session, name), Availability.of(settings))
+        return experiment_view(session, experiments.get_experiment(session, name), Availability.of(settings))
 
 
 @router.post("/{name}/token", response_model=TokenAnswer, responses=refusals(404))
 def new_token(name: str, state: StateDep, settings: SettingsDep) -> TokenAnswer:
     with state.db.session() as session:
-        token = repo.rotate_token(session, repo.get_experiment(session, name, for_update=True))
+        token = experiments.rotate_token(session, experiments.get_experiment(session, name, for_update=True))
     state.forget_experiment(name)
-    state.fair_share.know(repo.hash_token(token))
+    state.fair_share.know(experiments.hash_token(token))
     return TokenAnswer(
         name=name, token=token, grading_server_url=f"{settings.public_url.rstrip('/')}/a/{token}"
     )
@@ -132,13 +135,13 @@ async def baseline(
 @router.post("/{name}/start", response_model=ExperimentAnswer, responses=refusals(400, 404, 409))
 def start(name: str, body: StartBudget, state: StateDep) -> ExperimentAnswer:
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
+        experiment = experiments.get_experiment(session, name, for_update=True)
         if experiment.status.finished:
             raise ConflictError(
                 f"experiment {name!r} is already {experiment.status.value}; register a new one"
             )
         started = None if body.start_time is None else datetime.fromtimestamp(body.start_time, UTC)
-        repo.start_budget(session, experiment, timeout_s=body.timeout_s, started_at=started)
+        experiments.start_budget(session, experiment, timeout_s=body.timeout_s, started_at=started)
         view = experiment_view(session, experiment)
     state.forget_experiment(name)
     return view
@@ -152,7 +155,7 @@ def final(name: str, state: StateDep) -> ExperimentAnswer:
     experiment's answer is unchanged (its ``final`` is its best submission)."""
     begin_final(state, name)
     with state.db.session() as session:
-        view = experiment_view(session, repo.get_experiment(session, name))
+        view = experiment_view(session, experiments.get_experiment(session, name))
     state.forget_experiment(name)
     return view
 
@@ -162,7 +165,7 @@ def provenance(name: str, body: RecordProvenance, state: StateDep) -> Experiment
     """Record what was found after the agent ended: the test problems its files hold (the files
     and counts stay in evaluator storage), the final's twin score and its paired test."""
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
+        experiment = experiments.get_experiment(session, name, for_update=True)
         for field in body.model_fields_set:
             setattr(experiment, field, getattr(body, field))
         view = experiment_view(session, experiment)
@@ -173,8 +176,8 @@ def provenance(name: str, body: RecordProvenance, state: StateDep) -> Experiment
 @router.post("/{name}/finish", response_model=ExperimentAnswer, responses=refusals(400, 404))
 def finish(name: str, body: FinishExperiment, state: StateDep) -> ExperimentAnswer:
     with state.db.session() as session:
-        experiment = repo.get_experiment(session, name, for_update=True)
-        repo.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
+        experiment = experiments.get_experiment(session, name, for_update=True)
+        experiments.finish_experiment(session, experiment, ExperimentStatus(body.status), body.message)
         view = experiment_view(session, experiment)
     state.forget_experiment(name)
     # Its cancelled jobs leave the queue now, and other experiments' next jobs take their place.
@@ -190,9 +193,9 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> ExperimentAnsw
 )
 def submissions(name: str, db: DbDep) -> list[SubmissionAnswer]:
     with db.read_session() as session:
-        experiment = repo.get_experiment(session, name)
+        experiment = experiments.get_experiment(session, name)
         totals = ExperimentTotals.read(session, experiment)
         return [
             submission_view(session, experiment, s, totals)
-            for s in repo.experiment_submissions(session, experiment)
+            for s in submission_store.experiment_submissions(session, experiment)
         ]

@@ -22,8 +22,7 @@ from autorl.api.answers import (
 )
 from autorl.api.request_bodies import NominateRequest, SubmitRequest
 from autorl.errors import ForbiddenError
-from autorl.store import Database, Experiment
-from autorl.store import repository as repo
+from autorl.store import Database, Experiment, submissions
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExperimentDep, StateDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.fair_share import leave_in_flight
@@ -105,7 +104,7 @@ def get_submission(
     have no number here: asked for, they are missing."""
     with db.read_session() as session:
         return agent_submission_view(
-            session, experiment, repo.agent_submission(session, experiment, submission_id)
+            session, experiment, submissions.agent_submission(session, experiment, submission_id)
         )
 
 
@@ -160,7 +159,7 @@ def scores(
     The answer is built once per change of your submissions (autorl_grader.answer_cache)."""
     page = (after, limit or default_scores_page(experiment))
     with db.read_session() as session:
-        version = repo.submissions_version(session, experiment)
+        version = submissions.submissions_version(session, experiment)
         body = state.answers.get(experiment.id, version, page)
         if body is None:
             # Built from what is read after the version (the experiment's row too: the token's may
@@ -184,7 +183,7 @@ async def time_left(experiment: AgentExperimentDep, state: StateDep) -> TimeAnsw
 
 def _last_submit_time(db: Database, experiment: Experiment) -> datetime | None:
     with db.read_session() as session:
-        return repo.last_submit_time(session, experiment)
+        return submissions.last_submit_time(session, experiment)
 
 
 def available_gpus() -> list[str]:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from autorl.store import repository as repo
+from autorl.store import experiments
 from autorl_grader.api.deps import DbDep, SettingsDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.dashboard.assets import ASSETS, asset_bytes
@@ -207,7 +207,7 @@ async def agent_log(
 
     def read() -> LogTailView:
         with db.read_session() as session:
-            workspace = repo.get_experiment(session, name).workspace
+            workspace = experiments.get_experiment(session, name).workspace
         if source == "runner":
             tail = read_runner_tail(settings.home, name, tail_bytes)
         else:
