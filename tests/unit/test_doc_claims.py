@@ -258,3 +258,15 @@ def test_the_results_columns_listed_in_local_md_are_the_files() -> None:
     listed = re.search(r"appended under a file lock: `([^`]+)`", text)
     assert listed is not None
     assert tuple(name.strip() for name in listed.group(1).split(",")) == COLUMNS
+
+
+def test_the_sft_budget_local_md_states_is_the_agents_default() -> None:
+    """LOCAL.md's SFT time share and least steps for a tiny model are the example agent's defaults."""
+    from autorl_agents.example_config import ExampleGRPOConfig, sft_sizes
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "LOCAL.md").read_text().split())
+    found = re.search(r"`--sft-time-fraction` \(([\d.]+)\) .*?`--sft-min-steps` \((\d+), tiny model\)", text)
+    assert found is not None
+    config = ExampleGRPOConfig()
+    assert float(found[1]) == config.sft_time_fraction
+    assert int(found[2]) == sft_sizes(config, tiny=True).min_steps
