@@ -9,12 +9,12 @@ from typing import Any
 
 from autorl.store import Database, experiments
 from autorl_grader.main import create_app
-from tests.e2e.test_dashboard_browser import at_url, browser, cells, db, settings, texts, wait_for
+from tests.e2e.test_dashboard_browser import at_url, browser, cells, settings, texts, wait_for
 from tests.support.infra import serve
 from tests.support.runs import add_submission, create_experiment, finish, scores
 from tests.support.settings import DeploymentSettings
 
-__all__ = ["browser", "db", "settings"]  # the fixtures, shared with the dashboard's other browser test
+__all__ = ["browser", "settings"]  # the fixtures, shared with the dashboard's other browser test
 
 ROW = "#summary tbody tr"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,23 +21,11 @@ from autorl.api.admin_client import (
 from autorl.api.answers import ExperimentAnswer, PendingAnswer, RegisteredAnswer, SubmissionAnswer
 from autorl.api.request_bodies import RegisterExperiment
 from autorl.client import GradingClient
-from autorl_grader.main import create_app
 from tests.support.grading import make_workspace
-from tests.support.infra import ServedApp, serve
+from tests.support.infra import ServedApp
 from tests.support.settings import DeploymentSettings
 
 UNREACHABLE = "http://127.0.0.1:9"
-
-
-@pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url, submit_wait_s=0.5)
-
-
-@pytest.fixture
-def grader(settings: DeploymentSettings) -> Iterator[ServedApp]:
-    with serve(create_app(settings, reconcile=False)) as served:
-        yield served
 
 
 @pytest.fixture
@@ -63,10 +50,10 @@ def registration(base: Path, tmp_path: Path, **fields: object) -> RegisterExperi
 
 
 def test_blocking_client_runs_an_experiment_with_typed_answers(
-    grader: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     body = registration(tiny_base_model, tmp_path, agent="example_grpo", max_submissions=5)
-    with AdminClient(grader.url, admin_token) as admin:
+    with AdminClient(served.url, admin_token) as admin:
         assert admin.ready()
         registered = admin.register(body)
         assert isinstance(registered, RegisteredAnswer)
@@ -84,7 +71,7 @@ def test_blocking_client_runs_an_experiment_with_typed_answers(
         started = admin.start(body.name)
         assert isinstance(started, ExperimentAnswer) and started.status == "running"
         assert started.start_time is not None and started.end_time == pytest.approx(started.start_time + 600)
-        with GradingClient(f"{grader.url}/a/{registered.token}") as agent:
+        with GradingClient(f"{served.url}/a/{registered.token}") as agent:
             submitted = agent.submit("output/copy", wait=False)
         submissions = admin.submissions(body.name)
         assert all(isinstance(s, SubmissionAnswer) for s in submissions)
@@ -100,10 +87,10 @@ def test_blocking_client_runs_an_experiment_with_typed_answers(
 
 
 def test_blocking_client_refusals_carry_the_graders_reason(
-    grader: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     body = registration(tiny_base_model, tmp_path)
-    with AdminClient(grader.url, admin_token) as admin:
+    with AdminClient(served.url, admin_token) as admin:
         admin.register(body)
         with pytest.raises(ExperimentConflictError) as taken:
             admin.register(body)
@@ -116,7 +103,7 @@ def test_blocking_client_refusals_carry_the_graders_reason(
         with pytest.raises(ExperimentConflictError, match="register a new one"):
             admin.start(body.name)
     with (
-        AdminClient(grader.url, "not-the-admin-token") as stranger,
+        AdminClient(served.url, "not-the-admin-token") as stranger,
         pytest.raises(AuthenticationError) as denied,
     ):
         stranger.experiments()
@@ -135,10 +122,10 @@ def test_unreachable_grader_is_retryable_for_the_blocking_client() -> None:
 
 @pytest.mark.asyncio
 async def test_async_client_drives_the_operators_calls(
-    grader: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     body = registration(tiny_base_model, tmp_path)
-    admin = AsyncAdminClient(grader.url, admin_token)
+    admin = AsyncAdminClient(served.url, admin_token)
     try:
         registered = await admin.register(body)
         with pytest.raises(ExperimentConflictError):

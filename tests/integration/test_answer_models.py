@@ -6,7 +6,7 @@ instead of sending it."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +23,12 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
     row_id,
 )
 from tests.support.openapi import assert_matches_document, grader_document
 from tests.support.settings import DeploymentSettings
 
 DIGEST = "d" * 64
-
-
-@pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url, submit_wait_s=0.5)
 
 
 @pytest.fixture
@@ -78,13 +71,12 @@ def submit(client: TestClient, experiment: RegisteredExperiment, body: Any, **pa
 
 def test_every_answer_of_a_run_matches_the_model_its_document_declares(
     client: TestClient,
+    experiment: RegisteredExperiment,
     settings: DeploymentSettings,
     tiny_base_model: Path,
-    tmp_path: Path,
     answers: list[httpx.Response],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     admin, db = admin_headers(settings), grader_db(client)
     baseline = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin)
     assert baseline.status_code == 202

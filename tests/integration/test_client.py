@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -33,57 +33,39 @@ from autorl.client import (
 )
 from autorl.errors import AutoRLError
 from autorl.store import Database, claims, outcomes
-from autorl_grader.main import create_app
-from tests.support.grading import admin_headers, make_workspace, row_id
-from tests.support.infra import ServedApp, serve
+from tests.support.grading import admin_headers, make_workspace, register, row_id
+from tests.support.infra import ServedApp
 from tests.support.settings import DeploymentSettings
 
 
-@pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url, submit_wait_s=0.5)
-
-
-@pytest.fixture
-def grader(settings: DeploymentSettings) -> Iterator[ServedApp]:
-    with serve(create_app(settings, reconcile=False)) as served:
-        yield served
-
-
-def register(
-    grader: ServedApp,
+def arith_experiment(
+    served: ServedApp,
     settings: DeploymentSettings,
     base: Path,
     workspace: Path,
     timeout_s: int,
-    **fields: object,
+    **fields: Any,
 ) -> dict[str, str]:
-    headers = admin_headers(settings)
-    name = f"client-{workspace.name}"
-    body = {
-        "name": name,
-        "task": "arith",
-        "model": f"local:{base.name}-{workspace.name}",
-        "timeout_s": timeout_s,
-        "workspace": str(workspace),
-        "base_model_dir": str(base),
-        **fields,
+    """An arith experiment registered and started through the admin API, as its agent reaches it."""
+    with httpx.Client(base_url=served.url) as admin:
+        registered = register(admin, settings, base, workspace, task="arith", timeout_s=timeout_s, **fields)
+    return {
+        "name": registered.name,
+        "token": registered.token,
+        "capability_url": f"{served.url}{registered.url_path}",
     }
-    registered = httpx.post(f"{grader.url}/v1/experiments", json=body, headers=headers)
-    assert registered.status_code == 201, registered.text
-    started = httpx.post(f"{grader.url}/v1/experiments/{name}/start", json={}, headers=headers)
-    assert started.status_code == 200, started.text
-    view = registered.json()
-    return {"name": name, "token": view["token"], "capability_url": f"{grader.url}/a/{view['token']}"}
 
 
 @pytest.fixture
 def experiment(
-    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> dict[str, str]:
     workspace = make_workspace(tmp_path)
     shutil.copytree(tiny_base_model, workspace / "output" / "copy")
-    return {**register(grader, settings, tiny_base_model, workspace, 600), "workspace": str(workspace)}
+    return {
+        **arith_experiment(served, settings, tiny_base_model, workspace, 600),
+        "workspace": str(workspace),
+    }
 
 
 def test_capability_url_alone_authenticates(experiment: dict[str, str]) -> None:
@@ -96,8 +78,8 @@ def test_capability_url_alone_authenticates(experiment: dict[str, str]) -> None:
         assert scores.total_submissions == 0 and scores.submissions == [] and scores.best.score is None
 
 
-def test_root_url_with_token_sends_a_bearer_header(grader: ServedApp, experiment: dict[str, str]) -> None:
-    env = {"GRADING_SERVER_URL": grader.url, "AUTORL_TOKEN": experiment["token"]}
+def test_root_url_with_token_sends_a_bearer_header(served: ServedApp, experiment: dict[str, str]) -> None:
+    env = {"GRADING_SERVER_URL": served.url, "AUTORL_TOKEN": experiment["token"]}
     with GradingClient.from_env(env) as client:
         assert client.time().timeout_s == 600
 
@@ -122,9 +104,9 @@ def test_blocking_submit_polls_after_the_servers_202(experiment: dict[str, str])
         assert client.submission(caught.value.submission_id).status == "queued"
 
 
-def test_refusals_carry_the_servers_reason(grader: ServedApp, experiment: dict[str, str]) -> None:
+def test_refusals_carry_the_servers_reason(served: ServedApp, experiment: dict[str, str]) -> None:
     with (
-        GradingClient(f"{grader.url}/a/not-a-token") as stranger,
+        GradingClient(f"{served.url}/a/not-a-token") as stranger,
         pytest.raises(AuthenticationError) as caught,
     ):
         stranger.scores()
@@ -139,11 +121,11 @@ def test_refusals_carry_the_servers_reason(grader: ServedApp, experiment: dict[s
 
 
 def test_submission_after_the_deadline_is_refused_with_a_reason(
-    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     workspace = make_workspace(tmp_path)
     shutil.copytree(tiny_base_model, workspace / "output" / "late")
-    registered = register(grader, settings, tiny_base_model, workspace, timeout_s=1)
+    registered = arith_experiment(served, settings, tiny_base_model, workspace, timeout_s=1)
     with GradingClient(registered["capability_url"]) as client:
         end_time = client.time().end_time
         assert end_time is not None
@@ -173,19 +155,19 @@ def test_answers_are_the_graders_models(experiment: dict[str, str]) -> None:
 
 
 def test_the_limit_and_a_finished_experiment_refuse_with_their_own_classes(
-    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     workspace = make_workspace(tmp_path)
     for name in ("a", "b"):
         shutil.copytree(tiny_base_model, workspace / "output" / name)
-    registered = register(grader, settings, tiny_base_model, workspace, 600, max_submissions=1)
+    registered = arith_experiment(served, settings, tiny_base_model, workspace, 600, max_submissions=1)
     with GradingClient(registered["capability_url"]) as client:
         client.submit("output/a", wait=False)
         with pytest.raises(TooManySubmissionsError) as limited:
             client.submit("output/b", wait=False)
         assert limited.value.status_code == 429 and "1" in limited.value.detail
         finished = httpx.post(
-            f"{grader.url}/v1/experiments/{registered['name']}/finish",
+            f"{served.url}/v1/experiments/{registered['name']}/finish",
             json={"status": "completed"},
             headers=admin_headers(settings),
         )
@@ -197,13 +179,13 @@ def test_the_limit_and_a_finished_experiment_refuse_with_their_own_classes(
 
 
 def test_a_sealed_nomination_through_the_client(
-    grader: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    served: ServedApp, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     """`nominate` sends POST /final: a submission not scored yet is refused with the grader's
     reason, a scored one is nominated with its validation score, a second nomination conflicts."""
     workspace = make_workspace(tmp_path)
     shutil.copytree(tiny_base_model, workspace / "output" / "a")
-    registered = register(grader, settings, tiny_base_model, workspace, 600, feedback="sealed")
+    registered = arith_experiment(served, settings, tiny_base_model, workspace, 600, feedback="sealed")
     db = Database(settings.database_url)
     with GradingClient(registered["capability_url"]) as client:
         pending = client.submit("output/a", wait=False)

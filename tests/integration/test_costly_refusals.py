@@ -21,8 +21,14 @@ from fastapi.testclient import TestClient
 from autorl.checkpoints import snapshot as snapshot_module
 from autorl.store import Database, experiments
 from autorl_grader.main import create_app
-from tests.integration.test_grader_api import submission_count
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    submission_count,
+)
 from tests.support.settings import DeploymentSettings
 from tests.support.snapshots import CHANGED
 
@@ -95,10 +101,10 @@ def test_a_checkpoint_changed_during_the_copy_counts_against_the_limit(
     client: TestClient,
     settings: DeploymentSettings,
     tiny_base_model: Path,
-    tmp_path: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
     weights_copied: list[Path],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
+    experiment = register_experiment(max_submissions=1)
     copy_model(tiny_base_model, experiment.output_dir / f"{CHANGING}-a", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "good", unique=True)
 
@@ -127,11 +133,11 @@ def test_refusals_before_the_weights_are_read_do_not_count(
     client: TestClient,
     settings: DeploymentSettings,
     tiny_base_model: Path,
-    tmp_path: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
     weights_copied: list[Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
+    experiment = register_experiment(max_submissions=1)
     output = experiment.output_dir
     shutil.copy(tiny_base_model / "config.json", output / "config.json")  # not a checkpoint folder
     bad_config = copy_model(tiny_base_model, output / "bad-config", unique=True)
@@ -181,13 +187,13 @@ def test_concurrent_costly_refusals_and_submissions_never_exceed_the_limit(
     client: TestClient,
     settings: DeploymentSettings,
     tiny_base_model: Path,
-    tmp_path: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
     weights_copied: list[Path],
 ) -> None:
     """Submits of changing and good checkpoints at once: accepted submissions and counted refusals
     together take exactly the limit, every other submit is a 429 that read nothing."""
     limit, submits = 3, 8
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=limit)
+    experiment = register_experiment(max_submissions=limit)
     paths = [f"output/{CHANGING}-{i}" if i % 2 else f"output/good-{i}" for i in range(submits)]
     for path in paths:
         copy_model(tiny_base_model, experiment.workspace / path, unique=True)

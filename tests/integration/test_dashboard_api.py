@@ -32,11 +32,6 @@ BASE = "https://testserver"  # the session cookie is Secure: the test client mus
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url)
-
-
-@pytest.fixture
 def admin_token(settings: DeploymentSettings) -> str:
     assert settings.admin_token is not None
     return settings.admin_token.get_secret_value()
@@ -46,13 +41,6 @@ def admin_token(settings: DeploymentSettings) -> str:
 def client(settings: DeploymentSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings, reconcile=False), base_url=BASE) as test_client:
         yield test_client
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Database]:
-    database = Database(pg_url)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ from fastapi.testclient import TestClient
 
 from autorl.store import Database, experiments
 from autorl_grader.main import create_app
-from tests.integration.test_dashboard_api import db, settings
 from tests.support.runs import add_submission, create_experiment, finish, scores, sealed_experiment
 from tests.support.settings import DeploymentSettings
 
 BASE = "https://testserver"  # the session cookie is Secure: the test client must speak https
-__all__ = ["db", "settings"]  # the fixtures, shared with the dashboard's other API tests
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ split is never reused under the experiment's key."""
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,6 @@ from autorl.store import Database, Submission, experiments
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, split_sha256, write_problems
 from autorl_evaluator.jobs import evaluate
-from autorl_grader.main import create_app
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
@@ -35,12 +34,6 @@ def settings(make_settings: Callable[..., DeploymentSettings], fresh_pg_url: str
     return make_settings(
         database_url=fresh_pg_url, eval_backend="hf", eval_limit=2, eval_max_new_tokens=6, submit_wait_s=0.0
     )
-
-
-@pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as client:
-        yield client
 
 
 def recorded(client: TestClient, settings: DeploymentSettings, name: str) -> dict[str, Any]:
@@ -112,9 +105,8 @@ def test_the_baseline_is_reused_under_its_key_only(
 
 
 def test_a_score_computed_on_another_split_is_not_reused(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     queued = baseline(client, settings, experiment)
     assert evaluate(queued.json()["submission_id"], settings)["status"] == "scored"
     experiment_key, _ = keys(settings, experiment.name)

@@ -85,7 +85,7 @@ def tenants(tmp_path: Path, tiny_base_model: Path) -> Iterator[Tenants]:
         httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client,
     ):
         a, b = (
-            register(client, Operator(admin_token), tiny_base_model, make_workspace(tmp_path), task="arith")  # type: ignore[arg-type]
+            register(client, Operator(admin_token), tiny_base_model, make_workspace(tmp_path), task="arith")
             for _ in range(2)
         )
         yield Tenants(port, admin_token, f"sqlite:///{home / 'autorl.db'}", a, b, home)

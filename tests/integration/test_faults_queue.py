@@ -69,13 +69,6 @@ def settings(
 
 
 @pytest.fixture
-def db(settings: DeploymentSettings) -> Iterator[Database]:
-    database = Database(settings.database_url or "")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
 def grader(settings: DeploymentSettings) -> Iterator[httpx.Client]:
     """The grader over real HTTP, its reconciler running."""
     with serve(create_app(settings)) as served, httpx.Client(base_url=served.url, timeout=60) as client:

@@ -91,9 +91,8 @@ def agent_get(client: TestClient, experiment: RegisteredExperiment, path: str) -
 
 
 def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_the_best(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     assert experiment.view["feedback"] == "test"
     baselines(client, settings, experiment.name)
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
@@ -116,9 +115,13 @@ def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_t
 
 
 def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated_one_on_test_once(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     assert experiment.view["feedback"] == "sealed"
     baselines(client, settings, experiment.name)
     with db.session() as session:
@@ -217,9 +220,13 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
 
 
 def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ties(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     baselines(client, settings, experiment.name)
     copy_model(tiny_base_model, experiment.output_dir / "first", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "second", unique=True)
@@ -248,9 +255,12 @@ def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id
 
 
 def test_a_nomination_of_a_failed_submission_is_refused(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    register_experiment: Callable[..., RegisteredExperiment],
+    db: Database,
+    tiny_base_model: Path,
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     copy_model(tiny_base_model, experiment.output_dir / "broken", unique=True)
     accepted = client.post(
         f"{experiment.url_path}/submit", json={"model_path": "output/broken"}, params={"wait": "false"}
@@ -277,10 +287,14 @@ def test_a_nomination_of_a_failed_submission_is_refused(
 
 
 def test_a_nomination_of_another_experiments_scored_submission_is_refused(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    ours = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
-    theirs = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    ours = register_experiment(feedback="sealed")
+    theirs = register_experiment(feedback="sealed")
     copy_model(tiny_base_model, theirs.output_dir / "a", unique=True)
     theirs_a = submit(client, settings, theirs, "a")
     assert agent_get(client, theirs, f"/submissions/{theirs_a.number}")["status"] == "scored"
@@ -312,9 +326,13 @@ def test_a_nomination_before_the_budget_starts_is_refused(
 
 
 def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_no_test_evaluation(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     baselines(client, settings, experiment.name)
     copy_model(tiny_base_model, experiment.output_dir / "copy")  # the base model's own files
     copy = submit(client, settings, experiment, "copy")
@@ -360,7 +378,11 @@ def fail_as_the_evaluator(db: Database, submission_id: int, *, how: str = "evalu
 
 
 def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_kept_snapshot(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
     """The sealed result is not lost to an evaluator's failure: asked again, the platform makes a
     new final of the same submission from the same snapshot (kept meanwhile), up to three in all;
@@ -368,7 +390,7 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     the result."""
     from autorl_grader.reconciler import reconcile_once
 
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     baselines(client, settings, experiment.name)
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     a = submit(client, settings, experiment, "a")
@@ -403,9 +425,14 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
 
 
 def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_final(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    tmp_path: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
     a, b = submit(client, settings, experiment, "a"), submit(client, settings, experiment, "b")
@@ -439,7 +466,11 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
 
 
 def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_stops_when_none_is_made(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
     """`autorl run`'s final step (autorl_local.final_evaluation) against the grader's admin API:
     after a final that failed for the evaluator's fault it asks again and takes the next one's
@@ -455,7 +486,7 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
             ]
 
     def sealed_run_after_its_agent() -> str:
-        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+        experiment = register_experiment(feedback="sealed")
         baselines(client, settings, experiment.name)
         copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
         submit(client, settings, experiment, "a")
@@ -502,9 +533,9 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
 
 
 def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
     assert view.final is None and view.test_evaluations == 0 and view.in_flight == 0
 

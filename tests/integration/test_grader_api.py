@@ -9,26 +9,17 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 
 from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.errors import ConfigurationError
-from autorl.store import (
-    Database,
-    FailureReason,
-    Submission,
-    SubmissionStatus,
-    caches,
-    claims,
-    experiments,
-    outcomes,
-)
+from autorl.store import Database, FailureReason, SubmissionStatus, caches, claims, experiments, outcomes
 from autorl.store import submissions as submission_store
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
@@ -41,27 +32,9 @@ from tests.support.grading import (
     make_workspace,
     register,
     row_id,
+    submission_count,
 )
 from tests.support.settings import DeploymentSettings
-
-
-@pytest.fixture
-def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
-    return make_settings(database_url=pg_url, submit_wait_s=0.5)
-
-
-@pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
-
-
-@pytest.fixture
-def experiment(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> RegisteredExperiment:
-    return register(client, settings, tiny_base_model, make_workspace(tmp_path))
-
 
 #: What the tiny base model ships besides its weights and config.
 TOKENIZER_FILES_OF_THE_BASE = (
@@ -71,21 +44,6 @@ TOKENIZER_FILES_OF_THE_BASE = (
     "tokenizer_config.json",
     "vocab.json",
 )
-
-
-def submission_count(settings: DeploymentSettings, experiment: RegisteredExperiment) -> int:
-    from autorl.store import Experiment
-
-    db = Database(settings.database_url or "")
-    try:
-        with db.session() as session:
-            exp_id = session.scalar(select(Experiment.id).where(Experiment.name == experiment.name))
-            return int(
-                session.scalar(select(func.count(Submission.id)).where(Submission.experiment_id == exp_id))
-                or 0
-            )
-    finally:
-        db.dispose()
 
 
 def submit(client: TestClient, experiment: RegisteredExperiment, model_path: str, **kwargs: Any) -> Any:
@@ -334,10 +292,10 @@ def test_a_model_path_past_the_size_limits_is_400_before_any_file_is_read(
 
 
 def submit_to_a_limit_of_one(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, register_experiment: Callable[..., RegisteredExperiment], tiny_base_model: Path
 ) -> tuple[RegisteredExperiment, Any]:
     """An experiment that accepts one submission, and the answer to its first (not waited for)."""
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
+    experiment = register_experiment(max_submissions=1)
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     first = submit(client, experiment, "output/a", params={"wait": "false"})
     assert first.status_code == 202
@@ -345,9 +303,12 @@ def submit_to_a_limit_of_one(
 
 
 def test_submission_limit_is_429(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment, first = submit_to_a_limit_of_one(client, settings, tiny_base_model, tmp_path)
+    experiment, first = submit_to_a_limit_of_one(client, register_experiment, tiny_base_model)
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
     second = submit(client, experiment, "output/a")
     assert second.status_code == 429
@@ -359,9 +320,12 @@ def test_submission_limit_is_429(
 
 
 def test_a_refusal_leaves_the_limit_untouched(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=1)
+    experiment = register_experiment(max_submissions=1)
     target = copy_model(tiny_base_model, experiment.output_dir / "bad", unique=True)
     (target / "config.json").write_text("{not json")
     refused = submit(client, experiment, "output/bad")
@@ -377,14 +341,17 @@ def test_a_refusal_leaves_the_limit_untouched(
 
 
 def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
     """Concurrent submits of one experiment take their turn one at a time: while one holds the
     experiment (here: waits on its row, which another transaction holds), the others wait in the
     event loop, not in the database. Never more accepted than the limit, each other a 429, no row
     or snapshot left of a refused one."""
     limit, submits = 2, 6
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=limit)
+    experiment = register_experiment(max_submissions=limit)
     for index in range(submits):
         copy_model(tiny_base_model, experiment.output_dir / f"c{index}", unique=True)
     assert settings.database_url is not None
@@ -451,9 +418,12 @@ def _backends_waiting_on_a_lock(db: Database) -> int:
 
 
 def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment, first = submit_to_a_limit_of_one(client, settings, tiny_base_model, tmp_path)
+    experiment, first = submit_to_a_limit_of_one(client, register_experiment, tiny_base_model)
     # The evaluator could not start its engine: the agent is told so, and may submit again.
     assert settings.database_url is not None
     db = Database(settings.database_url)
@@ -486,9 +456,8 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
 
 
 def test_submission_after_the_deadline_is_refused(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     started = client.post(
         f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings)
     )
@@ -503,9 +472,12 @@ def test_submission_after_the_deadline_is_refused(
 
 
 def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    experiment = register_experiment(start=False)
     copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
     response = submit(client, experiment, "output/early")
     assert response.status_code == 403
@@ -524,15 +496,14 @@ def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
 def test_budget_starts_when_the_controller_says_it_did(
     client: TestClient,
     settings: DeploymentSettings,
-    tiny_base_model: Path,
-    tmp_path: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
     offset_s: float,
     counts_from: str,
 ) -> None:
     """The controller starts the clock at the agent container's start, seen a tick later; the grader
     takes that time, but never one in the future nor one before the experiment existed."""
     before = time.time()
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    experiment = register_experiment(start=False)
     registered = time.time()
     time.sleep(2.0)  # the container started 1.5 s ago, after the registration
     asked = time.time() + offset_s
@@ -555,9 +526,9 @@ def test_budget_starts_when_the_controller_says_it_did(
 
 
 def test_budget_start_time_must_be_a_positive_epoch(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    experiment = register_experiment(start=False)
     refused = client.post(
         f"/v1/experiments/{experiment.name}/start", json={"start_time": -5}, headers=admin_headers(settings)
     )
@@ -580,10 +551,10 @@ def test_finished_experiment_refuses_submissions(
 
 
 def test_an_experiment_sees_only_its_own_submissions(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, register_experiment: Callable[..., RegisteredExperiment], tiny_base_model: Path
 ) -> None:
-    mine = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    other = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    mine = register_experiment()
+    other = register_experiment()
     copy_model(tiny_base_model, mine.output_dir / "m", unique=True)
     submission_id = submit(client, mine, "output/m", params={"wait": "false"}).json()["submission_id"]
     assert client.get(f"{mine.url_path}/submissions/{submission_id}").status_code == 200
@@ -821,12 +792,15 @@ def test_an_accepted_submission_is_logged_for_operators(
 
 
 def test_the_headline_score_follows_the_experiments_protocol(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
     from autorl.store import claims, outcomes
 
-    strict = register(client, settings, tiny_base_model, make_workspace(tmp_path), protocol="strict")
-    default = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    strict = register_experiment(protocol="strict")
+    default = register_experiment()
     assert strict.view["eval_config"]["protocol"] == "strict"
     assert default.view["eval_config"]["protocol"] == "opencompass"
     copy_model(tiny_base_model, strict.output_dir / "s", unique=True)

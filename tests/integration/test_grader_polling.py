@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,9 @@ from sqlalchemy import event, update
 
 from autorl.store import Database, Submission, SubmissionStatus, experiments
 from autorl_grader.expiring_cache import CACHE_TTL_S, ExpiringCache
-from autorl_grader.main import create_app
 from autorl_grader.result_waits import POLL_INTERVAL_S
 from autorl_grader.state import GraderState
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
 
@@ -34,18 +33,10 @@ def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> D
 
 
 @pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
-
-
-@pytest.fixture
-def experiment(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> RegisteredExperiment:
-    registered = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    copy_model(tiny_base_model, registered.output_dir / "ckpt", unique=True)
-    return registered
+def experiment(experiment: RegisteredExperiment, tiny_base_model: Path) -> RegisteredExperiment:
+    """The registered experiment with a checkpoint of its own at ``output/ckpt``."""
+    copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
+    return experiment
 
 
 def count_queries(db: Database) -> list[str]:

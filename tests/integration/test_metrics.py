@@ -143,7 +143,7 @@ def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
         operator, model = SimpleNamespace(admin_token_value=token), f"local:tiny-{secrets.token_hex(4)}"
 
         def new_run() -> RegisteredExperiment:
-            return register(admin, operator, tiny_base_model, make_workspace(tmp_path), model=model)  # type: ignore[arg-type]
+            return register(admin, operator, tiny_base_model, make_workspace(tmp_path), model=model)
 
         first = new_run()
         path = copy_model(tiny_base_model, first.output_dir / "trained", unique=True)

@@ -47,7 +47,7 @@ def test_run_meta_gets_its_end_time_when_the_run_ends(
 ) -> None:
     url, settings = served
     with httpx.Client(base_url=url, timeout=30) as admin:
-        experiment = register(admin, settings, tiny_base_model, make_workspace(tmp_path))  # type: ignore[arg-type]
+        experiment = register(admin, settings, tiny_base_model, make_workspace(tmp_path))
         budget = admin.get(f"{experiment.url_path}/time").json()
     workspace = Workspace(experiment.workspace, "model")
     stop = threading.Event()

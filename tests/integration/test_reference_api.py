@@ -13,20 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model
 from tests.support.settings import DeploymentSettings
-
-
-@pytest.fixture
-def experiment(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> RegisteredExperiment:
-    registered = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    started = client.post(
-        f"/v1/experiments/{registered.name}/start", json={}, headers=admin_headers(settings)
-    )
-    assert started.status_code == 200, started.text
-    return registered
 
 
 def refusal(response: Response, status: int, *words: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,8 +21,6 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
     row_id,
 )
 from tests.support.settings import DeploymentSettings
@@ -36,21 +34,9 @@ def settings(
 
 
 @pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
-
-
-@pytest.fixture
-def db(settings: DeploymentSettings) -> Iterator[Database]:
-    database = Database(settings.database_url or "")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def queued_id(client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path) -> int:
-    experiment: RegisteredExperiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+def queued_id(
+    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
+) -> int:
     copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
     response = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/ckpt"})
     assert response.status_code == 202
@@ -73,11 +59,10 @@ def test_submit_commits_then_enqueues_one_rq_job(settings: DeploymentSettings, q
 
 
 def test_the_job_timeout_is_the_recorded_evaluation_timeout_not_the_dispatchers_own(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
 ) -> None:
     """A grader (or worker) whose own AUTORL_EVAL_TIMEOUT_S differs from the one recorded with the
     experiment enqueues its submissions with the recorded one: RQ kills what the evaluation obeys."""
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
     other = settings.model_copy(update={"eval_timeout_s": settings.eval_timeout_s + 1000})
     with TestClient(create_app(other, reconcile=False)) as other_client:
@@ -151,9 +136,8 @@ def test_after_max_attempts_a_submission_fails_with_a_reason(
 
 
 def test_redis_holds_one_waiting_job_per_experiment_and_none_once_it_finished(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     ids = []
     for name in ("first", "second", "third"):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)

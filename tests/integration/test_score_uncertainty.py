@@ -5,7 +5,7 @@ correctness, and the grader's ``/submit``, ``/submissions/N`` and ``/scores`` an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +16,12 @@ from autorl.api.answers import SubmissionAnswer
 from autorl.store import Database, submissions
 from autorl.uncertainty import compare, wilson_interval
 from autorl_evaluator.jobs import evaluate, predictions_path
-from autorl_grader.main import create_app
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
     evaluating_settings,
-    make_workspace,
     number_of,
-    register,
     row_id,
 )
 from tests.support.runs import add_submission, create_experiment, scores
@@ -39,19 +36,6 @@ def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> D
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
 
 
-@pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Database]:
-    database = Database(pg_url)
-    yield database
-    database.dispose()
-
-
 def get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
     response = client.get(f"{experiment.url_path}{path}")
     assert response.status_code == 200, response.text
@@ -59,9 +43,12 @@ def get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
 
 
 def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    experiment: RegisteredExperiment,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     asked = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
     baseline_id = asked.json()["submission_id"]
     assert evaluate(baseline_id, settings)["status"] == "scored"

@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from autorl.store import (
     outcomes,
     submissions,
 )
-from autorl_grader.main import create_app
 from tests.support.checkpoints import read_safetensors, write_safetensors
 from tests.support.grading import (
     RegisteredExperiment,
@@ -40,7 +39,6 @@ from tests.support.grading import (
     register,
     row_id,
 )
-from tests.support.infra import serve
 from tests.support.reference import REFERENCE_BEST_FIELDS
 from tests.support.settings import DeploymentSettings
 
@@ -61,26 +59,10 @@ def settings(make_settings: Callable[..., DeploymentSettings], database_url: str
     return make_settings(database_url=database_url, submit_wait_s=0.0)
 
 
-@pytest.fixture
-def grader(settings: DeploymentSettings) -> Iterator[httpx.Client]:
-    with (
-        serve(create_app(settings, reconcile=False)) as served,
-        httpx.Client(base_url=served.url, timeout=60) as client,
-    ):
-        yield client
-
-
-@pytest.fixture
-def db(settings: DeploymentSettings, grader: httpx.Client) -> Iterator[Database]:
-    database = Database(settings.database_url or "")
-    yield database
-    database.dispose()
-
-
 def new_experiment(
     grader: httpx.Client, settings: DeploymentSettings, base: Path, root: Path, **fields: Any
 ) -> RegisteredExperiment:
-    return register(grader, settings, base, make_workspace(root), **fields)  # type: ignore[arg-type]
+    return register(grader, settings, base, make_workspace(root), **fields)
 
 
 def identical_copies(experiment: RegisteredExperiment, base: Path, count: int) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from autorl.store import Database, experiments, outcomes, submissions
 from autorl.tasks import get_task
 from autorl_evaluator.failures import TEMPLATE_FAILURE
 from autorl_evaluator.jobs import evaluate, predictions_path
-from autorl_grader.main import create_app
 from tests.support.checkpoints import edit_json
 from tests.support.grading import (
     RegisteredExperiment,
@@ -58,19 +57,6 @@ LOOPING_TEMPLATE = (
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
-
-
-@pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
-
-
-@pytest.fixture
-def experiment(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> RegisteredExperiment:
-    return register(client, settings, tiny_base_model, make_workspace(tmp_path))
 
 
 @pytest.fixture

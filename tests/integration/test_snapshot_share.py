@@ -120,10 +120,14 @@ def share_refusal(held: int) -> str:
 
 
 def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_others_go_on(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    hostile = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    victim = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    hostile = register_experiment()
+    victim = register_experiment()
     for name in ("h0", "h1", "h2", "h3"):
         copy_model(tiny_base_model, hostile.output_dir / name, unique=True)
     copy_model(tiny_base_model, victim.output_dir / "v0", unique=True)
@@ -175,13 +179,17 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
 
 
 def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_accepted(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
     """A submission scored before an upgrade carries the earlier scheme's fingerprint (each file's
     SHA-256 over its bytes): nominating its unchanged folder is accepted, not refused as changed."""
     import hashlib
 
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
@@ -209,9 +217,13 @@ def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_acc
 
 
 def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_unchanged_folder_again(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     scores = {"a": 10.0, "b": 30.0, "c": 20.0, "d": 5.0}
     ids: dict[str, int] = {}
     for name in (*scores, "e"):
@@ -317,7 +329,7 @@ def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
     settings: DeploymentSettings,
     db: Database,
     tiny_base_model: Path,
-    tmp_path: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Through the real job function: a copy that waited for an evaluation that failed for the
@@ -334,7 +346,7 @@ def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
     def fail_once() -> None:
         monkeypatch.setattr(backends, "get_backend", lambda name: EngineDown())
 
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = register_experiment(feedback="sealed")
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     shutil.copytree(experiment.output_dir / "a", experiment.output_dir / "a-again")
     first = row_id(db, experiment, submit(client, experiment, "a").json()["submission_id"])

@@ -6,7 +6,7 @@ only the experiment's own queue."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,19 +38,6 @@ def settings(
     if request.param == "sqlite":  # the single-machine default: SQLite in the home, local workers
         return make_settings(local_mode=True, submit_wait_s=0.0)
     return make_settings(database_url=request.getfixturevalue("pg_url"), submit_wait_s=0.0)
-
-
-@pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
-
-
-@pytest.fixture
-def db(settings: DeploymentSettings) -> Iterator[Database]:
-    database = Database(settings.database_url or "")
-    yield database
-    database.dispose()
 
 
 def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) -> httpx.Response:
@@ -86,9 +73,13 @@ def test_concurrent_submits_never_exceed_the_limit(
 
 
 def test_submissions_before_the_budget_starts_are_refused(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
+    register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), start=False)
+    experiment = register_experiment(start=False)
     copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
     response = submit(client, experiment, "early")
     assert response.status_code == 403
@@ -104,9 +95,12 @@ def test_submissions_before_the_budget_starts_are_refused(
 
 
 def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient,
+    experiment: RegisteredExperiment,
+    settings: DeploymentSettings,
+    db: Database,
+    tiny_base_model: Path,
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     ids = []
     for name in ("scored", "running", "queued"):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
@@ -142,10 +136,10 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
 
 
 def test_queue_positions_count_only_the_experiments_own_queue(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, register_experiment: Callable[..., RegisteredExperiment], tiny_base_model: Path
 ) -> None:
-    flooding = register(client, settings, tiny_base_model, make_workspace(tmp_path))
-    quiet = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+    flooding = register_experiment()
+    quiet = register_experiment()
     positions = []
     for index in range(3):
         copy_model(tiny_base_model, flooding.output_dir / f"f{index}", unique=True)
@@ -158,14 +152,13 @@ def test_queue_positions_count_only_the_experiments_own_queue(
 
 
 def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evaluator_s(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, experiment: RegisteredExperiment, db: Database, tiny_base_model: Path
 ) -> None:
     """On SQLite as on PostgreSQL the prefix is compared exactly (SQLite's LIKE ignores case), and
     a long error keeps its beginning, so a long evaluator fault stays the evaluator's."""
     from autorl.errors import EVALUATOR_FAULT_PREFIX
     from autorl.store.models import FailureReason
 
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     errors = {
         "exact": f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): the engine did not start",
         "long": f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): " + "log line\n" * 1000,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from autorl.store import Database, Feedback, Split, Submission, claims, experime
 from autorl_agent_runner.workspace.layout import Workspace
 from autorl_agent_runner.workspace.mirrors import refresh_mirrors
 from autorl_grader.api.routes import agent as agent_routes
-from autorl_grader.main import create_app
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
@@ -36,23 +35,11 @@ from tests.support.grading import (
     register,
     row_id,
 )
-from tests.support.infra import ServedApp, serve
+from tests.support.infra import ServedApp
 from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
 
 WORKER = "test-worker"
-
-
-@pytest.fixture
-def served(settings: DeploymentSettings) -> Iterator[ServedApp]:
-    with serve(create_app(settings, reconcile=False)) as app:
-        yield app
-
-
-@pytest.fixture
-def grader(served: ServedApp) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=served.url, timeout=60) as client:
-        yield client
 
 
 def submit(grader: httpx.Client, experiment: RegisteredExperiment, folder: str) -> dict[str, Any]:
@@ -100,8 +87,8 @@ def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
     tiny_base_model: Path,
     tmp_path: Path,
 ) -> None:
-    mine = register(grader, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")  # type: ignore[arg-type]
-    theirs = register(grader, settings, tiny_base_model, make_workspace(tmp_path))  # type: ignore[arg-type]
+    mine = register(grader, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    theirs = register(grader, settings, tiny_base_model, make_workspace(tmp_path))
     shown: dict[str, list[int]] = {mine.name: [], theirs.name: []}
     for index in range(3):
         for experiment in (mine, theirs):
@@ -232,7 +219,7 @@ def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(
     and a baseline's times are never shown to the agent: what the agent sees of it, of a copy of
     the base model that waited for it, and its queue positions stay the same however long the
     test baseline takes."""
-    experiment = register(grader, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")  # type: ignore[arg-type]
+    experiment = register(grader, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
     asked = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
     assert asked.status_code == 202, asked.text
     with db.session() as session:

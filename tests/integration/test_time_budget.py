@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,7 @@ from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import EngineSpec, ResidentEngine
 from autorl_evaluator.jobs import evaluate
 from autorl_evaluator.time_budget import TimeBudget, evaluation_budget
-from autorl_grader.main import create_app
-from tests.support.grading import admin_headers, copy_model, evaluating_settings, make_workspace, register
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, evaluating_settings
 from tests.support.settings import DeploymentSettings
 
 LIMIT = 2
@@ -42,12 +41,6 @@ TEST_DATA = Path(__file__).resolve().parents[1] / "data"
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
-
-
-@pytest.fixture
-def client(settings: DeploymentSettings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, reconcile=False)) as test_client:
-        yield test_client
 
 
 def _submitted(settings: DeploymentSettings, experiment: str, model_path: str) -> int:
@@ -67,9 +60,8 @@ def _submitted(settings: DeploymentSettings, experiment: str, model_path: str) -
 
 
 def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_counts_against_the_limit(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
+    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
 ) -> None:
-    experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
     queued = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
     assert queued.status_code == 202, queued.text
     tight = settings.model_copy(update={"eval_budget_factor": 1e-6, "eval_budget_floor_s": 0.0})

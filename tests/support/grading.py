@@ -9,11 +9,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from fastapi.testclient import TestClient
+from typing import TYPE_CHECKING, Any
 
 from tests.support.settings import DeploymentSettings
+
+if TYPE_CHECKING:
+    import httpx
+    from fastapi.testclient import TestClient
 
 
 @dataclass
@@ -41,7 +43,7 @@ def make_workspace(root: Path) -> Path:
 
 
 def register(
-    client: TestClient,
+    client: TestClient | httpx.Client,
     settings: Any,
     base_model_dir: Path,
     workspace: Path,
@@ -49,8 +51,9 @@ def register(
     start: bool = True,
     **fields: Any,
 ) -> RegisteredExperiment:
-    """Register an experiment and (unless `start=False`) start its budget, as the platform does
-    before its agent runs: submissions are accepted only inside the budget."""
+    """Register an experiment through ``client`` (the grader in-process or over HTTP) and (unless
+    `start=False`) start its budget, as the platform does before its agent runs: submissions are
+    accepted only inside the budget."""
     body = {
         "name": f"exp-{uuid.uuid4().hex[:10]}",
         "task": "gsm8k",
@@ -167,6 +170,24 @@ def row_id(database: Any, experiment: RegisteredExperiment | str, number: int) -
             db.dispose()
     assert found is not None, f"{name} has no submission numbered {number}"
     return int(found)
+
+
+def submission_count(settings: DeploymentSettings, experiment: RegisteredExperiment) -> int:
+    """How many submission rows the store of ``settings`` holds for ``experiment``."""
+    from sqlalchemy import func, select
+
+    from autorl.store import Database, Experiment, Submission
+
+    db = Database(settings.database_url or "")
+    try:
+        with db.session() as session:
+            exp_id = session.scalar(select(Experiment.id).where(Experiment.name == experiment.name))
+            return int(
+                session.scalar(select(func.count(Submission.id)).where(Submission.experiment_id == exp_id))
+                or 0
+            )
+    finally:
+        db.dispose()
 
 
 def number_of(database: Any, submission_id: int) -> int:
