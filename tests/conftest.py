@@ -3,6 +3,7 @@ own queues); each test run starts its own Redis server."""
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -168,6 +169,20 @@ def make_settings(tmp_path: Path, run_id: str) -> Callable[..., DeploymentSettin
         return DeploymentSettings(**values)  # type: ignore[arg-type]
 
     return build
+
+
+@pytest.fixture
+def make_isolated_settings(
+    make_settings: Callable[..., DeploymentSettings],
+    fresh_pg_url: str,
+    redis_url: str,
+    fresh_queue_prefix: str,
+) -> Callable[..., DeploymentSettings]:
+    """:func:`make_settings` on a database and a Redis queue of this test's own: for tests whose
+    workers take whatever is queued, or that count queue positions and evaluators."""
+    return functools.partial(
+        make_settings, database_url=fresh_pg_url, redis_url=redis_url, redis_key_prefix=fresh_queue_prefix
+    )
 
 
 #: A models folder kept across test runs (tools/mutation.py sets it: each mutant is a test run of

@@ -29,20 +29,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def settings(
-    make_settings: Callable[..., DeploymentSettings],
-    fresh_pg_url: str,
-    redis_url: str,
-    fresh_queue_prefix: str,
-) -> DeploymentSettings:
+def settings(make_isolated_settings: Callable[..., DeploymentSettings]) -> DeploymentSettings:
     # A database and queue of its own: the worker takes whatever its database has queued.
-    return make_settings(
-        database_url=fresh_pg_url,
-        redis_url=redis_url,
-        redis_key_prefix=fresh_queue_prefix,
-        eval_max_new_tokens=EVAL_MAX_NEW_TOKENS,
-        submit_wait_s=300.0,
-    )
+    return make_isolated_settings(eval_max_new_tokens=EVAL_MAX_NEW_TOKENS, submit_wait_s=300.0)
 
 
 @pytest.fixture

@@ -33,18 +33,10 @@ def poll(
 
 
 def test_a_baseline_no_evaluator_takes_is_reported_with_the_fix_and_taken_once_one_appears(
-    make_settings: Callable[..., DeploymentSettings],
-    fresh_pg_url: str,
-    redis_url: str,
-    fresh_queue_prefix: str,
-    tiny_base_model: Path,
-    tmp_path: Path,
+    make_isolated_settings: Callable[..., DeploymentSettings], tiny_base_model: Path, tmp_path: Path
 ) -> None:
     # A database and queue of its own: queue positions and evaluator counts are this test's alone.
-    settings = make_settings(
-        database_url=fresh_pg_url,
-        redis_url=redis_url,
-        redis_key_prefix=fresh_queue_prefix,
+    settings = make_isolated_settings(
         eval_limit=2,
         eval_max_new_tokens=8,
         baseline_unavailable_s=1.0,

@@ -84,36 +84,26 @@ def test_local_workers_take_baselines_first_then_experiments_in_turn(
 
 
 def test_rq_worker_serves_a_single_submission_after_at_most_one_of_a_flood(
-    make_settings: Callable[..., DeploymentSettings],
-    fresh_pg_url: str,
-    redis_url: str,
-    fresh_queue_prefix: str,
+    make_isolated_settings: Callable[..., DeploymentSettings],
     tiny_base_model: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = make_settings(
-        database_url=fresh_pg_url,
-        redis_url=redis_url,
-        redis_key_prefix=fresh_queue_prefix,
-        eval_limit=1,
-        eval_max_new_tokens=2,
-        submit_wait_s=0.0,
-    )
+    settings = make_isolated_settings(eval_limit=1, eval_max_new_tokens=2, submit_wait_s=0.0)
     with TestClient(create_app(settings, reconcile=False)) as client:
         flood, one, baseline = flood_then_one_then_a_baseline(client, settings, tiny_base_model, tmp_path)
-    redis = Redis.from_url(redis_url)
+    redis = Redis.from_url(settings.redis_url or "")
     queue = evaluation_queue(settings.queue_name, redis)
     # Redis holds one job per experiment (plus baselines): the rest wait in the database.
     assert len(queue.job_ids) == 3 and queue.job_ids[0].endswith(f"-submission-{baseline}")
     for variable, value in {
-        "AUTORL_DATABASE_URL": fresh_pg_url,
+        "AUTORL_DATABASE_URL": settings.database_url or "",
         "AUTORL_HOME": str(settings.home),
         "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
         "AUTORL_EVAL_DEVICE": "cpu",
     }.items():
         monkeypatch.setenv(variable, value)
-    db = Database(fresh_pg_url)
+    db = Database(settings.database_url or "")
     worker = InProcessEvaluationWorker(
         [queue],
         connection=redis,

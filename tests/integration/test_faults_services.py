@@ -118,24 +118,14 @@ def test_postgres_stopped_and_started_under_a_running_grader(
 
 def test_the_grader_killed_while_a_blocking_submit_waits(
     request: pytest.FixtureRequest,
-    make_settings: Callable[..., DeploymentSettings],
-    fresh_pg_url: str,
-    redis_url: str,
-    fresh_queue_prefix: str,
+    make_isolated_settings: Callable[..., DeploymentSettings],
     tiny_base_model: Path,
     tmp_path: Path,
 ) -> None:
-    settings = make_settings(
-        database_url=fresh_pg_url,
-        redis_url=redis_url,
-        redis_key_prefix=fresh_queue_prefix,
-        eval_limit=2,
-        eval_max_new_tokens=4,
-        submit_wait_s=300.0,
-    )
+    settings = make_isolated_settings(eval_limit=2, eval_max_new_tokens=4, submit_wait_s=300.0)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    db = Database(fresh_pg_url)
+    db = Database(settings.database_url or "")
     first = start(["grader", "--port", str(port)], settings, tmp_path / "grader-1.log")
     try:
         wait_until_serving(url, first, tmp_path / "grader-1.log")

@@ -49,20 +49,8 @@ class RunsOnUnpickle:
 
 
 @pytest.fixture
-def settings(
-    make_settings: Callable[..., DeploymentSettings],
-    fresh_pg_url: str,
-    redis_url: str,
-    fresh_queue_prefix: str,
-) -> DeploymentSettings:
-    return make_settings(
-        database_url=fresh_pg_url,
-        redis_url=redis_url,
-        redis_key_prefix=fresh_queue_prefix,
-        eval_limit=2,
-        eval_max_new_tokens=4,
-        submit_wait_s=240.0,
-    )
+def settings(make_isolated_settings: Callable[..., DeploymentSettings]) -> DeploymentSettings:
+    return make_isolated_settings(eval_limit=2, eval_max_new_tokens=4, submit_wait_s=240.0)
 
 
 def without_password(redis_url: str) -> str:
