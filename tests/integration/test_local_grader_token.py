@@ -9,7 +9,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +19,7 @@ from autorl.errors import ConfigurationError
 from autorl_grader.local_admin_token import ADMIN_TOKEN_FILE, OWNER_ONLY, with_local_admin_token
 from autorl_grader.settings import GraderSettings
 from tests.support.infra import free_port, stop_process
+from tests.support.service_processes import wait_until_serving
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -41,16 +41,7 @@ def test_a_local_grader_without_a_token_makes_one_and_its_admin_api_needs_it(tmp
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert grader.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_until_serving(base, grader, log)
         stored = home / ADMIN_TOKEN_FILE
         assert stat.S_IMODE(stored.stat().st_mode) == 0o600
         token = stored.read_text().strip()

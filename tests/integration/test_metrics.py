@@ -13,7 +13,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,6 +31,7 @@ from tests.support.grading import RegisteredExperiment, admin_headers, copy_mode
 from tests.support.infra import free_port, stop_process
 from tests.support.runs import add_submission, create_experiment, finish, scores
 from tests.support.settings import DeploymentSettings
+from tests.support.waiting import wait_for
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -48,13 +48,6 @@ def parse(text: str) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 # -- the real processes --------------------------------------------------------------------------
@@ -129,7 +122,7 @@ def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
         base_url=f"http://127.0.0.1:{admin_port}", headers={"Authorization": f"Bearer {token}"}
     )
     try:
-        wait_until(lambda: _answers(f"http://127.0.0.1:{admin_port}/healthz"), "the grader", 60)
+        wait_for(lambda: _answers(f"http://127.0.0.1:{admin_port}/healthz"), "the grader", 60)
 
         def grader_metrics() -> Samples:
             response = admin.get("/metrics")
@@ -166,15 +159,16 @@ def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
         assert agent_port_answer.status_code == 404
 
         worker = _start([AUTORL, "worker", "--metrics-port", str(worker_port)], env, tmp_path / "worker.log")
-        wait_until(lambda: _answers(f"http://127.0.0.1:{worker_port}/metrics"), "the worker's metrics", 60)
-        wait_until(
+        wait_for(lambda: _answers(f"http://127.0.0.1:{worker_port}/metrics"), "the worker's metrics", 60)
+        wait_for(
             lambda: value(grader_metrics(), "autorl_submissions", status="scored") == 1,
             "the submission to be scored",
+            180,
         )
         baseline = admin.post(f"/v1/experiments/{first.name}/baseline")
         assert baseline.status_code in (200, 202), baseline.text
-        wait_until(
-            lambda: value(grader_metrics(), "autorl_submissions", status="scored") == 2, "the baseline"
+        wait_for(
+            lambda: value(grader_metrics(), "autorl_submissions", status="scored") == 2, "the baseline", 180
         )
         # A second run of the same model: its baseline comes from the cache, not an evaluation.
         second = new_run()
@@ -191,7 +185,7 @@ def test_grader_and_worker_metrics_follow_submissions_through_real_processes(
         assert value(scored, "autorl_evaluation_duration_seconds_sum") > 0
         assert value(scored, "autorl_evaluation_duration_seconds_bucket", le="+Inf") == 2
 
-        wait_until(
+        wait_for(
             lambda: value(worker_metrics(), "autorl_worker_evaluations_total", outcome="scored") == 2,
             "worker counts",
             30,

@@ -34,6 +34,7 @@ from autorl_grader.main import create_app
 from tests.support.grading import copy_model, make_workspace, register
 from tests.support.service_processes import service_env
 from tests.support.settings import DeploymentSettings
+from tests.support.waiting import wait_for
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -75,13 +76,6 @@ def rq_worker(settings: DeploymentSettings, worker_log: Path) -> Iterator[subpro
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
-
-
-def wait_for(condition: Callable[[], bool], what: str, log: Path, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
 
 
 def push_hostile_jobs(settings: DeploymentSettings, proof_dir: Path) -> dict[str, str]:
@@ -174,11 +168,11 @@ def test_worker_process_survives_hostile_jobs_then_scores_a_submission(
 ) -> None:
     proof_dir = tmp_path / "proof"
     proof_dir.mkdir()
-    wait_for(lambda: "Listening on" in worker_log.read_text(), "the worker to listen", worker_log)
+    wait_for(lambda: "Listening on" in worker_log.read_text(), "the worker to listen", 180, log=worker_log)
     push_hostile_jobs(settings, proof_dir)
     redis = Redis.from_url(settings.redis_url or "")
     queue = evaluation_queue(settings.queue_name, redis)
-    wait_for(lambda: redis.llen(queue.key) == 0, "the worker to take every job", worker_log)
+    wait_for(lambda: redis.llen(queue.key) == 0, "the worker to take every job", 180, log=worker_log)
     with TestClient(create_app(settings, reconcile=False)) as client:
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
         copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)

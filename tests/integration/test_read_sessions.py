@@ -21,6 +21,7 @@ from autorl_grader.state import GraderState
 from tests.support.grading import make_workspace, register
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
+from tests.support.waiting import wait_for
 
 #: How long the read stays open; a write that waited for it would take at least this long.
 READ_HELD_S = 3.0
@@ -97,7 +98,7 @@ def test_the_admin_api_is_served_while_every_agent_thread_is_taken(
         held = [threading.Thread(target=agent_request, args=("/scores",)) for _ in range(2)]
         for thread in held:
             thread.start()
-        _wait_until(lambda: state.agent_threads.borrowed_tokens == 2)
+        wait_for(lambda: state.agent_threads.borrowed_tokens == 2, "both readers in the pool", 10, 0.05)
         third = threading.Thread(target=agent_request, args=("/submissions/1",))
         third.start()
         started = time.monotonic()
@@ -109,10 +110,3 @@ def test_the_admin_api_is_served_while_every_agent_thread_is_taken(
             thread.join()
     locker.dispose()
     assert sorted(statuses) == [200, 200, 404]
-
-
-def _wait_until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.05)

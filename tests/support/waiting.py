@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, interval_s: float = 0.2) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float,
+    interval_s: float = 0.2,
+    *,
+    log: Path | None = None,
+) -> None:
+    """Poll ``condition`` every ``interval_s`` until it holds; past ``timeout_s`` fail, naming
+    ``what`` and ending with the last lines of ``log`` (the process's output) when given."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            tail = f":\n{log.read_text(errors='replace')[-3000:]}" if log is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{tail}")
         time.sleep(interval_s)
