@@ -25,7 +25,8 @@ SIGKILL). Requests, one JSON object per connection on a Unix socket in a 0700 fo
   and what it left have ended (survivors: those still alive after SIGKILL);
 - ``{"op": "ping"}``: ``{"ok": true}``.
 
-It needs the standard library and OpenCompass only (it runs in OpenCompass's environment).
+It needs the standard library, the worker's ``json_lines.py`` (loaded by its path) and OpenCompass
+only (it runs in OpenCompass's environment).
 
     PYTHON compass_server.py --socket PATH
 """
@@ -35,7 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import json
+import importlib.util
 import os
 import shutil
 import signal
@@ -44,7 +45,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autorl_evaluator import json_lines
+else:  # OpenCompass's Python has none of our packages
+    _spec = importlib.util.spec_from_file_location(
+        "autorl_json_lines", Path(__file__).resolve().parents[2] / "json_lines.py"
+    )
+    json_lines = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(json_lines)
 
 #: Largest request accepted (arguments and an environment).
 MAX_REQUEST_BYTES = 1024 * 1024
@@ -94,24 +104,6 @@ def unformatted_config_dumps() -> None:
 
     dump.unformatted = True  # type: ignore[attr-defined]
     Config.dump = dump
-
-
-def _answer(connection: socket.socket, payload: dict[str, Any]) -> None:
-    with contextlib.suppress(OSError):
-        connection.sendall(json.dumps(payload).encode() + b"\n")
-
-
-def _read_request(connection: socket.socket) -> dict[str, Any]:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = connection.recv(1 << 16)
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > MAX_REQUEST_BYTES:
-            raise ValueError("request too large")
-    request: dict[str, Any] = json.loads(data)
-    return request
 
 
 def _reseed() -> None:
@@ -211,13 +203,12 @@ def _run_child(request: dict[str, Any], server: int) -> int:
     return 0
 
 
-def _serve(connection: socket.socket, listener: socket.socket) -> None:
-    request = _read_request(connection)
+def _serve(request: dict[str, Any], connection: json_lines.Connection, listener: socket.socket) -> None:
     if request.get("op") == "ping":
-        _answer(connection, {"ok": True})
+        connection.reply({"ok": True})
         return
     if request.get("op") != "run":
-        _answer(connection, {"ok": False, "error": f"unknown op {request.get('op')!r}"})
+        connection.reply({"ok": False, "error": f"unknown op {request.get('op')!r}"})
         return
     server = os.getpid()
     # The child starts with SIGTERM blocked, until it has put the default handlers back.
@@ -235,14 +226,14 @@ def _serve(connection: socket.socket, listener: socket.socket) -> None:
                 sys.stderr.flush()
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    _answer(connection, {"ok": True, "pid": pid})
+    connection.reply({"ok": True, "pid": pid})
     # Reaping on the way what the run left behind (handed to the server) that ended.
     while (reaped := os.waitpid(-1, 0))[0] != pid:
         pass
     # The run has ended (no other runs): whatever is still under the server is its leftover.
     survivors = _end_all_under_server(KILL_GRACE_S)
     returncode = os.waitstatus_to_exitcode(reaped[1])
-    _answer(connection, {"ok": True, "returncode": returncode, "survivors": survivors})
+    connection.reply({"ok": True, "returncode": returncode, "survivors": survivors})
 
 
 def _end(signum: int, _frame: object) -> None:
@@ -267,18 +258,13 @@ def main() -> int:
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     preload()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(args.socket)
-    os.chmod(args.socket, 0o600)
-    listener.listen(4)
+    listener = json_lines.listen(Path(args.socket))
     print(f"compass server listening on {args.socket}", flush=True)
-    while True:
-        connection, _ = listener.accept()
-        with connection:
-            try:
-                _serve(connection, listener)
-            except Exception as exc:
-                _answer(connection, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+    json_lines.serve(
+        listener,
+        lambda request, connection: _serve(request, connection, listener),
+        max_request_bytes=MAX_REQUEST_BYTES,
+    )
 
 
 if __name__ == "__main__":

@@ -32,28 +32,33 @@ tokenizer beside the submission's safetensors weights); nothing in it is run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import importlib.util
 import json
 import os
 import signal
-import socket
 import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 #: Largest safetensors header read (a real checkpoint's is a few hundred kilobytes).
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 #: Largest request accepted (the whole test split's prompts fit many times over).
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
+#: The worker's package: this program runs in vLLM's environment, which has none of our packages,
+#: and loads the two files it needs of it (standard library only) by their paths.
+OURS = Path(__file__).resolve().parents[2]
+#: The worker's one key of resident state.
+RESIDENT_KEY = OURS / "resident_key.py"
 
-#: The worker's one key of resident state (``autorl_evaluator/resident_key.py``), loaded by its path:
-#: this program runs in vLLM's environment, which has none of our packages.
-RESIDENT_KEY = Path(__file__).resolve().parents[2] / "resident_key.py"
+if TYPE_CHECKING:
+    from autorl_evaluator import json_lines
+else:
+    _spec = importlib.util.spec_from_file_location("autorl_json_lines", OURS / "json_lines.py")
+    json_lines = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(json_lines)
 
 
 @functools.cache
@@ -280,52 +285,15 @@ class Server:
         return {"ok": True, "reused": reused, "seconds": seconds}
 
 
-def read_request(connection: socket.socket) -> dict[str, Any]:
-    chunks, size = [], 0
-    while True:
-        chunk = connection.recv(1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_REQUEST_BYTES:
-            raise ValueError("request too large")
-        if chunk.endswith(b"\n"):
-            break
-    request = json.loads(b"".join(chunks))
-    if not isinstance(request, dict):
-        raise ValueError("a request is one JSON object")
-    return request
-
-
 def serve(socket_path: Path, kind: str) -> None:
     server = Server(kind)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # Bound under a name of its own and renamed once listening: whoever sees ``socket_path`` can
-    # connect (a client that polls for the path never meets a socket that refuses).
-    binding = socket_path.with_name(f".{socket_path.name}.{os.getpid()}")
-    binding.unlink(missing_ok=True)
-    old_mask = os.umask(0o177)  # the socket: its owner only
-    try:
-        listener.bind(str(binding))
-    finally:
-        os.umask(old_mask)
-    listener.listen(4)
-    os.replace(binding, socket_path)
+    listener = json_lines.listen(socket_path)
     print(f"engine ready engine={kind}", flush=True)
-    while True:
-        connection, _ = listener.accept()
-        with connection:
-            try:
-                answer = server.handle(read_request(connection))
-            except Exception as exc:  # the answer says what failed; the worker decides what follows
-                traceback.print_exc()
-                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            with contextlib.suppress(OSError):  # the client is gone (its evaluation was stopped)
-                connection.sendall(json.dumps(answer).encode() + b"\n")
-                # The engine's processes forked while this request was served hold copies of the
-                # connection: closing ours would not end it for the client, shutting it down does.
-                connection.shutdown(socket.SHUT_RDWR)
+
+    def answer(request: dict[str, Any], connection: json_lines.Connection) -> None:
+        connection.reply(server.handle(request))
+
+    json_lines.serve(listener, answer, max_request_bytes=MAX_REQUEST_BYTES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ between evaluations and replaced when another is asked for or it has died."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import signal
@@ -14,10 +15,13 @@ from pathlib import Path
 from typing import IO, Generic, Protocol, TypeVar
 
 from autorl.process_group import kill_group
+from autorl_evaluator import json_lines
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.subprocess_group import set_parent_death_signal
 
 log = logging.getLogger("autorl.evaluator.opencompass")
+#: How long a server gets to answer a ping.
+PING_TIMEOUT_S = 10.0
 
 
 class ServerProcess:
@@ -61,8 +65,11 @@ class ServerProcess:
         return self.process.poll() is None
 
     def ping(self) -> bool:
-        """Whether the server answers on its socket."""
-        raise NotImplementedError
+        """Whether the server answers ``{"op": "ping"}`` on its socket with ``ok``."""
+        with contextlib.suppress(OSError, ValueError):
+            answer = json_lines.request(self.socket_path, {"op": "ping"}, timeout_s=PING_TIMEOUT_S)
+            return bool(answer and answer.get("ok"))
+        return False
 
     def wait_until_listening(self) -> None:
         timeout_s = self.start_timeout_s

@@ -13,14 +13,12 @@ OpenCompass reaches the engine through ``engine_shim/`` (its ``vllm`` module), p
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl_evaluator.backends.opencompass.engine_shim.vllm import EngineError, exchange
 from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess
 
 log = logging.getLogger("autorl.evaluator.engine")
@@ -61,12 +59,6 @@ class ResidentEngine(ServerProcess):
             log_path,
             stop_grace_s=STOP_GRACE_S,
         )
-
-    def ping(self) -> bool:
-        with contextlib.suppress(OSError, EngineError, ValueError):
-            exchange(str(self.socket_path), {"op": "ping"}, timeout_s=10)
-            return True
-        return False
 
 
 #: This process's engines (the warm worker's child keeps them between evaluations).

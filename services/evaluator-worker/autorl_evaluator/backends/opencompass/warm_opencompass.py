@@ -22,18 +22,16 @@ script runs the ordinary way.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from autorl.process_group import kill_group
+from autorl_evaluator import json_lines
 from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.subprocess_group import GroupResult
@@ -105,22 +103,6 @@ class CompassServer(ServerProcess):
                     found.append((str(path.relative_to(self.home)), stat.st_size, stat.st_mtime_ns))
         return sorted(found)
 
-    def _exchange(self, payload: dict[str, Any], timeout_s: float) -> socket.socket:
-        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            connection.settimeout(timeout_s)
-            connection.connect(str(self.socket_path))
-            connection.sendall(json.dumps(payload).encode() + b"\n")
-        except BaseException:
-            connection.close()
-            raise
-        return connection
-
-    def ping(self) -> bool:
-        with contextlib.suppress(OSError, ValueError), self._exchange({"op": "ping"}, 10) as connection:
-            return bool(_read_line(connection).get("ok"))
-        return False
-
     def wait_until_listening(self) -> None:
         super().wait_until_listening()
         # What the server wrote there while importing; a run must leave it as it is.
@@ -138,21 +120,22 @@ class CompassServer(ServerProcess):
         pgid: int | None = None
         timed_out = False
         try:
-            with self._exchange(request, FORK_TIMEOUT_S) as connection:
-                answer = _read_line(connection)
+            with json_lines.connect(self.socket_path, timeout_s=FORK_TIMEOUT_S) as connection:
+                connection.send(request)
+                answer = connection.receive() or {}
                 if "pid" not in answer:
                     raise EvaluatorFaultError(
                         f"the warm OpenCompass did not start the run: {answer.get('error')}"
                     )
                 pgid = int(answer["pid"])
-                connection.settimeout(max(timeout_s - (time.monotonic() - started), 0.001))
+                connection.set_timeout(max(timeout_s - (time.monotonic() - started), 0.001))
                 try:
-                    ended = _read_line(connection)
+                    ended = connection.receive() or {}
                 except TimeoutError:
                     timed_out = True
                     kill_group(pgid)
-                    connection.settimeout(FORK_TIMEOUT_S)
-                    ended = _read_line(connection)
+                    connection.set_timeout(FORK_TIMEOUT_S)
+                    ended = connection.receive() or {}
         except (OSError, ValueError) as exc:
             # The server died, its socket went, or it answered nothing readable: the worker's fault.
             if not timed_out:
@@ -170,19 +153,6 @@ class CompassServer(ServerProcess):
             log.warning("event=compass_home_changed pid=%d", self.process.pid)
             self.stop()
         return GroupResult(int(ended["returncode"]), timed_out, time.monotonic() - started, survivors)
-
-
-def _read_line(connection: socket.socket) -> dict[str, Any]:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = connection.recv(1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    if not data:
-        return {}
-    answer: dict[str, Any] = json.loads(data)
-    return answer
 
 
 #: This process's warm OpenCompass (the warm worker's child keeps it between evaluations).

@@ -4,17 +4,27 @@ OpenCompass's ``VLLMwithChatTemplate`` renders every prompt itself and calls ``L
 ``get_tokenizer()`` and ``generate(prompts, SamplingParams(...))``. This module answers those calls
 by forwarding them to the worker's engine server (``engine_server.py``, in the Python of
 ``AUTORL_VLLM_PYTHON``) over the Unix socket named by ``AUTORL_ENGINE_SOCKET``, so OpenCompass's
-prompts, stop words, sampling parameters and scoring are untouched. Only the standard library and
-OpenCompass's own transformers (for the tokenizer it renders with) are used here.
+prompts, stop words, sampling parameters and scoring are untouched. Only the standard library,
+the worker's ``json_lines.py`` (loaded by its path) and OpenCompass's own transformers (for the
+tokenizer it renders with) are used here.
 """
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
-import socket
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autorl_evaluator import json_lines
+else:  # OpenCompass's Python has none of our packages
+    _spec = importlib.util.spec_from_file_location(
+        "autorl_json_lines", Path(__file__).resolve().parents[4] / "json_lines.py"
+    )
+    json_lines = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(json_lines)
 
 __version__ = "autorl-resident-engine"
 
@@ -45,21 +55,9 @@ class RequestOutput:
 def exchange(path: str, payload: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
     """One request to the engine server at ``path`` and its answer; raises ``EngineError`` when the
     server answers nothing or says the request failed, ``OSError`` when it cannot be reached."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.settimeout(timeout_s)
-        connection.connect(path)
-        connection.sendall(json.dumps(payload).encode() + b"\n")
-        chunks: list[bytes] = []
-        # One answer is one line: read to its end, not to the connection's (which processes the
-        # engine forked meanwhile may hold open).
-        while not (chunks and chunks[-1].endswith(b"\n")):
-            chunk = connection.recv(1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    if not chunks:
+    answer = json_lines.request(path, payload, timeout_s=timeout_s)
+    if answer is None:
         raise EngineError("the resident engine closed the connection without an answer")
-    answer: dict[str, Any] = json.loads(b"".join(chunks))
     if not answer.get("ok"):
         raise EngineError(f"the resident engine failed: {answer.get('error')}")
     return answer
