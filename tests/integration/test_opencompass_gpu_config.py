@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-import json
 import os
 import re
 import shutil
@@ -38,9 +37,9 @@ from autorl_evaluator.backends.opencompass.parallel import TensorParallelShape, 
 from autorl_evaluator.model_settings import settings_for
 from autorl_evaluator.settings import WorkerSettings
 from tests.support.lock_tool import load_lock_tool
+from tests.support.opencompass_models import OC_PYTHON, run_in_opencompass
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
 LOCK = REPO_ROOT / "docker" / "evaluator-worker.lock"
 ENGINE_LOCK = REPO_ROOT / "docker" / "evaluator-vllm.lock"
 #: What ran on the GPU beside the machine's own packages (vLLM 0.25.0 and the wheels it needed).
@@ -165,15 +164,7 @@ def _run_opencompass(root: Path, prepared: list[tuple[Path, dict[str, str]]]) ->
         }
         for config, env in prepared
     ]
-    (root / "cases.json").write_text(json.dumps(cases))
-    subprocess.run(
-        [str(OC_PYTHON), "-c", OC_SCRIPT, str(root / "cases.json"), str(root / "out.json")],
-        check=True,
-        capture_output=True,
-        cwd=root,
-        timeout=300,
-    )
-    results: list[dict[str, Any]] = json.loads((root / "out.json").read_text())
+    results: list[dict[str, Any]] = run_in_opencompass(OC_SCRIPT, cases, root, timeout_s=300)
     return results
 
 

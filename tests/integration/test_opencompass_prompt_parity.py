@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,11 @@ from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, Co
 from autorl_evaluator.backends.opencompass.config import render as render_config
 from autorl_evaluator.backends.opencompass.model_view import build_view
 from autorl_evaluator.model_settings import settings_for
-from tests.support.opencompass_models import save_sharp_model
+from tests.support.opencompass_models import run_in_opencompass, save_sharp_model
 
 pytestmark = pytest.mark.opencompass
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
 PROBLEMS = REPO_ROOT / "tests" / "data" / "gsm8k" / "test.jsonl"
 
 OC_SCRIPT = """
@@ -138,16 +136,10 @@ def opencompass_side(
         "t5": _prepare(t5_view, problems, root / "t5"),
         "t5-unfixed": _prepare(unfixed, problems, root / "t5-unfixed-work"),
     }
-    (root / "cases.json").write_text(json.dumps(cases))
-    subprocess.run(
-        [str(OC_PYTHON), "-c", OC_SCRIPT, str(root / "cases.json"), str(root / "out.json")],
-        check=True,
-        capture_output=True,
-        cwd=root,
-        timeout=600,
-        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(root)},
+    environment = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(root)}
+    results: dict[str, dict[str, Any]] = run_in_opencompass(
+        OC_SCRIPT, cases, root, timeout_s=600, env=environment
     )
-    results: dict[str, dict[str, Any]] = json.loads((root / "out.json").read_text())
     assert {r["transformers"][:2] for r in results.values()} == {"4."}
     return results
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autorl.tasks import get_task
 from autorl.tasks.gsm8k import accuracy, opencompass_postprocess, strip_reasoning
+from tests.support.opencompass_models import OC_PYTHON
 
 pytestmark = pytest.mark.opencompass
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-OC_PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
 SAMPLES = 400
 SEED = 20241129
 

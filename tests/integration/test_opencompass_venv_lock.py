@@ -12,14 +12,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from tests.support.lock_tool import LOCK, load_lock_tool
-
-REPO = Path(__file__).resolve().parents[2]
-OC_PYTHON = REPO / ".venv-opencompass" / "bin" / "python"
+from tests.support.opencompass_models import OC_PYTHON
 
 pytestmark = pytest.mark.requires(OC_PYTHON.exists(), reason="needs .venv-opencompass (make setup)")
 

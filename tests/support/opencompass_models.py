@@ -1,9 +1,15 @@
-"""Tiny checkpoints for OpenCompass tests, written by transformers 5 as an agent's would be."""
+"""OpenCompass's side of the tests: its own Python (``.venv-opencompass``, transformers 4) and tiny
+checkpoints for it, written by transformers 5 as an agent's would be."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
+
+#: OpenCompass's own environment (``make setup`` builds it).
+OC_PYTHON = Path(__file__).resolve().parents[2] / ".venv-opencompass" / "bin" / "python"
 
 #: Multiplies the tiny model's random matrices: its greedy output then depends on the prompt
 #: (at the builtin scale every prompt gives the same newlines, which would hide a prompt mismatch).
@@ -42,3 +48,20 @@ def corrupt_weights(model: Path, target: Path) -> Path:
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
     return target
+
+
+def run_in_opencompass(
+    script: str, cases: Any, root: Path, *, timeout_s: float, env: dict[str, str] | None = None
+) -> Any:
+    """Run ``script`` in OpenCompass's Python in ``root``, given ``cases`` as a JSON file's path and
+    an output path as its arguments; its JSON output."""
+    (root / "cases.json").write_text(json.dumps(cases))
+    subprocess.run(
+        [str(OC_PYTHON), "-c", script, str(root / "cases.json"), str(root / "out.json")],
+        check=True,
+        capture_output=True,
+        cwd=root,
+        timeout=timeout_s,
+        env=env,
+    )
+    return json.loads((root / "out.json").read_text())
