@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hf_eval_gpu import build_checkpoint, log
+from common import autorl_command, build_checkpoint, last_results_row, log, submissions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json"
@@ -241,40 +241,8 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     return record
 
 
-def last_results_row(home: Path, env: dict[str, str]) -> dict[str, Any] | None:
-    """The newest row of ``autorl results --json`` in that home, if any."""
-    rows = json.loads(
-        subprocess.run(
-            [*autorl_command(), "results", "--json", "--home", str(home)],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True,
-        ).stdout
-    )  # fmt: skip
-    return rows[-1] if rows else None
-
-
-def submissions(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    kept = ("submission_id", "model_path", "status", "score", "eval_seconds", "reused_from", "error")
-    rows = []
-    for entry in json.loads(path.read_text(encoding="utf-8")):
-        row = {key: entry.get(key) for key in kept}
-        if entry.get("created_at") is not None and entry.get("finished_at") is not None:
-            row["queued_to_scored_s"] = round(entry["finished_at"] - entry["created_at"], 1)
-        rows.append(row)
-    return rows
-
-
 def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
-
-
-def autorl_command() -> list[str]:
-    """The installed ``autorl`` beside this interpreter, else the CLI through this interpreter."""
-    script = Path(sys.executable).parent / "autorl"
-    if script.is_file():
-        return [str(script)]
-    return [sys.executable, "-c", "from autorl.cli import main; raise SystemExit(main())"]
 
 
 def gpu_names() -> list[str]:

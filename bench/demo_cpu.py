@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from autorl_run_gpu import autorl_command, last_results_row, submissions
+from common import autorl_command, last_results_row, submissions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "demo_cpu.json"

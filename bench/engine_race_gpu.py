@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common import build_view_checkpoint, environment, load_workload, log, offline_child
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "engine_race_gpu.json"
 #: vLLM configurations over the worker's recorded engine arguments.
@@ -49,10 +51,6 @@ VLLM_VARIANTS: dict[str, dict[str, Any]] = {
     "vllm_graphs_seqs256": {"enforce_eager": False, "enable_prefix_caching": True, "max_num_seqs": 256},
 }
 WORKLOADS = ("ids_stop", "ids_full", "opencompass_prompts")
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
 def in_process(
@@ -104,8 +102,6 @@ def vllm_variant(
     inputs: Path, model_dir: Path, kwargs: dict[str, Any], seed: int, timeout_s: float
 ) -> dict[str, Any]:
     """One vLLM configuration in a process of its own (bench/opencompass_vllm_gpu.py offline)."""
-    from opencompass_vllm_gpu import offline_child
-
     folder = Path(tempfile.mkdtemp(prefix="engine-race-"))
     began = time.perf_counter()
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -159,17 +155,14 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", choices=sorted(VLLM_VARIANTS), help="vLLM variants to run")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="start no variant after this")
     args = parser.parse_args()
-    sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
     import torch
-    from opencompass_vllm_gpu import _load_workload, build_model
-    from resident_engine_gpu import environment
 
     began = time.perf_counter()
     inputs = args.inputs.resolve()
     model_dir = args.work / "A"
-    built = build_model(inputs, model_dir, args.seed)
+    built = build_view_checkpoint(inputs, model_dir, args.seed)
     torch.cuda.empty_cache()
-    recorded, prompts, stops = _load_workload(inputs, args.seed)
+    recorded, prompts, stops = load_workload(inputs, args.seed)
     report: dict[str, Any] = {
         "benchmark": "engine_race_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hf_eval_gpu import build_checkpoint, log
+from common import SMOKE_SHAPE, build_checkpoint, fast_trainer, gsm8k_records, log, synchronize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "grpo_gpu.json"
@@ -127,19 +127,7 @@ def _version(name: str) -> str | None:
 
 
 def _checkpoint(root: Path, smoke: bool) -> Path:
-    if not smoke:
-        return build_checkpoint(root / "qwen25-1.5b", seed=0)[0]
-    import hf_eval_gpu
-
-    saved = dict(hf_eval_gpu.QWEN25_1_5B)
-    hf_eval_gpu.QWEN25_1_5B.update(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, head_dim=16
-    )
-    try:
-        return build_checkpoint(root / "qwen25-1.5b", seed=0)[0]
-    finally:
-        hf_eval_gpu.QWEN25_1_5B.clear()
-        hf_eval_gpu.QWEN25_1_5B.update(saved)
+    return build_checkpoint(root / "qwen25-1.5b", seed=0, shape=SMOKE_SHAPE if smoke else None)[0]
 
 
 def _load(checkpoint: Path, device: str) -> tuple[Any, Any]:
@@ -152,25 +140,6 @@ def _load(checkpoint: Path, device: str) -> tuple[Any, Any]:
     return tokenizer, model
 
 
-def _gsm8k_records(tokenizer: Any, count: int) -> list[dict[str, str]]:
-    """GSM8K-shaped prompts (the gsm8k task's 4-shot turns) around arith questions."""
-    from autorl.tasks import get_task
-    from autorl.tasks.arith import generate_problems
-
-    task = get_task("gsm8k")
-    return [
-        {"prompt": task.render_prompt(tokenizer, p.question), "answer": p.answer}
-        for p in generate_problems(0, count)
-    ]
-
-
-def _synchronize() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def throughput(
     checkpoint: Path, args: argparse.Namespace, device: str, results: dict[str, Any], save: Any
 ) -> dict[str, Any]:
@@ -180,7 +149,7 @@ def throughput(
 
     task = get_task("gsm8k")
     tokenizer, model = _load(checkpoint, device)
-    records = _gsm8k_records(tokenizer, 2048)
+    records = gsm8k_records(tokenizer, 2048)
     out: dict[str, Any] = {
         "model": "Qwen2.5-1.5B architecture, random bf16 weights (seed 0), builtin tokenizer",
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -228,7 +197,7 @@ def _trl(
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            _synchronize()
+            synchronize()
             marks.append(time.monotonic())
 
         def on_log(self, *a: Any, logs: Any = None, **k: Any) -> None:
@@ -277,29 +246,6 @@ def _trl(
         "mean_completion_tokens": round(mean_length, 1),
         "completion_tokens_per_s": round(tokens / seconds, 1),
     }
-
-
-def fast_trainer(
-    model: Any,
-    tokenizer: Any,
-    task: Any,
-    records: list[dict[str, Any]],
-    settings: Any,
-    eos_ids: list[int] | None = None,
-) -> Any:
-    """The example agent's fast GRPO path on ``records`` (prompt and answer each), rewarded by
-    ``task``; rollouts end at ``eos_ids`` (the tokenizer's end token by default)."""
-    from autorl_agents.fast_grpo import FastGRPO
-
-    return FastGRPO(
-        model=model,
-        tokenizer=tokenizer,
-        prompts=[tokenizer(r["prompt"]).input_ids for r in records],
-        answers=[r["answer"] for r in records],
-        reward=lambda completions, answers: task.reward(completions, answers),
-        settings=settings,
-        eos_ids=eos_ids or [tokenizer.eos_token_id],
-    )
 
 
 def _fast(
@@ -510,13 +456,13 @@ def weight_swap(checkpoint: Path, device: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    prompt = torch.tensor([tokenizer(_gsm8k_records(tokenizer, 1)[0]["prompt"]).input_ids])
+    prompt = torch.tensor([tokenizer(gsm8k_records(tokenizer, 1)[0]["prompt"]).input_ids])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
 
     def first_token(model: Any) -> int:
         with torch.inference_mode():
             token = int(model(input_ids=prompt.to(device), logits_to_keep=1).logits[0, -1].argmax())
-        _synchronize()
+        synchronize()
         return token
 
     cold, warm = [], []

@@ -57,7 +57,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -71,8 +70,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grpo_gpu import _gsm8k_records as _records
-from grpo_gpu import _synchronize, fast_trainer
+from common import (
+    TRAIN_PROBLEM_SEED,
+    build_padded_checkpoint,
+    environment,
+    evaluated_problems,
+    fast_trainer,
+    gsm8k_records,
+    log,
+    pad_vocabulary,
+    synchronize,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json"
@@ -100,9 +108,6 @@ T2_TRAINING_PROBLEMS = 4096
 #: The seed of the GRPO and held-out problems (another draw than T2's and the evaluated split's).
 LEARNING_PROBLEM_SEED = 20_261_205
 LEARNING_PROBLEM_DRAW = 5000
-#: A filler token of :func:`pad_vocabulary`: its brackets lie outside the byte-level alphabet,
-#: so no text's pre-tokenized bytes can spell it, and no merge produces it.
-FILLER = "\u27e6{}\u27e7"
 
 
 def command_line(output: Path) -> str:
@@ -217,74 +222,7 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
-
-
 # --------------------------------------------------------------------------- the checkpoint
-
-
-def pad_vocabulary(checkpoint: Path, size: int) -> int:
-    """Give the byte-level BPE tokenizer in ``checkpoint`` every id below ``size`` without moving
-    one it has. Returns how many filler tokens it added.
-
-    Every id the tokenizer lacks (past its special tokens, and any gap below them) becomes a filler
-    entry of the model's vocabulary (:data:`FILLER`): no merge produces it and no text's bytes spell
-    it, so every text encodes to the ids it had, and every id decodes (to the filler's own text).
-    The special tokens are written into the model's vocabulary at their own ids as well:
-    transformers 5 rebuilds a Qwen2 tokenizer from that vocabulary and the merges and then adds the
-    special tokens, which keep an id only where the vocabulary holds it (otherwise they are
-    numbered after the vocabulary's entries, which would move them past the fillers).
-    ``vocab.json``, where present, is written with the same entries."""
-    tokenizer_file = checkpoint / "tokenizer.json"
-    tokenizer = json.loads(tokenizer_file.read_text(encoding="utf-8"))
-    model = tokenizer["model"]
-    if model.get("type") != "BPE":
-        raise ValueError(f"{tokenizer_file}: a {model.get('type')} model, not byte-level BPE")
-    vocab: dict[str, int] = model["vocab"]
-    for special in tokenizer["added_tokens"]:
-        if vocab.setdefault(special["content"], special["id"]) != special["id"]:
-            raise ValueError(f"{special['content']!r} has two ids")
-    taken = set(vocab.values())
-    if len(taken) != len(vocab):
-        raise ValueError(f"{tokenizer_file}: two tokens share an id")
-    added = 0
-    for token_id in range(size):
-        if token_id in taken:
-            continue
-        filler = FILLER.format(token_id)
-        if filler in vocab:
-            raise ValueError(f"{filler!r} is already a token")
-        vocab[filler] = token_id
-        added += 1
-    tokenizer_file.write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
-    vocab_file = checkpoint / "vocab.json"
-    if vocab_file.exists():
-        vocab_file.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    return added
-
-
-def build(target: Path, seed: int, smoke: bool) -> dict[str, Any]:
-    import hf_eval_gpu
-
-    saved = dict(hf_eval_gpu.QWEN25_1_5B)
-    if smoke:
-        hf_eval_gpu.QWEN25_1_5B.update(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            head_dim=16,
-            vocab_size=2048,
-        )
-    try:
-        checkpoint, parameters = hf_eval_gpu.build_checkpoint(target, seed=seed)
-    finally:
-        hf_eval_gpu.QWEN25_1_5B.clear()
-        hf_eval_gpu.QWEN25_1_5B.update(saved)
-    config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    added = pad_vocabulary(checkpoint, config["vocab_size"])
-    return {"parameters": parameters, "vocab_size": config["vocab_size"], "tokenizer_ids_added": added}
 
 
 def resolve_checkpoint(source: str, scratch: Path) -> Path:
@@ -334,12 +272,9 @@ def prepare_checkpoint(source: Path, target: Path) -> dict[str, Any]:
 def learning_problems(held_out: int, grpo: int) -> tuple[list[Any], list[Any], dict[str, Any]]:
     """Held-out and GRPO problems (disjoint, in that order of one draw), none of them among T2's
     training draw or the evaluated split (bench/resident_engine_gpu.py, bench/opencompass_vllm_gpu.py)."""
-    from opencompass_vllm_gpu import _problems
-    from resident_engine_gpu import TRAIN_PROBLEM_SEED
-
     from autorl.tasks.arith import generate_problems
 
-    evaluated = {problem.question for problem in _problems()}
+    evaluated = {problem.question for problem in evaluated_problems()}
     trained = {
         p.question for p in generate_problems(TRAIN_PROBLEM_SEED, T2_TRAINING_PROBLEMS + len(evaluated))
     }
@@ -369,7 +304,6 @@ def prompt_check(source: Path, model_dir: Path) -> dict[str, Any]:
     evaluated problem against OpenCompass's recorded prompt (``recorded.json.gz`` beside the
     checkpoint, where bench/resident_engine_gpu.py --phase prepare leaves it; T2's training
     prompts are those with their question replaced)."""
-    from opencompass_vllm_gpu import _problems
     from transformers import AutoTokenizer
 
     from autorl.tasks import get_task
@@ -381,7 +315,7 @@ def prompt_check(source: Path, model_dir: Path) -> dict[str, Any]:
         prompts = json.load(handle)["prompts"]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     task = get_task("gsm8k")
-    problems = _problems()
+    problems = evaluated_problems()
     equal = sum(
         task.render_prompt(tokenizer, p.question) == prompt
         for p, prompt in zip(problems, prompts, strict=True)
@@ -459,7 +393,7 @@ def run_variant(variant: Variant, model_dir: Path, args: argparse.Namespace) -> 
         _, problems, _ = learning_problems(args.held_out, variant.prompts * (args.steps + 1))
         records = learning_records(tokenizer, problems)
     else:
-        records = [{**r, "index": i} for i, r in enumerate(_records(tokenizer, count))]
+        records = [{**r, "index": i} for i, r in enumerate(gsm8k_records(tokenizer, count))]
     # The fast path keeps bf16 weights (float32 copies in its optimizer). TRL is given what it
     # loads for a model named by its path: float32 weights (it trains under bf16 autocast), except
     # in the random-weights runs, which gave it the bf16 model.
@@ -563,7 +497,7 @@ def _trl(
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, _args: Any, _state: Any, control: Any, **k: Any) -> Any:
-            _synchronize()
+            synchronize()
             marks.append(time.monotonic())
             last = marks[-1] - (marks[-2] if len(marks) > 1 else started)
             if _out_of_time(args.stop_at, last):
@@ -688,7 +622,7 @@ def evaluate_held_out(model_dir: Path, weights: dict[str, Path], args: argparse.
             eos_ids=eos,
             pad_id=tokenizer.pad_token_id or 0,
         )
-        _synchronize()
+        synchronize()
         texts = tokenizer.batch_decode(output.tokens, skip_special_tokens=True)
         right = sum(r > 0 for r in task.reward(texts, answers))
         out["answers"][name] = {
@@ -738,23 +672,6 @@ def learning_comparison(
 
 
 # --------------------------------------------------------------------------- the driver
-
-
-def environment() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-
-    found: dict[str, Any] = {"python": platform.python_version()}
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        found.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
-    for name in ("torch", "transformers", "trl", "vllm", "datasets", "accelerate"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 def _child(args: argparse.Namespace, *extra: str) -> list[str]:
@@ -903,12 +820,12 @@ def main() -> int:
             report["model"] = {
                 "description": f"Qwen2.5-1.5B architecture, random bf16 weights (seed {args.seed}), the "
                 "builtin Qwen2-format tokenizer padded to the model's vocabulary",
-                **build(checkpoint, args.seed, args.smoke),
+                **build_padded_checkpoint(checkpoint, args.seed, args.smoke),
             }
         report["model"]["build_s"] = round(time.monotonic() - started, 1)
         tokenizer = _tokenizer(checkpoint)
         report["model"]["prompt_ids_mean"] = round(
-            statistics.mean(len(tokenizer(r["prompt"]).input_ids) for r in _records(tokenizer, 64))
+            statistics.mean(len(tokenizer(r["prompt"]).input_ids) for r in gsm8k_records(tokenizer, 64))
         )
         save()
         weights: dict[str, Path] = {}

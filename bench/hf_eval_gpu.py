@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,45 +40,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+from common import build_checkpoint, log
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "hf_eval_gpu.json"
 SOURCE_DIR = REPO_ROOT / "tests" / "data"
 GSM8K_TEST_PROBLEMS = 1319
 DEFAULT_VARIANTS = ["64@700", "256@700", "512@700", "1319@700", "64", "256", "512", "1319"]
-
-#: Qwen2.5-1.5B(-Instruct)'s architecture; eos and pad ids come from the tokenizer.
-QWEN25_1_5B: dict[str, Any] = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "vocab_size": 151936,
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "hidden_act": "silu",
-    "max_position_embeddings": 32768,
-    "initializer_range": 0.02,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000.0,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
-    "tie_word_embeddings": True,
-    "use_cache": True,
-    "use_sliding_window": False,
-    "sliding_window": None,
-    "max_window_layers": 28,
-    "attention_dropout": 0.0,
-    "bos_token_id": None,
-    "torch_dtype": "bfloat16",
-}
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-    "merges.txt",
-    "generation_config.json",
-)
 
 
 @dataclass(frozen=True)
@@ -95,57 +62,6 @@ class Variant:
     @property
     def label(self) -> str:
         return f"{self.batch_size}" if self.prompt_cap is None else f"{self.batch_size}@{self.prompt_cap}"
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
-
-
-def write_config_and_tokenizer(target: Path) -> dict[str, Any]:
-    """The new folder ``target`` with the Qwen2.5-1.5B config and the builtin tiny model's tokenizer
-    (built beside it in ``tiny-qwen2``); returns the config."""
-    from autorl.models.tiny import build_tiny_qwen2
-
-    tiny = build_tiny_qwen2(target.parent / "tiny-qwen2")
-    target.mkdir(parents=True)
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(tiny / name, target / name)
-    tiny_config = json.loads((tiny / "config.json").read_text(encoding="utf-8"))
-    config = {
-        **QWEN25_1_5B,
-        "eos_token_id": tiny_config["eos_token_id"],
-        "pad_token_id": tiny_config["pad_token_id"],
-    }
-    (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return config
-
-
-def build_checkpoint(target: Path, *, seed: int) -> tuple[Path, int]:
-    """The Qwen2.5-1.5B-shaped checkpoint in ``target``; returns it and its parameter count."""
-    import torch
-    from safetensors.torch import save_file
-
-    from autorl.models.tiny import qwen2_parameter_shapes
-
-    config = write_config_and_tokenizer(target)
-    # Drawn on the GPU when there is one (seconds instead of a minute for 1.5 B normals).
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    generator = torch.Generator(device=device).manual_seed(seed)
-    tensors: dict[str, Any] = {}
-    count = 0
-    for name, shape in qwen2_parameter_shapes(config):
-        if name.endswith("norm.weight"):
-            tensor = torch.ones(shape, dtype=torch.bfloat16)
-        elif name.endswith(".bias"):
-            tensor = torch.zeros(shape, dtype=torch.bfloat16)
-        else:
-            drawn = torch.empty(shape, dtype=torch.float32, device=device)
-            drawn.normal_(0.0, config["initializer_range"], generator=generator)
-            tensor = drawn.to(torch.bfloat16).cpu()
-        tensors[name] = tensor
-        count += tensor.numel()
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
-    return target, count
 
 
 def capped_copy(checkpoint: Path, target: Path, cap: int) -> Path:
@@ -266,9 +182,6 @@ def main() -> int:
     args = parser.parse_args()
     # The backend logs one line per batch (event=hf_batch): progress on long variants.
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(name)s %(message)s")
-    for path in (REPO_ROOT, REPO_ROOT / "services" / "evaluator-worker"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
 
     import torch
 

@@ -48,17 +48,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hf_eval_gpu import QWEN25_1_5B
+from common import LENGTHS, PROMPT_ID_RANGE, QWEN25_1_5B, log, run_generate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "hf_generation_gpu.json"
-LENGTHS = REPO_ROOT / "bench" / "data" / "gsm8k_qwen25_lengths.json"
-#: Ids above this are drawn for prompts: clear of the special ids at the top of Qwen's vocabulary.
-PROMPT_ID_RANGE = 151_000
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
 def build_model(seed: int) -> Any:
@@ -187,30 +180,6 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     result = fn()
     torch.cuda.synchronize()
     return result, time.perf_counter() - started
-
-
-def run_generate(model: Any, prompts: list[list[int]], new_tokens: int, pad_id: int) -> list[list[int]]:
-    """transformers ``generate`` as the backend called it: one left-padded batch, greedy."""
-    import torch
-
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt)
-        mask[row, width - len(prompt) :] = 1
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids.cuda(),
-            attention_mask=mask.cuda(),
-            do_sample=False,
-            num_beams=1,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            eos_token_id=None,
-            pad_token_id=pad_id,
-        )
-    return [row[width:] for row in out.cpu().tolist()]
 
 
 def main() -> int:

@@ -48,9 +48,7 @@ import gzip
 import json
 import os
 import platform
-import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -60,115 +58,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_vllm_gpu.json"
-LENGTHS = REPO_ROOT / "bench" / "data" / "gsm8k_qwen25_lengths.json"
-STAND_IN = REPO_ROOT / "bench" / "vllm_replay"
-OC_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
-REAL_PROBLEMS = REPO_ROOT / "tests" / "data" / "gsm8k" / "test.jsonl"
-SPLIT_SIZE = 1319
-#: Ids above this are drawn for the random-id workload (as bench/hf_generation_gpu.py).
-PROMPT_ID_RANGE = 151_000
-PORT = 8765
-VIEW_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-    "merges.txt",
+from common import (
+    REAL_PROBLEMS,
+    SPLIT_SIZE,
+    build_view_checkpoint,
+    evaluate_with_stand_in,
+    evaluated_problems,
+    load_workload,
+    log,
+    offline_child,
+    record_prompts,
 )
 
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_vllm_gpu.json"
+PORT = 8765
 
 
 # --------------------------------------------------------------------------- here (CPU)
-
-
-def _problems() -> list[Any]:
-    from autorl.tasks.arith import generate_problems
-    from autorl.tasks.base import read_problems
-
-    real = read_problems(REAL_PROBLEMS)
-    return real + generate_problems(20_261_204, SPLIT_SIZE - len(real))
-
-
-def _submission(work: Path) -> Path:
-    """A Qwen2.5-1.5B-architecture submission folder with the builtin tiny model's tokenizer. Its
-    weights file is an empty safetensors file: the stand-in engine reads none (the GPU side draws
-    the weights)."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    from hf_eval_gpu import write_config_and_tokenizer
-
-    target = work / "submission"
-    if target.exists():
-        return target
-    write_config_and_tokenizer(target)
-    header = json.dumps({"__metadata__": {"format": "pt"}}).encode()
-    (target / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
-    return target
-
-
-def _evaluate(work: Path, mode: str, replay_file: Path) -> tuple[Any, float]:
-    """The worker's ``OpenCompassBackend.evaluate`` with the stand-in engine in ``mode``."""
-    from autorl.eval_config import EvalConfig
-    from autorl.tasks import get_task
-    from autorl_evaluator.backends.opencompass.backend import OpenCompassBackend
-    from autorl_evaluator.settings import WorkerSettings
-
-    wrapper = work / f"opencompass-{mode}"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f"export PYTHONPATH={STAND_IN} AUTORL_VLLM_REPLAY_MODE={mode} AUTORL_VLLM_REPLAY_FILE={replay_file}\n"
-        f'exec {OC_BIN} "$@"\n',
-        encoding="utf-8",
-    )
-    wrapper.chmod(0o755)
-    # The worker plans GPU 0 from CUDA_VISIBLE_DEVICES alone (no GPU library is asked here).
-    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
-    settings = WorkerSettings(
-        home=work / f"home-{mode}", eval_device="cuda", opencompass_bin=wrapper, opencompass_keep_runs=True
-    )
-    started = time.monotonic()
-    result = OpenCompassBackend().evaluate(
-        _submission(work), get_task("gsm8k"), _problems(), EvalConfig.record("gsm8k", settings), settings
-    )
-    return result, time.monotonic() - started
-
-
-def record(work: Path) -> int:
-    from autorl_evaluator.backends.opencompass.model_view import build_view
-
-    work = work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    recording = work / "recorded.json"
-    recording.unlink(missing_ok=True)
-    result, seconds = _evaluate(work, "record", recording)
-    recorded = json.loads(recording.read_text(encoding="utf-8"))
-    run_dir = Path(str(result.details["run_dir"]))
-    carry = work / "carry"
-    shutil.rmtree(carry, ignore_errors=True)
-    carry.mkdir()
-    # The view vLLM is given (the worker removes its own after the run; the same function again).
-    view = (
-        build_view(work / "submission", work / "view-copy")
-        if not (work / "view-copy").exists()
-        else work / "view-copy"
-    )
-    for name in VIEW_FILES:
-        shutil.copyfile(view / name, carry / name)
-    recorded["config_py"] = (run_dir / "config.py").read_text(encoding="utf-8")
-    recorded["worker_details"] = {k: v for k, v in result.details.items() if k != "run_dir"}
-    recorded["record_seconds"] = round(seconds, 1)
-    with gzip.open(carry / "recorded.json.gz", "wt", encoding="utf-8") as handle:
-        json.dump(recorded, handle)
-    log(
-        f"recorded {len(recorded['prompts'])} prompts, engine {recorded['engine_kwargs']}, "
-        f"sampling {recorded['sampling_kwargs']} in {seconds:.1f} s"
-    )
-    return 0
 
 
 def merge(folders: list[Path]) -> tuple[dict[str, Any], dict[str, list[str]]]:
@@ -224,7 +131,7 @@ def replay(work: Path, folders: list[Path], output: Path) -> int:
         recorded = json.load(handle)
     prompts = recorded["prompts"]
     task = get_task("gsm8k")
-    answers = [problem.answer for problem in _problems()]
+    answers = [problem.answer for problem in evaluated_problems()]
     real = sum(1 for _ in REAL_PROBLEMS.open(encoding="utf-8"))
     report["recorded"] = {
         "prompts": len(prompts),
@@ -243,7 +150,7 @@ def replay(work: Path, folders: list[Path], output: Path) -> int:
         replay_file.write_text(
             json.dumps({"completions": dict(zip(prompts, texts, strict=True))}), encoding="utf-8"
         )
-        result, seconds = _evaluate(work, "replay", replay_file)
+        result, seconds = evaluate_with_stand_in(work, "replay", replay_file)
         replay_file.unlink()
         summary = float(result.details["summary_accuracy"])
         report["replay"][name] = {
@@ -276,57 +183,12 @@ def replay(work: Path, folders: list[Path], output: Path) -> int:
 # --------------------------------------------------------------------------- on the GPU machine
 
 
-def build_model(inputs: Path, target: Path, seed: int) -> dict[str, Any]:
-    """The view's files and random bf16 weights (drawn on the GPU). The embedding rows past the
-    tokenizer's ids are zero (the embeddings are tied, so their logits are 0): a random model then
-    only ever picks ids its tokenizer can decode."""
-    import torch
-    from safetensors.torch import save_file
-
-    sys.path.insert(0, str(REPO_ROOT))
-    from autorl.models.tiny import qwen2_parameter_shapes
-
-    target.mkdir(parents=True, exist_ok=True)
-    for name in VIEW_FILES:
-        shutil.copyfile(inputs / name, target / name)
-    config = json.loads((inputs / "config.json").read_text(encoding="utf-8"))
-    tokenizer = json.loads((inputs / "tokenizer.json").read_text(encoding="utf-8"))
-    known = max([*tokenizer["model"]["vocab"].values(), *(t["id"] for t in tokenizer["added_tokens"])]) + 1
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    tensors: dict[str, Any] = {}
-    for name, shape in qwen2_parameter_shapes(config):
-        if name.endswith("norm.weight"):
-            tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
-        elif name.endswith(".bias"):
-            tensors[name] = torch.zeros(shape, dtype=torch.bfloat16)
-        else:
-            drawn = torch.empty(shape, dtype=torch.float32, device="cuda")
-            drawn.normal_(0.0, config["initializer_range"], generator=generator)
-            if name == "model.embed_tokens.weight":
-                drawn[known:] = 0
-            tensors[name] = drawn.to(torch.bfloat16).cpu()
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
-    return {"tokenizer_ids": known, "parameters": sum(t.numel() for t in tensors.values())}
-
-
-def id_workload(seed: int, id_range: int) -> tuple[list[list[int]], list[int]]:
-    """bench/hf_generation_gpu.py's prompts and stopping lengths, drawn the same way, with ids
-    below ``id_range`` (the tokenizer's ordinary ids: vLLM's detokenizer reads the prompt's last
-    ids too, and ids its tokenizer does not know would stop it)."""
-    lengths = json.loads(LENGTHS.read_text(encoding="utf-8"))
-    rng = random.Random(seed)
-    prefix = [rng.randrange(id_range) for _ in range(lengths["prefix_ids"])]
-    prompts = [prefix + [rng.randrange(id_range) for _ in range(n)] for n in lengths["suffix_ids"]]
-    stops = [min(512, rng.choice(lengths["answer_ids"])) for _ in prompts]
-    return prompts, stops
-
-
 def offline(args: argparse.Namespace) -> int:
     """Bare vLLM in this process: ``LLM.generate`` on the recorded prompts and the id workload."""
     from vllm import LLM, SamplingParams
 
     spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
-    recorded, prompts, stops = _load_workload(Path(args.inputs), spec["seed"])
+    recorded, prompts, stops = load_workload(Path(args.inputs), spec["seed"])
     began = time.perf_counter()
     llm = LLM(spec["model"], **spec["engine_kwargs"])
     result: dict[str, Any] = {"startup_s": round(time.perf_counter() - began, 2), "runs": {}}
@@ -364,36 +226,6 @@ def offline(args: argparse.Namespace) -> int:
         log(f"offline {name}: {result['runs'][name]}")
     Path(args.result).write_text(json.dumps({"result": result, "outputs": outputs}), encoding="utf-8")
     return 0
-
-
-def offline_child(
-    inputs: Path,
-    model: Path,
-    engine_kwargs: dict[str, Any],
-    seed: int,
-    folder: Path,
-    *,
-    timeout_s: float,
-    env: dict[str, str] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`offline` in a process of its own (a vLLM engine cannot be started twice in one
-    process): its result and its outputs. Raises ``CalledProcessError`` when it fails."""
-    spec, child = folder / "spec.json", folder / "offline.json"
-    spec.write_text(json.dumps({"model": str(model), "engine_kwargs": engine_kwargs, "seed": seed}))
-    command = [sys.executable, __file__, "offline", "--inputs", str(inputs), "--spec", str(spec)]
-    subprocess.run([*command, "--result", str(child)], check=True, timeout=timeout_s, env=env)
-    data = json.loads(child.read_text(encoding="utf-8"))
-    child.unlink()
-    spec.unlink()
-    return data["result"], data["outputs"]
-
-
-def _load_workload(inputs: Path, seed: int) -> tuple[dict[str, Any], list[list[int]], list[int]]:
-    with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
-        recorded = json.load(handle)
-    vocab = json.loads((inputs / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-    prompts, stops = id_workload(seed, min(PROMPT_ID_RANGE, len(vocab)))
-    return recorded, prompts, stops
 
 
 #: A vLLM log line's process and time: ``(EngineCore pid=1675) INFO 12-04 03:27:10 [core.py:114] ...``.
@@ -552,7 +384,7 @@ def gpu(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     inputs, out = Path(args.inputs).resolve(), Path(args.out)
     model = Path(args.model)
-    recorded, prompts, stops = _load_workload(inputs, args.seed)
+    recorded, prompts, stops = load_workload(inputs, args.seed)
     props = torch.cuda.get_device_properties(0)
     report: dict[str, Any] = {
         "benchmark": "opencompass_vllm_gpu",
@@ -584,7 +416,7 @@ def gpu(args: argparse.Namespace) -> int:
 
     log("building the model")
     started = time.perf_counter()
-    report["model_build"] = build_model(inputs, model, args.seed)
+    report["model_build"] = build_view_checkpoint(inputs, model, args.seed)
     report["model_build"]["seconds"] = round(time.perf_counter() - started, 1)
     completions: dict[str, list[str]] = {}
     worker_engine = dict(recorded["engine_kwargs"])
@@ -668,7 +500,7 @@ def main() -> int:
     p.add_argument("--result", required=True)
     args = parser.parse_args()
     if args.step == "record":
-        return record(args.work)
+        return record_prompts(args.work)
     if args.step == "replay":
         return replay(args.work, args.gpu, args.output)
     if args.step == "gpu":

@@ -54,15 +54,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common import (
+    SERVER,
+    agreement,
+    copy_view,
+    evaluated_problems,
+    hf_engine_answers,
+    load_file_module,
+    log,
+    read_recorded,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "bench"))
 RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_worker_gpu.json"
 #: Packages of OpenCompass's environment the run reports (what it imported them as).
 OPENCOMPASS_PACKAGES = ("opencompass", "transformers", "numpy", "torch", "datasets", "tokenizers", "pandas")
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
 def texts_path(output: Path) -> Path:
@@ -228,10 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
 def split_problems(args: argparse.Namespace) -> list[Any]:
     if not args.smoke:
-        from opencompass_vllm_gpu import _problems
-
-        found: list[Any] = _problems()
-        return found
+        return evaluated_problems()
     from autorl.tasks import get_task
 
     source = REPO_ROOT / "tests" / "data"
@@ -252,16 +255,13 @@ def gpu_name() -> str:
 
 def in_process(args: argparse.Namespace) -> int:
     """The ``hf`` backend's engine on the recorded prompts and T2 (bench/resident_engine_gpu.py's)."""
-    from resident_engine_gpu import copy_view, read_recorded
-    from resident_engine_gpu import in_process as answer
-
     work = args.work.resolve()
     view = work / "in-process-view"
     copy_view(work / "T2", view)
     if not (view / "model.safetensors").exists():
         os.link(work / "T2" / "model.safetensors", view / "model.safetensors")
     recorded = read_recorded(work)
-    answered = answer(view, recorded)
+    answered = hf_engine_answers(view, recorded)
     result, texts = load_output(args.output)
     texts["in_process_T2"] = answered.pop("texts")
     result.setdefault("runs", {})["in_process_T2"] = {"checkpoint": "T2", **answered}
@@ -275,8 +275,6 @@ def bare(args: argparse.Namespace) -> int:
     """vLLM called directly in this process, with the engine arguments the warm worker's resident
     engine was started with (``run``'s record of its log), on T2 and the same prompts and sampling:
     its start and two generations of the split, beside the warm worker's OpenCompass time."""
-    from resident_engine_gpu import SERVER, load_file_module, read_recorded
-
     work = args.work.resolve()
     result, texts = load_output(args.output)
     kwargs = result.get("engine_kwargs")
@@ -306,8 +304,6 @@ def bare(args: argparse.Namespace) -> int:
 
 def agreements(texts: dict[str, list[str]]) -> dict[str, Any]:
     """Every T2 run against the warm worker's T2 (identical text, equal final answers)."""
-    from resident_engine_gpu import agreement
-
     reference = texts.get("warm_T2")
     if reference is None:
         return {}

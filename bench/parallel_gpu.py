@@ -34,8 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hf_eval_gpu import QWEN25_1_5B, build_checkpoint
-from hf_generation_gpu import LENGTHS, PROMPT_ID_RANGE, log, run_generate
+from common import LENGTHS, PROMPT_ID_RANGE, QWEN25_1_5B, build_checkpoint, log, run_generate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "parallel_gpu.json"

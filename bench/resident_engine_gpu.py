@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import importlib.util
 import json
 import math
 import os
@@ -77,34 +76,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from common import (
+    SERVER,
+    SHIM,
+    TRAIN_PROBLEM_SEED,
+    agreement,
+    build_view_checkpoint,
+    completion_tokens,
+    copy_view,
+    environment,
+    evaluate_with_stand_in,
+    evaluated_problems,
+    hf_engine_answers,
+    load_file_module,
+    log,
+    read_recorded,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ENGINE_DIR = REPO_ROOT / "services/evaluator-worker/autorl_evaluator/backends/opencompass"
-SERVER = ENGINE_DIR / "engine_server.py"
-SHIM = ENGINE_DIR / "engine_shim" / "vllm" / "__init__.py"
 RESULTS = REPO_ROOT / "bench" / "results" / "resident_engine_gpu.json"
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def environment() -> dict[str, Any]:
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    from grpo_trl_vllm_gpu import environment as described
-
-    found: dict[str, Any] = described()
-    return found
-
-
-def load_file_module(name: str, path: Path) -> ModuleType:
-    """A module from its file; the shim so, as OpenCompass imports it, under another name (the real
-    vllm is beside it)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class Server:
@@ -163,39 +153,7 @@ def serve_once(
     }
 
 
-def agreement(first: list[str], second: list[str]) -> dict[str, Any]:
-    """Identical completions and equal final answers (OpenCompass's GSM8K postprocessing)."""
-    from autorl.tasks.gsm8k import opencompass_postprocess
-
-    pairs = list(zip(first, second, strict=True))
-    finals = [(opencompass_postprocess(a), opencompass_postprocess(b)) for a, b in pairs]
-    identical = sum(a == b for a, b in pairs)
-    equal = sum(a == b for a, b in finals)
-    return {
-        "rows": len(pairs),
-        "identical": identical,
-        "identical_share": round(identical / len(pairs), 4),
-        "equal_final_answers": equal,
-        "equal_final_answers_share": round(equal / len(pairs), 4),
-    }
-
-
-def completion_tokens(texts: list[str], view: Path) -> dict[str, float]:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(view)
-    counts = [len(tokenizer(text, add_special_tokens=False).input_ids) for text in texts]
-    return {"mean": round(sum(counts) / len(counts), 1), "max": max(counts), "total": sum(counts)}
-
-
 # --------------------------------------------------------------------------- checkpoints
-
-
-def copy_view(source: Path, target: Path) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    for path in source.iterdir():
-        if path.is_file() and path.suffix != ".safetensors":
-            shutil.copyfile(path, target / path.name)
 
 
 def answer_text(problem: Any) -> str:
@@ -208,12 +166,9 @@ def answer_text(problem: Any) -> str:
 def training_examples(recorded: dict[str, Any], count: int) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """Generated problems that are not among the evaluated ones, each in the evaluated 4-shot prompt
     (the recorded prompt of a generated problem with its question replaced), with their answers."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    from opencompass_vllm_gpu import _problems
-
     from autorl.tasks.arith import generate_problems
 
-    evaluated = _problems()
+    evaluated = evaluated_problems()
     index = len(evaluated) - 1
     template, question = recorded["prompts"][index], evaluated[index].question
     if template.count(question) != 1:
@@ -322,71 +277,15 @@ def train(
     }
 
 
-# --------------------------------------------------------------------------- the in-process engine
-
-
-def in_process(view: Path, recorded: dict[str, Any]) -> dict[str, Any]:
-    """The ``hf`` backend's engine on the recorded prompts with vLLM's text semantics: each prompt
-    tokenized as vLLM tokenizes a text prompt, greedy up to ``max_tokens`` or an end id, decoded
-    without special tokens and cut before the first stop string."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    sys.path.insert(0, str(REPO_ROOT))
-    from autorl.decoding.greedy_engine import generate_greedy
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    started = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(view)
-    model: Any = AutoModelForCausalLM.from_pretrained(view, dtype=dtype).to(device).eval()
-    loaded = time.perf_counter()
-    sampling = recorded["sampling_kwargs"]
-    stops = [str(stop) for stop in sampling.get("stop") or []]
-    # Stop strings that are one special token each stop as that id: the same text, cut there.
-    stop_ids = {tokenizer.convert_tokens_to_ids(stop) for stop in stops if stop in tokenizer.get_vocab()}
-    eos = model.generation_config.eos_token_id
-    eos_ids = sorted(stop_ids | set(eos if isinstance(eos, list) else [eos]))
-    prompts = tokenizer(recorded["prompts"]).input_ids  # one call: the fast tokenizer's batch
-    if device == "cuda":
-        torch.cuda.synchronize()
-    tokenized = time.perf_counter()
-    output = generate_greedy(
-        model,
-        prompts,
-        max_new_tokens=int(sampling["max_tokens"]),
-        eos_ids=eos_ids,
-        pad_id=int(tokenizer.pad_token_id or 0),
-    )
-    if device == "cuda":
-        torch.cuda.synchronize()
-    done = time.perf_counter()
-    cut_at_stop = load_file_module("autorl_engine_server", SERVER).cut_at_stop
-    texts = [cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stops) for ids in output.tokens]
-    del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return {
-        "engine": output.engine,
-        "load_s": round(loaded - started, 2),
-        "tokenize_s": round(tokenized - loaded, 2),
-        "generate_s": round(done - tokenized, 2),
-        "eos_ids": eos_ids,
-        "texts": texts,
-    }
-
-
 # --------------------------------------------------------------------------- phases
 
 
-TRAIN_PROBLEM_SEED = 7
 #: Graphs and prefix caching (vLLM's own defaults) in place of the worker's ``enforce_eager``.
 GRAPH_KWARGS = {"enforce_eager": False, "enable_prefix_caching": True}
 
 
 def smoke_prepare(work: Path) -> dict[str, Any]:
     """A tiny model, a few prompts and a few training steps, for the CPU check of this script."""
-    sys.path.insert(0, str(REPO_ROOT))
     from autorl.models.sources import resolve_model
 
     base = resolve_model("builtin:tiny-qwen2", work / "models")
@@ -407,26 +306,14 @@ def smoke_prepare(work: Path) -> dict[str, Any]:
 
 
 def gpu_prepare(inputs: Path, work: Path, seed: int, steps: int) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    from opencompass_vllm_gpu import build_model
-
     with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         recorded = json.load(handle)
-    built = build_model(inputs, work / "A", seed)
+    built = build_view_checkpoint(inputs, work / "A", seed)
     examples, described = training_examples(recorded, 4096)
     saves = [(steps // 2, work / "T1"), (steps, work / "T2")]
     trained = train(work / "A", saves, examples, batch=16, learning_rate=3e-4, seed=seed)
     shutil.copyfile(inputs / "recorded.json.gz", work / "recorded.json.gz")
     return {"model_build": {"A": built}, "training": {**trained, "examples": described}}
-
-
-def read_recorded(work: Path) -> dict[str, Any]:
-    if (work / "recorded.json").exists():
-        recorded: dict[str, Any] = json.loads((work / "recorded.json").read_text(encoding="utf-8"))
-        return recorded
-    with gzip.open(work / "recorded.json.gz", "rt", encoding="utf-8") as handle:
-        recorded = json.load(handle)
-    return recorded
 
 
 def serve_phase(
@@ -476,7 +363,7 @@ def serve_phase(
             save()
         finally:
             fresh.stop()
-    answer = in_process(work / "T2", recorded)
+    answer = hf_engine_answers(work / "T2", recorded)
     texts["in_process_T2"] = answer.pop("texts")
     result["in_process"] = {"checkpoint": "T2", **answer}
     log(f"in-process T2: {answer}")
@@ -531,10 +418,6 @@ def bare_phase(work: Path, engine: str, result: dict[str, Any]) -> None:
 def replay_phase(gpu_result: Path, output: Path) -> int:
     """OpenCompass (the worker's real path, its evaluator and summary) scores every set of
     completions the GPU run returned."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    sys.path.insert(0, str(REPO_ROOT))
-    from opencompass_vllm_gpu import _evaluate, _problems
-
     from autorl.tasks import get_task
 
     result = json.loads(gpu_result.read_text(encoding="utf-8"))
@@ -544,7 +427,7 @@ def replay_phase(gpu_result: Path, output: Path) -> int:
     carry = REPO_ROOT / ".vllm-parts" / "oc" / "carry"
     with gzip.open(carry / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         prompts = json.load(handle)["prompts"]
-    answers = [problem.answer for problem in _problems()]
+    answers = [problem.answer for problem in evaluated_problems()]
     task = get_task("gsm8k")
     scored: dict[str, Any] = {}
     for name, completions in texts.items():
@@ -552,7 +435,7 @@ def replay_phase(gpu_result: Path, output: Path) -> int:
         replay_file.write_text(
             json.dumps({"completions": dict(zip(prompts, completions, strict=True))}), encoding="utf-8"
         )
-        evaluated, seconds = _evaluate(work, "replay", replay_file)
+        evaluated, seconds = evaluate_with_stand_in(work, "replay", replay_file)
         scored[name] = {
             "summary_accuracy": float(evaluated.details["summary_accuracy"]),
             "completions_equal_gpu": evaluated.completions == completions,

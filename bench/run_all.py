@@ -75,11 +75,11 @@ NOT_YET_MEASURED: dict[str, str] = {
     "parallel_gpu": "needs two GPUs of one host; written, not run yet (docs/PERFORMANCE.md)",
 }
 
-#: Scripts in bench/ that are not benchmarks of their own: this runner, the script that made
-#: ``bench/data`` once (it needs inputs from outside the repository), the load benchmark's bare
-#: yardstick app and the soak's agent. Tooling (document generators, mutation testing, test-order
-#: and suite-time records, the GPU wheelhouse) is in tools/.
-NOT_BENCHMARKS = frozenset({"run_all", "gsm8k_lengths", "bare_time_app", "soak_agent"})
+#: Scripts in bench/ that are not benchmarks of their own: this runner, the benchmarks' shared
+#: helpers, the script that made ``bench/data`` once (it needs inputs from outside the repository),
+#: the load benchmark's bare yardstick app and the soak's agent. Tooling (document generators,
+#: mutation testing, test-order and suite-time records, the GPU wheelhouse) is in tools/.
+NOT_BENCHMARKS = frozenset({"run_all", "common", "gsm8k_lengths", "bare_time_app", "soak_agent"})
 
 
 def main() -> int:

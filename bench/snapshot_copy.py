@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 RESULTS = REPO_ROOT / "bench" / "results" / "snapshot_copy.json"
 VARIANTS = ("blocks_in_parallel", "one_stream_hash_beside", "one_stream_hash_after_write")
 #: The chunk of each one-stream loop, and whether it hashed on a helper thread.

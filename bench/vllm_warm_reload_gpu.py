@@ -43,6 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common import build_padded_checkpoint, environment, id_workload, log
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "vllm_warm_reload_gpu.json"
 #: The engine settings measured fastest for the whole split (bench/opencompass_vllm_gpu.py).
@@ -55,10 +57,6 @@ def command_line(output: Path) -> str:
     variables = " ".join(f"{name}={os.environ[name]}" for name in VARIABLES if name in os.environ)
     arguments = " ".join(sys.argv[1:]).replace(str(output), f"$OUT/{output.name}")
     return f"{variables} python3 bench/{Path(sys.argv[0]).name} {arguments}".strip()
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
 
 
 def compare(first: list[list[int]], second: list[list[int]]) -> dict[str, Any]:
@@ -74,12 +72,6 @@ def compare(first: list[list[int]], second: list[list[int]]) -> dict[str, Any]:
         "identical": sum(a == b for a, b in zip(first, second, strict=True)),
         "mean_identical_leading_ids": round(sum(leading) / max(1, len(leading)), 1),
     }
-
-
-def workload(seed: int, id_range: int) -> tuple[list[list[int]], list[int]]:
-    from opencompass_vllm_gpu import id_workload
-
-    return id_workload(seed, id_range)
 
 
 def _generate(llm: Any, prompts: list[list[int]], stops: list[int]) -> list[list[int]]:
@@ -123,7 +115,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     """The warm process: start on A, then reload B and A in place, timing each to the last answer."""
     from vllm import LLM
 
-    prompts, stops = workload(args.seed, args.id_range)
+    prompts, stops = id_workload(args.seed, args.id_range)
     began = time.perf_counter()
     llm = LLM(str(args.checkpoints[0]), **ENGINE)
     result: dict[str, Any] = {"engine_start_s": round(time.perf_counter() - began, 2), "reloads": []}
@@ -171,7 +163,7 @@ def fresh(args: argparse.Namespace) -> dict[str, Any]:
     from vllm import LLM
 
     import_s = time.perf_counter() - started
-    prompts, stops = workload(args.seed, args.id_range)
+    prompts, stops = id_workload(args.seed, args.id_range)
     started = time.perf_counter()
     llm = LLM(str(args.checkpoints[0]), **ENGINE)
     engine_s = time.perf_counter() - started
@@ -229,7 +221,6 @@ def main() -> int:
         args.result.write_text(json.dumps(record), encoding="utf-8")
         return 0
     import torch
-    from grpo_trl_vllm_gpu import build, environment
 
     began = time.perf_counter()
     props = torch.cuda.get_device_properties(0)
@@ -251,8 +242,8 @@ def main() -> int:
         root = Path(scratch)
         checkpoints = [root / "A", root / "B"]
         started = time.perf_counter()
-        model = build(checkpoints[0], 0, smoke=False)
-        build(checkpoints[1], 1, smoke=False)
+        model = build_padded_checkpoint(checkpoints[0], 0, smoke=False)
+        build_padded_checkpoint(checkpoints[1], 1, smoke=False)
         report["model"] = {
             "description": "Qwen2.5-1.5B architecture, random bf16 weights (A: seed 0, B: seed 1), the "
             "builtin Qwen2-format tokenizer padded to the model's vocabulary",

@@ -40,10 +40,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common import OC_BIN, STAND_IN, evaluated_problems, record_prompts, stand_in_submission
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "bench"))
 RESULTS = REPO_ROOT / "bench" / "results" / "warm_opencompass_cpu.json"
-OC_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
 DATA = REPO_ROOT / "tests" / "data"
 VARIANTS = ("command", "warm", "command_resident", "warm_resident")
 
@@ -120,9 +120,6 @@ def formatted_server(work: Path) -> Path:
     return path
 
 
-STAND_IN = REPO_ROOT / "bench" / "vllm_replay"
-
-
 def split_replay(root: Path, rounds: int) -> dict[str, Any]:
     """OpenCompass's own work around the engine on the whole split: the recorded 1,319 prompts of
     bench/opencompass_vllm_gpu.py, answered by the stand-in engine (``bench/vllm_replay``) with the
@@ -131,13 +128,11 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
     answer as in a real run."""
     import gzip
 
-    import opencompass_vllm_gpu as recorder
-
     from autorl_evaluator.backends.opencompass import backend as backend_module
     from autorl_evaluator.settings import WorkerSettings
 
     work = root / "split"
-    recorder.record(work)
+    record_prompts(work)
     with gzip.open(work / "carry" / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         prompts = json.load(handle)["prompts"]
     with gzip.open(SPLIT_TEXTS, "rt", encoding="utf-8") as handle:
@@ -165,7 +160,7 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
             for name in SPLIT_VARIANTS
         }
         seconds, first, completions, last = time_variants(
-            recorder._submission(work), recorder._problems(), settings, rounds, formatted_server(work)
+            stand_in_submission(work), evaluated_problems(), settings, rounds, formatted_server(work)
         )
     finally:
         backend_module.shim_environment = original
@@ -192,7 +187,6 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO_ROOT))
     from autorl.models.sources import resolve_model
     from autorl.tasks import get_task
     from autorl_evaluator.settings import WorkerSettings

@@ -30,6 +30,18 @@ def bench() -> Iterator[tuple[ModuleType, ModuleType]]:
         sys.path.remove(str(REPO_ROOT / "bench"))
 
 
+@pytest.fixture(scope="module")
+def common() -> Iterator[ModuleType]:
+    """bench/common.py, the benchmarks' shared helpers."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import common
+
+        yield common
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+
+
 def test_variant_names_parse_and_give_trl_one_update_per_generation_batch(bench: Any) -> None:
     grpo, _ = bench
     variant = grpo.parse_variant("trl_vllm_64x8")
@@ -96,10 +108,9 @@ def test_ratios_pair_variants_of_one_size_and_merge_joins_calls(bench: Any) -> N
         grpo.merge([first, first])
 
 
-def test_padding_appends_fillers_after_every_id_and_encodes_as_before(bench: Any, tmp_path: Path) -> None:
+def test_padding_appends_fillers_after_every_id_and_encodes_as_before(common: Any, tmp_path: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    grpo, _ = bench
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {token: index for index, token in enumerate(alphabet)}
     vocab["12"] = len(vocab)
@@ -110,10 +121,10 @@ def test_padding_appends_fillers_after_every_id_and_encodes_as_before(bench: Any
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     special = len(vocab)
-    texts = ["12 + 30 = 42<|endoftext|>", "\u27e6300\u27e7 caf\u00e9", grpo.FILLER.format(special + 1)]
+    texts = ["12 + 30 = 42<|endoftext|>", "\u27e6300\u27e7 caf\u00e9", common.FILLER.format(special + 1)]
     before = [tokenizer.encode(text).ids for text in texts]
     size = special + 1 + 40
-    assert grpo.pad_vocabulary(tmp_path, size) == 40
+    assert common.pad_vocabulary(tmp_path, size) == 40
     padded = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     assert [padded.encode(text).ids for text in texts] == before
     assert padded.token_to_id("<|endoftext|>") == special
@@ -122,45 +133,38 @@ def test_padding_appends_fillers_after_every_id_and_encodes_as_before(bench: Any
     assert sorted(written.values()) == list(range(size))
     assert written["<|endoftext|>"] == special
     assert json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8")) == written
-    assert padded.decode([special + 1, size - 1]) == grpo.FILLER.format(special + 1) + grpo.FILLER.format(
+    assert padded.decode([special + 1, size - 1]) == common.FILLER.format(special + 1) + common.FILLER.format(
         size - 1
     )
-    assert grpo.pad_vocabulary(tmp_path, size) == 0  # padded already
+    assert common.pad_vocabulary(tmp_path, size) == 0  # padded already
 
 
 @pytest.fixture(scope="module")
-def t2_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def t2_tokenizer(common: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """bench/resident_engine_gpu.py's T2 tokenizer files (the view of bench/opencompass_vllm_gpu.py's
     submission: the builtin Qwen2-format tokenizer, the Qwen2.5-1.5B config), and a padded copy."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    try:
-        import grpo_trl_vllm_gpu
-        from hf_eval_gpu import write_config_and_tokenizer
-    finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
     from autorl_evaluator.backends.opencompass.model_view import build_view
 
     root = tmp_path_factory.mktemp("t2")
-    write_config_and_tokenizer(root / "submission")
+    common.write_config_and_tokenizer(root / "submission")
     view = build_view(root / "submission", root / "view")
     padded = root / "padded"
     padded.mkdir()
     for path in view.iterdir():
         shutil.copyfile(path, padded / path.name)
     config = json.loads((padded / "config.json").read_text(encoding="utf-8"))
-    assert grpo_trl_vllm_gpu.pad_vocabulary(padded, config["vocab_size"]) > 0
+    assert common.pad_vocabulary(padded, config["vocab_size"]) > 0
     return view, padded
 
 
 def test_padded_t2_tokenizer_keeps_every_id_through_transformers(
-    bench: Any, t2_tokenizer: tuple[Path, Path]
+    common: Any, t2_tokenizer: tuple[Path, Path]
 ) -> None:
     from transformers import AutoTokenizer
 
     from autorl.tasks import get_task
     from autorl.tasks.arith import generate_problems
 
-    grpo, _ = bench
     view, padded = t2_tokenizer
     before, after = AutoTokenizer.from_pretrained(view), AutoTokenizer.from_pretrained(padded)
     size = json.loads((padded / "config.json").read_text(encoding="utf-8"))["vocab_size"]
@@ -170,7 +174,7 @@ def test_padded_t2_tokenizer_keeps_every_id_through_transformers(
         "Ben has 8 + 3 = 11 cups now.\nThe answer is 11\n<|im_end|>",
         "<|im_start|>user\nHi<|im_end|>\n<|endoftext|>",
         "naïve café 😀 \t\n\n  1,234.5 #### 42",
-        grpo.FILLER.format(size - 1) + " ⟦ ⟧",
+        common.FILLER.format(size - 1) + " ⟦ ⟧",
     ]
     assert texts[0] == task.render_prompt(after, problems[0].question)
     for text in texts:
@@ -188,25 +192,19 @@ def test_padded_t2_tokenizer_keeps_every_id_through_transformers(
     tokens = after.convert_ids_to_tokens(list(range(size)))
     assert None not in tokens
     decoded = after.batch_decode([[token_id] for token_id in range(size)])
-    assert decoded[len(before)] == grpo.FILLER.format(len(before))
-    assert decoded[size - 1] == grpo.FILLER.format(size - 1)
+    assert decoded[len(before)] == common.FILLER.format(len(before))
+    assert decoded[size - 1] == common.FILLER.format(size - 1)
     assert decoded[: len(before)] == before.batch_decode([[token_id] for token_id in range(len(before))])
 
 
-def test_learning_problems_are_none_of_t2s_training_draw_nor_evaluated(bench: Any) -> None:
+def test_learning_problems_are_none_of_t2s_training_draw_nor_evaluated(bench: Any, common: Any) -> None:
     from autorl.tasks.arith import generate_problems
 
     grpo, _ = bench
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    try:
-        from opencompass_vllm_gpu import _problems
-        from resident_engine_gpu import TRAIN_PROBLEM_SEED
-    finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
     held_out, problems, described = grpo.learning_problems(256, 16 * 13)
     assert (len(held_out), len(problems), described["held_out"], described["grpo"]) == (256, 208, 256, 208)
-    evaluated = {p.question for p in _problems()}
-    trained = {p.question for p in generate_problems(TRAIN_PROBLEM_SEED, 4096 + len(evaluated))}
+    evaluated = {p.question for p in common.evaluated_problems()}
+    trained = {p.question for p in generate_problems(common.TRAIN_PROBLEM_SEED, 4096 + len(evaluated))}
     questions = [p.question for p in held_out + problems]
     assert len(set(questions)) == len(questions)
     assert not set(questions) & (evaluated | trained)
