@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import autorl_command, build_checkpoint, last_results_row, log, submissions
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "autorl_run_gpu.json"
@@ -143,7 +143,7 @@ def main() -> int:
         model, common["model"] = prepare_model(args.model, root)
         for index, layout in enumerate(args.layouts):
             name = f"{args.task}/{layout}"
-            log(f"autorl run {name}")
+            common.log(f"autorl run {name}")
             record = {"date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}", **common}
             record.update(run_once(args, root / layout, model, layout, port=8100 + index))
             results["runs"][name] = record
@@ -156,7 +156,9 @@ def main() -> int:
         or results["runs"][name].get("results_row", {}).get("status") != "completed"
     ]
     if failed:
-        log(f"not completed: {', '.join(failed)} (the results file holds each run's terminal and agent log)")
+        common.log(
+            f"not completed: {', '.join(failed)} (the results file holds each run's terminal and agent log)"
+        )
     return 1 if failed else 0
 
 
@@ -165,7 +167,7 @@ def prepare_model(model: str, root: Path) -> tuple[str, dict[str, Any]]:
     if model != CHECKPOINT_NAME:
         return model, {"name": model}
     started = time.monotonic()
-    checkpoint, parameters = build_checkpoint(root / "models" / CHECKPOINT_NAME, seed=0)
+    checkpoint, parameters = common.build_checkpoint(root / "models" / CHECKPOINT_NAME, seed=0)
     # Readable by whatever user the agent ends up as.
     for path in [checkpoint.parent, checkpoint, *checkpoint.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -194,7 +196,7 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     overrides = {} if args.smoke else LAYOUT_ENV[layout]
     env.update(overrides)
     command = [
-        *autorl_command(),
+        *common.autorl_command(),
         "run",
         "--task", args.task,
         "--model", model,
@@ -228,13 +230,13 @@ def run_once(args: argparse.Namespace, home: Path, model: str, layout: str, *, p
     record["wall_s"] = round(time.monotonic() - started, 1)
     record["gpu_peak_used_mib"] = sampler.stop()
     record["terminal_tail"] = lines[-12:]
-    row = last_results_row(home, env)
+    row = common.last_results_row(home, env)
     if row is None:
         record["error"] = "no results row"
         return record
     record["results_row"] = row
     workspace = Path(str(row["workspace"]))
-    record["submissions"] = submissions(workspace / "scores.json")
+    record["submissions"] = common.submissions(workspace / "scores.json")
     agent_log = read_lines(workspace / "agent.log")
     record["agent_log"] = [line for line in agent_log if " event=" in line and "example_grpo" in line][:40]
     record["agent_log_tail"] = agent_log[-15:]

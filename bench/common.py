@@ -2,10 +2,10 @@
 ``autorl run``'s records.
 
 Each benchmark runs as a script (``python bench/NAME.py``), whose folder Python puts first on its
-path: ``from common import ...`` finds this module. Benchmarks import this module, never one
-another. They run in several Pythons (``.venv``, the GPU machine's with vLLM, OpenCompass's), so
-this module imports only the standard library when it loads; what a helper needs besides, it
-imports when called.
+path: ``import common`` finds this module. Benchmarks import this module, never one another.
+They run in several Pythons (``.venv``, the GPU machine's with vLLM, OpenCompass's), so this
+module imports only the standard library when it loads; what a helper needs besides, it imports
+when called.
 """
 
 from __future__ import annotations

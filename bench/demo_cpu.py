@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import autorl_command, last_results_row, submissions
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "demo_cpu.json"
@@ -108,7 +108,7 @@ def run_variant(name: str, home: Path, cores: list[int], *, port: int, timeout: 
     }
     command = [
         "taskset", "-c", ",".join(map(str, cores)),
-        *autorl_command(),
+        *common.autorl_command(),
         "run", "-t", "arith", "-m", "builtin:tiny-qwen2", "-a", "example_grpo",
         "--timeout", f"{timeout:g}", "--port", str(port), "--sandbox", "none",
         "--env", f"AUTORL_AGENT_ARGS={VARIANTS[name]}",
@@ -122,11 +122,11 @@ def run_variant(name: str, home: Path, cores: list[int], *, port: int, timeout: 
         "wall_s": round(time.monotonic() - started, 1),
         "terminal_tail": done.stdout.splitlines()[-12:] + done.stderr.splitlines()[-5:],
     }
-    row = last_results_row(home, env)
+    row = common.last_results_row(home, env)
     if row is None:
         record["error"] = "no results row"
         return record
-    scored = submissions(Path(str(row["workspace"])) / "scores.json")
+    scored = common.submissions(Path(str(row["workspace"])) / "scores.json")
     record.update(
         baseline=row["baseline"],
         best_score=row["best_score"],

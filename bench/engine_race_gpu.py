@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import build_view_checkpoint, environment, load_workload, log, offline_child
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "engine_race_gpu.json"
@@ -91,7 +91,7 @@ def in_process(
                 "seconds": round(seconds, 2),
                 "new_tokens": sum(len(t) for t in output.tokens),
             }
-            log(f"in-process {name} {attempt}: {result['runs'][name][attempt]}")
+            common.log(f"in-process {name} {attempt}: {result['runs'][name][attempt]}")
     del model
     gc.collect()
     torch.cuda.empty_cache()
@@ -106,7 +106,7 @@ def vllm_variant(
     began = time.perf_counter()
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     try:
-        found, _ = offline_child(inputs, model_dir, kwargs, seed, folder, timeout_s=timeout_s, env=env)
+        found, _ = common.offline_child(inputs, model_dir, kwargs, seed, folder, timeout_s=timeout_s, env=env)
     except subprocess.CalledProcessError as exc:
         return {"status": "failed", "returncode": exc.returncode}
     except OSError as exc:  # it exited without writing its result
@@ -160,14 +160,14 @@ def main() -> int:
     began = time.perf_counter()
     inputs = args.inputs.resolve()
     model_dir = args.work / "A"
-    built = build_view_checkpoint(inputs, model_dir, args.seed)
+    built = common.build_view_checkpoint(inputs, model_dir, args.seed)
     torch.cuda.empty_cache()
-    recorded, prompts, stops = load_workload(inputs, args.seed)
+    recorded, prompts, stops = common.load_workload(inputs, args.seed)
     report: dict[str, Any] = {
         "benchmark": "engine_race_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
         "command": "python3 bench/engine_race_gpu.py " + " ".join(sys.argv[1:]),
-        "environment": environment(),
+        "environment": common.environment(),
         "model": {
             "description": f"Qwen2.5-1.5B architecture, random bf16 weights (seed {args.seed})",
             **built,
@@ -203,9 +203,9 @@ def main() -> int:
             )
         except subprocess.TimeoutExpired:
             report["vllm"][name] = {"status": "timed out"}
-        log(f"{name}: {report['vllm'][name]}")
+        common.log(f"{name}: {report['vllm'][name]}")
         write()
-    log(f"ratios {report['ratios']}")
+    common.log(f"ratios {report['ratios']}")
     return 0
 
 

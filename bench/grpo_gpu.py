@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import SMOKE_SHAPE, build_checkpoint, fast_trainer, gsm8k_records, log, synchronize
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "grpo_gpu.json"
@@ -114,7 +114,7 @@ def main() -> None:
                 traceback.print_exc()
                 results[name] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
             save()
-    log(json.dumps({k: v for k, v in results.items() if k != "environment"}, indent=1)[:6000])
+    common.log(json.dumps({k: v for k, v in results.items() if k != "environment"}, indent=1)[:6000])
 
 
 def _version(name: str) -> str | None:
@@ -127,7 +127,8 @@ def _version(name: str) -> str | None:
 
 
 def _checkpoint(root: Path, smoke: bool) -> Path:
-    return build_checkpoint(root / "qwen25-1.5b", seed=0, shape=SMOKE_SHAPE if smoke else None)[0]
+    shape = common.SMOKE_SHAPE if smoke else None
+    return common.build_checkpoint(root / "qwen25-1.5b", seed=0, shape=shape)[0]
 
 
 def _load(checkpoint: Path, device: str) -> tuple[Any, Any]:
@@ -149,7 +150,7 @@ def throughput(
 
     task = get_task("gsm8k")
     tokenizer, model = _load(checkpoint, device)
-    records = gsm8k_records(tokenizer, 2048)
+    records = common.gsm8k_records(tokenizer, 2048)
     out: dict[str, Any] = {
         "model": "Qwen2.5-1.5B architecture, random bf16 weights (seed 0), builtin tokenizer",
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -160,7 +161,7 @@ def throughput(
         "variants": {},
     }
     results["throughput"] = out  # written after each variant
-    log("trl reference")
+    common.log("trl reference")
     try:
         out["variants"]["trl_2x4"] = _trl(model, tokenizer, task, records, args)
     except Exception as exc:  # the fast variants still run
@@ -170,7 +171,7 @@ def throughput(
     torch.cuda.empty_cache() if device == "cuda" else None
     for variant in args.fast_variants:
         prompts, generations = (int(n) for n in variant.split("x"))
-        log(f"fast {variant}")
+        common.log(f"fast {variant}")
         out["variants"][f"fast_{variant}"] = _fast(
             model, tokenizer, task, records, prompts, generations, args
         )
@@ -197,7 +198,7 @@ def _trl(
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            synchronize()
+            common.synchronize()
             marks.append(time.monotonic())
 
         def on_log(self, *a: Any, logs: Any = None, **k: Any) -> None:
@@ -265,7 +266,7 @@ def _fast(
         max_completion_length=args.completion_tokens,
         learning_rate=1e-6,
     )
-    trainer = fast_trainer(model, tokenizer, task, records, settings)
+    trainer = common.fast_trainer(model, tokenizer, task, records, settings)
     stats = [trainer.step() for _ in range(args.fast_steps + 1)][1:]
     tokens = sum(s.completion_tokens for s in stats)
     seconds = sum(s.seconds for s in stats)
@@ -340,7 +341,7 @@ def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any
             eos_ids=[eos],
         )
 
-    log("learning: initial accuracy")
+    common.log("learning: initial accuracy")
     out: dict[str, Any] = {
         "model": f"Qwen2 architecture {SMALL_MODEL}, builtin tokenizer, random init, bf16",
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -361,9 +362,9 @@ def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any
         "learning_rate": 1e-3,
         "last_loss": round(statistics.mean(losses[-10:]), 4),
     }
-    log(f"sft: {out['sft']}")
+    common.log(f"sft: {out['sft']}")
     out["accuracy_after_sft"] = accuracy()
-    log(f"accuracy after sft {out['accuracy_after_sft']}")
+    common.log(f"accuracy after sft {out['accuracy_after_sft']}")
     del sft
     grpo = trainer(GRPO_LEARNING_RATE, 64, 8)
     curve = []
@@ -385,9 +386,9 @@ def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any
         "max_completion_length": 64,
         "curve": curve,
     }
-    log(f"grpo: {len(curve)} steps, rewards {[c['reward'] for c in curve]}")
+    common.log(f"grpo: {len(curve)} steps, rewards {[c['reward'] for c in curve]}")
     out["accuracy_after_grpo"] = accuracy()
-    log(f"accuracy after grpo {out['accuracy_after_grpo']}")
+    common.log(f"accuracy after grpo {out['accuracy_after_grpo']}")
     del grpo
     out["agreement"] = agreement(
         model, tokenizer, task, train_prompts[: args.agreement_rows - len(test_prompts)] + test_prompts, eos
@@ -456,13 +457,13 @@ def weight_swap(checkpoint: Path, device: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    prompt = torch.tensor([tokenizer(gsm8k_records(tokenizer, 1)[0]["prompt"]).input_ids])
+    prompt = torch.tensor([tokenizer(common.gsm8k_records(tokenizer, 1)[0]["prompt"]).input_ids])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
 
     def first_token(model: Any) -> int:
         with torch.inference_mode():
             token = int(model(input_ids=prompt.to(device), logits_to_keep=1).logits[0, -1].argmax())
-        synchronize()
+        common.synchronize()
         return token
 
     cold, warm = [], []

@@ -70,17 +70,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import (
-    TRAIN_PROBLEM_SEED,
-    build_padded_checkpoint,
-    environment,
-    evaluated_problems,
-    fast_trainer,
-    gsm8k_records,
-    log,
-    pad_vocabulary,
-    synchronize,
-)
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json"
@@ -250,7 +240,7 @@ def prepare_checkpoint(source: Path, target: Path) -> dict[str, Any]:
         else:
             shutil.copyfile(path, target / path.name)
     config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-    added = pad_vocabulary(target, config["vocab_size"])
+    added = common.pad_vocabulary(target, config["vocab_size"])
     described: dict[str, Any] = {
         "source": str(source),
         "parameters": parameters,
@@ -274,9 +264,10 @@ def learning_problems(held_out: int, grpo: int) -> tuple[list[Any], list[Any], d
     training draw or the evaluated split (bench/resident_engine_gpu.py, bench/opencompass_vllm_gpu.py)."""
     from autorl.tasks.arith import generate_problems
 
-    evaluated = {problem.question for problem in evaluated_problems()}
+    evaluated = {problem.question for problem in common.evaluated_problems()}
     trained = {
-        p.question for p in generate_problems(TRAIN_PROBLEM_SEED, T2_TRAINING_PROBLEMS + len(evaluated))
+        p.question
+        for p in generate_problems(common.TRAIN_PROBLEM_SEED, T2_TRAINING_PROBLEMS + len(evaluated))
     }
     fresh = [
         p
@@ -293,8 +284,8 @@ def learning_problems(held_out: int, grpo: int) -> tuple[list[Any], list[Any], d
             "held_out": held_out,
             "grpo": grpo,
             "kept_out": "T2's training draw (generate_problems with bench/resident_engine_gpu.py's "
-            f"TRAIN_PROBLEM_SEED {TRAIN_PROBLEM_SEED}, {len(trained):,} problems) and the evaluated split "
-            f"({len(evaluated):,})",
+            f"TRAIN_PROBLEM_SEED {common.TRAIN_PROBLEM_SEED}, {len(trained):,} problems) and the "
+            f"evaluated split ({len(evaluated):,})",
         },
     )
 
@@ -315,7 +306,7 @@ def prompt_check(source: Path, model_dir: Path) -> dict[str, Any]:
         prompts = json.load(handle)["prompts"]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     task = get_task("gsm8k")
-    problems = evaluated_problems()
+    problems = common.evaluated_problems()
     equal = sum(
         task.render_prompt(tokenizer, p.question) == prompt
         for p, prompt in zip(problems, prompts, strict=True)
@@ -393,7 +384,7 @@ def run_variant(variant: Variant, model_dir: Path, args: argparse.Namespace) -> 
         _, problems, _ = learning_problems(args.held_out, variant.prompts * (args.steps + 1))
         records = learning_records(tokenizer, problems)
     else:
-        records = [{**r, "index": i} for i, r in enumerate(gsm8k_records(tokenizer, count))]
+        records = [{**r, "index": i} for i, r in enumerate(common.gsm8k_records(tokenizer, count))]
     # The fast path keeps bf16 weights (float32 copies in its optimizer). TRL is given what it
     # loads for a model named by its path: float32 weights (it trains under bf16 autocast), except
     # in the random-weights runs, which gave it the bf16 model.
@@ -463,7 +454,7 @@ def _fast(
         seed=args.seed,
         loss_micro_batch=MICRO_BATCH,
     )
-    trainer = fast_trainer(model, tokenizer, rewards, records, settings, end_ids(model, tokenizer))
+    trainer = common.fast_trainer(model, tokenizer, rewards, records, settings, end_ids(model, tokenizer))
     drawn = trainer.next_problems
 
     def next_problems() -> list[int]:  # the step's problems, for the record
@@ -475,12 +466,14 @@ def _fast(
     steps: list[dict[str, Any]] = []
     for _ in range(args.steps + 1):
         if steps and _out_of_time(args.stop_at, steps[-1]["seconds"]):
-            log(f"{variant.name}: stopped after {len(steps)} steps (deadline)")
+            common.log(f"{variant.name}: stopped after {len(steps)} steps (deadline)")
             break
         s = trainer.step()
         step = step_record(s.seconds, s.completion_tokens, rewards.calls[-1], variant.generations)
         steps.append({**step, "rollout_s": round(s.rollout_s, 3), "train_s": round(s.train_s, 3)})
-        log(f"{variant.name} step {s.step}: { {k: v for k, v in steps[-1].items() if k != 'problems'} }")
+        common.log(
+            f"{variant.name} step {s.step}: { {k: v for k, v in steps[-1].items() if k != 'problems'} }"
+        )
     return steps
 
 
@@ -497,11 +490,11 @@ def _trl(
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, _args: Any, _state: Any, control: Any, **k: Any) -> Any:
-            synchronize()
+            common.synchronize()
             marks.append(time.monotonic())
             last = marks[-1] - (marks[-2] if len(marks) > 1 else started)
             if _out_of_time(args.stop_at, last):
-                log(f"{variant.name}: stopping after {len(marks)} steps (deadline)")
+                common.log(f"{variant.name}: stopping after {len(marks)} steps (deadline)")
                 control.should_training_stop = True
             return control
 
@@ -550,7 +543,7 @@ def _trl(
         )
         trainer.remove_callback(PrinterCallback)
         start_s = time.monotonic() - started
-        log(f"{variant.name}: trainer built in {start_s:.1f} s")
+        common.log(f"{variant.name}: trainer built in {start_s:.1f} s")
         started = time.monotonic()
         trainer.train()
     seconds = [b - a for a, b in zip([started, *marks], marks, strict=False)]
@@ -561,7 +554,7 @@ def _trl(
         for s, entry, call in zip(seconds, logs, rewards.calls, strict=False)
     ]
     for step in steps:
-        log(f"{variant.name}: { {k: v for k, v in step.items() if k != 'problems'} }")
+        common.log(f"{variant.name}: { {k: v for k, v in step.items() if k != 'problems'} }")
     extra = {
         "trainer_start_s": round(start_s, 1),
         "per_device_train_batch_size": micro,
@@ -622,7 +615,7 @@ def evaluate_held_out(model_dir: Path, weights: dict[str, Path], args: argparse.
             eos_ids=eos,
             pad_id=tokenizer.pad_token_id or 0,
         )
-        synchronize()
+        common.synchronize()
         texts = tokenizer.batch_decode(output.tokens, skip_special_tokens=True)
         right = sum(r > 0 for r in task.reward(texts, answers))
         out["answers"][name] = {
@@ -635,7 +628,7 @@ def evaluate_held_out(model_dir: Path, weights: dict[str, Path], args: argparse.
             "load_s": round(loaded - started, 1),
             "generate_s": round(time.monotonic() - loaded, 1),
         }
-        log(f"held out, {name}: {out['answers'][name]}")
+        common.log(f"held out, {name}: {out['answers'][name]}")
     return out
 
 
@@ -781,7 +774,7 @@ def main() -> int:
         "benchmark": "grpo_trl_vllm_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
         "command": command_line(args.output),
-        "environment": environment(),
+        "environment": common.environment(),
         "settings": {
             "completion_tokens": args.completion_tokens,
             "learning_rate": args.learning_rate,
@@ -820,12 +813,14 @@ def main() -> int:
             report["model"] = {
                 "description": f"Qwen2.5-1.5B architecture, random bf16 weights (seed {args.seed}), the "
                 "builtin Qwen2-format tokenizer padded to the model's vocabulary",
-                **build_padded_checkpoint(checkpoint, args.seed, args.smoke),
+                **common.build_padded_checkpoint(checkpoint, args.seed, args.smoke),
             }
         report["model"]["build_s"] = round(time.monotonic() - started, 1)
         tokenizer = _tokenizer(checkpoint)
         report["model"]["prompt_ids_mean"] = round(
-            statistics.mean(len(tokenizer(r["prompt"]).input_ids) for r in gsm8k_records(tokenizer, 64))
+            statistics.mean(
+                len(tokenizer(r["prompt"]).input_ids) for r in common.gsm8k_records(tokenizer, 64)
+            )
         )
         save()
         weights: dict[str, Path] = {}
@@ -833,7 +828,7 @@ def main() -> int:
             if time.monotonic() - began > args.deadline_s:
                 report["variants"][variant.name] = {"status": "skipped (deadline)"}
                 continue
-            log(f"variant {variant.name}")
+            common.log(f"variant {variant.name}")
             result = scratch / f"{variant.name}.json"
             extra = ["--variants", variant.name, "--model-dir", str(checkpoint), "--result", str(result)]
             if learning:
@@ -842,12 +837,12 @@ def main() -> int:
                 extra += ["--save-weights", str(weights[variant.name]), "--stop-at", str(stop_at)]
             record = _run_child(_child(args, *extra), result, args.variant_timeout_s)
             report["variants"][variant.name] = record
-            log(f"{variant.name}: { {k: v for k, v in record.items() if k != 'steps'} }")
+            common.log(f"{variant.name}: { {k: v for k, v in record.items() if k != 'steps'} }")
             report["ratios"] = ratios(report["variants"])
             report["total_s"] = round(time.monotonic() - began, 1)
             save()
         if learning:
-            log("held-out answers")
+            common.log("held-out answers")
             finished = [f"{name}={path}" for name, path in weights.items() if path.exists()]
             result = scratch / "held_out.json"
             extra = ["--model-dir", str(checkpoint), "--result", str(result), "--evaluate", *finished]
@@ -856,7 +851,7 @@ def main() -> int:
             report["total_s"] = round(time.monotonic() - began, 1)
             save()
     summary = {key: report.get(key) for key in ("ratios", "learning", "total_s")}
-    log(json.dumps(summary))
+    common.log(json.dumps(summary))
     return 0
 
 

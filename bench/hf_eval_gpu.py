@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from common import build_checkpoint, log
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "hf_eval_gpu.json"
@@ -188,7 +188,7 @@ def main() -> int:
     from autorl.tasks import get_task
 
     if not torch.cuda.is_available():
-        log("no CUDA device: this benchmark measures the GPU path")
+        common.log("no CUDA device: this benchmark measures the GPU path")
         return 2
     began = time.perf_counter()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="hf-eval-gpu-"))
@@ -207,12 +207,12 @@ def main() -> int:
         args.output.write_text(json.dumps(report, indent=2) + "\n")
 
     try:
-        log(f"building the checkpoint in {workdir}")
+        common.log(f"building the checkpoint in {workdir}")
         t0 = time.perf_counter()
-        checkpoint, parameters = build_checkpoint(workdir / "qwen2.5-1.5b-random", seed=args.seed)
+        checkpoint, parameters = common.build_checkpoint(workdir / "qwen2.5-1.5b-random", seed=args.seed)
         report["parameters"] = parameters
         report["build_s"] = round(time.perf_counter() - t0, 1)
-        log(f"{parameters / 1e9:.3f} B parameters in {report['build_s']} s")
+        common.log(f"{parameters / 1e9:.3f} B parameters in {report['build_s']} s")
         base = get_task("gsm8k").load_test_problems(workdir / "data", source_dir=SOURCE_DIR)
         lengths = prompt_lengths(checkpoint, base)
         report["prompt_ids"] = {
@@ -220,15 +220,15 @@ def main() -> int:
             "mean": round(sum(lengths) / len(lengths)),
             "max": max(lengths),
         }
-        log(f"prompt ids: {report['prompt_ids']}")
+        common.log(f"prompt ids: {report['prompt_ids']}")
         home = workdir / "home"
-        log("warm-up: 8 problems, 16 new tokens")
+        common.log("warm-up: 8 problems, 16 new tokens")
         report["warmup"] = run_variant(checkpoint, base[:8], 8, 16, home)
-        log(f"warm-up: {report['warmup']}")
+        common.log(f"warm-up: {report['warmup']}")
         capped: dict[int, Path] = {}
         for variant in variants:
             if time.perf_counter() - began > args.deadline_s:
-                log(f"skipped {variant.label}: past the {args.deadline_s:.0f} s deadline")
+                common.log(f"skipped {variant.label}: past the {args.deadline_s:.0f} s deadline")
                 report["variants"][variant.label] = {"status": "skipped (deadline)"}
                 continue
             model = checkpoint
@@ -239,11 +239,11 @@ def main() -> int:
                     )
                 model = capped[variant.prompt_cap]
             problems = [base[i % len(base)] for i in range(variant.batch_size)]
-            log(f"variant {variant.label}: {len(problems)} problems, batch {variant.batch_size}")
+            common.log(f"variant {variant.label}: {len(problems)} problems, batch {variant.batch_size}")
             record = run_variant(model, problems, variant.batch_size, args.max_new_tokens, home)
             record["prompt_cap"] = variant.prompt_cap
             report["variants"][variant.label] = record
-            log(f"variant {variant.label}: {record}")
+            common.log(f"variant {variant.label}: {record}")
             write()
     finally:
         report["total_s"] = round(time.perf_counter() - began, 1)

@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import LENGTHS, PROMPT_ID_RANGE, QWEN25_1_5B, log, run_generate
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "hf_generation_gpu.json"
@@ -58,7 +58,9 @@ def build_model(seed: int) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(**{k: v for k, v in QWEN25_1_5B.items() if k not in ("architectures",)})
+    config = AutoConfig.for_model(
+        **{k: v for k, v in common.QWEN25_1_5B.items() if k not in ("architectures",)}
+    )
     torch.manual_seed(seed)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -200,12 +202,14 @@ def main() -> int:
     from autorl.decoding.greedy_engine import generate_greedy, model_shape
 
     began = time.perf_counter()
-    lengths = json.loads(LENGTHS.read_text(encoding="utf-8"))
+    lengths = json.loads(common.LENGTHS.read_text(encoding="utf-8"))
     rng = random.Random(args.seed)
-    prefix = [rng.randrange(PROMPT_ID_RANGE) for _ in range(lengths["prefix_ids"])]
-    prompts = [prefix + [rng.randrange(PROMPT_ID_RANGE) for _ in range(n)] for n in lengths["suffix_ids"]]
+    prefix = [rng.randrange(common.PROMPT_ID_RANGE) for _ in range(lengths["prefix_ids"])]
+    prompts = [
+        prefix + [rng.randrange(common.PROMPT_ID_RANGE) for _ in range(n)] for n in lengths["suffix_ids"]
+    ]
     stops = [min(args.max_new_tokens, rng.choice(lengths["answer_ids"])) for _ in prompts]
-    pad_id = QWEN25_1_5B["vocab_size"] - 1
+    pad_id = common.QWEN25_1_5B["vocab_size"] - 1
     props = torch.cuda.get_device_properties(0)
     report: dict[str, Any] = {
         "benchmark": "hf_generation_gpu",
@@ -239,7 +243,7 @@ def main() -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=2) + "\n")
 
-    log("building the model")
+    common.log("building the model")
     model = build_model(args.seed)
     shape = model_shape(model)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -247,20 +251,20 @@ def main() -> int:
     bandwidth = copy_bandwidth()
     copy_bandwidth_cached.append(bandwidth)
     report["copy_bandwidth_tb_s"] = round(bandwidth / 1e12, 2)
-    log(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    common.log(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     prompt_lengths = [len(p) for p in prompts]
     report["attention_step"] = attention_step(len(prompts), lengths["prefix_ids"], 330)
-    log(f"one layer's decode attention: {report['attention_step']}")
+    common.log(f"one layer's decode attention: {report['attention_step']}")
 
     def engine(rows: list[list[int]], limits: int | list[int]) -> Callable[[], Any]:
         return lambda: generate_greedy(model, rows, max_new_tokens=limits, eos_ids=[], pad_id=pad_id)
 
-    log("warm-up")
+    common.log("warm-up")
     timed(engine(prompts[:8], 8))
-    timed(lambda: run_generate(model, prompts[:8], 8, pad_id))
+    timed(lambda: common.run_generate(model, prompts[:8], 8, pad_id))
 
     full = [args.max_new_tokens] * len(prompts)
-    no_prefix = [[PROMPT_ID_RANGE + i % 500, *p[1:]] for i, p in enumerate(prompts)]
+    no_prefix = [[common.PROMPT_ID_RANGE + i % 500, *p[1:]] for i, p in enumerate(prompts)]
     ref_rows = prompts[: args.ref_rows]
 
     def keep_rows() -> Any:
@@ -282,7 +286,7 @@ def main() -> int:
         "engine_full": (engine(prompts, args.max_new_tokens), prompt_lengths, full),
         "engine_stop": (engine(prompts, stops), prompt_lengths, stops),
         "generate_ref": (
-            lambda: run_generate(model, ref_rows, args.ref_new_tokens, pad_id),
+            lambda: common.run_generate(model, ref_rows, args.ref_new_tokens, pad_id),
             prompt_lengths[: args.ref_rows],
             [args.ref_new_tokens] * args.ref_rows,
         ),
@@ -290,7 +294,7 @@ def main() -> int:
             lambda: [
                 row
                 for half in (ref_rows[: args.ref_rows // 2], ref_rows[args.ref_rows // 2 :])
-                for row in run_generate(model, half, args.ref_new_tokens, pad_id)
+                for row in common.run_generate(model, half, args.ref_new_tokens, pad_id)
             ],
             prompt_lengths[: args.ref_rows],
             [args.ref_new_tokens] * args.ref_rows,
@@ -311,13 +315,13 @@ def main() -> int:
         if time.perf_counter() - began > args.deadline_s:
             report["variants"][name] = {"status": "skipped (deadline)"}
             continue
-        log(f"variant {name}")
+        common.log(f"variant {name}")
         try:
             result, seconds = timed(fn)
         except Exception as exc:  # an out-of-memory is a result too
             error = f"{type(exc).__name__}: {str(exc)[:300]}"
             report["variants"][name] = {"status": "failed", "error": error}
-            log(f"variant {name}: {report['variants'][name]}")
+            common.log(f"variant {name}: {report['variants'][name]}")
             write()
             continue
         tokens = result if isinstance(result, list) else result.tokens
@@ -338,7 +342,7 @@ def main() -> int:
             record["batch_sizes"] = result.batch_sizes
             record["shared_prefix_ids"] = result.shared_prefix
         report["variants"][name] = record
-        log(f"variant {name}: {record}")
+        common.log(f"variant {name}: {record}")
         write()
 
     for other in ("engine_ref", "generate_ref_split"):

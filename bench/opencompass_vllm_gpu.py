@@ -58,17 +58,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import (
-    REAL_PROBLEMS,
-    SPLIT_SIZE,
-    build_view_checkpoint,
-    evaluate_with_stand_in,
-    evaluated_problems,
-    load_workload,
-    log,
-    offline_child,
-    record_prompts,
-)
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_vllm_gpu.json"
@@ -131,11 +121,11 @@ def replay(work: Path, folders: list[Path], output: Path) -> int:
         recorded = json.load(handle)
     prompts = recorded["prompts"]
     task = get_task("gsm8k")
-    answers = [problem.answer for problem in evaluated_problems()]
-    real = sum(1 for _ in REAL_PROBLEMS.open(encoding="utf-8"))
+    answers = [problem.answer for problem in common.evaluated_problems()]
+    real = sum(1 for _ in common.REAL_PROBLEMS.open(encoding="utf-8"))
     report["recorded"] = {
         "prompts": len(prompts),
-        "problems": f"{real} GSM8K test problems (tests/data/gsm8k) + {SPLIT_SIZE - real} generated "
+        "problems": f"{real} GSM8K test problems (tests/data/gsm8k) + {common.SPLIT_SIZE - real} generated "
         "GSM8K-format problems (autorl.tasks.arith), in gsm8k_gen_1d7fe4's 4-shot prompt",
         "engine_kwargs": recorded["engine_kwargs"],
         "sampling_kwargs": recorded["sampling_kwargs"],
@@ -150,7 +140,7 @@ def replay(work: Path, folders: list[Path], output: Path) -> int:
         replay_file.write_text(
             json.dumps({"completions": dict(zip(prompts, texts, strict=True))}), encoding="utf-8"
         )
-        result, seconds = evaluate_with_stand_in(work, "replay", replay_file)
+        result, seconds = common.evaluate_with_stand_in(work, "replay", replay_file)
         replay_file.unlink()
         summary = float(result.details["summary_accuracy"])
         report["replay"][name] = {
@@ -162,7 +152,7 @@ def replay(work: Path, folders: list[Path], output: Path) -> int:
             "recomputed_here": task.score(texts, answers)["opencompass"],
             "summary_equals_recomputed": summary == round(task.score(texts, answers)["opencompass"], 2),
         }
-        log(f"replay {name}: {report['replay'][name]}")
+        common.log(f"replay {name}: {report['replay'][name]}")
     reference = completions.get("bare_llm_graphs")
     report["agreement_with_bare"] = {
         name: agreement(reference, texts)
@@ -188,7 +178,7 @@ def offline(args: argparse.Namespace) -> int:
     from vllm import LLM, SamplingParams
 
     spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
-    recorded, prompts, stops = load_workload(Path(args.inputs), spec["seed"])
+    recorded, prompts, stops = common.load_workload(Path(args.inputs), spec["seed"])
     began = time.perf_counter()
     llm = LLM(spec["model"], **spec["engine_kwargs"])
     result: dict[str, Any] = {"startup_s": round(time.perf_counter() - began, 2), "runs": {}}
@@ -223,7 +213,7 @@ def offline(args: argparse.Namespace) -> int:
         outputs[name] = [
             o.outputs[0].text if name == "opencompass_prompts" else list(o.outputs[0].token_ids) for o in out
         ]
-        log(f"offline {name}: {result['runs'][name]}")
+        common.log(f"offline {name}: {result['runs'][name]}")
     Path(args.result).write_text(json.dumps({"result": result, "outputs": outputs}), encoding="utf-8")
     return 0
 
@@ -314,7 +304,7 @@ def serve(
         "--disable-uvicorn-access-log",
         *_server_flags(engine),
     ]
-    log(f"server {name}: {' '.join(command)}")
+    common.log(f"server {name}: {' '.join(command)}")
     began = time.perf_counter()
     with (logs / f"server-{name}.log").open("w") as handle:
         server = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
@@ -337,7 +327,7 @@ def serve(
         result["startup_phases_s"] = startup_phases(
             (logs / f"server-{name}.log").read_text(encoding="utf-8", errors="replace"), result["startup_s"]
         )
-        log(f"server {name} up in {result['startup_s']} s: {result['startup_phases_s']}")
+        common.log(f"server {name} up in {result['startup_s']} s: {result['startup_phases_s']}")
         sampling = dict(recorded["sampling_kwargs"])
         requests = {
             "opencompass_prompts": [
@@ -366,7 +356,7 @@ def serve(
                 "requests": len(answers),
             }
             outputs[run] = [a["choices"][0]["text"] for a in answers]
-            log(f"server {name} {run}: {result['runs'][run]}")
+            common.log(f"server {name} {run}: {result['runs'][run]}")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -384,7 +374,7 @@ def gpu(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     inputs, out = Path(args.inputs).resolve(), Path(args.out)
     model = Path(args.model)
-    recorded, prompts, stops = load_workload(inputs, args.seed)
+    recorded, prompts, stops = common.load_workload(inputs, args.seed)
     props = torch.cuda.get_device_properties(0)
     report: dict[str, Any] = {
         "benchmark": "opencompass_vllm_gpu",
@@ -414,9 +404,9 @@ def gpu(args: argparse.Namespace) -> int:
     def write() -> None:
         (out / "result.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
-    log("building the model")
+    common.log("building the model")
     started = time.perf_counter()
-    report["model_build"] = build_view_checkpoint(inputs, model, args.seed)
+    report["model_build"] = common.build_view_checkpoint(inputs, model, args.seed)
     report["model_build"]["seconds"] = round(time.perf_counter() - started, 1)
     completions: dict[str, list[str]] = {}
     worker_engine = dict(recorded["engine_kwargs"])
@@ -438,7 +428,7 @@ def gpu(args: argparse.Namespace) -> int:
         try:
             if kind == "offline":
                 started = time.perf_counter()
-                found, outs = offline_child(inputs, model, engine, args.seed, out, timeout_s=420)
+                found, outs = common.offline_child(inputs, model, engine, args.seed, out, timeout_s=420)
                 record_ = {
                     "status": "ok",
                     "engine_kwargs": engine,
@@ -456,7 +446,7 @@ def gpu(args: argparse.Namespace) -> int:
         for run in ("ids_stop", "ids_full"):
             if run in outs:
                 completions[f"{name}:{run}"] = outs[run]
-        log(f"{name}: {record_}")
+        common.log(f"{name}: {record_}")
         write()
 
     # Answer agreement: every variant's texts against bare vLLM's on the same prompts.
@@ -500,7 +490,7 @@ def main() -> int:
     p.add_argument("--result", required=True)
     args = parser.parse_args()
     if args.step == "record":
-        return record_prompts(args.work)
+        return common.record_prompts(args.work)
     if args.step == "replay":
         return replay(args.work, args.gpu, args.output)
     if args.step == "gpu":

@@ -54,16 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import (
-    SERVER,
-    agreement,
-    copy_view,
-    evaluated_problems,
-    hf_engine_answers,
-    load_file_module,
-    log,
-    read_recorded,
-)
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "opencompass_worker_gpu.json"
@@ -222,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             }
             if settings.eval_warm_worker and engine_log(log_path, "start"):
                 result["engine_kwargs"] = json.loads(engine_log(log_path, "start")[-1].split("=", 1)[1])
-            log(f"{label}: {result['runs'][label]}")
+            common.log(f"{label}: {result['runs'][label]}")
             save_output(args.output, result, texts)
     finally:
         SERVERS.stop()
@@ -234,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
 
 def split_problems(args: argparse.Namespace) -> list[Any]:
     if not args.smoke:
-        return evaluated_problems()
+        return common.evaluated_problems()
     from autorl.tasks import get_task
 
     source = REPO_ROOT / "tests" / "data"
@@ -257,16 +248,16 @@ def in_process(args: argparse.Namespace) -> int:
     """The ``hf`` backend's engine on the recorded prompts and T2 (bench/resident_engine_gpu.py's)."""
     work = args.work.resolve()
     view = work / "in-process-view"
-    copy_view(work / "T2", view)
+    common.copy_view(work / "T2", view)
     if not (view / "model.safetensors").exists():
         os.link(work / "T2" / "model.safetensors", view / "model.safetensors")
-    recorded = read_recorded(work)
-    answered = hf_engine_answers(view, recorded)
+    recorded = common.read_recorded(work)
+    answered = common.hf_engine_answers(view, recorded)
     result, texts = load_output(args.output)
     texts["in_process_T2"] = answered.pop("texts")
     result.setdefault("runs", {})["in_process_T2"] = {"checkpoint": "T2", **answered}
     result["agreement"] = agreements(texts)
-    log(f"in-process T2: {answered}")
+    common.log(f"in-process T2: {answered}")
     save_output(args.output, result, texts)
     return 0
 
@@ -280,8 +271,8 @@ def bare(args: argparse.Namespace) -> int:
     kwargs = result.get("engine_kwargs")
     if not kwargs:
         raise SystemExit("run the `run` phase first: its record names the resident engine's arguments")
-    recorded = read_recorded(work)
-    engines = load_file_module("autorl_engine_server", SERVER).ENGINES
+    recorded = common.read_recorded(work)
+    engines = common.load_file_module("autorl_engine_server", common.SERVER).ENGINES
     started = time.perf_counter()
     engine = engines["transformers" if args.smoke else "vllm"](work / "T2", kwargs)
     start_s = round(time.perf_counter() - started, 2)
@@ -297,7 +288,7 @@ def bare(args: argparse.Namespace) -> int:
         run["opencompass_over_bare"] = round(warm["opencompass_s"] / generated[-1], 2)
     result.setdefault("runs", {})["bare_vllm_T2"] = run
     result["agreement"] = agreements(texts)
-    log(f"bare vLLM T2: {run}")
+    common.log(f"bare vLLM T2: {run}")
     save_output(args.output, result, texts)
     return 0
 
@@ -308,7 +299,7 @@ def agreements(texts: dict[str, list[str]]) -> dict[str, Any]:
     if reference is None:
         return {}
     return {
-        name: agreement(reference, other)
+        name: common.agreement(reference, other)
         for name, other in texts.items()
         if name != "warm_T2" and name.endswith("T2") and len(other) == len(reference)
     }

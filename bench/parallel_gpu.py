@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import LENGTHS, PROMPT_ID_RANGE, QWEN25_1_5B, build_checkpoint, log, run_generate
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "parallel_gpu.json"
@@ -59,13 +59,15 @@ def main() -> None:
     # A variant that fails on one rank alone leaves the other in a collective: give up after
     # --collective-timeout-s rather than NCCL's default ten minutes (results so far are written).
     dist.init_process_group("nccl", timeout=timedelta(seconds=args.collective_timeout_s))
-    lengths = json.loads(LENGTHS.read_text(encoding="utf-8"))
+    lengths = json.loads(common.LENGTHS.read_text(encoding="utf-8"))
     rng = random.Random(0)
-    prefix = [rng.randrange(PROMPT_ID_RANGE) for _ in range(lengths["prefix_ids"])]
-    prompts = [prefix + [rng.randrange(PROMPT_ID_RANGE) for _ in range(n)] for n in lengths["suffix_ids"]]
+    prefix = [rng.randrange(common.PROMPT_ID_RANGE) for _ in range(lengths["prefix_ids"])]
+    prompts = [
+        prefix + [rng.randrange(common.PROMPT_ID_RANGE) for _ in range(n)] for n in lengths["suffix_ids"]
+    ]
     stops = [min(args.max_new_tokens, rng.choice(lengths["answer_ids"])) for _ in prompts]
     full = [args.max_new_tokens] * len(prompts)
-    pad_id = QWEN25_1_5B["vocab_size"] - 1
+    pad_id = common.QWEN25_1_5B["vocab_size"] - 1
     ref = prompts[:256]
     report: dict[str, Any] = {
         "benchmark": "parallel_gpu",
@@ -110,14 +112,14 @@ def main() -> None:
         )
         report["variants"][name] = record
         if rank == 0:
-            log(f"{name}: {record}")
+            common.log(f"{name}: {record}")
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
     root = Path(tempfile.gettempdir()) / "parallel-gpu"
     checkpoint = root / "qwen25-1.5b"
     if rank == 0 and not (checkpoint / "model.safetensors").exists():
-        build_checkpoint(checkpoint, seed=0)
+        common.build_checkpoint(checkpoint, seed=0)
     dist.barrier()
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).cuda().eval()
 
@@ -127,18 +129,20 @@ def main() -> None:
     mine = slice(rank, None, world)
     # Warm-up: library state and a first capture on every rank.
     engine(prompts[:8], [8] * 8)()
-    run_generate(model, ref[:8], 8, pad_id)
+    common.run_generate(model, ref[:8], 8, pad_id)
     timed("one_gpu_engine_stop", engine(prompts, stops) if rank == 0 else None)
     timed("dp2_engine_stop", engine(prompts[mine], stops[mine]))
     timed("one_gpu_engine_full", engine(prompts, full) if rank == 0 else None)
     timed("dp2_engine_full", engine(prompts[mine], full[mine]))
-    timed("one_gpu_generate_ref", (lambda: run_generate(model, ref, 128, pad_id)) if rank == 0 else None)
-    timed("dp2_generate_ref", lambda: run_generate(model, ref[mine], 128, pad_id))
+    timed(
+        "one_gpu_generate_ref", (lambda: common.run_generate(model, ref, 128, pad_id)) if rank == 0 else None
+    )
+    timed("dp2_generate_ref", lambda: common.run_generate(model, ref[mine], 128, pad_id))
     del model
     torch.cuda.empty_cache()
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, tp_plan="auto").eval()
-    run_generate(model, ref[:8], 8, pad_id)
-    timed("tp2_generate_ref", lambda: run_generate(model, ref, 128, pad_id))
+    common.run_generate(model, ref[:8], 8, pad_id)
+    timed("tp2_generate_ref", lambda: common.run_generate(model, ref, 128, pad_id))
     timed("tp2_engine_stop", engine(prompts, stops))
     dist.destroy_process_group()
 

@@ -76,22 +76,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from common import (
-    SERVER,
-    SHIM,
-    TRAIN_PROBLEM_SEED,
-    agreement,
-    build_view_checkpoint,
-    completion_tokens,
-    copy_view,
-    environment,
-    evaluate_with_stand_in,
-    evaluated_problems,
-    hf_engine_answers,
-    load_file_module,
-    log,
-    read_recorded,
-)
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "resident_engine_gpu.json"
@@ -107,7 +92,7 @@ class Server:
         self.log = log_path.open("ab")
         started = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, str(SERVER), "--socket", str(self.socket), "--engine", engine],
+            [sys.executable, str(common.SERVER), "--socket", str(self.socket), "--engine", engine],
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -168,17 +153,19 @@ def training_examples(recorded: dict[str, Any], count: int) -> tuple[list[tuple[
     (the recorded prompt of a generated problem with its question replaced), with their answers."""
     from autorl.tasks.arith import generate_problems
 
-    evaluated = evaluated_problems()
+    evaluated = common.evaluated_problems()
     index = len(evaluated) - 1
     template, question = recorded["prompts"][index], evaluated[index].question
     if template.count(question) != 1:
         raise RuntimeError("the recorded prompt does not hold its problem's question once")
     seen = {problem.question for problem in evaluated}
-    fresh = [p for p in generate_problems(TRAIN_PROBLEM_SEED, count + len(seen)) if p.question not in seen]
+    fresh = [
+        p for p in generate_problems(common.TRAIN_PROBLEM_SEED, count + len(seen)) if p.question not in seen
+    ]
     examples = [(template.replace(question, p.question), answer_text(p)) for p in fresh[:count]]
     return examples, {
         "problems": len(examples),
-        "problem_seed": TRAIN_PROBLEM_SEED,
+        "problem_seed": common.TRAIN_PROBLEM_SEED,
         "overlap_with_evaluated": 0,
     }
 
@@ -255,11 +242,11 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         losses.append(round(float(loss), 4))
         if step % 10 == 0 or step == last:
-            log(f"train step {step}/{last} loss {losses[-1]} ({time.perf_counter() - started:.0f} s)")
+            common.log(f"train step {step}/{last} loss {losses[-1]} ({time.perf_counter() - started:.0f} s)")
         for save_step, folder in saves:
             if step == save_step:
                 state = model.state_dict()
-                copy_view(base, folder)
+                common.copy_view(base, folder)
                 save_file(
                     {name: state[name].detach().to(dtype).contiguous().cpu() for name in saved_names},
                     str(folder / "model.safetensors"),
@@ -289,7 +276,7 @@ def smoke_prepare(work: Path) -> dict[str, Any]:
     from autorl.models.sources import resolve_model
 
     base = resolve_model("builtin:tiny-qwen2", work / "models")
-    copy_view(base, work / "A")
+    common.copy_view(base, work / "A")
     shutil.copyfile(base / "model.safetensors", work / "A" / "model.safetensors")
     turn = "<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assistant\n"
     recorded = {
@@ -308,7 +295,7 @@ def smoke_prepare(work: Path) -> dict[str, Any]:
 def gpu_prepare(inputs: Path, work: Path, seed: int, steps: int) -> dict[str, Any]:
     with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         recorded = json.load(handle)
-    built = build_view_checkpoint(inputs, work / "A", seed)
+    built = common.build_view_checkpoint(inputs, work / "A", seed)
     examples, described = training_examples(recorded, 4096)
     saves = [(steps // 2, work / "T1"), (steps, work / "T2")]
     trained = train(work / "A", saves, examples, batch=16, learning_rate=3e-4, seed=seed)
@@ -319,13 +306,13 @@ def gpu_prepare(inputs: Path, work: Path, seed: int, steps: int) -> dict[str, An
 def serve_phase(
     work: Path, engine: str, result: dict[str, Any], save: Callable[[], None]
 ) -> dict[str, list[str]]:
-    recorded = read_recorded(work)
+    recorded = common.read_recorded(work)
     result["workload"] = {
         "prompts": len(recorded["prompts"]),
         "engine_kwargs": recorded["engine_kwargs"],
         "sampling_kwargs": recorded["sampling_kwargs"],
     }
-    shim = load_file_module("autorl_engine_shim", SHIM)
+    shim = common.load_file_module("autorl_engine_shim", common.SHIM)
     texts: dict[str, list[str]] = {}
     worker_kwargs = dict(recorded["engine_kwargs"])
     graph_kwargs = {**worker_kwargs, **GRAPH_KWARGS} if engine == "vllm" else worker_kwargs
@@ -341,7 +328,7 @@ def serve_phase(
             answer = serve_once(shim, server, work / label.removesuffix("_again"), recorded, worker_kwargs)
             texts[f"resident_{label}"] = answer.pop("texts")
             result["resident"]["evaluations"].append({"checkpoint": label, **answer})
-            log(f"resident {label}: {answer}")
+            common.log(f"resident {label}: {answer}")
             save()
     finally:
         server.stop()
@@ -359,25 +346,25 @@ def serve_phase(
                 "first": first,
                 "again": again,
             }
-            log(f"fresh {name} T2: {result['fresh'][name]}")
+            common.log(f"fresh {name} T2: {result['fresh'][name]}")
             save()
         finally:
             fresh.stop()
-    answer = hf_engine_answers(work / "T2", recorded)
+    answer = common.hf_engine_answers(work / "T2", recorded)
     texts["in_process_T2"] = answer.pop("texts")
     result["in_process"] = {"checkpoint": "T2", **answer}
-    log(f"in-process T2: {answer}")
+    common.log(f"in-process T2: {answer}")
     reference = texts["resident_T2"]
     result["agreement_with_resident_T2"] = {
-        name: agreement(reference, other)
+        name: common.agreement(reference, other)
         for name, other in texts.items()
         if name.endswith(("T2", "T2_again")) and name != "resident_T2"
     }
-    result["agreement_resident_T1_first_vs_after_T2_and_A"] = agreement(
+    result["agreement_resident_T1_first_vs_after_T2_and_A"] = common.agreement(
         texts["resident_T1"], texts["resident_T1_again"]
     )
     result["completion_tokens"] = {
-        name: completion_tokens(other, work / "T2") for name, other in texts.items()
+        name: common.completion_tokens(other, work / "T2") for name, other in texts.items()
     }
     save()
     return texts
@@ -387,9 +374,9 @@ def bare_phase(work: Path, engine: str, result: dict[str, Any]) -> None:
     """The worker's path (server and shim) against the engine called directly in this process, on T2
     with the resident engine's arguments, each asked twice: what the socket, the JSON and the shim
     add to a split's generation."""
-    recorded = read_recorded(work)
+    recorded = common.read_recorded(work)
     kwargs = {**recorded["engine_kwargs"], **GRAPH_KWARGS} if engine == "vllm" else recorded["engine_kwargs"]
-    shim = load_file_module("autorl_engine_shim", SHIM)
+    shim = common.load_file_module("autorl_engine_shim", common.SHIM)
     server = Server(engine, work / "bare-shim.log")
     shimmed: list[dict[str, Any]] = []
     try:
@@ -397,7 +384,7 @@ def bare_phase(work: Path, engine: str, result: dict[str, Any]) -> None:
             shimmed.append(serve_once(shim, server, work / "T2", recorded, kwargs))
     finally:
         server.stop()
-    engines = load_file_module("autorl_engine_server", SERVER).ENGINES
+    engines = common.load_file_module("autorl_engine_server", common.SERVER).ENGINES
     started = time.perf_counter()
     direct = engines[engine](work / "T2", kwargs)
     start_s = round(time.perf_counter() - started, 2)
@@ -410,9 +397,9 @@ def bare_phase(work: Path, engine: str, result: dict[str, Any]) -> None:
     result["engine_kwargs"] = kwargs
     result["through_the_worker"] = [{k: v for k, v in run.items() if k != "texts"} for run in shimmed]
     result["direct"] = [{k: v for k, v in run.items() if k != "texts"} for run in bare]
-    result["agreement_direct_vs_worker"] = agreement(bare[1]["texts"], shimmed[1]["texts"])
+    result["agreement_direct_vs_worker"] = common.agreement(bare[1]["texts"], shimmed[1]["texts"])
     result["worker_over_direct"] = round(shimmed[1]["generate_s"] / bare[1]["generate_s"], 2)
-    log(f"through the worker {result['through_the_worker']}, direct {result['direct']}")
+    common.log(f"through the worker {result['through_the_worker']}, direct {result['direct']}")
 
 
 def replay_phase(gpu_result: Path, output: Path) -> int:
@@ -427,7 +414,7 @@ def replay_phase(gpu_result: Path, output: Path) -> int:
     carry = REPO_ROOT / ".vllm-parts" / "oc" / "carry"
     with gzip.open(carry / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         prompts = json.load(handle)["prompts"]
-    answers = [problem.answer for problem in evaluated_problems()]
+    answers = [problem.answer for problem in common.evaluated_problems()]
     task = get_task("gsm8k")
     scored: dict[str, Any] = {}
     for name, completions in texts.items():
@@ -435,14 +422,14 @@ def replay_phase(gpu_result: Path, output: Path) -> int:
         replay_file.write_text(
             json.dumps({"completions": dict(zip(prompts, completions, strict=True))}), encoding="utf-8"
         )
-        evaluated, seconds = evaluate_with_stand_in(work, "replay", replay_file)
+        evaluated, seconds = common.evaluate_with_stand_in(work, "replay", replay_file)
         scored[name] = {
             "summary_accuracy": float(evaluated.details["summary_accuracy"]),
             "completions_equal_gpu": evaluated.completions == completions,
             "recomputed_here": round(task.score(completions, answers)["opencompass"], 4),
             "worker_seconds": round(seconds, 1),
         }
-        log(f"replay {name}: {scored[name]}")
+        common.log(f"replay {name}: {scored[name]}")
     result["replay"] = {
         "command": ".venv/bin/python bench/resident_engine_gpu.py " + " ".join(sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -486,7 +473,7 @@ def main() -> int:
             smoke_prepare(work) if args.smoke else gpu_prepare(args.inputs, work, args.seed, args.steps)
         )
         (work / "prepare.json").write_text(json.dumps(prepared, indent=1), encoding="utf-8")
-        log(
+        common.log(
             f"prepared: loss {prepared['training']['loss_first_last']} in {prepared['training']['seconds']} s"
         )
     if args.phase == "prepare":
@@ -497,7 +484,7 @@ def main() -> int:
         "command": " ".join(["python3", "bench/resident_engine_gpu.py", *sys.argv[1:]]),
         "engine": engine,
         "smoke": args.smoke,
-        "environment": environment(),  # the GPU benchmarks' one description of the machine
+        "environment": common.environment(),  # the GPU benchmarks' one description of the machine
         **json.loads((work / "prepare.json").read_text(encoding="utf-8")),
     }
 
@@ -511,7 +498,7 @@ def main() -> int:
     texts = serve_phase(work, engine, result, save)
     with gzip.open(output.with_suffix(".texts.json.gz"), "wt", encoding="utf-8") as handle:
         json.dump(texts, handle)
-    log(f"agreement {result['agreement_with_resident_T2']}")
+    common.log(f"agreement {result['agreement_with_resident_T2']}")
     return 0
 
 

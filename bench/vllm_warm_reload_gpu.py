@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import build_padded_checkpoint, environment, id_workload, log
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "vllm_warm_reload_gpu.json"
@@ -115,14 +115,14 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     """The warm process: start on A, then reload B and A in place, timing each to the last answer."""
     from vllm import LLM
 
-    prompts, stops = id_workload(args.seed, args.id_range)
+    prompts, stops = common.id_workload(args.seed, args.id_range)
     began = time.perf_counter()
     llm = LLM(str(args.checkpoints[0]), **ENGINE)
     result: dict[str, Any] = {"engine_start_s": round(time.perf_counter() - began, 2), "reloads": []}
     started = time.perf_counter()
     answers = {"A_start": _generate(llm, prompts, stops)}
     result["first_generate_s"] = round(time.perf_counter() - started, 2)
-    log(f"warm: engine {result['engine_start_s']} s, first generate {result['first_generate_s']} s")
+    common.log(f"warm: engine {result['engine_start_s']} s, first generate {result['first_generate_s']} s")
     # Controls: the same engine on the same weights again (no reload), and the weights' checksums.
     llm.reset_prefix_cache()
     answers["A_repeat"] = _generate(llm, prompts, stops)
@@ -148,7 +148,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
                 "checkpoint_to_answers_s": round(seconds, 2),
             }
         )
-        log(f"warm reload {label}: {result['reloads'][-1]}")
+        common.log(f"warm reload {label}: {result['reloads'][-1]}")
         checksums[label] = llm.collective_rpc(_checksum)[0]
     result["new_tokens"] = sum(len(a) for a in answers["B"])
     result["parameters_bitwise_equal_after_reloading_A"] = checksums["A"] == checksums["A_start"]
@@ -163,7 +163,7 @@ def fresh(args: argparse.Namespace) -> dict[str, Any]:
     from vllm import LLM
 
     import_s = time.perf_counter() - started
-    prompts, stops = id_workload(args.seed, args.id_range)
+    prompts, stops = common.id_workload(args.seed, args.id_range)
     started = time.perf_counter()
     llm = LLM(str(args.checkpoints[0]), **ENGINE)
     engine_s = time.perf_counter() - started
@@ -228,7 +228,7 @@ def main() -> int:
         "benchmark": "vllm_warm_reload_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
         "command": command_line(args.output),
-        "environment": {**environment(), "gpu": props.name},
+        "environment": {**common.environment(), "gpu": props.name},
         "engine_kwargs": ENGINE,
         "workload": "bench/hf_generation_gpu.py's 1,319 random-id prompts (1,441 shared prefix ids), "
         "GSM8K answer lengths (bench/data/gsm8k_qwen25_lengths.json), greedy, end-of-text ignored",
@@ -242,8 +242,8 @@ def main() -> int:
         root = Path(scratch)
         checkpoints = [root / "A", root / "B"]
         started = time.perf_counter()
-        model = build_padded_checkpoint(checkpoints[0], 0, smoke=False)
-        build_padded_checkpoint(checkpoints[1], 1, smoke=False)
+        model = common.build_padded_checkpoint(checkpoints[0], 0, smoke=False)
+        common.build_padded_checkpoint(checkpoints[1], 1, smoke=False)
         report["model"] = {
             "description": "Qwen2.5-1.5B architecture, random bf16 weights (A: seed 0, B: seed 1), the "
             "builtin Qwen2-format tokenizer padded to the model's vocabulary",
@@ -253,7 +253,7 @@ def main() -> int:
         }
         answers: dict[str, Any] = {}
         try:
-            log("warm process")
+            common.log("warm process")
             report["warm"] = _child("warm", checkpoints, root / "warm.json", root / "warm-result.json", args)
             answers.update({f"warm_{k}": v for k, v in json.loads((root / "warm.json").read_text()).items()})
             save()
@@ -261,7 +261,7 @@ def main() -> int:
             for label, checkpoint in (("A", checkpoints[0]), ("B", checkpoints[1])):
                 if args.warm_only:
                     break
-                log(f"fresh process {label}")
+                common.log(f"fresh process {label}")
                 record = _child(
                     "fresh",
                     [checkpoint],
@@ -293,7 +293,7 @@ def main() -> int:
         report["total_s"] = round(time.perf_counter() - began, 1)
         save()
         shutil.rmtree(root, ignore_errors=True)
-    log(json.dumps({k: report.get(k) for k in ("warm", "fresh", "agreement")}, indent=1))
+    common.log(json.dumps({k: report.get(k) for k in ("warm", "fresh", "agreement")}, indent=1))
     return 0
 
 

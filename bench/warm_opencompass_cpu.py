@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import OC_BIN, STAND_IN, evaluated_problems, record_prompts, stand_in_submission
+import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "warm_opencompass_cpu.json"
@@ -132,7 +132,7 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
     from autorl_evaluator.settings import WorkerSettings
 
     work = root / "split"
-    record_prompts(work)
+    common.record_prompts(work)
     with gzip.open(work / "carry" / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         prompts = json.load(handle)["prompts"]
     with gzip.open(SPLIT_TEXTS, "rt", encoding="utf-8") as handle:
@@ -144,7 +144,7 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
         # The stand-in takes the shim's place; the resident engine is started but never asked.
         del engine
         replaying = {"AUTORL_VLLM_REPLAY_MODE": "replay", "AUTORL_VLLM_REPLAY_FILE": str(replay)}
-        return {**env, "PYTHONPATH": str(STAND_IN), **replaying}
+        return {**env, "PYTHONPATH": str(common.STAND_IN), **replaying}
 
     original = backend_module.shim_environment
     backend_module.shim_environment = stand_in_environment
@@ -153,14 +153,18 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
             name: WorkerSettings(
                 home=work / name,
                 eval_device="cpu",
-                opencompass_bin=OC_BIN,
+                opencompass_bin=common.OC_BIN,
                 vllm_python=Path(sys.executable),
                 eval_warm_worker=name.startswith("warm"),
             )
             for name in SPLIT_VARIANTS
         }
         seconds, first, completions, last = time_variants(
-            stand_in_submission(work), evaluated_problems(), settings, rounds, formatted_server(work)
+            common.stand_in_submission(work),
+            common.evaluated_problems(),
+            settings,
+            rounds,
+            formatted_server(work),
         )
     finally:
         backend_module.shim_environment = original
@@ -199,7 +203,7 @@ def main() -> int:
         name: WorkerSettings(
             home=root / name,
             eval_device="cpu",
-            opencompass_bin=OC_BIN,
+            opencompass_bin=common.OC_BIN,
             eval_max_new_tokens=args.max_new_tokens,
             eval_batch_size=args.problems,
             eval_warm_worker=name.startswith("warm"),
