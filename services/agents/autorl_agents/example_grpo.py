@@ -32,7 +32,7 @@ from typing import Any
 from autorl.checkpoints.model_files import TOKENIZER_FILES
 from autorl_agents import sft
 from autorl_agents.agent_log import log, log_as
-from autorl_agents.example_config import ExampleGRPOConfig, grpo_sizes, parse_config
+from autorl_agents.example_config import ExampleGRPOConfig, cpu_threads, grpo_sizes, parse_config
 from autorl_agents.step_clock import StepClock
 
 #: Files copied from the base model into every checkpoint, unchanged: the tokenizer as the base
@@ -77,6 +77,8 @@ class Agent:
         )
         self.parameters = sum(p.numel() for p in self.model.parameters())
         self.tiny = self.parameters < TINY_MODEL_PARAMETERS
+        if not self.cuda:
+            torch.set_num_threads(cpu_threads(config, tiny=self.tiny))
         budget = self.client.time()
         self.end_time = budget.end_time if budget.end_time is not None else time.time() + 3600
         self.submitted: list[int] = []
@@ -89,6 +91,7 @@ class Agent:
             parameters=self.parameters,
             device="cuda" if self.cuda else "cpu",
             dtype=str(dtype).removeprefix("torch."),
+            cpu_threads=None if self.cuda else torch.get_num_threads(),
             remaining_s=round(self.end_time - time.time()),
             seed=config.seed,
         )
