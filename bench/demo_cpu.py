@@ -7,6 +7,9 @@ its own ``AUTORL_AGENT_ARGS``, home and port, pinned to a pair of cores of its o
 2N idle cores measures N demos as if each had its machine to itself); ``--parallel 1`` runs them
 one after another on cores 0-1. CUDA is hidden, so every run is the CPU demo.
 
+``default_loaded`` is the default with two CPU-bound processes pinned to the same two cores, as on a
+2-core machine that is busy with something else (``bench/results/demo_cpu_loaded.json``).
+
 For each variant: the results row (baseline, best, improvement), the best score of the SFT
 checkpoints and of the GRPO checkpoints (by their names, ``sft-*`` / ``grpo-*``), every submission,
 and the run's wall time.
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -44,7 +48,11 @@ VARIANTS: dict[str, str] = {
     "fast_lr5e-4": "--grpo-learning-rate 5e-4",
     "trl": "--rollouts trl",
     "fast_lr2e-5_32x8_sft60": "--grpo-learning-rate 2e-5 --grpo-prompts-per-step 32 --sft-time-fraction 0.6",
+    "default_loaded": "",
 }
+#: Variant → CPU-bound processes (``while True: pass``) pinned beside the run on its cores: a
+#: machine whose cores something else keeps busy.
+BUSY: dict[str, int] = {"default_loaded": 2}
 CORES_PER_RUN = 2
 
 
@@ -113,10 +121,20 @@ def run_variant(name: str, home: Path, cores: list[int], *, port: int, timeout: 
         "--timeout", f"{timeout:g}", "--port", str(port), "--sandbox", "none",
         "--env", f"AUTORL_AGENT_ARGS={VARIANTS[name]}",
     ]  # fmt: skip
+    busy = [
+        subprocess.Popen(["taskset", "-c", pinned, sys.executable, "-c", "while True: pass"])
+        for pinned in [",".join(map(str, cores))] * BUSY.get(name, 0)
+    ]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
     record: dict[str, Any] = {
         "agent_args": VARIANTS[name],
+        "busy_processes": len(busy),
         "cores": cores,
         "exit_code": done.returncode,
         "wall_s": round(time.monotonic() - started, 1),
@@ -135,8 +153,17 @@ def run_variant(name: str, home: Path, cores: list[int], *, port: int, timeout: 
         best_sft=_best(scored, "output/sft"),
         best_grpo=_best(scored, "output/grpo"),
         submissions=scored,
+        # How far each phase got: a loaded machine shows here first.
+        phase_steps=dict(
+            re.findall(r"event=phase_end phase=(\w+) steps=(\d+)", _agent_log(Path(str(row["workspace"]))))
+        ),
     )
     return record
+
+
+def _agent_log(workspace: Path) -> str:
+    log = workspace / "agent.log"
+    return log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
 
 
 def _best(scored: list[dict[str, Any]], prefix: str) -> float | None:

@@ -270,3 +270,14 @@ def test_the_sft_budget_local_md_states_is_the_agents_default() -> None:
     config = ExampleGRPOConfig()
     assert float(found[1]) == config.sft_time_fraction
     assert int(found[2]) == sft_sizes(config, tiny=True).min_steps
+
+
+def test_the_loaded_demos_figures_are_the_committed_run() -> None:
+    """README's demo beside two CPU-bound processes is bench/results/demo_cpu_loaded.json's run."""
+    found = claim(
+        r"Beside two CPU-bound processes on the same two cores it reached only ([\d.]+) in ([\d.]+) s",
+        "README.md",
+    )
+    run = results("demo_cpu_loaded")["variants"]["default_loaded"]
+    assert [float(value) for value in found.groups()] == [run["improvement"], run["wall_s"]]
+    assert run["busy_processes"] == 2 and run["agent_args"] == "" and run["exit_code"] == 0
