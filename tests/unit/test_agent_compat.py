@@ -196,8 +196,8 @@ def test_scores_json_is_the_references_list_oldest_first(tmp_path: Path) -> None
     assert written[1]["interval"] == [40.4, 59.6] and written[1]["comparison"] == comparison
     assert written[0]["interval"] is None and written[0]["comparison"] is None
     # Each object as the grader answers it: its fields, none added ("queue_position" only while queued,
-    # "number" only in the admin API's answers).
-    assert set(written[0]) == set(SubmissionAnswer.model_fields) - {"queue_position", "number"}
+    # "number" and "lineage" only in the admin API's answers).
+    assert set(written[0]) == set(SubmissionAnswer.model_fields) - {"queue_position", "number", "lineage"}
     write_scores(workspace, [])
     assert json.loads(workspace.scores.read_text()) == []
 
