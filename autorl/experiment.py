@@ -511,6 +511,26 @@ class ExperimentResourceStatus(_Model):
         description="kubectl's Best column: the result on the test split with its 95 % interval, "
         "e.g. 41.20 [38.57, 43.89]; sealed, before its final evaluation, the best on validation, marked so.",
     )
+    testOverlap: int | None = Field(
+        default=None,
+        description="Test problems found in the agent's files after it ended (sealed: validation "
+        "problems are counted in evaluator storage); unset until they are read.",
+    )
+    twinScore: float | None = Field(
+        default=None,
+        description="The final checkpoint's score (0-100) on the twin split (the test "
+        "problems with new numbers).",
+    )
+    twinPValue: float | None = Field(
+        default=None,
+        description="Paired test of whether the final's test-minus-twin gap exceeds the base model's; "
+        "below 0.01 is flagged.",
+    )
+    lineage: str | None = Field(
+        default=None,
+        description="The registered public checkpoint a scored submission is nearer than the base; "
+        "unset when the base is nearest.",
+    )
 
 
 def validate_name(name: str) -> None:

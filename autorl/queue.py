@@ -11,6 +11,11 @@
 
 Either way the submission row is committed before `dispatch` is called; the grader's reconciler and
 every RQ worker call `dispatch` again, and the job's atomic claim makes a duplicate harmless.
+
+A cluster's provenance check of a closed experiment (`autorl_evaluator.provenance_job.
+check_provenance(experiment_id)`) is the one other job: `dispatch_provenance` queues it once (the
+controller asks again until the store records it; the job does nothing for a recorded check).
+`autorl run` makes its checks itself, so the local dispatcher queues none.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from autorl.settings import PlatformSettings
 from autorl.store import Database, claims, eval_keys
 
 EVALUATE_JOB = "autorl_evaluator.jobs.evaluate"
+PROVENANCE_JOB = "autorl_evaluator.provenance_job.check_provenance"
 #: RQ kills a job that runs longer than the evaluation's own hard timeout plus this margin.
 JOB_TIMEOUT_MARGIN_S = 300
 #: Retries after a worker died mid-job (RQ moves abandoned jobs to the failed registry).
@@ -45,12 +51,21 @@ class Dispatcher(Protocol):
         that ``dispatch`` hands each in afresh when the database says it waits."""
         ...
 
+    def dispatch_provenance(self, experiment_id: int, timeout_s: int) -> bool:
+        """Queue the provenance check of a closed experiment unless its job waits or runs; False
+        where no queue takes it (the local dispatcher)."""
+        ...
+
     def ping(self) -> None: ...
 
 
 def job_id(prefix: str, submission_id: int) -> str:
     """Prefixed, so that deployments (and test runs) sharing one Redis never collide."""
     return f"{prefix}-submission-{submission_id}"
+
+
+def provenance_job_id(prefix: str, experiment_id: int) -> str:
+    return f"{prefix}-provenance-{experiment_id}"
 
 
 def submission_of(prefix: str, job: str) -> int | None:
@@ -152,15 +167,38 @@ class RQDispatcher:
         except RedisError as exc:
             raise ServiceUnavailableError(f"the queue (Redis) is unreachable: {exc}") from exc
 
+    def dispatch_provenance(self, experiment_id: int, timeout_s: int) -> bool:
+        from redis.exceptions import RedisError
+        from rq import Retry
+
+        job = provenance_job_id(self.prefix, experiment_id)
+        try:
+            if self._active(job):
+                return True
+            self.queue.enqueue(
+                PROVENANCE_JOB,
+                experiment_id,
+                job_id=job,
+                job_timeout=timeout_s + JOB_TIMEOUT_MARGIN_S,
+                retry=Retry(max=JOB_RETRY_MAX, interval=JOB_RETRY_INTERVALS_S),
+                result_ttl=86_400,
+                failure_ttl=7 * 86_400,
+                description=f"check what experiment {experiment_id}'s agent brought in",
+            )
+        except RedisError as exc:
+            raise ServiceUnavailableError(f"the queue (Redis) is unreachable: {exc}") from exc
+        return True
+
     def _job_active(self, submission_id: int) -> bool:
         """A job taken by a worker but not yet claimed in the database, or a retry RQ scheduled."""
+        return self._active(job_id(self.prefix, submission_id))
+
+    def _active(self, job_name: str) -> bool:
         from rq.exceptions import NoSuchJobError
         from rq.job import Job, JobStatus
 
         try:
-            job = Job.fetch(
-                job_id(self.prefix, submission_id), connection=self.redis, serializer=self.queue.serializer
-            )
+            job = Job.fetch(job_name, connection=self.redis, serializer=self.queue.serializer)
         except NoSuchJobError:
             return False
         return job.get_status() in (
@@ -206,6 +244,9 @@ class LocalDispatcher:
 
     def discard_jobs(self, submission_ids: set[int]) -> None:
         return None
+
+    def dispatch_provenance(self, experiment_id: int, timeout_s: int) -> bool:
+        return False
 
     def ping(self) -> None:
         return None

@@ -99,6 +99,11 @@ FINAL = Endpoint[ExperimentAnswer]("POST", f"{_EXPERIMENT}/final", ExperimentAns
 PROVENANCE = Endpoint[ExperimentAnswer](
     "POST", f"{_EXPERIMENT}/provenance", ExperimentAnswer, ADMIN_REFUSALS, body=RecordProvenance
 )
+#: On a cluster, once the experiment is closed: the grader copies the agent's files (and the final's
+#: snapshot) for an evaluator, which checks them (autorl_evaluator.provenance_job).
+CHECK_PROVENANCE = Endpoint[ExperimentAnswer](
+    "POST", f"{_EXPERIMENT}/provenance/check", ExperimentAnswer, ADMIN_REFUSALS
+)
 SUBMISSIONS = Endpoint[list[SubmissionAnswer]](
     "GET", f"{_EXPERIMENT}/submissions", list[SubmissionAnswer], ADMIN_REFUSALS
 )
@@ -255,6 +260,11 @@ class AsyncAdminClient:
 
     async def finish(self, name: str, status: FinishStatus, message: str | None = None) -> ExperimentAnswer:
         return await self._caller.send(finish_call(name, status, message))
+
+    async def check_provenance(self, name: str) -> ExperimentAnswer:
+        """A closed experiment: have its agent's files and its final checked by an evaluator (once;
+        its ``test_overlap`` is set when done)."""
+        return await self._caller.send(CHECK_PROVENANCE.call(name=name))
 
     async def submissions(self, name: str) -> list[SubmissionAnswer]:
         """Every submission of the experiment, the baseline included, oldest first."""

@@ -272,7 +272,7 @@ class OverlapReport:
         }
 
 
-def _shown(path: str) -> str:
+def shown_path(path: str) -> str:
     """A file name as valid UTF-8 text (undecodable bytes as ``\\xNN``), for the record."""
     return os.fsencode(path).decode("utf-8", errors="backslashreplace")
 
@@ -324,7 +324,7 @@ def _scan_fd(
     return index.problems_with(matches), read, more
 
 
-def _open_regular(name: str, dir_fd: int) -> int | None:
+def open_regular(name: str, dir_fd: int) -> int | None:
     """A read-only descriptor of ``name`` if it is a regular file (never through a link, never a
     FIFO or device, which are not even opened); else None."""
     try:
@@ -345,7 +345,7 @@ def _open_regular(name: str, dir_fd: int) -> int | None:
     return fd
 
 
-def _walk(root: Path, max_depth: int) -> Iterator[tuple[str, str, int]]:
+def walk_files(root: Path, max_depth: int) -> Iterator[tuple[str, str, int]]:
     """(path below ``root``, file name, its folder's descriptor) of every non-folder entry, sorted,
     links never followed; nothing if ``root`` is a link or not a folder."""
     if root.is_symlink() or not root.is_dir():
@@ -387,7 +387,7 @@ def scan_files(
     truncated: list[str] = []
     scanned_files = scanned_bytes = 0
     for root in roots:
-        for below, name, dir_fd in _walk(root, MAX_DEPTH):
+        for below, name, dir_fd in walk_files(root, MAX_DEPTH):
             if budget.exhausted:
                 break
             if name.lower().endswith(suffixes):
@@ -395,7 +395,7 @@ def scan_files(
             if budget.files_left <= 0 or budget.bytes_left <= 0:
                 budget.exhausted = True
                 break
-            fd = _open_regular(name, dir_fd)
+            fd = open_regular(name, dir_fd)
             if fd is None:
                 continue
             budget.files_left -= 1
@@ -412,7 +412,7 @@ def scan_files(
             scanned_files += 1
             scanned_bytes += read
             budget.bytes_left -= read
-            shown = _shown(f"{root.name}/{below}")
+            shown = shown_path(f"{root.name}/{below}")
             if more:
                 truncated.append(shown)
                 if limit < max_file_bytes:

@@ -163,3 +163,18 @@ def release_snapshot_lease(session: Session, experiment_id: int, holder: str) ->
         .where(Experiment.id == experiment_id, Experiment.snapshot_holder == holder)
         .values(snapshot_holder=None, snapshot_lease_until=None)
     )
+
+
+def record_provenance(
+    session: Session,
+    experiment: Experiment,
+    *,
+    test_overlap: int | None = None,
+    twin_score: float | None = None,
+    twin_p_value: float | None = None,
+) -> None:
+    """Record what was found after the agent ended (autorl.provenance); a field not given is kept."""
+    found = {"test_overlap": test_overlap, "twin_score": twin_score, "twin_p_value": twin_p_value}
+    for field, value in found.items():
+        if value is not None:
+            setattr(experiment, field, value)

@@ -1,4 +1,5 @@
-"""Whatever reaches the queue, the evaluator worker runs only the evaluation of a submission id.
+"""Whatever reaches the queue, the evaluator worker runs only the evaluation of a submission id (and
+the provenance check of an experiment id, under its own job id).
 
 A hostile client with Redis access pushes jobs as RQ would let it: pickled payloads whose unpickling
 runs a command, `os.system` and `subprocess.call` jobs, the evaluation with extra or keyword
@@ -28,7 +29,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from autorl.errors import ConfigurationError
-from autorl.queue import EVALUATE_JOB, job_id
+from autorl.queue import EVALUATE_JOB, PROVENANCE_JOB, job_id, provenance_job_id
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
 from tests.support.grading import copy_model, make_workspace, register
@@ -101,6 +102,15 @@ def push_hostile_jobs(settings: DeploymentSettings, proof_dir: Path) -> dict[str
         "string-id": as_json.enqueue(EVALUATE_JOB, "900004", job_id=f"{prefix}-submission-900004"),
         "bool-id": as_json.enqueue(EVALUATE_JOB, True, job_id=job_id(prefix, 900006)),
         "foreign-id": as_json.enqueue(EVALUATE_JOB, 900005, job_id="not-this-deployments-id"),
+        # The provenance check under a submission's job id, with a string id, with keywords.
+        "check-as-evaluation": as_json.enqueue(PROVENANCE_JOB, 900020, job_id=job_id(prefix, 900020)),
+        "check-string-id": as_json.enqueue(PROVENANCE_JOB, "900021", job_id=f"{prefix}-provenance-900021"),
+        "check-kwargs": as_json.enqueue(
+            PROVENANCE_JOB, 900022, settings={"x": 1}, job_id=provenance_job_id(prefix, 900022)
+        ),
+        "evaluation-as-check": as_json.enqueue(
+            EVALUATE_JOB, 900023, job_id=provenance_job_id(prefix, 900023)
+        ),
     }
     for offset, hook in enumerate(("on_success", "on_failure", "on_stopped")):
         submission = 900010 + offset
@@ -130,6 +140,10 @@ REFUSALS = {
     "string-id": "exactly one integer",
     "bool-id": "exactly one integer",
     "foreign-id": "job id is not",
+    "check-as-evaluation": "job id is not",
+    "check-string-id": "exactly one integer",
+    "check-kwargs": "keyword arguments",
+    "evaluation-as-check": "job id is not",
     "on_success": "callbacks given",
     "on_failure": "callbacks given",
     "on_stopped": "callbacks given",

@@ -717,10 +717,12 @@ def grader_service(port: int) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def operator_platform(
-    grader_settings: DeploymentSettings, grader_port: int, shared: Path
+    grader_settings: DeploymentSettings, grader_port: int, shared: Path, *, provenance_wait_s: float = 0.0
 ) -> AsyncIterator[Platform]:
     """The grader on ``grader_port``, the emulated API with the CRD, and the operator watching
-    :data:`NAMESPACE` with ``shared`` as its shared volume, ready; stopped on exit."""
+    :data:`NAMESPACE` with ``shared`` as its shared volume, ready; stopped on exit. No evaluator
+    takes the provenance check of a closed experiment unless a test plays it: the controller waits
+    ``provenance_wait_s`` for it (none by default)."""
     with serve(create_app(grader_settings), port=grader_port) as grader:
         emulator = ApiServerEmulator(
             authorizer=chart_authorizer(), restricted_namespaces=frozenset({NAMESPACE})
@@ -748,6 +750,7 @@ async def operator_platform(
                     sync_interval_s=TICK_S,
                     deadline_grace_s=0,
                     finish_wait_s=30.0,
+                    provenance_wait_s=provenance_wait_s,
                     request_timeout_s=10.0,
                     image_pull_secrets=PULL_SECRETS,
                 )

@@ -150,6 +150,7 @@ def test_crd_serves_status_and_the_documented_printer_columns() -> None:
         "phase", "conditions", "baselineScore", "bestScore", "bestSubmission", "improvement", "submissions",
         "startTime", "deadline", "completionTime", "message", "reason", "budgetLeft", "queue", "evaluators",
         "feedback", "finalScore", "finalLow", "finalHigh", "finalSelection", "testEvaluations", "result",
+        "testOverlap", "twinScore", "twinPValue", "lineage",
     }  # fmt: skip
     assert status["phase"]["enum"] == [
         "Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded", "Failed", "TimedOut",

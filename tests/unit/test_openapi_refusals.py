@@ -83,7 +83,7 @@ def test_agent_and_admin_operations_declare_their_answer_and_credentials_refusal
         success = [json_schema(r) for code, r in responses.items() if code.startswith("2")]
         assert success and all(typed(s) for s in success), (method, path, success)
         assert "401" in responses, f"{method} {path} does not declare the credentials refusal"
-    assert checked == 2 * len(AGENT_PATHS) + 10  # both agent mounts and the admin API
+    assert checked == 2 * len(AGENT_PATHS) + 11  # both agent mounts and the admin API
 
 
 @pytest.mark.parametrize("path", ["/submit", "/a/{token}/submit"])

@@ -1,19 +1,22 @@
-"""The RQ worker: it runs only `evaluate(submission_id)`, whatever a queue holds.
+"""The RQ worker: it runs only `evaluate(submission_id)` and a closed experiment's provenance
+check, `check_provenance(experiment_id)`, whatever a queue holds.
 
 RQ trusts Redis: it unpickles payloads, imports any dotted function name, and imports and calls
 callbacks named in a job's hash (also while cleaning its registries). Anything that reaches Redis
 would run code here. So, by construction:
 
 - payloads are JSON (`JSONSerializer`): nothing read from Redis is ever unpickled;
-- `EvaluationJob` can resolve one function only, the evaluation, and never resolves a callback or
-  sends a webhook, wherever RQ asks it to;
-- `EvaluationWorker` checks every job before anything runs: `evaluate` with exactly one integer
-  argument, no keyword arguments, the job id this deployment gives that submission, no callbacks,
-  webhooks or dependencies. Anything else (an unreadable hash included) is removed and logged,
-  never imported, never run; the worker stays up.
+- `EvaluationJob` can resolve those two functions only, and never resolves a callback or sends a
+  webhook, wherever RQ asks it to;
+- `EvaluationWorker` checks every job before anything runs: `evaluate` or `check_provenance` with
+  exactly one integer argument, no keyword arguments, the job id this deployment gives that
+  submission or experiment, no callbacks, webhooks or dependencies. Anything else (an unreadable
+  hash included) is removed and logged, never imported, never run; the worker stays up.
 
 What a submission id means is decided by the database: `evaluate` claims the row, and a row that is
-not waiting is skipped.
+not waiting is skipped; `check_provenance` does nothing for an experiment whose check is recorded.
+A warm worker runs a provenance check in its own process after stopping its warm child (the check
+loads the final and the base model itself).
 
 RQ's stop-job command (``rq.command.send_stop_job_command``, an operator's) for the job a worker runs
 kills the process evaluating it, the forked work horse or the warm child, with its process group;
@@ -37,7 +40,7 @@ from rq.timeouts import JobTimeoutException
 from rq.worker import SHUTDOWN_SIGNAL
 
 from autorl.errors import AutoRLError
-from autorl.queue import EVALUATE_JOB, Dispatcher, job_id
+from autorl.queue import EVALUATE_JOB, PROVENANCE_JOB, Dispatcher, job_id, provenance_job_id
 from autorl.store import Database, FailureReason, outcomes
 from autorl_evaluator import local_worker
 from autorl_evaluator.metrics import WorkerMetrics
@@ -47,7 +50,7 @@ log = logging.getLogger("autorl.evaluator.rq")
 
 
 class JobRefusedError(AutoRLError):
-    """A job in the queue is not the evaluation of one submission id."""
+    """A job in the queue is neither the evaluation of one submission id nor a provenance check."""
 
 
 class EvaluationJob(Job):
@@ -55,10 +58,17 @@ class EvaluationJob(Job):
 
     @property
     def func(self) -> Callable[..., Any]:
+        if self.is_provenance_check():
+            from autorl_evaluator.provenance_job import check_provenance
+
+            return check_provenance
         self.require_evaluation()
         from autorl_evaluator.jobs import evaluate
 
         return evaluate
+
+    def is_provenance_check(self) -> bool:
+        return self.func_name == PROVENANCE_JOB and self.instance is None
 
     def require_evaluation(self) -> None:
         if self.func_name != EVALUATE_JOB or self.instance is not None:
@@ -81,19 +91,22 @@ class EvaluationJob(Job):
 
 
 def refusal(job: Job, prefix: str) -> str | None:
-    """Why the worker must not run this job, or None for the evaluation of one submission."""
+    """Why the worker must not run this job, or None for the evaluation of one submission or the
+    provenance check of one experiment."""
     try:
         func_name, instance, args, kwargs = job.func_name, job.instance, job.args, job.kwargs
     except Exception as exc:  # not JSON (a pickled payload, garbage): it is never unpickled
         return f"unreadable payload ({type(exc).__name__})"
-    if func_name != EVALUATE_JOB or instance is not None:
-        return f"function {func_name!r} is not {EVALUATE_JOB}"
+    named = {EVALUATE_JOB: job_id, PROVENANCE_JOB: provenance_job_id}
+    if func_name not in named or instance is not None:
+        return f"function {func_name!r} is not {EVALUATE_JOB} or {PROVENANCE_JOB}"
     if kwargs:
         return "keyword arguments given"
     if len(args) != 1 or type(args[0]) is not int:
-        return "arguments are not exactly one integer submission id"
-    if job.id != job_id(prefix, args[0]):
-        return f"job id is not {job_id(prefix, args[0])!r}"
+        return "arguments are not exactly one integer id"
+    expected = named[func_name](prefix, args[0])
+    if job.id != expected:
+        return f"job id is not {expected!r}"
     # The hash fields RQ would import, call or follow after the job (private in RQ; read as data).
     if any(getattr(job, f"_{kind}_callback_name", None) for kind in ("success", "failure", "stopped")):
         return "callbacks given"
@@ -185,7 +198,7 @@ class EvaluationOnly:
             self.discard(job.id, queue, reason)
             return
         self.feed()
-        if self.metrics is None or self.db is None:
+        if self.metrics is None or self.db is None or job.func_name == PROVENANCE_JOB:
             super().execute_job(job, queue)  # type: ignore[misc]
             return
         with self.metrics.evaluation(self.db, job.args[0]):
@@ -200,7 +213,7 @@ class EvaluationOnly:
         execution: Any = None,
     ) -> None:
         # RQ marks a job its stop-job command named as stopped here (and forgets the name).
-        if self._stopped_job_id == job.id and self.db is not None:
+        if self._stopped_job_id == job.id and self.db is not None and job.func_name == EVALUATE_JOB:
             record_stopped(self.db, job.args[0], self.stopped_pid or os.getpid())
         super().handle_job_failure(  # type: ignore[misc]
             job, queue, started_job_registry=started_job_registry, exc_string=exc_string, execution=execution
@@ -302,7 +315,7 @@ class WarmEvaluationWorker(EvaluationOnly, SimpleWorker):
         self.store = db
         self.own_timeout_s = own_timeout_s
         self.warm = warm or WarmChild()
-        self.job_class = _job_handing_to(self.evaluate_in_child)
+        self.job_class = _job_handing_to(self.evaluate_in_child, self.check_in_process)
 
     def evaluate_in_child(self, submission_id: int) -> dict[str, Any]:
         job = job_id(self.key_prefix, submission_id)
@@ -323,6 +336,14 @@ class WarmEvaluationWorker(EvaluationOnly, SimpleWorker):
             raise
         return {"submission_id": submission_id, "status": status}
 
+    def check_in_process(self, experiment_id: int) -> dict[str, Any]:
+        """A provenance check, in this process once the warm child (and the GPU memory it holds)
+        is gone; the next evaluation starts a fresh child."""
+        from autorl_evaluator.provenance_job import check_provenance
+
+        self.warm.stop()
+        return check_provenance(experiment_id)
+
     def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
         """RQ's stop-job command, from its command thread once it has marked the job stopped: the
         warm child evaluating it is this worker's horse."""
@@ -337,12 +358,17 @@ class WarmEvaluationWorker(EvaluationOnly, SimpleWorker):
             self.warm.stop()
 
 
-def _job_handing_to(evaluation: Callable[[int], dict[str, Any]]) -> type[EvaluationJob]:
-    """The job class of one warm worker: checked as every job is, run by ``evaluation``."""
+def _job_handing_to(
+    evaluation: Callable[[int], dict[str, Any]], check: Callable[[int], dict[str, Any]]
+) -> type[EvaluationJob]:
+    """The job class of one warm worker: checked as every job is, an evaluation run by
+    ``evaluation``, a provenance check by ``check``."""
 
     class WarmEvaluationJob(EvaluationJob):
         @property
         def func(self) -> Callable[..., Any]:
+            if self.is_provenance_check():
+                return check
             self.require_evaluation()
             return evaluation
 

@@ -30,7 +30,7 @@ from autorl.store import migrate
 from autorl_grader.access_log import install_access_sampling
 from autorl_grader.api.deps import capability_token
 from autorl_grader.api.refusals import REFUSAL_RESPONSES
-from autorl_grader.api.routes import admin, agent, ops, ui, ui_summary
+from autorl_grader.api.routes import admin, agent, ops, provenance, ui, ui_summary
 from autorl_grader.body_limit import BodyLimit
 from autorl_grader.fair_share import FairShareLayer
 from autorl_grader.logging_setup import install_redaction
@@ -124,6 +124,7 @@ def create_app(settings: GraderSettings, *, run_migrations: bool = True, reconci
 
     app.include_router(ops.router)
     app.include_router(admin.router)
+    app.include_router(provenance.router)
     app.include_router(agent.router)
     app.include_router(agent.router, prefix="/a/{token}", dependencies=[Depends(capability_token)])
     app.include_router(ui.router)

@@ -268,6 +268,21 @@ def status_from_view(view: ExperimentAnswer) -> ExperimentResourceStatus:
         ),
         final_status(view),
         ExperimentResourceStatus(result=result_text(view)),
+        provenance_status(view),
+    )
+
+
+def provenance_status(view: ExperimentAnswer) -> ExperimentResourceStatus:
+    """What the agent may have brought in (docs/PROTOCOL.md), once the grader has it: only the fields
+    found, so that a status mirrored before they are never loses them."""
+    found = {
+        "testOverlap": view.test_overlap,
+        "twinScore": view.twin_score,
+        "twinPValue": view.twin_p_value,
+        "lineage": view.lineage,
+    }
+    return ExperimentResourceStatus.model_validate(
+        {name: value for name, value in found.items() if value is not None}
     )
 
 

@@ -151,6 +151,13 @@ class ControllerSettings(AdminTokenSettings):
         ge=0,
         description="How long Finishing waits for evaluations in flight before closing anyway.",
     )
+    provenance_wait_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="How long a closed experiment waits for the evaluators' check of what its agent "
+        "brought in (test questions in its files, the final on the twin split) before it ends "
+        "without it; 0 skips the check.",
+    )
     request_timeout_s: float = Field(
         default=30.0, gt=0, description="Timeout of one grader or Kubernetes API call."
     )

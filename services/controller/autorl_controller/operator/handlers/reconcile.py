@@ -9,6 +9,7 @@ only when the token Secret does not exist.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from datetime import UTC, datetime
@@ -68,6 +69,7 @@ from autorl_controller.operator.manifests import (
 from autorl_controller.operator.pod_waits import PodWait, event_wait, job_wait, last_words, pod_wait
 from autorl_controller.operator.reporting import as_body, patch_status, transition
 
+log = logging.getLogger("autorl.controller")
 #: A resolver that does not answer must not stall the experiment's tick.
 DNS_TIMEOUT_S = 5.0
 #: Kubernetes answers that no retry will fix: the manifest itself is refused.
@@ -524,7 +526,38 @@ class Step:
             view = await self.context.grader.finish(
                 self.ref.grader_name, outcome.grader_status, outcome.message
             )
+        view = await self.provenance_checked(view)
+        if view is None:
+            return
         await self._move(outcome.phase, summary(outcome, view), status_from_view(view), reason=outcome.reason)
+
+    async def provenance_checked(self, view: ExperimentAnswer) -> ExperimentAnswer | None:
+        """Once the experiment is closed: have the evaluators check what its agent brought in (the
+        grader copies its files and queues the check), and wait for it, at most ``provenance_wait_s``
+        from the close. The latest view, or None while it waits."""
+        if view.test_overlap is not None or self.settings.provenance_wait_s <= 0:
+            return view
+        closed = view.finished_at if view.finished_at is not None else time.time()
+        if time.time() - closed >= self.settings.provenance_wait_s:
+            return view
+        try:
+            checked = await self.context.grader.check_provenance(self.ref.grader_name)
+        except GradingError as exc:
+            if exc.retryable:
+                raise
+            # A grader that refuses the check (one older than it): the experiment ends without it.
+            log.warning("event=provenance_refused experiment=%s reason=%s", self.ref.name, exc.detail)
+            return view
+        if checked.test_overlap is not None:
+            return checked
+        view = checked
+        await self._move(
+            Phase.FINISHING,
+            "checking the agent's files for test questions and scoring the final on the twin split",
+            status_from_view(view),
+            reason=Reason.EVALUATIONS_IN_FLIGHT,
+        )
+        return None
 
     async def _view(self) -> ExperimentAnswer | None:
         """The grader's view of the experiment; None (and Failed) when the grader has none."""

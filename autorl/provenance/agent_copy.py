@@ -1,0 +1,169 @@
+"""An ended agent's text files, copied out of its workspace for the evaluators to read.
+
+On a cluster the evaluators hold the test split and mount no workspace; the grader reads the
+workspace (it snapshots submissions from it) and writes the snapshot volume, which the evaluators
+read and the agent cannot reach. So once the agent has ended, the grader copies the text files of
+its ``code/`` and ``output/`` into ``provenance-<experiment id>/`` there, and an evaluator reads the
+copy for the test questions (:mod:`autorl.provenance.overlap`, the rule of ``autorl run``).
+
+The copy follows the scan's own rules, so that it holds what the scan would read and no more: no
+link is followed (a root that is one is not copied), only regular files are opened (never a FIFO or
+a device), weight files and files with a NUL byte in their first 8 KiB are left out, and the
+per-file, total and file-count caps of :mod:`autorl.provenance.overlap` bound what is written. What
+a cap cut is named in the folder's manifest (:data:`MANIFEST`), which the evaluator's record repeats.
+File names are the agent's, kept as bytes; the manifest shows them as valid UTF-8 text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.provenance.overlap import (
+    BINARY_SNIFF_BYTES,
+    CHUNK_BYTES,
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_TOTAL_BYTES,
+    TEXT_TABLE_SUFFIXES,
+    WEIGHT_SUFFIXES,
+    open_regular,
+    shown_path,
+    walk_files,
+)
+
+#: The copy's folder below it: one folder per root, named as the root (``code``, ``output``).
+FILES = "files"
+#: Written last: the copy is complete (what it holds, what the caps cut, the final's snapshot).
+MANIFEST = "copied.json"
+
+
+def provenance_folder(experiment_id: int) -> str:
+    """The folder in the snapshot volume of one experiment's copy (and its final's snapshot)."""
+    return f"provenance-{experiment_id}"
+
+
+@dataclass(frozen=True)
+class CopiedFiles:
+    """What :func:`copy_text_files` wrote."""
+
+    files: int
+    bytes: int
+    #: Files copied only up to the per-file cap, or the one where the total cap ran out.
+    truncated: tuple[str, ...]
+    #: A cap (total bytes or files) ended the copy before every file was read.
+    stopped_early: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "truncated": list(self.truncated),
+            "stopped_early": self.stopped_early,
+        }
+
+
+def copy_text_files(
+    roots: Sequence[Path],
+    dest: Path,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+    max_files: int = MAX_FILES,
+) -> CopiedFiles:
+    """Copy the text files under each of ``roots`` to ``dest/<root's name>/`` (``dest`` must not
+    exist), by the scan's rules and within its caps."""
+    labels = [root.name for root in roots]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"roots must have distinct names, not {labels}")
+    dest.mkdir(mode=0o755)
+    files = written = 0
+    truncated: list[str] = []
+    stopped = False
+    for root in roots:
+        for below, name, dir_fd in walk_files(root, MAX_DEPTH):
+            if name.lower().endswith(WEIGHT_SUFFIXES):
+                continue
+            if files >= max_files or written >= max_total_bytes:
+                stopped = True
+                break
+            fd = open_regular(name, dir_fd)
+            if fd is None:
+                continue
+            try:
+                table = name.lower().endswith(TEXT_TABLE_SUFFIXES)
+                if not table and b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
+                    continue
+                limit = min(max_file_bytes, max_total_bytes - written)
+                target = dest / root.name / below
+                target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                read, more = _copy(fd, target, limit)
+            finally:
+                os.close(fd)
+            files += 1
+            written += read
+            if more:
+                truncated.append(shown_path(f"{root.name}/{below}"))
+                if limit < max_file_bytes:
+                    stopped = True
+                    break
+        if stopped:
+            break
+    return CopiedFiles(files=files, bytes=written, truncated=tuple(truncated), stopped_early=stopped)
+
+
+def _copy(fd: int, target: Path, limit: int) -> tuple[int, bool]:
+    """(bytes copied, whether bytes remain past ``limit``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    out = os.open(target, flags, 0o644)
+    copied = 0
+    try:
+        while copied < limit:
+            chunk = os.read(fd, min(CHUNK_BYTES, limit - copied))
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+            copied += len(chunk)
+    finally:
+        os.close(out)
+    return copied, copied == limit and bool(os.read(fd, 1))
+
+
+def stage_copy(roots: Sequence[Path], folder: Path) -> tuple[Path, CopiedFiles]:
+    """A fresh staging folder beside ``folder`` holding the copy of ``roots`` under :data:`FILES`
+    and its manifest; the caller adds the final's snapshot, then :func:`publish` s it."""
+    staging = folder.with_name(f".{folder.name}-{uuid.uuid4().hex[:12]}")
+    staging.mkdir(mode=0o755, parents=True)
+    try:
+        copied = copy_text_files(roots, staging / FILES)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging, copied
+
+
+def publish(staging: Path, folder: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest into ``staging`` and put it in ``folder``'s place (an earlier, incomplete
+    copy there is removed)."""
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    if folder.exists() or folder.is_symlink():
+        shutil.rmtree(folder, ignore_errors=True)
+    os.replace(staging, folder)
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The complete copy's manifest; None while there is none (not copied yet, or being copied)."""
+    try:
+        loaded = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None

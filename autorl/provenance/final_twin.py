@@ -1,0 +1,63 @@
+"""What scoring an experiment's final on the twin split needs from the store (docs/PROTOCOL.md).
+
+The final (the best on test, the nominated one, or the best on validation) and the base model are
+scored once on the twins of the test problems the final was scored on; their per-problem results on
+those problems pair with the twins'. Read by whoever takes the final's snapshot (``autorl run``, or
+on a cluster the grader, which reads the workspace) and by the evaluator that scores the twins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from autorl.eval_config import EvalConfig
+from autorl.protocol.final import final_result
+from autorl.store import Experiment, Split, Submission, submissions
+
+
+class NoTwinScore(Exception):
+    """Why the final cannot be scored on the twins (said, not fatal: the run's scores stand)."""
+
+
+@dataclass(frozen=True)
+class TwinInputs:
+    task: str
+    #: The final's and the base model's per-problem results on the test split (autorl.protocol.statistics).
+    final_test: str
+    base_test: str
+    #: The final's files: where the agent left them, and the fingerprint they were scored under.
+    model_path: str
+    fingerprint: str
+    workspace: Path
+    output_dir: Path
+    base_dir: Path
+    config: EvalConfig
+
+
+def twin_inputs(session: Session, experiment: Experiment) -> TwinInputs:
+    """The final and the baseline of ``experiment`` as the twin scoring takes them; NoTwinScore
+    says why there is nothing to score."""
+    final = final_result(session, experiment)
+    if final is None or not final.scored:
+        raise NoTwinScore("no final was scored on the test split")
+    evaluation = session.get(Submission, final.submission_id)
+    chosen = session.get(Submission, final.of)
+    baseline = submissions.baseline_submission(session, experiment, Split.TEST)
+    if evaluation is None or chosen is None or baseline is None:
+        raise NoTwinScore("the final or the baseline is not in the store")
+    if not (evaluation.correctness and baseline.correctness):
+        raise NoTwinScore("the final's or the baseline's per-problem results were not kept")
+    return TwinInputs(
+        task=experiment.task,
+        final_test=evaluation.correctness,
+        base_test=baseline.correctness,
+        model_path=chosen.model_path,
+        fingerprint=chosen.fingerprint,
+        workspace=Path(experiment.workspace),
+        output_dir=Path(experiment.output_dir),
+        base_dir=Path(experiment.base_model_dir),
+        config=EvalConfig.model_validate(dict(experiment.eval_config)),
+    )

@@ -1,0 +1,183 @@
+"""What a cluster experiment's agent brought in, found after it ended: the real kopf operator
+against the kmock emulator and a real grader (tests/support/kube_emulator.py), the test playing the
+evaluator that takes the check (autorl_evaluator.provenance_job) as it plays the one that scores.
+
+An agent that leaves test questions in its ``output/`` (one file plain, one under a name built to
+break terminals; one more behind a link out of the workspace and a FIFO beside them) gets
+``testOverlap`` in its Experiment's status, the files and counts in evaluator storage (never a
+question), and its final scored on the twin split; one that leaves train questions gets 0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from autorl.layout import cached_model_subpath
+from autorl.provenance.agent_copy import provenance_folder, read_manifest
+from autorl.store import Database, experiments, submissions
+from autorl.tasks import get_task
+from autorl.tasks.base import read_problems
+from autorl_controller.operator.manifests import ExperimentRef
+from autorl_evaluator.jobs import evaluate
+from autorl_evaluator.provenance import RECORDS_DIR
+from autorl_evaluator.provenance_job import check_provenance
+from tests.support.grading import make_unique
+from tests.support.kube_emulator import (
+    EXPERIMENTS,
+    FIXTURE_DATA,
+    Platform,
+    admin,
+    complete,
+    load_example,
+    operator_platform,
+)
+from tests.support.settings import DeploymentSettings
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CHECKING = "checking the agent's files for test questions"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def platform(
+    grader_settings: DeploymentSettings, grader_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Platform]:
+    """The operator platform whose controller waits for the provenance check the test plays."""
+    async with operator_platform(
+        grader_settings, grader_port, tmp_path_factory.mktemp("shared"), provenance_wait_s=300.0
+    ) as running:
+        yield running
+
+
+def experiment_id(platform: Platform, ref: ExperimentRef) -> int:
+    db = Database(platform.grader_settings.database_url or "")
+    try:
+        with db.session() as session:
+            return experiments.get_experiment(session, ref.grader_name).id
+    finally:
+        db.dispose()
+
+
+async def evaluate_waiting(platform: Platform, ref: ExperimentRef) -> list[int]:
+    """Evaluate, for real, every evaluation of this experiment still waiting."""
+    db = Database(platform.grader_settings.database_url or "")
+    try:
+        with db.session() as session:
+            experiment = experiments.get_experiment(session, ref.grader_name)
+            waiting = [
+                s.id for s in submissions.experiment_submissions(session, experiment) if not s.status.final
+            ]
+    finally:
+        db.dispose()
+    for submission_id in waiting:
+        await asyncio.to_thread(evaluate, submission_id, platform.grader_settings)
+    return waiting
+
+
+async def run_agent(platform: Platform, name: str, tiny_base_model: Path) -> ExperimentRef:
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    await platform.run_agent_pod(ref)
+    await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+    )
+    return ref
+
+
+async def end_agent_and_play_the_check(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
+    """The agent's Job ends; once the controller has asked for the check, the evaluator makes it."""
+    await platform.patch_job_status(
+        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
+    )
+    await platform.wait_for(
+        f"{EXPERIMENTS}/{ref.name}",
+        lambda obj: CHECKING in (obj["status"].get("message") or ""),
+        "the controller to ask for the provenance check",
+    )
+    folder = platform.grader_settings.snapshot_dir / provenance_folder(experiment_id(platform, ref))
+    assert read_manifest(folder) is not None, "the grader copies the files before the check is asked"
+    result = await asyncio.to_thread(check_provenance, experiment_id(platform, ref), platform.grader_settings)
+    assert result["status"] == "checked", result
+    done = await platform.wait_phase(ref.name, "Succeeded")
+    status: dict[str, Any] = done["status"]
+    return status
+
+
+async def test_test_questions_in_the_agents_output_are_found_and_its_final_scored_on_twins(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    name = "gsm8k-brought-in"
+    ref = await run_agent(platform, name, tiny_base_model)
+    workspace = platform.shared / ref.workspace_subpath
+    model = platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B")
+    url, _ = await platform.agent_credentials(name)
+    checkpoint = workspace / "output" / "ckpt-1"
+    shutil.copytree(model, checkpoint)
+    make_unique(checkpoint)
+    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
+    assert submitted.status_code == 202, submitted.text
+    assert await evaluate_waiting(platform, ref)
+
+    # While the agent runs, nothing is checked: it could react.
+    early = await platform.grader.post(
+        f"/v1/experiments/{ref.grader_name}/provenance/check", headers=admin(platform)
+    )
+    assert early.status_code == 409, early.text
+
+    test = get_task("gsm8k").load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
+    questions = [problem.question for problem in test]
+    notes = workspace / "output" / "notes"
+    notes.mkdir()
+    (notes / "stolen.jsonl").write_text("".join(json.dumps({"q": q}) + "\n" for q in questions[:3]))
+    odd = os.fsencode(workspace / "output") + b"/\x1b[31mred\nname\xff.txt"
+    with open(odd, "wb") as handle:
+        handle.write(questions[3].upper().encode())
+    outside = tmp_path / "outside.txt"
+    outside.write_text("\n".join(questions[4:8]))
+    (workspace / "output" / "link.txt").symlink_to(outside)
+    os.mkfifo(workspace / "output" / "pipe.txt")
+
+    status = await end_agent_and_play_the_check(platform, ref)
+
+    assert status["testOverlap"] == 4
+    assert isinstance(status["twinScore"], float) and 0.0 <= status["twinPValue"] <= 1.0
+    record_path = platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json"
+    text = record_path.read_text()
+    record = json.loads(text)
+    files = {entry["path"]: entry["problems"] for entry in record["test"]["files"]}
+    assert files == {"output/\x1b[31mred\nname\\xff.txt": 1, "output/notes/stolen.jsonl": 3}
+    assert record["twins"]["score"] == status["twinScore"] and "custom image" in record["not_read"]
+    assert not any(question[:60] in text for question in questions)
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    assert (view["test_overlap"], view["twin_score"]) == (4, status["twinScore"])
+
+
+async def test_train_questions_in_the_agents_output_count_nothing(
+    platform: Platform, tiny_base_model: Path
+) -> None:
+    name = "gsm8k-honest"
+    ref = await run_agent(platform, name, tiny_base_model)
+    train = read_problems(FIXTURE_DATA / "gsm8k" / "train.jsonl")
+    output = platform.shared / ref.workspace_subpath / "output"
+    (output / "train-copy.jsonl").write_text("".join(json.dumps({"q": p.question}) + "\n" for p in train))
+
+    status = await end_agent_and_play_the_check(platform, ref)
+
+    # Nothing was submitted: no final, so no twin score; the files hold no test question.
+    assert status["testOverlap"] == 0 and "twinScore" not in status
+    record = json.loads(
+        (platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json").read_text()
+    )
+    assert (
+        record["test"]["files"] == [] and record["twins"]["note"] == "no final was scored on the test split"
+    )

@@ -1,0 +1,157 @@
+"""The grader's copy of an ended agent's text files for the evaluators (autorl.provenance.agent_copy),
+as a hostile agent would lay its workspace out: links out of it, FIFOs, huge files, binary and
+weight files, names built to break things."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from autorl.provenance.agent_copy import (
+    FILES,
+    MANIFEST,
+    copy_text_files,
+    provenance_folder,
+    publish,
+    read_manifest,
+    stage_copy,
+)
+from autorl.provenance.overlap import OverlapIndex, scan_files
+
+QUESTION = (
+    "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
+    "for her friends every day with four. She sells the remainder at the farmers' market daily for $2 "
+    "per fresh duck egg. How much in dollars does she make every day at the farmers' market?"
+)
+
+
+def workspace(tmp_path: Path) -> tuple[Path, Path]:
+    code, output = tmp_path / "ws" / "code", tmp_path / "ws" / "output"
+    code.mkdir(parents=True)
+    output.mkdir()
+    return code, output
+
+
+def copied_names(dest: Path) -> set[str]:
+    return {str(path.relative_to(dest)) for path in dest.rglob("*") if path.is_file()}
+
+
+def test_text_files_are_copied_under_their_roots_name_and_the_copy_scans_as_the_original(
+    tmp_path: Path,
+) -> None:
+    code, output = workspace(tmp_path)
+    (code / "train.py").write_text("print('hello')\n")
+    (output / "notes").mkdir()
+    (output / "notes" / "data.jsonl").write_text(json.dumps({"q": QUESTION}) + "\n")
+    (output / "cache.arrow").write_bytes(b"\0\0ARROW" + QUESTION.encode() + b"\0")
+
+    copied = copy_text_files([code, output], tmp_path / "copy")
+
+    expected = {"code/train.py", "output/notes/data.jsonl", "output/cache.arrow"}
+    assert copied_names(tmp_path / "copy") == expected
+    assert (copied.files, copied.truncated, copied.stopped_early) == (3, (), False)
+    index = OverlapIndex([QUESTION])
+    original = scan_files([code, output], index)
+    copy = scan_files([tmp_path / "copy" / "code", tmp_path / "copy" / "output"], index)
+    assert copy.files == original.files == (("output/cache.arrow", 1), ("output/notes/data.jsonl", 1))
+
+
+def test_links_fifos_weights_and_binary_files_are_not_copied(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    secret = tmp_path / "platform-secret.txt"
+    secret.write_text(QUESTION)
+    (output / "link.txt").symlink_to(secret)
+    (output / "linked-dir").symlink_to(tmp_path)
+    os.mkfifo(output / "pipe.txt")  # opening it would block the grader forever
+    (output / "model.safetensors").write_text(QUESTION)
+    (output / "blob.txt").write_bytes(b"\0" + QUESTION.encode())
+    (output / "kept.txt").write_text("ok")
+
+    done = threading.Event()
+
+    def copy() -> None:
+        copy_text_files([code, output], tmp_path / "copy")
+        done.set()
+
+    worker = threading.Thread(target=copy, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert done.is_set(), "the copy blocked on a FIFO"
+    assert copied_names(tmp_path / "copy") == {"output/kept.txt"}
+
+
+def test_a_root_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "test.txt").write_text(QUESTION)
+    output.rmdir()
+    output.symlink_to(outside)
+
+    copied = copy_text_files([code, output], tmp_path / "copy")
+
+    assert copied.files == 0 and copied_names(tmp_path / "copy") == set()
+
+
+def test_caps_bound_each_file_the_total_and_the_count_and_name_what_they_cut(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    (output / "a-huge.txt").write_text("x " * 5000)
+    (output / "b.txt").write_text("y " * 10)
+
+    per_file = copy_text_files([code, output], tmp_path / "one", max_file_bytes=100)
+    assert (tmp_path / "one" / "output" / "a-huge.txt").stat().st_size == 100
+    assert per_file.truncated == ("output/a-huge.txt",) and not per_file.stopped_early
+
+    total = copy_text_files([code, output], tmp_path / "two", max_total_bytes=150)
+    assert total.stopped_early and total.bytes <= 150
+
+    for index in range(5):
+        (code / f"f{index}.txt").write_text("z")
+    counted = copy_text_files([code, output], tmp_path / "three", max_files=3)
+    assert counted.files == 3 and counted.stopped_early
+
+
+def test_names_built_to_break_things_are_copied_as_bytes_and_shown_as_text(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    odd = [b"new\nline.txt", b"\xff\xfe-not-utf8.txt", b"-rf", b"\x1b[31mred.txt"]
+    for name in odd:
+        with open(os.fsencode(output) + b"/" + name, "wb") as handle:
+            handle.write(b"a " * 200)
+
+    copied = copy_text_files([code, output], tmp_path / "copy", max_file_bytes=10)
+
+    on_disk = set(os.listdir(os.fsencode(tmp_path / "copy" / "output")))
+    assert on_disk == set(odd)
+    # The manifest's names are valid UTF-8 text: undecodable bytes escaped, never raw.
+    text = json.dumps(copied.to_json())
+    assert "\\\\xff\\\\xfe-not-utf8.txt" in text
+    text.encode("utf-8")
+
+
+def test_the_destination_must_be_new_and_roots_distinct(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    (tmp_path / "copy").mkdir()
+    with pytest.raises(FileExistsError):
+        copy_text_files([code, output], tmp_path / "copy")
+    with pytest.raises(ValueError, match="distinct"):
+        copy_text_files([code, code], tmp_path / "other")
+
+
+def test_a_copy_is_seen_only_once_complete_and_replaces_an_earlier_one(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    (output / "a.txt").write_text("a")
+    folder = tmp_path / "snapshots" / provenance_folder(7)
+    assert folder.name == "provenance-7"
+    staging, copied = stage_copy([code, output], folder)
+    assert read_manifest(folder) is None and (staging / FILES / "output" / "a.txt").is_file()
+    folder.mkdir()
+    (folder / "stale").write_text("left by a copy that died")
+    publish(staging, folder, {"copied": copied.to_json(), "final": None})
+    assert read_manifest(folder) == {"copied": copied.to_json(), "final": None}
+    assert not (folder / "stale").exists() and not staging.exists()
+    (folder / MANIFEST).write_text("[]")
+    assert read_manifest(folder) is None
