@@ -49,7 +49,7 @@ from autorl_agent_runner.runner import AgentOutcome, AgentRunner
 from autorl_agent_runner.sandbox.egress import Network
 from autorl_agent_runner.sandbox.plan import SandboxMode
 from autorl_agent_runner.workspace.layout import Workspace, check_workspace_free, create_workspace
-from autorl_local.agent_files import agent_roots, read_agent_files
+from autorl_local.agent_files import agent_roots
 from autorl_local.final_evaluation import evaluate_final
 from autorl_local.progress import Progress, fmt_duration, fmt_score, load_note
 from autorl_local.services import ManagedProcess, autorl_command, port_in_use, wait_until_ready
@@ -429,6 +429,8 @@ class LocalRun:
 
     def _read_agent_files(self, workspace: Workspace) -> None:
         """Once the agent has ended (it cannot react): its files read for the test questions."""
+        from autorl_evaluator.provenance import read_agent_files
+
         self.progress.phase("finishing", "reading the agent's files for test questions")
         settings = self.settings
         platform = [
