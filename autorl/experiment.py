@@ -20,6 +20,7 @@ from autorl.agent_env import RESERVED_ENV
 from autorl.builtin_agents import builtin_agent_names
 from autorl.layout import BUILTIN_PREFIX
 from autorl.models.sources import BUILTIN_MODELS, HUB_ID_PATTERN
+from autorl.protocol.feedback import Feedback, FeedbackField
 
 #: The agent's default time budget (the reference's real runs use two hours).
 DEFAULT_TIMEOUT_S = 7200
@@ -305,8 +306,8 @@ class EvaluationSpec(_Model):
     maxSubmissions: int = Field(
         default=100, ge=1, le=MAX_INT32, description="Submissions the agent may make; more are refused (429)."
     )
-    feedback: Literal["test", "sealed"] = Field(
-        default="test",
+    feedback: FeedbackField = Field(
+        default=Feedback.TEST,
         description="test: every submission scored on the test split (the reference's behaviour); sealed: "
         "on a validation split held out of the agent's train data, and one checkpoint (the agent's "
         "POST /final nomination, else the best on validation) evaluated on the test split once at the end.",
@@ -490,7 +491,7 @@ class ExperimentResourceStatus(_Model):
     evaluators: int | None = Field(
         default=None, description="Evaluators alive that take work for this experiment's backend."
     )
-    feedback: Literal["test", "sealed"] | None = Field(
+    feedback: FeedbackField | None = Field(
         default=None, description="test or sealed: what the agent's submissions were scored on."
     )
     finalScore: float | None = Field(

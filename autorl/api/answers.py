@@ -10,8 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: A submission's status as an answer carries it (the store's SubmissionStatus values).
-SubmissionStatusName = Literal["queued", "running", "scored", "failed"]
+from autorl.protocol.feedback import Feedback, FeedbackField
+
+# The protocol's result types, which these answers carry (and their callers import from here).
+from autorl.protocol.result import Comparison as Comparison
+from autorl.protocol.result import FinalResult as FinalResult
+from autorl.protocol.result import SubmissionStatusName as SubmissionStatusName
+
 #: A submission not evaluated yet: what a pending (202) answer carries.
 PendingStatusName = Literal["queued", "running"]
 
@@ -54,20 +59,6 @@ class ProtocolScores(Answer):
     opencompass: float | None
     flexible: float | None
     strict: float | None
-
-
-class Comparison(Answer):
-    """A score against the baseline on the same split and the same problems (autorl.uncertainty)."""
-
-    difference: float = Field(description="accuracy minus the baseline's, in points")
-    interval: list[float] = Field(
-        description="95 % interval of the difference in points, [low, high] (Newcombe's paired method 10)"
-    )
-    p_value: float = Field(description="exact (binomial) McNemar p-value of the paired difference")
-    discordant: list[int] = Field(
-        description="[b, c]: problems only this submission got right, problems only the baseline got right"
-    )
-    distinguishable: bool = Field(description="false when the interval contains 0")
 
 
 class SubmissionAnswer(Answer):
@@ -145,20 +136,6 @@ class NominatedAnswer(Answer):
 #: reason of the platform's (it computed no score, so the test split has still scored nothing);
 #: the grader decides, so a client asks again after any failed final.
 MAX_FINAL_ATTEMPTS = 3
-
-
-class FinalResult(Answer):
-    """The experiment's one result on the test split: sealed, the final evaluation of the
-    nominated (or best on validation) submission; test, the best submission."""
-
-    submission_id: int | None = Field(description="the evaluation that produced the score")
-    of: int | None = Field(description="the agent's submission whose files it evaluated")
-    selection: Literal["best_on_test", "best_on_validation", "nominated"]
-    status: SubmissionStatusName | None = Field(description="null before it is created")
-    score: float | None
-    interval: list[float] | None = None
-    comparison: Comparison | None = None
-    error: str | None = None
 
 
 class PendingAnswer(Answer):
@@ -278,7 +255,7 @@ class ExperimentAnswer(Answer):
     finished_at: float | None
     workspace: str
     eval_config: dict[str, Any]
-    feedback: Literal["test", "sealed"] = Field("test", description="docs/PROTOCOL.md")
+    feedback: FeedbackField = Field(Feedback.TEST, description="docs/PROTOCOL.md")
     validation_baseline_score: float | None = Field(None, description="sealed: the baseline on validation")
     validation_baseline_status: SubmissionStatusName | None = None
     final: FinalResult | None = Field(

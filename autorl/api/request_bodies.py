@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autorl.errors import CheckpointError
 from autorl.experiment import MAX_KNOWN_CHECKPOINTS
+from autorl.protocol.feedback import Feedback, FeedbackField
 from autorl.untrusted_text import unprintable_characters
 
 #: Lowercase DNS-1123, as a Kubernetes name (the operator names experiments after their objects).
@@ -23,7 +24,6 @@ MAX_MODEL_PATH_BYTES = 4096
 MAX_MODEL_PATH_PARTS = 64
 
 FinishStatus = Literal["completed", "interrupted", "failed", "timed_out"]
-FeedbackMode = Literal["test", "sealed"]
 Protocol = Literal["opencompass", "flexible", "strict"]
 
 
@@ -80,8 +80,8 @@ class RegisterExperiment(BaseModel):
         default="opencompass",
         description="Scoring protocol of the headline score; the others are stored beside it.",
     )
-    feedback: FeedbackMode = Field(
-        default="test",
+    feedback: FeedbackField = Field(
+        default=Feedback.TEST,
         description="test: every submission scored on the test split; sealed: on a validation split "
         "carved from the train split, and one final test evaluation at the end (docs/PROTOCOL.md).",
     )

@@ -23,7 +23,7 @@ from autorl.api.admin_client import (
 )
 from autorl.api.answers import ExperimentAnswer
 from autorl.errors import UsageError
-from autorl.runs.final_result import answer_results
+from autorl.protocol.final import answer_results
 from autorl.runs.results import ResultRow, RunStatus, utc_timestamp
 from autorl.runs.run_sources import RunKey, resolve_run_id
 from autorl.runs.seeds import RunSeed

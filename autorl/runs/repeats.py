@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
+from autorl.protocol.feedback import Feedback
+from autorl.protocol.statistics import PairedTest, paired_t_test, standard_error
 from autorl.runs.results import ResultRow
 from autorl.runs.seeds import RunSeed
-from autorl.uncertainty import PairedTest, paired_t_test, standard_error
 
 
 def final_score(row: ResultRow) -> float | None:
     """The run's one result on the test split: sealed, its final evaluation; test, its best."""
-    return row.final_score if row.feedback == "sealed" else row.best_score
+    return row.final_score if row.feedback == Feedback.SEALED else row.best_score
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,13 @@ from sqlalchemy.orm import Session
 from autorl.api.answers import Comparison as ComparisonAnswer
 from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
 from autorl.errors import AutoRLError
-from autorl.runs.final_result import answer_columns, results_columns
+from autorl.protocol.feedback import Feedback
+from autorl.protocol.final import answer_columns, results_columns
+from autorl.protocol.statistics import Comparison, Evaluated, comparison_of, interval_of
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
 from autorl.store import submissions as submission_store
-from autorl.uncertainty import Comparison, Evaluated, comparison_of, interval_of
 
 REPORTS_DIR = "reports"
 METRICS_FILE = "metrics.json"
@@ -60,7 +61,7 @@ class SubmissionRecord:
     status: str
     score: float | None
     is_copy_of_base: bool
-    #: 95 % Wilson interval of the score and its comparison with the baseline (autorl.uncertainty).
+    #: 95 % Wilson interval of the score and its comparison with the baseline (autorl.protocol.statistics).
     interval: tuple[float, float] | None = None
     comparison: Comparison | None = None
 
@@ -140,7 +141,7 @@ class RunRecord:
         The answers carry what :meth:`read` computes: each submission's interval and comparison
         with the baseline on the split it was scored on, and the submission whose score it reused
         (a copy of the base model reuses the baseline's)."""
-        split = "validation" if experiment.feedback == "sealed" else "test"
+        split = experiment.feedback.scored_split
         baselines = [s for s in submissions if s.is_baseline and s.split == split]
         base_id = baselines[-1].submission_id if baselines else None
         baseline = (
@@ -299,7 +300,7 @@ def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
     """A report as a person reads it (``autorl report``): the run, its headline numbers on the
     split its submissions were scored on (a sealed run's: validation, its result on test below),
     their uncertainty, its result on the test split, and how it used its submissions and budget."""
-    sealed = metrics.get("feedback") == "sealed"
+    sealed = metrics.get("feedback") == Feedback.SEALED
     on = " (validation)" if sealed else ""
     scored, total = metrics.get("scored_submissions"), metrics.get("total_submissions")
     copies = metrics.get("copy_model_count")

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.protocol.feedback import Feedback
 from autorl.runs.results import ResultRow, append_row, read_rows, utc_timestamp
 
 log = logging.getLogger("autorl.runs")
@@ -116,7 +117,7 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
     final: dict[str, Any] = {}
     if database_url:
         from autorl.errors import NotFoundError
-        from autorl.runs.final_result import results_columns
+        from autorl.protocol.final import results_columns
         from autorl.store import Database, SubmissionStatus, experiments, submissions
         from autorl.store.models import ExperimentStatus
 
@@ -133,7 +134,7 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
                 final = results_columns(session, experiment)
                 # A sealed experiment's best on the test split is its final score (none when
                 # killed before its final evaluation); its best on validation is not a test score.
-                sealed = final["feedback"] == "sealed"
+                sealed = final["feedback"] == Feedback.SEALED
                 best = final["final_score"] if sealed else (best_row.score if best_row else None)
                 scored = sum(
                     1

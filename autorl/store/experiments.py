@@ -128,7 +128,7 @@ def finish_experiment(
 
 def feedback_split(experiment: Experiment) -> Split:
     """The split the agent's submissions are scored on during its budget."""
-    return Split.VALIDATION if experiment.feedback == Feedback.SEALED else Split.TEST
+    return Feedback(experiment.feedback).scored_split
 
 
 def lock_experiment_of(session: Session, submission_id: int) -> None:

@@ -23,6 +23,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+# The protocol's values, stored in these models (and imported from here by the store's callers).
+from autorl.protocol.feedback import Feedback as Feedback
+from autorl.protocol.feedback import Split as Split
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -70,20 +74,6 @@ class FailureReason(enum.StrEnum):
     INTERRUPTED = "interrupted"  # its workers stopped too many times (AUTORL_MAX_EVAL_ATTEMPTS)
     CANCELLED = "cancelled"  # the experiment finished before it was evaluated
     STOPPED = "stopped"  # an operator stopped its evaluation (RQ's stop-job command)
-
-
-class Feedback(enum.StrEnum):
-    """What an agent is scored on during its budget (docs/PROTOCOL.md)."""
-
-    TEST = "test"  # every submission on the test split (the reference's behaviour)
-    SEALED = "sealed"  # every submission on a validation split; one final evaluation on test
-
-
-class Split(enum.StrEnum):
-    """The split an evaluation scores."""
-
-    TEST = "test"
-    VALIDATION = "validation"
 
 
 class ExperimentStatus(enum.StrEnum):
@@ -218,7 +208,7 @@ class Submission(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     details: Mapped[dict[str, object] | None] = mapped_column(JSON)
     # Per problem of the evaluated split, in its order: "1" judged correct under the headline
-    # protocol, "0" not (autorl.uncertainty); with the digest naming those problems, so that two
+    # protocol, "0" not (autorl.protocol.statistics); with the digest naming those problems, so that two
     # evaluations pair problem by problem. None for scores recorded before these were kept.
     correctness: Mapped[str | None] = mapped_column(Text)
     problems_digest: Mapped[str | None] = mapped_column(String(64))

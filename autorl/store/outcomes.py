@@ -43,7 +43,7 @@ def record_score(
     """Write a result, only if this worker still holds the submission (no double counting).
     The headline `score` is the experiment's protocol; the others are kept beside it, and so is
     the headline protocol's per-problem `correctness` on the problems `problems_digest` names
-    (autorl.uncertainty). The submissions waiting for this evaluation take the same result."""
+    (autorl.protocol.statistics). The submissions waiting for this evaluation take the same result."""
     lock_experiment_of(session, submission_id)
     result = session.execute(
         update(Submission)

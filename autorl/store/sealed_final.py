@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from autorl.errors import ConflictError, InvalidRequestError
+from autorl.protocol.result import Selection
 from autorl.store.models import Experiment, Feedback, Split, Submission, SubmissionStatus
 from autorl.store.submission_filters import (
     failed_for_the_platform,
@@ -57,7 +58,7 @@ def nomination_candidate(session: Session, experiment: Experiment, number: int) 
     return submission
 
 
-def final_choice(session: Session, experiment: Experiment) -> tuple[Submission | None, str]:
+def final_choice(session: Session, experiment: Experiment) -> tuple[Submission | None, Selection]:
     """The submission a sealed experiment's final test evaluation takes and how it was selected:
     the nominated one, else the best on validation (ties: the earliest)."""
     if experiment.nominated_submission_id is not None:

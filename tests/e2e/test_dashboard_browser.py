@@ -17,8 +17,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
+from autorl.protocol.statistics import wilson_interval
 from autorl.store import Database, Submission, experiments
-from autorl.uncertainty import wilson_interval
 from autorl_grader.main import create_app
 from tests.support.dashboard import dashboard_routes
 from tests.support.infra import serve

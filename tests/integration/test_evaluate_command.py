@@ -22,9 +22,9 @@ from fastapi.testclient import TestClient
 import autorl.tasks
 import autorl_evaluator.backends as backends
 from autorl.cli import EXIT_BAD_INPUT, main
+from autorl.protocol.statistics import compare, wilson_interval
 from autorl.store import Database, submissions
 from autorl.tasks.arith import ArithTask
-from autorl.uncertainty import compare, wilson_interval
 from autorl_evaluator.evaluate_command import CACHED
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
@@ -173,7 +173,7 @@ def test_the_score_and_comparison_are_the_workers_for_the_same_files(
 ) -> None:
     """The trained model submitted to an experiment of the tiny base model and evaluated by the job
     function, beside `autorl evaluate` of the same folder with --base: the same score, protocols and
-    evaluation key, and the comparison the grader answers with (autorl.uncertainty's of the two
+    evaluation key, and the comparison the grader answers with (autorl.protocol.statistics's of the two
     correctness strings)."""
     limit = 4
     settings = evaluating_settings(make_settings, pg_url, limit=limit, max_new_tokens=EVAL_MAX_NEW_TOKENS)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from autorl.cli import main
+from autorl.protocol.statistics import wilson_interval
 from autorl.runs.reports import BEST_COLOR, FAILED_COLOR, POINT_COLOR, report_run
 from autorl.runs.seeds import RunSeed, write_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, migrate
-from autorl.uncertainty import wilson_interval
 from tests.support.png import color_blobs
 from tests.support.runs import add_submission, create_experiment, finish, scores, sealed_experiment
 

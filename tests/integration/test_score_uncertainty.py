@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autorl.api.answers import SubmissionAnswer
+from autorl.protocol.statistics import compare, wilson_interval
 from autorl.store import Database, submissions
-from autorl.uncertainty import compare, wilson_interval
 from autorl_evaluator.jobs import evaluate, predictions_path
 from tests.support.grading import (
     RegisteredExperiment,

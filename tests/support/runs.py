@@ -83,7 +83,7 @@ def add_submission(
     opencompass), failed with ``error``, or left queued. ``files`` names its content: equal names are
     identical files (a second one reuses the first one's score, as the grader does). ``folder`` names
     its checkpoint folder in ``output/`` (default: a random one). ``correctness`` is its per-problem
-    correctness string (autorl.uncertainty), all taken on the same problems; ``n_samples`` is its
+    correctness string (autorl.protocol.statistics), all taken on the same problems; ``n_samples`` is its
     length, else 10. ``split`` is the split it is evaluated on (a baseline on validation is the
     sealed experiment's baseline there); ``final_of`` makes it the sealed experiment's final
     evaluation of that submission, on test."""

@@ -106,10 +106,10 @@ def test_the_sample_summary_is_what_autorl_run_prints_for_the_demos_run(
     the demo's committed run (bench/results/demo_cpu.json, `default`): every line the summary has,
     none it lacks. The interval and the paired test follow from the scores, since the baseline got
     every one of arith's test problems wrong."""
+    from autorl.protocol.statistics import accuracy_interval, compare
     from autorl.runs.results import ResultRow
     from autorl.runs.seeds import RunSeed
     from autorl.tasks.arith import TEST_SIZE
-    from autorl.uncertainty import accuracy_interval, compare
     from autorl_local.experiment import LocalRun
 
     guide = (REPO / "docs" / "LOCAL.md").read_text(encoding="utf-8")

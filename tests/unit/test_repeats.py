@@ -13,10 +13,15 @@ import pytest
 from scipy import stats
 
 from autorl.cli import main
+from autorl.protocol.statistics import (
+    paired_t_test,
+    standard_error,
+    student_t_quantile,
+    student_t_two_sided_p,
+)
 from autorl.runs.repeats import group_runs, paired_comparison
 from autorl.runs.results import ResultRow, append_row
 from autorl.runs.seeds import RunSeed, read_run_seed, write_run_seed
-from autorl.uncertainty import paired_t_test, standard_error, student_t_quantile, student_t_two_sided_p
 
 # Fixed scores of two agents on the same seeds: ordinary, one seed, identical, a constant shift.
 PAIRED_CASES = [

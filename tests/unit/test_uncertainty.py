@@ -1,4 +1,4 @@
-"""Each statistic of autorl.uncertainty against a reference on fixed data: statsmodels for the
+"""Each statistic of autorl.protocol.statistics against a reference on fixed data: statsmodels for the
 Wilson interval and the exact McNemar test, a published worked example for Newcombe's paired
 interval (Fagerland, Lydersen and Laake, *Statistical Analysis of Contingency Tables*, 2017, ch. 8:
 Cavo et al. 2012, whose value the R package contingencytables reproduces in its tests)."""
@@ -9,7 +9,7 @@ import pytest
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
-from autorl.uncertainty import (
+from autorl.protocol.statistics import (
     accuracy_interval,
     compare,
     encode_correctness,

@@ -18,6 +18,7 @@ from types import FrameType
 
 from autorl.cli import EXIT_INTERRUPTED, UsageError, check_seconds
 from autorl.errors import AutoRLError
+from autorl.protocol.feedback import Feedback
 
 #: Exit status after SIGTERM to the runner itself (128 + 15, as a shell reports it).
 EXIT_TERMINATED = 143
@@ -105,8 +106,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prepare.add_argument(
         "--feedback",
         dest="prepare_feedback",
-        choices=("test", "sealed"),
-        default="test",
+        type=Feedback,
+        choices=list(Feedback),
+        default=Feedback.TEST,
         help="sealed: the workspace's train split leaves out the validation split (docs/PROTOCOL.md)",
     )
     prepare.add_argument(
@@ -259,7 +261,7 @@ def _prepare(args: argparse.Namespace) -> int:
             print(f"cache ready; {root.parent} takes the workspace", file=sys.stderr, flush=True)
             return 0
     with tempfile.TemporaryDirectory(prefix="autorl-train-") as scratch:
-        if args.prepare_feedback == "sealed":
+        if args.prepare_feedback == Feedback.SEALED:
             # The cache is read-only here: the agent's train split, without the validation split
             # its submissions are scored on, is written aside and copied into the workspace.
             train_dir = write_agent_train(train_dir / "train.jsonl", Path(scratch)).parent

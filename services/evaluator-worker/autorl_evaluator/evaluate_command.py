@@ -42,10 +42,10 @@ from autorl.errors import (
 )
 from autorl.eval_config import EvalConfig
 from autorl.layout import BUILTIN_PREFIX
+from autorl.protocol.statistics import Evaluated, accuracy_interval, comparison_of
 from autorl.store import Database, EvaluationCache, Split, caches, migrate
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import Problem
-from autorl.uncertainty import Evaluated, accuracy_interval, comparison_of
 from autorl_evaluator.settings import WorkerSettings
 
 #: Printed on stderr before a result taken from the cache (the tests read it).
@@ -307,7 +307,7 @@ def _answer(
     if against is not None:
         compared = comparison_of(_evaluated(result), _evaluated(against))
         assert compared is not None, "both were evaluated on the same problems"
-        comparison = Comparison.model_validate(compared.as_dict())
+        comparison = Comparison.of(compared)
     return EvaluationAnswer(
         task=request.task.name,
         model=shown_model(request.model, model_dir),

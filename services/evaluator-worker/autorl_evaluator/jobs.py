@@ -36,6 +36,7 @@ from autorl.checkpoints.snapshot import remove_snapshot
 from autorl.errors import AutoRLError
 from autorl.eval_config import EvalConfig
 from autorl.models.sources import resolve_model
+from autorl.protocol.statistics import encode_correctness, problems_digest
 from autorl.provenance.lineage import BASE, lineage
 from autorl.store import (
     Database,
@@ -51,7 +52,6 @@ from autorl.store import (
 )
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, Task, split_sha256
-from autorl.uncertainty import encode_correctness, problems_digest
 from autorl.untrusted_text import log_printable_lines
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
@@ -128,7 +128,7 @@ class SnapshotScore:
     result: EvalResult
     #: The problems evaluated: the split's first ``limit`` (all without one), in the split's order.
     problems: list[Problem]
-    #: Per problem, whether the headline protocol judged it correct (autorl.uncertainty).
+    #: Per problem, whether the headline protocol judged it correct (autorl.protocol.statistics).
     correctness: str
     #: Names the problems, so that two correctness strings pair only on the same ones.
     problems_digest: str

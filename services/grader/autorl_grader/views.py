@@ -22,7 +22,6 @@ from sqlalchemy.orm import Session
 from autorl.api.answers import (
     Best,
     ExperimentAnswer,
-    FinalResult,
     PendingAnswer,
     PendingStatusName,
     ProtocolScores,
@@ -32,8 +31,9 @@ from autorl.api.answers import (
     TimeAnswer,
     WaitingAnswer,
 )
+from autorl.protocol.final import final_result, uncertainty_view
+from autorl.protocol.statistics import Evaluated
 from autorl.provenance.lineage import experiment_lineage, submission_lineage
-from autorl.runs.final_result import final_view, uncertainty_view
 from autorl.store import (
     Experiment,
     Feedback,
@@ -47,7 +47,6 @@ from autorl.store import (
     submissions,
 )
 from autorl.store.models import utcnow
-from autorl.uncertainty import Evaluated
 from autorl.wait_reasons import baseline_wait
 from autorl_grader.settings import GraderSettings
 
@@ -368,7 +367,7 @@ def experiment_view(
         if not s.is_baseline and s.final_of is None
     ]
     timing = time_view(experiment, submissions.last_submit_time(session, experiment))
-    final = final_view(session, experiment)
+    final = final_result(session, experiment)
     fields: dict[str, Any] = {
         "name": experiment.name,
         "task": experiment.task,
@@ -387,12 +386,12 @@ def experiment_view(
         if sealed
         else None,
         "validation_baseline_status": _status(validation_row) if validation_row else None,
-        "final": FinalResult.model_validate(final) if final is not None else None,
+        "final": final,
         "test_evaluations": sealed_final.test_evaluations(session, experiment),
         "test_overlap": experiment.test_overlap,
         "twin_score": experiment.twin_score,
         "twin_p_value": experiment.twin_p_value,
-        "lineage": experiment_lineage(agent_rows, final.get("of") if final is not None else None),
+        "lineage": experiment_lineage(agent_rows, final.of if final is not None else None),
         "best_score": best.score if best else None,
         "best_submission": best.id if best else None,
         # Against the baseline on the split the best was scored on (sealed: validation).

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 from autorl.cli import UsageError, check_seconds
+from autorl.protocol.feedback import Feedback
 
 DEFAULT_PORT = 8000
 
@@ -109,8 +110,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--feedback",
-        choices=("test", "sealed"),
-        default="test",
+        type=Feedback,
+        choices=list(Feedback),
+        default=Feedback.TEST,
         help="test: every submission scored on the test split (the reference's way); sealed: on a "
         "validation split held out of the agent's train data, and one checkpoint (the agent's "
         "nomination, else the best on validation) evaluated on test once at the end (docs/PROTOCOL.md)",

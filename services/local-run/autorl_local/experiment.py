@@ -34,7 +34,8 @@ from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
 from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
-from autorl.runs.final_result import answer_results
+from autorl.protocol.feedback import Feedback
+from autorl.protocol.final import answer_results
 from autorl.runs.reports import final_lines, report_after_run, uncertainty_lines
 from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
@@ -85,7 +86,7 @@ class LocalRunConfig:
     driver_model: str | None = None
     max_submissions: int | None = None
     #: test or sealed (docs/PROTOCOL.md).
-    feedback: str = "test"
+    feedback: Feedback = Feedback.TEST
     #: Public checkpoints a submission's lineage is traced to (``--known-checkpoint``).
     known_checkpoints: tuple[str, ...] = ()
     #: The agent's AUTORL_SEED, and which of how many repeats this run is (``--repeat``).
@@ -147,9 +148,9 @@ def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
         data_file = task.download_train_data(
             settings.data_dir / task.name, source_dir=settings.data_source_dir
         )
-        if config.feedback == "sealed":
+        if config.feedback == Feedback.SEALED:
             # The agent's train data without the validation split its submissions are scored on.
-            data_file = write_agent_train(data_file, settings.data_dir / "sealed" / task.name)
+            data_file = write_agent_train(data_file, settings.data_dir / Feedback.SEALED / task.name)
     prepared = Prepared(
         base_dir=base_dir, train_data_dir=data_file.parent, started=started, known_checkpoints=known
     )
@@ -301,7 +302,7 @@ class LocalRun:
                 agent=self.agent.name,
                 driver_model=config.driver_model,
                 max_submissions=config.max_submissions,
-                feedback="sealed" if config.feedback == "sealed" else "test",
+                feedback=config.feedback,
                 known_checkpoints=list(prepared.known_checkpoints),
             )
         )
@@ -324,7 +325,7 @@ class LocalRun:
         )
         if view.baseline_status != "scored":
             raise RunFailedError(baseline_not_scored(view, self.run_dir / "logs"))
-        if config.feedback == "sealed":
+        if config.feedback == Feedback.SEALED:
             # Submissions are scored and compared on validation; the test baseline is the final's.
             self.progress.set_baseline(view.validation_baseline_score)
             self.progress.note(
@@ -339,7 +340,7 @@ class LocalRun:
             self._read_agent_files(workspace)
             self.progress.phase("finishing", "waiting for evaluations in flight")
             self._wait_in_flight()
-            if config.feedback == "sealed":
+            if config.feedback == Feedback.SEALED:
                 self._final_evaluation()
             self._score_twins()
             # The mirrors' last refresh: with the scores of evaluations that ended after the agent.
@@ -451,7 +452,7 @@ class LocalRun:
                 self.settings,
                 run_id=self.run_id,
                 roots=roots,
-                sealed=self.config.feedback == "sealed",
+                sealed=self.config.feedback == Feedback.SEALED,
                 program=program,
             )
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
@@ -619,7 +620,7 @@ class LocalRun:
             f"best score   {fmt_score(row.best_score)}",
             f"improvement  {improvement}",
             # A sealed run's submissions were scored on validation; its best score is its final on test.
-            *uncertainty_lines(metrics, "validation" if row.feedback == "sealed" else None),
+            *uncertainty_lines(metrics, "validation" if row.feedback == Feedback.SEALED else None),
             *final_lines(row.to_json()),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",

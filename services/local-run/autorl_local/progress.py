@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
+from autorl.protocol.feedback import Feedback
 from autorl.untrusted_text import printable, rich_text
 
 #: Seconds between status lines in a log (no live panel) while the agent runs.
@@ -142,7 +143,7 @@ class Progress:
 
     def update(self, experiment: ExperimentAnswer, submissions: list[SubmissionAnswer]) -> None:
         changed: list[str] = []
-        sealed = experiment.feedback == "sealed"
+        sealed = experiment.feedback == Feedback.SEALED
         with self._lock:
             state = self._state
             # Sealed: submissions are scored and compared on validation; the one evaluation on

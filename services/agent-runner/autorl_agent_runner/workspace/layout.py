@@ -33,6 +33,7 @@ from autorl.layout import (
     RUN_META_FILE,
     SCORES_FILE,
 )
+from autorl.protocol.feedback import Feedback
 from autorl_agent_runner.agent_python import AGENT_PACKAGES
 from autorl_agent_runner.workspace.tree_walk import remove_entry
 
@@ -143,7 +144,7 @@ def create_workspace(
     link_model: bool = True,
     model_mounted: bool = False,
     reference_model_subpath: str | None = None,
-    feedback: str = "test",
+    feedback: Feedback = Feedback.TEST,
 ) -> Workspace:
     """Create (or complete, for this same run) the workspace under ``root``.
 
@@ -373,7 +374,7 @@ def render_instructions(
     base_model_name: str,
     timeout_s: float,
     max_submissions: int | None,
-    feedback: str = "test",
+    feedback: Feedback = Feedback.TEST,
 ) -> str:
     """The workspace's instructions.md; a sealed experiment's (docs/PROTOCOL.md) says how its
     submissions are scored and how to nominate the final one."""
@@ -389,7 +390,7 @@ def render_instructions(
         limit=limit,
         packages=packages,
     )
-    return text + _SEALED if feedback == "sealed" else text
+    return text + _SEALED if feedback == Feedback.SEALED else text
 
 
 _SEALED = """

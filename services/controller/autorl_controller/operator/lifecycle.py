@@ -16,6 +16,7 @@ from typing import Any
 from autorl.api.answers import ExperimentAnswer
 from autorl.api.request_bodies import FinishStatus
 from autorl.experiment import ExperimentResourceStatus, Phase
+from autorl.protocol.feedback import Feedback
 from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
@@ -290,11 +291,11 @@ def result_text(view: ExperimentAnswer) -> str | None:
     """The Best column: the score on the test split with its 95 % interval (test mode: the best
     submission; sealed: the final evaluation), else, sealed, the best on validation so far."""
     final = view.final
-    sealed = view.feedback == "sealed"
-    if final is not None and final.status == "scored" and final.score is not None:
-        text = f"{final.score:.2f}"
-        if final.interval:
-            text += f" [{final.interval[0]:.2f}, {final.interval[1]:.2f}]"
+    sealed = view.feedback == Feedback.SEALED
+    if final is not None and final.final_score is not None:
+        text = f"{final.final_score:.2f}"
+        if final.final_interval:
+            text += f" [{final.final_interval[0]:.2f}, {final.final_interval[1]:.2f}]"
         return text + (" on test" if sealed else "")
     if view.best_score is None:
         return None
@@ -302,16 +303,16 @@ def result_text(view: ExperimentAnswer) -> str | None:
 
 
 def final_status(view: ExperimentAnswer) -> ExperimentResourceStatus:
-    """The result on the test split (docs/PROTOCOL.md) as Experiment status fields."""
+    """The result on the test split (docs/PROTOCOL.md) as Experiment status fields: results.csv's
+    columns ``feedback`` to ``test_evaluations`` (autorl.protocol.final.result_columns)."""
     final = view.final
-    scored = final is not None and final.status == "scored"
-    interval = final.interval if final is not None and scored else None
+    interval = final.final_interval if final is not None else None
     return ExperimentResourceStatus(
         feedback=view.feedback,
-        finalScore=final.score if final is not None and scored else None,
+        finalScore=final.final_score if final is not None else None,
         finalLow=interval[0] if interval else None,
         finalHigh=interval[1] if interval else None,
-        finalSelection=final.selection if final is not None and final.status is not None else None,
+        finalSelection=final.made_selection if final is not None else None,
         testEvaluations=view.test_evaluations,
     )
 

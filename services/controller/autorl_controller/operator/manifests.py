@@ -35,6 +35,7 @@ from autorl.cli import EXIT_BAD_INPUT
 from autorl.experiment import ExperimentSpec
 from autorl.layout import MODELS_DIR, OUTPUT_DIR, cached_model_subpath
 from autorl.models.sources import model_dir_name
+from autorl.protocol.feedback import Feedback
 from autorl_controller.operator.settings import AGENT_WORKSPACE, ControllerSettings
 
 LABEL_EXPERIMENT = "autorl.io/experiment"
@@ -311,8 +312,9 @@ def build_prepare_job(
     namespace_subpath = ref.workspace_subpath.rsplit("/", 1)[0]
     args = ["--task", spec.task, "--model", spec.model, "--workspace", workspace]
     args += ["--timeout", str(spec.timeoutSeconds)]
-    if spec.evaluation.feedback == "sealed":
-        args += ["--feedback", "sealed"]  # the workspace's train split leaves out the validation split
+    if spec.evaluation.feedback == Feedback.SEALED:
+        # The workspace's train split leaves out the validation split.
+        args += ["--feedback", Feedback.SEALED.value]
     env = [
         {"name": "AUTORL_CACHE_DIR", "value": cache},
         {"name": "AUTORL_HOME", "value": "/tmp/autorl"},
@@ -445,7 +447,7 @@ def _agent_data_subpath(ref: ExperimentRef, spec: ExperimentSpec) -> str:
     """What the agent's ``data/`` shows, read-only: the cached train split, or for a sealed
     Experiment the workspace's own ``data/``, where the prepare step wrote the train split without
     the validation split its submissions are scored on (the cache keeps the whole split)."""
-    if spec.evaluation.feedback == "sealed":
+    if spec.evaluation.feedback == Feedback.SEALED:
         return f"{ref.workspace_subpath}/data"
     return f"cache/data/{spec.task}"
 

@@ -8,7 +8,7 @@ import time
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
-from autorl.runs.final_result import results_columns
+from autorl.protocol.final import results_columns
 from autorl.runs.summary import RunOutcome, summarize
 from autorl.store import Experiment, SubmissionStatus, experiments
 from autorl.store import submissions as submission_store

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase
+from autorl.protocol.feedback import Feedback
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
 from autorl_controller.operator.context import OperatorContext, context_of
@@ -509,7 +510,7 @@ class Step:
             return
         since = agent_finished_since(conditions)
         waited = time.time() - since if since is not None else 0.0
-        sealed = view.feedback == "sealed"
+        sealed = view.feedback == Feedback.SEALED
         # A sealed experiment's one test evaluation comes after its validation ones: it has finish
         # waits of its own, one for each time it may be made (again after a failure of the platform's).
         limit = self.settings.finish_wait_s * (1 + MAX_FINAL_ATTEMPTS if sealed else 1)
@@ -594,7 +595,7 @@ def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
         if improvement is not None:
             scored += f" ({improvement:+.2f})"
     final = view.final
-    if view.feedback == "sealed" and best is not None:
+    if view.feedback == Feedback.SEALED and best is not None:
         scored += " on validation; " + (
             f"final {final.score:.2f} on test ({final.selection})"
             if final is not None and final.score is not None

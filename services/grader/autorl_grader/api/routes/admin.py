@@ -26,7 +26,8 @@ from autorl.store.models import ExperimentStatus, Feedback, Split
 from autorl.tasks import get_task
 from autorl_grader.api.deps import AdminDep, DbDep, SettingsDep, StateDep
 from autorl_grader.api.refusals import refusals
-from autorl_grader.submissions import begin_final, dispatch_committed, request_baseline, wait_for_result
+from autorl_grader.final import begin_final
+from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
 from autorl_grader.views import (
     Availability,
     ExperimentTotals,
@@ -50,7 +51,7 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
         measured = eval_keys.last_measured(session, task=task.name, backend=settings.eval_backend)
         config = EvalConfig.record(task.name, settings, protocol=body.protocol, measured=measured)
         validation = None
-        if body.feedback == "sealed":
+        if body.feedback == Feedback.SEALED:
             validation = EvalConfig.record(
                 task.name,
                 settings,
@@ -77,7 +78,7 @@ def register(body: RegisterExperiment, state: StateDep, settings: SettingsDep) -
             max_submissions=body.max_submissions or settings.max_submissions,
             eval_config=config.stored(),
             eval_key=config.key,
-            feedback=Feedback(body.feedback),
+            feedback=body.feedback,
             validation_eval_config=validation.stored() if validation is not None else None,
             validation_eval_key=validation.key if validation is not None else None,
         )

@@ -26,8 +26,9 @@ from autorl.store import Database, Experiment, submissions
 from autorl_grader.api.deps import AgentExperimentDep, DbDep, OptionalAgentExperimentDep, StateDep
 from autorl_grader.api.refusals import refusals
 from autorl_grader.fair_share import leave_in_flight
+from autorl_grader.final import nominate
 from autorl_grader.state import LastSubmit
-from autorl_grader.submissions import accept, nominate, wait_for_result
+from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.thread_pools import AgentRoute, in_agent_threads
 from autorl_grader.views import agent_submission_view, answer_response, scores_view, time_view
 

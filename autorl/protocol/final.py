@@ -1,7 +1,8 @@
-"""An experiment's one result on the test split (docs/PROTOCOL.md), from the store: in test mode
-its best submission; in sealed mode its final evaluation (or, before that exists, the submission
-it will take). Shared by the grader's answers and the runs recorded after a killed ``autorl run``;
-:func:`answer_results` reads the same numbers back from the grader's answer."""
+"""The choice of an experiment's final and its one result on the test split (docs/PROTOCOL.md),
+from the store: in test mode its best submission; in sealed mode its final evaluation (or, before
+that exists, the submission it will take). One :class:`~autorl.protocol.result.FinalResult`, which
+the grader's answer carries and results.csv's columns render (:func:`result_columns`), from the
+store or read back from the grader's answer (:func:`answer_results`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autorl.api.answers import ExperimentAnswer
+from autorl.protocol.feedback import Feedback, Split
+from autorl.protocol.result import Comparison, FinalResult, Selection
+from autorl.protocol.statistics import Evaluated, comparison_of, interval_of
 from autorl.provenance.lineage import experiment_lineage
-from autorl.store import Experiment, Feedback, Split, Submission, SubmissionStatus, sealed_final, submissions
-from autorl.uncertainty import Evaluated, comparison_of, interval_of
+from autorl.store import Experiment, Submission, SubmissionStatus, sealed_final, submissions
 
 
 def uncertainty_view(submission: Submission, baseline: Evaluated | None) -> dict[str, Any]:
@@ -26,7 +29,7 @@ def uncertainty_view(submission: Submission, baseline: Evaluated | None) -> dict
     comparison = None if submission.is_baseline else comparison_of(own, baseline)
     return {
         "interval": list(interval) if interval is not None else None,
-        "comparison": comparison.as_dict() if comparison is not None else None,
+        "comparison": Comparison.of(comparison) if comparison is not None else None,
     }
 
 
@@ -35,46 +38,37 @@ def scored_baseline(session: Session, experiment: Experiment, split: Split) -> E
     return Evaluated.of(row) if row is not None and row.status == SubmissionStatus.SCORED else None
 
 
-def final_view(session: Session, experiment: Experiment) -> dict[str, Any] | None:
-    """The result on the test split as the admin API's ``final`` carries it (None while there is
-    none), compared with the baseline on the test split."""
+def final_result(session: Session, experiment: Experiment) -> FinalResult | None:
+    """The result on the test split (None while there is none), compared with the baseline on the
+    test split."""
     baseline = scored_baseline(session, experiment, Split.TEST)
     if experiment.feedback != Feedback.SEALED:
         best = submissions.best_submission(session, experiment)
         if best is None:
             return None
-        return _entry(best, best.id, "best_on_test", baseline)
+        return _result(best, best.id, "best_on_test", baseline)
     final = sealed_final.final_submission(session, experiment)
     if final is None:
         chosen, selection = sealed_final.final_choice(session, experiment)
         if chosen is None:
             return None
-        return {
-            "submission_id": None,
-            "of": chosen.id,
-            "selection": selection,
-            "status": None,
-            "score": None,
-            "error": None,
-            "interval": None,
-            "comparison": None,
-        }
+        return FinalResult(submission_id=None, of=chosen.id, selection=selection, status=None, score=None)
     selection = "nominated" if experiment.nominated_submission_id is not None else "best_on_validation"
-    return _entry(final, final.final_of, selection, baseline)
+    return _result(final, final.final_of, selection, baseline)
 
 
-def _entry(
-    evaluation: Submission, of: int | None, selection: str, baseline: Evaluated | None
-) -> dict[str, Any]:
-    return {
-        "submission_id": evaluation.id,
-        "of": of,
-        "selection": selection,
-        "status": evaluation.status.value,
-        "score": evaluation.score,
-        "error": evaluation.error,
+def _result(
+    evaluation: Submission, of: int | None, selection: Selection, baseline: Evaluated | None
+) -> FinalResult:
+    return FinalResult(
+        submission_id=evaluation.id,
+        of=of,
+        selection=selection,
+        status=evaluation.status.value,
+        score=evaluation.score,
+        error=evaluation.error,
         **uncertainty_view(evaluation, baseline),
-    }
+    )
 
 
 #: results.csv's last columns: what the agent may have brought in (autorl.provenance).
@@ -83,7 +77,7 @@ PROVENANCE_COLUMNS = ("test_overlap", "twin_score", "twin_p_value", "lineage")
 
 def results_columns(session: Session, experiment: Experiment) -> dict[str, Any]:
     """results.csv's columns after ``workspace`` for this experiment, from the store."""
-    final = final_view(session, experiment)
+    final = final_result(session, experiment)
     agent_rows = [
         row for row in submissions.experiment_submissions(session, experiment) if row.number is not None
     ]
@@ -91,57 +85,54 @@ def results_columns(session: Session, experiment: Experiment) -> dict[str, Any]:
         "test_overlap": experiment.test_overlap,
         "twin_score": experiment.twin_score,
         "twin_p_value": experiment.twin_p_value,
-        "lineage": experiment_lineage(agent_rows, final.get("of") if final is not None else None),
+        "lineage": experiment_lineage(agent_rows, final.of if final is not None else None),
     }
     return result_columns(
-        final, experiment.feedback.value, sealed_final.test_evaluations(session, experiment), provenance
+        final, experiment.feedback, sealed_final.test_evaluations(session, experiment), provenance
     )
 
 
 def result_columns(
-    final: Mapping[str, Any] | None,
-    feedback: str,
+    final: FinalResult | None,
+    feedback: Feedback,
     test_evaluations: int | None,
     provenance: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """results.csv's columns after ``workspace`` from an experiment's ``final`` (as the admin
-    API answers it): its score, 95 % interval and McNemar p-value once scored, and how it was
-    selected once it exists (test mode: always; sealed: once its final evaluation is made)."""
-    scored = final is not None and final.get("status") == SubmissionStatus.SCORED.value
-    interval = final.get("interval") if final is not None and scored else None
-    comparison = final.get("comparison") if final is not None and scored else None
+    """results.csv's columns after ``workspace`` from an experiment's final: its score, 95 %
+    interval and McNemar p-value once scored, and how it was selected once it exists."""
+    interval = final.final_interval if final is not None else None
     return {
-        "feedback": feedback,
-        "final_score": final.get("score") if final is not None and scored else None,
+        "feedback": Feedback(feedback).value,
+        "final_score": final.final_score if final is not None else None,
         "final_low": interval[0] if interval else None,
         "final_high": interval[1] if interval else None,
-        "final_p_value": comparison["p_value"] if comparison else None,
-        "selection": final.get("selection") if final is not None and final.get("status") else None,
+        "final_p_value": final.final_p_value if final is not None else None,
+        "selection": final.made_selection if final is not None else None,
         "test_evaluations": test_evaluations,
         **{name: (provenance or {}).get(name) for name in PROVENANCE_COLUMNS},
     }
 
 
-def answer_columns(view: ExperimentAnswer | None, feedback: str) -> dict[str, Any]:
+def answer_columns(view: ExperimentAnswer | None, requested: Feedback) -> dict[str, Any]:
     """results.csv's columns after ``workspace`` from the grader's answer (None: the grader never
-    answered), as :func:`results_columns` reads them from the store."""
-    final = view.final.model_dump() if view is not None and view.final is not None else None
+    answered), as :func:`results_columns` reads them from the store. The feedback mode is the one
+    the grader recorded; ``requested`` only where it never answered."""
     return result_columns(
-        final,
-        feedback,
+        None if view is None else view.final,
+        requested if view is None else view.feedback,
         None if view is None else view.test_evaluations,
         None if view is None else view.model_dump(include=set(PROVENANCE_COLUMNS)),
     )
 
 
-def answer_results(view: ExperimentAnswer | None, feedback: str) -> dict[str, Any]:
+def answer_results(view: ExperimentAnswer | None, requested: Feedback) -> dict[str, Any]:
     """results.csv's numbers of an experiment from the grader's answer (None: the grader never
     answered): ``baseline``, ``best_score``, ``improvement``, ``submissions`` (scored) and the
     columns after ``workspace``. Every number is on the test split: a sealed experiment's best
     there is its final score (its best on validation is not a test score)."""
-    columns = answer_columns(view, feedback)
+    columns = answer_columns(view, requested)
     baseline = None if view is None else view.baseline_score
-    if feedback == "sealed":
+    if columns["feedback"] == Feedback.SEALED:
         best = columns["final_score"]
         improvement = None if best is None or baseline is None else best - baseline
     else:
