@@ -1,0 +1,91 @@
+"""A cluster's provenance check through the real queue: the grader (real Postgres, a Redis that
+requires a password) copies a finished experiment's files and queues the check under its own job
+id; an RQ worker runs it and records ``test_overlap``; asked again, the grader queues nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from autorl.provenance.agent_copy import provenance_folder, read_manifest
+from autorl.queue import make_dispatcher, provenance_job_id
+from autorl.store import Database, experiments
+from autorl.tasks import get_task
+from autorl_evaluator.provenance import RECORDS_DIR
+from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
+from autorl_grader.main import create_app
+from tests.support.grading import admin_headers, make_workspace, register
+from tests.support.settings import DeploymentSettings
+
+
+def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it(
+    make_isolated_settings: Callable[..., DeploymentSettings],
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = make_isolated_settings(eval_limit=1, eval_max_new_tokens=2)
+    task = get_task("gsm8k")
+    data = settings.eval_dir / "data"
+    test = task.load_test_problems(data, source_dir=settings.data_source_dir)
+    validation = task.load_validation_problems(data, source_dir=settings.data_source_dir)
+    redis = Redis.from_url(settings.redis_url or "")
+    queue = evaluation_queue(settings.queue_name, redis)
+    with TestClient(create_app(settings, reconcile=False)) as client:
+        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+        path = f"/v1/experiments/{experiment.name}"
+        (experiment.output_dir / "mix.json").write_text(
+            json.dumps([p.question for p in (*test[:2], validation[0])])
+        )
+        early = client.post(f"{path}/provenance/check", headers=admin_headers(settings))
+        assert early.status_code == 409 and "finished" in early.json()["detail"]
+
+        finished = client.post(
+            f"{path}/finish", json={"status": "completed"}, headers=admin_headers(settings)
+        )
+        assert finished.status_code == 200, finished.text
+        asked = client.post(f"{path}/provenance/check", headers=admin_headers(settings))
+        assert asked.status_code == 200 and asked.json()["test_overlap"] is None, asked.text
+        db = Database(settings.database_url or "")
+        with db.session() as session:
+            experiment_id = experiments.get_experiment(session, experiment.name).id
+        folder = settings.snapshot_dir / provenance_folder(experiment_id)
+        manifest = read_manifest(folder)
+        assert manifest is not None and manifest["final"] is None
+        assert manifest["final_note"] == "no final was scored on the test split"
+        job = provenance_job_id(settings.redis_key_prefix, experiment_id)
+        assert queue.job_ids == [job]
+        # Asked again while the job waits: it stays the one job.
+        client.post(f"{path}/provenance/check", headers=admin_headers(settings))
+        assert queue.job_ids == [job]
+
+        for variable, value in {
+            "AUTORL_DATABASE_URL": settings.database_url or "",
+            "AUTORL_HOME": str(settings.home),
+            "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
+            "AUTORL_EVAL_DEVICE": "cpu",
+        }.items():
+            monkeypatch.setenv(variable, value)
+        worker = InProcessEvaluationWorker(
+            [queue],
+            connection=redis,
+            key_prefix=settings.redis_key_prefix,
+            dispatcher=make_dispatcher(settings),
+            db=db,
+        )
+        worker.work(burst=True)
+        db.dispose()
+
+        view = client.get(path, headers=admin_headers(settings)).json()
+        assert view["test_overlap"] == 2 and view["twin_score"] is None
+        record = json.loads((settings.eval_dir / RECORDS_DIR / f"{experiment.name}.json").read_text())
+        assert record["test"]["files"] == [{"path": "output/mix.json", "problems": 2}]
+        assert record["validation"]["files"] == [{"path": "output/mix.json", "problems": 1}]
+        # Once recorded, asking again queues nothing and the copy goes.
+        again = client.post(f"{path}/provenance/check", headers=admin_headers(settings))
+        assert again.json()["test_overlap"] == 2 and queue.job_ids == [] and not folder.exists()
