@@ -18,7 +18,7 @@ from types import FrameType
 
 from autorl.cli import EXIT_INTERRUPTED, UsageError, check_seconds
 from autorl.errors import AutoRLError
-from autorl.protocol.feedback import Feedback
+from autorl.protocol.feedback import FEEDBACK_MODES, Feedback
 
 #: Exit status after SIGTERM to the runner itself (128 + 15, as a shell reports it).
 EXIT_TERMINATED = 143
@@ -106,9 +106,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prepare.add_argument(
         "--feedback",
         dest="prepare_feedback",
-        type=Feedback,
-        choices=list(Feedback),
-        default=Feedback.TEST,
+        choices=FEEDBACK_MODES,
+        default=Feedback.TEST.value,
         help="sealed: the workspace's train split leaves out the validation split (docs/PROTOCOL.md)",
     )
     prepare.add_argument(
@@ -276,7 +275,7 @@ def _prepare(args: argparse.Namespace) -> int:
             train_data_dir=train_dir,
             timeout_s=args.prepare_timeout,
             model_mounted=args.prepare_step == "workspace",
-            feedback=args.prepare_feedback,
+            feedback=Feedback(args.prepare_feedback),
         )
     print(f"workspace ready: {workspace.root}", file=sys.stderr, flush=True)
     return 0

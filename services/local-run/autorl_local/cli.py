@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from autorl.cli import UsageError, check_seconds
-from autorl.protocol.feedback import Feedback
+from autorl.protocol.feedback import FEEDBACK_MODES, Feedback
 
 DEFAULT_PORT = 8000
 
@@ -110,9 +110,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--feedback",
-        type=Feedback,
-        choices=list(Feedback),
-        default=Feedback.TEST,
+        choices=FEEDBACK_MODES,
+        default=Feedback.TEST.value,
         help="test: every submission scored on the test split (the reference's way); sealed: on a "
         "validation split held out of the agent's train data, and one checkpoint (the agent's "
         "nomination, else the best on validation) evaluated on test once at the end (docs/PROTOCOL.md)",
@@ -228,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
             egress_allow=tuple(args.egress_allow),
             driver_model=args.driver_model,
             max_submissions=args.max_submissions,
-            feedback=args.feedback,
+            feedback=Feedback(args.feedback),
             known_checkpoints=tuple(args.known_checkpoint),
             seed=RunSeed(seed, repeat=seed + 1, repeats=args.repeat),
         )
