@@ -401,8 +401,9 @@ class LocalRun:
 
     def _score_twins(self) -> None:
         """The final and the base model on the twin split, once (autorl_local.twin_evaluation)."""
+        from autorl.provenance.final_twin import NoTwinScore
         from autorl_evaluator.settings import WorkerSettings
-        from autorl_local.twin_evaluation import NoTwinScore, score_twins
+        from autorl_local.twin_evaluation import score_twins
 
         self.progress.phase("finishing", "scoring the final and the base model on the twin split")
         # The local workers' settings: this run's home, store and backend over the environment's.
