@@ -11,9 +11,10 @@ import pytest
 
 from autorl.api.admin_client import AdminClient
 from autorl.cli import main
-from autorl.runs.results import ResultRow, append_row
+from autorl.runs.results import append_row
 from autorl_local.experiment import baseline_not_scored
 from tests.support.grading import admin_headers, make_workspace, register
+from tests.support.result_rows import result_row
 from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
 
@@ -60,13 +61,10 @@ def test_a_run_that_ends_while_its_baseline_waits_shows_the_reason_in_results(
     home = tmp_path / "home"
     for name in (experiment.name, hostile.name):
         append_row(
-            ResultRow(
-                run_id=name,
+            result_row(
+                name,
                 timestamp="2026-12-04T03:00:00+00:00",
                 task="gsm8k",
-                agent="example_grpo",
-                driver_model=None,
-                base_model="builtin:tiny-qwen2",
                 baseline=None,
                 best_score=None,
                 improvement=None,

@@ -16,6 +16,7 @@ import pytest
 from autorl_evaluator.backends.opencompass.parallel import fits_one_gpu
 from autorl_evaluator.model_settings import ModelSettings
 from tests.support.documents import claim
+from tests.support.result_rows import result_row
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,7 +108,6 @@ def test_the_sample_summary_is_what_autorl_run_prints_for_the_demos_run(
     none it lacks. The interval and the paired test follow from the scores, since the baseline got
     every one of arith's test problems wrong."""
     from autorl.protocol.statistics import accuracy_interval, compare
-    from autorl.runs.results import ResultRow
     from autorl.runs.seeds import RunSeed
     from autorl.tasks.arith import TEST_SIZE
     from autorl_local.experiment import LocalRun
@@ -127,20 +127,14 @@ def test_the_sample_summary_is_what_autorl_run_prints_for_the_demos_run(
     comparison = compare(best, baseline)
     scored = sum(s["status"] == "scored" for s in run["submissions"])
     home = Path("/home/you/.autorl")
-    row = ResultRow(
-        run_id=run_id,
+    row = result_row(
+        run_id,
         timestamp="",
-        task="arith",
-        agent="example_grpo",
-        driver_model=None,
-        base_model="builtin:tiny-qwen2",
         baseline=run["baseline"],
         best_score=run["best_score"],
         improvement=run["improvement"],
         submissions=scored,
         duration_s=60 * int(match[3]) + int(match[4]),
-        success=True,
-        status="completed",
         workspace=str(home / "runs" / run_id / "workspace"),
         feedback="test",
         final_score=run["best_score"],

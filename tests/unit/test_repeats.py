@@ -22,6 +22,7 @@ from autorl.protocol.statistics import (
 from autorl.runs.repeats import group_runs, paired_comparison
 from autorl.runs.results import ResultRow, append_row
 from autorl.runs.seeds import RunSeed, read_run_seed, write_run_seed
+from tests.support.result_rows import result_row
 
 # Fixed scores of two agents on the same seeds: ordinary, one seed, identical, a constant shift.
 PAIRED_CASES = [
@@ -95,23 +96,16 @@ def test_paired_t_test_of_identical_scores_and_of_one_seed_has_no_p_value() -> N
 
 def row(run_id: str, agent: str, best: float | None, **overrides: object) -> ResultRow:
     values: dict[str, object] = {
-        "run_id": run_id,
         "timestamp": "2026-12-04T08:00:00+00:00",
-        "task": "arith",
         "agent": agent,
-        "driver_model": None,
-        "base_model": "builtin:tiny-qwen2",
         "baseline": 10.0,
         "best_score": best,
         "improvement": None if best is None else best - 10.0,
         "submissions": 1,
         "duration_s": 300.0,
         "success": best is not None,
-        "status": "completed",
-        "workspace": "/tmp/ws",
     }
-    values.update(overrides)
-    return ResultRow(**values)  # type: ignore[arg-type]
+    return result_row(run_id, **{**values, **overrides})
 
 
 def test_seed_file_round_trip_and_unreadable(tmp_path: Path) -> None:

@@ -12,34 +12,13 @@ import pytest
 from autorl.cli import main
 from autorl.runs.results import (
     COLUMNS,
-    ResultRow,
     ResultsError,
     append_row,
     new_run_id,
     read_rows,
     results_path,
 )
-
-
-def row(run_id: str, **overrides: object) -> ResultRow:
-    values: dict[str, object] = {
-        "run_id": run_id,
-        "timestamp": "2026-11-29T23:00:00+00:00",
-        "task": "arith",
-        "agent": "example_grpo",
-        "driver_model": None,
-        "base_model": "builtin:tiny-qwen2",
-        "baseline": 0.0,
-        "best_score": 12.5,
-        "improvement": 12.5,
-        "submissions": 3,
-        "duration_s": 301.5,
-        "success": True,
-        "status": "completed",
-        "workspace": "/tmp/ws",
-    }
-    values.update(overrides)
-    return ResultRow(**values)  # type: ignore[arg-type]
+from tests.support.result_rows import result_row as row
 
 
 def test_columns_are_the_contract() -> None:

@@ -14,7 +14,7 @@ import pytest
 from autorl.cli import main
 from autorl.runs.results import COLUMNS, append_row, results_path
 from autorl.runs.summary import SUMMARY_COLUMNS, RunOutcome, summarize
-from tests.unit.test_results import row
+from tests.support.result_rows import result_row as row
 
 
 @pytest.fixture
