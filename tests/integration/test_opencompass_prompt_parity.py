@@ -24,7 +24,8 @@ from autorl_evaluator.backends.hf.opencompass_chat import encode, stop_words
 from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs
 from autorl_evaluator.backends.opencompass.config import render as render_config
 from autorl_evaluator.backends.opencompass.model_view import build_view
-from autorl_evaluator.model_settings import settings_for
+from autorl_evaluator.backends.opencompass.warm_opencompass import SERVER
+from autorl_evaluator.model_settings import ModelSettings, settings_for
 from tests.support.opencompass_models import run_in_opencompass, save_sharp_model
 
 pytestmark = pytest.mark.opencompass
@@ -33,12 +34,55 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = REPO_ROOT / "tests" / "data" / "gsm8k" / "test.jsonl"
 
 OC_SCRIPT = """
-import json, os, sys
+import copy, importlib.util, json, os, sys
 import torch, transformers
+import opencompass.models.base as oc_base, opencompass.models.base_api as oc_base_api
 from mmengine.config import Config
 from opencompass.models.huggingface_above_v4_33 import _convert_chat_messages
+from opencompass.openicl.icl_inferencer.icl_gen_inferencer import GenInferencer
 from opencompass.registry import ICL_INFERENCERS, ICL_PROMPT_TEMPLATES, ICL_RETRIEVERS
 from opencompass.utils import build_dataset_from_cfg, build_model_from_cfg
+
+# The warm server's changes to OpenCompass (compass_server.py), taken out again between uses.
+spec = importlib.util.spec_from_file_location('compass_server', COMPASS_SERVER)
+server = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(server)
+OPENCOMPASS_PROMPTS = GenInferencer.get_generation_prompt_list_from_retriever_indices
+server.length_checks_within_bounds()
+WARM_PROMPTS = GenInferencer.get_generation_prompt_list_from_retriever_indices
+GenInferencer.get_generation_prompt_list_from_retriever_indices = OPENCOMPASS_PROMPTS
+UNICODE = ['e\\u0301 \\u0958 \\ufb01 \\u2460 \\u4e2d\\u6587 \\U0001f642 \\u00a0\\t\\r\\n', '\\u0344' * 50]
+
+
+def both_ways(model, inferencer, retriever, template, max_seq_len):
+    \"\"\"The prompt list as OpenCompass makes it and as a warm run makes it; exact counts asked.\"\"\"
+    exact, asked, out = type(model).get_token_len, [], {}
+    type(model).get_token_len = lambda self, prompt: asked.append(prompt) or exact(self, prompt)
+    try:
+        for way, prompts_of, copier in (('opencompass', OPENCOMPASS_PROMPTS, copy.deepcopy),
+                                        ('warm', WARM_PROMPTS, server.plain_copy)):
+            oc_base.deepcopy = oc_base_api.deepcopy = copier
+            asked.clear()
+            prompts = prompts_of(inferencer, retriever.retrieve(), retriever, '',
+                                 max_seq_len=max_seq_len, prompt_template=template)
+            out[way] = {'prompts': [str(model.parse_template(p, mode='gen')) for p in prompts],
+                        'counted': len(asked)}
+    finally:
+        type(model).get_token_len = exact
+        oc_base.deepcopy = oc_base_api.deepcopy = copy.deepcopy
+    return out
+
+
+def bounds(model, inferencer, retriever, template):
+    \"\"\"Each prompt's exact token count and the warm run's bound, then both ways' prompt lists at a
+    max_seq_len under every bound.\"\"\"
+    prompts = OPENCOMPASS_PROMPTS(inferencer, retriever.retrieve(), retriever, '', max_seq_len=None,
+                                  prompt_template=template)
+    texts = [*prompts, *UNICODE]
+    exact = [model.get_token_len_from_template(p, mode='gen') for p in texts]
+    bound = [server.token_bound(model, p) for p in texts]
+    tight = min(exact[:len(prompts)])
+    return {'exact': exact, 'bound': bound, 'tight': both_ways(model, inferencer, retriever, template, tight)}
 
 def opencompass_side(config_path):
     cfg = Config.fromfile(config_path, format_python_code=False)
@@ -59,11 +103,15 @@ def opencompass_side(config_path):
     texts = [model.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
              for m in messages]
     ids = [model.tokenizer(t, add_special_tokens=False)['input_ids'] for t in texts]
+    template = ICL_PROMPT_TEMPLATES.build(infer_cfg['prompt_template'])
+    # At the worker's max_seq_len for Qwen2.5 (the tiny model's own is shorter than the bound).
+    warm = both_ways(model, inferencer, retriever, template, QWEN25_MAX_SEQ_LEN)
+    warm.update(bounds(model, inferencer, retriever, template))
     lm = transformers.AutoModelForCausalLM.from_pretrained(cfg.models[0]['path'], torch_dtype=torch.float32)
     with torch.no_grad():
         logits = lm(torch.tensor([ids[0]])).logits[0, -1].tolist()
     return {'texts': texts, 'ids': ids, 'stop_words': sorted(model.stop_words), 'logits': logits,
-            'transformers': transformers.__version__}
+            'transformers': transformers.__version__, 'warm': warm}
 
 
 # One process for every case: importing OpenCompass costs tens of seconds of CPU.
@@ -72,7 +120,9 @@ for name, work in json.load(open(sys.argv[1])).items():
     os.environ['COMPASS_DATA_CACHE'] = work
     results[name] = opencompass_side(os.path.join(work, 'config.py'))
 json.dump(results, open(sys.argv[2], 'w'))
-"""
+""".replace("COMPASS_SERVER", repr(str(SERVER))).replace(
+    "QWEN25_MAX_SEQ_LEN", str(ModelSettings().max_seq_len)
+)
 
 
 def _prepare(view: Path, problems: list[Problem], work: Path) -> str:
@@ -173,3 +223,23 @@ def test_a_transformers5_checkpoint_reaches_transformers4_intact_through_the_vie
     misread = opencompass_side["t5-unfixed"]
     assert misread["ids"] == ours["ids"]
     assert _max_abs_difference(ours["logits"], misread["logits"]) > 1.0
+
+
+def test_a_warm_run_keeps_opencompass_prompts_without_tokenizing_each_for_its_length_check(
+    opencompass_side: dict[str, dict[str, Any]],
+) -> None:
+    """The warm server's changes to OpenCompass (compass_server.py: the length check bounded, role
+    tables copied plainly) give the prompt list OpenCompass's own code gives: no prompt that fits
+    by its bound is tokenized for the check, every bound is at least the prompt's token count (and
+    a text's with characters that normalization expands), and past the bound prompts are counted
+    exactly as OpenCompass counts them."""
+    for name, case in opencompass_side.items():
+        warm = case["warm"]
+        assert warm["warm"]["prompts"] == warm["opencompass"]["prompts"], name
+        assert warm["opencompass"]["counted"] == len(warm["opencompass"]["prompts"]) > 0
+        assert warm["warm"]["counted"] == 0
+        assert all(bound >= exact for bound, exact in zip(warm["bound"], warm["exact"], strict=True)), name
+        # Where the bound is over max_seq_len, each prompt is counted exactly, as OpenCompass counts.
+        tight = warm["tight"]
+        assert tight["warm"]["prompts"] == tight["opencompass"]["prompts"], name
+        assert tight["warm"]["counted"] == tight["opencompass"]["counted"] > 0

@@ -75,9 +75,17 @@ STAND_IN = {
     "opencompass/__init__.py": "",
     "opencompass/cli/__init__.py": "",
     "opencompass/cli/main.py": "import runpy, sys\n\n\ndef main():\n    runpy.run_path(sys.argv[1])\n",
-    **{f"opencompass/{name}.py": "" for name in ("datasets", "models", "openicl", "summarizers", "tasks")},
+    **{f"opencompass/{name}.py": "" for name in ("datasets", "summarizers", "tasks")},
     "transformers/__init__.py": "AutoTokenizer = None\n",
-    # What the server changes of mmengine (its config dumps' layout).
+    # What the server changes of OpenCompass (its length check, its role tables' copies) and of
+    # mmengine (its config dumps' layout).
+    **{f"opencompass/{name}/__init__.py": "" for name in ("models", "openicl", "openicl/icl_inferencer")},
+    **{f"opencompass/models/{name}.py": "" for name in ("base", "base_api")},
+    "opencompass/openicl/icl_inferencer/icl_gen_inferencer.py": (
+        "class GenInferencer:\n"
+        "    def get_generation_prompt_list_from_retriever_indices(self, *args, **kwargs):\n"
+        "        return []\n"
+    ),
     "mmengine/__init__.py": "",
     "mmengine/config/__init__.py": "class Config:\n    def dump(self, file=None):\n        return None\n",
 }

@@ -84,6 +84,8 @@ def preload() -> None:
     from transformers import AutoTokenizer  # noqa: F401
 
     unformatted_config_dumps()
+    length_checks_within_bounds()
+    plain_role_copies()
 
 
 def unformatted_config_dumps() -> None:
@@ -104,6 +106,148 @@ def unformatted_config_dumps() -> None:
 
     dump.unformatted = True  # type: ignore[attr-defined]
     Config.dump = dump
+
+
+#: OpenCompass's chat models whose ``get_token_len`` renders the chat template and counts its
+#: tokens (``add_special_tokens=False``): those :func:`token_bound` reads.
+CHAT_MODELS = ("VLLMwithChatTemplate", "HuggingFacewithChatTemplate")
+#: Normalizers a token bound is known for: the most UTF-8 bytes a normalized text has per byte
+#: of its source (Unicode's maximum expansion factors, UAX #15).
+NORMALIZER_EXPANSION = {None: 1, "NFC": 3, "NFD": 3, "NFKC": 11, "NFKD": 11}
+#: Pre-tokenizers that only split the text (no character added) beside the byte-level one.
+SPLITTING_PRE_TOKENIZERS = ("Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit")
+
+
+def byte_expansion(tokenizer: Any) -> int | None:
+    """For a tokenizer whose every token covers at least one byte of the normalized text (a fast
+    tokenizer: byte-level BPE, pre-tokenizers that only split, no space added in front), the most
+    tokens a text gets per UTF-8 byte of its source: its normalizer's expansion factor; None for
+    any other tokenizer."""
+    import json
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    described = json.loads(backend.to_str())
+    normalizer = described.get("normalizer")
+    if normalizer is not None and set(normalizer) != {"type"}:
+        return None
+    expansion = NORMALIZER_EXPANSION.get(normalizer and normalizer["type"])
+    pre = described.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    byte_level = [step for step in steps if step.get("type") == "ByteLevel"]
+    if (
+        expansion is None
+        or described.get("model", {}).get("type") != "BPE"
+        or len(byte_level) != 1
+        or byte_level[0].get("add_prefix_space")
+        or any(step.get("type") not in ("ByteLevel", *SPLITTING_PRE_TOKENIZERS) for step in steps)
+    ):
+        return None
+    return expansion
+
+
+def token_bound(model: Any, template: Any) -> int | None:
+    """At least the token count OpenCompass's ``model.get_token_len_from_template(template,
+    mode='gen')`` gives, without tokenizing: the same chat template rendered the same way, its UTF-8
+    bytes (times the tokenizer's :func:`byte_expansion` where some are not ASCII). None where that
+    bound is not known."""
+    if type(model).__name__ not in CHAT_MODELS:
+        return None
+    cache = model.__dict__.setdefault("_autorl_byte_expansion", {})
+    tokenizer = model.tokenizer
+    if id(tokenizer) not in cache:
+        cache.clear()
+        cache[id(tokenizer)] = byte_expansion(tokenizer)
+    expansion = cache[id(tokenizer)]
+    if expansion is None:
+        return None
+    from opencompass.utils.prompt import PromptList
+
+    parsed = model.parse_template(template, mode="gen")
+    if isinstance(parsed, list) and not isinstance(parsed, PromptList):  # a batch: counted as asked
+        return None
+    convert = sys.modules[type(model).__module__]._convert_chat_messages
+    prompt = str(parsed)
+    rendered = tokenizer.apply_chat_template(convert([prompt])[0], add_generation_prompt=True, tokenize=False)
+    if not isinstance(rendered, str):
+        return None
+    # ASCII is the same text under each of those normalizers: one byte a character.
+    return len(rendered) if rendered.isascii() else expansion * len(rendered.encode("utf-8"))
+
+
+def length_checks_within_bounds() -> None:
+    """OpenCompass's GSM8K inference counts the tokens of every prompt to see whether it fits the
+    model's ``max_seq_len`` (dropping in-context examples until it does): rendering and tokenizing
+    the whole 4-shot prompt once per problem, most of a warm run's own time on the CPU
+    (docs/PERFORMANCE.md). A run here asks the count only of a prompt whose :func:`token_bound` is
+    over ``max_seq_len``: where the bound fits, so does the count, so the same prompts are kept, the
+    same examples dropped."""
+    from opencompass.openicl.icl_inferencer.icl_gen_inferencer import GenInferencer
+
+    original = GenInferencer.get_generation_prompt_list_from_retriever_indices
+    if getattr(original, "bounded", False):
+        return
+
+    def prompt_list(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = self.model
+        max_seq_len = kwargs.get("max_seq_len", args[3] if len(args) > 3 else None)
+        if max_seq_len is None or "get_token_len_from_template" in model.__dict__:
+            return original(self, *args, **kwargs)
+        exact = model.get_token_len_from_template
+
+        def count(templates: Any, mode: str = "ppl") -> Any:
+            # Only compared with max_seq_len: a bound within it gives the comparison's answer.
+            bound = token_bound(model, templates) if mode == "gen" else None
+            return bound if bound is not None and bound <= max_seq_len else exact(templates, mode=mode)
+
+        model.get_token_len_from_template = count
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            del model.get_token_len_from_template
+
+    prompt_list.bounded = True  # type: ignore[attr-defined]
+    GenInferencer.get_generation_prompt_list_from_retriever_indices = prompt_list
+
+
+#: Values ``copy.deepcopy`` returns as they are.
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _atoms_only(table: dict[Any, Any]) -> bool:
+    return all(type(key) in _ATOMS and type(item) in _ATOMS for key, item in table.items())
+
+
+def plain_copy(value: Any, memo: Any = None) -> Any:
+    """``copy.deepcopy(value)``, without its general machinery for a dict of such values or of
+    dicts of them (a prompt template's role table): plain dicts copied, the rest shared, as deepcopy
+    shares them. Anything else goes to ``copy.deepcopy``."""
+    import copy
+
+    if type(value) is dict and memo is None:
+        copied: dict[Any, Any] = {}
+        for key, item in value.items():
+            if type(key) in _ATOMS and type(item) in _ATOMS:
+                copied[key] = item
+            elif type(key) in _ATOMS and type(item) is dict and _atoms_only(item):
+                copied[key] = dict(item)
+            else:
+                return copy.deepcopy(value)
+        return copied
+    return copy.deepcopy(value, memo)
+
+
+def plain_role_copies() -> None:
+    """OpenCompass's prompt templates copy their role table with ``copy.deepcopy`` for every round
+    of every prompt, several times per prompt (five 4-shot rounds, three parses of each prompt in a
+    GSM8K inference): a second of a warm run's own time on the CPU for the split. A run here copies
+    a table of strings as deepcopy would, by :func:`plain_copy`."""
+    import opencompass.models.base as base
+    import opencompass.models.base_api as base_api
+
+    for module in (base, base_api):
+        module.deepcopy = plain_copy
 
 
 def _reseed() -> None:
