@@ -96,6 +96,10 @@ def mcnemar_exact_p(gains: int, losses: int) -> float:
     return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
 
 
+#: A twin gap with a p-value below this is flagged (docs/PROTOCOL.md).
+TWIN_FLAG_P = 0.01
+
+
 def twin_gap_p_value(final_test: str, final_twin: str, base_test: str, base_twin: str) -> float:
     """One-sided p-value that a checkpoint's gap between the test problems and their twins (the
     same problems with other numbers) exceeds the base model's, over the problems of equal index

@@ -10,7 +10,9 @@ The copy follows the scan's own rules, so that it holds what the scan would read
 link is followed (a root that is one is not copied), only regular files are opened (never a FIFO or
 a device), weight files and files with a NUL byte in their first 8 KiB are left out, and the
 per-file, total and file-count caps of :mod:`autorl.provenance.overlap` bound what is written. What
-a cap cut is named in the folder's manifest (:data:`MANIFEST`), which the evaluator's record repeats.
+a cap cut, and each regular file the grader may not read (an agent that took the group's read
+permission away), is named in the folder's manifest (:data:`MANIFEST`), which the evaluator's
+record repeats.
 File names are the agent's, kept as bytes; the manifest shows them as valid UTF-8 text.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +63,8 @@ class CopiedFiles:
     truncated: tuple[str, ...]
     #: A cap (total bytes or files) ended the copy before every file was read.
     stopped_early: bool
+    #: Regular files that could not be opened (their permissions): not read, so not checked.
+    unreadable: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +72,7 @@ class CopiedFiles:
             "bytes": self.bytes,
             "truncated": list(self.truncated),
             "stopped_early": self.stopped_early,
+            "unreadable": list(self.unreadable),
         }
 
 
@@ -86,6 +92,7 @@ def copy_text_files(
     dest.mkdir(mode=0o755)
     files = written = 0
     truncated: list[str] = []
+    unreadable: list[str] = []
     stopped = False
     for root in roots:
         for below, name, dir_fd in walk_files(root, MAX_DEPTH):
@@ -96,6 +103,8 @@ def copy_text_files(
                 break
             fd = open_regular(name, dir_fd)
             if fd is None:
+                if _is_regular(name, dir_fd):
+                    unreadable.append(shown_path(f"{root.name}/{below}"))
                 continue
             try:
                 table = name.lower().endswith(TEXT_TABLE_SUFFIXES)
@@ -116,7 +125,20 @@ def copy_text_files(
                     break
         if stopped:
             break
-    return CopiedFiles(files=files, bytes=written, truncated=tuple(truncated), stopped_early=stopped)
+    return CopiedFiles(
+        files=files,
+        bytes=written,
+        truncated=tuple(truncated),
+        stopped_early=stopped,
+        unreadable=tuple(unreadable),
+    )
+
+
+def _is_regular(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _copy(fd: int, target: Path, limit: int) -> tuple[int, bool]:

@@ -29,7 +29,7 @@ from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
 from autorl.errors import AutoRLError
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_columns, results_columns
-from autorl.protocol.statistics import Comparison, Evaluated, comparison_of, interval_of
+from autorl.protocol.statistics import TWIN_FLAG_P, Comparison, Evaluated, comparison_of, interval_of
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
@@ -265,10 +265,6 @@ def final_lines(result: Mapping[str, Any]) -> list[str]:
         f"test evals   {result.get('test_evaluations')}",
         *provenance_lines(result),
     ]
-
-
-#: A twin gap with a p-value below this is flagged (docs/PROTOCOL.md).
-TWIN_FLAG_P = 0.01
 
 
 def provenance_lines(result: Mapping[str, Any]) -> list[str]:

@@ -150,6 +150,7 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     status = await end_agent_and_play_the_check(platform, ref)
 
     assert status["testOverlap"] == 4
+    assert "4 test problem(s) found in the agent's files" in status["message"]
     assert isinstance(status["twinScore"], float) and 0.0 <= status["twinPValue"] <= 1.0
     record_path = platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json"
     text = record_path.read_text()
@@ -175,6 +176,7 @@ async def test_train_questions_in_the_agents_output_count_nothing(
 
     # Nothing was submitted: no final, so no twin score; the files hold no test question.
     assert status["testOverlap"] == 0 and "twinScore" not in status
+    assert "found in the agent's files" not in status["message"]
     record = json.loads(
         (platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json").read_text()
     )

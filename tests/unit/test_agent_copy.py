@@ -84,6 +84,20 @@ def test_links_fifos_weights_and_binary_files_are_not_copied(tmp_path: Path) -> 
     assert copied_names(tmp_path / "copy") == {"output/kept.txt"}
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_a_file_the_grader_may_not_read_is_named_not_skipped_in_silence(tmp_path: Path) -> None:
+    code, output = workspace(tmp_path)
+    hidden = output / "hidden.txt"
+    hidden.write_text(QUESTION)
+    hidden.chmod(0)
+    try:
+        copied = copy_text_files([code, output], tmp_path / "copy")
+    finally:
+        hidden.chmod(0o600)
+    assert copied.files == 0 and copied.unreadable == ("output/hidden.txt",)
+    assert copied.to_json()["unreadable"] == ["output/hidden.txt"]
+
+
 def test_a_root_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
     code, output = workspace(tmp_path)
     outside = tmp_path / "outside"

@@ -17,6 +17,7 @@ from autorl.api.answers import ExperimentAnswer
 from autorl.api.request_bodies import FinishStatus
 from autorl.experiment import ExperimentResourceStatus, Phase
 from autorl.protocol.feedback import Feedback
+from autorl.protocol.statistics import TWIN_FLAG_P
 from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
@@ -271,6 +272,18 @@ def status_from_view(view: ExperimentAnswer) -> ExperimentResourceStatus:
         ExperimentResourceStatus(result=result_text(view)),
         provenance_status(view),
     )
+
+
+def provenance_findings(view: ExperimentAnswer) -> list[str]:
+    """What the closing message flags of what the agent may have brought in (docs/PROTOCOL.md)."""
+    found = []
+    if view.test_overlap:
+        found.append(f"{view.test_overlap} test problem(s) found in the agent's files")
+    if view.twin_p_value is not None and view.twin_p_value < TWIN_FLAG_P:
+        found.append(f"the final's gap on the twin split is flagged (p={view.twin_p_value:.3g})")
+    if view.lineage:
+        found.append("a submission is nearer a registered public checkpoint than the base (status.lineage)")
+    return found
 
 
 def provenance_status(view: ExperimentAnswer) -> ExperimentResourceStatus:

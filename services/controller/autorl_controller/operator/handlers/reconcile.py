@@ -50,6 +50,7 @@ from autorl_controller.operator.lifecycle import (
     merged,
     outcome_condition,
     outcome_from_conditions,
+    provenance_findings,
     status_from_view,
     with_condition,
 )
@@ -601,7 +602,8 @@ def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
             if final is not None and final.score is not None
             else "no final score on test"
         )
-    return f"{outcome.message}; {scored} over {view.submissions} scored submission(s)"
+    flagged = "".join(f"; {finding}" for finding in provenance_findings(view))
+    return f"{outcome.message}; {scored} over {view.submissions} scored submission(s){flagged}"
 
 
 def _backend(view: ExperimentAnswer) -> str:
