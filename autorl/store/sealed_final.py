@@ -12,6 +12,7 @@ from autorl.store.models import Experiment, Feedback, Split, Submission, Submiss
 from autorl.store.submission_filters import (
     failed_for_the_platform,
     failed_without_a_test_evaluation,
+    of_experiment,
     unevaluated,
 )
 from autorl.store.submissions import best_submission
@@ -43,9 +44,7 @@ def nomination_candidate(session: Session, experiment: Experiment, number: int) 
             + (f" (submission {chosen.number} was nominated)" if chosen is not None else "")
             + "; a nomination is made once"
         )
-    submission = session.scalar(
-        select(Submission).where(Submission.experiment_id == experiment.id, Submission.number == number)
-    )
+    submission = session.scalar(of_experiment(experiment, Submission.number == number))
     if submission is None:
         raise InvalidRequestError(
             f"no submission {number} in this experiment; nominate an id from GET /scores"
@@ -87,13 +86,11 @@ def snapshot_holders(session: Session, experiment: Experiment) -> list[Submissio
     that lock)."""
     holders = list(
         session.scalars(
-            select(Submission)
-            .where(
-                Submission.experiment_id == experiment.id,
+            of_experiment(
+                experiment,
                 Submission.snapshot.is_not(None),
                 unevaluated(),
-            )
-            .order_by(Submission.id)
+            ).order_by(Submission.id)
         )
     )
     kept = kept_for_final(session, experiment)

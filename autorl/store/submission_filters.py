@@ -3,10 +3,15 @@ failed for the platform's reason), shared by the store's modules."""
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, and_, func, or_
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 
 from autorl.errors import EVALUATOR_FAULT_PREFIX
-from autorl.store.models import FailureReason, Submission, SubmissionStatus
+from autorl.store.models import Experiment, FailureReason, Submission, SubmissionStatus
+
+
+def of_experiment(experiment: Experiment, *conditions: ColumnElement[bool]) -> Select[Submission]:
+    """The experiment's submissions that meet every one of ``conditions``."""
+    return select(Submission).where(Submission.experiment_id == experiment.id, *conditions)
 
 
 def unevaluated() -> ColumnElement[bool]:

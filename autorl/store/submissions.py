@@ -13,7 +13,12 @@ from autorl.errors import NotFoundError
 from autorl.store.eval_keys import experiment_key
 from autorl.store.experiments import feedback_split
 from autorl.store.models import Experiment, Split, Submission, SubmissionStatus, utcnow
-from autorl.store.submission_filters import agent_submitted, failed_without_a_test_evaluation, unevaluated
+from autorl.store.submission_filters import (
+    agent_submitted,
+    failed_without_a_test_evaluation,
+    of_experiment,
+    unevaluated,
+)
 
 
 def agent_submissions_count(session: Session, experiment: Experiment) -> int:
@@ -123,9 +128,8 @@ def evaluation_in_flight(
     that itself waits). Only the same experiment: another's would tell an agent, by the time its
     score takes, that someone else submitted these files."""
     return session.scalar(
-        select(Submission)
-        .where(
-            Submission.experiment_id == experiment.id,
+        of_experiment(
+            experiment,
             Submission.eval_key == experiment_key(experiment, split),
             Submission.split == split,
             Submission.fingerprint == fingerprint,
@@ -224,9 +228,7 @@ def agent_submission(session: Session, experiment: Experiment, number: int) -> S
     if number == BASELINE_NUMBER:
         found = baseline_submission(session, experiment, feedback_split(experiment))
     else:
-        found = session.scalar(
-            select(Submission).where(Submission.experiment_id == experiment.id, Submission.number == number)
-        )
+        found = session.scalar(of_experiment(experiment, Submission.number == number))
     if found is None:
         raise NotFoundError(f"no submission {number} in this experiment; list yours with GET /scores")
     return found
@@ -239,9 +241,8 @@ def agent_submissions_page(
     and whether more follow."""
     rows = list(
         session.scalars(
-            select(Submission)
-            .where(
-                Submission.experiment_id == experiment.id,
+            of_experiment(
+                experiment,
                 Submission.number.is_not(None),
                 Submission.number > after,
             )
@@ -274,16 +275,13 @@ def get_submission(session: Session, submission_id: int, experiment: Experiment 
 
 
 def experiment_submissions(session: Session, experiment: Experiment) -> Sequence[Submission]:
-    return session.scalars(
-        select(Submission).where(Submission.experiment_id == experiment.id).order_by(Submission.id)
-    ).all()
+    return session.scalars(of_experiment(experiment).order_by(Submission.id)).all()
 
 
 def best_submission(session: Session, experiment: Experiment) -> Submission | None:
     return session.scalar(
-        select(Submission)
-        .where(
-            Submission.experiment_id == experiment.id,
+        of_experiment(
+            experiment,
             agent_submitted(),
             Submission.status == SubmissionStatus.SCORED,
         )
