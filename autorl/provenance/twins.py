@@ -141,11 +141,17 @@ _ITSELF = _Source()
 
 
 @dataclass(frozen=True)
-class _Slot:
-    """A number to rewrite: where it is, as written, and what it may stand for."""
+class _Span:
+    """Where a piece of an answer is: ``answer[start:end]``."""
 
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class _Slot(_Span):
+    """A number to rewrite: where it is, as written, and what it may stand for."""
+
     text: str
     sources: tuple[_Source, ...]
 
@@ -160,11 +166,9 @@ class _Slot:
 
 
 @dataclass(frozen=True)
-class _Annotation:
+class _Annotation(_Span):
     """One ``<<expression=result>>``: its span in the answer, its operands (spans in the expression)."""
 
-    start: int
-    end: int
     expression: str
     operands: tuple[_Slot, ...]
     result: Fraction
