@@ -23,18 +23,20 @@ child evaluates:
 ``bare`` (the engine's Python, after ``run``): vLLM called directly with the resident engine's
 arguments (from its log) on T2 and the same prompts: what OpenCompass and the worker add to the
 engine's generation, measured on the same machine in the same call. Every run also records the
-engine's own generation time (its log's ``engine generate`` line). Each phase adds the answer
-agreement between every T2 run to the results file.
+engine's own generation time (its log's ``engine generate`` line). Each phase keeps its results in
+a file of its own (``--keep``, by default ``WORK/results``: outside the device call's output folder,
+which each call starts empty) and writes ``--output`` anew from every phase kept there, with the
+answer agreement between every T2 run; a phase run again replaces only its own file.
 
     # on the GPU machine: OpenCompass's wheels in a venv of the machine's python3
     # (tools/gpu_evaluator_parts.py: its install.sh), vLLM 0.25 in /root/site, /root/resident prepared
     PYTHONPATH=.:services/evaluator-worker /root/oc/bin/python bench/opencompass_worker_gpu.py run \\
         --work /root/resident --opencompass-bin /root/oc/bin/opencompass --vllm-python /root/vllm-python \\
-        --output OUT/opencompass_worker_gpu.json
+        --output $OUT/opencompass_worker_gpu.json
     PYTHONPATH=/root/site:. python3 bench/opencompass_worker_gpu.py in-process --work /root/resident \\
-        --output OUT/opencompass_worker_gpu.json
+        --output $OUT/opencompass_worker_gpu.json
     PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/opencompass_worker_gpu.py bare \\
-        --work /root/resident --output OUT/opencompass_worker_gpu.json
+        --work /root/resident --output $OUT/opencompass_worker_gpu.json
     .venv/bin/python bench/opencompass_worker_gpu.py --smoke run ...   # the CPU check, here
 """
 
@@ -66,6 +68,15 @@ def texts_path(output: Path) -> Path:
     return output.with_name(output.name.removesuffix(".json") + ".texts.json.gz")
 
 
+#: The phases, in the order their results are joined.
+PHASES = ("run", "in-process", "bare")
+
+
+def phase_path(keep: Path, phase: str) -> Path:
+    """Where ``phase`` keeps its own results (no other phase writes there)."""
+    return keep / f"opencompass_worker_gpu.{phase}.json"
+
+
 def load_output(output: Path) -> tuple[dict[str, Any], dict[str, list[str]]]:
     result: dict[str, Any] = json.loads(output.read_text(encoding="utf-8")) if output.exists() else {}
     texts: dict[str, list[str]] = {}
@@ -80,6 +91,30 @@ def save_output(output: Path, result: dict[str, Any], texts: dict[str, list[str]
     output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     with gzip.open(texts_path(output), "wt", encoding="utf-8") as handle:
         json.dump(texts, handle)
+
+
+def joined(keep: Path) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Every phase's results kept in ``keep`` as one results file: ``run``'s, then the runs of the
+    others added, and the agreement of all T2 runs."""
+    result: dict[str, Any] = {}
+    texts: dict[str, list[str]] = {}
+    for phase in PHASES:
+        part, part_texts = load_output(phase_path(keep, phase))
+        if not part:
+            continue
+        runs = {**result.get("runs", {}), **part.pop("runs", {})}
+        result = {**part, **result, "runs": runs} if result else {**part, "runs": runs}
+        texts.update(part_texts)
+    result["agreement"] = agreements(texts)
+    return result, texts
+
+
+def save_phase(
+    args: argparse.Namespace, phase: str, result: dict[str, Any], texts: dict[str, list[str]]
+) -> None:
+    """``phase``'s own file in ``--keep``, then ``--output`` written anew from every phase kept."""
+    save_output(phase_path(args.keep, phase), result, texts)
+    save_output(args.output, *joined(args.keep))
 
 
 def engine_versions(python: Path) -> dict[str, Any]:
@@ -153,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     }
     warm = WorkerSettings(**common, eval_warm_worker=True)
     cold = WorkerSettings(**common, eval_warm_worker=False)
-    result, texts = load_output(args.output)
+    texts: dict[str, list[str]] = {}
+    result: dict[str, Any] = {}
     result.update(
         {
             "benchmark": "opencompass_worker_gpu",
@@ -214,12 +250,11 @@ def run(args: argparse.Namespace) -> int:
             if settings.eval_warm_worker and engine_log(log_path, "start"):
                 result["engine_kwargs"] = json.loads(engine_log(log_path, "start")[-1].split("=", 1)[1])
             common.log(f"{label}: {result['runs'][label]}")
-            save_output(args.output, result, texts)
+            save_phase(args, "run", result, texts)
     finally:
         SERVERS.stop()
         ENGINES.stop()
-    result["agreement"] = agreements(texts)
-    save_output(args.output, result, texts)
+    save_phase(args, "run", result, texts)
     return 0
 
 
@@ -253,12 +288,13 @@ def in_process(args: argparse.Namespace) -> int:
         os.link(work / "T2" / "model.safetensors", view / "model.safetensors")
     recorded = common.read_recorded(work)
     answered = common.hf_engine_answers(view, recorded)
-    result, texts = load_output(args.output)
-    texts["in_process_T2"] = answered.pop("texts")
-    result.setdefault("runs", {})["in_process_T2"] = {"checkpoint": "T2", **answered}
-    result["agreement"] = agreements(texts)
+    texts = {"in_process_T2": answered.pop("texts")}
+    result = {
+        "in_process_command": " ".join(sys.argv),
+        "runs": {"in_process_T2": {"checkpoint": "T2", **answered}},
+    }
     common.log(f"in-process T2: {answered}")
-    save_output(args.output, result, texts)
+    save_phase(args, "in-process", result, texts)
     return 0
 
 
@@ -267,10 +303,13 @@ def bare(args: argparse.Namespace) -> int:
     engine was started with (``run``'s record of its log), on T2 and the same prompts and sampling:
     its start and two generations of the split, beside the warm worker's OpenCompass time."""
     work = args.work.resolve()
-    result, texts = load_output(args.output)
-    kwargs = result.get("engine_kwargs")
+    ran, _ = load_output(phase_path(args.keep, "run"))
+    kwargs = ran.get("engine_kwargs")
     if not kwargs:
-        raise SystemExit("run the `run` phase first: its record names the resident engine's arguments")
+        raise SystemExit(
+            f"no {phase_path(args.keep, 'run')} with the resident engine's arguments: run the `run` phase "
+            "first with the same --keep"
+        )
     recorded = common.read_recorded(work)
     engines = common.load_file_module("autorl_engine_server", common.SERVER).ENGINES
     started = time.perf_counter()
@@ -281,15 +320,13 @@ def bare(args: argparse.Namespace) -> int:
         began = time.perf_counter()
         answered = engine.generate(recorded["prompts"], dict(recorded["sampling_kwargs"]))
         generated.append(round(time.perf_counter() - began, 2))
-    texts["bare_vllm_T2"] = answered
     run: dict[str, Any] = {"checkpoint": "T2", "start_s": start_s, "generate_s": generated}
-    warm = result.get("runs", {}).get("warm_T2")
+    warm = ran.get("runs", {}).get("warm_T2")
     if warm is not None:
         run["opencompass_over_bare"] = round(warm["opencompass_s"] / generated[-1], 2)
-    result.setdefault("runs", {})["bare_vllm_T2"] = run
-    result["agreement"] = agreements(texts)
+    result = {"bare_command": " ".join(sys.argv), "runs": {"bare_vllm_T2": run}}
     common.log(f"bare vLLM T2: {run}")
-    save_output(args.output, result, texts)
+    save_phase(args, "bare", result, {"bare_vllm_T2": answered})
     return 0
 
 
@@ -315,11 +352,18 @@ def main() -> int:
         "--opencompass-bin", type=Path, default=REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
     )
     parser.add_argument("--vllm-python", type=Path, default=Path(sys.executable))
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=RESULTS, help="every kept phase's results, joined")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="where each phase keeps its own file (opencompass_worker_gpu.PHASE.json) across calls; "
+        "by default WORK/results",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="the CPU check: the transformers engine, 4 problems"
     )
     args = parser.parse_args()
+    args.keep = args.keep or args.work / "results"
     return {"run": run, "in-process": in_process, "bare": bare}[args.phase](args)
 
 

@@ -34,18 +34,26 @@ equal final answers (OpenCompass's ``gsm8k_postprocess``) of each against the re
 ``bare`` (another call, after ``prepare``): T2 through the worker's server and shim and through the
 engine called directly in this process (``engine_server.py``'s own engine class), the resident
 engine's arguments, twice each: what the socket, the JSON and the shim add to a split's generation.
+It writes a file of its own (``resident_engine_bare.json``), never the serve phase's.
 
 ``replay`` (here, after): every set of completions goes through the worker's real OpenCompass path
 (bench/opencompass_vllm_gpu.py's stand-in engine answers each prompt with it); OpenCompass scores
 them with its own evaluator and the worker reads its summary.
 
+``prepare`` takes ``--batch`` examples a step (16, as for the committed T1 and T2), through the
+model ``--micro-batch`` at a time: by default the whole batch on a card of 120 GiB or more (the
+H200), 4 on a smaller one (an 80 GB H100 runs out of memory at 16); the steps are the same.
+The checkpoints stay in ``--work`` (outside the call's ``$OUT``) for the later calls.
+
     .venv/bin/python bench/opencompass_vllm_gpu.py record --work .vllm-parts/oc
     # on the GPU machine, vLLM 0.25 and its wheels (bench/data/vllm-0.25-serve-wheels.txt) in
-    # /root/site, .vllm-parts/oc/carry carried (two calls: prepare trains, serve measures):
+    # /root/site, .vllm-parts/oc/carry carried; three calls on one warm machine:
     PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/resident_engine_gpu.py \\
-        --inputs .vllm-parts/oc/carry --work /root/resident --phase prepare
+        --inputs .vllm-parts/oc/carry --work /root/resident --phase prepare --steps 160
     PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/resident_engine_gpu.py \\
         --work /root/resident --phase serve --output $OUT/resident_engine_gpu.json
+    PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 python3 bench/resident_engine_gpu.py \\
+        --work /root/resident --phase bare --output $OUT/resident_engine_bare.json
     # here: OpenCompass scores each engine's completions
     .venv/bin/python bench/resident_engine_gpu.py --phase replay --gpu-result DIR/resident_engine_gpu.json
     # here, a check of the whole script on the CPU (the transformers engine, a tiny model):
@@ -80,6 +88,8 @@ import common
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "resident_engine_gpu.json"
+#: The bare phase's results (its default ``--output``).
+BARE_RESULTS = REPO_ROOT / "bench" / "results" / "resident_engine_bare.json"
 
 
 class Server:
@@ -187,10 +197,14 @@ def train(
     batch: int,
     learning_rate: float,
     seed: int,
+    micro_batch: int | None = None,
 ) -> dict[str, Any]:
     """Supervised fine-tuning of ``base`` on ``examples`` (loss on the answer and its end-of-turn
     only); after each step named in ``saves`` the weights go to that folder (the base's tensor names
-    and shapes, so a resident engine can load them in place)."""
+    and shapes, so a resident engine can load them in place). A step takes ``batch`` examples, run
+    through the model ``micro_batch`` at a time with their gradients summed (the loss is the mean
+    over the step's answer tokens whatever ``micro_batch`` is), so a card with less memory trains
+    the same steps."""
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -210,6 +224,7 @@ def train(
         for prompt, answer in examples
     ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
+    micro = max(1, min(batch, micro_batch or batch))
     last = max(step for step, _ in saves)
     warmup = max(1, last // 10)
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -219,24 +234,29 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * schedule(step, warmup, last)
         chosen = [rows[order[(step * batch + i) % len(rows)]] for i in range(batch)]
-        width = max(len(p) + len(a) for p, a in chosen)
-        ids = torch.full((batch, width), tokenizer.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        targets = torch.full((batch, width), -100, dtype=torch.long)
-        for row, (prompt, answer) in enumerate(chosen):
-            joined = prompt + answer
-            ids[row, : len(joined)] = torch.tensor(joined)
-            mask[row, : len(joined)] = 1
-            # The token at position t is predicted from position t - 1.
-            targets[row, len(prompt) - 1 : len(joined) - 1] = torch.tensor(answer)
-        ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
-        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-        where = targets != -100
-        logits = model.lm_head(
-            hidden[where]
-        ).float()  # only where the loss is: not the whole vocabulary per prompt id
-        loss = torch.nn.functional.cross_entropy(logits, targets[where])
-        loss.backward()
+        answer_tokens = sum(len(answer) for _, answer in chosen)
+        loss_sum = 0.0
+        for first in range(0, batch, micro):
+            part = chosen[first : first + micro]
+            width = max(len(p) + len(a) for p, a in part)
+            ids = torch.full((len(part), width), tokenizer.pad_token_id or 0, dtype=torch.long)
+            mask = torch.zeros((len(part), width), dtype=torch.long)
+            targets = torch.full((len(part), width), -100, dtype=torch.long)
+            for row, (prompt, answer) in enumerate(part):
+                joined = prompt + answer
+                ids[row, : len(joined)] = torch.tensor(joined)
+                mask[row, : len(joined)] = 1
+                # The token at position t is predicted from position t - 1.
+                targets[row, len(prompt) - 1 : len(joined) - 1] = torch.tensor(answer)
+            ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
+            hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            where = targets != -100
+            # Only where the loss is: not the whole vocabulary per prompt id.
+            logits = model.lm_head(hidden[where]).float()
+            summed = torch.nn.functional.cross_entropy(logits, targets[where], reduction="sum")
+            (summed / answer_tokens).backward()
+            loss_sum += float(summed.detach())
+        loss = loss_sum / answer_tokens
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -256,6 +276,7 @@ def train(
         "steps": last,
         "saves": {folder.name: step for step, folder in saves},
         "batch": batch,
+        "micro_batch": micro,
         "learning_rate": learning_rate,
         "schedule": "linear warm-up over a tenth of the steps, then a cosine down to a tenth",
         "seconds": round(time.perf_counter() - started, 1),
@@ -286,19 +307,50 @@ def smoke_prepare(work: Path) -> dict[str, Any]:
     }
     examples = [(turn.format(n=n), f"{2 * n}\n") for n in range(6, 30)]
     trained = train(
-        work / "A", [(2, work / "T1"), (4, work / "T2")], examples, batch=4, learning_rate=1e-3, seed=0
+        work / "A",
+        [(2, work / "T1"), (4, work / "T2")],
+        examples,
+        batch=4,
+        learning_rate=1e-3,
+        seed=0,
+        micro_batch=2,
     )
     (work / "recorded.json").write_text(json.dumps(recorded), encoding="utf-8")
     return {"model_build": {"A": "builtin:tiny-qwen2"}, "training": trained}
 
 
-def gpu_prepare(inputs: Path, work: Path, seed: int, steps: int) -> dict[str, Any]:
+#: Examples per training step (the committed T1 and T2: 16).
+BATCH = 16
+#: Card memory (GiB) at and above which a step's 16 examples go through the model at once: they
+#: did on the H200 (139 GiB); on an 80 GB H100 they ran out of memory.
+WHOLE_BATCH_GIB = 120
+#: Examples at a time below that: a quarter of the activations, the same steps.
+SMALL_CARD_MICRO_BATCH = 4
+
+
+def default_micro_batch(batch: int) -> int:
+    """Examples through the model at once, from the card's memory: the whole batch on a card of
+    :data:`WHOLE_BATCH_GIB` or more, :data:`SMALL_CARD_MICRO_BATCH` on a smaller one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return batch
+    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return batch if total_gib >= WHOLE_BATCH_GIB else min(batch, SMALL_CARD_MICRO_BATCH)
+
+
+def gpu_prepare(
+    inputs: Path, work: Path, seed: int, steps: int, batch: int = BATCH, micro_batch: int | None = None
+) -> dict[str, Any]:
     with gzip.open(inputs / "recorded.json.gz", "rt", encoding="utf-8") as handle:
         recorded = json.load(handle)
     built = common.build_view_checkpoint(inputs, work / "A", seed)
     examples, described = training_examples(recorded, 4096)
     saves = [(steps // 2, work / "T1"), (steps, work / "T2")]
-    trained = train(work / "A", saves, examples, batch=16, learning_rate=3e-4, seed=seed)
+    micro = micro_batch or default_micro_batch(batch)
+    trained = train(
+        work / "A", saves, examples, batch=batch, learning_rate=3e-4, seed=seed, micro_batch=micro
+    )
     shutil.copyfile(inputs / "recorded.json.gz", work / "recorded.json.gz")
     return {"model_build": {"A": built}, "training": {**trained, "examples": described}}
 
@@ -453,6 +505,13 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=480, help="training steps (T1 after half)")
+    parser.add_argument("--batch", type=int, default=BATCH, help="prepare: examples per training step")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        help="prepare: examples through the model at once (by default the whole batch on a card of "
+        f"{WHOLE_BATCH_GIB} GiB or more, {SMALL_CARD_MICRO_BATCH} on a smaller one); the same steps",
+    )
     parser.add_argument("--smoke", action="store_true", help="the transformers engine on a tiny model (CPU)")
     args = parser.parse_args()
     if args.phase == "replay":
@@ -466,11 +525,20 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="resident-engine-"))
     work.mkdir(parents=True, exist_ok=True)
     engine = "transformers" if args.smoke else "vllm"
-    output = args.output
+    # Each phase its own file: bare's beside serve's, never over it.
+    output = args.output if args.phase != "bare" or args.output != RESULTS else BARE_RESULTS
+    if (
+        args.phase == "bare"
+        and output.exists()
+        and "resident" in json.loads(output.read_text(encoding="utf-8"))
+    ):
+        parser.error(f"{output} holds the serve phase's results: give --phase bare an --output of its own")
     output.parent.mkdir(parents=True, exist_ok=True)
     if args.phase in ("all", "prepare"):
         prepared = (
-            smoke_prepare(work) if args.smoke else gpu_prepare(args.inputs, work, args.seed, args.steps)
+            smoke_prepare(work)
+            if args.smoke
+            else gpu_prepare(args.inputs, work, args.seed, args.steps, args.batch, args.micro_batch)
         )
         (work / "prepare.json").write_text(json.dumps(prepared, indent=1), encoding="utf-8")
         common.log(

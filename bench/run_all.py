@@ -57,17 +57,20 @@ GPU_BENCHMARKS: dict[str, str] = {
     "vllm_warm_reload_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
     "VLLM_ALLOW_INSECURE_SERIALIZATION=1 python3 bench/vllm_warm_reload_gpu.py",
     # vLLM 0.25 as above; .vllm-parts/oc/carry from `bench/opencompass_vllm_gpu.py record` here. It
-    # trains its checkpoints first (--phase prepare, then serve, in two calls on one warm machine,
-    # and replay here: the script's docstring).
+    # trains its checkpoints first (this call), then serve and bare in two more calls on one warm
+    # machine, and replay here (docs/PERFORMANCE.md, "The GPU figures, call by call").
     "resident_engine_gpu": "PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 "
-    "python3 bench/resident_engine_gpu.py --inputs .vllm-parts/oc/carry --work /root/resident",
+    "python3 bench/resident_engine_gpu.py --inputs .vllm-parts/oc/carry --work /root/resident "
+    "--phase prepare --steps 160",
     "engine_race_gpu": "PYTHONPATH=/root/site:.:bench VLLM_USE_FLASHINFER_SAMPLER=0 "
-    "python3 bench/engine_race_gpu.py --inputs .vllm-parts/oc/carry",
+    "python3 bench/engine_race_gpu.py --inputs .vllm-parts/oc/carry --output $OUT/engine_race_gpu.json "
+    "--deadline-s 520",
     # Both environments from tools/gpu_evaluator_parts.py installed there (its install.sh), and
-    # /root/resident from resident_engine_gpu's --phase prepare; then `in-process` in python3.
+    # /root/resident from resident_engine_gpu's --phase prepare; then `in-process` and `bare` in
+    # python3, each in a call of its own (each phase keeps its file in /root/resident/results).
     "opencompass_worker_gpu": "PYTHONPATH=.:services/evaluator-worker /root/oc/bin/python "
     "bench/opencompass_worker_gpu.py run --work /root/resident --opencompass-bin /root/oc/bin/opencompass "
-    "--vllm-python /root/vllm-python",
+    "--vllm-python /root/vllm-python --output $OUT/opencompass_worker_gpu.json",
 }
 
 #: GPU benchmarks whose results are not committed yet, with why (printed by ``make bench``).

@@ -18,9 +18,13 @@ is warm. This builds, for CPython 3.12 on x86-64 Linux:
   packages after its own, jax left out, and this repository, through ``.pth`` files), and
   ``/root/vllm-python``, the engine's Python for ``AUTORL_VLLM_PYTHON``.
 
-All of it in one tar, split into ``OUT/pN/partN`` of ``--part-mib`` each:
+All of it in one tar, split into ``OUT/pN/partN`` of ``--part-mib`` each; ``--for BENCHMARK`` builds
+only the parts that benchmark imports (:data:`BENCHMARK_PARTS`: vLLM alone for the engine
+benchmarks, vLLM and TRL for the GRPO comparison, OpenCompass's and vLLM for the worker end to
+end), ``--parts`` names them, and ``install.sh`` installs what is there:
 
-    .venv/bin/python -m tools.gpu_evaluator_parts [--out .vllm-parts] [--part-mib 56]
+    .venv/bin/python -m tools.gpu_evaluator_parts [--out .vllm-parts] [--part-mib 56] \\
+        [--for resident_engine_gpu | --parts oc vllm trl]
     # one device call per part, carrying .vllm-parts/pN:
     mkdir -p /root/parts && cp .vllm-parts/pN/partN /root/parts/
     # then, in the next call:
@@ -56,12 +60,28 @@ PLATFORMS = [
     "manylinux_2_34_x86_64",
 ]
 
+#: What each GPU benchmark imports of the parts: only those are built for it (``--for``).
+BENCHMARK_PARTS: dict[str, tuple[str, ...]] = {
+    "resident_engine_gpu": ("vllm",),
+    "engine_race_gpu": ("vllm",),
+    "opencompass_vllm_gpu": ("vllm",),
+    "vllm_warm_reload_gpu": ("vllm",),
+    "grpo_trl_vllm_gpu": ("vllm", "trl"),
+    "opencompass_worker_gpu": ("oc", "vllm"),
+}
+PARTS = ("oc", "vllm", "trl")
+
 INSTALL = """#!/bin/bash
-# Installs the joined parts (tools/gpu_evaluator_parts.py); run from the repository's root.
+# Installs the joined parts (tools/gpu_evaluator_parts.py); run from the repository's root. Each
+# part is installed where it was built: vllm/ and trl/ into /root/site, oc/ into the venv /root/oc.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PIP="-q --no-index --no-deps --no-compile"
-python3 -m pip install $PIP --target /root/site "$HERE"/vllm/*.whl "$HERE"/trl/*.whl
+SITE_WHEELS=$(ls "$HERE"/vllm/*.whl "$HERE"/trl/*.whl 2>/dev/null || true)
+if [ -n "$SITE_WHEELS" ]; then
+  python3 -m pip install $PIP --target /root/site $SITE_WHEELS
+fi
+if [ -d "$HERE/oc" ]; then
 python3 -m venv --system-site-packages --without-pip /root/oc
 /root/oc/bin/python -m pip install $PIP "$HERE"/oc/*.whl
 # OpenCompass's Python sees, after its own packages: the machine's torch and what comes with it,
@@ -79,13 +99,16 @@ done
 OC_SITE=$(/root/oc/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo /root/machine-site > "$OC_SITE"/machine-site.pth
 printf '%s\n%s\n' "$PWD" "$PWD/services/evaluator-worker" > "$OC_SITE"/autorl-repository.pth
-ENGINE_ENV="PYTHONPATH=/root/site VLLM_USE_FLASHINFER_SAMPLER=0"
-printf '#!/bin/sh\\nexport %s\\nexec %s "$@"\\n' "$ENGINE_ENV" "$(command -v python3)" > /root/vllm-python
-chmod +x /root/vllm-python
 CHECK="import opencompass, numpy, torch, transformers as t, transformers.image_transforms, autorl_evaluator"
 PRINT="print(numpy.__version__, t.__version__, torch.__version__)"
 (cd /tmp && env -i /root/oc/bin/python -c "$CHECK; $PRINT")
+fi
+if [ -d "$HERE/vllm" ]; then
+ENGINE_ENV="PYTHONPATH=/root/site VLLM_USE_FLASHINFER_SAMPLER=0"
+printf '#!/bin/sh\\nexport %s\\nexec %s "$@"\\n' "$ENGINE_ENV" "$(command -v python3)" > /root/vllm-python
+chmod +x /root/vllm-python
 /root/vllm-python -c "import vllm, transformers as t; print('engine:', vllm.__version__, t.__version__)"
+fi
 """
 
 
@@ -110,6 +133,20 @@ def opencompass_side(lock_text: str) -> dict[str, str]:
     }
 
 
+def selected_parts(benchmark: str | None, parts: list[str] | None) -> tuple[str, ...]:
+    """The parts to build: what ``benchmark`` imports, or ``parts``, or all of them."""
+    if benchmark is not None:
+        return BENCHMARK_PARTS[benchmark]
+    return tuple(name for name in PARTS if parts is None or name in parts)
+
+
+def part_packages(name: str) -> dict[str, str]:
+    """The pinned packages of part ``name``."""
+    if name == "oc":
+        return opencompass_side(LOCK.read_text(encoding="utf-8"))
+    return pinned((VLLM_LIST if name == "vllm" else TRL_LIST).read_text(encoding="utf-8"))
+
+
 def download(packages: dict[str, str], target: Path) -> None:
     """Each package's wheel for the machine; one built here from its source where none is published."""
     target.mkdir(parents=True, exist_ok=True)
@@ -130,12 +167,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / ".vllm-parts")
     parser.add_argument("--part-mib", type=int, default=56, help="one part's size (a call carries 64 MiB)")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--for", dest="benchmark", choices=sorted(BENCHMARK_PARTS), help="only what this benchmark imports"
+    )
+    chosen.add_argument("--parts", nargs="+", choices=PARTS, help="these environments only (default: all)")
     args = parser.parse_args()
+    wanted = selected_parts(args.benchmark, args.parts)
     stage = args.out / "stage"
     shutil.rmtree(stage, ignore_errors=True)
-    download(opencompass_side(LOCK.read_text(encoding="utf-8")), stage / "oc")
-    download(pinned(VLLM_LIST.read_text(encoding="utf-8")), stage / "vllm")
-    download(pinned(TRL_LIST.read_text(encoding="utf-8")), stage / "trl")
+    for name in wanted:
+        download(part_packages(name), stage / name)
     (stage / "install.sh").write_text(INSTALL, encoding="utf-8")
     archive = args.out / "all.tar"
     with tarfile.open(archive, "w") as tar:
@@ -154,7 +196,10 @@ def main() -> int:
     total = archive.stat().st_size
     archive.unlink()
     shutil.rmtree(stage)
-    print(f"{index} parts of {args.part_mib} MiB at most ({total / 2**20:.0f} MiB): {args.out}/p0..")
+    print(
+        f"{', '.join(wanted)}: {index} parts of {args.part_mib} MiB at most ({total / 2**20:.0f} MiB): "
+        f"{args.out}/p0.."
+    )
     return 0
 
 

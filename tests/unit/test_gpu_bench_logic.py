@@ -416,3 +416,80 @@ def test_the_worker_bench_reads_the_engines_share_from_its_log(tmp_path: Path) -
     started = worker_bench.engine_log(log, "start")
     assert json.loads(started[-1].split("=", 1)[1]) == {"dtype": "bfloat16", "enforce_eager": False}
     assert worker_bench.engine_generate_s([]) is None
+
+
+@pytest.fixture(scope="module")
+def procedure(common: ModuleType) -> tuple[ModuleType, ModuleType]:
+    """bench/resident_engine_gpu.py and bench/opencompass_worker_gpu.py (bench/ is on the path while
+    ``common`` is held)."""
+    import opencompass_worker_gpu
+    import resident_engine_gpu
+
+    return resident_engine_gpu, opencompass_worker_gpu
+
+
+def test_each_worker_phase_keeps_its_own_file_and_the_output_joins_them(
+    procedure: tuple[ModuleType, ModuleType], tmp_path: Path
+) -> None:
+    """A phase run in a later call (whose output folder starts empty) neither loses nor overwrites
+    another phase's results: each keeps its file in --keep, the output is written from all of them."""
+    _, worker = procedure
+    keep, first, later = tmp_path / "keep", tmp_path / "out1" / "w.json", tmp_path / "out2" / "w.json"
+    texts = {"warm_T2": ["a", "b"], "command_T2": ["a", "c"]}
+    ran = {
+        "benchmark": "opencompass_worker_gpu",
+        "engine_kwargs": {"dtype": "bfloat16"},
+        "runs": {"warm_T2": {"opencompass_s": 6.0}},
+    }
+    worker.save_phase(SimpleNamespace(keep=keep, output=first), "run", ran, texts)
+    in_process = {"runs": {"in_process_T2": {"checkpoint": "T2"}}}
+    worker.save_phase(
+        SimpleNamespace(keep=keep, output=later), "in-process", in_process, {"in_process_T2": ["a", "b"]}
+    )
+    joined = json.loads(later.read_text())
+    assert set(joined["runs"]) == {"warm_T2", "in_process_T2"}
+    assert (
+        joined["engine_kwargs"] == {"dtype": "bfloat16"} and joined["benchmark"] == "opencompass_worker_gpu"
+    )
+    assert joined["agreement"]["in_process_T2"]["identical"] == 2
+    assert joined["agreement"]["command_T2"]["identical"] == 1
+    # The run phase again: its own file replaced, the in-process phase's kept.
+    again = {**ran, "runs": {"warm_T2": {"opencompass_s": 5.0}}}
+    worker.save_phase(SimpleNamespace(keep=keep, output=first), "run", again, texts)
+    joined = json.loads(first.read_text())
+    assert joined["runs"]["warm_T2"]["opencompass_s"] == 5.0 and "in_process_T2" in joined["runs"]
+
+
+def test_prepare_trains_the_same_steps_a_few_examples_at_a_time_on_a_smaller_card(
+    procedure: tuple[ModuleType, ModuleType],
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prepare phase's batch through the model in parts gives the whole batch's loss; the part
+    size follows the card's memory (the whole batch on an H200, a quarter of it on an 80 GB card)."""
+    import torch
+
+    resident, _ = procedure
+    base = tmp_path / "A"
+    shutil.copytree(tiny_base_model, base)
+    examples = [(f"What is {n} plus {n}?", f"{2 * n}\n") for n in range(8)]
+    losses = {}
+    for micro in (4, 2):
+        trained = resident.train(
+            base,
+            [(2, tmp_path / f"T{micro}")],
+            examples,
+            batch=4,
+            learning_rate=1e-3,
+            seed=0,
+            micro_batch=micro,
+        )
+        losses[micro] = trained["loss_every_10"] + [trained["loss_first_last"][-1]]
+        assert trained["micro_batch"] == micro and trained["batch"] == 4
+    assert losses[2] == pytest.approx(losses[4], rel=1e-4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for total_gib, expected in ((139.8, 16), (79.2, 4)):
+        card = SimpleNamespace(total_memory=int(total_gib * 2**30))
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _index, card=card: card)
+        assert resident.default_micro_batch(16) == expected

@@ -45,3 +45,19 @@ def test_the_install_script_is_valid_bash_and_installs_both_environments(tmp_pat
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
     assert "--target /root/site" in INSTALL and "--system-site-packages" in INSTALL
     assert "/root/vllm-python" in INSTALL
+
+
+def test_a_benchmark_gets_only_the_parts_it_imports() -> None:
+    from bench.run_all import GPU_BENCHMARKS
+    from tools.gpu_evaluator_parts import BENCHMARK_PARTS, PARTS, selected_parts
+
+    assert selected_parts("resident_engine_gpu", None) == ("vllm",)
+    assert selected_parts("grpo_trl_vllm_gpu", None) == ("vllm", "trl")
+    assert selected_parts("opencompass_worker_gpu", None) == ("oc", "vllm")
+    assert selected_parts(None, None) == PARTS
+    assert selected_parts(None, ["trl", "oc"]) == ("oc", "trl")
+    # Every benchmark named is one of the GPU benchmarks `make bench` prints.
+    assert set(BENCHMARK_PARTS) <= set(GPU_BENCHMARKS)
+    # The install script installs each part only where its folder came along.
+    for part in ("oc", "vllm"):
+        assert f'if [ -d "$HERE/{part}" ]; then' in INSTALL
