@@ -635,3 +635,32 @@ def test_a_stop_job_for_a_forked_work_horse_fails_its_submission_as_stopped(
     wait_for(lambda: group_members(horse_group) == [], "the horse's group to end", timeout_s=10)
     db.dispose()
     redis.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_warm_rq_worker_stops_its_child_for_a_provenance_check_and_runs_it(
+    rq_settings: Any, tiny_base_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check loads the final and the base model itself: the warm child (and its GPU memory)
+    goes first; the check is recorded."""
+    from fastapi.testclient import TestClient
+
+    from autorl.store import SubmissionStatus
+    from autorl_grader.main import create_app
+    from tests.support.grading import admin_headers, make_workspace, register
+
+    (scored,) = _submit_copies(rq_settings, tiny_base_model, tmp_path, 1)
+    with TestClient(create_app(rq_settings, reconcile=False)) as client:
+        closed = register(client, rq_settings, tiny_base_model, make_workspace(tmp_path))
+        (closed.output_dir / "notes.txt").write_text("no test question here")
+        path = f"/v1/experiments/{closed.name}"
+        client.post(f"{path}/finish", json={"status": "completed"}, headers=admin_headers(rq_settings))
+        assert client.post(f"{path}/provenance/check", headers=admin_headers(rq_settings)).status_code == 200
+        worker = _warm_rq_worker(rq_settings)
+        with caplog.at_level(logging.INFO):
+            worker.work(burst=True)
+        view = client.get(path, headers=admin_headers(rq_settings)).json()
+    assert _rows(rq_settings, [scored])[0][0] == SubmissionStatus.SCORED
+    assert view["test_overlap"] == 0
+    events = re.findall(r"event=(warm_worker_started|warm_worker_stopped|provenance_checked)", caplog.text)
+    assert events[:3] == ["warm_worker_started", "warm_worker_stopped", "provenance_checked"], events
