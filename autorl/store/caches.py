@@ -7,7 +7,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from autorl.store.models import BaselineCache, EvaluationCache, Experiment, Submission
+from autorl.store.models import (
+    SCORE_COLUMNS,
+    BaselineCache,
+    EvaluationCache,
+    Experiment,
+    Submission,
+    columns_of,
+)
 
 
 def cached_baseline(session: Session, *, task: str, model: str, eval_key: str) -> BaselineCache | None:
@@ -33,10 +40,7 @@ def remember_baseline(session: Session, submission: Submission) -> None:
             eval_key=submission.eval_key,
             fingerprint=submission.fingerprint,
             submission_id=submission.id,
-            score=submission.score,
-            score_opencompass=submission.score_opencompass,
-            score_flexible=submission.score_flexible,
-            score_strict=submission.score_strict,
+            **columns_of(submission, SCORE_COLUMNS),
         )
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -223,6 +224,17 @@ class Submission(Base):
     )
 
     experiment: Mapped[Experiment] = relationship(back_populates="submissions", foreign_keys=[experiment_id])
+
+
+#: The scores a result carries, the headline one and each protocol's: what a reused result copies.
+SCORE_COLUMNS = ("score", "score_opencompass", "score_flexible", "score_strict")
+#: A result as a comparison needs it too: the scores and the per-problem results on named problems.
+RESULT_COLUMNS = (*SCORE_COLUMNS, "n_samples", "correctness", "problems_digest")
+
+
+def columns_of(row: Base, names: tuple[str, ...]) -> dict[str, Any]:
+    """``row``'s values of the columns ``names``, to copy into another row."""
+    return {name: getattr(row, name) for name in names}
 
 
 class BaselineCache(Base):

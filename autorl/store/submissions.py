@@ -12,7 +12,15 @@ from sqlalchemy.orm import Session
 from autorl.errors import NotFoundError
 from autorl.store.eval_keys import experiment_key
 from autorl.store.experiments import feedback_split
-from autorl.store.models import Experiment, Split, Submission, SubmissionStatus, utcnow
+from autorl.store.models import (
+    RESULT_COLUMNS,
+    Experiment,
+    Split,
+    Submission,
+    SubmissionStatus,
+    columns_of,
+    utcnow,
+)
 from autorl.store.submission_filters import (
     agent_submitted,
     failed_without_a_test_evaluation,
@@ -147,13 +155,8 @@ def take_score(submission: Submission, earlier: Submission) -> None:
     experiment's baseline even when that baseline's score came from another experiment's."""
     now = utcnow()
     submission.status = SubmissionStatus.SCORED
-    submission.score = earlier.score
-    submission.score_opencompass = earlier.score_opencompass
-    submission.score_flexible = earlier.score_flexible
-    submission.score_strict = earlier.score_strict
-    submission.n_samples = earlier.n_samples
-    submission.correctness = earlier.correctness
-    submission.problems_digest = earlier.problems_digest
+    for name, value in columns_of(earlier, RESULT_COLUMNS).items():
+        setattr(submission, name, value)
     submission.reused_from = earlier.id
     submission.eval_key = earlier.eval_key  # the key the score was computed under
     submission.waits_for = None
