@@ -95,15 +95,19 @@ async def run_agent(platform: Platform, name: str, tiny_base_model: Path) -> Exp
 
 
 async def end_agent_and_play_the_check(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
-    """The agent's Job ends; once the controller has asked for the check, the evaluator makes it."""
+    """The agent's Job ends; the evaluator takes what the controller asks for (a sealed
+    experiment's final evaluation), and once the controller has asked for the check, makes it."""
     await platform.patch_job_status(
         ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
     )
-    await platform.wait_for(
-        f"{EXPERIMENTS}/{ref.name}",
-        lambda obj: CHECKING in (obj["status"].get("message") or ""),
-        "the controller to ask for the provenance check",
-    )
+    for _ in range(240):
+        await evaluate_waiting(platform, ref)
+        current = await platform.get(f"{EXPERIMENTS}/{ref.name}")
+        if current is not None and CHECKING in (current["status"].get("message") or ""):
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError("the controller did not ask for the provenance check")
     folder = platform.grader_settings.snapshot_dir / provenance_folder(experiment_id(platform, ref))
     assert read_manifest(folder) is not None, "the grader copies the files before the check is asked"
     result = await asyncio.to_thread(check_provenance, experiment_id(platform, ref), platform.grader_settings)
@@ -183,3 +187,49 @@ async def test_train_questions_in_the_agents_output_count_nothing(
     assert (
         record["test"]["files"] == [] and record["twins"]["note"] == "no final was scored on the test split"
     )
+
+
+async def test_a_sealed_experiments_validation_problems_are_counted_and_its_final_scored_on_twins(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    name = "gsm8k-sealed-brought-in"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    manifest["spec"]["evaluation"]["feedback"] = "sealed"
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.prepare_job(ref)
+    platform.run_prepare_pod(manifest["spec"], ref, tiny_base_model)
+    await platform.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
+    await platform.wait_phase(name, "Baseline")
+    await evaluate_waiting(platform, ref)
+    await platform.wait_phase(name, "Running")
+    await platform.run_agent_pod(ref)
+    await platform.wait_for(
+        f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
+    )
+    workspace = platform.shared / ref.workspace_subpath
+    url, _ = await platform.agent_credentials(name)
+    checkpoint = workspace / "output" / "ckpt-1"
+    shutil.copytree(
+        platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B"), checkpoint
+    )
+    make_unique(checkpoint)
+    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
+    assert submitted.status_code == 202, submitted.text
+    assert await evaluate_waiting(platform, ref)
+    task = get_task("gsm8k")
+    test = task.load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
+    validation = task.load_validation_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
+    (workspace / "code" / "prompts.py").write_text(
+        f"EXAMPLES = {[test[0].question, validation[0].question]!r}\n"
+    )
+
+    status = await end_agent_and_play_the_check(platform, ref)
+
+    assert status["finalSelection"] == "best_on_validation" and status["testOverlap"] == 1
+    assert isinstance(status["twinScore"], float) and 0.0 <= status["twinPValue"] <= 1.0
+    record = json.loads(
+        (platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json").read_text()
+    )
+    assert record["test"]["files"] == [{"path": "code/prompts.py", "problems": 1}]
+    assert record["validation"]["files"] == [{"path": "code/prompts.py", "problems": 1}]
