@@ -26,10 +26,12 @@ from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
 from tests.support.grading import (
     RegisteredExperiment,
+    admin_call,
     admin_headers,
     copy_model,
     evaluating_settings,
     make_workspace,
+    nominate,
     register,
     row_id,
 )
@@ -47,15 +49,9 @@ def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> D
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
 
 
-def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> Any:
-    response = client.request(method, f"/v1/experiments{path}", headers=admin_headers(settings))
-    assert response.status_code in (200, 202), response.text
-    return response.json()
-
-
 def baselines(client: TestClient, settings: DeploymentSettings, name: str) -> None:
     """Ask for the baseline and evaluate every baseline evaluation the grader created."""
-    admin(client, settings, "POST", f"/{name}/baseline")
+    admin_call(client, settings, "POST", f"/{name}/baseline")
     with Database(settings.database_url).session() as session:
         experiment = experiments.get_experiment(session, name)
         ids = [s.id for s in submissions.experiment_submissions(session, experiment) if not s.status.final]
@@ -100,7 +96,7 @@ def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_t
     answer = agent_get(client, experiment, f"/submissions/{first.number}")
     assert answer["split"] == "test"
     assert all(s["split"] == "test" for s in agent_get(client, experiment, "/scores")["submissions"])
-    view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
+    view = ExperimentAnswer.model_validate(admin_call(client, settings, "GET", f"/{experiment.name}"))
     assert view.final is not None and view.final.selection == "best_on_test"
     assert view.final.score == view.best_score and view.final.of == view.best_submission == first.id
     assert view.final.interval == answer["interval"]
@@ -110,7 +106,8 @@ def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_t
     assert refused.status_code == 409 and "feedback: test" in refused.json()["error"]
     # The admin's final step changes nothing in test mode.
     assert (
-        admin(client, settings, "POST", f"/{experiment.name}/final")["final"]["selection"] == "best_on_test"
+        admin_call(client, settings, "POST", f"/{experiment.name}/final")["final"]["selection"]
+        == "best_on_test"
     )
 
 
@@ -191,13 +188,15 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         row.end_time = utcnow() - timedelta(seconds=1)
     late = nominate({"submission_id": a.number})
     assert late.status_code == 403 and "budget" in late.json()["error"]
-    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
     assert view.final is not None and view.final.selection == "nominated" and view.final.of == a.id
     assert view.in_flight == 1 and view.test_evaluations == 0
     final_id = view.final.submission_id
     assert final_id is not None
     assert evaluate(final_id, settings)["status"] == "scored"
-    again_view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    again_view = ExperimentAnswer.model_validate(
+        admin_call(client, settings, "POST", f"/{experiment.name}/final")
+    )
     assert again_view.final is not None and again_view.final.submission_id == final_id  # once
     assert again_view.test_evaluations == 1
     assert again_view.submissions == 2 and again_view.total_submissions == 2  # the final is not the agent's
@@ -236,10 +235,10 @@ def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ti
         submissions.get_submission(session, second.id).score = submissions.get_submission(
             session, first.id
         ).score
-    view = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
+    view = ExperimentAnswer.model_validate(admin_call(client, settings, "GET", f"/{experiment.name}"))
     assert view.final is not None and (view.final.of, view.final.status) == (first.id, None)
     assert view.final.selection == "best_on_validation"
-    final = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    final = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
     assert final.final is not None and final.final.of == first.id and final.final.submission_id is not None
     # The final has begun: no more submissions, no nomination.
     copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
@@ -248,10 +247,6 @@ def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ti
     assert (
         client.post(f"{experiment.url_path}/final", json={"submission_id": first.number}).status_code == 409
     )
-
-
-def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> Any:
-    return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
 
 
 def test_a_nomination_of_a_failed_submission_is_refused(
@@ -343,7 +338,7 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
         test_baseline = submissions.baseline_submission(session, row, Split.TEST)
         assert test_baseline is not None
         test_baseline_id, test_baseline_score = test_baseline.id, test_baseline.score
-    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
     # Scored at once with the baseline's score on test: no evaluation ran, and the baseline's own
     # evaluation is not the agent's, so the experiment caused none on test.
     assert view.final is not None and (view.final.of, view.final.status) == (copy.id, "scored")
@@ -399,16 +394,18 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
         row.end_time = utcnow() - timedelta(seconds=1)
         snapshot = submissions.get_submission(session, a.id).snapshot
     assert snapshot is not None and settings.snapshot_dir is not None
-    first = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    first = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
     assert first.final is not None and first.final.submission_id is not None
     fail_as_the_evaluator(db, first.final.submission_id)
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]  # prunes snapshots
     assert (settings.snapshot_dir / snapshot).is_dir()  # kept: the final may be made again
 
-    failed = ExperimentAnswer.model_validate(admin(client, settings, "GET", f"/{experiment.name}"))
+    failed = ExperimentAnswer.model_validate(admin_call(client, settings, "GET", f"/{experiment.name}"))
     assert failed.final is not None and failed.final.status == "failed"
     assert failed.test_evaluations == 0 and failed.in_flight == 0  # no score was computed on test
-    second = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    second = ExperimentAnswer.model_validate(
+        admin_call(client, settings, "POST", f"/{experiment.name}/final")
+    )
     assert (
         second.final is not None
         and second.final.of == a.id
@@ -417,7 +414,9 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     assert second.final.submission_id not in (None, first.final.submission_id)
     assert second.in_flight == 1
     assert evaluate(second.final.submission_id, settings)["status"] == "scored"  # from the kept snapshot
-    scored = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    scored = ExperimentAnswer.model_validate(
+        admin_call(client, settings, "POST", f"/{experiment.name}/final")
+    )
     assert scored.final is not None and scored.final.submission_id == second.final.submission_id  # once
     assert scored.final.status == "scored" and scored.test_evaluations == 1
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
@@ -440,7 +439,9 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
         experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
     made = []
     for _ in range(MAX_FINAL_ATTEMPTS + 1):
-        view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+        view = ExperimentAnswer.model_validate(
+            admin_call(client, settings, "POST", f"/{experiment.name}/final")
+        )
         assert view.final is not None and view.final.submission_id is not None
         if view.final.status == "queued":
             made.append(view.final.submission_id)
@@ -457,10 +458,10 @@ def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_f
     c = submit(client, settings, other, "c")
     with db.session() as session:
         experiments.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
-    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
+    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{other.name}/final"))
     assert view.final is not None and view.final.submission_id is not None and view.final.of == c.id
     fail_as_the_evaluator(db, view.final.submission_id, how="checkpoint")
-    again = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{other.name}/final"))
+    again = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{other.name}/final"))
     assert again.final is not None and again.final.submission_id == view.final.submission_id
     assert again.final.status == "failed" and again.test_evaluations == 1
 
@@ -536,7 +537,7 @@ def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evalua
     client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
 ) -> None:
     experiment = register_experiment(feedback="sealed")
-    view = ExperimentAnswer.model_validate(admin(client, settings, "POST", f"/{experiment.name}/final"))
+    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
     assert view.final is None and view.test_evaluations == 0 and view.in_flight == 0
 
 

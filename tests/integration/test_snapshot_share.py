@@ -28,11 +28,12 @@ from autorl_evaluator.jobs import evaluate
 from autorl_grader.reconciler import reconcile_once
 from tests.support.grading import (
     RegisteredExperiment,
-    admin_headers,
+    admin_call,
     copy_model,
     evaluating_settings,
     make_unique,
     make_workspace,
+    nominate,
     register,
     row_id,
 )
@@ -57,10 +58,6 @@ def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) ->
     return client.post(
         f"{experiment.url_path}/submit", json={"model_path": f"output/{folder}"}, params={"wait": "false"}
     )
-
-
-def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> Any:
-    return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
 
 
 def record(db: Database, experiment: RegisteredExperiment, number: int, score: float) -> None:
@@ -101,9 +98,7 @@ def counted(db: Database, experiment: RegisteredExperiment) -> tuple[int, int]:
 
 
 def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> ExperimentAnswer:
-    response = client.request(method, f"/v1/experiments{path}", headers=admin_headers(settings))
-    assert response.status_code in (200, 202), response.text
-    return ExperimentAnswer.model_validate(response.json())
+    return ExperimentAnswer.model_validate(admin_call(client, settings, method, path))
 
 
 def end_budget(db: Database, experiment: RegisteredExperiment) -> None:

@@ -36,6 +36,18 @@ def admin_headers(settings: Any) -> dict[str, str]:
     return {"Authorization": f"Bearer {settings.admin_token_value}"}
 
 
+def admin_call(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> Any:
+    """The admin API's answer under ``/v1/experiments`` (200 or 202 expected), as JSON."""
+    response = client.request(method, f"/v1/experiments{path}", headers=admin_headers(settings))
+    assert response.status_code in (200, 202), response.text
+    return response.json()
+
+
+def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> httpx.Response:
+    """The agent's ``POST /final`` of its submission ``submission_id``."""
+    return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
+
+
 def make_workspace(root: Path) -> Path:
     workspace = root / f"ws-{uuid.uuid4().hex[:8]}"
     (workspace / "output").mkdir(parents=True)
