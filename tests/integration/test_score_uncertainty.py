@@ -114,14 +114,7 @@ def test_the_baseline_has_an_interval_and_no_comparison_and_a_clear_gain_is_dist
     base_id, better_id, noisy_id, old_id, failed_id = (
         number_of(db, i) for i in (base_id, better_id, noisy_id, old_id, failed_id)
     )
-    experiment = RegisteredExperiment(
-        name=run.name,
-        token=run.token,
-        url_path=f"/a/{run.token}",
-        workspace=run.workspace,
-        output_dir=run.workspace / "output",
-        view={},
-    )
+    experiment = run.as_agent()
     listed = {s["submission_id"]: s for s in get(client, experiment, "/scores")["submissions"]}
 
     base = get(client, experiment, f"/submissions/{base_id}")

@@ -61,18 +61,6 @@ def score(db: Database, submission_id: int, value: float) -> None:
         )
 
 
-def agent_of(run: SeededExperiment) -> RegisteredExperiment:
-    """A seeded experiment as its agent reaches it."""
-    return RegisteredExperiment(
-        name=run.name,
-        token=run.token,
-        url_path=f"/a/{run.token}",
-        workspace=run.workspace,
-        output_dir=run.workspace / "output",
-        view={},
-    )
-
-
 def agent_get(grader: httpx.Client, experiment: RegisteredExperiment, path: str, **params: Any) -> Any:
     response = grader.get(f"{experiment.url_path}{path}", params=params)
     assert response.status_code == 200, response.text
@@ -149,7 +137,7 @@ def test_scores_pages_and_a_reference_client_reads_every_submission_in_the_first
     grader: httpx.Client, served: ServedApp, db: Database, tmp_path: Path
 ) -> None:
     run = create_experiment(db, tmp_path / "workspace")
-    experiment = agent_of(run)
+    experiment = run.as_agent()
     for _ in range(101):  # one past the reference's 100 (failures of the platform's do not count)
         add_submission(db, run.name)
     first = agent_get(grader, experiment, "/scores")
@@ -175,7 +163,7 @@ def test_a_scores_answer_is_built_once_per_change_and_never_stale(
     grader: httpx.Client, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = create_experiment(db, tmp_path / "workspace")
-    experiment = agent_of(run)
+    experiment = run.as_agent()
     built: list[int] = []
     real_view: Callable[..., Any] = agent_routes.scores_view
 
@@ -276,7 +264,7 @@ def test_a_test_mode_baseline_shows_its_agent_no_time_either(
     experiments' baselines: its times are not the agent's in either mode."""
     run = create_experiment(db, tmp_path / "workspace", feedback=Feedback.TEST)
     add_submission(db, run.name, scores=scores(12.5), baseline=True)
-    base = agent_get(grader, agent_of(run), "/submissions/0")
+    base = agent_get(grader, run.as_agent(), "/submissions/0")
     assert base["score"] == 12.5 and base["timestamp"] is None and base["eval_seconds"] is None
 
 
@@ -300,7 +288,7 @@ def test_nothing_of_a_baseline_or_a_copy_of_the_base_tells_that_another_experime
     add_submission(db, measured.name, baseline=True, files="the base model", scores=scores(12.5))
     later = of_one_base("later")
     add_submission(db, later.name, baseline=True, files="the base model")
-    evaluated, reused = (agent_get(grader, agent_of(run), "/submissions/0") for run in (measured, later))
+    evaluated, reused = (agent_get(grader, run.as_agent(), "/submissions/0") for run in (measured, later))
     assert evaluated["score"] == reused["score"] == 12.5
     assert evaluated == {
         **reused,
@@ -311,4 +299,4 @@ def test_nothing_of_a_baseline_or_a_copy_of_the_base_tells_that_another_experime
     copy = add_submission(db, waiting.name, files="the base model")
     with db.read_session() as session:
         assert session.get(Submission, copy).waits_for == own_baseline
-    assert agent_get(grader, agent_of(waiting), "/submissions/1")["status"] == "queued"
+    assert agent_get(grader, waiting.as_agent(), "/submissions/1")["status"] == "queued"

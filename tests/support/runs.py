@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from autorl.store import Database, FailureReason, Feedback, Split, claims, experiments, outcomes, submissions
+from tests.support.grading import RegisteredExperiment
 
 WORKER = "test-worker"
 EVAL_CONFIG = {"task": "gsm8k", "backend": "hf", "protocol": "opencompass", "limit": None}
@@ -21,6 +22,17 @@ class SeededExperiment:
     name: str
     token: str
     workspace: Path
+
+    def as_agent(self) -> RegisteredExperiment:
+        """The experiment as its agent reaches it."""
+        return RegisteredExperiment(
+            name=self.name,
+            token=self.token,
+            url_path=f"/a/{self.token}",
+            workspace=self.workspace,
+            output_dir=self.workspace / "output",
+            view={},
+        )
 
 
 def create_experiment(
