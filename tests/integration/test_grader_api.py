@@ -485,7 +485,10 @@ def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
         f"the time budget of experiment {experiment.name!r} has not started yet; submissions are "
         "accepted once GET /time shows a start_time (the platform starts it when your agent starts)"
     )
+    assert client.get(f"{experiment.url_path}/time").json()["start_time"] is None
     assert submission_count(settings, experiment) == 0
+    client.post(f"/v1/experiments/{experiment.name}/start", json={}, headers=admin_headers(settings))
+    assert submit(client, experiment, "output/early", params={"wait": "false"}).status_code == 202
 
 
 @pytest.mark.parametrize(

@@ -72,28 +72,6 @@ def test_concurrent_submits_never_exceed_the_limit(
         assert len(stored) == LIMIT
 
 
-def test_submissions_before_the_budget_starts_are_refused(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
-    experiment = register_experiment(start=False)
-    copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
-    response = submit(client, experiment, "early")
-    assert response.status_code == 403
-    assert "has not started" in response.json()["detail"] and "GET /time" in response.json()["detail"]
-    assert client.get(f"{experiment.url_path}/time").json()["start_time"] is None
-    with db.session() as session:
-        assert (
-            submissions.experiment_submissions(session, experiments.get_experiment(session, experiment.name))
-            == []
-        )
-    client.post(f"/v1/experiments/{experiment.name}/start", json={}, headers=admin_headers(settings))
-    assert submit(client, experiment, "early").status_code == 202
-
-
 def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
     client: TestClient,
     experiment: RegisteredExperiment,
