@@ -527,6 +527,36 @@ def run_generate(model: Any, prompts: list[list[int]], new_tokens: int, pad_id: 
     return [row[width:] for row in out.cpu().tolist()]
 
 
+#: The small Qwen2 shape the learning benchmarks train from random init on a GPU (31M parameters).
+SMALL_MODEL: dict[str, Any] = {
+    "hidden_size": 512,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+}
+
+
+def small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
+    """The builtin tokenizer and a random-init Qwen2 model of :data:`SMALL_MODEL`'s shape (the
+    builtin tiny model's own shape for a smoke run), in bf16 on a GPU."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from autorl.models.tiny import build_tiny_qwen2
+
+    tiny = build_tiny_qwen2(root / "tiny-qwen2")
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    config = json.loads((tiny / "config.json").read_text(encoding="utf-8"))
+    if not smoke:
+        config.update(SMALL_MODEL, head_dim=SMALL_MODEL["hidden_size"] // SMALL_MODEL["num_attention_heads"])
+    config.pop("architectures")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).to(device)
+    if device == "cuda":
+        model = model.to(torch.bfloat16)
+    return tokenizer, model
+
+
 def fast_trainer(
     model: Any,
     tokenizer: Any,

@@ -19,7 +19,7 @@
    the safetensors file straight to the GPU into a resident model of the same architecture,
    each to the first generated id of one prompt.
 
-    PYTHONPATH=.:bench:services/agent-runner python3 bench/grpo_gpu.py
+    PYTHONPATH=.:bench:services/agents python3 bench/grpo_gpu.py
 
 Writes ``bench/results/grpo_gpu.json`` after every part.
 """
@@ -50,12 +50,6 @@ DESIGN_REFERENCE = {
     "source": "design document, reference measurements (one H200, 2026-11-30, TRL 1.16 GRPOTrainer at "
     "the same settings)",
 }
-SMALL_MODEL = {
-    "hidden_size": 512,
-    "intermediate_size": 2048,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 8,
-}
 
 
 def main() -> None:
@@ -78,7 +72,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "benchmark": "grpo_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
-        "command": "PYTHONPATH=.:bench:services/agent-runner python3 bench/grpo_gpu.py",
+        "command": "PYTHONPATH=.:bench:services/agents python3 bench/grpo_gpu.py",
         "environment": {
             "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
             "torch": torch.__version__,
@@ -282,25 +276,6 @@ def _fast(
     }
 
 
-def _small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from autorl.models.tiny import build_tiny_qwen2
-
-    tiny = build_tiny_qwen2(root / "tiny-qwen2")
-    tokenizer = AutoTokenizer.from_pretrained(tiny)
-    config = json.loads((tiny / "config.json").read_text(encoding="utf-8"))
-    if not smoke:
-        config.update(SMALL_MODEL, head_dim=SMALL_MODEL["hidden_size"] // SMALL_MODEL["num_attention_heads"])
-    config.pop("architectures")
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).to(device)
-    if device == "cuda":
-        model = model.to(torch.bfloat16)
-    return tokenizer, model
-
-
 def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
     from autorl.decoding.greedy_engine import generate_greedy
     from autorl.tasks.arith import ArithTask, generate_problems
@@ -308,7 +283,7 @@ def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any
     from autorl_agents.sft import sft_target
 
     task = ArithTask()
-    tokenizer, model = _small_model(root, device, args.smoke)
+    tokenizer, model = common.small_model(root, device, args.smoke)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     train = task.train_problems()[: 128 if args.smoke else None]
     held_out = generate_problems(HELD_OUT_SEED, 8 if args.smoke else 200)
@@ -343,7 +318,7 @@ def learning(root: Path, args: argparse.Namespace, device: str) -> dict[str, Any
 
     common.log("learning: initial accuracy")
     out: dict[str, Any] = {
-        "model": f"Qwen2 architecture {SMALL_MODEL}, builtin tokenizer, random init, bf16",
+        "model": f"Qwen2 architecture {common.SMALL_MODEL}, builtin tokenizer, random init, bf16",
         "parameters": sum(p.numel() for p in model.parameters()),
         "held_out": f"200 arith problems, seed {HELD_OUT_SEED}",
         "accuracy_initial": accuracy(),

@@ -37,7 +37,8 @@ BENCHMARK_ENV: dict[str, dict[str, str]] = {
 #: Name → the command to run on a GPU machine, from the repository root.
 GPU_BENCHMARKS: dict[str, str] = {
     "hf_generation_gpu": "PYTHONPATH=.:bench python3 bench/hf_generation_gpu.py",
-    "grpo_gpu": "PYTHONPATH=.:bench:services/agent-runner python3 bench/grpo_gpu.py",
+    "grpo_gpu": "PYTHONPATH=.:bench:services/agents python3 bench/grpo_gpu.py",
+    "grpo_learning_gpu": "PYTHONPATH=.:bench:services/agents python3 bench/grpo_learning_gpu.py --grpo-s 80",
     "parallel_gpu": "PYTHONPATH=.:bench python3 -m torch.distributed.run --nproc-per-node 2 "
     "bench/parallel_gpu.py",
     "hf_eval_gpu": "PYTHONPATH=.:services/evaluator-worker python3 bench/hf_eval_gpu.py "

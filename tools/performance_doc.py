@@ -153,6 +153,28 @@ def grpo_learning() -> str:
     )
 
 
+def grpo_headroom() -> str:
+    """The fast path's GRPO from a checkpoint with headroom, one run a learning rate."""
+    data = load_results("grpo_learning_gpu")
+    start, runs = data["checkpoint"], data["runs"]
+    lines = [
+        f"Measured {_when(data['date'])} on one {data['environment']['gpu']}. Held out: {start['held_out']}; "
+        f"the checkpoint ({start['sft']['steps']} SFT steps) answers {start['accuracy']} % of them greedily. "
+        f"{data['settings']['prompts']} prompts x {data['settings']['generations']} completions a step.",
+        "",
+        "| learning rate | steps | training s | held-out accuracy % | gained / lost | McNemar p "
+        "| completion tok/s |",
+        "| ---: | ---: | ---: | --- | --- | ---: | ---: |",
+    ]
+    for name, run in runs.items():
+        lines.append(
+            f"| {name} | {run['steps']} | {run['trained_s']} | {start['accuracy']} → **{run['accuracy']}** | "
+            f"{run['gains']} / {run['losses']} | {run['p_value']:.2g} | "
+            f"{number(run['completion_tokens_per_s'], 0)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def bf16_agreement() -> str:
     part = load_results("grpo_gpu")["learning"]
     if part.get("status") == "error" or "agreement" not in part:
@@ -533,6 +555,16 @@ def warm_opencompass_cpu() -> str:
             f"{split['median_s']['command']} s, the warm worker {split['median_s']['warm']} s "
             f"(**{split['command_over_warm']}×**)."
         )
+        if "warm_counted" in split["median_s"]:
+            same = split["completions_are_the_gpus"] and split.get("same_scores", False)
+            lines.append(
+                f"The warm worker before its length check was bounded and its role tables copied plainly "
+                f"(every prompt tokenized): {split['median_s']['warm_counted']} s, "
+                f"**{split['warm_counted_over_warm']}×** the warm worker's time; before its config dumps "
+                f"went unformatted too: {split['median_s']['warm_formatted']} s "
+                f"(**{split['warm_formatted_over_warm']}×**); completions and scores the same in every "
+                f"variant: {'yes' if same else 'NO'}."
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -691,6 +723,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "opencompass-cpu": opencompass_cpu,
     "grpo-throughput": grpo_throughput,
     "grpo-learning": grpo_learning,
+    "grpo-headroom": grpo_headroom,
     "bf16-agreement": bf16_agreement,
     "weight-swap": weight_swap,
     "autorl-run-gpu": autorl_run,
