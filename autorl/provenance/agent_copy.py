@@ -3,8 +3,9 @@
 On a cluster the evaluators hold the test split and mount no workspace; the grader reads the
 workspace (it snapshots submissions from it) and writes the snapshot volume, which the evaluators
 read and the agent cannot reach. So once the agent has ended, the grader copies the text files of
-its ``code/`` and ``output/`` into ``provenance-<experiment id>/`` there, and an evaluator reads the
-copy for the test questions (:mod:`autorl.provenance.overlap`, the rule of ``autorl run``).
+its ``code/`` and ``output/``, and of the rest of its workspace (an agent's pod may write anywhere
+in it but its read-only mounts), into ``provenance-<experiment id>/`` there, and an evaluator reads
+the copy for the test questions (:mod:`autorl.provenance.overlap`, the rule of ``autorl run``).
 
 The copy follows the scan's own rules, so that it holds what the scan would read and no more: no
 link is followed (a root that is one is not copied), only regular files are opened (never a FIFO or
@@ -23,7 +24,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,10 @@ from autorl.provenance.overlap import (
     walk_files,
 )
 
-#: The copy's folder below it: one folder per root, named as the root (``code``, ``output``).
+#: The copy's folder below it: one folder per root, named by its label (``code``, ``output``).
 FILES = "files"
+#: The label of the rest of the workspace (what is neither ``code/`` nor ``output/``).
+WORKSPACE = "workspace"
 #: Written last: the copy is complete (what it holds, what the caps cut, the final's snapshot).
 MANIFEST = "copied.json"
 
@@ -77,26 +80,32 @@ class CopiedFiles:
 
 
 def copy_text_files(
-    roots: Sequence[Path],
+    roots: Mapping[str, Path],
     dest: Path,
     *,
     max_file_bytes: int = MAX_FILE_BYTES,
     max_total_bytes: int = MAX_TOTAL_BYTES,
     max_files: int = MAX_FILES,
+    leave_out: Collection[Path] = (),
 ) -> CopiedFiles:
-    """Copy the text files under each of ``roots`` to ``dest/<root's name>/`` (``dest`` must not
-    exist), by the scan's rules and within its caps."""
-    labels = [root.name for root in roots]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"roots must have distinct names, not {labels}")
+    """Copy the text files under each of ``roots`` (label → folder) to ``dest/<label>/`` (``dest``
+    must not exist), by the scan's rules and within its caps. A root inside another (``code`` in
+    the workspace) is copied once, under its own label; nothing under ``leave_out`` is copied."""
+    for label in roots:
+        if label in ("", ".", "..") or "/" in label:
+            raise ValueError(f"a root's label must be a plain name, not {label!r}")
     dest.mkdir(mode=0o755)
     files = written = 0
     truncated: list[str] = []
     unreadable: list[str] = []
     stopped = False
-    for root in roots:
+    for label, root in roots.items():
+        inner = [other for other in roots.values() if other != root and other.is_relative_to(root)]
+        inner += [path for path in leave_out if path.is_relative_to(root)]
         for below, name, dir_fd in walk_files(root, MAX_DEPTH):
             if name.lower().endswith(WEIGHT_SUFFIXES):
+                continue
+            if any((root / below).is_relative_to(other) for other in inner):
                 continue
             if files >= max_files or written >= max_total_bytes:
                 stopped = True
@@ -104,14 +113,14 @@ def copy_text_files(
             fd = open_regular(name, dir_fd)
             if fd is None:
                 if _is_regular(name, dir_fd):
-                    unreadable.append(shown_path(f"{root.name}/{below}"))
+                    unreadable.append(shown_path(f"{label}/{below}"))
                 continue
             try:
                 table = name.lower().endswith(TEXT_TABLE_SUFFIXES)
                 if not table and b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
                     continue
                 limit = min(max_file_bytes, max_total_bytes - written)
-                target = dest / root.name / below
+                target = dest / label / below
                 target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
                 read, more = _copy(fd, target, limit)
             finally:
@@ -119,7 +128,7 @@ def copy_text_files(
             files += 1
             written += read
             if more:
-                truncated.append(shown_path(f"{root.name}/{below}"))
+                truncated.append(shown_path(f"{label}/{below}"))
                 if limit < max_file_bytes:
                     stopped = True
                     break
@@ -160,13 +169,15 @@ def _copy(fd: int, target: Path, limit: int) -> tuple[int, bool]:
     return copied, copied == limit and bool(os.read(fd, 1))
 
 
-def stage_copy(roots: Sequence[Path], folder: Path) -> tuple[Path, CopiedFiles]:
+def stage_copy(
+    roots: Mapping[str, Path], folder: Path, *, leave_out: Collection[Path] = ()
+) -> tuple[Path, CopiedFiles]:
     """A fresh staging folder beside ``folder`` holding the copy of ``roots`` under :data:`FILES`
     and its manifest; the caller adds the final's snapshot, then :func:`publish` s it."""
     staging = folder.with_name(f".{folder.name}-{uuid.uuid4().hex[:12]}")
     staging.mkdir(mode=0o755, parents=True)
     try:
-        copied = copy_text_files(roots, staging / FILES)
+        copied = copy_text_files(roots, staging / FILES, leave_out=leave_out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -3,7 +3,8 @@ against the kmock emulator and a real grader (tests/support/kube_emulator.py), t
 evaluator that takes the check (autorl_evaluator.provenance_job) as it plays the one that scores.
 
 An agent that leaves test questions in its ``output/`` (one file plain, one under a name built to
-break terminals; one more behind a link out of the workspace and a FIFO beside them) gets
+break terminals; one more behind a link out of the workspace and a FIFO beside them) and one in a
+folder of its own beside ``code/`` and ``output/`` gets
 ``testOverlap`` in its Experiment's status, the files and counts in evaluator storage (never a
 question), and its final scored on the twin split; one that leaves train questions gets 0."""
 
@@ -150,21 +151,28 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     outside.write_text("\n".join(questions[4:8]))
     (workspace / "output" / "link.txt").symlink_to(outside)
     os.mkfifo(workspace / "output" / "pipe.txt")
+    # Beside code/ and output/: the agent's pod writes the whole workspace but its read-only mounts.
+    (workspace / ".stash").mkdir()
+    (workspace / ".stash" / "q.md").write_text(f"- {questions[8]}\n")
 
     status = await end_agent_and_play_the_check(platform, ref)
 
-    assert status["testOverlap"] == 4
-    assert "4 test problem(s) found in the agent's files" in status["message"]
+    assert status["testOverlap"] == 5
+    assert "5 test problem(s) found in the agent's files" in status["message"]
     assert isinstance(status["twinScore"], float) and 0.0 <= status["twinPValue"] <= 1.0
     record_path = platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json"
     text = record_path.read_text()
     record = json.loads(text)
     files = {entry["path"]: entry["problems"] for entry in record["test"]["files"]}
-    assert files == {"output/\x1b[31mred\nname\\xff.txt": 1, "output/notes/stolen.jsonl": 3}
+    assert files == {
+        "output/\x1b[31mred\nname\\xff.txt": 1,
+        "output/notes/stolen.jsonl": 3,
+        "workspace/.stash/q.md": 1,
+    }
     assert record["twins"]["score"] == status["twinScore"] and "custom image" in record["not_read"]
     assert not any(question[:60] in text for question in questions)
     view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
-    assert (view["test_overlap"], view["twin_score"]) == (4, status["twinScore"])
+    assert (view["test_overlap"], view["twin_score"]) == (5, status["twinScore"])
 
 
 async def test_train_questions_in_the_agents_output_count_nothing(

@@ -36,6 +36,10 @@ def workspace(tmp_path: Path) -> tuple[Path, Path]:
     return code, output
 
 
+def roots(code: Path, output: Path) -> dict[str, Path]:
+    return {"code": code, "output": output}
+
+
 def copied_names(dest: Path) -> set[str]:
     return {str(path.relative_to(dest)) for path in dest.rglob("*") if path.is_file()}
 
@@ -49,13 +53,13 @@ def test_text_files_are_copied_under_their_roots_name_and_the_copy_scans_as_the_
     (output / "notes" / "data.jsonl").write_text(json.dumps({"q": QUESTION}) + "\n")
     (output / "cache.arrow").write_bytes(b"\0\0ARROW" + QUESTION.encode() + b"\0")
 
-    copied = copy_text_files([code, output], tmp_path / "copy")
+    copied = copy_text_files(roots(code, output), tmp_path / "copy")
 
     expected = {"code/train.py", "output/notes/data.jsonl", "output/cache.arrow"}
     assert copied_names(tmp_path / "copy") == expected
     assert (copied.files, copied.truncated, copied.stopped_early) == (3, (), False)
     index = OverlapIndex([QUESTION])
-    original = scan_files([code, output], index)
+    original = scan_files([code, output], index)  # labelled by the folders' names, as the copy
     copy = scan_files([tmp_path / "copy" / "code", tmp_path / "copy" / "output"], index)
     assert copy.files == original.files == (("output/cache.arrow", 1), ("output/notes/data.jsonl", 1))
 
@@ -74,7 +78,7 @@ def test_links_fifos_weights_and_binary_files_are_not_copied(tmp_path: Path) -> 
     done = threading.Event()
 
     def copy() -> None:
-        copy_text_files([code, output], tmp_path / "copy")
+        copy_text_files(roots(code, output), tmp_path / "copy")
         done.set()
 
     worker = threading.Thread(target=copy, daemon=True)
@@ -91,7 +95,7 @@ def test_a_file_the_grader_may_not_read_is_named_not_skipped_in_silence(tmp_path
     hidden.write_text(QUESTION)
     hidden.chmod(0)
     try:
-        copied = copy_text_files([code, output], tmp_path / "copy")
+        copied = copy_text_files(roots(code, output), tmp_path / "copy")
     finally:
         hidden.chmod(0o600)
     assert copied.files == 0 and copied.unreadable == ("output/hidden.txt",)
@@ -106,7 +110,7 @@ def test_a_root_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
     output.rmdir()
     output.symlink_to(outside)
 
-    copied = copy_text_files([code, output], tmp_path / "copy")
+    copied = copy_text_files(roots(code, output), tmp_path / "copy")
 
     assert copied.files == 0 and copied_names(tmp_path / "copy") == set()
 
@@ -116,16 +120,16 @@ def test_caps_bound_each_file_the_total_and_the_count_and_name_what_they_cut(tmp
     (output / "a-huge.txt").write_text("x " * 5000)
     (output / "b.txt").write_text("y " * 10)
 
-    per_file = copy_text_files([code, output], tmp_path / "one", max_file_bytes=100)
+    per_file = copy_text_files(roots(code, output), tmp_path / "one", max_file_bytes=100)
     assert (tmp_path / "one" / "output" / "a-huge.txt").stat().st_size == 100
     assert per_file.truncated == ("output/a-huge.txt",) and not per_file.stopped_early
 
-    total = copy_text_files([code, output], tmp_path / "two", max_total_bytes=150)
+    total = copy_text_files(roots(code, output), tmp_path / "two", max_total_bytes=150)
     assert total.stopped_early and total.bytes <= 150
 
     for index in range(5):
         (code / f"f{index}.txt").write_text("z")
-    counted = copy_text_files([code, output], tmp_path / "three", max_files=3)
+    counted = copy_text_files(roots(code, output), tmp_path / "three", max_files=3)
     assert counted.files == 3 and counted.stopped_early
 
 
@@ -136,7 +140,7 @@ def test_names_built_to_break_things_are_copied_as_bytes_and_shown_as_text(tmp_p
         with open(os.fsencode(output) + b"/" + name, "wb") as handle:
             handle.write(b"a " * 200)
 
-    copied = copy_text_files([code, output], tmp_path / "copy", max_file_bytes=10)
+    copied = copy_text_files(roots(code, output), tmp_path / "copy", max_file_bytes=10)
 
     on_disk = set(os.listdir(os.fsencode(tmp_path / "copy" / "output")))
     assert on_disk == set(odd)
@@ -146,13 +150,13 @@ def test_names_built_to_break_things_are_copied_as_bytes_and_shown_as_text(tmp_p
     text.encode("utf-8")
 
 
-def test_the_destination_must_be_new_and_roots_distinct(tmp_path: Path) -> None:
+def test_the_destination_must_be_new_and_labels_plain_names(tmp_path: Path) -> None:
     code, output = workspace(tmp_path)
     (tmp_path / "copy").mkdir()
     with pytest.raises(FileExistsError):
-        copy_text_files([code, output], tmp_path / "copy")
-    with pytest.raises(ValueError, match="distinct"):
-        copy_text_files([code, code], tmp_path / "other")
+        copy_text_files(roots(code, output), tmp_path / "copy")
+    with pytest.raises(ValueError, match="plain name"):
+        copy_text_files({"../up": code}, tmp_path / "other")
 
 
 def test_a_copy_is_seen_only_once_complete_and_replaces_an_earlier_one(tmp_path: Path) -> None:
@@ -160,7 +164,7 @@ def test_a_copy_is_seen_only_once_complete_and_replaces_an_earlier_one(tmp_path:
     (output / "a.txt").write_text("a")
     folder = tmp_path / "snapshots" / provenance_folder(7)
     assert folder.name == "provenance-7"
-    staging, copied = stage_copy([code, output], folder)
+    staging, copied = stage_copy(roots(code, output), folder)
     assert read_manifest(folder) is None and (staging / FILES / "output" / "a.txt").is_file()
     folder.mkdir()
     (folder / "stale").write_text("left by a copy that died")
@@ -169,3 +173,25 @@ def test_a_copy_is_seen_only_once_complete_and_replaces_an_earlier_one(tmp_path:
     assert not (folder / "stale").exists() and not staging.exists()
     (folder / MANIFEST).write_text("[]")
     assert read_manifest(folder) is None
+
+
+def test_the_rest_of_the_workspace_is_copied_once_beside_its_code_and_output(tmp_path: Path) -> None:
+    """An agent's pod may write anywhere in its workspace but its read-only mounts: what lies beside
+    code/ and output/ is copied under the workspace's label, code/ and output/ only under their own,
+    and what is left out (the platform's data/) not at all."""
+    code, output = workspace(tmp_path)
+    (tmp_path / "ws" / "stash").mkdir()
+    (tmp_path / "ws" / "stash" / "q.txt").write_text(QUESTION)
+    (tmp_path / "ws" / "top.md").write_text("notes")
+    (output / "o.txt").write_text("o")
+    (tmp_path / "ws" / "data").mkdir()
+    (tmp_path / "ws" / "data" / "train.jsonl").write_text("the platform's, left out")
+
+    copied = copy_text_files(
+        {**roots(code, output), "workspace": tmp_path / "ws"},
+        tmp_path / "copy",
+        leave_out=[tmp_path / "ws" / "data"],
+    )
+
+    assert copied_names(tmp_path / "copy") == {"output/o.txt", "workspace/stash/q.txt", "workspace/top.md"}
+    assert copied.files == 3

@@ -6,9 +6,10 @@ where a final was scored, snapshots the final again from the agent's folder, che
 fingerprint it was scored under (:mod:`autorl.provenance.agent_copy`; the evaluators mount no
 workspace). This job, on an evaluator (it holds the test split):
 
-* reads the copy for the test split's questions, and sealed, the validation split's
-  (:func:`autorl_evaluator.provenance.read_agent_files`, the rule of ``autorl run``); the files and
-  counts go to ``AUTORL_EVAL_DIR/provenance/<experiment>.json``, never a question;
+* reads the copy (``code/``, ``output/``, the rest of the workspace) for the test split's
+  questions, and sealed, the validation split's
+  (:func:`autorl_evaluator.provenance.read_agent_files`, the rule of ``autorl run``); the files
+  and counts go to ``AUTORL_EVAL_DIR/provenance/<experiment>.json``, never a question;
 * scores the final and the base model once on the twin split
   (:func:`autorl_evaluator.provenance.score_twin_split`);
 * records ``test_overlap``, ``twin_score`` and ``twin_p_value`` in the store together: a recorded
@@ -16,7 +17,7 @@ workspace). This job, on an evaluator (it holds the test split):
   scored on twins; the record says why).
 
 A custom agent image's own files are not read on a cluster: they are in the image, which no
-platform pod runs; only what the agent left in ``code/`` and ``output/`` is. Safe to run twice: a
+platform pod runs; only what the agent left in its workspace is. Safe to run twice: a
 recorded check is not made again.
 """
 
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import AutoRLError
-from autorl.provenance.agent_copy import FILES, provenance_folder, read_manifest
+from autorl.layout import CODE_DIR, OUTPUT_DIR
+from autorl.provenance.agent_copy import FILES, WORKSPACE, provenance_folder, read_manifest
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
 from autorl.store import Database, Experiment, Feedback, experiments
 from autorl.tasks import get_task
@@ -37,8 +39,8 @@ from autorl_evaluator.settings import WorkerSettings
 
 log = logging.getLogger("autorl.evaluator.provenance")
 
-#: The workspace folders the grader copies (their names label the record's paths).
-ROOTS = ("code", "output")
+#: What the grader copies: code/, output/ and the rest of the workspace (labelling the record's paths).
+ROOTS = (CODE_DIR, OUTPUT_DIR, WORKSPACE)
 
 
 class CopyNotReadyError(AutoRLError):
@@ -92,7 +94,7 @@ def _check(db: Database, experiment_id: int, settings: WorkerSettings) -> dict[s
         why = str(manifest.get("final_note") or "the grader took no snapshot of the final")
     notes = {
         "copy": manifest.get("copied"),
-        "not_read": "a custom image's own files (only the workspace's code/ and output/ are copied)",
+        "not_read": "a custom image's own files (only the agent's workspace is copied)",
         "twins": {"score": twins.score, "p_value": twins.p_value, "note": why} if twins else {"note": why},
     }
     counts, record = read_agent_files(

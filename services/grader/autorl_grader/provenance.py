@@ -2,10 +2,10 @@
 
 The evaluators hold the test split and mount no workspace; this grader reads the workspace. So once
 the experiment is closed (the agent has ended and cannot react, the final is chosen and scored),
-:func:`begin_provenance` copies the agent's text files of ``code/`` and ``output/`` into the snapshot
-volume (:mod:`autorl.provenance.agent_copy`: no link followed, only regular files, within the scan's
-caps), snapshots the final again from the agent's folder where one was scored (refused unless its
-files are still the ones scored), and queues the evaluator's check
+:func:`begin_provenance` copies the agent's text files of ``code/``, ``output/`` and the rest of
+its workspace into the snapshot volume (:mod:`autorl.provenance.agent_copy`: no link followed, only
+regular files, within the scan's caps), snapshots the final again from the agent's folder where one
+was scored (refused unless its files are still the ones scored), and queues the evaluator's check
 (:mod:`autorl_evaluator.provenance_job`), which records ``test_overlap`` (and the twin split's
 ``twin_score``, ``twin_p_value``) when done. Copies are made one at a time per experiment, under
 the lease a submission's copy takes; asked again, it queues the check again unless it is recorded.
@@ -21,8 +21,8 @@ from typing import Any
 
 from autorl.checkpoints.snapshot import remove_snapshot, snapshot_submission
 from autorl.errors import CheckpointError, ConflictError
-from autorl.layout import CODE_DIR, OUTPUT_DIR
-from autorl.provenance.agent_copy import provenance_folder, publish, read_manifest, stage_copy
+from autorl.layout import CODE_DIR, DATA_DIR, OUTPUT_DIR
+from autorl.provenance.agent_copy import WORKSPACE, provenance_folder, publish, read_manifest, stage_copy
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
 from autorl.store import experiments
 from autorl.store.models import ExperimentStatus
@@ -69,7 +69,10 @@ def begin_provenance(state: GraderState, name: str) -> bool:
 
 
 def _copy(workspace: Path, folder: Path, inputs: TwinInputs | None, no_final: str) -> None:
-    staging, copied = stage_copy([workspace / CODE_DIR, workspace / OUTPUT_DIR], folder)
+    # The agent's pod writes the whole workspace but its read-only mounts: code/, output/, the rest
+    # but data/ (the platform's train split; the base model's mount point holds nothing).
+    roots = {CODE_DIR: workspace / CODE_DIR, OUTPUT_DIR: workspace / OUTPUT_DIR, WORKSPACE: workspace}
+    staging, copied = stage_copy(roots, folder, leave_out=[workspace / DATA_DIR])
     manifest: dict[str, Any] = {"copied": copied.to_json(), "final": None, "final_note": no_final}
     try:
         if inputs is not None:
