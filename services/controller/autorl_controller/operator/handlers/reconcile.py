@@ -428,16 +428,25 @@ class Step:
             reason=Reason.EVALUATIONS_IN_FLIGHT,
         )
 
-    async def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The Job's pods; None when this controller may not read pods (an older Role)."""
-        uid = job["metadata"].get("uid", "")
+    async def _readable(
+        self, resource: Resource, *, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The objects of ``resource`` in the experiment's namespace that match the selectors; None
+        when this controller may not read them (an older Role)."""
         try:
-            pods = await self.context.kube.list(
-                PODS, self.ref.namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}"
+            return await self.context.kube.list(
+                resource, self.ref.namespace, label_selector=label_selector, field_selector=field_selector
             )
         except KubeError as exc:
             if exc.status != 403:
                 raise
+            return None
+
+    async def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The Job's pods; None when this controller may not read pods (an older Role)."""
+        uid = job["metadata"].get("uid", "")
+        pods = await self._readable(PODS, label_selector=f"batch.kubernetes.io/controller-uid={uid}")
+        if pods is None:
             return None
         # Only this Job's own pods (an earlier run's, still terminating, never count).
         return [
@@ -480,13 +489,8 @@ class Step:
         if pods and not live:
             return None
         about = live[0]["metadata"]["name"] if live else job["metadata"]["name"]
-        try:
-            events = await self.context.kube.list(
-                EVENTS, self.ref.namespace, field_selector=f"involvedObject.name={about}"
-            )
-        except KubeError as exc:
-            if exc.status != 403:
-                raise
+        events = await self._readable(EVENTS, field_selector=f"involvedObject.name={about}")
+        if events is None:
             return None
         mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == about]
         return event_wait(mine, what, has_pods=bool(pods))
