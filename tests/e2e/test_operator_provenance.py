@@ -34,6 +34,7 @@ from tests.support.grading import make_unique
 from tests.support.kube_emulator import (
     EXPERIMENTS,
     FIXTURE_DATA,
+    PODS,
     Platform,
     admin,
     complete,
@@ -45,6 +46,7 @@ from tests.support.settings import DeploymentSettings
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 CHECKING = "checking the agent's files for test questions"
+POD_RUNS = "waiting for the agent's pod to stop"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -83,33 +85,46 @@ async def evaluate_waiting(platform: Platform, ref: ExperimentRef) -> list[int]:
     return waiting
 
 
-async def run_agent(platform: Platform, name: str, tiny_base_model: Path) -> ExperimentRef:
+async def run_agent(platform: Platform, name: str, tiny_base_model: Path) -> tuple[ExperimentRef, str]:
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     await platform.apply(manifest)
     ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
-    await platform.run_agent_pod(ref)
+    pod = await platform.run_agent_pod(ref)
     await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
     )
-    return ref
+    return ref, pod
 
 
-async def end_agent_and_play_the_check(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
-    """The agent's Job ends; the evaluator takes what the controller asks for (a sealed
-    experiment's final evaluation), and once the controller has asked for the check, makes it."""
+async def end_agent_and_play_the_check(platform: Platform, ref: ExperimentRef, pod: str) -> dict[str, Any]:
+    """The agent's Job ends, its pod a moment later; the evaluator takes what the controller asks
+    for (a sealed experiment's final evaluation), and once the controller has asked for the check,
+    makes it. Nothing is read while the agent's pod still runs."""
     await platform.patch_job_status(
         ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
     )
+    folder = platform.grader_settings.snapshot_dir / provenance_folder(experiment_id(platform, ref))
+    pod_ended = False
     for _ in range(240):
         await evaluate_waiting(platform, ref)
         current = await platform.get(f"{EXPERIMENTS}/{ref.name}")
-        if current is not None and CHECKING in (current["status"].get("message") or ""):
+        message = (current or {}).get("status", {}).get("message") or ""
+        if POD_RUNS in message and not pod_ended:
+            assert not folder.exists(), "the agent's files were copied while its pod ran"
+            response = await platform.kube.patch(
+                f"{PODS}/{pod}/status",
+                json={"status": {"phase": "Succeeded"}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            response.raise_for_status()
+            pod_ended = True
+        if CHECKING in message:
             break
         await asyncio.sleep(0.5)
     else:
         raise AssertionError("the controller did not ask for the provenance check")
-    folder = platform.grader_settings.snapshot_dir / provenance_folder(experiment_id(platform, ref))
+    assert pod_ended, "the controller asked for the check without waiting for the agent's pod"
     assert read_manifest(folder) is not None, "the grader copies the files before the check is asked"
     result = await asyncio.to_thread(check_provenance, experiment_id(platform, ref), platform.grader_settings)
     assert result["status"] == "checked", result
@@ -122,7 +137,7 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     platform: Platform, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     name = "gsm8k-brought-in"
-    ref = await run_agent(platform, name, tiny_base_model)
+    ref, pod = await run_agent(platform, name, tiny_base_model)
     workspace = platform.shared / ref.workspace_subpath
     model = platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B")
     url, _ = await platform.agent_credentials(name)
@@ -155,7 +170,7 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     (workspace / ".stash").mkdir()
     (workspace / ".stash" / "q.md").write_text(f"- {questions[8]}\n")
 
-    status = await end_agent_and_play_the_check(platform, ref)
+    status = await end_agent_and_play_the_check(platform, ref, pod)
 
     assert status["testOverlap"] == 5
     assert "5 test problem(s) found in the agent's files" in status["message"]
@@ -179,12 +194,12 @@ async def test_train_questions_in_the_agents_output_count_nothing(
     platform: Platform, tiny_base_model: Path
 ) -> None:
     name = "gsm8k-honest"
-    ref = await run_agent(platform, name, tiny_base_model)
+    ref, pod = await run_agent(platform, name, tiny_base_model)
     train = read_problems(FIXTURE_DATA / "gsm8k" / "train.jsonl")
     output = platform.shared / ref.workspace_subpath / "output"
     (output / "train-copy.jsonl").write_text("".join(json.dumps({"q": p.question}) + "\n" for p in train))
 
-    status = await end_agent_and_play_the_check(platform, ref)
+    status = await end_agent_and_play_the_check(platform, ref, pod)
 
     # Nothing was submitted: no final, so no twin score; the files hold no test question.
     assert status["testOverlap"] == 0 and "twinScore" not in status
@@ -211,7 +226,7 @@ async def test_a_sealed_experiments_validation_problems_are_counted_and_its_fina
     await platform.wait_phase(name, "Baseline")
     await evaluate_waiting(platform, ref)
     await platform.wait_phase(name, "Running")
-    await platform.run_agent_pod(ref)
+    pod = await platform.run_agent_pod(ref)
     await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
     )
@@ -232,7 +247,7 @@ async def test_a_sealed_experiments_validation_problems_are_counted_and_its_fina
         f"EXAMPLES = {[test[0].question, validation[0].question]!r}\n"
     )
 
-    status = await end_agent_and_play_the_check(platform, ref)
+    status = await end_agent_and_play_the_check(platform, ref, pod)
 
     assert status["finalSelection"] == "best_on_validation" and status["testOverlap"] == 1
     assert isinstance(status["twinScore"], float) and 0.0 <= status["twinPValue"] <= 1.0

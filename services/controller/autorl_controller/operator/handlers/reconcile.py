@@ -546,6 +546,14 @@ class Step:
         closed = view.finished_at if view.finished_at is not None else time.time()
         if time.time() - closed >= self.settings.provenance_wait_s:
             return view
+        if await self.agent_pod_runs():
+            await self._move(
+                Phase.FINISHING,
+                "waiting for the agent's pod to stop before its files are read",
+                status_from_view(view),
+                reason=Reason.EVALUATIONS_IN_FLIGHT,
+            )
+            return None
         try:
             checked = await self.context.grader.check_provenance(self.ref.grader_name)
         except GradingError as exc:
@@ -564,6 +572,20 @@ class Step:
             reason=Reason.EVALUATIONS_IN_FLIGHT,
         )
         return None
+
+    async def agent_pod_runs(self) -> bool:
+        """Whether a pod of the agent's Job may still run: the Job's verdict comes before its pods
+        end, and a Job deleted at the deadline leaves its pods their grace period. Its files are read
+        once none runs, so that the agent cannot react (unknown where pods may not be read)."""
+        try:
+            pods = await self.context.kube.list(
+                PODS, self.ref.namespace, label_selector=f"job-name={self.ref.agent_job_name}"
+            )
+        except KubeError as exc:
+            if exc.status != 403:
+                raise
+            return False
+        return any((pod.get("status") or {}).get("phase") in (None, "Pending", "Running") for pod in pods)
 
     async def _view(self) -> ExperimentAnswer | None:
         """The grader's view of the experiment; None (and Failed) when the grader has none."""
