@@ -577,15 +577,9 @@ class Step:
         """Whether a pod of the agent's Job may still run: the Job's verdict comes before its pods
         end, and a Job deleted at the deadline leaves its pods their grace period. Its files are read
         once none runs, so that the agent cannot react (unknown where pods may not be read)."""
-        try:
-            pods = await self.context.kube.list(
-                PODS, self.ref.namespace, label_selector=f"job-name={self.ref.agent_job_name}"
-            )
-        except KubeError as exc:
-            if exc.status != 403:
-                raise
-            return False
-        return any((pod.get("status") or {}).get("phase") in (None, "Pending", "Running") for pod in pods)
+        pods = await self._readable(PODS, label_selector=f"job-name={self.ref.agent_job_name}")
+        running = (None, "Pending", "Running")
+        return pods is not None and any((pod.get("status") or {}).get("phase") in running for pod in pods)
 
     async def _view(self) -> ExperimentAnswer | None:
         """The grader's view of the experiment; None (and Failed) when the grader has none."""
