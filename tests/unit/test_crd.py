@@ -242,3 +242,27 @@ def test_every_status_the_operator_patches_is_the_models_json_and_valid_for_the_
     assert "completionTime" not in patch  # unset: never sent
     manifest = yaml.safe_load(EXAMPLES[0].read_text())
     assert crd_errors({**manifest, "status": patch}) == []
+
+
+def test_what_the_agent_brought_in_is_mirrored_once_found_and_flagged_in_the_closing_message() -> None:
+    """testOverlap, twinScore, twinPValue and lineage come from the grader's answer once it has them
+    (a status mirrored before they are does not clear them) and are valid for the CRD; the closing
+    message flags overlap, a twin gap below p 0.01 and a lineage."""
+    from autorl_controller.operator.handlers.reconcile import summary
+
+    found = experiment_answer(test_overlap=3, twin_score=40.0, twin_p_value=0.004, lineage="models/instruct")
+    patch = status_patch(status_from_view(found))
+    assert (patch["testOverlap"], patch["twinScore"], patch["twinPValue"]) == (3, 40.0, 0.004)
+    assert patch["lineage"] == "models/instruct"
+    manifest = yaml.safe_load(EXAMPLES[0].read_text())
+    assert crd_errors({**manifest, "status": patch}) == []
+    assert not {"testOverlap", "twinScore", "twinPValue", "lineage"} & set(
+        status_patch(status_from_view(experiment_answer()))
+    )
+    outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
+    assert outcome is not None
+    message = summary(outcome, found)
+    assert "3 test problem(s) found in the agent's files" in message
+    assert "twin split is flagged (p=0.004)" in message and "status.lineage" in message
+    honest = summary(outcome, experiment_answer(test_overlap=0, twin_score=40.0, twin_p_value=0.5))
+    assert "found in the agent's files" not in honest and "flagged" not in honest
