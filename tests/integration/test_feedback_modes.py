@@ -59,6 +59,16 @@ def baselines(client: TestClient, settings: DeploymentSettings, name: str) -> No
         assert evaluate(submission_id, settings)["status"] == "scored"
 
 
+@pytest.fixture
+def sealed(
+    client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
+) -> RegisteredExperiment:
+    """A sealed experiment, started, with its baselines on test and on validation evaluated."""
+    experiment = register_experiment(feedback="sealed")
+    baselines(client, settings, experiment.name)
+    return experiment
+
+
 class Submitted(NamedTuple):
     """A submission as its agent numbers it and as the database (and the admin API) knows it."""
 
@@ -223,10 +233,9 @@ def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ti
     settings: DeploymentSettings,
     db: Database,
     tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    sealed: RegisteredExperiment,
 ) -> None:
-    experiment = register_experiment(feedback="sealed")
-    baselines(client, settings, experiment.name)
+    experiment = sealed
     copy_model(tiny_base_model, experiment.output_dir / "first", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "second", unique=True)
     first = submit(client, settings, experiment, "first")
@@ -325,10 +334,9 @@ def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_
     settings: DeploymentSettings,
     db: Database,
     tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    sealed: RegisteredExperiment,
 ) -> None:
-    experiment = register_experiment(feedback="sealed")
-    baselines(client, settings, experiment.name)
+    experiment = sealed
     copy_model(tiny_base_model, experiment.output_dir / "copy")  # the base model's own files
     copy = submit(client, settings, experiment, "copy")
     assert nominate(client, experiment, copy.number).status_code == 200
@@ -377,7 +385,7 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     settings: DeploymentSettings,
     db: Database,
     tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    sealed: RegisteredExperiment,
 ) -> None:
     """The sealed result is not lost to an evaluator's failure: asked again, the platform makes a
     new final of the same submission from the same snapshot (kept meanwhile), up to three in all;
@@ -385,8 +393,7 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     the result."""
     from autorl_grader.reconciler import reconcile_once
 
-    experiment = register_experiment(feedback="sealed")
-    baselines(client, settings, experiment.name)
+    experiment = sealed
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     a = submit(client, settings, experiment, "a")
     with db.session() as session:
