@@ -1,6 +1,7 @@
 """A cluster's provenance check through the real queue: the grader (real Postgres, a Redis that
 requires a password) copies a finished experiment's files and queues the check under its own job
-id; an RQ worker runs it and records ``test_overlap``; asked again, the grader queues nothing."""
+id; an RQ worker runs it and records ``test_overlap``; the grader's reconciler then removes the
+copy, and asked again, the grader queues nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from autorl.tasks import get_task
 from autorl_evaluator.provenance import RECORDS_DIR
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_grader.main import create_app
+from autorl_grader.reconciler import reconcile_once
 from tests.support.grading import admin_headers, make_workspace, register
 from tests.support.settings import DeploymentSettings
 
@@ -86,6 +88,9 @@ def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it
         record = json.loads((settings.eval_dir / RECORDS_DIR / f"{experiment.name}.json").read_text())
         assert record["test"]["files"] == [{"path": "output/mix.json", "problems": 2}]
         assert record["validation"]["files"] == [{"path": "output/mix.json", "problems": 1}]
-        # Once recorded, asking again queues nothing and the copy goes.
+        # Once recorded, the grader's reconciler removes the copy; asking again queues nothing.
+        assert folder.exists()
+        reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+        assert not folder.exists()
         again = client.post(f"{path}/provenance/check", headers=admin_headers(settings))
         assert again.json()["test_overlap"] == 2 and queue.job_ids == [] and not folder.exists()

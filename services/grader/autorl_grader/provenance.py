@@ -19,12 +19,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from autorl.checkpoints.snapshot import remove_snapshot, snapshot_submission
 from autorl.errors import CheckpointError, ConflictError
 from autorl.layout import CODE_DIR, DATA_DIR, OUTPUT_DIR
 from autorl.provenance.agent_copy import WORKSPACE, provenance_folder, publish, read_manifest, stage_copy
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
-from autorl.store import experiments
+from autorl.store import Experiment, experiments
 from autorl.store.models import ExperimentStatus
 from autorl_grader.state import GraderState
 
@@ -66,6 +68,29 @@ def begin_provenance(state: GraderState, name: str) -> bool:
     finally:
         with state.db.session() as session:
             experiments.release_snapshot_lease(session, experiment_id, holder)
+
+
+def remove_checked_copies(state: GraderState) -> list[str]:
+    """Remove the copies whose check is recorded (the reconciler's pass; the evaluators, which
+    read the snapshot volume only, cannot). What was removed, by folder name."""
+    root = state.settings.snapshot_dir
+    ids: dict[int, Path] = {}
+    if root.is_dir():
+        for entry in root.iterdir():
+            prefix, _, number = entry.name.rpartition("-")
+            if prefix == "provenance" and number.isdigit() and entry.name == provenance_folder(int(number)):
+                ids[int(number)] = entry
+    if not ids:
+        return []
+    with state.db.read_session() as session:
+        checked = set(
+            session.scalars(
+                select(Experiment.id).where(Experiment.id.in_(ids), Experiment.test_overlap.is_not(None))
+            )
+        )
+    for experiment_id in checked:
+        remove_snapshot(ids[experiment_id])
+    return sorted(ids[experiment_id].name for experiment_id in checked)
 
 
 def _copy(workspace: Path, folder: Path, inputs: TwinInputs | None, no_final: str) -> None:

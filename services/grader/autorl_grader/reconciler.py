@@ -9,6 +9,7 @@ import threading
 
 from autorl.errors import ServiceUnavailableError
 from autorl.store import FailureReason, SubmissionStatus, claims, outcomes
+from autorl_grader.provenance import remove_checked_copies
 from autorl_grader.state import GraderState
 from autorl_grader.submissions import prune_orphan_snapshots
 
@@ -40,6 +41,7 @@ def reconcile_once(state: GraderState) -> dict[str, int]:
         state.dispatcher.discard_jobs(requeued)
     enqueued = state.dispatcher.dispatch(state.db)
     prune_orphan_snapshots(state)
+    remove_checked_copies(state)
     if requeued or failed or enqueued or settled:
         log.info(
             "event=reconciled requeued=%d failed=%d enqueued=%d settled=%d",
