@@ -93,22 +93,28 @@ def run_evaluate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, s
     return code, out, err
 
 
-def test_json_from_a_folder_outside_the_repository(tmp_path: Path) -> None:
-    """The installed command, run where no repository is: builtin:tiny-qwen2 scored on arith's
-    secret test split; stdout is exactly one JSON object of the contract, progress goes to stderr."""
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+def evaluate_from(folder: Path, home: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``autorl evaluate ARGUMENTS`` run in ``folder``, with no AUTORL_ setting but ``home``'s."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("AUTORL_")}
-    env.update(home_environment(tmp_path / "home"))
+    env.update(home)
     autorl = Path(sys.executable).parent / "autorl"
-    done = subprocess.run(
-        [str(autorl), "evaluate", "builtin:tiny-qwen2", "-t", "arith", "--limit", "3", "--json"],
-        cwd=elsewhere,
+    return subprocess.run(
+        [str(autorl), "evaluate", *arguments],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_json_from_a_folder_outside_the_repository(tmp_path: Path) -> None:
+    """The installed command, run where no repository is: builtin:tiny-qwen2 scored on arith's
+    secret test split; stdout is exactly one JSON object of the contract, progress goes to stderr."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    home = home_environment(tmp_path / "home")
+    done = evaluate_from(elsewhere, home, "builtin:tiny-qwen2", "-t", "arith", "--limit", "3", "--json")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)  # one object and nothing else
     assert set(answer) == JSON_KEYS
@@ -139,20 +145,11 @@ def test_the_opencompass_backend_from_a_folder_outside_the_repository_scores_as_
     does, on the same problems, under a key of its own (the backend and its packages are in it)."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTORL_")}
-    env.update(home_environment(tmp_path / "home", max_new_tokens=str(EVAL_MAX_NEW_TOKENS)))
-    autorl = Path(sys.executable).parent / "autorl"
-    arguments = ["evaluate", str(trained_tiny_model.path), "-t", "gsm8k", "--limit", "2", "--json"]
+    home = home_environment(tmp_path / "home", max_new_tokens=str(EVAL_MAX_NEW_TOKENS))
+    arguments = [str(trained_tiny_model.path), "-t", "gsm8k", "--limit", "2", "--json"]
     answers = {}
     for backend in ("opencompass", "hf"):
-        done = subprocess.run(
-            [str(autorl), *arguments, "--backend", backend],
-            cwd=elsewhere,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = evaluate_from(elsewhere, home, *arguments, "--backend", backend)
         assert done.returncode == 0, done.stderr
         answers[backend] = json.loads(done.stdout)
         assert set(answers[backend]) == JSON_KEYS
