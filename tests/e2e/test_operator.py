@@ -147,9 +147,7 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     assert submitted.status_code == 200, submitted.text
     assert submitted.json()["score"] == pytest.approx(baseline)
 
-    await platform.patch_job_status(
-        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
-    )
+    await platform.end_agent_job(ref, complete())
     done = await platform.wait_phase(name, "Succeeded")
     status = done["status"]
     assert status["baselineScore"] == pytest.approx(baseline)
@@ -158,7 +156,7 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
     assert status["submissions"] == 1
     assert status["completionTime"] and "best" in status["message"]
 
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     assert view["status"] == "completed"
     reasons = [reason for reason, _ in await platform.events(name)]
     for phase in ("Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded"):
@@ -198,21 +196,14 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     assert {"secretRef": {"name": "llm-api-key"}} in agent["envFrom"]
 
     await platform.run_agent_pod(ref)
-    await platform.patch_job_status(
-        ref.agent_job_name,
-        {
-            "active": 0,
-            "failed": 1,
-            # A message with control characters (as a pod's termination message could carry): it
-            # reaches status and the Event escaped, one line, never driving `kubectl`'s terminal.
-            "conditions": [failed("BackoffLimitExceeded", "backoff limit\n\x1b]0;pwned\x07\u202e")],
-        },
-    )
+    # A message with control characters (as a pod's termination message could carry): it
+    # reaches status and the Event escaped, one line, never driving `kubectl`'s terminal.
+    await platform.end_agent_job(ref, failed("BackoffLimitExceeded", "backoff limit\n\x1b]0;pwned\x07\u202e"))
     done = await platform.wait_phase(name, "Failed")
     assert "BackoffLimitExceeded): backoff limit\\n\\x1b]0;pwned\\x07\\u202e" in done["status"]["message"]
     assert done["status"]["message"].isprintable()
     assert done["status"]["baselineScore"] == pytest.approx(running["status"]["baselineScore"])
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     assert view["status"] == "failed"
     assert ("Failed", done["status"]["message"]) in await platform.events(name)
 
@@ -231,21 +222,14 @@ async def test_agent_past_its_deadline_ends_timed_out(
     await platform.run_agent_pod(ref)
     if how == "job-deadline-exceeded":
         # Kubernetes itself stops the Job at activeDeadlineSeconds.
-        await platform.patch_job_status(
-            ref.agent_job_name,
-            {
-                "active": 0,
-                "failed": 1,
-                "conditions": [failed("DeadlineExceeded", "Job was active longer than specified")],
-            },
-        )
+        await platform.end_agent_job(ref, failed("DeadlineExceeded", "Job was active longer than specified"))
     done = await platform.wait_phase(name, "TimedOut")
     assert "end of its budget" in done["status"]["message"]
     assert done["status"]["baselineScore"] is not None and done["status"]["deadline"]
     if how == "controller-clock":
         # The Job still ran past the budget and its grace: the controller stopped it.
         assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is None
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     assert view["status"] == "timed_out"
 
 
@@ -281,7 +265,7 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
         "the Job's deadline to follow the budget",
     )
     seen_at = time.time()
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     until_end = view["end_time"] - job_start.timestamp()
     # The budget started once the controller saw the pod run: after the patch, before we saw it.
     assert 95 + 600 <= until_end <= seen_at - job_start.timestamp() + 600
@@ -293,14 +277,7 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
     assert again["metadata"]["resourceVersion"] == tightened["metadata"]["resourceVersion"]
 
     # At that deadline the Job controller stops it: the experiment ends TimedOut, its Job kept for logs.
-    await platform.patch_job_status(
-        ref.agent_job_name,
-        {
-            "active": 0,
-            "failed": 1,
-            "conditions": [failed("DeadlineExceeded", "Job was active longer than specified")],
-        },
-    )
+    await platform.end_agent_job(ref, failed("DeadlineExceeded", "Job was active longer than specified"))
     done = await platform.wait_phase(name, "TimedOut")
     assert "end of its budget" in done["status"]["message"]
     assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is not None
@@ -444,7 +421,7 @@ async def test_the_budget_starts_when_the_agent_container_runs_not_while_pending
     # The Job has an active pod, Pending: scheduled, pulling a large image. No budget yet.
     pod = await platform.run_agent_pod(ref, pending=True)
     await asyncio.sleep(TICK_S * 10)
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     assert view["start_time"] is None and view["end_time"] is None
     status = (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]
     assert status["message"] == "the agent Job is waiting for its pod" and not status.get("deadline")
@@ -456,7 +433,7 @@ async def test_the_budget_starts_when_the_agent_container_runs_not_while_pending
     running = await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
     )
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     assert view["start_time"] == pytest.approx(started.timestamp(), abs=1e-3)
     assert view["end_time"] == pytest.approx(
         started.timestamp() + manifest["spec"]["timeoutSeconds"], abs=1e-3
@@ -653,7 +630,7 @@ async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
         )
     finally:
         platform.emulator._payloads.remove(forbidden)
-    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    view = await platform.grader_view(ref)
     assert before - 1 <= view["start_time"] <= time.time()
     await finish_agent(platform, ref)
 
@@ -1137,9 +1114,7 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     shown = (await platform.grader.get(f"{url}/submissions/{submitted.json()['submission_id']}")).json()
     assert shown["split"] == "validation"
 
-    await platform.patch_job_status(
-        ref.agent_job_name, {"active": 0, "succeeded": 1, "conditions": [complete()]}
-    )
+    await platform.end_agent_job(ref, complete())
     finishing = await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("phase") == "Finishing", "Finishing"
     )

@@ -453,6 +453,18 @@ class Platform:
         )
         response.raise_for_status()
 
+    async def end_agent_job(self, ref: ExperimentRef, condition: dict[str, str]) -> None:
+        """The agent's Job ended as the Job controller writes it: no pod active, one succeeded
+        (``complete()``) or failed (``failed(...)``), and the condition."""
+        ended = "succeeded" if condition["type"] == "Complete" else "failed"
+        await self.patch_job_status(ref.agent_job_name, {"active": 0, ended: 1, "conditions": [condition]})
+
+    async def grader_view(self, ref: ExperimentRef) -> dict[str, Any]:
+        """The grader's admin view of the experiment."""
+        response = await self.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(self))
+        result: dict[str, Any] = response.json()
+        return result
+
     async def events(self, name: str) -> list[tuple[str, str]]:
         body = await self.get(EVENTS)
         assert body is not None
