@@ -127,6 +127,13 @@ def test_unloadable_weights_fail_with_the_fix(
         )
 
 
+def evaluate_trained(model: TrainedModel, settings: WorkerSettings) -> EvalResult:
+    """The hf backend's evaluation of the trained tiny model on its problems."""
+    return get_backend("hf").evaluate(
+        model.path, get_task("gsm8k"), list(model.problems), recorded(settings), settings
+    )
+
+
 def test_backends_by_name() -> None:
     assert get_backend("hf").name == "hf"
     assert get_backend("opencompass").name == "opencompass"
@@ -158,13 +165,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
         return real(forward, shape, prefix, shared, suffixes, *args)
 
     monkeypatch.setattr(greedy_engine, "_decode_batch", small_batches_only)
-    result = get_backend("hf").evaluate(
-        trained_tiny_model.path,
-        get_task("gsm8k"),
-        list(trained_tiny_model.problems),
-        recorded(settings),
-        settings,
-    )
+    result = evaluate_trained(trained_tiny_model, settings)
     assert sizes[:3] == [BATCH_SIZE, 2, 2]  # 5 → 2, then it stays at the size that fits
     assert result.completions == evaluated.completions
     assert result.scores == evaluated.scores
@@ -179,13 +180,7 @@ def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_s
     from autorl.decoding import greedy_engine
 
     monkeypatch.setattr(greedy_engine, "SUPPORTED_MODEL_TYPES", frozenset())
-    result = get_backend("hf").evaluate(
-        trained_tiny_model.path,
-        get_task("gsm8k"),
-        list(trained_tiny_model.problems),
-        recorded(settings),
-        settings,
-    )
+    result = evaluate_trained(trained_tiny_model, settings)
     assert evaluated.details["engine"] == "greedy"
     assert result.details["engine"] == "generate"
     assert result.details["shared_prefix_ids"] == 0
