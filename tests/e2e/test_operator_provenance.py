@@ -34,6 +34,7 @@ from tests.support.grading import make_unique
 from tests.support.kube_emulator import (
     EXPERIMENTS,
     FIXTURE_DATA,
+    JOBS,
     PODS,
     Platform,
     admin,
@@ -256,3 +257,38 @@ async def test_a_sealed_experiments_validation_problems_are_counted_and_its_fina
     )
     assert record["test"]["files"] == [{"path": "code/prompts.py", "problems": 1}]
     assert record["validation"]["files"] == [{"path": "code/prompts.py", "problems": 1}]
+
+
+async def test_a_timed_out_agents_files_are_read_after_its_pods_grace_period(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """At the deadline the controller deletes the agent's Job; its pod keeps running through its
+    grace period, and what it writes then is still read: the copy waits until the pod has stopped."""
+    name = "gsm8k-late-brought-in"
+    manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    manifest["spec"]["timeoutSeconds"] = 1
+    await platform.apply(manifest)
+    ref = await platform.ref(name)
+    await platform.through_baseline(manifest, tiny_base_model)
+    pod = await platform.run_agent_pod(ref)
+    await platform.wait_for(
+        f"{EXPERIMENTS}/{name}",
+        lambda obj: POD_RUNS in (obj["status"].get("message") or ""),
+        "the controller to wait for the agent's pod",
+    )
+    assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is None  # deleted at the deadline
+    folder = platform.grader_settings.snapshot_dir / provenance_folder(experiment_id(platform, ref))
+    assert not folder.exists()
+    # The agent's last words, written during its grace period.
+    test = get_task("gsm8k").load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
+    (platform.shared / ref.workspace_subpath / "output" / "last.txt").write_text(test[0].question)
+    (await platform.kube.delete(f"{PODS}/{pod}")).raise_for_status()
+    await platform.wait_for(
+        f"{EXPERIMENTS}/{name}",
+        lambda obj: CHECKING in (obj["status"].get("message") or ""),
+        "the controller to ask for the provenance check",
+    )
+    result = await asyncio.to_thread(check_provenance, experiment_id(platform, ref), platform.grader_settings)
+    assert result["status"] == "checked", result
+    done = await platform.wait_phase(name, "TimedOut")
+    assert done["status"]["testOverlap"] == 1 and "end of its budget" in done["status"]["message"]
