@@ -280,6 +280,8 @@ def train(
         "learning_rate": learning_rate,
         "schedule": "linear warm-up over a tenth of the steps, then a cosine down to a tenth",
         "seconds": round(time.perf_counter() - started, 1),
+        "card": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device == "cuda" else None,
         "loss_first_last": [losses[0], losses[-1]],
         "loss_every_10": losses[::10],
     }

@@ -18,9 +18,11 @@ answers keep generation small, as it is on a GPU, so the figures are the fixed c
 Then the whole split (``split`` in the results): the 1,319 prompts OpenCompass renders for
 bench/opencompass_vllm_gpu.py's problems, answered by a stand-in engine with the completions the
 resident engine gave for the trained T2 on the H200, through the command, the warm OpenCompass,
-and the warm OpenCompass as it was before its runs dumped their config unformatted
-(``warm_formatted``: mmengine's yapf layout of each dump): OpenCompass's own work around the
-engine (rendering, scoring, summary) at the split's size.
+and the warm OpenCompass as it was before its runs bounded the prompts' length check and copied
+role tables plainly (``warm_counted``: every prompt tokenized, every copy by ``copy.deepcopy``)
+and, further back, before they dumped their config unformatted (``warm_formatted``: mmengine's
+yapf layout of each dump too): OpenCompass's own work around the engine (rendering, scoring,
+summary) at the split's size, every variant's completions and score compared.
 Writes ``bench/results/warm_opencompass_cpu.json``.
 
     .venv/bin/python bench/warm_opencompass_cpu.py [--problems 4] [--max-new-tokens 24] [--rounds 3]
@@ -49,7 +51,11 @@ VARIANTS = ("command", "warm", "command_resident", "warm_resident")
 
 
 def time_variants(
-    model: Path, problems: list[Any], settings: dict[str, Any], rounds: int, formatted: Path | None = None
+    model: Path,
+    problems: list[Any],
+    settings: dict[str, Any],
+    rounds: int,
+    servers: dict[str, Path] | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, list[str]], dict[str, Any]]:
     """Each variant's evaluations one after another, as one worker process takes them (an evaluation
     outside the warm worker stops whatever a warm one kept): seconds per evaluation, a warm
@@ -70,8 +76,8 @@ def time_variants(
     last: dict[str, Any] = {}
     try:
         for name, worker in settings.items():
-            # ``*_formatted``: the warm server's program as it was (``formatted``), for this variant only.
-            warm_opencompass.SERVER = formatted if name.endswith("_formatted") and formatted else program
+            # An earlier variant: the warm server's program as it was (``servers``), for it only.
+            warm_opencompass.SERVER = (servers or {}).get(name, program)
             config = EvalConfig.record(task.name, worker)
             warm = worker.eval_warm_worker
             for index in range(rounds + (1 if warm else 0)):
@@ -96,28 +102,39 @@ def time_variants(
 
 
 SPLIT_TEXTS = REPO_ROOT / "bench" / "results" / "resident_engine_gpu.texts.json.gz"
-#: On the split: the command, the warm OpenCompass, and the warm OpenCompass as it was before its
-#: runs dumped their config unformatted (mmengine laying each dump out with yapf).
-SPLIT_VARIANTS = ("command", "warm", "warm_formatted")
-FORMATTED_SERVER = """\
+#: On the split: the command, the warm OpenCompass, and the warm OpenCompass as it was before
+#: (each its server's program with some of its changes to OpenCompass left out).
+SPLIT_VARIANTS = ("command", "warm", "warm_counted", "warm_formatted")
+#: The warm server's changes to OpenCompass each earlier variant leaves out: ``warm_counted``
+#: tokenizes every prompt for its length check and deep-copies the role table as OpenCompass does;
+#: ``warm_formatted`` also lays each config dump out with yapf (mmengine's own dump).
+LEFT_OUT = {
+    "warm_counted": ("length_checks_within_bounds", "plain_role_copies"),
+    "warm_formatted": ("length_checks_within_bounds", "plain_role_copies", "unformatted_config_dumps"),
+}
+EARLIER_SERVER = """\
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("compass_server", {server!r})
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-module.unformatted_config_dumps = lambda: None  # mmengine's own dump, yapf and all
+for name in {left_out!r}:
+    setattr(module, name, lambda: None)  # OpenCompass's own way
 sys.exit(module.main())
 """
 
 
-def formatted_server(work: Path) -> Path:
-    """The warm OpenCompass's program with mmengine's formatted config dumps (the ``warm_formatted``
-    variant's server)."""
+def earlier_servers(work: Path) -> dict[str, Path]:
+    """The warm OpenCompass's program without the changes :data:`LEFT_OUT` names, per variant."""
     from autorl_evaluator.backends.opencompass import warm_opencompass
 
-    path = work / "formatted_server" / "compass_server.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(FORMATTED_SERVER.format(server=str(warm_opencompass.SERVER)), encoding="utf-8")
-    return path
+    servers = {}
+    for name, left_out in LEFT_OUT.items():
+        path = work / f"{name}_server" / "compass_server.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = EARLIER_SERVER.format(server=str(warm_opencompass.SERVER), left_out=left_out)
+        path.write_text(text, encoding="utf-8")
+        servers[name] = path
+    return servers
 
 
 def split_replay(root: Path, rounds: int) -> dict[str, Any]:
@@ -164,7 +181,7 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
             common.evaluated_problems(),
             settings,
             rounds,
-            formatted_server(work),
+            earlier_servers(work),
         )
     finally:
         backend_module.shim_environment = original
@@ -176,9 +193,11 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
         "median_s": medians,
         "first_evaluation_s": first,
         "command_over_warm": round(medians["command"] / medians["warm"], 2),
+        "warm_counted_over_warm": round(medians["warm_counted"] / medians["warm"], 2),
         "warm_formatted_over_warm": round(medians["warm_formatted"] / medians["warm"], 2),
         "completions_are_the_gpus": all(completions[name] == texts for name in completions),
         "summary_accuracy": {name: result.details["summary_accuracy"] for name, result in last.items()},
+        "same_scores": len({json.dumps(result.scores, sort_keys=True) for result in last.values()}) == 1,
         "opencompass_s": {name: result.details["opencompass_seconds"] for name, result in last.items()},
     }
 

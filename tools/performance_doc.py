@@ -478,6 +478,18 @@ def resident_engine() -> str:
         f"{number(fewest, 0)} of {number(rows_of, 0)} problems, and "
         f"{'the same score' if len(t2_scores) == 1 else 'not the same score'}.",
     ]
+    small = (REPO_ROOT / "bench" / "results" / "resident_engine_prepare_h100.json").exists()
+    if small:
+        card = load_results("resident_engine_prepare_h100")
+        steps = card["training"]
+        lines.append(
+            f"- The prepare phase on one {card['environment']['gpu']} ({_when(card['date'])}): the same "
+            f"{steps['steps']} steps of {steps['batch']} examples, {steps['micro_batch']} at a time, in "
+            f"{steps['seconds']} s (on the {env['gpu']} {trained['seconds']} s, all {trained['batch']} at "
+            f"once), peak {steps['peak_gib']} GiB; loss {steps['loss_first_last'][0]} → "
+            f"{steps['loss_first_last'][1]} (there {trained['loss_first_last'][0]} → "
+            f"{trained['loss_first_last'][1]})."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -531,8 +543,9 @@ def warm_opencompass_cpu() -> str:
     """The warm worker's OpenCompass against the ``opencompass`` command (bench/warm_opencompass_cpu.py)."""
     data = load_results("warm_opencompass_cpu")
     lines = [
-        f"Measured {_when(data['date'])} on {data['machine']['cpus']} CPU cores: {data['model']}, "
-        f"{data['problems']} problems, {data['rounds']} evaluations of each.",
+        f"Measured {_when(data['date'])} on {data['machine']['cpus']} CPU cores (load average "
+        f"{number(data['machine']['load_average'][0], 1)}): {data['model']}, {data['problems']} problems, "
+        f"{data['rounds']} evaluations of each.",
         "",
         "| variant | median s | first evaluation (server start) s |",
         "| --- | ---: | ---: |",
@@ -558,8 +571,8 @@ def warm_opencompass_cpu() -> str:
         if "warm_counted" in split["median_s"]:
             same = split["completions_are_the_gpus"] and split.get("same_scores", False)
             lines.append(
-                f"The warm worker before its length check was bounded and its role tables copied plainly "
-                f"(every prompt tokenized): {split['median_s']['warm_counted']} s, "
+                f"The warm worker before its length check was bounded, its role tables copied plainly and "
+                f"each prompt parsed once (every prompt tokenized): {split['median_s']['warm_counted']} s, "
                 f"**{split['warm_counted_over_warm']}×** the warm worker's time; before its config dumps "
                 f"went unformatted too: {split['median_s']['warm_formatted']} s "
                 f"(**{split['warm_formatted_over_warm']}×**); completions and scores the same in every "

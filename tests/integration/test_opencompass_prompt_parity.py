@@ -48,9 +48,13 @@ spec = importlib.util.spec_from_file_location('compass_server', COMPASS_SERVER)
 server = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(server)
 OPENCOMPASS_PROMPTS = GenInferencer.get_generation_prompt_list_from_retriever_indices
+OPENCOMPASS_PARSE = oc_base_api.APITemplateParser.parse_template
 server.length_checks_within_bounds()
+server.prompts_parsed_once()
 WARM_PROMPTS = GenInferencer.get_generation_prompt_list_from_retriever_indices
+WARM_PARSE = oc_base_api.APITemplateParser.parse_template
 GenInferencer.get_generation_prompt_list_from_retriever_indices = OPENCOMPASS_PROMPTS
+oc_base_api.APITemplateParser.parse_template = OPENCOMPASS_PARSE
 UNICODE = ['e\\u0301 \\u0958 \\ufb01 \\u2460 \\u4e2d\\u6587 \\U0001f642 \\u00a0\\t\\r\\n', '\\u0344' * 50]
 
 
@@ -59,17 +63,22 @@ def both_ways(model, inferencer, retriever, template, max_seq_len):
     exact, asked, out = type(model).get_token_len, [], {}
     type(model).get_token_len = lambda self, prompt: asked.append(prompt) or exact(self, prompt)
     try:
-        for way, prompts_of, copier in (('opencompass', OPENCOMPASS_PROMPTS, copy.deepcopy),
-                                        ('warm', WARM_PROMPTS, server.plain_copy)):
+        for way, prompts_of, copier, parse in (
+                ('opencompass', OPENCOMPASS_PROMPTS, copy.deepcopy, OPENCOMPASS_PARSE),
+                ('warm', WARM_PROMPTS, server.plain_copy, WARM_PARSE)):
             oc_base.deepcopy = oc_base_api.deepcopy = copier
+            oc_base_api.APITemplateParser.parse_template = parse
             asked.clear()
             prompts = prompts_of(inferencer, retriever.retrieve(), retriever, '',
                                  max_seq_len=max_seq_len, prompt_template=template)
+            # Parsed again as the inference parses them (for its predictions, then to generate).
+            parsed = [model.parse_template(list(prompts), mode='gen') for _ in range(2)]
             out[way] = {'prompts': [str(model.parse_template(p, mode='gen')) for p in prompts],
-                        'counted': len(asked)}
+                        'parsed': [[list(p) for p in batch] for batch in parsed], 'counted': len(asked)}
     finally:
         type(model).get_token_len = exact
         oc_base.deepcopy = oc_base_api.deepcopy = copy.deepcopy
+        oc_base_api.APITemplateParser.parse_template = OPENCOMPASS_PARSE
     return out
 
 
@@ -229,13 +238,15 @@ def test_a_warm_run_keeps_opencompass_prompts_without_tokenizing_each_for_its_le
     opencompass_side: dict[str, dict[str, Any]],
 ) -> None:
     """The warm server's changes to OpenCompass (compass_server.py: the length check bounded, role
-    tables copied plainly) give the prompt list OpenCompass's own code gives: no prompt that fits
+    tables copied plainly, each prompt parsed once) give the prompt list and the parsed prompts
+    OpenCompass's own code gives: no prompt that fits
     by its bound is tokenized for the check, every bound is at least the prompt's token count (and
     a text's with characters that normalization expands), and past the bound prompts are counted
     exactly as OpenCompass counts them."""
     for name, case in opencompass_side.items():
         warm = case["warm"]
         assert warm["warm"]["prompts"] == warm["opencompass"]["prompts"], name
+        assert warm["warm"]["parsed"] == warm["opencompass"]["parsed"], name
         assert warm["opencompass"]["counted"] == len(warm["opencompass"]["prompts"]) > 0
         assert warm["warm"]["counted"] == 0
         assert all(bound >= exact for bound, exact in zip(warm["bound"], warm["exact"], strict=True)), name

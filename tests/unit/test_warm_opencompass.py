@@ -77,10 +77,15 @@ STAND_IN = {
     "opencompass/cli/main.py": "import runpy, sys\n\n\ndef main():\n    runpy.run_path(sys.argv[1])\n",
     **{f"opencompass/{name}.py": "" for name in ("datasets", "summarizers", "tasks")},
     "transformers/__init__.py": "AutoTokenizer = None\n",
-    # What the server changes of OpenCompass (its length check, its role tables' copies) and of
+    # What the server changes of OpenCompass (its length check, role tables' copies, parses) and of
     # mmengine (its config dumps' layout).
     **{f"opencompass/{name}/__init__.py": "" for name in ("models", "openicl", "openicl/icl_inferencer")},
-    **{f"opencompass/models/{name}.py": "" for name in ("base", "base_api")},
+    "opencompass/models/base.py": "",
+    "opencompass/models/base_api.py": (
+        "class APITemplateParser:\n    def parse_template(self, prompt, mode):\n        return prompt\n"
+    ),
+    "opencompass/utils/__init__.py": "",
+    "opencompass/utils/prompt.py": "class PromptList(list):\n    pass\n",
     "opencompass/openicl/icl_inferencer/icl_gen_inferencer.py": (
         "class GenInferencer:\n"
         "    def get_generation_prompt_list_from_retriever_indices(self, *args, **kwargs):\n"

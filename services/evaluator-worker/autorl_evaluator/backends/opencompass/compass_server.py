@@ -86,6 +86,7 @@ def preload() -> None:
     unformatted_config_dumps()
     length_checks_within_bounds()
     plain_role_copies()
+    prompts_parsed_once()
 
 
 def unformatted_config_dumps() -> None:
@@ -128,17 +129,17 @@ def byte_expansion(tokenizer: Any) -> int | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
-    described = json.loads(backend.to_str())
-    normalizer = described.get("normalizer")
+    # Each part's own description (the whole tokenizer's, its vocabulary with it, is megabytes).
+    normalizer = json.loads(backend.normalizer.__getstate__()) if backend.normalizer is not None else None
     if normalizer is not None and set(normalizer) != {"type"}:
         return None
     expansion = NORMALIZER_EXPANSION.get(normalizer and normalizer["type"])
-    pre = described.get("pre_tokenizer") or {}
+    pre = json.loads(backend.pre_tokenizer.__getstate__()) if backend.pre_tokenizer is not None else {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     byte_level = [step for step in steps if step.get("type") == "ByteLevel"]
     if (
         expansion is None
-        or described.get("model", {}).get("type") != "BPE"
+        or type(backend.model).__name__ != "BPE"
         or len(byte_level) != 1
         or byte_level[0].get("add_prefix_space")
         or any(step.get("type") not in ("ByteLevel", *SPLITTING_PRE_TOKENIZERS) for step in steps)
@@ -248,6 +249,53 @@ def plain_role_copies() -> None:
 
     for module in (base, base_api):
         module.deepcopy = plain_copy
+
+
+def _plain_items(items: Any) -> Any:
+    """A copy of a parsed prompt (a string, or a list of strings and dicts of plain values) whose
+    dicts are new; None for anything else."""
+    if isinstance(items, str):
+        return items
+    copied: list[Any] = []
+    for item in items:
+        if type(item) is str:
+            copied.append(item)
+        elif type(item) is dict and _atoms_only(item):
+            copied.append(dict(item))
+        else:
+            return None
+    return type(items)(copied)
+
+
+def prompts_parsed_once() -> None:
+    """OpenCompass parses each prompt with the model's meta template three times in a GSM8K
+    inference (for its length check, for the predictions file, for generation), the same prompt
+    object each time. A run here parses a prompt once per mode and hands each later call a copy of
+    that parse, as long as the prompt still equals what was parsed (``parse_template`` reads only
+    the prompt and the template)."""
+    from opencompass.models.base_api import APITemplateParser
+    from opencompass.utils.prompt import PromptList
+
+    original = APITemplateParser.parse_template
+    if getattr(original, "once", False):
+        return
+
+    def parse_template(self: Any, prompt_template: Any, mode: str) -> Any:
+        if type(prompt_template) is not PromptList:
+            return original(self, prompt_template, mode)
+        parsed_before = self.__dict__.setdefault("_autorl_parsed", {})
+        key = (id(prompt_template), mode)
+        held = parsed_before.get(key)
+        if held is not None and held[0] is prompt_template and held[1] == prompt_template:
+            return _plain_items(held[2])
+        parsed = original(self, prompt_template, mode)
+        as_parsed, kept = _plain_items(prompt_template), _plain_items(parsed)
+        if as_parsed is not None and kept is not None:
+            parsed_before[key] = (prompt_template, as_parsed, kept)
+        return parsed
+
+    parse_template.once = True  # type: ignore[attr-defined]
+    APITemplateParser.parse_template = parse_template
 
 
 def _reseed() -> None:
