@@ -19,10 +19,10 @@ File names are the agent's, kept as bytes; the manifest shows them as valid UTF-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import stat
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -32,21 +32,20 @@ from typing import Any
 from autorl.provenance.overlap import (
     BINARY_SNIFF_BYTES,
     CHUNK_BYTES,
-    MAX_DEPTH,
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_TOTAL_BYTES,
     TEXT_TABLE_SUFFIXES,
     WEIGHT_SUFFIXES,
-    open_regular,
-    shown_path,
-    walk_files,
 )
+from autorl.provenance.walk import Walk, shown_path
 
 #: The copy's folder below it: one folder per root, named by its label (``code``, ``output``).
 FILES = "files"
 #: The label of the rest of the workspace (what is neither ``code/`` nor ``output/``).
 WORKSPACE = "workspace"
+#: Seconds the copy may take: it runs inside an admin request, under the controller's 30 s timeout.
+COPY_SECONDS = 20.0
 #: Written last: the copy is complete (what it holds, what the caps cut, the final's snapshot).
 MANIFEST = "copied.json"
 
@@ -64,19 +63,50 @@ class CopiedFiles:
     bytes: int
     #: Files copied only up to the per-file cap, or the one where the total cap ran out.
     truncated: tuple[str, ...]
-    #: A cap (total bytes or files) ended the copy before every file was read.
+    #: A budget (total bytes, files, entries, time) ended the copy before every file was read.
     stopped_early: bool
-    #: Regular files that could not be opened (their permissions): not read, so not checked.
+    #: Files and folders that could not be opened, listed, read or written: not copied, so not checked.
     unreadable: tuple[str, ...] = ()
+    #: Why the copy stopped early, else "".
+    stop_reason: str = ""
+    #: Sparse files and folders past the depth limit, not copied.
+    skipped: tuple[str, ...] = ()
+    #: Entries the walk looked at.
+    entries: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not (self.stopped_early or self.truncated or self.unreadable or self.skipped)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "files": self.files,
             "bytes": self.bytes,
+            "entries": self.entries,
+            "complete": self.complete,
             "truncated": list(self.truncated),
             "stopped_early": self.stopped_early,
+            "stop_reason": self.stop_reason,
             "unreadable": list(self.unreadable),
+            "skipped": list(self.skipped),
         }
+
+
+def copy_unverified(copied: Mapping[str, Any] | None) -> str:
+    """Why a copy (its manifest's record, :meth:`CopiedFiles.to_json`) is not complete, else ""."""
+    if not isinstance(copied, Mapping):
+        return "the copy's record is missing"
+    reasons = []
+    if copied.get("stopped_early"):
+        reasons.append(f"the copy stopped early ({copied.get('stop_reason') or 'a cap was reached'})")
+    for key, what in (
+        ("truncated", "file(s) copied only in part"),
+        ("unreadable", "file(s) or folder(s) could not be copied"),
+        ("skipped", "sparse file(s) or too-deep folder(s) not copied"),
+    ):
+        if copied.get(key):
+            reasons.append(f"{len(copied[key])} {what}")
+    return "; ".join(reasons)
 
 
 def copy_text_files(
@@ -87,73 +117,89 @@ def copy_text_files(
     max_total_bytes: int = MAX_TOTAL_BYTES,
     max_files: int = MAX_FILES,
     leave_out: Collection[Path] = (),
+    walk: Walk | None = None,
 ) -> CopiedFiles:
     """Copy the text files under each of ``roots`` (label → folder) to ``dest/<label>/`` (``dest``
-    must not exist), by the scan's rules and within its caps. A root inside another (``code`` in
-    the workspace) is copied once, under its own label; nothing under ``leave_out`` is copied."""
+    must not exist), by the scan's rules and within its budgets. A root inside another (``code`` in
+    the workspace) is copied once, under its own label; nothing under ``leave_out`` is copied.
+    Nothing the agent laid out makes it raise: what one file or folder cannot have (a name too
+    long for a path, a permission) is recorded and the copy goes on; targets are written relative
+    to their folder's descriptor, so a path of any length is copied."""
     for label in roots:
         if label in ("", ".", "..") or "/" in label:
             raise ValueError(f"a root's label must be a plain name, not {label!r}")
+    walk = walk if walk is not None else Walk(max_seconds=COPY_SECONDS)
     dest.mkdir(mode=0o755)
     files = written = 0
     truncated: list[str] = []
-    unreadable: list[str] = []
-    stopped = False
     for label, root in roots.items():
         inner = [other for other in roots.values() if other != root and other.is_relative_to(root)]
         inner += [path for path in leave_out if path.is_relative_to(root)]
-        for below, name, dir_fd in walk_files(root, MAX_DEPTH):
+        skip = {f"{label}/{path.relative_to(root)}" for path in inner}
+        for below, name, dir_fd in walk.files(root, label, leave_out=skip):
             if name.lower().endswith(WEIGHT_SUFFIXES):
                 continue
-            if any((root / below).is_relative_to(other) for other in inner):
-                continue
             if files >= max_files or written >= max_total_bytes:
-                stopped = True
+                walk.stop(
+                    f"its {max_files}-file cap was reached"
+                    if files >= max_files
+                    else f"its {max_total_bytes}-byte cap was reached"
+                )
                 break
-            fd = open_regular(name, dir_fd)
+            fd = walk.open_file(name, dir_fd, below)
             if fd is None:
-                if _is_regular(name, dir_fd):
-                    unreadable.append(shown_path(f"{label}/{below}"))
                 continue
+            limit = min(max_file_bytes, max_total_bytes - written)
             try:
                 table = name.lower().endswith(TEXT_TABLE_SUFFIXES)
                 if not table and b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
                     continue
-                limit = min(max_file_bytes, max_total_bytes - written)
-                target = dest / label / below
-                target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-                read, more = _copy(fd, target, limit)
+                read, more = _copy(fd, dest, below, limit)
+            except OSError:
+                walk.unreadable.append(shown_path(below))
+                continue
             finally:
                 os.close(fd)
             files += 1
             written += read
             if more:
-                truncated.append(shown_path(f"{label}/{below}"))
+                truncated.append(shown_path(below))
                 if limit < max_file_bytes:
-                    stopped = True
-                    break
-        if stopped:
+                    walk.stop(f"its {max_total_bytes}-byte cap was reached")
+            if walk.stopped or walk.out_of_time():
+                break
+        if walk.stopped:
             break
     return CopiedFiles(
         files=files,
         bytes=written,
         truncated=tuple(truncated),
-        stopped_early=stopped,
-        unreadable=tuple(unreadable),
+        stopped_early=bool(walk.stopped),
+        unreadable=tuple(walk.unreadable),
+        stop_reason=walk.stopped,
+        skipped=tuple(walk.skipped),
+        entries=walk.entries,
     )
 
 
-def _is_regular(name: str, dir_fd: int) -> bool:
+def _copy(fd: int, dest: Path, below: str, limit: int) -> tuple[int, bool]:
+    """Copy ``fd`` to ``dest/below``, each folder made and opened relative to its parent's
+    descriptor (no path longer than one name); (bytes copied, whether bytes remain past ``limit``)."""
+    *folders, name = below.split("/")
+    parent = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def _copy(fd: int, target: Path, limit: int) -> tuple[int, bool]:
-    """(bytes copied, whether bytes remain past ``limit``)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    out = os.open(target, flags, 0o644)
+        for folder in folders:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, 0o755, dir_fd=parent)
+            inner = os.open(
+                folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
+            )
+            os.close(parent)
+            parent = inner
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(name, flags, 0o644, dir_fd=parent)
+    finally:
+        os.close(parent)
     copied = 0
     try:
         while copied < limit:

@@ -24,7 +24,8 @@ other than JSON's (base64, compression; compressed files look binary and are ski
 found: this catches a test set carried in, not one hidden on purpose.
 
 :func:`scan_files` reads the files without following a symbolic link, never opening anything but a
-regular file, within caps on each file's bytes, the total bytes and the number of files, so that
+regular file, within caps on each file's bytes, the total bytes, the number of files, the entries
+looked at and the time taken (:mod:`autorl.provenance.walk`), so that
 an agent's files cannot make the scan unbounded. Its :class:`OverlapReport` names files and counts,
 never a question's text.
 """
@@ -35,14 +36,14 @@ import codecs
 import math
 import os
 import re
-import stat
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress, count, islice
 from pathlib import Path
 from typing import Any
 
+from autorl.provenance.walk import Walk, shown_path
 from autorl.tasks.base import Problem
 
 #: The n of the word n-grams: 13, as in the contamination studies of GPT-3 and after.
@@ -56,8 +57,6 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 #: Files opened at most.
 MAX_FILES = 100_000
-#: Folders deeper than this below a root are not entered.
-MAX_DEPTH = 64
 #: Bytes read at once; a question across two reads is still found (the words carry over).
 CHUNK_BYTES = 1024 * 1024
 #: A file with a NUL byte in its first bytes is binary and is not read.
@@ -254,27 +253,68 @@ class OverlapReport:
     truncated: tuple[str, ...]
     #: A cap (total bytes or files) ended the scan before every file was read.
     stopped_early: bool = False
+    #: Why the scan stopped early (which budget), else "".
+    stop_reason: str = ""
+    #: Files and folders that could not be opened, listed or read: not checked.
+    unreadable: tuple[str, ...] = ()
+    #: Sparse files and folders past the depth limit, not read.
+    skipped: tuple[str, ...] = ()
+    #: Entries the walk looked at (files, folders, links, skipped files alike).
+    entries: int = 0
+    #: The questions each file of :attr:`files` holds.
+    found_in: tuple[frozenset[int], ...] = ()
 
     @property
     def count(self) -> int:
         return len(self.found)
 
+    @property
+    def complete(self) -> bool:
+        """Every file was read whole: no budget reached, nothing unreadable or skipped."""
+        return not (self.stopped_early or self.truncated or self.unreadable or self.skipped)
+
+    def unverified(self) -> str:
+        """Why the scan is not complete (for every surface that shows it), else ""."""
+        reasons = []
+        if self.stopped_early:
+            reasons.append(f"the scan stopped early ({self.stop_reason or 'a cap was reached'})")
+        if self.truncated:
+            reasons.append(f"{len(self.truncated)} file(s) read only in part")
+        if self.unreadable:
+            reasons.append(f"{len(self.unreadable)} file(s) or folder(s) could not be read")
+        if self.skipped:
+            reasons.append(f"{len(self.skipped)} sparse file(s) or too-deep folder(s) not read")
+        return "; ".join(reasons)
+
+    def part(self, start: int, stop: int) -> OverlapReport:
+        """The report of the questions ``start`` to ``stop`` of the index (one split of several
+        scanned together), indices from 0."""
+        found_in = [frozenset(i - start for i in found if start <= i < stop) for found in self.found_in]
+        kept = [(path, found) for (path, _), found in zip(self.files, found_in, strict=True) if found]
+        return replace(
+            self,
+            found=frozenset(i - start for i in self.found if start <= i < stop),
+            files=tuple((path, len(found)) for path, found in kept),
+            found_in=tuple(found for _, found in kept),
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The operator's record: indices, paths and counts, never a question's text."""
         return {
             "count": self.count,
+            "complete": self.complete,
+            "unverified": self.unverified(),
             "found": sorted(self.found),
             "files": [{"path": path, "problems": problems} for path, problems in self.files],
             "scanned_files": self.scanned_files,
             "scanned_bytes": self.scanned_bytes,
+            "entries": self.entries,
             "truncated": list(self.truncated),
             "stopped_early": self.stopped_early,
+            "stop_reason": self.stop_reason,
+            "unreadable": list(self.unreadable),
+            "skipped": list(self.skipped),
         }
-
-
-def shown_path(path: str) -> str:
-    """A file name as valid UTF-8 text (undecodable bytes as ``\\xNN``), for the record."""
-    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
 
 
 class _Budget:
@@ -324,43 +364,6 @@ def _scan_fd(
     return index.problems_with(matches), read, more
 
 
-def open_regular(name: str, dir_fd: int) -> int | None:
-    """A read-only descriptor of ``name`` if it is a regular file (never through a link, never a
-    FIFO or device, which are not even opened); else None."""
-    try:
-        before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return None
-    if not stat.S_ISREG(before.st_mode):
-        return None
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
-    except OSError:
-        return None
-    after = os.fstat(fd)
-    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
-        os.close(fd)
-        return None
-    return fd
-
-
-def walk_files(root: Path, max_depth: int) -> Iterator[tuple[str, str, int]]:
-    """(path below ``root``, file name, its folder's descriptor) of every non-folder entry, sorted,
-    links never followed; nothing if ``root`` is a link or not a folder."""
-    if root.is_symlink() or not root.is_dir():
-        return
-    for folder, dirnames, filenames, dir_fd in os.fwalk(root, topdown=True, follow_symlinks=False):
-        below = os.path.relpath(folder, root)
-        depth = 0 if below == "." else below.count(os.sep) + 1
-        if depth >= max_depth:
-            dirnames.clear()
-        else:
-            dirnames.sort()
-        for name in sorted(filenames):
-            yield (name if below == "." else os.path.join(below, name)), name, dir_fd
-
-
 def scan_files(
     roots: Sequence[Path],
     index: OverlapIndex,
@@ -370,32 +373,39 @@ def scan_files(
     max_files: int = MAX_FILES,
     skip_suffixes: Sequence[str] = WEIGHT_SUFFIXES,
     chunk_bytes: int = CHUNK_BYTES,
+    walk: Walk | None = None,
 ) -> OverlapReport:
     """The questions of ``index`` that the text files under ``roots`` hold, each file judged alone.
 
-    Each root is labelled by its name (``code``, ``output``), so names must differ. Skipped: links
-    (a root that is one too), anything but regular files, names ending in ``skip_suffixes`` (case
-    ignored), files with a NUL byte in their first 8 KiB, folders deeper than :data:`MAX_DEPTH`.
+    Each root is labelled by its name (``code``, ``output``), so names must differ. The folders are
+    walked by :class:`autorl.provenance.walk.Walk` (``walk`` sets its entry and time budgets).
+    Skipped: links (a root that is one too), anything but regular files, names ending in
+    ``skip_suffixes`` (case ignored), files with a NUL byte in their first 8 KiB; recorded and
+    making the report incomplete: sparse files, folders too deep (the walk's ``max_depth``), what could
+    not be read, a budget reached.
     """
     labels = [root.name for root in roots]
     if len(set(labels)) != len(labels):
         raise ValueError(f"roots must have distinct names, not {labels}")
     suffixes = tuple(suffix.lower() for suffix in skip_suffixes)
+    walk = walk if walk is not None else Walk()
     budget = _Budget(max_total_bytes, max_files)
     found: set[int] = set()
-    files: list[tuple[str, int]] = []
+    files: list[tuple[str, frozenset[int]]] = []
     truncated: list[str] = []
     scanned_files = scanned_bytes = 0
     for root in roots:
-        for below, name, dir_fd in walk_files(root, MAX_DEPTH):
-            if budget.exhausted:
-                break
+        for below, name, dir_fd in walk.files(root, root.name):
             if name.lower().endswith(suffixes):
                 continue
             if budget.files_left <= 0 or budget.bytes_left <= 0:
-                budget.exhausted = True
+                walk.stop(
+                    f"its {max_files}-file cap was reached"
+                    if budget.files_left <= 0
+                    else f"its {max_total_bytes}-byte cap was reached"
+                )
                 break
-            fd = open_regular(name, dir_fd)
+            fd = walk.open_file(name, dir_fd, below)
             if fd is None:
                 continue
             budget.files_left -= 1
@@ -404,6 +414,9 @@ def scan_files(
                 result = _scan_fd(
                     fd, index, limit, chunk_bytes, table=name.lower().endswith(TEXT_TABLE_SUFFIXES)
                 )
+            except OSError:
+                walk.unreadable.append(shown_path(below))
+                continue
             finally:
                 os.close(fd)
             if result is None:
@@ -412,21 +425,29 @@ def scan_files(
             scanned_files += 1
             scanned_bytes += read
             budget.bytes_left -= read
-            shown = shown_path(f"{root.name}/{below}")
+            shown = shown_path(below)
             if more:
                 truncated.append(shown)
                 if limit < max_file_bytes:
-                    budget.exhausted = True
+                    walk.stop(f"its {max_total_bytes}-byte cap was reached")
             if in_file:
-                files.append((shown, len(in_file)))
+                files.append((shown, frozenset(in_file)))
                 found |= in_file
-        if budget.exhausted:
+            if walk.stopped or walk.out_of_time():
+                break
+        if walk.stopped:
             break
+    files.sort()
     return OverlapReport(
         found=frozenset(found),
-        files=tuple(files),
+        files=tuple((path, len(held)) for path, held in files),
         scanned_files=scanned_files,
         scanned_bytes=scanned_bytes,
         truncated=tuple(truncated),
-        stopped_early=budget.exhausted,
+        stopped_early=bool(walk.stopped),
+        stop_reason=walk.stopped,
+        unreadable=tuple(walk.unreadable),
+        skipped=tuple(walk.skipped),
+        entries=walk.entries,
+        found_in=tuple(held for _, held in files),
     )

@@ -204,7 +204,10 @@ def test_deep_folders_are_not_entered_past_the_limit(roots: list[Path]) -> None:
         os.close(fd)
     (roots[1] / "q.txt").write_text(TEST[1].question)
 
-    assert scan_files(roots, INDEX).found == {1}
+    report = scan_files(roots, INDEX)
+    assert report.found == {1}
+    assert not report.complete
+    assert "too-deep" in report.unverified()
 
 
 def test_the_report_holds_paths_and_counts_never_question_text(roots: list[Path]) -> None:
@@ -215,12 +218,18 @@ def test_the_report_holds_paths_and_counts_never_question_text(roots: list[Path]
 
     assert json.loads(record) == {
         "count": len(TEST),
+        "complete": True,
+        "unverified": "",
         "found": list(range(len(TEST))),
         "files": [{"path": "output/stolen.jsonl", "problems": len(TEST)}],
         "scanned_files": 2,
         "scanned_bytes": len(jsonl(TEST).encode()) + len(jsonl(TRAIN).encode()),
+        "entries": 2,
         "truncated": [],
         "stopped_early": False,
+        "stop_reason": "",
+        "unreadable": [],
+        "skipped": [],
     }
     question_words = {w for p in TEST for w in normalize(p.question) if not w.isdigit()}
     assert question_words & set(re.findall(r"[a-z]+", record.lower())) <= {"problems", "count", "files"}

@@ -1,0 +1,128 @@
+"""The bounded walk shared by the scan and the cluster's copy (autorl.provenance.walk), as a hostile
+agent would lay its files out to make the check stop early, skip a file, or fail: every budget or
+unread file makes the result incomplete, never clean; nothing it lays out makes the copy raise."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from autorl.provenance.agent_copy import copy_text_files
+from autorl.provenance.overlap import OverlapIndex, scan_files
+from autorl.provenance.walk import Walk
+
+QUESTION = (
+    "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
+    "for her friends every day with four. She sells the remainder at the farmers' market daily for $2 "
+    "per fresh duck egg. How much in dollars does she make every day at the farmers' market?"
+)
+INDEX = OverlapIndex([QUESTION])
+
+
+@pytest.fixture
+def output(tmp_path: Path) -> Path:
+    folder = tmp_path / "output"
+    folder.mkdir()
+    return folder
+
+
+def test_names_the_scan_skips_and_links_still_spend_the_entry_budget(output: Path) -> None:
+    junk = output / "a-junk"
+    junk.mkdir()
+    (junk / "w.safetensors").write_text("x")
+    for index in range(60):  # hard links and weight-named files: no inode, no bytes, still entries
+        os.link(junk / "w.safetensors", junk / f"{index}.safetensors")
+        (junk / f"l{index}").symlink_to("/etc/hostname")
+    (output / "z-stolen.txt").write_text(QUESTION)
+
+    bounded = scan_files([output], INDEX, walk=Walk(max_entries=50))
+    assert bounded.count == 0 and not bounded.complete
+    assert "50-entry budget" in bounded.unverified()
+    assert scan_files([output], INDEX).count == 1 and scan_files([output], INDEX).complete
+
+
+def test_a_walk_holds_one_entry_at_a_time_and_stops_at_its_budget(output: Path) -> None:
+    for index in range(2_000):
+        (output / f"{index}.bin").touch()
+    walk = Walk(max_entries=100)
+    names = [name for _, name, _ in walk.files(output, "output")]
+    assert len(names) == 100 and walk.entries == 101 and not walk.complete
+
+
+def test_the_time_budget_ends_the_scan_as_incomplete(output: Path) -> None:
+    for index in range(300):
+        (output / f"{index}.txt").write_text("loss 0.25\n")
+    report = scan_files([output], INDEX, walk=Walk(max_seconds=0))
+    assert not report.complete and "time budget" in report.unverified()
+
+
+def test_sparse_files_are_not_read_or_copied_but_named(output: Path, tmp_path: Path) -> None:
+    sparse = output / "sparse.txt"
+    with sparse.open("w") as handle:
+        handle.write(QUESTION)
+        handle.truncate(64 * 1024 * 1024)  # 64 MiB of holes on a few KiB of disk
+    report = scan_files([output], INDEX)
+    assert report.scanned_bytes == 0 and not report.complete
+    assert len(report.skipped) == 1 and report.skipped[0].startswith("output/sparse.txt (sparse: 67108864")
+    copied = copy_text_files({"output": output}, tmp_path / "copy")
+    assert copied.bytes == 0 and not copied.complete
+
+
+def test_a_folder_that_cannot_be_listed_is_recorded(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (output / "locked").mkdir()
+    (output / "locked" / "test.txt").write_text(QUESTION)
+    real = os.scandir
+    locked = (output / "locked").stat().st_ino
+
+    def scandir(fd: int) -> object:  # a folder of mode 0300: opened, not listed (root lists any)
+        if os.fstat(fd).st_ino == locked:
+            raise PermissionError(13, "Permission denied")
+        return real(fd)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report = scan_files([output], INDEX)
+    assert report.count == 0 and report.unreadable == ("output/locked/",)
+    assert "1 file(s) or folder(s) could not be read" in report.unverified()
+
+
+def test_paths_longer_than_path_max_are_copied_and_found(output: Path, tmp_path: Path) -> None:
+    fd = os.open(output, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for level in range(20):  # 20 names of 242 characters: a path past 4,096
+            name = f"{level:02d}" + "y" * 240
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("stolen.json", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "w") as handle:
+            handle.write(json.dumps([QUESTION]))
+    finally:
+        os.close(fd)
+
+    copied = copy_text_files({"output": output}, tmp_path / "copy")
+
+    assert copied.files == 1 and copied.complete, copied
+    assert scan_files([tmp_path / "copy" / "output"], INDEX).count == 1
+    assert scan_files([output], INDEX).count == 1
+
+
+def test_one_file_that_cannot_be_written_is_recorded_and_the_copy_goes_on(
+    output: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (output / "a.txt").write_text("first")
+    (output / "b.txt").write_text(QUESTION)
+    from autorl.provenance import agent_copy
+
+    real = agent_copy._copy
+
+    def failing(fd: int, dest: Path, below: str, limit: int) -> tuple[int, bool]:
+        if below.endswith("a.txt"):
+            raise OSError(36, "File name too long")
+        return real(fd, dest, below, limit)
+
+    monkeypatch.setattr(agent_copy, "_copy", failing)
+    copied = copy_text_files({"output": output}, tmp_path / "copy")
+    assert copied.files == 1 and copied.unreadable == ("output/a.txt",) and not copied.complete
