@@ -224,6 +224,9 @@ def stage_copy(
     staging.mkdir(mode=0o755, parents=True)
     try:
         copied = copy_text_files(roots, staging / FILES, leave_out=leave_out)
+    except OSError as exc:  # not one file's (those are recorded): the copy as a whole
+        shutil.rmtree(staging / FILES, ignore_errors=True)
+        copied = CopiedFiles(0, 0, (), True, stop_reason=f"the copy failed: {exc.strerror or exc}")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

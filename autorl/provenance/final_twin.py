@@ -22,6 +22,11 @@ class NoTwinScore(Exception):
     """Why the final cannot be scored on the twins (said, not fatal: the run's scores stand)."""
 
 
+class FinalChanged(NoTwinScore):
+    """The final's folder no longer holds what was scored (the agent removed or changed it): the
+    twin split is unverified, not merely not applicable."""
+
+
 @dataclass(frozen=True)
 class TwinInputs:
     task: str

@@ -30,6 +30,7 @@ from autorl.errors import AutoRLError
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_columns, results_columns
 from autorl.protocol.statistics import TWIN_FLAG_P, Comparison, Evaluated, comparison_of, interval_of
+from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, notes_in
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
@@ -268,18 +269,25 @@ def final_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def provenance_lines(result: Mapping[str, Any]) -> list[str]:
-    """What the agent may have brought in, from results.csv's last columns; a finding is flagged
-    with ``!`` (agent strings, such as a lineage path, are the caller's to print as data)."""
+    """What the agent may have brought in, from results.csv's last columns and the notes of what
+    could not be verified in the run's ``message`` (autorl.provenance.unverified); a finding is
+    flagged with ``!`` (agent strings, such as a lineage path, are the caller's to print as data)."""
     lines = []
+    notes = notes_in(result.get("message"))
     overlap = result.get("test_overlap")
+    tests = [n.removeprefix(f"{TEST_UNVERIFIED}: ") for n in notes if n.startswith(TEST_UNVERIFIED)]
+    unverified = f"  ! unverified: {tests[0]}" if tests else ""
     if overlap is not None:
         found = "  ! test problems found in the agent's files" if overlap else ""
-        lines.append(f"test overlap {overlap}{found}")
+        lines.append(f"test overlap {overlap}{found}{unverified}")
+    elif tests:
+        lines.append(f"test overlap unverified: {tests[0]}")
     twin, twin_p = result.get("twin_score"), result.get("twin_p_value")
     if twin is not None:
         flagged = twin_p is not None and twin_p < TWIN_FLAG_P
         tested = "" if twin_p is None else f" (gap against the base's: p={twin_p:.3g})"
         lines.append(f"twin split   {twin:.2f}{tested}" + ("  ! learned by heart?" if flagged else ""))
+    lines += [f"twin split   {n.removeprefix('twin split ')}" for n in notes if n.startswith(TWIN_UNVERIFIED)]
     lineage = result.get("lineage")
     if lineage:
         lines.append(f"lineage      {lineage}  ! nearer this registered checkpoint than the base")

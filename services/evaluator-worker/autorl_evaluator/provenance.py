@@ -40,6 +40,18 @@ from autorl_evaluator.settings import WorkerSettings
 RECORDS_DIR = "provenance"
 
 
+@dataclass(frozen=True)
+class AgentFiles:
+    """What :func:`read_agent_files` found."""
+
+    #: Problems found by split name; None where the read was not complete and found none (a
+    #: count found in an incomplete read is a lower bound, still a finding).
+    counts: dict[str, int | None]
+    #: Why the read is not complete (autorl.provenance.unverified), else "".
+    unverified: str
+    record: Path
+
+
 def read_agent_files(
     task: Task,
     settings: EvaluationSettings,
@@ -49,23 +61,38 @@ def read_agent_files(
     sealed: bool,
     program: Path | None = None,
     notes: dict[str, Any] | None = None,
-) -> tuple[dict[str, int], Path]:
+    incomplete: str = "",
+) -> AgentFiles:
     """The problems of each split found in the files under ``roots`` and in ``program`` (by split
-    name), and the operator's record of which files hold how many (with ``notes`` beside them)."""
+    name), read in one pass for all splits, and the operator's record of which files hold how many
+    (with ``notes`` beside them). ``incomplete`` says why the files given are already not all of
+    them (a copy that stopped early)."""
     data_dir, source_dir = settings.eval_dir / "data", settings.data_source_dir
     splits = {"test": task.load_test_problems(data_dir, source_dir=source_dir)}
     if sealed:
         splits["validation"] = task.load_validation_problems(data_dir, source_dir=source_dir)
     record: dict[str, object] = {"run_id": run_id, "roots": [str(root) for root in roots], **(notes or {})}
     text = _program_text(program)
-    counts: dict[str, int] = {}
+    questions = [problem.question for problems in splits.values() for problem in problems]
+    index = OverlapIndex(questions)
+    report = scan_files(roots, index)
+    in_program = index.find(normalize(text)) if text else set()
+    unverified = "; ".join(filter(None, [incomplete, report.unverified()]))
+    counts: dict[str, int | None] = {}
+    start = 0
     for split, problems in splits.items():
-        index = OverlapIndex([problem.question for problem in problems])
-        report = scan_files(roots, index)
-        in_program = index.find(normalize(text)) if text else set()
-        counts[split] = len(report.found | in_program)
-        record[split] = {**report.to_json(), "program": {"path": str(program), "problems": len(in_program)}}
-    return counts, write_record(settings, run_id, record)
+        stop = start + len(problems)
+        part = report.part(start, stop)
+        in_split = {i - start for i in in_program if start <= i < stop}
+        found = part.found | in_split
+        counts[split] = len(found) if found or not unverified else None
+        record[split] = {
+            **part.to_json(),
+            "program": {"path": str(program), "problems": len(in_split)},
+        }
+        start = stop
+    record["unverified"] = unverified
+    return AgentFiles(counts, unverified, write_record(settings, run_id, record))
 
 
 def write_record(settings: EvaluationSettings, name: str, record: dict[str, Any]) -> Path:

@@ -12,9 +12,11 @@ workspace). This job, on an evaluator (it holds the test split):
   and counts go to ``AUTORL_EVAL_DIR/provenance/<experiment>.json``, never a question;
 * scores the final and the base model once on the twin split
   (:func:`autorl_evaluator.provenance.score_twin_split`);
-* records ``test_overlap``, ``twin_score`` and ``twin_p_value`` in the store together: a recorded
-  ``test_overlap`` means the check is done (the twin fields stay null where the final could not be
-  scored on twins; the record says why).
+* records ``test_overlap``, ``twin_score`` and ``twin_p_value`` in the store together, and what
+  could not be verified as a note in the experiment's message (:mod:`autorl.provenance.unverified`:
+  a copy or read that reached a budget or left files unread, a final whose folder no longer holds
+  what was scored, a twin evaluation that failed); a recorded ``test_overlap`` or note means the
+  check is done.
 
 A custom agent image's own files are not read on a cluster: they are in the image, which no
 platform pod runs; only what the agent left in its workspace is. Safe to run twice: a
@@ -30,8 +32,9 @@ from typing import Any
 
 from autorl.errors import AutoRLError
 from autorl.layout import CODE_DIR, OUTPUT_DIR
-from autorl.provenance.agent_copy import FILES, WORKSPACE, provenance_folder, read_manifest
+from autorl.provenance.agent_copy import FILES, WORKSPACE, copy_unverified, provenance_folder, read_manifest
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
+from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, note, test_checked, with_notes
 from autorl.store import Database, Experiment, Feedback, experiments
 from autorl.tasks import get_task
 from autorl_evaluator.provenance import TwinResult, read_agent_files, score_twin_split
@@ -62,7 +65,7 @@ def _check(db: Database, experiment_id: int, settings: WorkerSettings) -> dict[s
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
             return {"experiment_id": experiment_id, "status": "gone"}
-        if experiment.test_overlap is not None:
+        if test_checked(experiment.test_overlap, experiment.message):
             return {"experiment_id": experiment_id, "status": "done"}
         name, task_name = experiment.name, experiment.task
         sealed = experiment.feedback == Feedback.SEALED
@@ -79,6 +82,7 @@ def _check(db: Database, experiment_id: int, settings: WorkerSettings) -> dict[s
         # controller asks once more.
         raise CopyNotReadyError(f"no complete copy of experiment {name!r}'s files in {folder}")
     twins: TwinResult | None = None
+    twin_unverified = ""
     final = manifest.get("final")
     if inputs is not None and isinstance(final, str) and final:
         try:
@@ -89,38 +93,52 @@ def _check(db: Database, experiment_id: int, settings: WorkerSettings) -> dict[s
             why = str(exc)
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
             why = f"could not be scored: {type(exc).__name__}: {exc}"
+            twin_unverified = "the twin evaluation failed (the record in evaluator storage says why)"
             log.warning("event=twins_failed experiment=%d error_type=%s", experiment_id, type(exc).__name__)
     elif inputs is not None:
         why = str(manifest.get("final_note") or "the grader took no snapshot of the final")
+        twin_unverified = why
+    copied = manifest.get("copied")
     notes = {
-        "copy": manifest.get("copied"),
+        "copy": copied,
         "not_read": "a custom image's own files (only the agent's workspace is copied)",
         "twins": {"score": twins.score, "p_value": twins.p_value, "note": why} if twins else {"note": why},
     }
-    counts, record = read_agent_files(
+    read = read_agent_files(
         get_task(task_name),
         settings,
         run_id=name,
         roots=[folder / FILES / root for root in ROOTS],
         sealed=sealed,
         notes=notes,
+        incomplete=copy_unverified(copied),
     )
+    test_overlap = read.counts["test"]
+    # Checked, complete or not: a note says what could not be verified (docs/PROTOCOL.md); a count
+    # found in an incomplete read is a lower bound and is recorded too.
+    unverified = [
+        note(TEST_UNVERIFIED, read.unverified) if read.unverified else "",
+        note(TWIN_UNVERIFIED, twin_unverified) if twin_unverified else "",
+    ]
     with db.session() as session:
+        experiment = experiments.get_experiment(session, name, for_update=True)
         experiments.record_provenance(
             session,
-            experiments.get_experiment(session, name, for_update=True),
-            test_overlap=counts["test"],
+            experiment,
+            test_overlap=test_overlap,
             twin_score=twins.score if twins else None,
             twin_p_value=twins.p_value if twins else None,
         )
+        experiment.message = with_notes(experiment.message, filter(None, unverified))
     log.info(
-        "event=provenance_checked experiment=%d test_overlap=%d twins=%s record=%s",
+        "event=provenance_checked experiment=%d test_overlap=%s complete=%s twins=%s record=%s",
         experiment_id,
-        counts["test"],
+        test_overlap,
+        not read.unverified,
         "scored" if twins else "none",
-        record,
+        read.record,
     )
-    return {"experiment_id": experiment_id, "status": "checked", "test_overlap": counts["test"]}
+    return {"experiment_id": experiment_id, "status": "checked", "test_overlap": test_overlap}
 
 
 def _scratch_root(settings: WorkerSettings) -> Path:

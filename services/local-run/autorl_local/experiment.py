@@ -36,6 +36,7 @@ from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
 from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_results
+from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, note, with_notes
 from autorl.runs.reports import final_lines, report_after_run, uncertainty_lines
 from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
@@ -224,6 +225,8 @@ class LocalRun:
         )
         self.registered = False
         self.last_view: ExperimentAnswer | None = None
+        #: What the checks after the agent could not verify (autorl.provenance.unverified).
+        self.unverified: list[str] = []
         self.lock = RunLock(
             run_dir,
             RunInfo(
@@ -401,7 +404,7 @@ class LocalRun:
 
     def _score_twins(self) -> None:
         """The final and the base model on the twin split, once (autorl_local.twin_evaluation)."""
-        from autorl.provenance.final_twin import NoTwinScore
+        from autorl.provenance.final_twin import FinalChanged, NoTwinScore
         from autorl_evaluator.settings import WorkerSettings
         from autorl_local.twin_evaluation import score_twins
 
@@ -415,11 +418,16 @@ class LocalRun:
         settings = WorkerSettings(**own)
         try:
             found = score_twins(self.run_id, settings)
+        except FinalChanged as exc:
+            self.progress.note(f"twin split: not scored ({exc})")
+            self.unverified.append(note(TWIN_UNVERIFIED, str(exc)))
+            return
         except NoTwinScore as exc:
             self.progress.note(f"twin split: not scored ({exc})")
             return
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
             self.progress.note(f"twin split: could not be scored ({printable(str(exc))})")
+            self.unverified.append(note(TWIN_UNVERIFIED, f"it could not be scored ({printable(str(exc))})"))
             return
         self.last_view = self.admin.record_provenance(
             self.run_id, twin_score=found.score, twin_p_value=found.p_value
@@ -448,7 +456,7 @@ class LocalRun:
             [path.resolve() for path in platform],
         )
         try:
-            counts, record = read_agent_files(
+            read = read_agent_files(
                 self.task,
                 self.settings,
                 run_id=self.run_id,
@@ -458,12 +466,19 @@ class LocalRun:
             )
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
             self.progress.note(f"could not read the agent's files for test questions: {printable(str(exc))}")
+            self.unverified.append(note(TEST_UNVERIFIED, f"the read failed ({printable(str(exc))})"))
             return
-        self.last_view = self.admin.record_provenance(self.run_id, test_overlap=counts["test"])
-        found = {split: count for split, count in counts.items() if count}
+        if read.counts["test"] is not None:
+            self.last_view = self.admin.record_provenance(self.run_id, test_overlap=read.counts["test"])
+        if read.unverified:
+            self.unverified.append(note(TEST_UNVERIFIED, f"{read.unverified} (see {read.record})"))
+            self.progress.note(f"the agent's files were not all read: {read.unverified}; see {read.record}")
+        found = {split: count for split, count in read.counts.items() if count}
         if found:
             listed = ", ".join(f"{count} {split}" for split, count in found.items())
-            self.progress.note(f"the agent's files hold {listed} problem(s); files and counts in {record}")
+            self.progress.note(
+                f"the agent's files hold {listed} problem(s); files and counts in {read.record}"
+            )
 
     # --- services ---------------------------------------------------------------------------
 
@@ -578,7 +593,8 @@ class LocalRun:
         if self.registered:
             db_status = "timed_out" if status == "completed" and timed_out else status
             try:
-                self.last_view = self.admin.finish(self.run_id, db_status, message)
+                noted = with_notes(message, self.unverified)
+                self.last_view = self.admin.finish(self.run_id, db_status, noted)
             except AutoRLError as exc:
                 print(f"autorl run: could not record the end in the grader: {exc}", file=sys.stderr)
         self._stop_services()
@@ -622,7 +638,7 @@ class LocalRun:
             f"improvement  {improvement}",
             # A sealed run's submissions were scored on validation; its best score is its final on test.
             *uncertainty_lines(metrics, "validation" if row.feedback == Feedback.SEALED else None),
-            *final_lines(row.to_json()),
+            *final_lines({**row.to_json(), "message": with_notes(None, self.unverified)}),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",
             f"results      {printable(str(results_path(self.settings.home)))}",

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from autorl.checkpoints.snapshot import snapshot_submission
-from autorl.provenance.final_twin import NoTwinScore, twin_inputs
+from autorl.errors import CheckpointError
+from autorl.provenance.final_twin import FinalChanged, twin_inputs
 from autorl.store import Database, experiments
 from autorl_evaluator.provenance import TwinResult, score_twin_split
 from autorl_evaluator.settings import WorkerSettings
@@ -19,7 +20,8 @@ from autorl_evaluator.settings import WorkerSettings
 
 def score_twins(name: str, settings: WorkerSettings) -> TwinResult:
     """Evaluate experiment ``name``'s final and its base model on the twins of the test problems
-    its final was scored on; NoTwinScore says why not."""
+    its final was scored on; NoTwinScore says why not (FinalChanged: the final's folder no longer
+    holds what was scored, which leaves the twin split unverified)."""
     db = Database(settings.database_url)
     try:
         with db.read_session() as session:
@@ -28,13 +30,16 @@ def score_twins(name: str, settings: WorkerSettings) -> TwinResult:
         db.dispose()
     settings.eval_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="twins-", dir=settings.eval_dir) as root:
-        snapshot = snapshot_submission(
-            inputs.model_path,
-            workspace=inputs.workspace,
-            output_dir=inputs.output_dir,
-            base_model_dir=inputs.base_dir,
-            snapshot_root=Path(root),
-        )
+        try:
+            snapshot = snapshot_submission(
+                inputs.model_path,
+                workspace=inputs.workspace,
+                output_dir=inputs.output_dir,
+                base_model_dir=inputs.base_dir,
+                snapshot_root=Path(root),
+            )
+        except CheckpointError as exc:
+            raise FinalChanged(f"the final's folder can no longer be read: {exc}") from exc
         if not snapshot.holds(inputs.fingerprint):
-            raise NoTwinScore("the final's folder no longer holds the files that were scored")
+            raise FinalChanged("the final's folder no longer holds the files that were scored")
         return score_twin_split(inputs, snapshot.path, settings, Path(root))
