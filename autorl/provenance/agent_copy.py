@@ -9,7 +9,8 @@ the copy for the test questions (:mod:`autorl.provenance.overlap`, the rule of `
 
 The copy follows the scan's own rules, so that it holds what the scan would read and no more: no
 link is followed (a root that is one is not copied), only regular files are opened (never a FIFO or
-a device), weight files and files with a NUL byte in their first 8 KiB are left out, and the
+a device), weights (recognised by their content, :func:`autorl.provenance.file_text.is_weights`)
+are left out, every other file is copied as it is (the evaluator opens its containers), and the
 per-file, total and file-count caps of :mod:`autorl.provenance.overlap` bound what is written. What
 a cap cut, and each regular file the grader may not read (an agent that took the group's read
 permission away), is named in the folder's manifest (:data:`MANIFEST`), which the evaluator's
@@ -29,14 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.provenance.file_text import HEAD_BYTES, is_weights
 from autorl.provenance.overlap import (
-    BINARY_SNIFF_BYTES,
     CHUNK_BYTES,
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_TOTAL_BYTES,
-    TEXT_TABLE_SUFFIXES,
-    WEIGHT_SUFFIXES,
 )
 from autorl.provenance.walk import Walk, shown_path
 
@@ -137,8 +136,6 @@ def copy_text_files(
         inner += [path for path in leave_out if path.is_relative_to(root)]
         skip = {f"{label}/{path.relative_to(root)}" for path in inner}
         for below, name, dir_fd in walk.files(root, label, leave_out=skip):
-            if name.lower().endswith(WEIGHT_SUFFIXES):
-                continue
             if files >= max_files or written >= max_total_bytes:
                 walk.stop(
                     f"its {max_files}-file cap was reached"
@@ -151,8 +148,7 @@ def copy_text_files(
                 continue
             limit = min(max_file_bytes, max_total_bytes - written)
             try:
-                table = name.lower().endswith(TEXT_TABLE_SUFFIXES)
-                if not table and b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
+                if is_weights(os.pread(fd, HEAD_BYTES, 0), os.fstat(fd).st_size):
                     continue
                 read, more = _copy(fd, dest, below, limit)
             except OSError:

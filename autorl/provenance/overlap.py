@@ -1,10 +1,13 @@
 """Test questions in an agent's files: a public test set brought in (to train on it) is found.
 
-After an agent has ended, the platform reads its text files (its workspace's ``code/`` and
-``output/``; weight files are skipped) for the questions of the task's test split. Text is compared
-as words (:func:`normalize`): Unicode NFKC, casefolded, every run of characters that are not letters
-or digits a separator, JSON string escapes undone. So reformatting does not hide a question: JSON
-escaping, line breaks, extra spaces, upper case, changed punctuation, markdown, a Python list.
+After an agent has ended, the platform reads its files (weights are skipped) for the questions of
+the task's test split, each file's text taken from its content whatever its name
+(:mod:`autorl.provenance.file_text`: compressed files, archives and Parquet tables opened, the text
+runs of binary files read). Text is compared as words (:func:`normalize`): Unicode NFKC,
+casefolded, invisible format characters (zero-width spaces) removed, every run of characters that
+are not letters or digits a separator, JSON string escapes undone. So reformatting does not hide a
+question: JSON escaping, line breaks, extra spaces, upper case, changed punctuation, markdown, a
+Python list.
 
 The rule (:class:`OverlapIndex`): a question is cut into its word n-grams (``n`` = 13, the usual
 long n-gram of contamination studies; a question of at most ``n`` words is its single n-gram, so it
@@ -19,9 +22,9 @@ counts only whole and on word boundaries). A file holds a question when
 
 So a copy of a whole question is found however it is formatted, and so is a copy of most of it
 that keeps its numbers (a question without its closing "How many ...?"). A question cut in half
-across two files is not: each file is judged on its own. Paraphrases, translations and encodings
-other than JSON's (base64, compression; compressed files look binary and are skipped) are not
-found: this catches a test set carried in, not one hidden on purpose.
+across two files is not: each file is judged on its own. Paraphrases, translations, encodings
+(base64, a cipher, a format not opened) and filler words between a question's words are not found:
+this catches a test set carried in, not one hidden on purpose.
 
 :func:`scan_files` reads the files without following a symbolic link, never opening anything but a
 regular file, within caps on each file's bytes, the total bytes, the number of files, the entries
@@ -32,17 +35,18 @@ never a question's text.
 
 from __future__ import annotations
 
-import codecs
 import math
 import os
 import re
+import sys
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, count, islice
 from pathlib import Path
 from typing import Any
 
+from autorl.provenance.file_text import Reading, file_text
 from autorl.provenance.walk import Walk, shown_path
 from autorl.tasks.base import Problem
 
@@ -59,32 +63,6 @@ MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 MAX_FILES = 100_000
 #: Bytes read at once; a question across two reads is still found (the words carry over).
 CHUNK_BYTES = 1024 * 1024
-#: A file with a NUL byte in its first bytes is binary and is not read.
-BINARY_SNIFF_BYTES = 8 * 1024
-#: Binary files that hold their strings as plain UTF-8 (a datasets cache's Arrow tables): read
-#: whole, a NUL being one more separator.
-TEXT_TABLE_SUFFIXES = (".arrow",)
-#: Weights, arrays and pickles: not text, and too large to read for nothing.
-WEIGHT_SUFFIXES = (
-    ".safetensors",
-    ".bin",
-    ".pt",
-    ".pth",
-    ".ckpt",
-    ".gguf",
-    ".ggml",
-    ".onnx",
-    ".npy",
-    ".npz",
-    ".h5",
-    ".hdf5",
-    ".msgpack",
-    ".pkl",
-    ".pickle",
-    ".tflite",
-    ".pb",
-    ".ot",
-)
 
 # JSON's string escapes (and Python's \x, \U): a surrogate pair, one code point, or a
 # character that stands for a separator (\n, \t, ...) or for a backslash.
@@ -95,7 +73,14 @@ _ESCAPE = re.compile(
 )
 _WORD = re.compile(r"[^\W_]+")
 _DIGIT = re.compile(r"\d")
-_WHITESPACE = (" ", "\n", "\t", "\r")
+#: Where a read's text is cut (the rest waits for the next): whitespace, and the NUL and the
+#: replacement character that stand between a binary file's text runs.
+_SEPARATORS = (" ", "\n", "\t", "\r", "\0", "\ufffd")
+#: Unicode's format characters (zero-width spaces and joiners, the byte-order mark, soft hyphens):
+#: invisible, so removed, not separators.
+_FORMAT_CHARACTERS = dict.fromkeys(
+    c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"
+)
 #: Every ASCII byte that is not a letter or digit → a space.
 _ASCII_SEPARATORS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
 
@@ -114,14 +99,15 @@ def _unescape(match: re.Match[str]) -> str:
 
 def normalize(text: str) -> list[str]:
     """The words of ``text`` for matching: JSON string escapes undone (``\\u00e9`` → é, ``\\n`` and
-    ``\\t`` → separators), Unicode NFKC, casefolded, split at every run of characters that are not
-    letters or digits. Numbers are words too (``$1,200.50`` → ``1``, ``200``, ``50``)."""
+    ``\\t`` → separators), format characters removed (a zero-width space inside a word), Unicode
+    NFKC, casefolded, split at every run of characters that are not letters or digits. Numbers are
+    words too (``$1,200.50`` → ``1``, ``200``, ``50``)."""
     if "\\" in text:
         text = _ESCAPE.sub(_unescape, text)
     if text.isascii():
         # The same words, found twice as fast: NFKC leaves ASCII as it is and casefold lowers it.
         return text.lower().encode("ascii").translate(_ASCII_SEPARATORS).decode("ascii").split()
-    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+    return _WORD.findall(unicodedata.normalize("NFKC", text.translate(_FORMAT_CHARACTERS)).casefold())
 
 
 @dataclass(frozen=True)
@@ -324,44 +310,27 @@ class _Budget:
         self.exhausted = False
 
 
-def _read_chunks(fd: int, limit: int, chunk_bytes: int) -> Iterator[bytes]:
-    """Up to ``limit`` bytes of ``fd`` in reads of ``chunk_bytes``."""
-    left = limit
-    while left > 0:
-        chunk = os.read(fd, min(chunk_bytes, left))
-        if not chunk:
-            return
-        left -= len(chunk)
-        yield chunk
-
-
-def _scan_fd(
-    fd: int, index: OverlapIndex, limit: int, chunk_bytes: int, *, table: bool = False
-) -> tuple[set[int], int, bool] | None:
-    """(questions found, bytes read, whether bytes remain past ``limit``) for a text file; None for
-    a binary one."""
-    if not table and b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
-        return None
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+def _scan_fd(fd: int, index: OverlapIndex, limit: int, chunk_bytes: int) -> tuple[set[int], int, bool] | None:
+    """(questions found, bytes read and expanded, whether ``limit`` cut the file) for a file's text
+    (:func:`autorl.provenance.file_text.file_text`); None for weights."""
+    reading = Reading(limit, chunk_bytes)
     carry_words = max(index.longest - 1, 0)
     matches: set[tuple[int, int]] = set()
     text_tail = ""
     words_tail: list[str] = []
-    read = 0
-    for chunk in _read_chunks(fd, limit, chunk_bytes):
-        read += len(chunk)
-        text = text_tail + decoder.decode(chunk)
-        # Cut after the last whitespace: no word and no escape is split; the rest waits for the
-        # next read. Text without whitespace is taken whole.
-        cut = max(text.rfind(space) for space in _WHITESPACE) + 1 or len(text)
+    for piece in file_text(fd, reading):
+        text = text_tail + piece
+        # Cut after the last separator: no word and no escape is split; the rest waits for the
+        # next piece. Text without one is taken whole.
+        cut = max(text.rfind(space) for space in _SEPARATORS) + 1 or len(text)
         text, text_tail = text[:cut], text[cut:]
         words = words_tail + normalize(text)
         matches |= index.matches_in(words)
         words_tail = words[len(words) - carry_words :] if carry_words else []
-    words = words_tail + normalize(text_tail + decoder.decode(b"", final=True))
-    matches |= index.matches_in(words)
-    more = read == limit and bool(os.read(fd, 1))
-    return index.problems_with(matches), read, more
+    if reading.weights:
+        return None
+    matches |= index.matches_in(words_tail + normalize(text_tail))
+    return index.problems_with(matches), reading.used, reading.cut
 
 
 def scan_files(
@@ -371,7 +340,6 @@ def scan_files(
     max_file_bytes: int = MAX_FILE_BYTES,
     max_total_bytes: int = MAX_TOTAL_BYTES,
     max_files: int = MAX_FILES,
-    skip_suffixes: Sequence[str] = WEIGHT_SUFFIXES,
     chunk_bytes: int = CHUNK_BYTES,
     walk: Walk | None = None,
 ) -> OverlapReport:
@@ -379,15 +347,14 @@ def scan_files(
 
     Each root is labelled by its name (``code``, ``output``), so names must differ. The folders are
     walked by :class:`autorl.provenance.walk.Walk` (``walk`` sets its entry and time budgets).
-    Skipped: links (a root that is one too), anything but regular files, names ending in
-    ``skip_suffixes`` (case ignored), files with a NUL byte in their first 8 KiB; recorded and
+    Skipped: links (a root that is one too), anything but regular files, weights (by their
+    content); recorded and
     making the report incomplete: sparse files, folders too deep (the walk's ``max_depth``), what could
     not be read, a budget reached.
     """
     labels = [root.name for root in roots]
     if len(set(labels)) != len(labels):
         raise ValueError(f"roots must have distinct names, not {labels}")
-    suffixes = tuple(suffix.lower() for suffix in skip_suffixes)
     walk = walk if walk is not None else Walk()
     budget = _Budget(max_total_bytes, max_files)
     found: set[int] = set()
@@ -396,8 +363,6 @@ def scan_files(
     scanned_files = scanned_bytes = 0
     for root in roots:
         for below, name, dir_fd in walk.files(root, root.name):
-            if name.lower().endswith(suffixes):
-                continue
             if budget.files_left <= 0 or budget.bytes_left <= 0:
                 walk.stop(
                     f"its {max_files}-file cap was reached"
@@ -411,9 +376,7 @@ def scan_files(
             budget.files_left -= 1
             try:
                 limit = min(max_file_bytes, budget.bytes_left)
-                result = _scan_fd(
-                    fd, index, limit, chunk_bytes, table=name.lower().endswith(TEXT_TABLE_SUFFIXES)
-                )
+                result = _scan_fd(fd, index, limit, chunk_bytes)
             except OSError:
                 walk.unreadable.append(shown_path(below))
                 continue

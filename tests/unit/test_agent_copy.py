@@ -1,6 +1,6 @@
 """The grader's copy of an ended agent's text files for the evaluators (autorl.provenance.agent_copy),
-as a hostile agent would lay its workspace out: links out of it, FIFOs, huge files, binary and
-weight files, names built to break things."""
+as a hostile agent would lay its workspace out: links out of it, FIFOs, huge files, weights,
+text under weights' names, names built to break things."""
 
 from __future__ import annotations
 
@@ -64,16 +64,18 @@ def test_text_files_are_copied_under_their_roots_name_and_the_copy_scans_as_the_
     assert copy.files == original.files == (("output/cache.arrow", 1), ("output/notes/data.jsonl", 1))
 
 
-def test_links_fifos_weights_and_binary_files_are_not_copied(tmp_path: Path) -> None:
+def test_links_fifos_and_weights_are_not_copied_and_binary_or_oddly_named_text_is(tmp_path: Path) -> None:
     code, output = workspace(tmp_path)
     secret = tmp_path / "platform-secret.txt"
     secret.write_text(QUESTION)
     (output / "link.txt").symlink_to(secret)
     (output / "linked-dir").symlink_to(tmp_path)
     os.mkfifo(output / "pipe.txt")  # opening it would block the grader forever
-    (output / "model.safetensors").write_text(QUESTION)
+    (output / "model.safetensors").write_text(QUESTION)  # text: copied, read by its content
     (output / "blob.txt").write_bytes(b"\0" + QUESTION.encode())
     (output / "kept.txt").write_text("ok")
+    header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    (output / "real.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
 
     done = threading.Event()
 
@@ -85,7 +87,11 @@ def test_links_fifos_weights_and_binary_files_are_not_copied(tmp_path: Path) -> 
     worker.start()
     worker.join(timeout=20)
     assert done.is_set(), "the copy blocked on a FIFO"
-    assert copied_names(tmp_path / "copy") == {"output/kept.txt"}
+    assert copied_names(tmp_path / "copy") == {
+        "output/kept.txt",
+        "output/model.safetensors",
+        "output/blob.txt",
+    }
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")

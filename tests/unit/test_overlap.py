@@ -1,5 +1,5 @@
 """Test questions in an agent's files are found however they are formatted; honest train data, a
-shared phrase, a question cut in half, links, FIFOs and weight files are not counted. Real files
+shared phrase, a question cut in half, links and FIFOs are not counted. Real files
 in a temporary workspace; nothing is mocked."""
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def test_normalize_undoes_json_escapes_unicode_forms_case_and_punctuation() -> N
     assert normalize("STRASSE\\tstraße") == ["strasse", "strasse"]  # casefold, \t a separator
     assert normalize("- **Cost:** $18.50\n\n  (each)") == ["cost", "18", "50", "each"]
     assert normalize("\\ud835\\udc00 and \\\\n") == ["a", "and", "n"]  # a surrogate pair; \\ then n
+    assert normalize("Ja\u200bnet\u00ad sold 1\u2060500\ufeff") == ["janet", "sold", "1500"]  # invisible
 
 
 def test_json_lines_of_test_questions_are_found_exactly(roots: list[Path]) -> None:
@@ -135,21 +136,26 @@ def test_one_n_gram_never_counts_a_question_of_several() -> None:
     assert short.find(normalize(question)[:13]) == set()
 
 
-def test_links_fifos_and_weight_files_are_not_read(tmp_path: Path, roots: list[Path]) -> None:
+def test_links_and_fifos_are_not_read_and_files_are_judged_by_content_not_name(
+    tmp_path: Path, roots: list[Path]
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "test.jsonl").write_text(jsonl(TEST))
     (roots[0] / "test.jsonl").symlink_to(outside / "test.jsonl")
     (roots[0] / "linked").symlink_to(outside, target_is_directory=True)
     os.mkfifo(roots[1] / "pipe")  # opening it for reading would wait for a writer
-    (roots[1] / "model.safetensors").write_text(jsonl(TEST))
-    (roots[1] / "OPTIMIZER.PT").write_text(jsonl(TEST))
-    (roots[1] / "cache.bin.txt").write_bytes(b"\0\1\2" + jsonl(TEST).encode())  # binary: NUL up front
+    assert scan_files(roots, INDEX).scanned_files == 0
+
+    (roots[1] / "model.safetensors").write_text(jsonl(TEST[:1]))  # text, whatever its name
+    (roots[1] / "OPTIMIZER.PT").write_text(jsonl(TEST[1:2]))
+    (roots[1] / "notes.jsonl.bin").write_bytes(b"\0\1\2" + jsonl(TEST[2:3]).encode())  # a NUL up front
+    (roots[1] / "cache.txt").write_bytes(jsonl(TEST[3:4]).encode().replace(b" ", b"\0", 5))
 
     report = scan_files(roots, INDEX)
 
-    assert report.count == 0
-    assert report.scanned_files == 0
+    assert report.found == {0, 1, 2, 3}
+    assert report.scanned_files == 4
 
 
 def test_a_datasets_arrow_cache_is_read_though_it_is_binary(roots: list[Path]) -> None:

@@ -1,0 +1,357 @@
+"""What one of an agent's files says, as text to read for test questions: decided by its content,
+never by its name.
+
+* Containers are opened: gzip (one or several members), zip, tar, Parquet (its string columns),
+  nested at most :data:`MAX_NESTING` deep (a ``.tar.gz``, a ``.jsonl.gz`` in a zip), at most
+  :data:`MAX_MEMBERS` members a file.
+* Text with a byte-order mark is decoded by it (UTF-8, UTF-16, UTF-32); everything else as UTF-8,
+  every byte that is not text (a NUL, an undecodable byte) a separator, so the text runs of a
+  binary file (an Arrow table, a pickle, a file with one NUL byte) are read as its words.
+* Weights are recognised by their first bytes and not read: a safetensors header, a PyTorch
+  checkpoint (a zip of ``data.pkl`` and storages, or the older pickle with PyTorch's magic
+  number), GGUF, NumPy arrays, HDF5, TFLite. A text file named ``x.safetensors`` is read.
+
+Every byte read from the file and every byte a decoder expands counts towards :class:`Reading`'s
+limit (the scan's per-file and total caps), so a decompression bomb costs at most the caps; what a
+limit cut leaves the file marked as cut. A container that does not parse is read as plain bytes.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import struct
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+#: Bytes of a file's start that decide what it is (a tar's magic lies at 257).
+HEAD_BYTES = 512
+#: Containers inside containers opened at most (a ``.tar.gz`` is two).
+MAX_NESTING = 2
+#: Members of one file's containers read at most; the file is cut past them.
+MAX_MEMBERS = 10_000
+#: A zip's central directory is read whole: longer ones (a bomb of empty members) are not opened.
+MAX_ZIP_DIRECTORY_BYTES = 16 * 1024 * 1024
+#: Rows of a Parquet file decoded at once.
+PARQUET_BATCH_ROWS = 1024
+#: Bytes asked of a stream at once.
+READ_BYTES = 1024 * 1024
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+#: torch.save's older format: a pickle whose first object is PyTorch's magic number.
+_TORCH_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+_WEIGHT_MAGICS = (b"GGUF", b"\x93NUMPY", b"\x89HDF\r\n\x1a\n", _TORCH_PICKLE)
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+class Reading:
+    """One file's reading: its byte limit, what it used, whether the limit cut it, whether it was
+    recognised as weights (and not read)."""
+
+    def __init__(self, limit: int, chunk_bytes: int = READ_BYTES) -> None:
+        self.limit = limit
+        #: Bytes asked of the file at once.
+        self.chunk_bytes = chunk_bytes
+        self.used = 0
+        self.cut = False
+        self.weights = False
+        self.members = 0
+
+    @property
+    def left(self) -> int:
+        return self.limit - self.used
+
+    def charge(self, count: int) -> None:
+        self.used += count
+
+
+class _Stream(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def is_weights(head: bytes, size: int) -> bool:
+    """Whether a file of ``size`` bytes that starts with ``head`` (:data:`HEAD_BYTES` of it) is
+    weights: a safetensors header, a PyTorch checkpoint, GGUF, NumPy, HDF5 or TFLite."""
+    if head.startswith(_WEIGHT_MAGICS) or head[4:8] == b"TFL3":
+        return True
+    if len(head) > 8 and head[8:9] == b"{":
+        (header,) = struct.unpack("<Q", head[:8])
+        if 8 + header <= size:
+            return True
+    if head.startswith(b"PK\x03\x04") and len(head) >= 30:
+        name_length = int.from_bytes(head[26:28], "little")
+        return head[30 : 30 + name_length].endswith(b"data.pkl")
+    return False
+
+
+def file_text(fd: int, reading: Reading) -> Iterator[str]:
+    """The text of the open file ``fd`` in pieces, within ``reading``'s limit; nothing when it is
+    weights (``reading.weights``)."""
+    head = os.pread(fd, HEAD_BYTES, 0)
+    if is_weights(head, os.fstat(fd).st_size):
+        reading.weights = True
+        return
+    source = _FileReader(fd, reading)
+    try:
+        yield from _text(source, head, reading, 0)
+    except Exception:  # an agent's malformed container: its bytes are read as they are
+        if not source.containers:
+            raise
+        yield from _plain(_FileReader(fd, reading), reading)
+
+
+def _text(source: _Stream, head: bytes, reading: Reading, depth: int) -> Iterator[str]:
+    """The text of ``source``, which starts with ``head``, ``depth`` containers deep."""
+    opener = _container(head) if depth < MAX_NESTING else None
+    if isinstance(source, _FileReader) and opener is not None:
+        source.containers = True
+    if opener is None:
+        for bom, encoding in _BOMS:
+            if head.startswith(bom):
+                yield from _plain(source, reading, encoding)
+                return
+        yield from _plain(source, reading)
+        return
+    yield from opener(source, reading, depth + 1)
+
+
+def _container(head: bytes) -> Callable[[_Stream, Reading, int], Iterator[str]] | None:
+    if head.startswith(b"\x1f\x8b"):
+        return _gzip
+    if head.startswith(_ZIP_MAGICS):
+        return _zip
+    if head[257:262] == b"ustar":
+        return _tar
+    if head.startswith(b"PAR1"):
+        return _parquet
+    return None
+
+
+def _plain(source: _Stream, reading: Reading, encoding: str = "utf-8") -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    while chunk := source.read(reading.chunk_bytes):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
+
+
+def _member(stream: _Stream, reading: Reading, depth: int, size: int | None) -> Iterator[str]:
+    """One member of a container: its weights are skipped, its containers opened."""
+    reading.members += 1
+    if reading.members > MAX_MEMBERS:
+        reading.cut = True
+        return
+    peeked = _Peeked(stream)
+    head = peeked.peek(HEAD_BYTES)
+    if size is not None and is_weights(head, size):
+        return
+    yield from _text(peeked, head, reading, depth)
+
+
+def _gzip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
+    yield from _member(_Gunzipped(source, reading), reading, depth, None)
+
+
+def _zip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
+    seekable = source if isinstance(source, _FileReader) else io.BytesIO(_all(source, reading))
+    if isinstance(seekable, _FileReader):
+        seekable.max_read = MAX_ZIP_DIRECTORY_BYTES
+    with zipfile.ZipFile(seekable) as archive:
+        for info in archive.infolist():
+            if reading.cut:
+                return
+            if info.is_dir():
+                continue
+            with archive.open(info) as member:
+                yield from _member(_Charged(member, reading), reading, depth, info.file_size)
+
+
+def _tar(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
+    with tarfile.open(fileobj=source, mode="r|") as archive:  # type: ignore[call-overload]
+        for info in archive:
+            if reading.cut:
+                return
+            if info.isreg():
+                member = archive.extractfile(info)
+                if member is not None:
+                    yield from _member(member, reading, depth, info.size)
+            elif reading.members + 1 > MAX_MEMBERS:
+                reading.cut = True
+            else:
+                reading.members += 1
+
+
+def _parquet(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
+    """The string columns of a Parquet file, value by value; a dictionary's values once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    seekable: Any = source if isinstance(source, _FileReader) else io.BytesIO(_all(source, reading))
+    table = pq.ParquetFile(pa.PythonFile(seekable, mode="r"))
+    columns = [
+        field.name
+        for field in table.schema_arrow
+        if pa.types.is_string(field.type)
+        or pa.types.is_large_string(field.type)
+        or (pa.types.is_dictionary(field.type) and pa.types.is_string(field.type.value_type))
+    ]
+    if not columns:
+        return
+    table = pq.ParquetFile(pa.PythonFile(seekable, mode="r"), read_dictionary=columns)
+    seen: set[int] = set()
+    for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+        for column in batch.columns:
+            values = column.dictionary if pa.types.is_dictionary(column.type) else column
+            key = values.buffers()[-1].address if values.buffers()[-1] is not None else 0
+            if values is not column and key in seen:
+                continue
+            seen.add(key)
+            if values.nbytes > reading.left:
+                reading.cut = True
+                return
+            reading.charge(values.nbytes)
+            yield "\n".join(value for value in values.to_pylist() if value)
+
+
+def _all(source: _Stream, reading: Reading) -> bytes:
+    """The rest of ``source`` (already charged as it is read)."""
+    return b"".join(iter(lambda: source.read(READ_BYTES), b""))
+
+
+class _FileReader:
+    """The file ``fd`` as a seekable stream whose every read is charged to ``reading``; a read
+    past the limit is cut short (``reading.cut`` when bytes remained)."""
+
+    def __init__(self, fd: int, reading: Reading) -> None:
+        self.fd = fd
+        self.reading = reading
+        self.position = 0
+        self.size = os.fstat(fd).st_size
+        #: A single read longer than this returns nothing (a zip's oversized central directory).
+        self.max_read: int | None = None
+        #: Whether the content was taken for a container (a failure then falls back to bytes).
+        self.containers = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        if size is None or size < 0:
+            size = max(self.size - self.position, READ_BYTES)
+        if self.max_read is not None and size > self.max_read:
+            self.reading.cut = True
+            return b""
+        allowed = min(size, self.reading.left)
+        data = os.pread(self.fd, allowed, self.position) if allowed > 0 else b""
+        self.position += len(data)
+        self.reading.charge(len(data))
+        if len(data) < size and len(data) == allowed and os.pread(self.fd, 1, self.position):
+            self.reading.cut = True
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.position, os.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        """The descriptor is the caller's."""
+
+
+class _Charged:
+    """A decoder's output, charged as it is read and cut at the limit."""
+
+    def __init__(self, stream: _Stream, reading: Reading) -> None:
+        self.stream = stream
+        self.reading = reading
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = READ_BYTES if size is None or size < 0 else size
+        allowed = min(want, self.reading.left)
+        if allowed <= 0:
+            if want > 0 and self.stream.read(1):
+                self.reading.cut = True
+            return b""
+        data = self.stream.read(allowed)
+        self.reading.charge(len(data))
+        return data
+
+
+class _Gunzipped:
+    """The gzip members of ``source`` one after another, expanded within the limit."""
+
+    def __init__(self, source: _Stream, reading: Reading) -> None:
+        self.source = source
+        self.reading = reading
+        self.decoder = zlib.decompressobj(wbits=31)
+        self.pending = b""
+        self.done = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = READ_BYTES if size is None or size < 0 else size
+        while not self.done and want > 0:
+            if self.decoder.eof:
+                self.pending = self.decoder.unused_data + self.pending
+                if not self.pending:
+                    self.pending = self.source.read(READ_BYTES)
+                if not self.pending.startswith(b"\x1f\x8b"):
+                    self.done = True
+                    break
+                self.decoder = zlib.decompressobj(wbits=31)
+            data = self.pending or self.source.read(READ_BYTES)
+            if not data:
+                self.done = True
+                break
+            allowed = min(want, self.reading.left)
+            if allowed <= 0:
+                self.reading.cut = True
+                self.done = True
+                break
+            out = self.decoder.decompress(data, allowed)
+            self.pending = self.decoder.unconsumed_tail
+            self.reading.charge(len(out))
+            if out:
+                return out
+        return b""
+
+
+class _Peeked:
+    """``stream`` with its first bytes looked at before they are read."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    def peek(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            data = self.stream.read(size - len(self.buffer))
+            if not data:
+                break
+            self.buffer += data
+        return self.buffer
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self.buffer:
+            data = self.buffer if size is None or size < 0 else self.buffer[:size]
+            self.buffer = self.buffer[len(data) :]
+            return data
+        return self.stream.read(size)

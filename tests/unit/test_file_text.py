@@ -1,0 +1,154 @@
+"""An agent's files are read by their content: compressed files, archives, Parquet tables, text
+with a byte-order mark and binary files' text runs give up their test questions; weights are
+recognised and skipped; a decompression bomb costs at most the caps. Real files; nothing mocked."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import struct
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from autorl.provenance.file_text import MAX_MEMBERS, is_weights
+from autorl.provenance.overlap import OverlapIndex, scan_files
+from autorl.tasks.base import Problem, read_problems
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
+TEST = read_problems(DATA / "test.jsonl")
+TRAIN = read_problems(DATA / "train.jsonl")
+INDEX = OverlapIndex(TEST)
+
+
+@pytest.fixture
+def output(tmp_path: Path) -> Path:
+    folder = tmp_path / "output"
+    folder.mkdir()
+    return folder
+
+
+def jsonl(problems: list[Problem]) -> bytes:
+    return "".join(json.dumps({"question": p.question, "answer": p.answer}) + "\n" for p in problems).encode()
+
+
+def tar_gz(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def zipped(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def safetensors_bytes(metadata: dict[str, str]) -> bytes:
+    header = json.dumps(
+        {"__metadata__": metadata, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    )
+    return struct.pack("<Q", len(header)) + header.encode() + b"\0" * 8
+
+
+def test_compressed_archived_and_parquet_test_questions_are_found_whatever_the_name(output: Path) -> None:
+    (output / "test.jsonl.gz").write_bytes(gzip.compress(jsonl(TEST[0:2])))
+    (output / "cache").write_bytes(gzip.compress(jsonl(TEST[2:3])) + gzip.compress(jsonl(TEST[3:4])))
+    (output / "data.zip").write_bytes(
+        zipped({"a/test.jsonl": jsonl(TEST[4:5]), "b.gz": gzip.compress(jsonl(TEST[5:6]))})
+    )
+    (output / "data.tar.gz").write_bytes(tar_gz({"test.jsonl": jsonl(TEST[6:7])}))
+    table = pa.table({"question": [p.question for p in TEST[7:9]], "id": [7, 8]})
+    pq.write_table(table, output / "test-00000-of-00001.parquet")  # snappy, as the Hub's
+    pq.write_table(pa.table({"q": [TEST[9].question] * 3}), output / "plain", compression="none")
+    (output / "utf16.txt").write_bytes(jsonl(TEST[10:11]).decode().encode("utf-16"))  # with a BOM
+
+    report = scan_files([output], INDEX)
+
+    assert report.found == set(range(11))
+    assert dict(report.files) == {
+        "output/test.jsonl.gz": 2,
+        "output/cache": 2,
+        "output/data.zip": 2,
+        "output/data.tar.gz": 1,
+        "output/test-00000-of-00001.parquet": 2,
+        "output/plain": 1,
+        "output/utf16.txt": 1,
+    }
+    assert report.complete
+
+
+def test_the_train_split_compressed_or_as_parquet_holds_no_test_question(output: Path) -> None:
+    (output / "train.jsonl.gz").write_bytes(gzip.compress(jsonl(TRAIN)))
+    pq.write_table(pa.table({"question": [p.question for p in TRAIN]}), output / "train.parquet")
+    (output / "train.zip").write_bytes(zipped({"train.jsonl": jsonl(TRAIN)}))
+
+    report = scan_files([output], INDEX)
+
+    assert report.count == 0
+    assert report.scanned_files == 3
+
+
+def test_weights_are_recognised_by_content_and_skipped(output: Path) -> None:
+    weights = {
+        "model.safetensors": safetensors_bytes({"format": "pt"}),
+        "weights.txt": safetensors_bytes({"format": "pt"}),  # weights whatever the name
+        "pytorch_model.bin": zipped({"archive/data.pkl": b"\x80\x02}q\0.", "archive/data/0": jsonl(TEST)}),
+        "old.pt": b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19" + jsonl(TEST),
+        "arrays.npy": b"\x93NUMPY\x01\x00" + jsonl(TEST),
+    }
+    for name, data in weights.items():
+        (output / name).write_bytes(data)
+        assert is_weights(data[:512], len(data)), name
+
+    report = scan_files([output], INDEX)
+
+    assert (report.count, report.scanned_files, report.scanned_bytes) == (0, 0, 0)
+    assert not is_weights(jsonl(TEST)[:512], len(jsonl(TEST)))  # text named .safetensors is read
+
+
+def test_a_decompression_bomb_costs_at_most_the_caps_and_is_named(output: Path) -> None:
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=1)  # about 0.3 MB
+    (output / "a.gz").write_bytes(bomb)
+    (output / "b.zip").write_bytes(zipped({"z": b"\0" * (64 * 1024 * 1024)}))
+    (output / "c.jsonl").write_bytes(jsonl(TEST[:1]))
+
+    report = scan_files([output], INDEX, max_file_bytes=4 * 1024 * 1024)
+
+    assert set(report.truncated) == {"output/a.gz", "output/b.zip"}  # cut at the per-file cap
+    assert report.scanned_bytes <= 2 * 4 * 1024 * 1024 + len(jsonl(TEST[:1]))
+    assert report.found == {0}
+    assert not report.complete
+
+    # The expanded bytes count toward the total: a bomb's expansion ends the scan.
+    report = scan_files([output], INDEX, max_total_bytes=4 * 1024 * 1024)
+    assert report.stopped_early
+    assert report.scanned_bytes == 4 * 1024 * 1024
+
+
+def test_an_archive_of_too_many_members_is_cut(output: Path) -> None:
+    members = {f"m{i}": b"" for i in range(MAX_MEMBERS)} | {"last.jsonl": jsonl(TEST[:1])}
+    (output / "many.zip").write_bytes(zipped(members, zipfile.ZIP_STORED))
+
+    report = scan_files([output], INDEX)
+
+    assert report.truncated == ("output/many.zip",)
+    assert report.count == 0
+
+
+def test_a_malformed_container_is_read_as_its_bytes(output: Path) -> None:
+    (output / "broken.zip").write_bytes(b"PK\x03\x04" + jsonl(TEST[:2]))
+    (output / "broken.gz").write_bytes(b"\x1f\x8b" + jsonl(TEST[2:3]))
+
+    assert scan_files([output], INDEX).found == {0, 1, 2}
