@@ -60,21 +60,25 @@ UNICODE = ['e\\u0301 \\u0958 \\ufb01 \\u2460 \\u4e2d\\u6587 \\U0001f642 \\u00a0\
 
 def both_ways(model, inferencer, retriever, template, max_seq_len):
     \"\"\"The prompt list as OpenCompass makes it and as a warm run makes it; exact counts asked.\"\"\"
-    exact, asked, out = type(model).get_token_len, [], {}
+    exact, asked, copies, out = type(model).get_token_len, [], [], {}
     type(model).get_token_len = lambda self, prompt: asked.append(prompt) or exact(self, prompt)
     try:
         for way, prompts_of, copier, parse in (
                 ('opencompass', OPENCOMPASS_PROMPTS, copy.deepcopy, OPENCOMPASS_PARSE),
                 ('warm', WARM_PROMPTS, server.plain_copy, WARM_PARSE)):
-            oc_base.deepcopy = oc_base_api.deepcopy = copier
+            # Role tables are copied once per round parsed: the copies count the parses.
+            oc_base.deepcopy = oc_base_api.deepcopy = (
+                lambda value, memo=None, copier=copier: copies.append(1) or copier(value, memo))
             oc_base_api.APITemplateParser.parse_template = parse
             asked.clear()
+            copies.clear()
             prompts = prompts_of(inferencer, retriever.retrieve(), retriever, '',
                                  max_seq_len=max_seq_len, prompt_template=template)
             # Parsed again as the inference parses them (for its predictions, then to generate).
             parsed = [model.parse_template(list(prompts), mode='gen') for _ in range(2)]
             out[way] = {'prompts': [str(model.parse_template(p, mode='gen')) for p in prompts],
-                        'parsed': [[list(p) for p in batch] for batch in parsed], 'counted': len(asked)}
+                        'parsed': [[list(p) for p in batch] for batch in parsed], 'counted': len(asked),
+                        'copies': len(copies)}
     finally:
         type(model).get_token_len = exact
         oc_base.deepcopy = oc_base_api.deepcopy = copy.deepcopy
@@ -247,6 +251,8 @@ def test_a_warm_run_keeps_opencompass_prompts_without_tokenizing_each_for_its_le
         warm = case["warm"]
         assert warm["warm"]["prompts"] == warm["opencompass"]["prompts"], name
         assert warm["warm"]["parsed"] == warm["opencompass"]["parsed"], name
+        # Each prompt parsed once, not four times (its count, two inference parses, the comparison's).
+        assert 0 < 3 * warm["warm"]["copies"] <= warm["opencompass"]["copies"], name
         assert warm["opencompass"]["counted"] == len(warm["opencompass"]["prompts"]) > 0
         assert warm["warm"]["counted"] == 0
         assert all(bound >= exact for bound, exact in zip(warm["bound"], warm["exact"], strict=True)), name

@@ -251,16 +251,17 @@ def plain_role_copies() -> None:
         module.deepcopy = plain_copy
 
 
-def _plain_items(items: Any) -> Any:
+def _plain_items(items: Any, *, any_dict: bool = False) -> Any:
     """A copy of a parsed prompt (a string, or a list of strings and dicts of plain values) whose
-    dicts are new; None for anything else."""
+    dicts are new; None for anything else. ``any_dict``: a dict of a subclass (a config's) is
+    copied as a plain dict (a copy to compare with, not to hand out)."""
     if isinstance(items, str):
         return items
     copied: list[Any] = []
     for item in items:
         if type(item) is str:
             copied.append(item)
-        elif type(item) is dict and _atoms_only(item):
+        elif (type(item) is dict or (any_dict and isinstance(item, dict))) and _atoms_only(item):
             copied.append(dict(item))
         else:
             return None
@@ -289,7 +290,7 @@ def prompts_parsed_once() -> None:
         if held is not None and held[0] is prompt_template and held[1] == prompt_template:
             return _plain_items(held[2])
         parsed = original(self, prompt_template, mode)
-        as_parsed, kept = _plain_items(prompt_template), _plain_items(parsed)
+        as_parsed, kept = _plain_items(prompt_template, any_dict=True), _plain_items(parsed)
         if as_parsed is not None and kept is not None:
             parsed_before[key] = (prompt_template, as_parsed, kept)
         return parsed
