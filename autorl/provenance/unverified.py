@@ -40,6 +40,6 @@ def notes_in(message: str | None) -> list[str]:
     ]
 
 
-def test_checked(test_overlap: int | None, message: str | None) -> bool:
+def check_made(test_overlap: int | None, message: str | None) -> bool:
     """Whether the check of the agent's files was made (complete or not)."""
     return test_overlap is not None or any(n.startswith(TEST_UNVERIFIED) for n in notes_in(message))

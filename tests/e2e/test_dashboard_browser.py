@@ -279,6 +279,26 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert "test overlap\n3 ⚠ test problems in the agent's files" in summary
         assert "twin split\n12.50 (p=0.00400) ⚠ learned by heart?" in summary
         assert "lineage\n⚠ nearer <b>hub/instruct</b> than the base" in summary
+        # A check that could not be made whole: unverified with its reason, never a clean 0.
+        with db.session() as session:
+            row = experiments.get_experiment(session, sealed.run.name)
+            row.test_overlap, row.twin_score, row.twin_p_value = None, None, None
+            row.message = (
+                "done; test questions unverified: the copy stopped early (its 20-second time budget ran out)"
+                "; twin split unverified: the final's folder no longer holds the files that were scored"
+            )
+        wait_for(
+            browser, lambda d: "unverified" in "\n".join(texts(d, "#summary div")), "the unverified checks"
+        )
+        summary = "\n".join(texts(browser, "#summary div"))
+        assert (
+            "test overlap\n⚠ unverified: the copy stopped early (its 20-second time budget ran out)"
+            in summary
+        )
+        assert (
+            "twin split\n⚠ unverified: the final's folder no longer holds the files that were scored"
+            in summary
+        )
         sealed_screenshot = tmp_path / "dashboard-sealed.png"
         assert browser.save_screenshot(str(sealed_screenshot))
         print(f"dashboard screenshot of a sealed experiment: {sealed_screenshot}")

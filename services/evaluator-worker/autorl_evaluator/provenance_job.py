@@ -34,7 +34,7 @@ from autorl.errors import AutoRLError
 from autorl.layout import CODE_DIR, OUTPUT_DIR
 from autorl.provenance.agent_copy import FILES, WORKSPACE, copy_unverified, provenance_folder, read_manifest
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
-from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, note, test_checked, with_notes
+from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, check_made, note, with_notes
 from autorl.store import Database, Experiment, Feedback, experiments
 from autorl.tasks import get_task
 from autorl_evaluator.provenance import TwinResult, read_agent_files, score_twin_split
@@ -65,7 +65,7 @@ def _check(db: Database, experiment_id: int, settings: WorkerSettings) -> dict[s
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
             return {"experiment_id": experiment_id, "status": "gone"}
-        if test_checked(experiment.test_overlap, experiment.message):
+        if check_made(experiment.test_overlap, experiment.message):
             return {"experiment_id": experiment_id, "status": "done"}
         name, task_name = experiment.name, experiment.task
         sealed = experiment.feedback == Feedback.SEALED

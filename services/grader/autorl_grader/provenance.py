@@ -26,7 +26,7 @@ from autorl.errors import CheckpointError, ConflictError
 from autorl.layout import CODE_DIR, DATA_DIR, OUTPUT_DIR
 from autorl.provenance.agent_copy import WORKSPACE, provenance_folder, publish, read_manifest, stage_copy
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
-from autorl.provenance.unverified import TEST_UNVERIFIED, test_checked
+from autorl.provenance.unverified import TEST_UNVERIFIED, check_made
 from autorl.store import Experiment, experiments
 from autorl.store.models import ExperimentStatus
 from autorl_grader.state import GraderState
@@ -49,7 +49,7 @@ def begin_provenance(state: GraderState, name: str) -> bool:
                 "finished (POST /v1/experiments/{name}/finish), when its agent can no longer react"
             )
         folder = state.settings.snapshot_dir / provenance_folder(experiment.id)
-        if test_checked(experiment.test_overlap, experiment.message):
+        if check_made(experiment.test_overlap, experiment.message):
             remove_snapshot(folder)
             return True
         if not experiments.take_snapshot_lease(experiment, holder, state.settings.snapshot_lease_s):

@@ -18,6 +18,7 @@ from autorl.api.request_bodies import FinishStatus
 from autorl.experiment import ExperimentResourceStatus, Phase
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.statistics import TWIN_FLAG_P
+from autorl.provenance.unverified import notes_in
 from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
@@ -283,7 +284,8 @@ def provenance_findings(view: ExperimentAnswer) -> list[str]:
         found.append(f"the final's gap on the twin split is flagged (p={view.twin_p_value:.3g})")
     if view.lineage:
         found.append("a submission is nearer a registered public checkpoint than the base (status.lineage)")
-    return found
+    # What the checks could not verify (a budget reached, files unread, the final changed).
+    return found + notes_in(view.message)
 
 
 def provenance_status(view: ExperimentAnswer) -> ExperimentResourceStatus:

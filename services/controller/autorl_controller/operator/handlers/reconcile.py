@@ -22,6 +22,7 @@ from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundE
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase
 from autorl.protocol.feedback import Feedback
+from autorl.provenance.unverified import TEST_UNVERIFIED, note, check_made
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
 from autorl_controller.operator.context import OperatorContext, context_of
@@ -74,6 +75,8 @@ from autorl_controller.operator.reporting import as_body, patch_status, transiti
 log = logging.getLogger("autorl.controller")
 #: A resolver that does not answer must not stall the experiment's tick.
 DNS_TIMEOUT_S = 5.0
+#: Seconds past a pod's grace period before its files are read where its pods cannot be read.
+POD_GRACE_SLACK_S = 5
 #: Kubernetes answers that no retry will fix: the manifest itself is refused.
 _PERMANENT_KUBE_STATUSES = (400, 422)
 
@@ -535,23 +538,35 @@ class Step:
         view = await self.provenance_checked(view)
         if view is None:
             return
-        await self._move(outcome.phase, summary(outcome, view), status_from_view(view), reason=outcome.reason)
+        await self._move(
+            outcome.phase,
+            summary(outcome, view, unchecked=self._unchecked(view)),
+            status_from_view(view),
+            reason=outcome.reason,
+        )
+
+    def _unchecked(self, view: ExperimentAnswer) -> str:
+        """Why the check of the agent's files was not made, where it was not ("" where it was)."""
+        if check_made(view.test_overlap, view.message):
+            return ""
+        wait = self.settings.provenance_wait_s
+        if wait <= 0:
+            return "the check is off (provenance_wait_s is 0)"
+        return f"the check was not recorded within {wait:g} s of the close (refused, failed or still running)"
 
     async def provenance_checked(self, view: ExperimentAnswer) -> ExperimentAnswer | None:
         """Once the experiment is closed: have the evaluators check what its agent brought in (the
         grader copies its files and queues the check), and wait for it, at most ``provenance_wait_s``
         from the close. The latest view, or None while it waits."""
-        if view.test_overlap is not None or self.settings.provenance_wait_s <= 0:
+        if check_made(view.test_overlap, view.message) or self.settings.provenance_wait_s <= 0:
             return view
         closed = view.finished_at if view.finished_at is not None else time.time()
         if time.time() - closed >= self.settings.provenance_wait_s:
             return view
-        if await self.agent_pod_runs():
+        waiting = await self.agent_pod_wait()
+        if waiting:
             await self._move(
-                Phase.FINISHING,
-                "waiting for the agent's pod to stop before its files are read",
-                status_from_view(view),
-                reason=Reason.EVALUATIONS_IN_FLIGHT,
+                Phase.FINISHING, waiting, status_from_view(view), reason=Reason.EVALUATIONS_IN_FLIGHT
             )
             return None
         try:
@@ -562,7 +577,7 @@ class Step:
             # A grader that refuses the check (one older than it): the experiment ends without it.
             log.warning("event=provenance_refused experiment=%s reason=%s", self.ref.name, exc.detail)
             return view
-        if checked.test_overlap is not None:
+        if check_made(checked.test_overlap, checked.message):
             return checked
         view = checked
         await self._move(
@@ -573,13 +588,27 @@ class Step:
         )
         return None
 
-    async def agent_pod_runs(self) -> bool:
-        """Whether a pod of the agent's Job may still run: the Job's verdict comes before its pods
-        end, and a Job deleted at the deadline leaves its pods their grace period. Its files are read
-        once none runs, so that the agent cannot react (unknown where pods may not be read)."""
+    async def agent_pod_wait(self) -> str:
+        """What the check waits for while a pod of the agent's Job may still run ("" once none
+        can): the Job's verdict comes before its pods end, and a Job deleted at the deadline leaves
+        its pods their grace period. Its files are read once none runs, so that the agent cannot
+        react. Where this controller may not read pods (403), a pod is taken to run until its grace
+        period (``agent_stop_grace_s``, the pod's terminationGracePeriodSeconds) has passed since
+        the agent finished, never to have stopped."""
         pods = await self._readable(PODS, label_selector=f"job-name={self.ref.agent_job_name}")
+        if pods is None:
+            since = agent_finished_since(self.status.get("conditions"))
+            grace = self.settings.agent_stop_grace_s + POD_GRACE_SLACK_S
+            if since is None or time.time() - since < grace:
+                return (
+                    "the agent's pods cannot be read (403): waiting its pods' grace period "
+                    f"({grace} s) before its files are read"
+                )
+            return ""
         running = (None, "Pending", "Running")
-        return pods is not None and any((pod.get("status") or {}).get("phase") in running for pod in pods)
+        if any((pod.get("status") or {}).get("phase") in running for pod in pods):
+            return "waiting for the agent's pod to stop before its files are read"
+        return ""
 
     async def _view(self) -> ExperimentAnswer | None:
         """The grader's view of the experiment; None (and Failed) when the grader has none."""
@@ -606,8 +635,9 @@ def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
     return (str(meta.get("creationTimestamp") or ""), str(meta["namespace"]), str(meta["name"]))
 
 
-def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
-    """The final message: how it ended and what it scored."""
+def summary(outcome: Outcome, view: ExperimentAnswer, *, unchecked: str = "") -> str:
+    """The final message: how it ended and what it scored, what the checks after the agent found,
+    and what they could not verify (``unchecked``: why the check of its files was not made)."""
     best, baseline, improvement = view.best_score, view.baseline_score, view.improvement
     if best is None:
         scored = "no submission was scored"
@@ -622,7 +652,10 @@ def summary(outcome: Outcome, view: ExperimentAnswer) -> str:
             if final is not None and final.score is not None
             else "no final score on test"
         )
-    flagged = "".join(f"; {finding}" for finding in provenance_findings(view))
+    found = provenance_findings(view)
+    if unchecked:
+        found.append(note(TEST_UNVERIFIED, unchecked))
+    flagged = "".join(f"; {finding}" for finding in found)
     return f"{outcome.message}; {scored} over {view.submissions} scored submission(s){flagged}"
 
 

@@ -609,12 +609,23 @@
             ["improvement", signed(exp.improvement)],
           ];
       const brought = [];
+      // What a check could not verify rides in the message (autorl.provenance.unverified).
+      const notes = (exp.message || "").split("; ");
+      const unverified = (what) => {
+        const found = notes.find((part) => part.startsWith(`${what} unverified: `));
+        return found ? ` ⚠ unverified: ${found.slice(what.length + 13)}` : "";
+      };
+      const testNote = unverified("test questions");
       if (exp.test_overlap !== null) {
-        brought.push(["test overlap", exp.test_overlap ? `${exp.test_overlap} ⚠ test problems in the agent's files` : "0"]);
+        brought.push(["test overlap", (exp.test_overlap ? `${exp.test_overlap} ⚠ test problems in the agent's files` : "0") + testNote]);
+      } else if (testNote) {
+        brought.push(["test overlap", testNote.trim()]);
       }
       if (exp.twin_score !== null) {
         const flagged = exp.twin_p_value !== null && exp.twin_p_value < 0.01;
         brought.push(["twin split", `${num(exp.twin_score)} (p=${exp.twin_p_value.toPrecision(3)})${flagged ? " ⚠ learned by heart?" : ""}`]);
+      } else if (unverified("twin split")) {
+        brought.push(["twin split", unverified("twin split").trim()]);
       }
       if (exp.lineage) brought.push(["lineage", `⚠ nearer ${exp.lineage} than the base`]);
       summaryItems(document.getElementById("summary"), [
