@@ -37,7 +37,7 @@ from autorl.provenance.overlap import (
     MAX_FILES,
     MAX_TOTAL_BYTES,
 )
-from autorl.provenance.walk import Walk, shown_path
+from autorl.provenance.walk import MAX_ENTRIES, Walk, shown_path
 
 #: The copy's folder below it: one folder per root, named by its label (``code``, ``output``).
 FILES = "files"
@@ -45,6 +45,8 @@ FILES = "files"
 WORKSPACE = "workspace"
 #: Seconds the copy may take: it runs inside an admin request, under the controller's 30 s timeout.
 COPY_SECONDS = 20.0
+#: Entries the copy looks at, of every kind (:data:`autorl.provenance.walk.MAX_ENTRIES`).
+COPY_ENTRIES = MAX_ENTRIES
 #: Written last: the copy is complete (what it holds, what the caps cut, the final's snapshot).
 MANIFEST = "copied.json"
 
@@ -127,7 +129,7 @@ def copy_text_files(
     for label in roots:
         if label in ("", ".", "..") or "/" in label:
             raise ValueError(f"a root's label must be a plain name, not {label!r}")
-    walk = walk if walk is not None else Walk(max_seconds=COPY_SECONDS)
+    walk = walk if walk is not None else Walk(max_entries=COPY_ENTRIES, max_seconds=COPY_SECONDS)
     dest.mkdir(mode=0o755)
     files = written = 0
     truncated: list[str] = []

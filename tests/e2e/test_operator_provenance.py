@@ -22,6 +22,7 @@ import pytest
 import pytest_asyncio
 
 from autorl.layout import cached_model_subpath
+from autorl.provenance import agent_copy
 from autorl.provenance.agent_copy import provenance_folder, read_manifest
 from autorl.store import Database, experiments, submissions
 from autorl.tasks import get_task
@@ -292,3 +293,66 @@ async def test_a_timed_out_agents_files_are_read_after_its_pods_grace_period(
     assert result["status"] == "checked", result
     done = await platform.wait_phase(name, "TimedOut")
     assert done["status"]["testOverlap"] == 1 and "end of its budget" in done["status"]["message"]
+
+
+async def test_a_path_past_path_max_is_read_and_a_removed_final_leaves_the_twin_split_unverified(
+    platform: Platform, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """Test questions at the bottom of 20 folders of 242-character names (a path past PATH_MAX)
+    are copied and found; a final the agent removed before it ended is said, not silent."""
+    name = "gsm8k-deep-dodge"
+    ref, pod = await run_agent(platform, name, tiny_base_model)
+    workspace = platform.shared / ref.workspace_subpath
+    url, _ = await platform.agent_credentials(name)
+    checkpoint = workspace / "output" / "ckpt-1"
+    shutil.copytree(
+        platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B"), checkpoint
+    )
+    make_unique(checkpoint)
+    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
+    assert submitted.status_code == 202, submitted.text
+    assert await evaluate_waiting(platform, ref)
+    test = get_task("gsm8k").load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
+    fd = os.open(workspace / "output", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for level in range(20):
+            folder = f"{level:02d}" + "y" * 240
+            os.mkdir(folder, dir_fd=fd)
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("stolen.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as handle:
+            handle.write(json.dumps([problem.question for problem in test[:3]]))
+    finally:
+        os.close(fd)
+    shutil.rmtree(checkpoint)  # the twin dodge: the scored final is gone before the agent ends
+
+    status = await end_agent_and_play_the_check(platform, ref, pod)
+
+    assert status["testOverlap"] == 3 and "twinScore" not in status
+    assert "twin split unverified: the final's folder can no longer be read" in status["message"]
+    view = (await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))).json()
+    assert "twin split unverified" in view["message"]
+
+
+async def test_a_copy_that_reaches_its_entry_budget_reads_as_unverified_not_clean(
+    platform: Platform, tiny_base_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Junk entries (empty files, links, weight-named hard links) exhaust the copy's entry budget
+    (20 here; 200,000 by default): the check is made and says it is unverified, never 0."""
+    monkeypatch.setattr(agent_copy, "COPY_ENTRIES", 20)
+    name = "gsm8k-flooded"
+    ref, pod = await run_agent(platform, name, tiny_base_model)
+    junk = platform.shared / ref.workspace_subpath / "code" / "junk"
+    junk.mkdir()
+    (junk / "w.safetensors").touch()
+    for index in range(40):
+        os.link(junk / "w.safetensors", junk / f"{index}.safetensors")
+
+    status = await end_agent_and_play_the_check(platform, ref, pod)
+
+    assert "testOverlap" not in status, status
+    assert (
+        "test questions unverified: the copy stopped early (its 20-entry budget was reached)"
+        in status["message"]
+    )
