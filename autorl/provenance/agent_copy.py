@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.provenance.agent_area import left_out
 from autorl.provenance.file_text import HEAD_BYTES, is_weights
 from autorl.provenance.overlap import (
     CHUNK_BYTES,
@@ -41,8 +42,6 @@ from autorl.provenance.walk import MAX_ENTRIES, Walk, shown_path
 
 #: The copy's folder below it: one folder per root, named by its label (``code``, ``output``).
 FILES = "files"
-#: The label of the rest of the workspace (what is neither ``code/`` nor ``output/``).
-WORKSPACE = "workspace"
 #: Seconds the copy may take: it runs inside an admin request, under the controller's 30 s timeout.
 COPY_SECONDS = 20.0
 #: Entries the copy looks at, of every kind (:data:`autorl.provenance.walk.MAX_ENTRIES`).
@@ -134,10 +133,7 @@ def copy_text_files(
     files = written = 0
     truncated: list[str] = []
     for label, root in roots.items():
-        inner = [other for other in roots.values() if other != root and other.is_relative_to(root)]
-        inner += [path for path in leave_out if path.is_relative_to(root)]
-        skip = {f"{label}/{path.relative_to(root)}" for path in inner}
-        for below, name, dir_fd in walk.files(root, label, leave_out=skip):
+        for below, name, dir_fd in walk.files(root, label, leave_out=left_out(roots, label, leave_out)):
             if files >= max_files or written >= max_total_bytes:
                 walk.stop(
                     f"its {max_files}-file cap was reached"

@@ -40,12 +40,13 @@ import os
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, count, islice
 from pathlib import Path
 from typing import Any
 
+from autorl.provenance.agent_area import left_out
 from autorl.provenance.file_text import Reading, file_text
 from autorl.provenance.walk import Walk, shown_path
 from autorl.tasks.base import Problem
@@ -334,9 +335,10 @@ def _scan_fd(fd: int, index: OverlapIndex, limit: int, chunk_bytes: int) -> tupl
 
 
 def scan_files(
-    roots: Sequence[Path],
+    roots: Sequence[Path] | Mapping[str, Path],
     index: OverlapIndex,
     *,
+    leave_out: Collection[Path] = (),
     max_file_bytes: int = MAX_FILE_BYTES,
     max_total_bytes: int = MAX_TOTAL_BYTES,
     max_files: int = MAX_FILES,
@@ -345,24 +347,29 @@ def scan_files(
 ) -> OverlapReport:
     """The questions of ``index`` that the text files under ``roots`` hold, each file judged alone.
 
-    Each root is labelled by its name (``code``, ``output``), so names must differ. The folders are
+    ``roots`` are folders by label, or a list labelled by their names (``code``, ``output``), so
+    names must differ; a root inside another (:mod:`autorl.provenance.agent_area`: ``code`` in the
+    workspace) is read once, under its own label, and nothing under ``leave_out``. The folders are
     walked by :class:`autorl.provenance.walk.Walk` (``walk`` sets its entry and time budgets).
     Skipped: links (a root that is one too), anything but regular files, weights (by their
     content); recorded and
     making the report incomplete: sparse files, folders too deep (the walk's ``max_depth``), what could
     not be read, a budget reached.
     """
-    labels = [root.name for root in roots]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"roots must have distinct names, not {labels}")
+    if isinstance(roots, Mapping):
+        labelled = dict(roots)
+    else:
+        labelled = {root.name: root for root in roots}
+        if len(labelled) != len(roots):
+            raise ValueError(f"roots must have distinct names, not {[root.name for root in roots]}")
     walk = walk if walk is not None else Walk()
     budget = _Budget(max_total_bytes, max_files)
     found: set[int] = set()
     files: list[tuple[str, frozenset[int]]] = []
     truncated: list[str] = []
     scanned_files = scanned_bytes = 0
-    for root in roots:
-        for below, name, dir_fd in walk.files(root, root.name):
+    for label, root in labelled.items():
+        for below, name, dir_fd in walk.files(root, label, leave_out=left_out(labelled, label, leave_out)):
             if budget.files_left <= 0 or budget.bytes_left <= 0:
                 walk.stop(
                     f"its {max_files}-file cap was reached"

@@ -750,9 +750,9 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
     tmp_path: Path, autorl_run: Callable[..., Run]
 ) -> None:
     """An agent that brought the test split in (it writes test questions into output/, beside train
-    questions) and submits a registered public checkpoint with a little noise of its own: the run's
-    row counts the test problems (the train ones count nothing) and names the checkpoint; its copy
-    of the base descends from nothing registered."""
+    questions, and gzipped into ~/.cache, which is in its workspace) and submits a registered public
+    checkpoint with a little noise of its own: the run's row counts the test problems (the train ones
+    count nothing) and names the checkpoint; its copy of the base descends from nothing registered."""
     from autorl.models.tiny import build_tiny_qwen2
     from autorl.provenance.lineage import submission_lineage
     from autorl.store import Database, experiments, submissions
@@ -762,6 +762,7 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
     task = ArithTask()
     test = task.test_problems(secret_test_seed(home / "eval" / "data" / "arith"))  # the evaluator's own seed
     brought = [problem.question for problem in test[:5]]
+    cached = [problem.question for problem in test[5:8]]
     train = [problem.question for problem in task.train_problems()[:50]]
     public = tmp_path / "public-instruct"
     namespace: dict[str, object] = {"os": os}
@@ -775,6 +776,11 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
         with open(os.path.join(OUT, "notes.jsonl"), "w") as handle:
             for question in {brought!r}:
                 handle.write(json.dumps({{"prompt": question.upper().replace(" ", "  ")}}) + "\\n")
+        import gzip
+        cache = os.path.join(os.environ["WORKSPACE"], ".cache", "huggingface")
+        os.makedirs(cache, exist_ok=True)
+        with gzip.open(os.path.join(cache, "test.jsonl.gz"), "wt") as handle:
+            handle.write("\\n".join(json.dumps({{"question": q}}) for q in {cached!r}))
         with open(os.path.join(OUT, "train_copy.txt"), "w") as handle:
             handle.write("\\n".join({train!r}))
         noisy(os.environ["MODEL_PATH"], os.path.join(OUT, "tuned"), 1, 0.05)
@@ -790,14 +796,17 @@ def test_test_questions_in_the_agents_files_and_a_public_checkpoints_descent_are
     )  # fmt: skip
     assert run.code == 0, run.stderr
     (row,) = run.results()
-    assert row["test_overlap"] == 5 and row["lineage"] == str(public.resolve())
-    assert "test overlap 5" in run.stdout and "lineage" in run.stdout
+    assert row["test_overlap"] == 8 and row["lineage"] == str(public.resolve())
+    assert "test overlap 8" in run.stdout and "lineage" in run.stdout
     # The final (the best on test) and the base on the twins of the 4 problems they were scored on.
     assert isinstance(row["twin_score"], float) and 0 <= row["twin_p_value"] <= 1
     assert "twin split" in run.stdout and "twin split: the final scores" in run.stderr
     record = json.loads(next((home / "eval" / "provenance").glob("*.json")).read_text())
-    assert [entry["path"] for entry in record["test"]["files"]] == ["output/notes.jsonl"]
-    assert not any(question in json.dumps(record) for question in brought)  # counts, never the text
+    assert [entry["path"] for entry in record["test"]["files"]] == [
+        "output/notes.jsonl",
+        "workspace/.cache/huggingface/test.jsonl.gz",
+    ]
+    assert not any(question in json.dumps(record) for question in brought + cached)  # never the text
     db = Database(f"sqlite:///{home / 'autorl.db'}")
     with db.session() as session:
         rows = submissions.experiment_submissions(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.provenance.agent_area import agent_area
 from autorl.provenance.overlap import OverlapIndex, normalize, scan_files
 from autorl.tasks.arith import ArithTask
 from autorl.tasks.base import Problem, read_problems
@@ -163,6 +164,22 @@ def test_a_datasets_arrow_cache_is_read_though_it_is_binary(roots: list[Path]) -
     rows = b"".join(b"\0\0\0" + bytes([len(p.question) % 256]) + p.question.encode() for p in TEST[:3])
     (roots[1] / "data-00000-of-00001.arrow").write_bytes(b"ARROW1\0\0" + rows)
     assert scan_files(roots, INDEX).count == 3
+
+
+def test_the_agents_writable_area_is_read_each_file_once_and_never_the_platforms_data(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    area = agent_area(workspace)
+    (workspace / "code").mkdir(parents=True)
+    (workspace / "data").mkdir()
+    (workspace / "data" / "train.jsonl").write_text(jsonl(TEST[:1]))  # the platform's, read-only
+    (workspace / "code" / "notes.jsonl").write_text(jsonl(TEST[1:2]))
+    (workspace / ".cache" / "huggingface").mkdir(parents=True)  # HOME is the workspace
+    (workspace / ".cache" / "huggingface" / "test.jsonl").write_text(jsonl(TEST[2:3]))
+
+    report = scan_files(area.roots, INDEX, leave_out=area.leave_out)
+
+    assert report.files == (("code/notes.jsonl", 1), ("workspace/.cache/huggingface/test.jsonl", 1))
+    assert report.scanned_files == 2
 
 
 def test_a_root_that_is_a_link_is_not_followed(tmp_path: Path) -> None:

@@ -57,25 +57,28 @@ def read_agent_files(
     settings: EvaluationSettings,
     *,
     run_id: str,
-    roots: list[Path],
+    roots: list[Path] | dict[str, Path],
     sealed: bool,
+    leave_out: tuple[Path, ...] = (),
     program: Path | None = None,
     notes: dict[str, Any] | None = None,
     incomplete: str = "",
 ) -> AgentFiles:
-    """The problems of each split found in the files under ``roots`` and in ``program`` (by split
-    name), read in one pass for all splits, and the operator's record of which files hold how many
+    """The problems of each split found in the files under ``roots`` (less ``leave_out``,
+    :func:`autorl.provenance.overlap.scan_files`) and in ``program`` (by split name), read in one
+    pass for all splits, and the operator's record of which files hold how many
     (with ``notes`` beside them). ``incomplete`` says why the files given are already not all of
     them (a copy that stopped early)."""
     data_dir, source_dir = settings.eval_dir / "data", settings.data_source_dir
     splits = {"test": task.load_test_problems(data_dir, source_dir=source_dir)}
     if sealed:
         splits["validation"] = task.load_validation_problems(data_dir, source_dir=source_dir)
-    record: dict[str, object] = {"run_id": run_id, "roots": [str(root) for root in roots], **(notes or {})}
+    folders = roots.values() if isinstance(roots, dict) else roots
+    record: dict[str, object] = {"run_id": run_id, "roots": [str(root) for root in folders], **(notes or {})}
     text = _program_text(program)
     questions = [problem.question for problems in splits.values() for problem in problems]
     index = OverlapIndex(questions)
-    report = scan_files(roots, index)
+    report = scan_files(roots, index, leave_out=leave_out)
     in_program = index.find(normalize(text)) if text else set()
     unverified = "; ".join(filter(None, [incomplete, report.unverified()]))
     counts: dict[str, int | None] = {}

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import AutoRLError
-from autorl.layout import CODE_DIR, OUTPUT_DIR
-from autorl.provenance.agent_copy import FILES, WORKSPACE, copy_unverified, provenance_folder, read_manifest
+from autorl.provenance.agent_area import LABELS
+from autorl.provenance.agent_copy import FILES, copy_unverified, provenance_folder, read_manifest
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
 from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, check_made, note, with_notes
 from autorl.store import Database, Experiment, Feedback, experiments
@@ -41,9 +41,6 @@ from autorl_evaluator.provenance import TwinResult, read_agent_files, score_twin
 from autorl_evaluator.settings import WorkerSettings
 
 log = logging.getLogger("autorl.evaluator.provenance")
-
-#: What the grader copies: code/, output/ and the rest of the workspace (labelling the record's paths).
-ROOTS = (CODE_DIR, OUTPUT_DIR, WORKSPACE)
 
 
 class CopyNotReadyError(AutoRLError):
@@ -108,7 +105,7 @@ def _check(db: Database, experiment_id: int, settings: WorkerSettings) -> dict[s
         get_task(task_name),
         settings,
         run_id=name,
-        roots=[folder / FILES / root for root in ROOTS],
+        roots=[folder / FILES / label for label in LABELS],
         sealed=sealed,
         notes=notes,
         incomplete=copy_unverified(copied),

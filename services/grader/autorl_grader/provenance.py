@@ -23,8 +23,8 @@ from sqlalchemy import select
 
 from autorl.checkpoints.snapshot import remove_snapshot, snapshot_submission
 from autorl.errors import CheckpointError, ConflictError
-from autorl.layout import CODE_DIR, DATA_DIR, OUTPUT_DIR
-from autorl.provenance.agent_copy import WORKSPACE, provenance_folder, publish, read_manifest, stage_copy
+from autorl.provenance.agent_area import agent_area
+from autorl.provenance.agent_copy import provenance_folder, publish, read_manifest, stage_copy
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
 from autorl.provenance.unverified import TEST_UNVERIFIED, check_made
 from autorl.store import Experiment, experiments
@@ -99,10 +99,9 @@ def remove_checked_copies(state: GraderState) -> list[str]:
 
 
 def _copy(workspace: Path, folder: Path, inputs: TwinInputs | None, no_final: str) -> None:
-    # The agent's pod writes the whole workspace but its read-only mounts: code/, output/, the rest
-    # but data/ (the platform's train split; the base model's mount point holds nothing).
-    roots = {CODE_DIR: workspace / CODE_DIR, OUTPUT_DIR: workspace / OUTPUT_DIR, WORKSPACE: workspace}
-    staging, copied = stage_copy(roots, folder, leave_out=[workspace / DATA_DIR])
+    # The base model's mount point holds nothing in the grader's view of the workspace.
+    area = agent_area(workspace)
+    staging, copied = stage_copy(area.roots, folder, leave_out=area.leave_out)
     manifest: dict[str, Any] = {"copied": copied.to_json(), "final": None, "final_note": no_final}
     try:
         if inputs is not None:

@@ -449,8 +449,8 @@ class LocalRun:
             settings.eval_dir,
             *filter(None, [settings.data_source_dir]),
         ]
-        roots, program = agent_roots(
-            [workspace.code, workspace.output],
+        area, program = agent_roots(
+            workspace.root,
             self.agent.folder,
             self.agent.script,
             [path.resolve() for path in platform],
@@ -460,7 +460,8 @@ class LocalRun:
                 self.task,
                 self.settings,
                 run_id=self.run_id,
-                roots=roots,
+                roots=area.roots,
+                leave_out=area.leave_out,
                 sealed=self.config.feedback == Feedback.SEALED,
                 program=program,
             )
