@@ -153,7 +153,10 @@ def test_the_sample_summary_is_what_autorl_run_prints_for_the_demos_run(
     }
     monkeypatch.setenv("COLUMNS", "200")  # one line each, as on a wide terminal
     local_run = SimpleNamespace(
-        config=SimpleNamespace(seed=RunSeed(0)), last_view=None, settings=SimpleNamespace(home=home)
+        config=SimpleNamespace(seed=RunSeed(0)),
+        last_view=None,
+        settings=SimpleNamespace(home=home),
+        unverified=[],
     )
     LocalRun._print_summary(local_run, row, None, metrics)
     assert shown == capsys.readouterr().out.lstrip("\n")
