@@ -12,9 +12,9 @@ from typing import Any
 from autorl.provenance.unverified import (
     TEST_UNVERIFIED,
     TWIN_UNVERIFIED,
+    check_made,
     note,
     notes_in,
-    check_made,
     with_notes,
 )
 from autorl.runs.reports import provenance_lines

@@ -22,7 +22,7 @@ from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundE
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, RegisteredAnswer, TokenAnswer
 from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase
 from autorl.protocol.feedback import Feedback
-from autorl.provenance.unverified import TEST_UNVERIFIED, note, check_made
+from autorl.provenance.unverified import TEST_UNVERIFIED, check_made, note
 from autorl.untrusted_text import printable
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
 from autorl_controller.operator.context import OperatorContext, context_of
