@@ -8,8 +8,10 @@ tensor R holds as zeros counts as 0 when S equals it, else 1). Computed once per
 the snapshot, one tensor at a time.
 
 It catches a public model submitted whole or fine-tuned a little. It cannot catch a checkpoint that
-is not registered, one distilled into fresh weights, or training long enough to move the weights
-further from the public checkpoint than from the base.
+is not registered, one distilled into fresh weights, one moved along a symmetry of its weights (its
+MLP neurons or attention heads permuted, the same function: comparing sorted row norms instead
+names an honest fine-tune as large as the public one's), or training long enough to move the
+weights further from the public checkpoint than from the base.
 """
 
 from __future__ import annotations
