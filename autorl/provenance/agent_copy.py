@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.provenance.agent_area import left_out
-from autorl.provenance.file_text import HEAD_BYTES, is_weights
+from autorl.provenance.file_text import is_weights
 from autorl.provenance.overlap import (
     CHUNK_BYTES,
     MAX_FILE_BYTES,
@@ -146,7 +146,7 @@ def copy_text_files(
                 continue
             limit = min(max_file_bytes, max_total_bytes - written)
             try:
-                if is_weights(os.pread(fd, HEAD_BYTES, 0), os.fstat(fd).st_size):
+                if is_weights(fd):
                     continue
                 read, more = _copy(fd, dest, below, limit)
             except OSError:

@@ -7,9 +7,11 @@ never by its name.
 * Text with a byte-order mark is decoded by it (UTF-8, UTF-16, UTF-32); everything else as UTF-8,
   every byte that is not text (a NUL, an undecodable byte) a separator, so the text runs of a
   binary file (an Arrow table, a pickle, a file with one NUL byte) are read as its words.
-* Weights are recognised by their first bytes and not read: a safetensors header, a PyTorch
-  checkpoint (a zip of ``data.pkl`` and storages, or the older pickle with PyTorch's magic
-  number), GGUF, NumPy arrays, HDF5, TFLite. A text file named ``x.safetensors`` is read.
+* Weights are recognised by their content and not read: safetensors (a header whose tensors
+  fill the rest of the file exactly), a PyTorch checkpoint (a zip of ``data.pkl``, its storages
+  and bookkeeping only, or the older pickle with PyTorch's magic number), GGUF, NumPy arrays of
+  numbers, HDF5, TFLite (by their magic numbers). A text file named ``x.safetensors`` is read;
+  text stored inside a weights file (its metadata, a tensor) is hidden on purpose and not.
 
 Every byte read from the file and every byte a decoder expands counts towards :class:`Reading`'s
 limit (the scan's per-file and total caps), so a decompression bomb costs at most the caps; what a
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 import os
+import re
 import struct
 import tarfile
 import zipfile
@@ -36,6 +40,12 @@ MAX_NESTING = 2
 MAX_MEMBERS = 10_000
 #: A zip's central directory is read whole: longer ones (a bomb of empty members) are not opened.
 MAX_ZIP_DIRECTORY_BYTES = 16 * 1024 * 1024
+#: A safetensors header longer than this is not taken for one (real ones are under a megabyte).
+MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024
+#: A PyTorch checkpoint's members: its pickle, storages and bookkeeping (below one prefix).
+_TORCH_MEMBER = re.compile(
+    r"[^/]+/(data\.pkl|data/\d+|\.data/serialization_id|\.format_version|\.storage_alignment|byteorder|version)"
+)
 #: Rows of a Parquet file decoded at once.
 PARQUET_BATCH_ROWS = 1024
 #: Bytes asked of a stream at once.
@@ -50,7 +60,7 @@ _BOMS = (
 )
 #: torch.save's older format: a pickle whose first object is PyTorch's magic number.
 _TORCH_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
-_WEIGHT_MAGICS = (b"GGUF", b"\x93NUMPY", b"\x89HDF\r\n\x1a\n", _TORCH_PICKLE)
+_WEIGHT_MAGICS = (b"GGUF", b"\x89HDF\r\n\x1a\n", _TORCH_PICKLE)
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
@@ -79,28 +89,51 @@ class _Stream(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-def is_weights(head: bytes, size: int) -> bool:
-    """Whether a file of ``size`` bytes that starts with ``head`` (:data:`HEAD_BYTES` of it) is
-    weights: a safetensors header, a PyTorch checkpoint, GGUF, NumPy, HDF5 or TFLite."""
-    if head.startswith(_WEIGHT_MAGICS) or head[4:8] == b"TFL3":
+def is_weights(fd: int) -> bool:
+    """Whether the open file ``fd`` is weights (the module's list), by its content."""
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, HEAD_BYTES, 0)
+    if _weight_magic(head):
         return True
     if len(head) > 8 and head[8:9] == b"{":
-        (header,) = struct.unpack("<Q", head[:8])
-        if 8 + header <= size:
-            return True
-    if head.startswith(b"PK\x03\x04") and len(head) >= 30:
-        name_length = int.from_bytes(head[26:28], "little")
-        return head[30 : 30 + name_length].endswith(b"data.pkl")
+        length: int = struct.unpack("<Q", head[:8])[0]
+        if length <= min(MAX_SAFETENSORS_HEADER, size - 8):
+            return _safetensors_end(os.pread(fd, length, 8)) == size - 8 - length
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(_FileReader(fd, Reading(MAX_SAFETENSORS_HEADER))) as archive:
+                names = archive.namelist()
+        except Exception:  # an agent's malformed zip: not a checkpoint
+            return False
+        return any(name.endswith("/data.pkl") for name in names) and all(map(_TORCH_MEMBER.fullmatch, names))
     return False
+
+
+def _weight_magic(head: bytes) -> bool:
+    """GGUF, HDF5, PyTorch's older pickle, TFLite, a NumPy array of numbers."""
+    if head.startswith(_WEIGHT_MAGICS) or head[4:8] == b"TFL3":
+        return True
+    # An array of strings ('U', 'S') or objects (a pickle) holds text: read.
+    return head.startswith(b"\x93NUMPY") and re.search(rb"'descr': *'[<>|=]?[fiubc]\d", head) is not None
+
+
+def _safetensors_end(header: bytes) -> int | None:
+    """Where a safetensors header's tensors end in its data, or None for no header."""
+    try:
+        entries = json.loads(header)
+        ends = [int(entry["data_offsets"][1]) for name, entry in entries.items() if name != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    return max(ends, default=0)
 
 
 def file_text(fd: int, reading: Reading) -> Iterator[str]:
     """The text of the open file ``fd`` in pieces, within ``reading``'s limit; nothing when it is
     weights (``reading.weights``)."""
-    head = os.pread(fd, HEAD_BYTES, 0)
-    if is_weights(head, os.fstat(fd).st_size):
+    if is_weights(fd):
         reading.weights = True
         return
+    head = os.pread(fd, HEAD_BYTES, 0)
     source = _FileReader(fd, reading)
     try:
         yield from _text(source, head, reading, 0)
@@ -116,6 +149,10 @@ def _text(source: _Stream, head: bytes, reading: Reading, depth: int) -> Iterato
     if isinstance(source, _FileReader) and opener is not None:
         source.containers = True
     if opener is None:
+        if head.startswith(b"\x93NUMPY") and re.search(rb"'descr': *'<U", head):
+            # An array of strings as NumPy saves them: UTF-32, its header 64-byte aligned.
+            yield from _plain(source, reading, "utf-32-le")
+            return
         for bom, encoding in _BOMS:
             if head.startswith(bom):
                 yield from _plain(source, reading, encoding)
@@ -144,21 +181,21 @@ def _plain(source: _Stream, reading: Reading, encoding: str = "utf-8") -> Iterat
     yield decoder.decode(b"", final=True)
 
 
-def _member(stream: _Stream, reading: Reading, depth: int, size: int | None) -> Iterator[str]:
-    """One member of a container: its weights are skipped, its containers opened."""
+def _member(stream: _Stream, reading: Reading, depth: int) -> Iterator[str]:
+    """One member of a container: weights known by their magic number skipped, containers opened."""
     reading.members += 1
     if reading.members > MAX_MEMBERS:
         reading.cut = True
         return
     peeked = _Peeked(stream)
     head = peeked.peek(HEAD_BYTES)
-    if size is not None and is_weights(head, size):
+    if _weight_magic(head):
         return
     yield from _text(peeked, head, reading, depth)
 
 
 def _gzip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
-    yield from _member(_Gunzipped(source, reading), reading, depth, None)
+    yield from _member(_Gunzipped(source, reading), reading, depth)
 
 
 def _zip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
@@ -172,7 +209,7 @@ def _zip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
             if info.is_dir():
                 continue
             with archive.open(info) as member:
-                yield from _member(_Charged(member, reading), reading, depth, info.file_size)
+                yield from _member(_Charged(member, reading), reading, depth)
 
 
 def _tar(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
@@ -183,7 +220,7 @@ def _tar(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
             if info.isreg():
                 member = archive.extractfile(info)
                 if member is not None:
-                    yield from _member(member, reading, depth, info.size)
+                    yield from _member(member, reading, depth)
             elif reading.members + 1 > MAX_MEMBERS:
                 reading.cut = True
             else:

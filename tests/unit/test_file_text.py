@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from autorl.provenance.file_text import MAX_MEMBERS, is_weights
+from autorl.provenance.file_text import MAX_MEMBERS
 from autorl.provenance.overlap import OverlapIndex, scan_files
 from autorl.tasks.base import Problem, read_problems
 
@@ -100,22 +100,34 @@ def test_the_train_split_compressed_or_as_parquet_holds_no_test_question(output:
     assert report.scanned_files == 3
 
 
-def test_weights_are_recognised_by_content_and_skipped(output: Path) -> None:
+def test_weights_are_recognised_by_content_and_skipped_and_a_weights_prefix_hides_nothing(
+    output: Path,
+) -> None:
     weights = {
         "model.safetensors": safetensors_bytes({"format": "pt"}),
         "weights.txt": safetensors_bytes({"format": "pt"}),  # weights whatever the name
-        "pytorch_model.bin": zipped({"archive/data.pkl": b"\x80\x02}q\0.", "archive/data/0": jsonl(TEST)}),
-        "old.pt": b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19" + jsonl(TEST),
-        "arrays.npy": b"\x93NUMPY\x01\x00" + jsonl(TEST),
+        "pytorch_model.bin": zipped({"archive/data.pkl": b"\x80\x02}q\0.", "archive/data/0": b"\0" * 64}),
+        "old.pt": b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19" + b"\0" * 64,
+        "arrays.npy": b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }\n",
     }
     for name, data in weights.items():
         (output / name).write_bytes(data)
-        assert is_weights(data[:512], len(data)), name
-
     report = scan_files([output], INDEX)
+    assert (report.scanned_files, report.scanned_bytes) == (0, 0)
 
-    assert (report.count, report.scanned_files, report.scanned_bytes) == (0, 0, 0)
-    assert not is_weights(jsonl(TEST)[:512], len(jsonl(TEST)))  # text named .safetensors is read
+    # What only looks like weights at its start is read.
+    header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    (output / "prefixed.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + jsonl(TEST[:1]))
+    torch_like = {"archive/data.pkl": b"\x80\x02}q\0.", "archive/test.jsonl": jsonl(TEST[1:2])}
+    (output / "optimizer.pt").write_bytes(zipped(torch_like))
+    (output / "strings.npy").write_bytes(b"\x93NUMPY\x01\x00v\x00{'descr': '|S300'}\n" + jsonl(TEST[2:3]))
+    (output / "notes.safetensors").write_bytes(jsonl(TEST[3:4]))  # text, whatever its name
+    header = b"{'descr': '<U300', 'fortran_order': False, 'shape': (1,), }".ljust(117) + b"\n"
+    (output / "questions.npy").write_bytes(
+        b"\x93NUMPY\x01\x00v\x00" + header + TEST[4].question.encode("utf-32-le")
+    )
+
+    assert scan_files([output], INDEX).found == {0, 1, 2, 3, 4}
 
 
 def test_a_decompression_bomb_costs_at_most_the_caps_and_is_named(output: Path) -> None:
