@@ -175,6 +175,8 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     status = await end_agent_and_play_the_check(platform, ref, pod)
 
     assert status["testOverlap"] == 5
+    (verified,) = [c for c in status["conditions"] if c["type"] == "ProvenanceVerified"]
+    assert (verified["status"], verified["reason"]) == ("True", "Complete"), verified
     assert "5 test problem(s) found in the agent's files" in status["message"]
     assert isinstance(status["twinScore"], float) and 0.0 <= status["twinPValue"] <= 1.0
     record_path = platform.grader_settings.eval_dir / RECORDS_DIR / f"{ref.grader_name}.json"
@@ -352,6 +354,8 @@ async def test_a_copy_that_reaches_its_entry_budget_reads_as_unverified_not_clea
     status = await end_agent_and_play_the_check(platform, ref, pod)
 
     assert "testOverlap" not in status, status
+    (verified,) = [c for c in status["conditions"] if c["type"] == "ProvenanceVerified"]
+    assert (verified["status"], verified["reason"]) == ("False", "Unverified")
     assert (
         "test questions unverified: the copy stopped early (its 20-entry budget was reached)"
         in status["message"]

@@ -85,3 +85,22 @@ def test_pods_that_cannot_be_read_are_waited_for_through_their_grace_period() ->
     waiting = pod_wait(finished_ago_s=10)
     assert "cannot be read (403)" in waiting and "grace period (35 s)" in waiting
     assert pod_wait(finished_ago_s=60) == ""
+
+
+def test_the_provenance_verified_condition_is_false_with_what_could_not_be_verified() -> None:
+    from datetime import UTC, datetime
+
+    from autorl_controller.operator.lifecycle import provenance_condition
+
+    now = datetime.now(UTC)
+    unverified = provenance_condition(experiment_answer(message=with_notes("done", [CAP])), "", now)
+    assert (unverified["type"], unverified["status"], unverified["reason"]) == (
+        "ProvenanceVerified",
+        "False",
+        "Unverified",
+    )
+    assert unverified["message"] == CAP
+    late = provenance_condition(experiment_answer(), "the check was not recorded within 300 s", now)
+    assert late["status"] == "False" and late["message"].startswith(TEST_UNVERIFIED)
+    whole = provenance_condition(experiment_answer(test_overlap=0, message="done"), "", now)
+    assert (whole["status"], whole["reason"]) == ("True", "Complete")

@@ -18,11 +18,13 @@ from autorl.api.request_bodies import FinishStatus
 from autorl.experiment import ExperimentResourceStatus, Phase
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.statistics import TWIN_FLAG_P
-from autorl.provenance.unverified import notes_in
+from autorl.provenance.unverified import TEST_UNVERIFIED, note, notes_in
 from autorl.wait_reasons import EVALUATORS_UNAVAILABLE_CONDITION, Reason, format_duration
 
 #: The condition that remembers, through Finishing, how the agent's Job ended.
 AGENT_FINISHED = "AgentFinished"
+#: The condition that says whether the checks after the agent were made whole (docs/PROTOCOL.md).
+PROVENANCE_VERIFIED = "ProvenanceVerified"
 
 
 class JobState(enum.Enum):
@@ -144,6 +146,21 @@ def outcome_condition(outcome: Outcome, now: datetime) -> dict[str, Any]:
         "status": "True",
         "reason": outcome.phase.value,
         "message": outcome.message,
+        "lastTransitionTime": iso(now),
+    }
+
+
+def provenance_condition(view: ExperimentAnswer, unchecked: str, now: datetime) -> dict[str, Any]:
+    """``ProvenanceVerified``: True where the checks after the agent were made whole, False with
+    what could not be verified (the notes of the experiment's message, ``unchecked``: why the check
+    of its files was not made) otherwise (autorl.provenance.unverified)."""
+    notes = notes_in(view.message) + ([note(TEST_UNVERIFIED, unchecked)] if unchecked else [])
+    return {
+        "type": PROVENANCE_VERIFIED,
+        "status": "False" if notes else "True",
+        "reason": "Unverified" if notes else "Complete",
+        "message": "; ".join(notes)
+        or "the agent's files were read whole and the final, if any, scored on twins",
         "lastTransitionTime": iso(now),
     }
 

@@ -51,6 +51,7 @@ from autorl_controller.operator.lifecycle import (
     merged,
     outcome_condition,
     outcome_from_conditions,
+    provenance_condition,
     provenance_findings,
     status_from_view,
     with_condition,
@@ -538,10 +539,15 @@ class Step:
         view = await self.provenance_checked(view)
         if view is None:
             return
+        unchecked = self._unchecked(view)
+        verified = provenance_condition(view, unchecked, datetime.now(UTC))
         await self._move(
             outcome.phase,
-            summary(outcome, view, unchecked=self._unchecked(view)),
-            status_from_view(view),
+            summary(outcome, view, unchecked=unchecked),
+            merged(
+                status_from_view(view),
+                conditions_status(with_condition(self.status.get("conditions"), verified)),
+            ),
             reason=outcome.reason,
         )
 
