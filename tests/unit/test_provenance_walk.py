@@ -126,3 +126,32 @@ def test_one_file_that_cannot_be_written_is_recorded_and_the_copy_goes_on(
     monkeypatch.setattr(agent_copy, "_copy", failing)
     copied = copy_text_files({"output": output}, tmp_path / "copy")
     assert copied.files == 1 and copied.unreadable == ("output/a.txt",) and not copied.complete
+
+
+def test_a_file_that_cannot_be_opened_is_recorded(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (output / "hidden.txt").write_text(QUESTION)
+    (output / "seen.txt").write_text("loss 0.25")
+    real = os.open
+
+    def deny(path: object, flags: int, *args: object, **kwargs: object) -> int:  # a mode-000 file
+        if path == "hidden.txt":
+            raise PermissionError(13, "Permission denied")
+        return real(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", deny)
+    report = scan_files([output], INDEX)
+    assert report.count == 0 and report.unreadable == ("output/hidden.txt",) and not report.complete
+
+
+def test_two_splits_scanned_in_one_pass_are_what_two_scans_find(output: Path) -> None:
+    other = "A farmer has 12 cows and buys 30 more at the market on a sunny Tuesday morning. How many cows?"
+    (output / "a.txt").write_text(QUESTION)
+    (output / "b.txt").write_text(f"{QUESTION}\n{other}")
+    both = scan_files([output], OverlapIndex([QUESTION, other]))
+    assert (
+        both.part(0, 1).files
+        == scan_files([output], INDEX).files
+        == (("output/a.txt", 1), ("output/b.txt", 1))
+    )
+    second = both.part(1, 2)
+    assert second.found == {0} and second.files == scan_files([output], OverlapIndex([other])).files
