@@ -6,6 +6,7 @@ copy, and asked again, the grader queues nothing."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
+from autorl.provenance import agent_copy
 from autorl.provenance.agent_copy import provenance_folder, read_manifest
 from autorl.queue import make_dispatcher, provenance_job_id
 from autorl.store import Database, experiments
@@ -23,6 +25,28 @@ from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
 from tests.support.grading import admin_headers, make_workspace, register
 from tests.support.settings import DeploymentSettings
+
+
+def work_the_queue(
+    settings: DeploymentSettings, redis: Redis, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An rq worker on the CPU takes every job queued, then stops."""
+    for variable, value in {
+        "AUTORL_DATABASE_URL": settings.database_url or "",
+        "AUTORL_HOME": str(settings.home),
+        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
+        "AUTORL_EVAL_DEVICE": "cpu",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    worker = InProcessEvaluationWorker(
+        [evaluation_queue(settings.queue_name, redis)],
+        connection=redis,
+        key_prefix=settings.redis_key_prefix,
+        dispatcher=make_dispatcher(settings),
+        db=db,
+    )
+    worker.work(burst=True)
+    db.dispose()
 
 
 def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it(
@@ -66,22 +90,7 @@ def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it
         client.post(f"{path}/provenance/check", headers=admin_headers(settings))
         assert queue.job_ids == [job]
 
-        for variable, value in {
-            "AUTORL_DATABASE_URL": settings.database_url or "",
-            "AUTORL_HOME": str(settings.home),
-            "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
-            "AUTORL_EVAL_DEVICE": "cpu",
-        }.items():
-            monkeypatch.setenv(variable, value)
-        worker = InProcessEvaluationWorker(
-            [queue],
-            connection=redis,
-            key_prefix=settings.redis_key_prefix,
-            dispatcher=make_dispatcher(settings),
-            db=db,
-        )
-        worker.work(burst=True)
-        db.dispose()
+        work_the_queue(settings, redis, db, monkeypatch)
 
         view = client.get(path, headers=admin_headers(settings)).json()
         assert view["test_overlap"] == 2 and view["twin_score"] is None
@@ -94,3 +103,63 @@ def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it
         assert not folder.exists()
         again = client.post(f"{path}/provenance/check", headers=admin_headers(settings))
         assert again.json()["test_overlap"] == 2 and queue.job_ids == [] and not folder.exists()
+
+
+def test_a_path_past_path_max_is_copied_and_a_copy_cut_by_its_budget_is_recorded_unverified(
+    make_isolated_settings: Callable[..., DeploymentSettings],
+    tiny_base_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The admin action answers 200, never 500, whatever the agent laid out: a question at the
+    bottom of a path past PATH_MAX is copied and found; a copy cut by its entry budget (junk names
+    before it) is recorded as made but unverified, and its copy removed like a complete one's."""
+    settings = make_isolated_settings(eval_limit=1, eval_max_new_tokens=2)
+    test = get_task("gsm8k").load_test_problems(
+        settings.eval_dir / "data", source_dir=settings.data_source_dir
+    )
+    redis = Redis.from_url(settings.redis_url or "")
+    monkeypatch.setattr(agent_copy, "COPY_ENTRIES", 60)
+    with TestClient(create_app(settings, reconcile=False)) as client:
+        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+        path = f"/v1/experiments/{experiment.name}"
+        fd = os.open(experiment.output_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for level in range(20):
+                folder = f"{level:02d}" + "y" * 240
+                os.mkdir(folder, dir_fd=fd)
+                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            with open(os.open("stolen.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as handle:
+                handle.write(json.dumps([problem.question for problem in test[:2]]))
+        finally:
+            os.close(fd)
+        junk = experiment.output_dir.parent / "junk"
+        junk.mkdir()
+        for index in range(100):
+            (junk / f"{index}.safetensors").touch()
+        assert client.post(
+            f"{path}/finish", json={"status": "completed"}, headers=admin_headers(settings)
+        ).is_success
+        asked = client.post(f"{path}/provenance/check", headers=admin_headers(settings))
+        assert asked.status_code == 200, asked.text
+        db = Database(settings.database_url or "")
+        with db.session() as session:
+            experiment_id = experiments.get_experiment(session, experiment.name).id
+        manifest = read_manifest(settings.snapshot_dir / provenance_folder(experiment_id))
+        assert manifest is not None and manifest["copied"]["stopped_early"], manifest
+        work_the_queue(settings, redis, db, monkeypatch)
+
+        view = client.get(path, headers=admin_headers(settings)).json()
+        assert (
+            "test questions unverified: the copy stopped early (its 60-entry budget was reached)"
+            in view["message"]
+        )
+        assert view["test_overlap"] in (None, 2)  # found before the budget ran out: a lower bound
+        reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+        assert not (settings.snapshot_dir / provenance_folder(experiment_id)).exists()
+
+        monkeypatch.setattr(agent_copy, "COPY_ENTRIES", 10_000)
+        found = agent_copy.copy_text_files({"output": experiment.output_dir}, tmp_path / "whole")
+        assert found.complete and found.files == 1
