@@ -9,9 +9,10 @@ never by its name.
   binary file (an Arrow table, a pickle, a file with one NUL byte) are read as its words.
 * Weights are recognised by their content and not read: safetensors (a header whose tensors
   fill the rest of the file exactly), a PyTorch checkpoint (a zip of ``data.pkl``, its storages
-  and bookkeeping only, or the older pickle with PyTorch's magic number), GGUF, NumPy arrays of
-  numbers, HDF5, TFLite (by their magic numbers). A text file named ``x.safetensors`` is read;
-  text stored inside a weights file (its metadata, a tensor) is hidden on purpose and not.
+  and bookkeeping only, or the older pickle, by PyTorch's magic number alone), a NumPy array of
+  numbers (its header's shape and type account for the rest of the file). A text file named
+  ``x.safetensors`` is read, and so is a member of an archive whatever it holds; text stored
+  inside a weights file (its metadata, a tensor) is hidden on purpose and not found.
 
 Every byte read from the file and every byte a decoder expands counts towards :class:`Reading`'s
 limit (the scan's per-file and total caps), so a decompression bomb costs at most the caps; what a
@@ -23,6 +24,7 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import math
 import os
 import re
 import struct
@@ -60,7 +62,6 @@ _BOMS = (
 )
 #: torch.save's older format: a pickle whose first object is PyTorch's magic number.
 _TORCH_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
-_WEIGHT_MAGICS = (b"GGUF", b"\x89HDF\r\n\x1a\n", _TORCH_PICKLE)
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
@@ -93,7 +94,7 @@ def is_weights(fd: int) -> bool:
     """Whether the open file ``fd`` is weights (the module's list), by its content."""
     size = os.fstat(fd).st_size
     head = os.pread(fd, HEAD_BYTES, 0)
-    if _weight_magic(head):
+    if head.startswith(_TORCH_PICKLE) or _numbers_npy(head, size):
         return True
     if len(head) > 8 and head[8:9] == b"{":
         length: int = struct.unpack("<Q", head[:8])[0]
@@ -109,12 +110,16 @@ def is_weights(fd: int) -> bool:
     return False
 
 
-def _weight_magic(head: bytes) -> bool:
-    """GGUF, HDF5, PyTorch's older pickle, TFLite, a NumPy array of numbers."""
-    if head.startswith(_WEIGHT_MAGICS) or head[4:8] == b"TFL3":
-        return True
-    # An array of strings ('U', 'S') or objects (a pickle) holds text: read.
-    return head.startswith(b"\x93NUMPY") and re.search(rb"'descr': *'[<>|=]?[fiubc]\d", head) is not None
+def _numbers_npy(head: bytes, size: int) -> bool:
+    """A NumPy file (version 1) of numbers whose shape and type account for all of it; an array of
+    strings ('U', 'S') or objects (a pickle) holds text."""
+    if not head.startswith(b"\x93NUMPY\x01"):
+        return False
+    found = re.search(rb"'descr': *'[<>|=]?[fiubc](\d+)'.*'shape': *\(([\d, ]*)\)", head[10:])
+    if found is None:
+        return False
+    items = math.prod(int(n) for n in found[2].split(b",") if n.strip())
+    return 10 + int.from_bytes(head[8:10], "little") + items * int(found[1]) == size
 
 
 def _safetensors_end(header: bytes) -> int | None:
@@ -182,15 +187,13 @@ def _plain(source: _Stream, reading: Reading, encoding: str = "utf-8") -> Iterat
 
 
 def _member(stream: _Stream, reading: Reading, depth: int) -> Iterator[str]:
-    """One member of a container: weights known by their magic number skipped, containers opened."""
+    """One member of a container, its own containers opened."""
     reading.members += 1
     if reading.members > MAX_MEMBERS:
         reading.cut = True
         return
     peeked = _Peeked(stream)
     head = peeked.peek(HEAD_BYTES)
-    if _weight_magic(head):
-        return
     yield from _text(peeked, head, reading, depth)
 
 

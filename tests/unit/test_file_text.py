@@ -55,6 +55,12 @@ def zipped(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> byt
     return buffer.getvalue()
 
 
+def npy(descr: bytes, shape: bytes) -> bytes:
+    """A NumPy file's header (version 1, padded to 128 bytes as NumPy pads it)."""
+    header = b"{'descr': " + descr + b", 'fortran_order': False, 'shape': " + shape + b", }"
+    return b"\x93NUMPY\x01\x00v\x00" + header.ljust(117) + b"\n"
+
+
 def safetensors_bytes(metadata: dict[str, str]) -> bytes:
     header = json.dumps(
         {"__metadata__": metadata, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
@@ -108,7 +114,7 @@ def test_weights_are_recognised_by_content_and_skipped_and_a_weights_prefix_hide
         "weights.txt": safetensors_bytes({"format": "pt"}),  # weights whatever the name
         "pytorch_model.bin": zipped({"archive/data.pkl": b"\x80\x02}q\0.", "archive/data/0": b"\0" * 64}),
         "old.pt": b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19" + b"\0" * 64,
-        "arrays.npy": b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }\n",
+        "arrays.npy": npy(b"'<f4'", b"(4,)") + bytes(16),
     }
     for name, data in weights.items():
         (output / name).write_bytes(data)
@@ -122,12 +128,10 @@ def test_weights_are_recognised_by_content_and_skipped_and_a_weights_prefix_hide
     (output / "optimizer.pt").write_bytes(zipped(torch_like))
     (output / "strings.npy").write_bytes(b"\x93NUMPY\x01\x00v\x00{'descr': '|S300'}\n" + jsonl(TEST[2:3]))
     (output / "notes.safetensors").write_bytes(jsonl(TEST[3:4]))  # text, whatever its name
-    header = b"{'descr': '<U300', 'fortran_order': False, 'shape': (1,), }".ljust(117) + b"\n"
-    (output / "questions.npy").write_bytes(
-        b"\x93NUMPY\x01\x00v\x00" + header + TEST[4].question.encode("utf-32-le")
-    )
+    (output / "questions.npy").write_bytes(npy(b"'<U300'", b"(1,)") + TEST[4].question.encode("utf-32-le"))
+    (output / "prefixed.npy").write_bytes(npy(b"'<f4'", b"(4,)") + bytes(16) + jsonl(TEST[5:6]))
 
-    assert scan_files([output], INDEX).found == {0, 1, 2, 3, 4}
+    assert scan_files([output], INDEX).found == {0, 1, 2, 3, 4, 5}
 
 
 def test_a_decompression_bomb_costs_at_most_the_caps_and_is_named(output: Path) -> None:
