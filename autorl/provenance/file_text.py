@@ -231,18 +231,18 @@ def _tar(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
 
 
 def _parquet(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
-    """The string columns of a Parquet file, value by value; a dictionary's values once."""
+    """The string and binary columns of a Parquet file, value by value; a dictionary's values once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     seekable: Any = source if isinstance(source, _FileReader) else io.BytesIO(_all(source, reading))
     table = pq.ParquetFile(pa.PythonFile(seekable, mode="r"))
+    textual = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
     columns = [
         field.name
         for field in table.schema_arrow
-        if pa.types.is_string(field.type)
-        or pa.types.is_large_string(field.type)
-        or (pa.types.is_dictionary(field.type) and pa.types.is_string(field.type.value_type))
+        for kind in [field.type.value_type if pa.types.is_dictionary(field.type) else field.type]
+        if any(is_text(kind) for is_text in textual)
     ]
     if not columns:
         return
@@ -259,7 +259,11 @@ def _parquet(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
                 reading.cut = True
                 return
             reading.charge(values.nbytes)
-            yield "\n".join(value for value in values.to_pylist() if value)
+            yield "\n".join(_as_text(value) for value in values.to_pylist() if value)
+
+
+def _as_text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", errors="replace")
 
 
 def _all(source: _Stream, reading: Reading) -> bytes:

@@ -78,11 +78,12 @@ def test_compressed_archived_and_parquet_test_questions_are_found_whatever_the_n
     table = pa.table({"question": [p.question for p in TEST[7:9]], "id": [7, 8]})
     pq.write_table(table, output / "test-00000-of-00001.parquet")  # snappy, as the Hub's
     pq.write_table(pa.table({"q": [TEST[9].question] * 3}), output / "plain", compression="none")
+    pq.write_table(pa.table({"b": [TEST[11].question.encode()]}), output / "bytes.parquet")
     (output / "utf16.txt").write_bytes(jsonl(TEST[10:11]).decode().encode("utf-16"))  # with a BOM
 
     report = scan_files([output], INDEX)
 
-    assert report.found == set(range(11))
+    assert report.found == set(range(12))
     assert dict(report.files) == {
         "output/test.jsonl.gz": 2,
         "output/cache": 2,
@@ -90,6 +91,7 @@ def test_compressed_archived_and_parquet_test_questions_are_found_whatever_the_n
         "output/data.tar.gz": 1,
         "output/test-00000-of-00001.parquet": 2,
         "output/plain": 1,
+        "output/bytes.parquet": 1,
         "output/utf16.txt": 1,
     }
     assert report.complete
