@@ -32,6 +32,7 @@ from autorl_evaluator.jobs import evaluate
 from autorl_evaluator.provenance import RECORDS_DIR
 from autorl_evaluator.provenance_job import check_provenance
 from tests.support.grading import make_unique
+from tests.support.hostile_files import nest_past_path_max
 from tests.support.kube_emulator import (
     EXPERIMENTS,
     FIXTURE_DATA,
@@ -315,18 +316,9 @@ async def test_a_path_past_path_max_is_read_and_a_removed_final_leaves_the_twin_
     assert submitted.status_code == 202, submitted.text
     assert await evaluate_waiting(platform, ref)
     test = get_task("gsm8k").load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
-    fd = os.open(workspace / "output", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for level in range(20):
-            folder = f"{level:02d}" + "y" * 240
-            os.mkdir(folder, dir_fd=fd)
-            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        with open(os.open("stolen.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as handle:
-            handle.write(json.dumps([problem.question for problem in test[:3]]))
-    finally:
-        os.close(fd)
+    nest_past_path_max(
+        workspace / "output", "stolen.json", json.dumps([problem.question for problem in test[:3]])
+    )
     shutil.rmtree(checkpoint)  # the twin dodge: the scored final is gone before the agent ends
 
     status = await end_agent_and_play_the_check(platform, ref, pod)

@@ -11,11 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from autorl.queue import make_dispatcher
 from autorl.store import Database, Submission, SubmissionStatus, claims, outcomes, submissions
-from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
+from autorl_evaluator.rq_worker import evaluation_queue
 from autorl_grader.main import create_app
-from tests.support.grading import admin_headers, make_workspace, register, submit_copies
+from tests.support.grading import admin_headers, make_workspace, register, submit_copies, work_the_queue
 from tests.support.settings import DeploymentSettings
 
 FLOOD = 4
@@ -96,22 +95,8 @@ def test_rq_worker_serves_a_single_submission_after_at_most_one_of_a_flood(
     queue = evaluation_queue(settings.queue_name, redis)
     # Redis holds one job per experiment (plus baselines): the rest wait in the database.
     assert len(queue.job_ids) == 3 and queue.job_ids[0].endswith(f"-submission-{baseline}")
-    for variable, value in {
-        "AUTORL_DATABASE_URL": settings.database_url or "",
-        "AUTORL_HOME": str(settings.home),
-        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
-        "AUTORL_EVAL_DEVICE": "cpu",
-    }.items():
-        monkeypatch.setenv(variable, value)
     db = Database(settings.database_url or "")
-    worker = InProcessEvaluationWorker(
-        [queue],
-        connection=redis,
-        key_prefix=settings.redis_key_prefix,
-        dispatcher=make_dispatcher(settings),
-        db=db,
-    )
-    worker.work(burst=True)
+    work_the_queue(settings, redis, db, monkeypatch)
     with db.session() as session:
         rows = session.query(Submission).order_by(Submission.started_at).all()
         assert [r.status for r in rows] == [SubmissionStatus.SCORED] * (FLOOD + 2), [r.error for r in rows]

@@ -6,7 +6,6 @@ copy, and asked again, the grader queues nothing."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,37 +15,16 @@ from redis import Redis
 
 from autorl.provenance import agent_copy
 from autorl.provenance.agent_copy import provenance_folder, read_manifest
-from autorl.queue import make_dispatcher, provenance_job_id
+from autorl.queue import provenance_job_id
 from autorl.store import Database, experiments
 from autorl.tasks import get_task
 from autorl_evaluator.provenance import RECORDS_DIR
-from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
+from autorl_evaluator.rq_worker import evaluation_queue
 from autorl_grader.main import create_app
 from autorl_grader.reconciler import reconcile_once
-from tests.support.grading import admin_headers, make_workspace, register
+from tests.support.grading import admin_headers, make_workspace, register, work_the_queue
+from tests.support.hostile_files import nest_past_path_max
 from tests.support.settings import DeploymentSettings
-
-
-def work_the_queue(
-    settings: DeploymentSettings, redis: Redis, db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An rq worker on the CPU takes every job queued, then stops."""
-    for variable, value in {
-        "AUTORL_DATABASE_URL": settings.database_url or "",
-        "AUTORL_HOME": str(settings.home),
-        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
-        "AUTORL_EVAL_DEVICE": "cpu",
-    }.items():
-        monkeypatch.setenv(variable, value)
-    worker = InProcessEvaluationWorker(
-        [evaluation_queue(settings.queue_name, redis)],
-        connection=redis,
-        key_prefix=settings.redis_key_prefix,
-        dispatcher=make_dispatcher(settings),
-        db=db,
-    )
-    worker.work(burst=True)
-    db.dispose()
 
 
 def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it(
@@ -91,6 +69,7 @@ def test_a_finished_experiments_check_is_queued_once_and_an_rq_worker_records_it
         assert queue.job_ids == [job]
 
         work_the_queue(settings, redis, db, monkeypatch)
+        db.dispose()
 
         view = client.get(path, headers=admin_headers(settings)).json()
         assert view["test_overlap"] == 2 and view["twin_score"] is None
@@ -123,18 +102,9 @@ def test_a_path_past_path_max_is_copied_and_a_copy_cut_by_its_budget_is_recorded
     with TestClient(create_app(settings, reconcile=False)) as client:
         experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
         path = f"/v1/experiments/{experiment.name}"
-        fd = os.open(experiment.output_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for level in range(20):
-                folder = f"{level:02d}" + "y" * 240
-                os.mkdir(folder, dir_fd=fd)
-                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-                os.close(fd)
-                fd = inner
-            with open(os.open("stolen.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as handle:
-                handle.write(json.dumps([problem.question for problem in test[:2]]))
-        finally:
-            os.close(fd)
+        nest_past_path_max(
+            experiment.output_dir, "stolen.json", json.dumps([problem.question for problem in test[:2]])
+        )
         junk = experiment.output_dir.parent / "junk"
         junk.mkdir()
         for index in range(100):
@@ -150,6 +120,7 @@ def test_a_path_past_path_max_is_copied_and_a_copy_cut_by_its_budget_is_recorded
         manifest = read_manifest(settings.snapshot_dir / provenance_folder(experiment_id))
         assert manifest is not None and manifest["copied"]["stopped_early"], manifest
         work_the_queue(settings, redis, db, monkeypatch)
+        db.dispose()
 
         view = client.get(path, headers=admin_headers(settings)).json()
         assert (

@@ -219,3 +219,26 @@ def number_of(database: Any, submission_id: int) -> int:
             db.dispose()
     assert number is not None, f"submission {submission_id} is not one its agent sees"
     return number
+
+
+def work_the_queue(settings: DeploymentSettings, redis: Any, db: Any, monkeypatch: Any) -> None:
+    """An rq worker on the CPU (the test's settings in its environment) takes every job queued, then
+    stops; ``db`` is the caller's to dispose."""
+    from autorl.queue import make_dispatcher
+    from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
+
+    for variable, value in {
+        "AUTORL_DATABASE_URL": settings.database_url or "",
+        "AUTORL_HOME": str(settings.home),
+        "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
+        "AUTORL_EVAL_DEVICE": "cpu",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    worker = InProcessEvaluationWorker(
+        [evaluation_queue(settings.queue_name, redis)],
+        connection=redis,
+        key_prefix=settings.redis_key_prefix,
+        dispatcher=make_dispatcher(settings),
+        db=db,
+    )
+    worker.work(burst=True)

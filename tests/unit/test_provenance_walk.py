@@ -13,6 +13,7 @@ import pytest
 from autorl.provenance.agent_copy import copy_text_files
 from autorl.provenance.overlap import OverlapIndex, scan_files
 from autorl.provenance.walk import Walk
+from tests.support.hostile_files import nest_past_path_max
 
 QUESTION = (
     "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
@@ -89,18 +90,7 @@ def test_a_folder_that_cannot_be_listed_is_recorded(output: Path, monkeypatch: p
 
 
 def test_paths_longer_than_path_max_are_copied_and_found(output: Path, tmp_path: Path) -> None:
-    fd = os.open(output, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for level in range(20):  # 20 names of 242 characters: a path past 4,096
-            name = f"{level:02d}" + "y" * 240
-            os.mkdir(name, dir_fd=fd)
-            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        with open(os.open("stolen.json", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "w") as handle:
-            handle.write(json.dumps([QUESTION]))
-    finally:
-        os.close(fd)
+    nest_past_path_max(output, "stolen.json", json.dumps([QUESTION]))
 
     copied = copy_text_files({"output": output}, tmp_path / "copy")
 
