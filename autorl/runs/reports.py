@@ -132,7 +132,7 @@ class RunRecord:
                 for row in rows
                 if not row.is_baseline and row.final_of is None
             ),
-            result=results_columns(session, experiment),
+            result={**results_columns(session, experiment), "unverified": notes_in(experiment.message)},
         )
 
     @classmethod
@@ -174,7 +174,10 @@ class RunRecord:
                 for s in submissions
                 if not s.is_baseline and s.number is not None
             ),
-            result=answer_columns(experiment, experiment.feedback),
+            result={
+                **answer_columns(experiment, experiment.feedback),
+                "unverified": notes_in(experiment.message),
+            },
         )
 
 
@@ -269,11 +272,11 @@ def final_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def provenance_lines(result: Mapping[str, Any]) -> list[str]:
-    """What the agent may have brought in, from results.csv's last columns and the notes of what
-    could not be verified in the run's ``message`` (autorl.provenance.unverified); a finding is
-    flagged with ``!`` (agent strings, such as a lineage path, are the caller's to print as data)."""
+    """What the agent may have brought in, from results.csv's last columns and ``unverified``, the
+    notes of what could not be verified (autorl.provenance.unverified); a finding is flagged with
+    ``!`` (agent strings, such as a lineage path, are the caller's to print as data)."""
     lines = []
-    notes = notes_in(result.get("message"))
+    notes: list[str] = list(result.get("unverified") or [])
     overlap = result.get("test_overlap")
     tests = [n.removeprefix(f"{TEST_UNVERIFIED}: ") for n in notes if n.startswith(TEST_UNVERIFIED)]
     unverified = f"  ! unverified: {tests[0]}" if tests else ""

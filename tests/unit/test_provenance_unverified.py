@@ -36,12 +36,12 @@ def test_notes_ride_in_the_message_once_and_mark_the_check_made() -> None:
 
 
 def test_the_run_summary_says_unverified_never_a_clean_zero() -> None:
-    unread = provenance_lines({"test_overlap": None, "message": with_notes(None, [CAP, DODGE])})
+    unread = provenance_lines({"test_overlap": None, "unverified": [CAP, DODGE]})
     assert unread[0].startswith("test overlap unverified: the scan stopped early (its 50-entry budget")
     assert (
         unread[1] == "twin split   unverified: the final's folder no longer holds the files that were scored"
     )
-    lower_bound = provenance_lines({"test_overlap": 2, "message": CAP})
+    lower_bound = provenance_lines({"test_overlap": 2, "unverified": [CAP]})
     assert (
         lower_bound[0].startswith("test overlap 2  ! test problems found")
         and "! unverified:" in lower_bound[0]

@@ -639,7 +639,7 @@ class LocalRun:
             f"improvement  {improvement}",
             # A sealed run's submissions were scored on validation; its best score is its final on test.
             *uncertainty_lines(metrics, "validation" if row.feedback == Feedback.SEALED else None),
-            *final_lines({**row.to_json(), "message": with_notes(None, self.unverified)}),
+            *final_lines({**row.to_json(), "unverified": self.unverified}),
             f"submissions  {row.submissions} scored",
             f"workspace    {printable(row.workspace)}",
             f"results      {printable(str(results_path(self.settings.home)))}",
