@@ -149,7 +149,7 @@ def copy_text_files(
                 if is_weights(fd):
                     continue
                 read, more = _copy(fd, dest, below, limit)
-            except OSError:
+            except Exception:  # one file's error (a name too long, a permission): named, the copy goes on
                 walk.unreadable.append(shown_path(below))
                 continue
             finally:

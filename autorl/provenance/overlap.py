@@ -384,7 +384,7 @@ def scan_files(
             try:
                 limit = min(max_file_bytes, budget.bytes_left)
                 result = _scan_fd(fd, index, limit, chunk_bytes)
-            except OSError:
+            except Exception:  # one file's error (an agent's file made to break a reader): named
                 walk.unreadable.append(shown_path(below))
                 continue
             finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,22 @@ def test_two_splits_scanned_in_one_pass_are_what_two_scans_find(output: Path) ->
     )
     second = both.part(1, 2)
     assert second.found == {0} and second.files == scan_files([output], OverlapIndex([other])).files
+
+
+def test_a_file_that_breaks_the_reader_is_named_and_the_scan_goes_on(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl.provenance import overlap
+
+    (output / "a-broken.parquet").write_text("PAR1")
+    (output / "b.txt").write_text(QUESTION)
+    real = overlap._scan_fd
+
+    def breaks(fd: int, *args: Any, **kwargs: Any) -> Any:
+        if os.fstat(fd).st_size == 4:
+            raise RuntimeError("a reader's own error")
+        return real(fd, *args, **kwargs)
+
+    monkeypatch.setattr(overlap, "_scan_fd", breaks)
+    report = scan_files([output], INDEX)
+    assert report.count == 1 and report.unreadable == ("output/a-broken.parquet",) and not report.complete
