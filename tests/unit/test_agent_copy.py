@@ -94,15 +94,25 @@ def test_links_fifos_and_weights_are_not_copied_and_binary_or_oddly_named_text_i
     }
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_a_file_the_grader_may_not_read_is_named_not_skipped_in_silence(tmp_path: Path) -> None:
+def test_a_file_the_grader_may_not_read_is_named_not_skipped_in_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     code, output = workspace(tmp_path)
     hidden = output / "hidden.txt"
     hidden.write_text(QUESTION)
-    hidden.chmod(0)
+    hidden.chmod(0)  # refused to the grader's user; root reads any file, so its open is refused here
+    real = os.open
+
+    def refuse(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "hidden.txt":
+            raise PermissionError(13, "Permission denied")
+        return real(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse)
     try:
         copied = copy_text_files(roots(code, output), tmp_path / "copy")
     finally:
+        monkeypatch.undo()
         hidden.chmod(0o600)
     assert copied.files == 0 and copied.unreadable == ("output/hidden.txt",)
     assert copied.to_json()["unreadable"] == ["output/hidden.txt"]
