@@ -311,9 +311,11 @@ class _Budget:
         self.exhausted = False
 
 
-def _scan_fd(fd: int, index: OverlapIndex, limit: int, chunk_bytes: int) -> tuple[set[int], int, bool] | None:
-    """(questions found, bytes read and expanded, whether ``limit`` cut the file) for a file's text
-    (:func:`autorl.provenance.file_text.file_text`); None for weights."""
+def _scan_fd(
+    fd: int, index: OverlapIndex, limit: int, chunk_bytes: int, walk: Walk | None = None
+) -> tuple[set[int], int, bool] | None:
+    """(questions found, bytes read and expanded, whether ``limit`` or ``walk``'s time budget cut
+    the file) for a file's text (:func:`autorl.provenance.file_text.file_text`); None for weights."""
     reading = Reading(limit, chunk_bytes)
     carry_words = max(index.longest - 1, 0)
     matches: set[tuple[int, int]] = set()
@@ -328,10 +330,12 @@ def _scan_fd(fd: int, index: OverlapIndex, limit: int, chunk_bytes: int) -> tupl
         words = words_tail + normalize(text)
         matches |= index.matches_in(words)
         words_tail = words[len(words) - carry_words :] if carry_words else []
+        if walk is not None and walk.out_of_time():
+            break  # text made slow to match (one phrase repeated) is bounded by time too
     if reading.weights:
         return None
     matches |= index.matches_in(words_tail + normalize(text_tail))
-    return index.problems_with(matches), reading.used, reading.cut
+    return index.problems_with(matches), reading.used, reading.cut or bool(walk and walk.stopped)
 
 
 def scan_files(
@@ -383,7 +387,7 @@ def scan_files(
             budget.files_left -= 1
             try:
                 limit = min(max_file_bytes, budget.bytes_left)
-                result = _scan_fd(fd, index, limit, chunk_bytes)
+                result = _scan_fd(fd, index, limit, chunk_bytes, walk)
             except Exception:  # one file's error (an agent's file made to break a reader): named
                 walk.unreadable.append(shown_path(below))
                 continue

@@ -165,3 +165,10 @@ def test_a_file_that_breaks_the_reader_is_named_and_the_scan_goes_on(
     monkeypatch.setattr(overlap, "_scan_fd", breaks)
     report = scan_files([output], INDEX)
     assert report.count == 1 and report.unreadable == ("output/a-broken.parquet",) and not report.complete
+
+
+def test_the_time_budget_cuts_a_file_being_read(output: Path) -> None:
+    (output / "slow.txt").write_text("how many apples does she have left " * 20_000)
+    report = scan_files([output], INDEX, walk=Walk(max_seconds=0), chunk_bytes=4096)
+    assert report.truncated == ("output/slow.txt",) and report.scanned_bytes < 700_000
+    assert "time budget" in report.unverified()
