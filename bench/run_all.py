@@ -59,7 +59,7 @@ GPU_BENCHMARKS: dict[str, str] = {
     "VLLM_ALLOW_INSECURE_SERIALIZATION=1 python3 bench/vllm_warm_reload_gpu.py",
     # vLLM 0.25 as above; .vllm-parts/oc/carry from `bench/opencompass_vllm_gpu.py record` here. It
     # trains its checkpoints first (this call), then serve and bare in two more calls on one warm
-    # machine, and replay here (docs/PERFORMANCE.md, "The GPU figures, call by call").
+    # machine, and replay here (bench/README.md, "The GPU figures, call by call").
     "resident_engine_gpu": "PYTHONPATH=/root/site:. VLLM_USE_FLASHINFER_SAMPLER=0 "
     "python3 bench/resident_engine_gpu.py --inputs .vllm-parts/oc/carry --work /root/resident "
     "--phase prepare --steps 160",

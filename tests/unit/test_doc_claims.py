@@ -272,9 +272,10 @@ def test_the_sft_budget_local_md_states_is_the_agents_default() -> None:
 def test_the_loaded_demos_figures_are_the_committed_run() -> None:
     """README's demo beside two CPU-bound processes is bench/results/demo_cpu_loaded.json's run."""
     found = claim(
-        r"Beside two CPU-bound processes on the same two cores it reached only ([\d.]+) in ([\d.]+) s",
+        r"Beside two CPU-bound processes on the same two cores it went from 0\.0 to ([\d.]+) in ([\d.]+) s",
         "README.md",
     )
     run = results("demo_cpu_loaded")["variants"]["default_loaded"]
     assert [float(value) for value in found.groups()] == [run["improvement"], run["wall_s"]]
     assert run["busy_processes"] == 2 and run["agent_args"] == "" and run["exit_code"] == 0
+    assert run["baseline"] == 0.0

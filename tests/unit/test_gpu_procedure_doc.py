@@ -1,4 +1,4 @@
-"""docs/PERFORMANCE.md's GPU calls, one per line, give every argument each committed GPU figure was
+"""bench/README.md's GPU calls, one per line, give every argument each committed GPU figure was
 measured with (the commands its results file records), for every GPU benchmark `make bench` names."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def recorded_commands(value: Any) -> list[str]:
 
 
 def documented() -> list[tuple[str, str, dict[str, list[str]]]]:
-    text = (REPO / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
+    text = (REPO / "bench" / "README.md").read_text(encoding="utf-8")
     section = text[text.index(SECTION) :]
     return calls("\n".join(re.findall(r"```\n(.*?)```", section, flags=re.DOTALL)))
 
