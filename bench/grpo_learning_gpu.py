@@ -104,7 +104,7 @@ def learn(root: Path, args: argparse.Namespace, device: str, results: dict[str, 
 
     from autorl.decoding.greedy_engine import generate_greedy
     from autorl.tasks.arith import ArithTask, generate_problems
-    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.fast_grpo import FastGRPOSettings
     from autorl_agents.sft import sft_target
 
     task = ArithTask()
@@ -120,8 +120,8 @@ def learn(root: Path, args: argparse.Namespace, device: str, results: dict[str, 
     def prompts(problems: list[Any]) -> list[list[int]]:
         return [tokenizer(task.render_prompt(tokenizer, p.question)).input_ids for p in problems]
 
-    train_prompts, held_out_prompts = prompts(train), prompts(held_out)
-    development_prompts = prompts(development)
+    held_out_prompts, development_prompts = prompts(held_out), prompts(development)
+    records = [{"prompt": task.render_prompt(tokenizer, p.question), "answer": p.answer} for p in train]
 
     def judged(problems: list[Any], ids: list[list[int]]) -> list[bool]:
         output = generate_greedy(
@@ -134,20 +134,13 @@ def learn(root: Path, args: argparse.Namespace, device: str, results: dict[str, 
         return round(100.0 * sum(judgements) / len(judgements), 2)
 
     def trainer(lr: float, prompts_per_step: int, generations: int) -> Any:
-        return FastGRPO(
-            model=model,
-            tokenizer=tokenizer,
-            prompts=train_prompts,
-            answers=[p.answer for p in train],
-            reward=lambda completions, answers: task.reward(completions, answers),
-            settings=FastGRPOSettings(
-                prompts_per_step=prompts_per_step,
-                num_generations=generations,
-                max_completion_length=COMPLETION_TOKENS,
-                learning_rate=lr,
-            ),
-            eos_ids=[eos],
+        settings = FastGRPOSettings(
+            prompts_per_step=prompts_per_step,
+            num_generations=generations,
+            max_completion_length=COMPLETION_TOKENS,
+            learning_rate=lr,
         )
+        return common.fast_trainer(model, tokenizer, task, records, settings, eos_ids=[eos])
 
     # 1. The checkpoint with headroom.
     targets = [[*tokenizer(sft_target(p.answer)).input_ids, eos] for p in train]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from autorl.checkpoints.snapshot import Snapshot, remove_snapshot, snapshot_submission
+from autorl.errors import CheckpointError
 from autorl.eval_config import EvalConfig
 from autorl.protocol.final import final_result
 from autorl.store import Experiment, Split, Submission, submissions
@@ -66,3 +68,22 @@ def twin_inputs(session: Session, experiment: Experiment) -> TwinInputs:
         base_dir=Path(experiment.base_model_dir),
         config=EvalConfig.model_validate(dict(experiment.eval_config)),
     )
+
+
+def snapshot_final(inputs: TwinInputs, root: Path) -> Snapshot:
+    """The final's files taken again from the agent's folder into ``root``; FinalChanged where they
+    can no longer be read or are no longer the files that were scored."""
+    try:
+        snapshot = snapshot_submission(
+            inputs.model_path,
+            workspace=inputs.workspace,
+            output_dir=inputs.output_dir,
+            base_model_dir=inputs.base_dir,
+            snapshot_root=root,
+        )
+    except CheckpointError as exc:
+        raise FinalChanged(f"the final's folder can no longer be read: {exc}") from exc
+    if not snapshot.holds(inputs.fingerprint):
+        remove_snapshot(snapshot.path)
+        raise FinalChanged("the final's folder no longer holds the files that were scored")
+    return snapshot

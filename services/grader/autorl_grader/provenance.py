@@ -21,11 +21,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from autorl.checkpoints.snapshot import remove_snapshot, snapshot_submission
-from autorl.errors import CheckpointError, ConflictError
+from autorl.checkpoints.snapshot import remove_snapshot
+from autorl.errors import ConflictError
 from autorl.provenance.agent_area import agent_area
 from autorl.provenance.agent_copy import provenance_folder, publish, read_manifest, stage_copy
-from autorl.provenance.final_twin import NoTwinScore, TwinInputs, twin_inputs
+from autorl.provenance.final_twin import FinalChanged, NoTwinScore, TwinInputs, snapshot_final, twin_inputs
 from autorl.provenance.unverified import TEST_UNVERIFIED, check_made
 from autorl.store import Experiment, experiments
 from autorl.store.models import ExperimentStatus
@@ -122,16 +122,6 @@ def _copy(workspace: Path, folder: Path, inputs: TwinInputs | None, no_final: st
 def _final_snapshot(inputs: TwinInputs, staging: Path) -> dict[str, Any]:
     """The final's files taken again into ``staging`` (its name there), or why not."""
     try:
-        snapshot = snapshot_submission(
-            inputs.model_path,
-            workspace=inputs.workspace,
-            output_dir=inputs.output_dir,
-            base_model_dir=inputs.base_dir,
-            snapshot_root=staging,
-        )
-    except CheckpointError as exc:
-        return {"final_note": f"the final's folder can no longer be read: {exc}"}
-    if not snapshot.holds(inputs.fingerprint):
-        remove_snapshot(snapshot.path)
-        return {"final_note": "the final's folder no longer holds the files that were scored"}
-    return {"final": snapshot.name}
+        return {"final": snapshot_final(inputs, staging).name}
+    except FinalChanged as exc:
+        return {"final_note": str(exc)}

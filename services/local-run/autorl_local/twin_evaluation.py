@@ -10,9 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from autorl.checkpoints.snapshot import snapshot_submission
-from autorl.errors import CheckpointError
-from autorl.provenance.final_twin import FinalChanged, twin_inputs
+from autorl.provenance.final_twin import snapshot_final, twin_inputs
 from autorl.store import Database, experiments
 from autorl_evaluator.provenance import TwinResult, score_twin_split
 from autorl_evaluator.settings import WorkerSettings
@@ -30,16 +28,5 @@ def score_twins(name: str, settings: WorkerSettings) -> TwinResult:
         db.dispose()
     settings.eval_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="twins-", dir=settings.eval_dir) as root:
-        try:
-            snapshot = snapshot_submission(
-                inputs.model_path,
-                workspace=inputs.workspace,
-                output_dir=inputs.output_dir,
-                base_model_dir=inputs.base_dir,
-                snapshot_root=Path(root),
-            )
-        except CheckpointError as exc:
-            raise FinalChanged(f"the final's folder can no longer be read: {exc}") from exc
-        if not snapshot.holds(inputs.fingerprint):
-            raise FinalChanged("the final's folder no longer holds the files that were scored")
+        snapshot = snapshot_final(inputs, Path(root))
         return score_twin_split(inputs, snapshot.path, settings, Path(root))
