@@ -432,13 +432,9 @@ def _draw(plan: _Plan, problem: Problem, rng: random.Random) -> Problem | None:
     results: list[Fraction] = []
     rewritten: list[tuple[int, int, str]] = []
     for annotation in plan.annotations:
-        operands = []
-        for operand in annotation.operands:
-            new = operand.new_value(inputs, results)
-            written = None if new is None else _written(new, operand.text)
-            if written is None:
-                return None
-            operands.append((operand.start, operand.end, written))
+        operands = _rewritten_slots(annotation.operands, inputs, results)
+        if operands is None:
+            return None
         expression = _spliced(annotation.expression, operands)
         result = _value(expression)
         if result is None or not _keeps_kind(annotation.result, result):
@@ -451,12 +447,10 @@ def _draw(plan: _Plan, problem: Problem, rng: random.Random) -> Problem | None:
     final = results[-1]
     if final.denominator != 1 or final < 0 or final == plan.annotations[-1].result:
         return None
-    for slot in plan.answer_slots:
-        new = slot.new_value(inputs, results)
-        written = None if new is None else _written(new, slot.text)
-        if written is None:
-            return None
-        rewritten.append((slot.start, slot.end, written))
+    answer_numbers = _rewritten_slots(plan.answer_slots, inputs, results)
+    if answer_numbers is None:
+        return None
+    rewritten.extend(answer_numbers)
     question_numbers = []
     for slot in plan.question_slots:
         written = _written(inputs[slot.value], slot.text)
@@ -467,6 +461,21 @@ def _draw(plan: _Plan, problem: Problem, rng: random.Random) -> Problem | None:
     if question == problem.question:
         return None
     return Problem(question, _spliced(problem.answer, rewritten))
+
+
+def _rewritten_slots(
+    slots: Sequence[_Slot], inputs: Mapping[Fraction, Fraction], results: Sequence[Fraction]
+) -> list[tuple[int, int, str]] | None:
+    """Each slot's span and its new value as written, or None where one is ambiguous or cannot be
+    written as its original is."""
+    spans = []
+    for slot in slots:
+        new = slot.new_value(inputs, results)
+        written = None if new is None else _written(new, slot.text)
+        if written is None:
+            return None
+        spans.append((slot.start, slot.end, written))
+    return spans
 
 
 def _nearby(value: Fraction, percent: bool, rng: random.Random) -> Fraction:

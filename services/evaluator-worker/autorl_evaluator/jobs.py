@@ -223,25 +223,16 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         result = scored.result
         _write_predictions(predictions_path(settings, submission_id), scored.problems, result.completions)
     except Exception as exc:
-        if test_data_loaded:
-            message = agent_message(exc)
-            detail_path = _write_error(settings, submission_id, operator_detail(exc))
-            log.warning(
-                "event=evaluation_failed submission=%d phase=test error_type=%s detail=%s",
-                submission_id,
-                type(exc).__name__,
-                detail_path,
-            )
-        else:
-            message = setup_message(exc)
-            # The set-up reads the split too: what it raised stays in evaluator storage.
-            detail_path = _write_error(settings, submission_id, operator_detail(exc))
-            log.warning(
-                "event=evaluation_failed submission=%d phase=setup error_type=%s detail=%s",
-                submission_id,
-                type(exc).__name__,
-                detail_path,
-            )
+        message = agent_message(exc) if test_data_loaded else setup_message(exc)
+        # The set-up reads the split too: what either phase raised stays in evaluator storage.
+        detail_path = _write_error(settings, submission_id, operator_detail(exc))
+        log.warning(
+            "event=evaluation_failed submission=%d phase=%s error_type=%s detail=%s",
+            submission_id,
+            "test" if test_data_loaded else "setup",
+            type(exc).__name__,
+            detail_path,
+        )
         with db.session() as session:
             reason = FailureReason.EVALUATION if test_data_loaded else FailureReason.SETUP
             if isinstance(exc, BudgetExceededError):

@@ -275,6 +275,13 @@ def pending_view(session: Session, submission: Submission, *, agent: bool = Fals
     )
 
 
+#: The answers of :func:`answer_response`, as a route's OpenAPI ``responses`` declare them.
+ANSWER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": SubmissionAnswer, "description": "scored or failed"},
+    202: {"model": PendingAnswer, "description": "accepted; the evaluation is still running"},
+}
+
+
 def answer_response(answer: SubmissionAnswer | PendingAnswer) -> JSONResponse:
     """A submission's answer where the route chooses its status code: 200 once it is final (scored
     or failed), else 202 with the pending answer. Dumped as a ``response_model`` route dumps it:

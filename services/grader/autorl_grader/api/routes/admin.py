@@ -11,7 +11,6 @@ from starlette.concurrency import run_in_threadpool
 
 from autorl.api.answers import (
     ExperimentAnswer,
-    PendingAnswer,
     RegisteredAnswer,
     SubmissionAnswer,
     TokenAnswer,
@@ -29,6 +28,7 @@ from autorl_grader.api.refusals import refusals
 from autorl_grader.final import begin_final
 from autorl_grader.submissions import dispatch_committed, request_baseline, wait_for_result
 from autorl_grader.views import (
+    ANSWER_RESPONSES,
     Availability,
     ExperimentTotals,
     answer_response,
@@ -120,8 +120,7 @@ def new_token(name: str, state: StateDep, settings: SettingsDep) -> TokenAnswer:
 @router.post(
     "/{name}/baseline",
     responses={
-        200: {"model": SubmissionAnswer, "description": "scored or failed"},
-        202: {"model": PendingAnswer, "description": "accepted; the evaluation is still running"},
+        **ANSWER_RESPONSES,
         **refusals(400, 404),
     },
 )

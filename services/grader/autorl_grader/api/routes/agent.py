@@ -15,7 +15,6 @@ from autorl.api.answers import (
     MAX_SCORES_PAGE,
     HealthAnswer,
     NominatedAnswer,
-    PendingAnswer,
     ScoresAnswer,
     SubmissionAnswer,
     TimeAnswer,
@@ -30,7 +29,13 @@ from autorl_grader.final import nominate
 from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.thread_pools import AgentRoute, in_agent_threads
-from autorl_grader.views import agent_submission_view, answer_response, scores_view, time_view
+from autorl_grader.views import (
+    ANSWER_RESPONSES,
+    agent_submission_view,
+    answer_response,
+    scores_view,
+    time_view,
+)
 
 router = APIRouter(tags=["agent"], responses=refusals(401, 429, 503), route_class=AgentRoute)
 #: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
@@ -63,8 +68,7 @@ def lacks_model_path(errors: Sequence[Any]) -> bool:
 @router.post(
     "/submit",
     responses={
-        200: {"model": SubmissionAnswer, "description": "scored or failed"},
-        202: {"model": PendingAnswer, "description": "accepted; the evaluation is still running"},
+        **ANSWER_RESPONSES,
         **refusals(400, 403, 409, 429),
     },
 )
