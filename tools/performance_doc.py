@@ -571,10 +571,9 @@ def warm_opencompass_cpu() -> str:
         if "warm_counted" in split["median_s"]:
             same = split["completions_are_the_gpus"] and split.get("same_scores", False)
             lines.append(
-                f"The warm worker before its length check was bounded, its role tables copied plainly and "
-                f"each prompt parsed once (every prompt tokenized): {split['median_s']['warm_counted']} s, "
-                f"**{split['warm_counted_over_warm']}×** the warm worker's time; before its config dumps "
-                f"went unformatted too: {split['median_s']['warm_formatted']} s "
+                f"With every prompt tokenized for the length check and role tables deep-copied: "
+                f"{split['median_s']['warm_counted']} s (**{split['warm_counted_over_warm']}×**); with "
+                f"config dumps laid out with yapf too: {split['median_s']['warm_formatted']} s "
                 f"(**{split['warm_formatted_over_warm']}×**); completions and scores the same in every "
                 f"variant: {'yes' if same else 'NO'}."
             )
