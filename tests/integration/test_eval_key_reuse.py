@@ -22,8 +22,7 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
+    new_experiment,
     row_id,
 )
 from tests.support.settings import DeploymentSettings
@@ -66,7 +65,7 @@ def test_the_baseline_is_reused_under_its_key_only(
 ) -> None:
     base = copy_model(tiny_base_model, tmp_path / "base", unique=True)
     model = f"local:{tmp_path.name}"
-    first = register(client, settings, base, make_workspace(tmp_path), model=model)
+    first = new_experiment(client, settings, base, tmp_path, model=model)
     assert recorded(client, settings, first.name)["data_sha256"] is None  # nothing evaluated yet
 
     queued = baseline(client, settings, first)
@@ -87,7 +86,7 @@ def test_the_baseline_is_reused_under_its_key_only(
     assert first_key == eval_config.EvalConfig.model_validate(completed).key
 
     # The next experiment records the measured facts: the same key, and the cached baseline.
-    second = register(client, settings, base, make_workspace(tmp_path), model=model)
+    second = new_experiment(client, settings, base, tmp_path, model=model)
     assert recorded(client, settings, second.name) == completed
     assert keys(settings, second.name)[0] == first_key
     reused = baseline(client, settings, second)
@@ -95,7 +94,7 @@ def test_the_baseline_is_reused_under_its_key_only(
 
     # A protocol change: a new key, so the baseline is evaluated again, and not taken from the cache.
     monkeypatch.setattr(eval_config, "EVAL_PROTOCOL_VERSION", eval_config.EVAL_PROTOCOL_VERSION + 1)
-    third = register(client, settings, base, make_workspace(tmp_path), model=model)
+    third = new_experiment(client, settings, base, tmp_path, model=model)
     third_key = keys(settings, third.name)[0]
     assert third_key != first_key
     measured_again = baseline(client, settings, third)

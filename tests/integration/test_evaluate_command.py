@@ -28,20 +28,18 @@ from autorl.tasks.arith import ArithTask
 from autorl_evaluator.evaluate_command import CACHED
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
+from tests.conftest import FIXTURE_DATA, REPO_ROOT
 from tests.support.grading import (
     admin_headers,
     copy_model,
     evaluating_settings,
     make_unique,
-    make_workspace,
-    register,
+    new_experiment,
     row_id,
 )
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
 from tests.support.settings import DeploymentSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURE_DATA = REPO_ROOT / "tests" / "data"
 #: The keys of ``--json``'s one object (docs/EVALUATION.md, "Score one checkpoint").
 JSON_KEYS = {"task", "model", "split", "n", "score", "interval", "scores", "eval_key"}
 COMPARISON_KEYS = {"difference", "interval", "p_value", "discordant", "distinguishable"}
@@ -175,7 +173,7 @@ def test_the_score_and_comparison_are_the_workers_for_the_same_files(
     limit = 4
     settings = evaluating_settings(make_settings, pg_url, limit=limit, max_new_tokens=EVAL_MAX_NEW_TOKENS)
     with TestClient(create_app(settings, reconcile=False)) as client:
-        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+        experiment = new_experiment(client, settings, tiny_base_model, tmp_path)
         asked = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
         baseline_id = asked.json()["submission_id"]
         assert evaluate(baseline_id, settings)["status"] == "scored"

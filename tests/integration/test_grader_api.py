@@ -29,8 +29,7 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
+    new_experiment,
     row_id,
     submission_count,
 )
@@ -219,9 +218,8 @@ def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
     # In a pod the agent sees its workspace at /workspace; the grader sees it elsewhere.
-    workspace = make_workspace(tmp_path)
-    experiment = register(client, settings, tiny_base_model, workspace, agent_workspace="/workspace")
-    copy_model(tiny_base_model, workspace / "output" / "pod", unique=True)
+    experiment = new_experiment(client, settings, tiny_base_model, tmp_path, agent_workspace="/workspace")
+    copy_model(tiny_base_model, experiment.output_dir / "pod", unique=True)
     response = submit(client, experiment, "/workspace/output/pod", params={"wait": "false"})
     assert response.status_code == 202, response.text
     view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
@@ -682,7 +680,7 @@ def test_redis_down_is_503_and_nothing_is_written(
 
     settings = make_settings(database_url=pg_url, redis_url=f"redis://:down@127.0.0.1:{free_port()}/0")
     with TestClient(create_app(settings, reconcile=False)) as client:
-        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+        experiment = new_experiment(client, settings, tiny_base_model, tmp_path)
         copy_model(tiny_base_model, experiment.output_dir / "c", unique=True)
         response = submit(client, experiment, "output/c")
         assert response.status_code == 503
@@ -834,7 +832,7 @@ def test_baseline_is_measured_once_per_model_and_settings(
 
     base = copy_model(tiny_base_model, tmp_path / "base", unique=True)
     model = f"local:{tmp_path.name}"
-    first = register(client, settings, base, make_workspace(tmp_path), model=model)
+    first = new_experiment(client, settings, base, tmp_path, model=model)
     headers = admin_headers(settings)
     queued = client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
     assert queued.status_code == 202 and queued.json()["status"] == "queued"
@@ -854,7 +852,7 @@ def test_baseline_is_measured_once_per_model_and_settings(
         eval_key = experiments.get_experiment(session, first.name).eval_key
         assert caches.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
     db.dispose()
-    second = register(client, settings, base, make_workspace(tmp_path), model=model)
+    second = new_experiment(client, settings, base, tmp_path, model=model)
     reused = client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)
     assert reused.status_code == 200
     assert reused.json()["score"] == 12.5
@@ -871,7 +869,7 @@ def test_single_machine_sqlite_store_enforces_the_deadline(
     settings = make_settings(local_mode=True, submit_wait_s=0.0)
     assert (settings.database_url or "").startswith("sqlite")
     with TestClient(create_app(settings, reconcile=False)) as client:
-        experiment = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+        experiment = new_experiment(client, settings, tiny_base_model, tmp_path)
         client.post(
             f"/v1/experiments/{experiment.name}/start",
             json={"timeout_s": 60},

@@ -35,14 +35,13 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
+    new_experiment,
     row_id,
 )
 from tests.support.reference import REFERENCE_BEST_FIELDS
+from tests.support.runs import WORKER
 from tests.support.settings import DeploymentSettings
 
-WORKER = "test-worker"
 COPIES = 4
 
 
@@ -57,12 +56,6 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], database_url: str) -> DeploymentSettings:
     return make_settings(database_url=database_url, submit_wait_s=0.0)
-
-
-def new_experiment(
-    grader: httpx.Client, settings: DeploymentSettings, base: Path, root: Path, **fields: Any
-) -> RegisteredExperiment:
-    return register(grader, settings, base, make_workspace(root), **fields)
 
 
 def identical_copies(experiment: RegisteredExperiment, base: Path, count: int) -> list[str]:

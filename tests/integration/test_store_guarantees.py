@@ -20,8 +20,7 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
+    new_experiment,
     row_id,
 )
 from tests.support.infra import serve
@@ -51,9 +50,7 @@ def test_concurrent_submits_never_exceed_the_limit(
     settings = settings.model_copy(update={"agent_requests_in_flight": CONCURRENT_SUBMITS})
     app = create_app(settings, reconcile=False)
     with serve(app) as grader, TestClient(app) as admin:
-        experiment = register(
-            admin, settings, tiny_base_model, make_workspace(tmp_path), max_submissions=LIMIT
-        )
+        experiment = new_experiment(admin, settings, tiny_base_model, tmp_path, max_submissions=LIMIT)
         copy_model(tiny_base_model, experiment.output_dir / "ckpt", unique=True)
         url = f"{grader.url}{experiment.url_path}/submit?wait=false"
 

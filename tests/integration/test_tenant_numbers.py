@@ -31,15 +31,12 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
     copy_model,
-    make_workspace,
-    register,
+    new_experiment,
     row_id,
 )
 from tests.support.infra import ServedApp
-from tests.support.runs import SeededExperiment, add_submission, create_experiment, scores
+from tests.support.runs import WORKER, SeededExperiment, add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
-
-WORKER = "test-worker"
 
 
 def submit(grader: httpx.Client, experiment: RegisteredExperiment, folder: str) -> dict[str, Any]:
@@ -75,8 +72,8 @@ def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
     tiny_base_model: Path,
     tmp_path: Path,
 ) -> None:
-    mine = register(grader, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
-    theirs = register(grader, settings, tiny_base_model, make_workspace(tmp_path))
+    mine = new_experiment(grader, settings, tiny_base_model, tmp_path, feedback="sealed")
+    theirs = new_experiment(grader, settings, tiny_base_model, tmp_path)
     shown: dict[str, list[int]] = {mine.name: [], theirs.name: []}
     for index in range(3):
         for experiment in (mine, theirs):
@@ -207,7 +204,7 @@ def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(
     and a baseline's times are never shown to the agent: what the agent sees of it, of a copy of
     the base model that waited for it, and its queue positions stay the same however long the
     test baseline takes."""
-    experiment = register(grader, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed")
+    experiment = new_experiment(grader, settings, tiny_base_model, tmp_path, feedback="sealed")
     asked = grader.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings))
     assert asked.status_code == 202, asked.text
     with db.session() as session:

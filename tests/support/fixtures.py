@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from autorl.tasks import get_task
-from tests.support.grading import RegisteredExperiment, make_workspace, register
+from tests.support.grading import RegisteredExperiment, new_experiment
 from tests.support.infra import ServedApp, serve
 from tests.support.models import TrainedModel, train_tiny_model
 from tests.support.settings import DeploymentSettings
@@ -99,7 +99,7 @@ def register_experiment(
     own in ``tmp_path``, and starts it (unless ``start=False``); ``fields`` go into the registration."""
 
     def build(**fields: Any) -> RegisteredExperiment:
-        return register(client, settings, tiny_base_model, make_workspace(tmp_path), **fields)
+        return new_experiment(client, settings, tiny_base_model, tmp_path, **fields)
 
     return build
 

@@ -92,6 +92,13 @@ def register(
     )
 
 
+def new_experiment(
+    client: TestClient | httpx.Client, settings: Any, base_model_dir: Path, root: Path, **fields: Any
+) -> RegisteredExperiment:
+    """:func:`register` an experiment of ``base_model_dir`` in a new workspace under ``root``."""
+    return register(client, settings, base_model_dir, make_workspace(root), **fields)
+
+
 def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
     """Copy a model folder. `unique` changes the lowest bits of the first weight (only the weights of
     a submission are evaluated and fingerprinted), so that the copy is a model of its own: identical
