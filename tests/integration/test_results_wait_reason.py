@@ -14,7 +14,7 @@ from autorl.cli import main
 from autorl.runs.results import append_row
 from autorl_local.experiment import baseline_not_scored
 from tests.support.grading import admin_headers, make_workspace, register
-from tests.support.result_rows import result_row
+from tests.support.result_rows import unscored_row
 from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
 
@@ -61,17 +61,12 @@ def test_a_run_that_ends_while_its_baseline_waits_shows_the_reason_in_results(
     home = tmp_path / "home"
     for name in (experiment.name, hostile.name):
         append_row(
-            result_row(
+            unscored_row(
                 name,
+                "failed",
                 timestamp="2026-12-04T03:00:00+00:00",
                 task="gsm8k",
-                baseline=None,
-                best_score=None,
-                improvement=None,
-                submissions=0,
                 duration_s=12.0,
-                success=False,
-                status="failed",
                 workspace=str(tmp_path / "ws"),
             ),
             home,

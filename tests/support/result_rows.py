@@ -25,3 +25,18 @@ def result_row(run_id: str, **overrides: object) -> ResultRow:
     }
     values.update(overrides)
     return ResultRow(**values)  # type: ignore[arg-type]
+
+
+def unscored_row(run_id: str, status: str, **overrides: object) -> ResultRow:
+    """A row of a run that ended (``status``) with no score: no baseline, best or improvement, and
+    no submission."""
+    values: dict[str, object] = {
+        "baseline": None,
+        "best_score": None,
+        "improvement": None,
+        "submissions": 0,
+        "success": False,
+        "status": status,
+    }
+    values.update(overrides)
+    return result_row(run_id, **values)

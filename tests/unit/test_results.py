@@ -19,6 +19,7 @@ from autorl.runs.results import (
     results_path,
 )
 from tests.support.result_rows import result_row as row
+from tests.support.result_rows import unscored_row
 
 
 def test_columns_are_the_contract() -> None:
@@ -128,18 +129,7 @@ def test_a_file_written_before_the_feedback_columns_is_read_and_rewritten_with_e
 
 def test_rows_round_trip_with_types_and_header_once(tmp_path: Path) -> None:
     append_row(row("a"), tmp_path)
-    append_row(
-        row(
-            "b",
-            baseline=None,
-            best_score=None,
-            improvement=None,
-            submissions=0,
-            success=False,
-            status="interrupted",
-        ),
-        tmp_path,
-    )
+    append_row(unscored_row("b", "interrupted"), tmp_path)
     lines = results_path(tmp_path).read_text().splitlines()
     assert lines[0] == ",".join(COLUMNS)
     assert len(lines) == 3

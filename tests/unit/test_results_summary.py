@@ -15,6 +15,7 @@ from autorl.cli import main
 from autorl.runs.results import COLUMNS, append_row, results_path
 from autorl.runs.summary import SUMMARY_COLUMNS, RunOutcome, summarize
 from tests.support.result_rows import result_row as row
+from tests.support.result_rows import unscored_row
 
 
 @pytest.fixture
@@ -24,19 +25,7 @@ def home(tmp_path: Path) -> Path:
     append_row(row("g2", baseline=2.0, best_score=30.0, improvement=28.0, submissions=2), tmp_path)
     append_row(row("g3", baseline=4.0, best_score=20.0, improvement=16.0, submissions=1), tmp_path)
     append_row(row("s1", agent="example_sft", best_score=50.0, improvement=50.0, submissions=5), tmp_path)
-    append_row(
-        row(
-            "s2",
-            agent="example_sft",
-            baseline=None,
-            best_score=None,
-            improvement=None,
-            submissions=0,
-            success=False,
-            status="failed",
-        ),
-        tmp_path,
-    )
+    append_row(unscored_row("s2", "failed", agent="example_sft"), tmp_path)
     append_row(
         row("q1", task="gsm8k", base_model="Qwen/Qwen2.5-1.5B", baseline=60.0, best_score=61.0), tmp_path
     )
