@@ -36,6 +36,18 @@ def _first(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 Change = Callable[[dict[str, Any]], object]
+
+
+def _unset_everywhere(field: str) -> Change:
+    """A change that removes ``field`` from the pod's security context and from its container's."""
+
+    def change(spec: dict[str, Any]) -> None:
+        spec["securityContext"].pop(field)
+        _first(spec)["securityContext"].pop(field)
+
+    return change
+
+
 CASES: list[tuple[str, Change, str]] = [
     (
         "escalation",
@@ -57,28 +69,14 @@ CASES: list[tuple[str, Change, str]] = [
         lambda s: _first(s)["securityContext"]["capabilities"].update(add=["NET_BIND_SERVICE"]),
         "",
     ),
-    (
-        "root-allowed",
-        lambda s: [
-            s["securityContext"].pop("runAsNonRoot"),
-            _first(s)["securityContext"].pop("runAsNonRoot"),
-        ],
-        "runAsNonRoot != true",
-    ),
+    ("root-allowed", _unset_everywhere("runAsNonRoot"), "runAsNonRoot != true"),
     ("root-user", lambda s: s["securityContext"].update(runAsUser=0), "runAsUser=0 (pod must not set"),
     (
         "unconfined",
         lambda s: _first(s)["securityContext"].update(seccompProfile={"type": "Unconfined"}),
         'must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost"',
     ),
-    (
-        "no-seccomp",
-        lambda s: [
-            s["securityContext"].pop("seccompProfile"),
-            _first(s)["securityContext"].pop("seccompProfile"),
-        ],
-        "seccompProfile (pod or container",
-    ),
+    ("no-seccomp", _unset_everywhere("seccompProfile"), "seccompProfile (pod or container"),
     ("localhost-seccomp", lambda s: s["securityContext"].update(seccompProfile={"type": "Localhost"}), ""),
     (
         "host-path",

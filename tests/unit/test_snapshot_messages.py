@@ -31,9 +31,6 @@ from tests.support.snapshots import (
     write_with_a_hole,
 )
 
-GIB = 1024**3
-
-
 # --- the path walk --------------------------------------------------------------------------
 
 

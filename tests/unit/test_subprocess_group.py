@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl_evaluator.subprocess_group import group_members, log_tail, run_in_group
+from autorl_evaluator.subprocess_group import GroupResult, group_members, log_tail, run_in_group
 
 # A command that leaves a grandchild behind and then blocks: the shape of OpenCompass starting a
 # task process that starts vLLM workers.
@@ -35,6 +35,13 @@ def escaping(then: str, *, ignore_sigterm: bool = False) -> list[str]:
         "while not os.path.exists('escaped'): time.sleep(0.02)\n"
         f"print('started', flush=True)\n{then}\n",
     ]
+
+
+def run_shell(script: str, folder: Path) -> GroupResult:
+    """``sh -c script`` run in ``folder`` within 30 s, its output logged to ``folder/l``."""
+    return run_in_group(
+        ["sh", "-c", script], cwd=folder, env=dict(os.environ), timeout_s=30, log_path=folder / "l"
+    )
 
 
 @pytest.fixture
@@ -73,25 +80,13 @@ def test_timeout_kills_the_group_including_grandchildren(tmp_path: Path) -> None
 
 
 def test_a_command_that_finishes_reports_its_exit_code(tmp_path: Path) -> None:
-    result = run_in_group(
-        ["sh", "-c", "echo done; exit 3"],
-        cwd=tmp_path,
-        env=dict(os.environ),
-        timeout_s=30,
-        log_path=tmp_path / "l",
-    )
+    result = run_shell("echo done; exit 3", tmp_path)
     assert (result.returncode, result.timed_out, result.survivors) == (3, False, [])
     assert log_tail(tmp_path / "l") == "done"
 
 
 def test_what_a_finished_command_left_running_is_killed(tmp_path: Path) -> None:
-    result = run_in_group(
-        ["sh", "-c", "sleep 300 & exit 0"],
-        cwd=tmp_path,
-        env=dict(os.environ),
-        timeout_s=30,
-        log_path=tmp_path / "l",
-    )
+    result = run_shell("sleep 300 & exit 0", tmp_path)
     assert result.returncode == 0 and not result.timed_out
     assert _processes_in(tmp_path) == []
 
