@@ -58,21 +58,23 @@ class EvaluationJob(Job):
 
     @property
     def func(self) -> Callable[..., Any]:
-        if self.is_provenance_check():
-            from autorl_evaluator.provenance_job import check_provenance
+        if self.func_name == PROVENANCE_JOB and self.instance is None:
+            return self.provenance_check()
+        if self.func_name != EVALUATE_JOB or self.instance is not None:
+            raise JobRefusedError(f"job {self.id!r} does not name {EVALUATE_JOB}; refused")
+        return self.evaluation()
 
-            return check_provenance
-        self.require_evaluation()
+    def evaluation(self) -> Callable[[int], dict[str, Any]]:
+        """What runs an evaluation job."""
         from autorl_evaluator.jobs import evaluate
 
         return evaluate
 
-    def is_provenance_check(self) -> bool:
-        return self.func_name == PROVENANCE_JOB and self.instance is None
+    def provenance_check(self) -> Callable[[int], dict[str, Any]]:
+        """What runs a provenance check job."""
+        from autorl_evaluator.provenance_job import check_provenance
 
-    def require_evaluation(self) -> None:
-        if self.func_name != EVALUATE_JOB or self.instance is not None:
-            raise JobRefusedError(f"job {self.id!r} does not name {EVALUATE_JOB}; refused")
+        return check_provenance
 
     @property
     def success_callback(self) -> None:
@@ -365,12 +367,11 @@ def _job_handing_to(
     ``evaluation``, a provenance check by ``check``."""
 
     class WarmEvaluationJob(EvaluationJob):
-        @property
-        def func(self) -> Callable[..., Any]:
-            if self.is_provenance_check():
-                return check
-            self.require_evaluation()
+        def evaluation(self) -> Callable[[int], dict[str, Any]]:
             return evaluation
+
+        def provenance_check(self) -> Callable[[int], dict[str, Any]]:
+            return check
 
     return WarmEvaluationJob
 

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Generic, Protocol, TypeVar
 
@@ -24,8 +25,21 @@ log = logging.getLogger("autorl.evaluator.opencompass")
 PING_TIMEOUT_S = 10.0
 
 
-class ServerProcess:
-    """A server program started in a Python of its own: its socket in a 0700 folder of its own (the
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """Which server: the Python it runs in, and more that each kind adds."""
+
+    python: Path
+    #: The server's environment's package versions when it was asked for (the evaluation key's): an
+    #: environment upgraded in place gets a new server, so the key never names what is not running.
+    packages: tuple[tuple[str, str], ...] = ()
+
+
+ServerSpecT = TypeVar("ServerSpecT", bound=ServerSpec)
+
+
+class ServerProcess(Generic[ServerSpecT]):
+    """A server program started in its spec's Python: its socket in a 0700 folder of its own (the
     socket is ours only), its own session (its group is the server and everything it starts), and
     SIGTERM when the process that started it dies."""
 
@@ -37,8 +51,17 @@ class ServerProcess:
     start_timeout_s = 120.0
 
     def __init__(
-        self, command: Sequence[str], env: Mapping[str, str], log_path: Path, *, stop_grace_s: float
+        self,
+        spec: ServerSpecT,
+        arguments: Sequence[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        *,
+        stop_grace_s: float,
     ) -> None:
+        """Start ``arguments`` (the server's script and its options) in ``spec.python``."""
+        self.spec = spec
+        command = [str(spec.python), *arguments]
         self.folder = Path(tempfile.mkdtemp(prefix=f"autorl-{self.kind}-"))
         self.socket_path = self.folder / f"{self.kind}.sock"
         self.command = [*command, "--socket", str(self.socket_path)]

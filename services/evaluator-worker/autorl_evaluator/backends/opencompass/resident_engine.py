@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess
+from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess, ServerSpec
 
 log = logging.getLogger("autorl.evaluator.engine")
 
@@ -32,19 +32,15 @@ START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    """Which engine: the Python it runs in, ``vllm`` or ``transformers``, the devices it sees."""
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec(ServerSpec):
+    """Which engine: ``vllm`` or ``transformers``, and the devices it sees."""
 
-    python: Path
     engine: str
     cuda_visible_devices: str
-    #: The engine environment's package versions when it was asked for (the evaluation key's): an
-    #: environment upgraded in place gets a new engine, so the key never names what is not running.
-    packages: tuple[tuple[str, str], ...] = ()
 
 
-class ResidentEngine(ServerProcess):
+class ResidentEngine(ServerProcess[EngineSpec]):
     """One engine server process and its socket."""
 
     kind = "engine"
@@ -52,9 +48,9 @@ class ResidentEngine(ServerProcess):
     start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, spec: EngineSpec, env: Mapping[str, str], log_path: Path) -> None:
-        self.spec = spec
         super().__init__(
-            [str(spec.python), str(SERVER), "--engine", spec.engine],
+            spec,
+            [str(SERVER), "--engine", spec.engine],
             {**env, "CUDA_VISIBLE_DEVICES": spec.cuda_visible_devices},
             log_path,
             stop_grace_s=STOP_GRACE_S,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from autorl.process_group import kill_group
 from autorl_evaluator import json_lines
-from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess
+from autorl_evaluator.backends.opencompass.kept_server import KeptServer, ServerProcess, ServerSpec
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.subprocess_group import GroupResult
 
@@ -47,19 +47,16 @@ FORK_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
 
 
-@dataclass(frozen=True)
-class CompassSpec:
-    """Which server: the Python it runs in and the ``PYTHONPATH`` fixed at its start (the resident
-    engine's ``vllm`` shim first, or nothing)."""
+@dataclass(frozen=True, kw_only=True)
+class CompassSpec(ServerSpec):
+    """Which warm OpenCompass: the ``PYTHONPATH`` fixed at its start (the resident engine's ``vllm``
+    shim first, or nothing); a server started under other package versions imports what is installed
+    now."""
 
-    python: Path
     pythonpath: str
-    #: OpenCompass's environment's package versions when it was asked for (the evaluation key's): an
-    #: environment upgraded in place gets a new server, which imports what is installed now.
-    packages: tuple[tuple[str, str], ...] = ()
 
 
-class CompassServer(ServerProcess):
+class CompassServer(ServerProcess[CompassSpec]):
     """One warm OpenCompass process and its socket."""
 
     kind = "compass"
@@ -67,9 +64,8 @@ class CompassServer(ServerProcess):
     start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, spec: CompassSpec, env: Mapping[str, str], log_path: Path) -> None:
-        self.spec = spec
         self._home_at_start: list[tuple[str, int, int]] | None = None
-        super().__init__([str(spec.python), str(SERVER)], env, log_path, stop_grace_s=STOP_GRACE_S)
+        super().__init__(spec, [str(SERVER)], env, log_path, stop_grace_s=STOP_GRACE_S)
 
     @property
     def home(self) -> Path:
