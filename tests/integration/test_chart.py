@@ -233,6 +233,17 @@ def test_evaluator_serves_its_metrics_on_a_named_port_unless_disabled(port: int)
         assert "ports" not in container and "AUTORL_WORKER_METRICS_PORT" not in env
 
 
+def evaluator_env(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The evaluator container's environment, rendered with ``values`` under ``evaluator`` (its
+    Deployment checked against the Kubernetes schema)."""
+    deployment = of_kind(render(merge(IMAGES, {"evaluator": values})), "Deployment")[
+        f"{RELEASE}-autorl-evaluator"
+    ]
+    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    env: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    return env
+
+
 @pytest.mark.parametrize(
     ("values", "rendered_value", "warm"),
     [
@@ -250,11 +261,7 @@ def test_evaluator_serves_its_metrics_on_a_named_port_unless_disabled(port: int)
 def test_evaluator_warm_worker_value_reaches_the_workers_setting(
     values: dict[str, Any], rendered_value: str, warm: bool
 ) -> None:
-    deployment = of_kind(render(merge(IMAGES, {"evaluator": values})), "Deployment")[
-        f"{RELEASE}-autorl-evaluator"
-    ]
-    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
-    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = evaluator_env(values)
     settings = [e["value"] for e in env if e["name"] == "AUTORL_EVAL_WARM_WORKER"]
     assert settings == [rendered_value]  # once: a second entry of one name would leave it to chance
     assert WorkerSettings(eval_warm_worker=settings[0]).eval_warm_worker is warm
@@ -275,11 +282,7 @@ def test_evaluator_warm_worker_value_reaches_the_workers_setting(
 def test_evaluator_time_budget_values_reach_the_workers_settings(
     values: dict[str, Any], rendered: tuple[str, str], budget: tuple[float, float]
 ) -> None:
-    deployment = of_kind(render(merge(IMAGES, {"evaluator": values})), "Deployment")[
-        f"{RELEASE}-autorl-evaluator"
-    ]
-    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
-    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = evaluator_env(values)
     factor = [e["value"] for e in env if e["name"] == "AUTORL_EVAL_BUDGET_FACTOR"]
     floor = [e["value"] for e in env if e["name"] == "AUTORL_EVAL_BUDGET_FLOOR_S"]
     assert (factor, floor) == ([rendered[0]], [rendered[1]])  # once each

@@ -207,6 +207,15 @@ def opencompass_side(
     return results
 
 
+def _our_side_matching(model_dir: Path, problems: list[Problem], theirs: dict[str, Any]) -> dict[str, Any]:
+    """Our side of ``model_dir``, checked to render, tokenize and stop as OpenCompass does (``theirs``)."""
+    ours = _our_side(model_dir, problems)
+    assert ours["texts"] == theirs["texts"]
+    assert ours["ids"] == theirs["ids"]
+    assert ours["stop_words"] == theirs["stop_words"]
+    return ours
+
+
 def _max_abs_difference(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
@@ -215,10 +224,8 @@ def test_builtin_tiny_qwen2_prompts_and_ids_are_identical(
     tiny_base_model: Path, problems: list[Problem], opencompass_side: dict[str, dict[str, Any]]
 ) -> None:
     theirs = opencompass_side["tiny"]
-    ours = _our_side(tiny_base_model, problems)
-    assert ours["texts"] == theirs["texts"]
-    assert ours["ids"] == theirs["ids"]
-    assert ours["stop_words"] == theirs["stop_words"] == ["<|endoftext|>", "<|im_end|>"]
+    _our_side_matching(tiny_base_model, problems, theirs)
+    assert theirs["stop_words"] == ["<|endoftext|>", "<|im_end|>"]
     # OpenCompass's own turns: every user turn ends with the newline its meta template adds.
     assert theirs["texts"][0].count("Answer:\n<|im_end|>") == 5
 
@@ -227,10 +234,7 @@ def test_a_transformers5_checkpoint_reaches_transformers4_intact_through_the_vie
     saved_by_transformers5: Path, problems: list[Problem], opencompass_side: dict[str, dict[str, Any]]
 ) -> None:
     theirs = opencompass_side["t5"]
-    ours = _our_side(saved_by_transformers5, problems)
-    assert ours["texts"] == theirs["texts"]
-    assert ours["ids"] == theirs["ids"]
-    assert ours["stop_words"] == theirs["stop_words"]
+    ours = _our_side_matching(saved_by_transformers5, problems, theirs)
     assert _max_abs_difference(ours["logits"], theirs["logits"]) < 1e-3
     # Without the view's config fix transformers 4 runs another model (RoPE theta 10000).
     misread = opencompass_side["t5-unfixed"]
