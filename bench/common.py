@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -640,3 +641,162 @@ def submissions(path: Path) -> list[dict[str, Any]]:
             row["queued_to_scored_s"] = round(entry["finished_at"] - entry["created_at"], 1)
         rows.append(row)
     return rows
+
+
+# --------------------------------------------------------------------------- GRPO, two paths
+
+#: Rows per forward/backward pass of the loss on both paths (FastGRPO's LOSS_MICRO_BATCH).
+MICRO_BATCH = 32
+#: A GRPO variant's engine: TRL's GRPOTrainer with colocated vLLM, TRL alone, the fast path.
+ENGINES = ("trl_vllm", "trl", "fast")
+#: The environment variables a GPU call's recorded command names.
+COMMAND_VARIABLES = ("PYTHONPATH", "VLLM_USE_FLASHINFER_SAMPLER")
+
+
+def command_line(output: Path) -> str:
+    """This process's command as run (its environment variables named, ``--output`` under $OUT)."""
+    variables = " ".join(f"{name}={os.environ[name]}" for name in COMMAND_VARIABLES if name in os.environ)
+    arguments = " ".join(sys.argv[1:]).replace(str(output), f"$OUT/{output.name}")
+    return f"{variables} python3 bench/{Path(sys.argv[0]).name} {arguments}".strip()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One GRPO path at one size: ``engine``, ``prompts`` x ``generations`` completions a step."""
+
+    engine: str
+    prompts: int
+    generations: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.engine}_{self.prompts}x{self.generations}"
+
+    @property
+    def completions(self) -> int:
+        return self.prompts * self.generations
+
+    def trl_batches(self) -> tuple[int, int]:
+        """TRL's ``per_device_train_batch_size`` and ``gradient_accumulation_steps`` that make one
+        generation batch of ``prompts x generations`` completions and one optimizer step a batch."""
+        micro = min(self.completions, MICRO_BATCH)
+        return micro, self.completions // micro
+
+
+def parse_variant(text: str) -> Variant:
+    """``ENGINE_PxG`` (e.g. ``trl_vllm_2x4``, ``fast_64x8``) → :class:`Variant`."""
+    engine, _, size = text.rpartition("_")
+    prompts, x, generations = size.partition("x")
+    if engine not in ENGINES or not x or not prompts.isdigit() or not generations.isdigit():
+        raise ValueError(f"variant {text!r} is not ENGINE_PxG with ENGINE one of {', '.join(ENGINES)}")
+    variant = Variant(engine, int(prompts), int(generations))
+    if variant.prompts < 1 or variant.generations < 2:
+        raise ValueError(f"variant {text!r}: at least 1 prompt and 2 generations a step")
+    if variant.completions > MICRO_BATCH and variant.completions % MICRO_BATCH:
+        raise ValueError(f"variant {text!r}: more than {MICRO_BATCH} completions must be a multiple of it")
+    return variant
+
+
+def summarise(steps: list[dict[str, Any]], completions: int) -> dict[str, Any]:
+    """Throughput over whole steps from per-step ``seconds``, ``completion_tokens`` and ``reward``,
+    the first step left out as warm-up; every step's reward kept."""
+    if len(steps) < 2:
+        raise ValueError(f"{len(steps)} steps: at least 2 (the first is warm-up)")
+    timed = steps[1:]
+    seconds = sum(s["seconds"] for s in timed)
+    tokens = sum(s["completion_tokens"] for s in timed)
+    return {
+        "completions_per_step": completions,
+        "steps_timed": len(timed),
+        "step_s": round(seconds / len(timed), 2),
+        "mean_completion_tokens": round(tokens / (completions * len(timed)), 1),
+        "completion_tokens_per_s": round(tokens / seconds, 1),
+        "reward_per_step": [round(s["reward"], 4) for s in steps],
+        "warmup_step_s": round(steps[0]["seconds"], 2),
+    }
+
+
+def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """``fast_PxG`` over ``trl_vllm_PxG`` (and over ``trl_PxG``) in completion tokens/s, where both ran."""
+    out: dict[str, float] = {}
+    for name, record in variants.items():
+        if not name.startswith("fast_") or "completion_tokens_per_s" not in record:
+            continue
+        size = name.removeprefix("fast_")
+        for engine in ("trl_vllm", "trl"):
+            other = variants.get(f"{engine}_{size}", {})
+            if other.get("completion_tokens_per_s"):
+                out[f"{name}_over_{engine}_{size}"] = round(
+                    record["completion_tokens_per_s"] / other["completion_tokens_per_s"], 2
+                )
+    return out
+
+
+def fast_order(count: int, seed: int, epochs: int = 1) -> list[int]:
+    """The order in which FastGRPO (seed ``seed``) draws ``count`` problems over its first
+    ``epochs`` epochs (a new shuffle of one generator each epoch)."""
+    generator = random.Random(seed)
+    order: list[int] = []
+    for _ in range(epochs):
+        epoch = list(range(count))
+        generator.shuffle(epoch)
+        order += epoch
+    return order
+
+
+def trl_grpo_trainer(
+    variant: Variant,
+    model: Any,
+    tokenizer: Any,
+    reward: Any,
+    records: list[dict[str, Any]],
+    *,
+    completion_tokens: int,
+    learning_rate: float,
+    seed: int,
+    max_steps: int,
+    callbacks: list[Any],
+    output_dir: Path,
+) -> Any:
+    """TRL's ``GRPOTrainer`` at the fast path's algorithm settings (``variant``'s prompts x
+    generations a step, one policy update per generation batch, no KL term, a constant learning
+    rate, temperature 1) on ``records`` in the order given (TRL's shuffling off), with colocated
+    vLLM for a ``trl_vllm`` variant; TRL's printed progress removed."""
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    micro, accumulation = variant.trl_batches()
+    vllm = variant.engine == "trl_vllm"
+    config = GRPOConfig(
+        output_dir=str(output_dir),
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=seed,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        num_generations=variant.generations,
+        max_completion_length=completion_tokens,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        shuffle_dataset=False,
+        bf16=model.device.type == "cuda",
+        use_cpu=model.device.type == "cpu",
+        max_steps=max_steps,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        use_vllm=vllm,
+        **({"vllm_mode": "colocate"} if vllm else {}),
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=Dataset.from_list(records),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    trainer.remove_callback(PrinterCallback)
+    return trainer

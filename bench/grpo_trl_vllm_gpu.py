@@ -57,7 +57,6 @@ import gzip
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -65,7 +64,6 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,10 +77,6 @@ DEFAULT_VARIANTS = ["trl_vllm_2x4", "fast_2x4", "trl_vllm_16x8", "fast_16x8", "t
 LEARNING_VARIANTS = ["fast_16x8", "trl_vllm_16x8"]
 #: ``--smoke`` on the CPU: TRL without vLLM.
 SMOKE_VARIANTS = ["fast_2x4", "trl_2x4"]
-ENGINES = ("trl_vllm", "trl", "fast")
-#: Rows per forward/backward pass of the loss on both paths (FastGRPO's LOSS_MICRO_BATCH).
-MICRO_BATCH = 32
-VARIABLES = ("PYTHONPATH", "VLLM_USE_FLASHINFER_SAMPLER")
 #: The learning rate of the random-weights throughput runs (the reference agent's for a 1.5B model).
 THROUGHPUT_LEARNING_RATE = 1e-6
 #: The learning rate of the learning comparison: at 1e-6 thirteen Adam steps move a weight by at
@@ -98,83 +92,6 @@ T2_TRAINING_PROBLEMS = 4096
 #: The seed of the GRPO and held-out problems (another draw than T2's and the evaluated split's).
 LEARNING_PROBLEM_SEED = 20_261_205
 LEARNING_PROBLEM_DRAW = 5000
-
-
-def command_line(output: Path) -> str:
-    """This process's command as run (its environment variables named, ``--output`` under $OUT)."""
-    variables = " ".join(f"{name}={os.environ[name]}" for name in VARIABLES if name in os.environ)
-    arguments = " ".join(sys.argv[1:]).replace(str(output), f"$OUT/{output.name}")
-    return f"{variables} python3 bench/{Path(sys.argv[0]).name} {arguments}".strip()
-
-
-@dataclass(frozen=True)
-class Variant:
-    engine: str
-    prompts: int
-    generations: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.engine}_{self.prompts}x{self.generations}"
-
-    @property
-    def completions(self) -> int:
-        return self.prompts * self.generations
-
-    def trl_batches(self) -> tuple[int, int]:
-        """TRL's ``per_device_train_batch_size`` and ``gradient_accumulation_steps`` that make one
-        generation batch of ``prompts x generations`` completions and one optimizer step a batch."""
-        micro = min(self.completions, MICRO_BATCH)
-        return micro, self.completions // micro
-
-
-def parse_variant(text: str) -> Variant:
-    """``ENGINE_PxG`` (e.g. ``trl_vllm_2x4``, ``fast_64x8``) → :class:`Variant`."""
-    engine, _, size = text.rpartition("_")
-    prompts, x, generations = size.partition("x")
-    if engine not in ENGINES or not x or not prompts.isdigit() or not generations.isdigit():
-        raise ValueError(f"variant {text!r} is not ENGINE_PxG with ENGINE one of {', '.join(ENGINES)}")
-    variant = Variant(engine, int(prompts), int(generations))
-    if variant.prompts < 1 or variant.generations < 2:
-        raise ValueError(f"variant {text!r}: at least 1 prompt and 2 generations a step")
-    if variant.completions > MICRO_BATCH and variant.completions % MICRO_BATCH:
-        raise ValueError(f"variant {text!r}: more than {MICRO_BATCH} completions must be a multiple of it")
-    return variant
-
-
-def summarise(steps: list[dict[str, Any]], completions: int) -> dict[str, Any]:
-    """Throughput over whole steps from per-step ``seconds``, ``completion_tokens`` and ``reward``,
-    the first step left out as warm-up; every step's reward kept."""
-    if len(steps) < 2:
-        raise ValueError(f"{len(steps)} steps: at least 2 (the first is warm-up)")
-    timed = steps[1:]
-    seconds = sum(s["seconds"] for s in timed)
-    tokens = sum(s["completion_tokens"] for s in timed)
-    return {
-        "completions_per_step": completions,
-        "steps_timed": len(timed),
-        "step_s": round(seconds / len(timed), 2),
-        "mean_completion_tokens": round(tokens / (completions * len(timed)), 1),
-        "completion_tokens_per_s": round(tokens / seconds, 1),
-        "reward_per_step": [round(s["reward"], 4) for s in steps],
-        "warmup_step_s": round(steps[0]["seconds"], 2),
-    }
-
-
-def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """``fast_PxG`` over ``trl_vllm_PxG`` (and over ``trl_PxG``) in completion tokens/s, where both ran."""
-    out: dict[str, float] = {}
-    for name, record in variants.items():
-        if not name.startswith("fast_") or "completion_tokens_per_s" not in record:
-            continue
-        size = name.removeprefix("fast_")
-        for engine in ("trl_vllm", "trl"):
-            other = variants.get(f"{engine}_{size}", {})
-            if other.get("completion_tokens_per_s"):
-                out[f"{name}_over_{engine}_{size}"] = round(
-                    record["completion_tokens_per_s"] / other["completion_tokens_per_s"], 2
-                )
-    return out
 
 
 def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -204,7 +121,7 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 raise ValueError(f"variant {name} is in two calls")
             merged["variants"][name] = {**record, "call": offset + record.get("call", 0)}
         # A merged file's ratios were taken within its calls; a call's own are taken here.
-        merged["ratios"].update(report["ratios"] if "calls" in report else ratios(report["variants"]))
+        merged["ratios"].update(report["ratios"] if "calls" in report else common.ratios(report["variants"]))
         if "learning_run" in report:
             merged["learning_run"] = report["learning_run"]
     if runs:
@@ -325,13 +242,6 @@ def learning_records(tokenizer: Any, problems: list[Any]) -> list[dict[str, Any]
     ]
 
 
-def fast_order(count: int, seed: int) -> list[int]:
-    """The order in which FastGRPO (seed ``seed``) draws ``count`` problems in its first epoch."""
-    order = list(range(count))
-    random.Random(seed).shuffle(order)
-    return order
-
-
 # --------------------------------------------------------------------------- one variant (a process)
 
 
@@ -368,7 +278,7 @@ def step_record(seconds: float, completion_tokens: int, call: dict[str, Any], gr
     }
 
 
-def run_variant(variant: Variant, model_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_variant(variant: common.Variant, model_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -398,7 +308,7 @@ def run_variant(variant: Variant, model_dir: Path, args: argparse.Namespace) -> 
         extra: dict[str, Any] = {}
     else:
         steps, extra = _trl(variant, model, tokenizer, rewards, records, args)
-    result: dict[str, Any] = summarise(steps, variant.completions) if len(steps) >= 2 else {}
+    result: dict[str, Any] = common.summarise(steps, variant.completions) if len(steps) >= 2 else {}
     result.update(
         extra,
         steps_run=len(steps),
@@ -442,7 +352,12 @@ def _out_of_time(stop_at: float | None, next_step_s: float) -> bool:
 
 
 def _fast(
-    variant: Variant, model: Any, tokenizer: Any, rewards: RewardLog, records: list[dict[str, Any]], args: Any
+    variant: common.Variant,
+    model: Any,
+    tokenizer: Any,
+    rewards: RewardLog,
+    records: list[dict[str, Any]],
+    args: Any,
 ) -> list[dict[str, Any]]:
     from autorl_agents.fast_grpo import FastGRPOSettings
 
@@ -452,7 +367,7 @@ def _fast(
         max_completion_length=args.completion_tokens,
         learning_rate=args.learning_rate,
         seed=args.seed,
-        loss_micro_batch=MICRO_BATCH,
+        loss_micro_batch=common.MICRO_BATCH,
     )
     trainer = common.fast_trainer(model, tokenizer, rewards, records, settings, end_ids(model, tokenizer))
     drawn = trainer.next_problems
@@ -478,11 +393,14 @@ def _fast(
 
 
 def _trl(
-    variant: Variant, model: Any, tokenizer: Any, rewards: RewardLog, records: list[dict[str, Any]], args: Any
+    variant: common.Variant,
+    model: Any,
+    tokenizer: Any,
+    rewards: RewardLog,
+    records: list[dict[str, Any]],
+    args: Any,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import TrainerCallback
 
     marks: list[float] = []
     logs: list[dict[str, float]] = []
@@ -509,39 +427,21 @@ def _trl(
     micro, accumulation = variant.trl_batches()
     vllm = variant.engine == "trl_vllm"
     # The fast path's draw order, laid out for TRL's unshuffled sampler: the same problems each step.
-    dataset = Dataset.from_list([records[i] for i in fast_order(len(records), args.seed)])
+    ordered = [records[i] for i in common.fast_order(len(records), args.seed)]
     with tempfile.TemporaryDirectory() as output_dir:
-        config = GRPOConfig(
-            output_dir=output_dir,
-            report_to="none",
-            save_strategy="no",
-            logging_steps=1,
-            seed=args.seed,
-            per_device_train_batch_size=micro,
-            gradient_accumulation_steps=accumulation,
-            num_generations=variant.generations,
-            max_completion_length=args.completion_tokens,
+        trainer = common.trl_grpo_trainer(
+            variant,
+            model,
+            tokenizer,
+            reward,
+            ordered,
+            completion_tokens=args.completion_tokens,
             learning_rate=args.learning_rate,
-            lr_scheduler_type="constant",
-            beta=0.0,
-            shuffle_dataset=False,
-            bf16=model.device.type == "cuda",
-            use_cpu=model.device.type == "cpu",
+            seed=args.seed,
             max_steps=args.steps + 1,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            use_vllm=vllm,
-            **({"vllm_mode": "colocate"} if vllm else {}),
-        )
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[reward],
-            args=config,
-            train_dataset=dataset,
-            processing_class=tokenizer,
             callbacks=[Clock()],
+            output_dir=Path(output_dir),
         )
-        trainer.remove_callback(PrinterCallback)
         start_s = time.monotonic() - started
         common.log(f"{variant.name}: trainer built in {start_s:.1f} s")
         started = time.monotonic()
@@ -564,7 +464,7 @@ def _trl(
     }
     if vllm:
         extra["vllm_mode"] = "colocate"
-        extra["vllm_gpu_memory_utilization"] = config.vllm_gpu_memory_utilization
+        extra["vllm_gpu_memory_utilization"] = trainer.args.vllm_gpu_memory_utilization
     return steps, extra
 
 
@@ -699,7 +599,7 @@ def _run_child(command: list[str], result: Path, timeout: float) -> dict[str, An
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", nargs="*", type=parse_variant, default=None)
+    parser.add_argument("--variants", nargs="*", type=common.parse_variant, default=None)
     parser.add_argument("--steps", type=int, default=3, help="steps per variant after one warm-up step")
     parser.add_argument("--completion-tokens", type=int, default=None, help="256 (16 with --smoke)")
     parser.add_argument(
@@ -756,7 +656,7 @@ def main() -> int:
     if args.held_out is None:
         args.held_out = (8 if args.smoke else HELD_OUT) if args.checkpoint else 0
     default = SMOKE_VARIANTS if args.smoke else LEARNING_VARIANTS if args.checkpoint else DEFAULT_VARIANTS
-    variants: list[Variant] = args.variants or [parse_variant(v) for v in default]
+    variants: list[common.Variant] = args.variants or [common.parse_variant(v) for v in default]
     if args.result is not None:  # a child process: one variant, or the held-out answers
         try:
             if args.evaluate is not None:
@@ -773,7 +673,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "benchmark": "grpo_trl_vllm_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
-        "command": command_line(args.output),
+        "command": common.command_line(args.output),
         "environment": common.environment(),
         "settings": {
             "completion_tokens": args.completion_tokens,
@@ -781,7 +681,7 @@ def main() -> int:
             "seed": args.seed,
             "steps_timed": args.steps,
             "warmup_steps": 1,
-            "loss_micro_batch": MICRO_BATCH,
+            "loss_micro_batch": common.MICRO_BATCH,
             "temperature": 1.0,
             "beta": 0.0,
             "reward": "the gsm8k task's: +1 for a right final answer, -1 otherwise",
@@ -838,7 +738,7 @@ def main() -> int:
             record = _run_child(_child(args, *extra), result, args.variant_timeout_s)
             report["variants"][variant.name] = record
             common.log(f"{variant.name}: { {k: v for k, v in record.items() if k != 'steps'} }")
-            report["ratios"] = ratios(report["variants"])
+            report["ratios"] = common.ratios(report["variants"])
             report["total_s"] = round(time.monotonic() - began, 1)
             save()
         if learning:

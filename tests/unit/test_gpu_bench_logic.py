@@ -42,9 +42,8 @@ def common() -> Iterator[ModuleType]:
         sys.path.remove(str(REPO_ROOT / "bench"))
 
 
-def test_variant_names_parse_and_give_trl_one_update_per_generation_batch(bench: Any) -> None:
-    grpo, _ = bench
-    variant = grpo.parse_variant("trl_vllm_64x8")
+def test_variant_names_parse_and_give_trl_one_update_per_generation_batch(common: Any) -> None:
+    variant = common.parse_variant("trl_vllm_64x8")
     assert (variant.engine, variant.prompts, variant.generations, variant.name) == (
         "trl_vllm",
         64,
@@ -52,21 +51,20 @@ def test_variant_names_parse_and_give_trl_one_update_per_generation_batch(bench:
         "trl_vllm_64x8",
     )
     assert variant.trl_batches() == (32, 16)
-    assert grpo.parse_variant("fast_2x4").trl_batches() == (8, 1)
-    assert grpo.parse_variant("trl_16x8").engine == "trl"
+    assert common.parse_variant("fast_2x4").trl_batches() == (8, 1)
+    assert common.parse_variant("trl_16x8").engine == "trl"
     for bad in ("vllm_2x4", "fast_2by4", "fast_0x4", "fast_2x1", "fast_40x2", "fast"):
         with pytest.raises(ValueError, match="variant"):
-            grpo.parse_variant(bad)
+            common.parse_variant(bad)
 
 
-def test_summary_leaves_out_the_warmup_step_and_keeps_every_reward(bench: Any) -> None:
-    grpo, _ = bench
+def test_summary_leaves_out_the_warmup_step_and_keeps_every_reward(common: Any) -> None:
     steps = [
         {"seconds": 9.0, "completion_tokens": 100, "reward": -1.0},
         {"seconds": 2.0, "completion_tokens": 80, "reward": -0.5},
         {"seconds": 2.0, "completion_tokens": 120, "reward": 0.25},
     ]
-    summary = grpo.summarise(steps, completions=4)
+    summary = common.summarise(steps, completions=4)
     assert summary["steps_timed"] == 2
     assert summary["completion_tokens_per_s"] == 50.0
     assert summary["step_s"] == 2.0
@@ -74,10 +72,10 @@ def test_summary_leaves_out_the_warmup_step_and_keeps_every_reward(bench: Any) -
     assert summary["reward_per_step"] == [-1.0, -0.5, 0.25]
     assert summary["warmup_step_s"] == 9.0
     with pytest.raises(ValueError, match="at least 2"):
-        grpo.summarise(steps[:1], completions=4)
+        common.summarise(steps[:1], completions=4)
 
 
-def test_ratios_pair_variants_of_one_size_and_merge_joins_calls(bench: Any) -> None:
+def test_ratios_pair_variants_of_one_size_and_merge_joins_calls(bench: Any, common: Any) -> None:
     grpo, _ = bench
     first = {
         "date": "d1",
@@ -97,7 +95,7 @@ def test_ratios_pair_variants_of_one_size_and_merge_joins_calls(bench: Any) -> N
             "fast_64x8": {"status": "error"},
         },
     }
-    assert grpo.ratios(first["variants"]) == {"fast_2x4_over_trl_vllm_2x4": 0.5}
+    assert common.ratios(first["variants"]) == {"fast_2x4_over_trl_vllm_2x4": 0.5}
     merged = grpo.merge([first, second])
     assert merged["calls"] == [{"date": "d1", "command": "c1"}, {"date": "d2", "command": "c2"}]
     assert merged["variants"]["trl_vllm_16x8"]["call"] == 1
@@ -212,12 +210,11 @@ def test_learning_problems_are_none_of_t2s_training_draw_nor_evaluated(bench: An
     assert grpo.learning_problems(256, 16)[0] == held_out
 
 
-def test_trl_dataset_order_is_the_fast_paths_draw_order(bench: Any) -> None:
+def test_trl_dataset_order_is_the_fast_paths_draw_order(common: Any) -> None:
     import torch
 
     from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
 
-    grpo, _ = bench
     trainer = FastGRPO(
         model=torch.nn.Linear(2, 2),
         tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=1),
@@ -228,8 +225,9 @@ def test_trl_dataset_order_is_the_fast_paths_draw_order(bench: Any) -> None:
             prompts_per_step=8, num_generations=2, max_completion_length=4, learning_rate=1.0, seed=3
         ),
     )
-    order = grpo.fast_order(40, 3)
-    assert [trainer.next_problems() for _ in range(5)] == [order[i : i + 8] for i in range(0, 40, 8)]
+    order = common.fast_order(40, 3, epochs=2)
+    assert order[:40] == common.fast_order(40, 3)
+    assert [trainer.next_problems() for _ in range(10)] == [order[i : i + 8] for i in range(0, 80, 8)]
 
 
 def test_learning_comparison_sets_the_reward_curves_side_by_side(bench: Any) -> None:
@@ -298,15 +296,14 @@ def test_answer_comparison_counts_identical_rows_and_shared_leading_ids(bench: A
 
 
 def test_recorded_command_names_the_environment_and_puts_the_output_under_out(
-    bench: Any, monkeypatch: pytest.MonkeyPatch
+    common: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    grpo, _ = bench
     monkeypatch.setenv("PYTHONPATH", "/root/site:.:bench")
     monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
     monkeypatch.setattr(
         sys, "argv", ["bench/grpo_trl_vllm_gpu.py", "--output", "/tmp/x/r.json", "--steps", "2"]
     )
-    assert grpo.command_line(Path("/tmp/x/r.json")) == (
+    assert common.command_line(Path("/tmp/x/r.json")) == (
         "PYTHONPATH=/root/site:.:bench python3 bench/grpo_trl_vllm_gpu.py --output $OUT/r.json --steps 2"
     )
 
