@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
 
+from autorl.errors import EvaluationError
 from autorl.eval_config import EvalConfig
 from autorl.tasks.base import Problem, Task
 from autorl_evaluator.settings import WorkerSettings
@@ -26,15 +28,28 @@ class EvalResult:
     details: dict[str, object] = field(default_factory=dict)
 
 
-class Backend(Protocol):
-    """Generates completions for ``problems`` with the model in ``model_dir`` and scores them, as
-    ``config`` (the experiment's recorded evaluation: generation limit, batch size, hard timeout;
-    from the worker, with the split's hash and the package versions measured for this evaluation)
-    says; ``worker`` (the worker's own settings) says only where and with what it runs (device, paths);
-    ``budget`` (an agent's evaluation) how long it may take on the kind of device the baseline ran on:
-    past it the evaluation stops and raises the budget's error (:mod:`autorl_evaluator.time_budget`)."""
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation, as a backend is handed it: the model in ``model_dir`` (a snapshot) on
+    ``problems`` of ``task``, as ``config`` (the experiment's recorded evaluation: generation limit,
+    batch size, hard timeout; from the worker, with the split's hash and the package versions
+    measured for this evaluation) says; ``worker`` (the worker's own settings) says only where and
+    with what it runs (device, paths); ``budget`` (an agent's evaluation) how long it may take on
+    the kind of device the baseline ran on: past it the evaluation stops and raises the budget's
+    error (:mod:`autorl_evaluator.time_budget`)."""
 
-    name: str
+    model_dir: Path
+    task: Task
+    problems: list[Problem]
+    config: EvalConfig
+    worker: WorkerSettings
+    budget: TimeBudget | None = None
+
+
+class Backend(abc.ABC):
+    """Generates completions for an evaluation's problems with its model and scores them."""
+
+    name: ClassVar[str]
 
     def evaluate(
         self,
@@ -44,4 +59,18 @@ class Backend(Protocol):
         config: EvalConfig,
         worker: WorkerSettings,
         budget: TimeBudget | None = None,
-    ) -> EvalResult: ...
+    ) -> EvalResult:
+        """Evaluate, once the task is one this backend evaluates and there are problems to evaluate
+        (:class:`Evaluation` says what each argument is)."""
+        self.check_task(task)
+        if not problems:
+            raise EvaluationError("no test problems to evaluate")
+        return self.run(Evaluation(model_dir, task, problems, config, worker, budget))
+
+    def check_task(self, task: Task) -> None:
+        """Refuse a task whose format this backend cannot evaluate (every task, by default)."""
+        return None
+
+    @abc.abstractmethod
+    def run(self, evaluation: Evaluation) -> EvalResult:
+        """Generate and score, the problems being there and the task one this backend evaluates."""

@@ -37,17 +37,13 @@ from typing import Any
 
 from autorl.checkpoints.chat_template import ChatTemplate, ChatTemplateError
 from autorl.decoding.greedy_engine import DeadlineExceededError, generate_greedy, unsupported_reason
-from autorl.errors import EvaluationError
-from autorl.eval_config import EvalConfig
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE
-from autorl.tasks.base import Problem, Task, evaluation_messages
-from autorl_evaluator.backends.base import EvalResult
+from autorl.tasks.base import Task, evaluation_messages
+from autorl_evaluator.backends.base import Backend, EvalResult, Evaluation
 from autorl_evaluator.backends.hf.opencompass_chat import cut_at_stop_words, encode, stop_words
 from autorl_evaluator.backends.hf.warm_models import RESIDENT
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
-from autorl_evaluator.settings import WorkerSettings
-from autorl_evaluator.time_budget import TimeBudget
 
 log = logging.getLogger("autorl.evaluator.hf")
 
@@ -74,29 +70,20 @@ def eos_token_ids(tokenizer: Any, *generation_eos: int | Sequence[int] | None) -
     return sorted(ids)
 
 
-class HFBackend:
+class HFBackend(Backend):
     """In-process transformers evaluation (``AUTORL_EVAL_BACKEND=hf``)."""
 
     name = "hf"
 
-    def evaluate(
-        self,
-        model_dir: Path,
-        task: Task,
-        problems: list[Problem],
-        config: EvalConfig,
-        worker: WorkerSettings,
-        budget: TimeBudget | None = None,
-    ) -> EvalResult:
-        if not problems:
-            raise EvaluationError("no test problems to evaluate")
+    def run(self, evaluation: Evaluation) -> EvalResult:
         started = time.monotonic()
         try:
             with denormals_flushed():
-                completions, details = _generate(model_dir, task, problems, config, worker, budget, started)
+                completions, details = _generate(evaluation, started)
         except DeadlineExceededError as exc:
-            assert budget is not None  # only a budget sets a deadline
-            raise budget.exceeded() from exc
+            assert evaluation.budget is not None  # only a budget sets a deadline
+            raise evaluation.budget.exceeded() from exc
+        task, problems = evaluation.task, evaluation.problems
         scores = task.score(completions, [problem.answer for problem in problems])
         return EvalResult(
             completions=completions,
@@ -128,16 +115,11 @@ def _flushing_denormals() -> bool:
     return bool((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0)
 
 
-def _generate(
-    model_dir: Path,
-    task: Task,
-    problems: list[Problem],
-    config: EvalConfig,
-    settings: WorkerSettings,
-    budget: TimeBudget | None,
-    started: float,
-) -> tuple[list[str], dict[str, object]]:
+def _generate(evaluation: Evaluation, started: float) -> tuple[list[str], dict[str, object]]:
     import torch
+
+    model_dir, task, problems = evaluation.model_dir, evaluation.task, evaluation.problems
+    config, settings, budget = evaluation.config, evaluation.worker, evaluation.budget
 
     model_settings = settings_for(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
     device = torch.device(settings.eval_device or ("cuda" if torch.cuda.is_available() else "cpu"))

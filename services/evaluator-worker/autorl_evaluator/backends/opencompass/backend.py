@@ -45,7 +45,7 @@ from autorl.eval_config import EvalConfig
 from autorl.settings import CPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
-from autorl_evaluator.backends.base import EvalResult
+from autorl_evaluator.backends.base import Backend, EvalResult, Evaluation
 from autorl_evaluator.backends.opencompass.config import (
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
@@ -222,27 +222,21 @@ def compass_environment(cache_dir: Path) -> dict[str, str]:
     )
 
 
-class OpenCompassBackend:
+class OpenCompassBackend(Backend):
     """Evaluates with the ``opencompass`` command of its own environment (``AUTORL_OPENCOMPASS_BIN``)."""
 
     name = "opencompass"
 
-    def evaluate(
-        self,
-        model_dir: Path,
-        task: Task,
-        problems: list[Problem],
-        config: EvalConfig,
-        worker: WorkerSettings,
-        budget: TimeBudget | None = None,
-    ) -> EvalResult:
+    def check_task(self, task: Task) -> None:
         if not isinstance(task, GSM8KFormatTask):
             raise EvaluationError(
                 "the opencompass backend evaluates tasks in GSM8K's format; "
                 f"use the hf backend for {task.name}"
             )
-        if not problems:
-            raise EvaluationError("no test problems to evaluate")
+
+    def run(self, evaluation: Evaluation) -> EvalResult:
+        model_dir, task, problems = evaluation.model_dir, evaluation.task, evaluation.problems
+        config, worker, budget = evaluation.config, evaluation.worker, evaluation.budget
         command = _opencompass_command(worker.opencompass_bin)
         root = worker.eval_dir / "opencompass"
         run_dir = root / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
