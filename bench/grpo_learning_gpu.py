@@ -79,6 +79,7 @@ HELD_OUT_SEED = 12345
 DEVELOPMENT_SEED = 777
 DEVELOPMENT_SIZE = 200
 SFT_ROWS = 64
+#: Completion length (greedy answers and GRPO rollouts alike) unless --completion-tokens says otherwise.
 COMPLETION_TOKENS = 64
 #: What ``--save-checkpoint`` writes beside the weights: the checkpoint's record (its SFT, accuracy).
 CHECKPOINT_RECORD = "checkpoint.json"
@@ -86,7 +87,9 @@ CHECKPOINT_RECORD = "checkpoint.json"
 #: last evaluation); the call still writes its file before 600 s with the default deadline.
 RUN_GRACE_S = 25.0
 #: Steps of a run's dataset for TRL (the fast path's draw order over as many epochs as that takes).
-MAX_LEARNING_STEPS = 2000
+MAX_LEARNING_STEPS = 1000
+#: When this process started: ``--deadline-s`` counts from it.
+STARTED = time.time()
 
 
 def main() -> None:
@@ -102,6 +105,9 @@ def main() -> None:
     parser.add_argument("--grpo-s", type=float, default=90.0, help="training seconds of each run")
     parser.add_argument("--eval-every-s", type=float, default=15.0)
     parser.add_argument("--held-out", type=int, default=1000)
+    parser.add_argument(
+        "--completion-tokens", type=int, default=COMPLETION_TOKENS, help="answers' and rollouts'"
+    )
     parser.add_argument("--seed", type=int, default=0, help="GRPO's seed (torch, problem order, sampling)")
     parser.add_argument("--checkpoint", type=Path, help="start from C saved here (--save-checkpoint)")
     parser.add_argument("--save-checkpoint", type=Path, help="keep C here for a later call's --checkpoint")
@@ -196,15 +202,16 @@ class Arith:
     """arith's train records and the held-out and development draws in ``tokenizer``'s prompts,
     and greedy answers judged right or wrong."""
 
-    def __init__(self, tokenizer: Any, smoke: bool, held_out_size: int) -> None:
+    def __init__(self, tokenizer: Any, smoke: bool, held_out_size: int, completion_tokens: int) -> None:
         from autorl.tasks.arith import ArithTask, generate_problems
 
         self.task = ArithTask()
+        self.completion_tokens = completion_tokens
         self.tokenizer = tokenizer
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.train = self.task.train_problems()[: 128 if smoke else None]
         seen = {p.question for p in self.train}
-        size = 16 if smoke else held_out_size
+        size = min(16, held_out_size) if smoke else held_out_size
         self.held_out = [p for p in generate_problems(HELD_OUT_SEED, 2 * size) if p.question not in seen][
             :size
         ]
@@ -229,7 +236,7 @@ class Arith:
         output = generate_greedy(
             model,
             ids,
-            max_new_tokens=COMPLETION_TOKENS,
+            max_new_tokens=self.completion_tokens,
             eos_ids=[self.eos],
             pad_id=self.tokenizer.pad_token_id,
         )
@@ -258,13 +265,13 @@ def against(base: list[bool], latest: list[bool]) -> dict[str, Any]:
     return {"gains": gains, "losses": losses, "p_value": float(mcnemar(table, exact=True).pvalue)}
 
 
-def fast_settings(lr: float, prompts: int, generations: int, seed: int = 0) -> Any:
+def fast_settings(lr: float, prompts: int, generations: int, completion_tokens: int, seed: int = 0) -> Any:
     from autorl_agents.fast_grpo import FastGRPOSettings
 
     return FastGRPOSettings(
         prompts_per_step=prompts,
         num_generations=generations,
-        max_completion_length=COMPLETION_TOKENS,
+        max_completion_length=completion_tokens,
         learning_rate=lr,
         seed=seed,
     )
@@ -282,7 +289,7 @@ def build_checkpoint(arith: Arith, model: Any, args: argparse.Namespace) -> dict
         tokenizer,
         arith.task,
         arith.records,
-        fast_settings(args.sft_learning_rate, SFT_ROWS, 2),
+        fast_settings(args.sft_learning_rate, SFT_ROWS, 2, args.completion_tokens),
         [arith.eos],
     )
     started, steps, checks = time.monotonic(), 0, []
@@ -318,7 +325,7 @@ def sweep(root: Path, args: argparse.Namespace, device: str, results: dict[str, 
     import torch
 
     tokenizer, model = common.small_model(root, device, args.smoke)
-    arith = Arith(tokenizer, args.smoke, args.held_out)
+    arith = Arith(tokenizer, args.smoke, args.held_out, args.completion_tokens)
     results["checkpoint"] = build_checkpoint(arith, model, args)
     base = arith.held_out_judged(model)
     results["checkpoint"]["accuracy"] = percent(base)
@@ -333,7 +340,7 @@ def sweep(root: Path, args: argparse.Namespace, device: str, results: dict[str, 
             tokenizer,
             arith.task,
             arith.records,
-            fast_settings(lr, args.prompts, args.generations),
+            fast_settings(lr, args.prompts, args.generations, args.completion_tokens),
             [arith.eos],
         )
         progress = Progress(lambda: arith.held_out_judged(model), args.grpo_s, args.eval_every_s, base=base)
@@ -439,7 +446,7 @@ class Progress:
 
 def two_paths(args: argparse.Namespace, device: str, results: dict[str, Any], save: Any) -> None:
     """``C`` (trained here, or read from ``--checkpoint``), then each run in a process of its own."""
-    began, began_wall = time.monotonic(), time.time()
+    began = time.monotonic()
     results.update(runs={}, speed={})
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
@@ -455,7 +462,7 @@ def two_paths(args: argparse.Namespace, device: str, results: dict[str, Any], sa
             f"path's order (seed {args.seed}): the same problems every step"
         )
         save()
-        stop_at = began_wall + args.deadline_s
+        stop_at = STARTED + args.deadline_s
         for mode, variants in (("learn", args.runs), ("speed", args.speed_runs)):
             for variant in variants:
                 group = results["runs" if mode == "learn" else "speed"]
@@ -472,14 +479,11 @@ def two_paths(args: argparse.Namespace, device: str, results: dict[str, Any], sa
                     *("--learning-rates", str(args.learning_rates[0]), "--seed", str(args.seed)),
                     *("--grpo-s", str(args.grpo_s), "--eval-every-s", str(args.eval_every_s)),
                     *("--held-out", str(args.held_out), "--speed-steps", str(args.speed_steps)),
+                    *("--completion-tokens", str(args.completion_tokens)),
                     *(["--smoke"] if args.smoke else []),
                 ]
                 started = time.monotonic()
-                try:
-                    subprocess.run(command, check=True, timeout=max(1.0, stop_at + RUN_GRACE_S - time.time()))
-                    record: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))
-                except Exception as exc:  # a failed process is a result too
-                    record = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
+                record = run_in_process(command, result, stop_at + RUN_GRACE_S)
                 record["process_s"] = round(time.monotonic() - started, 1)
                 group[variant.name] = record
                 common.log(f"{variant.name}: {_summary(record)}")
@@ -488,13 +492,29 @@ def two_paths(args: argparse.Namespace, device: str, results: dict[str, Any], sa
                 save()
 
 
+def run_in_process(command: list[str], result: Path, end_at: float) -> dict[str, Any]:
+    """``command``'s record from ``result``; the process is stopped at ``end_at`` (wall clock). A
+    process that wrote its record and then failed or hung on its way out keeps the record, with why."""
+    failure = ""
+    try:
+        subprocess.run(command, check=True, timeout=max(1.0, end_at - time.time()))
+    except (subprocess.SubprocessError, OSError) as exc:
+        failure = f"{type(exc).__name__}: {exc}"[:2000]
+    if not result.exists():
+        return {"status": "error", "error": failure or "no record written"}
+    record: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))
+    if failure:
+        record["process_failure"] = failure
+    return record
+
+
 def save_checkpoint(scratch: Path, target: Path, args: argparse.Namespace, device: str) -> None:
     """Train ``C`` here and keep it in ``target`` as a model folder both paths load (the tokenizer
     padded to the model's vocabulary for vLLM; generation ends at ``<|im_end|>``, as the fast path's)."""
     import torch
 
     tokenizer, model = common.small_model(scratch, device, args.smoke)
-    arith = Arith(tokenizer, args.smoke, args.held_out)
+    arith = Arith(tokenizer, args.smoke, args.held_out, args.completion_tokens)
     record = build_checkpoint(arith, model, args)
     record["accuracy"] = percent(arith.held_out_judged(model))
     model.generation_config.eos_token_id = arith.eos
@@ -530,7 +550,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
-    arith = Arith(tokenizer, args.smoke, args.held_out)
+    arith = Arith(tokenizer, args.smoke, args.held_out, args.completion_tokens)
     bf16 = torch.bfloat16 if device == "cuda" else torch.float32
     dtype = bf16 if variant.engine == "fast" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=dtype).to(device)
@@ -599,7 +619,9 @@ def _fast(
         tokenizer,
         arith.task,
         records,
-        fast_settings(args.learning_rates[0], variant.prompts, variant.generations, args.seed),
+        fast_settings(
+            args.learning_rates[0], variant.prompts, variant.generations, args.completion_tokens, args.seed
+        ),
         ends,
     )
     drawn = trainer.next_problems
@@ -662,7 +684,7 @@ def _trl(
             tokenizer,
             reward,
             ordered,
-            completion_tokens=COMPLETION_TOKENS,
+            completion_tokens=args.completion_tokens,
             learning_rate=args.learning_rates[0],
             seed=args.seed,
             max_steps=steps,
@@ -672,7 +694,12 @@ def _trl(
         start_s = time.monotonic() - started
         common.log(f"{variant.name}: trainer built in {start_s:.1f} s")
         trainer.train()
-    extra: dict[str, Any] = {"trainer_start_s": round(start_s, 1), "generation_batches": len(calls)}
+    extra: dict[str, Any] = {
+        "trainer_start_s": round(start_s, 1),
+        "generation_batches": len(calls),
+        "trl_defaults_kept": "gradient_checkpointing, loss_type, scale_rewards, vLLM's importance "
+        "sampling correction, vllm_gpu_memory_utilization",
+    }
     if variant.engine == "trl_vllm":
         extra.update(
             vllm_mode="colocate", vllm_gpu_memory_utilization=trainer.args.vllm_gpu_memory_utilization

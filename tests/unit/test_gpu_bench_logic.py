@@ -490,3 +490,150 @@ def test_prepare_trains_the_same_steps_a_few_examples_at_a_time_on_a_smaller_car
         card = SimpleNamespace(total_memory=int(total_gib * 2**30))
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _index, card=card: card)
         assert resident.default_micro_batch(16) == expected
+
+
+@pytest.fixture(scope="module")
+def learning() -> Iterator[ModuleType]:
+    """bench/grpo_learning_gpu.py: the fast path and TRL from one checkpoint with headroom."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import grpo_learning_gpu
+
+        yield grpo_learning_gpu
+    finally:
+        sys.path.remove(str(REPO_ROOT / "bench"))
+
+
+def test_a_run_is_evaluated_at_its_start_every_interval_and_its_end_and_stops_in_time(learning: Any) -> None:
+    import time
+
+    answers = iter(
+        [
+            [False, False, True, True],
+            [True, False, True, True],
+            [True, True, True, False],
+            [True, True, False, True],
+        ]
+    )
+    progress = learning.Progress(lambda: next(answers), 3.5, 1.5)
+    stops = [progress.step(1.0, 100, -0.5, problems=7) for _ in range(4)]
+    assert stops == [False, False, False, True]
+    assert [(p["t_s"], p["step"], p["accuracy"]) for p in progress.curve] == [
+        (0.0, 0, 50.0),
+        (2.0, 2, 75.0),
+        (3.0, 3, 75.0),
+        (4.0, 4, 75.0),
+    ]
+    run = progress.learned()
+    assert (run["steps"], run["trained_s"], run["stopped_by"], run["completion_tokens_per_s"]) == (
+        4,
+        4.0,
+        "seconds",
+        100.0,
+    )
+    # Against the start, problem by problem: gained the first two, lost the third.
+    assert (run["accuracy"], run["gains"], run["losses"], run["p_value"]) == (75.0, 2, 1, 1.0)
+    speed = learning.Progress(None, float("inf"), 1.0, max_steps=2)
+    assert [speed.step(0.5, 10, 0.0), speed.step(0.5, 10, 0.0)] == [False, True]
+    assert speed.stopped_by == "steps" and speed.curve == []
+    late = learning.Progress(None, float("inf"), 1.0, stop_at=time.time() + 0.5)
+    assert late.step(1.0, 10, 0.0) and late.stopped_by == "deadline"
+
+
+def _paths_call(date: str, runs: dict[str, Any], speed: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "date": date,
+        "command": f"python3 bench/grpo_learning_gpu.py --runs {' '.join(runs)}",
+        "environment": {"gpu": "NVIDIA H100 80GB HBM3"},
+        "settings": {"learning_rates": [3e-5]},
+        "checkpoint": {
+            "accuracy": 20.0,
+            "sft_checks": [{"step": 5}],
+            "held_out": "10 arith problems of seed 1",
+        },
+        "runs": runs,
+        "speed": speed,
+    }
+
+
+def _learning_run(engine: str, curve: list[tuple[float, float]], problems: list[int]) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "engine": engine,
+        "prompts_per_step": 64,
+        "num_generations": 8,
+        "curve": [{"t_s": t, "step": i, "accuracy": a} for i, (t, a) in enumerate(curve)],
+        "accuracy": curve[-1][1],
+        "p_value": 0.01,
+        "trained_s": curve[-1][0],
+        "steps": len(problems),
+        "completion_tokens_per_s": 1000.0,
+        "problems_per_step": problems,
+    }
+
+
+def test_the_two_paths_calls_merge_into_time_to_accuracy_and_both_curves(
+    learning: Any, tmp_path: Path
+) -> None:
+    fast = _learning_run("fast", [(0.0, 20.0), (15.0, 23.0), (30.0, 27.0)], [1, 2, 3])
+    trl = _learning_run("trl_vllm", [(0.0, 20.0), (15.0, 21.0), (30.0, 22.5)], [1, 2, 4])
+    first = _paths_call(
+        "2026-12-06T12:00:00Z", {"fast_64x8": fast}, {"fast_1x8": {"completion_tokens_per_s": 50.0}}
+    )
+    second = _paths_call(
+        "2026-12-06T12:10:00Z", {"trl_vllm_64x8": trl}, {"trl_vllm_1x8": {"completion_tokens_per_s": 100.0}}
+    )
+    merged = learning.merge([first, second])
+    assert [call["date"] for call in merged["calls"]] == [first["date"], second["date"]]
+    assert merged["runs"]["trl_vllm_64x8"]["call"] == 1
+    pair = merged["comparison"]["learning"]["fast_64x8_vs_trl_vllm_64x8"]
+    assert pair["accuracy"] == {"fast": 27.0, "trl_vllm": 22.5}
+    assert pair["seconds_to_accuracy"]["22"] == {"fast": 15.0, "trl_vllm": 30.0}
+    assert pair["seconds_to_accuracy"]["26"] == {"fast": 30.0, "trl_vllm": None}
+    assert pair["same_problems_leading_steps"] == 2
+    assert merged["comparison"]["speed_ratios"] == {"fast_1x8_over_trl_vllm_1x8": 0.5}
+    with pytest.raises(ValueError, match="two calls"):
+        learning.merge([first, first])
+    other = {**second, "checkpoint": {**second["checkpoint"], "sft_checks": [{"step": 10}]}}
+    with pytest.raises(ValueError, match="checkpoint"):
+        learning.merge([first, other])
+    learning.plot(merged, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_fast_path_run_from_a_kept_checkpoint_learns_and_records_its_problems(
+    learning: Any, tmp_path: Path
+) -> None:
+    import argparse
+
+    options = {
+        "smoke": True,
+        "held_out": 4,
+        "completion_tokens": 4,
+        "headroom": 100.0,
+        "sft_learning_rate": 3e-4,
+        "sft_check_steps": 1,
+        "sft_max_s": 0.0,
+        "learning_rates": [3e-5],
+        "seed": 0,
+        "grpo_s": 0.01,
+        "eval_every_s": 1.0,
+        "speed_steps": 1,
+    }
+    learning.save_checkpoint(tmp_path, tmp_path / "C", argparse.Namespace(**options), "cpu")
+    kept = json.loads((tmp_path / "C" / learning.CHECKPOINT_RECORD).read_text(encoding="utf-8"))
+    assert kept["held_out"].startswith("4 arith problems") and kept["sft"]["steps"] == 0
+    run = argparse.Namespace(
+        **options,
+        run=learning.common.parse_variant("fast_2x2"),
+        mode="learn",
+        checkpoint=tmp_path / "C",
+        stop_at=None,
+    )
+    record = learning.run_process(run)
+    assert record["status"] == "ok", record.get("error")
+    assert (record["steps"], record["stopped_by"], record["train_problems"]) == (1, "seconds", 128)
+    assert [point["step"] for point in record["curve"]] == [0, 1]
+    assert record["curve"][0]["accuracy"] == kept["accuracy"]
+    first = learning.common.fast_order(128, 0)[:2]
+    assert record["problems_per_step"] == [learning.digest(first)]
