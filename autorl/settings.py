@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SecretsSettingsSource,
     SettingsConfigDict,
@@ -48,6 +49,18 @@ def secrets_dir() -> Path | None:
     when there is no such folder."""
     path = Path(os.environ.get("AUTORL_SECRETS_DIR", DEFAULT_SECRETS_DIR))
     return path if path.is_dir() else None
+
+
+def comma_separated(value: object) -> object:
+    """A list setting's variable: its comma-separated items, blanks left out; a value that is not
+    text (a list given to the constructor) as it is."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+#: A list setting whose variable holds comma-separated items (rather than pydantic-settings' JSON).
+CommaSeparated = Annotated[list[str], NoDecode, BeforeValidator(comma_separated)]
 
 
 class AutoRLSettings(BaseSettings):

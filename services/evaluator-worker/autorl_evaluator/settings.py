@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from autorl.settings import PlatformSettings
+from autorl.settings import PlatformSettings, comma_separated
 
 EVAL_LEASE_S = 120.0
 #: An agent's evaluation may take this many times what the base model writing every answer to its
@@ -112,12 +112,9 @@ class WorkerSettings(PlatformSettings):
     @field_validator("known_checkpoints", mode="before")
     @classmethod
     def _listed(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
+        if isinstance(value, str) and value.strip().startswith("["):
+            return json.loads(value)
+        return comma_separated(value)
 
     @field_validator("opencompass_bin", "vllm_python")
     @classmethod

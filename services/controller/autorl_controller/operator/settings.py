@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import NoDecode
 
-from autorl.settings import AdminTokenSettings
+from autorl.settings import AdminTokenSettings, CommaSeparated
 
 #: Where the shared ReadWriteMany volume is mounted in the grader, evaluator and prepare pods.
 DEFAULT_SHARED_MOUNT = "/shared"
@@ -46,7 +45,7 @@ class ControllerSettings(AdminTokenSettings):
         description="Kubernetes API server URL without credentials (development and tests); "
         "default: the pod's service account, else the kubeconfig.",
     )
-    watch_namespaces: Annotated[list[str], NoDecode] = Field(
+    watch_namespaces: CommaSeparated = Field(
         default_factory=list, description="Namespaces to watch, comma-separated; empty: the whole cluster."
     )
     runner_image: str = Field(
@@ -54,7 +53,7 @@ class ControllerSettings(AdminTokenSettings):
         description="Image of the agent runner (prepare Jobs, built-in agents).",
     )
     image_pull_policy: str = Field(default="IfNotPresent", description="Pull policy of the Jobs' images.")
-    image_pull_secrets: Annotated[list[str], NoDecode] = Field(
+    image_pull_secrets: CommaSeparated = Field(
         default_factory=list,
         description="Names of Secrets (comma-separated) that every Job the controller creates pulls its "
         "images with (imagePullSecrets); each must exist in the Experiment's namespace.",
@@ -114,7 +113,7 @@ class ControllerSettings(AdminTokenSettings):
         description="Group id of the platform pods: experiment folders belong to this group, so the "
         "grader can read submissions; no agent is ever in it.",
     )
-    cluster_cidrs: Annotated[list[str], NoDecode] = Field(
+    cluster_cidrs: CommaSeparated = Field(
         default_factory=lambda: list(DEFAULT_CLUSTER_CIDRS),
         description="The cluster's pod, service and node ranges, comma-separated: agents never reach "
         "them through an egress rule (the default is every private range).",
@@ -164,13 +163,6 @@ class ControllerSettings(AdminTokenSettings):
     liveness_endpoint: str = Field(
         default="http://0.0.0.0:8080/healthz", description="Where kopf serves the liveness probe."
     )
-
-    @field_validator("watch_namespaces", "cluster_cidrs", "image_pull_secrets", mode="before")
-    @classmethod
-    def _split(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
     @field_validator("image_pull_secrets")
     @classmethod
