@@ -14,6 +14,7 @@ from autorl.decoding.greedy_engine import generate_greedy, generate_sampled
 from autorl.tasks import get_task
 from autorl_agents.example_config import GRPOSizes
 from autorl_agents.fast_grpo import ADVANTAGE_EPS, FastGRPO, FastGRPOSettings, group_advantages
+from tests.support.trainers import trainer_for_updates
 
 pytestmark = pytest.mark.slow
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -112,13 +113,12 @@ def test_the_update_minimises_the_dapo_loss_over_whole_prompts(
             log_probs = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
             for j, token in enumerate(completion):
                 expected -= advantage * log_probs[len(prompt) - 1 + j, token].item() / total
-    trainer = FastGRPO(
-        model=model,
-        tokenizer=tokenizer,
-        prompts=prompts,
-        answers=[p.answer for p in problems],
-        reward=lambda completions, answers: [0.0] * len(completions),
-        settings=FastGRPOSettings(
+    trainer = trainer_for_updates(
+        model,
+        tokenizer,
+        prompts,
+        problems,
+        FastGRPOSettings(
             prompts_per_step=2,
             num_generations=2,
             max_completion_length=4,

@@ -79,7 +79,8 @@ def test_fast_grpo_updates_a_bfloat16_model_at_an_rl_learning_rate(tiny_base_mod
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from autorl.tasks import get_task
-    from autorl_agents.fast_grpo import FastGRPO, FastGRPOSettings
+    from autorl_agents.fast_grpo import FastGRPOSettings
+    from tests.support.trainers import trainer_for_updates
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
     task = get_task("arith")
@@ -89,16 +90,10 @@ def test_fast_grpo_updates_a_bfloat16_model_at_an_rl_learning_rate(tiny_base_mod
     def trained(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         model = AutoModelForCausalLM.from_pretrained(tiny_base_model, dtype=dtype).eval()
         initial = torch.cat([p.detach().float().flatten() for p in model.parameters()])
-        trainer = FastGRPO(
-            model=model,
-            tokenizer=tokenizer,
-            prompts=prompts,
-            answers=[p.answer for p in problems],
-            reward=lambda completions, answers: [0.0] * len(completions),
-            settings=FastGRPOSettings(
-                prompts_per_step=4, num_generations=2, max_completion_length=4, learning_rate=1e-5
-            ),
+        settings = FastGRPOSettings(
+            prompts_per_step=4, num_generations=2, max_completion_length=4, learning_rate=1e-5
         )
+        trainer = trainer_for_updates(model, tokenizer, prompts, problems, settings)
         for _ in range(30):  # enough for float32 copies to cross bfloat16's spacing
             trainer.update([0, 1, 2, 3], [[7, 8, 9], [10, 11], [12], [13, 14]], [1.0, -1.0, 1.0, -1.0])
         assert next(model.parameters()).dtype == dtype
