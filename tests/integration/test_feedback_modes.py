@@ -19,8 +19,7 @@ from fastapi.testclient import TestClient
 
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, NominatedAnswer, SubmissionAnswer
 from autorl.errors import EVALUATOR_FAULT_PREFIX
-from autorl.store import Database, Split, claims, experiments, submissions
-from autorl.store import outcomes as outcome_store
+from autorl.store import Database, Split, experiments, submissions
 from autorl.store.models import FailureReason, utcnow
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
@@ -36,6 +35,7 @@ from tests.support.grading import (
     row_id,
 )
 from tests.support.infra import serve
+from tests.support.runs import fail_evaluation
 from tests.support.settings import DeploymentSettings
 
 LIMIT = 3
@@ -272,16 +272,7 @@ def test_a_nomination_of_a_failed_submission_is_refused(
     assert accepted.status_code == 202, accepted.text
     failing = accepted.json()["submission_id"]
     failing_row = row_id(db, experiment, failing)
-    with db.session() as session:  # the worker's own result path: claimed, then failed
-        assert claims.claim(session, failing_row, worker="worker-1", lease_s=60)
-    with db.session() as session:
-        assert outcome_store.record_failure(
-            session,
-            failing_row,
-            error="the model does not load",
-            reason=FailureReason.EVALUATION,
-            worker="worker-1",
-        )
+    fail_evaluation(db, failing_row, "the model does not load")
     assert agent_get(client, experiment, f"/submissions/{failing}")["status"] == "failed"
     refused = nominate(client, experiment, failing)
     assert refused.status_code == 400, refused.text
@@ -371,13 +362,8 @@ FAILURES = {
 def fail_as_the_evaluator(db: Database, submission_id: int, *, how: str = "evaluator") -> None:
     """The worker's result path for a failure: the evaluator's own (an engine that would not
     start), one before the test split was loaded, or the checkpoint's."""
-    with db.session() as session:
-        assert claims.claim(session, submission_id, worker="worker-1", lease_s=60)
     error, reason = FAILURES[how]
-    with db.session() as session:
-        assert outcome_store.record_failure(
-            session, submission_id, error=error, reason=reason, worker="worker-1"
-        )
+    fail_evaluation(db, submission_id, error, reason=reason)
 
 
 def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_kept_snapshot(

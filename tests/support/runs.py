@@ -148,6 +148,17 @@ def add_submission(
     return submission_id
 
 
+def fail_evaluation(
+    db: Database, submission_id: int, error: str, *, reason: FailureReason = FailureReason.EVALUATION
+) -> None:
+    """An evaluator worker's result path for a failure: ``submission_id`` (the database's id)
+    claimed, then failed with ``error``."""
+    with db.session() as session:
+        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
+    with db.session() as session:
+        assert outcomes.record_failure(session, submission_id, error=error, reason=reason, worker=WORKER)
+
+
 #: The digest of the problems every seeded correctness string was taken on.
 PROBLEMS_DIGEST = "0" * 64
 
