@@ -33,14 +33,17 @@ from a checkpoint with headroom.
    exact test (statsmodels), ``p_value`` with the gains and losses it counts.
 
 On the GPU machine (torch, transformers, statsmodels there; for ``trl_vllm`` runs TRL 1.16 and vLLM
-0.25 in /root/site, bench/README.md), the sweep, then the two paths in two calls:
+0.25 in /root/site), the sweep, then the two paths in two calls on one warm machine (bench/README.md
+gives every argument): the first trains ``C`` and keeps it, the second starts from it:
 
     PYTHONPATH=.:bench:services/agents python3 bench/grpo_learning_gpu.py --grpo-s 80 \\
         --output $OUT/grpo_learning_gpu.json
     PYTHONPATH=/root/site:.:bench:services/agents VLLM_USE_FLASHINFER_SAMPLER=0 python3 \\
         bench/grpo_learning_gpu.py --save-checkpoint /root/arith-C --runs fast_64x8 \\
-        --speed-runs fast_1x8 --learning-rates 3e-5 --output $OUT/grpo_learning_fast.json
-    ... --checkpoint /root/arith-C --runs trl_vllm_64x8 --speed-runs trl_vllm_1x8 ...
+        --speed-runs fast_1x8 --learning-rates 3e-5 --grpo-s 120 --output $OUT/grpo_learning_fast.json
+    PYTHONPATH=/root/site:.:bench:services/agents VLLM_USE_FLASHINFER_SAMPLER=0 python3 \\
+        bench/grpo_learning_gpu.py --checkpoint /root/arith-C --runs trl_vllm_64x8 \\
+        --speed-runs trl_vllm_1x8 --learning-rates 3e-5 --grpo-s 120 --output $OUT/grpo_learning_trl.json
 
 Here: the calls' files joined (``--merge``, into ``bench/results/grpo_learning_paths_gpu.json`` by
 default), the curves drawn (``--plot``: both paths where the file has them, else the sweep), and
@@ -48,8 +51,9 @@ the script checked on the CPU (``--smoke``: the builtin tiny model, TRL without 
 
     .venv/bin/python bench/grpo_learning_gpu.py --merge A/grpo_learning_fast.json B/grpo_learning_trl.json
     .venv/bin/python bench/grpo_learning_gpu.py --plot docs/grpo_learning_gpu.png
-    .venv/bin/python bench/grpo_learning_gpu.py --smoke --runs fast_2x4 trl_2x4 --speed-runs fast_1x4 \\
-        trl_1x4 --grpo-s 4 --eval-every-s 2 --sft-max-s 5 --output /tmp/smoke.json
+    PYTHONPATH=.:bench:services/agents .venv/bin/python bench/grpo_learning_gpu.py --smoke \\
+        --runs fast_2x4 trl_2x4 --speed-runs fast_1x4 trl_1x4 --learning-rates 3e-5 --grpo-s 4 \\
+        --eval-every-s 2 --sft-max-s 5 --speed-steps 2 --output /tmp/smoke.json
 
 Writes ``bench/results/grpo_learning_gpu.json`` (the sweep) or ``--output`` after every run.
 """
@@ -736,6 +740,8 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 if name in merged[group]:
                     raise ValueError(f"{group} {name} is in two calls")
                 merged[group][name] = {**record, "call": index}
+    # Timings compare only on one kind of card: the calls' cards, for the reader to check.
+    merged["cards"] = sorted({str(call["environment"].get("gpu")) for call in merged["calls"]})
     merged["comparison"] = comparison(merged)
     return merged
 

@@ -38,6 +38,8 @@ BENCHMARK_ENV: dict[str, dict[str, str]] = {
 GPU_BENCHMARKS: dict[str, str] = {
     "hf_generation_gpu": "PYTHONPATH=.:bench python3 bench/hf_generation_gpu.py",
     "grpo_gpu": "PYTHONPATH=.:bench:services/agents python3 bench/grpo_gpu.py",
+    # The learning-rate sweep; the fast path beside TRL with colocated vLLM from the same checkpoint
+    # takes two more calls (vLLM and TRL in /root/site), joined with --merge (bench/README.md).
     "grpo_learning_gpu": "PYTHONPATH=.:bench:services/agents python3 bench/grpo_learning_gpu.py --grpo-s 80",
     "parallel_gpu": "PYTHONPATH=.:bench python3 -m torch.distributed.run --nproc-per-node 2 "
     "bench/parallel_gpu.py",
