@@ -663,12 +663,12 @@ def _trl(
         calls.append((sum(rewards) / len(rewards), tokens, digest(sorted(set(index)))))
         return rewards
 
-    class Clock(TrainerCallback):  # type: ignore[misc]
+    class Clock(TrainerCallback):
         def on_train_begin(self, *a: Any, **k: Any) -> None:
             common.synchronize()
             mark[0] = time.monotonic()
 
-        def on_step_end(self, _args: Any, _state: Any, control: Any, **k: Any) -> Any:
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             common.synchronize()
             seconds = time.monotonic() - mark[0]
             mean, tokens, problems = calls[-1]
@@ -677,26 +677,20 @@ def _trl(
             mark[0] = time.monotonic()  # after the evaluation, which is not training time
             return control
 
-    steps = MAX_LEARNING_STEPS if args.mode == "learn" else args.speed_steps + 1
-    epochs = -(-steps * variant.prompts // len(records))
-    ordered = [records[i] for i in common.fast_order(len(records), args.seed, epochs)]
-    started = time.monotonic()
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer = common.trl_grpo_trainer(
+        trainer, start_s = common.trl_grpo_trainer(
             variant,
             model,
             tokenizer,
             reward,
-            ordered,
+            records,
             completion_tokens=args.completion_tokens,
             learning_rate=args.learning_rates[0],
             seed=args.seed,
-            max_steps=steps,
+            max_steps=MAX_LEARNING_STEPS if args.mode == "learn" else args.speed_steps + 1,
             callbacks=[Clock()],
             output_dir=Path(output_dir),
         )
-        start_s = time.monotonic() - started
-        common.log(f"{variant.name}: trainer built in {start_s:.1f} s")
         trainer.train()
     extra: dict[str, Any] = {
         "trainer_start_s": round(start_s, 1),

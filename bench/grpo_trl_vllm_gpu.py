@@ -426,15 +426,13 @@ def _trl(
 
     micro, accumulation = variant.trl_batches()
     vllm = variant.engine == "trl_vllm"
-    # The fast path's draw order, laid out for TRL's unshuffled sampler: the same problems each step.
-    ordered = [records[i] for i in common.fast_order(len(records), args.seed)]
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer = common.trl_grpo_trainer(
+        trainer, start_s = common.trl_grpo_trainer(
             variant,
             model,
             tokenizer,
             reward,
-            ordered,
+            records,
             completion_tokens=args.completion_tokens,
             learning_rate=args.learning_rate,
             seed=args.seed,
@@ -442,8 +440,6 @@ def _trl(
             callbacks=[Clock()],
             output_dir=Path(output_dir),
         )
-        start_s = time.monotonic() - started
-        common.log(f"{variant.name}: trainer built in {start_s:.1f} s")
         started = time.monotonic()
         trainer.train()
     seconds = [b - a for a, b in zip([started, *marks], marks, strict=False)]

@@ -493,15 +493,12 @@ def test_prepare_trains_the_same_steps_a_few_examples_at_a_time_on_a_smaller_car
 
 
 @pytest.fixture(scope="module")
-def learning() -> Iterator[ModuleType]:
-    """bench/grpo_learning_gpu.py: the fast path and TRL from one checkpoint with headroom."""
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
-    try:
-        import grpo_learning_gpu
+def learning(common: ModuleType) -> ModuleType:
+    """bench/grpo_learning_gpu.py: the fast path and TRL from one checkpoint with headroom (imported
+    while bench/ is on the path, as the common fixture keeps it)."""
+    import grpo_learning_gpu
 
-        yield grpo_learning_gpu
-    finally:
-        sys.path.remove(str(REPO_ROOT / "bench"))
+    return grpo_learning_gpu
 
 
 def test_a_run_is_evaluated_at_its_start_every_interval_and_its_end_and_stops_in_time(learning: Any) -> None:
