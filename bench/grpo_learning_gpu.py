@@ -40,16 +40,18 @@ gives every argument): the first trains ``C`` and keeps it, the second starts fr
         --output $OUT/grpo_learning_gpu.json
     PYTHONPATH=/root/site:.:bench:services/agents VLLM_USE_FLASHINFER_SAMPLER=0 python3 \\
         bench/grpo_learning_gpu.py --save-checkpoint /root/arith-C --runs fast_64x8 \\
-        --speed-runs fast_1x8 --learning-rates 3e-5 --grpo-s 120 --output $OUT/grpo_learning_fast.json
+        --speed-runs fast_1x8 trl_vllm_1x8 --learning-rates 3e-5 --grpo-s 120 \\
+        --output $OUT/grpo_learning_paths_1.json
     PYTHONPATH=/root/site:.:bench:services/agents VLLM_USE_FLASHINFER_SAMPLER=0 python3 \\
         bench/grpo_learning_gpu.py --checkpoint /root/arith-C --runs trl_vllm_64x8 \\
-        --speed-runs trl_vllm_1x8 --learning-rates 3e-5 --grpo-s 120 --output $OUT/grpo_learning_trl.json
+        --learning-rates 3e-5 --grpo-s 120 --output $OUT/grpo_learning_paths_2.json
 
 Here: the calls' files joined (``--merge``, into ``bench/results/grpo_learning_paths_gpu.json`` by
 default), the curves drawn (``--plot``: both paths where the file has them, else the sweep), and
 the script checked on the CPU (``--smoke``: the builtin tiny model, TRL without vLLM):
 
-    .venv/bin/python bench/grpo_learning_gpu.py --merge A/grpo_learning_fast.json B/grpo_learning_trl.json
+    .venv/bin/python bench/grpo_learning_gpu.py --merge A/grpo_learning_paths_1.json \\
+        B/grpo_learning_paths_2.json
     .venv/bin/python bench/grpo_learning_gpu.py --plot docs/grpo_learning_gpu.png
     PYTHONPATH=.:bench:services/agents .venv/bin/python bench/grpo_learning_gpu.py --smoke \\
         --runs fast_2x4 trl_2x4 --speed-runs fast_1x4 trl_1x4 --learning-rates 3e-5 --grpo-s 4 \\
