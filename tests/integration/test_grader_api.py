@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.errors import ConfigurationError
-from autorl.store import Database, FailureReason, SubmissionStatus, caches, claims, experiments, outcomes
+from autorl.store import Database, SubmissionStatus, caches, claims, experiments, outcomes
 from autorl.store import submissions as submission_store
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
@@ -28,11 +28,13 @@ from tests.support.documents import claim
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
+    check_token_rotation,
     copy_model,
     new_experiment,
     row_id,
     submission_count,
 )
+from tests.support.runs import fail_evaluation
 from tests.support.settings import DeploymentSettings
 
 #: What the tiny base model ships besides its weights and config.
@@ -289,7 +291,8 @@ def test_a_model_path_past_the_size_limits_is_400_before_any_file_is_read(
 # -- limits, deadline, scoping -----------------------------------------------------------------
 
 
-def submit_to_a_limit_of_one(
+@pytest.fixture
+def limit_of_one(
     client: TestClient, register_experiment: Callable[..., RegisteredExperiment], tiny_base_model: Path
 ) -> tuple[RegisteredExperiment, Any]:
     """An experiment that accepts one submission, and the answer to its first (not waited for)."""
@@ -301,12 +304,9 @@ def submit_to_a_limit_of_one(
 
 
 def test_submission_limit_is_429(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    client: TestClient, settings: DeploymentSettings, limit_of_one: tuple[RegisteredExperiment, Any]
 ) -> None:
-    experiment, first = submit_to_a_limit_of_one(client, register_experiment, tiny_base_model)
+    experiment, first = limit_of_one
     assert first.json()["status"] == "queued" and first.json()["queue_position"] >= 1
     second = submit(client, experiment, "output/a")
     assert second.status_code == 429
@@ -416,40 +416,23 @@ def _backends_waiting_on_a_lock(db: Database) -> int:
 
 
 def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    client: TestClient, settings: DeploymentSettings, limit_of_one: tuple[RegisteredExperiment, Any]
 ) -> None:
-    experiment, first = submit_to_a_limit_of_one(client, register_experiment, tiny_base_model)
+    experiment, first = limit_of_one
     # The evaluator could not start its engine: the agent is told so, and may submit again.
     assert settings.database_url is not None
     db = Database(settings.database_url)
     submission_id = first.json()["submission_id"]
     first_row = row_id(db, experiment, submission_id)
-    with db.session() as session:
-        assert claims.claim(session, first_row, worker="w", lease_s=60)
-    with db.session() as session:
-        fault = EvaluatorFaultError("vLLM could not start the model on this worker's GPUs")
-        assert outcomes.record_failure(
-            session, first_row, error=agent_message(fault), reason=FailureReason.EVALUATION, worker="w"
-        )
+    fault = EvaluatorFaultError("vLLM could not start the model on this worker's GPUs")
+    fail_evaluation(db, first_row, agent_message(fault))
     failed = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
     assert failed["status"] == "failed" and failed["error"].startswith("evaluator error (not your checkpoint")
     second = submit(client, experiment, "output/a", params={"wait": "false"})
     assert second.status_code == 202, second.text
     second_row = row_id(db, experiment, second.json()["submission_id"])
     # A failure of the checkpoint itself counts.
-    with db.session() as session:
-        assert claims.claim(session, second_row, worker="w", lease_s=60)
-    with db.session() as session:
-        assert outcomes.record_failure(
-            session,
-            second_row,
-            error="the checkpoint ...",
-            reason=FailureReason.EVALUATION,
-            worker="w",
-        )
+    fail_evaluation(db, second_row, "the checkpoint ...")
     assert submit(client, experiment, "output/a").status_code == 429
 
 
@@ -626,10 +609,7 @@ def test_register_conflict_and_unknown_task(
 def test_rotating_a_token_revokes_the_old_one(
     client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
-    response = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
-    assert response.status_code == 200
-    assert client.get(f"{experiment.url_path}/time").status_code == 401
-    assert client.get(f"/a/{response.json()['token']}/time").status_code == 200
+    check_token_rotation(client, settings, experiment)
 
 
 def test_ops_endpoints(
@@ -798,7 +778,6 @@ def test_the_headline_score_follows_the_experiments_protocol(
     tiny_base_model: Path,
     register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-    from autorl.store import claims, outcomes
 
     strict = register_experiment(protocol="strict")
     default = register_experiment()
@@ -828,7 +807,7 @@ def test_the_headline_score_follows_the_experiments_protocol(
 def test_baseline_is_measured_once_per_model_and_settings(
     client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
-    from autorl.store import SubmissionStatus, claims, experiments, outcomes
+    from autorl.store import SubmissionStatus, experiments
 
     base = copy_model(tiny_base_model, tmp_path / "base", unique=True)
     model = f"local:{tmp_path.name}"

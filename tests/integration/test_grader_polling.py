@@ -19,7 +19,7 @@ from autorl.store import Database, Submission, SubmissionStatus, experiments
 from autorl_grader.expiring_cache import CACHE_TTL_S, ExpiringCache
 from autorl_grader.result_waits import POLL_INTERVAL_S
 from autorl_grader.state import GraderState
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model
+from tests.support.grading import RegisteredExperiment, admin_headers, check_token_rotation, copy_model
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
 
@@ -108,10 +108,7 @@ def test_a_replaced_token_is_refused_at_once(
     client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> None:
     assert client.get(f"{experiment.url_path}/time").status_code == 200
-    rotated = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
-    assert rotated.status_code == 200
-    assert client.get(f"{experiment.url_path}/time").status_code == 401
-    assert client.get(f"/a/{rotated.json()['token']}/time").status_code == 200
+    check_token_rotation(client, settings, experiment)
 
 
 def test_a_token_replaced_elsewhere_is_refused_within_the_ttl(

@@ -48,6 +48,14 @@ def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id
     return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
 
 
+def check_token_rotation(client: TestClient, settings: Any, experiment: RegisteredExperiment) -> None:
+    """The admin gives ``experiment`` a new token: the old one is refused at once, the new one works."""
+    rotated = client.post(f"/v1/experiments/{experiment.name}/token", headers=admin_headers(settings))
+    assert rotated.status_code == 200
+    assert client.get(f"{experiment.url_path}/time").status_code == 401
+    assert client.get(f"/a/{rotated.json()['token']}/time").status_code == 200
+
+
 def make_workspace(root: Path) -> Path:
     workspace = root / f"ws-{uuid.uuid4().hex[:8]}"
     (workspace / "output").mkdir(parents=True)
