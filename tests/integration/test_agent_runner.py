@@ -27,7 +27,8 @@ from autorl_agent_runner.runner import AgentOutcome, AgentRunner, RunnerConfig
 from autorl_agent_runner.sandbox.agent_user import uid_processes
 from autorl_agent_runner.sandbox.environment import ContractValues, parse_env_items
 from autorl_agent_runner.sandbox.plan import SandboxMode
-from autorl_agent_runner.workspace.layout import Workspace, create_workspace
+from autorl_agent_runner.workspace.layout import Workspace
+from tests.support.workspaces import arith_workspace
 
 UNREACHABLE = "http://127.0.0.1:9/a/token-of-nothing"
 NEEDS_ROOT = pytest.mark.requires(os.geteuid() == 0, reason="the user sandbox needs root")
@@ -42,19 +43,9 @@ MODES = [
 
 @pytest.fixture
 def workspace(tmp_path: Path, tiny_base_model: Path) -> Workspace:
-    task = get_task("arith")
-    train = task.download_train_data(tmp_path / "cache" / "data").parent
-    return create_workspace(
-        tmp_path / "home" / "runs" / "r" / "workspace",
-        run_id="r",
-        task_name=task.name,
-        description=task.description(),
-        base_model_dir=tiny_base_model,
-        base_model_name="tiny-qwen2",
-        train_data_dir=train,
-        timeout_s=3,
-        link_model=False,
-    )
+    train = get_task("arith").download_train_data(tmp_path / "cache" / "data").parent
+    workspace = tmp_path / "home" / "runs" / "r" / "workspace"
+    return arith_workspace(workspace, tiny_base_model, train, run_id="r", timeout_s=3)
 
 
 #: A `sleep` duration no other process uses, so the escaped child can be found on the host

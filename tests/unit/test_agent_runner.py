@@ -34,6 +34,7 @@ from autorl_agent_runner.workspace.layout import (
 from autorl_agents import example_sft
 from autorl_agents.example_config import ExampleGRPOConfig, build_parser, parse_config
 from autorl_agents.sft import common_prefix_length, sft_target
+from tests.support.workspaces import arith_workspace
 
 
 @pytest.fixture
@@ -42,19 +43,7 @@ def train_dir(tmp_path: Path) -> Path:
 
 
 def make(root: Path, base: Path, train: Path, run_id: str = "run-1") -> object:
-    task = get_task("arith")
-    return create_workspace(
-        root,
-        run_id=run_id,
-        task_name=task.name,
-        description=task.description(),
-        base_model_dir=base,
-        base_model_name="tiny-qwen2",
-        train_data_dir=train,
-        timeout_s=120,
-        max_submissions=7,
-        link_model=False,
-    )
+    return arith_workspace(root, base, train, run_id=run_id, timeout_s=120, max_submissions=7)
 
 
 def test_workspace_layout_and_read_only_parts(tmp_path: Path, tiny_base_model: Path, train_dir: Path) -> None:
