@@ -17,6 +17,7 @@ import pytest
 from autorl.decoding import greedy_engine
 from autorl.decoding.greedy_engine import generate_greedy
 from autorl.tasks import get_task
+from tests.support.models import greedy_ids
 
 pytestmark = pytest.mark.slow
 
@@ -55,31 +56,10 @@ def _widen_weights(model: Any, generator: Any) -> None:
                 parameter.normal_(0.0, 0.3, generator=generator)
 
 
-def _generate_one_at_a_time(
-    model: Any, prompts: list[list[int]], new_tokens: int, pad_id: int
-) -> list[list[int]]:
-    import torch
-
-    completions = []
-    for prompt in prompts:
-        ids = torch.tensor([prompt])
-        with torch.inference_mode():
-            output = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=new_tokens,
-                eos_token_id=None,
-                pad_token_id=pad_id,
-            )
-        completions.append(output[0, len(prompt) :].tolist())
-    return completions
-
-
 @pytest.fixture(scope="module")
 def reference(model_and_prompts: tuple[Any, Any, list[list[int]]]) -> list[list[int]]:
     model, tokenizer, prompts = model_and_prompts
-    return _generate_one_at_a_time(model, prompts, NEW_TOKENS, tokenizer.pad_token_id)
+    return greedy_ids(model, prompts, NEW_TOKENS, eos_token_id=None, pad_token_id=tokenizer.pad_token_id)
 
 
 def test_same_ids_as_generate_with_the_shared_prefix_and_several_batches(
@@ -103,7 +83,9 @@ def test_same_ids_as_generate_for_prompts_that_share_nothing(
     model, tokenizer, prompts = model_and_prompts
     # Different lengths and no common first id: left padding in the batch, no shared prefix.
     unrelated = [prompts[0][-40:], prompts[1][-9:], prompts[2][-23:]]
-    expected = _generate_one_at_a_time(model, unrelated, NEW_TOKENS, tokenizer.pad_token_id)
+    expected = greedy_ids(
+        model, unrelated, NEW_TOKENS, eos_token_id=None, pad_token_id=tokenizer.pad_token_id
+    )
     output = generate_greedy(
         model, unrelated, max_new_tokens=NEW_TOKENS, eos_ids=[], pad_id=tokenizer.pad_token_id
     )
@@ -164,7 +146,7 @@ def test_every_supported_architecture_decodes_as_generate_does(model_type: str) 
     _widen_weights(model, generator)
     shared = torch.randint(1, 96, (12,), generator=generator).tolist()
     prompts = [shared + torch.randint(1, 96, (n,), generator=generator).tolist() for n in (3, 7, 5)]
-    expected = _generate_one_at_a_time(model, prompts, 8, pad_id=0)
+    expected = greedy_ids(model, prompts, 8, eos_token_id=None, pad_token_id=0)
     output = generate_greedy(model, prompts, max_new_tokens=8, eos_ids=[], pad_id=0, max_batch_size=2)
     assert (output.engine, output.batch_sizes, output.shared_prefix) == ("greedy", [2, 1], len(shared))
     assert output.tokens == expected

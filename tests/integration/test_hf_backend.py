@@ -23,7 +23,7 @@ from autorl_evaluator.backends import get_backend
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.backends.hf.opencompass_chat import opencompass_messages
 from autorl_evaluator.settings import WorkerSettings
-from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
+from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel, greedy_ids
 
 pytestmark = pytest.mark.slow
 
@@ -43,22 +43,22 @@ def _independent_completions(model_dir: Path, questions: list[str]) -> list[str]
     task = get_task("gsm8k")
     tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
     model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    completions = []
-    for question in questions:
-        text = tokenizer.apply_chat_template(
+    texts = [
+        tokenizer.apply_chat_template(
             opencompass_messages(task.build_messages(question)), tokenize=False, add_generation_prompt=True
         )
-        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
-        with torch.no_grad():
-            output = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=EVAL_MAX_NEW_TOKENS,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        completions.append(tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True))
-    return completions
+        for question in questions
+    ]
+    prompt_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    # Ending where the model's own generation config says, as generate does by default.
+    completions = greedy_ids(
+        model,
+        prompt_ids,
+        EVAL_MAX_NEW_TOKENS,
+        eos_token_id=model.generation_config.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in completions]
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,12 @@ def evaluate_trained(model: TrainedModel, settings: WorkerSettings) -> EvalResul
     )
 
 
+def assert_same_answers(result: EvalResult, reference: EvalResult) -> None:
+    """``result`` has the reference evaluation's completions, problem by problem, and its scores."""
+    assert result.completions == reference.completions
+    assert result.scores == reference.scores
+
+
 def test_backends_by_name() -> None:
     assert get_backend("hf").name == "hf"
     assert get_backend("opencompass").name == "opencompass"
@@ -167,8 +173,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_completion(
     monkeypatch.setattr(greedy_engine, "_decode_batch", small_batches_only)
     result = evaluate_trained(trained_tiny_model, settings)
     assert sizes[:3] == [BATCH_SIZE, 2, 2]  # 5 → 2, then it stays at the size that fits
-    assert result.completions == evaluated.completions
-    assert result.scores == evaluated.scores
+    assert_same_answers(result, evaluated)
 
 
 def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_same_completions(
@@ -184,8 +189,7 @@ def test_an_architecture_the_engine_does_not_know_decodes_with_generate_to_the_s
     assert evaluated.details["engine"] == "greedy"
     assert result.details["engine"] == "generate"
     assert result.details["shared_prefix_ids"] == 0
-    assert result.completions == evaluated.completions
-    assert result.scores == evaluated.scores
+    assert_same_answers(result, evaluated)
 
 
 def test_a_warm_evaluation_swaps_weights_and_scores_as_a_cold_one(
@@ -212,5 +216,5 @@ def test_a_warm_evaluation_swaps_weights_and_scores_as_a_cold_one(
     assert first.details["weights_swapped_into_resident_model"] is False
     assert second.details["weights_swapped_into_resident_model"] is True
     assert first.completions != evaluated.completions  # the resident model really had other weights
-    assert second.completions == evaluated.completions and second.scores == evaluated.scores
+    assert_same_answers(second, evaluated)
     assert evaluated.details["weights_swapped_into_resident_model"] is False

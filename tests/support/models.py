@@ -170,10 +170,16 @@ def _common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     return length
 
 
-def greedy_completions(
-    model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int
-) -> list[str]:
-    """Greedy completions, one prompt at a time (no padding), special tokens skipped."""
+def greedy_ids(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    eos_token_id: int | list[int] | None,
+    pad_token_id: int | None,
+) -> list[list[int]]:
+    """The token ids of greedy completions by ``model.generate``, one prompt at a time (no padding),
+    ending at ``eos_token_id`` (never, where None)."""
     import torch
 
     completions = []
@@ -185,8 +191,23 @@ def greedy_completions(
                 attention_mask=torch.ones_like(inputs),
                 do_sample=False,
                 max_new_tokens=max_new_tokens,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos_token_id,
+                pad_token_id=pad_token_id,
             )
-            completions.append(tokenizer.decode(output[0, inputs.shape[1] :], skip_special_tokens=True))
+            completions.append(output[0, inputs.shape[1] :].tolist())
     return completions
+
+
+def greedy_completions(
+    model: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int
+) -> list[str]:
+    """Greedy completions, one prompt at a time (no padding), ending at the tokenizer's end token,
+    special tokens skipped."""
+    completions = greedy_ids(
+        model,
+        prompt_ids,
+        max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in completions]
