@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +55,14 @@ def _slow_clock(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[float]:
     return wall
 
 
-def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
-    tiny_base_model: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.fixture
+def make_agent(tiny_base_model: Path, tmp_path: Path) -> Callable[..., _Agent]:
+    """An agent of the tiny base model with the example agent's ``settings``."""
+    return functools.partial(_Agent, tiny_base_model, tmp_path)
+
+
+def _sft_steps_taking_ten_seconds(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The SFT phase's clock on a wall that each SFT step moves by STEP_S; returns the wall."""
     import torch
 
     wall = _slow_clock(monkeypatch, sft)
@@ -70,41 +73,37 @@ def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
         return real_clip(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_taking_ten_seconds)
-    agent = _Agent(
-        tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=0
-    )
+    return wall
+
+
+def _assert_one_step_then_submitted(agent: _Agent, out: str, phase: str, stop_event: str) -> None:
+    """The phase made one step, logged why it stopped (``stop_event``), and submitted its final."""
+    assert agent.submitted == [(f"{phase}-final", phase)]
+    assert stop_event in out
+    assert f"event=phase_end phase={phase} steps=1" in out
+
+
+def test_the_sft_phase_starts_no_step_that_would_end_past_its_stop(
+    make_agent: Callable[..., _Agent], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wall = _sft_steps_taking_ten_seconds(monkeypatch)
+    agent = make_agent(sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=0)
     stop_at = wall[0] + STOP_AFTER_S
     sft.run_phase(agent, stop_at=stop_at)  # type: ignore[arg-type]
-    assert agent.submitted == [("sft-final", "sft")]
     assert wall[0] <= stop_at
-    out = capsys.readouterr().out
-    assert "event=phase_stop phase=sft reason=time epoch=1 step=1 next_step_s=10" in out
-    assert "event=phase_end phase=sft steps=1" in out
+    stop_event = "event=phase_stop phase=sft reason=time epoch=1 step=1 next_step_s=10"
+    _assert_one_step_then_submitted(agent, capsys.readouterr().out, "sft", stop_event)
 
 
 def test_on_a_slow_machine_sft_makes_its_least_steps_past_its_share_and_evaluates_once(
-    tiny_base_model: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    make_agent: Callable[..., _Agent], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Steps ten times slower than planned (a loaded machine): SFT goes past its time share to the
     steps that make the model learn, within the agent's own stop, and skips the evaluation of an
     epoch it ends behind plan, submitting its last checkpoint instead."""
-    import torch
-
-    wall = _slow_clock(monkeypatch, sft)
-    real_clip = torch.nn.utils.clip_grad_norm_
-
-    def clip_taking_ten_seconds(*args: Any, **kwargs: Any) -> Any:
-        wall[0] += STEP_S
-        return real_clip(*args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_taking_ten_seconds)
+    wall = _sft_steps_taking_ten_seconds(monkeypatch)
     # 8 problems in steps of 2: 4 steps an epoch; the share allows one step, the least is 6.
-    agent = _Agent(
-        tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=6
-    )
+    agent = make_agent(sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=6)
     agent.stop = wall[0] + 1000.0
     sft.run_phase(agent, stop_at=wall[0] + STOP_AFTER_S)  # type: ignore[arg-type]
     out = capsys.readouterr().out
@@ -113,19 +112,14 @@ def test_on_a_slow_machine_sft_makes_its_least_steps_past_its_share_and_evaluate
     assert agent.submitted == [("sft-final", "sft")]
     # Where the agent's own stop comes first, it stops SFT whatever the least.
     capsys.readouterr()
-    again = _Agent(
-        tiny_base_model, tmp_path, sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=6
-    )
+    again = make_agent(sft_epochs=2, sft_batch_size=2, logging_steps=1, sft_min_steps=6)
     again.stop = wall[0] + 25.0
     sft.run_phase(again, stop_at=wall[0] + STOP_AFTER_S)  # type: ignore[arg-type]
     assert "event=phase_end phase=sft steps=2" in capsys.readouterr().out
 
 
 def test_the_fast_grpo_phase_starts_no_step_that_would_end_past_its_stop(
-    tiny_base_model: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    make_agent: Callable[..., _Agent], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wall = _slow_clock(monkeypatch, fast_grpo)
     real_step = fast_grpo.FastGRPO.step
@@ -136,19 +130,17 @@ def test_the_fast_grpo_phase_starts_no_step_that_would_end_past_its_stop(
         return stats
 
     monkeypatch.setattr(fast_grpo.FastGRPO, "step", ten_second_step)
-    agent = _Agent(tiny_base_model, tmp_path, grpo_epochs=2, logging_steps=1)
+    agent = make_agent(grpo_epochs=2, logging_steps=1)
     sizes = GRPOSizes(learning_rate=1e-4, num_generations=2, prompts_per_step=2)
     stop_at = wall[0] + STOP_AFTER_S
     fast_grpo.run_phase(agent, stop_at=stop_at, sizes=sizes, completion_limit=3)
-    assert agent.submitted == [("grpo-final", "grpo")]
     assert wall[0] <= stop_at
-    out = capsys.readouterr().out
-    assert "event=phase_stop phase=grpo reason=time step=1 next_step_s=10" in out
-    assert "event=phase_end phase=grpo steps=1" in out
+    stop_event = "event=phase_stop phase=grpo reason=time step=1 next_step_s=10"
+    _assert_one_step_then_submitted(agent, capsys.readouterr().out, "grpo", stop_event)
 
 
 def test_the_trl_phase_stops_training_before_a_step_that_would_end_past_its_stop(
-    tiny_base_model: Path,
+    make_agent: Callable[..., _Agent],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -157,7 +149,7 @@ def test_the_trl_phase_stops_training_before_a_step_that_would_end_past_its_stop
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     wall = _slow_clock(monkeypatch, example_grpo)
-    agent = _Agent(tiny_base_model, tmp_path)
+    agent = make_agent()
     stop_at = wall[0] + STOP_AFTER_S
     (callback,) = example_grpo.Agent._callbacks(agent, "grpo", stop_at)  # type: ignore[arg-type]
     args = TrainingArguments(output_dir=str(tmp_path / "trainer"), use_cpu=True, report_to="none")
