@@ -80,21 +80,25 @@ BUILTIN = ExperimentSpec.model_validate(
         "timeoutSeconds": 3600,
     }
 )
-CUSTOM = ExperimentSpec.model_validate(
+
+
+def tiny_gsm8k_spec(agent: dict[str, Any], **fields: Any) -> ExperimentSpec:
+    """A 600 s gsm8k experiment of the tiny model by ``agent``, with the spec's other ``fields``."""
+    return ExperimentSpec.model_validate(
+        {"task": "gsm8k", "model": "builtin:tiny-qwen2", "agent": agent, "timeoutSeconds": 600, **fields}
+    )
+
+
+CUSTOM = tiny_gsm8k_spec(
     {
-        "task": "gsm8k",
-        "model": "builtin:tiny-qwen2",
-        "agent": {
-            "image": "registry.example/llm-agent:1",
-            "command": ["python", "-m", "agent"],
-            "args": ["--fast"],
-            "env": [{"name": "LOG_LEVEL", "value": "debug"}],
-            "envFrom": [{"secretRef": {"name": "llm-api-key"}}],
-        },
-        "timeoutSeconds": 600,
-        "egress": [{"host": "api.example.com"}, {"cidr": "203.0.113.0/24", "ports": [8443]}],
-        "queueName": "gpu-queue",
-    }
+        "image": "registry.example/llm-agent:1",
+        "command": ["python", "-m", "agent"],
+        "args": ["--fast"],
+        "env": [{"name": "LOG_LEVEL", "value": "debug"}],
+        "envFrom": [{"secretRef": {"name": "llm-api-key"}}],
+    },
+    egress=[{"host": "api.example.com"}, {"cidr": "203.0.113.0/24", "ports": [8443]}],
+    queueName="gpu-queue",
 )
 SPECS = pytest.mark.parametrize("spec", [BUILTIN, CUSTOM], ids=["builtin", "custom"])
 
@@ -873,20 +877,15 @@ def test_pull_secret_names_are_checked_when_the_controller_starts(monkeypatch: p
         ControllerSettings()
 
 
-BUILTIN_WITH_ENV = ExperimentSpec.model_validate(
+BUILTIN_WITH_ENV = tiny_gsm8k_spec(
     {
-        "task": "gsm8k",
-        "model": "builtin:tiny-qwen2",
-        "agent": {
-            "builtin": "example_grpo",
-            "args": ["--learning-rate", "1e-6", "-v"],
-            "env": [{"name": "WANDB_MODE", "value": "offline"}],
-            "envFrom": [
-                {"secretRef": {"name": "llm-api-key"}},
-                {"configMapRef": {"name": "tuning"}, "prefix": "TUNE_"},
-            ],
-        },
-        "timeoutSeconds": 600,
+        "builtin": "example_grpo",
+        "args": ["--learning-rate", "1e-6", "-v"],
+        "env": [{"name": "WANDB_MODE", "value": "offline"}],
+        "envFrom": [
+            {"secretRef": {"name": "llm-api-key"}},
+            {"configMapRef": {"name": "tuning"}, "prefix": "TUNE_"},
+        ],
     }
 )
 
