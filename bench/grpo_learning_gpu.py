@@ -737,7 +737,7 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
                     raise ValueError(f"{group} {name} is in two calls")
                 merged[group][name] = {**record, "call": index}
     # Timings compare only on one kind of card: the calls' cards, for the reader to check.
-    merged["cards"] = sorted({str(call["environment"].get("gpu")) for call in merged["calls"]})
+    merged["cards"] = sorted({str(call["environment"].get("gpu", "CPU")) for call in merged["calls"]})
     merged["comparison"] = comparison(merged)
     return merged
 

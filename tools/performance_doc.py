@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tools.docgen import REPO_ROOT, Document, load_results, number
+from tools.docgen import REPO_ROOT, RESULTS, Document, load_results, number
 
 #: What each variant of ``hf_generation_gpu.json`` measured, in the document's words.
 GENERATION_VARIANTS = {
@@ -172,6 +172,55 @@ def grpo_headroom() -> str:
             f"{run['gains']} / {run['losses']} | {run['p_value']:.2g} | "
             f"{number(run['completion_tokens_per_s'], 0)} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def grpo_paths() -> str:
+    """The fast path beside TRL with colocated vLLM from one checkpoint with headroom
+    (bench/grpo_learning_gpu.py --runs, its calls joined with --merge)."""
+    if not (RESULTS / "grpo_learning_paths_gpu.json").exists():
+        return (
+            "Not measured yet: no `bench/results/grpo_learning_paths_gpu.json` (bench/README.md's calls).\n"
+        )
+    data = load_results("grpo_learning_paths_gpu")
+    start = data["checkpoint"]
+    rate = data["settings"]["learning_rates"][0]
+    lines = [
+        f"Measured {_when(data['date'])} on one {', '.join(data['cards'])}, learning rate {rate:g}, "
+        f"{data['settings']['completion_tokens']}-token completions, temperature 1. Held out: "
+        f"{start['held_out']}; the checkpoint answers {start['accuracy']} % greedily.",
+        "",
+        "| run | steps | training s | held-out accuracy % | gained / lost | McNemar p | completion tok/s |",
+        "| --- | ---: | ---: | --- | --- | ---: | ---: |",
+    ]
+    for name, run in {**data["runs"], **data["speed"]}.items():
+        if run.get("status") != "ok":
+            lines.append(f"| `{name}` | {_failed(run)} | | | | | |")
+        elif "curve" in run:
+            lines.append(
+                f"| `{name}` | {run['steps']} | {run['trained_s']} | "
+                f"{start['accuracy']} → **{run['accuracy']}** | {run['gains']} / {run['losses']} | "
+                f"{run['p_value']:.2g} | "
+                f"{number(run['completion_tokens_per_s'], 0)} |"
+            )
+        else:
+            lines.append(
+                f"| `{name}` (speed) | {run['steps_timed']} | — | — | — | — | "
+                f"{number(run['completion_tokens_per_s'], 0)} |"
+            )
+    for pair, compared in data["comparison"]["learning"].items():
+        reached = "; ".join(
+            f"{target} %: " + ", ".join(f"{key} {'—' if t is None else f'{t} s'}" for key, t in times.items())
+            for target, times in compared["seconds_to_accuracy"].items()
+        )
+        same, steps = compared["same_problems_leading_steps"], min(compared["steps"].values())
+        lines += [
+            "",
+            f"`{pair}`: the same problems in the first {same} of {steps} steps; training seconds to "
+            f"reach {reached}.",
+        ]
+    for ratio, value in data["comparison"]["speed_ratios"].items():
+        lines += ["", f"`{ratio}`: **{value}×** in completion tokens per second."]
     return "\n".join(lines) + "\n"
 
 
@@ -736,6 +785,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "grpo-throughput": grpo_throughput,
     "grpo-learning": grpo_learning,
     "grpo-headroom": grpo_headroom,
+    "grpo-paths": grpo_paths,
     "bf16-agreement": bf16_agreement,
     "weight-swap": weight_swap,
     "autorl-run-gpu": autorl_run,

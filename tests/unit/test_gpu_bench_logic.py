@@ -542,7 +542,7 @@ def _paths_call(date: str, runs: dict[str, Any], speed: dict[str, Any]) -> dict[
         "date": date,
         "command": f"python3 bench/grpo_learning_gpu.py --runs {' '.join(runs)}",
         "environment": {"gpu": "NVIDIA H100 80GB HBM3"},
-        "settings": {"learning_rates": [3e-5]},
+        "settings": {"learning_rates": [3e-5], "completion_tokens": 64},
         "checkpoint": {
             "accuracy": 20.0,
             "sft_checks": [{"step": 5}],
@@ -566,19 +566,25 @@ def _learning_run(engine: str, curve: list[tuple[float, float]], problems: list[
         "steps": len(problems),
         "completion_tokens_per_s": 1000.0,
         "problems_per_step": problems,
+        "gains": 3,
+        "losses": 1,
     }
 
 
-def test_the_two_paths_calls_merge_into_time_to_accuracy_and_both_curves(
-    learning: Any, tmp_path: Path
+def test_the_two_paths_calls_merge_into_time_to_accuracy_both_curves_and_the_table(
+    learning: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = _learning_run("fast", [(0.0, 20.0), (15.0, 23.0), (30.0, 27.0)], [1, 2, 3])
     trl = _learning_run("trl_vllm", [(0.0, 20.0), (15.0, 21.0), (30.0, 22.5)], [1, 2, 4])
     first = _paths_call(
-        "2026-12-06T12:00:00Z", {"fast_64x8": fast}, {"fast_1x8": {"completion_tokens_per_s": 50.0}}
+        "2026-12-06T12:00:00Z",
+        {"fast_64x8": fast},
+        {"fast_1x8": {"status": "ok", "steps_timed": 20, "completion_tokens_per_s": 50.0}},
     )
     second = _paths_call(
-        "2026-12-06T12:10:00Z", {"trl_vllm_64x8": trl}, {"trl_vllm_1x8": {"completion_tokens_per_s": 100.0}}
+        "2026-12-06T12:10:00Z",
+        {"trl_vllm_64x8": trl},
+        {"trl_vllm_1x8": {"status": "ok", "steps_timed": 20, "completion_tokens_per_s": 100.0}},
     )
     merged = learning.merge([first, second])
     assert [call["date"] for call in merged["calls"]] == [first["date"], second["date"]]
@@ -596,6 +602,16 @@ def test_the_two_paths_calls_merge_into_time_to_accuracy_and_both_curves(
         learning.merge([first, other])
     learning.plot(merged, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+    from tools import docgen, performance_doc
+
+    (tmp_path / "grpo_learning_paths_gpu.json").write_text(json.dumps(merged), encoding="utf-8")
+    monkeypatch.setattr(docgen, "RESULTS", tmp_path)
+    monkeypatch.setattr(performance_doc, "RESULTS", tmp_path)
+    table = performance_doc.grpo_paths()
+    assert "| `fast_64x8` | 3 | 30.0 | 20.0 → **27.0** | 3 / 1 | 0.01 | 1,000 |" in table
+    assert "the same problems in the first 2 of 3 steps" in table
+    assert "| `trl_vllm_1x8` (speed) | 20 | — | — | — | — | 100 |" in table
+    assert "`fast_1x8_over_trl_vllm_1x8`: **0.5×**" in table
 
 
 def test_a_fast_path_run_from_a_kept_checkpoint_learns_and_records_its_problems(
