@@ -64,8 +64,57 @@ from tests.support.kube_emulator import (
     waiting_container,
 )
 from tests.support.kubelet import failed_pod_status, kubelet_environment
+from tests.support.runs import fail_evaluation
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+#: This environment's ``autorl``: a pod's entry point runs here in place of its image's.
+AUTORL = str(Path(sys.executable).parent / "autorl")
+
+
+async def agent_pod_spec(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
+    """The pod template of the experiment's agent Job."""
+    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
+    assert job is not None
+    spec: dict[str, Any] = job["spec"]["template"]["spec"]
+    return spec
+
+
+async def token_secret_data(platform: Platform, ref: ExperimentRef) -> dict[str, dict[str, str]]:
+    """The experiment's token Secret as the kubelet reads it: its values decoded, under its name."""
+    secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
+    assert secret is not None
+    return {ref.secret_name: {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}}
+
+
+def environment_here(
+    container: dict[str, Any],
+    secrets_by_name: dict[str, dict[str, str]],
+    configmaps: dict[str, dict[str, str]],
+    home: Path,
+) -> dict[str, str]:
+    """The environment the kubelet gives ``container``, with this machine's PATH and ``home`` as
+    the platform home."""
+    env = kubelet_environment(container, secrets_by_name, configmaps)
+    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(home)})
+    return env
+
+
+def command_here(
+    container: dict[str, Any], workspace: Path, *extra: str, agent: Path | None = None
+) -> list[str]:
+    """``container``'s command line run here: with this environment's ``autorl``, the workspace (and
+    the agent, if given) at their paths on this machine, and ``extra`` arguments last."""
+    args = list(container["args"])
+    if agent is not None:
+        args[args.index("--agent") + 1] = str(agent)
+    args[args.index("--workspace") + 1] = str(workspace)
+    return [AUTORL, *container["command"][1:], *args, *extra]
+
+
+def start_here(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``command`` started in the background, its output kept for the test to read."""
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 async def test_example_experiment_runs_to_succeeded_with_grader_scores(
@@ -474,24 +523,15 @@ async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_
     await platform.apply(manifest)
     ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
-    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
-    assert job is not None
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    container = (await agent_pod_spec(platform, ref))["containers"][0]
     assert {"secretRef": {"name": "llm-api-key"}, "prefix": "AUTORL_AGENT_ENV_"} in container["envFrom"]
 
     # Run the pod's entry point with the environment the kubelet would give it, plus what an image or
     # a node adds: GPU runtime variables (kept) and platform credentials (never passed on).
-    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
-    assert token_secret is not None
-    secrets_by_name = {
-        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()},
-        "llm-api-key": api_key,
-    }
-    env = kubelet_environment(container, secrets_by_name, {"tuning": {"STEPS": "12"}})
+    secrets_by_name = {**await token_secret_data(platform, ref), "llm-api-key": api_key}
+    env = environment_here(container, secrets_by_name, {"tuning": {"STEPS": "12"}}, tmp_path / "home")
     env.update(
         {
-            "PATH": os.environ["PATH"],
-            "AUTORL_HOME": str(tmp_path / "home"),
             "AUTORL_ADMIN_TOKEN": "admin-token-of-the-platform",
             "NVIDIA_VISIBLE_DEVICES": "GPU-4f2a",
             "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
@@ -507,13 +547,9 @@ async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_
     )
     agent.chmod(0o755)
     workspace = platform.shared / ref.workspace_subpath
-    args = list(container["args"])
-    args[args.index("--agent") + 1] = str(agent)
-    args[args.index("--workspace") + 1] = str(workspace)
-    autorl = str(Path(sys.executable).parent / "autorl")
     done = await asyncio.to_thread(
         subprocess.run,
-        [autorl, *container["command"][1:], *args],
+        command_here(container, workspace, agent=agent),
         env=env,
         capture_output=True,
         text=True,
@@ -549,27 +585,10 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
     await platform.apply(manifest)
     ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
-    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
-    assert job is not None
-    (sidecar,) = job["spec"]["template"]["spec"]["initContainers"]
-    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
-    assert token_secret is not None
-    secrets_by_name = {
-        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}
-    }
-    env = kubelet_environment(sidecar, secrets_by_name, {})
-    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(tmp_path / "home")})
+    (sidecar,) = (await agent_pod_spec(platform, ref))["initContainers"]
+    env = environment_here(sidecar, await token_secret_data(platform, ref), {}, tmp_path / "home")
     workspace = platform.shared / ref.workspace_subpath
-    args = list(sidecar["args"])
-    args[args.index("--workspace") + 1] = str(workspace)
-    autorl = str(Path(sys.executable).parent / "autorl")
-    mirror = subprocess.Popen(
-        [autorl, *sidecar["command"][1:], *args, "--interval", "0.2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    mirror = start_here(command_here(sidecar, workspace, "--interval", "0.2"), env)
     try:
         await platform.run_agent_pod(ref)
         await platform.wait_for(
@@ -783,31 +802,13 @@ async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_late
     await platform.apply(manifest)
     ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
-    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
-    assert job is not None
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    token_secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
-    assert token_secret is not None
-    secrets_by_name = {
-        ref.secret_name: {k: base64.b64decode(v).decode() for k, v in token_secret["data"].items()}
-    }
-    env = kubelet_environment(container, secrets_by_name, {})
-    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(tmp_path / "home")})
+    container = (await agent_pod_spec(platform, ref))["containers"][0]
+    env = environment_here(container, await token_secret_data(platform, ref), {}, tmp_path / "home")
     agent = tmp_path / "agent"
     agent.write_text("#!/usr/bin/env python3\nimport time\ntime.sleep(600)\n")
     agent.chmod(0o755)
     workspace = platform.shared / ref.workspace_subpath
-    args = list(container["args"])
-    args[args.index("--agent") + 1] = str(agent)
-    args[args.index("--workspace") + 1] = str(workspace)
-    autorl = str(Path(sys.executable).parent / "autorl")
-    runner = subprocess.Popen(
-        [autorl, *container["command"][1:], *args, "--grace-period", "1"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runner = start_here(command_here(container, workspace, "--grace-period", "1", agent=agent), env)
     try:
         # The runner opens agent.log just before it starts the agent.
         log = workspace / "agent.log"
@@ -1042,11 +1043,8 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
     from autorl.errors import EVALUATOR_FAULT_PREFIX
     from autorl.store import (
         Database,
-        FailureReason,
         Split,
-        claims,
         experiments,
-        outcomes,
         sealed_final,
         submissions,
     )
@@ -1126,16 +1124,9 @@ async def test_a_sealed_experiment_is_evaluated_on_test_once_after_its_agent(
         db = Database(platform.grader_settings.database_url or "")
         try:
             for submission_id in waiting:
-                with db.session() as session:
-                    assert claims.claim(session, submission_id, worker="worker-1", lease_s=60)
-                with db.session() as session:
-                    assert outcomes.record_failure(
-                        session,
-                        submission_id,
-                        error=f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): no engine",
-                        reason=FailureReason.EVALUATION,
-                        worker="worker-1",
-                    )
+                fail_evaluation(
+                    db, submission_id, f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault): no engine"
+                )
         finally:
             db.dispose()
         return waiting
