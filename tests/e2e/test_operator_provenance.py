@@ -88,8 +88,14 @@ async def evaluate_waiting(platform: Platform, ref: ExperimentRef) -> list[int]:
     return waiting
 
 
-async def run_agent(platform: Platform, name: str, tiny_base_model: Path) -> tuple[ExperimentRef, str]:
+async def run_agent(
+    platform: Platform, name: str, tiny_base_model: Path, *, timeout_s: int | None = None
+) -> tuple[ExperimentRef, str]:
+    """The example gsm8k Experiment (with a budget of ``timeout_s``, where given) applied, through its
+    baseline, and its agent's pod running with its budget started: its ref and the pod's name."""
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
+    if timeout_s is not None:
+        manifest["spec"]["timeoutSeconds"] = timeout_s
     await platform.apply(manifest)
     ref = await platform.ref(name)
     await platform.through_baseline(manifest, tiny_base_model)
@@ -98,6 +104,21 @@ async def run_agent(platform: Platform, name: str, tiny_base_model: Path) -> tup
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
     )
     return ref, pod
+
+
+async def submit_a_scored_checkpoint(platform: Platform, ref: ExperimentRef) -> Path:
+    """The agent submits a copy of the cached base model, made a model of its own, as
+    ``output/ckpt-1``, and the evaluator scores it: its final. The checkpoint's folder."""
+    url, _ = await platform.agent_credentials(ref.name)
+    checkpoint = platform.shared / ref.workspace_subpath / "output" / "ckpt-1"
+    shutil.copytree(
+        platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B"), checkpoint
+    )
+    make_unique(checkpoint)
+    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
+    assert submitted.status_code == 202, submitted.text
+    assert await evaluate_waiting(platform, ref)
+    return checkpoint
 
 
 async def end_agent_and_play_the_check(platform: Platform, ref: ExperimentRef, pod: str) -> dict[str, Any]:
@@ -142,14 +163,7 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     name = "gsm8k-brought-in"
     ref, pod = await run_agent(platform, name, tiny_base_model)
     workspace = platform.shared / ref.workspace_subpath
-    model = platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B")
-    url, _ = await platform.agent_credentials(name)
-    checkpoint = workspace / "output" / "ckpt-1"
-    shutil.copytree(model, checkpoint)
-    make_unique(checkpoint)
-    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
-    assert submitted.status_code == 202, submitted.text
-    assert await evaluate_waiting(platform, ref)
+    await submit_a_scored_checkpoint(platform, ref)
 
     # While the agent runs, nothing is checked: it could react.
     early = await platform.grader.post(
@@ -236,15 +250,7 @@ async def test_a_sealed_experiments_validation_problems_are_counted_and_its_fina
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
     )
     workspace = platform.shared / ref.workspace_subpath
-    url, _ = await platform.agent_credentials(name)
-    checkpoint = workspace / "output" / "ckpt-1"
-    shutil.copytree(
-        platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B"), checkpoint
-    )
-    make_unique(checkpoint)
-    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
-    assert submitted.status_code == 202, submitted.text
-    assert await evaluate_waiting(platform, ref)
+    await submit_a_scored_checkpoint(platform, ref)
     task = get_task("gsm8k")
     test = task.load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
     validation = task.load_validation_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
@@ -269,12 +275,7 @@ async def test_a_timed_out_agents_files_are_read_after_its_pods_grace_period(
     """At the deadline the controller deletes the agent's Job; its pod keeps running through its
     grace period, and what it writes then is still read: the copy waits until the pod has stopped."""
     name = "gsm8k-late-brought-in"
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    manifest["spec"]["timeoutSeconds"] = 1
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
-    pod = await platform.run_agent_pod(ref)
+    ref, pod = await run_agent(platform, name, tiny_base_model, timeout_s=1)
     await platform.wait_for(
         f"{EXPERIMENTS}/{name}",
         lambda obj: POD_RUNS in (obj["status"].get("message") or ""),
@@ -306,15 +307,7 @@ async def test_a_path_past_path_max_is_read_and_a_removed_final_leaves_the_twin_
     name = "gsm8k-deep-dodge"
     ref, pod = await run_agent(platform, name, tiny_base_model)
     workspace = platform.shared / ref.workspace_subpath
-    url, _ = await platform.agent_credentials(name)
-    checkpoint = workspace / "output" / "ckpt-1"
-    shutil.copytree(
-        platform.shared / "cache" / "models" / cached_model_subpath("Qwen/Qwen2.5-1.5B"), checkpoint
-    )
-    make_unique(checkpoint)
-    submitted = await platform.grader.post(f"{url}/submit?wait=false", json={"model_path": "output/ckpt-1"})
-    assert submitted.status_code == 202, submitted.text
-    assert await evaluate_waiting(platform, ref)
+    checkpoint = await submit_a_scored_checkpoint(platform, ref)
     test = get_task("gsm8k").load_test_problems(tmp_path / "data", source_dir=FIXTURE_DATA)
     nest_past_path_max(
         workspace / "output", "stolen.json", json.dumps([problem.question for problem in test[:3]])
