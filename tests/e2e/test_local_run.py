@@ -143,6 +143,21 @@ def leftover_processes(home: Path) -> list[int]:
     return found
 
 
+def run_on_tiny_arith(
+    autorl_run: Callable[..., Run],
+    agent: str,
+    timeout_s: int,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Run:
+    """``autorl run`` of ``agent`` on arith with the tiny model for ``timeout_s``, its grader on a
+    free port, with ``args`` last and ``env`` added to the environment."""
+    flags = {"-a": agent, "-t": "arith", "-m": "builtin:tiny-qwen2", "--timeout": str(timeout_s)}
+    return autorl_run(
+        *[part for item in flags.items() for part in item], "--port", str(free_port()), *args, env=env
+    )
+
+
 def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) -> None:
     agent = write_agent(
         tmp_path,
@@ -157,17 +172,10 @@ def test_short_local_experiment(tmp_path: Path, autorl_run: Callable[..., Run]) 
         record("submit", call("/submit", {"model_path": save("copy-of-base")}))
         """,
     )
-    run = autorl_run(
-        "-a",
+    run = run_on_tiny_arith(
+        autorl_run,
         agent,
-        "-t",
-        "arith",
-        "-m",
-        "builtin:tiny-qwen2",
-        "--timeout",
-        "120",
-        "--port",
-        str(free_port()),
+        120,
         "--env",
         "LLM_API_KEY",
         "--env",
@@ -256,20 +264,7 @@ def test_deadline_ends_an_agent_that_ignores_sigterm(tmp_path: Path, autorl_run:
             time.sleep(0.2)
         """,
     )
-    run = autorl_run(
-        "-a",
-        agent,
-        "-t",
-        "arith",
-        "-m",
-        "builtin:tiny-qwen2",
-        "--timeout",
-        "8",
-        "--grace-period",
-        "3",
-        "--port",
-        str(free_port()),
-    )
+    run = run_on_tiny_arith(autorl_run, agent, 8, "--grace-period", "3")
     assert run.code == 0, run.stderr
     (row,) = run.results()
     assert row["status"] == "completed" and row["submissions"] == 0 and row["success"] is False
