@@ -778,7 +778,6 @@ def test_the_headline_score_follows_the_experiments_protocol(
     tiny_base_model: Path,
     register_experiment: Callable[..., RegisteredExperiment],
 ) -> None:
-
     strict = register_experiment(protocol="strict")
     default = register_experiment()
     assert strict.view["eval_config"]["protocol"] == "strict"
