@@ -14,6 +14,7 @@ summary and exits 0, and the backend fails with OpenCompass's own error instead 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -304,13 +305,25 @@ def test_hf_and_opencompass_backends_agree_on_every_sample(worker_run: WorkerRun
     assert result.scores["opencompass"] == pytest.approx(worker_run.scored["score"])
 
 
+@pytest.fixture
+def make_opencompass_settings(
+    make_settings: Callable[..., DeploymentSettings],
+) -> Callable[..., DeploymentSettings]:
+    """:func:`make_settings` for the ``opencompass`` backend, run by the OpenCompass environment's
+    command, with answers of at most MAX_NEW_TOKENS tokens unless told otherwise."""
+    return functools.partial(
+        make_settings,
+        eval_backend="opencompass",
+        eval_max_new_tokens=MAX_NEW_TOKENS,
+        opencompass_bin=OPENCOMPASS_BIN,
+    )
+
+
 def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
-    sharp_checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+    sharp_checkpoint: Path, make_opencompass_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
     broken = corrupt_weights(sharp_checkpoint, tmp_path / "broken")
-    settings = make_settings(
-        eval_backend="opencompass", eval_max_new_tokens=MAX_NEW_TOKENS, opencompass_bin=OPENCOMPASS_BIN
-    )
+    settings = make_opencompass_settings()
     task = get_task("gsm8k")
     problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
     started = time.monotonic()
@@ -336,7 +349,7 @@ def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
 def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weights_in_place(
     worker_run: WorkerRun,
     trained_tiny_model: TrainedModel,
-    make_settings: Callable[..., DeploymentSettings],
+    make_opencompass_settings: Callable[..., DeploymentSettings],
     tmp_path: Path,
 ) -> None:
     """``AUTORL_VLLM_PYTHON``: OpenCompass renders the prompts and scores the answers, the resident
@@ -345,10 +358,7 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
     engine in place and answers as a fresh model does; a checkpoint that cannot be loaded fails with
     the engine's error and the engine is stopped, so the next evaluation starts a fresh one. Outside
     the warm worker the engine goes with its evaluation."""
-    settings = make_settings(
-        eval_backend="opencompass",
-        eval_max_new_tokens=MAX_NEW_TOKENS,
-        opencompass_bin=OPENCOMPASS_BIN,
+    settings = make_opencompass_settings(
         vllm_python=Path(sys.executable),
         eval_warm_worker=True,  # the engine stays between evaluations only in the warm worker
     )
@@ -407,20 +417,14 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
 
 
 def test_the_warm_worker_forks_opencompass_from_one_server_and_answers_as_the_command(
-    worker_run: WorkerRun, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+    worker_run: WorkerRun, make_opencompass_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
     """In the warm worker each evaluation runs in a process forked from one server that imported
     OpenCompass once (OpenCompass's own command entry, its tasks in that process): the answers and
     the score are the ``opencompass`` command's, word for word; the next evaluation is forked from
     the same server, and each run's process ends with its run; outside the warm worker the command
     runs and no server is kept."""
-    settings = make_settings(
-        eval_backend="opencompass",
-        eval_max_new_tokens=MAX_NEW_TOKENS,
-        opencompass_bin=OPENCOMPASS_BIN,
-        eval_batch_size=LIMIT,
-        eval_warm_worker=True,
-    )
+    settings = make_opencompass_settings(eval_batch_size=LIMIT, eval_warm_worker=True)
     task = get_task("gsm8k")
     config = EvalConfig.record(task.name, settings)
     backend = OpenCompassBackend()
@@ -461,16 +465,14 @@ def test_the_warm_worker_forks_opencompass_from_one_server_and_answers_as_the_co
 
 def test_a_warm_evaluation_past_its_hard_timeout_ends_its_run_and_the_server(
     sharp_checkpoint: Path,
-    make_settings: Callable[..., DeploymentSettings],
+    make_opencompass_settings: Callable[..., DeploymentSettings],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The hard timeout ends the forked run and everything it started, as it ends the command's
     group; the server goes too, and the next evaluation gets a fresh one and a score."""
-    settings = make_settings(
-        eval_backend="opencompass",
+    settings = make_opencompass_settings(
         eval_max_new_tokens=LONG_MAX_NEW_TOKENS,
-        opencompass_bin=OPENCOMPASS_BIN,
         eval_batch_size=LONG_BATCH_SIZE,
         eval_timeout_s=WARM_TIMEOUT_TOO_SHORT_S,
         eval_warm_worker=True,
@@ -504,19 +506,13 @@ def test_a_warm_evaluation_past_its_hard_timeout_ends_its_run_and_the_server(
 
 
 def test_a_base_with_another_generation_config_never_steers_the_warm_opencompass_or_its_engine(
-    sharp_checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+    sharp_checkpoint: Path, make_opencompass_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
     """Base A evaluated by a fresh engine, then base B (A byte for byte but for its generation
     config, whose eos ids name every token) warms a fresh engine, then A in the same warm worker:
     OpenCompass forked from one server throughout, and the engine takes A as another model (a load,
     not weights in place), so A answers as it did first."""
-    settings = make_settings(
-        eval_backend="opencompass",
-        eval_max_new_tokens=MAX_NEW_TOKENS,
-        opencompass_bin=OPENCOMPASS_BIN,
-        vllm_python=Path(sys.executable),
-        eval_warm_worker=True,
-    )
+    settings = make_opencompass_settings(vllm_python=Path(sys.executable), eval_warm_worker=True)
     a = Path(shutil.copytree(sharp_checkpoint, tmp_path / "a"))
     b = Path(shutil.copytree(sharp_checkpoint, tmp_path / "b"))
     generation = json.loads((b / "generation_config.json").read_text(encoding="utf-8"))
@@ -547,13 +543,11 @@ def test_a_base_with_another_generation_config_never_steers_the_warm_opencompass
 
 
 def test_an_evaluation_past_its_time_budget_stops_opencompass_and_says_so(
-    sharp_checkpoint: Path, make_settings: Callable[..., DeploymentSettings], tmp_path: Path
+    sharp_checkpoint: Path, make_opencompass_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
     """An agent's evaluation on the CPU gets a budget measured on the CPU: OpenCompass's run ends at
     it, every process of it with it, and the failure is the budget's (the checkpoint's)."""
-    settings = make_settings(
-        eval_backend="opencompass", eval_max_new_tokens=MAX_NEW_TOKENS, opencompass_bin=OPENCOMPASS_BIN
-    )
+    settings = make_opencompass_settings()
     task = get_task("gsm8k")
     problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=LIMIT)
     budget = TimeBudget(seconds=3, baseline_seconds=1, baseline_fill=1, factor=3, floor_s=0, device="cpu")
