@@ -16,7 +16,7 @@ child evaluates:
 
 1. the warm worker (``AUTORL_EVAL_WARM_WORKER``): T2 (the warm OpenCompass and the engine start),
    T1 and T2 again (each forked from the warm OpenCompass, weights loaded into the engine in place);
-2. the worker outside the warm worker: T2 through the ``opencompass`` command (its three processes)
+2. the worker outside the warm worker: T2 through the ``opencompass`` command (its tasks in its own process)
    and an engine started for that evaluation.
 
 ``in-process`` (the engine's Python): the ``hf`` backend's engine on the same prompts and T2.

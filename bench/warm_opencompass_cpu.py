@@ -4,7 +4,7 @@ One call, one model, one workload: the ``opencompass`` backend's ``evaluate`` on
 Qwen2 (``--problems`` GSM8K test problems in the real 4-shot prompt, ``--max-new-tokens`` each),
 ``--rounds`` evaluations of each variant one after another, as one worker process takes them:
 
-- ``command``: the ``opencompass`` command (its three processes), OpenCompass's own transformers
+- ``command``: the ``opencompass`` command (its tasks in its own process), OpenCompass's own transformers
   model in its inference process;
 - ``warm``: the warm worker (``AUTORL_EVAL_WARM_WORKER``), each evaluation forked from the warm
   OpenCompass;

@@ -14,7 +14,7 @@ import pytest
 from autorl.store.db import SQLITE_POOL_OVERFLOW, SQLITE_POOL_SIZE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DURATION_S = 90.0
+DURATION_S = 45.0
 #: Sockets of a request in flight at the moment of a sample (the grader's to an agent or worker).
 IN_FLIGHT_FDS = 2
 

@@ -57,13 +57,14 @@ LIMIT = 4
 #: The timed-out submission belongs to an experiment asking for this many new tokens on each of
 #: its test problems (the fixture's 16, LONG_REPEATS times), one prompt at a time. The builtin tiny
 #: model's answers stop before that (16 problems took about 25 s on an idle machine), so the repeats
-#: make inference last minutes, well past TIMEOUT_TOO_SHORT_S, by which time OpenCompass (about 30 s
-#: to start on an idle machine, over 80 s on 2 cores beside another test's training) has started it.
+#: make inference last minutes, well past TIMEOUT_TOO_SHORT_S, by which time OpenCompass (its tasks in
+#: its own process: about 5 s to start on an idle machine, 25 s on 2 cores beside another test's
+#: training) has started it.
 LONG_MAX_NEW_TOKENS = 2500
 LONG_BATCH_SIZE = 1
 #: How many times the long experiment's test split repeats the fixture problems.
 LONG_REPEATS = 12
-TIMEOUT_TOO_SHORT_S = 150
+TIMEOUT_TOO_SHORT_S = 60
 TIMEOUT_S = 900
 #: The warm OpenCompass's run starts at once (its server has imported OpenCompass): a few seconds
 #: into the long experiment's inference.
@@ -78,7 +79,7 @@ class WorkerRun:
     scored: dict[str, Any]
     predictions: list[dict[str, str]]
     leftovers: list[int]
-    #: Whether OpenCompass had started its inference process when the timeout struck.
+    #: Whether OpenCompass had started inference when the timeout struck.
     inference_started: bool
     problems: list[Problem]
     #: A model trained to answer half the problems right, scored through OpenCompass.
@@ -226,7 +227,7 @@ def worker_run(
         assert settings.eval_dir is not None
         leftovers = processes_under(settings.eval_dir)
         [timed_out_run] = (settings.eval_dir / "opencompass").glob("2*")
-        inference_started = any(timed_out_run.glob("work/*/logs/infer/*/*.out"))
+        inference_started = "Start inferencing" in (timed_out_run / "opencompass.log").read_text()
         scored = submit_and_work(client, experiment, sharp_checkpoint)
         predictions_file = predictions_path(
             settings, row_id(settings.database_url, experiment, int(scored["submission_id"]))
@@ -280,7 +281,7 @@ def test_a_timed_out_evaluation_fails_with_the_reason_and_leaves_no_process(work
     failed = worker_run.timed_out
     assert failed["status"] == "failed" and failed["score"] is None
     assert f"hard timeout of {TIMEOUT_TOO_SHORT_S} s" in failed["error"]
-    # The kill reached OpenCompass's own task process (a grandchild of the worker) too.
+    # It was stopped while OpenCompass's inference ran, and nothing it started is left.
     assert worker_run.inference_started
     assert worker_run.leftovers == []
     # The same worker went on to evaluate the next submission.
@@ -332,16 +333,14 @@ def test_a_checkpoint_opencompass_cannot_load_fails_with_its_error(
             broken, task, problems, EvalConfig.record(task.name, settings), settings
         )
     message = str(failure.value)
-    assert "produced no score (exit code 0" in message
+    assert "produced no score (exit code 1)" in message
     assert "safetensors" in message.lower() or "deserializ" in message.lower()
     assert not any(problem.question[:40] in message for problem in problems)
     assert len(message) <= 4000
-    # The run folder is kept for the operator; its summary says what OpenCompass said: "-".
+    # The run folder is kept for the operator, with OpenCompass's own account of the failure.
     assert settings.eval_dir is not None
     [run_dir] = (settings.eval_dir / "opencompass").glob("2*")
-    [summary] = run_dir.glob("work/*/summary/summary_*.csv")
-    rows = list(csv.DictReader(summary.open()))
-    assert [(r["dataset"], r["submission"]) for r in rows] == [("gsm8k", "-")]
+    assert "SafetensorError" in (run_dir / "opencompass.log").read_text()
     assert processes_under(run_dir) == []
     assert time.monotonic() - started < TIMEOUT_S
 

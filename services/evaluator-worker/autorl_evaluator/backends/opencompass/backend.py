@@ -381,8 +381,15 @@ class OpenCompassBackend(Backend):
             process = "warm"
         else:
             run_timeout_s = _run_timeout_s(timeout_s, deadline)
+            # One inference task (a CPU run, or the resident engine's): OpenCompass runs its tasks in
+            # its own process (--debug), as the warm server's runs do, rather than one process each.
+            one_process = ["--debug"] if resident or placement.gpu is None else []
             outcome = run_in_group(
-                [str(command), *arguments], cwd=run_dir, env=env, timeout_s=run_timeout_s, log_path=log_path
+                [str(command), *arguments, *one_process],
+                cwd=run_dir,
+                env=env,
+                timeout_s=run_timeout_s,
+                log_path=log_path,
             )
         log.info(
             "event=opencompass_finished returncode=%d timed_out=%s seconds=%.1f",
@@ -415,8 +422,8 @@ class OpenCompassBackend(Backend):
             )
         if accuracy is None:
             raise EvaluationError(
-                f"OpenCompass produced no score (exit code {outcome.returncode}; it exits 0 even when "
-                "a task fails): the checkpoint could not be evaluated.\n" + _error_tail(run_dir, problems)
+                f"OpenCompass produced no score (exit code {outcome.returncode}): the checkpoint could "
+                "not be evaluated.\n" + _error_tail(run_dir, problems)
             )
         completions = read_predictions(work_dir, len(problems))
         scores = task.score(completions, [problem.answer for problem in problems])
