@@ -180,7 +180,8 @@ def grpo_paths() -> str:
     (bench/grpo_learning_gpu.py --runs, its calls joined with --merge)."""
     if not (RESULTS / "grpo_learning_paths_gpu.json").exists():
         return (
-            "Not measured yet: bench/README.md's two calls of `bench/grpo_learning_gpu.py --runs` measure it.\n"
+            "Not measured yet: bench/README.md's two calls of `bench/grpo_learning_gpu.py --runs` "
+            "measure it.\n"
         )
     data = load_results("grpo_learning_paths_gpu")
     start = data["checkpoint"]
