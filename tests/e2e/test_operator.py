@@ -1,34 +1,35 @@
 """The real kopf operator loop against the kmock Kubernetes API emulator and a real grader
 (tests/support/kube_emulator.py; the `platform` fixture: tests/e2e/conftest.py, one per module, so
-these stay one module): an Experiment's lifecycle and budget, what reaches its agent, the refusals
-the controller alone makes, and a reason for every wait."""
+these stay one module): an Experiment's lifecycle (its baseline waiting for an evaluator too), what
+reaches its agent and the refusals the controller alone makes. Its budget and a reason for every
+wait of its pods: tests/e2e/test_operator_budget.py."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import copy
-import datetime
 import itertools
 import json
-import math
-import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import kmock
 import pytest
 
 from autorl.layout import cached_model_subpath
 from autorl_controller.operator.manifests import ExperimentRef, agent_run_as_id
 from autorl_controller.operator.settings import ControllerSettings
+from tests.support.agent_pods import (
+    agent_pod_spec,
+    command_here,
+    environment_here,
+    start_here,
+    token_secret_data,
+)
 from tests.support.broken_experiments import CASES as BROKEN
 from tests.support.broken_experiments import manifest as broken_manifest
 from tests.support.grading import row_id
@@ -45,76 +46,17 @@ from tests.support.kube_emulator import (
     WAIT_S,
     Platform,
     admin,
-    cause_crash_loop,
-    cause_failed_mount,
-    cause_image_pull,
-    cause_missing_secret,
-    cause_refused_pod,
-    cause_suspended,
-    cause_unschedulable,
     chart_authorizer,
     complete,
     controller_rbac,
     failed,
     finish_agent,
-    iso,
-    job_pod,
     load_example,
     runs_named,
-    waiting_container,
 )
-from tests.support.kubelet import failed_pod_status, kubelet_environment
 from tests.support.runs import fail_evaluation
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-#: This environment's ``autorl``: a pod's entry point runs here in place of its image's.
-AUTORL = str(Path(sys.executable).parent / "autorl")
-
-
-async def agent_pod_spec(platform: Platform, ref: ExperimentRef) -> dict[str, Any]:
-    """The pod template of the experiment's agent Job."""
-    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
-    assert job is not None
-    spec: dict[str, Any] = job["spec"]["template"]["spec"]
-    return spec
-
-
-async def token_secret_data(platform: Platform, ref: ExperimentRef) -> dict[str, dict[str, str]]:
-    """The experiment's token Secret as the kubelet reads it: its values decoded, under its name."""
-    secret = await platform.get(f"{SECRETS}/{ref.secret_name}")
-    assert secret is not None
-    return {ref.secret_name: {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}}
-
-
-def environment_here(
-    container: dict[str, Any],
-    secrets_by_name: dict[str, dict[str, str]],
-    configmaps: dict[str, dict[str, str]],
-    home: Path,
-) -> dict[str, str]:
-    """The environment the kubelet gives ``container``, with this machine's PATH and ``home`` as
-    the platform home."""
-    env = kubelet_environment(container, secrets_by_name, configmaps)
-    env.update({"PATH": os.environ["PATH"], "AUTORL_HOME": str(home)})
-    return env
-
-
-def command_here(
-    container: dict[str, Any], workspace: Path, *extra: str, agent: Path | None = None
-) -> list[str]:
-    """``container``'s command line run here: with this environment's ``autorl``, the workspace (and
-    the agent, if given) at their paths on this machine, and ``extra`` arguments last."""
-    args = list(container["args"])
-    if agent is not None:
-        args[args.index("--agent") + 1] = str(agent)
-    args[args.index("--workspace") + 1] = str(workspace)
-    return [AUTORL, *container["command"][1:], *args, *extra]
-
-
-def start_here(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    """``command`` started in the background, its output kept for the test to read."""
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 async def test_example_experiment_runs_to_succeeded_with_grader_scores(
@@ -257,81 +199,6 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     assert ("Failed", done["status"]["message"]) in await platform.events(name)
 
 
-@pytest.mark.parametrize("how", ["job-deadline-exceeded", "controller-clock"])
-async def test_agent_past_its_deadline_ends_timed_out(
-    platform: Platform, tiny_base_model: Path, how: str
-) -> None:
-    name = f"gsm8k-late-{how}"[:50]
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    if how == "controller-clock":
-        manifest["spec"]["timeoutSeconds"] = 1
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
-    await platform.run_agent_pod(ref)
-    if how == "job-deadline-exceeded":
-        # Kubernetes itself stops the Job at activeDeadlineSeconds.
-        await platform.end_agent_job(ref, failed("DeadlineExceeded", "Job was active longer than specified"))
-    done = await platform.wait_phase(name, "TimedOut")
-    assert "end of its budget" in done["status"]["message"]
-    assert done["status"]["baselineScore"] is not None and done["status"]["deadline"]
-    if how == "controller-clock":
-        # The Job still ran past the budget and its grace: the controller stopped it.
-        assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is None
-    view = await platform.grader_view(ref)
-    assert view["status"] == "timed_out"
-
-
-async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
-    platform: Platform, tiny_base_model: Path
-) -> None:
-    """Nothing inside a custom image keeps time: the Job's own deadline is moved to the budget's end,
-    so the Job controller deletes the pod then (SIGTERM), and the kubelet kills it a grace period
-    later (SIGKILL), whether or not the controller is running at that moment."""
-    name = "gsm8k-custom-deadline"
-    manifest = load_example("experiment-custom-agent.yaml", rename=name)
-    manifest["spec"]["timeoutSeconds"] = 600
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
-    job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
-    assert job is not None
-    pod = job["spec"]["template"]["spec"]
-    assert (
-        pod["terminationGracePeriodSeconds"]
-        == ControllerSettings(admin_token=platform.grader_settings.admin_token).agent_stop_grace_s
-    )  # SIGTERM → SIGKILL
-    backstop = job["spec"]["activeDeadlineSeconds"]
-    assert backstop == 600  # from the Job's start, before the budget is known: never past its end
-
-    # The Job started 95 s ago (scheduling, a slow image pull); its agent runs now: the budget starts.
-    job_start = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=95)
-    await platform.patch_job_status(ref.agent_job_name, {"startTime": iso(job_start)})
-    await platform.run_agent_pod(ref)
-    tightened = await platform.wait_for(
-        f"{JOBS}/{ref.agent_job_name}",
-        lambda obj: obj["spec"]["activeDeadlineSeconds"] != backstop,
-        "the Job's deadline to follow the budget",
-    )
-    seen_at = time.time()
-    view = await platform.grader_view(ref)
-    until_end = view["end_time"] - job_start.timestamp()
-    # The budget started once the controller saw the pod run: after the patch, before we saw it.
-    assert 95 + 600 <= until_end <= seen_at - job_start.timestamp() + 600
-    assert tightened["spec"]["activeDeadlineSeconds"] == math.ceil(until_end)
-    # Later ticks leave it alone (no patch per tick).
-    await asyncio.sleep(TICK_S * 5)
-    again = await platform.get(f"{JOBS}/{ref.agent_job_name}")
-    assert again is not None
-    assert again["metadata"]["resourceVersion"] == tightened["metadata"]["resourceVersion"]
-
-    # At that deadline the Job controller stops it: the experiment ends TimedOut, its Job kept for logs.
-    await platform.end_agent_job(ref, failed("DeadlineExceeded", "Job was active longer than specified"))
-    done = await platform.wait_phase(name, "TimedOut")
-    assert "end of its budget" in done["status"]["message"]
-    assert await platform.get(f"{JOBS}/{ref.agent_job_name}") is not None
-
-
 async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Platform) -> None:
     name = "both-agents"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
@@ -456,39 +323,6 @@ async def test_reapplying_a_deleted_experiment_makes_a_new_run_and_keeps_the_old
     runs = await runs_named(platform, name)
     assert set(runs) == {first.grader_name, second.grader_name}
     assert [runs[run.grader_name]["status"] for run in (first, second)] == ["completed", "completed"]
-
-
-async def test_the_budget_starts_when_the_agent_container_runs_not_while_pending(
-    platform: Platform, tiny_base_model: Path
-) -> None:
-    name = "gsm8k-slow-pull"
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
-
-    # The Job has an active pod, Pending: scheduled, pulling a large image. No budget yet.
-    pod = await platform.run_agent_pod(ref, pending=True)
-    await asyncio.sleep(TICK_S * 10)
-    view = await platform.grader_view(ref)
-    assert view["start_time"] is None and view["end_time"] is None
-    status = (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]
-    assert status["message"] == "the agent Job is waiting for its pod" and not status.get("deadline")
-
-    # The container starts; the controller sees it a little later. The clock counts from the start
-    # (which is after registration: the grader clamps an earlier start to it).
-    started = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - datetime.timedelta(seconds=1)
-    await platform.set_agent_running(pod, started)
-    running = await platform.wait_for(
-        f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
-    )
-    view = await platform.grader_view(ref)
-    assert view["start_time"] == pytest.approx(started.timestamp(), abs=1e-3)
-    assert view["end_time"] == pytest.approx(
-        started.timestamp() + manifest["spec"]["timeoutSeconds"], abs=1e-3
-    )
-    assert running["status"]["startTime"] == iso(started)
-    await finish_agent(platform, ref)
 
 
 async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_secrets_do_not(
@@ -623,34 +457,6 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
         mirror.send_signal(signal.SIGTERM)  # the pod ends: the kubelet stops the sidecar
         _, err = mirror.communicate(timeout=30)
     assert mirror.returncode == 0, err
-    await finish_agent(platform, ref)
-
-
-async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
-    platform: Platform, tiny_base_model: Path
-) -> None:
-    """A Role that does not grant reading pods (403): the Job's count of ready pods stands in."""
-    name = "gsm8k-no-pod-access"
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
-    forbidden = platform.emulator[f"GET {PODS}"] << 403
-    assert isinstance(forbidden, kmock.Reaction)
-    try:
-        await platform.patch_job_status(ref.agent_job_name, {"active": 1})  # Pending: active, not ready
-        await asyncio.sleep(TICK_S * 10)
-        status = (await platform.get(f"{EXPERIMENTS}/{name}") or {})["status"]
-        assert status["phase"] == "Running" and not status.get("deadline")
-        before = time.time()
-        await platform.patch_job_status(ref.agent_job_name, {"active": 1, "ready": 1})
-        await platform.wait_for(
-            f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"
-        )
-    finally:
-        platform.emulator._payloads.remove(forbidden)
-    view = await platform.grader_view(ref)
-    assert before - 1 <= view["start_time"] <= time.time()
     await finish_agent(platform, ref)
 
 
@@ -790,177 +596,6 @@ async def test_the_emulated_api_server_refuses_the_controller_what_a_cluster_wou
     ):
         assert rule in message, message
     await platform.kube.delete(f"{JOBS}/unrestricted")
-
-
-async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_later(
-    platform: Platform, tiny_base_model: Path, tmp_path: Path
-) -> None:
-    """In a pod the runner may start before the controller starts the grader's clock: it runs on its
-    own ``--timeout`` until the grader reports the budget, then ends the agent at the grader's end."""
-    name = "gsm8k-runner-clock"
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
-    container = (await agent_pod_spec(platform, ref))["containers"][0]
-    env = environment_here(container, await token_secret_data(platform, ref), {}, tmp_path / "home")
-    agent = tmp_path / "agent"
-    agent.write_text("#!/usr/bin/env python3\nimport time\ntime.sleep(600)\n")
-    agent.chmod(0o755)
-    workspace = platform.shared / ref.workspace_subpath
-    runner = start_here(command_here(container, workspace, "--grace-period", "1", agent=agent), env)
-    try:
-        # The runner opens agent.log just before it starts the agent.
-        log = workspace / "agent.log"
-        while not log.exists():
-            assert runner.poll() is None, runner.communicate()
-            await asyncio.sleep(TICK_S)
-        # The grader's clock starts now, with a budget far shorter than the runner's own --timeout.
-        started = await platform.grader.post(
-            f"/v1/experiments/{ref.grader_name}/start", json={"timeout_s": 2}, headers=admin(platform)
-        )
-        assert started.status_code == 200, started.text
-        _out, err = await asyncio.to_thread(runner.communicate, timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == 0, err
-    # The runner's own events are the pod's own stream (kubectl logs), not the agent's agent.log.
-    assert "event=budget_from_grader" in err and "event=deadline action=SIGTERM" in err
-    assert "ended at the deadline" in err
-    assert "event=" not in log.read_text()
-    await platform.wait_phase(name, "TimedOut")
-
-
-# --- a reason for every wait ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("cause", "reason", "says"),
-    [
-        (
-            cause_unschedulable,
-            "Unschedulable",
-            ["cannot be scheduled", "Insufficient nvidia.com/gpu", "add or free nodes"],
-        ),
-        (
-            cause_image_pull,
-            "ImagePullFailed",
-            [
-                "cannot pull image registry.example/autorl-agent-runner:0.1.0",
-                "ImagePullBackOff",
-                "not found",
-                "imagePullSecrets",
-            ],
-        ),
-        (cause_missing_secret, "ContainerConfigError", ['secret "hf-token" not found', "create the Secret"]),
-        (cause_crash_loop, "CrashLoopBackOff", ["keeps failing", "4 restarts, exit code 3", "--previous"]),
-        (
-            cause_refused_pod,
-            "PodCreateFailed",
-            ["does not create the prepare pod", "exceeded quota", "ResourceQuota"],
-        ),
-        (cause_failed_mount, "PodStarting", ["FailedMount", 'pvc "autorl-shared" not found']),
-        (cause_suspended, "JobSuspended", ["suspended", "kubectl get workloads"]),
-    ],
-    ids=lambda value: getattr(value, "__name__", None),
-)
-async def test_a_waiting_prepare_pod_names_its_cause_and_the_fix(
-    platform: Platform, cause: Callable[[Platform, str], Any], reason: str, says: list[str]
-) -> None:
-    name = f"wait-{reason.lower()}"
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.prepare_job(ref)
-    await cause(platform, ref.prepare_job_name)
-    waiting = await platform.wait_for(
-        f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("reason") == reason, f"reason {reason}"
-    )
-    assert waiting["status"]["phase"] == "Preparing"
-    for words in says:
-        assert words in waiting["status"]["message"], waiting["status"]["message"]
-    await platform.kube.delete(f"{EXPERIMENTS}/{name}")  # the controller cleans up in its own time
-
-
-HUB_REFUSAL = (
-    "no-such-org/no-such-model is not a model on the Hugging Face hub (or is private); check the id, "
-    "set HF_TOKEN for a private model, or pass a local folder that holds config.json"
-)
-
-
-async def test_a_hub_id_the_hub_does_not_know_fails_the_experiment_with_the_steps_words(
-    platform: Platform,
-) -> None:
-    """The prepare step's refusal reaches status.message, not only the Job's log: the controller reads
-    the failed container's termination message (its log's tail), escaped."""
-    name = "hub-id-unknown"
-    manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    manifest["spec"]["model"] = "no-such-org/no-such-model"
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.prepare_job(ref)
-    log = (
-        "preparing no-such-org/no-such-model in /shared/cache/models\n"
-        "\x1b[2J\n"  # what a library printed before is not the step's last word
-        f"autorl agent-runner: error: {HUB_REFUSAL}\x1b]8;;\n"
-    )
-    await job_pod(platform, ref.prepare_job_name, failed_pod_status("cache", 2, log))
-    verdict = "Container cache for pod x failed with exit code 2 matching FailJob rule at index 0"
-    await platform.patch_job_status(
-        ref.prepare_job_name, {"failed": 1, "conditions": [failed("PodFailurePolicy", verdict)]}
-    )
-    done = await platform.wait_phase(name, "Failed")
-    status = done["status"]
-    assert status["reason"] == "PrepareFailed"
-    assert status["message"].startswith(
-        "the prepare Job failed (PodFailurePolicy): container cache exited with code 2: "
-        f"autorl agent-runner: error: {HUB_REFUSAL}"
-    ), status["message"]
-    assert f"kubectl logs job/{ref.prepare_job_name}" in status["message"]
-    assert "\x1b" not in status["message"] and "\\x1b]8;;" in status["message"]
-    assert any(
-        reason == "Failed" and HUB_REFUSAL in message for reason, message in await platform.events(name)
-    )
-    for path in (f"{JOBS}/{ref.agent_job_name}",):
-        assert await platform.get(path) is None
-
-
-async def test_a_waiting_agent_pod_names_its_cause_then_training(
-    platform: Platform, tiny_base_model: Path
-) -> None:
-    name = "wait-agent-image"
-    manifest = load_example("experiment-custom-agent.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    running = await platform.through_baseline(manifest, tiny_base_model)
-    assert running["status"]["reason"] == "PodStarting"
-    image = manifest["spec"]["agent"]["image"]
-    pod = await job_pod(
-        platform,
-        ref.agent_job_name,
-        {
-            "phase": "Pending",
-            "containerStatuses": [waiting_container("agent", image, "ErrImagePull", "unauthorized")],
-        },
-    )
-    pulling = await platform.wait_for(
-        f"{EXPERIMENTS}/{name}",
-        lambda obj: obj["status"].get("reason") == "ImagePullFailed",
-        "the pull failure",
-    )
-    assert (
-        f"the agent pod cannot pull image {image} (ErrImagePull: unauthorized)"
-        in pulling["status"]["message"]
-    )
-    assert not pulling["status"].get("deadline")  # no budget is spent while the image is not there
-    await platform.set_agent_running(pod, datetime.datetime.now(datetime.UTC))
-    training = await platform.wait_for(
-        f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("reason") == "Training", "training"
-    )
-    assert training["status"]["message"] == "the agent is training"
-    assert training["status"]["budgetLeft"] and training["status"]["queue"].startswith("0 in flight")
-    await finish_agent(platform, ref)
 
 
 async def test_a_baseline_no_evaluator_takes_becomes_a_condition_and_clears_when_one_appears(

@@ -14,7 +14,8 @@ from tests.conftest import REPO_ROOT, shares_state
 
 HOSTILE = "tests/e2e/test_sandbox_hostile.py"  # slow; one module-wide run, only read
 OPENCOMPASS = "tests/integration/test_opencompass_backend.py"  # slow; a finished worker run, only read
-OPERATOR = "tests/e2e/test_operator.py"  # slow; one platform (grader, database) per module
+#: Slow; one platform (grader, database) per module, each module's tests sharing it.
+OPERATOR = ("tests/e2e/test_operator.py", "tests/e2e/test_operator_budget.py")
 OWN_QUEUE = "tests/e2e/test_submission_e2e.py"  # slow; the run's Redis under a prefix of its own
 
 
@@ -32,13 +33,15 @@ def collected(*arguments: str) -> list[str]:
 
 
 def test_the_reverse_pass_keeps_slow_tests_that_share_state_and_leaves_out_those_that_only_read() -> None:
-    modules = (HOSTILE, OPENCOMPASS, OPERATOR, OWN_QUEUE)
+    modules = (HOSTILE, OPENCOMPASS, *OPERATOR, OWN_QUEUE)
     everything = collected(*modules)
     reverse = collected("-m", "not containers and not order_independent", *modules)
     for module in (HOSTILE, OPENCOMPASS):
         assert len([test for test in everything if test.startswith(module)]) >= 5
     assert any(test.startswith(OWN_QUEUE) for test in everything)
     assert sorted(reverse) == sorted(test for test in everything if test.startswith(OPERATOR)) != []
+    for module in OPERATOR:
+        assert any(test.startswith(f"{module}::") for test in reverse), module
 
 
 def fixture(scope: str, *argnames: str) -> SimpleNamespace:
