@@ -813,7 +813,7 @@ def plot(results: dict[str, Any], target: Path) -> None:
         gpu = results["calls"][0]["environment"].get("gpu", "CPU")
         rate = results["settings"]["learning_rates"][0]
         axes.set_xlabel("GRPO training seconds (wall, whole steps)")
-        axes.set_title(f"GRPO from a checkpoint with headroom, lr {rate:g} ({held_out}, {gpu})")
+        axes.set_title(f"GRPO from one checkpoint, lr {rate:g} ({held_out}, {gpu})", fontsize=9)
     else:
         gpu = results["environment"]["gpu"]
         axes.set_xlabel("GRPO training seconds")

@@ -180,14 +180,14 @@ def run(args: argparse.Namespace) -> int:
     snapshots = root / "snapshots"
     if not args.smoke:
         os.environ["CUDA_VISIBLE_DEVICES"] = "0"
-    common = {
+    shared = {
         "home": root / "home",
         "eval_device": "cpu" if args.smoke else "cuda",
         "opencompass_bin": args.opencompass_bin,
         "vllm_python": args.vllm_python,
     }
-    warm = WorkerSettings(**common, eval_warm_worker=True)
-    cold = WorkerSettings(**common, eval_warm_worker=False)
+    warm = WorkerSettings(**shared, eval_warm_worker=True)
+    cold = WorkerSettings(**shared, eval_warm_worker=False)
     texts: dict[str, list[str]] = {}
     result: dict[str, Any] = {}
     result.update(
