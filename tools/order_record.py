@@ -23,7 +23,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "test_order.json"
-ISSUE_PAIR = ["tests/integration/test_grader_api.py", "tests/e2e/test_operator.py"]
+ISSUE_PAIR = [
+    "tests/integration/test_grader_api.py",
+    "tests/e2e/test_operator.py",
+    "tests/e2e/test_operator_budget.py",
+]
 #: Name → pytest arguments.
 RUNS: dict[str, list[str]] = {
     # The whole suite reversed (`make test`'s second pass runs the part of it order can break).

@@ -46,8 +46,8 @@ def faults_table() -> str:
 
 #: What each run of ``tools/order_record.py`` checks, in the document's words.
 ORDER_RUNS = {
-    "pair": "the two modules that once shared rows, in the order named",
-    "pair_reverse": "the same two modules, every test in reverse order",
+    "pair": "the grader API and operator modules, which once shared rows, in the order named",
+    "pair_reverse": "the same modules, every test in reverse order",
     "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes",
 }
 
