@@ -30,9 +30,10 @@ from a checkpoint with headroom.
    first (warm-up). ``--deadline-s`` bounds the whole call: a run stops its steps early where the
    next would end past it, and the call writes its file before it.
 4. **Against ``C``**: each run's last held-out per-problem results paired with ``C``'s: McNemar's
-   exact test (statsmodels), ``p_value`` with the gains and losses it counts.
+   exact test (``autorl.protocol.statistics.mcnemar_exact_p``), ``p_value`` with the gains and
+   losses it counts.
 
-On the GPU machine (torch, transformers, statsmodels there; for ``trl_vllm`` runs TRL 1.16 and vLLM
+On the GPU machine (torch and transformers there; for ``trl_vllm`` runs TRL 1.16 and vLLM
 0.25 in /root/site), the sweep, then the two paths in two calls on one warm machine (bench/README.md
 gives every argument): the first trains ``C`` and keeps it, the second starts from it:
 
@@ -261,14 +262,13 @@ def percent(judgements: list[bool]) -> float:
 
 
 def against(base: list[bool], latest: list[bool]) -> dict[str, Any]:
-    """``latest`` paired with ``base``, problem by problem: McNemar's exact test and what it counts."""
-    from statsmodels.stats.contingency_tables import mcnemar
+    """``latest`` paired with ``base``, problem by problem: McNemar's exact test (the platform's,
+    checked against statsmodels in its tests) and what it counts."""
+    from autorl.protocol.statistics import mcnemar_exact_p
 
     gains = sum(1 for b, a in zip(base, latest, strict=True) if a and not b)
     losses = sum(1 for b, a in zip(base, latest, strict=True) if b and not a)
-    both = sum(1 for b, a in zip(base, latest, strict=True) if a and b)
-    table = [[both, losses], [gains, len(base) - both - gains - losses]]
-    return {"gains": gains, "losses": losses, "p_value": float(mcnemar(table, exact=True).pvalue)}
+    return {"gains": gains, "losses": losses, "p_value": mcnemar_exact_p(gains, losses)}
 
 
 def fast_settings(lr: float, prompts: int, generations: int, completion_tokens: int, seed: int = 0) -> Any:

@@ -57,9 +57,9 @@ LIMIT = 4
 #: The timed-out submission belongs to an experiment asking for this many new tokens on each of
 #: its test problems (the fixture's 16, LONG_REPEATS times), one prompt at a time. The builtin tiny
 #: model's answers stop before that (16 problems took about 25 s on an idle machine), so the repeats
-#: make inference last minutes, well past TIMEOUT_TOO_SHORT_S, by which time OpenCompass (its tasks in
-#: its own process: about 5 s to start on an idle machine, 25 s on 2 cores beside another test's
-#: training) has started it.
+#: make inference last minutes, well past TIMEOUT_TOO_SHORT_S, by which time OpenCompass has started
+#: it (its tasks in its own process: a whole cold evaluation of 8 problems took 8.7 s on 2 cores
+#: beside an image build).
 LONG_MAX_NEW_TOKENS = 2500
 LONG_BATCH_SIZE = 1
 #: How many times the long experiment's test split repeats the fixture problems.

@@ -363,8 +363,13 @@ class OpenCompassBackend(Backend):
         # An agent's evaluation stops at its time budget, where that comes before the hard timeout.
         deadline = budget.deadline(started, "cuda" if placement.gpu else "cpu") if budget else None
         python = script_python(command) if settings.eval_warm_worker else None
+        # OpenCompass's process does no GPU work (a CPU run, or the resident engine's): it runs its
+        # tasks in its own process (--debug), forked from the warm server in the warm worker.
+        one_process = resident or placement.gpu is None
+        if one_process:
+            arguments.append("--debug")
         process = "command"
-        if python is not None and (resident or placement.gpu is None):
+        if python is not None and one_process:
             server = SERVERS.get(
                 CompassSpec(
                     python=python,
@@ -374,22 +379,13 @@ class OpenCompassBackend(Backend):
                 compass_environment(cache_dir),
                 cache_dir.parent / "compass.log",
             )
-            run_timeout_s = _run_timeout_s(timeout_s, deadline)
-            outcome = server.run(
-                [*arguments, "--debug"], cwd=run_dir, env=env, timeout_s=run_timeout_s, log_path=log_path
-            )
+            run_timeout_s = _run_timeout_s(timeout_s, deadline)  # from now: the server's start counts
+            outcome = server.run(arguments, cwd=run_dir, env=env, timeout_s=run_timeout_s, log_path=log_path)
             process = "warm"
         else:
             run_timeout_s = _run_timeout_s(timeout_s, deadline)
-            # One inference task (a CPU run, or the resident engine's): OpenCompass runs its tasks in
-            # its own process (--debug), as the warm server's runs do, rather than one process each.
-            one_process = ["--debug"] if resident or placement.gpu is None else []
             outcome = run_in_group(
-                [str(command), *arguments, *one_process],
-                cwd=run_dir,
-                env=env,
-                timeout_s=run_timeout_s,
-                log_path=log_path,
+                [str(command), *arguments], cwd=run_dir, env=env, timeout_s=run_timeout_s, log_path=log_path
             )
         log.info(
             "event=opencompass_finished returncode=%d timed_out=%s seconds=%.1f",
