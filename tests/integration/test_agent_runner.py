@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.agent_env import CONTRACT_VARIABLES
 from autorl.client import GradingClient
 from autorl.tasks import get_task
 from autorl_agent_runner import runner as runner_module
@@ -177,15 +178,7 @@ def test_parent_secret_reaches_the_agent_only_through_env(
     assert "PARENT_SECRET" not in seen and "hunter2" not in raw
     assert seen["LLM_API_KEY"] == "sk-passed" and seen["MODE"] == "fast"
     assert set(seen) == {
-        "GRADING_SERVER_URL",
-        "AUTORL_TOKEN",
-        "TASK",
-        "BASE_MODEL",
-        "MODEL_PATH",
-        "DATA_PATH",
-        "OUTPUT_DIR",
-        "WORKSPACE",
-        "AUTORL_SEED",
+        *CONTRACT_VARIABLES,
         "HOME",
         "PATH",
         "HF_HUB_OFFLINE",
