@@ -27,6 +27,7 @@ from tests.support.grading import (
     RegisteredExperiment,
     admin_call,
     admin_headers,
+    agent_get,
     copy_model,
     evaluating_settings,
     make_workspace,
@@ -88,12 +89,6 @@ def submit(
     if accepted.status_code == 202:
         assert evaluate(submitted.id, settings)["status"] == "scored"
     return submitted
-
-
-def agent_get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
-    response = client.get(f"{experiment.url_path}{path}")
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_the_best(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,6 +18,7 @@ from autorl_evaluator.jobs import evaluate, predictions_path
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
+    agent_get,
     copy_model,
     evaluating_settings,
     number_of,
@@ -34,12 +34,6 @@ MAX_NEW_TOKENS = 6
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
-
-
-def get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
-    response = client.get(f"{experiment.url_path}{path}")
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
@@ -69,7 +63,7 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
     assert correctness is not None and baseline_correctness is not None
     assert len(correctness) == LIMIT and set(correctness) <= {"0", "1"}
     # The string is what the score counts.
-    answer = get(client, experiment, f"/submissions/{number}")
+    answer = agent_get(client, experiment, f"/submissions/{number}")
     assert answer["score"] == pytest.approx(100 * correctness.count("1") / LIMIT)
     assert answer["interval"] == pytest.approx(list(wilson_interval(correctness.count("1"), LIMIT)))
     expected = compare(correctness, baseline_correctness)
@@ -77,11 +71,11 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
     assert answer["comparison"]["distinguishable"] is False  # three problems tell nothing apart
     SubmissionAnswer.model_validate(answer)
 
-    listed = {s["submission_id"]: s for s in get(client, experiment, "/scores")["submissions"]}
+    listed = {s["submission_id"]: s for s in agent_get(client, experiment, "/scores")["submissions"]}
     assert listed[number]["comparison"] == answer["comparison"]
     # The baseline (the agent's 0): an interval, and no comparison (it is what every score is
     # compared with).
-    base = get(client, experiment, "/submissions/0")
+    base = agent_get(client, experiment, "/submissions/0")
     assert base["interval"] == pytest.approx(list(wilson_interval(baseline_correctness.count("1"), LIMIT)))
     assert base["comparison"] is None
 
@@ -115,14 +109,14 @@ def test_the_baseline_has_an_interval_and_no_comparison_and_a_clear_gain_is_dist
         number_of(db, i) for i in (base_id, better_id, noisy_id, old_id, failed_id)
     )
     experiment = run.as_agent()
-    listed = {s["submission_id"]: s for s in get(client, experiment, "/scores")["submissions"]}
+    listed = {s["submission_id"]: s for s in agent_get(client, experiment, "/scores")["submissions"]}
 
-    base = get(client, experiment, f"/submissions/{base_id}")
+    base = agent_get(client, experiment, f"/submissions/{base_id}")
     assert base["interval"] == pytest.approx(list(wilson_interval(60, 200))) and base["comparison"] is None
-    clear = get(client, experiment, f"/submissions/{better_id}")["comparison"]
+    clear = agent_get(client, experiment, f"/submissions/{better_id}")["comparison"]
     assert clear["difference"] == pytest.approx(20.0) and clear["discordant"] == [40, 0]
     assert clear["distinguishable"] is True and clear["p_value"] < 1e-9 and clear["interval"][0] > 0
-    unclear = get(client, experiment, f"/submissions/{noisy_id}")["comparison"]
+    unclear = agent_get(client, experiment, f"/submissions/{noisy_id}")["comparison"]
     assert unclear["discordant"] == [4, 3] and unclear["distinguishable"] is False
     # A score recorded without per-problem correctness still has an interval (from its score and
     # its number of problems) but nothing to pair with; a failure has neither.

@@ -43,6 +43,13 @@ def admin_call(client: TestClient, settings: DeploymentSettings, method: str, pa
     return response.json()
 
 
+def agent_get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
+    """The agent's ``GET`` of ``path`` under its experiment's URL (200 expected), as JSON."""
+    response = client.get(f"{experiment.url_path}{path}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> httpx.Response:
     """The agent's ``POST /final`` of its submission ``submission_id``."""
     return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
