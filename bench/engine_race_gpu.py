@@ -54,7 +54,11 @@ WORKLOADS = ("ids_stop", "ids_full", "opencompass_prompts")
 
 
 def in_process(
-    model_dir: Path, recorded: dict[str, Any], prompts: list[list[int]], stops: list[int]
+    model_dir: Path,
+    recorded: dict[str, Any],
+    prompts: list[list[int]],
+    stops: list[int],
+    settings: list[str] | None = None,
 ) -> dict[str, Any]:
     """Each workload twice through :func:`generate_greedy`, CUDA synchronised around each."""
     import torch
@@ -92,10 +96,90 @@ def in_process(
                 "new_tokens": sum(len(t) for t in output.tokens),
             }
             common.log(f"in-process {name} {attempt}: {result['runs'][name][attempt]}")
+    if settings:
+        try:
+            result["ids_stop_settings"] = engine_settings(model, prompts, stops, settings)
+            result["ids_stop_profile"] = engine_profile(model, prompts, stops)
+        except Exception as exc:  # the timed runs above are kept whatever the extras do
+            result["settings_error"] = f"{type(exc).__name__}: {exc}"
     del model
     gc.collect()
     torch.cuda.empty_cache()
     return result
+
+
+#: The engine's row-dropping and attention-span settings tried on ``ids_stop`` (``--settings``):
+#: name -> (CHECK_EVERY_STEPS, KEEP_AT_MOST, SPAN_SLOTS); the first is the engine's default.
+ENGINE_SETTINGS: dict[str, tuple[int, float, int]] = {
+    "check8_keep0.5_span128": (8, 0.5, 128),
+    "check8_keep0.75_span128": (8, 0.75, 128),
+    "check8_keep0.9_span128": (8, 0.9, 128),
+    "check4_keep0.75_span128": (4, 0.75, 128),
+    "check16_keep0.75_span128": (16, 0.75, 128),
+    "check8_keep0.75_span64": (8, 0.75, 64),
+}
+
+
+def engine_settings(
+    model: Any, prompts: list[list[int]], stops: list[int], names: list[str]
+) -> dict[str, Any]:
+    """``ids_stop`` once under each of ``names`` (:data:`ENGINE_SETTINGS`), the engine's module
+    settings patched for the call and put back after."""
+    import torch
+
+    from autorl.decoding import greedy_engine
+
+    default = (greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS)
+    found: dict[str, Any] = {}
+    try:
+        for name in names:
+            check, keep, span = ENGINE_SETTINGS[name]
+            greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS = (
+                check,
+                keep,
+                span,
+            )
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            output = greedy_engine.generate_greedy(model, prompts, max_new_tokens=stops, eos_ids=[], pad_id=0)
+            torch.cuda.synchronize()
+            found[name] = {
+                "seconds": round(time.perf_counter() - began, 2),
+                "new_tokens": sum(len(t) for t in output.tokens),
+            }
+            common.log(f"in-process ids_stop {name}: {found[name]}")
+    finally:
+        greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS = default
+    return found
+
+
+def engine_profile(model: Any, prompts: list[list[int]], stops: list[int], top: int = 12) -> dict[str, Any]:
+    """One ``ids_stop`` call under torch.profiler (CPU and CUDA activity, the engine's defaults):
+    its wall seconds, the GPU's kernel time summed, and the kernels that took most of it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from autorl.decoding.greedy_engine import generate_greedy
+
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        generate_greedy(model, prompts, max_new_tokens=stops, eos_ids=[], pad_id=0)
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - began
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = [event for event in prof.key_averages() if event.device_type == cuda]
+    gpu_us = sum(event.self_device_time_total for event in kernels)
+    kernels.sort(key=lambda event: event.self_device_time_total, reverse=True)
+    return {
+        "wall_s": round(wall, 2),
+        "kernel_s": round(gpu_us / 1e6, 2),
+        "kernel_share_of_wall": round(gpu_us / 1e6 / wall, 3),
+        "top_kernels": [
+            {"name": event.key[:120], "calls": event.count, "s": round(event.self_device_time_total / 1e6, 3)}
+            for event in kernels[:top]
+        ],
+    }
 
 
 def vllm_variant(
@@ -154,6 +238,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", choices=sorted(VLLM_VARIANTS), help="vLLM variants to run")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="start no variant after this")
+    parser.add_argument(
+        "--settings",
+        nargs="*",
+        choices=sorted(ENGINE_SETTINGS),
+        help="in-process engine settings tried on ids_stop (no names: all), then one profiled call",
+    )
     args = parser.parse_args()
     import torch
 
@@ -188,7 +278,8 @@ def main() -> int:
         report["ratios"] = ratios(report)
         args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
 
-    report["in_process"] = in_process(model_dir, recorded, prompts, stops)
+    settings = None if args.settings is None else (args.settings or list(ENGINE_SETTINGS))
+    report["in_process"] = in_process(model_dir, recorded, prompts, stops, settings)
     write()
     for name, extra in VLLM_VARIANTS.items():
         if args.only is not None and name not in args.only:
