@@ -30,6 +30,13 @@ GENERATION_VARIANTS = {
 }
 
 
+def each_card(name: str, render: Callable[[str], str]) -> str:
+    """``render`` of each card's results file: ``NAME.json`` (the first card measured), then
+    ``NAME_h100.json`` (the same benchmark on an H100), those that exist."""
+    found = [card for card in (name, f"{name}_h100") if (RESULTS / f"{card}.json").exists()]
+    return "\n".join(render(card) for card in found) if found else "Not measured yet.\n"
+
+
 def _when(date: str) -> str:
     return f"{date.replace('T', ' ')[:16]} UTC"
 
@@ -348,11 +355,16 @@ def opencompass_vllm() -> str:
 
 
 def grpo_trl_vllm() -> str:
-    """TRL's ``GRPOTrainer`` with colocated vLLM against the fast path (bench/grpo_trl_vllm_gpu.py)."""
-    data = load_results("grpo_trl_vllm_gpu")
+    """TRL's ``GRPOTrainer`` with colocated vLLM against the fast path (bench/grpo_trl_vllm_gpu.py),
+    a table for each card measured."""
+    return each_card("grpo_trl_vllm_gpu", grpo_trl_vllm_card)
+
+
+def grpo_trl_vllm_card(name: str) -> str:
+    data = load_results(name)
     env, settings = data["environment"], data["settings"]
     lines = [
-        f"Measured on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}; at most "
+        f"Measured {_when(data['date'])} on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}; at most "
         f"{settings['completion_tokens']} completion tokens.",
         "",
         "| variant | completions / step | s / step | completion tok/s | engine start s |",
@@ -553,8 +565,13 @@ RACE_VARIANTS = {
 
 
 def engine_race() -> str:
-    """The in-process greedy engine against vLLM, one run, one model, one workload."""
-    data = load_results("engine_race_gpu")
+    """The in-process greedy engine against vLLM, one run, one model, one workload, a table for
+    each card measured."""
+    return each_card("engine_race_gpu", engine_race_card)
+
+
+def engine_race_card(name: str) -> str:
+    data = load_results(name)
     env, inproc = data["environment"], data["in_process"]
     workloads = ("ids_stop", "ids_full", "opencompass_prompts")
     lines = [
@@ -578,6 +595,19 @@ def engine_race() -> str:
         f"`{workload}` **{r['vllm_over_in_process_second']}×**" for workload, r in data["ratios"].items()
     )
     lines += ["", f"The fastest vLLM's time over the in-process engine's (second call): {ratios}."]
+    tried = inproc.get("ids_stop_settings")
+    if tried:
+        cells = ", ".join(f"`{setting}` {run['seconds']} s" for setting, run in tried.items())
+        lines.append(f"- The in-process engine's settings on `ids_stop` (the first is its default): {cells}.")
+    profiled = inproc.get("ids_stop_profile")
+    if profiled:
+        top = ", ".join(
+            f"`{k['name'][:60]}` {k['s']} s ({k['calls']:,} calls)" for k in profiled["top_kernels"][:5]
+        )
+        lines.append(
+            f"- One `ids_stop` call profiled: {profiled['wall_s']} s wall, of which the GPU ran kernels "
+            f"{profiled['kernel_s']} s ({profiled['kernel_share_of_wall']:.0%}); most of it: {top}."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -645,17 +675,10 @@ WARM_TARGET_S = 8.0
 ENGINE_SHARE_TARGET = 1.5
 
 
-#: The worker end to end's results, one file a card (each call's command, date and machine inside).
-WORKER_RESULTS = ("opencompass_worker_gpu", "opencompass_worker_gpu_h100")
-
-
 def opencompass_worker_gpu() -> str:
     """The ``opencompass`` backend end to end on the GPU (bench/opencompass_worker_gpu.py), a table
     for each card measured."""
-    found = [name for name in WORKER_RESULTS if (RESULTS / f"{name}.json").exists()]
-    if not found:
-        return "Not measured yet.\n"
-    return "\n".join(worker_card(name) for name in found)
+    return each_card("opencompass_worker_gpu", worker_card)
 
 
 def worker_card(name: str) -> str:
