@@ -28,6 +28,8 @@ from tests.support.grading import (
     make_workspace,
     register,
     submission_count,
+    submit_accepted,
+    submit_no_wait,
 )
 from tests.support.settings import DeploymentSettings
 from tests.support.snapshots import CHANGED
@@ -76,12 +78,6 @@ def weights_copied(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return copied
 
 
-def submit(client: TestClient, experiment: RegisteredExperiment, model_path: str) -> Any:
-    return client.post(
-        f"{experiment.url_path}/submit", json={"model_path": model_path}, params={"wait": "false"}
-    )
-
-
 def costly_refusals(settings: DeploymentSettings, experiment: RegisteredExperiment) -> int:
     assert settings.database_url is not None
     db = Database(settings.database_url)
@@ -108,7 +104,7 @@ def test_a_checkpoint_changed_during_the_copy_counts_against_the_limit(
     copy_model(tiny_base_model, experiment.output_dir / f"{CHANGING}-a", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "good", unique=True)
 
-    refused = submit(client, experiment, f"output/{CHANGING}-a")
+    refused = submit_no_wait(client, experiment, f"output/{CHANGING}-a")
     assert refused.status_code == 400, refused.text
     assert refused.json()["detail"] == counted(left=0, limit=1)
     assert "stop writing a checkpoint before you submit it" in refused.json()["detail"]
@@ -119,7 +115,7 @@ def test_a_checkpoint_changed_during_the_copy_counts_against_the_limit(
     # GET /scores lists submissions; the refusal has no id there, and the 429 says what it took.
     assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 0
 
-    limited = submit(client, experiment, "output/good")
+    limited = submit_no_wait(client, experiment, "output/good")
     assert limited.status_code == 429, limited.text
     assert limited.json()["detail"] == limit_reached(experiment, 1, refused=1)
     assert len(weights_copied) == 1  # refused before anything was read
@@ -169,7 +165,7 @@ def test_refusals_before_the_weights_are_read_do_not_count(
         "output/early": CHANGED,
     }
     for model_path, reason in refusals.items():
-        refused = submit(client, experiment, model_path)
+        refused = submit_no_wait(client, experiment, model_path)
         assert refused.status_code == 400, (model_path, refused.text)
         detail = refused.json()["detail"]
         assert reason in detail and "counts against your limit" not in detail, (model_path, detail)
@@ -177,9 +173,8 @@ def test_refusals_before_the_weights_are_read_do_not_count(
     assert weights_copied == [] and snapshots_left(settings) == []
     assert costly_refusals(settings, experiment) == 0
 
-    accepted = submit(client, experiment, "output/good")
-    assert accepted.status_code == 202, accepted.text
-    limited = submit(client, experiment, "output/good")
+    submit_accepted(client, experiment, "output/good")
+    limited = submit_no_wait(client, experiment, "output/good")
     assert limited.status_code == 429 and limited.json()["detail"] == limit_reached(experiment, 1)
 
 
@@ -200,7 +195,7 @@ def test_concurrent_costly_refusals_and_submissions_never_exceed_the_limit(
     answers: dict[str, Any] = {}
 
     def send(path: str) -> None:
-        answers[path] = submit(client, experiment, path)
+        answers[path] = submit_no_wait(client, experiment, path)
 
     threads = [threading.Thread(target=send, args=(path,)) for path in paths]
     for thread in threads:
@@ -259,7 +254,7 @@ def test_costly_refusals_racing_on_two_graders_never_exceed_the_limit(
         answers: dict[int, Any] = {}
 
         def send(index: int) -> None:
-            answers[index] = submit(graders[index], experiment, f"output/{CHANGING}-{index}")
+            answers[index] = submit_no_wait(graders[index], experiment, f"output/{CHANGING}-{index}")
 
         threads = [threading.Thread(target=send, args=(index,)) for index in range(2)]
         for thread in threads:
@@ -270,7 +265,7 @@ def test_costly_refusals_racing_on_two_graders_never_exceed_the_limit(
         assert {answers[index].json()["detail"] for index in range(2)} == {counted(left=0, limit=1)}
         assert len(weights_copied) == 2
         assert costly_refusals(settings, experiment) == 1
-        limited = submit(graders[1], experiment, "output/good")
+        limited = submit_no_wait(graders[1], experiment, "output/good")
         assert limited.status_code == 429 and limited.json()["detail"] == limit_reached(
             experiment, 1, refused=1
         )

@@ -34,6 +34,8 @@ from tests.support.grading import (
     nominate,
     register,
     row_id,
+    submit_accepted,
+    submit_no_wait,
 )
 from tests.support.infra import serve
 from tests.support.runs import fail_evaluation
@@ -80,9 +82,7 @@ class Submitted(NamedTuple):
 def submit(
     client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, name: str
 ) -> Submitted:
-    accepted = client.post(
-        f"{experiment.url_path}/submit", json={"model_path": f"output/{name}"}, params={"wait": "false"}
-    )
+    accepted = submit_no_wait(client, experiment, f"output/{name}")
     assert accepted.status_code in (200, 202), accepted.text
     number: int = accepted.json()["submission_id"]
     submitted = Submitted(number, row_id(settings.database_url, experiment, number))
@@ -174,9 +174,7 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         assert refused.json()["error"]
     unknown = nominate({"submission_id": 2**31 - 1})
     assert unknown.status_code == 400 and "GET /scores" in unknown.json()["error"]
-    queued = client.post(
-        f"{experiment.url_path}/submit", json={"model_path": "output/b"}, params={"wait": "false"}
-    ).json()["submission_id"]
+    queued = submit_no_wait(client, experiment, "output/b").json()["submission_id"]
     unscored = nominate({"submission_id": queued})
     assert unscored.status_code == 400 and "not scored" in unscored.json()["error"]
     assert evaluate(row_id(db, experiment, queued), settings)["status"] == "scored"
@@ -261,11 +259,7 @@ def test_a_nomination_of_a_failed_submission_is_refused(
 ) -> None:
     experiment = register_experiment(feedback="sealed")
     copy_model(tiny_base_model, experiment.output_dir / "broken", unique=True)
-    accepted = client.post(
-        f"{experiment.url_path}/submit", json={"model_path": "output/broken"}, params={"wait": "false"}
-    )
-    assert accepted.status_code == 202, accepted.text
-    failing = accepted.json()["submission_id"]
+    failing = submit_accepted(client, experiment, "output/broken")["submission_id"]
     failing_row = row_id(db, experiment, failing)
     fail_evaluation(db, failing_row, "the model does not load")
     assert agent_get(client, experiment, f"/submissions/{failing}")["status"] == "failed"

@@ -14,7 +14,6 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,11 +27,15 @@ from autorl_evaluator.jobs import evaluate, predictions_path
 from tests.support.checkpoints import edit_json
 from tests.support.grading import (
     RegisteredExperiment,
+    admin_headers,
+    agent_get,
     copy_model,
     evaluating_settings,
     make_workspace,
     register,
     row_id,
+    submit_accepted,
+    submit_no_wait,
 )
 from tests.support.inotify import IN_ACCESS, IN_OPEN, watch
 from tests.support.settings import DeploymentSettings
@@ -71,15 +74,6 @@ def other_weights(tiny_base_model: Path, tmp_path: Path) -> Path:
     return tmp_path / "other.safetensors"
 
 
-def submit(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
-    return client.post(f"{experiment.url_path}/submit", json={"model_path": path}, params={"wait": "false"})
-
-
-def view(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> dict[str, Any]:
-    body: dict[str, Any] = client.get(f"{experiment.url_path}/submissions/{submission_id}").json()
-    return body
-
-
 def completions(settings: DeploymentSettings, submission_id: int) -> list[str]:
     lines = predictions_path(settings, submission_id).read_text().splitlines()
     return [json.loads(line)["completion"] for line in lines]
@@ -101,9 +95,7 @@ def test_files_changed_after_the_202_are_not_what_is_evaluated(
 ) -> None:
     checkpoint = copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     original = {path.name: path.read_bytes() for path in checkpoint.iterdir()}
-    accepted = submit(client, experiment, "output/a")
-    assert accepted.status_code == 202, accepted.text
-    first = accepted.json()["submission_id"]
+    first = submit_accepted(client, experiment, "output/a")["submission_id"]
     first_id = row_id(settings.database_url, experiment, first)
     poison(checkpoint, other_weights)
     # The evaluator never opens the agent's folder: it reads the snapshot.
@@ -111,19 +103,19 @@ def test_files_changed_after_the_202_are_not_what_is_evaluated(
         result = evaluate(first_id, settings)
         assert agent_files.events(timeout_s=0) == []
     assert result["status"] == "scored", result
-    scored = view(client, experiment, first)
+    scored = agent_get(client, experiment, f"/submissions/{first}")
     assert scored["status"] == "scored" and scored["error"] is None
     # The poisoned bytes are another model: evaluated on their own, never given the first score.
-    poisoned = submit(client, experiment, "output/a").json()["submission_id"]
-    assert view(client, experiment, poisoned)["reused_from"] is None
+    poisoned = submit_no_wait(client, experiment, "output/a").json()["submission_id"]
+    assert agent_get(client, experiment, f"/submissions/{poisoned}")["reused_from"] is None
     poisoned_id = row_id(settings.database_url, experiment, poisoned)
     evaluate(poisoned_id, settings)
     assert completions(settings, poisoned_id) != completions(settings, first_id)
     # The original bytes again: the first score, reused.
     for name, data in original.items():
         (checkpoint / name).write_bytes(data)
-    again = submit(client, experiment, "output/a").json()["submission_id"]
-    reused = view(client, experiment, again)
+    again = submit_no_wait(client, experiment, "output/a").json()["submission_id"]
+    reused = agent_get(client, experiment, f"/submissions/{again}")
     assert reused["reused_from"] == first and reused["score"] == scored["score"]
 
 
@@ -136,7 +128,7 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
 ) -> None:
     checkpoint = copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
     original = (checkpoint / "model.safetensors").read_bytes()
-    reference = submit(client, experiment, "output/b").json()["submission_id"]
+    reference = submit_no_wait(client, experiment, "output/b").json()["submission_id"]
     evaluate(row_id(settings.database_url, experiment, reference), settings)
     swapped = threading.Event()
 
@@ -152,7 +144,7 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
     swapper = threading.Thread(target=swap_on_first_read, daemon=True)
     swapper.start()
     ready.wait(timeout=10)
-    response = submit(client, experiment, "output/b")
+    response = submit_no_wait(client, experiment, "output/b")
     swapper.join(timeout=30)
     assert swapped.is_set()
     if response.status_code == 400:
@@ -163,7 +155,7 @@ def test_files_changed_while_the_grader_copies_them_refuse_or_score_the_submitte
     # the reference's score at once (200, final); other bytes are queued (202) on what was read.
     assert response.status_code in (200, 202), response.text
     submission_id = response.json()["submission_id"]
-    body = view(client, experiment, submission_id)
+    body = agent_get(client, experiment, f"/submissions/{submission_id}")
     if body["status"] == "queued":
         assert settings.snapshot_dir is not None
         [snapshot] = [path for path in settings.snapshot_dir.iterdir() if path.is_dir()]
@@ -185,7 +177,9 @@ def test_agent_files_changed_while_the_evaluator_reads_change_nothing(
     checkpoint = copy_model(tiny_base_model, experiment.output_dir / "c", unique=True)
     reference_dir = copy_model(checkpoint, experiment.output_dir / "c-reference")
     submission_id = row_id(
-        settings.database_url, experiment, submit(client, experiment, "output/c").json()["submission_id"]
+        settings.database_url,
+        experiment,
+        submit_no_wait(client, experiment, "output/c").json()["submission_id"],
     )
     assert settings.snapshot_dir is not None
     [snapshot] = [path for path in settings.snapshot_dir.iterdir() if path.is_dir()]
@@ -210,15 +204,10 @@ def test_agent_files_changed_while_the_evaluator_reads_change_nothing(
     assert swapped.is_set() and result["status"] == "scored", result
     # What was scored is the snapshot of the submitted bytes: a copy of the base model scores
     # exactly what the base model's own snapshot scores.
-    base = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=_admin(settings)).json()
+    base = client.post(f"/v1/experiments/{experiment.name}/baseline", headers=admin_headers(settings)).json()
     evaluate(base["submission_id"], settings)
     assert completions(settings, submission_id) == completions(settings, base["submission_id"])
     assert not snapshot.exists(), "a scored submission's snapshot is removed"
-
-
-def _admin(settings: DeploymentSettings) -> dict[str, str]:
-    assert settings.admin_token is not None
-    return {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
 
 
 @pytest.mark.parametrize("template", [SLY_TEMPLATE, LOOPING_TEMPLATE], ids=["raises", "loops"])
@@ -238,9 +227,7 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     edit_json(base / "tokenizer_config.json", chat_template=template)
     experiment = register(client, settings, base, make_workspace(tmp_path / "own-template"))
     copy_model(base, experiment.output_dir / "sly", unique=True)
-    accepted = submit(client, experiment, "output/sly")
-    assert accepted.status_code == 202, accepted.text
-    submission_id = accepted.json()["submission_id"]
+    submission_id = submit_accepted(client, experiment, "output/sly")["submission_id"]
     evaluated = row_id(settings.database_url, experiment, submission_id)
     from autorl_evaluator.backends.hf import backend as hf_backend
 
@@ -249,12 +236,15 @@ def test_a_template_failing_only_on_test_prompts_gets_a_generic_error(
     result = evaluate(evaluated, settings)
     assert result["status"] == "failed"
     assert loads == []  # the prompts are rendered before the weights are loaded: no load was spent
-    body = view(client, experiment, submission_id)
+    body = agent_get(client, experiment, f"/submissions/{submission_id}")
     assert body["error"] == TEMPLATE_FAILURE
     assert body["error"].startswith(EVALUATOR_FAULT_PREFIX)
     assert limited(settings, experiment) == 0  # the platform's failure
     answers = json.dumps(
-        [view(client, experiment, submission_id), client.get(f"{experiment.url_path}/scores").json()]
+        [
+            agent_get(client, experiment, f"/submissions/{submission_id}"),
+            client.get(f"{experiment.url_path}/scores").json(),
+        ]
     )
     problems = get_task("gsm8k").load_test_problems(
         settings.home / "probe", source_dir=settings.data_source_dir
@@ -287,13 +277,13 @@ def test_an_evaluation_that_fails_before_the_test_split_is_read_is_the_evaluator
     config, the task, the split): its failure is the platform's. The agent is told so, and the
     submission does not count against its limit."""
     copy_model(tiny_base_model, experiment.output_dir / "lost", unique=True)
-    lost = submit(client, experiment, "output/lost").json()["submission_id"]
+    lost = submit_no_wait(client, experiment, "output/lost").json()["submission_id"]
     assert settings.snapshot_dir is not None
     for snapshot in settings.snapshot_dir.iterdir():
         shutil.rmtree(snapshot)  # gone from the evaluator's storage before the evaluation
     lost_id = row_id(settings.database_url, experiment, lost)
     assert evaluate(lost_id, settings)["status"] == "failed"
-    error = view(client, experiment, lost)["error"]
+    error = agent_get(client, experiment, f"/submissions/{lost}")["error"]
     assert error.startswith(f"{EVALUATOR_FAULT_PREFIX} (not your checkpoint's fault; it does not count"), (
         error
     )
@@ -302,7 +292,7 @@ def test_an_evaluation_that_fails_before_the_test_split_is_read_is_the_evaluator
     assert (settings.eval_dir / "submissions" / str(lost_id) / "error.txt").read_text()
     assert limited(settings, experiment) == 0
     copy_model(tiny_base_model, experiment.output_dir / "next", unique=True)
-    assert submit(client, experiment, "output/next").status_code == 202
+    assert submit_no_wait(client, experiment, "output/next").status_code == 202
     assert limited(settings, experiment) == 1  # a submission of the agent's counts as ever
 
 
@@ -321,9 +311,11 @@ def test_the_reconciler_removes_snapshots_no_evaluation_needs(
     copy_model(tiny_base_model, experiment.output_dir / "done", unique=True)
     copy_model(tiny_base_model, experiment.output_dir / "waiting", unique=True)
     done = row_id(
-        settings.database_url, experiment, submit(client, experiment, "output/done").json()["submission_id"]
+        settings.database_url,
+        experiment,
+        submit_no_wait(client, experiment, "output/done").json()["submission_id"],
     )
-    submit(client, experiment, "output/waiting")
+    submit_no_wait(client, experiment, "output/waiting")
     orphan = settings.snapshot_dir / "crashed-before-commit"
     orphan.mkdir()
     old = time.time() - 7200

@@ -36,6 +36,8 @@ from tests.support.grading import (
     nominate,
     register,
     row_id,
+    submit_accepted,
+    submit_no_wait,
 )
 from tests.support.settings import DeploymentSettings
 
@@ -51,12 +53,6 @@ def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> D
         pg_url,
         limit=3,
         max_new_tokens=6,
-    )
-
-
-def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) -> Any:
-    return client.post(
-        f"{experiment.url_path}/submit", json={"model_path": f"output/{folder}"}, params={"wait": "false"}
     )
 
 
@@ -127,14 +123,14 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
         copy_model(tiny_base_model, hostile.output_dir / name, unique=True)
     copy_model(tiny_base_model, victim.output_dir / "v0", unique=True)
 
-    h0, h1 = (submit(client, hostile, name) for name in ("h0", "h1"))
+    h0, h1 = (submit_no_wait(client, hostile, f"output/{name}") for name in ("h0", "h1"))
     assert (h0.status_code, h1.status_code) == (202, 202), (h0.text, h1.text)
     h0_number = h0.json()["submission_id"]
     h0_id, h1_id = row_id(db, hostile, h0_number), row_id(db, hostile, h1.json()["submission_id"])
     held = on_disk(settings)
     assert len(held) == SHARE
 
-    refused = submit(client, hostile, "h2")
+    refused = submit_no_wait(client, hostile, "output/h2")
     assert refused.status_code == 503, refused.text
     assert refused.json()["detail"] == refused.json()["error"] == share_refusal(SHARE)
     assert int(refused.headers["Retry-After"]) > 0
@@ -142,9 +138,9 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     assert counted(db, hostile) == (2, 0)  # nor counted
 
     # Another experiment is not starved: its first submit is accepted.
-    theirs = submit(client, victim, "v0")
-    assert theirs.status_code == 202, theirs.text
-    victim_snapshot = agents_snapshot(db, victim, theirs.json()["submission_id"])
+    victim_snapshot = agents_snapshot(
+        db, victim, submit_accepted(client, victim, "output/v0")["submission_id"]
+    )
     assert victim_snapshot is not None and victim_snapshot in on_disk(settings)
 
     # Once one is scored, the next is accepted.
@@ -153,20 +149,16 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     # reusing h0's score, one waiting for h1's evaluation.
     shutil.copytree(hostile.output_dir / "h0", hostile.output_dir / "h0-again")
     shutil.copytree(hostile.output_dir / "h1", hostile.output_dir / "h1-again")
-    reused = submit(client, hostile, "h0-again")
+    reused = submit_no_wait(client, hostile, "output/h0-again")
     assert reused.status_code == 200 and reused.json()["reused_from"] == h0_number, reused.text
-    waiting = submit(client, hostile, "h1-again")
-    assert waiting.status_code == 202, waiting.text
-    waiting_id = row_id(db, hostile, waiting.json()["submission_id"])
+    waiting_id = row_id(db, hostile, submit_accepted(client, hostile, "output/h1-again")["submission_id"])
     with db.session() as session:
         row = submissions.get_submission(session, waiting_id)
         assert (row.status, row.waits_for, row.snapshot) == (SubmissionStatus.QUEUED, h1_id, None)
-    accepted = submit(client, hostile, "h2")
-    assert accepted.status_code == 202, accepted.text
-    h2_snapshot = agents_snapshot(db, hostile, accepted.json()["submission_id"])
+    h2_snapshot = agents_snapshot(db, hostile, submit_accepted(client, hostile, "output/h2")["submission_id"])
     assert on_disk(settings) == {snapshot_of(db, h1_id), h2_snapshot, victim_snapshot}
 
-    again = submit(client, hostile, "h3")
+    again = submit_no_wait(client, hostile, "output/h3")
     assert again.status_code == 503 and again.json()["detail"] == share_refusal(SHARE), again.text
     # The refusals took nothing of the limit: h0, h1, the two copies and h2 count, nothing else.
     assert counted(db, hostile) == (5, 0)
@@ -188,9 +180,7 @@ def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_acc
     ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        accepted = submit(client, experiment, name)
-        assert accepted.status_code == 202, accepted.text
-        ids[name] = accepted.json()["submission_id"]
+        ids[name] = submit_accepted(client, experiment, f"output/{name}")["submission_id"]
         record(db, experiment, ids[name], score)
     kept = agents_snapshot(db, experiment, ids["a"])
     assert settings.snapshot_dir is not None and kept is not None
@@ -224,13 +214,9 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
     for name in (*scores, "e"):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
     for name, score in scores.items():  # one at a time: each scored before the next
-        accepted = submit(client, experiment, name)
-        assert accepted.status_code == 202, accepted.text
-        ids[name] = accepted.json()["submission_id"]
+        ids[name] = submit_accepted(client, experiment, f"output/{name}")["submission_id"]
         record(db, experiment, ids[name], score)
-    in_flight = submit(client, experiment, "e")
-    assert in_flight.status_code == 202, in_flight.text
-    ids["e"] = in_flight.json()["submission_id"]
+    ids["e"] = submit_accepted(client, experiment, "output/e")["submission_id"]
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
 
     # Only the best on validation (b) and the one in flight (e) are on disk.
@@ -240,7 +226,7 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
     assert all(agents_snapshot(db, experiment, ids[name]) is None for name in ("a", "c", "d"))
     # The snapshot kept for the final is part of the share.
     copy_model(tiny_base_model, experiment.output_dir / "f", unique=True)
-    full = submit(client, experiment, "f")
+    full = submit_no_wait(client, experiment, "output/f")
     assert full.status_code == 503 and full.json()["detail"] == share_refusal(SHARE), full.text
     assert counted(db, experiment) == (5, 0)
 
@@ -307,7 +293,7 @@ def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(
     ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids[name] = submit(client, experiment, name).json()["submission_id"]
+        ids[name] = submit_no_wait(client, experiment, f"output/{name}").json()["submission_id"]
         record(db, experiment, ids[name], score)
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
     assert agents_snapshot(db, experiment, ids["a"]) is None
@@ -344,8 +330,10 @@ def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
     experiment = register_experiment(feedback="sealed")
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
     shutil.copytree(experiment.output_dir / "a", experiment.output_dir / "a-again")
-    first = row_id(db, experiment, submit(client, experiment, "a").json()["submission_id"])
-    copy = row_id(db, experiment, submit(client, experiment, "a-again").json()["submission_id"])
+    first = row_id(db, experiment, submit_no_wait(client, experiment, "output/a").json()["submission_id"])
+    copy = row_id(
+        db, experiment, submit_no_wait(client, experiment, "output/a-again").json()["submission_id"]
+    )
     snapshot = snapshot_of(db, first)
     assert snapshot is not None and snapshot_of(db, copy) is None and on_disk(settings) == {snapshot}
 

@@ -28,24 +28,16 @@ from autorl_agent_runner.workspace.layout import Workspace
 from autorl_agent_runner.workspace.mirrors import refresh_mirrors
 from autorl_grader.api.routes import agent as agent_routes
 from tests.support.grading import (
-    RegisteredExperiment,
     admin_headers,
+    agent_get,
     copy_model,
     new_experiment,
     row_id,
+    submit_accepted,
 )
 from tests.support.infra import ServedApp
 from tests.support.runs import WORKER, SeededExperiment, add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
-
-
-def submit(grader: httpx.Client, experiment: RegisteredExperiment, folder: str) -> dict[str, Any]:
-    response = grader.post(
-        f"{experiment.url_path}/submit", json={"model_path": f"output/{folder}"}, params={"wait": "false"}
-    )
-    assert response.status_code == 202, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def score(db: Database, submission_id: int, value: float) -> None:
@@ -56,12 +48,6 @@ def score(db: Database, submission_id: int, value: float) -> None:
         assert outcomes.record_score(
             session, submission_id, worker=WORKER, scores=scores(value), n_samples=10, seconds=1.0
         )
-
-
-def agent_get(grader: httpx.Client, experiment: RegisteredExperiment, path: str, **params: Any) -> Any:
-    response = grader.get(f"{experiment.url_path}{path}", params=params)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
@@ -79,7 +65,7 @@ def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
         for experiment in (mine, theirs):
             folder = f"{experiment.name}-{index}"
             copy_model(tiny_base_model, experiment.output_dir / folder, unique=True)
-            answer = submit(grader, experiment, folder)
+            answer = submit_accepted(grader, experiment, f"output/{folder}")
             shown[experiment.name].append(answer["submission_id"])
             assert answer["queue_position"] == index + 1  # its own submissions ahead of it, plus one
     # Each counts its own, with no gap for the other's submissions in between.
@@ -220,8 +206,8 @@ def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(
     # for the validation baseline; a trained checkpoint queues behind no baseline in its position.
     copy_model(tiny_base_model, experiment.output_dir / "trained", unique=True)
     shutil.copytree(tiny_base_model, experiment.output_dir / "copy")
-    copy = submit(grader, experiment, "copy")
-    trained = submit(grader, experiment, "trained")
+    copy = submit_accepted(grader, experiment, "output/copy")
+    trained = submit_accepted(grader, experiment, "output/trained")
     # Neither baseline is counted ahead of them (the copy is where the one it waits for is).
     assert (copy["queue_position"], trained["queue_position"]) == (1, 1)
     score(db, validation_id, 25.0)

@@ -43,16 +43,39 @@ def admin_call(client: TestClient, settings: DeploymentSettings, method: str, pa
     return response.json()
 
 
-def agent_get(client: TestClient, experiment: RegisteredExperiment, path: str) -> Any:
-    """The agent's ``GET`` of ``path`` under its experiment's URL (200 expected), as JSON."""
-    response = client.get(f"{experiment.url_path}{path}")
+def agent_get(
+    client: TestClient | httpx.Client, experiment: RegisteredExperiment, path: str, **params: Any
+) -> Any:
+    """The agent's ``GET`` of ``path`` (query ``params``) under its experiment's URL (200 expected),
+    as JSON."""
+    response = client.get(f"{experiment.url_path}{path}", params=params)
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> httpx.Response:
+def nominate(client: TestClient, experiment: RegisteredExperiment, submission_id: int) -> Any:
     """The agent's ``POST /final`` of its submission ``submission_id``."""
     return client.post(f"{experiment.url_path}/final", json={"submission_id": submission_id})
+
+
+def submit_no_wait(
+    client: TestClient | httpx.Client, experiment: RegisteredExperiment, model_path: str
+) -> Any:
+    """The agent's ``POST /submit?wait=false`` of ``model_path`` (relative to its workspace): the
+    grader answers without waiting for the evaluation."""
+    return client.post(
+        f"{experiment.url_path}/submit", json={"model_path": model_path}, params={"wait": "false"}
+    )
+
+
+def submit_accepted(
+    client: TestClient | httpx.Client, experiment: RegisteredExperiment, model_path: str
+) -> dict[str, Any]:
+    """:func:`submit_no_wait`, queued for its evaluation (202 expected): the answer, as JSON."""
+    response = submit_no_wait(client, experiment, model_path)
+    assert response.status_code == 202, response.text
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def check_token_rotation(client: TestClient, settings: Any, experiment: RegisteredExperiment) -> None:
@@ -124,20 +147,27 @@ def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
     return target
 
 
+def submit_copy(
+    client: TestClient | httpx.Client,
+    database: Any,
+    experiment: RegisteredExperiment,
+    base: Path,
+    folder: str,
+) -> int:
+    """Submit a copy of ``base`` in ``output/<folder>``, a model of its own, without waiting (202
+    expected): its global id (the database's, the evaluators'; ``database`` as for :func:`row_id`)."""
+    copy_model(base, experiment.output_dir / folder, unique=True)
+    number = submit_accepted(client, experiment, f"output/{folder}")["submission_id"]
+    return row_id(database, experiment, int(number))
+
+
 def submit_copies(
     client: TestClient, experiment: RegisteredExperiment, base: Path, count: int, prefix: str
 ) -> list[int]:
-    """Submit ``count`` copies of ``base``, each a model of its own, without waiting: their global
-    ids (the database's, the evaluators'; the agent's numbers are 1, 2, ...: :func:`row_id`)."""
-    ids = []
-    for index in range(count):
-        copy_model(base, experiment.output_dir / f"{prefix}{index}", unique=True)
-        response = client.post(
-            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{prefix}{index}"}
-        )
-        assert response.status_code == 202, response.text
-        ids.append(row_id(client.app.state.grader.db, experiment, int(response.json()["submission_id"])))
-    return ids
+    """:func:`submit_copy` ``count`` times (folders ``<prefix>0``, ``<prefix>1``, ...): their global
+    ids (the agent's numbers are 1, 2, ...: :func:`row_id`)."""
+    db = client.app.state.grader.db  # type: ignore[attr-defined]
+    return [submit_copy(client, db, experiment, base, f"{prefix}{index}") for index in range(count)]
 
 
 #: Elements of the first weight whose lowest byte :func:`make_unique` changes: 255**4 (4.2 billion)
