@@ -36,6 +36,7 @@ from tests.support.grading import (
     make_unique,
     new_experiment,
     row_id,
+    submit_accepted,
 )
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
 from tests.support.settings import DeploymentSettings
@@ -178,11 +179,7 @@ def test_the_score_and_comparison_are_the_workers_for_the_same_files(
         baseline_id = asked.json()["submission_id"]
         assert evaluate(baseline_id, settings)["status"] == "scored"
         checkpoint = copy_model(trained_tiny_model.path, experiment.output_dir / "trained")
-        accepted = client.post(
-            f"{experiment.url_path}/submit", json={"model_path": "output/trained"}, params={"wait": "false"}
-        )
-        assert accepted.status_code == 202, accepted.text
-        number = accepted.json()["submission_id"]
+        number = submit_accepted(client, experiment, "output/trained")["submission_id"]
         db = Database(pg_url)
         submission_id = row_id(db, experiment, number)
         assert evaluate(submission_id, settings)["status"] == "scored"

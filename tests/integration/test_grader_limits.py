@@ -17,7 +17,14 @@ import httpx
 import pytest
 
 from autorl.api.request_limits import BODY_TOO_LARGE, HEADERS_TOO_LARGE
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, make_workspace, register
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    copy_model,
+    make_workspace,
+    register,
+    submit_accepted,
+)
 from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
 
@@ -91,10 +98,7 @@ def test_an_oversized_request_is_answered_with_the_limit_and_the_grader_serves_o
     assert answer == {"detail": reason, "error": reason}
 
     # A well-formed submit right after, on a new connection, is served as ever.
-    accepted = grader.client.post(
-        f"{grader.experiment.url_path}/submit?wait=false", json={"model_path": "output/m"}
-    )
-    assert accepted.status_code == 202, accepted.text
+    submit_accepted(grader.client, grader.experiment, "output/m")
     assert grader.process.poll() is None
     assert grader.client.get(f"{grader.experiment.url_path}/scores").json()["total_submissions"] == 1
 

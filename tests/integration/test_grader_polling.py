@@ -19,7 +19,13 @@ from autorl.store import Database, Submission, SubmissionStatus, experiments
 from autorl_grader.expiring_cache import CACHE_TTL_S, ExpiringCache
 from autorl_grader.result_waits import POLL_INTERVAL_S
 from autorl_grader.state import GraderState
-from tests.support.grading import RegisteredExperiment, admin_headers, check_token_rotation, copy_model
+from tests.support.grading import (
+    RegisteredExperiment,
+    admin_headers,
+    check_token_rotation,
+    copy_model,
+    submit_accepted,
+)
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
 
@@ -139,6 +145,5 @@ def test_time_shows_a_submission_made_through_this_grader_at_once(
     state: GraderState = client.app.state.grader  # type: ignore[attr-defined]
     state.last_submits = ExpiringCache(ttl_s=3600.0)
     assert client.get(f"{experiment.url_path}/time").json()["last_submit_time"] is None  # now remembered
-    submitted = client.post(f"{experiment.url_path}/submit?wait=false", json={"model_path": "output/ckpt"})
-    assert submitted.status_code == 202
+    submit_accepted(client, experiment, "output/ckpt")
     assert client.get(f"{experiment.url_path}/time").json()["last_submit_time"] is not None

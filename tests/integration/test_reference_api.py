@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, submit_accepted
 from tests.support.settings import DeploymentSettings
 
 
@@ -143,11 +143,8 @@ def test_answers_carry_timestamp_and_elapsed_seconds(
 ) -> None:
     copy_model(tiny_base_model, experiment.output_dir / "v1", unique=True)
     before = datetime.now(UTC).replace(microsecond=0)
-    queued = client.post(
-        f"{experiment.url_path}/submit", json={"model_path": "output/v1"}, params={"wait": "false"}
-    )
-    assert queued.status_code == 202
-    shown = client.get(f"{experiment.url_path}/submissions/{queued.json()['submission_id']}").json()
+    queued = submit_accepted(client, experiment, "output/v1")
+    shown = client.get(f"{experiment.url_path}/submissions/{queued['submission_id']}").json()
     assert before <= datetime.fromisoformat(shown["timestamp"]) <= datetime.now(UTC)
     assert shown["elapsed_seconds"] is None  # not answered yet (no worker runs here)
     listed = client.get(f"{experiment.url_path}/scores").json()["submissions"]

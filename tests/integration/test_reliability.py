@@ -22,6 +22,7 @@ from tests.support.grading import (
     admin_headers,
     copy_model,
     row_id,
+    submit_copy,
 )
 from tests.support.settings import DeploymentSettings
 
@@ -140,11 +141,7 @@ def test_redis_holds_one_waiting_job_per_experiment_and_none_once_it_finished(
 ) -> None:
     ids = []
     for name in ("first", "second", "third"):
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        response = client.post(
-            f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{name}"}
-        )
-        ids.append(row_id(settings.database_url, experiment, int(response.json()["submission_id"])))
+        ids.append(submit_copy(client, settings.database_url, experiment, tiny_base_model, name))
 
     def waiting() -> list[int]:
         return [args[0] for args in (job.args for job in rq_queue(settings).jobs) if args[0] in ids]

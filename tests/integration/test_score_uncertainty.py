@@ -23,6 +23,7 @@ from tests.support.grading import (
     evaluating_settings,
     number_of,
     row_id,
+    submit_accepted,
 )
 from tests.support.runs import add_submission, create_experiment, scores
 from tests.support.settings import DeploymentSettings
@@ -47,11 +48,7 @@ def test_an_evaluated_submission_answers_with_its_interval_and_its_comparison(
     baseline_id = asked.json()["submission_id"]
     assert evaluate(baseline_id, settings)["status"] == "scored"
     copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
-    accepted = client.post(
-        f"{experiment.url_path}/submit", json={"model_path": "output/a"}, params={"wait": "false"}
-    )
-    assert accepted.status_code == 202, accepted.text
-    number = accepted.json()["submission_id"]
+    number = submit_accepted(client, experiment, "output/a")["submission_id"]
     submission_id = row_id(db, experiment, number)
     assert evaluate(submission_id, settings)["status"] == "scored"
 

@@ -22,6 +22,8 @@ from tests.support.grading import (
     copy_model,
     new_experiment,
     row_id,
+    submit_copy,
+    submit_no_wait,
 )
 from tests.support.infra import serve
 from tests.support.settings import DeploymentSettings
@@ -37,10 +39,6 @@ def settings(
     if request.param == "sqlite":  # the single-machine default: SQLite in the home, local workers
         return make_settings(local_mode=True, submit_wait_s=0.0)
     return make_settings(database_url=request.getfixturevalue("pg_url"), submit_wait_s=0.0)
-
-
-def submit(client: TestClient, experiment: RegisteredExperiment, folder: str) -> httpx.Response:
-    return client.post(f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{folder}"})
 
 
 def test_concurrent_submits_never_exceed_the_limit(
@@ -79,7 +77,7 @@ def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
     ids = []
     for name in ("scored", "running", "queued"):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids.append(submit(client, experiment, name).json()["submission_id"])
+        ids.append(submit_no_wait(client, experiment, f"output/{name}").json()["submission_id"])
     agent_numbers = dict(zip(("scored", "running", "queued"), ids, strict=True))
     scored, running, queued = (row_id(db, experiment, number) for number in ids)
     with db.session() as session:
@@ -118,9 +116,9 @@ def test_queue_positions_count_only_the_experiments_own_queue(
     positions = []
     for index in range(3):
         copy_model(tiny_base_model, flooding.output_dir / f"f{index}", unique=True)
-        positions.append(submit(client, flooding, f"f{index}").json()["queue_position"])
+        positions.append(submit_no_wait(client, flooding, f"output/f{index}").json()["queue_position"])
     copy_model(tiny_base_model, quiet.output_dir / "q", unique=True)
-    mine = submit(client, quiet, "q").json()
+    mine = submit_no_wait(client, quiet, "output/q").json()
     assert positions == [1, 2, 3]
     assert mine["queue_position"] == 1  # another experiment's queue is not the caller's to see
     assert client.get(f"{quiet.url_path}/submissions/{mine['submission_id']}").json()["queue_position"] == 1
@@ -142,8 +140,7 @@ def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evalua
     }
     ids = {}
     for name, error in errors.items():
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids[name] = row_id(db, experiment, submit(client, experiment, name).json()["submission_id"])
+        ids[name] = submit_copy(client, db, experiment, tiny_base_model, name)
         with db.session() as session:
             assert claims.claim(session, ids[name], worker="worker-1", lease_s=60)
         with db.session() as session:
