@@ -20,12 +20,10 @@ from autorl.tasks import get_task
 from autorl_grader.main import create_app
 from tests.support.fault_records import record_fault
 from tests.support.grading import (
-    RegisteredExperiment,
-    copy_model,
     make_workspace,
     number_of,
     register,
-    row_id,
+    submit_copy,
 )
 from tests.support.infra import RedisServer, new_run_id, serve
 from tests.support.requirements import require
@@ -75,18 +73,6 @@ def grader(settings: DeploymentSettings) -> Iterator[httpx.Client]:
         yield client
 
 
-def submit_unique(
-    grader: httpx.Client, db: Database, experiment: RegisteredExperiment, base: Path, folder: str
-) -> int:
-    """Submit a model of its own; its global id (the evaluators' and their logs')."""
-    copy_model(base, experiment.output_dir / folder, unique=True)
-    response = grader.post(
-        f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{folder}"}
-    )
-    assert response.status_code == 202, response.text
-    return row_id(db, experiment, int(response.json()["submission_id"]))
-
-
 def statuses(db: Database, ids: list[int]) -> dict[int, SubmissionStatus]:
     with db.session() as session:
         return {i: submissions.get_submission(session, i).status for i in ids}
@@ -106,7 +92,7 @@ def test_a_worker_killed_mid_evaluation_is_replaced_and_the_submission_scored_on
     tmp_path: Path,
 ) -> None:
     experiment = register(grader, settings, tiny_base_model, make_workspace(tmp_path))
-    submission = submit_unique(grader, db, experiment, tiny_base_model, "ckpt")
+    submission = submit_copy(grader, db, experiment, tiny_base_model, "ckpt")
     first = start(["worker"], settings, tmp_path / "worker-1.log")
     try:
         wait_for(
@@ -154,7 +140,7 @@ def test_a_redis_restarted_empty_gets_every_queued_submission_again(
 ) -> None:
     experiments = [register(grader, settings, tiny_base_model, make_workspace(tmp_path)) for _ in range(2)]
     ids = [
-        submit_unique(grader, db, experiment, tiny_base_model, f"ckpt{index}")
+        submit_copy(grader, db, experiment, tiny_base_model, f"ckpt{index}")
         for experiment in experiments
         for index in range(2)
     ]
@@ -226,10 +212,10 @@ def test_a_full_evaluator_disk_fails_the_submission_with_the_reason_and_the_work
                     fh.flush()
             except OSError:
                 pass
-        full = submit_unique(grader, db, experiment, tiny_base_model, "full")
+        full = submit_copy(grader, db, experiment, tiny_base_model, "full")
         wait_for(all_final(db, [full]), "the failure", timeout_s=SETTLE_TIMEOUT_S)
         filler.unlink()
-        after = submit_unique(grader, db, experiment, tiny_base_model, "after")
+        after = submit_copy(grader, db, experiment, tiny_base_model, "after")
         wait_for(all_final(db, [after]), "the score after space was freed", timeout_s=SETTLE_TIMEOUT_S)
     rows = {s["submission_id"]: s for s in grader.get(f"{experiment.url_path}/scores").json()["submissions"]}
     assert rows[number_of(db, after)]["status"] == "scored"

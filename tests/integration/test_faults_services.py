@@ -14,7 +14,14 @@ import pytest
 
 from autorl.store import Database, SubmissionStatus, experiments, migrate, submissions
 from tests.support.fault_records import record_fault
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register, row_id
+from tests.support.grading import (
+    RegisteredExperiment,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+    submit_no_wait,
+)
 from tests.support.infra import free_port
 from tests.support.postgres_cluster import PostgresCluster
 from tests.support.service_processes import kill_tree, running, start, stop, wait_until_serving
@@ -27,7 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 def submit(client: httpx.Client, experiment: RegisteredExperiment, base: Path, folder: str) -> httpx.Response:
     if not (experiment.output_dir / folder).exists():
         copy_model(base, experiment.output_dir / folder, unique=True)
-    return client.post(f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/{folder}"})
+    response: httpx.Response = submit_no_wait(client, experiment, f"output/{folder}")
+    return response
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import pytest
 from autorl.checkpoints.snapshot import snapshot_base_model, snapshot_submission
 from autorl_agent_runner.workspace.group_read import MAX_DEPTH, WalkResult, make_group_readable
 from autorl_agent_runner.workspace.ownership import claim_workspace, open_experiments_folder
-from tests.support.grading import RegisteredExperiment, register
+from tests.support.grading import RegisteredExperiment, register, submit_no_wait
 from tests.support.infra import free_port
 from tests.support.service_processes import service_env, stop, wait_until_serving
 from tests.support.settings import DeploymentSettings
@@ -426,9 +426,7 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
 
             fixer = threading.Thread(target=fix_later)
             fixer.start()
-            accepted = client.post(
-                f"{experiment.url_path}/submit?wait=false", json={"model_path": "output/ckpt"}
-            )
+            accepted = submit_no_wait(client, experiment, "output/ckpt")
             fixer.join()
             assert accepted.status_code == 202, accepted.text
             assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 1

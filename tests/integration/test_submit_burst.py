@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.grading import copy_model, make_workspace, register
+from tests.support.grading import copy_model, make_workspace, register, submit_accepted, submit_no_wait
 from tests.support.inotify import watch
 from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
@@ -73,8 +73,7 @@ def test_a_burst_past_the_limit_costs_no_snapshot_and_little_memory(
             client, settings, tiny_base_model, make_workspace(tmp_path / "ws"), max_submissions=left + 1
         )
         copy_model(tiny_base_model, experiment.output_dir / "first", unique=True)
-        first = client.post(f"{experiment.url_path}/submit?wait=false", json={"model_path": "output/first"})
-        assert first.status_code == 202, first.text
+        submit_accepted(client, experiment, "output/first")
         large = large_tokenizer_files(tmp_path / "large")
         for index in range(burst):
             checkpoint = copy_model(tiny_base_model, experiment.output_dir / f"c{index}", unique=True)
@@ -85,9 +84,7 @@ def test_a_burst_past_the_limit_costs_no_snapshot_and_little_memory(
         answers: dict[int, Any] = {}
 
         def send(index: int) -> None:
-            answers[index] = client.post(
-                f"{experiment.url_path}/submit?wait=false", json={"model_path": f"output/c{index}"}
-            )
+            answers[index] = submit_no_wait(client, experiment, f"output/c{index}")
 
         created: list[str] = []
         with watch(settings.snapshot_dir, IN_CREATE) as snapshots:
