@@ -124,7 +124,7 @@ def main() -> int:
     results: dict[str, Any] = {"benchmark": "autorl_run_gpu", "command": COMMAND, "runs": {}}
     if args.append and args.output.is_file():
         results["runs"] = json.loads(args.output.read_text(encoding="utf-8"))["runs"]
-    common = {
+    every_run: dict[str, Any] = {
         "arguments": sys.argv[1:],
         "smoke": args.smoke,
         "environment": environment(gpus),
@@ -140,11 +140,11 @@ def main() -> int:
     done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="autorl-run-gpu-") as scratch:
         root = Path(scratch)
-        model, common["model"] = prepare_model(args.model, root)
+        model, every_run["model"] = prepare_model(args.model, root)
         for index, layout in enumerate(args.layouts):
             name = f"{args.task}/{layout}"
             common.log(f"autorl run {name}")
-            record = {"date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}", **common}
+            record = {"date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}", **every_run}
             record.update(run_once(args, root / layout, model, layout, port=8100 + index))
             results["runs"][name] = record
             done.append(name)
