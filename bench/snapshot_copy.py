@@ -39,7 +39,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from autorl.checkpoints.safetensors_header import Header
+    from autorl.checkpoints.snapshot import Snapshot, _Opened, _Writer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "snapshot_copy.json"
@@ -51,24 +55,30 @@ ONE_STREAM = {
 }
 
 
-def one_stream_copy(chunk_bytes: int, beside: bool) -> Any:
+class CopyWeights(Protocol):
+    """What ``autorl.checkpoints.snapshot._copy_weights`` is called as."""
+
+    def __call__(self, opened: _Opened, header: Header, writer: _Writer) -> None: ...
+
+
+def one_stream_copy(chunk_bytes: int, beside: bool) -> CopyWeights:
     """The former ``_copy_weights``: the canonical header, then the data read, written and hashed in
     order as one stream (``beside``: each chunk hashed on a helper thread while the next is read)."""
-    from autorl.checkpoints import snapshot
+    from autorl.errors import CheckpointError
 
-    def copy(opened: Any, header: Any, writer: Any) -> None:
+    def copy(opened: _Opened, header: Header, writer: _Writer) -> None:
         target = writer.path / Path(opened.name).name
         canonical = header.canonical()
         content = hashlib.sha256(canonical)
         os.lseek(opened.fd, len(header.raw), os.SEEK_SET)
-        hashing: Future[Any] | None = None
+        hashing: Future[None] | None = None
         with target.open("xb") as out, ThreadPoolExecutor(1) as hasher:
             out.write(canonical)
             remaining = header.data_bytes
             while remaining:
                 chunk = os.read(opened.fd, min(remaining, chunk_bytes))
                 if not chunk:
-                    raise snapshot.CheckpointError("changed")
+                    raise CheckpointError("changed")
                 out.write(chunk)
                 if beside:
                     if hashing is not None:
@@ -109,7 +119,7 @@ def build_checkpoints(work: Path, hidden: int, layers: int) -> tuple[Path, Path]
     return base, submission
 
 
-def take(base: Path, checkpoint: Path, snapshots: Path, variant: str) -> tuple[float, Any]:
+def take(base: Path, checkpoint: Path, snapshots: Path, variant: str) -> tuple[float, Snapshot]:
     from autorl.checkpoints import snapshot
 
     workspace = snapshots.parent / "workspace"
@@ -120,7 +130,7 @@ def take(base: Path, checkpoint: Path, snapshots: Path, variant: str) -> tuple[f
         shutil.copytree(checkpoint, target, copy_function=os.link)
     saved = snapshot._copy_weights, snapshot._FINGERPRINT_SCHEME
     if variant in ONE_STREAM:
-        snapshot._copy_weights = one_stream_copy(*ONE_STREAM[variant])  # type: ignore[assignment]
+        snapshot._copy_weights = one_stream_copy(*ONE_STREAM[variant])
         snapshot._FINGERPRINT_SCHEME = snapshot._FINGERPRINT_SCHEME_V2
     try:
         started = time.perf_counter()
@@ -133,7 +143,7 @@ def take(base: Path, checkpoint: Path, snapshots: Path, variant: str) -> tuple[f
         )
         seconds = time.perf_counter() - started
     finally:
-        snapshot._copy_weights, snapshot._FINGERPRINT_SCHEME = saved  # type: ignore[assignment]
+        snapshot._copy_weights, snapshot._FINGERPRINT_SCHEME = saved
     return seconds, taken
 
 
