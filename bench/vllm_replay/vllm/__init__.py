@@ -22,25 +22,30 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "replay"
 
 
 # The classes OpenCompass receives are the worker's own shim's (engine_shim/vllm), loaded by path:
 # this module is named ``vllm`` too.
-_spec = importlib.util.spec_from_file_location(
-    "autorl_engine_shim",
-    Path(__file__).resolve().parents[3]
-    / "services/evaluator-worker/autorl_evaluator/backends/opencompass/engine_shim/vllm/__init__.py",
-)
-assert _spec is not None and _spec.loader is not None
-_shim = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = _shim
-_spec.loader.exec_module(_shim)
-SamplingParams = _shim.SamplingParams
-_Completion = _shim.CompletionOutput
-_Output = _shim.RequestOutput
+if TYPE_CHECKING:
+    from autorl_evaluator.backends.opencompass.engine_shim.vllm import CompletionOutput as _Completion
+    from autorl_evaluator.backends.opencompass.engine_shim.vllm import RequestOutput as _Output
+    from autorl_evaluator.backends.opencompass.engine_shim.vllm import SamplingParams
+else:
+    _spec = importlib.util.spec_from_file_location(
+        "autorl_engine_shim",
+        Path(__file__).resolve().parents[3]
+        / "services/evaluator-worker/autorl_evaluator/backends/opencompass/engine_shim/vllm/__init__.py",
+    )
+    assert _spec is not None and _spec.loader is not None
+    _shim = importlib.util.module_from_spec(_spec)
+    sys.modules[_spec.name] = _shim
+    _spec.loader.exec_module(_shim)
+    SamplingParams = _shim.SamplingParams
+    _Completion = _shim.CompletionOutput
+    _Output = _shim.RequestOutput
 
 
 class LLM:
