@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,10 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
     the command and through the warm OpenCompass; OpenCompass renders every prompt and scores every
     answer as in a real run."""
     import gzip
+    from unittest import mock
 
     from autorl_evaluator.backends.opencompass import backend as backend_module
+    from autorl_evaluator.backends.opencompass.resident_engine import ResidentEngine
     from autorl_evaluator.settings import WorkerSettings
 
     work = root / "split"
@@ -157,15 +160,14 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
     replay = work / "replay.json"
     replay.write_text(json.dumps({"completions": dict(zip(prompts, texts, strict=True))}), encoding="utf-8")
 
-    def stand_in_environment(engine: Any, env: dict[str, str]) -> dict[str, str]:
+    def stand_in_environment(engine: ResidentEngine, env: Mapping[str, str]) -> dict[str, str]:
         # The stand-in takes the shim's place; the resident engine is started but never asked.
         del engine
         replaying = {"AUTORL_VLLM_REPLAY_MODE": "replay", "AUTORL_VLLM_REPLAY_FILE": str(replay)}
         return {**env, "PYTHONPATH": str(common.STAND_IN), **replaying}
 
-    original = backend_module.shim_environment
-    backend_module.shim_environment = stand_in_environment
-    try:
+    # The backend calls the shim_environment it imported from resident_engine: replaced there.
+    with mock.patch.object(backend_module, "shim_environment", stand_in_environment):
         settings = {
             name: WorkerSettings(
                 home=work / name,
@@ -183,8 +185,6 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
             rounds,
             earlier_servers(work),
         )
-    finally:
-        backend_module.shim_environment = original
     medians = {name: round(statistics.median(values), 2) for name, values in seconds.items()}
     return {
         "prompts": len(prompts),
