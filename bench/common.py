@@ -467,12 +467,15 @@ def hf_engine_answers(view: Path, recorded: dict[str, Any]) -> dict[str, Any]:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(view)
-    model: Any = AutoModelForCausalLM.from_pretrained(view, dtype=dtype).to(device).eval()
+    # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(view, dtype=dtype)
+    model = model.to(device).eval()
     loaded = time.perf_counter()
     sampling = recorded["sampling_kwargs"]
     stops = [str(stop) for stop in sampling.get("stop") or []]
     # Stop strings that are one special token each stop as that id: the same text, cut there.
-    stop_ids = {tokenizer.convert_tokens_to_ids(stop) for stop in stops if stop in tokenizer.get_vocab()}
+    vocab = tokenizer.get_vocab()
+    stop_ids = {vocab[stop] for stop in stops if stop in vocab}
     eos = model.generation_config.eos_token_id
     eos_ids = sorted(stop_ids | set(eos if isinstance(eos, list) else [eos]))
     prompts = tokenizer(recorded["prompts"]).input_ids  # one call: the fast tokenizer's batch
@@ -552,7 +555,7 @@ def small_model(root: Path, device: str, smoke: bool) -> tuple[Any, Any]:
         config.update(SMALL_MODEL, head_dim=SMALL_MODEL["hidden_size"] // SMALL_MODEL["num_attention_heads"])
     config.pop("architectures")
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).to(device)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).to(device)  # type: ignore[no-untyped-call]
     if device == "cuda":
         model = model.to(torch.bfloat16)
     return tokenizer, model
@@ -766,7 +769,8 @@ def trl_grpo_trainer(
     many epochs as ``max_steps`` take: both paths get the same problems every step."""
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
     started = time.monotonic()
     epochs = -(-max_steps * variant.prompts // len(records))
@@ -793,7 +797,7 @@ def trl_grpo_trainer(
         disable_tqdm=True,
         dataloader_num_workers=0,
         use_vllm=vllm,
-        **({"vllm_mode": "colocate"} if vllm else {}),
+        vllm_mode="colocate",  # read only with use_vllm
     )
     trainer = GRPOTrainer(
         model=model,

@@ -68,16 +68,13 @@ def in_process(
 
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to("cuda").eval()
+    # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    model = model.to("cuda").eval()
     result: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 2), "runs": {}}
     text_prompts = tokenizer(recorded["prompts"]).input_ids
-    stop_ids = sorted(
-        {
-            tokenizer.convert_tokens_to_ids(s)
-            for s in recorded["sampling_kwargs"]["stop"]
-            if s in tokenizer.get_vocab()
-        }
-    )
+    vocab = tokenizer.get_vocab()
+    stop_ids = sorted({vocab[s] for s in recorded["sampling_kwargs"]["stop"] if s in vocab})
     cases: dict[str, tuple[list[list[int]], int | list[int], list[int]]] = {
         # End-of-text ignored, as vLLM's ignore_eos: no end id that could stop a row.
         "ids_stop": (prompts, stops, []),
@@ -157,7 +154,7 @@ def engine_profile(model: Any, prompts: list[list[int]], stops: list[int], top: 
     """One ``ids_stop`` call under torch.profiler (CPU and CUDA activity, the engine's defaults):
     its wall seconds, the GPU's kernel time summed, and the kernels that took most of it."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import DeviceType, ProfilerActivity, profile
 
     from autorl.decoding.greedy_engine import generate_greedy
 
@@ -167,7 +164,7 @@ def engine_profile(model: Any, prompts: list[list[int]], stops: list[int], top: 
         generate_greedy(model, prompts, max_new_tokens=stops, eos_ids=[], pad_id=0)
         torch.cuda.synchronize()
     wall = time.perf_counter() - began
-    cuda = torch.autograd.DeviceType.CUDA
+    cuda = DeviceType.CUDA
     kernels = [event for event in prof.key_averages() if event.device_type == cuda]
     gpu_us = sum(event.self_device_time_total for event in kernels)
     kernels.sort(key=lambda event: event.self_device_time_total, reverse=True)

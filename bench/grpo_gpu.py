@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -90,10 +91,15 @@ def main() -> None:
         checkpoint = None
         if "throughput" in args.parts or "weight_swap" in args.parts:
             checkpoint = _checkpoint(root, args.smoke)
-        parts = {
-            "throughput": lambda: throughput(checkpoint, args, device, results, save),
+
+        def built() -> Path:
+            assert checkpoint is not None, "built above for each part that uses it"
+            return checkpoint
+
+        parts: dict[str, Callable[[], dict[str, Any]]] = {
+            "throughput": lambda: throughput(built(), args, device, results, save),
             "learning": lambda: learning(root, args, device),
-            "weight_swap": lambda: weight_swap(checkpoint, device),
+            "weight_swap": lambda: weight_swap(built(), device),
         }
         for name, run in parts.items():
             if name not in args.parts:
@@ -131,12 +137,17 @@ def _load(checkpoint: Path, device: str) -> tuple[Any, Any]:
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).to(device)
-    return tokenizer, model
+    # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype)
+    return tokenizer, model.to(device)
 
 
 def throughput(
-    checkpoint: Path, args: argparse.Namespace, device: str, results: dict[str, Any], save: Any
+    checkpoint: Path,
+    args: argparse.Namespace,
+    device: str,
+    results: dict[str, Any],
+    save: Callable[[], None],
 ) -> dict[str, Any]:
     import torch
 
@@ -185,12 +196,13 @@ def _trl(
 ) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
     marks: list[float] = []
     lengths: list[float] = []
 
-    class Clock(TrainerCallback):  # type: ignore[misc]
+    class Clock(TrainerCallback):
         def on_step_end(self, *a: Any, **k: Any) -> None:
             common.synchronize()
             marks.append(time.monotonic())
@@ -199,7 +211,7 @@ def _trl(
             if logs and "completions/mean_length" in logs:
                 lengths.append(float(logs["completions/mean_length"]))
 
-    def reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    def reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
         return list(task.reward(completions, answer, **kwargs))
 
     with tempfile.TemporaryDirectory() as output_dir:
@@ -445,7 +457,8 @@ def weight_swap(checkpoint: Path, device: str) -> dict[str, Any]:
     resident = None
     for _ in range(3):
         started = time.monotonic()
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).to(device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype)
+        model = model.to(device).eval()
         cold_token = first_token(model)
         cold.append(time.monotonic() - started)
         if resident is None:

@@ -559,8 +559,11 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     arith = Arith(tokenizer, args.smoke, args.held_out, args.completion_tokens)
     bf16 = torch.bfloat16 if device == "cuda" else torch.float32
     dtype = bf16 if variant.engine == "fast" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=dtype).to(device)
-    judge = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=bf16).to(device).eval()
+    # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=dtype)
+    model = model.to(device)
+    judge: Any = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=bf16)
+    judge = judge.to(device).eval()
 
     def evaluate() -> list[bool]:
         policy = dict(model.named_parameters())

@@ -301,7 +301,9 @@ def run_variant(variant: common.Variant, model_dir: Path, args: argparse.Namespa
     dtype = torch.float32
     if device == "cuda" and (variant.engine == "fast" or not learning):
         dtype = torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    model = model.to(device)
     rewards = RewardLog(task)
     if variant.engine == "fast":
         steps = _fast(variant, model, tokenizer, rewards, records, args)
@@ -400,18 +402,21 @@ def _trl(
     records: list[dict[str, Any]],
     args: Any,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
     marks: list[float] = []
     logs: list[dict[str, float]] = []
     started = time.monotonic()
+    stop_at = args.stop_at  # on_step_end's own args are TRL's training arguments
 
-    class Clock(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, _args: Any, _state: Any, control: Any, **k: Any) -> Any:
+    class Clock(TrainerCallback):
+        def on_step_end(
+            self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+        ) -> TrainerControl:
             common.synchronize()
             marks.append(time.monotonic())
             last = marks[-1] - (marks[-2] if len(marks) > 1 else started)
-            if _out_of_time(args.stop_at, last):
+            if _out_of_time(stop_at, last):
                 common.log(f"{variant.name}: stopping after {len(marks)} steps (deadline)")
                 control.should_training_stop = True
             return control
@@ -484,7 +489,8 @@ def evaluate_held_out(model_dir: Path, weights: dict[str, Path], args: argparse.
     held_out, _, described = learning_problems(args.held_out, 0)
     prompts = [tokenizer(r["prompt"]).input_ids for r in learning_records(tokenizer, held_out)]
     answers = [p.answer for p in held_out]
-    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    model = model.to(device).eval()
     original = {name: p.detach().clone() for name, p in model.named_parameters()}
     count = sum(p.numel() for p in original.values())
     eos = end_ids(model, tokenizer)

@@ -63,7 +63,7 @@ def build_model(seed: int) -> Any:
     )
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
     return model.eval()
 
 
@@ -73,9 +73,9 @@ def copy_bandwidth() -> float:
 
     source = torch.empty(2**31, dtype=torch.int16, device="cuda").random_()
     target = torch.empty_like(source)
-    times = []
+    times: list[float] = []
     for _ in range(12):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         target.copy_(source)
         end.record()
@@ -124,9 +124,9 @@ def attention_step(rows: int, prefix: int, own: int) -> dict[str, float]:
     def median_ms(fn: Callable[[], Any]) -> float:
         for _ in range(3):
             fn()
-        times = []
+        times: list[float] = []
         for _ in range(20):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             fn()
             end.record()

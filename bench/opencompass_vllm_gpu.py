@@ -54,6 +54,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ def offline(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"startup_s": round(time.perf_counter() - began, 2), "runs": {}}
     outputs: dict[str, Any] = {}
     sampling = SamplingParams(**recorded["sampling_kwargs"])
-    for name, call in (
+    calls: tuple[tuple[str, Callable[[], list[Any]]], ...] = (
         ("opencompass_prompts", lambda: llm.generate(recorded["prompts"], sampling, use_tqdm=False)),
         (
             "ids_stop",
@@ -202,7 +203,8 @@ def offline(args: argparse.Namespace) -> int:
                 use_tqdm=False,
             ),
         ),
-    ):
+    )
+    for name, call in calls:
         started = time.perf_counter()
         out = call()
         seconds = time.perf_counter() - started

@@ -121,7 +121,9 @@ def main() -> None:
     if rank == 0 and not (checkpoint / "model.safetensors").exists():
         common.build_checkpoint(checkpoint, seed=0)
     dist.barrier()
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).cuda().eval()
+    # PreTrainedModel.cuda is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16)
+    model = model.cuda().eval()
 
     def engine(rows: list[list[int]], limits: list[int]) -> Callable[[], Any]:
         return lambda: generate_greedy(model, rows, max_new_tokens=limits, eos_ids=[], pad_id=pad_id)
@@ -140,7 +142,8 @@ def main() -> None:
     timed("dp2_generate_ref", lambda: common.run_generate(model, ref[mine], 128, pad_id))
     del model
     torch.cuda.empty_cache()
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, tp_plan="auto").eval()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, tp_plan="auto")
+    model.eval()
     common.run_generate(model, ref[:8], 8, pad_id)
     timed("tp2_generate_ref", lambda: common.run_generate(model, ref, 128, pad_id))
     timed("tp2_engine_stop", engine(prompts, stops))

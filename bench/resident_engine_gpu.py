@@ -215,7 +215,9 @@ def train(
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(base)
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device)
+    # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
+    model: Any = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+    model = model.to(device)
     model.train()
     with safe_open(str(base / "model.safetensors"), framework="pt") as handle:
         saved_names = list(handle.keys())
@@ -254,7 +256,7 @@ def train(
             # Only where the loss is: not the whole vocabulary per prompt id.
             logits = model.lm_head(hidden[where]).float()
             summed = torch.nn.functional.cross_entropy(logits, targets[where], reduction="sum")
-            (summed / answer_tokens).backward()
+            (summed / answer_tokens).backward()  # type: ignore[no-untyped-call]
             loss_sum += float(summed.detach())
         loss = loss_sum / answer_tokens
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

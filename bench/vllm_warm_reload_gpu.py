@@ -197,7 +197,7 @@ def _child(step: str, checkpoints: list[Path], answers: Path, result: Path, args
     ]
     started = time.perf_counter()
     subprocess.run(command, check=True, timeout=args.child_timeout_s)
-    record = json.loads(result.read_text(encoding="utf-8"))
+    record: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))
     record["process_s"] = round(time.perf_counter() - started, 2)
     return record
 
