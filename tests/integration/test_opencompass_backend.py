@@ -42,7 +42,14 @@ from autorl_evaluator.jobs import predictions_path
 from autorl_evaluator.rq_worker import InProcessEvaluationWorker, evaluation_queue
 from autorl_evaluator.time_budget import BudgetExceededError, TimeBudget
 from autorl_grader.main import create_app
-from tests.support.grading import RegisteredExperiment, copy_model, make_workspace, register, row_id
+from tests.support.grading import (
+    RegisteredExperiment,
+    copy_model,
+    make_workspace,
+    register,
+    row_id,
+    submit_accepted,
+)
 from tests.support.models import TrainedModel
 from tests.support.opencompass_models import corrupt_weights, save_sharp_model
 from tests.support.settings import DeploymentSettings
@@ -211,11 +218,7 @@ def worker_run(
             client: TestClient, experiment: RegisteredExperiment, model: Path
         ) -> dict[str, Any]:
             copy_model(model, experiment.output_dir / "ckpt", unique=True)
-            response = client.post(
-                f"{experiment.url_path}/submit?wait=false", json={"model_path": "output/ckpt"}
-            )
-            assert response.status_code == 202, response.text
-            submission_id = int(response.json()["submission_id"])
+            submission_id = int(submit_accepted(client, experiment, "output/ckpt")["submission_id"])
             for name, value in _job_environment(settings).items():
                 env.setenv(name, value)
             worker.work(burst=True)

@@ -34,12 +34,16 @@ from tests.support.checkpoints import read_safetensors, write_safetensors
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
+    agent_get,
     copy_model,
     new_experiment,
+    number_of,
     row_id,
+    submit_accepted,
+    submit_no_wait,
 )
 from tests.support.reference import REFERENCE_BEST_FIELDS
-from tests.support.runs import WORKER
+from tests.support.runs import WORKER, fail_evaluation
 from tests.support.settings import DeploymentSettings
 
 COPIES = 4
@@ -76,9 +80,7 @@ def submit_together(
 
     def one(path: str) -> None:
         barrier.wait()
-        response = grader.post(
-            f"{experiment.url_path}/submit", json={"model_path": path}, params={"wait": "false"}
-        )
+        response = submit_no_wait(grader, experiment, path)
         if response.status_code == 202:
             ids.append(response.json()["submission_id"])
         else:
@@ -102,18 +104,16 @@ def rows(db: Database, ids: list[int]) -> dict[int, Submission]:
 
 def evaluate_with(db: Database, submission_id: int, *, score: float | None) -> None:
     """What a worker does: claim, then record a score (or an evaluator failure)."""
+    if score is None:
+        fail_evaluation(db, submission_id, "out of memory")
+        return
     with db.session() as session:
         assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
     with db.session() as session:
-        if score is None:
-            outcomes.record_failure(
-                session, submission_id, error="out of memory", reason=FailureReason.EVALUATION, worker=WORKER
-            )
-        else:
-            scores = {"opencompass": score, "flexible": score, "strict": score}
-            assert outcomes.record_score(
-                session, submission_id, worker=WORKER, scores=scores, n_samples=5, seconds=2.0
-            )
+        scores = {"opencompass": score, "flexible": score, "strict": score}
+        assert outcomes.record_score(
+            session, submission_id, worker=WORKER, scores=scores, n_samples=5, seconds=2.0
+        )
 
 
 def claimable(db: Database) -> set[int]:
@@ -121,18 +121,11 @@ def claimable(db: Database) -> set[int]:
         return {c.submission_id for c in claims.claimable_in_fair_order(session)}
 
 
-def agent_number(db: Database, submission_id: int) -> int | None:
-    """The agent's number of the submission whose global id is ``submission_id``."""
-    with db.session() as session:
-        return session.get(Submission, submission_id).number  # type: ignore[union-attr]
-
-
 def agent_view(
     grader: httpx.Client, db: Database, experiment: RegisteredExperiment, submission_id: int
 ) -> dict[str, Any]:
     """The submission whose global id is ``submission_id`` as its agent sees it (by its number)."""
-    number = agent_number(db, submission_id)
-    body: dict[str, Any] = grader.get(f"{experiment.url_path}/submissions/{number}").json()
+    body: dict[str, Any] = agent_get(grader, experiment, f"/submissions/{number_of(db, submission_id)}")
     return body
 
 
@@ -232,10 +225,6 @@ def trained_copy(base: Path, target: Path) -> Path:
     return target
 
 
-def submit_now(grader: httpx.Client, experiment: RegisteredExperiment, path: str) -> httpx.Response:
-    return grader.post(f"{experiment.url_path}/submit", json={"model_path": path}, params={"wait": "false"})
-
-
 def measure_baseline(
     grader: httpx.Client, settings: DeploymentSettings, experiment: RegisteredExperiment
 ) -> int:
@@ -261,11 +250,10 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     [their_id] = submit_together(grader, db, theirs, [path])
     evaluate_with(db, their_id, score=42.0)
 
-    response = submit_now(grader, mine, path)
-    assert response.status_code == 202, response.text
-    my_number = response.json()["submission_id"]
+    answer = submit_accepted(grader, mine, path)
+    my_number = answer["submission_id"]
     my_id = row_id(db, mine, my_number)
-    assert response.json()["status"] == "queued"
+    assert answer["status"] == "queued"
     found = rows(db, [their_id, my_id])
     assert found[their_id].fingerprint == found[my_id].fingerprint
     assert (found[my_id].reused_from, found[my_id].waits_for) == (None, None)
@@ -297,7 +285,7 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     )
     # Within the experiment, identical files still take its own earlier score at once.
     shutil.copytree(mine.workspace / path, mine.output_dir / "again")
-    again = submit_now(grader, mine, "output/again")
+    again = submit_no_wait(grader, mine, "output/again")
     assert again.status_code == 200, again.text
     assert again.json()["best"] == view["best"]  # the earlier one stays best (equal score, lower id)
     assert (again.json()["score"], again.json()["reused_from"], again.json()["eval_seconds"]) == (
@@ -321,7 +309,7 @@ def test_a_copy_of_the_base_model_takes_its_own_experiments_baseline_measured_on
     evaluate_with(db, their_baseline, score=8.0)
 
     shutil.copytree(tiny_base_model, mine.output_dir / "untouched")
-    copy = submit_now(grader, mine, "output/untouched")
+    copy = submit_no_wait(grader, mine, "output/untouched")
     assert copy.status_code == 202 and copy.json()["status"] == "queued", copy.text
     # The experiment's own baseline takes the measured score (no second evaluation), and the
     # copy its score with it: its own baseline's, never naming the other experiment's id.
@@ -329,14 +317,14 @@ def test_a_copy_of_the_base_model_takes_its_own_experiments_baseline_measured_on
     # takes it at once, 0 GPU-seconds, naming its own baseline, never the other experiment's id.
     measure_baseline(grader, settings, mine)
     shutil.copytree(tiny_base_model, mine.output_dir / "untouched-again")
-    again = submit_now(grader, mine, "output/untouched-again")
+    again = submit_no_wait(grader, mine, "output/untouched-again")
     assert again.status_code == 200, again.text
     assert (again.json()["score"], again.json()["eval_seconds"], again.json()["reused_from"]) == (8.0, 0.0, 0)
 
     # Another base model's baseline is not this experiment's to take, even with the same bytes.
     elsewhere = new_experiment(grader, settings, tiny_base_model, tmp_path / "elsewhere")
     shutil.copytree(tiny_base_model, elsewhere.output_dir / "untouched")
-    measured = submit_now(grader, elsewhere, "output/untouched")
+    measured = submit_no_wait(grader, elsewhere, "output/untouched")
     assert measured.status_code == 202 and measured.json()["status"] == "queued", measured.text
 
 

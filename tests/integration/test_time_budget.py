@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
 from autorl.eval_config import EvalConfig
-from autorl.store import Database, Experiment, FailureReason, Submission, SubmissionStatus, submissions
+from autorl.store import Database, FailureReason, Submission, SubmissionStatus, submissions
 from autorl.tasks import get_task
 from autorl_evaluator.backends.hf.backend import HFBackend
 from autorl_evaluator.backends.opencompass.engine_server import denormals_flushed
@@ -30,7 +29,7 @@ from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import EngineSpec, ResidentEngine
 from autorl_evaluator.jobs import evaluate
 from autorl_evaluator.time_budget import TimeBudget, evaluation_budget
-from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, evaluating_settings
+from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, evaluating_settings, row_id
 from tests.support.settings import DeploymentSettings
 
 LIMIT = 2
@@ -41,22 +40,6 @@ TEST_DATA = Path(__file__).resolve().parents[1] / "data"
 @pytest.fixture
 def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> DeploymentSettings:
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
-
-
-def _submitted(settings: DeploymentSettings, experiment: str, model_path: str) -> int:
-    """The global id of ``experiment``'s submission of ``model_path``."""
-    db = Database(settings.database_url or "")
-    try:
-        with db.session() as session:
-            found = session.scalar(
-                select(Submission.id)
-                .join(Experiment, Submission.experiment_id == Experiment.id)
-                .where(Experiment.name == experiment, Submission.model_path.endswith(model_path))
-            )
-    finally:
-        db.dispose()
-    assert found is not None
-    return int(found)
 
 
 def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_counts_against_the_limit(
@@ -71,7 +54,7 @@ def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_count
     copy_model(tiny_base_model, experiment.output_dir / "slow", unique=True)
     slow_submit = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/slow"})
     assert slow_submit.status_code == 202, slow_submit.text
-    slow = _submitted(settings, experiment.name, "output/slow")
+    slow = row_id(settings.database_url, experiment, slow_submit.json()["submission_id"])
     db = Database(settings.database_url or "")
     try:
         with db.session() as session:
@@ -104,11 +87,9 @@ def test_an_evaluation_past_its_time_budget_is_the_checkpoints_failure_and_count
 
         # The same checkpoint's evaluation within the default budget scores.
         copy_model(tiny_base_model, experiment.output_dir / "fine", unique=True)
-        assert (
-            client.post(f"{experiment.url_path}/submit", json={"model_path": "output/fine"}).status_code
-            == 202
-        )
-        assert evaluate(_submitted(settings, experiment.name, "output/fine"), settings)["status"] == "scored"
+        fine = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/fine"})
+        assert fine.status_code == 202
+        assert evaluate(row_id(db, experiment, fine.json()["submission_id"]), settings)["status"] == "scored"
     finally:
         db.dispose()
 
