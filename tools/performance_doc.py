@@ -594,21 +594,43 @@ def engine_race_card(name: str) -> str:
     ratios = ", ".join(
         f"`{workload}` **{r['vllm_over_in_process_second']}×**" for workload, r in data["ratios"].items()
     )
-    lines += ["", f"The fastest vLLM's time over the in-process engine's (second call): {ratios}."]
+    lines.append("")
+    if ratios:
+        lines.append(f"The fastest vLLM's time over the in-process engine's (second call): {ratios}.")
     tried = inproc.get("ids_stop_settings")
     if tried:
         cells = ", ".join(f"`{setting}` {run['seconds']} s" for setting, run in tried.items())
-        lines.append(f"- The in-process engine's settings on `ids_stop` (the first is its default): {cells}.")
+        lines.append(
+            "- The in-process engine's settings on `ids_stop` (checks for finished rows every N steps, "
+            f"drops them at a share kept, attention span; the first is its default): {cells}."
+        )
     profiled = inproc.get("ids_stop_profile")
     if profiled:
-        top = ", ".join(
-            f"`{k['name'][:60]}` {k['s']} s ({k['calls']:,} calls)" for k in profiled["top_kernels"][:5]
-        )
-        lines.append(
-            f"- One `ids_stop` call profiled: {profiled['wall_s']} s wall, of which the GPU ran kernels "
-            f"{profiled['kernel_s']} s ({profiled['kernel_share_of_wall']:.0%}); most of it: {top}."
-        )
+        lines.append(race_profile(profiled, inproc["runs"]["ids_stop"]["second"]["seconds"]))
     return "\n".join(lines) + "\n"
+
+
+#: Kernel names by what they compute, for the engine's profile (the first kind that matches).
+KERNEL_KINDS = {"attention": ("flash",), "matrix products": ("nvjet", "gemm", "cutlass")}
+
+
+def race_profile(profiled: dict[str, Any], unprofiled_s: float) -> str:
+    """Where one profiled ``ids_stop`` call's GPU time went, by kind of kernel."""
+    kinds: dict[str, list[float]] = {}
+    for kernel in profiled["top_kernels"]:
+        kind = next(
+            (k for k, marks in KERNEL_KINDS.items() if any(m in kernel["name"] for m in marks)),
+            "elementwise and copies",
+        )
+        kinds.setdefault(kind, [0.0, 0])
+        kinds[kind][0] += kernel["s"]
+        kinds[kind][1] += kernel["calls"]
+    shown = "; ".join(f"{kind} {s:.2f} s in {calls:,} launches" for kind, (s, calls) in kinds.items())
+    return (
+        f"- One `ids_stop` call profiled: the GPU ran kernels for {profiled['kernel_s']} s, against "
+        f"{unprofiled_s} s for the whole call unprofiled; of the {len(profiled['top_kernels'])} kernels "
+        f"that took most ({sum(k['s'] for k in profiled['top_kernels']):.2f} s): {shown}."
+    )
 
 
 WARM_VARIANTS = {
