@@ -94,10 +94,11 @@ def in_process(
             }
             common.log(f"in-process {name} {attempt}: {result['runs'][name][attempt]}")
     if settings:
+        result["ids_stop_settings"] = {}
         try:
-            result["ids_stop_settings"] = engine_settings(model, prompts, stops, settings)
+            engine_settings(model, prompts, stops, settings, result["ids_stop_settings"])
             result["ids_stop_profile"] = engine_profile(model, prompts, stops)
-        except Exception as exc:  # the timed runs above are kept whatever the extras do
+        except Exception as exc:  # what was timed is kept whatever the extras do
             result["settings_error"] = f"{type(exc).__name__}: {exc}"
     del model
     gc.collect()
@@ -105,41 +106,44 @@ def in_process(
     return result
 
 
-#: The engine's row-dropping and attention-span settings tried on ``ids_stop`` (``--settings``):
-#: name -> (CHECK_EVERY_STEPS, KEEP_AT_MOST, SPAN_SLOTS); the first is the engine's default.
-ENGINE_SETTINGS: dict[str, tuple[int, float, int]] = {
-    "check8_keep0.5_span128": (8, 0.5, 128),
-    "check8_keep0.75_span128": (8, 0.75, 128),
-    "check8_keep0.9_span128": (8, 0.9, 128),
-    "check4_keep0.75_span128": (4, 0.75, 128),
-    "check16_keep0.75_span128": (16, 0.75, 128),
-    "check8_keep0.75_span64": (8, 0.75, 64),
-}
+#: Row-dropping and attention-span settings tried on ``ids_stop`` (``--settings``) besides the
+#: engine's own: (CHECK_EVERY_STEPS, KEEP_AT_MOST, SPAN_SLOTS).
+ENGINE_SETTINGS: list[tuple[int, float, int]] = [
+    (8, 0.5, 128),
+    (8, 0.75, 128),
+    (8, 0.9, 128),
+    (4, 0.75, 128),
+    (16, 0.75, 128),
+    (8, 0.75, 64),
+]
+
+
+def setting_name(setting: tuple[int, float, int]) -> str:
+    check, keep, span = setting
+    return f"check{check}_keep{keep:g}_span{span}"
 
 
 def engine_settings(
-    model: Any, prompts: list[list[int]], stops: list[int], names: list[str]
-) -> dict[str, Any]:
-    """``ids_stop`` once under each of ``names`` (:data:`ENGINE_SETTINGS`), the engine's module
-    settings patched for the call and put back after."""
-    import torch
-
+    model: Any, prompts: list[list[int]], stops: list[int], names: list[str], found: dict[str, Any]
+) -> None:
+    """``ids_stop`` once under the engine's own settings, then under each of ``names``
+    (:data:`ENGINE_SETTINGS`), into ``found`` as each ends (the first is the engine's default); the
+    engine's module settings patched for each call and put back after."""
     from autorl.decoding import greedy_engine
 
     default = (greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS)
-    found: dict[str, Any] = {}
+    tried = {setting_name(setting): setting for setting in ENGINE_SETTINGS}
+    order = [setting_name(default), *(name for name in names if name != setting_name(default))]
     try:
-        for name in names:
-            check, keep, span = ENGINE_SETTINGS[name]
-            greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS = (
-                check,
-                keep,
-                span,
-            )
-            torch.cuda.synchronize()
+        for name in order:
+            check, keep, span = tried.get(name, default)
+            greedy_engine.CHECK_EVERY_STEPS = check
+            greedy_engine.KEEP_AT_MOST = keep
+            greedy_engine.SPAN_SLOTS = span
+            common.synchronize()
             began = time.perf_counter()
             output = greedy_engine.generate_greedy(model, prompts, max_new_tokens=stops, eos_ids=[], pad_id=0)
-            torch.cuda.synchronize()
+            common.synchronize()
             found[name] = {
                 "seconds": round(time.perf_counter() - began, 2),
                 "new_tokens": sum(len(t) for t in output.tokens),
@@ -147,23 +151,22 @@ def engine_settings(
             common.log(f"in-process ids_stop {name}: {found[name]}")
     finally:
         greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS = default
-    return found
 
 
 def engine_profile(model: Any, prompts: list[list[int]], stops: list[int], top: int = 12) -> dict[str, Any]:
     """One ``ids_stop`` call under torch.profiler (CPU and CUDA activity, the engine's defaults):
     its wall seconds, the GPU's kernel time summed, and the kernels that took most of it."""
-    import torch
     from torch.profiler import DeviceType, ProfilerActivity, profile
 
     from autorl.decoding.greedy_engine import generate_greedy
 
-    torch.cuda.synchronize()
-    began = time.perf_counter()
+    common.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        # Timed inside: the profiler's start and its flush at the end are not the call's.
+        began = time.perf_counter()
         generate_greedy(model, prompts, max_new_tokens=stops, eos_ids=[], pad_id=0)
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - began
+        common.synchronize()
+        wall = time.perf_counter() - began
     cuda = DeviceType.CUDA
     kernels = [event for event in prof.key_averages() if event.device_type == cuda]
     gpu_us = sum(event.self_device_time_total for event in kernels)
@@ -238,7 +241,7 @@ def main() -> int:
     parser.add_argument(
         "--settings",
         nargs="*",
-        choices=sorted(ENGINE_SETTINGS),
+        choices=[setting_name(setting) for setting in ENGINE_SETTINGS],
         help="in-process engine settings tried on ids_stop (no names: all), then one profiled call",
     )
     args = parser.parse_args()
@@ -275,7 +278,8 @@ def main() -> int:
         report["ratios"] = ratios(report)
         args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
 
-    settings = None if args.settings is None else (args.settings or list(ENGINE_SETTINGS))
+    every = [setting_name(setting) for setting in ENGINE_SETTINGS]
+    settings = None if args.settings is None else (args.settings or every)
     report["in_process"] = in_process(model_dir, recorded, prompts, stops, settings)
     write()
     for name, extra in VLLM_VARIANTS.items():

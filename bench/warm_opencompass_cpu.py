@@ -166,7 +166,7 @@ def split_replay(root: Path, rounds: int) -> dict[str, Any]:
         replaying = {"AUTORL_VLLM_REPLAY_MODE": "replay", "AUTORL_VLLM_REPLAY_FILE": str(replay)}
         return {**env, "PYTHONPATH": str(common.STAND_IN), **replaying}
 
-    # The backend calls the shim_environment it imported from resident_engine: replaced there.
+    # The backend calls the shim_environment it imported from resident_engine: replaced in the backend module.
     with mock.patch.object(backend_module, "shim_environment", stand_in_environment):
         settings = {
             name: WorkerSettings(

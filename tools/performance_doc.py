@@ -610,8 +610,13 @@ def engine_race_card(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: Kernel names by what they compute, for the engine's profile (the first kind that matches).
-KERNEL_KINDS = {"attention": ("flash",), "matrix products": ("nvjet", "gemm", "cutlass")}
+#: Kernel names by what they compute, for the engine's profile (the first kind that matches; any
+#: other kernel is "other").
+KERNEL_KINDS = {
+    "attention": ("flash",),
+    "matrix products": ("nvjet", "gemm"),
+    "elementwise and copies": ("elementwise_kernel", "copy_kernel"),
+}
 
 
 def race_profile(profiled: dict[str, Any], unprofiled_s: float) -> str:
@@ -620,7 +625,7 @@ def race_profile(profiled: dict[str, Any], unprofiled_s: float) -> str:
     for kernel in profiled["top_kernels"]:
         kind = next(
             (k for k, marks in KERNEL_KINDS.items() if any(m in kernel["name"] for m in marks)),
-            "elementwise and copies",
+            "other",
         )
         kinds.setdefault(kind, [0.0, 0])
         kinds[kind][0] += kernel["s"]

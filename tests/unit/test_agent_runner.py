@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -127,6 +128,17 @@ def contract(tmp_path: Path) -> ContractValues:
         output_dir=tmp_path / "output",
         workspace=tmp_path,
     )
+
+
+def test_every_variable_the_agents_guide_promises_is_set_by_the_contract() -> None:
+    """docs/AGENTS.md's table of the agent's environment: its contract variables are exactly
+    CONTRACT_VARIABLES (dropping or renaming one fails here), besides what the runner adds."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "AGENTS.md").read_text(encoding="utf-8")
+    table = text.split("| variable | value |", 1)[1].split("\n\n", 1)[0]
+    cells = [line.split("|")[1] for line in table.splitlines()[2:]]
+    documented = {name.split("=")[0] for cell in cells for name in re.findall(r"`([^`]+)`", cell)}
+    assert documented - set(CONTRACT_VARIABLES) == {"PATH", "HF_HUB_OFFLINE", RUN_MARKER_VARIABLE}
+    assert set(CONTRACT_VARIABLES) <= documented
 
 
 def test_agent_environment_is_built_from_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
-"""The pure parts of the GPU benchmarks bench/grpo_trl_vllm_gpu.py and bench/vllm_warm_reload_gpu.py:
-variant names, step summaries, ratios within a call, joining calls' files, the padded tokenizer, the
-learning comparison's problems, order and summary, and answer comparison (the measurements themselves
+"""The parts of the GPU benchmarks that run on a CPU (bench/grpo_trl_vllm_gpu.py,
+bench/vllm_warm_reload_gpu.py, bench/engine_race_gpu.py): variant names, step summaries, ratios within
+a call, joining calls' files, the padded tokenizer, the learning comparison's problems, order and
+summary, answer comparison, and the engine race's settings and profile (the measurements themselves
 run only on a GPU machine)."""
 
 from __future__ import annotations
@@ -650,3 +651,45 @@ def test_a_fast_path_run_from_a_kept_checkpoint_learns_and_records_its_problems(
     assert record["curve"][0]["accuracy"] == kept["accuracy"]
     first = learning.common.fast_order(128, 0)[:2]
     assert record["problems_per_step"] == [learning.digest(first)]
+
+
+def test_the_engine_race_times_the_engines_own_settings_first_and_puts_them_back(
+    common: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/engine_race_gpu.py --settings on the CPU: each setting answers the same ids, the
+    engine's own comes first, and the engine's settings are its own again after, a failed call too."""
+    import engine_race_gpu
+    from transformers import AutoModelForCausalLM
+
+    from autorl.decoding import greedy_engine
+    from autorl.models.tiny import build_tiny_qwen2
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_qwen2(tmp_path / "m")).eval()
+    prompts, stops = [[5, 6, 7], [8, 9, 10, 11], [12]], [3, 9, 5]
+
+    def now() -> tuple[int, float, int]:
+        return (greedy_engine.CHECK_EVERY_STEPS, greedy_engine.KEEP_AT_MOST, greedy_engine.SPAN_SLOTS)
+
+    own = now()
+    found: dict[str, Any] = {}
+    engine_race_gpu.engine_settings(model, prompts, stops, ["check4_keep0.75_span128"], found)
+    assert list(found) == [engine_race_gpu.setting_name(own), "check4_keep0.75_span128"]
+    assert {run["new_tokens"] for run in found.values()} == {sum(stops)}
+    assert now() == own
+
+    def fails_under_another_setting(*args: Any, **kwargs: Any) -> Any:
+        if now() != own:
+            raise RuntimeError("out of memory")
+        return generate(*args, **kwargs)
+
+    generate = greedy_engine.generate_greedy
+    monkeypatch.setattr(greedy_engine, "generate_greedy", fails_under_another_setting)
+    kept: dict[str, Any] = {}
+    with pytest.raises(RuntimeError):
+        engine_race_gpu.engine_settings(model, prompts, stops, ["check8_keep0.9_span128"], kept)
+    assert list(kept) == [engine_race_gpu.setting_name(own)]  # what was timed before is kept
+    assert now() == own
+
+    monkeypatch.setattr(greedy_engine, "generate_greedy", generate)
+    profiled = engine_race_gpu.engine_profile(model, prompts, stops)
+    assert profiled["wall_s"] >= 0 and profiled["top_kernels"] == []  # no GPU kernels on a CPU
