@@ -32,9 +32,10 @@ from autorl.client import (
     TooManySubmissionsError,
 )
 from autorl.errors import AutoRLError
-from autorl.store import Database, claims, outcomes
+from autorl.store import Database
 from tests.support.grading import admin_headers, make_workspace, register, row_id
 from tests.support.infra import ServedApp
+from tests.support.runs import score_evaluation
 from tests.support.settings import DeploymentSettings
 
 
@@ -193,13 +194,7 @@ def test_a_sealed_nomination_through_the_client(
             client.nominate(pending.submission_id)
         assert unscored.value.status_code == 400 and "scored" in unscored.value.detail
         evaluated = row_id(db, registered["name"], pending.submission_id)
-        with db.session() as session:  # the worker's result path: claimed, then scored
-            assert claims.claim(session, evaluated, worker="worker-1", lease_s=60)
-        with db.session() as session:
-            scores = {"opencompass": 40.0, "flexible": 40.0, "strict": 30.0}
-            assert outcomes.record_score(
-                session, evaluated, worker="worker-1", scores=scores, n_samples=5, seconds=1.0
-            )
+        score_evaluation(db, evaluated, 40.0)
         nominated = client.nominate(pending.submission_id)
         assert isinstance(nominated, NominatedAnswer)
         assert (nominated.submission_id, nominated.split, nominated.score) == (

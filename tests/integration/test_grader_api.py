@@ -34,7 +34,7 @@ from tests.support.grading import (
     row_id,
     submission_count,
 )
-from tests.support.runs import fail_evaluation
+from tests.support.runs import fail_evaluation, score_evaluation
 from tests.support.settings import DeploymentSettings
 
 #: What the tiny base model ships besides its weights and config.
@@ -817,16 +817,8 @@ def test_baseline_is_measured_once_per_model_and_settings(
     again = client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
     assert again.json()["submission_id"] == queued.json()["submission_id"]  # idempotent
     db = Database(settings.database_url or "")
+    score_evaluation(db, queued.json()["submission_id"], 12.5)
     with db.session() as session:
-        assert claims.claim(session, queued.json()["submission_id"], worker="w", lease_s=60)
-        assert outcomes.record_score(
-            session,
-            queued.json()["submission_id"],
-            worker="w",
-            scores={"opencompass": 12.5, "flexible": 12.5, "strict": 0.0},
-            n_samples=8,
-            seconds=3.0,
-        )
         eval_key = experiments.get_experiment(session, first.name).eval_key
         assert caches.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
     db.dispose()

@@ -43,7 +43,7 @@ from tests.support.grading import (
     submit_no_wait,
 )
 from tests.support.reference import REFERENCE_BEST_FIELDS
-from tests.support.runs import WORKER, fail_evaluation
+from tests.support.runs import WORKER, fail_evaluation, score_evaluation
 from tests.support.settings import DeploymentSettings
 
 COPIES = 4
@@ -102,20 +102,6 @@ def rows(db: Database, ids: list[int]) -> dict[int, Submission]:
     return {i: row for i, row in found.items() if row is not None}
 
 
-def evaluate_with(db: Database, submission_id: int, *, score: float | None) -> None:
-    """What a worker does: claim, then record a score (or an evaluator failure)."""
-    if score is None:
-        fail_evaluation(db, submission_id, "out of memory")
-        return
-    with db.session() as session:
-        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
-    with db.session() as session:
-        scores = {"opencompass": score, "flexible": score, "strict": score}
-        assert outcomes.record_score(
-            session, submission_id, worker=WORKER, scores=scores, n_samples=5, seconds=2.0
-        )
-
-
 def claimable(db: Database) -> set[int]:
     with db.session() as session:
         return {c.submission_id for c in claims.claimable_in_fair_order(session)}
@@ -156,7 +142,7 @@ def test_concurrent_identical_submissions_share_one_evaluation(
     with db.session() as session:  # back in the queue, as the reconciler leaves a dead worker's
         claims.release(session, first, worker=WORKER, error="worker stopped")
 
-    evaluate_with(db, first, score=42.0)
+    score_evaluation(db, first, 42.0, seconds=2.0)
     for i in ids:
         view = agent_view(grader, db, experiment, i)
         assert (view["status"], view["score"]) == ("scored", 42.0), view
@@ -176,7 +162,7 @@ def test_a_copy_of_the_base_model_waits_for_the_baseline_in_flight(
     shutil.copytree(tiny_base_model, experiment.output_dir / "untouched")
     [copy_id] = submit_together(grader, db, experiment, ["output/untouched"])
     assert rows(db, [copy_id])[copy_id].waits_for == baseline_id
-    evaluate_with(db, baseline_id, score=8.0)
+    score_evaluation(db, baseline_id, 8.0)
     view = agent_view(grader, db, experiment, copy_id)
     # The baseline, as the agent numbers it (0), never its global id.
     assert (view["status"], view["score"], view["reused_from"]) == ("scored", 8.0, 0)
@@ -189,14 +175,14 @@ def test_after_an_evaluator_failure_the_next_copy_is_evaluated_not_failed(
     first, second, third = submit_together(
         grader, db, experiment, identical_copies(experiment, tiny_base_model, 3)
     )
-    evaluate_with(db, first, score=None)
+    fail_evaluation(db, first, "out of memory")
     found = rows(db, [first, second, third])
     assert found[first].status == SubmissionStatus.FAILED
     assert found[first].failure_reason == FailureReason.EVALUATION
     assert (found[second].status, found[second].waits_for) == (SubmissionStatus.QUEUED, None)
     assert (found[third].status, found[third].waits_for) == (SubmissionStatus.QUEUED, second)
     assert claimable(db) & {first, second, third} == {second}
-    evaluate_with(db, second, score=17.0)
+    score_evaluation(db, second, 17.0)
     assert agent_view(grader, db, experiment, third)["score"] == 17.0
     assert agent_view(grader, db, experiment, first)["status"] == "failed"
 
@@ -246,9 +232,9 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     trained_copy(tiny_base_model, theirs.workspace / path)
     shutil.copytree(theirs.workspace / path, mine.workspace / path)
     their_baseline = measure_baseline(grader, settings, theirs)
-    evaluate_with(db, their_baseline, score=8.0)
+    score_evaluation(db, their_baseline, 8.0)
     [their_id] = submit_together(grader, db, theirs, [path])
-    evaluate_with(db, their_id, score=42.0)
+    score_evaluation(db, their_id, 42.0)
 
     answer = submit_accepted(grader, mine, path)
     my_number = answer["submission_id"]
@@ -270,7 +256,7 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     assert [row["submission_id"] for row in scores["submissions"]] == [my_number] == [1]
     assert "42.0" not in str(scores)  # the other experiment's score shows nowhere
 
-    evaluate_with(db, my_id, score=30.0)  # its own evaluation, its own score
+    score_evaluation(db, my_id, 30.0, seconds=2.0)  # its own evaluation, its own score
     view = agent_view(grader, db, mine, my_id)
     assert (view["status"], view["score"], view["eval_seconds"], view["reused_from"]) == (
         "scored",
@@ -306,7 +292,7 @@ def test_a_copy_of_the_base_model_takes_its_own_experiments_baseline_measured_on
     theirs = new_experiment(grader, settings, tiny_base_model, tmp_path / "theirs", model=model)
     mine = new_experiment(grader, settings, tiny_base_model, tmp_path / "mine", model=model)
     their_baseline = measure_baseline(grader, settings, theirs)
-    evaluate_with(db, their_baseline, score=8.0)
+    score_evaluation(db, their_baseline, 8.0)
 
     shutil.copytree(tiny_base_model, mine.output_dir / "untouched")
     copy = submit_no_wait(grader, mine, "output/untouched")
@@ -372,7 +358,7 @@ def test_the_reconciler_settles_copies_whose_evaluation_ended_without_them(
 ) -> None:
     experiment = new_experiment(grader, settings, tiny_base_model, tmp_path)
     first, second = submit_together(grader, db, experiment, identical_copies(experiment, tiny_base_model, 2))
-    evaluate_with(db, first, score=12.5)
+    score_evaluation(db, first, 12.5)
     with db.session() as session:  # as if the copy had been committed after the evaluation's end
         waiting = submissions.get_submission(session, second)
         waiting.status, waiting.score, waiting.waits_for = SubmissionStatus.QUEUED, None, first

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from autorl.api.answers import ExperimentAnswer, NominatedAnswer
 from autorl.errors import EVALUATOR_FAULT_PREFIX
-from autorl.store import Database, SubmissionStatus, claims, experiments, outcomes, submissions
+from autorl.store import Database, SubmissionStatus, experiments, submissions
 from autorl.store.models import utcnow
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.jobs import evaluate
@@ -39,10 +39,10 @@ from tests.support.grading import (
     submit_accepted,
     submit_no_wait,
 )
+from tests.support.runs import score_evaluation
 from tests.support.settings import DeploymentSettings
 
 SHARE = 2
-WORKER = "share-worker"
 
 
 @pytest.fixture
@@ -54,18 +54,6 @@ def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> D
         limit=3,
         max_new_tokens=6,
     )
-
-
-def record(db: Database, experiment: RegisteredExperiment, number: int, score: float) -> None:
-    """The worker's result path for the agent's submission ``number``: claimed, then scored."""
-    submission_id = row_id(db, experiment, number)
-    with db.session() as session:
-        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
-    with db.session() as session:
-        scores = {"opencompass": score, "flexible": score, "strict": score}
-        assert outcomes.record_score(
-            session, submission_id, worker=WORKER, scores=scores, n_samples=3, seconds=1.0
-        )
 
 
 def on_disk(settings: DeploymentSettings) -> set[str]:
@@ -181,7 +169,7 @@ def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_acc
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
         ids[name] = submit_accepted(client, experiment, f"output/{name}")["submission_id"]
-        record(db, experiment, ids[name], score)
+        score_evaluation(db, row_id(db, experiment, ids[name]), score)
     kept = agents_snapshot(db, experiment, ids["a"])
     assert settings.snapshot_dir is not None and kept is not None
     folder = settings.snapshot_dir / kept
@@ -215,7 +203,7 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
     for name, score in scores.items():  # one at a time: each scored before the next
         ids[name] = submit_accepted(client, experiment, f"output/{name}")["submission_id"]
-        record(db, experiment, ids[name], score)
+        score_evaluation(db, row_id(db, experiment, ids[name]), score)
     ids["e"] = submit_accepted(client, experiment, "output/e")["submission_id"]
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
 
@@ -270,7 +258,8 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
     assert nominate(client, experiment, ids["b"]).status_code == 409  # once
 
     # After the budget, the final of a evaluates for real from the snapshot taken again.
-    record(db, experiment, ids["e"], 50.0)  # a better one no longer matters: a was nominated
+    # A better one no longer matters: a was nominated.
+    score_evaluation(db, row_id(db, experiment, ids["e"]), 50.0)
     end_budget(db, experiment)
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
     assert on_disk(settings) == {taken_again}
@@ -294,7 +283,7 @@ def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(
     for name, score in (("a", 10.0), ("b", 30.0)):
         copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
         ids[name] = submit_no_wait(client, experiment, f"output/{name}").json()["submission_id"]
-        record(db, experiment, ids[name], score)
+        score_evaluation(db, row_id(db, experiment, ids[name]), score)
     reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
     assert agents_snapshot(db, experiment, ids["a"]) is None
     refused = nominate(client, experiment, ids["a"])

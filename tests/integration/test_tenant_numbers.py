@@ -36,18 +36,15 @@ from tests.support.grading import (
     submit_accepted,
 )
 from tests.support.infra import ServedApp
-from tests.support.runs import WORKER, SeededExperiment, add_submission, create_experiment, scores
+from tests.support.runs import (
+    WORKER,
+    SeededExperiment,
+    add_submission,
+    create_experiment,
+    score_evaluation,
+    scores,
+)
 from tests.support.settings import DeploymentSettings
-
-
-def score(db: Database, submission_id: int, value: float) -> None:
-    """What an evaluator does (any replica, any process): claim, then record a score."""
-    with db.session() as session:
-        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
-    with db.session() as session:
-        assert outcomes.record_score(
-            session, submission_id, worker=WORKER, scores=scores(value), n_samples=10, seconds=1.0
-        )
 
 
 def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
@@ -92,8 +89,8 @@ def test_two_experiments_submitting_interleaved_each_see_their_own_numbers(
 
     # Scored, then nominated by the agent's own number; the admin's final names the global id.
     for number, value in zip((1, 2, 3), (10.0, 30.0, 20.0), strict=True):
-        score(db, globals_[mine.name][number - 1], value)
-        score(db, globals_[theirs.name][number - 1], 90.0)
+        score_evaluation(db, globals_[mine.name][number - 1], value)
+        score_evaluation(db, globals_[theirs.name][number - 1], 90.0)
     listing = agent_get(grader, mine, "/scores")
     assert [s["submission_id"] for s in listing["submissions"]] == [1, 2, 3]
     assert listing["best"]["submission_id"] == 2 and listing["next_after"] is None
@@ -210,7 +207,7 @@ def test_a_sealed_experiment_shows_its_agent_no_time_of_the_test_splits_work(
     trained = submit_accepted(grader, experiment, "output/trained")
     # Neither baseline is counted ahead of them (the copy is where the one it waits for is).
     assert (copy["queue_position"], trained["queue_position"]) == (1, 1)
-    score(db, validation_id, 25.0)
+    score_evaluation(db, validation_id, 25.0)
 
     def shown() -> tuple[Any, Any]:
         return agent_get(grader, experiment, "/submissions/0"), agent_get(

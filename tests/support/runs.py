@@ -148,6 +148,18 @@ def add_submission(
     return submission_id
 
 
+def score_evaluation(db: Database, submission_id: int, score: float, *, seconds: float = 1.0) -> None:
+    """An evaluator worker's result path for a score: ``submission_id`` (the database's id)
+    claimed, then scored ``score`` under every protocol, on 10 samples in ``seconds``."""
+    with db.session() as session:
+        assert claims.claim(session, submission_id, worker=WORKER, lease_s=60)
+    with db.session() as session:
+        every_protocol = {"opencompass": score, "flexible": score, "strict": score}
+        assert outcomes.record_score(
+            session, submission_id, worker=WORKER, scores=every_protocol, n_samples=10, seconds=seconds
+        )
+
+
 def fail_evaluation(
     db: Database, submission_id: int, error: str, *, reason: FailureReason = FailureReason.EVALUATION
 ) -> None:
