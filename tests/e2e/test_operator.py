@@ -172,9 +172,7 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
 ) -> None:
     manifest = load_example("experiment-custom-agent.yaml")
     name = manifest["metadata"]["name"]
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    running = await platform.through_baseline(manifest, tiny_base_model)
+    ref, running = await platform.start_running(manifest, tiny_base_model)
 
     job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
     assert job is not None
@@ -354,9 +352,7 @@ async def test_declared_env_secrets_and_args_reach_a_builtin_agent_and_platform_
             ],
         }
     )
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     container = (await agent_pod_spec(platform, ref))["containers"][0]
     assert {"secretRef": {"name": "llm-api-key"}, "prefix": "AUTORL_AGENT_ENV_"} in container["envFrom"]
 
@@ -416,9 +412,7 @@ async def test_a_custom_images_mirror_sidecar_keeps_run_meta_and_scores_fresh(
 ) -> None:
     name = "custom-mirrors"
     manifest = load_example("experiment-custom-agent.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     (sidecar,) = (await agent_pod_spec(platform, ref))["initContainers"]
     env = environment_here(sidecar, await token_secret_data(platform, ref), {}, tmp_path / "home")
     workspace = platform.shared / ref.workspace_subpath

@@ -60,9 +60,7 @@ async def test_agent_past_its_deadline_ends_timed_out(
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     if how == "controller-clock":
         manifest["spec"]["timeoutSeconds"] = 1
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     await platform.run_agent_pod(ref)
     if how == "job-deadline-exceeded":
         # Kubernetes itself stops the Job at activeDeadlineSeconds.
@@ -86,9 +84,7 @@ async def test_custom_image_agent_is_stopped_by_kubernetes_at_its_budgets_end(
     name = "gsm8k-custom-deadline"
     manifest = load_example("experiment-custom-agent.yaml", rename=name)
     manifest["spec"]["timeoutSeconds"] = 600
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     job = await platform.get(f"{JOBS}/{ref.agent_job_name}")
     assert job is not None
     pod = job["spec"]["template"]["spec"]
@@ -132,9 +128,7 @@ async def test_the_budget_starts_when_the_agent_container_runs_not_while_pending
 ) -> None:
     name = "gsm8k-slow-pull"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
 
     # The Job has an active pod, Pending: scheduled, pulling a large image. No budget yet.
     pod = await platform.run_agent_pod(ref, pending=True)
@@ -166,9 +160,7 @@ async def test_without_access_to_pods_the_budget_starts_with_a_ready_pod(
     """A Role that does not grant reading pods (403): the Job's count of ready pods stands in."""
     name = "gsm8k-no-pod-access"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     forbidden = platform.emulator[f"GET {PODS}"] << 403
     assert isinstance(forbidden, kmock.Reaction)
     try:
@@ -195,9 +187,7 @@ async def test_a_builtin_agents_runner_follows_the_budget_the_grader_starts_late
     own ``--timeout`` until the grader reports the budget, then ends the agent at the grader's end."""
     name = "gsm8k-runner-clock"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     container = (await agent_pod_spec(platform, ref))["containers"][0]
     env = environment_here(container, await token_secret_data(platform, ref), {}, tmp_path / "home")
     agent = tmp_path / "agent"
@@ -327,9 +317,7 @@ async def test_a_waiting_agent_pod_names_its_cause_then_training(
 ) -> None:
     name = "wait-agent-image"
     manifest = load_example("experiment-custom-agent.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    running = await platform.through_baseline(manifest, tiny_base_model)
+    ref, running = await platform.start_running(manifest, tiny_base_model)
     assert running["status"]["reason"] == "PodStarting"
     image = manifest["spec"]["agent"]["image"]
     pod = await job_pod(

@@ -96,9 +96,7 @@ async def run_agent(
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     if timeout_s is not None:
         manifest["spec"]["timeoutSeconds"] = timeout_s
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.through_baseline(manifest, tiny_base_model)
+    ref, _ = await platform.start_running(manifest, tiny_base_model)
     pod = await platform.run_agent_pod(ref)
     await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: bool(obj["status"].get("deadline")), "the budget to start"

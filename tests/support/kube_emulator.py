@@ -528,6 +528,15 @@ class Platform:
             "this run's prepare Job",
         )
 
+    async def start_running(
+        self, manifest: dict[str, Any], tiny_model: Path
+    ) -> tuple[ExperimentRef, dict[str, Any]]:
+        """Apply an Experiment and drive it to Running (:meth:`through_baseline`): its identity and
+        the Experiment as it is then."""
+        await self.apply(manifest)
+        ref = await self.ref(manifest["metadata"]["name"])
+        return ref, await self.through_baseline(manifest, tiny_model)
+
     async def through_baseline(self, manifest: dict[str, Any], tiny_model: Path) -> dict[str, Any]:
         """Drive an applied Experiment to Running, playing the prepare pod and the evaluator."""
         name = manifest["metadata"]["name"]
