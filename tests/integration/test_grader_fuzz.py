@@ -15,14 +15,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from pydantic import SecretStr
+from schemathesis import Case
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.result import Err
+from schemathesis.schemas import APIOperation
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -78,32 +82,50 @@ CHECKS: list[Callable[..., bool | None]] = [
 ]
 
 
-@schema.parametrize()
-@settings(
-    max_examples=EXAMPLES_PER_OPERATION,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+def _operations() -> list[APIOperation[Any, Any, Any, Any]]:
+    """Every operation of the document; one the document cannot describe fails the collection."""
+    operations = []
+    for result in schema.get_all_operations():
+        if isinstance(result, Err):
+            raise result.err()
+        operations.append(result.ok())
+    return operations
+
+
+#: Each operation a test of its own, its id the operation's label (``GET /healthz``).
+OPERATIONS_OF_DOCUMENT = _operations()
+
+
+@pytest.mark.parametrize("operation", OPERATIONS_OF_DOCUMENT, ids=lambda operation: operation.label)
 def test_no_server_error_and_every_answer_matches_the_document(
-    case: schemathesis.Case, target: FuzzTarget
+    operation: APIOperation[Any, Any, Any, Any], target: FuzzTarget
 ) -> None:
-    parameters = case.path_parameters
-    if parameters is not None and "token" in parameters:
-        parameters["token"] = target.agent_token
-    admin = case.path.startswith(ADMIN_PREFIXES)
+    admin = operation.path.startswith(ADMIN_PREFIXES)
     token = target.admin_token if admin else target.agent_token
-    operation = case.operation.label
-    OPERATIONS[operation] += 1
-    try:
-        response = case.call_and_validate(
-            app=target.app, headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
-        )
-    except Exception:
-        FAILURES[operation] += 1
-        raise
-    STATUSES[str(response.status_code)] += 1
+
+    @given(case=operation.as_strategy())
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def call(case: Case[Any]) -> None:
+        parameters = case.path_parameters
+        if parameters is not None and "token" in parameters:
+            parameters["token"] = target.agent_token
+        OPERATIONS[operation.label] += 1
+        try:
+            response = case.call_and_validate(
+                app=target.app, headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
+            )
+        except Exception:
+            FAILURES[operation.label] += 1
+            raise
+        STATUSES[str(response.status_code)] += 1
+
+    call()
 
 
 @pytest.fixture(scope="module", autouse=True)
