@@ -32,7 +32,6 @@ import gc
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -228,10 +227,35 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def join(race: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``race`` with the in-process engine's settings and profile from another call's results
+    (``--settings``): that call's date, command and unprofiled ``ids_stop`` seconds go under
+    ``in_process.settings_call``."""
+    tried = settings.get("in_process", {})
+    if "ids_stop_settings" not in tried:
+        raise ValueError("the settings file holds no --settings run")
+    joined: dict[str, Any] = json.loads(json.dumps(race))
+    joined["in_process"].update(
+        ids_stop_settings=tried["ids_stop_settings"],
+        ids_stop_profile=tried.get("ids_stop_profile"),
+        settings_call={
+            "date": settings["date"],
+            "command": settings["command"],
+            "ids_stop_second_s": tried["runs"]["ids_stop"]["second"]["seconds"],
+        },
+    )
+    return joined
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=Path, help="bench/opencompass_vllm_gpu.py record's carry")
     parser.add_argument(
-        "--inputs", type=Path, required=True, help="bench/opencompass_vllm_gpu.py record's carry"
+        "--join",
+        nargs=2,
+        type=Path,
+        metavar=("RACE", "SETTINGS"),
+        help="RACE's results with the settings and profile of SETTINGS (another call), to --output",
     )
     parser.add_argument("--work", type=Path, default=Path("/root/engine-race"))
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -245,6 +269,16 @@ def main() -> int:
         help="in-process engine settings tried on ids_stop (no names: all), then one profiled call",
     )
     args = parser.parse_args()
+    if args.join:
+        race, settings = (json.loads(path.read_text(encoding="utf-8")) for path in args.join)
+        try:
+            joined = join(race, settings)
+        except ValueError as exc:
+            parser.error(f"{args.join[1]}: {exc}")
+        args.output.write_text(json.dumps(joined, indent=2) + "\n", encoding="utf-8")
+        return 0
+    if args.inputs is None:
+        parser.error("--inputs is required: bench/opencompass_vllm_gpu.py record's carry (or --join)")
     import torch
 
     began = time.perf_counter()
@@ -256,7 +290,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "benchmark": "engine_race_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
-        "command": "python3 bench/engine_race_gpu.py " + " ".join(sys.argv[1:]),
+        "command": common.command_line(args.output),
         "environment": common.environment(),
         "model": {
             "description": f"Qwen2.5-1.5B architecture, random bf16 weights (seed {args.seed})",

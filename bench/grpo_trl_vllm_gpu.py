@@ -96,7 +96,9 @@ LEARNING_PROBLEM_DRAW = 5000
 
 def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One results file from several calls' (consecutive runs on the GPU machine): each call's date
-    and command under ``calls``, every variant with the index of its call, ratios within a call.
+    and command under ``calls``, every variant with the index of its call, ratios within a call
+    (``ratios``) and, where a size's two paths ran in different calls, across them
+    (``ratios_across_calls``).
 
     A file that is itself a merge keeps its calls; a learning run (``--checkpoint``: it has a
     ``learning`` comparison) goes whole under ``learning_run``, its variants apart from the
@@ -124,6 +126,10 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
         merged["ratios"].update(report["ratios"] if "calls" in report else common.ratios(report["variants"]))
         if "learning_run" in report:
             merged["learning_run"] = report["learning_run"]
+    every = common.ratios(merged["variants"])
+    across = {name: ratio for name, ratio in every.items() if name not in merged["ratios"]}
+    if across:  # the two paths of one size in different calls of one warm machine
+        merged["ratios_across_calls"] = across
     if runs:
         merged["learning_run"] = runs[-1]
     return merged
@@ -369,7 +375,7 @@ def _fast(
         max_completion_length=args.completion_tokens,
         learning_rate=args.learning_rate,
         seed=args.seed,
-        loss_micro_batch=common.MICRO_BATCH,
+        loss_micro_batch=common.micro_batch(),
     )
     trainer = common.fast_trainer(model, tokenizer, rewards, records, settings, end_ids(model, tokenizer))
     drawn = trainer.next_problems
@@ -429,7 +435,7 @@ def _trl(
     def reward(completions: list[Any], answer: list[str], index: list[int], **kwargs: Any) -> list[float]:
         return rewards.reward(completions, answer, index)
 
-    micro, accumulation = variant.trl_batches()
+    micro, accumulation = variant.trl_batches(common.micro_batch())
     vllm = variant.engine == "trl_vllm"
     with tempfile.TemporaryDirectory() as output_dir:
         trainer, start_s = common.trl_grpo_trainer(
@@ -683,7 +689,7 @@ def main() -> int:
             "seed": args.seed,
             "steps_timed": args.steps,
             "warmup_steps": 1,
-            "loss_micro_batch": common.MICRO_BATCH,
+            "loss_micro_batch": common.micro_batch(),
             "temperature": 1.0,
             "beta": 0.0,
             "reward": "the gsm8k task's: +1 for a right final answer, -1 otherwise",

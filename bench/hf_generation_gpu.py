@@ -214,7 +214,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "benchmark": "hf_generation_gpu",
         "date": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
-        "command": "PYTHONPATH=.:bench python3 bench/hf_generation_gpu.py",
+        "command": common.command_line(args.output),
         "environment": {
             "gpu": props.name,
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),

@@ -46,8 +46,13 @@ def _failed(record: dict[str, Any]) -> str:
 
 
 def generation() -> str:
-    """The ``hf`` backend's engine on the whole split (bench/hf_generation_gpu.py)."""
-    data = load_results("hf_generation_gpu")
+    """The ``hf`` backend's engine on the whole split (bench/hf_generation_gpu.py), a table for each
+    card measured."""
+    return each_card("hf_generation_gpu", generation_card)
+
+
+def generation_card(name: str) -> str:
+    data = load_results(name)
     env, prompts, variants = data["environment"], data["prompts"], data["variants"]
     lines = [
         f"Measured {data['date'][:10]} on one {env['gpu']}: {prompts['rows']:,} prompts of the split's "
@@ -67,15 +72,18 @@ def generation() -> str:
             f"{record['new_tokens_per_s']:,} | {record['over_floor']} | {record['peak_allocated_gib']} |"
         )
     full, stop = variants["engine_full"], variants["engine_stop"]
-    ref, ours = variants["generate_ref"], variants["engine_ref"]
-    engine = data["agreement_with_generate"]["engine_ref"]
     lines += [
         "",
         f"- Whole split, {data['max_new_tokens']} new tokens a row: **{full['seconds']} s** (target ≤ 20 s); "
         f"rows stopping at GSM8K answer lengths: **{stop['seconds']} s** (target ≤ 10 s).",
-        f"- Same prompts, same run: `generate` {ref['seconds']} s, the engine {ours['seconds']} s "
-        f"(**{engine['speedup']}×**).",
     ]
+    engine = data["agreement_with_generate"].get("engine_ref")
+    if engine:
+        ref, ours = variants["generate_ref"], variants["engine_ref"]
+        lines.append(
+            f"- Same prompts, same run: `generate` {ref['seconds']} s, the engine {ours['seconds']} s "
+            f"(**{engine['speedup']}×**)."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -365,7 +373,8 @@ def grpo_trl_vllm_card(name: str) -> str:
     env, settings = data["environment"], data["settings"]
     lines = [
         f"Measured {_when(data['date'])} on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}; at most "
-        f"{settings['completion_tokens']} completion tokens.",
+        f"{settings['completion_tokens']} completion tokens, the loss {settings['loss_micro_batch']} rows "
+        "at a time on both paths.",
         "",
         "| variant | completions / step | s / step | completion tok/s | engine start s |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -384,6 +393,13 @@ def grpo_trl_vllm_card(name: str) -> str:
         for name, ratio in data["ratios"].items()
     )
     lines.append(f"The fast path's completion tokens per second over TRL's, same call: {ratios}.")
+    across = data.get("ratios_across_calls", {})
+    if across:
+        pairs = ", ".join(
+            f"{name.partition('_over_')[0].removeprefix('fast_')} **{ratio}×**"
+            for name, ratio in across.items()
+        )
+        lines.append(f"In consecutive calls on the same machine: {pairs}.")
     return "\n".join(lines) + "\n"
 
 
@@ -597,16 +613,20 @@ def engine_race_card(name: str) -> str:
     lines.append("")
     if ratios:
         lines.append(f"The fastest vLLM's time over the in-process engine's (second call): {ratios}.")
+    # The settings and the profile may come from a call of their own (``settings_call``).
+    apart = inproc.get("settings_call")
+    unprofiled_s = apart["ids_stop_second_s"] if apart else inproc["runs"]["ids_stop"]["second"]["seconds"]
     tried = inproc.get("ids_stop_settings")
     if tried:
         cells = ", ".join(f"`{setting}` {run['seconds']} s" for setting, run in tried.items())
+        when = f"; a call of {_when(apart['date'])}" if apart else ""
         lines.append(
             "- The in-process engine's settings on `ids_stop` (checks for finished rows every N steps, "
-            f"drops them at a share kept, attention span; the first is its default): {cells}."
+            f"drops them at a share kept, attention span; the first is its default{when}): {cells}."
         )
     profiled = inproc.get("ids_stop_profile")
     if profiled:
-        lines.append(race_profile(profiled, inproc["runs"]["ids_stop"]["second"]["seconds"]))
+        lines.append(race_profile(profiled, unprofiled_s))
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,12 +52,27 @@ def test_variant_names_parse_and_give_trl_one_update_per_generation_batch(common
         8,
         "trl_vllm_64x8",
     )
-    assert variant.trl_batches() == (32, 16)
-    assert common.parse_variant("fast_2x4").trl_batches() == (8, 1)
+    assert variant.trl_batches(32) == (32, 16)
+    assert variant.trl_batches(16) == (16, 32)
+    assert common.parse_variant("fast_2x4").trl_batches(16) == (8, 1)
     assert common.parse_variant("trl_16x8").engine == "trl"
-    for bad in ("vllm_2x4", "fast_2by4", "fast_0x4", "fast_2x1", "fast_40x2", "fast"):
+    for bad in ("vllm_2x4", "fast_2by4", "fast_0x4", "fast_2x1", "fast_40x2", "fast_12x2", "fast"):
         with pytest.raises(ValueError, match="variant"):
             common.parse_variant(bad)
+
+
+def test_the_loss_takes_fewer_rows_at_a_time_on_a_card_under_120_gib(
+    common: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    for gib, rows in ((139.8, 32), (79.2, 16)):
+        card = SimpleNamespace(total_memory=int(gib * 2**30))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index, card=card: card)
+        assert common.micro_batch() == rows
+        # Both paths take the same rows: TRL's micro-batch, the fast path's loss micro-batch.
+        assert common.parse_variant("trl_vllm_16x8").trl_batches(common.micro_batch()) == (rows, 128 // rows)
 
 
 def test_summary_leaves_out_the_warmup_step_and_keeps_every_reward(common: Any) -> None:
@@ -101,8 +117,10 @@ def test_ratios_pair_variants_of_one_size_and_merge_joins_calls(bench: Any, comm
     assert merged["calls"] == [{"date": "d1", "command": "c1"}, {"date": "d2", "command": "c2"}]
     assert merged["variants"]["trl_vllm_16x8"]["call"] == 1
     assert merged["environment"] == {"gpu": "g"}
-    # Only ratios within one call: fast_16x8 (call 0) is not set against trl_vllm_16x8 (call 1).
+    # fast_16x8 (call 0) is set against trl_vllm_16x8 (call 1) apart from the ratios within a call.
     assert merged["ratios"] == {"fast_2x4_over_trl_vllm_2x4": 0.5}
+    assert merged["ratios_across_calls"] == {"fast_16x8_over_trl_vllm_16x8": 3.0}
+    assert "ratios_across_calls" not in grpo.merge([first])
     with pytest.raises(ValueError, match="two calls"):
         grpo.merge([first, first])
 
@@ -693,3 +711,43 @@ def test_the_engine_race_times_the_engines_own_settings_first_and_puts_them_back
     monkeypatch.setattr(greedy_engine, "generate_greedy", generate)
     profiled = engine_race_gpu.engine_profile(model, prompts, stops)
     assert profiled["wall_s"] >= 0 and profiled["top_kernels"] == []  # no GPU kernels on a CPU
+
+
+def test_the_engine_race_joins_a_race_with_the_settings_of_another_call(tmp_path: Path) -> None:
+    """``engine_race_gpu.py --join RACE SETTINGS``: the race's timings and ratios stay its own; the
+    settings, the profile and the call they came from are added; a file without settings is refused."""
+    race = {
+        "date": "d1",
+        "command": "c1",
+        "in_process": {"runs": {"ids_stop": {"second": {"seconds": 7.87}}}},
+        "ratios": {"ids_stop": {"vllm_over_in_process_second": 0.82}},
+    }
+    settings = {
+        "date": "d0",
+        "command": "c0 --settings",
+        "in_process": {
+            "runs": {"ids_stop": {"second": {"seconds": 7.91}}},
+            "ids_stop_settings": {"check8_keep0.75_span128": {"seconds": 8.11}},
+            "ids_stop_profile": {"kernel_s": 7.19, "top_kernels": []},
+        },
+        "ratios": {},
+    }
+    paths = {name: tmp_path / f"{name}.json" for name in ("race", "settings", "out")}
+    for name, data in (("race", race), ("settings", settings)):
+        paths[name].write_text(json.dumps(data))
+
+    def join(first: Path, second: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "bench/engine_race_gpu.py", "--join", str(first), str(second)]
+        return subprocess.run(
+            [*command, "--output", str(paths["out"])], cwd=REPO_ROOT, capture_output=True, text=True
+        )
+
+    assert join(paths["race"], paths["settings"]).returncode == 0
+    joined = json.loads(paths["out"].read_text())
+    assert joined["ratios"] == race["ratios"]
+    assert joined["in_process"]["runs"] == race["in_process"]["runs"]
+    assert joined["in_process"]["ids_stop_settings"] == {"check8_keep0.75_span128": {"seconds": 8.11}}
+    called = {"date": "d0", "command": "c0 --settings", "ids_stop_second_s": 7.91}
+    assert joined["in_process"]["settings_call"] == called
+    refused = join(paths["settings"], paths["race"])
+    assert refused.returncode == 2 and "holds no --settings run" in refused.stderr
