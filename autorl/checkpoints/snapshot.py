@@ -52,7 +52,7 @@ import uuid
 from collections import deque
 from collections.abc import Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,11 @@ _CHANGED = (
     "the checkpoint's files changed while they were being submitted; stop writing a checkpoint before "
     "you submit it: save each checkpoint to a new folder and submit that folder once it is complete"
 )
+#: The grader's own shortage, never the checkpoint's fault: a 503 to retry, counted nowhere.
+_NO_DESCRIPTORS = (
+    "the grader has no file descriptor free to read this checkpoint with right now; submit it again "
+    "in a moment (this does not count against your submission limit)"
+)
 _BASE_CHANGED = (
     "the base model's files changed while this checkpoint was being taken (the platform replaced them); "
     "submit the checkpoint again"
@@ -202,11 +207,12 @@ def snapshot_submission(
     :data:`UNREADABLE_POLL_S` for up to ``unreadable_wait_s``; then :class:`UnreadableCheckpointError`
     names it and the ``chmod`` that fixes it. Every failed try leaves nothing behind.
     """
-    base = read_base_model(base_model_dir)
+    with _descriptors_are_the_platforms():
+        base = read_base_model(base_model_dir)
     deadline = time.monotonic() + unreadable_wait_s
     while True:
         try:
-            with ExitStack() as stack:
+            with _descriptors_are_the_platforms(), ExitStack() as stack:
                 folder, submitted = _open_submission_folder(
                     model_path, workspace=workspace, output_dir=output_dir
                 )
@@ -220,12 +226,36 @@ def snapshot_submission(
         time.sleep(UNREADABLE_POLL_S)
 
 
+@contextmanager
+def _descriptors_are_the_platforms() -> Iterator[None]:
+    """Whatever failed for want of a file descriptor (the grader's, shared by every experiment)
+    fails as :class:`ServiceUnavailableError`, never as a refusal of the checkpoint."""
+    try:
+        yield
+    except ServiceUnavailableError:
+        raise
+    except Exception as exc:
+        if _out_of_descriptors(exc):
+            raise ServiceUnavailableError(_NO_DESCRIPTORS) from exc
+        raise
+
+
+def _out_of_descriptors(exc: BaseException | None) -> bool:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def snapshot_base_model(base_model_dir: Path, snapshot_root: Path) -> Snapshot:
     """The base model's snapshot, taken and fingerprinted like a submission's (so a copy of the
     base model submitted by an agent has the baseline's fingerprint). The base model is the
     platform's own: links in its folder (a hub cache) are followed."""
-    base = read_base_model(base_model_dir)
-    with ExitStack() as stack:
+    with _descriptors_are_the_platforms(), ExitStack() as stack:
+        base = read_base_model(base_model_dir)
         source = _open_base_folder(base_model_dir, stack)
         return _build(source, source, base, snapshot_root)
 
@@ -483,14 +513,18 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
     reading_weights = False
     try:
         with ExitStack() as stack:
-            opened = {entry: _open(source, entry, stack) for entry in sorted({*shards, *checked})}
+            # The small files stay open to the end; each weights file is open only while its header
+            # is read and again while it is copied: the descriptors a submission holds do not grow
+            # with the number of files it chose to save its weights in.
+            opened = {entry: _open(source, entry, stack) for entry in sorted(checked)}
             platform_names = _list(platform) & PLATFORM_FILES
             platform_files = {entry: _open(platform, entry, stack) for entry in sorted(platform_names)}
+            headers, seen = _read_headers(source, shards, base)
             _check_free_space(
                 snapshot_root,
-                sum(handle.info.st_size for handle in [*opened.values(), *platform_files.values()]),
+                sum(handle.info.st_size for handle in [*opened.values(), *platform_files.values()])
+                + sum(info.st_size for info in seen.values()),
             )
-            headers = _read_headers(opened, shards, base)
             tensors: dict[str, Tensor] = {}
             weight_map: dict[str, str] = {}
             for shard, header in headers.items():
@@ -506,21 +540,34 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
             config = model_files.parse_json_object(_read_small(opened[CONFIG]), opened[CONFIG].name)
             model_files.check_config(config, base.config, opened[CONFIG].name)
             small = {entry: _read_small(handle) for entry, handle in platform_files.items()}
-            _write_platform_files(writer, small, base, platform)
+            platform_written = _platform_files(small, base, platform)
             # Every check that needs no tensor data is behind, and a file changed by now is refused
-            # at no cost. From here on the weights are read, copied and hashed: a refusal is a
-            # CostlyCheckpointError, which the grader counts against the submission limit.
+            # at no cost, before anything is written to the evaluator storage. From here on the
+            # weights are read, copied and hashed: a refusal is a CostlyCheckpointError, which the
+            # grader counts against the submission limit.
             for handle in opened.values():
                 _check_unchanged(handle)
+            for shard, info in seen.items():
+                _check_same_file(source, shard, info)
             reading_weights = True
+            for entry, data in platform_written.items():
+                writer.write(entry, data)
             for shard, header in headers.items():
-                _copy_weights(opened[shard], header, writer)
+                with ExitStack() as shard_stack:
+                    handle = _open(source, shard, shard_stack)
+                    if _identity(handle.info) != _identity(seen[shard]):
+                        raise CheckpointError(_CHANGED)
+                    _copy_weights(handle, header, writer)
             if indexed:
                 total = sum(header.data_bytes for header in headers.values())
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
                 writer.write(WEIGHTS_INDEX, model_files.dump_json(index))
             for handle in opened.values():
                 _check_unchanged(handle)
+            # Every weights file is still the one copied: the snapshot is one checkpoint the agent
+            # had, not files of two saves.
+            for shard, info in seen.items():
+                _check_same_file(source, shard, info)
             for handle in platform_files.values():
                 # The base model's files are the platform's: their change is not the agent's to pay for.
                 if platform is not source and _changed(handle):
@@ -529,7 +576,7 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
         fingerprint = writer.fingerprint()
     except CheckpointError as exc:
         remove_snapshot(writer.path)
-        if reading_weights and not isinstance(exc, CostlyCheckpointError):
+        if reading_weights and not isinstance(exc, CostlyCheckpointError) and not _out_of_descriptors(exc):
             raise CostlyCheckpointError(str(exc)) from exc
         raise
     except BaseException:
@@ -579,16 +626,37 @@ def _list(source: _Source) -> set[str]:
     return names
 
 
-def _read_headers(opened: dict[str, _Opened], shards: list[str], base: BaseCheckpoint) -> dict[str, Header]:
-    """Each shard's header, read one after the other within the base model's header allowance: a
-    submission never makes the grader read or hold more header bytes than its base model needs."""
+def _read_headers(
+    source: _Source, shards: list[str], base: BaseCheckpoint
+) -> tuple[dict[str, Header], dict[str, os.stat_result]]:
+    """Each shard's header and the file it was read from, the shards opened one after the other,
+    each closed before the next, within the base model's header allowance: a submission never makes
+    the grader read or hold more header bytes, or hold more descriptors, than its base model needs."""
     headers: dict[str, Header] = {}
+    seen: dict[str, os.stat_result] = {}
     left = base.header_allowance
     for shard in shards:
-        handle = opened[shard]
-        headers[shard] = read_header(handle.fd, handle.info.st_size, handle.name, max_bytes=left)
+        with ExitStack() as stack:
+            handle = _open(source, shard, stack)
+            headers[shard] = read_header(handle.fd, handle.info.st_size, handle.name, max_bytes=left)
+            seen[shard] = handle.info
         left -= len(headers[shard].raw)
-    return headers
+    return headers, seen
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What says a file is the one read before: the same inode, size and modification time."""
+    return (info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns)
+
+
+def _check_same_file(source: _Source, entry: str, info: os.stat_result) -> None:
+    """``entry`` of ``source`` is still the file ``info`` describes (not replaced, not written)."""
+    try:
+        now = os.stat(entry, dir_fd=source.fd, follow_symlinks=source.follow_links)
+    except OSError:
+        raise CheckpointError(_CHANGED) from None
+    if _identity(now) != _identity(info):
+        raise CheckpointError(_CHANGED)
 
 
 def _weight_files(source: _Source, names: set[str], base: BaseCheckpoint) -> list[str]:
@@ -825,9 +893,7 @@ def _check_unchanged(opened: _Opened) -> None:
         raise CheckpointError(_CHANGED)
 
 
-def _write_platform_files(
-    writer: _Writer, files: dict[str, bytes], base: BaseCheckpoint, platform: _Source
-) -> None:
+def _platform_files(files: dict[str, bytes], base: BaseCheckpoint, platform: _Source) -> dict[str, bytes]:
     """The base model's files besides its weights, as every evaluation of it reads them: its
     config, the token ids of its generation config (decoding is the platform's), its tokenizer
     files, and its chat template folded into the tokenizer config."""
@@ -835,26 +901,26 @@ def _write_platform_files(
     def parsed(entry: str) -> dict[str, Any] | None:
         return model_files.parse_json_object(files[entry], platform.name(entry)) if entry in files else None
 
-    writer.write(CONFIG, model_files.dump_json(base.config))
+    written = {CONFIG: model_files.dump_json(base.config)}
     generation = parsed(GENERATION_CONFIG)
     if generation is not None:
         kept = model_files.normalize_generation_config(
             generation, base.vocab_size, platform.name(GENERATION_CONFIG)
         )
-        writer.write(GENERATION_CONFIG, model_files.dump_json(kept))
+        written[GENERATION_CONFIG] = model_files.dump_json(kept)
     tokenizer_config = parsed(TOKENIZER_CONFIG) or {}
     normalized = model_files.normalize_tokenizer_config(
         tokenizer_config, base.chat_template, platform.name(TOKENIZER_CONFIG)
     )
-    writer.write(TOKENIZER_CONFIG, model_files.dump_json(normalized))
+    written[TOKENIZER_CONFIG] = model_files.dump_json(normalized)
     special = parsed(SPECIAL_TOKENS_MAP)
     if special is not None:
-        kept_special = model_files.normalize_special_tokens_map(special)
-        writer.write(SPECIAL_TOKENS_MAP, model_files.dump_json(kept_special))
+        written[SPECIAL_TOKENS_MAP] = model_files.dump_json(model_files.normalize_special_tokens_map(special))
     added = parsed(ADDED_TOKENS)
     if added is not None:
         checked = model_files.check_added_tokens(added, platform.name(ADDED_TOKENS))
-        writer.write(ADDED_TOKENS, model_files.dump_json(checked))
+        written[ADDED_TOKENS] = model_files.dump_json(checked)
     for entry in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"):
         if entry in files:
-            writer.write(entry, files[entry])
+            written[entry] = files[entry]
+    return written

@@ -27,15 +27,17 @@ def edit_json(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps(content))
 
 
-def split_into_shards(folder: Path) -> list[str]:
-    """Rewrite ``model.safetensors`` as two shards and an index, as save_pretrained does for big models."""
+def split_into_shards(folder: Path, count: int | None = 2) -> list[str]:
+    """Rewrite ``model.safetensors`` as ``count`` shards (None: one a tensor) and an index, as
+    save_pretrained does for big models (or with a small ``max_shard_size``)."""
     header, data = read_safetensors(folder / "model.safetensors")
     metadata = header.pop("__metadata__", {})
     names = sorted(header)
-    halves = [names[: len(names) // 2], names[len(names) // 2 :]]
-    shards = [f"model-0000{i + 1}-of-00002.safetensors" for i in range(2)]
+    count = count or len(names)
+    parts = [names[i * len(names) // count : (i + 1) * len(names) // count] for i in range(count)]
+    shards = [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
     weight_map: dict[str, str] = {}
-    for shard, members in zip(shards, halves, strict=True):
+    for shard, members in zip(shards, parts, strict=True):
         offset, chunks, part = 0, [], {"__metadata__": metadata}
         for name in members:
             begin, end = header[name]["data_offsets"]

@@ -851,15 +851,74 @@ def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
     def never_copy(*args: Any) -> None:
         raise AssertionError("the weights were copied")
 
-    write_config = snapshot_module._write_platform_files
+    platform_files = snapshot_module._platform_files
 
-    def write_then_append(*args: Any) -> None:
-        write_config(*args)
+    def read_then_append(*args: Any) -> dict[str, bytes]:
+        files = platform_files(*args)
         with (checkpoint / "model.safetensors").open("ab") as weights:
             weights.write(b"\0")
+        return files
+
+    written: list[str] = []
+    write = snapshot_module._Writer.write
+
+    def recorded(writer: Any, name: str, data: bytes) -> None:
+        written.append(name)
+        write(writer, name, data)
 
     monkeypatch.setattr(snapshot_module, "_copy_weights", never_copy)
-    monkeypatch.setattr(snapshot_module, "_write_platform_files", write_then_append)
+    monkeypatch.setattr(snapshot_module, "_platform_files", read_then_append)
+    monkeypatch.setattr(snapshot_module._Writer, "write", recorded)
+    with pytest.raises(CheckpointError) as caught:
+        take()
+    assert str(caught.value) == CHANGED and not isinstance(caught.value, CostlyCheckpointError)
+    # Refused at no cost to the agent, and at none to the evaluator storage: nothing was written.
+    assert written == [] and list(snapshots.iterdir()) == []
+
+
+def test_the_descriptors_a_copy_holds_do_not_grow_with_the_number_of_weights_files(
+    take: Callable[..., Snapshot], checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grader takes every experiment's snapshots under one limit of open files: the same weights
+    saved one tensor a file hold no more of them while copied than saved as one file."""
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    held: list[int] = []
+    copy_weights = snapshot_module._copy_weights
+
+    def counted(*args: Any) -> None:
+        held.append(len(os.listdir("/proc/self/fd")))
+        copy_weights(*args)
+
+    monkeypatch.setattr(snapshot_module, "_copy_weights", counted)
+    take()
+    one_file = max(held)
+    held.clear()
+    shards = split_into_shards(checkpoint, count=None)
+    snapshot = take()
+    assert len(shards) > 20 and len(held) == len(shards)
+    assert max(held) <= one_file + 1  # the index, open beside the config
+    assert set(shards) <= {path.name for path in snapshot.path.iterdir()}
+
+
+def test_a_weights_file_replaced_after_its_header_was_read_is_refused(
+    take: Callable[..., Snapshot], checkpoint: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each weights file is closed after its header is read and opened again for the copy: a file
+    put in its place in between (another save's) is refused, not copied beside the others."""
+    from autorl.checkpoints import snapshot as snapshot_module
+
+    shards = split_into_shards(checkpoint)
+    read_headers = snapshot_module._read_headers
+
+    def read_then_replace(*args: Any) -> Any:
+        found = read_headers(*args)
+        replacement = checkpoint / "replacement"
+        shutil.copyfile(checkpoint / shards[1], replacement)
+        os.replace(replacement, checkpoint / shards[1])  # the same bytes, another file
+        return found
+
+    monkeypatch.setattr(snapshot_module, "_read_headers", read_then_replace)
     with pytest.raises(CheckpointError) as caught:
         take()
     assert str(caught.value) == CHANGED and not isinstance(caught.value, CostlyCheckpointError)
