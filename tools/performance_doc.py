@@ -32,9 +32,16 @@ GENERATION_VARIANTS = {
 
 def each_card(name: str, render: Callable[[str], str]) -> str:
     """``render`` of each card's results file: ``NAME.json`` (the first card measured), then
-    ``NAME_h100.json`` (the same benchmark on an H100), those that exist."""
+    ``NAME_h100.json`` (the same benchmark on an H100, said in fewer words: see :func:`second_card`),
+    those that exist."""
     found = [card for card in (name, f"{name}_h100") if (RESULTS / f"{card}.json").exists()]
     return "\n".join(render(card) for card in found) if found else "Not measured yet.\n"
+
+
+def second_card(name: str) -> bool:
+    """Whether ``name`` is a second card's results (``NAME_h100``), whose text leaves out what the
+    first card's already said."""
+    return name.endswith("_h100")
 
 
 def _when(date: str) -> str:
@@ -55,7 +62,9 @@ def generation_card(name: str) -> str:
     data = load_results(name)
     env, prompts, variants = data["environment"], data["prompts"], data["variants"]
     lines = [
-        f"Measured {data['date'][:10]} on one {env['gpu']}: {prompts['rows']:,} prompts of the split's "
+        f"The same on one {env['gpu']} ({data['date'][:10]}; copies at {data['copy_bandwidth_tb_s']} TB/s):"
+        if second_card(name)
+        else f"Measured {data['date'][:10]} on one {env['gpu']}: {prompts['rows']:,} prompts of the split's "
         f"lengths, up to {data['max_new_tokens']} new tokens; × floor: over the time of reading the weights "
         f"and caches once a step at {data['copy_bandwidth_tb_s']} TB/s.",
         "",
@@ -64,6 +73,8 @@ def generation_card(name: str) -> str:
     ]
     for name, what in GENERATION_VARIANTS.items():
         record = variants.get(name)
+        if record is not None and str(record.get("status")).startswith("skipped"):
+            continue  # not started in that call (its deadline)
         if record is None or record.get("status") != "ok":
             lines.append(f"| {what} | — | — | — | — | — | {record and record.get('status')} |")
             continue
@@ -371,10 +382,12 @@ def grpo_trl_vllm() -> str:
 def grpo_trl_vllm_card(name: str) -> str:
     data = load_results(name)
     env, settings = data["environment"], data["settings"]
+    micro = f"the loss {settings['loss_micro_batch']} rows at a time on both paths"
     lines = [
-        f"Measured {_when(data['date'])} on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}; at most "
-        f"{settings['completion_tokens']} completion tokens, the loss {settings['loss_micro_batch']} rows "
-        "at a time on both paths.",
+        f"The same on one {env['gpu']} ({_when(data['date'])}), {micro}:"
+        if second_card(name)
+        else f"Measured {_when(data['date'])} on one {env['gpu']}, TRL {env['trl']}, vLLM {env['vllm']}; at "
+        f"most {settings['completion_tokens']} completion tokens, {micro}.",
         "",
         "| variant | completions / step | s / step | completion tok/s | engine start s |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -400,60 +413,6 @@ def grpo_trl_vllm_card(name: str) -> str:
             for name, ratio in across.items()
         )
         lines.append(f"In consecutive calls on the same machine: {pairs}.")
-    return "\n".join(lines) + "\n"
-
-
-def grpo_trl_vllm_learning() -> str:
-    """The learning comparison on a trained checkpoint (bench/grpo_trl_vllm_gpu.py --checkpoint)."""
-    run = load_results("grpo_trl_vllm_gpu").get("learning_run")
-    if run is None:
-        return "Not measured yet: the results file holds no learning run (`--checkpoint`).\n"
-    return learning_run_text(run)
-
-
-def learning_run_text(run: dict[str, Any]) -> str:
-    """A learning run's reward curves side by side, the first and last steps' mean reward and the
-    held-out accuracy before and after, per variant."""
-    settings, learning, variants = run["settings"], run["learning"], run["variants"]
-    compared = learning["variants"]
-    check = run.get("prompt_check", {})
-    prompt = (
-        f"prompts equal to OpenCompass's for {check['equal']:,} of the {check['recorded_prompts']:,} "
-        "evaluated problems"
-        if check.get("checked")
-        else "prompts not checked against OpenCompass's"
-    )
-    same = learning.get("same_problems_every_step")
-    lines = [
-        f"Measured {_when(run['date'])} from the trained checkpoint T2, learning rate "
-        f"{settings['learning_rate']}; {prompt}. The same problems at every step in every variant: "
-        f"{'yes' if same else 'no'} (each step's reward is in the results file).",
-    ]
-    window = learning.get("window", 0)
-    count = settings.get("held_out", 0)
-    lines += [
-        "",
-        f"| variant | steps run | mean reward, first {window} → last {window} of "
-        f"{learning.get('steps_compared', 0)} steps | held-out greedy accuracy % before → after "
-        f"({count} problems) | s / step | completion tok/s | engine start s | policy weights |",
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
-    ]
-    for name, record in variants.items():
-        c = compared.get(name)
-        if record.get("status") != "ok" or c is None:
-            lines.append(f"| `{name}` | — | — | — | — | — | — | {_failed(record)} |")
-            continue
-        accuracy = (
-            f"{c['held_out_accuracy_before']} → **{c['held_out_accuracy_after']}**"
-            if "held_out_accuracy_after" in c
-            else "not answered"
-        )
-        rate = record.get("completion_tokens_per_s")
-        lines.append(
-            f"| `{name}` | {c['steps_run']} | {c['mean_reward_first']} → **{c['mean_reward_last']}** | "
-            f"{accuracy} | {record.get('step_s', '—')} | {'—' if rate is None else number(rate, 0)} | "
-            f"{record.get('trainer_start_s', '—')} | {record.get('policy_dtype', '—')} |"
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -591,8 +550,10 @@ def engine_race_card(name: str) -> str:
     env, inproc = data["environment"], data["in_process"]
     workloads = ("ids_stop", "ids_full", "opencompass_prompts")
     lines = [
-        f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}; `ids_stop`: GSM8K answer "
-        "lengths, `ids_full`: 512 new tokens a row.",
+        f"The same on one {env['gpu']} ({_when(data['date'])}):"
+        if second_card(name)
+        else f"Measured {_when(data['date'])} on one {env['gpu']}, vLLM {env['vllm']}; `ids_stop`: GSM8K "
+        "answer lengths, `ids_full`: 512 new tokens a row.",
         "",
         "| engine | start s | `ids_stop` s | `ids_full` s | `opencompass_prompts` s |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -621,8 +582,9 @@ def engine_race_card(name: str) -> str:
         cells = ", ".join(f"`{setting}` {run['seconds']} s" for setting, run in tried.items())
         when = f"; a call of {_when(apart['date'])}" if apart else ""
         lines.append(
-            "- The in-process engine's settings on `ids_stop` (checks for finished rows every N steps, "
-            f"drops them at a share kept, attention span; the first is its default{when}): {cells}."
+            "- The engine's settings on `ids_stop` (`checkN`: finished rows checked every N steps, `keepS`: "
+            f"dropped once at most that share runs, `spanK`: attention span; first: its default{when}): "
+            + f"{cells}."
         )
     profiled = inproc.get("ids_stop_profile")
     if profiled:
@@ -732,7 +694,9 @@ def worker_card(name: str) -> str:
     data = load_results(name)
     env = data["environment"]
     lines = [
-        f"Measured {_when(data['date'])} on one {env['machine']}: OpenCompass "
+        f"The same on one {env['machine']} ({_when(data['date'])}):"
+        if second_card(name)
+        else f"Measured {_when(data['date'])} on one {env['machine']}: OpenCompass "
         f"{env['opencompass_environment'].get('opencompass')}, vLLM {env['engine_environment'].get('vllm')}; "
         f"{data['problems']:,} problems.",
         "",
@@ -875,7 +839,6 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "autorl-run-gpu": autorl_run,
     "demo-cpu": demo_cpu,
     "grpo-trl-vllm": grpo_trl_vllm,
-    "grpo-trl-vllm-learning": grpo_trl_vllm_learning,
     "vllm-warm-reload": vllm_warm_reload,
     "resident-engine": resident_engine,
     "engine-race": engine_race,
