@@ -400,19 +400,18 @@ def grpo_trl_vllm_card(name: str) -> str:
             f"| `{name}` | {record['completions_per_step']} | {record['step_s']} | "
             f"{number(record['completion_tokens_per_s'], 0)} | {record.get('trainer_start_s', '—')} |"
         )
-    lines.append("")
-    ratios = ", ".join(
-        f"{name.partition('_over_')[0].removeprefix('fast_')} **{ratio}×**"
-        for name, ratio in data["ratios"].items()
-    )
-    lines.append(f"The fast path's completion tokens per second over TRL's, same call: {ratios}.")
-    across = data.get("ratios_across_calls", {})
-    if across:
-        pairs = ", ".join(
+
+    def sizes(ratios: dict[str, float]) -> str:  # fast_16x8_over_trl_vllm_16x8 → 16x8
+        return ", ".join(
             f"{name.partition('_over_')[0].removeprefix('fast_')} **{ratio}×**"
-            for name, ratio in across.items()
+            for name, ratio in ratios.items()
         )
-        lines.append(f"In consecutive calls on the same machine: {pairs}.")
+
+    lines.append("")
+    same = sizes(data["ratios"])
+    lines.append(f"The fast path's completion tokens per second over TRL's, same call: {same}.")
+    if data.get("ratios_across_calls"):
+        lines.append(f"In consecutive calls on the same machine: {sizes(data['ratios_across_calls'])}.")
     return "\n".join(lines) + "\n"
 
 
