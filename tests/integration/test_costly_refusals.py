@@ -22,6 +22,7 @@ from autorl.checkpoints import snapshot as snapshot_module
 from autorl.store import Database, experiments
 from autorl_grader.main import create_app
 from tests.support.grading import (
+    Grader,
     RegisteredExperiment,
     admin_headers,
     copy_model,
@@ -94,56 +95,49 @@ def snapshots_left(settings: DeploymentSettings) -> list[str]:
 
 
 def test_a_checkpoint_changed_during_the_copy_counts_against_the_limit(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-    weights_copied: list[Path],
+    grading: Grader, weights_copied: list[Path]
 ) -> None:
-    experiment = register_experiment(max_submissions=1)
-    copy_model(tiny_base_model, experiment.output_dir / f"{CHANGING}-a", unique=True)
-    copy_model(tiny_base_model, experiment.output_dir / "good", unique=True)
+    experiment = grading.register(max_submissions=1)
+    grading.copy(experiment, f"{CHANGING}-a")
+    grading.copy(experiment, "good")
 
-    refused = submit_no_wait(client, experiment, f"output/{CHANGING}-a")
+    refused = submit_no_wait(grading.client, experiment, f"output/{CHANGING}-a")
     assert refused.status_code == 400, refused.text
     assert refused.json()["detail"] == counted(left=0, limit=1)
     assert "stop writing a checkpoint before you submit it" in refused.json()["detail"]
     assert len(weights_copied) == 1  # refused only once its weights were being read
     # Nothing half-written: no submission, no snapshot; the limit holds the refusal.
-    assert submission_count(settings, experiment) == 0 and snapshots_left(settings) == []
-    assert costly_refusals(settings, experiment) == 1
+    assert submission_count(grading.settings, experiment) == 0 and snapshots_left(grading.settings) == []
+    assert costly_refusals(grading.settings, experiment) == 1
     # GET /scores lists submissions; the refusal has no id there, and the 429 says what it took.
-    assert client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 0
+    assert grading.client.get(f"{experiment.url_path}/scores").json()["total_submissions"] == 0
 
-    limited = submit_no_wait(client, experiment, "output/good")
+    limited = submit_no_wait(grading.client, experiment, "output/good")
     assert limited.status_code == 429, limited.text
     assert limited.json()["detail"] == limit_reached(experiment, 1, refused=1)
     assert len(weights_copied) == 1  # refused before anything was read
-    assert submission_count(settings, experiment) == 0 and snapshots_left(settings) == []
+    assert submission_count(grading.settings, experiment) == 0 and snapshots_left(grading.settings) == []
     # The operator sees what took the limit: no submission, one counted refusal.
-    view = client.get(f"/v1/experiments/{experiment.name}", headers=admin_headers(settings)).json()
+    view = grading.client.get(
+        f"/v1/experiments/{experiment.name}", headers=admin_headers(grading.settings)
+    ).json()
     assert (view["total_submissions"], view["refused_submissions"], view["max_submissions"]) == (0, 1, 1)
 
 
 def test_refusals_before_the_weights_are_read_do_not_count(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-    weights_copied: list[Path],
-    monkeypatch: pytest.MonkeyPatch,
+    grading: Grader, weights_copied: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    experiment = register_experiment(max_submissions=1)
+    experiment = grading.register(max_submissions=1)
     output = experiment.output_dir
-    shutil.copy(tiny_base_model / "config.json", output / "config.json")  # not a checkpoint folder
-    bad_config = copy_model(tiny_base_model, output / "bad-config", unique=True)
+    shutil.copy(grading.base_model / "config.json", output / "config.json")  # not a checkpoint folder
+    bad_config = copy_model(grading.base_model, output / "bad-config", unique=True)
     (bad_config / "config.json").write_text("{not json")
-    truncated = copy_model(tiny_base_model, output / "truncated", unique=True)
+    truncated = copy_model(grading.base_model, output / "truncated", unique=True)
     short = (truncated / "model.safetensors").stat().st_size - 64
     with (truncated / "model.safetensors").open("r+b") as weights:
         weights.truncate(short)
-    early = copy_model(tiny_base_model, output / "early", unique=True)
-    copy_model(tiny_base_model, output / "good", unique=True)
+    early = copy_model(grading.base_model, output / "early", unique=True)
+    copy_model(grading.base_model, output / "good", unique=True)
 
     # The weights of output/early change after their header was checked, before their data is read.
     compare = snapshot_module.compare_to_base
@@ -165,37 +159,33 @@ def test_refusals_before_the_weights_are_read_do_not_count(
         "output/early": CHANGED,
     }
     for model_path, reason in refusals.items():
-        refused = submit_no_wait(client, experiment, model_path)
+        refused = submit_no_wait(grading.client, experiment, model_path)
         assert refused.status_code == 400, (model_path, refused.text)
         detail = refused.json()["detail"]
         assert reason in detail and "counts against your limit" not in detail, (model_path, detail)
     # None of them read a byte of tensor data, left a snapshot or counted.
-    assert weights_copied == [] and snapshots_left(settings) == []
-    assert costly_refusals(settings, experiment) == 0
+    assert weights_copied == [] and snapshots_left(grading.settings) == []
+    assert costly_refusals(grading.settings, experiment) == 0
 
-    submit_accepted(client, experiment, "output/good")
-    limited = submit_no_wait(client, experiment, "output/good")
+    submit_accepted(grading.client, experiment, "output/good")
+    limited = submit_no_wait(grading.client, experiment, "output/good")
     assert limited.status_code == 429 and limited.json()["detail"] == limit_reached(experiment, 1)
 
 
 def test_concurrent_costly_refusals_and_submissions_never_exceed_the_limit(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-    weights_copied: list[Path],
+    grading: Grader, weights_copied: list[Path]
 ) -> None:
     """Submits of changing and good checkpoints at once: accepted submissions and counted refusals
     together take exactly the limit, every other submit is a 429 that read nothing."""
     limit, submits = 3, 8
-    experiment = register_experiment(max_submissions=limit)
+    experiment = grading.register(max_submissions=limit)
     paths = [f"output/{CHANGING}-{i}" if i % 2 else f"output/good-{i}" for i in range(submits)]
     for path in paths:
-        copy_model(tiny_base_model, experiment.workspace / path, unique=True)
+        copy_model(grading.base_model, experiment.workspace / path, unique=True)
     answers: dict[str, Any] = {}
 
     def send(path: str) -> None:
-        answers[path] = submit_no_wait(client, experiment, path)
+        answers[path] = submit_no_wait(grading.client, experiment, path)
 
     threads = [threading.Thread(target=send, args=(path,)) for path in paths]
     for thread in threads:
@@ -218,9 +208,9 @@ def test_concurrent_costly_refusals_and_submissions_never_exceed_the_limit(
         assert answers[path].json()["detail"] == limit_reached(experiment, limit, refused=len(refused))
     # Only the submits inside the limit read any weights.
     assert len(weights_copied) == limit
-    assert costly_refusals(settings, experiment) == len(refused)
-    assert submission_count(settings, experiment) == len(accepted)
-    assert len(snapshots_left(settings)) == len(accepted)
+    assert costly_refusals(grading.settings, experiment) == len(refused)
+    assert submission_count(grading.settings, experiment) == len(accepted)
+    assert len(snapshots_left(grading.settings)) == len(accepted)
 
 
 def test_costly_refusals_racing_on_two_graders_never_exceed_the_limit(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from fastapi.testclient import TestClient
 
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, NominatedAnswer, SubmissionAnswer
 from autorl.errors import EVALUATOR_FAULT_PREFIX
@@ -24,15 +23,12 @@ from autorl.store.models import FailureReason, utcnow
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
 from tests.support.grading import (
+    Grader,
     RegisteredExperiment,
-    admin_call,
     admin_headers,
     agent_get,
-    copy_model,
     evaluating_settings,
-    make_workspace,
     nominate,
-    register,
     row_id,
     submit_accepted,
     submit_no_wait,
@@ -52,23 +48,21 @@ def settings(make_settings: Callable[..., DeploymentSettings], pg_url: str) -> D
     return evaluating_settings(make_settings, pg_url, limit=LIMIT, max_new_tokens=MAX_NEW_TOKENS)
 
 
-def baselines(client: TestClient, settings: DeploymentSettings, name: str) -> None:
+def baselines(grading: Grader, name: str) -> None:
     """Ask for the baseline and evaluate every baseline evaluation the grader created."""
-    admin_call(client, settings, "POST", f"/{name}/baseline")
-    with Database(settings.database_url).session() as session:
+    grading.admin("POST", f"/{name}/baseline")
+    with grading.db.session() as session:
         experiment = experiments.get_experiment(session, name)
         ids = [s.id for s in submissions.experiment_submissions(session, experiment) if not s.status.final]
     for submission_id in ids:
-        assert evaluate(submission_id, settings)["status"] == "scored"
+        assert evaluate(submission_id, grading.settings)["status"] == "scored"
 
 
 @pytest.fixture
-def sealed(
-    client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
-) -> RegisteredExperiment:
+def sealed(grading: Grader) -> RegisteredExperiment:
     """A sealed experiment, started, with its baselines on test and on validation evaluated."""
-    experiment = register_experiment(feedback="sealed")
-    baselines(client, settings, experiment.name)
+    experiment = grading.register(feedback="sealed")
+    baselines(grading, experiment.name)
     return experiment
 
 
@@ -79,54 +73,45 @@ class Submitted(NamedTuple):
     id: int
 
 
-def submit(
-    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, name: str
-) -> Submitted:
-    accepted = submit_no_wait(client, experiment, f"output/{name}")
+def submit(grading: Grader, experiment: RegisteredExperiment, name: str) -> Submitted:
+    accepted = submit_no_wait(grading.client, experiment, f"output/{name}")
     assert accepted.status_code in (200, 202), accepted.text
     number: int = accepted.json()["submission_id"]
-    submitted = Submitted(number, row_id(settings.database_url, experiment, number))
+    submitted = Submitted(number, row_id(grading.db, experiment, number))
     if accepted.status_code == 202:
-        assert evaluate(submitted.id, settings)["status"] == "scored"
+        assert evaluate(submitted.id, grading.settings)["status"] == "scored"
     return submitted
 
 
 def test_test_mode_scores_every_submission_on_the_test_split_and_its_result_is_the_best(
-    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
+    grading: Grader, experiment: RegisteredExperiment
 ) -> None:
     assert experiment.view["feedback"] == "test"
-    baselines(client, settings, experiment.name)
-    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
-    first = submit(client, settings, experiment, "a")
-    answer = agent_get(client, experiment, f"/submissions/{first.number}")
+    baselines(grading, experiment.name)
+    grading.copy(experiment, "a")
+    first = submit(grading, experiment, "a")
+    answer = agent_get(grading.client, experiment, f"/submissions/{first.number}")
     assert answer["split"] == "test"
-    assert all(s["split"] == "test" for s in agent_get(client, experiment, "/scores")["submissions"])
-    view = ExperimentAnswer.model_validate(admin_call(client, settings, "GET", f"/{experiment.name}"))
+    assert all(s["split"] == "test" for s in agent_get(grading.client, experiment, "/scores")["submissions"])
+    view = ExperimentAnswer.model_validate(grading.admin("GET", f"/{experiment.name}"))
     assert view.final is not None and view.final.selection == "best_on_test"
     assert view.final.score == view.best_score and view.final.of == view.best_submission == first.id
     assert view.final.interval == answer["interval"]
     assert view.test_evaluations == 1
     # /final belongs to sealed mode only.
-    refused = client.post(f"{experiment.url_path}/final", json={"submission_id": first.number})
+    refused = grading.client.post(f"{experiment.url_path}/final", json={"submission_id": first.number})
     assert refused.status_code == 409 and "feedback: test" in refused.json()["error"]
     # The admin's final step changes nothing in test mode.
-    assert (
-        admin_call(client, settings, "POST", f"/{experiment.name}/final")["final"]["selection"]
-        == "best_on_test"
-    )
+    assert grading.admin("POST", f"/{experiment.name}/final")["final"]["selection"] == "best_on_test"
 
 
 def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated_one_on_test_once(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    grading: Grader,
 ) -> None:
-    experiment = register_experiment(feedback="sealed")
+    experiment = grading.register(feedback="sealed")
     assert experiment.view["feedback"] == "sealed"
-    baselines(client, settings, experiment.name)
-    with db.session() as session:
+    baselines(grading, experiment.name)
+    with grading.db.session() as session:
         row = experiments.get_experiment(session, experiment.name)
         test_base = submissions.baseline_submission(session, row, Split.TEST)
         validation_base = submissions.baseline_submission(session, row, Split.VALIDATION)
@@ -139,13 +124,13 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         validation_base_score = validation_base.score
 
     for name in ("a", "b", "c"):
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-    a = submit(client, settings, experiment, "a")
-    answer = agent_get(client, experiment, f"/submissions/{a.number}")
+        grading.copy(experiment, name)
+    a = submit(grading, experiment, "a")
+    answer = agent_get(grading.client, experiment, f"/submissions/{a.number}")
     SubmissionAnswer.model_validate(answer)
     assert answer["split"] == "validation"
     assert answer["baseline_score"] == validation_base_score
-    with db.session() as session:
+    with grading.db.session() as session:
         scored, base = (
             submissions.get_submission(session, a.id),
             submissions.get_submission(session, validation_base_id),
@@ -155,13 +140,13 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
 
     # The agent's routes never show a test-split evaluation: its numbers are its submissions and
     # the baseline on validation (0).
-    shown_baseline = agent_get(client, experiment, "/submissions/0")
+    shown_baseline = agent_get(grading.client, experiment, "/submissions/0")
     assert shown_baseline["is_baseline"] and shown_baseline["split"] == "validation"
-    assert client.get(f"{experiment.url_path}/submissions/{a.number + 1}").status_code == 404
+    assert grading.client.get(f"{experiment.url_path}/submissions/{a.number + 1}").status_code == 404
 
     # /final: every refusal, JSON with detail and error naming the fix.
     def nominate(body: Any) -> Any:
-        return client.post(f"{experiment.url_path}/final", json=body)
+        return grading.client.post(f"{experiment.url_path}/final", json=body)
 
     for malformed in (
         {},
@@ -174,10 +159,10 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         assert refused.json()["error"]
     unknown = nominate({"submission_id": 2**31 - 1})
     assert unknown.status_code == 400 and "GET /scores" in unknown.json()["error"]
-    queued = submit_no_wait(client, experiment, "output/b").json()["submission_id"]
+    queued = submit_no_wait(grading.client, experiment, "output/b").json()["submission_id"]
     unscored = nominate({"submission_id": queued})
     assert unscored.status_code == 400 and "not scored" in unscored.json()["error"]
-    assert evaluate(row_id(db, experiment, queued), settings)["status"] == "scored"
+    assert evaluate(row_id(grading.db, experiment, queued), grading.settings)["status"] == "scored"
     accepted = nominate({"submission_id": a.number})
     assert accepted.status_code == 200, accepted.text
     nominated = NominatedAnswer.model_validate(accepted.json())
@@ -186,26 +171,24 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     assert again.status_code == 409 and again.json()["detail"] == again.json()["error"]
 
     # After the budget: the platform's final step evaluates the nominated submission on test, once.
-    with db.session() as session:
+    with grading.db.session() as session:
         row = experiments.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
     late = nominate({"submission_id": a.number})
     assert late.status_code == 403 and "budget" in late.json()["error"]
-    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
+    view = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert view.final is not None and view.final.selection == "nominated" and view.final.of == a.id
     assert view.in_flight == 1 and view.test_evaluations == 0
     final_id = view.final.submission_id
     assert final_id is not None
-    assert evaluate(final_id, settings)["status"] == "scored"
-    again_view = ExperimentAnswer.model_validate(
-        admin_call(client, settings, "POST", f"/{experiment.name}/final")
-    )
+    assert evaluate(final_id, grading.settings)["status"] == "scored"
+    again_view = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert again_view.final is not None and again_view.final.submission_id == final_id  # once
     assert again_view.test_evaluations == 1
     assert again_view.submissions == 2 and again_view.total_submissions == 2  # the final is not the agent's
     assert again_view.final.status == "scored" and again_view.final.interval is not None
     assert again_view.final.comparison is not None  # against the baseline on the test split
-    with db.session() as session:
+    with grading.db.session() as session:
         final_row = submissions.get_submission(session, final_id)
         assert (
             final_row.split == Split.TEST
@@ -213,8 +196,8 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         )
 
     # Nothing the agent can read carries it: not /scores, not /submissions/N, not the totals.
-    assert client.get(f"{experiment.url_path}/submissions/3").status_code == 404
-    listing = agent_get(client, experiment, "/scores")
+    assert grading.client.get(f"{experiment.url_path}/submissions/3").status_code == 404
+    listing = agent_get(grading.client, experiment, "/scores")
     assert [s["submission_id"] for s in listing["submissions"]] == [a.number, queued] == [1, 2]
     assert all(s["split"] == "validation" for s in listing["submissions"])
     assert listing["total_submissions"] == 2
@@ -222,117 +205,95 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
 
 
 def test_without_a_nomination_the_best_on_validation_is_evaluated_earliest_on_ties(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    sealed: RegisteredExperiment,
+    grading: Grader, sealed: RegisteredExperiment
 ) -> None:
     experiment = sealed
-    copy_model(tiny_base_model, experiment.output_dir / "first", unique=True)
-    copy_model(tiny_base_model, experiment.output_dir / "second", unique=True)
-    first = submit(client, settings, experiment, "first")
-    second = submit(client, settings, experiment, "second")
-    with db.session() as session:  # an equal validation score: the earliest is taken
+    grading.copy(experiment, "first")
+    grading.copy(experiment, "second")
+    first = submit(grading, experiment, "first")
+    second = submit(grading, experiment, "second")
+    with grading.db.session() as session:  # an equal validation score: the earliest is taken
         submissions.get_submission(session, second.id).score = submissions.get_submission(
             session, first.id
         ).score
-    view = ExperimentAnswer.model_validate(admin_call(client, settings, "GET", f"/{experiment.name}"))
+    view = ExperimentAnswer.model_validate(grading.admin("GET", f"/{experiment.name}"))
     assert view.final is not None and (view.final.of, view.final.status) == (first.id, None)
     assert view.final.selection == "best_on_validation"
-    final = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
+    final = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert final.final is not None and final.final.of == first.id and final.final.submission_id is not None
     # The final has begun: no more submissions, no nomination.
-    copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
-    late = client.post(f"{experiment.url_path}/submit", json={"model_path": "output/late"})
+    grading.copy(experiment, "late")
+    late = grading.client.post(f"{experiment.url_path}/submit", json={"model_path": "output/late"})
     assert late.status_code == 409
     assert (
-        client.post(f"{experiment.url_path}/final", json={"submission_id": first.number}).status_code == 409
+        grading.client.post(f"{experiment.url_path}/final", json={"submission_id": first.number}).status_code
+        == 409
     )
 
 
-def test_a_nomination_of_a_failed_submission_is_refused(
-    client: TestClient,
-    register_experiment: Callable[..., RegisteredExperiment],
-    db: Database,
-    tiny_base_model: Path,
-) -> None:
-    experiment = register_experiment(feedback="sealed")
-    copy_model(tiny_base_model, experiment.output_dir / "broken", unique=True)
-    failing = submit_accepted(client, experiment, "output/broken")["submission_id"]
-    failing_row = row_id(db, experiment, failing)
-    fail_evaluation(db, failing_row, "the model does not load")
-    assert agent_get(client, experiment, f"/submissions/{failing}")["status"] == "failed"
-    refused = nominate(client, experiment, failing)
+def test_a_nomination_of_a_failed_submission_is_refused(grading: Grader) -> None:
+    experiment = grading.register(feedback="sealed")
+    grading.copy(experiment, "broken")
+    failing = submit_accepted(grading.client, experiment, "output/broken")["submission_id"]
+    failing_row = row_id(grading.db, experiment, failing)
+    fail_evaluation(grading.db, failing_row, "the model does not load")
+    assert agent_get(grading.client, experiment, f"/submissions/{failing}")["status"] == "failed"
+    refused = nominate(grading.client, experiment, failing)
     assert refused.status_code == 400, refused.text
     assert "is failed, not scored" in refused.json()["error"]
-    with db.session() as session:  # a refusal costs nothing: a later nomination is still open
+    with grading.db.session() as session:  # a refusal costs nothing: a later nomination is still open
         assert experiments.get_experiment(session, experiment.name).nominated_submission_id is None
 
 
-def test_a_nomination_of_another_experiments_scored_submission_is_refused(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
-    ours = register_experiment(feedback="sealed")
-    theirs = register_experiment(feedback="sealed")
-    copy_model(tiny_base_model, theirs.output_dir / "a", unique=True)
-    theirs_a = submit(client, settings, theirs, "a")
-    assert agent_get(client, theirs, f"/submissions/{theirs_a.number}")["status"] == "scored"
+def test_a_nomination_of_another_experiments_scored_submission_is_refused(grading: Grader) -> None:
+    ours = grading.register(feedback="sealed")
+    theirs = grading.register(feedback="sealed")
+    grading.copy(theirs, "a")
+    theirs_a = submit(grading, theirs, "a")
+    assert agent_get(grading.client, theirs, f"/submissions/{theirs_a.number}")["status"] == "scored"
     # Neither its number (ours has no submission 1 yet) nor its global id is ours to nominate.
     for their_id in (theirs_a.number, theirs_a.id):
-        refused = nominate(client, ours, their_id)
+        refused = nominate(grading.client, ours, their_id)
         assert refused.status_code == 400, refused.text
         # The same answer as for an id that exists nowhere: another experiment's ids are not revealed.
         assert refused.json()["error"] == (
             f"no submission {their_id} in this experiment; nominate an id from GET /scores"
         )
-    with db.session() as session:
+    with grading.db.session() as session:
         assert experiments.get_experiment(session, ours.name).nominated_submission_id is None
     # Its own experiment's agent may still nominate it.
-    assert nominate(client, theirs, theirs_a.number).status_code == 200
+    assert nominate(grading.client, theirs, theirs_a.number).status_code == 200
 
 
-def test_a_nomination_before_the_budget_starts_is_refused(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
-) -> None:
-    experiment = register(
-        client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed", start=False
-    )
-    refused = nominate(client, experiment, 1)
+def test_a_nomination_before_the_budget_starts_is_refused(grading: Grader) -> None:
+    experiment = grading.register(feedback="sealed", start=False)
+    refused = nominate(grading.client, experiment, 1)
     assert refused.status_code == 403, refused.text
     assert "has not started" in refused.json()["error"] and "GET /time" in refused.json()["error"]
-    with db.session() as session:
+    with grading.db.session() as session:
         assert experiments.get_experiment(session, experiment.name).nominated_submission_id is None
 
 
 def test_a_final_of_a_copy_of_the_base_model_takes_the_test_baseline_and_counts_no_test_evaluation(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    sealed: RegisteredExperiment,
+    grading: Grader, sealed: RegisteredExperiment
 ) -> None:
     experiment = sealed
-    copy_model(tiny_base_model, experiment.output_dir / "copy")  # the base model's own files
-    copy = submit(client, settings, experiment, "copy")
-    assert nominate(client, experiment, copy.number).status_code == 200
-    with db.session() as session:
+    grading.copy(experiment, "copy", unique=False)  # the base model's own files
+    copy = submit(grading, experiment, "copy")
+    assert nominate(grading.client, experiment, copy.number).status_code == 200
+    with grading.db.session() as session:
         row = experiments.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
         test_baseline = submissions.baseline_submission(session, row, Split.TEST)
         assert test_baseline is not None
         test_baseline_id, test_baseline_score = test_baseline.id, test_baseline.score
-    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
+    view = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     # Scored at once with the baseline's score on test: no evaluation ran, and the baseline's own
     # evaluation is not the agent's, so the experiment caused none on test.
     assert view.final is not None and (view.final.of, view.final.status) == (copy.id, "scored")
     assert view.final.score == test_baseline_score and view.in_flight == 0
     assert view.test_evaluations == 0
-    with db.session() as session:
+    with grading.db.session() as session:
         assert view.final.submission_id is not None
         assert submissions.get_submission(session, view.final.submission_id).reused_from == test_baseline_id
 
@@ -356,11 +317,7 @@ def fail_as_the_evaluator(db: Database, submission_id: int, *, how: str = "evalu
 
 
 def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_kept_snapshot(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    sealed: RegisteredExperiment,
+    grading: Grader, sealed: RegisteredExperiment
 ) -> None:
     """The sealed result is not lost to an evaluator's failure: asked again, the platform makes a
     new final of the same submission from the same snapshot (kept meanwhile), up to three in all;
@@ -369,25 +326,23 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     from autorl_grader.reconciler import reconcile_once
 
     experiment = sealed
-    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
-    a = submit(client, settings, experiment, "a")
-    with db.session() as session:
+    grading.copy(experiment, "a")
+    a = submit(grading, experiment, "a")
+    with grading.db.session() as session:
         row = experiments.get_experiment(session, experiment.name)
         row.end_time = utcnow() - timedelta(seconds=1)
         snapshot = submissions.get_submission(session, a.id).snapshot
-    assert snapshot is not None and settings.snapshot_dir is not None
-    first = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
+    assert snapshot is not None and grading.settings.snapshot_dir is not None
+    first = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert first.final is not None and first.final.submission_id is not None
-    fail_as_the_evaluator(db, first.final.submission_id)
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]  # prunes snapshots
-    assert (settings.snapshot_dir / snapshot).is_dir()  # kept: the final may be made again
+    fail_as_the_evaluator(grading.db, first.final.submission_id)
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]  # prunes snapshots
+    assert (grading.settings.snapshot_dir / snapshot).is_dir()  # kept: the final may be made again
 
-    failed = ExperimentAnswer.model_validate(admin_call(client, settings, "GET", f"/{experiment.name}"))
+    failed = ExperimentAnswer.model_validate(grading.admin("GET", f"/{experiment.name}"))
     assert failed.final is not None and failed.final.status == "failed"
     assert failed.test_evaluations == 0 and failed.in_flight == 0  # no score was computed on test
-    second = ExperimentAnswer.model_validate(
-        admin_call(client, settings, "POST", f"/{experiment.name}/final")
-    )
+    second = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert (
         second.final is not None
         and second.final.of == a.id
@@ -395,65 +350,50 @@ def test_a_final_that_failed_for_the_evaluator_s_fault_is_made_again_from_the_ke
     )
     assert second.final.submission_id not in (None, first.final.submission_id)
     assert second.in_flight == 1
-    assert evaluate(second.final.submission_id, settings)["status"] == "scored"  # from the kept snapshot
-    scored = ExperimentAnswer.model_validate(
-        admin_call(client, settings, "POST", f"/{experiment.name}/final")
-    )
+    assert (
+        evaluate(second.final.submission_id, grading.settings)["status"] == "scored"
+    )  # from the kept snapshot
+    scored = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert scored.final is not None and scored.final.submission_id == second.final.submission_id  # once
     assert scored.final.status == "scored" and scored.test_evaluations == 1
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert not (settings.snapshot_dir / snapshot).exists()
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    assert not (grading.settings.snapshot_dir / snapshot).exists()
 
 
-def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_final(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    tmp_path: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
-    experiment = register_experiment(feedback="sealed")
-    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
-    copy_model(tiny_base_model, experiment.output_dir / "b", unique=True)
-    a, b = submit(client, settings, experiment, "a"), submit(client, settings, experiment, "b")
-    with db.session() as session:
-        experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+def test_a_final_is_made_at_most_three_times_and_a_checkpoint_s_own_failure_is_final(grading: Grader) -> None:
+    experiment = grading.register(feedback="sealed")
+    grading.copy(experiment, "a")
+    grading.copy(experiment, "b")
+    a, b = submit(grading, experiment, "a"), submit(grading, experiment, "b")
+    grading.end_budget(experiment)
     made = []
     for _ in range(MAX_FINAL_ATTEMPTS + 1):
-        view = ExperimentAnswer.model_validate(
-            admin_call(client, settings, "POST", f"/{experiment.name}/final")
-        )
+        view = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
         assert view.final is not None and view.final.submission_id is not None
         if view.final.status == "queued":
             made.append(view.final.submission_id)
             # Before the test split was loaded (its snapshot gone), or the evaluator's own fault:
             # either way no score was computed, so each is made again and none is a test evaluation.
             how = ("setup", "evaluator", "setup")[len(made) - 1]
-            fail_as_the_evaluator(db, view.final.submission_id, how=how)
+            fail_as_the_evaluator(grading.db, view.final.submission_id, how=how)
     assert len(made) == MAX_FINAL_ATTEMPTS == len(set(made))
     assert view.final.submission_id == made[-1] and view.final.status == "failed" and view.in_flight == 0
     assert view.final.of in (a.id, b.id) and view.test_evaluations == 0
 
-    other = register(client, settings, tiny_base_model, make_workspace(tmp_path / "other"), feedback="sealed")
-    copy_model(tiny_base_model, other.output_dir / "c", unique=True)
-    c = submit(client, settings, other, "c")
-    with db.session() as session:
-        experiments.get_experiment(session, other.name).end_time = utcnow() - timedelta(seconds=1)
-    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{other.name}/final"))
+    other = grading.register(feedback="sealed")
+    grading.copy(other, "c")
+    c = submit(grading, other, "c")
+    grading.end_budget(other)
+    view = ExperimentAnswer.model_validate(grading.admin("POST", f"/{other.name}/final"))
     assert view.final is not None and view.final.submission_id is not None and view.final.of == c.id
-    fail_as_the_evaluator(db, view.final.submission_id, how="checkpoint")
-    again = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{other.name}/final"))
+    fail_as_the_evaluator(grading.db, view.final.submission_id, how="checkpoint")
+    again = ExperimentAnswer.model_validate(grading.admin("POST", f"/{other.name}/final"))
     assert again.final is not None and again.final.submission_id == view.final.submission_id
     assert again.final.status == "failed" and again.test_evaluations == 1
 
 
 def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_stops_when_none_is_made(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    grading: Grader,
 ) -> None:
     """`autorl run`'s final step (autorl_local.final_evaluation) against the grader's admin API:
     after a final that failed for the evaluator's fault it asks again and takes the next one's
@@ -462,24 +402,23 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
     from autorl_local.final_evaluation import evaluate_final
 
     def waiting(name: str) -> list[int]:
-        with db.session() as session:
+        with grading.db.session() as session:
             experiment = experiments.get_experiment(session, name)
             return [
                 s.id for s in submissions.experiment_submissions(session, experiment) if not s.status.final
             ]
 
     def sealed_run_after_its_agent() -> str:
-        experiment = register_experiment(feedback="sealed")
-        baselines(client, settings, experiment.name)
-        copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
-        submit(client, settings, experiment, "a")
-        with db.session() as session:
-            experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+        experiment = grading.register(feedback="sealed")
+        baselines(grading, experiment.name)
+        grading.copy(experiment, "a")
+        submit(grading, experiment, "a")
+        grading.end_budget(experiment)
         return experiment.name
 
     with (
-        serve(create_app(settings, reconcile=False)) as served,
-        AdminClient(served.url, settings.admin_token_value) as admin_api,
+        serve(create_app(grading.settings, reconcile=False)) as served,
+        AdminClient(served.url, grading.settings.admin_token_value) as admin_api,
     ):
         name = sealed_run_after_its_agent()
         phases: list[str] = []
@@ -489,9 +428,9 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
         def wait() -> ExperimentAnswer:
             (final_id,) = waiting(name)
             if next(outcomes) == "evaluator":
-                fail_as_the_evaluator(db, final_id)
+                fail_as_the_evaluator(grading.db, final_id)
             else:
-                assert evaluate(final_id, settings)["status"] == "scored"
+                assert evaluate(final_id, grading.settings)["status"] == "scored"
             return admin_api.experiment(name)
 
         ended = evaluate_final(admin_api, name, wait=wait, phase=phases.append, note=notes.append)
@@ -505,7 +444,7 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
 
         def always_fails() -> ExperimentAnswer:
             (final_id,) = waiting(name)
-            fail_as_the_evaluator(db, final_id)
+            fail_as_the_evaluator(grading.db, final_id)
             return admin_api.experiment(name)
 
         ended = evaluate_final(admin_api, name, wait=always_fails, phase=phases.append, note=notes.append)
@@ -515,18 +454,14 @@ def test_autorl_run_asks_for_the_final_again_after_an_evaluator_s_failure_and_st
         assert ended.test_evaluations == 0
 
 
-def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(
-    client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
-) -> None:
-    experiment = register_experiment(feedback="sealed")
-    view = ExperimentAnswer.model_validate(admin_call(client, settings, "POST", f"/{experiment.name}/final"))
+def test_a_sealed_experiment_with_nothing_scored_has_no_final_and_no_test_evaluation(grading: Grader) -> None:
+    experiment = grading.register(feedback="sealed")
+    view = ExperimentAnswer.model_validate(grading.admin("POST", f"/{experiment.name}/final"))
     assert view.final is None and view.test_evaluations == 0 and view.in_flight == 0
 
 
-def test_registration_refuses_an_unknown_feedback_mode(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> None:
-    response = client.post(
+def test_registration_refuses_an_unknown_feedback_mode(grading: Grader, tmp_path: Path) -> None:
+    response = grading.client.post(
         "/v1/experiments",
         json={
             "name": "exp-bad-feedback",
@@ -534,9 +469,9 @@ def test_registration_refuses_an_unknown_feedback_mode(
             "model": "builtin:tiny-qwen2",
             "timeout_s": 60,
             "workspace": str(tmp_path),
-            "base_model_dir": str(tiny_base_model),
+            "base_model_dir": str(grading.base_model),
             "feedback": "validation",
         },
-        headers=admin_headers(settings),
+        headers=admin_headers(grading.settings),
     )
     assert response.status_code == 422 and "feedback" in response.json()["error"]

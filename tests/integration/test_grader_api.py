@@ -26,6 +26,7 @@ from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
 from tests.support.documents import claim
 from tests.support.grading import (
+    Grader,
     RegisteredExperiment,
     admin_headers,
     check_token_rotation,
@@ -157,19 +158,13 @@ def _prepare(kind: str, experiment: RegisteredExperiment, base: Path, tmp_path: 
     ],
 )
 def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
-    kind: str,
-    fix: str,
-    client: TestClient,
-    settings: DeploymentSettings,
-    experiment: RegisteredExperiment,
-    tiny_base_model: Path,
-    tmp_path: Path,
+    kind: str, fix: str, grading: Grader, experiment: RegisteredExperiment, tmp_path: Path
 ) -> None:
-    path = _prepare(kind, experiment, tiny_base_model, tmp_path)
-    response = submit(client, experiment, path)
+    path = _prepare(kind, experiment, grading.base_model, tmp_path)
+    response = submit(grading.client, experiment, path)
     assert response.status_code == 400, response.text
     assert fix in response.json()["detail"]
-    assert submission_count(settings, experiment) == 0
+    assert submission_count(grading.settings, experiment) == 0
 
 
 def test_ignored_file_names_add_bounded_bytes_to_each_answer_and_to_scores(
@@ -198,36 +193,34 @@ def test_ignored_file_names_add_bounded_bytes_to_each_answer_and_to_scores(
 
 
 def test_a_trainer_checkpoint_is_accepted_and_the_answer_lists_what_was_ignored(
-    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
+    grading: Grader, experiment: RegisteredExperiment
 ) -> None:
-    target = copy_model(tiny_base_model, experiment.output_dir / "trainer", unique=True)
+    target = grading.copy(experiment, "trainer")
     (target / "training_args.bin").write_bytes(b"\x80\x04pickle")
     (target / "checkpoint-10").mkdir()
-    response = submit(client, experiment, "output/trainer", params={"wait": "false"})
+    response = submit(grading.client, experiment, "output/trainer", params={"wait": "false"})
     assert response.status_code == 202, response.text
     # The trainer's files and the checkpoint's own tokenizer: none of them is evaluated.
     ignored = sorted(["checkpoint-10/", "training_args.bin", *TOKENIZER_FILES_OF_THE_BASE])
     assert response.json()["ignored_files"] == ignored
-    view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
+    view = grading.client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
     assert view["ignored_files"] == ignored
     # The snapshot the evaluator will read holds none of them.
-    assert settings.snapshot_dir is not None
-    [snapshot] = list(settings.snapshot_dir.iterdir())
+    assert grading.settings.snapshot_dir is not None
+    [snapshot] = list(grading.settings.snapshot_dir.iterdir())
     assert "training_args.bin" not in {path.name for path in snapshot.iterdir()}
 
 
-def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> None:
+def test_a_path_in_the_agents_own_view_of_the_workspace_is_accepted(grading: Grader) -> None:
     # In a pod the agent sees its workspace at /workspace; the grader sees it elsewhere.
-    experiment = new_experiment(client, settings, tiny_base_model, tmp_path, agent_workspace="/workspace")
-    copy_model(tiny_base_model, experiment.output_dir / "pod", unique=True)
-    response = submit(client, experiment, "/workspace/output/pod", params={"wait": "false"})
+    experiment = grading.register(agent_workspace="/workspace")
+    grading.copy(experiment, "pod")
+    response = submit(grading.client, experiment, "/workspace/output/pod", params={"wait": "false"})
     assert response.status_code == 202, response.text
-    view = client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
+    view = grading.client.get(f"{experiment.url_path}/submissions/{response.json()['submission_id']}").json()
     assert view["model_path"] == "output/pod"
     # A path outside the agent's workspace is not rebased: it lies outside the output folder.
-    outside = submit(client, experiment, "/elsewhere/output/pod")
+    outside = submit(grading.client, experiment, "/elsewhere/output/pod")
     assert (
         outside.status_code == 400 and "outside this experiment's output folder" in outside.json()["detail"]
     )
@@ -245,21 +238,17 @@ def test_missing_model_path_is_400_with_a_readable_detail(
     "hidden", ["\x1b]0;pwned\x07", "\n", "\u202e", "\u200b", "\x9b", "\u034f", "\u3164", "\u0336"]
 )
 def test_a_model_path_with_hidden_characters_is_400_with_the_fix(
-    client: TestClient,
-    settings: DeploymentSettings,
-    experiment: RegisteredExperiment,
-    tiny_base_model: Path,
-    hidden: str,
+    grading: Grader, experiment: RegisteredExperiment, hidden: str
 ) -> None:
     # A real checkpoint under that name: the name alone is refused, before any file is read.
-    copy_model(tiny_base_model, experiment.output_dir / f"m{hidden}x", unique=True)
-    response = submit(client, experiment, f"output/m{hidden}x", params={"wait": "false"})
+    grading.copy(experiment, f"m{hidden}x")
+    response = submit(grading.client, experiment, f"output/m{hidden}x", params={"wait": "false"})
     assert response.status_code == 400
     body = response.json()
     assert body["detail"] == body["error"]
     assert "model_path holds characters that do not print" in body["detail"]
     assert printable(hidden[0]) in body["detail"] and "rename the checkpoint folder" in body["detail"]
-    assert submission_count(settings, experiment) == 0
+    assert submission_count(grading.settings, experiment) == 0
 
 
 @pytest.mark.parametrize(
@@ -317,47 +306,37 @@ def test_submission_limit_is_429(
     assert submission_count(settings, experiment) == 1
 
 
-def test_a_refusal_leaves_the_limit_untouched(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
-    experiment = register_experiment(max_submissions=1)
-    target = copy_model(tiny_base_model, experiment.output_dir / "bad", unique=True)
+def test_a_refusal_leaves_the_limit_untouched(grading: Grader) -> None:
+    experiment = grading.register(max_submissions=1)
+    target = grading.copy(experiment, "bad")
     (target / "config.json").write_text("{not json")
-    refused = submit(client, experiment, "output/bad")
+    refused = submit(grading.client, experiment, "output/bad")
     assert refused.status_code == 400
     detail = refused.json()["detail"]
     assert detail.startswith("output/bad/config.json is not a readable JSON file (")
-    assert submission_count(settings, experiment) == 0
-    assert settings.snapshot_dir is not None and not any(settings.snapshot_dir.glob("*"))
+    assert submission_count(grading.settings, experiment) == 0
+    assert grading.settings.snapshot_dir is not None and not any(grading.settings.snapshot_dir.glob("*"))
     # Saved again, the same checkpoint is the experiment's one accepted submission.
-    shutil.copy(tiny_base_model / "config.json", target / "config.json")
-    accepted = submit(client, experiment, "output/bad", params={"wait": "false"})
+    shutil.copy(grading.base_model / "config.json", target / "config.json")
+    accepted = submit(grading.client, experiment, "output/bad", params={"wait": "false"})
     assert accepted.status_code == 202, accepted.text
 
 
-def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
+def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(grading: Grader) -> None:
     """Concurrent submits of one experiment take their turn one at a time: while one holds the
     experiment (here: waits on its row, which another transaction holds), the others wait in the
     event loop, not in the database. Never more accepted than the limit, each other a 429, no row
     or snapshot left of a refused one."""
     limit, submits = 2, 6
-    experiment = register_experiment(max_submissions=limit)
+    experiment = grading.register(max_submissions=limit)
     for index in range(submits):
-        copy_model(tiny_base_model, experiment.output_dir / f"c{index}", unique=True)
-    assert settings.database_url is not None
-    db = Database(settings.database_url)
+        grading.copy(experiment, f"c{index}")
+    assert grading.settings.database_url is not None
+    db = Database(grading.settings.database_url)
     answers: dict[int, Any] = {}
 
     def send(index: int) -> None:
-        answers[index] = submit(client, experiment, f"output/c{index}", params={"wait": "false"})
+        answers[index] = submit(grading.client, experiment, f"output/c{index}", params={"wait": "false"})
 
     threads = [threading.Thread(target=send, args=(index,)) for index in range(submits)]
     try:
@@ -398,8 +377,8 @@ def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(
     finally:
         db.dispose()
     # Each accepted submission has its snapshot; no refused one left its copy behind.
-    assert settings.snapshot_dir is not None
-    assert {path.name for path in settings.snapshot_dir.iterdir()} == snapshots
+    assert grading.settings.snapshot_dir is not None
+    assert {path.name for path in grading.settings.snapshot_dir.iterdir()} == snapshots
 
 
 def _backends_waiting_on_a_lock(db: Database) -> int:
@@ -436,40 +415,37 @@ def test_a_failure_of_the_evaluator_does_not_count_against_the_limit(
     assert submit(client, experiment, "output/a").status_code == 429
 
 
-def test_submission_after_the_deadline_is_refused(
-    client: TestClient, experiment: RegisteredExperiment, settings: DeploymentSettings, tiny_base_model: Path
-) -> None:
-    started = client.post(
-        f"/v1/experiments/{experiment.name}/start", json={"timeout_s": 1}, headers=admin_headers(settings)
+def test_submission_after_the_deadline_is_refused(grading: Grader, experiment: RegisteredExperiment) -> None:
+    started = grading.client.post(
+        f"/v1/experiments/{experiment.name}/start",
+        json={"timeout_s": 1},
+        headers=admin_headers(grading.settings),
     )
     assert started.status_code == 200
-    copy_model(tiny_base_model, experiment.output_dir / "late", unique=True)
+    grading.copy(experiment, "late")
     time.sleep(1.2)
-    assert client.get(f"{experiment.url_path}/time").json()["remaining_s"] == 0
-    response = submit(client, experiment, "output/late")
+    assert grading.client.get(f"{experiment.url_path}/time").json()["remaining_s"] == 0
+    response = submit(grading.client, experiment, "output/late")
     assert response.status_code == 403
     assert response.json()["detail"].endswith("submissions are accepted only before GET /time's end_time")
-    assert submission_count(settings, experiment) == 0
+    assert submission_count(grading.settings, experiment) == 0
 
 
-def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
-    experiment = register_experiment(start=False)
-    copy_model(tiny_base_model, experiment.output_dir / "early", unique=True)
-    response = submit(client, experiment, "output/early")
+def test_submission_before_the_budget_starts_is_refused_with_when_it_will(grading: Grader) -> None:
+    experiment = grading.register(start=False)
+    grading.copy(experiment, "early")
+    response = submit(grading.client, experiment, "output/early")
     assert response.status_code == 403
     assert response.json()["detail"] == (
         f"the time budget of experiment {experiment.name!r} has not started yet; submissions are "
         "accepted once GET /time shows a start_time (the platform starts it when your agent starts)"
     )
-    assert client.get(f"{experiment.url_path}/time").json()["start_time"] is None
-    assert submission_count(settings, experiment) == 0
-    client.post(f"/v1/experiments/{experiment.name}/start", json={}, headers=admin_headers(settings))
-    assert submit(client, experiment, "output/early", params={"wait": "false"}).status_code == 202
+    assert grading.client.get(f"{experiment.url_path}/time").json()["start_time"] is None
+    assert submission_count(grading.settings, experiment) == 0
+    grading.client.post(
+        f"/v1/experiments/{experiment.name}/start", json={}, headers=admin_headers(grading.settings)
+    )
+    assert submit(grading.client, experiment, "output/early", params={"wait": "false"}).status_code == 202
 
 
 @pytest.mark.parametrize(
@@ -478,23 +454,19 @@ def test_submission_before_the_budget_starts_is_refused_with_when_it_will(
     ids=["earlier", "before-registration", "future"],
 )
 def test_budget_starts_when_the_controller_says_it_did(
-    client: TestClient,
-    settings: DeploymentSettings,
-    register_experiment: Callable[..., RegisteredExperiment],
-    offset_s: float,
-    counts_from: str,
+    grading: Grader, offset_s: float, counts_from: str
 ) -> None:
     """The controller starts the clock at the agent container's start, seen a tick later; the grader
     takes that time, but never one in the future nor one before the experiment existed."""
     before = time.time()
-    experiment = register_experiment(start=False)
+    experiment = grading.register(start=False)
     registered = time.time()
     time.sleep(2.0)  # the container started 1.5 s ago, after the registration
     asked = time.time() + offset_s
-    started = client.post(
+    started = grading.client.post(
         f"/v1/experiments/{experiment.name}/start",
         json={"start_time": asked},
-        headers=admin_headers(settings),
+        headers=admin_headers(grading.settings),
     )
     after = time.time()
     assert started.status_code == 200, started.text
@@ -506,45 +478,41 @@ def test_budget_starts_when_the_controller_says_it_did(
     else:
         assert asked - 3600 - 0.01 <= start <= after + 0.01
     assert started.json()["end_time"] == pytest.approx(start + 3600)
-    assert client.get(f"{experiment.url_path}/time").json()["start_time"] == pytest.approx(start)
+    assert grading.client.get(f"{experiment.url_path}/time").json()["start_time"] == pytest.approx(start)
 
 
-def test_budget_start_time_must_be_a_positive_epoch(
-    client: TestClient, settings: DeploymentSettings, register_experiment: Callable[..., RegisteredExperiment]
-) -> None:
-    experiment = register_experiment(start=False)
-    refused = client.post(
-        f"/v1/experiments/{experiment.name}/start", json={"start_time": -5}, headers=admin_headers(settings)
+def test_budget_start_time_must_be_a_positive_epoch(grading: Grader) -> None:
+    experiment = grading.register(start=False)
+    refused = grading.client.post(
+        f"/v1/experiments/{experiment.name}/start",
+        json={"start_time": -5},
+        headers=admin_headers(grading.settings),
     )
     assert refused.status_code == 422
     assert "start_time" in refused.text
 
 
-def test_finished_experiment_refuses_submissions(
-    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
-) -> None:
-    client.post(
+def test_finished_experiment_refuses_submissions(grading: Grader, experiment: RegisteredExperiment) -> None:
+    grading.client.post(
         f"/v1/experiments/{experiment.name}/finish",
         json={"status": "completed"},
-        headers=admin_headers(settings),
+        headers=admin_headers(grading.settings),
     )
-    copy_model(tiny_base_model, experiment.output_dir / "after", unique=True)
-    response = submit(client, experiment, "output/after")
+    grading.copy(experiment, "after")
+    response = submit(grading.client, experiment, "output/after")
     assert response.status_code == 409
     assert "completed" in response.json()["detail"]
 
 
-def test_an_experiment_sees_only_its_own_submissions(
-    client: TestClient, register_experiment: Callable[..., RegisteredExperiment], tiny_base_model: Path
-) -> None:
-    mine = register_experiment()
-    other = register_experiment()
-    copy_model(tiny_base_model, mine.output_dir / "m", unique=True)
-    submission_id = submit(client, mine, "output/m", params={"wait": "false"}).json()["submission_id"]
-    assert client.get(f"{mine.url_path}/submissions/{submission_id}").status_code == 200
-    response = client.get(f"{other.url_path}/submissions/{submission_id}")
+def test_an_experiment_sees_only_its_own_submissions(grading: Grader) -> None:
+    mine = grading.register()
+    other = grading.register()
+    grading.copy(mine, "m")
+    submission_id = submit(grading.client, mine, "output/m", params={"wait": "false"}).json()["submission_id"]
+    assert grading.client.get(f"{mine.url_path}/submissions/{submission_id}").status_code == 200
+    response = grading.client.get(f"{other.url_path}/submissions/{submission_id}")
     assert response.status_code == 404
-    assert client.get(f"{other.url_path}/scores").json()["submissions"] == []
+    assert grading.client.get(f"{other.url_path}/scores").json()["submissions"] == []
 
 
 def test_gpu_field_is_accepted_and_ignored(
@@ -576,31 +544,29 @@ def test_blocking_submit_answers_202_with_the_id_when_the_wait_ends(
 # -- admin API ---------------------------------------------------------------------------------
 
 
-def test_register_conflict_and_unknown_task(
-    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
-) -> None:
+def test_register_conflict_and_unknown_task(grading: Grader, experiment: RegisteredExperiment) -> None:
     body = {
         "name": experiment.name,
         "task": "gsm8k",
         "model": "m",
         "timeout_s": 10,
         "workspace": str(experiment.workspace),
-        "base_model_dir": str(tiny_base_model),
+        "base_model_dir": str(grading.base_model),
     }
-    conflict = client.post("/v1/experiments", json=body, headers=admin_headers(settings))
+    conflict = grading.client.post("/v1/experiments", json=body, headers=admin_headers(grading.settings))
     assert conflict.status_code == 409
     assert "/token" in conflict.json()["detail"]
-    unknown = client.post(
+    unknown = grading.client.post(
         "/v1/experiments",
         json={**body, "name": "fresh-name-1", "task": "chess"},
-        headers=admin_headers(settings),
+        headers=admin_headers(grading.settings),
     )
     assert unknown.status_code == 400
     assert "gsm8k" in unknown.json()["detail"]
-    negative = client.post(
+    negative = grading.client.post(
         "/v1/experiments",
         json={**body, "name": "fresh-name-2", "timeout_s": -5},
-        headers=admin_headers(settings),
+        headers=admin_headers(grading.settings),
     )
     assert negative.status_code == 422
     assert "timeout_s" in negative.json()["detail"]
@@ -686,15 +652,13 @@ def test_postgres_down_is_503(make_settings: Callable[..., DeploymentSettings], 
     assert "AUTORL_DATABASE_URL" in response.json()["detail"]
 
 
-def test_identical_weights_reuse_the_score(
-    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
-) -> None:
+def test_identical_weights_reuse_the_score(grading: Grader, experiment: RegisteredExperiment) -> None:
     from autorl.store import SubmissionStatus
     from autorl.store import submissions as submission_store
 
-    first_dir = copy_model(tiny_base_model, experiment.output_dir / "one", unique=True)
-    first = submit(client, experiment, "output/one", params={"wait": "false"}).json()["submission_id"]
-    db = Database(settings.database_url or "")
+    first_dir = grading.copy(experiment, "one")
+    first = submit(grading.client, experiment, "output/one", params={"wait": "false"}).json()["submission_id"]
+    db = Database(grading.settings.database_url or "")
     with db.session() as session:  # stand in for a worker that finished the first evaluation
         row = submission_store.get_submission(session, row_id(db, experiment, first))
         row.status, row.score, row.score_flexible, row.score_strict, row.n_samples = (
@@ -706,7 +670,7 @@ def test_identical_weights_reuse_the_score(
         )
     db.dispose()
     shutil.copytree(first_dir, experiment.output_dir / "two")
-    response = submit(client, experiment, "output/two")
+    response = submit(grading.client, experiment, "output/two")
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "scored" and body["score"] == 37.5
@@ -714,7 +678,7 @@ def test_identical_weights_reuse_the_score(
     assert body["submission_id"] != first and body["total_submissions"] == 2
     # Nothing to evaluate for the second: its snapshot is gone at once. The first's, scored, was
     # let go by that submit (in test mode no evaluation needs it any more): the storage is empty.
-    db = Database(settings.database_url or "")
+    db = Database(grading.settings.database_url or "")
     with db.session() as session:
         assert submission_store.get_submission(session, row_id(db, experiment, first)).snapshot is None
         assert (
@@ -722,12 +686,12 @@ def test_identical_weights_reuse_the_score(
             is None
         )
     db.dispose()
-    assert settings.snapshot_dir is not None
-    assert list(settings.snapshot_dir.iterdir()) == []
+    assert grading.settings.snapshot_dir is not None
+    assert list(grading.settings.snapshot_dir.iterdir()) == []
 
 
 def test_submit_without_waiting_answers_as_the_agents_guide_says(
-    client: TestClient, settings: DeploymentSettings, experiment: RegisteredExperiment, tiny_base_model: Path
+    grading: Grader, experiment: RegisteredExperiment
 ) -> None:
     """docs/AGENTS.md says what `?wait=false` answers: the status of a submission still to be
     evaluated and that of one whose score is already known (identical files reused it)."""
@@ -737,10 +701,10 @@ def test_submit_without_waiting_answers_as_the_agents_guide_says(
         "docs/AGENTS.md",
     )
     pending_status, pending_state, known_status = int(said[1]), said[2], int(said[3])
-    first_dir = copy_model(tiny_base_model, experiment.output_dir / "one", unique=True)
-    pending = submit(client, experiment, "output/one", params={"wait": "false"})
+    first_dir = grading.copy(experiment, "one")
+    pending = submit(grading.client, experiment, "output/one", params={"wait": "false"})
     assert pending.status_code == pending_status and pending.json()["status"] == pending_state
-    db = Database(settings.database_url or "")
+    db = Database(grading.settings.database_url or "")
     with db.session() as session:  # stand in for a worker that scored it
         row = submission_store.get_submission(
             session, row_id(db, experiment, pending.json()["submission_id"])
@@ -748,43 +712,36 @@ def test_submit_without_waiting_answers_as_the_agents_guide_says(
         row.status, row.score, row.n_samples = SubmissionStatus.SCORED, 50.0, 8
     db.dispose()
     shutil.copytree(first_dir, experiment.output_dir / "two")
-    known = submit(client, experiment, "output/two", params={"wait": "false"})
+    known = submit(grading.client, experiment, "output/two", params={"wait": "false"})
     assert known.status_code == known_status
     assert known.json()["status"] == "scored" and known.json()["score"] == 50.0
 
 
 def test_an_accepted_submission_is_logged_for_operators(
-    client: TestClient,
-    settings: DeploymentSettings,
-    experiment: RegisteredExperiment,
-    tiny_base_model: Path,
-    caplog: pytest.LogCaptureFixture,
+    grading: Grader, experiment: RegisteredExperiment, caplog: pytest.LogCaptureFixture
 ) -> None:
-    copy_model(tiny_base_model, experiment.output_dir / "logged", unique=True)
+    grading.copy(experiment, "logged")
     with caplog.at_level(logging.INFO, logger="autorl.grader"):
-        response = submit(client, experiment, "output/logged", params={"wait": "false"})
+        response = submit(grading.client, experiment, "output/logged", params={"wait": "false"})
     assert response.status_code == 202, response.text
     accepted = [r.getMessage() for r in caplog.records if "event=submission_accepted" in r.getMessage()]
     # Operators read the global id (the admin API's), not the agent's number of it.
-    global_id = row_id(settings.database_url, experiment, response.json()["submission_id"])
+    global_id = row_id(grading.settings.database_url, experiment, response.json()["submission_id"])
     assert accepted == [
         f"event=submission_accepted experiment={experiment.name} submission={global_id} reused=False"
     ]
 
 
-def test_the_headline_score_follows_the_experiments_protocol(
-    client: TestClient,
-    settings: DeploymentSettings,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-) -> None:
-    strict = register_experiment(protocol="strict")
-    default = register_experiment()
+def test_the_headline_score_follows_the_experiments_protocol(grading: Grader) -> None:
+    strict = grading.register(protocol="strict")
+    default = grading.register()
     assert strict.view["eval_config"]["protocol"] == "strict"
     assert default.view["eval_config"]["protocol"] == "opencompass"
-    copy_model(tiny_base_model, strict.output_dir / "s", unique=True)
-    submission_id = submit(client, strict, "output/s", params={"wait": "false"}).json()["submission_id"]
-    db = Database(settings.database_url or "")
+    grading.copy(strict, "s")
+    submission_id = submit(grading.client, strict, "output/s", params={"wait": "false"}).json()[
+        "submission_id"
+    ]
+    db = Database(grading.settings.database_url or "")
     evaluated = row_id(db, strict, submission_id)
     with db.session() as session:
         assert claims.claim(session, evaluated, worker="w", lease_s=60)
@@ -798,37 +755,35 @@ def test_the_headline_score_follows_the_experiments_protocol(
             protocol="strict",
         )
     db.dispose()
-    body = client.get(f"{strict.url_path}/submissions/{submission_id}").json()
+    body = grading.client.get(f"{strict.url_path}/submissions/{submission_id}").json()
     assert body["score"] == 10.0
     assert body["scores"] == {"opencompass": 50.0, "flexible": 60.0, "strict": 10.0}
 
 
-def test_baseline_is_measured_once_per_model_and_settings(
-    client: TestClient, settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
-) -> None:
+def test_baseline_is_measured_once_per_model_and_settings(grading: Grader, tmp_path: Path) -> None:
     from autorl.store import SubmissionStatus, experiments
 
-    base = copy_model(tiny_base_model, tmp_path / "base", unique=True)
+    base = copy_model(grading.base_model, tmp_path / "base", unique=True)
     model = f"local:{tmp_path.name}"
-    first = new_experiment(client, settings, base, tmp_path, model=model)
-    headers = admin_headers(settings)
-    queued = client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
+    first = new_experiment(grading.client, grading.settings, base, tmp_path, model=model)
+    headers = admin_headers(grading.settings)
+    queued = grading.client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
     assert queued.status_code == 202 and queued.json()["status"] == "queued"
-    again = client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
+    again = grading.client.post(f"/v1/experiments/{first.name}/baseline", headers=headers)
     assert again.json()["submission_id"] == queued.json()["submission_id"]  # idempotent
-    db = Database(settings.database_url or "")
+    db = Database(grading.settings.database_url or "")
     score_evaluation(db, queued.json()["submission_id"], 12.5)
     with db.session() as session:
         eval_key = experiments.get_experiment(session, first.name).eval_key
         assert caches.cached_baseline(session, task="gsm8k", model=model, eval_key=eval_key) is not None
     db.dispose()
-    second = new_experiment(client, settings, base, tmp_path, model=model)
-    reused = client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)
+    second = new_experiment(grading.client, grading.settings, base, tmp_path, model=model)
+    reused = grading.client.post(f"/v1/experiments/{second.name}/baseline", headers=headers)
     assert reused.status_code == 200
     assert reused.json()["score"] == 12.5
     # Reused, but another experiment's submission id is never shown.
     assert reused.json()["reused_from"] is None and reused.json()["eval_seconds"] == 0
-    view = client.get(f"/v1/experiments/{second.name}", headers=headers).json()
+    view = grading.client.get(f"/v1/experiments/{second.name}", headers=headers).json()
     assert view["baseline_score"] == 12.5 and view["baseline_status"] == SubmissionStatus.SCORED.value
 
 

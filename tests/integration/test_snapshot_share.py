@@ -12,29 +12,22 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from autorl.api.answers import ExperimentAnswer, NominatedAnswer
 from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.store import Database, SubmissionStatus, experiments, submissions
-from autorl.store.models import utcnow
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.reconciler import reconcile_once
 from tests.support.grading import (
+    Grader,
     RegisteredExperiment,
-    admin_call,
-    copy_model,
     evaluating_settings,
     make_unique,
-    make_workspace,
     nominate,
-    register,
     row_id,
     submit_accepted,
     submit_no_wait,
@@ -81,13 +74,8 @@ def counted(db: Database, experiment: RegisteredExperiment) -> tuple[int, int]:
         return submissions.limited_submissions_count(session, row), row.costly_refusals
 
 
-def admin(client: TestClient, settings: DeploymentSettings, method: str, path: str) -> ExperimentAnswer:
-    return ExperimentAnswer.model_validate(admin_call(client, settings, method, path))
-
-
-def end_budget(db: Database, experiment: RegisteredExperiment) -> None:
-    with db.session() as session:
-        experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
+def admin(grading: Grader, method: str, path: str) -> ExperimentAnswer:
+    return ExperimentAnswer.model_validate(grading.admin(method, path))
 
 
 def share_refusal(held: int) -> str:
@@ -99,129 +87,129 @@ def share_refusal(held: int) -> str:
 
 
 def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_others_go_on(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    grading: Grader,
 ) -> None:
-    hostile = register_experiment()
-    victim = register_experiment()
+    hostile = grading.register()
+    victim = grading.register()
     for name in ("h0", "h1", "h2", "h3"):
-        copy_model(tiny_base_model, hostile.output_dir / name, unique=True)
-    copy_model(tiny_base_model, victim.output_dir / "v0", unique=True)
+        grading.copy(hostile, name)
+    grading.copy(victim, "v0")
 
-    h0, h1 = (submit_no_wait(client, hostile, f"output/{name}") for name in ("h0", "h1"))
+    h0, h1 = (submit_no_wait(grading.client, hostile, f"output/{name}") for name in ("h0", "h1"))
     assert (h0.status_code, h1.status_code) == (202, 202), (h0.text, h1.text)
     h0_number = h0.json()["submission_id"]
-    h0_id, h1_id = row_id(db, hostile, h0_number), row_id(db, hostile, h1.json()["submission_id"])
-    held = on_disk(settings)
+    h0_id, h1_id = (
+        row_id(grading.db, hostile, h0_number),
+        row_id(grading.db, hostile, h1.json()["submission_id"]),
+    )
+    held = on_disk(grading.settings)
     assert len(held) == SHARE
 
-    refused = submit_no_wait(client, hostile, "output/h2")
+    refused = submit_no_wait(grading.client, hostile, "output/h2")
     assert refused.status_code == 503, refused.text
     assert refused.json()["detail"] == refused.json()["error"] == share_refusal(SHARE)
     assert int(refused.headers["Retry-After"]) > 0
-    assert on_disk(settings) == held  # refused before anything was copied
-    assert counted(db, hostile) == (2, 0)  # nor counted
+    assert on_disk(grading.settings) == held  # refused before anything was copied
+    assert counted(grading.db, hostile) == (2, 0)  # nor counted
 
     # Another experiment is not starved: its first submit is accepted.
     victim_snapshot = agents_snapshot(
-        db, victim, submit_accepted(client, victim, "output/v0")["submission_id"]
+        grading.db, victim, submit_accepted(grading.client, victim, "output/v0")["submission_id"]
     )
-    assert victim_snapshot is not None and victim_snapshot in on_disk(settings)
+    assert victim_snapshot is not None and victim_snapshot in on_disk(grading.settings)
 
     # Once one is scored, the next is accepted.
-    assert evaluate(h0_id, settings)["status"] == "scored"
+    assert evaluate(h0_id, grading.settings)["status"] == "scored"
     # Identical checkpoints hold no snapshot of their own and take no part of the share: one
     # reusing h0's score, one waiting for h1's evaluation.
     shutil.copytree(hostile.output_dir / "h0", hostile.output_dir / "h0-again")
     shutil.copytree(hostile.output_dir / "h1", hostile.output_dir / "h1-again")
-    reused = submit_no_wait(client, hostile, "output/h0-again")
+    reused = submit_no_wait(grading.client, hostile, "output/h0-again")
     assert reused.status_code == 200 and reused.json()["reused_from"] == h0_number, reused.text
-    waiting_id = row_id(db, hostile, submit_accepted(client, hostile, "output/h1-again")["submission_id"])
-    with db.session() as session:
+    waiting_id = row_id(
+        grading.db, hostile, submit_accepted(grading.client, hostile, "output/h1-again")["submission_id"]
+    )
+    with grading.db.session() as session:
         row = submissions.get_submission(session, waiting_id)
         assert (row.status, row.waits_for, row.snapshot) == (SubmissionStatus.QUEUED, h1_id, None)
-    h2_snapshot = agents_snapshot(db, hostile, submit_accepted(client, hostile, "output/h2")["submission_id"])
-    assert on_disk(settings) == {snapshot_of(db, h1_id), h2_snapshot, victim_snapshot}
+    h2_snapshot = agents_snapshot(
+        grading.db, hostile, submit_accepted(grading.client, hostile, "output/h2")["submission_id"]
+    )
+    assert on_disk(grading.settings) == {snapshot_of(grading.db, h1_id), h2_snapshot, victim_snapshot}
 
-    again = submit_no_wait(client, hostile, "output/h3")
+    again = submit_no_wait(grading.client, hostile, "output/h3")
     assert again.status_code == 503 and again.json()["detail"] == share_refusal(SHARE), again.text
     # The refusals took nothing of the limit: h0, h1, the two copies and h2 count, nothing else.
-    assert counted(db, hostile) == (5, 0)
-    assert client.get(f"{hostile.url_path}/scores").json()["total_submissions"] == 5
+    assert counted(grading.db, hostile) == (5, 0)
+    assert grading.client.get(f"{hostile.url_path}/scores").json()["total_submissions"] == 5
 
 
 def test_a_nomination_of_a_submission_fingerprinted_by_the_earlier_scheme_is_accepted(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    grading: Grader,
 ) -> None:
     """A submission scored before an upgrade carries the earlier scheme's fingerprint (each file's
     SHA-256 over its bytes): nominating its unchanged folder is accepted, not refused as changed."""
     import hashlib
 
-    experiment = register_experiment(feedback="sealed")
+    experiment = grading.register(feedback="sealed")
     ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids[name] = submit_accepted(client, experiment, f"output/{name}")["submission_id"]
-        score_evaluation(db, row_id(db, experiment, ids[name]), score)
-    kept = agents_snapshot(db, experiment, ids["a"])
-    assert settings.snapshot_dir is not None and kept is not None
-    folder = settings.snapshot_dir / kept
+        grading.copy(experiment, name)
+        ids[name] = submit_accepted(grading.client, experiment, f"output/{name}")["submission_id"]
+        score_evaluation(grading.db, row_id(grading.db, experiment, ids[name]), score)
+    kept = agents_snapshot(grading.db, experiment, ids["a"])
+    assert grading.settings.snapshot_dir is not None and kept is not None
+    folder = grading.settings.snapshot_dir / kept
     earlier = hashlib.sha256(b"autorl-snapshot-v2\0")
     for path in sorted(folder.iterdir()):
         name = path.name.encode()
         earlier.update(len(name).to_bytes(8, "big") + name + hashlib.sha256(path.read_bytes()).digest())
-    with db.session() as session:
-        row = submissions.get_submission(session, row_id(db, experiment, ids["a"]))
+    with grading.db.session() as session:
+        row = submissions.get_submission(session, row_id(grading.db, experiment, ids["a"]))
         assert row.fingerprint != earlier.hexdigest()
         row.fingerprint = earlier.hexdigest()
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert agents_snapshot(db, experiment, ids["a"]) is None  # let go: the nomination takes the folder again
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    assert (
+        agents_snapshot(grading.db, experiment, ids["a"]) is None
+    )  # let go: the nomination takes the folder again
 
-    accepted = nominate(client, experiment, ids["a"])
+    accepted = nominate(grading.client, experiment, ids["a"])
     assert accepted.status_code == 200, accepted.text
-    assert accepted.json()["submission_id"] == ids["a"] and counted(db, experiment) == (2, 0)
+    assert accepted.json()["submission_id"] == ids["a"] and counted(grading.db, experiment) == (2, 0)
 
 
 def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_unchanged_folder_again(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
+    grading: Grader,
 ) -> None:
-    experiment = register_experiment(feedback="sealed")
+    experiment = grading.register(feedback="sealed")
     scores = {"a": 10.0, "b": 30.0, "c": 20.0, "d": 5.0}
     ids: dict[str, int] = {}
     for name in (*scores, "e"):
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
+        grading.copy(experiment, name)
     for name, score in scores.items():  # one at a time: each scored before the next
-        ids[name] = submit_accepted(client, experiment, f"output/{name}")["submission_id"]
-        score_evaluation(db, row_id(db, experiment, ids[name]), score)
-    ids["e"] = submit_accepted(client, experiment, "output/e")["submission_id"]
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
+        ids[name] = submit_accepted(grading.client, experiment, f"output/{name}")["submission_id"]
+        score_evaluation(grading.db, row_id(grading.db, experiment, ids[name]), score)
+    ids["e"] = submit_accepted(grading.client, experiment, "output/e")["submission_id"]
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
 
     # Only the best on validation (b) and the one in flight (e) are on disk.
-    best, queued = agents_snapshot(db, experiment, ids["b"]), agents_snapshot(db, experiment, ids["e"])
+    best, queued = (
+        agents_snapshot(grading.db, experiment, ids["b"]),
+        agents_snapshot(grading.db, experiment, ids["e"]),
+    )
     assert best is not None and queued is not None
-    assert on_disk(settings) == {best, queued}
-    assert all(agents_snapshot(db, experiment, ids[name]) is None for name in ("a", "c", "d"))
+    assert on_disk(grading.settings) == {best, queued}
+    assert all(agents_snapshot(grading.db, experiment, ids[name]) is None for name in ("a", "c", "d"))
     # The snapshot kept for the final is part of the share.
-    copy_model(tiny_base_model, experiment.output_dir / "f", unique=True)
-    full = submit_no_wait(client, experiment, "output/f")
+    grading.copy(experiment, "f")
+    full = submit_no_wait(grading.client, experiment, "output/f")
     assert full.status_code == 503 and full.json()["detail"] == share_refusal(SHARE), full.text
-    assert counted(db, experiment) == (5, 0)
+    assert counted(grading.db, experiment) == (5, 0)
 
     # c's folder changed since it was scored: refused with the fix, counted (the grader read every
     # weight to find it out), nothing kept.
     make_unique(experiment.output_dir / "c")
-    changed = nominate(client, experiment, ids["c"])
+    changed = nominate(grading.client, experiment, ids["c"])
     assert changed.status_code == 400, changed.text
     detail = changed.json()["detail"]
     assert detail.startswith(
@@ -229,78 +217,69 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
         "submission whose folder is unchanged, or leave the choice to the platform, which takes the best "
         "on validation, whose files are kept. This refusal counts against your limit of 100 submissions"
     ), detail
-    assert counted(db, experiment) == (6, 1)
-    assert on_disk(settings) == {best, queued}
+    assert counted(grading.db, experiment) == (6, 1)
+    assert on_disk(grading.settings) == {best, queued}
     # d's folder is gone: refused with the fix before any weight is read, not counted.
     shutil.rmtree(experiment.output_dir / "d")
-    gone = nominate(client, experiment, ids["d"])
+    gone = nominate(grading.client, experiment, ids["d"])
     assert gone.status_code == 400, gone.text
     assert gone.json()["detail"].startswith(
         f"submission {ids['d']}'s folder output/d no longer holds the files that were scored (model_path "
         "output/d does not exist"
     ), gone.text
     assert "leave the choice to the platform" in gone.json()["detail"]
-    assert counted(db, experiment) == (6, 1) and on_disk(settings) == {best, queued}
-    with db.session() as session:
+    assert counted(grading.db, experiment) == (6, 1) and on_disk(grading.settings) == {best, queued}
+    with grading.db.session() as session:
         assert experiments.get_experiment(session, experiment.name).nominated_submission_id is None
 
     # a's folder is unchanged: taken again, its snapshot is a's, kept for the final; b's is let go.
-    accepted = nominate(client, experiment, ids["a"])
+    accepted = nominate(grading.client, experiment, ids["a"])
     assert accepted.status_code == 200, accepted.text
     assert NominatedAnswer.model_validate(accepted.json()).model_dump(exclude={"message"}) == {
         "submission_id": ids["a"],
         "split": "validation",
         "score": 10.0,
     }
-    taken_again = agents_snapshot(db, experiment, ids["a"])
-    assert taken_again is not None and on_disk(settings) == {taken_again, queued}
-    assert counted(db, experiment) == (6, 1)
-    assert nominate(client, experiment, ids["b"]).status_code == 409  # once
+    taken_again = agents_snapshot(grading.db, experiment, ids["a"])
+    assert taken_again is not None and on_disk(grading.settings) == {taken_again, queued}
+    assert counted(grading.db, experiment) == (6, 1)
+    assert nominate(grading.client, experiment, ids["b"]).status_code == 409  # once
 
     # After the budget, the final of a evaluates for real from the snapshot taken again.
     # A better one no longer matters: a was nominated.
-    score_evaluation(db, row_id(db, experiment, ids["e"]), 50.0)
-    end_budget(db, experiment)
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert on_disk(settings) == {taken_again}
-    view = admin(client, settings, "POST", f"/{experiment.name}/final")
+    score_evaluation(grading.db, row_id(grading.db, experiment, ids["e"]), 50.0)
+    grading.end_budget(experiment)
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    assert on_disk(grading.settings) == {taken_again}
+    view = admin(grading, "POST", f"/{experiment.name}/final")
     assert view.final is not None and view.final.selection == "nominated"
-    assert view.final.of == row_id(db, experiment, ids["a"])
+    assert view.final.of == row_id(grading.db, experiment, ids["a"])
     assert view.final.submission_id is not None
-    assert snapshot_of(db, view.final.submission_id) == taken_again
-    assert evaluate(view.final.submission_id, settings)["status"] == "scored"
-    done = admin(client, settings, "GET", f"/{experiment.name}")
+    assert snapshot_of(grading.db, view.final.submission_id) == taken_again
+    assert evaluate(view.final.submission_id, grading.settings)["status"] == "scored"
+    done = admin(grading, "GET", f"/{experiment.name}")
     assert done.final is not None and done.final.status == "scored" and done.test_evaluations == 1
 
 
-def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(
-    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
-) -> None:
-    experiment = register(
-        client, settings, tiny_base_model, make_workspace(tmp_path), feedback="sealed", max_submissions=2
-    )
+def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(grading: Grader) -> None:
+    experiment = grading.register(feedback="sealed", max_submissions=2)
     ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids[name] = submit_no_wait(client, experiment, f"output/{name}").json()["submission_id"]
-        score_evaluation(db, row_id(db, experiment, ids[name]), score)
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert agents_snapshot(db, experiment, ids["a"]) is None
-    refused = nominate(client, experiment, ids["a"])
+        grading.copy(experiment, name)
+        ids[name] = submit_no_wait(grading.client, experiment, f"output/{name}").json()["submission_id"]
+        score_evaluation(grading.db, row_id(grading.db, experiment, ids[name]), score)
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    assert agents_snapshot(grading.db, experiment, ids["a"]) is None
+    refused = nominate(grading.client, experiment, ids["a"])
     assert refused.status_code == 400, refused.text
     assert "your reached limit of 2 submissions no longer allows" in refused.json()["detail"]
-    assert counted(db, experiment) == (2, 0)
+    assert counted(grading.db, experiment) == (2, 0)
     # The best's files are kept: its nomination needs no read.
-    assert nominate(client, experiment, ids["b"]).status_code == 200
+    assert nominate(grading.client, experiment, ids["b"]).status_code == 200
 
 
 def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
-    client: TestClient,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
-    register_experiment: Callable[..., RegisteredExperiment],
-    monkeypatch: pytest.MonkeyPatch,
+    grading: Grader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the real job function: a copy that waited for an evaluation that failed for the
     evaluator's fault takes that evaluation's snapshot, and a sealed final that failed so is made
@@ -316,33 +295,41 @@ def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(
     def fail_once() -> None:
         monkeypatch.setattr(backends, "get_backend", lambda name: EngineDown())
 
-    experiment = register_experiment(feedback="sealed")
-    copy_model(tiny_base_model, experiment.output_dir / "a", unique=True)
+    experiment = grading.register(feedback="sealed")
+    grading.copy(experiment, "a")
     shutil.copytree(experiment.output_dir / "a", experiment.output_dir / "a-again")
-    first = row_id(db, experiment, submit_no_wait(client, experiment, "output/a").json()["submission_id"])
-    copy = row_id(
-        db, experiment, submit_no_wait(client, experiment, "output/a-again").json()["submission_id"]
+    first = row_id(
+        grading.db, experiment, submit_no_wait(grading.client, experiment, "output/a").json()["submission_id"]
     )
-    snapshot = snapshot_of(db, first)
-    assert snapshot is not None and snapshot_of(db, copy) is None and on_disk(settings) == {snapshot}
+    copy = row_id(
+        grading.db,
+        experiment,
+        submit_no_wait(grading.client, experiment, "output/a-again").json()["submission_id"],
+    )
+    snapshot = snapshot_of(grading.db, first)
+    assert (
+        snapshot is not None
+        and snapshot_of(grading.db, copy) is None
+        and on_disk(grading.settings) == {snapshot}
+    )
 
     fail_once()
-    failed = evaluate(first, settings)
+    failed = evaluate(first, grading.settings)
     assert failed["status"] == "failed" and failed["error"].startswith(EVALUATOR_FAULT_PREFIX)
-    assert snapshot_of(db, copy) == snapshot and on_disk(settings) == {snapshot}
+    assert snapshot_of(grading.db, copy) == snapshot and on_disk(grading.settings) == {snapshot}
     monkeypatch.setattr(backends, "get_backend", real_backend)
-    assert evaluate(copy, settings)["status"] == "scored"  # from the snapshot it took
+    assert evaluate(copy, grading.settings)["status"] == "scored"  # from the snapshot it took
 
-    end_budget(db, experiment)
-    view = admin(client, settings, "POST", f"/{experiment.name}/final")
+    grading.end_budget(experiment)
+    view = admin(grading, "POST", f"/{experiment.name}/final")
     assert view.final is not None and view.final.of == copy and view.final.submission_id is not None
     fail_once()
-    assert evaluate(view.final.submission_id, settings)["status"] == "failed"
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert on_disk(settings) == {snapshot}  # kept: the final is made again from it
+    assert evaluate(view.final.submission_id, grading.settings)["status"] == "failed"
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    assert on_disk(grading.settings) == {snapshot}  # kept: the final is made again from it
     monkeypatch.setattr(backends, "get_backend", real_backend)
-    again = admin(client, settings, "POST", f"/{experiment.name}/final")
+    again = admin(grading, "POST", f"/{experiment.name}/final")
     assert again.final is not None and again.final.submission_id not in (None, view.final.submission_id)
-    assert evaluate(again.final.submission_id, settings)["status"] == "scored"
-    reconcile_once(client.app.state.grader)  # type: ignore[attr-defined]
-    assert on_disk(settings) == set()
+    assert evaluate(again.final.submission_id, grading.settings)["status"] == "scored"
+    reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    assert on_disk(grading.settings) == set()

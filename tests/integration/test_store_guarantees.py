@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from autorl.store import Database, claims, experiments, outcomes, submission_filters, submissions
 from autorl_grader.main import create_app
 from tests.support.grading import (
+    Grader,
     RegisteredExperiment,
     admin_headers,
     copy_model,
@@ -68,64 +69,70 @@ def test_concurrent_submits_never_exceed_the_limit(
 
 
 def test_finishing_cancels_what_was_not_evaluated_and_freezes_the_numbers(
-    client: TestClient,
-    experiment: RegisteredExperiment,
-    settings: DeploymentSettings,
-    db: Database,
-    tiny_base_model: Path,
+    grading: Grader, experiment: RegisteredExperiment
 ) -> None:
     ids = []
     for name in ("scored", "running", "queued"):
-        copy_model(tiny_base_model, experiment.output_dir / name, unique=True)
-        ids.append(submit_no_wait(client, experiment, f"output/{name}").json()["submission_id"])
+        grading.copy(experiment, name)
+        ids.append(submit_no_wait(grading.client, experiment, f"output/{name}").json()["submission_id"])
     agent_numbers = dict(zip(("scored", "running", "queued"), ids, strict=True))
-    scored, running, queued = (row_id(db, experiment, number) for number in ids)
-    with db.session() as session:
+    scored, running, queued = (row_id(grading.db, experiment, number) for number in ids)
+    with grading.db.session() as session:
         assert claims.claim(session, scored, worker="w1", lease_s=60)
         assert outcomes.record_score(
             session, scored, worker="w1", scores={"opencompass": 40.0}, n_samples=4, seconds=1
         )
         assert claims.claim(session, running, worker="w2", lease_s=60)
 
-    finished = client.post(
+    finished = grading.client.post(
         f"/v1/experiments/{experiment.name}/finish",
         json={"status": "timed_out"},
-        headers=admin_headers(settings),
+        headers=admin_headers(grading.settings),
     ).json()
-    with db.session() as session:  # the evaluation in flight ends after the experiment: it does not count
+    with (
+        grading.db.session() as session
+    ):  # the evaluation in flight ends after the experiment: it does not count
         assert not outcomes.record_score(
             session, running, worker="w2", scores={"opencompass": 99.0}, n_samples=4, seconds=1
         )
         assert not claims.claim(session, queued, worker="w3", lease_s=60)
     assert finished["in_flight"] == 0 and finished["submissions"] == 1 and finished["best_score"] == 40.0
-    later = client.get(f"/v1/experiments/{experiment.name}", headers=admin_headers(settings)).json()
+    later = grading.client.get(
+        f"/v1/experiments/{experiment.name}", headers=admin_headers(grading.settings)
+    ).json()
     numbers = ("baseline_score", "best_score", "improvement", "submissions", "total_submissions", "in_flight")
     assert {k: later[k] for k in numbers} == {k: finished[k] for k in numbers}
-    rows = {s["submission_id"]: s for s in client.get(f"{experiment.url_path}/scores").json()["submissions"]}
+    rows = {
+        s["submission_id"]: s
+        for s in grading.client.get(f"{experiment.url_path}/scores").json()["submissions"]
+    }
     assert rows[agent_numbers["scored"]]["status"] == "scored"
     for cancelled in (agent_numbers["running"], agent_numbers["queued"]):
         assert rows[cancelled]["status"] == "failed" and rows[cancelled]["score"] is None
         assert rows[cancelled]["error"].startswith("cancelled: the experiment finished")
 
 
-def test_queue_positions_count_only_the_experiments_own_queue(
-    client: TestClient, register_experiment: Callable[..., RegisteredExperiment], tiny_base_model: Path
-) -> None:
-    flooding = register_experiment()
-    quiet = register_experiment()
+def test_queue_positions_count_only_the_experiments_own_queue(grading: Grader) -> None:
+    flooding = grading.register()
+    quiet = grading.register()
     positions = []
     for index in range(3):
-        copy_model(tiny_base_model, flooding.output_dir / f"f{index}", unique=True)
-        positions.append(submit_no_wait(client, flooding, f"output/f{index}").json()["queue_position"])
-    copy_model(tiny_base_model, quiet.output_dir / "q", unique=True)
-    mine = submit_no_wait(client, quiet, "output/q").json()
+        grading.copy(flooding, f"f{index}")
+        positions.append(
+            submit_no_wait(grading.client, flooding, f"output/f{index}").json()["queue_position"]
+        )
+    grading.copy(quiet, "q")
+    mine = submit_no_wait(grading.client, quiet, "output/q").json()
     assert positions == [1, 2, 3]
     assert mine["queue_position"] == 1  # another experiment's queue is not the caller's to see
-    assert client.get(f"{quiet.url_path}/submissions/{mine['submission_id']}").json()["queue_position"] == 1
+    assert (
+        grading.client.get(f"{quiet.url_path}/submissions/{mine['submission_id']}").json()["queue_position"]
+        == 1
+    )
 
 
 def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evaluator_s(
-    client: TestClient, experiment: RegisteredExperiment, db: Database, tiny_base_model: Path
+    grading: Grader, experiment: RegisteredExperiment
 ) -> None:
     """On SQLite as on PostgreSQL the prefix is compared exactly (SQLite's LIKE ignores case), and
     a long error keeps its beginning, so a long evaluator fault stays the evaluator's."""
@@ -140,14 +147,14 @@ def test_only_an_error_that_begins_with_the_evaluator_fault_prefix_is_the_evalua
     }
     ids = {}
     for name, error in errors.items():
-        ids[name] = submit_copy(client, db, experiment, tiny_base_model, name)
-        with db.session() as session:
+        ids[name] = submit_copy(grading.client, grading.db, experiment, grading.base_model, name)
+        with grading.db.session() as session:
             assert claims.claim(session, ids[name], worker="worker-1", lease_s=60)
-        with db.session() as session:
+        with grading.db.session() as session:
             outcomes.record_failure(
                 session, ids[name], error=error, reason=FailureReason.EVALUATION, worker="worker-1"
             )
-    with db.session() as session:
+    with grading.db.session() as session:
         row = experiments.get_experiment(session, experiment.name)
         assert submissions.limited_submissions_count(session, row) == 2  # other_case and checkpoint
         stored = {name: submissions.get_submission(session, ids[name]) for name in errors}

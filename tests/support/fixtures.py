@@ -3,7 +3,8 @@
 - ``trained_tiny_model``: the tiny model trained once per test run.
 - A grader on the module's database (real Postgres), and what a test of it reaches: ``settings``,
   ``client`` (in-process), ``served`` and ``grader`` (over real HTTP), ``db`` (its store),
-  ``register_experiment`` (through the admin API) and ``experiment`` (one registered and started).
+  ``register_experiment`` (through the admin API) and ``experiment`` (one registered and started);
+  ``grading`` bundles the in-process grader's (a :class:`~tests.support.grading.Grader`).
   A module that needs other settings overrides ``settings`` (or ``pg_url``, for a database of each
   test's own): every fixture here built on it follows.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from autorl.tasks import get_task
-from tests.support.grading import RegisteredExperiment, new_experiment
+from tests.support.grading import Grader, RegisteredExperiment, new_experiment
 from tests.support.infra import ServedApp, serve
 from tests.support.models import TrainedModel, train_tiny_model
 from tests.support.settings import DeploymentSettings
@@ -102,6 +103,15 @@ def register_experiment(
         return new_experiment(client, settings, tiny_base_model, tmp_path, **fields)
 
     return build
+
+
+@pytest.fixture
+def grading(
+    client: TestClient, settings: DeploymentSettings, db: Database, tiny_base_model: Path, tmp_path: Path
+) -> Grader:
+    """The in-process grader, its settings and store, and experiments of the tiny base model in
+    workspaces of their own in ``tmp_path``, as one."""
+    return Grader(client, settings, db, tiny_base_model, tmp_path)
 
 
 @pytest.fixture

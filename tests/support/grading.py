@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import httpx
     from fastapi.testclient import TestClient
 
+    from autorl.store import Database
+
 
 @dataclass
 class RegisteredExperiment:
@@ -135,6 +137,41 @@ def new_experiment(
 ) -> RegisteredExperiment:
     """:func:`register` an experiment of ``base_model_dir`` in a new workspace under ``root``."""
     return register(client, settings, base_model_dir, make_workspace(root), **fields)
+
+
+@dataclass(frozen=True)
+class Grader:
+    """The grader in-process (``client``) with its ``settings`` and store (``db``), as its tests reach
+    it: experiments of ``base_model`` are registered in workspaces of their own under ``root``."""
+
+    client: TestClient
+    settings: DeploymentSettings
+    db: Database
+    base_model: Path
+    root: Path
+
+    def register(self, **fields: Any) -> RegisteredExperiment:
+        """:func:`new_experiment` of the base model; ``start`` and ``fields`` as for :func:`register`."""
+        return new_experiment(self.client, self.settings, self.base_model, self.root, **fields)
+
+    def copy(self, experiment: RegisteredExperiment, folder: str, *, unique: bool = True) -> Path:
+        """:func:`copy_model` of the base model into ``output/<folder>`` of ``experiment``'s workspace:
+        a model of its own unless ``unique=False`` (the base model's own files)."""
+        return copy_model(self.base_model, experiment.output_dir / folder, unique=unique)
+
+    def admin(self, method: str, path: str) -> Any:
+        """:func:`admin_call` of this grader."""
+        return admin_call(self.client, self.settings, method, path)
+
+    def end_budget(self, experiment: RegisteredExperiment) -> None:
+        """``experiment``'s budget ended a second ago."""
+        from datetime import timedelta
+
+        from autorl.store import experiments
+        from autorl.store.models import utcnow
+
+        with self.db.session() as session:
+            experiments.get_experiment(session, experiment.name).end_time = utcnow() - timedelta(seconds=1)
 
 
 def copy_model(source: Path, target: Path, *, unique: bool = False) -> Path:
