@@ -19,7 +19,10 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +30,8 @@ from types import ModuleType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Where the benchmarks write their results files (the documents render them from there).
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
 #: The evaluator's resident engine, run by the benchmarks as the worker runs it.
 ENGINE_DIR = REPO_ROOT / "services/evaluator-worker/autorl_evaluator/backends/opencompass"
 SERVER = ENGINE_DIR / "engine_server.py"
@@ -767,6 +772,12 @@ def fast_order(count: int, seed: int, epochs: int = 1) -> list[int]:
     return order
 
 
+#: What TRL's ``GRPOConfig`` is given besides the sizes to run the fast path's algorithm: a constant
+#: learning rate, no KL term, the dataset's rows in the order they come (laid out as the fast path draws).
+TRL_AS_FAST_PATH: dict[str, Any] = {"lr_scheduler_type": "constant", "beta": 0.0, "shuffle_dataset": False}
+
+
+@contextmanager
 def trl_grpo_trainer(
     variant: Variant,
     model: Any,
@@ -779,12 +790,12 @@ def trl_grpo_trainer(
     seed: int,
     max_steps: int,
     callbacks: list[Any],
-    output_dir: Path,
-) -> tuple[Any, float]:
+) -> Iterator[tuple[Any, float]]:
     """TRL's ``GRPOTrainer`` at the fast path's algorithm settings (``variant``'s prompts x
     generations a step, one policy update per generation batch, no KL term, a constant learning
     rate, temperature 1), with colocated vLLM for a ``trl_vllm`` variant, TRL's printed progress
-    removed; and the seconds it took to build (vLLM's start included). ``records`` are laid out
+    removed; and the seconds it took to build (vLLM's start included), for as long as the context
+    lasts (its output folder a temporary one, removed after). ``records`` are laid out
     for TRL's unshuffled sampler in the order the fast path (seed ``seed``) draws them, over as
     many epochs as ``max_steps`` take: both paths get the same problems every step."""
     from datasets import Dataset
@@ -792,42 +803,41 @@ def trl_grpo_trainer(
     from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    started = time.monotonic()
-    epochs = -(-max_steps * variant.prompts // len(records))
-    ordered = [records[i] for i in fast_order(len(records), seed, epochs)]
-    micro, accumulation = variant.trl_batches(micro_batch())
-    vllm = variant.engine == "trl_vllm"
-    config = GRPOConfig(
-        output_dir=str(output_dir),
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=seed,
-        per_device_train_batch_size=micro,
-        gradient_accumulation_steps=accumulation,
-        num_generations=variant.generations,
-        max_completion_length=completion_tokens,
-        learning_rate=learning_rate,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        shuffle_dataset=False,
-        bf16=model.device.type == "cuda",
-        use_cpu=model.device.type == "cpu",
-        max_steps=max_steps,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        use_vllm=vllm,
-        vllm_mode="colocate",  # read only with use_vllm
-    )
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[reward],
-        args=config,
-        train_dataset=Dataset.from_list(ordered),
-        processing_class=tokenizer,
-        callbacks=callbacks,
-    )
-    trainer.remove_callback(PrinterCallback)
-    start_s = time.monotonic() - started
-    log(f"{variant.name}: trainer built in {start_s:.1f} s")
-    return trainer, start_s
+    with tempfile.TemporaryDirectory() as output_dir:
+        started = time.monotonic()
+        epochs = -(-max_steps * variant.prompts // len(records))
+        ordered = [records[i] for i in fast_order(len(records), seed, epochs)]
+        micro, accumulation = variant.trl_batches(micro_batch())
+        vllm = variant.engine == "trl_vllm"
+        config = GRPOConfig(
+            output_dir=output_dir,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            seed=seed,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            num_generations=variant.generations,
+            max_completion_length=completion_tokens,
+            learning_rate=learning_rate,
+            **TRL_AS_FAST_PATH,
+            bf16=model.device.type == "cuda",
+            use_cpu=model.device.type == "cpu",
+            max_steps=max_steps,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            use_vllm=vllm,
+            vllm_mode="colocate",  # read only with use_vllm
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[reward],
+            args=config,
+            train_dataset=Dataset.from_list(ordered),
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
+        trainer.remove_callback(PrinterCallback)
+        start_s = time.monotonic() - started
+        log(f"{variant.name}: trainer built in {start_s:.1f} s")
+        yield trainer, start_s

@@ -78,10 +78,9 @@ from typing import Any
 
 import common
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results" / "grpo_learning_gpu.json"
+RESULTS = common.RESULTS_DIR / "grpo_learning_gpu.json"
 #: The two paths' calls joined by ``--merge``.
-PATHS_RESULTS = REPO_ROOT / "bench" / "results" / "grpo_learning_paths_gpu.json"
+PATHS_RESULTS = common.RESULTS_DIR / "grpo_learning_paths_gpu.json"
 HELD_OUT_SEED = 12345
 DEVELOPMENT_SEED = 777
 DEVELOPMENT_SIZE = 200
@@ -682,20 +681,18 @@ def _trl(
             mark[0] = time.monotonic()  # after the evaluation, which is not training time
             return control
 
-    with tempfile.TemporaryDirectory() as output_dir:
-        trainer, start_s = common.trl_grpo_trainer(
-            variant,
-            model,
-            tokenizer,
-            reward,
-            records,
-            completion_tokens=args.completion_tokens,
-            learning_rate=args.learning_rates[0],
-            seed=args.seed,
-            max_steps=MAX_LEARNING_STEPS if args.mode == "learn" else args.speed_steps + 1,
-            callbacks=[Clock()],
-            output_dir=Path(output_dir),
-        )
+    with common.trl_grpo_trainer(
+        variant,
+        model,
+        tokenizer,
+        reward,
+        records,
+        completion_tokens=args.completion_tokens,
+        learning_rate=args.learning_rates[0],
+        seed=args.seed,
+        max_steps=MAX_LEARNING_STEPS if args.mode == "learn" else args.speed_steps + 1,
+        callbacks=[Clock()],
+    ) as (trainer, start_s):
         trainer.train()
     extra: dict[str, Any] = {
         "trainer_start_s": round(start_s, 1),

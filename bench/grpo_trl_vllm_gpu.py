@@ -261,10 +261,12 @@ class RewardLog:
         self.drawn: list[int] = []
 
     def reward(
-        self, completions: list[Any], answers: list[str], indices: list[int] | None = None
+        self, completions: list[Any], answer: list[str], index: list[int] | None = None, **kwargs: Any
     ) -> list[float]:
-        rewards = [float(r) for r in self.task.reward(completions, answers)]
-        problems = sorted(set(indices)) if indices is not None else self.drawn
+        """Rewards of ``completions`` against ``answer``: called by the fast path, or by TRL with the
+        dataset's columns by name (``index`` among them) and what else it passes in ``kwargs``."""
+        rewards = [float(r) for r in self.task.reward(completions, answer)]
+        problems = sorted(set(index)) if index is not None else self.drawn
         self.calls.append({"rewards": rewards, "problems": problems})
         return rewards
 
@@ -432,25 +434,20 @@ def _trl(
             if entry and "completions/mean_length" in entry:
                 logs.append(dict(entry))
 
-    def reward(completions: list[Any], answer: list[str], index: list[int], **kwargs: Any) -> list[float]:
-        return rewards.reward(completions, answer, index)
-
     micro, accumulation = variant.trl_batches(common.micro_batch())
     vllm = variant.engine == "trl_vllm"
-    with tempfile.TemporaryDirectory() as output_dir:
-        trainer, start_s = common.trl_grpo_trainer(
-            variant,
-            model,
-            tokenizer,
-            reward,
-            records,
-            completion_tokens=args.completion_tokens,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
-            max_steps=args.steps + 1,
-            callbacks=[Clock()],
-            output_dir=Path(output_dir),
-        )
+    with common.trl_grpo_trainer(
+        variant,
+        model,
+        tokenizer,
+        rewards.reward,
+        records,
+        completion_tokens=args.completion_tokens,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        max_steps=args.steps + 1,
+        callbacks=[Clock()],
+    ) as (trainer, start_s):
         started = time.monotonic()
         trainer.train()
     seconds = [b - a for a, b in zip([started, *marks], marks, strict=False)]
