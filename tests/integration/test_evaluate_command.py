@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,25 @@ def run_evaluate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, s
     code = main(["evaluate", *args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@dataclass(frozen=True)
+class EvaluateCommand:
+    """``autorl evaluate`` in this process, in a home of its own; ``evaluations`` lists the backends'
+    evaluations its calls made."""
+
+    capsys: pytest.CaptureFixture[str]
+    evaluations: list[str]
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        """:func:`run_evaluate` of ``args``."""
+        return run_evaluate(self.capsys, *args)
+
+
+@pytest.fixture
+def command(home: Path, capsys: pytest.CaptureFixture[str], evaluations: list[str]) -> EvaluateCommand:
+    """``autorl evaluate`` in :func:`home`, its evaluations counted (:func:`evaluations`)."""
+    return EvaluateCommand(capsys, evaluations)
 
 
 def evaluate_from(folder: Path, home: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -218,51 +238,46 @@ def test_the_score_and_comparison_are_the_workers_for_the_same_files(
 
 
 def test_a_result_is_kept_by_files_and_key_and_a_folder_is_named_from_the_working_folder(
-    home: Path,
-    tiny_base_model: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    evaluations: list[str],
+    command: EvaluateCommand, tiny_base_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     work = tmp_path / "work"
     copy_model(tiny_base_model, work / "ckpt")
     monkeypatch.chdir(work)
     arguments = ("ckpt", "-t", "arith", "--limit", "2", "--json")
 
-    code, first, err = run_evaluate(capsys, *arguments)
+    code, first, err = command.run(*arguments)
     assert code == 0, err
-    assert evaluations == ["hf"] and CACHED not in err
+    assert command.evaluations == ["hf"] and CACHED not in err
     assert json.loads(first)["model"] == str(work / "ckpt")
 
-    code, again, err = run_evaluate(capsys, *arguments)
+    code, again, err = command.run(*arguments)
     assert code == 0, err
-    assert evaluations == ["hf"], "the second call evaluated again"
+    assert command.evaluations == ["hf"], "the second call evaluated again"
     assert CACHED in err
     assert again == first
 
     # Other weights are another checkpoint; another limit another key: each evaluated once.
     make_unique(work / "ckpt")
-    code, changed, err = run_evaluate(capsys, *arguments)
+    code, changed, err = command.run(*arguments)
     assert code == 0, err
-    assert evaluations == ["hf", "hf"] and CACHED not in err
+    assert command.evaluations == ["hf", "hf"] and CACHED not in err
     assert json.loads(changed)["eval_key"] == json.loads(first)["eval_key"]
-    code, fewer, err = run_evaluate(capsys, "ckpt", "-t", "arith", "--limit", "1", "--json")
+    code, fewer, err = command.run("ckpt", "-t", "arith", "--limit", "1", "--json")
     assert code == 0, err
-    assert evaluations == ["hf", "hf", "hf"]
+    assert command.evaluations == ["hf", "hf", "hf"]
     assert json.loads(fewer)["eval_key"] != json.loads(first)["eval_key"]
     assert json.loads(fewer)["n"] == 1
 
 
 def test_text_output_shows_the_interval_protocols_and_comparison(
-    home: Path, tiny_base_model: Path, capsys: pytest.CaptureFixture[str], evaluations: list[str]
+    command: EvaluateCommand, tiny_base_model: Path
 ) -> None:
     """The model against itself: nothing to tell apart, and the base is evaluated once (the same files)."""
-    code, out, err = run_evaluate(
-        capsys, str(tiny_base_model), "-t", "arith", "--limit", "2", "--base", str(tiny_base_model)
+    code, out, err = command.run(
+        str(tiny_base_model), "-t", "arith", "--limit", "2", "--base", str(tiny_base_model)
     )
     assert code == 0, err
-    assert evaluations == ["hf"]
+    assert command.evaluations == ["hf"]
     assert "score 0.00  (95 % interval 0.00 to" in out
     assert "protocols: opencompass 0.00  flexible 0.00  strict 0.00" in out
     assert "+0.00 points" in out and "exact McNemar p = 1" in out and "not distinguishable" in out
@@ -299,12 +314,10 @@ def pickle_only(folder: Path, tiny_base_model: Path) -> Path:
 def test_bad_input_exits_2_naming_the_fix(
     case: str,
     fix: str,
-    home: Path,
+    command: EvaluateCommand,
     tiny_base_model: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    evaluations: list[str],
 ) -> None:
     model, task, extra = str(tiny_base_model), "arith", []
     if case == "missing folder":
@@ -322,11 +335,11 @@ def test_bad_input_exits_2_naming_the_fix(
         extra = ["--limit", "0"]
     else:
         extra = ["--limit", "-3"]
-    code, out, err = run_evaluate(capsys, model, "-t", task, *extra)
+    code, out, err = command.run(model, "-t", task, *extra)
     assert code == EXIT_BAD_INPUT, err
     assert out == ""
     assert fix in err and "Traceback" not in err
-    assert evaluations == []
+    assert command.evaluations == []
     if case == "no validation split":
         assert "use --split test" in err
 
