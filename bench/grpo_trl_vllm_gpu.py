@@ -64,14 +64,14 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import common
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results" / "grpo_trl_vllm_gpu.json"
+RESULTS = common.RESULTS_DIR / "grpo_trl_vllm_gpu.json"
 DEFAULT_VARIANTS = ["trl_vllm_2x4", "fast_2x4", "trl_vllm_16x8", "fast_16x8", "trl_vllm_64x8", "fast_64x8"]
 #: With ``--checkpoint``: the fast path first, so that the deadline, if anything, shortens TRL's run.
 LEARNING_VARIANTS = ["fast_16x8", "trl_vllm_16x8"]
@@ -312,12 +312,12 @@ def run_variant(variant: common.Variant, model_dir: Path, args: argparse.Namespa
     # PreTrainedModel.to is wrapped by functools.wraps, which mypy does not bind to the instance.
     model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     model = model.to(device)
-    rewards = RewardLog(task)
+    training = Training(variant, model, tokenizer, RewardLog(task), records, args)
     if variant.engine == "fast":
-        steps = _fast(variant, model, tokenizer, rewards, records, args)
+        steps = _fast(training)
         extra: dict[str, Any] = {}
     else:
-        steps, extra = _trl(variant, model, tokenizer, rewards, records, args)
+        steps, extra = _trl(training)
     result: dict[str, Any] = common.summarise(steps, variant.completions) if len(steps) >= 2 else {}
     result.update(
         extra,
@@ -361,16 +361,23 @@ def _out_of_time(stop_at: float | None, next_step_s: float) -> bool:
     return stop_at is not None and time.time() + next_step_s > stop_at
 
 
-def _fast(
-    variant: common.Variant,
-    model: Any,
-    tokenizer: Any,
-    rewards: RewardLog,
-    records: list[dict[str, Any]],
-    args: Any,
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Training:
+    """What one variant trains with, on either path: the policy and its tokenizer, the reward log,
+    the problems (``records``) and the call's arguments."""
+
+    variant: common.Variant
+    model: Any
+    tokenizer: Any
+    rewards: RewardLog
+    records: list[dict[str, Any]]
+    args: Any
+
+
+def _fast(run: Training) -> list[dict[str, Any]]:
     from autorl_agents.fast_grpo import FastGRPOSettings
 
+    variant, rewards, records, args = run.variant, run.rewards, run.records, run.args
     settings = FastGRPOSettings(
         prompts_per_step=variant.prompts,
         num_generations=variant.generations,
@@ -379,7 +386,8 @@ def _fast(
         seed=args.seed,
         loss_micro_batch=common.micro_batch(),
     )
-    trainer = common.fast_trainer(model, tokenizer, rewards, records, settings, end_ids(model, tokenizer))
+    ends = end_ids(run.model, run.tokenizer)
+    trainer = common.fast_trainer(run.model, run.tokenizer, rewards, records, settings, ends)
     drawn = trainer.next_problems
 
     def next_problems() -> list[int]:  # the step's problems, for the record
@@ -402,15 +410,10 @@ def _fast(
     return steps
 
 
-def _trl(
-    variant: common.Variant,
-    model: Any,
-    tokenizer: Any,
-    rewards: RewardLog,
-    records: list[dict[str, Any]],
-    args: Any,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _trl(run: Training) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+    variant, rewards, args = run.variant, run.rewards, run.args
 
     marks: list[float] = []
     logs: list[dict[str, float]] = []
@@ -438,10 +441,10 @@ def _trl(
     vllm = variant.engine == "trl_vllm"
     with common.trl_grpo_trainer(
         variant,
-        model,
-        tokenizer,
+        run.model,
+        run.tokenizer,
         rewards.reward,
-        records,
+        run.records,
         completion_tokens=args.completion_tokens,
         learning_rate=args.learning_rate,
         seed=args.seed,
