@@ -51,3 +51,8 @@ class Document:
         text = self.path.read_text(encoding="utf-8")
         rendered = BLOCK.sub(lambda m: m.group(1) + self.render(m["name"]) + m.group(4), text)
         self.path.write_text(rendered, encoding="utf-8")
+
+    def main(self) -> None:
+        """``python3 -m tools.NAME``: rewrite the blocks and say which document."""
+        self.update()
+        print(f"updated {self.path.relative_to(REPO_ROOT)}")

@@ -852,5 +852,4 @@ PERFORMANCE = Document(REPO_ROOT / "docs" / "PERFORMANCE.md", RENDERERS)
 
 
 if __name__ == "__main__":
-    PERFORMANCE.update()
-    print(f"updated {PERFORMANCE.path.relative_to(REPO_ROOT)}")
+    PERFORMANCE.main()

@@ -195,5 +195,4 @@ RELIABILITY = Document(REPO_ROOT / "docs" / "RELIABILITY.md", RENDERERS)
 
 
 if __name__ == "__main__":
-    RELIABILITY.update()
-    print(f"updated {RELIABILITY.path.relative_to(REPO_ROOT)}")
+    RELIABILITY.main()

@@ -12,21 +12,15 @@ block (``<!-- bench:NAME -->`` … ``<!-- /bench:NAME -->``), table and reproduc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
-
-
-def _results(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
-    return data
+from tools.docgen import load_results
 
 
 def fuzzing_table() -> str:
-    fuzz = _results("grader_fuzz")
+    fuzz = load_results("grader_fuzz")
     failed = fuzz["failed_operations"]
     verdict = "**passed**" if not failed and fuzz["server_errors"] == 0 else "**FAILED**"
     statuses = ", ".join(f"{code}: {count}" for code, count in fuzz["statuses"].items())
@@ -58,7 +52,7 @@ def _load_rows(label: str, run: dict[str, Any]) -> list[str]:
 def load_table() -> str:
     # The throughput runs; the fair share's run (``--scenarios tenants``) is PERFORMANCE.md's.
     runs: dict[str, Any] = {
-        label: run for label, run in _results("grader_load")["runs"].items() if "bare_time" in run
+        label: run for label, run in load_results("grader_load")["runs"].items() if "bare_time" in run
     }
     lines = [
         "| version | scenario | agents | throughput | p50 | p99 | errors | ratio to bare |",
@@ -96,7 +90,7 @@ def _process_name(command: str) -> str:
 
 
 def soak_table() -> str:
-    soak = _results("soak")
+    soak = load_results("soak")
     lines = [
         "| process | RSS start → end (max) | RSS trend | open descriptors start → end (max) "
         "| database connections (max) |",
