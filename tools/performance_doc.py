@@ -179,6 +179,20 @@ def grpo_learning() -> str:
     )
 
 
+#: The columns of a learning run's row after its name (:func:`learning_cells`), and their alignment.
+LEARNING_COLUMNS = "steps | training s | held-out accuracy % | gained / lost | McNemar p | completion tok/s |"
+LEARNING_ALIGNMENT = "---: | ---: | --- | --- | ---: | ---: |"
+
+
+def learning_cells(run: dict[str, Any], start: dict[str, Any]) -> str:
+    """A learning run's cells after its name, from the checkpoint ``start`` it trained."""
+    return (
+        f"{run['steps']} | {run['trained_s']} | {start['accuracy']} → **{run['accuracy']}** | "
+        f"{run['gains']} / {run['losses']} | {run['p_value']:.2g} | "
+        f"{number(run['completion_tokens_per_s'], 0)} |"
+    )
+
+
 def grpo_headroom() -> str:
     """The fast path's GRPO from a checkpoint with headroom, one run a learning rate."""
     data = load_results("grpo_learning_gpu")
@@ -188,16 +202,10 @@ def grpo_headroom() -> str:
         f"the checkpoint ({start['sft']['steps']} SFT steps) answers {start['accuracy']} % of them greedily. "
         f"{data['settings']['prompts']} prompts x {data['settings']['generations']} completions a step.",
         "",
-        "| learning rate | steps | training s | held-out accuracy % | gained / lost | McNemar p "
-        "| completion tok/s |",
-        "| ---: | ---: | ---: | --- | --- | ---: | ---: |",
+        "| learning rate | " + LEARNING_COLUMNS,
+        "| ---: | " + LEARNING_ALIGNMENT,
     ]
-    for name, run in runs.items():
-        lines.append(
-            f"| {name} | {run['steps']} | {run['trained_s']} | {start['accuracy']} → **{run['accuracy']}** | "
-            f"{run['gains']} / {run['losses']} | {run['p_value']:.2g} | "
-            f"{number(run['completion_tokens_per_s'], 0)} |"
-        )
+    lines += [f"| {name} | {learning_cells(run, start)}" for name, run in runs.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -217,19 +225,14 @@ def grpo_paths() -> str:
         f"{data['settings']['completion_tokens']}-token completions, temperature 1. Held out: "
         f"{start['held_out']}; the checkpoint answers {start['accuracy']} % greedily.",
         "",
-        "| run | steps | training s | held-out accuracy % | gained / lost | McNemar p | completion tok/s |",
-        "| --- | ---: | ---: | --- | --- | ---: | ---: |",
+        "| run | " + LEARNING_COLUMNS,
+        "| --- | " + LEARNING_ALIGNMENT,
     ]
     for name, run in {**data["runs"], **data["speed"]}.items():
         if run.get("status") != "ok":
             lines.append(f"| `{name}` | {_failed(run)} | | | | | |")
         elif "curve" in run:
-            lines.append(
-                f"| `{name}` | {run['steps']} | {run['trained_s']} | "
-                f"{start['accuracy']} → **{run['accuracy']}** | {run['gains']} / {run['losses']} | "
-                f"{run['p_value']:.2g} | "
-                f"{number(run['completion_tokens_per_s'], 0)} |"
-            )
+            lines.append(f"| `{name}` | {learning_cells(run, start)}")
         else:
             lines.append(
                 f"| `{name}` (speed) | {run['steps_timed']} | — | — | — | — | "
