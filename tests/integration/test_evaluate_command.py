@@ -29,7 +29,7 @@ from autorl.tasks.arith import ArithTask
 from autorl_evaluator.evaluate_command import CACHED
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
-from tests.conftest import FIXTURE_DATA
+from tests.conftest import FIXTURE_DATA, REPO_ROOT
 from tests.support.grading import (
     admin_headers,
     copy_model,
@@ -40,7 +40,6 @@ from tests.support.grading import (
     submit_accepted,
 )
 from tests.support.models import EVAL_MAX_NEW_TOKENS, TrainedModel
-from tests.support.opencompass_models import OC_BIN
 from tests.support.settings import DeploymentSettings
 
 #: The keys of ``--json``'s one object (docs/EVALUATION.md, "Score one checkpoint").
@@ -151,9 +150,12 @@ def test_json_from_a_folder_outside_the_repository(tmp_path: Path) -> None:
     assert list(elsewhere.iterdir()) == []
 
 
+OPENCOMPASS_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
+
+
 @pytest.mark.opencompass
 @pytest.mark.slow
-@pytest.mark.requires(OC_BIN.exists(), reason="needs .venv-opencompass (make setup)")
+@pytest.mark.requires(OPENCOMPASS_BIN.exists(), reason="needs .venv-opencompass (make setup)")
 def test_the_opencompass_backend_from_a_folder_outside_the_repository_scores_as_hf(
     trained_tiny_model: TrainedModel, tmp_path: Path
 ) -> None:

@@ -51,11 +51,13 @@ from tests.support.grading import (
     submit_accepted,
 )
 from tests.support.models import TrainedModel
-from tests.support.opencompass_models import OC_BIN, corrupt_weights, save_sharp_model
+from tests.support.opencompass_models import corrupt_weights, save_sharp_model
 from tests.support.settings import DeploymentSettings
 
 pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OPENCOMPASS_BIN = REPO_ROOT / ".venv-opencompass" / "bin" / "opencompass"
 #: Short answers keep a CPU evaluation to about a minute; the prompts are the real 4-shot ones.
 MAX_NEW_TOKENS = 24
 LIMIT = 4
@@ -105,7 +107,7 @@ def _job_environment(settings: DeploymentSettings) -> dict[str, str]:
         "AUTORL_ADMIN_TOKEN": settings.admin_token_value,
         "AUTORL_DATA_SOURCE_DIR": str(settings.data_source_dir),
         "AUTORL_EVAL_DEVICE": "cpu",
-        "AUTORL_OPENCOMPASS_BIN": str(OC_BIN),
+        "AUTORL_OPENCOMPASS_BIN": str(OPENCOMPASS_BIN),
         "AUTORL_EVAL_TIMEOUT_S": "7200",
     }
 
@@ -180,7 +182,7 @@ def worker_run(
         eval_max_new_tokens=MAX_NEW_TOKENS,
         eval_limit=LIMIT,
         eval_device="cpu",
-        opencompass_bin=OC_BIN,
+        opencompass_bin=OPENCOMPASS_BIN,
         eval_timeout_s=TIMEOUT_S,
         eval_batch_size=LIMIT,
     )
@@ -317,7 +319,7 @@ def make_opencompass_settings(
         make_settings,
         eval_backend="opencompass",
         eval_max_new_tokens=MAX_NEW_TOKENS,
-        opencompass_bin=OC_BIN,
+        opencompass_bin=OPENCOMPASS_BIN,
     )
 
 

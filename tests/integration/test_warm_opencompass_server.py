@@ -23,9 +23,11 @@ from autorl_evaluator.backends.opencompass.backend import (
 from autorl_evaluator.backends.opencompass.kept_server import KeptServer
 from autorl_evaluator.backends.opencompass.warm_opencompass import SERVER, CompassServer, CompassSpec
 from autorl_evaluator.failures import EvaluatorFaultError
-from tests.support.opencompass_models import OC_PYTHON
 
 pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PYTHON = REPO_ROOT / ".venv-opencompass" / "bin" / "python"
 
 
 def run_code(server: CompassServer, tmp_path: Path, name: str, body: str, cache: Path) -> Path:
@@ -52,7 +54,7 @@ def servers(tmp_path: Path) -> Iterator[tuple[KeptServer[CompassSpec, CompassSer
 
 def start(kept: KeptServer[CompassSpec, CompassServer], cache: Path) -> CompassServer:
     return kept.get(
-        CompassSpec(python=OC_PYTHON, pythonpath=""), compass_environment(cache), cache / "compass.log"
+        CompassSpec(python=PYTHON, pythonpath=""), compass_environment(cache), cache / "compass.log"
     )
 
 

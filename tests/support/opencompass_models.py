@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-#: OpenCompass's own environment (``make setup`` builds it): its Python and its command.
+#: OpenCompass's own environment (``make setup`` builds it).
 OC_PYTHON = Path(__file__).resolve().parents[2] / ".venv-opencompass" / "bin" / "python"
-OC_BIN = OC_PYTHON.with_name("opencompass")
 
 #: Multiplies the tiny model's random matrices: its greedy output then depends on the prompt
 #: (at the builtin scale every prompt gives the same newlines, which would hide a prompt mismatch).
