@@ -19,6 +19,31 @@ from tools.reliability_tables import RENDERERS as LOAD_RENDERERS
 
 FAULTS = RESULTS / "faults"
 
+#: What each run of ``tools/order_record.py`` checks, in the document's words.
+ORDER_RUNS = {
+    "pair": "the grader API and operator modules, which once shared rows, in the order named",
+    "pair_reverse": "the same modules, every test in reverse order",
+    "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes",
+}
+
+#: mutmut's outcomes, in the order the table shows them.
+MUTATION_OUTCOMES = ("killed", "survived", "no tests", "timeout")
+
+#: ``make test``'s phases and passes (``tools/suite_time.py``), in the document's words.
+PHASE_NAMES = {
+    "setup": "set-up (`make setup`: the three Python environments, the browser)",
+    "images": "the CPU images (`make images GPU=0`, podman)",
+    "lint": "`make lint`",
+    "suite": "the suite over two processes",
+    "suite_reverse": "the reverse pass (what order can break)",
+}
+
+#: What ``tools/build_time.py`` builds one after another and side by side, in the document's words.
+BUILD_PARTS = {
+    "setup": "`make setup`'s three Python environments",
+    "images": "`make images GPU=0` (every CPU image)",
+}
+
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
@@ -42,14 +67,6 @@ def faults_table() -> str:
     recorded = sorted({record["recorded"] for record in fault_records()})
     dates = ", ".join(recorded) if recorded else "never"
     return "\n".join(lines) + f"\n\nRecorded: {dates}.\n"
-
-
-#: What each run of ``tools/order_record.py`` checks, in the document's words.
-ORDER_RUNS = {
-    "pair": "the grader API and operator modules, which once shared rows, in the order named",
-    "pair_reverse": "the same modules, every test in reverse order",
-    "suite_reverse_parallel": "the whole suite, reversed, in two xdist processes",
-}
 
 
 def test_order_table() -> str:
@@ -77,10 +94,6 @@ def test_order_table() -> str:
 
 def _code(text: str) -> str:
     return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
-
-
-#: mutmut's outcomes, in the order the table shows them.
-MUTATION_OUTCOMES = ("killed", "survived", "no tests", "timeout")
 
 
 def _survival(survivor: dict[str, str]) -> str:
@@ -116,15 +129,6 @@ def mutation_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-PHASE_NAMES = {
-    "setup": "set-up (`make setup`: the three Python environments, the browser)",
-    "images": "the CPU images (`make images GPU=0`, podman)",
-    "lint": "`make lint`",
-    "suite": "the suite over two processes",
-    "suite_reverse": "the reverse pass (what order can break)",
-}
-
-
 def suite_time_table() -> str:
     data = load_results("suite_time")
     lines = ["| phase | minutes |", "| --- | ---: |"]
@@ -151,12 +155,6 @@ def suite_time_table() -> str:
         f"`{data['command']}`.\n"
     )
     return text + build_time_table()
-
-
-BUILD_PARTS = {
-    "setup": "`make setup`'s three Python environments",
-    "images": "`make images GPU=0` (every CPU image)",
-}
 
 
 def build_time_table() -> str:
@@ -188,10 +186,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "faults": faults_table,
     "mutation": mutation_table,
     "test-order": test_order_table,
-    **LOAD_RENDERERS,
 }
 
-RELIABILITY = Document(REPO_ROOT / "docs" / "RELIABILITY.md", RENDERERS)
+#: This module's tables and reliability_tables' (fuzzing, load, soak).
+RELIABILITY = Document(REPO_ROOT / "docs" / "RELIABILITY.md", RENDERERS | LOAD_RENDERERS)
 
 
 if __name__ == "__main__":
