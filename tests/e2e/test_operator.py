@@ -603,9 +603,7 @@ async def test_a_baseline_no_evaluator_takes_becomes_a_condition_and_clears_when
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     # A base model no earlier test scored: its baseline is not answered from the cache.
     manifest["spec"]["model"] = "example-org/never-evaluated-1.5B"
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.prepare_job(ref)
+    ref = await platform.applied(manifest)
     platform.run_prepare_pod(manifest["spec"], ref, tiny_base_model)
     await platform.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
     stuck = await platform.wait_for(

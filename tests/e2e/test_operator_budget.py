@@ -256,9 +256,7 @@ async def test_a_waiting_prepare_pod_names_its_cause_and_the_fix(
 ) -> None:
     name = f"wait-{reason.lower()}"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.prepare_job(ref)
+    ref = await platform.applied(manifest)
     await cause(platform, ref.prepare_job_name)
     waiting = await platform.wait_for(
         f"{EXPERIMENTS}/{name}", lambda obj: obj["status"].get("reason") == reason, f"reason {reason}"
@@ -283,9 +281,7 @@ async def test_a_hub_id_the_hub_does_not_know_fails_the_experiment_with_the_step
     name = "hub-id-unknown"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     manifest["spec"]["model"] = "no-such-org/no-such-model"
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.prepare_job(ref)
+    ref = await platform.applied(manifest)
     log = (
         "preparing no-such-org/no-such-model in /shared/cache/models\n"
         "\x1b[2J\n"  # what a library printed before is not the step's last word

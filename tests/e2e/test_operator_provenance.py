@@ -235,9 +235,7 @@ async def test_a_sealed_experiments_validation_problems_are_counted_and_its_fina
     name = "gsm8k-sealed-brought-in"
     manifest = load_example("experiment-gsm8k.yaml", rename=name)
     manifest["spec"]["evaluation"]["feedback"] = "sealed"
-    await platform.apply(manifest)
-    ref = await platform.ref(name)
-    await platform.prepare_job(ref)
+    ref = await platform.applied(manifest)
     platform.run_prepare_pod(manifest["spec"], ref, tiny_base_model)
     await platform.patch_job_status(ref.prepare_job_name, {"succeeded": 1, "conditions": [complete()]})
     await platform.wait_phase(name, "Baseline")

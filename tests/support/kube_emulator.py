@@ -528,6 +528,13 @@ class Platform:
             "this run's prepare Job",
         )
 
+    async def applied(self, manifest: dict[str, Any]) -> ExperimentRef:
+        """Apply an Experiment and wait for the controller's prepare Job: the Experiment's identity."""
+        await self.apply(manifest)
+        ref = await self.ref(manifest["metadata"]["name"])
+        await self.prepare_job(ref)
+        return ref
+
     async def start_running(
         self, manifest: dict[str, Any], tiny_model: Path
     ) -> tuple[ExperimentRef, dict[str, Any]]:
