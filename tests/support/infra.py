@@ -20,6 +20,8 @@ import psycopg
 from redis import Redis
 from redis.exceptions import RedisError
 
+from tests.support.waiting import wait_for
+
 PG_ADMIN_DSN = os.environ.get("AUTORL_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 #: With a password, as the grader and worker demand outside local mode (trust authentication ignores it).
 PG_URL_BASE = os.environ.get("AUTORL_TEST_PG_URL", "postgresql+psycopg://postgres:autorl-test@127.0.0.1:5432")
@@ -68,18 +70,21 @@ class RedisServer:
         server.stdin.close()
         self.process = server
         client = Redis.from_url(self.url)
-        deadline = time.monotonic() + 30
+
+        def answers() -> bool:
+            try:
+                return bool(client.ping())
+            except RedisError:
+                return False
+
         try:
-            while True:
-                try:
-                    client.ping()
-                    return
-                except RedisError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"the test Redis ({REDIS_SERVER}, run {self.run_id}) did not start"
-                        ) from None
-                    time.sleep(0.05)
+            wait_for(
+                answers,
+                f"the test Redis ({REDIS_SERVER}, run {self.run_id}) to start",
+                30,
+                0.05,
+                alive=lambda: server.poll() is None,
+            )
         finally:
             client.close()
 
@@ -119,6 +124,16 @@ def stop_process(process: subprocess.Popen[Any], *, timeout_s: float) -> None:
         process.wait()
 
 
+def healthy(url: str) -> bool:
+    """Whether the service at ``url`` answers ``/healthz`` with 200 (no answer yet: not)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -131,14 +146,6 @@ def grader_process(
 ) -> Iterator[subprocess.Popen[str]]:
     """Run `autorl grader ...` as a real process until each of ``urls`` answers ``/healthz``; stop
     it afterwards. Its output is the failure message when it exits before that."""
-    import httpx
-
-    def healthy(url: str) -> bool:
-        try:
-            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -169,11 +176,7 @@ def serve(app: object, *, port: int | None = None) -> Iterator[ServedApp]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.05)
+    wait_for(lambda: server.started, "the test server to start", 30, 0.05, alive=thread.is_alive)
     try:
         yield ServedApp(url=f"http://127.0.0.1:{port}", server=server, thread=thread)
     finally:

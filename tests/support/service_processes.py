@@ -8,15 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
 from autorl.process_group import descendants
-from tests.support.infra import free_port
+from tests.support.infra import free_port, healthy
 from tests.support.settings import DeploymentSettings
+from tests.support.waiting import wait_for
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 
@@ -104,13 +104,11 @@ def serving_grader(
 
 
 def wait_until_serving(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the grader did not start: {log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.1)
+    wait_for(
+        lambda: healthy(url),
+        "the grader to serve",
+        timeout_s,
+        0.1,
+        log=log,
+        alive=lambda: process.poll() is None,
+    )

@@ -14,12 +14,19 @@ def wait_for(
     interval_s: float = 0.2,
     *,
     log: Path | None = None,
+    alive: Callable[[], bool] | None = None,
 ) -> None:
     """Poll ``condition`` every ``interval_s`` until it holds; past ``timeout_s`` fail, naming
-    ``what`` and ending with the last lines of ``log`` (the process's output) when given."""
+    ``what`` and ending with the last lines of ``log`` (the process's output) when given. With
+    ``alive`` (is the process that brings it about still running?), fail at once when it is not."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        if time.monotonic() > deadline:
-            tail = f":\n{log.read_text(errors='replace')[-3000:]}" if log is not None else ""
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{tail}")
-        time.sleep(interval_s)
+        if alive is not None and not alive():
+            failure = "the process ended while waiting for"
+        elif time.monotonic() > deadline:
+            failure = f"timed out after {timeout_s:.0f} s waiting for"
+        else:
+            time.sleep(interval_s)
+            continue
+        tail = f":\n{log.read_text(errors='replace')[-3000:]}" if log is not None else ""
+        raise AssertionError(f"{failure} {what}{tail}")
