@@ -37,6 +37,7 @@ from tests.support.grading import (
 )
 from tests.support.runs import fail_evaluation, score_evaluation
 from tests.support.settings import DeploymentSettings
+from tests.support.waiting import wait_for
 
 #: What the tiny base model ships besides its weights and config.
 TOKENIZER_FILES_OF_THE_BASE = (
@@ -346,10 +347,7 @@ def test_concurrent_submits_at_the_limit_accept_exactly_the_limit(grading: Grade
             experiments.get_experiment(holder, experiment.name, for_update=True)
             for thread in threads:
                 thread.start()
-            deadline = time.monotonic() + 60
-            while _backends_waiting_on_a_lock(db) < 1:
-                assert time.monotonic() < deadline, "no submit reached the database"
-                time.sleep(0.02)
+            wait_for(lambda: _backends_waiting_on_a_lock(db) >= 1, "a submit to reach the database", 60, 0.02)
             for thread in threads:
                 thread.join(timeout=0.5)
             assert _backends_waiting_on_a_lock(db) == 1

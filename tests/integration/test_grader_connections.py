@@ -42,6 +42,7 @@ from autorl.api.request_limits import (
     too_many_connections,
 )
 from tests.support.infra import free_port, grader_process
+from tests.support.waiting import wait_for
 
 AUTORL = str(Path(sys.executable).parent / "autorl")
 #: `autorl grader` with the given ConnectionLimits (a JSON object, the first argument).
@@ -222,13 +223,6 @@ def received(sock: socket.socket) -> int:
     return total
 
 
-def eventually(check: Any, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.1)
-
-
 def stall_in_the_body(sock: socket.socket) -> float:
     sock.sendall(SUBMIT_HEAD % 100 + b'{"model_path": "output/')
     return time.monotonic()
@@ -296,7 +290,9 @@ def test_one_address_past_its_cap_is_answered_503_and_other_clients_are_served(
             assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
             assert grader.admin_ok(source="127.0.0.1" if admin_port else "127.0.0.3")
         # The held connections closed, their slots are free again.
-        eventually(lambda: healthz(grader.agent_port).status_code == 200)
+        wait_for(
+            lambda: healthz(grader.agent_port).status_code == 200, "the address to be served again", 10, 0.1
+        )
 
 
 def test_a_full_agent_port_leaves_the_admin_port_to_the_controller(tmp_path: Path) -> None:
@@ -329,7 +325,9 @@ def test_refused_connections_being_answered_are_capped_too(tmp_path: Path) -> No
                 sock.close()
         # Those answered, refusals are answered again; other addresses were served throughout.
         assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
-        eventually(lambda: healthz(grader.agent_port).status_code == 503)
+        wait_for(
+            lambda: healthz(grader.agent_port).status_code == 503, "refusals to be answered again", 10, 0.1
+        )
 
 
 @pytest.mark.parametrize("admin_port", [True, False], ids=["agent port", "single port"])
@@ -375,7 +373,7 @@ def test_connections_holding_bodies_cost_only_what_the_cap_admits_until_the_dead
         statuses = sorted(answer.status for answer in answers)
         assert statuses == [408] * per_client + [503] * (connections - per_client)
         # After the deadline every connection is closed and the address is served again.
-        eventually(lambda: grader.open_files() <= files_before)
+        wait_for(lambda: grader.open_files() <= files_before, "every connection to be closed", 10, 0.1)
         assert healthz(grader.agent_port).status_code == 200
         assert grader.admin_ok() and grader.process.poll() is None
 
@@ -394,7 +392,12 @@ def test_a_client_that_never_reads_its_answers_is_cut_off_after_the_write_deadli
             answer = next_connection(grader.agent_port)
             assert_refused(answer, 503, too_many_connections(per_client, per_client=True))
             # ... and is served again once the deadline has aborted them.
-            eventually(lambda: healthz(grader.agent_port).status_code == 200, timeout_s=WRITE_S + 10)
+            wait_for(
+                lambda: healthz(grader.agent_port).status_code == 200,
+                "the address to be served again",
+                WRITE_S + 10,
+                0.1,
+            )
             freed = time.monotonic() - started
             # What was not sent by then was dropped: far less than the 8 answers asked for arrives.
             assert all(received(sock) < 4 * document for sock in socks)
@@ -418,10 +421,17 @@ def test_answers_never_read_cost_memory_only_until_the_write_deadline(tmp_path: 
             for number in range(3 * MAX_CONNECTIONS_PER_CLIENT):
                 socks.append(never_reading(grader.agent_port, source=f"127.0.0.{1 + number % 3}"))
             # Held while unread (measured: 46 MiB, one answer and the next one's start on each) ...
-            eventually(lambda: grader.rss() - rss_before > 25 * MIB, timeout_s=write_s)
+            wait_for(
+                lambda: grader.rss() - rss_before > 25 * MIB, "the unread answers to be held", write_s, 0.1
+            )
             # ... until the deadline: every connection is closed, and the memory handed back.
-            eventually(lambda: grader.open_files() <= files_before, timeout_s=write_s + 10)
-            eventually(lambda: grader.rss() - rss_before < 10 * MIB, timeout_s=5)
+            wait_for(
+                lambda: grader.open_files() <= files_before,
+                "every connection to be closed",
+                write_s + 10,
+                0.1,
+            )
+            wait_for(lambda: grader.rss() - rss_before < 10 * MIB, "the memory to be handed back", 5, 0.1)
         finally:
             for sock in socks:
                 sock.close()

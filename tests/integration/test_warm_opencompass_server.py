@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from autorl_evaluator.backends.opencompass.backend import (
 from autorl_evaluator.backends.opencompass.kept_server import KeptServer
 from autorl_evaluator.backends.opencompass.warm_opencompass import SERVER, CompassServer, CompassSpec
 from autorl_evaluator.failures import EvaluatorFaultError
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
 
@@ -143,10 +143,7 @@ def test_when_the_server_dies_mid_run_the_worker_ends_the_runs_group_and_says_it
 
     thread = threading.Thread(target=evaluate)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not (log.exists() and "started" in log.read_text()):
-        assert time.monotonic() < deadline, "the run did not start"
-        time.sleep(0.2)
+    wait_for(lambda: log.exists() and "started" in log.read_text(), "the run to start", 60)
     [run_pid] = subprocess.run(
         ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True, check=True
     ).stdout.split()

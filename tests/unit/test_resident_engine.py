@@ -24,6 +24,7 @@ from autorl_evaluator.backends.opencompass import engine_server
 from autorl_evaluator.backends.opencompass.engine_server import Server, cut_at_stop, engine_state_key
 from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import SERVER, SHIM
+from tests.support.waiting import wait_for
 
 PROMPTS = [f"<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assistant\n" for n in range(5)]
 SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["<|im_end|>", "<|endoftext|>"], "top_k": 1}
@@ -32,10 +33,7 @@ SAMPLING = {"temperature": 0.0, "max_tokens": 10, "stop": ["<|im_end|>", "<|endo
 def serve_in_thread(socket_path: Path) -> None:
     """The engine server in a thread of this process, once its socket's path exists."""
     threading.Thread(target=engine_server.serve, args=(socket_path, "transformers"), daemon=True).start()
-    deadline = time.monotonic() + 10
-    while not socket_path.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    wait_for(socket_path.exists, "the engine server's socket", 10, 0.005)
 
 
 def reweighted(base: Path, target: Path, seed: int) -> Path:

@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from autorl_evaluator.backends.opencompass.warm_opencompass import (
 )
 from autorl_evaluator.failures import EvaluatorFaultError
 from autorl_evaluator.versions import script_python
+from tests.support.waiting import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -184,15 +184,10 @@ def test_a_warm_run_and_what_it_left_outside_its_group_end_with_the_server(
 
     thread = threading.Thread(target=evaluate, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not escaped.exists():
-        assert time.monotonic() < deadline, "the run did not start"
-        time.sleep(0.05)
+    wait_for(escaped.exists, "the run to start", 30, 0.05)
     os.kill(stand_in_server.process.pid, signal.SIGTERM)
     stand_in_server.process.wait(timeout=30)
     thread.join(30)
     assert len(raised) == 1 and isinstance(raised[0], EvaluatorFaultError), raised
-    deadline = time.monotonic() + 5
-    while _alive(pid := int(escaped.read_text())) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    pid = int(escaped.read_text())
+    wait_for(lambda: not _alive(pid), f"what the run started ({pid}) to end", 5, 0.05)
