@@ -38,6 +38,7 @@ from autorl_grader.settings import AGENT_REQUEST_BURST, AGENT_REQUESTS_PER_S
 from tests.conftest import FIXTURE_DATA, REPO_ROOT
 from tests.e2e.test_local_run import AUTORL, REFERENCE_AGENT, Run, leftover_processes
 from tests.support.infra import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -345,10 +346,9 @@ def _beside_the_flood(home: Path, port: int, base_model: Path, workspace: Path) 
     """Once the agent floods: a second experiment registered on the same grader through the admin API,
     a flood from 127.0.0.2 with the agent's token, and the other experiment's agent API, the admin
     API and a write to the grader's database timed, one call at a time."""
-    deadline = time.monotonic() + 300
-    while not (flag := next(home.glob("runs/*/workspace/output/flooding.json"), None)):
-        assert time.monotonic() < deadline, "the agent never flooded"
-        time.sleep(0.2)
+    flags = "runs/*/workspace/output/flooding.json"
+    wait_for(lambda: any(home.glob(flags)), "the agent to flood", 300)
+    flag = next(home.glob(flags))
     token = json.loads(flag.read_text())["token"]
     url = f"http://127.0.0.1:{port}"
     admin = {"Authorization": f"Bearer {_grader_admin_token(port)}"}
