@@ -6,6 +6,7 @@ The run's Redis is shared by key prefix: a test with a prefix of its own shares 
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -17,25 +18,37 @@ OPENCOMPASS = "tests/integration/test_opencompass_backend.py"  # slow; a finishe
 #: Slow; one platform (grader, database) per module, each module's tests sharing it.
 OPERATOR = ("tests/e2e/test_operator.py", "tests/e2e/test_operator_budget.py")
 OWN_QUEUE = "tests/e2e/test_submission_e2e.py"  # slow; the run's Redis under a prefix of its own
+SHARED = "tests/integration/test_grader_api.py"  # one database per module
+UNIT = "tests/unit/test_uncertainty.py"
+ALONE = "tests/integration/test_chart.py"  # each test renders the chart it checks
+REVERSE = ("-m", "not containers and not order_independent")
 
 
-def collected(*arguments: str) -> list[str]:
+@functools.cache
+def collected(reverse: bool) -> tuple[str, ...]:
+    """The test ids pytest collects from this file's modules: all of them, or the reverse pass's."""
+    modules = (HOSTILE, OPENCOMPASS, *OPERATOR, OWN_QUEUE, SHARED, UNIT, ALONE)
+    selection = (*REVERSE, *modules) if reverse else modules
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *arguments],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
-    assert done.returncode in (0, 5), done.stdout + done.stderr
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tuple(line for line in done.stdout.splitlines() if "::" in line)
+
+
+def of(tests: tuple[str, ...], *modules: str) -> list[str]:
+    """The ids of ``tests`` in ``modules``."""
+    return [test for test in tests if test.split("::")[0] in modules]
 
 
 def test_the_reverse_pass_keeps_slow_tests_that_share_state_and_leaves_out_those_that_only_read() -> None:
     modules = (HOSTILE, OPENCOMPASS, *OPERATOR, OWN_QUEUE)
-    everything = collected(*modules)
-    reverse = collected("-m", "not containers and not order_independent", *modules)
+    everything, reverse = of(collected(reverse=False), *modules), of(collected(reverse=True), *modules)
     for module in (HOSTILE, OPENCOMPASS):
         assert len([test for test in everything if test.startswith(module)]) >= 5
     assert any(test.startswith(OWN_QUEUE) for test in everything)
@@ -81,14 +94,10 @@ def test_state_is_shared_through_function_fixtures_and_not_through_a_finished_ar
 
 
 def test_the_reverse_pass_keeps_fast_tests_that_share_state_and_every_unit_test() -> None:
-    reverse = ("-m", "not containers and not order_independent")
-    shared = "tests/integration/test_grader_api.py"  # one database per module
-    kept = collected(*reverse, shared)
+    kept = of(collected(reverse=True), SHARED)
     assert any("test_submission_limit_is_429" in test for test in kept), kept[:5]
-    unit = "tests/unit/test_uncertainty.py"
-    assert collected(unit) == collected(*reverse, unit) != []
+    assert of(collected(reverse=False), UNIT) == of(collected(reverse=True), UNIT) != []
 
 
 def test_the_reverse_pass_leaves_out_integration_tests_that_share_nothing() -> None:
-    alone = "tests/integration/test_chart.py"  # each test renders the chart it checks
-    assert collected(alone) != [] and collected("-m", "not containers and not order_independent", alone) == []
+    assert of(collected(reverse=False), ALONE) != [] and of(collected(reverse=True), ALONE) == []
