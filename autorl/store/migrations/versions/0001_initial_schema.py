@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0001'
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

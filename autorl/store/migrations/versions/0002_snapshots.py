@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0002_snapshots'
 down_revision = '0001'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0003_shared_evaluations'
 down_revision = '0002_snapshots'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

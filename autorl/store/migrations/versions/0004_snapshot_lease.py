@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0004_snapshot_lease'
 down_revision = '0003_shared_evaluations'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

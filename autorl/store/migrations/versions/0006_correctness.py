@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0006_correctness'
 down_revision = '0004_snapshot_lease'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

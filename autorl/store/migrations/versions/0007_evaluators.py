@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0007_evaluators'
 down_revision = '0006_correctness'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

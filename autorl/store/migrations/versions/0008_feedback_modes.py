@@ -12,8 +12,6 @@ import sqlalchemy as sa
 
 revision = '0008_feedback_modes'
 down_revision = '0007_evaluators'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

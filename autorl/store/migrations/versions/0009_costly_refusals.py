@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0009_costly_refusals'
 down_revision = '0008_feedback_modes'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

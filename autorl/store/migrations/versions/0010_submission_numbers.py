@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0010_submission_numbers'
 down_revision = '0009_costly_refusals'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0011_evaluation_cache'
 down_revision = '0010_submission_numbers'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

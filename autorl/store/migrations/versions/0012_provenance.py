@@ -11,8 +11,6 @@ import sqlalchemy as sa
 
 revision = '0012_provenance'
 down_revision = '0011_evaluation_cache'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
