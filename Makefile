@@ -95,7 +95,7 @@ run: setup-run ## install what running needs (make setup-run), then run the embe
 # `make setup` installs every one, `make images GPU=0` builds what the container tests run. The reverse
 # pass runs what order can break: it leaves out the container tests (they start the same images again,
 # in no order of their own) and the slow, integration and end-to-end tests that share nothing a test can
-# change (order_independent, tests/conftest.py): every unit test and every test sharing state runs again.
+# change (order_independent, tests/conftest.py): every quick unit test and every test sharing state runs again.
 # Each module's tests run in one process (loadscope): a module-wide fixture (an OpenCompass run, a
 # sandboxed agent's run, the module's database) is built once, the costliest modules handed out first
 # (tests/support/suite_order.py). Each pass prints its 25 slowest tests.

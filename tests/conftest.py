@@ -90,8 +90,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def order_independent(item: pytest.Item) -> bool:
     """Whether ``make test``'s reverse pass may leave the test out: it shares nothing a test can
     change, and it is slow or starts what it needs of its own (an integration or end-to-end test: a
-    database, a service, a sandboxed process of its own). Unit tests all run again in reverse: they
-    are cheap, and a module global one of them leaves behind is what another order would show."""
+    database, a service, a sandboxed process of its own). Quick unit tests all run again in reverse:
+    they are cheap, and a module global one of them leaves behind is what another order would show;
+    a slow one that shares nothing (it runs pytest in a child process) is left out."""
     if shares_state(item):
         return False
     return item.get_closest_marker("slow") is not None or not item.nodeid.startswith("tests/unit/")

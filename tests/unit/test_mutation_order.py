@@ -38,10 +38,12 @@ def collected(mutant: str | None) -> list[str]:
     return [line for line in done.stdout.splitlines() if "::" in line]
 
 
+@pytest.mark.slow
 def test_a_mutants_tests_run_unit_first_then_each_module_together_in_file_order() -> None:
     assert collected("autorl.checkpoints.snapshot.x__open__mutmut_7") == [UNIT, GRADER, SANDBOX_A, SANDBOX_B]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", [None, "", "stats"])
 def test_outside_a_mutant_the_given_order_is_kept(mutant: str | None) -> None:
     assert collected(mutant) == GIVEN

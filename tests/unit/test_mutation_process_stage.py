@@ -51,6 +51,7 @@ def mutation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_a_survivor_that_a_process_level_test_catches_is_killed(mutation: ModuleType) -> None:
     outcomes = {
         "toy.x_double__mutmut_1": "survived",
@@ -66,6 +67,7 @@ def test_a_survivor_that_a_process_level_test_catches_is_killed(mutation: Module
     assert written == found
 
 
+@pytest.mark.slow
 def test_process_tests_that_fail_without_a_mutant_stop_the_run(mutation: ModuleType) -> None:
     # A broken test would "kill" every mutant: the stage refuses to count anything then.
     (mutation.WORKDIR / "mutants" / "test_toy.py").write_text("def test_broken():\n    assert False\n")
@@ -79,6 +81,7 @@ def test_the_processes_import_the_mutated_copy_first(mutation: ModuleType) -> No
     assert env["PYTHONPATH"].split(":")[0] == str(mutation.WORKDIR / "mutants")
 
 
+@pytest.mark.slow
 def test_a_later_stage_keeps_the_kills_of_an_earlier_one_and_does_not_run_them_again(
     mutation: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:

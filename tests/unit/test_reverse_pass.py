@@ -1,8 +1,9 @@
 """`make test`'s reverse pass runs what order can break: a test sharing a database, Redis or a
-running service with other tests runs again in reverse, and so does every unit test; a slow,
+running service with other tests runs again in reverse, and so does every quick unit test; a slow,
 integration or end-to-end test whose shared fixtures are only read-only artifacts (a finished run's
-outputs), or that has no fixture wider than itself, is marked ``order_independent`` and left out.
-The run's Redis is shared by key prefix: a test with a prefix of its own shares nothing there."""
+outputs), or that has no fixture wider than itself, is marked ``order_independent`` and left out
+(so are this module's tests that run pytest in a child process). The run's Redis is shared by key
+prefix: a test with a prefix of its own shares nothing there."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import functools
 import subprocess
 import sys
 from types import SimpleNamespace
+
+import pytest
 
 from tests.conftest import REPO_ROOT, shares_state
 
@@ -46,6 +49,7 @@ def of(tests: tuple[str, ...], *modules: str) -> list[str]:
     return [test for test in tests if test.split("::")[0] in modules]
 
 
+@pytest.mark.slow
 def test_the_reverse_pass_keeps_slow_tests_that_share_state_and_leaves_out_those_that_only_read() -> None:
     modules = (HOSTILE, OPENCOMPASS, *OPERATOR, OWN_QUEUE)
     everything, reverse = of(collected(reverse=False), *modules), of(collected(reverse=True), *modules)
@@ -93,11 +97,13 @@ def test_state_is_shared_through_function_fixtures_and_not_through_a_finished_ar
     assert not shares_state(item(["make_settings", "redis_url", "fresh_queue_prefix"], definitions))
 
 
+@pytest.mark.slow
 def test_the_reverse_pass_keeps_fast_tests_that_share_state_and_every_unit_test() -> None:
     kept = of(collected(reverse=True), SHARED)
     assert any("test_submission_limit_is_429" in test for test in kept), kept[:5]
     assert of(collected(reverse=False), UNIT) == of(collected(reverse=True), UNIT) != []
 
 
+@pytest.mark.slow
 def test_the_reverse_pass_leaves_out_integration_tests_that_share_nothing() -> None:
     assert of(collected(reverse=False), ALONE) != [] and of(collected(reverse=True), ALONE) == []

@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.support.suite_order import costliest_first
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +57,7 @@ def test_long_modules_first_then_by_folder_each_module_kept_in_its_order() -> No
     ]
 
 
+@pytest.mark.slow
 def test_xdist_processes_run_the_costliest_modules_first_and_a_plain_run_keeps_its_order() -> None:
     given = [
         "tests/unit/test_tasks.py::test_unknown_task_names_the_known_ones",
