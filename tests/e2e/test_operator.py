@@ -149,9 +149,8 @@ async def test_example_experiment_runs_to_succeeded_with_grader_scores(
 
     view = await platform.grader_view(ref)
     assert view["status"] == "completed"
-    reasons = [reason for reason, _ in await platform.events(name)]
-    for phase in ("Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded"):
-        assert phase in reasons, reasons
+    phases = {"Pending", "Preparing", "Baseline", "Running", "Finishing", "Succeeded"}
+    await platform.wait_events(name, lambda events: phases <= {r for r, _ in events}, "an Event a phase")
 
     # Deletion removes every child; the results stay in the grader's database.
     await platform.kube.delete(f"{EXPERIMENTS}/{name}")
@@ -194,7 +193,8 @@ async def test_failed_agent_job_ends_failed_with_reason_and_scores(
     assert done["status"]["baselineScore"] == pytest.approx(running["status"]["baselineScore"])
     view = await platform.grader_view(ref)
     assert view["status"] == "failed"
-    assert ("Failed", done["status"]["message"]) in await platform.events(name)
+    failure = ("Failed", done["status"]["message"])
+    await platform.wait_events(name, lambda events: failure in events, "the Failed Event")
 
 
 async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Platform) -> None:
@@ -211,7 +211,7 @@ async def test_invalid_experiment_ends_failed_with_a_clear_message(platform: Pla
     # It never passed through Pending, the only phase in which anything is created or registered.
     assert await platform.get(f"{SECRETS}/{ref.secret_name}") is None
     assert await platform.get(f"{JOBS}/{ref.prepare_job_name}") is None
-    events = await platform.events(name)
+    events = await platform.wait_events(name, lambda events: "Failed" in dict(events), "the Failed Event")
     assert [reason for reason, _ in events].count("Failed") == 1, events
     registered = await platform.grader.get(f"/v1/experiments/{ref.grader_name}", headers=admin(platform))
     assert registered.status_code == 404

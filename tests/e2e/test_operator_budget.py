@@ -301,8 +301,8 @@ async def test_a_hub_id_the_hub_does_not_know_fails_the_experiment_with_the_step
     ), status["message"]
     assert f"kubectl logs job/{ref.prepare_job_name}" in status["message"]
     assert "\x1b" not in status["message"] and "\\x1b]8;;" in status["message"]
-    assert any(
-        reason == "Failed" and HUB_REFUSAL in message for reason, message in await platform.events(name)
+    await platform.wait_events(
+        name, lambda events: any(r == "Failed" and HUB_REFUSAL in m for r, m in events), "the Failed Event"
     )
     for path in (f"{JOBS}/{ref.agent_job_name}",):
         assert await platform.get(path) is None

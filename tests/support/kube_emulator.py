@@ -466,13 +466,18 @@ class Platform:
         return result
 
     async def events(self, name: str) -> list[tuple[str, str]]:
+        """The (reason, message) of each Event about ``name`` posted so far."""
         body = await self.get(EVENTS)
         assert body is not None
-        return [
-            (event.get("reason", ""), event.get("message", ""))
-            for event in body["items"]
-            if event.get("involvedObject", {}).get("name") == name
-        ]
+        return _events_about(body, name)
+
+    async def wait_events(
+        self, name: str, check: Callable[[list[tuple[str, str]]], bool], what: str
+    ) -> list[tuple[str, str]]:
+        """The Events about ``name`` once they satisfy ``check``: the operator posts an Event after
+        the status it reports (kopf posts them from a queue of its own)."""
+        body = await self.wait_for(EVENTS, lambda body: check(_events_about(body, name)), what)
+        return _events_about(body, name)
 
     def run_prepare_pod(self, spec: dict[str, Any], ref: ExperimentRef, tiny_model: Path) -> None:
         """What the prepare Job's pod leaves on the shared volume: the model and train split in the
@@ -795,3 +800,11 @@ async def operator_platform(
                         # kopf ends its own tasks by cancelling them, which the awaiting side then sees.
                         with contextlib.suppress(asyncio.CancelledError):
                             await asyncio.wait_for(operator, timeout=30)
+
+
+def _events_about(body: dict[str, Any], name: str) -> list[tuple[str, str]]:
+    return [
+        (event.get("reason", ""), event.get("message", ""))
+        for event in body["items"]
+        if event.get("involvedObject", {}).get("name") == name
+    ]
