@@ -114,7 +114,9 @@ base_image
 
 # 4. The images. Those that depend on no other are built at the same time (each build spends most of
 # its time in one pip process or in committing a layer: on two cores, side by side halves the wait);
-# each build's output goes to build/images/<name>.log, shown when it fails.
+# each build's output goes to build/images/<name>.log, shown when it fails. Dockerfiles built side by
+# side never begin a stage with the same step: two builds that make the same layer at once keep a copy
+# each, and the next build, continuing from one, misses the other image's cached dependencies.
 build() {  # TAG DOCKERFILE [--build-arg ...]
   local tag=$1 file=$2; shift 2
   if [ "$LIST" = 1 ]; then echo "$tag $file $*"; return; fi

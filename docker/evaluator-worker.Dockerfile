@@ -12,17 +12,19 @@
 #   cpu  nothing more: OpenCompass with HuggingFace models on the CPU (tag 0.1.0-cpu,
 #        `make images GPU=0`, what the tests run).
 # Our own packages go in without dependencies, so nothing but the locks decides a third-party
-# version. docs/EVALUATION.md explains why two environments.
+# version; they are built as wheels in a stage of their own and installed over a copy of the locked
+# environment, so a change to the code rebuilds a layer of a few megabytes, not one that holds torch.
+# docs/EVALUATION.md explains why two environments.
 ARG BASE_IMAGE=python:3.11-slim
 ARG VARIANT=gpu
 
-FROM ${BASE_IMAGE} AS build
+FROM ${BASE_IMAGE} AS dependencies
+WORKDIR /src
+COPY docker/evaluator-worker.lock docker/lock_cpu_side.py ./
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install -q 'setuptools>=68,<81' wheel
 ENV PATH=/opt/venv/bin:$PATH
-WORKDIR /src
-COPY docker/evaluator-worker.lock docker/lock_cpu_side.py ./
 # The lock carries hashes, so pip checks every download against it. The second pip run adds torch's own
 # dependencies, every locked package kept at its pin.
 RUN python3 lock_cpu_side.py evaluator-worker.lock > cpu.lock \
@@ -32,18 +34,18 @@ RUN python3 lock_cpu_side.py evaluator-worker.lock > cpu.lock \
       torch==2.13.0 -r cpu-constraints.txt \
  && python3 -c "import torch; assert torch.version.cuda is None, torch.version.cuda" \
  && pip check
+
+FROM dependencies AS wheels
 COPY pyproject.toml README.md ./
 COPY autorl ./autorl
 COPY services/evaluator-worker ./services/evaluator-worker
-RUN pip install --no-build-isolation --no-deps . ./services/evaluator-worker \
- && opencompass --help >/dev/null \
- && python -c "import autorl_evaluator.backends.opencompass.backend"
+RUN pip wheel -q --no-deps --no-build-isolation -w /wheels . ./services/evaluator-worker
 
 # The gpu variant's engine environment. Without dependencies, as it ran: the lock departs from vLLM's
 # own pins where the run did (docker/evaluator-vllm.in says where), so pip's resolver would refuse it.
 FROM ${BASE_IMAGE} AS engine
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 COPY docker/evaluator-vllm.lock /src/
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 RUN python3 -m venv /opt/vllm \
  && /opt/vllm/bin/pip install -q --no-deps --require-hashes --only-binary :all: -r /src/evaluator-vllm.lock \
  && VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 /opt/vllm/bin/python -c "from vllm import LLM, SamplingParams"
@@ -53,10 +55,14 @@ ARG VARIANT
 RUN case "$VARIANT" in cpu|gpu) ;; *) echo "VARIANT must be cpu or gpu, not '$VARIANT'" >&2; exit 1;; esac \
  && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin autorl \
  && mkdir -p /var/lib/autorl && chown 10001:10001 /var/lib/autorl
-COPY --from=build /opt/venv /opt/venv
+COPY --from=dependencies /opt/venv /opt/venv
+COPY --from=wheels /wheels /tmp/wheels
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 AUTORL_HOME=/var/lib/autorl \
     AUTORL_OPENCOMPASS_BIN=/opt/venv/bin/opencompass AUTORL_EVAL_BACKEND=opencompass \
     HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+RUN pip install -q --no-deps /tmp/wheels/*.whl && rm -rf /tmp/wheels \
+ && opencompass --help >/dev/null \
+ && python -c "import autorl_evaluator.backends.opencompass.backend"
 
 FROM runtime AS runtime-cpu
 

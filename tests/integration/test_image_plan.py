@@ -6,6 +6,7 @@ offline machine builds them all on the same base. Read from the build script's o
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -106,6 +107,32 @@ def test_every_image_is_built_on_base_image(gpu: str) -> None:
             assert args["AGENT_RUNNER_IMAGE"] in builds, tag
     evaluator = next(args for tag, (_, args) in builds.items() if "/evaluator-worker:" in tag)
     assert evaluator["VARIANT"] == ("gpu" if gpu == "1" else "cpu")
+
+
+def first_steps_on_the_base(dockerfile: str) -> set[str]:
+    """The first instruction of each stage the Dockerfile begins on ${BASE_IMAGE}."""
+    lines = re.sub(r"\\\n", " ", (REPO / dockerfile).read_text()).splitlines()
+    steps = [" ".join(line.split()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return {
+        step for previous, step in itertools.pairwise(steps) if re.match(r"FROM\s+\$\{BASE_IMAGE\}", previous)
+    }
+
+
+@pytest.mark.parametrize("gpu", ["1", "0"])
+def test_images_built_side_by_side_never_begin_with_the_same_step(gpu: str) -> None:
+    # Two builds that make the same first layer at once each keep their own copy; the next build
+    # continues from one of them and misses the cache of the other image's later layers (its
+    # dependencies installed again: minutes). The controller is built after the grader, on its layers.
+    one_after_another = {"docker/grader.Dockerfile", "docker/controller.Dockerfile"}
+    dockerfiles = {dockerfile for dockerfile, _ in plan(GPU=gpu).values()}
+    seen: dict[str, str] = {}
+    for dockerfile in sorted(dockerfiles):
+        for step in first_steps_on_the_base(dockerfile):
+            other = seen.setdefault(step, dockerfile)
+            assert other == dockerfile or {other, dockerfile} <= one_after_another, (
+                f"{other} and {dockerfile}, built side by side, both begin a stage with {step!r}"
+            )
+    assert len(seen) >= 5, seen  # the script's images begin at least five stages on the base
 
 
 @pytest.mark.parametrize(
