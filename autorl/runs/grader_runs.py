@@ -23,6 +23,7 @@ from autorl.api.admin_client import (
 )
 from autorl.api.answers import ExperimentAnswer
 from autorl.errors import UsageError
+from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_results
 from autorl.runs.results import ResultRow, RunStatus, utc_timestamp
 from autorl.runs.run_sources import RunKey, resolve_run_id
@@ -54,15 +55,29 @@ class GraderReaderSettings(AdminTokenSettings):
         return True
 
 
+def answered_row(
+    view: ExperimentAnswer | None, requested: Feedback, status: RunStatus, **run: Any
+) -> ResultRow:
+    """A run's results row: ``run`` (its id, time, task, agent, models, duration and workspace) with
+    the numbers of the grader's last answer (None: it never answered; ``requested`` is then the
+    feedback mode), every score on the test split. A run succeeded if it completed with at least one
+    submission scored."""
+    numbers = answer_results(view, requested)
+    success = status == "completed" and numbers["submissions"] > 0
+    return ResultRow(**run, status=status, success=success, **numbers)
+
+
 def experiment_row(view: ExperimentAnswer) -> ResultRow | None:
     """The results row of a finished experiment (None while it has not finished), with the numbers
-    `autorl run` records for a run: every score on the test split."""
+    `autorl run` records for a run."""
     status = ROW_STATUS.get(view.status)
     if status is None:
         return None
-    numbers = answer_results(view, view.feedback)
     ended = view.finished_at
-    return ResultRow(
+    return answered_row(
+        view,
+        view.feedback,
+        status,
         run_id=view.name,
         timestamp=utc_timestamp(datetime.fromtimestamp(ended, UTC)) if ended is not None else "",
         task=view.task,
@@ -72,10 +87,7 @@ def experiment_row(view: ExperimentAnswer) -> ResultRow | None:
         duration_s=round(max(0.0, ended - view.created_at), 1)
         if ended is not None and view.created_at is not None
         else 0.0,
-        success=status == "completed" and numbers["submissions"] > 0,
-        status=status,
         workspace=view.workspace,
-        **numbers,
     )
 
 

@@ -19,14 +19,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from filelock import FileLock
 
 from autorl.errors import AutoRLError
-
-if TYPE_CHECKING:
-    pass
 
 RESULTS_FILE = "results.csv"
 T = TypeVar("T")

@@ -35,8 +35,8 @@ from autorl.errors import AutoRLError, ModelSourceError
 from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
 from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
 from autorl.protocol.feedback import Feedback
-from autorl.protocol.final import answer_results
 from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, note, with_notes
+from autorl.runs.grader_runs import answered_row
 from autorl.runs.reports import final_lines, report_after_run, uncertainty_lines
 from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
@@ -602,8 +602,10 @@ class LocalRun:
 
     def _record(self, status: RunStatus, started: float) -> ResultRow:
         # Every number of the row is on the test split: a sealed run's best there is its final.
-        numbers = answer_results(self.last_view, self.config.feedback)
-        row = ResultRow(
+        row = answered_row(
+            self.last_view,
+            self.config.feedback,
+            status,
             run_id=self.run_id,
             timestamp=utc_timestamp(),
             task=self.task.name,
@@ -611,10 +613,7 @@ class LocalRun:
             driver_model=self.config.driver_model,
             base_model=self.config.model,
             duration_s=round(time.time() - started, 1),
-            success=status == "completed" and numbers["submissions"] > 0,
-            status=status,
             workspace=str(self.workspace_root),
-            **numbers,
         )
         append_row(row, self.settings.home)
         return row
