@@ -55,16 +55,12 @@ class GraderReaderSettings(AdminTokenSettings):
         return True
 
 
-def answered_row(
-    view: ExperimentAnswer | None, requested: Feedback, status: RunStatus, **run: Any
-) -> ResultRow:
-    """A run's results row: ``run`` (its id, time, task, agent, models, duration and workspace) with
-    the numbers of the grader's last answer (None: it never answered; ``requested`` is then the
-    feedback mode), every score on the test split. A run succeeded if it completed with at least one
-    submission scored."""
+def answered_columns(view: ExperimentAnswer | None, requested: Feedback, status: RunStatus) -> dict[str, Any]:
+    """A run's results columns that come from the grader's last answer (None: it never answered;
+    ``requested`` is then the feedback mode), every score on the test split, with its status and
+    whether it succeeded: completed with at least one submission scored."""
     numbers = answer_results(view, requested)
-    success = status == "completed" and numbers["submissions"] > 0
-    return ResultRow(**run, status=status, success=success, **numbers)
+    return {**numbers, "status": status, "success": status == "completed" and numbers["submissions"] > 0}
 
 
 def experiment_row(view: ExperimentAnswer) -> ResultRow | None:
@@ -74,10 +70,7 @@ def experiment_row(view: ExperimentAnswer) -> ResultRow | None:
     if status is None:
         return None
     ended = view.finished_at
-    return answered_row(
-        view,
-        view.feedback,
-        status,
+    return ResultRow(
         run_id=view.name,
         timestamp=utc_timestamp(datetime.fromtimestamp(ended, UTC)) if ended is not None else "",
         task=view.task,
@@ -88,6 +81,7 @@ def experiment_row(view: ExperimentAnswer) -> ResultRow | None:
         if ended is not None and view.created_at is not None
         else 0.0,
         workspace=view.workspace,
+        **answered_columns(view, view.feedback, status),
     )
 
 

@@ -36,7 +36,7 @@ from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
 from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
 from autorl.protocol.feedback import Feedback
 from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, note, with_notes
-from autorl.runs.grader_runs import answered_row
+from autorl.runs.grader_runs import answered_columns
 from autorl.runs.reports import final_lines, report_after_run, uncertainty_lines
 from autorl.runs.results import ResultRow, RunStatus, append_row, new_run_id, results_path, utc_timestamp
 from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
@@ -602,10 +602,7 @@ class LocalRun:
 
     def _record(self, status: RunStatus, started: float) -> ResultRow:
         # Every number of the row is on the test split: a sealed run's best there is its final.
-        row = answered_row(
-            self.last_view,
-            self.config.feedback,
-            status,
+        row = ResultRow(
             run_id=self.run_id,
             timestamp=utc_timestamp(),
             task=self.task.name,
@@ -614,6 +611,7 @@ class LocalRun:
             base_model=self.config.model,
             duration_s=round(time.time() - started, 1),
             workspace=str(self.workspace_root),
+            **answered_columns(self.last_view, self.config.feedback, status),
         )
         append_row(row, self.settings.home)
         return row
