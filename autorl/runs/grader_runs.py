@@ -25,21 +25,13 @@ from autorl.api.answers import ExperimentAnswer
 from autorl.errors import UsageError
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_results
-from autorl.runs.results import ResultRow, RunStatus, utc_timestamp
+from autorl.runs.results import ROW_STATUS, ResultRow, RunStatus, succeeded, utc_timestamp
 from autorl.runs.run_sources import RunKey, resolve_run_id
 from autorl.runs.seeds import RunSeed
 from autorl.settings import AdminTokenSettings
 
 A = TypeVar("A")
 
-#: An experiment's status as a results row records it: a run whose budget ran out completed (as
-#: `autorl run` records it); an experiment that has not finished has no row yet.
-ROW_STATUS: dict[str, RunStatus] = {
-    "completed": "completed",
-    "timed_out": "completed",
-    "interrupted": "interrupted",
-    "failed": "failed",
-}
 #: Where the admin token is found, for the messages that ask for it.
 TOKEN_FIX = (
     "set AUTORL_ADMIN_TOKEN to the grader's admin token (a local grader keeps it in "
@@ -60,7 +52,7 @@ def answered_columns(view: ExperimentAnswer | None, requested: Feedback, status:
     ``requested`` is then the feedback mode), every score on the test split, with its status and
     whether it succeeded: completed with at least one submission scored."""
     numbers = answer_results(view, requested)
-    return {**numbers, "status": status, "success": status == "completed" and numbers["submissions"] > 0}
+    return {**numbers, "status": status, "success": succeeded(status, numbers["submissions"])}
 
 
 def experiment_row(view: ExperimentAnswer) -> ResultRow | None:

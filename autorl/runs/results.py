@@ -32,6 +32,19 @@ LOCK_TIMEOUT_S = 60.0
 
 RunStatus = Literal["completed", "interrupted", "failed"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+#: An experiment's status as a run's row records it: a run whose budget ran out completed (as
+#: `autorl run` records it); an experiment that has not finished has no row yet.
+ROW_STATUS: dict[str, RunStatus] = {
+    "completed": "completed",
+    "timed_out": "completed",
+    "interrupted": "interrupted",
+    "failed": "failed",
+}
+
+
+def succeeded(status: RunStatus, scored: int) -> bool:
+    """A run's ``success``: it completed with at least one submission of its agent scored."""
+    return status == "completed" and scored > 0
 
 
 class ResultsError(AutoRLError):

@@ -44,6 +44,7 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
     seed(db, tmp_path / "c", "example_grpo", 10.0)  # running, nothing scored yet
     seed(db, tmp_path / "d", "<b>claude</b>\u202e", 10.0, 40.0, status="failed")
     seed(db, tmp_path / "e", None, 10.0, 5.0, status="completed")
+    seed(db, tmp_path / "f", "timed", 10.0, 15.0, status="timed_out")
     assert settings.admin_token is not None
     with TestClient(create_app(settings, reconcile=False), base_url=BASE) as client:
         assert client.get("/ui/api/summary").status_code == 401
@@ -54,8 +55,8 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
         assert response.status_code == 200 and response.headers["cache-control"] == "no-store"
         assert "summary.js" in client.get("/ui/summary").text
     groups = response.json()["groups"]
-    assert [g["agent"] for g in groups] == ["<b>claude</b>\\u202e", "example_grpo", "–"]
-    claude, grpo, none = groups
+    assert [g["agent"] for g in groups] == ["<b>claude</b>\\u202e", "example_grpo", "timed", "–"]
+    claude, grpo, timed, none = groups
     assert grpo == {
         "task": "gsm8k",
         "agent": "example_grpo",
@@ -74,6 +75,8 @@ def test_summary_groups_the_experiments(settings: DeploymentSettings, db: Databa
     # A failed experiment is not a success, whatever it scored.
     assert (claude["runs"], claude["succeeded"], claude["best_score"]) == (1, 0, 40.0)
     assert (none["best_improvement"], none["succeeded"]) == (-5.0, 1)
+    # An experiment whose budget ran out completed, as its results row says (autorl results --grader).
+    assert (timed["runs"], timed["succeeded"]) == (1, 1)
 
 
 def test_sealed_experiments_are_grouped_apart_and_summarised_by_their_final_on_test(

@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from autorl.protocol.final import results_columns
+from autorl.runs.results import ROW_STATUS, succeeded
 from autorl.runs.summary import RunOutcome, summarize
 from autorl.store import Experiment, SubmissionStatus, experiments
 from autorl.store import submissions as submission_store
-from autorl.store.models import ExperimentStatus
 from autorl_grader.dashboard.data import Shown
 from autorl_grader.views import baseline_score
 
@@ -30,7 +30,9 @@ class AgentSummaryRow(BaseModel):
     runs: int = Field(
         description="experiments of this task, agent, model and feedback mode, running ones included"
     )
-    succeeded: int = Field(description="completed with at least one scored submission")
+    succeeded: int = Field(
+        description="completed (its budget run out included) with at least one scored submission"
+    )
     scored_runs: int = Field(description="experiments with a best score: what the means are taken over")
     submissions: int = Field(description="scored submissions of the agent in all of them")
     baseline: float | None = Field(description="mean baseline on the test split")
@@ -57,6 +59,7 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
         for s in submission_store.experiment_submissions(session, experiment)
         if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
     ]
+    status = ROW_STATUS.get(experiment.status)  # as its results row records it; None: not finished
     return RunOutcome(
         task=experiment.task,
         agent=experiment.agent or NO_AGENT,
@@ -66,7 +69,7 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
         best_score=best_score,
         improvement=None if best_score is None or baseline is None else best_score - baseline,
         submissions=len(scored),
-        success=experiment.status == ExperimentStatus.COMPLETED and bool(scored),
+        success=status is not None and succeeded(status, len(scored)),
     )
 
 
