@@ -467,7 +467,12 @@ class ExperimentResourceStatus(_Model):
     baselineScore: float | None = Field(default=None, description="Score of the base model (0-100).")
     bestScore: float | None = Field(default=None, description="Best score of a submission (0-100).")
     bestSubmission: int | None = Field(default=None, description="Id of the best submission.")
-    improvement: float | None = Field(default=None, description="bestScore - baselineScore.")
+    improvement: float | None = Field(
+        default=None,
+        description="The result over the base model's score on the same split: bestScore - baselineScore; "
+        "sealed, the final's over baselineScore once it is scored, before that the best's over the "
+        "validation baseline.",
+    )
     submissions: int | None = Field(default=None, description="Scored submissions.")
     startTime: datetime | None = Field(default=None, description="When the agent's budget started.")
     deadline: datetime | None = Field(default=None, description="When the agent's budget ends.")

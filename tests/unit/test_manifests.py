@@ -621,7 +621,9 @@ def test_a_sealed_agent_sees_the_prepared_train_split_not_the_caches_whole_one()
 def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
     view = experiment_answer(
         baseline_score=25.0,
+        validation_baseline_score=36.0,
         best_score=40.0,
+        improvement=4.0,  # the best on validation over the baseline there
         feedback="sealed",
         test_evaluations=1,
         final={
@@ -637,6 +639,7 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
     status = status_patch(status_from_view(view))
     assert (status["finalScore"], status["finalLow"], status["finalHigh"]) == (30.0, 27.5, 32.6)
     assert status["result"] == "30.00 [27.50, 32.60] on test"  # kubectl's Best column
+    assert status["improvement"] == 5.0  # beside it: the final over the baseline on test, as results.csv
     assert (status["feedback"], status["finalSelection"], status["testEvaluations"]) == (
         "sealed",
         "nominated",
@@ -644,7 +647,10 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
     )
     outcome = agent_outcome(JobStatus(JobState.SUCCEEDED), past_deadline=False)
     assert outcome is not None
-    assert "final 30.00 on test (nominated)" in summary(outcome, view)
+    # The message's best is on validation, and so are the baseline and the improvement beside it.
+    assert "best 40.00 vs baseline 36.00 (+4.00) on validation; final 30.00 on test (nominated)" in summary(
+        outcome, view
+    )
     before = experiment_answer(
         feedback="sealed",
         final={
@@ -659,6 +665,9 @@ def test_a_sealed_experiments_status_mirrors_its_one_test_result() -> None:
         status_patch(status_from_view(before))["finalSelection"] is None
         and status_patch(status_from_view(before))["finalScore"] is None
     )
+    # Before the final, the Improvement column is the best on validation's, beside "on validation".
+    before = before.model_copy(update={"best_score": 40.0, "improvement": 4.0, "baseline_score": 25.0})
+    assert status_patch(status_from_view(before))["improvement"] == 4.0
 
 
 def test_kubectls_best_column_shows_the_result_with_its_interval() -> None:

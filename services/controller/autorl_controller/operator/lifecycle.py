@@ -281,7 +281,7 @@ def status_from_view(view: ExperimentAnswer) -> ExperimentResourceStatus:
             baselineScore=view.baseline_score,
             bestScore=view.best_score,
             bestSubmission=view.best_submission,
-            improvement=view.improvement,
+            improvement=improvement_shown(view),
             submissions=view.submissions,
             startTime=moment(view.start_time),
             deadline=moment(view.end_time),
@@ -317,6 +317,16 @@ def provenance_status(view: ExperimentAnswer) -> ExperimentResourceStatus:
     return ExperimentResourceStatus.model_validate(
         {name: value for name, value in found.items() if value is not None}
     )
+
+
+def improvement_shown(view: ExperimentAnswer) -> float | None:
+    """The Improvement column, over the base model's score on the split of the Best column's
+    (:func:`result_text`): sealed, the final's over the baseline on test once it is scored (as
+    results.csv has it), before that the best on validation's over the baseline there."""
+    final = view.final
+    if view.feedback == Feedback.SEALED and final is not None and final.final_score is not None:
+        return None if view.baseline_score is None else final.final_score - view.baseline_score
+    return view.improvement
 
 
 def result_text(view: ExperimentAnswer) -> str | None:

@@ -644,7 +644,10 @@ def _created(meta: dict[str, Any]) -> tuple[str, str, str]:
 def summary(outcome: Outcome, view: ExperimentAnswer, *, unchecked: str = "") -> str:
     """The final message: how it ended and what it scored, what the checks after the agent found,
     and what they could not verify (``unchecked``: why the check of its files was not made)."""
-    best, baseline, improvement = view.best_score, view.baseline_score, view.improvement
+    sealed = view.feedback == Feedback.SEALED
+    # The best submission against the baseline on its own split (sealed: validation).
+    best, improvement = view.best_score, view.improvement
+    baseline = view.validation_baseline_score if sealed else view.baseline_score
     if best is None:
         scored = "no submission was scored"
     else:
@@ -652,7 +655,7 @@ def summary(outcome: Outcome, view: ExperimentAnswer, *, unchecked: str = "") ->
         if improvement is not None:
             scored += f" ({improvement:+.2f})"
     final = view.final
-    if view.feedback == Feedback.SEALED and best is not None:
+    if sealed and best is not None:
         scored += " on validation; " + (
             f"final {final.score:.2f} on test ({final.selection})"
             if final is not None and final.score is not None
