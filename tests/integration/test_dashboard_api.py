@@ -235,6 +235,14 @@ def test_a_sealed_experiment_is_shown_on_validation_with_its_final_on_test_apart
     # validation against 20 %.
     assert subs[sealed.final]["comparison"]["difference"] == 40.0
     assert subs[sealed.nominated]["comparison"]["difference"] == 10.0
+    # The admin API's rows (what `autorl run` prints) are compared the same way.
+    admin = client.get(
+        f"/v1/experiments/{sealed.run.name}/submissions", headers={"Authorization": f"Bearer {admin_token}"}
+    ).json()
+    rows = {s["submission_id"]: s for s in admin}
+    assert (rows[sealed.final]["baseline_score"], rows[sealed.final]["improvement"]) == (10.0, 40.0)
+    assert rows[sealed.final]["comparison"] == subs[sealed.final]["comparison"]
+    assert (rows[sealed.nominated]["baseline_score"], rows[sealed.nominated]["improvement"]) == (20.0, 10.0)
 
 
 def test_agent_log_tail_is_capped_and_never_follows_links(

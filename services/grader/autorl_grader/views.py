@@ -11,6 +11,7 @@ shown no time (:func:`agent_submission_view`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -204,6 +205,14 @@ def agent_submission_view(
     if submission.is_baseline:
         fields.update(dict.fromkeys(TIME_FIELDS), attempts=0)
     return SubmissionAnswer(**fields)
+
+
+def totals_by_split(
+    session: Session, experiment: Experiment, rows: Iterable[Submission]
+) -> dict[Split, ExperimentTotals]:
+    """The totals each of ``rows`` is shown with, on its own split: each row compared with the
+    baseline there (a sealed experiment's final evaluation: the one on test)."""
+    return {split: ExperimentTotals.read(session, experiment, split) for split in {row.split for row in rows}}
 
 
 def _submission_fields(

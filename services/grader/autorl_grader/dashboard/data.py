@@ -20,7 +20,12 @@ from autorl.store import experiments as experiment_store
 from autorl.store import submissions as submission_store
 from autorl.tasks.gsm8k import PROTOCOLS
 from autorl.untrusted_text import printable
-from autorl_grader.views import Availability, ExperimentTotals, experiment_view, submission_view
+from autorl_grader.views import (
+    Availability,
+    experiment_view,
+    submission_view,
+    totals_by_split,
+)
 
 #: Free text as the dashboard shows it: a character that would not show as itself (a control
 #: character, a bidi override reversing a path, a zero-width space) escaped, whoever wrote it.
@@ -267,10 +272,7 @@ def experiment_detail(
 ) -> ExperimentDetail:
     experiment = experiment_store.get_experiment(session, name)
     rows = list(submission_store.experiment_submissions(session, experiment))
-    # Each row compared with the baseline on its own split (a sealed final: the one on test).
-    totals = {
-        split: ExperimentTotals.read(session, experiment, split) for split in {row.split for row in rows}
-    }
+    totals = totals_by_split(session, experiment, rows)
     origin = _origin(experiment)
     submissions = []
     for row in rows:

@@ -30,10 +30,10 @@ from autorl_grader.submissions import dispatch_committed, request_baseline, wait
 from autorl_grader.views import (
     ANSWER_RESPONSES,
     Availability,
-    ExperimentTotals,
     answer_response,
     experiment_view,
     submission_view,
+    totals_by_split,
 )
 
 router = APIRouter(
@@ -194,8 +194,6 @@ def finish(name: str, body: FinishExperiment, state: StateDep) -> ExperimentAnsw
 def submissions(name: str, db: DbDep) -> list[SubmissionAnswer]:
     with db.read_session() as session:
         experiment = experiments.get_experiment(session, name)
-        totals = ExperimentTotals.read(session, experiment)
-        return [
-            submission_view(session, experiment, s, totals)
-            for s in submission_store.experiment_submissions(session, experiment)
-        ]
+        rows = list(submission_store.experiment_submissions(session, experiment))
+        totals = totals_by_split(session, experiment, rows)
+        return [submission_view(session, experiment, s, totals[s.split]) for s in rows]
