@@ -40,6 +40,9 @@ class RunInfo:
     workspace: str
     #: When `autorl run` began, epoch seconds.
     started: float
+    #: The feedback mode asked for: the row's where the run was killed before the grader recorded
+    #: its own (a lock written before this field: test).
+    feedback: str = Feedback.TEST.value
 
 
 class RunLock:
@@ -114,7 +117,7 @@ def recover_orphaned_runs(home: Path, database_url: str | None) -> list[ResultRo
 def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
     baseline = best = improvement = None
     scored = 0
-    final: dict[str, Any] = {}
+    final: dict[str, Any] = {"feedback": info.feedback}
     if database_url:
         from autorl.errors import NotFoundError
         from autorl.protocol.final import results_columns

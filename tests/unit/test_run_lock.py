@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from autorl.runs.results import read_rows
@@ -59,3 +61,17 @@ def test_a_lock_whose_holder_was_killed_is_recorded_once_as_interrupted(tmp_path
     assert [r.run_id for r in read_rows(tmp_path)] == ["r2"]
     assert recover_orphaned_runs(tmp_path, None) == []  # once
     assert not (tmp_path / "runs" / "r2" / LOCK_NAME).exists()
+
+
+def test_a_run_killed_before_it_registered_keeps_the_feedback_mode_it_asked_for(tmp_path: Path) -> None:
+    # A lock no process holds: its `autorl run` was killed while its services started.
+    (tmp_path / "runs" / "r3").mkdir(parents=True)
+    sealed = RunInfo(**{**info("r3", tmp_path).__dict__, "feedback": "sealed"})
+    (tmp_path / "runs" / "r3" / LOCK_NAME).write_text(json.dumps(asdict(sealed)))
+    # A lock an earlier version wrote, without the field: its run asked for no mode, test.
+    (tmp_path / "runs" / "r4").mkdir()
+    legacy = {key: value for key, value in asdict(info("r4", tmp_path)).items() if key != "feedback"}
+    (tmp_path / "runs" / "r4" / LOCK_NAME).write_text(json.dumps(legacy))
+    rows = {row.run_id: row for row in recover_orphaned_runs(tmp_path, None)}
+    assert (rows["r3"].status, rows["r3"].feedback, rows["r3"].final_score) == ("interrupted", "sealed", None)
+    assert (rows["r4"].status, rows["r4"].feedback) == ("interrupted", "test")

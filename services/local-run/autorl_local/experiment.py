@@ -237,6 +237,7 @@ class LocalRun:
                 base_model=config.model,
                 workspace=str(workspace_root),
                 started=prepared.started,
+                feedback=config.feedback.value,
             ),
         )
         self._stop_polling = threading.Event()
