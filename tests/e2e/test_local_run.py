@@ -521,7 +521,7 @@ def test_busy_port_and_foreign_workspace_are_refused(tmp_path: Path, autorl_run:
 
 
 #: `make run`'s budget. The suite runs beside other tests, so the agent gets less than the 2 cores
-#: `make run` has (it measured +23.00 at load average 8, docs/LOCAL.md).
+#: `make run` has; how far it gets alone is a measurement (bench/results/demo_cpu.json).
 DEMO_TIMEOUT_S = 300
 #: Far above what the untrained model scores (about 0) and below what one SFT epoch reaches under load.
 DEMO_MIN_IMPROVEMENT = 10.0

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from autorl.runs.results import read_rows
@@ -66,7 +66,7 @@ def test_a_lock_whose_holder_was_killed_is_recorded_once_as_interrupted(tmp_path
 def test_a_run_killed_before_it_registered_keeps_the_feedback_mode_it_asked_for(tmp_path: Path) -> None:
     # A lock no process holds: its `autorl run` was killed while its services started.
     (tmp_path / "runs" / "r3").mkdir(parents=True)
-    sealed = RunInfo(**{**info("r3", tmp_path).__dict__, "feedback": "sealed"})
+    sealed = replace(info("r3", tmp_path), feedback="sealed")
     (tmp_path / "runs" / "r3" / LOCK_NAME).write_text(json.dumps(asdict(sealed)))
     # A lock an earlier version wrote, without the field: its run asked for no mode, test.
     (tmp_path / "runs" / "r4").mkdir()

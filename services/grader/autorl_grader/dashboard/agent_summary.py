@@ -30,9 +30,7 @@ class AgentSummaryRow(BaseModel):
     runs: int = Field(
         description="experiments of this task, agent, model and feedback mode, running ones included"
     )
-    succeeded: int = Field(
-        description="completed (its budget run out included) with at least one scored submission"
-    )
+    succeeded: int = Field(description="completed (or out of budget) with at least one scored submission")
     scored_runs: int = Field(description="experiments with a best score: what the means are taken over")
     submissions: int = Field(description="scored submissions of the agent in all of them")
     baseline: float | None = Field(description="mean baseline on the test split")

@@ -20,12 +20,7 @@ from autorl.store import experiments as experiment_store
 from autorl.store import submissions as submission_store
 from autorl.tasks.gsm8k import PROTOCOLS
 from autorl.untrusted_text import printable
-from autorl_grader.views import (
-    Availability,
-    experiment_view,
-    submission_view,
-    totals_by_split,
-)
+from autorl_grader.views import Availability, experiment_view, submission_view, totals_by_split
 
 #: Free text as the dashboard shows it: a character that would not show as itself (a control
 #: character, a bidi override reversing a path, a zero-width space) escaped, whoever wrote it.
