@@ -244,6 +244,11 @@ class ExperimentAnswer(Answer):
         description="submits refused after the grader had read their weights: not submissions (no "
         "id), but each counts against max_submissions as one does",
     )
+    counted_submissions: int = Field(
+        0,
+        description="what counts against max_submissions: the agent's submissions but those that failed "
+        "for the platform's reasons (docs/AGENTS.md), and the refused submits above",
+    )
     in_flight: int
     max_submissions: int
     timeout_s: int | None

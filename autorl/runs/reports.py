@@ -130,7 +130,7 @@ class RunRecord:
                     comparison=comparison_of(Evaluated.of(row), base_evaluation),
                 )
                 for row in rows
-                if not row.is_baseline and row.final_of is None
+                if row.by_agent
             ),
             result={**results_columns(session, experiment), "unverified": notes_in(experiment.message)},
         )

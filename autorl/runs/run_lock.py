@@ -121,7 +121,7 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
     if database_url:
         from autorl.errors import NotFoundError
         from autorl.protocol.final import results_columns
-        from autorl.store import Database, SubmissionStatus, experiments, submissions
+        from autorl.store import Database, Submission, SubmissionStatus, experiments, submissions
         from autorl.store.models import ExperimentStatus
 
         db = Database(database_url)
@@ -139,10 +139,8 @@ def _interrupted_row(info: RunInfo, database_url: str | None) -> ResultRow:
                 # killed before its final evaluation); its best on validation is not a test score.
                 sealed = final["feedback"] == Feedback.SEALED
                 best = final["final_score"] if sealed else (best_row.score if best_row else None)
-                scored = sum(
-                    1
-                    for s in submissions.experiment_submissions(session, experiment)
-                    if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
+                scored = submissions.agent_submissions_count(
+                    session, experiment, Submission.status == SubmissionStatus.SCORED
                 )
         except NotFoundError:
             pass  # killed before it registered its experiment: nothing was submitted

@@ -18,10 +18,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    and_,
     literal_column,
 )
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
 # The protocol's values, stored in these models (and imported from here by the store's callers).
@@ -224,6 +227,17 @@ class Submission(Base):
     )
 
     experiment: Mapped[Experiment] = relationship(back_populates="submissions", foreign_keys=[experiment_id])
+
+    @hybrid_property
+    def by_agent(self) -> bool:
+        """The agent's own submission: neither a baseline nor a sealed experiment's final evaluation.
+        On a loaded row a bool; on the class a condition for a query."""
+        return not self.is_baseline and self.final_of is None
+
+    @by_agent.inplace.expression
+    @classmethod
+    def _by_agent_condition(cls) -> ColumnElement[bool]:
+        return and_(cls.is_baseline.is_(False), cls.final_of.is_(None))
 
 
 #: The scores a result carries, the headline one and each protocol's: what a reused result copies.

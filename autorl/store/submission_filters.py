@@ -1,15 +1,15 @@
-"""Conditions that pick kinds of submissions (unevaluated, the agent's own, held by a worker,
-failed for the platform's reason), shared by the store's modules."""
+"""Conditions that pick kinds of submissions (unevaluated, held by a worker, failed for the
+platform's reason), shared by the store's modules; the agent's own is ``Submission.by_agent``."""
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select
+from sqlalchemy import ColumnElement, ColumnExpressionArgument, Select, and_, func, or_, select
 
 from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.store.models import Experiment, FailureReason, Submission, SubmissionStatus
 
 
-def of_experiment(experiment: Experiment, *conditions: ColumnElement[bool]) -> Select[Submission]:
+def of_experiment(experiment: Experiment, *conditions: ColumnExpressionArgument[bool]) -> Select[Submission]:
     """The experiment's submissions that meet every one of ``conditions``."""
     return select(Submission).where(Submission.experiment_id == experiment.id, *conditions)
 
@@ -17,11 +17,6 @@ def of_experiment(experiment: Experiment, *conditions: ColumnElement[bool]) -> S
 def unevaluated() -> ColumnElement[bool]:
     """Queued or running: no result yet."""
     return Submission.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING])
-
-
-def agent_submitted() -> ColumnElement[bool]:
-    """The agent's own submissions: neither a baseline nor a sealed experiment's final evaluation."""
-    return and_(Submission.is_baseline.is_(False), Submission.final_of.is_(None))
 
 
 def held_by(worker: str) -> ColumnElement[bool]:

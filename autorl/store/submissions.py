@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import ColumnExpressionArgument, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from autorl.errors import NotFoundError
@@ -22,18 +22,20 @@ from autorl.store.models import (
     utcnow,
 )
 from autorl.store.submission_filters import (
-    agent_submitted,
     failed_without_a_test_evaluation,
     of_experiment,
     unevaluated,
 )
 
 
-def agent_submissions_count(session: Session, experiment: Experiment) -> int:
+def agent_submissions_count(
+    session: Session, experiment: Experiment, *conditions: ColumnExpressionArgument[bool]
+) -> int:
+    """The agent's own submissions to ``experiment`` that meet every one of ``conditions``."""
     return (
         session.scalar(
             select(func.count(Submission.id)).where(
-                Submission.experiment_id == experiment.id, agent_submitted()
+                Submission.experiment_id == experiment.id, Submission.by_agent, *conditions
             )
         )
         or 0
@@ -51,7 +53,7 @@ def limited_submissions_count(session: Session, experiment: Experiment) -> int:
         session.scalar(
             select(func.count(Submission.id)).where(
                 Submission.experiment_id == experiment.id,
-                agent_submitted(),
+                Submission.by_agent,
                 ~failed_without_a_test_evaluation(),
             )
         )
@@ -87,7 +89,7 @@ def last_submit_time(session: Session, experiment: Experiment) -> datetime | Non
     """When the agent last submitted (baseline evaluations excluded)."""
     return session.scalar(
         select(func.max(Submission.created_at)).where(
-            Submission.experiment_id == experiment.id, agent_submitted()
+            Submission.experiment_id == experiment.id, Submission.by_agent
         )
     )
 
@@ -285,7 +287,7 @@ def best_submission(session: Session, experiment: Experiment) -> Submission | No
     return session.scalar(
         of_experiment(
             experiment,
-            agent_submitted(),
+            Submission.by_agent,
             Submission.status == SubmissionStatus.SCORED,
         )
         .order_by(Submission.score.desc(), Submission.id)
@@ -320,7 +322,7 @@ def queue_position(session: Session, submission: Submission) -> int:
     ahead = session.scalar(
         select(func.count(Submission.id)).where(
             Submission.experiment_id == submission.experiment_id,
-            agent_submitted(),
+            Submission.by_agent,
             Submission.status == SubmissionStatus.QUEUED,
             Submission.waits_for.is_(None),
             Submission.id < submission.id,

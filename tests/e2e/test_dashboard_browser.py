@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
+from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.protocol.statistics import wilson_interval
 from autorl.store import Database, Submission, experiments
 from autorl_grader.main import create_app
@@ -243,6 +244,12 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         wait_for(browser, lambda d: len(d.execute_script(POINTS_JS)) == 3, "the new point on the chart")
         assert [p["y"] for p in browser.execute_script(POINTS_JS) if p["best"]] == [41.5]
         assert cells(browser, f'#submissions tr[data-id="{new}"]')[1:3] == ["scored", "41.50"]
+        # A failure of the evaluator's own is shown, but not counted against the agent's limit: six
+        # submissions of which five count, and the two submits refused after their weights were read.
+        add_submission(db, run.name, error=f"{EVALUATOR_FAULT_PREFIX}: the engine died", minutes=5.6)
+        wait_for(browser, lambda d: "3/6, 2 failed" in "\n".join(texts(d, "#summary div")), "the failure")
+        summary = "\n".join(texts(browser, "#summary div"))
+        assert "submissions (scored/all)\n3/6, 2 failed, 2 refused\nlimit used\n7 of 100" in summary
         assert browser.execute_script("return window.autorlNoReload") is True
         # No script error and nothing the Content-Security-Policy had to block on either page.
         console = [entry["message"] for entry in browser.get_log("browser")]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.layout import runner_log_subpath
 from autorl.store import Database
 from autorl_grader.dashboard.assets import (
@@ -153,6 +154,17 @@ def test_experiments_table_data(client: TestClient, admin_token: str, run: Seede
     assert (row["submissions"], row["total_submissions"], row["failed_submissions"]) == (3, 5, 1)
     assert row["queued"] == 1 and row["queue_position"] >= 1
     assert 3000 < row["remaining_s"] <= 3300
+
+
+def test_the_limit_used_leaves_out_failures_of_the_platform(
+    client: TestClient, admin_token: str, run: SeededExperiment, db: Database
+) -> None:
+    sign_in(client, admin_token)
+    add_submission(db, run.name, error=f"{EVALUATOR_FAULT_PREFIX}: the engine died", minutes=4.5)
+    row = client.get(f"/ui/api/experiments/{run.name}").json()["experiment"]
+    # Six of the agent's, two failed: the chat template's failure counts, the evaluator's does not.
+    assert (row["total_submissions"], row["failed_submissions"], row["counted_submissions"]) == (6, 2, 5)
+    assert row["max_submissions"] == 100
 
 
 def test_experiment_detail_has_a_series_per_protocol(

@@ -195,7 +195,7 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         budget = evaluation_budget(session, submission, settings)
         # Each agent checkpoint's distance to its base and to the registered public checkpoints.
         known = [*settings.known_checkpoints, *(experiment.known_checkpoints or [])]
-        traced = known if not submission.is_baseline and submission.final_of is None else []
+        traced = known if submission.by_agent else []
         base_dir = Path(experiment.base_model_dir)
     log.info(
         "event=evaluation_started submission=%d split=%s attempt=%d worker=%s budget_s=%s",

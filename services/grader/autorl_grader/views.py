@@ -377,11 +377,7 @@ def experiment_view(
     )
     baseline = baseline_score(session, experiment)
     best = submissions.best_submission(session, experiment)
-    agent_rows = [
-        s
-        for s in submissions.experiment_submissions(session, experiment)
-        if not s.is_baseline and s.final_of is None
-    ]
+    agent_rows = [s for s in submissions.experiment_submissions(session, experiment) if s.by_agent]
     timing = time_view(experiment, submissions.last_submit_time(session, experiment))
     final = final_result(session, experiment)
     fields: dict[str, Any] = {
@@ -419,6 +415,7 @@ def experiment_view(
         "total_submissions": len(agent_rows),
         "failed_submissions": sum(1 for s in agent_rows if s.status == SubmissionStatus.FAILED),
         "refused_submissions": experiment.costly_refusals or 0,
+        "counted_submissions": submissions.limited_submissions_count(session, experiment),
         "in_flight": submissions.in_flight_count(session, experiment),
         "max_submissions": experiment.max_submissions,
         "timeout_s": experiment.timeout_s,

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from autorl.protocol.final import results_columns
 from autorl.runs.results import ROW_STATUS, succeeded
 from autorl.runs.summary import RunOutcome, summarize
-from autorl.store import Experiment, SubmissionStatus, experiments
+from autorl.store import Experiment, Submission, SubmissionStatus, experiments
 from autorl.store import submissions as submission_store
 from autorl_grader.dashboard.data import Shown
 from autorl_grader.views import baseline_score
@@ -52,11 +52,9 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
     number on the test split (a sealed experiment's result is its final evaluation there)."""
     baseline = baseline_score(session, experiment)
     best_score = results_columns(session, experiment)["final_score"]
-    scored = [
-        s
-        for s in submission_store.experiment_submissions(session, experiment)
-        if not s.is_baseline and s.final_of is None and s.status == SubmissionStatus.SCORED
-    ]
+    scored = submission_store.agent_submissions_count(
+        session, experiment, Submission.status == SubmissionStatus.SCORED
+    )
     status = ROW_STATUS.get(experiment.status)  # as its results row records it; None: not finished
     return RunOutcome(
         task=experiment.task,
@@ -66,8 +64,8 @@ def outcome(session: Session, experiment: Experiment) -> RunOutcome:
         baseline=baseline,
         best_score=best_score,
         improvement=None if best_score is None or baseline is None else best_score - baseline,
-        submissions=len(scored),
-        success=status is not None and succeeded(status, len(scored)),
+        submissions=scored,
+        success=status is not None and succeeded(status, scored),
     )
 
 

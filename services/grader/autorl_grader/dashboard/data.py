@@ -57,6 +57,7 @@ class ExperimentRow(BaseModel):
     refused_submissions: int = Field(
         0, description="submits refused after their weights were read, counted against the limit"
     )
+    counted_submissions: int = Field(0, description="what counts against max_submissions")
     max_submissions: int
     queued: int
     running: int
@@ -232,8 +233,7 @@ def _series(experiment: Experiment, rows: list[Submission], protocol: str, origi
             reused=s.reused_from is not None,
         )
         for s in rows
-        if not s.is_baseline
-        and s.final_of is None
+        if s.by_agent
         and s.split == split
         and s.status == SubmissionStatus.SCORED
         and getattr(s, column) is not None

@@ -635,7 +635,9 @@
         ["agent", exp.agent],
         ["headline protocol", exp.protocol],
         ...scores,
-        ["submissions (scored/all)", submissionsText(exp) + ` of ${exp.max_submissions}`],
+        ["submissions (scored/all)", submissionsText(exp)],
+        // Submissions that failed for the platform's reasons are not counted; refused submits are.
+        ["limit used", `${exp.counted_submissions} of ${exp.max_submissions}`],
         ["time left", timeLeft(exp)],
         ["queue", queueText(exp)],
         ["evaluators", exp.evaluators === null ? "–" : String(exp.evaluators)],
