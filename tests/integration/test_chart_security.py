@@ -122,6 +122,9 @@ def test_the_admin_port_is_the_controllers_and_the_agent_port_everyones() -> Non
     container = grader["containers"][0]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert container["command"][-4:] == ["--port", str(ports["http"]), "--admin-port", str(ports["admin"])]
+    # The kubelet probes the admin port: agents filling the agent port's connections fail no probe.
+    probes = ("startupProbe", "livenessProbe", "readinessProbe")
+    assert {container[probe]["httpGet"]["port"] for probe in probes} == {"admin"}
     assert selects(policy["spec"]["podSelector"], pods[f"{RELEASE}-autorl-grader"])
     assert allowed_sources(policy, ports["http"]) == []  # agents of every namespace submit here
     admin_peers = allowed_sources(policy, ports["admin"])

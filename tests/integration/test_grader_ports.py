@@ -113,3 +113,20 @@ def test_admin_port_equal_to_the_agent_port_is_refused(tmp_path: Path) -> None:
     )
     assert refused.returncode == 2
     assert "--admin-port must differ from --port" in refused.stderr
+
+
+def test_every_request_on_the_agent_port_is_charged_to_a_fair_share(grader: Grader) -> None:
+    # An agent's flood of paths the agent port does not serve, or of its probes, costs the grader
+    # what its agent requests do: past its address's burst it is refused, paused, with Retry-After.
+    flood = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.9"), timeout=30)
+    with flood:
+        for path, served in (("nothing", 404), ("healthz", 200)):
+            answers = [flood.get(f"{grader.agent}/{path}") for _ in range(50)]
+            codes = [answer.status_code for answer in answers]
+            assert set(codes) == {served, 429}, codes
+            refused = answers[codes.index(429)]
+            assert int(refused.headers["retry-after"]) >= 1
+            assert "from this address" in refused.json()["detail"]
+        # The admin port is the platform's, and another address keeps its own share.
+        assert flood.get(f"{grader.admin}/healthz").status_code == 200
+    assert httpx.get(f"{grader.agent}/healthz").status_code == 200

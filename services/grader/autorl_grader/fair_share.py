@@ -29,8 +29,11 @@ slows everyone (the pause holds only a connection the client opened, which is ca
 
 A blocking ``POST /submit`` gives its place in flight back while it waits for its evaluation
 (:func:`leave_in_flight`): a waiting request costs the grader no thread, and an agent waiting for a
-score may go on polling. Only agent routes are charged: the admin API, the probes and the dashboard
-are the platform's own callers.
+score may go on polling. Charged are the agent routes, and every request on the agent port of a
+grader that serves its admin API on a port of its own (:mod:`autorl_grader.ports`), whatever its
+path: a probe, a path it does not serve (answered 404 once charged), so that no request an agent
+can send there is free. The admin API, the dashboard and the probes on a shared port, or on the
+admin port, are the platform's own callers.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ IN_FLIGHT_RETRY_AFTER_S = 1
 REFUSAL_PAUSE_S = 1.0
 #: Where an admitted request's place in flight is kept in its ASGI scope.
 SCOPE_KEY = "autorl.fair_share"
+#: Set in a request's ASGI scope when it came to the agent port: then it is charged whatever its path.
+AGENT_PORT_KEY = "autorl.agent_port"
 #: The budget a request is charged to, as the access log names it (``experiment:<hash prefix>`` or
 #: ``address:<client address>``); set for the request's task, None outside agent requests.
 CLIENT: ContextVar[str | None] = ContextVar("autorl_fair_share_client", default=None)
@@ -230,19 +235,20 @@ def request_token(scope: Scope) -> str | None:
 class FairShareLayer:
     """ASGI middleware: charges every agent request to its budget before the app runs (module
     docstring). ``agent_roots``: the first path segments of the agent routes served at the root
-    (``submit``, ``scores``, ...); everything under ``/a/`` is an agent request too."""
+    (``submit``, ``scores``, ...); everything under ``/a/``, and every request that came to the
+    agent port (:data:`AGENT_PORT_KEY`), is an agent request too."""
 
     def __init__(self, app: ASGIApp, *, fair_share: FairShare, agent_roots: Collection[str]) -> None:
         self.app = app
         self.fair_share = fair_share
         self.agent_roots = frozenset(agent_roots)
 
-    def is_agent_request(self, path: str) -> bool:
-        first = path.lstrip("/").split("/", 1)[0]
-        return first == "a" or first in self.agent_roots
+    def is_agent_request(self, scope: Scope) -> bool:
+        first = scope.get("path", "").lstrip("/").split("/", 1)[0]
+        return bool(scope.get(AGENT_PORT_KEY)) or first == "a" or first in self.agent_roots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.is_agent_request(scope.get("path", "")):
+        if scope["type"] != "http" or not self.is_agent_request(scope):
             await self.app(scope, receive, send)
             return
         token = request_token(scope)
