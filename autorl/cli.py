@@ -1,6 +1,9 @@
 """The ``autorl`` command. The core defines it; each installed service adds its subcommands
 through the entry-point group ``autorl.commands`` (a ``register(subparsers)`` function), so the
 core never imports a service.
+
+An error is printed through :func:`error_text`: it can quote an agent's strings (a path, a tensor
+name of its checkpoint), which reach the terminal escaped and bounded.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from importlib.metadata import entry_points
 
 from autorl.errors import AutoRLError, UsageError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "UsageError", "check_seconds", "main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "UsageError", "check_seconds", "error_text", "main"]
 
 #: Exit code for bad input (argparse uses it too).
 EXIT_BAD_INPUT = 2
@@ -63,9 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_text(error: object) -> str:
+    """An error as a terminal shows it: at most ``MAX_MESSAGE_CHARS`` characters, each line escaped
+    (a control, bidi or zero-width character written as its escape), and every line after the first
+    indented, so that no line it quotes can pass for one of the command's own."""
+    from autorl.provenance.unverified import MAX_MESSAGE_CHARS, printable_once, shortened
+
+    lines = shortened(str(error), MAX_MESSAGE_CHARS).replace("\r\n", "\n").split("\n")
+    return shortened("\n    ".join(printable_once(line) for line in lines), MAX_MESSAGE_CHARS)
+
+
 def _unavailable(name: str, exc: Exception) -> Command:
     def run(_: argparse.Namespace) -> int:
-        print(f"autorl {name}: cannot start ({exc}); install its service package", file=sys.stderr)
+        print(
+            f"autorl {name}: cannot start ({error_text(exc)}); install its service package", file=sys.stderr
+        )
         return 1
 
     return run
@@ -77,12 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = args.func(args)
     except UsageError as exc:
-        print(f"autorl {args.command}: error: {exc}", file=sys.stderr)
+        print(f"autorl {args.command}: error: {error_text(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except AutoRLError as exc:
-        print(f"autorl {args.command}: error: {exc}", file=sys.stderr)
+        print(f"autorl {args.command}: error: {error_text(exc)}", file=sys.stderr)
         return 1
     return int(code or 0)
 

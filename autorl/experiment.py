@@ -21,6 +21,7 @@ from autorl.builtin_agents import builtin_agent_names
 from autorl.layout import BUILTIN_PREFIX
 from autorl.models.sources import BUILTIN_MODELS, HUB_ID_PATTERN
 from autorl.protocol.feedback import Feedback, FeedbackField
+from autorl.provenance.unverified import bounded, printable_message
 
 #: The agent's default time budget (the reference's real runs use two hours).
 DEFAULT_TIMEOUT_S = 7200
@@ -451,11 +452,23 @@ class Phase(StrEnum):
         return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.TIMED_OUT)
 
 
+def status_text(text: str) -> str:
+    """A free-text field of an Experiment's status as written: escaped (it can quote an agent's
+    strings, which ``kubectl describe`` and ``-o jsonpath`` show raw) and ``bounded`` (its
+    beginning and its notes of what could not be verified kept). Written again (a status read back
+    and patched), it is unchanged."""
+    return bounded(printable_message(text))
+
+
+#: Every free-text field of the status passes :func:`status_text`, whoever sets it.
+StatusText = Annotated[str, AfterValidator(status_text)]
+
+
 class Condition(_Model):
     type: str = Field(description="Condition type, e.g. Ready.")
     status: Literal["True", "False", "Unknown"]
-    reason: str | None = Field(default=None, description="One CamelCase word.")
-    message: str | None = Field(default=None, description="For a person.")
+    reason: StatusText | None = Field(default=None, description="One CamelCase word.")
+    message: StatusText | None = Field(default=None, description="For a person.")
     lastTransitionTime: datetime | None = None
 
 
@@ -479,17 +492,17 @@ class ExperimentResourceStatus(_Model):
     completionTime: datetime | None = Field(
         default=None, description="When the experiment reached its final phase."
     )
-    message: str | None = Field(
+    message: StatusText | None = Field(
         default=None, description="Why the experiment is in this phase: what it waits for and what to do."
     )
-    reason: str | None = Field(
+    reason: StatusText | None = Field(
         default=None,
         description="Why it waits or what failed, one CamelCase word (docs/KUBERNETES.md, Troubleshooting).",
     )
-    budgetLeft: str | None = Field(
+    budgetLeft: StatusText | None = Field(
         default=None, description="Time left of the agent's budget (e.g. 1h05m), once it started."
     )
-    queue: str | None = Field(
+    queue: StatusText | None = Field(
         default=None,
         description="Evaluations waiting or running, the baseline's queue position and the evaluators alive.",
     )
@@ -512,7 +525,7 @@ class ExperimentResourceStatus(_Model):
         default=None,
         description="Evaluations of the agent's checkpoints on the test split (sealed: at most 1).",
     )
-    result: str | None = Field(
+    result: StatusText | None = Field(
         default=None,
         description="kubectl's Best column: the result on the test split with its 95 % interval, "
         "e.g. 41.20 [38.57, 43.89]; sealed, before its final evaluation, the best on validation, marked so.",
@@ -532,7 +545,7 @@ class ExperimentResourceStatus(_Model):
         description="Paired test of whether the final's test-minus-twin gap exceeds the base model's; "
         "below 0.01 is flagged.",
     )
-    lineage: str | None = Field(
+    lineage: StatusText | None = Field(
         default=None,
         description="The registered public checkpoint a scored submission is nearer than the base; "
         "unset when the base is nearest.",

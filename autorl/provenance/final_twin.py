@@ -17,6 +17,7 @@ from autorl.checkpoints.snapshot import Snapshot, remove_snapshot, snapshot_subm
 from autorl.errors import CheckpointError
 from autorl.eval_config import EvalConfig
 from autorl.protocol.final import final_result
+from autorl.provenance.unverified import MAX_REASON_CHARS, printable_within
 from autorl.store import Experiment, Split, Submission, submissions
 
 
@@ -26,7 +27,8 @@ class NoTwinScore(Exception):
 
 class FinalChanged(NoTwinScore):
     """The final's folder no longer holds what was scored (the agent removed or changed it): the
-    twin split is unverified, not merely not applicable."""
+    twin split is unverified, not merely not applicable. Its text quotes the agent's strings
+    escaped and shortened (autorl.provenance.unverified)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ def snapshot_final(inputs: TwinInputs, root: Path) -> Snapshot:
             snapshot_root=root,
         )
     except CheckpointError as exc:
-        raise FinalChanged(f"the final's folder can no longer be read: {exc}") from exc
+        why = printable_within(str(exc), MAX_REASON_CHARS)
+        raise FinalChanged(f"the final's folder can no longer be read: {why}") from exc
     if not snapshot.holds(inputs.fingerprint):
         remove_snapshot(snapshot.path)
         raise FinalChanged("the final's folder no longer holds the files that were scored")

@@ -6,29 +6,84 @@ when it found a question, a lower bound, else null) and not made (failed, never 
 out: null). Anything but complete is said, with its reason, as a note in the experiment's
 ``message`` (``test questions unverified: ...``, ``twin split unverified: ...``), which every surface
 that shows the checks prints; the record in evaluator storage keeps the detail.
+
+A reason can quote an agent's strings (a tensor name of its index, a path) of any length and
+characters: a note keeps at most :data:`MAX_REASON_CHARS` of it, escaped. A message the platform
+sends the grader or writes to an Experiment's status is at most :data:`MAX_MESSAGE_CHARS` long
+(:func:`bounded`), its beginning and its notes kept, so that no agent string can make it too large
+for the grader's request limit or the API server.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from autorl.untrusted_text import printable, unprintable_characters
+
 #: The notes' openings: what could not be verified.
 TEST_UNVERIFIED = "test questions unverified"
 TWIN_UNVERIFIED = "twin split unverified"
 _SEPARATOR = "; "
+#: Characters of its reason, escapes included, a note keeps.
+MAX_REASON_CHARS = 300
+#: Characters of a message sent to the grader (its request limit is 1 MiB) or written to an
+#: Experiment's status (the API server's limit on an object is about 1.5 MB).
+MAX_MESSAGE_CHARS = 8_000
+#: Ends a text that was cut.
+CUT = "…"
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``, or its first characters and :data:`CUT` in ``limit`` characters where it is longer."""
+    return text if len(text) <= limit else text[: max(0, limit - len(CUT))] + CUT
+
+
+def printable_once(text: str) -> str:
+    """``text`` as :func:`autorl.untrusted_text.printable` shows it where it holds a character that
+    does not show as itself, else as it is: a text escaped at its source (a note, a name quoted in
+    an error) is not escaped a second time, and escaping it again changes nothing."""
+    return printable(text) if unprintable_characters(text) else text
+
+
+def printable_within(text: str, limit: int) -> str:
+    """``text`` escaped (:func:`printable_once`), then :func:`shortened` to ``limit`` characters;
+    given its own result, it answers it unchanged."""
+    # Cut before escaping too, which changes nothing of the result: an escape is never shorter
+    # than its character, so the first ``limit`` characters of the text make the result's.
+    return shortened(printable_once(shortened(text, limit)), limit)
 
 
 def note(what: str, reason: str) -> str:
-    """One note (``what`` is :data:`TEST_UNVERIFIED` or :data:`TWIN_UNVERIFIED`), on one line."""
-    return f"{what}: {' '.join(reason.replace(_SEPARATOR, ', ').split())}"
+    """One note (``what`` is :data:`TEST_UNVERIFIED` or :data:`TWIN_UNVERIFIED`), on one line: the
+    reason escaped, in at most :data:`MAX_REASON_CHARS` characters."""
+    collapsed = " ".join(reason.replace(_SEPARATOR, ", ").split())
+    return f"{what}: {printable_within(collapsed, MAX_REASON_CHARS)}"
 
 
 def with_notes(message: str | None, notes: Iterable[str]) -> str | None:
-    """``message`` with each of ``notes`` it does not hold yet appended."""
+    """``message`` with each of ``notes`` it does not hold yet appended, :func:`bounded`."""
     new = [n for n in notes if n not in notes_in(message)]
     if not new:
+        return None if message is None else bounded(message)
+    return bounded(_SEPARATOR.join([*([message] if message else []), *new]))
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``message`` in at most ``limit`` characters: where it is longer, its beginning cut to leave
+    room for its notes, which are kept whole where they fit in the limit."""
+    if len(message) <= limit:
         return message
-    return _SEPARATOR.join([*([message] if message else []), *new])
+    notes = list(dict.fromkeys(notes_in(message)))
+    rest = _SEPARATOR.join(part for part in message.split(_SEPARATOR) if part not in notes)
+    kept = _SEPARATOR.join(notes)
+    room = max(limit - len(kept) - len(_SEPARATOR), limit // 4) if kept else limit
+    return shortened(_SEPARATOR.join([*([shortened(rest, room)] if rest else []), *notes]), limit)
+
+
+def printable_message(message: str) -> str:
+    """``message`` with each of its parts escaped once (:func:`printable_once`): its notes, escaped
+    at their source, stay as they are beside a part that quotes an agent's string raw."""
+    return _SEPARATOR.join(printable_once(part) for part in message.split(_SEPARATOR))
 
 
 def notes_in(message: str | None) -> list[str]:

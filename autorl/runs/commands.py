@@ -457,8 +457,8 @@ def _print_report(metrics: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(metrics, indent=2))
         return
-    for line in summary_lines(metrics):
-        print(printable(line))
+    for line in summary_lines(metrics):  # escaped by summary_lines
+        print(line)
     seed = metrics.get("seed")
     if seed is not None:
         repeats = metrics.get("repeats") or 1

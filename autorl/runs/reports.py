@@ -30,7 +30,13 @@ from autorl.errors import AutoRLError
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_columns, results_columns
 from autorl.protocol.statistics import TWIN_FLAG_P, Comparison, Evaluated, comparison_of, interval_of
-from autorl.provenance.unverified import TEST_UNVERIFIED, TWIN_UNVERIFIED, notes_in
+from autorl.provenance.unverified import (
+    MAX_MESSAGE_CHARS,
+    TEST_UNVERIFIED,
+    TWIN_UNVERIFIED,
+    notes_in,
+    printable_within,
+)
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
@@ -250,9 +256,19 @@ def uncertainty_lines(metrics: dict[str, Any], split: str | None = None) -> list
     return lines
 
 
+def _shown(lines: list[str]) -> list[str]:
+    """Summary lines as printed: each escaped once and at most ``MAX_MESSAGE_CHARS`` long."""
+    return [printable_within(line, MAX_MESSAGE_CHARS) for line in lines]
+
+
 def final_lines(result: Mapping[str, Any]) -> list[str]:
     """Summary lines for the result on the test split (docs/PROTOCOL.md), from results.csv's
-    columns ``feedback`` to ``test_evaluations`` (a row's, or a report's metrics)."""
+    columns ``feedback`` to ``test_evaluations`` (a row's, or a report's metrics); each escaped
+    and bounded, to be printed as it is."""
+    return _shown(_final_lines(result))
+
+
+def _final_lines(result: Mapping[str, Any]) -> list[str]:
     feedback, selection, score = result.get("feedback"), result.get("selection"), result.get("final_score")
     if score is None:
         return [
@@ -274,7 +290,12 @@ def final_lines(result: Mapping[str, Any]) -> list[str]:
 def provenance_lines(result: Mapping[str, Any]) -> list[str]:
     """What the agent may have brought in, from results.csv's last columns and ``unverified``, the
     notes of what could not be verified (autorl.provenance.unverified); a finding is flagged with
-    ``!`` (agent strings, such as a lineage path, are the caller's to print as data)."""
+    ``!``. The notes and the lineage can quote an agent's strings: each line is escaped here, once
+    (a note escaped at its source is not escaped again), to be printed as it is, as a Text."""
+    return _shown(_provenance_lines(result))
+
+
+def _provenance_lines(result: Mapping[str, Any]) -> list[str]:
     lines = []
     notes: list[str] = list(result.get("unverified") or [])
     overlap = result.get("test_overlap")
@@ -306,7 +327,12 @@ def _points(value: float | None, *, signed: bool = False) -> str:
 def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
     """A report as a person reads it (``autorl report``): the run, its headline numbers on the
     split its submissions were scored on (a sealed run's: validation, its result on test below),
-    their uncertainty, its result on the test split, and how it used its submissions and budget."""
+    their uncertainty, its result on the test split, and how it used its submissions and budget;
+    each line escaped, to be printed as it is."""
+    return _shown(_summary_lines(metrics))
+
+
+def _summary_lines(metrics: Mapping[str, Any]) -> list[str]:
     sealed = metrics.get("feedback") == Feedback.SEALED
     on = " (validation)" if sealed else ""
     scored, total = metrics.get("scored_submissions"), metrics.get("total_submissions")
@@ -519,7 +545,7 @@ def report_after_run(settings: HomeSettings, run_id: str) -> Report | None:
     try:
         report = report_run(settings, run_id, time.time())
     except AutoRLError as exc:
-        print(f"autorl run: no report: {exc}", file=sys.stderr)
+        print(f"autorl run: no report: {printable_within(str(exc), MAX_MESSAGE_CHARS)}", file=sys.stderr)
         return None
     print(f"autorl run: report in {report.metrics_path.parent}", file=sys.stderr)
     return report

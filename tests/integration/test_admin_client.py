@@ -159,3 +159,33 @@ async def test_unreachable_grader_is_retryable_for_the_async_client() -> None:
     finally:
         await admin.aclose()
     assert caught.value.retryable and caught.value.status_code == 503
+
+
+def test_a_runs_end_whose_notes_quote_an_agents_huge_string_is_recorded_with_them(
+    served: ServedApp, admin_token: str, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """A tensor name of two million characters in the final's index, quoted by the twin split's
+    note and by the run's message, still lets ``autorl run`` record its end: the grader finishes the
+    experiment (cancelling what was not evaluated) and keeps the note."""
+    from types import SimpleNamespace
+
+    from autorl.provenance.unverified import MAX_MESSAGE_CHARS, TWIN_UNVERIFIED, note, notes_in
+    from autorl_local.experiment import LocalRun
+
+    name = "\x1b]8;;https://evil.example\x1b\\x\x1b[2J\n" + "A" * 2_000_000
+    body = registration(tiny_base_model, tmp_path)
+    with AdminClient(served.url, admin_token) as admin:
+        registered = admin.register(body)
+        admin.start(body.name)
+        with GradingClient(f"{served.url}/a/{registered.token}") as agent:
+            agent.submit("output/copy", wait=False)
+        twin = note(TWIN_UNVERIFIED, f"the final's folder can no longer be read: {name}")
+        run = SimpleNamespace(
+            registered=True, run_id=body.name, admin=admin, unverified=[twin], _stop_services=lambda: None
+        )
+        LocalRun._finalize(run, "completed", f"the agent ended; its log ends with: {name}", False)  # type: ignore[arg-type]
+        finished = admin.experiment(body.name)
+    assert finished.status == "completed" and finished.in_flight == 0
+    assert finished.message is not None and len(finished.message) <= MAX_MESSAGE_CHARS
+    assert finished.message.startswith("the agent ended; its log ends with: ")
+    assert notes_in(finished.message) == [twin] and "\x1b" not in twin

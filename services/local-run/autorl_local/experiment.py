@@ -29,7 +29,7 @@ from rich.text import Text
 from autorl.api.admin_client import AdminClient
 from autorl.api.answers import ExperimentAnswer, RegisteredAnswer
 from autorl.api.request_bodies import RegisterExperiment
-from autorl.cli import EXIT_INTERRUPTED, UsageError
+from autorl.cli import EXIT_INTERRUPTED, UsageError, error_text
 from autorl.client import GradingClient
 from autorl.errors import AutoRLError, ModelSourceError
 from autorl.layout import AGENT_LOG_FILE, SCORES_FILE, runner_log_subpath
@@ -262,7 +262,7 @@ class LocalRun:
             self.progress.note("interrupted: stopping everything this run started")
         except AutoRLError as exc:
             status, message = "failed", str(exc)
-            print(f"autorl run: error: {printable(str(exc), multiline=True)}", file=sys.stderr)
+            print(f"autorl run: error: {error_text(exc)}", file=sys.stderr)
         finally:
             # A second Ctrl-C must not leave services running or the run unrecorded.
             with _ignore_sigint():
@@ -427,8 +427,8 @@ class LocalRun:
             self.progress.note(f"twin split: not scored ({exc})")
             return
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
-            self.progress.note(f"twin split: could not be scored ({printable(str(exc))})")
-            self.unverified.append(note(TWIN_UNVERIFIED, f"it could not be scored ({printable(str(exc))})"))
+            self.progress.note(f"twin split: could not be scored ({exc})")
+            self.unverified.append(note(TWIN_UNVERIFIED, f"it could not be scored ({exc})"))
             return
         self.last_view = self.admin.record_provenance(
             self.run_id, twin_score=found.score, twin_p_value=found.p_value
@@ -467,8 +467,8 @@ class LocalRun:
                 program=program,
             )
         except (AutoRLError, OSError, ValueError) as exc:  # the platform's: the run's scores stand
-            self.progress.note(f"could not read the agent's files for test questions: {printable(str(exc))}")
-            self.unverified.append(note(TEST_UNVERIFIED, f"the read failed ({printable(str(exc))})"))
+            self.progress.note(f"could not read the agent's files for test questions: {exc}")
+            self.unverified.append(note(TEST_UNVERIFIED, f"the read failed ({exc})"))
             return
         if read.counts["test"] is not None:
             self.last_view = self.admin.record_provenance(self.run_id, test_overlap=read.counts["test"])
@@ -595,10 +595,13 @@ class LocalRun:
         if self.registered:
             db_status = "timed_out" if status == "completed" and timed_out else status
             try:
+                # Bounded, its notes kept: an agent's strings never make it too large to be recorded.
                 noted = with_notes(message, self.unverified)
                 self.last_view = self.admin.finish(self.run_id, db_status, noted)
             except AutoRLError as exc:
-                print(f"autorl run: could not record the end in the grader: {exc}", file=sys.stderr)
+                print(
+                    f"autorl run: could not record the end in the grader: {error_text(exc)}", file=sys.stderr
+                )
         self._stop_services()
 
     def _record(self, status: RunStatus, started: float) -> ResultRow:
@@ -630,7 +633,7 @@ class LocalRun:
             console.print(Text(f"  warning      {printable(warning)}", style="bold yellow"))
         # Text throughout, never markup: the note can quote the agent's strings and a service's log.
         lines = [
-            *([f"note         {printable(message, multiline=True)}"] if message else []),
+            *([f"note         {error_text(message)}"] if message else []),
             f"seed         {self.config.seed.describe().removeprefix('seed ')}",
             f"baseline     {fmt_score(row.baseline)}",
             f"best score   {fmt_score(row.best_score)}",

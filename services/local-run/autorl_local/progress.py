@@ -3,6 +3,9 @@
 On a terminal this is a rich live panel; otherwise (CI, a log file) one line per change, so that
 a log reads as a history rather than a pile of redraws, plus a status line every
 :data:`STATUS_INTERVAL_S` while the agent runs (time left, latest and best score).
+
+Every text it is given can quote the agent (its paths, its errors, a note of what could not be
+verified): each is shown here escaped and at most :data:`MAX_LINE_CHARS` long, whoever the caller.
 """
 
 from __future__ import annotations
@@ -19,10 +22,18 @@ from rich.text import Text
 
 from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
 from autorl.protocol.feedback import Feedback
-from autorl.untrusted_text import printable, rich_text
+from autorl.provenance.unverified import printable_within, shortened
+from autorl.untrusted_text import rich_text
 
 #: Seconds between status lines in a log (no live panel) while the agent runs.
 STATUS_INTERVAL_S = 30.0
+#: Characters of one line or phase it shows (an agent's string can be any length).
+MAX_LINE_CHARS = 1_000
+
+
+def shown(text: str) -> str:
+    """``text`` as a progress line shows it: escaped, one line, at most :data:`MAX_LINE_CHARS` long."""
+    return printable_within(text, MAX_LINE_CHARS)
 
 
 def fmt_score(value: float | None) -> str:
@@ -75,7 +86,7 @@ class Progress:
             self._live = Live(console=self.console, refresh_per_second=2, get_renderable=self._render)
             self._live.start()
         else:
-            self.console.print(Text(self.title))
+            self.console.print(Text(shown(self.title)))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -85,8 +96,8 @@ class Progress:
 
     def _say(self, text: str) -> None:
         if self._live is None:
-            # A Text, never markup: lines carry the agent's paths and errors (escaped by the caller).
-            self.console.print(Text(f"[{fmt_duration(time.monotonic() - self._started)}] {text}"))
+            # A Text, never markup: lines carry the agent's paths and errors, escaped here.
+            self.console.print(Text(f"[{fmt_duration(time.monotonic() - self._started)}] {shown(text)}"))
 
     def phase(self, name: str, detail: str = "") -> None:
         with self._lock:
@@ -98,7 +109,7 @@ class Progress:
     def note(self, text: str) -> None:
         """A line that stays in the scrollback in both modes."""
         if self._live is not None:
-            self._live.console.print(Text(text))
+            self._live.console.print(Text(shown(text)))
         else:
             self._say(text)
 
@@ -118,7 +129,7 @@ class Progress:
         if remaining is not None:
             text += f" time left {fmt_duration(remaining)}"
         if latest is not None:
-            text += f", latest score {fmt_score(latest.score)} ({printable(latest.model_path)})"
+            text += f", latest score {fmt_score(latest.score)} ({latest.model_path})"
         else:
             text += ", no score yet"
         return text + f", best {fmt_score(best)}, baseline {fmt_score(state.baseline)}"
@@ -165,12 +176,12 @@ class Progress:
     @staticmethod
     def _describe(view: SubmissionAnswer) -> str:
         # The agent's number where it has one: the id its own log and scores.json show.
-        shown = view.number if view.number is not None else view.submission_id
-        text = f"submission {shown} {printable(view.model_path)} status={view.status}"
+        number = view.number if view.number is not None else view.submission_id
+        text = f"submission {number} {view.model_path} status={view.status}"
         if view.status == "scored":
             text += f" score={fmt_score(view.score)} improvement={fmt_score(view.improvement)}"
         elif view.status == "failed" and view.error:
-            text += f" error={printable(view.error[:200])}"
+            text += f" error={shortened(view.error, 200)}"
         return text
 
     def _render(self) -> Group:
@@ -178,10 +189,10 @@ class Progress:
             state = self._state
             remaining = None if state.end_time is None else state.end_time - time.time()
             header = Text.assemble(
-                (self.title, "bold"),
+                (shown(self.title), "bold"),
                 "\nphase: ",
-                (state.phase, "cyan"),
-                f"  {state.detail}" if state.detail else "",
+                (shown(state.phase), "cyan"),
+                f"  {shown(state.detail)}" if state.detail else "",
                 "\nelapsed: ",
                 fmt_duration(time.monotonic() - self._started),
                 "   agent time left: ",

@@ -8,8 +8,7 @@ from typing import Any, cast
 
 import kopf
 
-from autorl.experiment import ExperimentResourceStatus, Phase
-from autorl.untrusted_text import printable
+from autorl.experiment import ExperimentResourceStatus, Phase, status_text
 from autorl.wait_reasons import Reason
 from autorl_controller.operator.context import OperatorContext
 from autorl_controller.operator.kube import EXPERIMENTS
@@ -51,10 +50,11 @@ async def transition(
     """Move to ``phase`` with ``reason`` (status and an Event), unless the experiment is there already.
 
     The message can quote what the agent controls (its Job's failure message, an error the grader
-    recorded): it is escaped here, where every status message and Event passes, so that neither
-    ``kubectl describe`` nor ``kubectl get`` shows a control character or a line it did not write.
+    recorded): it is escaped and bounded here as the status model writes it (``status_text``, which
+    every status message and condition passes) and so in the Event too, so that neither ``kubectl
+    describe`` nor ``kubectl get`` shows a control character or a line it did not write.
     """
-    message = printable(message)
+    message = status_text(message)
     same = current.get("phase") == phase.value and current.get("reason") == reason.value
     if same and current.get("message") == message and not (extra and extra.model_fields_set):
         return

@@ -20,10 +20,9 @@ from pydantic import ValidationError
 
 from autorl.api.admin_client import ExperimentConflictError, ExperimentNotFoundError, GradingError
 from autorl.api.answers import MAX_FINAL_ATTEMPTS, ExperimentAnswer, RegisteredAnswer, TokenAnswer
-from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase
+from autorl.experiment import ExperimentResourceStatus, ExperimentSpec, Phase, status_text
 from autorl.protocol.feedback import Feedback
-from autorl.provenance.unverified import TEST_UNVERIFIED, check_made, note
-from autorl.untrusted_text import printable
+from autorl.provenance.unverified import TEST_UNVERIFIED, bounded, check_made, note
 from autorl.wait_reasons import Reason, evaluators_phrase, reason_named
 from autorl_controller.operator.context import OperatorContext, context_of
 from autorl_controller.operator.handlers.create import describe
@@ -201,7 +200,7 @@ class Step:
         try:
             view = await self.context.grader.experiment(self.ref.grader_name)
             if view.status in ("pending", "running"):
-                await self.context.grader.finish(self.ref.grader_name, "failed", message)
+                await self.context.grader.finish(self.ref.grader_name, "failed", bounded(message))
         except GradingError:
             pass
         await self._move(Phase.FAILED, message, reason=reason)
@@ -361,7 +360,7 @@ class Step:
             self.status.get("conditions"),
             unavailable=reason is Reason.EVALUATORS_UNAVAILABLE,
             reason=reason.value,
-            message=printable(message),
+            message=status_text(message),
             now=datetime.now(UTC),
         )
         return conditions_status(conditions)
@@ -534,7 +533,7 @@ class Step:
                 return
         if view.status in ("pending", "running"):
             view = await self.context.grader.finish(
-                self.ref.grader_name, outcome.grader_status, outcome.message
+                self.ref.grader_name, outcome.grader_status, bounded(outcome.message)
             )
         view = await self.provenance_checked(view)
         if view is None:
