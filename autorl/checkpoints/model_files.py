@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from autorl.checkpoints.agent_names import shown_value
 from autorl.errors import CheckpointError
 
 #: The tokenizer and chat template as a model folder ships them.
@@ -125,8 +126,9 @@ def check_config(config: Mapping[str, Any], base: Mapping[str, Any], shown: str)
     want = (base.get("architectures"), base.get("model_type"))
     if got != want:
         raise CheckpointError(
-            f"{shown} describes a {got[0]} (model_type {got[1]!r}), but the base model is a {want[0]} "
-            f"(model_type {want[1]!r}); fine-tune the base model itself and save it with "
+            f"{shown} describes a {shown_value(got[0])} (model_type {shown_value(got[1])}), but the base "
+            f"model is a {shown_value(want[0])} (model_type {shown_value(want[1])}); fine-tune the base "
+            "model itself and save it with "
             "model.save_pretrained(path), keeping its architecture"
         )
     for key in sorted(set(config) | set(base)):
@@ -138,14 +140,14 @@ def check_config(config: Mapping[str, Any], base: Mapping[str, Any], shown: str)
             continue
         if config[key] != base[key]:
             raise CheckpointError(
-                f"{shown} sets {key} = {json.dumps(config[key])[:100]}, the base model has "
-                f"{json.dumps(base[key])[:100]}; the architecture must be the base model's: fine-tune "
+                f"{shown} sets {key} = {shown_value(config[key])}, the base model has "
+                f"{shown_value(base[key])}; the architecture must be the base model's: fine-tune "
                 "the base model itself and save it with model.save_pretrained(path)"
             )
     theta, base_theta = _rope_theta(config), _rope_theta(base)
     if theta is not None and base_theta is not None and theta != base_theta:
         raise CheckpointError(
-            f"{shown} sets rope_theta {theta}, the base model has {base_theta}; "
+            f"{shown} sets rope_theta {shown_value(theta)}, the base model has {shown_value(base_theta)}; "
             "the architecture must be the base model's: fine-tune the base model itself and save it "
             "with model.save_pretrained(path)"
         )

@@ -4,7 +4,11 @@ A safetensors file is an 8-byte little-endian header length, a JSON header namin
 dtype, shape and byte range, then the tensor data. :func:`read_header` takes only the header
 (bounded by :data:`MAX_HEADER_BYTES`) and checks that the byte ranges tile the data exactly and
 that the file is exactly as long as the header says: nothing is hidden after the data, and an
-8 GiB sparse file behind a small header is refused before a byte of it is read.
+8 GiB sparse file behind a small header is refused before a byte of it is read. The header is the
+agent's JSON: every entry is checked for its type and range (a known dtype; sizes and offsets whole
+numbers below 2**63, no JSON true among them; names of at most :data:`MAX_TENSOR_NAME_CHARS`
+characters) before any arithmetic on it, and a refusal shows its names and values through
+:mod:`autorl.checkpoints.agent_names`.
 
 :func:`compare_to_base` holds a submission's tensors to the base model's. The dtype rule: a
 tensor whose base dtype is a floating type of 16 or 32 bits (F16, BF16, F32) may be stored in
@@ -20,6 +24,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autorl.checkpoints.agent_names import quoted, quoted_names, shown_value
 from autorl.errors import CheckpointError
 
 #: Larger than any real model's header (Qwen2.5-72B's is about 100 KB), small enough to parse at once.
@@ -44,6 +49,13 @@ DTYPE_BYTES = {
     "I64": 8,
     "U64": 8,
 }
+#: Every size and offset of a header is a whole number below this, as safetensors' reader (u64 sizes,
+#: usize offsets) and any file can hold: checked before any arithmetic on them.
+MAX_COUNT = 2**63
+#: More sizes in one shape than any tensor of a model has.
+MAX_DIMENSIONS = 32
+#: A tensor name longer than this is no model's (Qwen2.5's longest is 47 characters).
+MAX_TENSOR_NAME_CHARS = 1000
 INTERCHANGEABLE_FLOATS = frozenset({"F16", "BF16", "F32"})
 METADATA_KEY = "__metadata__"
 _FIX = "save the model with model.save_pretrained(path), which writes safetensors"
@@ -112,7 +124,7 @@ def read_header(fd: int, file_bytes: int, shown: str, *, max_bytes: int = MAX_HE
         )
     body = _read_exact(fd, length, shown)
     try:
-        parsed = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+        parsed = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CheckpointError(f"{shown} has a safetensors header that is not JSON ({exc}); {_FIX}") from exc
     if not isinstance(parsed, dict):
@@ -133,6 +145,11 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     if len(set(names)) != len(names):
         raise ValueError("a name appears twice")
     return dict(pairs)
+
+
+def no_constant(name: str) -> object:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (Python's reader alone takes them)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _read_exact(fd: int, count: int, shown: str) -> bytes:
@@ -157,38 +174,70 @@ def _tensors(
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
                 raise CheckpointError(f"{shown}: {METADATA_KEY} must map strings to strings; {_FIX}")
             continue
-        if not isinstance(entry, dict):
-            raise CheckpointError(f"{shown}: tensor {name!r} has no dtype/shape/data_offsets; {_FIX}")
-        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in DTYPE_BYTES:
-            raise CheckpointError(f"{shown}: tensor {name!r} has an unknown dtype {dtype!r}; {_FIX}")
-        if not (isinstance(shape, list) and all(_is_count(size) for size in shape)):
-            raise CheckpointError(f"{shown}: tensor {name!r} has an invalid shape {shape!r}; {_FIX}")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
-            raise CheckpointError(f"{shown}: tensor {name!r} has invalid data_offsets; {_FIX}")
-        begin, end = offsets
-        if end - begin != math.prod(shape) * DTYPE_BYTES[dtype]:
-            raise CheckpointError(
-                f"{shown}: tensor {name!r} occupies {end - begin} bytes, not the {math.prod(shape)} × "
-                f"{DTYPE_BYTES[dtype]} its shape and dtype need; {_FIX}"
-            )
-        tensors[name] = Tensor(dtype=dtype, shape=tuple(shape))
-        ranges.append((begin, end, name))
+        check_name(name, shown)
+        tensor, offsets = _entry(name, entry, shown)
+        tensors[name] = tensor
+        ranges.append((*offsets, name))
     if not tensors:
         raise CheckpointError(f"{shown} holds no tensor; {_FIX}")
     position = 0
     for begin, end, name in sorted(ranges):
         if begin != position:
             raise CheckpointError(
-                f"{shown}: tensor {name!r} starts at byte {begin}, expected {position} "
+                f"{shown}: tensor {quoted(name)} starts at byte {begin}, expected {position} "
                 f"(tensor data must be contiguous, without gaps or overlaps); {_FIX}"
             )
         position = end
     return tensors, {name: (begin, end) for begin, end, name in ranges}, position
 
 
+def check_name(name: str, shown: str) -> None:
+    """Refuse a tensor name longer than :data:`MAX_TENSOR_NAME_CHARS`."""
+    if len(name) > MAX_TENSOR_NAME_CHARS:
+        raise CheckpointError(
+            f"{shown} names a tensor of {len(name)} characters ({quoted(name)}), more than the "
+            f"{MAX_TENSOR_NAME_CHARS} any model's tensor names take; {_FIX}"
+        )
+
+
+def _entry(name: str, entry: object, shown: str) -> tuple[Tensor, tuple[int, int]]:
+    """One tensor's entry, every field checked for its type and range before any arithmetic."""
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{shown}: tensor {quoted(name)} has no dtype/shape/data_offsets; {_FIX}")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not (isinstance(dtype, str) and dtype in DTYPE_BYTES):
+        raise CheckpointError(
+            f"{shown}: tensor {quoted(name)} has an unknown dtype {shown_value(dtype)}; {_FIX}"
+        )
+    if not (
+        isinstance(shape, list) and len(shape) <= MAX_DIMENSIONS and all(_is_count(size) for size in shape)
+    ):
+        raise CheckpointError(
+            f"{shown}: tensor {quoted(name)} has an invalid shape {shown_value(shape)} (at most "
+            f"{MAX_DIMENSIONS} sizes, each a whole number below 2**63); {_FIX}"
+        )
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+        raise CheckpointError(
+            f"{shown}: tensor {quoted(name)} has invalid data_offsets {shown_value(offsets)} (two whole "
+            f"numbers below 2**63); {_FIX}"
+        )
+    begin, end = offsets
+    needed = math.prod(shape) * DTYPE_BYTES[dtype]
+    if needed >= MAX_COUNT:
+        raise CheckpointError(
+            f"{shown}: tensor {quoted(name)} has a shape that needs 2**63 bytes or more; {_FIX}"
+        )
+    if end - begin != needed:
+        raise CheckpointError(
+            f"{shown}: tensor {quoted(name)} occupies {end - begin} bytes, not the {math.prod(shape)} × "
+            f"{DTYPE_BYTES[dtype]} its shape and dtype need; {_FIX}"
+        )
+    return Tensor(dtype=dtype, shape=tuple(shape)), (begin, end)
+
+
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A whole number in [0, 2**63), as safetensors' own reader takes one (a JSON true is no number)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
 
 
 _BASE_FIX = (
@@ -204,11 +253,9 @@ def compare_names(names: set[str], base: set[str], shown: str) -> None:
     if missing or extra:
         parts = []
         if missing:
-            parts.append(
-                f"missing {len(missing)} of the base model's tensors (e.g. {', '.join(missing[:3])})"
-            )
+            parts.append(f"missing {len(missing)} of the base model's tensors ({quoted_names(missing)})")
         if extra:
-            parts.append(f"{len(extra)} tensors the base model does not have (e.g. {', '.join(extra[:3])})")
+            parts.append(f"{len(extra)} tensors the base model does not have ({quoted_names(extra)})")
         raise CheckpointError(f"{shown}: the weights hold {' and '.join(parts)}; {_BASE_FIX}")
 
 
@@ -220,11 +267,11 @@ def compare_to_base(tensors: Mapping[str, Tensor], base: Mapping[str, Tensor], s
         got, want = tensors[name], base[name]
         if got.shape != want.shape:
             raise CheckpointError(
-                f"{shown}: tensor {name} has shape {list(got.shape)}, the base model's has "
+                f"{shown}: tensor {quoted(name)} has shape {list(got.shape)}, the base model's has "
                 f"{list(want.shape)}; {_BASE_FIX}"
             )
         if got.dtype != want.dtype and not {got.dtype, want.dtype} <= INTERCHANGEABLE_FLOATS:
             raise CheckpointError(
-                f"{shown}: tensor {name} is {got.dtype}, the base model's is {want.dtype} "
+                f"{shown}: tensor {quoted(name)} is {got.dtype}, the base model's is {want.dtype} "
                 f"(floating tensors may be F16, BF16 or F32; others keep the base's dtype); {_BASE_FIX}"
             )

@@ -58,9 +58,18 @@ from pathlib import Path
 from typing import Any
 
 from autorl.checkpoints import model_files
+from autorl.checkpoints.agent_names import MAX_NAME_CHARS, quoted, quoted_names, shortened, shown_value
 from autorl.checkpoints.model_files import TOKENIZER_FILES
-from autorl.checkpoints.safetensors_header import Header, Tensor, compare_names, compare_to_base, read_header
+from autorl.checkpoints.safetensors_header import (
+    Header,
+    Tensor,
+    check_name,
+    compare_names,
+    compare_to_base,
+    read_header,
+)
 from autorl.errors import (
+    AutoRLError,
     CheckpointError,
     CostlyCheckpointError,
     ModelSourceError,
@@ -91,6 +100,8 @@ PLATFORM_FILES = frozenset({GENERATION_CONFIG, *TOKENIZER_FILES})
 #: A folder with more entries is not a model folder; listing stops there.
 MAX_ENTRIES = 10_000
 MAX_SHARDS = 1_000
+#: The longest shard file name an index may give (the longest file name most filesystems take).
+MAX_SHARD_NAME_CHARS = 255
 #: Header bytes a submission's shards may hold beyond twice what the base model's need.
 HEADER_SLACK_BYTES = 64 * 1024
 #: How many ignored names an answer lists (the first, sorted), and the most characters each one
@@ -101,9 +112,8 @@ HEADER_SLACK_BYTES = 64 * 1024
 #: in GET /scores when every listed name was whole and 100 were listed). A checkpoint saved by
 #: ``Trainer`` leaves about a dozen files beside its weights (one ``rng_state`` more per GPU).
 MAX_IGNORED_LISTED = 20
-MAX_IGNORED_NAME_CHARS = 100
-#: Ends a listed name that was shortened to MAX_IGNORED_NAME_CHARS characters (before a folder's /).
-SHORTENED = "…"
+#: As many as a name takes in a refusal (autorl.checkpoints.agent_names).
+MAX_IGNORED_NAME_CHARS = MAX_NAME_CHARS
 #: Files above this size must have at least this fraction of their bytes allocated.
 SPARSE_CHECK_MIN_BYTES = _MIB
 MIN_DATA_FRACTION = 0.5
@@ -137,10 +147,21 @@ _NO_DESCRIPTORS = (
     "the grader has no file descriptor free to read this checkpoint with right now; submit it again "
     "in a moment (this does not count against your submission limit)"
 )
+#: What a checkpoint whose files broke a check in a way no rule names is told (see _agent_files).
+_MALFORMED = (
+    "{shown}: the checkpoint's files could not be read as a model ({kind} while checking them); save "
+    "the model with model.save_pretrained(path), which writes safetensors, and submit that folder"
+)
 _BASE_CHANGED = (
     "the base model's files changed while this checkpoint was being taken (the platform replaced them); "
     "submit the checkpoint again"
 )
+
+
+class MalformedCheckpointError(CheckpointError):
+    """A submission's files made a check fail in a way none of its rules names (a value of a type
+    or size no rule expected): refused all the same, before any weight data is read, so it costs
+    what any such refusal costs (nothing). ``__cause__`` is the failure, for the platform's log."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +261,20 @@ def _descriptors_are_the_platforms() -> Iterator[None]:
         raise
 
 
+@contextmanager
+def _agent_files(shown: str) -> Iterator[None]:
+    """Around the checks of the bytes of a checkpoint's files (their JSON, their headers): what
+    fails there other than a refusal or the grader's own I/O (an OSError: its storage, its
+    descriptors) or memory is the files' doing, and a :class:`MalformedCheckpointError` naming
+    the fix. The copy into the snapshot storage is outside: its failures stay the platform's."""
+    try:
+        yield
+    except (AutoRLError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        raise MalformedCheckpointError(_MALFORMED.format(shown=shown, kind=type(exc).__name__)) from exc
+
+
 def _out_of_descriptors(exc: BaseException | None) -> bool:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -270,29 +305,33 @@ def _open_base_folder(base_model_dir: Path, stack: ExitStack) -> _Source:
 def read_base_model(base_model_dir: Path) -> BaseCheckpoint:
     """The base model's config and safetensors tensors; a broken base is the platform's problem."""
     try:
-        config = model_files.parse_json_object((base_model_dir / CONFIG).read_bytes(), CONFIG)
-        if (base_model_dir / WEIGHTS_INDEX).is_file():
-            index = model_files.parse_json_object(
-                (base_model_dir / WEIGHTS_INDEX).read_bytes(), WEIGHTS_INDEX
-            )
-            shards = sorted(set(_weight_map(index, WEIGHTS_INDEX).values()))
-        else:
-            shards = [WEIGHTS]
-            if not (base_model_dir / WEIGHTS).is_file():
-                raise ModelSourceError(_no_safetensors(base_model_dir))
-        tensors: dict[str, Tensor] = {}
-        header_bytes = 0
-        for shard in shards:
-            path = base_model_dir / shard
-            with path.open("rb") as handle:
-                header = read_header(handle.fileno(), path.stat().st_size, shard)
-            tensors.update(header.tensors)
-            header_bytes += len(header.raw)
-        template = _base_chat_template(base_model_dir)
+        with _agent_files(str(base_model_dir)):
+            return _read_base_model(base_model_dir)
     except (OSError, CheckpointError) as exc:
         raise ModelSourceError(
             f"the base model in {base_model_dir} cannot be read ({exc}); resolve the base model again"
         ) from exc
+
+
+def _read_base_model(base_model_dir: Path) -> BaseCheckpoint:
+    """read_base_model's reading, any failure of which is the base model's (a ModelSourceError)."""
+    config = model_files.parse_json_object((base_model_dir / CONFIG).read_bytes(), CONFIG)
+    if (base_model_dir / WEIGHTS_INDEX).is_file():
+        index = model_files.parse_json_object((base_model_dir / WEIGHTS_INDEX).read_bytes(), WEIGHTS_INDEX)
+        shards = sorted(set(_weight_map(index, WEIGHTS_INDEX).values()))
+    else:
+        shards = [WEIGHTS]
+        if not (base_model_dir / WEIGHTS).is_file():
+            raise ModelSourceError(_no_safetensors(base_model_dir))
+    tensors: dict[str, Tensor] = {}
+    header_bytes = 0
+    for shard in shards:
+        path = base_model_dir / shard
+        with path.open("rb") as handle:
+            header = read_header(handle.fileno(), path.stat().st_size, shard)
+        tensors.update(header.tensors)
+        header_bytes += len(header.raw)
+    template = _base_chat_template(base_model_dir)
     return BaseCheckpoint(config=config, tensors=tensors, chat_template=template, header_bytes=header_bytes)
 
 
@@ -301,7 +340,7 @@ def _no_safetensors(model_dir: Path) -> str:
     pickles = sorted(entry.name for entry in model_dir.iterdir() if _PICKLE_WEIGHTS.fullmatch(entry.name))
     if pickles:
         return (
-            f"{model_dir} holds only pickle weights ({', '.join(pickles[:5])}), which can run code when "
+            f"{model_dir} holds only pickle weights ({quoted_names(pickles, 5)}), which can run code when "
             "loaded and are not accepted; load the model once and save it with model.save_pretrained(path), "
             "which writes model.safetensors (safetensors is its default), then use that folder"
         )
@@ -491,13 +530,14 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
     config, generation config, tokenizer and chat template. Of ``source`` only the weights,
     ``config.json`` and the weights' index are opened; everything else is listed as ignored."""
     names = _list(source)
-    shards = _weight_files(source, names, base)
+    with _agent_files(source.shown):
+        shards = _weight_files(source, names, base)
     indexed = shards != [WEIGHTS]
     checked = {CONFIG, WEIGHTS_INDEX} if indexed else {CONFIG}
     missing = sorted(set(shards) - names)
     if missing:
         raise CheckpointError(
-            f"{source.shown}: {WEIGHTS_INDEX} names {', '.join(missing[:3])}, which is not in the folder; "
+            f"{source.shown}: {WEIGHTS_INDEX} names {quoted_names(missing)}, which is not in the folder; "
             + _SAVE
         )
     if CONFIG not in names:
@@ -519,26 +559,15 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
             opened = {entry: _open(source, entry, stack) for entry in sorted(checked)}
             platform_names = _list(platform) & PLATFORM_FILES
             platform_files = {entry: _open(platform, entry, stack) for entry in sorted(platform_names)}
-            headers, seen = _read_headers(source, shards, base)
+            with _agent_files(source.shown):
+                headers, seen = _read_headers(source, shards, base)
             _check_free_space(
                 snapshot_root,
                 sum(handle.info.st_size for handle in [*opened.values(), *platform_files.values()])
                 + sum(info.st_size for info in seen.values()),
             )
-            tensors: dict[str, Tensor] = {}
-            weight_map: dict[str, str] = {}
-            for shard, header in headers.items():
-                for tensor in header.tensors:
-                    if tensor in tensors:
-                        raise CheckpointError(
-                            f"{source.shown}: tensor {tensor} is stored twice ({weight_map[tensor]} and "
-                            f"{shard}); {_SAVE}"
-                        )
-                    weight_map[tensor] = shard
-                tensors.update(header.tensors)
-            compare_to_base(tensors, base.tensors, source.shown)
-            config = model_files.parse_json_object(_read_small(opened[CONFIG]), opened[CONFIG].name)
-            model_files.check_config(config, base.config, opened[CONFIG].name)
+            with _agent_files(source.shown):
+                weight_map = _checked_against_base(source, headers, opened[CONFIG], base)
             small = {entry: _read_small(handle) for entry, handle in platform_files.items()}
             platform_written = _platform_files(small, base, platform)
             # Every check that needs no tensor data is behind, and a file changed by now is refused
@@ -588,6 +617,28 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
         fingerprint=fingerprint,
         ignored_files=ignored,
     )
+
+
+def _checked_against_base(
+    source: _Source, headers: dict[str, Header], config: _Opened, base: BaseCheckpoint
+) -> dict[str, str]:
+    """Refuse unless the shards' headers hold the base model's tensors, each once, and ``config``
+    describes the base model's architecture. Returns which shard holds each tensor."""
+    tensors: dict[str, Tensor] = {}
+    weight_map: dict[str, str] = {}
+    for shard, header in headers.items():
+        for tensor in header.tensors:
+            if tensor in tensors:
+                raise CheckpointError(
+                    f"{source.shown}: tensor {quoted(tensor)} is stored twice "
+                    f"({quoted(weight_map[tensor])} and {quoted(shard)}); {_SAVE}"
+                )
+            weight_map[tensor] = shard
+        tensors.update(header.tensors)
+    compare_to_base(tensors, base.tensors, source.shown)
+    parsed = model_files.parse_json_object(_read_small(config), config.name)
+    model_files.check_config(parsed, base.config, config.name)
+    return weight_map
 
 
 def _fingerprint_v2(folder: Path) -> str:
@@ -685,7 +736,7 @@ def _weight_files(source: _Source, names: set[str], base: BaseCheckpoint) -> lis
     pickles = sorted(name for name in names if _PICKLE_WEIGHTS.fullmatch(name))
     if pickles:
         raise CheckpointError(
-            f"{source.shown} holds pickle weights ({', '.join(pickles[:5])}), which can run code when "
+            f"{source.shown} holds pickle weights ({quoted_names(pickles, 5)}), which can run code when "
             "loaded and are not accepted; save the model with model.save_pretrained(path), which writes "
             "model.safetensors (safetensors is its default), and submit that folder"
         )
@@ -696,15 +747,29 @@ def _weight_files(source: _Source, names: set[str], base: BaseCheckpoint) -> lis
 
 
 def _weight_map(index: dict[str, Any], shown: str) -> dict[str, str]:
+    """The index's weight_map, checked to map tensor names to shard names (strings of bounded
+    length, each shard a file of the same folder) before any of them is hashed or compared."""
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{shown} has no weight_map; {_SAVE}")
-    shards = set(weight_map.values())
-    if len(shards) > MAX_SHARDS or not all(isinstance(s, str) and _SHARD_NAME.fullmatch(s) for s in shards):
+    for name, shard in weight_map.items():
+        check_name(name, shown)
+        if not _is_shard_name(shard):
+            raise CheckpointError(
+                f"{shown} maps tensor {quoted(name)} to {shown_value(shard)}, not to the name of a "
+                f"*.safetensors file in the same folder; {_SAVE}"
+            )
+    if len(set(weight_map.values())) > MAX_SHARDS:
         raise CheckpointError(
             f"{shown} must name at most {MAX_SHARDS} *.safetensors files in the same folder; {_SAVE}"
         )
     return weight_map
+
+
+def _is_shard_name(shard: object) -> bool:
+    if not isinstance(shard, str) or len(shard) > MAX_SHARD_NAME_CHARS:
+        return False
+    return _SHARD_NAME.fullmatch(shard) is not None
 
 
 def _listed(source: _Source, names: set[str]) -> tuple[str, ...]:
@@ -738,16 +803,9 @@ def _escaped(entry: str) -> str:
 
 
 def _shortened(entry: str, suffix: str) -> str:
-    """``entry`` shown in at most MAX_IGNORED_NAME_CHARS characters with its suffix and the mark,
-    cut between characters (never inside an escape)."""
-    room = MAX_IGNORED_NAME_CHARS - len(SHORTENED) - len(suffix)
-    kept = ""
-    for char in entry:
-        part = _escaped(char)
-        if len(kept) + len(part) > room:
-            break
-        kept += part
-    return kept + SHORTENED + suffix
+    """``entry`` shown in at most MAX_IGNORED_NAME_CHARS characters with its suffix, cut between
+    characters (never inside an escape) and marked so."""
+    return shortened(entry, MAX_IGNORED_NAME_CHARS - len(suffix), _escaped) + suffix
 
 
 def _open(source: _Source, entry: str, stack: ExitStack) -> _Opened:

@@ -30,6 +30,7 @@ from autorl_evaluator.evaluate_command import CACHED
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
 from tests.conftest import FIXTURE_DATA, REPO_ROOT
+from tests.support.checkpoints import read_safetensors, split_into_shards, write_safetensors
 from tests.support.grading import (
     admin_headers,
     copy_model,
@@ -299,10 +300,29 @@ def pickle_only(folder: Path, tiny_base_model: Path) -> Path:
     return folder
 
 
+def malformed(folder: Path, tiny_base_model: Path, case: str) -> Path:
+    """A copy of the base model whose header declares sizes past 2**63 (their product had more
+    digits than Python formats) or, sharded, whose index maps a tensor to a list."""
+    copy_model(tiny_base_model, folder)
+    if case.startswith("malformed header"):
+        header, data = read_safetensors(folder / "model.safetensors")
+        header["model.norm.weight"]["shape"] = [10**299] * 20
+        write_safetensors(folder / "model.safetensors", header, data)
+    else:
+        shards = split_into_shards(folder)
+        index = json.loads((folder / "model.safetensors.index.json").read_text())
+        index["weight_map"]["model.norm.weight"] = shards
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
 @pytest.mark.parametrize(
     ("case", "fix"),
     [
         ("missing folder", "does not exist; pass an existing folder that holds config.json"),
+        ("malformed header", "each a whole number below 2**63); save the model"),
+        ("malformed header beside a base", "each a whole number below 2**63); save the model"),
+        ("malformed index beside a base", "not to the name of a *.safetensors file in the same folder"),
         ("pickle-only weights", "save it with model.save_pretrained(path)"),
         ("pickle-only weights beside a base", "save the model with model.save_pretrained(path)"),
         ("unknown task", "known tasks: arith, gsm8k; pass one of them with -t"),
@@ -322,6 +342,10 @@ def test_bad_input_exits_2_naming_the_fix(
     model, task, extra = str(tiny_base_model), "arith", []
     if case == "missing folder":
         model = str(tmp_path / "nowhere")
+    elif case.startswith("malformed"):
+        model = str(malformed(tmp_path / "malformed", tiny_base_model, case))
+        if case.endswith("beside a base"):
+            extra = ["--base", str(tiny_base_model)]
     elif case.startswith("pickle-only"):
         model = str(pickle_only(tmp_path / "pickled", tiny_base_model))
         if case.endswith("beside a base"):

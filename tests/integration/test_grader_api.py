@@ -18,12 +18,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
+from autorl.checkpoints import model_files
 from autorl.errors import ConfigurationError
 from autorl.store import Database, SubmissionStatus, caches, claims, experiments, outcomes
 from autorl.store import submissions as submission_store
 from autorl.untrusted_text import printable
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_grader.main import create_app
+from tests.support.checkpoints import read_safetensors, split_into_shards, write_safetensors
 from tests.support.documents import claim
 from tests.support.grading import (
     Grader,
@@ -166,6 +168,92 @@ def test_bad_checkpoints_are_refused_with_the_fix_and_nothing_written(
     assert response.status_code == 400, response.text
     assert fix in response.json()["detail"]
     assert submission_count(grading.settings, experiment) == 0
+
+
+#: A tensor name that would drive a terminal and forge a line where a refusal is shown.
+HOSTILE_NAME = "\x1b[2J\x1b]8;;https://x.example\x07\nautorl: score 99.00\u202e"
+
+
+def _malform(kind: str, target: Path) -> None:
+    """Rewrite the structure of the checkpoint's header or (sharded) index as ``kind`` says."""
+    if kind.startswith("header"):
+        header, data = read_safetensors(target / "model.safetensors")
+        entry = header["model.norm.weight"]
+        if kind == "header: sizes past 2**63":
+            entry["shape"] = [10**299] * 20
+        elif kind == "header: a list as dtype":
+            entry["dtype"] = ["F32"]
+        else:
+            header[HOSTILE_NAME * 40] = header.pop("model.norm.weight")
+        write_safetensors(target / "model.safetensors", header, data)
+        return
+    shards = split_into_shards(target)
+    index = json.loads((target / "model.safetensors.index.json").read_text())
+    weight_map = index["weight_map"]
+    if kind == "index: a list as shard":
+        weight_map["model.norm.weight"] = shards
+    elif kind == "index: an object as shard":
+        weight_map["model.norm.weight"] = {"file": shards[0]}
+    elif kind == "index: a hidden-character name":
+        weight_map[HOSTILE_NAME] = shards[0]
+    else:
+        weight_map.update({f"{i}" + "A" * 1_300_000: shards[0] for i in range(3)})
+    (target / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "header: sizes past 2**63",
+        "header: a list as dtype",
+        "header: a long hidden-character name",
+        "index: a list as shard",
+        "index: an object as shard",
+        "index: a hidden-character name",
+        "index: three names of 1.3 M characters",
+    ],
+)
+def test_a_checkpoint_of_any_structure_is_refused_as_json_at_no_cost(kind: str, grading: Grader) -> None:
+    """Whatever the header or index holds, the answer is a 400 naming the fix, its names escaped
+    and bounded; nothing is written, the limit is untouched, and the next submit is served."""
+    experiment = grading.register(max_submissions=1)
+    _malform(kind, grading.copy(experiment, "bad"))
+    refused = submit(grading.client, experiment, "output/bad")
+    assert refused.status_code == 400, refused.text
+    answer = refused.json()
+    assert answer["detail"] == answer["error"] and "save_pretrained" in answer["detail"]
+    assert answer["detail"].isprintable() and len(answer["detail"]) < 800, answer["detail"]
+    assert submission_count(grading.settings, experiment) == 0
+    assert grading.settings.snapshot_dir is not None and not any(grading.settings.snapshot_dir.glob("*"))
+    grading.copy(experiment, "good")
+    accepted = submit(grading.client, experiment, "output/good", params={"wait": "false"})
+    assert accepted.status_code == 202, accepted.text
+
+
+def test_an_unforeseen_failure_checking_the_files_is_a_logged_refusal_at_no_cost(
+    grading: Grader, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unforeseen(*args: object) -> None:
+        raise TypeError("a value no check expected")
+
+    experiment = grading.register(max_submissions=1)
+    grading.copy(experiment, "ckpt")
+    monkeypatch.setattr(model_files, "check_config", unforeseen)
+    with caplog.at_level(logging.WARNING, logger="autorl.grader"):
+        refused = submit(grading.client, experiment, "output/ckpt")
+    assert refused.status_code == 400, refused.text
+    answer = refused.json()
+    assert answer["detail"] == answer["error"]
+    assert answer["detail"].startswith(
+        "output/ckpt: the checkpoint's files could not be read as a model (TypeError while checking them); "
+        "save the model with model.save_pretrained(path)"
+    )
+    logged = [r for r in caplog.records if "event=submission_malformed" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None and logged[0].exc_info[0] is TypeError
+    assert submission_count(grading.settings, experiment) == 0
+    monkeypatch.undo()
+    accepted = submit(grading.client, experiment, "output/ckpt", params={"wait": "false"})
+    assert accepted.status_code == 202, accepted.text
 
 
 def test_ignored_file_names_add_bounded_bytes_to_each_answer_and_to_scores(

@@ -19,8 +19,12 @@ from typing import Any
 
 import pytest
 
+from autorl.checkpoints import model_files
+from autorl.checkpoints import snapshot as snapshot_module
+from autorl.checkpoints.agent_names import MAX_NAME_CHARS, SHORTENED
 from autorl.checkpoints.snapshot import (
     MAX_SHARDS,
+    MalformedCheckpointError,
     Snapshot,
     snapshot_base_model,
 )
@@ -525,6 +529,30 @@ def _truncated(header: dict[str, object], data: bytes) -> tuple[dict[str, object
     return header, data[:-4]
 
 
+#: A name an agent may give a tensor: terminal escapes, a forged line, a bidi override, a quote.
+HOSTILE_NAME = "\x1b[2J\x1b]8;;https://x.example\x07\nautorl: score 99.00\u202e'"
+
+
+def _norm_entry(**fields: object) -> Callable[[dict[str, object], bytes], tuple[dict[str, object], bytes]]:
+    """Set fields of model.norm.weight's entry."""
+
+    def edit(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+        entry = header["model.norm.weight"]
+        assert isinstance(entry, dict)
+        entry.update(fields)
+        return header, data
+
+    return edit
+
+
+def _named(name: str) -> Callable[[dict[str, object], bytes], tuple[dict[str, object], bytes]]:
+    def edit(header: dict[str, object], data: bytes) -> tuple[dict[str, object], bytes]:
+        header[name] = header.pop("model.norm.weight")
+        return header, data
+
+    return edit
+
+
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
@@ -535,6 +563,26 @@ def _truncated(header: dict[str, object], data: bytes) -> tuple[dict[str, object
         (_missing, "missing 1 of the base model's tensors"),
         (_appended, "header declares"),
         (_truncated, "header declares"),
+        # Sizes past 2**63: the product's digits broke the message (ValueError, a 500).
+        (_norm_entry(shape=[10**299] * 20), "below 2**63"),
+        (_norm_entry(shape=[2**63]), "below 2**63"),
+        (_norm_entry(shape=[2**62, 2**62]), "needs 2**63 bytes or more"),
+        (_norm_entry(shape=[-8]), "below 2**63"),
+        (_norm_entry(shape=[8.0]), "below 2**63"),
+        (_norm_entry(shape=[True] * 8), "below 2**63"),
+        (_norm_entry(shape=[[8]]), "below 2**63"),
+        (_norm_entry(shape={"rows": 8}), "below 2**63"),
+        (_norm_entry(shape=[1] * 33), "at most 32 sizes"),
+        (_norm_entry(data_offsets=[0, 2**63]), "below 2**63"),
+        (_norm_entry(data_offsets=[False, True]), "below 2**63"),
+        (_norm_entry(data_offsets=[-32, 0]), "below 2**63"),
+        (_norm_entry(data_offsets=[[0], [32]]), "below 2**63"),
+        # A dtype that cannot be looked up (unhashable: a TypeError, a 500).
+        (_norm_entry(dtype=["F32"]), 'unknown dtype ["F32"]'),
+        (_norm_entry(dtype={"F32": 1}), 'unknown dtype {"F32": 1}'),
+        (_norm_entry(shape=[float("nan")]), "NaN is not a JSON value"),
+        (_norm_entry(data_offsets=[0, float("inf")]), "Infinity is not a JSON value"),
+        (_named("w" * 2_000), "names a tensor of 2000 characters"),
     ],
 )
 def test_weights_must_match_the_base_models_header(
@@ -545,7 +593,106 @@ def test_weights_must_match_the_base_models_header(
 ) -> None:
     _rewrite_header(checkpoint, edit)
     message = refusal()
-    assert named in message and "save_pretrained" in message
+    assert named in message and "save_pretrained" in message, message
+    assert len(message) < 600, message
+
+
+def _index(checkpoint: Path, **entries: object) -> None:
+    """Shard the checkpoint and set entries of its index's weight_map."""
+    split_into_shards(checkpoint)
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    index["weight_map"].update(entries)
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "shard",
+    # Unhashable values were a TypeError (a 500); the rest named the wrong fix or a 300-character name.
+    [["model-00001-of-00002.safetensors"], {"x": 1}, 7, None, True, "m" * 300 + ".safetensors"],
+)
+def test_an_index_mapping_a_tensor_to_anything_but_a_shard_name_is_refused(
+    refusal: Callable[..., str], checkpoint: Path, shard: object
+) -> None:
+    _index(checkpoint, **{"model.norm.weight": shard})
+    message = refusal()
+    assert message.startswith(
+        "output/ckpt/model.safetensors.index.json maps tensor 'model.norm.weight' to "
+    ), message
+    assert "not to the name of a *.safetensors file in the same folder" in message
+    assert len(message) < 400, message
+
+
+def test_tensor_names_in_refusals_are_escaped_and_bounded(
+    refusal: Callable[..., str], checkpoint: Path
+) -> None:
+    """However an agent names its tensors, a refusal shows each name escaped, between quotes, in at
+    most MAX_NAME_CHARS characters, and at most MAX_NAMES_SHOWN of them."""
+    shard = "model-00001-of-00002.safetensors"
+    _index(checkpoint, **{HOSTILE_NAME: shard, **{f"{i}" + "A" * 900: shard for i in range(5)}})
+    message = refusal()
+    assert message.isprintable(), message
+    assert "('\\x1b[2J\\x1b]8;;https://x.example\\x07\\nautorl: score 99.00\\u202e\\'', '0AAA" in message
+    assert f"'0{'A' * (MAX_NAME_CHARS - 2)}{SHORTENED}'" in message
+    assert "6 tensors the base model does not have (" in message and " and 3 more)" in message
+    assert len(message) < 800, message
+
+
+def test_a_header_names_no_tensor_longer_than_any_models(
+    refusal: Callable[..., str], checkpoint: Path
+) -> None:
+    name = HOSTILE_NAME * 40  # 1,960 characters, well within the header allowance
+    _rewrite_header(checkpoint, _named(name))
+    message = refusal()
+    assert message.isprintable() and len(message) < 500, message
+    assert f"names a tensor of {len(name)} characters ('\\x1b[2J" in message and "…')" in message
+
+
+def test_a_tensor_stored_twice_is_named_escaped(refusal: Callable[..., str], checkpoint: Path) -> None:
+    shards = split_into_shards(checkpoint)
+    for shard in shards:
+        header, data = read_safetensors(checkpoint / shard)
+        header[HOSTILE_NAME] = {"dtype": "U8", "shape": [1], "data_offsets": [len(data), len(data) + 1]}
+        write_safetensors(checkpoint / shard, header, data + b"\0")
+    message = refusal()
+    assert message.isprintable(), message
+    assert message.startswith("output/ckpt: tensor '\\x1b[2J"), message
+    assert f"is stored twice ('{shards[0]}' and '{shards[1]}')" in message
+
+
+def test_a_check_failing_unforeseen_on_the_files_is_a_refusal_at_no_cost(
+    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a check of the files raises that no rule names is a refusal with the fix, before any
+    weight data is read (not a CostlyCheckpointError), the failure kept as its cause."""
+
+    def unforeseen(*args: object) -> None:
+        raise TypeError("a value no check expected")
+
+    monkeypatch.setattr(model_files, "check_config", unforeseen)
+    with pytest.raises(MalformedCheckpointError) as caught:
+        take()
+    assert not isinstance(caught.value, CostlyCheckpointError)
+    assert isinstance(caught.value.__cause__, TypeError)
+    assert str(caught.value) == (
+        "output/ckpt: the checkpoint's files could not be read as a model (TypeError while checking "
+        "them); save the model with model.save_pretrained(path), which writes safetensors, and submit "
+        "that folder"
+    )
+    assert list(snapshots.iterdir()) == []
+
+
+def test_a_failure_while_copying_stays_the_platforms(
+    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy into the snapshot storage is the platform's: what fails there is no refusal."""
+
+    def broken(*args: object) -> None:
+        raise TypeError("the platform's own fault")
+
+    monkeypatch.setattr(snapshot_module, "_copy_weights", broken)
+    with pytest.raises(TypeError):
+        take()
+    assert list(snapshots.iterdir()) == []
 
 
 def test_weights_saved_in_another_float_precision_are_accepted(

@@ -14,6 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from autorl.checkpoints.agent_names import (
+    MAX_NAME_CHARS,
+    SHORTENED,
+    quoted,
+    quoted_names,
+    shown_value,
+)
 from autorl.checkpoints.snapshot import (
     MAX_IGNORED_LISTED,
     MAX_IGNORED_NAME_CHARS,
@@ -374,9 +381,10 @@ def test_weight_refusals_say_exactly_what_to_do(
     for name in ("a.pt", "b.pth", "c.ckpt", "d.pkl", "pytorch_model.bin", "z.pt"):
         (checkpoint / name).write_bytes(b"\x80\x04pickle")
     assert refusal() == (
-        "output/ckpt holds pickle weights (a.pt, b.pth, c.ckpt, d.pkl, pytorch_model.bin), which can "
-        "run code when loaded and are not accepted; save the model with model.save_pretrained(path), "
-        "which writes model.safetensors (safetensors is its default), and submit that folder"
+        "output/ckpt holds pickle weights ('a.pt', 'b.pth', 'c.ckpt', 'd.pkl', 'pytorch_model.bin' and 1 "
+        "more), which can run code when loaded and are not accepted; save the model with "
+        "model.save_pretrained(path), which writes model.safetensors (safetensors is its default), and "
+        "submit that folder"
     )
     for name in ("a.pt", "b.pth", "c.ckpt", "d.pkl", "pytorch_model.bin", "z.pt"):
         (checkpoint / name).unlink()
@@ -384,3 +392,23 @@ def test_weight_refusals_say_exactly_what_to_do(
         "output/ckpt has no *.safetensors weights (model.safetensors); save the full model with "
         "model.save_pretrained(path) (safetensors is its default) and submit that folder"
     )
+
+
+# --- names a submission chose, in a refusal ---------------------------------------------------
+
+
+def test_a_name_in_a_message_is_quoted_escaped_and_bounded() -> None:
+    assert quoted("model.norm.weight") == "'model.norm.weight'"
+    # Hidden characters as escapes, a backslash and a quote so that the quotes end the name.
+    assert quoted("a'b\\\x1b[31m\n\u202e\u200b") == "'a\\'b\\\\\\x1b[31m\\n\\u202e\\u200b'"
+    # Cut between characters, never inside an escape, within MAX_NAME_CHARS.
+    long = quoted("\x1b" * 1_000_000)
+    assert long == "'" + "\\x1b" * ((MAX_NAME_CHARS - len(SHORTENED)) // 4) + SHORTENED + "'"
+    assert len(quoted("n" * 10**6)) == MAX_NAME_CHARS + 2
+    assert quoted("n" * MAX_NAME_CHARS) == "'" + "n" * MAX_NAME_CHARS + "'"
+    assert quoted_names(["a", "b"]) == "'a', 'b'"
+    assert quoted_names([f"t{i}" for i in range(10)]) == "'t0', 't1', 't2' and 7 more"
+    assert quoted_names([f"t{i}" for i in range(10)], 5) == "'t0', 't1', 't2', 't3', 't4' and 5 more"
+    assert shown_value(["\x1b]0;title\x07"]) == '["\\u001b]0;title\\u0007"]'
+    value = shown_value({"sizes": [10**299] * 20})
+    assert len(value) == MAX_NAME_CHARS and value.endswith(SHORTENED) and value.isprintable()

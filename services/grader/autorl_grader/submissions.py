@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from autorl.api.answers import PendingAnswer, SubmissionAnswer
 from autorl.checkpoints.snapshot import (
+    MalformedCheckpointError,
     Snapshot,
     prune_snapshots,
     remove_snapshot,
@@ -291,8 +292,20 @@ def count_refusal(
 def _snapshot_and_commit(
     state: GraderState, experiment: Experiment, model_path: str, holder: str
 ) -> tuple[int, bool]:
-    """The new submission's id and whether it is queued (not a reused score)."""
-    snapshot = take_snapshot(state, experiment, model_path)
+    """The new submission's id and whether it is queued (not a reused score). Files that broke a
+    check in a way no rule names are refused (400, before any weight data is read: not counted) and
+    the failure is logged with its traceback; any other failure (the database, the snapshot
+    storage) stays the platform's."""
+    try:
+        snapshot = take_snapshot(state, experiment, model_path)
+    except MalformedCheckpointError as exc:
+        log.warning(
+            "event=submission_malformed experiment=%s reason=%s",
+            experiment.name,
+            exc,
+            exc_info=exc.__cause__ or exc,
+        )
+        raise
     shown_path = os.path.normpath(Path(experiment.workspace) / rebase_agent_path(experiment, model_path))
     with held_until_committed(snapshot) as held:
         # Refuse before writing anything when the queue is down: no half-accepted submission.
