@@ -15,15 +15,28 @@ never by its name.
   inside a weights file (its metadata, a tensor) is hidden on purpose and not found.
 
 Every byte read from the file and every byte a decoder expands counts towards :class:`Reading`'s
-limit (the scan's per-file and total caps), so a decompression bomb costs at most the caps; what a
-limit cut leaves the file marked as cut. A container that does not parse is read as plain bytes.
+limit (the scan's per-file and total caps); what a limit cut leaves the file marked as cut. A
+container that does not parse is read as plain bytes. A byte is counted once a decoder has
+produced it, so the caps bound what a decoder is allowed to produce, not what it allocates first:
+
+* gzip, and bzip2 and LZMA members of a zip, are expanded here with an output bound (at most the
+  bytes asked, within what the limit leaves); stored and deflated zip members by zipfile, which
+  bounds them the same way. Members of other zip methods are not opened (the file is cut).
+* A Parquet row group is decoded only when the uncompressed size it declares fits what the limit
+  leaves, in batches of about :data:`PARQUET_BATCH_BYTES`, and what was decoded is checked
+  against the limit again; but the declared sizes are the agent's, and a decoder (pyarrow,
+  its codecs, zipfile's reading of a directory) may still allocate more than the caps before a
+  byte is counted. The hard bound is the memory limit of the process the platform reads an
+  agent's files in (:mod:`autorl.provenance.scan_process`), where such a file is unreadable.
 """
 
 from __future__ import annotations
 
+import bz2
 import codecs
 import io
 import json
+import lzma
 import math
 import os
 import re
@@ -31,7 +44,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Protocol
 
 #: Bytes of a file's start that decide what it is (a tar's magic lies at 257).
@@ -48,8 +61,21 @@ MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024
 _TORCH_MEMBER = re.compile(
     r"[^/]+/(data\.pkl|data/\d+|\.data/serialization_id|\.format_version|\.storage_alignment|byteorder|version)"
 )
-#: Rows of a Parquet file decoded at once.
+#: Rows of a Parquet file decoded at once, at most.
 PARQUET_BATCH_ROWS = 1024
+#: Bytes of a Parquet file's text columns decoded at once, by the sizes its row groups declare:
+#: fewer rows a batch where they declare more.
+PARQUET_BATCH_BYTES = 64 * 1024 * 1024
+#: An LZMA member of a zip whose dictionary is larger is not opened (the decoder allocates it
+#: whole; xz's strongest preset uses 64 MiB, zipfile's default 8 MiB).
+MAX_LZMA_DICTIONARY = 64 * 1024 * 1024
+#: Zip compression methods whose members CPython's zipfile expands within the bytes asked (a read
+#: of n bytes inflates about n): stored and deflate. It expands bzip2 and LZMA members with no
+#: output bound, so one read of a few kilobytes could expand to gigabytes before anything is
+#: charged; those are expanded here, in steps of at most what is asked (:class:`_Expanded`), so
+#: they are read within the caps like gzip, rather than left unread (which would make every such
+#: archive an incomplete scan). Members of other methods are not opened, and the file is cut.
+_BOUNDED_BY_ZIPFILE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 #: Bytes asked of a stream at once.
 READ_BYTES = 1024 * 1024
 
@@ -104,6 +130,8 @@ def is_weights(fd: int) -> bool:
         try:
             with zipfile.ZipFile(_FileReader(fd, Reading(MAX_SAFETENSORS_HEADER))) as archive:
                 names = archive.namelist()
+        except MemoryError:  # past the reading process's memory limit: not a finding, raised
+            raise
         except Exception:  # an agent's malformed zip: not a checkpoint
             return False
         return any(name.endswith("/data.pkl") for name in names) and all(map(_TORCH_MEMBER.fullmatch, names))
@@ -142,6 +170,8 @@ def file_text(fd: int, reading: Reading) -> Iterator[str]:
     source = _FileReader(fd, reading)
     try:
         yield from _text(source, head, reading, 0)
+    except MemoryError:  # past the memory limit: the file is unreadable, not read as bytes
+        raise
     except Exception:  # an agent's malformed container: its bytes are read as they are
         if not source.containers:
             raise
@@ -211,8 +241,46 @@ def _zip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
                 return
             if info.is_dir():
                 continue
-            with archive.open(info) as member:
-                yield from _member(_Charged(member, reading), reading, depth)
+            if info.compress_type in _BOUNDED_BY_ZIPFILE:
+                with archive.open(info) as member:
+                    yield from _member(_Charged(member, reading), reading, depth)
+                continue
+            expanded = _expanded_member(seekable, info, reading)
+            if expanded is None:
+                reading.cut = True  # a method not opened: the member is not read
+                continue
+            yield from _member(expanded, reading, depth)
+
+
+def _expanded_member(seekable: Any, info: zipfile.ZipInfo, reading: Reading) -> _Expanded | None:
+    """A bzip2 or LZMA member of a zip, expanded by this module (:data:`_BOUNDED_BY_ZIPFILE` says
+    why); None for another method, or an LZMA dictionary past :data:`MAX_LZMA_DICTIONARY`."""
+    if info.flag_bits & 0x1:
+        raise RuntimeError("an encrypted zip member")  # as zipfile: the file is read as bytes
+    seekable.seek(info.header_offset)
+    header = seekable.read(30)
+    if len(header) != 30 or not header.startswith(b"PK\x03\x04"):
+        raise zipfile.BadZipFile("no local header where the directory says")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    raw = _Slice(seekable, info.header_offset + 30 + name_length + extra_length, info.compress_size)
+    decoder: bz2.BZ2Decompressor | lzma.LZMADecompressor
+    if info.compress_type == zipfile.ZIP_BZIP2:
+        decoder = bz2.BZ2Decompressor()
+    elif info.compress_type == zipfile.ZIP_LZMA:
+        # APPNOTE 5.8.8: a version (2 bytes), the properties' length (2), LZMA1's 5 bytes of
+        # properties (lc, lp and pb in one byte; the dictionary's size), then raw LZMA.
+        head = raw.read(4)
+        properties = raw.read(struct.unpack("<H", head[2:4])[0]) if len(head) == 4 else b""
+        if len(properties) < 5:
+            raise zipfile.BadZipFile("an LZMA member without its properties")
+        packed, dictionary = properties[0], int.from_bytes(properties[1:5], "little")
+        if packed >= 9 * 5 * 5 or dictionary > MAX_LZMA_DICTIONARY:
+            return None
+        lzma1 = {"id": lzma.FILTER_LZMA1, "lc": packed % 9, "lp": packed // 9 % 5, "pb": packed // 45}
+        decoder = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[{**lzma1, "dict_size": dictionary}])
+    else:
+        return None
+    return _Expanded(raw, decoder, reading)
 
 
 def _tar(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
@@ -247,8 +315,44 @@ def _parquet(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
     if not columns:
         return
     table = pq.ParquetFile(pa.PythonFile(seekable, mode="r"), read_dictionary=columns)
+    for group in range(table.num_row_groups):
+        batch_rows = _parquet_batch_rows(table.metadata.row_group(group), set(columns), reading)
+        if batch_rows is None:
+            reading.cut = True
+            return
+        if batch_rows:
+            batches = table.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
+            if not (yield from _parquet_batches(batches, reading)):
+                return
+
+
+def _parquet_batch_rows(group: Any, columns: set[str], reading: Reading) -> int | None:
+    """Rows of a row group to decode at once, by the uncompressed size its text columns declare:
+    about :data:`PARQUET_BATCH_BYTES` a batch; 0 for an empty group; None when the group declares
+    more than the limit leaves, and is not decoded (a page, what a decoder expands at once, may
+    hold the whole group: fewer rows a batch would not bound it). The sizes are the agent's, and
+    what was decoded is checked against the limit afterwards; the bound on what a file that lies
+    costs is the memory limit of the process the scan runs in (:mod:`autorl.provenance.scan_process`)."""
+    rows = int(group.num_rows)
+    if rows <= 0:
+        return 0
+    declared: int = sum(
+        group.column(chunk).total_uncompressed_size
+        for chunk in range(group.num_columns)
+        if group.column(chunk).path_in_schema in columns
+    )
+    if declared > reading.left:
+        return None
+    return max(1, min(PARQUET_BATCH_ROWS, PARQUET_BATCH_BYTES * rows // max(declared, 1)))
+
+
+def _parquet_batches(batches: Iterator[Any], reading: Reading) -> Generator[str, None, bool]:
+    """The text of decoded batches' values (a dictionary's once); returns False where the limit
+    cut them."""
+    import pyarrow as pa
+
     seen: set[int] = set()
-    for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+    for batch in batches:
         for column in batch.columns:
             values = column.dictionary if pa.types.is_dictionary(column.type) else column
             key = values.buffers()[-1].address if values.buffers()[-1] is not None else 0
@@ -257,9 +361,29 @@ def _parquet(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
             seen.add(key)
             if values.nbytes > reading.left:
                 reading.cut = True
-                return
+                return False
             reading.charge(values.nbytes)
-            yield "\n".join(_as_text(value) for value in values.to_pylist() if value)
+            texts = (_as_text(value) for value in values.to_pylist() if value)
+            yield from _pieces(texts, reading.chunk_bytes)
+    return True
+
+
+def _pieces(texts: Iterable[str], size: int) -> Iterator[str]:
+    """``texts``, each followed by a line break, in pieces of about ``size`` characters (a long
+    value in several, as a plain file's text comes)."""
+    parts: list[str] = []
+    held = 0
+    for text in texts:
+        for start in range(0, len(text), size):
+            parts.append(text[start : start + size])
+            held += len(parts[-1])
+            if held >= size:
+                yield "".join(parts)
+                parts, held = [], 0
+        parts.append("\n")
+        held += 1
+    if parts:
+        yield "".join(parts)
 
 
 def _as_text(value: str | bytes) -> str:
@@ -322,7 +446,8 @@ class _FileReader:
 
 
 class _Charged:
-    """A decoder's output, charged as it is read and cut at the limit."""
+    """A decoder's output, charged as it is read and cut at the limit. Bounded only by a stream
+    whose ``read(n)`` returns at most ``n`` bytes (zipfile's stored and deflated members)."""
 
     def __init__(self, stream: _Stream, reading: Reading) -> None:
         self.stream = stream
@@ -372,6 +497,55 @@ class _Gunzipped:
                 break
             out = self.decoder.decompress(data, allowed)
             self.pending = self.decoder.unconsumed_tail
+            self.reading.charge(len(out))
+            if out:
+                return out
+        return b""
+
+
+class _Slice:
+    """``length`` bytes of ``seekable`` from ``start`` (a zip member's compressed bytes)."""
+
+    def __init__(self, seekable: Any, start: int, length: int) -> None:
+        self.seekable = seekable
+        self.position = start
+        self.left = length
+
+    def read(self, size: int = -1, /) -> bytes:
+        size = self.left if size is None or size < 0 else min(size, self.left)
+        self.seekable.seek(self.position)
+        data: bytes = self.seekable.read(size) if size > 0 else b""
+        self.position += len(data)
+        self.left -= len(data)
+        return data
+
+
+class _Expanded:
+    """Compressed bytes expanded by a bz2 or lzma decompressor, charged, never more at once than
+    asked or than the limit leaves (``decompress``'s ``max_length``, as :class:`_Gunzipped` bounds
+    zlib's)."""
+
+    def __init__(
+        self, raw: _Stream, decoder: bz2.BZ2Decompressor | lzma.LZMADecompressor, reading: Reading
+    ) -> None:
+        self.raw = raw
+        self.decoder = decoder
+        self.reading = reading
+        self.done = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = READ_BYTES if size is None or size < 0 else size
+        while want > 0 and not self.done and not self.decoder.eof:
+            allowed = min(want, self.reading.left)
+            if allowed <= 0:
+                self.reading.cut = True
+                self.done = True
+                break
+            data = self.raw.read(READ_BYTES) if self.decoder.needs_input else b""
+            if self.decoder.needs_input and not data:
+                self.done = True  # the member ends without its end mark: what it held was read
+                break
+            out = self.decoder.decompress(data, allowed)
             self.reading.charge(len(out))
             if out:
                 return out

@@ -28,9 +28,12 @@ this catches a test set carried in, not one hidden on purpose.
 
 :func:`scan_files` reads the files without following a symbolic link, never opening anything but a
 regular file, within caps on each file's bytes, the total bytes, the number of files, the entries
-looked at and the time taken (:mod:`autorl.provenance.walk`), so that
-an agent's files cannot make the scan unbounded. Its :class:`OverlapReport` names files and counts,
-never a question's text.
+looked at and the time taken (:mod:`autorl.provenance.walk`). Those caps count what a decoder has
+already produced, so they bound the work, not the memory a hostile file makes a decoder allocate
+first: the platform runs the scan in a process of its own under a hard memory limit
+(:mod:`autorl.provenance.scan_process`), where an allocation past it makes that file unreadable
+and a process that ends early makes the report incomplete. Its :class:`OverlapReport` names files
+and counts, never a question's text.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import os
 import re
 import sys
 import unicodedata
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, count, islice
 from pathlib import Path
@@ -348,6 +351,7 @@ def scan_files(
     max_files: int = MAX_FILES,
     chunk_bytes: int = CHUNK_BYTES,
     walk: Walk | None = None,
+    on_found: Callable[[str, frozenset[int]], None] | None = None,
 ) -> OverlapReport:
     """The questions of ``index`` that the text files under ``roots`` hold, each file judged alone.
 
@@ -358,7 +362,14 @@ def scan_files(
     Skipped: links (a root that is one too), anything but regular files, weights (by their
     content); recorded and
     making the report incomplete: sparse files, folders too deep (the walk's ``max_depth``), what could
-    not be read, a budget reached.
+    not be read, a budget reached. ``on_found`` is told each file that holds a question as soon as
+    it is read (the scan in a process of its own, :mod:`autorl.provenance.scan_process`, keeps what
+    was found if that process ends early).
+
+    It runs in the caller's process: a decoder's output is counted only once it exists, so an
+    agent's file can make it allocate past the caps before they refuse it (a decoder that ignores
+    an output bound; a size a Parquet file declares). The platform reads an agent's files with
+    :func:`autorl.provenance.scan_process.scan_files_apart`, which runs this under a hard memory limit.
     """
     if isinstance(roots, Mapping):
         labelled = dict(roots)
@@ -407,6 +418,8 @@ def scan_files(
             if in_file:
                 files.append((shown, frozenset(in_file)))
                 found |= in_file
+                if on_found is not None:
+                    on_found(shown, frozenset(in_file))
             if walk.stopped or walk.out_of_time():
                 break
         if walk.stopped:

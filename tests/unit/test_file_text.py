@@ -1,6 +1,6 @@
 """An agent's files are read by their content: compressed files, archives, Parquet tables, text
 with a byte-order mark and binary files' text runs give up their test questions; weights are
-recognised and skipped; a decompression bomb costs at most the caps. Real files; nothing mocked."""
+recognised and skipped; a decompression bomb is cut at the caps. Real files; nothing mocked."""
 
 from __future__ import annotations
 

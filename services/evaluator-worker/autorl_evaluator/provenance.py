@@ -6,7 +6,9 @@ Shared by ``autorl run`` (autorl_local) and a cluster's evaluators
 * :func:`read_agent_files`: the agent's text files read for the test split's questions (and, in
   sealed mode, the validation split's) with :mod:`autorl.provenance.overlap`. The counts go to the
   store (results.csv ``test_overlap``); the files and counts, never a question, to a record in
-  evaluator storage for the operator (:data:`RECORDS_DIR`).
+  evaluator storage for the operator (:data:`RECORDS_DIR`). The files are read in a process of
+  their own under a hard memory limit (:mod:`autorl.provenance.scan_process`): an agent's file
+  cannot spend this process's memory, and a read that ended early is unverified, never clean.
 * :func:`score_twin_split`: the final checkpoint and the base model scored once on the twin split,
   the test problems the final was scored on with other numbers and their answers recomputed
   (:mod:`autorl.provenance.twins`; the numbers drawn from a secret seed in evaluator storage). A
@@ -27,7 +29,8 @@ from typing import Any
 from autorl.checkpoints.snapshot import snapshot_base_model
 from autorl.protocol.statistics import twin_gap_p_value
 from autorl.provenance.final_twin import NoTwinScore, TwinInputs
-from autorl.provenance.overlap import MAX_FILE_BYTES, OverlapIndex, normalize, scan_files
+from autorl.provenance.overlap import MAX_FILE_BYTES, OverlapIndex, normalize
+from autorl.provenance.scan_process import scan_files_apart
 from autorl.provenance.twins import twin_for, twin_seed, twin_split
 from autorl.settings import EvaluationSettings
 from autorl.store import Split
@@ -65,8 +68,8 @@ def read_agent_files(
     incomplete: str = "",
 ) -> AgentFiles:
     """The problems of each split found in the files under ``roots`` (less ``leave_out``,
-    :func:`autorl.provenance.overlap.scan_files`) and in ``program`` (by split name), read in one
-    pass for all splits, and the operator's record of which files hold how many
+    :func:`autorl.provenance.scan_process.scan_files_apart`) and in ``program`` (by split name),
+    read in one pass for all splits, and the operator's record of which files hold how many
     (with ``notes`` beside them). ``incomplete`` says why the files given are already not all of
     them (a copy that stopped early)."""
     data_dir, source_dir = settings.eval_dir / "data", settings.data_source_dir
@@ -78,7 +81,7 @@ def read_agent_files(
     text = _program_text(program)
     questions = [problem.question for problems in splits.values() for problem in problems]
     index = OverlapIndex(questions)
-    report = scan_files(roots, index, leave_out=leave_out)
+    report = scan_files_apart(roots, index, leave_out=leave_out)
     in_program = index.find(normalize(text)) if text else set()
     unverified = "; ".join(filter(None, [incomplete, report.unverified()]))
     counts: dict[str, int | None] = {}
