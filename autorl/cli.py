@@ -70,7 +70,8 @@ def error_text(error: object) -> str:
     """An error as a terminal shows it: at most ``MAX_MESSAGE_CHARS`` characters, each line escaped
     (a control, bidi or zero-width character written as its escape), and every line after the first
     indented, so that no line it quotes can pass for one of the command's own."""
-    from autorl.provenance.unverified import MAX_MESSAGE_CHARS, printable_once, shortened
+    from autorl.provenance.unverified import MAX_MESSAGE_CHARS
+    from autorl.untrusted_text import printable_once, shortened
 
     lines = shortened(str(error), MAX_MESSAGE_CHARS).replace("\r\n", "\n").split("\n")
     return shortened("\n    ".join(printable_once(line) for line in lines), MAX_MESSAGE_CHARS)

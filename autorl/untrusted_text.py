@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from collections.abc import Callable
 
 from rich.text import Text
 
@@ -88,6 +89,39 @@ def printable(text: str, *, multiline: bool = False) -> str:
         return _printable_line(text)
     lines = text.replace("\r\n", "\n").split("\n")
     return "\n".join("\t".join(_printable_line(part) for part in line.split("\t")) for line in lines)
+
+
+#: Ends a text that was cut.
+CUT = "…"
+
+
+def shortened(text: str, most: int, escape: Callable[[str], str] = str) -> str:
+    """``text`` as ``escape`` writes it (character by character), in at most ``most`` characters:
+    a longer one is cut between two characters, never inside an escape, and ends with :data:`CUT`.
+    Reads at most ``most + 1`` characters of ``text``, however long it is."""
+    room = most - len(CUT)
+    cut = None
+    length = 0
+    for index, char in enumerate(text):
+        length += len(escape(char))
+        if cut is None and length > room:
+            cut = index
+        if length > most:
+            return escape(text[:cut]) + CUT
+    return escape(text)
+
+
+def printable_once(text: str) -> str:
+    """``text`` as :func:`printable` shows it where it holds a character that does not show as
+    itself, else as it is: a text escaped at its source (a note, a name quoted in an error) is not
+    escaped a second time, and escaping it again changes nothing."""
+    return printable(text) if unprintable_characters(text) else text
+
+
+def printable_within(text: str, most: int) -> str:
+    """``text`` escaped once (:func:`printable_once`) in at most ``most`` characters
+    (:func:`shortened`); given its own result, it answers it unchanged."""
+    return shortened(text, most, printable if unprintable_characters(text) else str)
 
 
 def unprintable_characters(text: str) -> list[str]:

@@ -12,33 +12,15 @@ value as JSON, shortened the same way. A refusal's length so does not grow with 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from autorl.untrusted_text import printable
+from autorl.untrusted_text import printable, shortened
 
 #: The most characters one name or value takes in a message (its quotes aside); a longer one is
-#: cut between two characters, never inside an escape, and ends with :data:`SHORTENED`.
+#: cut between two characters, never inside an escape (:func:`autorl.untrusted_text.shortened`).
 MAX_NAME_CHARS = 100
-#: Ends a name or value that was cut.
-SHORTENED = "…"
 #: How many names one message lists before "and N more".
 MAX_NAMES_SHOWN = 3
-
-
-def shortened(text: str, most: int, escape: Callable[[str], str]) -> str:
-    """``text`` as ``escape`` writes it (character by character), in at most ``most`` characters:
-    a longer one is cut between two characters and ends with :data:`SHORTENED`. Reads at most
-    ``most + 1`` characters of ``text``, however long it is."""
-    room = most - len(SHORTENED)
-    cut = None
-    length = 0
-    for index, char in enumerate(text):
-        length += len(escape(char))
-        if cut is None and length > room:
-            cut = index
-        if length > most:
-            return escape(text[:cut]) + SHORTENED
-    return escape(text)
 
 
 def _quoted_text(text: str) -> str:

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.checkpoints import model_files
-from autorl.checkpoints.agent_names import MAX_NAME_CHARS, quoted, quoted_names, shortened, shown_value
+from autorl.checkpoints.agent_names import MAX_NAME_CHARS, quoted, quoted_names, shown_value
 from autorl.checkpoints.model_files import TOKENIZER_FILES
 from autorl.checkpoints.safetensors_header import (
     Header,
@@ -76,6 +76,7 @@ from autorl.errors import (
     ServiceUnavailableError,
     UnreadableCheckpointError,
 )
+from autorl.untrusted_text import shortened
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"

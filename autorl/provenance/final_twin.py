@@ -17,8 +17,9 @@ from autorl.checkpoints.snapshot import Snapshot, remove_snapshot, snapshot_subm
 from autorl.errors import CheckpointError
 from autorl.eval_config import EvalConfig
 from autorl.protocol.final import final_result
-from autorl.provenance.unverified import MAX_REASON_CHARS, printable_within
+from autorl.provenance.unverified import MAX_REASON_CHARS
 from autorl.store import Experiment, Split, Submission, submissions
+from autorl.untrusted_text import printable_within
 
 
 class NoTwinScore(Exception):
@@ -28,7 +29,7 @@ class NoTwinScore(Exception):
 class FinalChanged(NoTwinScore):
     """The final's folder no longer holds what was scored (the agent removed or changed it): the
     twin split is unverified, not merely not applicable. Its text quotes the agent's strings
-    escaped and shortened (autorl.provenance.unverified)."""
+    escaped and shortened (autorl.untrusted_text.printable_within)."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from autorl.untrusted_text import printable, unprintable_characters
+from autorl.untrusted_text import printable_once, printable_within, shortened
 
 #: The notes' openings: what could not be verified.
 TEST_UNVERIFIED = "test questions unverified"
@@ -29,28 +29,6 @@ MAX_REASON_CHARS = 300
 #: Characters of a message sent to the grader (its request limit is 1 MiB) or written to an
 #: Experiment's status (the API server's limit on an object is about 1.5 MB).
 MAX_MESSAGE_CHARS = 8_000
-#: Ends a text that was cut.
-CUT = "…"
-
-
-def shortened(text: str, limit: int) -> str:
-    """``text``, or its first characters and :data:`CUT` in ``limit`` characters where it is longer."""
-    return text if len(text) <= limit else text[: max(0, limit - len(CUT))] + CUT
-
-
-def printable_once(text: str) -> str:
-    """``text`` as :func:`autorl.untrusted_text.printable` shows it where it holds a character that
-    does not show as itself, else as it is: a text escaped at its source (a note, a name quoted in
-    an error) is not escaped a second time, and escaping it again changes nothing."""
-    return printable(text) if unprintable_characters(text) else text
-
-
-def printable_within(text: str, limit: int) -> str:
-    """``text`` escaped (:func:`printable_once`), then :func:`shortened` to ``limit`` characters;
-    given its own result, it answers it unchanged."""
-    # Cut before escaping too, which changes nothing of the result: an escape is never shorter
-    # than its character, so the first ``limit`` characters of the text make the result's.
-    return shortened(printable_once(shortened(text, limit)), limit)
 
 
 def note(what: str, reason: str) -> str:

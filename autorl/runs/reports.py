@@ -35,12 +35,12 @@ from autorl.provenance.unverified import (
     TEST_UNVERIFIED,
     TWIN_UNVERIFIED,
     notes_in,
-    printable_within,
 )
 from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
 from autorl.store import submissions as submission_store
+from autorl.untrusted_text import printable_within
 
 REPORTS_DIR = "reports"
 METRICS_FILE = "metrics.json"

@@ -21,7 +21,7 @@ import pytest
 
 from autorl.checkpoints import model_files
 from autorl.checkpoints import snapshot as snapshot_module
-from autorl.checkpoints.agent_names import MAX_NAME_CHARS, SHORTENED
+from autorl.checkpoints.agent_names import MAX_NAME_CHARS
 from autorl.checkpoints.snapshot import (
     MAX_SHARDS,
     MalformedCheckpointError,
@@ -29,6 +29,7 @@ from autorl.checkpoints.snapshot import (
     snapshot_base_model,
 )
 from autorl.errors import CheckpointError, CostlyCheckpointError, ServiceUnavailableError
+from autorl.untrusted_text import CUT
 from tests.support.checkpoints import (
     edit_json,
     read_safetensors,
@@ -632,7 +633,7 @@ def test_tensor_names_in_refusals_are_escaped_and_bounded(
     message = refusal()
     assert message.isprintable(), message
     assert "('\\x1b[2J\\x1b]8;;https://x.example\\x07\\nautorl: score 99.00\\u202e\\'', '0AAA" in message
-    assert f"'0{'A' * (MAX_NAME_CHARS - 2)}{SHORTENED}'" in message
+    assert f"'0{'A' * (MAX_NAME_CHARS - 2)}{CUT}'" in message
     assert "6 tensors the base model does not have (" in message and " and 3 more)" in message
     assert len(message) < 800, message
 

@@ -14,19 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from autorl.checkpoints.agent_names import (
-    MAX_NAME_CHARS,
-    SHORTENED,
-    quoted,
-    quoted_names,
-    shown_value,
-)
+from autorl.checkpoints.agent_names import MAX_NAME_CHARS, quoted, quoted_names, shown_value
 from autorl.checkpoints.snapshot import (
     MAX_IGNORED_LISTED,
     MAX_IGNORED_NAME_CHARS,
     Snapshot,
 )
 from autorl.errors import ServiceUnavailableError
+from autorl.untrusted_text import CUT
 from tests.support.checkpoints import (
     split_into_shards,
 )
@@ -403,7 +398,7 @@ def test_a_name_in_a_message_is_quoted_escaped_and_bounded() -> None:
     assert quoted("a'b\\\x1b[31m\n\u202e\u200b") == "'a\\'b\\\\\\x1b[31m\\n\\u202e\\u200b'"
     # Cut between characters, never inside an escape, within MAX_NAME_CHARS.
     long = quoted("\x1b" * 1_000_000)
-    assert long == "'" + "\\x1b" * ((MAX_NAME_CHARS - len(SHORTENED)) // 4) + SHORTENED + "'"
+    assert long == "'" + "\\x1b" * ((MAX_NAME_CHARS - len(CUT)) // 4) + CUT + "'"
     assert len(quoted("n" * 10**6)) == MAX_NAME_CHARS + 2
     assert quoted("n" * MAX_NAME_CHARS) == "'" + "n" * MAX_NAME_CHARS + "'"
     assert quoted_names(["a", "b"]) == "'a', 'b'"
@@ -411,4 +406,4 @@ def test_a_name_in_a_message_is_quoted_escaped_and_bounded() -> None:
     assert quoted_names([f"t{i}" for i in range(10)], 5) == "'t0', 't1', 't2', 't3', 't4' and 5 more"
     assert shown_value(["\x1b]0;title\x07"]) == '["\\u001b]0;title\\u0007"]'
     value = shown_value({"sizes": [10**299] * 20})
-    assert len(value) == MAX_NAME_CHARS and value.endswith(SHORTENED) and value.isprintable()
+    assert len(value) == MAX_NAME_CHARS and value.endswith(CUT) and value.isprintable()

@@ -22,8 +22,7 @@ from rich.text import Text
 
 from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
 from autorl.protocol.feedback import Feedback
-from autorl.provenance.unverified import printable_within, shortened
-from autorl.untrusted_text import rich_text
+from autorl.untrusted_text import printable_within, rich_text, shortened
 
 #: Seconds between status lines in a log (no live panel) while the agent runs.
 STATUS_INTERVAL_S = 30.0
