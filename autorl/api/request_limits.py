@@ -63,6 +63,14 @@ MAX_AGENT_CONNECTIONS = 64
 #: relay and the run's own admin client both reach from 127.0.0.1) the 16 above the relay's cap keep
 #: the run's own requests served while the agent uses all of its relay's connections.
 MAX_CONNECTIONS_PER_CLIENT = MAX_AGENT_CONNECTIONS + 16
+#: New connections one client address may open a second, on average, on the agent port of a grader
+#: with an admin port of its own (bursts of MAX_CONNECTIONS_PER_CLIENT). A request charged to a fair
+#: share is paced only while its client waits for the answer; one that cannot be parsed is answered
+#: before any is charged: without this, a client opening a connection for each (answered or not)
+#: made the grader serve about 4,000 of them a second. Past it a new connection is closed
+#: unanswered. A client that keeps its connections, or opens one for each request within its fair
+#: share (10 a second), never meets it.
+NEW_CONNECTIONS_PER_S = 20.0
 #: The Retry-After of a connection refused over a cap: connections free as requests are answered
 #: and their answers read: a connection waits at most REQUEST_READ_S for a request and
 #: ANSWER_WRITE_S for the client to read what was written to it (a refused one at most DRAIN_S).

@@ -321,6 +321,34 @@ def test_a_full_agent_port_leaves_the_admin_port_to_the_controller(tmp_path: Pat
         assert grader.admin_ok()
 
 
+@pytest.mark.parametrize("admin_port", [True, False], ids=["agent port", "single port"])
+def test_an_address_opening_connections_too_fast_is_refused_on_the_agent_port(
+    tmp_path: Path, admin_port: bool
+) -> None:
+    # Requests that cannot be parsed are answered before a fair share could charge them, and each
+    # closes its connection: opened one after another, the agent port paces them by address, and
+    # past the pace closes a new connection unanswered, as a full listen queue would.
+    limits = {"new_burst": 4, "new_per_s": 1.0}
+    with serving(tmp_path, limits, admin_port=admin_port) as grader:
+
+        def unparsable(source: str = "127.0.0.1") -> int | None:
+            with connect(grader.agent_port, source) as sock:
+                try:
+                    sock.sendall(b"NOT HTTP\r\n\r\n")
+                    return read_to_close(sock).status
+                except (ConnectionResetError, BrokenPipeError, IndexError):
+                    return None  # closed unanswered
+
+        answers = [unparsable() for _ in range(10)]
+        if not admin_port:  # one machine: the relay and the run's own client share an address
+            assert answers == [400] * 10
+            return
+        # Its burst of 4 (less what the start-up's probes took), then about one a second.
+        assert answers[0] == 400 and answers.count(400) <= 5 and answers[-1] is None, answers
+        assert unparsable("127.0.0.2") == 400  # another address keeps its own pace
+        assert grader.admin_ok()
+
+
 def test_refused_connections_being_answered_are_capped_too(tmp_path: Path) -> None:
     # A refused connection is answered, then drained for a bounded time; a client that opens them
     # faster than they drain finds the next ones closed unanswered, as a full listen queue would.

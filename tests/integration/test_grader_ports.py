@@ -130,3 +130,15 @@ def test_every_request_on_the_agent_port_is_charged_to_a_fair_share(grader: Grad
         # The admin port is the platform's, and another address keeps its own share.
         assert flood.get(f"{grader.admin}/healthz").status_code == 200
     assert httpx.get(f"{grader.agent}/healthz").status_code == 200
+
+
+def test_the_graders_own_events_are_logged(tmp_path: Path) -> None:
+    env = {**os.environ, "AUTORL_HOME": str(tmp_path), "AUTORL_ADMIN_TOKEN": secrets.token_hex(16)}
+    for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE"):
+        env.pop(name, None)
+    port = free_port()
+    command = [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(port)]
+    with grader_process(command, env, [f"http://127.0.0.1:{port}"]) as process:
+        pass
+    assert process.stdout is not None
+    assert "INFO autorl.grader event=grader_started" in process.stdout.read()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
 import socket
 from typing import TYPE_CHECKING
 
@@ -31,13 +33,19 @@ def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> 
     import uvicorn
 
     from autorl.cli import UsageError
+    from autorl.untrusted_text import log_printable_lines
     from autorl_grader.http_server import AnsweringH11Protocol, ConnectionLimits
     from autorl_grader.local_admin_token import with_local_admin_token
     from autorl_grader.main import create_app
     from autorl_grader.ports import AgentPortGuard
     from autorl_grader.settings import GraderSettings
 
-    protocol = AnsweringH11Protocol.limited(limits or ConnectionLimits())
+    level = logging.getLevelName(args.log_level.upper())
+    log_printable_lines(level if isinstance(level, int) else logging.INFO)  # its own events, one line each
+    limits = limits or ConnectionLimits()
+    if args.admin_port is not None:  # the agent port: new connections paced per address
+        limits = dataclasses.replace(limits, paced_port=args.port)
+    protocol = AnsweringH11Protocol.limited(limits)
     settings = with_local_admin_token(GraderSettings())
     app = create_app(settings)
     if args.admin_port is None:

@@ -29,10 +29,16 @@ any route or token is checked) could grow the grader's memory without bound. Her
   after connections were aborted with unsent bytes the grader hands the freed memory back to the
   system (``malloc_trim``; at most once per :data:`RELEASE_MEMORY_AFTER_S`);
 - a port serves at most ``per_port`` connections at once, and one client address at most
-  ``per_client`` of them; past either, a new connection is answered 503 with a Retry-After at once
-  and closed as above. The agent port and the admin port are counted apart, so agents that fill one
-  leave the other to the controller. Refused connections being answered are themselves capped
-  (``refusals`` per port): past that, a new one is closed unanswered, as a full listen queue would.
+  ``per_client`` of them; on ``paced_port`` (the agent port of a grader with an admin port of its
+  own) an address opens at most ``new_per_s`` new connections a second (bursts of ``new_burst``),
+  so that requests it does not wait the answer of, or that cannot be parsed, cost the grader no
+  more than accepting a connection: past that pace a new one is closed unanswered, as a full listen
+  queue would (answering cost the grader as much as the 400s it replaced: one core at about 5,000
+  connections a second from one address). Past a cap, a new connection is answered 503 with a
+  Retry-After at once and closed as above. The agent port and the admin port are counted apart,
+  so agents that fill one leave the other to the controller. Refused connections being answered
+  are themselves capped (``refusals`` per port): past that, a new one is closed unanswered, as a
+  full listen queue would.
 
 ``autorl grader`` passes this protocol to uvicorn explicitly (:meth:`AnsweringH11Protocol.limited`),
 so it is used even where httptools is installed.
@@ -58,6 +64,7 @@ from autorl.api.request_limits import (
     DRAIN_S,
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_CLIENT,
+    NEW_CONNECTIONS_PER_S,
     REQUEST_READ_S,
     RETRY_AFTER_S,
     RequestParser,
@@ -65,6 +72,7 @@ from autorl.api.request_limits import (
     too_many_connections,
     unparsable_request,
 )
+from autorl_grader.fair_share import Admission, Budget, FairShare
 
 #: Refused connections logged one by one, for each port, reason and client address; past this, one
 #: line per LOGGED_REFUSALS_EVERY more of the same (a client decides how often it is refused, not how
@@ -104,6 +112,13 @@ class ConnectionLimits:
     per_port: int = MAX_CONNECTIONS
     per_client: int = MAX_CONNECTIONS_PER_CLIENT
     refusals: int = MAX_CONNECTIONS
+    new_per_s: float = NEW_CONNECTIONS_PER_S
+    new_burst: int = MAX_CONNECTIONS_PER_CLIENT
+    paced_port: int | None = None
+
+
+#: Why a connection is closed unanswered: its address opens them faster than ``new_per_s``.
+OPENED_TOO_FAST = "opened_too_fast"
 
 
 class ConnectionSlots:
@@ -118,13 +133,21 @@ class ConnectionSlots:
         self.refused = 0
         self._refused_by: Counter[tuple[int | None, str, str | None]] = Counter()
         self._release: asyncio.TimerHandle | None = None
+        # New connections on the paced port, a token bucket per address (kept as the fair share keeps its).
+        self._opened = FairShare(Budget(limits.new_per_s, limits.new_burst, in_flight=limits.new_burst))
 
     def take(self, port: int | None, client: str | None) -> str | None:
-        """A slot for a new connection: None once taken, else the reason it is refused."""
+        """A slot for a new connection: None once taken, else the reason it is refused
+        (:data:`OPENED_TOO_FAST`: closed unanswered)."""
         if self._from_client[(port, client)] >= self.limits.per_client:
             return too_many_connections(self.limits.per_client, per_client=True)
         if self._on_port[port] >= self.limits.per_port:
             return too_many_connections(self.limits.per_port, per_client=False)
+        if port is not None and port == self.limits.paced_port:
+            opened = self._opened.admit(None, client)
+            if not isinstance(opened, Admission):
+                return OPENED_TOO_FAST
+            opened.release()
         self._on_port[port] += 1
         self._from_client[(port, client)] += 1
         return None
@@ -251,8 +274,8 @@ class AnsweringH11Protocol(H11Protocol):
             self._slot = (port, address)
             self._watch_request()
             return
-        self._log_refusal("too_many_connections", port, address)
-        if not self.slots.take_refusal(port):
+        self._log_refusal("too_many_connections" if refusal != OPENED_TOO_FAST else refusal, port, address)
+        if refusal == OPENED_TOO_FAST or not self.slots.take_refusal(port):
             transport.abort()
             return
         self._answering_refusal = True
