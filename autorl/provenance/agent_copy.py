@@ -37,6 +37,7 @@ from autorl.provenance.overlap import (
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_TOTAL_BYTES,
+    listed,
 )
 from autorl.provenance.walk import MAX_ENTRIES, Walk, shown_path
 
@@ -167,11 +168,11 @@ def copy_text_files(
     return CopiedFiles(
         files=files,
         bytes=written,
-        truncated=tuple(truncated),
+        truncated=listed(truncated),
         stopped_early=bool(walk.stopped),
-        unreadable=tuple(walk.unreadable),
+        unreadable=listed(walk.unreadable),
         stop_reason=walk.stopped,
-        skipped=tuple(walk.skipped),
+        skipped=listed(walk.skipped),
         entries=walk.entries,
     )
 

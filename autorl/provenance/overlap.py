@@ -67,6 +67,11 @@ MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 MAX_FILES = 100_000
 #: Bytes read at once; a question across two reads is still found (the words carry over).
 CHUNK_BYTES = 1024 * 1024
+#: Paths a report names of each kind (read only in part, unreadable, skipped) at most; past them,
+#: how many more there are. With :data:`autorl.provenance.walk.MAX_SHOWN_PATH_CHARS`, what an
+#: agent's names cost a report (its JSON, the operator's record) does not grow with how many files
+#: it made.
+MAX_LISTED_PATHS = 100
 
 # JSON's string escapes (and Python's \x, \U): a surrogate pair, one code point, or a
 # character that stands for a separator (\n, \t, ...) or for a backslash.
@@ -341,6 +346,12 @@ def _scan_fd(
     return index.problems_with(matches), reading.used, reading.cut or bool(walk and walk.stopped)
 
 
+def listed(paths: Sequence[str]) -> tuple[str, ...]:
+    """The first :data:`MAX_LISTED_PATHS` of ``paths``, then how many more there are."""
+    more = len(paths) - MAX_LISTED_PATHS
+    return (*paths[:MAX_LISTED_PATHS], *([f"(and {more} more)"] if more > 0 else []))
+
+
 def scan_files(
     roots: Sequence[Path] | Mapping[str, Path],
     index: OverlapIndex,
@@ -430,11 +441,11 @@ def scan_files(
         files=tuple((path, len(held)) for path, held in files),
         scanned_files=scanned_files,
         scanned_bytes=scanned_bytes,
-        truncated=tuple(truncated),
+        truncated=listed(truncated),
         stopped_early=bool(walk.stopped),
         stop_reason=walk.stopped,
-        unreadable=tuple(walk.unreadable),
-        skipped=tuple(walk.skipped),
+        unreadable=listed(walk.unreadable),
+        skipped=listed(walk.skipped),
         entries=walk.entries,
         found_in=tuple(held for _, held in files),
     )

@@ -47,8 +47,10 @@ SCAN_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
 #: Seconds past the walk's time budget the child may take before it is killed (its start, and a
 #: decoder call that does not return to the scan's checks of the time).
 GRACE_SECONDS = 60.0
-#: Bytes one answer of the child may have (a report naming many files); a longer one is refused.
-MAX_ANSWER_BYTES = 256 * 1024 * 1024
+#: Bytes one answer of the child may have; a longer one is refused. A report names at most
+#: MAX_FILES files with questions and a few hundred paths besides, each at most
+#: MAX_SHOWN_PATH_CHARS long (autorl.provenance.overlap), about 30 MiB of JSON at the worst.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 _MIB = 1024 * 1024
 
 

@@ -34,7 +34,8 @@ MAX_MESSAGE_CHARS = 8_000
 def note(what: str, reason: str) -> str:
     """One note (``what`` is :data:`TEST_UNVERIFIED` or :data:`TWIN_UNVERIFIED`), on one line: the
     reason escaped, in at most :data:`MAX_REASON_CHARS` characters."""
-    collapsed = " ".join(reason.replace(_SEPARATOR, ", ").split())
+    # Collapsed first: a separator made of ';' and any white space would come back as one after.
+    collapsed = " ".join(reason.split()).replace(_SEPARATOR, ", ")
     return f"{what}: {printable_within(collapsed, MAX_REASON_CHARS)}"
 
 

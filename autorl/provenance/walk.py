@@ -18,12 +18,16 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autorl.untrusted_text import printable_within
+
 #: Entries (of every kind) looked at at most, over all roots of one walk.
 MAX_ENTRIES = 200_000
 #: Seconds a walk (and what its caller does with each file) may take.
 MAX_SECONDS = 300.0
 #: Folders deeper than this below a root are not entered (and the walk is incomplete).
 MAX_DEPTH = 64
+#: Characters of a path a report names, at most (64 folders of 255 bytes would be 16 KiB).
+MAX_SHOWN_PATH_CHARS = 300
 #: A file whose allocated blocks are under half its size (and it is past this size) is sparse: its
 #: holes would read as zeros that cost the byte budget and no disk; it is not read, and named.
 SPARSE_MIN_BYTES = 64 * 1024
@@ -183,5 +187,8 @@ def _close(fd: int, entries: Iterator[os.DirEntry[str]]) -> None:
 
 
 def shown_path(path: str) -> str:
-    """A file name as valid UTF-8 text (undecodable bytes as ``\\xNN``), for the record."""
-    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+    """A file name as the record shows it: undecodable bytes as ``\\xNN``, every character that
+    does not show as itself escaped, in at most :data:`MAX_SHOWN_PATH_CHARS` characters (an agent
+    names its files, and its folders up to :data:`MAX_DEPTH` deep)."""
+    decoded = os.fsencode(path).decode("utf-8", errors="backslashreplace")
+    return printable_within(decoded, MAX_SHOWN_PATH_CHARS)

@@ -197,7 +197,7 @@ async def test_test_questions_in_the_agents_output_are_found_and_its_final_score
     record = json.loads(text)
     files = {entry["path"]: entry["problems"] for entry in record["test"]["files"]}
     assert files == {
-        "output/\x1b[31mred\nname\\xff.txt": 1,
+        "output/\\x1b[31mred\\nname\\\\xff.txt": 1,  # the agent's name, escaped
         "output/notes/stolen.jsonl": 3,
         "workspace/.stash/q.md": 1,
     }

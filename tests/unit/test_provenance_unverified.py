@@ -35,6 +35,15 @@ def test_notes_ride_in_the_message_once_and_mark_the_check_made() -> None:
     assert not check_made(None, with_notes("done", [DODGE])) and not check_made(None, None)
 
 
+def test_a_reason_cannot_make_a_note_of_its_own() -> None:
+    # A separator of ';' and any white space (a line feed, a no-break space, a tab) in a reason
+    # stays inside its note: no second note is read out of it, and the check is not marked made.
+    for space in ("\n", "\t", "\xa0", "\u2028", "\u3000", "\x1c"):
+        forged = note(TWIN_UNVERIFIED, f"the copy failed;{space}{TEST_UNVERIFIED}: forged")
+        assert notes_in(with_notes("done", [forged])) == [forged]
+        assert not check_made(None, with_notes("done", [forged]))
+
+
 def test_the_run_summary_says_unverified_never_a_clean_zero() -> None:
     unread = provenance_lines({"test_overlap": None, "unverified": [CAP, DODGE]})
     assert unread[0].startswith("test overlap unverified: the scan stopped early (its 50-entry budget")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from autorl.provenance.agent_copy import copy_text_files
-from autorl.provenance.overlap import OverlapIndex, scan_files
-from autorl.provenance.walk import Walk
+from autorl.provenance.overlap import MAX_LISTED_PATHS, OverlapIndex, scan_files
+from autorl.provenance.walk import MAX_SHOWN_PATH_CHARS, Walk
 from tests.support.hostile_files import nest_past_path_max
 
 QUESTION = (
@@ -172,3 +172,19 @@ def test_the_time_budget_cuts_a_file_being_read(output: Path) -> None:
     report = scan_files([output], INDEX, walk=Walk(max_seconds=0), chunk_bytes=4096)
     assert report.truncated == ("output/slow.txt",) and report.scanned_bytes < 700_000
     assert "time budget" in report.unverified()
+
+
+def test_a_report_names_a_bounded_number_of_paths_each_escaped_and_cut(output: Path, tmp_path: Path) -> None:
+    # An agent names its folders and makes as many as it likes: what the report (and the child
+    # process's answer, the operator's record) holds of them does not grow with either.
+    for index in range(MAX_LISTED_PATHS + 50):
+        (output / f"{chr(1) * 250}{index}" / "deeper").mkdir(parents=True)
+    for report in (
+        scan_files([output], INDEX, walk=Walk(max_depth=1)),
+        copy_text_files({"output": output}, tmp_path / "copy", walk=Walk(max_depth=1)),
+    ):
+        assert len(report.skipped) == MAX_LISTED_PATHS + 1 and report.skipped[-1] == "(and 50 more)"
+        assert not report.complete
+        for path in report.skipped[:-1]:
+            assert path.isprintable() and path.startswith("output/\\x01")
+            assert len(path) <= MAX_SHOWN_PATH_CHARS + len("/ (deeper than 1 folders)")
