@@ -75,7 +75,7 @@ def test_the_test_suites_servers_are_those_the_readme_requires() -> None:
     command they start their own servers with (no Redis has to be running)."""
     found = claim(
         r"`make test` also podman \(`make (images GPU=0)`.*?PostgreSQL on ([\d.]+):(\d+) with trust "
-        r"authentication and the `([\w-]+)` command \(the tests start Redis servers of their own\)",
+        r"authentication and `([\w-]+)` \(the tests start their own\)",
         "README.md",
     )
     images, host, port, redis_command = found.groups()
