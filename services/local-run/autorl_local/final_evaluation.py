@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from autorl.api.admin_client import AdminClient
 from autorl.api.answers import ExperimentAnswer
-from autorl.untrusted_text import printable
+from autorl.untrusted_text import printable_within
 
 
 def evaluate_final(
@@ -44,4 +44,4 @@ def evaluate_final(
         last = None if ended is None else ended.final
         if last is None or last.status != "failed":
             return ended
-        failure = printable(last.error or "no error recorded")[:300]
+        failure = printable_within(last.error or "no error recorded", 300)
