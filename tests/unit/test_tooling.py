@@ -80,9 +80,7 @@ def test_make_run_installs_only_what_running_needs_and_make_test_everything(tmp_
     requirements = readme.split("Requirements, by command:", 1)[1].split("```", 1)[0]
     for_run, for_test = requirements.split("- `make setup` and `make test`:", 1)
     assert "No root, no browser, no Postgres or Redis" in for_run and "chromium" not in for_run
-    assert all(
-        need in for_test for need in ("root", "`chromium`", "`chromium-driver`", "`redis-server`")
-    )
+    assert all(need in for_test for need in ("root", "`chromium`", "`chromium-driver`", "`redis-server`"))
     assert ":6379" not in requirements
     assert run.rstrip().endswith(
         f"{tmp_path}/v/bin/autorl run -t arith -m builtin:tiny-qwen2 -a example_grpo --timeout 300"
