@@ -121,10 +121,12 @@ def test_every_request_on_the_agent_port_is_charged_to_a_fair_share(grader: Grad
     flood = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.9"), timeout=30)
     with flood:
         for path, served in (("nothing", 404), ("healthz", 200)):
-            answers = [flood.get(f"{grader.agent}/{path}") for _ in range(50)]
+            answers = []
+            while len(answers) < 60 and (not answers or answers[-1].status_code != 429):
+                answers.append(flood.get(f"{grader.agent}/{path}"))  # until the first refusal
             codes = [answer.status_code for answer in answers]
             assert set(codes) == {served, 429}, codes
-            refused = answers[codes.index(429)]
+            refused = answers[-1]
             assert int(refused.headers["retry-after"]) >= 1
             assert "from this address" in refused.json()["detail"]
         # The admin port is the platform's, and another address keeps its own share.

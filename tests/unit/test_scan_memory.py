@@ -39,6 +39,9 @@ from autorl.tasks import get_task
 from autorl.tasks.base import Problem, read_problems
 from autorl_evaluator.provenance import read_agent_files
 
+# Each test starts a reading process or fills one to its memory limit: seconds, shared nothing.
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
 TEST = read_problems(DATA / "test.jsonl")
 INDEX = OverlapIndex(TEST)
