@@ -3,10 +3,12 @@ client's flood hides neither another's requests nor a token (autorl_grader.acces
 
 from __future__ import annotations
 
+import io
 import logging
 
 import pytest
 
+from autorl.untrusted_text import PrintableFormatter
 from autorl_grader.access_log import (
     ACCESS_KEYS,
     LOGGED_ACCESSES,
@@ -14,7 +16,7 @@ from autorl_grader.access_log import (
     SampledAccessLog,
 )
 from autorl_grader.fair_share import CLIENT
-from autorl_grader.logging_setup import RedactTokens
+from autorl_grader.logging_setup import RedactTokens, install_redaction
 
 TOKEN = "secret-token-of-the-experiment"
 
@@ -77,3 +79,17 @@ def test_clients_counted_apart_are_bounded() -> None:
     for index in range(ACCESS_KEYS + 500):
         sampled.filter(access(f"10.{index // 65536}.{index // 256 % 256}.{index % 256}"))
     assert len(sampled._requests) == ACCESS_KEYS + 1  # the rest share one count
+
+
+def test_an_agents_string_in_the_graders_log_is_escaped_once_and_its_token_redacted() -> None:
+    # As `autorl grader` logs: its filters on the grader's logger, the escaping formatter at the end.
+    logger, stream = logging.getLogger("autorl.grader"), io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(PrintableFormatter("%(message)s"))
+    install_redaction()
+    logger.addHandler(handler)
+    try:
+        logger.warning("event=x path=%s", f"/a/{TOKEN}/ckpt\x1b[2J\\x")
+    finally:
+        logger.removeHandler(handler)
+    assert stream.getvalue() == "event=x path=/a/<redacted>/ckpt\\x1b[2J\\\\x\n"

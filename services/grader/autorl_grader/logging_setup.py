@@ -26,10 +26,17 @@ class RedactTokens(logging.Filter):
         return True
 
 
+#: uvicorn's loggers format with uvicorn's own formatter: their arguments are escaped here.
+_UVICORN_LOGGERS = ("uvicorn.access", "uvicorn.error")
+
+
 def install_redaction() -> None:
-    """Tokens redacted, and arguments escaped so that an agent's string cannot forge a line."""
-    for name in ("uvicorn.access", "uvicorn.error", "autorl", "autorl.grader", "autorl.grader.reconciler"):
+    """Tokens redacted, and arguments escaped so that an agent's string cannot forge a line: the
+    grader's own records are escaped whole by the formatter ``autorl grader`` logs through
+    (:func:`autorl.untrusted_text.log_printable_lines`), uvicorn's arguments by a filter."""
+    for name in (*_UVICORN_LOGGERS, "autorl", "autorl.grader", "autorl.grader.reconciler"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactTokens) for f in logger.filters):
             logger.addFilter(RedactTokens())
-            logger.addFilter(PrintableArgs())
+            if name in _UVICORN_LOGGERS:
+                logger.addFilter(PrintableArgs())
