@@ -95,7 +95,9 @@ def scan_files_apart(
                 kind, body = json.loads(answers.recv_bytes(MAX_ANSWER_BYTES))
                 if kind == "report":
                     return _report(body)
-                found[str(body[0])] = frozenset(int(i) for i in body[1])
+                # Two long paths may show alike (cut to MAX_SHOWN_PATH_CHARS): their findings add up.
+                path = str(body[0])
+                found[path] = found.get(path, frozenset()) | {int(i) for i in body[1]}
             except EOFError:
                 break
             except (OSError, ValueError, TypeError, KeyError, IndexError):  # past the length, malformed
