@@ -46,6 +46,12 @@ class CostlyCheckpointError(CheckpointError):
     against the experiment's submission limit as it counts a submission."""
 
 
+class MalformedCheckpointError(CheckpointError):
+    """A submission's files made a check fail in a way none of its rules names (a value of a type
+    or size no rule expected): refused all the same, before any weight data is read, so it costs
+    what any such refusal costs (nothing). ``__cause__`` is the failure, for the platform's log."""
+
+
 class InvalidRequestError(AutoRLError):
     """A well-formed request naming something it may not (a submission that is not scored)."""
 

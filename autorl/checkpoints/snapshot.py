@@ -72,6 +72,7 @@ from autorl.errors import (
     AutoRLError,
     CheckpointError,
     CostlyCheckpointError,
+    MalformedCheckpointError,
     ModelSourceError,
     ServiceUnavailableError,
     UnreadableCheckpointError,
@@ -157,12 +158,6 @@ _BASE_CHANGED = (
     "the base model's files changed while this checkpoint was being taken (the platform replaced them); "
     "submit the checkpoint again"
 )
-
-
-class MalformedCheckpointError(CheckpointError):
-    """A submission's files made a check fail in a way none of its rules names (a value of a type
-    or size no rule expected): refused all the same, before any weight data is read, so it costs
-    what any such refusal costs (nothing). ``__cause__`` is the failure, for the platform's log."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ the worker's own result path."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from autorl.api.answers import ExperimentAnswer, NominatedAnswer
+from autorl.checkpoints import model_files
 from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.store import Database, SubmissionStatus, experiments, submissions
 from autorl_evaluator.failures import EvaluatorFaultError
@@ -261,14 +263,21 @@ def test_a_sealed_experiment_keeps_only_the_best_and_a_nomination_takes_an_uncha
     assert done.final is not None and done.final.status == "scored" and done.test_evaluations == 1
 
 
-def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(grading: Grader) -> None:
-    experiment = grading.register(feedback="sealed", max_submissions=2)
+def scored_a_and_best_b(grading: Grader, **values: Any) -> tuple[RegisteredExperiment, dict[str, int]]:
+    """A sealed experiment whose agent's a (10) and b (30) are scored: only b's snapshot is kept,
+    so nominating a takes its folder again."""
+    experiment = grading.register(feedback="sealed", **values)
     ids: dict[str, int] = {}
     for name, score in (("a", 10.0), ("b", 30.0)):
         grading.copy(experiment, name)
         ids[name] = submit_no_wait(grading.client, experiment, f"output/{name}").json()["submission_id"]
         score_evaluation(grading.db, row_id(grading.db, experiment, ids[name]), score)
     reconcile_once(grading.client.app.state.grader)  # type: ignore[attr-defined]
+    return experiment, ids
+
+
+def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(grading: Grader) -> None:
+    experiment, ids = scored_a_and_best_b(grading, max_submissions=2)
     assert agents_snapshot(grading.db, experiment, ids["a"]) is None
     refused = nominate(grading.client, experiment, ids["a"])
     assert refused.status_code == 400, refused.text
@@ -276,6 +285,25 @@ def test_a_nomination_whose_folder_must_be_read_again_is_refused_at_the_limit(gr
     assert counted(grading.db, experiment) == (2, 0)
     # The best's files are kept: its nomination needs no read.
     assert nominate(grading.client, experiment, ids["b"]).status_code == 200
+
+
+def test_a_nomination_whose_files_fail_a_check_unforeseen_is_a_logged_refusal_at_no_cost(
+    grading: Grader, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a submit's: the agent gets a 400 naming the fix, the platform's log the traceback."""
+    experiment, ids = scored_a_and_best_b(grading)
+
+    def unforeseen(*args: object) -> None:
+        raise TypeError("a value no check expected")
+
+    monkeypatch.setattr(model_files, "check_config", unforeseen)
+    with caplog.at_level(logging.WARNING, logger="autorl.grader"):
+        refused = nominate(grading.client, experiment, ids["a"])
+    assert refused.status_code == 400, refused.text
+    assert "TypeError while checking them" in refused.json()["detail"], refused.text
+    logged = [r for r in caplog.records if "event=submission_malformed" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None and logged[0].exc_info[0] is TypeError
+    assert counted(grading.db, experiment) == (2, 0)
 
 
 def test_a_failed_evaluation_keeps_its_snapshot_for_what_still_needs_it(

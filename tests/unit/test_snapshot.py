@@ -24,11 +24,15 @@ from autorl.checkpoints import snapshot as snapshot_module
 from autorl.checkpoints.agent_names import MAX_NAME_CHARS
 from autorl.checkpoints.snapshot import (
     MAX_SHARDS,
-    MalformedCheckpointError,
     Snapshot,
     snapshot_base_model,
 )
-from autorl.errors import CheckpointError, CostlyCheckpointError, ServiceUnavailableError
+from autorl.errors import (
+    CheckpointError,
+    CostlyCheckpointError,
+    MalformedCheckpointError,
+    ServiceUnavailableError,
+)
 from autorl.untrusted_text import CUT
 from tests.support.checkpoints import (
     edit_json,

@@ -5,12 +5,10 @@ submission or else the best on validation."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from autorl.api.answers import MAX_FINAL_ATTEMPTS
-from autorl.checkpoints.snapshot import snapshot_submission
 from autorl.errors import CheckpointError, ConflictError, CostlyCheckpointError, DeadlineExceededError
 from autorl.store import (
     Experiment,
@@ -30,6 +28,7 @@ from autorl_grader.submissions import (
     held_until_committed,
     remove_released,
     snapshot_root,
+    take_snapshot,
     under_lease,
 )
 from autorl_grader.views import display_path
@@ -115,14 +114,8 @@ def _snapshot_and_nominate(
         "takes the best on validation, whose files are kept"
     )
     try:
-        snapshot = snapshot_submission(
-            shown,  # the path as the agent knows it (relative to the workspace): its reasons name it
-            workspace=Path(experiment.workspace),
-            output_dir=Path(experiment.output_dir),
-            base_model_dir=Path(experiment.base_model_dir),
-            snapshot_root=snapshot_root(state),
-            unreadable_wait_s=state.settings.unreadable_wait_s,
-        )
+        # The path as the agent knows it (relative to the workspace): its reasons name it.
+        snapshot = take_snapshot(state, experiment, shown)
     except CheckpointError as exc:
         refused = CostlyCheckpointError if isinstance(exc, CostlyCheckpointError) else CheckpointError
         raise refused(

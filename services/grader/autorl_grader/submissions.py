@@ -17,7 +17,6 @@ from starlette.concurrency import run_in_threadpool
 
 from autorl.api.answers import PendingAnswer, SubmissionAnswer
 from autorl.checkpoints.snapshot import (
-    MalformedCheckpointError,
     Snapshot,
     prune_snapshots,
     remove_snapshot,
@@ -29,6 +28,7 @@ from autorl.errors import (
     ConflictError,
     CostlyCheckpointError,
     DeadlineExceededError,
+    MalformedCheckpointError,
     ServiceUnavailableError,
     SubmissionLimitError,
 )
@@ -111,19 +111,30 @@ def snapshot_root(state: GraderState) -> Path:
     return state.settings.snapshot_dir
 
 
-def take_snapshot(state: GraderState, experiment: Experiment, model_path: str) -> Snapshot:
-    """Check the submitted folder and copy its weights beside the base model's other files
-    (autorl.checkpoints.snapshot)."""
-    return snapshot_submission(
-        rebase_agent_path(experiment, model_path),
-        workspace=Path(experiment.workspace),
-        output_dir=Path(experiment.output_dir),
-        base_model_dir=Path(experiment.base_model_dir),
-        snapshot_root=snapshot_root(state),
-        # Files saved 0600 become readable once the agent's pod adds group-read: wait for it,
-        # briefly, in the experiment's turn (one submit of the experiment at a time).
-        unreadable_wait_s=state.settings.unreadable_wait_s,
-    )
+def take_snapshot(state: GraderState, experiment: Experiment, agent_path: str) -> Snapshot:
+    """Check the folder ``agent_path`` (as the agent names it: relative to its workspace, or
+    absolute) and copy its weights beside the base model's other files
+    (autorl.checkpoints.snapshot). Files that broke a check in a way no rule names are refused as
+    any bad checkpoint is, and the failure is logged with its traceback for the platform."""
+    try:
+        return snapshot_submission(
+            agent_path,
+            workspace=Path(experiment.workspace),
+            output_dir=Path(experiment.output_dir),
+            base_model_dir=Path(experiment.base_model_dir),
+            snapshot_root=snapshot_root(state),
+            # Files saved 0600 become readable once the agent's pod adds group-read: wait for it,
+            # briefly, in the experiment's turn (one submit of the experiment at a time).
+            unreadable_wait_s=state.settings.unreadable_wait_s,
+        )
+    except MalformedCheckpointError as exc:
+        log.warning(
+            "event=submission_malformed experiment=%s reason=%s",
+            experiment.name,
+            exc,
+            exc_info=exc.__cause__ or exc,
+        )
+        raise
 
 
 class HeldSnapshot:
@@ -296,17 +307,9 @@ def _snapshot_and_commit(
     check in a way no rule names are refused (400, before any weight data is read: not counted) and
     the failure is logged with its traceback; any other failure (the database, the snapshot
     storage) stays the platform's."""
-    try:
-        snapshot = take_snapshot(state, experiment, model_path)
-    except MalformedCheckpointError as exc:
-        log.warning(
-            "event=submission_malformed experiment=%s reason=%s",
-            experiment.name,
-            exc,
-            exc_info=exc.__cause__ or exc,
-        )
-        raise
-    shown_path = os.path.normpath(Path(experiment.workspace) / rebase_agent_path(experiment, model_path))
+    agent_path = rebase_agent_path(experiment, model_path)
+    snapshot = take_snapshot(state, experiment, agent_path)
+    shown_path = os.path.normpath(Path(experiment.workspace) / agent_path)
     with held_until_committed(snapshot) as held:
         # Refuse before writing anything when the queue is down: no half-accepted submission.
         state.dispatcher.ping()
