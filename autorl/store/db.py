@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -141,6 +142,9 @@ def _short(exc: BaseException) -> str:
 def migrate(database: Database | str) -> None:
     """Upgrade the schema to the newest Alembic revision (idempotent; safe with concurrent callers on
     Postgres thanks to an advisory lock)."""
+    # Alembic announces each of its autogenerate plugins at INFO as it is imported: noise in a
+    # service's log; the migrations it runs are still logged.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     from alembic import command
     from alembic.config import Config
 

@@ -3,6 +3,8 @@ column added to a model without its migration (or the reverse) fails here, not i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,16 @@ def _number_existing_submissions(url: str) -> None:
     finally:
         engine.dispose()
     assert numbers == {1: None, 2: 1, 3: 1, 4: 3, 5: 2, 6: 2, 7: None}
+
+
+def test_a_services_log_of_its_migrations_names_each_upgrade_and_nothing_of_alembics_plugins(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'autorl.db'}"
+    script = (
+        "import logging; from autorl.untrusted_text import log_printable_lines; "
+        f"from autorl.store import migrate; log_printable_lines(logging.INFO); migrate({url!r})"
+    )
+    logged = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stderr
+    assert "Running upgrade 0011_evaluation_cache -> 0012_provenance" in logged, logged
+    assert "plugin" not in logged, logged
