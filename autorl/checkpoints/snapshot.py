@@ -691,9 +691,11 @@ def _read_headers(
     return headers, seen
 
 
-def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
-    """What says a file is the one read before: the same inode, size and modification time."""
-    return (info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns)
+def _identity(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What says a file is the one read before, unwritten: the same inode, size, modification time
+    and change time. The change time is the kernel's (a write sets it, and so does setting the
+    modification time back): an agent owns its files' modification time, not their change time."""
+    return (info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _check_same_file(source: _Source, entry: str, info: os.stat_result) -> None:
@@ -938,8 +940,7 @@ def _block_digest(data: bytes) -> bytes:
 
 
 def _changed(opened: _Opened) -> bool:
-    now = os.fstat(opened.fd)
-    return (now.st_size, now.st_mtime_ns) != (opened.info.st_size, opened.info.st_mtime_ns)
+    return _identity(os.fstat(opened.fd)) != _identity(opened.info)
 
 
 def _check_unchanged(opened: _Opened) -> None:

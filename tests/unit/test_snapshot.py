@@ -891,10 +891,40 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
     assert "changed while they were being submitted" in refusal()
 
 
-def test_weights_growing_under_the_copy_stop_it_and_are_a_costly_refusal(
-    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+def _appended(weights: Path) -> None:
+    with weights.open("ab") as opened:
+        opened.write(b"\0" * 1024)
+
+
+def _rewritten_with_its_time_set_back(weights: Path) -> None:
+    """Its last bytes changed in place, the same size, its modification time set back: what an agent,
+    owning its files, can do to each of them."""
+    before = weights.stat()
+    with weights.open("r+b") as opened:
+        opened.seek(-4, os.SEEK_END)
+        last = opened.read(4)
+        opened.seek(-4, os.SEEK_END)
+        opened.write(bytes(byte ^ 0xFF for byte in last))
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_mtime_ns == before.st_mtime_ns
+
+
+#: How an agent's process can change a weights file under the grader.
+WEIGHT_EDITS = {
+    "appended": _appended,
+    "rewritten_in_place_with_its_time_set_back": _rewritten_with_its_time_set_back,
+}
+
+
+@pytest.mark.parametrize("edit", WEIGHT_EDITS)
+def test_weights_changed_under_the_copy_stop_it_and_are_a_costly_refusal(
+    take: Callable[..., Snapshot],
+    snapshots: Path,
+    checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    edit: str,
 ) -> None:
-    """Bytes appended as the copy starts: the copy stops at the block where the change shows, and
+    """Bytes changed as the copy starts: the copy stops at the block where the change shows, and
     the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
     from autorl.checkpoints import snapshot as snapshot_module
 
@@ -907,13 +937,12 @@ def test_weights_growing_under_the_copy_stop_it_and_are_a_costly_refusal(
         reads.append(size)
         return pread(fd, size, offset)
 
-    def append_then_copy(opened: Any, header: Any, writer: Any) -> None:
-        with (checkpoint / "model.safetensors").open("ab") as weights:
-            weights.write(b"\0" * 1024)
+    def edit_then_copy(opened: Any, header: Any, writer: Any) -> None:
+        WEIGHT_EDITS[edit](checkpoint / "model.safetensors")
         monkeypatch.setattr(snapshot_module.os, "pread", counted_pread)
         copy_weights(opened, header, writer)
 
-    monkeypatch.setattr(snapshot_module, "_copy_weights", append_then_copy)
+    monkeypatch.setattr(snapshot_module, "_copy_weights", edit_then_copy)
     blocks = -(-(checkpoint / "model.safetensors").stat().st_size // (64 * 1024))
     with pytest.raises(CostlyCheckpointError) as caught:
         take()
@@ -993,8 +1022,13 @@ def test_a_block_that_cannot_be_written_stops_the_copy_and_leaves_nothing(
     assert list(snapshots.iterdir()) == []
 
 
+@pytest.mark.parametrize("edit", WEIGHT_EDITS)
 def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
-    take: Callable[..., Snapshot], snapshots: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+    take: Callable[..., Snapshot],
+    snapshots: Path,
+    checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    edit: str,
 ) -> None:
     """A change after the header and config checks, before the first tensor byte: refused by the
     re-check before the copy, which never starts; not a CostlyCheckpointError."""
@@ -1005,10 +1039,9 @@ def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
 
     platform_files = snapshot_module._platform_files
 
-    def read_then_append(*args: Any) -> dict[str, bytes]:
+    def read_then_edit(*args: Any) -> dict[str, bytes]:
         files = platform_files(*args)
-        with (checkpoint / "model.safetensors").open("ab") as weights:
-            weights.write(b"\0")
+        WEIGHT_EDITS[edit](checkpoint / "model.safetensors")
         return files
 
     written: list[str] = []
@@ -1019,7 +1052,7 @@ def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
         write(writer, name, data)
 
     monkeypatch.setattr(snapshot_module, "_copy_weights", never_copy)
-    monkeypatch.setattr(snapshot_module, "_platform_files", read_then_append)
+    monkeypatch.setattr(snapshot_module, "_platform_files", read_then_edit)
     monkeypatch.setattr(snapshot_module._Writer, "write", recorded)
     with pytest.raises(CheckpointError) as caught:
         take()
