@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -78,6 +79,8 @@ from autorl.errors import (
     UnreadableCheckpointError,
 )
 from autorl.untrusted_text import shortened
+
+log = logging.getLogger("autorl.checkpoints")
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -153,6 +156,12 @@ _NO_DESCRIPTORS = (
 _MALFORMED = (
     "{shown}: the checkpoint's files could not be read as a model ({kind} while checking them); save "
     "the model with model.save_pretrained(path), which writes safetensors, and submit that folder"
+)
+#: A full evaluator storage, as the agent is told (503).
+STORAGE_FULL = (
+    "the evaluator storage has too little room to take this checkpoint now; retry once queued "
+    "evaluations have finished (operators: grow AUTORL_SNAPSHOT_DIR's volume; the platform's log "
+    "says by how much)"
 )
 _BASE_CHANGED = (
     "the base model's files changed while this checkpoint was being taken (the platform replaced them); "
@@ -650,14 +659,18 @@ def _fingerprint_v2(folder: Path) -> str:
 
 
 def _check_free_space(snapshot_root: Path, needed: int) -> None:
-    """Refuse (503, retry later) rather than fill the evaluators' storage."""
+    """Refuse (503, retry later) rather than fill the evaluators' storage. Every experiment's
+    snapshots share it: its path and free bytes go to the platform's log, never to the agent."""
     usage = shutil.disk_usage(snapshot_root)
     if usage.free < needed + MIN_FREE_BYTES:
-        raise ServiceUnavailableError(
-            f"the evaluator storage ({snapshot_root}) has {usage.free} bytes free, too few to take this "
-            f"{needed}-byte checkpoint; retry once queued evaluations have finished (operators: grow "
-            "AUTORL_SNAPSHOT_DIR's volume)"
+        log.warning(
+            "event=snapshot_storage_full path=%s free_bytes=%d needed_bytes=%d reserve_bytes=%d",
+            snapshot_root,
+            usage.free,
+            needed,
+            MIN_FREE_BYTES,
         )
+        raise ServiceUnavailableError(STORAGE_FULL)
 
 
 def _list(source: _Source) -> set[str]:

@@ -115,16 +115,23 @@ def test_result_records_how_it_ran(evaluated: EvalResult, settings: WorkerSettin
     assert evaluated.seconds > 0
 
 
-def test_unloadable_weights_fail_with_the_fix(
+def test_unloadable_weights_fail_with_the_fix_and_only_evaluator_storage_gets_the_cause(
     trained_tiny_model: TrainedModel, settings: WorkerSettings, tmp_path: Path
 ) -> None:
+    """What transformers says names the evaluator's own paths (and could its devices' memory): the
+    agent gets the fix in fixed words, the operator the cause."""
+    from autorl_evaluator.backends.hf.backend import UNLOADABLE
+    from autorl_evaluator.failures import agent_message, operator_detail
+
     broken = Path(shutil.copytree(trained_tiny_model.path, tmp_path / "broken"))
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with pytest.raises(EvaluationError, match=r"cannot load the checkpoint .*save_pretrained"):
+    with pytest.raises(EvaluationError) as caught:
         get_backend("hf").evaluate(
             broken, get_task("gsm8k"), list(trained_tiny_model.problems[:2]), recorded(settings), settings
         )
+    assert agent_message(caught.value) == UNLOADABLE and "save_pretrained" in UNLOADABLE
+    assert "SafetensorError: Error while deserializing header" in operator_detail(caught.value)
 
 
 def evaluate_trained(model: TrainedModel, settings: WorkerSettings) -> EvalResult:

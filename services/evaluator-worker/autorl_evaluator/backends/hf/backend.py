@@ -188,12 +188,16 @@ def _tokenizer(model_dir: Path) -> Any:
         raise _unloadable(exc) from exc
 
 
+#: Fixed text: what transformers says can name the evaluator's paths and devices (its memory, which
+#: other work holds); it stays in evaluator storage.
+UNLOADABLE = (
+    "transformers cannot load the checkpoint; save it with model.save_pretrained(path) and "
+    "tokenizer.save_pretrained(path) and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
+)
+
+
 def _unloadable(exc: Exception) -> PublicEvaluationError:
-    return PublicEvaluationError(
-        f"transformers cannot load the checkpoint ({type(exc).__name__}: {str(exc).strip()[:500]}); "
-        "save it with model.save_pretrained(path) and tokenizer.save_pretrained(path) "
-        "and check that it loads with AutoModelForCausalLM.from_pretrained(path)"
-    )
+    return PublicEvaluationError(UNLOADABLE, detail=f"{type(exc).__name__}: {exc}")
 
 
 def _load(
