@@ -189,5 +189,12 @@ def test_a_warm_run_and_what_it_left_outside_its_group_end_with_the_server(
     stand_in_server.process.wait(timeout=30)
     thread.join(30)
     assert len(raised) == 1 and isinstance(raised[0], EvaluatorFaultError), raised
+    # Fixed words for the agent (the broken connection's own, if any, are the operator's detail).
+    assert str(raised[0]).endswith(
+        (
+            "): the warm OpenCompass failed during the run",
+            "): the warm OpenCompass ended without reporting its run's exit",
+        )
+    ), raised[0]
     pid = int(escaped.read_text())
     wait_for(lambda: not _alive(pid), f"what the run started ({pid}) to end", 5, 0.05)

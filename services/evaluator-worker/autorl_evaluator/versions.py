@@ -112,7 +112,9 @@ def interpreter_versions(python: Path, packages: Sequence[str]) -> dict[str, str
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EvaluatorFaultError(f"could not ask {python} for its package versions: {exc}") from exc
+            raise EvaluatorFaultError(
+                f"could not ask {python} for its package versions", detail=f"{type(exc).__name__}: {exc}"
+            ) from exc
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     except (IndexError, json.JSONDecodeError):

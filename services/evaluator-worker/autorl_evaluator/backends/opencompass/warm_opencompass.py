@@ -121,7 +121,7 @@ class CompassServer(ServerProcess[CompassSpec]):
                 answer = connection.receive() or {}
                 if "pid" not in answer:
                     raise EvaluatorFaultError(
-                        f"the warm OpenCompass did not start the run: {answer.get('error')}"
+                        "the warm OpenCompass did not start the run", detail=str(answer.get("error"))
                     )
                 pgid = int(answer["pid"])
                 connection.set_timeout(max(timeout_s - (time.monotonic() - started), 0.001))
@@ -135,7 +135,9 @@ class CompassServer(ServerProcess[CompassSpec]):
         except (OSError, ValueError) as exc:
             # The server died, its socket went, or it answered nothing readable: the worker's fault.
             if not timed_out:
-                raise EvaluatorFaultError(f"the warm OpenCompass failed during the run: {exc}") from exc
+                raise EvaluatorFaultError(
+                    "the warm OpenCompass failed during the run", detail=f"{type(exc).__name__}: {exc}"
+                ) from exc
             ended = {"returncode": -signal.SIGKILL}
         finally:
             # Whatever happened, nothing of the run outlives it (the command's group is ended too).
