@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 import unicodedata
 from collections.abc import Callable
+from typing import Annotated
 
+from pydantic import AfterValidator
 from rich.text import Text
 
 #: Short escapes, as Python writes them; every other hidden character gets its code point.
@@ -116,6 +118,11 @@ def printable_once(text: str) -> str:
     itself, else as it is: a text escaped at its source (a note, a name quoted in an error) is not
     escaped a second time, and escaping it again changes nothing."""
     return printable(text) if unprintable_characters(text) else text
+
+
+#: A string field that can hold an agent's string (a path, a file name, an error quoting one), as
+#: every answer carries it: escaped once (:func:`printable_once`), whatever the row it came from.
+Printable = Annotated[str, AfterValidator(printable_once)]
 
 
 def printable_within(text: str, most: int) -> str:

@@ -16,6 +16,7 @@ from autorl.protocol.feedback import Feedback, FeedbackField
 from autorl.protocol.result import Comparison as Comparison
 from autorl.protocol.result import FinalResult as FinalResult
 from autorl.protocol.result import SubmissionStatusName as SubmissionStatusName
+from autorl.untrusted_text import Printable
 
 #: A submission not evaluated yet: what a pending (202) answer carries.
 PendingStatusName = Literal["queued", "running"]
@@ -49,7 +50,7 @@ class Best(Answer):
     submission_id: int | None = Field(description=SUBMISSION_ID)
     score: float | None
     timestamp: str | None = Field(None, description="when it was received, ISO 8601 UTC")
-    model_path: str | None = None
+    model_path: Printable | None = None
     baseline_score: float | None = None
     improvement: float | None = None
     elapsed_seconds: float | None = None
@@ -76,7 +77,7 @@ class SubmissionAnswer(Answer):
     improvement: float | None
     best: Best
     total_submissions: int
-    model_path: str
+    model_path: Printable
     timestamp: str | None = Field(
         description="when it was received, ISO 8601 UTC; of the baseline, null to the agent (as every "
         "time of the baseline: the platform's work before the agent's budget)"
@@ -89,8 +90,8 @@ class SubmissionAnswer(Answer):
     n_samples: int | None
     eval_seconds: float | None
     attempts: int
-    error: str | None
-    ignored_files: list[str]
+    error: Printable | None
+    ignored_files: list[Printable]
     created_at: float | None
     finished_at: float | None
     queue_position: int | None = Field(
@@ -146,7 +147,7 @@ class PendingAnswer(Answer):
     queue_position: int | None = Field(
         description="your submissions waiting ahead of this one, plus one (0: being evaluated)"
     )
-    ignored_files: list[str]
+    ignored_files: list[Printable]
 
     @property
     def final(self) -> bool:
@@ -232,7 +233,7 @@ class ExperimentAnswer(Answer):
     baseline_score: float | None
     baseline_status: SubmissionStatusName | None
     baseline_submission: int | None
-    baseline_error: str | None
+    baseline_error: Printable | None
     best_score: float | None
     best_submission: int | None
     improvement: float | None

@@ -78,7 +78,7 @@ from autorl.errors import (
     ServiceUnavailableError,
     UnreadableCheckpointError,
 )
-from autorl.untrusted_text import shortened
+from autorl.untrusted_text import printable, shortened
 
 log = logging.getLogger("autorl.checkpoints")
 
@@ -810,7 +810,9 @@ def _ignored_names(source: _Source, names: set[str]) -> Iterator[tuple[str, str,
 
 
 def _escaped(entry: str) -> str:
-    return entry.encode("utf-8", "backslashreplace").decode("utf-8")
+    """A name as an answer lists it: the agent's to choose, so every character that does not show as
+    itself escaped (an undecodable byte, held as a lone surrogate, as ``\\udcff``)."""
+    return printable(entry)
 
 
 def _shortened(entry: str, suffix: str) -> str:

@@ -160,3 +160,16 @@ def test_the_experiments_status_escapes_and_bounds_its_free_text_and_keeps_it_wh
     ):
         assert text is not None and hidden_in(text) == [] and "\n" not in text
         assert len(text) <= MAX_MESSAGE_CHARS
+
+
+def test_every_answer_that_carries_an_agents_file_names_or_path_escapes_them_whatever_the_row() -> None:
+    """A row stored before its names were escaped at the source (or by any other path) still reaches
+    the agent, the admin API and every client escaped, once: what is escaped already is unchanged."""
+    from autorl.api.answers import PendingAnswer
+
+    raw = PendingAnswer(
+        submission_id=1, status="queued", queue_position=1, ignored_files=[HOSTILE, "a\\x1bb"]
+    )
+    assert raw.ignored_files[1] == "a\\x1bb" and not hidden_in(raw.ignored_files[0])
+    assert READABLE in raw.ignored_files[0]
+    assert PendingAnswer.model_validate(raw.model_dump()) == raw

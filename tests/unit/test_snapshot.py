@@ -1263,6 +1263,23 @@ def test_an_ignored_file_that_vanishes_before_its_check_is_listed_as_a_file(
     assert take().ignored_files == with_base_files("notes.txt")
 
 
+def test_ignored_file_names_are_listed_escaped(take: Callable[..., Snapshot], checkpoint: Path) -> None:
+    """The agent names its files: a hyperlink (OSC 8), a right-to-left override, a zero-width space,
+    a C1 control, a line feed forging a log line and an undecodable byte are listed as their escapes,
+    each name still readable as itself."""
+    names = {
+        b"\x1b]8;;evil.example\x1b\\docs": "\\x1b]8;;evil.example\\x1b\\\\docs",
+        "run\u202eemanelif".encode(): "run\\u202eemanelif",
+        "a\u200bb".encode(): "a\\u200bb",
+        "c\x9bd".encode(): "c\\x9bd",
+        b"x\nevent=final_nominated": "x\\nevent=final_nominated",
+        b"y\xff": "y\\udcff",
+    }
+    for name in names:
+        os.close(os.open(os.fsencode(checkpoint) + b"/" + name, os.O_WRONLY | os.O_CREAT, 0o644))
+    assert take().ignored_files == with_base_files(*names.values())
+
+
 # --- the weights' headers: bounded by the base model's, and canonical --------------------------
 
 
