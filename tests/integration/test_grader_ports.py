@@ -29,11 +29,7 @@ class Grader:
     token: str
 
 
-@pytest.fixture(scope="module")
-def grader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grader]:
-    home = tmp_path_factory.mktemp("grader-ports")
-    agent_port, admin_port = free_port(), free_port()
-    token = secrets.token_hex(16)
+def grader_env(home: Path, agent_port: int, token: str) -> dict[str, str]:
     env = {
         **os.environ,
         "AUTORL_HOME": str(home),  # SQLite in its home; local dispatch: no Redis needed here
@@ -42,6 +38,15 @@ def grader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grader]:
     }
     for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE"):
         env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def grader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grader]:
+    home = tmp_path_factory.mktemp("grader-ports")
+    agent_port, admin_port = free_port(), free_port()
+    token = secrets.token_hex(16)
+    env = grader_env(home, agent_port, token)
     command = [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(agent_port)]
     urls = [f"http://127.0.0.1:{port}" for port in (agent_port, admin_port)]
     with grader_process([*command, "--admin-port", str(admin_port), "--log-level", "warning"], env, urls):
@@ -132,6 +137,24 @@ def test_every_request_on_the_agent_port_is_charged_to_a_fair_share(grader: Grad
         # The admin port is the platform's, and another address keeps its own share.
         assert flood.get(f"{grader.admin}/healthz").status_code == 200
     assert httpx.get(f"{grader.agent}/healthz").status_code == 200
+
+
+def test_an_address_cannot_name_another_for_its_fair_share(tmp_path: Path) -> None:
+    """A client on the grader's own machine (127.0.0.1 is where a proxy would be) saying it is a new
+    address each time (X-Forwarded-For, Forwarded) is still charged as the address it connects from:
+    its made-up tokens are refused, then paused."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [AUTORL, "grader", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    with (
+        grader_process(command, grader_env(tmp_path, port, secrets.token_hex(16)), [url]),
+        httpx.Client() as client,
+    ):
+        codes: list[int] = []
+        while len(codes) < 60 and 429 not in codes:
+            forged = {"X-Forwarded-For": f"10.9.{len(codes)}.1", "Forwarded": f"for=10.8.{len(codes)}.1"}
+            codes.append(client.get(f"{url}/a/made-up-{len(codes)}/time", headers=forged).status_code)
+    assert set(codes) == {401, 429}, codes
 
 
 def test_the_graders_own_events_are_logged(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autorl_grader.http_server import ConnectionLimits
@@ -48,15 +48,16 @@ def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> 
     protocol = AnsweringH11Protocol.limited(limits)
     settings = with_local_admin_token(GraderSettings())
     app = create_app(settings)
+    # The client is the connection's peer, never what a request says of itself (X-Forwarded-For,
+    # which uvicorn trusts from 127.0.0.1 by default): each address's fair share is keyed on it.
+    options: dict[str, Any] = {"log_level": args.log_level, "http": protocol, "proxy_headers": False}
     if args.admin_port is None:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, http=protocol)
+        uvicorn.run(app, host=args.host, port=args.port, **options)
         return 0
     if args.admin_port == args.port:
         raise UsageError(f"--admin-port must differ from --port ({args.port})")
     sockets = [_listen(args.host, port) for port in (args.port, args.admin_port)]
-    server = uvicorn.Server(
-        uvicorn.Config(AgentPortGuard(app, agent_port=args.port), log_level=args.log_level, http=protocol)
-    )
+    server = uvicorn.Server(uvicorn.Config(AgentPortGuard(app, agent_port=args.port), **options))
     server.run(sockets=sockets)
     return 0
 
