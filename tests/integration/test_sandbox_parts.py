@@ -199,6 +199,45 @@ def test_view_never_exposes_platform_folders(tmp_path: Path) -> None:
         )
 
 
+def test_view_knows_a_platform_folder_however_it_is_named(tmp_path: Path) -> None:
+    """Evaluator storage set through a link into the folder of the agent's program, or the agent's
+    folder reached through a link into the platform home: the folder is the platform's all the same."""
+    workspace = tmp_path / "home" / "runs" / "r" / "workspace"
+    disk = tmp_path / "disk"
+    (disk / "eval").mkdir(parents=True)
+    (tmp_path / "eval-link").symlink_to(disk / "eval")
+    view = FilesystemView(
+        workspace=workspace,
+        read_only=[],
+        python_paths=[],
+        program=disk / "agent.py",
+        forbidden=[tmp_path / "eval-link"],
+    )
+    assert [b.source for b in view.binds()] == [disk / "agent.py", workspace]
+    (tmp_path / "home" / "agents").mkdir(parents=True)
+    (tmp_path / "home-link").symlink_to(tmp_path / "home")
+    for python in (tmp_path / "home-link" / "agents", tmp_path / "home-link"):
+        with pytest.raises(ViewError):
+            FilesystemView(
+                workspace=workspace, read_only=[], python_paths=[python], forbidden=[tmp_path / "home"]
+            ).binds()
+
+
+def test_the_hugging_face_caches_are_never_in_an_agents_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``datasets`` downloads GSM8K's test split into them when no data source is set."""
+    from autorl_agent_runner.settings import AgentRunnerSettings, huggingface_caches
+
+    assert huggingface_caches({}) == [Path("~/.cache/huggingface")]
+    env = {"XDG_CACHE_HOME": "/c", "HF_HOME": "/h", "HF_DATASETS_CACHE": "/d"}
+    assert huggingface_caches(env) == [Path("/c/huggingface"), Path("/h"), Path("/d")]
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    monkeypatch.setenv("AUTORL_HOME", str(tmp_path / "home"))
+    hidden = AgentRunnerSettings().hidden_paths()
+    assert tmp_path / "datasets" in hidden and Path("~/.cache/huggingface").expanduser() in hidden
+
+
 #: One address of every kind of destination that is not the public internet.
 NON_PUBLIC_PROBES = (
     "0.1.2.3", "10.1.2.3", "100.64.0.1", "100.127.255.254", "127.0.0.2", "169.254.169.254", "172.16.0.1",

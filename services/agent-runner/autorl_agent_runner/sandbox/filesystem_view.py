@@ -116,7 +116,7 @@ class FilesystemView:
         return Bind(folder, folder)
 
     def _touches_forbidden(self, path: Path) -> bool:
-        return any(path.is_relative_to(f) or f.is_relative_to(path) for f in self.forbidden)
+        return any(lies_in(path, f) or lies_in(f, path) for f in self.forbidden)
 
     def _check_exposable(self, path: Path) -> None:
         if self._touches_forbidden(path):
@@ -141,6 +141,27 @@ class FilesystemView:
         if self.resolv_conf is not None:
             files["/etc/resolv.conf"] = self.resolv_conf
         return files
+
+
+def lies_in(inner: Path, outer: Path) -> bool:
+    """Whether ``inner`` is ``outer`` or lies in it, however either is named: by their paths, by their
+    real paths (a link to a folder, or into one), or by a folder above ``inner`` that is ``outer``
+    itself seen at another path (another mount of it: the same device and inode)."""
+    real = Path(os.path.realpath(inner))
+    if inner.is_relative_to(outer) or real.is_relative_to(os.path.realpath(outer)):
+        return True
+    try:
+        target = os.stat(outer)
+    except OSError:
+        return False
+    for folder in (real, *real.parents):
+        try:
+            info = os.stat(folder)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
 
 
 def system_args(host_root: Path = Path("/")) -> list[str]:
