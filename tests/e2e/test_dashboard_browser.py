@@ -329,12 +329,28 @@ def test_operator_signs_in_and_watches_an_experiment_live(
         assert "not signed in" in browser.page_source
 
 
+#: Where each character of the submissions' path cell that reads ``arguments[0]`` starts, left to right.
+CHARACTER_LEFTS_JS = """
+const cells = [...document.querySelectorAll('#submissions td.path')];
+const cell = cells.find(td => td.textContent === arguments[0]);
+const text = cell.firstChild, lefts = [];
+for (let i = 0; i < text.length; i++) {
+  const range = document.createRange();
+  range.setStart(text, i);
+  range.setEnd(text, i + 1);
+  lefts.push(range.getBoundingClientRect().left);
+}
+return lefts;
+"""
+
+
 def test_agent_strings_show_as_text_with_hidden_characters_escaped(
     browser: Any, settings: DeploymentSettings, db: Database, tmp_path: Path
 ) -> None:
     run = create_experiment(db, tmp_path / "workspace")
     folder = "<img src=x onerror=window.pwned=1>[/bold]\x1b[2J\u202egnp.exe"
     add_submission(db, run.name, error="<b>loud</b>\r\nsubmission 99 score=100.00", folder=folder)
+    add_submission(db, run.name, folder="\u05d0/1/2/3")  # a right-to-left letter before digits and slashes
     (run.workspace / "agent.log").write_text("<script>window.pwned=2</script>\n\x1b[31mred\u200b\x1b[0m\n")
     with serve(create_app(settings, reconcile=False)) as grader:
         sign_in(browser, grader.url, settings)
@@ -349,6 +365,9 @@ def test_agent_strings_show_as_text_with_hidden_characters_escaped(
         assert browser.execute_script(
             "return window.pwned === undefined && !document.querySelector('main img, main b')"
         )
+        # Each character of a path stands left of the next, as the path is stored.
+        lefts = browser.execute_script(CHARACTER_LEFTS_JS, "output/\u05d0/1/2/3")
+        assert len(lefts) == len("output/\u05d0/1/2/3") and lefts == sorted(set(lefts)), lefts
 
 
 SORTED_JS = (

@@ -19,12 +19,13 @@ from autorl.store import Experiment, Split, Submission, SubmissionStatus
 from autorl.store import experiments as experiment_store
 from autorl.store import submissions as submission_store
 from autorl.tasks.gsm8k import PROTOCOLS
-from autorl.untrusted_text import printable
+from autorl.untrusted_text import Printable, printable
 from autorl_grader.views import Availability, experiment_view, submission_view, totals_by_split
 
 #: Free text as the dashboard shows it: a character that would not show as itself (a control
-#: character, a bidi override reversing a path, a zero-width space) escaped, whoever wrote it.
-Shown = Annotated[str, AfterValidator(printable)]
+#: character, a bidi override reversing a path, a zero-width space) escaped, whoever wrote it;
+#: once, as every answer escapes it (a text the API escaped already shows as the API gives it).
+Shown = Printable
 #: The agent's log: its lines kept, everything else escaped as in :data:`Shown`.
 ShownLines = Annotated[str, AfterValidator(lambda text: printable(text, multiline=True))]
 
