@@ -15,8 +15,14 @@ from __future__ import annotations
 import h11
 
 #: The most a request body may hold. Every body the API takes is a small JSON object (a submit
-#: holds a checkpoint's path, never its files), so anything larger is refused unread.
-MAX_BODY_BYTES = 1 << 20
+#: holds a checkpoint's path, never its files; the largest, an experiment's registration or the
+#: message of its end, under 100 KB written all in escapes), so anything larger is refused unread.
+MAX_BODY_BYTES = 128 * 1024
+#: The most an agent's request body may hold: its largest is a submit's ``model_path`` (at most 4,096
+#: bytes, under 13 KB as JSON escapes). An agent's body is parsed on the server's one event loop before
+#: its token is checked: with 1 MiB bodies of zeros, within its fair share, one agent held another
+#: experiment's requests for hundreds of milliseconds; at this size a body costs the loop under 1 ms.
+MAX_AGENT_BODY_BYTES = 16 * 1024
 #: The most a request line and its headers may take.
 MAX_HEADER_BYTES = 64 * 1024
 #: After a refusal that closes the connection, what the client is still sending (the rest of a
@@ -45,10 +51,9 @@ ANSWER_WRITE_S = 30.0
 #: The most connections the grader's server holds at once on each port it listens on; the agent
 #: port and the admin port are counted apart, so agents that fill the agent port leave the admin
 #: port to the controller. A connection holds at most one request while it is read: the head and
-#: body limits above plus a read's worth, about 1.1 MiB (measured before this cap: 300 connections
-#: each holding a body of 1 MiB - 1 byte grew the grader by 308 MiB). Both ports full hold about
-#: 560 MiB, inside the chart's 2 GiB limit with the grader's own use (about 100 MiB idle, and the
-#: submit path's allowance of 700 MiB in tests/integration/test_submit_burst.py) beside it. An
+#: body limits above plus a read's worth, about 200 KiB, so both ports full hold about 100 MiB,
+#: inside the chart's 2 GiB limit with the grader's own use (about 100 MiB idle, and the submit
+#: path's allowance of 700 MiB in tests/integration/test_submit_burst.py) beside it. An
 #: answer the client does not read is held besides, for at most ANSWER_WRITE_S; an agent's largest,
 #: its GET /scores, grows with its submissions, each carrying at most its model_path
 #: (autorl.api.request_bodies) and a bounded list of ignored files (autorl.checkpoints.snapshot).
@@ -76,14 +81,18 @@ NEW_CONNECTIONS_PER_S = 20.0
 #: ANSWER_WRITE_S for the client to read what was written to it (a refused one at most DRAIN_S).
 RETRY_AFTER_S = 5
 
-BODY_TOO_LARGE = (
-    f"the request body is over the grading API's limit of {MAX_BODY_BYTES} bytes; its bodies are small "
-    'JSON objects: to submit, send only the checkpoint\'s path, as {"model_path": "output/v1"}'
-)
 HEADERS_TOO_LARGE = (
     f"the request line and headers are over the grading API's limit of {MAX_HEADER_BYTES} bytes; "
     "send only the Authorization and Content-Type headers the API needs"
 )
+
+
+def body_too_large(limit: int) -> str:
+    """The reason of a request whose body is over ``limit`` bytes (413)."""
+    return (
+        f"the request body is over the grading API's limit of {limit} bytes; its bodies are small JSON "
+        'objects: to submit, send only the checkpoint\'s path, as {"model_path": "output/v1"}'
+    )
 
 
 def request_too_slow(read_s: float = REQUEST_READ_S) -> str:

@@ -26,8 +26,8 @@ TWIN_UNVERIFIED = "twin split unverified"
 _SEPARATOR = "; "
 #: Characters of its reason, escapes included, a note keeps.
 MAX_REASON_CHARS = 300
-#: Characters of a message sent to the grader (its request limit is 1 MiB) or written to an
-#: Experiment's status (the API server's limit on an object is about 1.5 MB).
+#: Characters of a message sent to the grader (under its limit on a body, even all in JSON escapes)
+#: or written to an Experiment's status (the API server's limit on an object is about 1.5 MB).
 MAX_MESSAGE_CHARS = 8_000
 
 

@@ -16,7 +16,12 @@ from subprocess import Popen
 import httpx
 import pytest
 
-from autorl.api.request_limits import BODY_TOO_LARGE, HEADERS_TOO_LARGE
+from autorl.api.request_limits import (
+    HEADERS_TOO_LARGE,
+    MAX_AGENT_BODY_BYTES,
+    MAX_BODY_BYTES,
+    body_too_large,
+)
 from tests.support.grading import (
     RegisteredExperiment,
     admin_headers,
@@ -29,6 +34,7 @@ from tests.support.service_processes import serving_grader
 from tests.support.settings import DeploymentSettings
 
 FIVE_MB = 5 << 20
+ADMIN_BODY_TOO_LARGE = body_too_large(MAX_BODY_BYTES)
 #: Far more than the grader drops after a refusal before it closes the connection.
 SEND_AT_MOST = 1 << 30
 
@@ -67,12 +73,30 @@ def streamed(total: int, chunk: int = 64 << 10) -> Iterable[bytes]:
             {"Content-Type": "application/json"},
             b'{"model_path": "' + b"x" * FIVE_MB + b'"}',
             413,
-            BODY_TOO_LARGE,
+            body_too_large(MAX_AGENT_BODY_BYTES),
         ),
-        ("admin", {"Content-Type": "application/json"}, streamed(FIVE_MB), 413, BODY_TOO_LARGE),
+        (
+            "submit",
+            {"Content-Type": "application/json"},
+            b'{"model_path": "output/m", "gpu": [' + b"0," * (MAX_BODY_BYTES // 4) + b"0]}",
+            413,
+            body_too_large(MAX_AGENT_BODY_BYTES),
+        ),
+        (
+            "admin",
+            {"Content-Type": "application/json"},
+            streamed(FIVE_MB),
+            413,
+            body_too_large(MAX_BODY_BYTES),
+        ),
         ("submit", {"X-Pad": "p" * (200 << 10)}, b'{"model_path": "output/m"}', 431, HEADERS_TOO_LARGE),
     ],
-    ids=["5 MB submit body", "5 MB admin body, streamed", "200 KB header"],
+    ids=[
+        "5 MB submit body",
+        "a submit body an admin body could be",
+        "5 MB admin body, streamed",
+        "200 KB header",
+    ],
 )
 def test_an_oversized_request_is_answered_with_the_limit_and_the_grader_serves_on(
     grader: Grader,
@@ -115,7 +139,8 @@ def test_a_client_that_never_stops_sending_is_cut_off_after_the_answer(grader: G
         while chunk := sock.recv(65536):  # the answer, then the grader's end of the stream
             answer += chunk
         head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 413 ") and json.loads(body)["detail"] == BODY_TOO_LARGE
+        assert head.startswith(b"HTTP/1.1 413 ")
+        assert json.loads(body)["detail"] == body_too_large(MAX_AGENT_BODY_BYTES)
         sent = 0
         with pytest.raises((BrokenPipeError, ConnectionResetError)):
             while sent < SEND_AT_MOST:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.api.request_limits import MAX_BODY_BYTES
+from autorl.api.request_limits import MAX_AGENT_BODY_BYTES
 from autorl_agent_runner.sandbox.api_relay import (
     LOGGED_REFUSALS,
     LOGGED_REFUSALS_EVERY,
@@ -161,7 +161,7 @@ def test_only_allowed_headers_pass_and_bodies_are_capped(relay: tuple[tuple[str,
     headers = {k.lower(): v for k, v in seen["headers"].items()}  # type: ignore[attr-defined]
     assert seen["body"] == body and headers["authorization"] == f"Bearer {TOKEN}"
     assert "x-forwarded-for" not in headers and headers["host"] == f"127.0.0.1:{upstream.port}"
-    too_big = MAX_BODY_BYTES + 1
+    too_big = MAX_AGENT_BODY_BYTES + 1
     big = exchange(
         address, f"POST /a/{TOKEN}/submit HTTP/1.1\r\nHost: x\r\nContent-Length: {too_big}\r\n\r\n".encode()
     )

@@ -212,6 +212,11 @@ class FairShare:
         )
 
 
+def is_admitted_agent_request(scope: Scope) -> bool:
+    """Whether the request is an agent's, admitted by :class:`FairShareLayer` (the outermost layer)."""
+    return isinstance(scope.get(SCOPE_KEY), Admission)
+
+
 def leave_in_flight(scope: Scope) -> None:
     """The request no longer holds a place in flight (a blocking submit, waiting for its score)."""
     admission = scope.get(SCOPE_KEY)

@@ -25,12 +25,12 @@ from http import HTTPStatus
 import h11
 
 from autorl.api.request_limits import (
-    BODY_TOO_LARGE,
     DRAIN_BYTES,
     DRAIN_S,
+    MAX_AGENT_BODY_BYTES,
     MAX_AGENT_CONNECTIONS,
-    MAX_BODY_BYTES,
     RequestParser,
+    body_too_large,
     unparsable_request,
 )
 
@@ -217,12 +217,12 @@ class _Connection:
             declared = dict(event.headers).get(b"content-length", b"0")
             body = bytearray()
             # Refused before it is read when declared too large; counted as it comes otherwise.
-            too_large = int(declared) > MAX_BODY_BYTES
+            too_large = int(declared) > MAX_AGENT_BODY_BYTES
             while not too_large:
                 part = self._next_event()
                 if isinstance(part, h11.Data):
                     body += part.data
-                    if len(body) > MAX_BODY_BYTES:
+                    if len(body) > MAX_AGENT_BODY_BYTES:
                         too_large = True
                         break
                 elif isinstance(part, h11.EndOfMessage):
@@ -230,7 +230,7 @@ class _Connection:
                 else:
                     return
             if too_large:
-                self._refuse(Refusal(413, BODY_TOO_LARGE))
+                self._refuse(Refusal(413, body_too_large(MAX_AGENT_BODY_BYTES)))
                 return
             answer = self.relay.forward(method, target, headers, bytes(body))
             self._send(answer, close=False)
