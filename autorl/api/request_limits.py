@@ -68,6 +68,12 @@ MAX_AGENT_CONNECTIONS = 64
 #: relay and the run's own admin client both reach from 127.0.0.1) the 16 above the relay's cap keep
 #: the run's own requests served while the agent uses all of its relay's connections.
 MAX_CONNECTIONS_PER_CLIENT = MAX_AGENT_CONNECTIONS + 16
+#: The most connections one address holds at once on the agent port of a grader with an admin port
+#: of its own (a cluster's: each agent pod has an address of its own): an experiment's agent has at
+#: most its fair share of requests in flight (8) and a few more waiting, and sixteen experiments are
+#: needed to fill the port (with 80 an address, four agents holding idle connections refused every
+#: other experiment's for as long as they kept reopening them).
+MAX_AGENT_PORT_CONNECTIONS_PER_CLIENT = MAX_CONNECTIONS // 16
 #: New connections one client address may open a second, on average, on the agent port of a grader
 #: with an admin port of its own (bursts of MAX_CONNECTIONS_PER_CLIENT). A request charged to a fair
 #: share is paced only while its client waits for the answer; one that cannot be parsed is answered

@@ -35,6 +35,8 @@ import pytest
 from autorl.api.request_limits import (
     MAX_AGENT_BODY_BYTES,
     MAX_AGENT_CONNECTIONS,
+    MAX_AGENT_PORT_CONNECTIONS_PER_CLIENT,
+    MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_CLIENT,
     RETRY_AFTER_S,
     request_too_slow,
@@ -190,7 +192,8 @@ def held(port: int, count: int, source: str = "127.0.0.1") -> Iterator[list[sock
     try:
         for _ in range(count):
             sock = connect(port, source)
-            sock.sendall(SUBMIT_HEAD % 100 + b'{"model_path": ')
+            # Its head unfinished: no request reaches a fair share (which would answer, then close).
+            sock.sendall(b"POST /submit HTTP/1.1\r\nHost: grader\r\n")
             socks.append(sock)
         yield socks
     finally:
@@ -369,12 +372,11 @@ def test_refused_connections_being_answered_are_capped_too(tmp_path: Path) -> No
         )
 
 
-@pytest.mark.parametrize("admin_port", [True, False], ids=["agent port", "single port"])
-def test_the_commands_own_cap_per_address(tmp_path: Path, admin_port: bool) -> None:
+def test_the_commands_own_cap_per_address_on_one_machine(tmp_path: Path) -> None:
     # An agent using every connection its sandbox's relay allows leaves room for an admin client on
     # the same address (`autorl run`: relay and run both reach the grader from 127.0.0.1).
     with (
-        serving(tmp_path, None, admin_port=admin_port) as grader,
+        serving(tmp_path, None, admin_port=False) as grader,
         held(grader.agent_port, MAX_AGENT_CONNECTIONS),
     ):
         assert grader.admin_ok()
@@ -382,7 +384,24 @@ def test_the_commands_own_cap_per_address(tmp_path: Path, admin_port: bool) -> N
             answer = next_connection(grader.agent_port)
             assert_refused(answer, 503, too_many_connections(MAX_CONNECTIONS_PER_CLIENT, per_client=True))
             assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
-            assert grader.admin_ok(source="127.0.0.1" if admin_port else "127.0.0.3")
+            assert grader.admin_ok(source="127.0.0.3")
+
+
+def test_on_a_clusters_agent_port_sixteen_addresses_are_needed_to_fill_it(tmp_path: Path) -> None:
+    # Each agent pod has an address of its own: one experiment, or a few, holding idle connections
+    # (reopened as the grader closes them) cannot refuse every other experiment's.
+    cap = MAX_AGENT_PORT_CONNECTIONS_PER_CLIENT
+    assert MAX_CONNECTIONS // cap >= 16
+    with (
+        serving(tmp_path, None, admin_port=True) as grader,
+        contextlib.ExitStack() as stack,
+    ):
+        for source in ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            stack.enter_context(held(grader.agent_port, cap, source=source))
+            answer = next_connection(grader.agent_port, source=source)
+            assert_refused(answer, 503, too_many_connections(cap, per_client=True))
+        assert healthz(grader.agent_port, source="127.0.0.5").status_code == 200
+        assert grader.admin_ok()
 
 
 def test_connections_holding_bodies_are_capped_and_released_at_the_deadline(tmp_path: Path) -> None:

@@ -30,7 +30,9 @@ any route or token is checked) could grow the grader's memory without bound. Her
   system (``malloc_trim``; at most once per :data:`RELEASE_MEMORY_AFTER_S`);
 - a port serves at most ``per_port`` connections at once, and one client address at most
   ``per_client`` of them; on ``paced_port`` (the agent port of a grader with an admin port of its
-  own) an address opens at most ``new_per_s`` new connections a second (bursts of ``new_burst``),
+  own, where each agent pod has an address of its own) at most ``paced_per_client``, so that one
+  experiment, or a few, cannot fill the port; there an address opens at most ``new_per_s`` new
+  connections a second (bursts of ``new_burst``),
   so that requests it does not wait the answer of, or that cannot be parsed, cost the grader no
   more than accepting a connection: past that pace a new one is closed unanswered, as a full listen
   queue would (answering cost the grader as much as the 400s it replaced: one core at about 5,000
@@ -62,6 +64,7 @@ from autorl.api.request_limits import (
     ANSWER_WRITE_S,
     DRAIN_BYTES,
     DRAIN_S,
+    MAX_AGENT_PORT_CONNECTIONS_PER_CLIENT,
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_CLIENT,
     NEW_CONNECTIONS_PER_S,
@@ -115,6 +118,7 @@ class ConnectionLimits:
     new_per_s: float = NEW_CONNECTIONS_PER_S
     new_burst: int = MAX_CONNECTIONS_PER_CLIENT
     paced_port: int | None = None
+    paced_per_client: int = MAX_AGENT_PORT_CONNECTIONS_PER_CLIENT
 
 
 #: Why a connection is closed unanswered: its address opens them faster than ``new_per_s``.
@@ -139,11 +143,15 @@ class ConnectionSlots:
     def take(self, port: int | None, client: str | None) -> str | None:
         """A slot for a new connection: None once taken, else the reason it is refused
         (:data:`OPENED_TOO_FAST`: closed unanswered)."""
-        if self._from_client[(port, client)] >= self.limits.per_client:
-            return too_many_connections(self.limits.per_client, per_client=True)
+        paced = port is not None and port == self.limits.paced_port
+        per_client = self.limits.per_client
+        if paced:
+            per_client = min(per_client, self.limits.paced_per_client)
+        if self._from_client[(port, client)] >= per_client:
+            return too_many_connections(per_client, per_client=True)
         if self._on_port[port] >= self.limits.per_port:
             return too_many_connections(self.limits.per_port, per_client=False)
-        if port is not None and port == self.limits.paced_port:
+        if paced:
             opened = self._opened.admit(None, client)
             if not isinstance(opened, Admission):
                 return OPENED_TOO_FAST
