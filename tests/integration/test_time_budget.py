@@ -10,9 +10,12 @@ as zero in the process that evaluates, the hf backend's and the CPU engine serve
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from autorl.errors import EVALUATOR_FAULT_PREFIX
 from autorl.eval_config import EvalConfig
 from autorl.store import Database, FailureReason, Submission, SubmissionStatus, submissions
 from autorl.tasks import get_task
@@ -27,8 +31,9 @@ from autorl_evaluator.backends.hf.backend import HFBackend
 from autorl_evaluator.backends.opencompass.engine_server import denormals_flushed
 from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import EngineSpec, ResidentEngine
+from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_evaluator.jobs import evaluate
-from autorl_evaluator.time_budget import TimeBudget, evaluation_budget
+from autorl_evaluator.time_budget import BudgetExceededError, CpuTime, TimeBudget, evaluation_budget
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, evaluating_settings, row_id
 from tests.support.settings import DeploymentSettings
 
@@ -104,6 +109,38 @@ def test_a_budget_holds_only_on_the_kind_of_device_its_baseline_ran_on() -> None
     message = str(budget.exceeded())
     assert message.startswith("the evaluation passed its time budget and was stopped"), message
     assert "3 times over" in message and not re.search(r"\d+ s\b", message), message
+
+
+def _busy(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_an_evaluation_starved_of_the_cpu_past_its_budget_is_the_evaluators_failure() -> None:
+    """Busy processes each in a session of their own (the kernel shares a CPU between sessions, and
+    a sandboxed agent makes as many as it likes) keep the evaluation waiting for a CPU: past its
+    budget that is not the checkpoint's doing, and the agent is told so (not counted)."""
+    budget = TimeBudget(seconds=1, baseline_seconds=1, baseline_fill=1, factor=4, floor_s=0, device="cpu")
+    started = CpuTime.now()
+    _busy(1.0)
+    quiet = CpuTime.now().since(started)
+    assert not quiet.starved and budget.failure(budget.exceeded(), quiet).__class__ is BudgetExceededError
+    loop = "import os, time\nos.setsid()\nend = time.time() + 4\nwhile time.time() < end: pass"
+    burners = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(6 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.3)
+        started = CpuTime.now()
+        _busy(2.0)
+        loaded = CpuTime.now().since(started)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert loaded.starved, loaded
+    failure = budget.failure(budget.exceeded(), loaded)
+    assert isinstance(failure, EvaluatorFaultError), failure
+    assert agent_message(failure).startswith(EVALUATOR_FAULT_PREFIX) and "submit it again" in str(failure)
 
 
 def _denormal_copy(source: Path, target: Path) -> Path:

@@ -11,6 +11,12 @@ is stopped and fails as the checkpoint's failure: it counts against the submissi
 agent reads the budget. Otherwise it would hold a shared evaluator, and every experiment queued
 behind it, up to the hard timeout.
 
+A budget holds for a machine that gives the evaluation its CPU: an evaluation past it whose threads
+waited for a CPU (runnable, not running: the kernel's run delay) over :data:`STARVED_WAIT_RATIO`
+times as long as they ran was slowed by the machine, whoever slowed it (on one machine, another
+experiment's agent starting busy processes, each in a session of its own), and fails as the
+evaluator's fault, not counted.
+
 A baseline evaluation has no budget (it is the measure; the hard timeout bounds it), nor has an
 evaluation whose baseline was measured on another kind of device or batch size, or not yet: the
 hard timeout (``AUTORL_EVAL_TIMEOUT_S``) bounds those.
@@ -21,16 +27,47 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from autorl.store import Split, Submission, SubmissionStatus, eval_keys
-from autorl_evaluator.failures import PublicEvaluationError
+from autorl_evaluator.failures import EvaluatorFaultError, PublicEvaluationError
 from autorl_evaluator.settings import WorkerSettings
 
 log = logging.getLogger("autorl.evaluator.budget")
 #: How many ``reused_from`` links lead from an experiment's baseline to the evaluation it reused.
 MAX_REUSE_HOPS = 8
+#: An evaluation past its budget whose threads waited for a CPU over this many times as long as they
+#: ran (and a second at least) was starved by the machine: the evaluator's failure, not the checkpoint's.
+STARVED_WAIT_RATIO = 2.0
+STARVED_WAIT_MIN_S = 1.0
+
+
+@dataclass(frozen=True)
+class CpuTime:
+    """How long this process's threads have run on a CPU and waited for one, in seconds."""
+
+    ran: float
+    waited: float
+
+    @classmethod
+    def now(cls) -> CpuTime:
+        ran = waited = 0
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                fields = (task / "schedstat").read_text().split()
+            except OSError:  # a thread that ended meanwhile, or a kernel without scheduler statistics
+                continue
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+        return cls(ran / 1e9, waited / 1e9)
+
+    def since(self, earlier: CpuTime) -> CpuTime:
+        return CpuTime(self.ran - earlier.ran, self.waited - earlier.waited)
+
+    @property
+    def starved(self) -> bool:
+        return self.waited >= max(STARVED_WAIT_RATIO * self.ran, STARVED_WAIT_MIN_S)
 
 
 class BudgetExceededError(PublicEvaluationError):
@@ -79,6 +116,18 @@ class TimeBudget:
             "AUTORL_EVAL_BUDGET_FLOOR_S). This is the checkpoint's failure and counts against your "
             "submission limit; check its weights for values that make arithmetic slow (denormal, "
             "NaN or infinite values)"
+        )
+
+    def failure(self, exceeded: BudgetExceededError, cpu: CpuTime) -> PublicEvaluationError:
+        """What an evaluation stopped at this budget fails as: ``exceeded`` (the checkpoint's), or the
+        evaluator's fault where its threads were kept waiting for a CPU (:attr:`CpuTime.starved`)."""
+        if not cpu.starved:
+            return exceeded
+        log.warning("event=budget_exceeded_starved ran_s=%.1f waited_s=%.1f", cpu.ran, cpu.waited)
+        return EvaluatorFaultError(
+            "the evaluation passed its time budget while other work on the machine kept it waiting for "
+            "a CPU, so this says nothing of the checkpoint; submit it again",
+            detail=f"cpu ran {cpu.ran:.1f} s, waited {cpu.waited:.1f} s",
         )
 
 
