@@ -139,9 +139,10 @@ def unprintable_characters(text: str) -> list[str]:
 
 
 def rich_text(text: str, style: str = "", *, multiline: bool = False) -> Text:
-    """``text`` escaped as :func:`printable` does, as a rich ``Text``: shown as written, never parsed
-    as markup or emoji codes."""
-    return Text(printable(text, multiline=multiline), style=style)
+    """``text`` escaped once (:func:`printable_once`; a block of lines: :func:`printable`), as a
+    rich ``Text``: shown as written, never parsed as markup or emoji codes. Escaped once, because
+    what it is given often is already: an answer's fields, a note."""
+    return Text(printable(text, multiline=True) if multiline else printable_once(text), style=style)
 
 
 class PrintableFormatter(logging.Formatter):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autorl.provenance.unverified import printable_message
 from autorl.runs.results import FLOAT_COLUMNS, ResultRow, format_cell
 from autorl.untrusted_text import printable, rich_text
 
@@ -82,7 +83,8 @@ def print_results(
 
     for row in rows:
         if row.run_id in notes:
-            console.print(Text(f"{printable(row.run_id)}: {printable(notes[row.run_id])}", overflow="fold"))
+            noted = printable_message(notes[row.run_id])
+            console.print(Text(f"{printable(row.run_id)}: {noted}", overflow="fold"))
 
 
 def _narrow_cells(row: ResultRow) -> dict[str, str]:
@@ -172,6 +174,7 @@ def _wide_table(
     rows: Sequence[ResultRow], notes: dict[str, str], metrics: Callable[[str], dict[str, Any]], title: str
 ) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, title_justify="left")
     shown = ("run_id", "task", "agent", "base_model", "baseline", "best_score", "improvement")
@@ -210,7 +213,8 @@ def _wide_table(
             str(row.submissions),
             f"{row.duration_s:.0f}",
             row.status,
-            # How it ended, as recorded (why it failed, what its baseline waited for): text, escaped.
-            rich_text(notes.get(row.run_id, "-")),
+            # How it ended, as recorded (why it failed, what its baseline waited for): text, each part
+            # escaped once (its notes of what was not verified are escaped where they are made).
+            Text(printable_message(notes.get(row.run_id, "-"))),
         )
     return table

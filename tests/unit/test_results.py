@@ -326,6 +326,19 @@ def test_results_table_shows_cells_as_inert_text(tmp_path: Path, capsys: pytest.
     assert "m\\u202e" in out and "[bold" in out and "\x1b" not in out and "\u202e" not in out
 
 
+def test_results_table_shows_a_runs_notes_escaped_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """A note is escaped where it is made; the message beside it may quote an agent's string raw."""
+    from autorl.provenance.unverified import TEST_UNVERIFIED, note
+    from autorl.runs.results_table import print_results
+
+    message = "raw \x1b[2J part; " + note(TEST_UNVERIFIED, "the read of a\x1bb failed")
+    for wide in (False, True):
+        print_results([row("r1")], {"r1": message}, lambda run_id: {}, title="t", wide=wide)
+        out = " ".join(capsys.readouterr().out.split())
+        assert "raw \\x1b[2J part" in out and "the read of a\\x1bb failed" in out, out
+        assert "\\\\x1b" not in out and "\x1b" not in out
+
+
 def test_results_table_shows_the_best_scores_interval_from_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -63,6 +63,8 @@ def test_every_hidden_character_is_shown_escaped(hostile: str, shown: str) -> No
 
 @pytest.mark.parametrize(("hostile", "shown"), HOSTILE)
 def test_rich_shows_the_escaped_text_as_written(hostile: str, shown: str) -> None:
+    # Escaped once: a text that holds no hidden character (one escaped already) shows as it is.
+    shown = shown if unprintable_characters(hostile) else hostile
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="truecolor", width=500)
     table = Table("checkpoint")
