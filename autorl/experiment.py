@@ -322,6 +322,19 @@ class EvaluationSpec(_Model):
     )
 
 
+#: IPv6 prefixes that spell an IPv4 address (a translator or relay on the path reaches it, a CNI may
+#: read them as the IPv4 range they spell): allowing one allows private IPv4 behind it. Never an
+#: agent's destination, locally or on a cluster.
+IPV4_SPELLING_PREFIXES = (
+    "::/96",  # IPv4-compatible (deprecated)
+    "::ffff:0:0/96",  # IPv4-mapped
+    "64:ff9b::/96",  # NAT64 (RFC 6052)
+    "64:ff9b:1::/48",  # local-use NAT64
+    "2001::/32",  # Teredo
+    "2002::/16",  # 6to4
+)
+
+
 class EgressRule(_Model):
     """One extra destination the agent may reach: a host name (resolved by the controller) or a CIDR."""
 

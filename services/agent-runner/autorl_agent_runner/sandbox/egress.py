@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 
 from autorl.errors import AutoRLError
+from autorl.experiment import IPV4_SPELLING_PREFIXES
 from autorl_agent_runner.sandbox.netns import network_owner_fd
 
 TAP_DEVICE = "tap0"
@@ -53,19 +54,16 @@ NON_PUBLIC_RANGES = (
     "224.0.0.0/4",  # multicast
     "240.0.0.0/4",  # reserved, and the limited broadcast 255.255.255.255
     "::/127",  # unspecified and loopback
-    "::ffff:0:0/96",  # IPv4-mapped
-    "64:ff9b::/96",  # NAT64 (RFC 6052): any IPv4 address behind a translator
-    "64:ff9b:1::/48",  # local-use NAT64
     "100::/64",  # discard-only
     "2001::/23",  # IETF protocol assignments (Teredo included)
     "2001:db8::/32",  # documentation
-    "2002::/16",  # 6to4: any IPv4 address behind a relay
     "3fff::/20",  # documentation
     "5f00::/16",  # segment routing (SRv6) identifiers
     "fc00::/7",  # unique-local
     "fe80::/10",  # link-local
     "fec0::/10",  # site-local (deprecated)
     "ff00::/8",  # multicast
+    *IPV4_SPELLING_PREFIXES,  # IPv4-mapped, NAT64, 6to4, ...: any IPv4 address behind them
 )
 #: How the firewall refuses: at once, and distinguishable from a destination that refuses
 #: (EHOSTUNREACH, "no route to host", rather than a reset).

@@ -32,7 +32,7 @@ from typing import Any
 from autorl.agent_env import DECLARED_ENV_PREFIX
 from autorl.api.request_bodies import RegisterExperiment
 from autorl.cli import EXIT_BAD_INPUT
-from autorl.experiment import ExperimentSpec
+from autorl.experiment import IPV4_SPELLING_PREFIXES, ExperimentSpec
 from autorl.layout import MODELS_DIR, OUTPUT_DIR, cached_model_subpath
 from autorl.models.sources import model_dir_name
 from autorl.protocol.feedback import Feedback
@@ -49,8 +49,10 @@ PREPARE_DEADLINE_S = 7200
 SHARED_VOLUME = "shared"
 TMP_VOLUME = "tmp"
 #: Never a destination: link-local addresses (cloud metadata services hand out node credentials
-#: there), and IPv4-mapped IPv6, which a CNI may read as the IPv4 range it spells (::ffff:10.0.0.0/104).
-ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10", "::ffff:0:0/96")
+#: there), and the IPv6 prefixes that spell an IPv4 address (IPv4-mapped, NAT64, 6to4, ...), which a
+#: CNI may read, or a translator on the path route, as the IPv4 range they spell (::ffff:10.0.0.0/104,
+#: 64:ff9b::10.0.0.0/104: the cluster's own ranges).
+ALWAYS_DENIED_CIDRS = ("169.254.0.0/16", "fe80::/10", *IPV4_SPELLING_PREFIXES)
 #: The resolver of an agent pod that may look up no name: the pod's own loopback, where nothing of the
 #: platform answers, so a lookup fails at once rather than after a timeout (a resolver the agent ran
 #: there itself would know only what the agent knows). The NetworkPolicy keeps the cluster's DNS out
