@@ -363,3 +363,53 @@ def test_the_platform_home_inside_the_agents_folder_stays_hidden(
     assert done.returncode == 0, done.stderr
     report = json.loads((workspace / "output" / "report.json").read_text())
     assert report == {"home": "FileNotFoundError", "sibling": "FileNotFoundError"}
+
+
+#: A process of the runner's user opening the runner's stderr (its log stream in a pod) to write.
+OPEN_THE_RUNNERS_STDERR = """
+import os
+try:
+    open(f"/proc/{os.getppid()}/fd/2", "ab").close()
+    print("opened")
+except PermissionError:
+    print("refused")
+"""
+
+
+@pytest.mark.parametrize(("kept", "expected"), [(False, "opened"), (True, "refused")])
+def test_an_agent_of_the_runners_own_user_cannot_write_into_the_runners_log_stream(
+    kept: bool, expected: str
+) -> None:
+    """In a pod the agent and its runner share a user id: without the runner made non-dumpable, the
+    agent opened the runner's stderr (through /proc, as its owner) and forged the runner's lines
+    there. Both run as an unprivileged user, the runner's stderr a pipe of its own, as in a pod."""
+    driver = "\n".join(
+        [
+            "import os, subprocess, sys",
+            "from autorl_agent_runner.sandbox.processes import keep_from_agent",
+            "read, write = os.pipe()",
+            "os.dup2(write, 2)",
+            *(["keep_from_agent()"] if kept else []),
+            # The system's Python: the unprivileged user may not reach the one the tests run under.
+            f"subprocess.run(['/usr/bin/python3', '-c', {OPEN_THE_RUNNERS_STDERR!r}], check=True)",
+        ]
+    )
+    unprivileged = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+    done = subprocess.run(
+        [*unprivileged, "--bounding-set=-all", sys.executable, "-c", driver],
+        capture_output=True,
+        text=True,
+        cwd="/",  # a folder that user may enter
+        timeout=60,
+    )
+    assert done.stdout.strip() == expected, done
+
+
+def test_the_runner_is_kept_from_its_agent_before_the_agent_starts(
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept: list[bool] = []
+    monkeypatch.setattr(runner_module, "keep_from_agent", lambda: kept.append(workspace.agent_log.exists()))
+    agent = agent_script(tmp_path, "print('hello')")
+    assert run(workspace, agent, sandbox=SandboxMode.NONE).exit_code == 0
+    assert kept == [True]  # once, as the agent was about to start (its log open)

@@ -42,7 +42,7 @@ from autorl_agent_runner.sandbox.plan import (
     can_share_base_model,
     plan_sandbox,
 )
-from autorl_agent_runner.sandbox.processes import AgentProcesses, end_processes
+from autorl_agent_runner.sandbox.processes import AgentProcesses, end_processes, keep_from_agent
 from autorl_agent_runner.workspace.layout import Workspace, detach_model, open_platform_log, write_run_meta
 from autorl_agent_runner.workspace.mirrors import MIRROR_INTERVAL_S, refresh_mirrors, write_mirror
 
@@ -255,6 +255,7 @@ class AgentRunner:
             f"event=agent_start agent={config.agent.name} sandbox={plan.mode.value} network={network} "
             f"timeout_s={self.end_time - self.start_time:.0f} end_time={self.end_time:.0f}"
         )
+        keep_from_agent()
         # The agent writes into a pipe that a thread copies: it never holds agent.log itself.
         read_fd, write_fd = os.pipe()
         try:

@@ -15,6 +15,7 @@ whose end would SIGKILL everything at once; SIGKILL goes to all of them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import time
@@ -27,6 +28,19 @@ from autorl_agent_runner.sandbox.agent_user import signal_uid, uid_processes
 from autorl_agent_runner.sandbox.environment import RUN_MARKER_VARIABLE
 
 POLL_S = 0.1
+
+
+#: prctl's option that sets whether a process is dumpable (linux/prctl.h).
+PR_SET_DUMPABLE = 4
+
+
+def keep_from_agent() -> None:
+    """Make this process non-dumpable, before it starts an agent that runs as its own user id (a
+    cluster's pod is the agent's sandbox, with one user for the runner and the agent): a process of
+    that user can then neither open this one's /proc files (its descriptors: the runner's log stream,
+    the pod's own) nor trace it. The agent's program is dumpable again (exec resets it)."""
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
