@@ -373,6 +373,52 @@ def test_controller_settings_agree_with_the_rendered_grader() -> None:
     assert settings.platform_gid == grader["spec"]["securityContext"]["runAsGroup"]
 
 
+def secrets_read(pod: dict[str, Any]) -> set[str]:
+    """Every Secret a pod spec reads: by env, envFrom, volume or image pull."""
+    names = {ref["name"] for ref in pod.get("imagePullSecrets") or []}
+    names |= {v["secret"]["secretName"] for v in pod.get("volumes") or [] if "secret" in v}
+    for container in [*(pod.get("initContainers") or []), *pod["containers"]]:
+        names |= {
+            e["valueFrom"]["secretKeyRef"]["name"]
+            for e in container.get("env") or []
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        names |= {e["secretRef"]["name"] for e in container.get("envFrom") or [] if "secretRef" in e}
+    return names
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (IMAGES, set()),
+        (
+            merge(
+                merge(IMAGES, EXTERNAL),
+                {
+                    "image": {"pullSecrets": ["registry-creds"]},
+                    "controller": {"prepareEnvSecret": "hub-token"},
+                    "evaluator": {"testData": {"hubTokenSecret": "eval-hub-token"}},
+                },
+            ),
+            {"registry-creds", "hub-token", "eval-hub-token", "pg-url", "redis-url"},
+        ),
+    ],
+    ids=["bundled stores", "external stores and every secret value"],
+)
+def test_the_controller_knows_every_secret_the_platforms_pods_read(
+    values: dict[str, Any], named: set[str]
+) -> None:
+    """An Experiment whose agent takes one of them by envFrom is refused: whoever may create an
+    Experiment would otherwise read the stores' passwords or the admin token through its agent."""
+    documents = render(values)
+    read = set().union(*(secrets_read(pod) for _, pod in pod_specs(documents)))
+    controller = of_kind(documents, "Deployment")[f"{RELEASE}-autorl-controller"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in controller["containers"][0]["env"]}
+    listed = set(env["AUTORL_PLATFORM_SECRETS"].split(","))
+    assert read and read <= listed, read - listed
+    assert named <= listed  # the prepare Jobs' secret too, which no pod of the chart reads
+
+
 def test_helm_test_pod_checks_the_grader_health() -> None:
     documents = render(IMAGES)
     test_pod = next(doc for doc in documents if doc["kind"] == "Pod")

@@ -266,3 +266,34 @@ def test_what_the_agent_brought_in_is_mirrored_once_found_and_flagged_in_the_clo
     assert "twin split is flagged (p=0.004)" in message and "status.lineage" in message
     honest = summary(outcome, experiment_answer(test_overlap=0, twin_score=40.0, twin_p_value=0.5))
     assert "found in the agent's files" not in honest and "flagged" not in honest
+
+
+@pytest.mark.parametrize(
+    ("secret", "refused"),
+    [
+        ("autorl-postgres", True),  # a Secret the platform's pods read
+        ("hub-token", True),  # the prepare Jobs' own
+        ("gsm8k-other-agent-token", True),  # another experiment's agent token
+        ("my-llm-keys", False),
+    ],
+)
+def test_an_agent_never_takes_a_platform_secret_or_another_agents_token(secret: str, refused: bool) -> None:
+    settings = CONTROLLER.model_copy(
+        update={
+            "platform_secrets": ["autorl-admin-token", "autorl-postgres"],
+            "prepare_env_secret": "hub-token",
+        }
+    )
+    spec = {
+        "task": "gsm8k",
+        "model": "m/n",
+        "agent": {"builtin": "example_grpo", "envFrom": [{"secretRef": {"name": secret}}]},
+    }
+    message = validation_error("exp", spec, settings)
+    if not refused:
+        assert message is None, message
+        return
+    assert message == (
+        f"invalid spec: spec.agent.envFrom[0].secretRef: {secret} is a Secret of the platform or another "
+        "experiment's agent token; pass the agent only credentials of its own, in a Secret of their own"
+    )

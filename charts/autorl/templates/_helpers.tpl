@@ -70,6 +70,17 @@ imagePullSecrets:
 {{- if .Values.adminToken.existingSecret }}{{ .Values.adminToken.existingSecretKey }}{{ else }}admin-token{{ end }}
 {{- end }}
 
+{{/* Every Secret the platform's own pods read: an Experiment's agent may never take one by envFrom. */}}
+{{- define "autorl.platformSecrets" -}}
+{{- $names := list (include "autorl.adminSecretName" .) -}}
+{{- $names = append $names (ternary (include "autorl.postgresAuthSecretName" .) .Values.postgresql.external.existingSecret .Values.postgresql.enabled) -}}
+{{- $names = append $names (ternary (include "autorl.redisAuthSecretName" .) .Values.redis.external.existingSecret .Values.redis.enabled) -}}
+{{- $names = append $names .Values.controller.prepareEnvSecret -}}
+{{- $names = append $names .Values.evaluator.testData.hubTokenSecret -}}
+{{- $names = concat $names .Values.image.pullSecrets -}}
+{{- join "," (compact (uniq $names)) -}}
+{{- end }}
+
 {{/* The bundled Postgres's password: an existing Secret or the generated one. */}}
 {{- define "autorl.postgresAuthSecretName" -}}
 {{- .Values.postgresql.auth.existingSecret | default (include "autorl.componentName" (dict "root" . "component" "postgres")) }}

@@ -42,6 +42,8 @@ LABEL_EXPERIMENT = "autorl.io/experiment"
 LABEL_ROLE = "autorl.io/role"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SECRET_TOKEN_KEY = "AUTORL_TOKEN"
+#: What names an experiment's agent token Secret, after the Experiment's name.
+AGENT_TOKEN_SUFFIX = "-agent-token"
 SECRET_URL_KEY = "GRADING_SERVER_URL"
 #: A prepare Job downloads a model once per cache; retrying covers a flaky hub connection.
 PREPARE_BACKOFF_LIMIT = 3
@@ -89,7 +91,7 @@ class ExperimentRef:
 
     @property
     def secret_name(self) -> str:
-        return f"{self.name}-agent-token"
+        return f"{self.name}{AGENT_TOKEN_SUFFIX}"
 
     @property
     def prepare_job_name(self) -> str:

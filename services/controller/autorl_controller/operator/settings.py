@@ -139,6 +139,11 @@ class ControllerSettings(AdminTokenSettings):
     prepare_env_secret: str | None = Field(
         default=None, description="Secret whose keys the prepare Job gets as environment (e.g. HF_TOKEN)."
     )
+    platform_secrets: CommaSeparated = Field(
+        default_factory=list,
+        description="Secrets the platform's own pods read (the chart lists its own): an Experiment that "
+        "passes one to its agent by envFrom is refused.",
+    )
     sync_interval_s: float = Field(default=10.0, gt=0, description="How often each experiment is reconciled.")
     deadline_grace_s: int = Field(
         default=300,

@@ -11,7 +11,7 @@ from autorl.experiment import ExperimentSpec, Phase, validate_name
 from autorl.wait_reasons import Reason
 from autorl_controller.operator.context import context_of
 from autorl_controller.operator.kube import EXPERIMENTS
-from autorl_controller.operator.manifests import check_egress
+from autorl_controller.operator.manifests import AGENT_TOKEN_SUFFIX, check_egress
 from autorl_controller.operator.reporting import transition
 from autorl_controller.operator.settings import ControllerSettings
 
@@ -42,6 +42,22 @@ def validation_error(name: str, spec: Any, settings: ControllerSettings) -> str 
         check_egress(parsed, settings)
     except ValueError as exc:
         return f"invalid spec: {exc}"
+    return platform_secret_error(parsed, settings)
+
+
+def platform_secret_error(spec: ExperimentSpec, settings: ControllerSettings) -> str | None:
+    """Why ``spec`` may not run: it passes its agent a Secret of the platform's (its stores'
+    passwords, the admin token, ...) or an experiment's agent token, which whoever may create an
+    Experiment would otherwise read through its agent without the right to read Secrets."""
+    platform = set(settings.platform_secrets) | {settings.prepare_env_secret} - {None}
+    for index, source in enumerate(spec.agent.envFrom or []):
+        name = source.secretRef.name if source.secretRef is not None else None
+        if name is not None and (name in platform or name.endswith(AGENT_TOKEN_SUFFIX)):
+            return (
+                f"invalid spec: spec.agent.envFrom[{index}].secretRef: {name} is a Secret of the platform "
+                "or another experiment's agent token; pass the agent only credentials of its own, in a "
+                "Secret of their own"
+            )
     return None
 
 
