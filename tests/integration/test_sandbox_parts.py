@@ -230,8 +230,15 @@ def test_the_hugging_face_caches_are_never_in_an_agents_view(
     from autorl_agent_runner.settings import AgentRunnerSettings, huggingface_caches
 
     assert huggingface_caches({}) == [Path("~/.cache/huggingface")]
-    env = {"XDG_CACHE_HOME": "/c", "HF_HOME": "/h", "HF_DATASETS_CACHE": "/d"}
-    assert huggingface_caches(env) == [Path("/c/huggingface"), Path("/h"), Path("/d")]
+    assert huggingface_caches({"XDG_CACHE_HOME": ""}) == [Path("huggingface")]  # the working folder's
+    env = {
+        "XDG_CACHE_HOME": "/c",
+        "HF_HOME": "/h",
+        "HF_DATASETS_CACHE": "/d",
+        "HF_DATASETS_DOWNLOADED_DATASETS_PATH": "/dl",
+        "HF_XET_CACHE": "/x",
+    }
+    assert huggingface_caches(env) == [Path("/c/huggingface"), *map(Path, ["/h", "/d", "/dl", "/x"])]
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
     monkeypatch.setenv("AUTORL_HOME", str(tmp_path / "home"))
     hidden = AgentRunnerSettings().hidden_paths()

@@ -29,8 +29,25 @@ class AgentRunnerSettings(HomeSettings):
 
 
 def huggingface_caches(env: Mapping[str, str] = os.environ) -> list[Path]:
-    """Where the ``datasets`` and ``huggingface_hub`` libraries keep what they download, as ``env``
-    sets them (their defaults under ``~/.cache/huggingface`` otherwise)."""
-    cache = Path(env.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
-    named = ("HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")
-    return [cache, *(Path(env[name]) for name in named if env.get(name))]
+    """Where the ``datasets`` and ``huggingface_hub`` libraries keep what they download, read from
+    ``env`` as they read it (their defaults under ``$XDG_CACHE_HOME/huggingface``, and an empty
+    ``XDG_CACHE_HOME`` meaning the working folder, as theirs does)."""
+    cache = Path(env.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return [cache, *(Path(env[name]) for name in HUGGINGFACE_CACHE_VARIABLES if env.get(name))]
+
+
+#: Every variable that moves one of the libraries' download folders (``datasets.config``,
+#: ``huggingface_hub.constants``).
+HUGGINGFACE_CACHE_VARIABLES = (
+    "HF_HOME",
+    "HF_DATASETS_CACHE",
+    "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
+    "HF_DATASETS_EXTRACTED_DATASETS_PATH",
+    "HF_MODULES_CACHE",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_XET_CACHE",
+    "HF_ASSETS_CACHE",
+    "HUGGINGFACE_ASSETS_CACHE",
+    "TRANSFORMERS_CACHE",
+)
