@@ -351,6 +351,26 @@ def test_an_address_opening_connections_too_fast_is_refused_on_the_agent_port(
         assert grader.admin_ok()
 
 
+def test_an_address_at_its_cap_is_paced_too(tmp_path: Path) -> None:
+    # Refused connections are answered, as requests are: past the pace, an address holding all its
+    # connections finds new ones closed unanswered, as one under its cap does.
+    limits = {"new_burst": 8, "new_per_s": 1.0, "paced_per_client": 4}
+    with serving(tmp_path, limits, admin_port=True) as grader, held(grader.agent_port, 4):
+
+        def status() -> int | None:
+            with connect(grader.agent_port) as sock:
+                try:
+                    return read_to_close(sock).status
+                except (ConnectionResetError, BrokenPipeError, IndexError):
+                    return None  # closed unanswered
+
+        answers = [status() for _ in range(20)]
+        # What is left of its burst (less what the start-up's probes took) answered 503, then about
+        # one a second: the rest closed unanswered.
+        assert answers[0] == 503 and answers.count(503) <= 6 and answers[-1] is None, answers
+        assert healthz(grader.agent_port, source="127.0.0.2").status_code == 200
+
+
 def test_refused_connections_being_answered_are_capped_too(tmp_path: Path) -> None:
     # A refused connection is answered, then drained for a bounded time; a client that opens them
     # faster than they drain finds the next ones closed unanswered, as a full listen queue would.
@@ -407,7 +427,7 @@ def test_on_a_clusters_agent_port_sixteen_addresses_are_needed_to_fill_it(tmp_pa
 def test_connections_holding_bodies_are_capped_and_released_at_the_deadline(tmp_path: Path) -> None:
     # Each connection declares a body of the largest size an agent's request takes and sends all of
     # it but one byte.
-    per_client, connections, read_s = 8, 96, 4.0
+    per_client, connections, read_s = 8, 64, 4.0  # within the pace's burst of new connections
     limits = {"per_client": per_client, "read_s": read_s}
     body = b" " * (MAX_AGENT_BODY_BYTES - 1)
     with serving(tmp_path, limits, admin_port=True) as grader:

@@ -146,16 +146,17 @@ class ConnectionSlots:
         paced = port is not None and port == self.limits.paced_port
         per_client = self.limits.per_client
         if paced:
+            # Every new connection is charged to the pace first, refused or not: a refusal answered
+            # costs as much as a request answered.
+            opened = self._opened.admit(None, client)
+            if not isinstance(opened, Admission):
+                return OPENED_TOO_FAST
+            opened.release()
             per_client = min(per_client, self.limits.paced_per_client)
         if self._from_client[(port, client)] >= per_client:
             return too_many_connections(per_client, per_client=True)
         if self._on_port[port] >= self.limits.per_port:
             return too_many_connections(self.limits.per_port, per_client=False)
-        if paced:
-            opened = self._opened.admit(None, client)
-            if not isinstance(opened, Admission):
-                return OPENED_TOO_FAST
-            opened.release()
         self._on_port[port] += 1
         self._from_client[(port, client)] += 1
         return None
