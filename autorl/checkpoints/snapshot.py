@@ -598,8 +598,11 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
                 writer.write(WEIGHTS_INDEX, model_files.dump_json(index))
             for handle in opened.values():
                 _check_unchanged(handle)
-            # Every weights file is still the one copied: the snapshot is one checkpoint the agent
-            # had, not files of two saves.
+            # Every weights file is still the one copied (the same inode, size, modification and
+            # change time): not another save put in its place, nor one written over it. A write
+            # through a shared mapping to a page already written moves no time: what such a file
+            # held as it was read is what the snapshot holds, hashes and gets scored for, as any
+            # weights the agent could have saved.
             for shard, info in seen.items():
                 _check_same_file(source, shard, info)
             for handle in platform_files.values():
