@@ -138,6 +138,20 @@ def test_an_evaluation_starved_of_the_cpu_past_its_budget_is_the_evaluators_fail
             burner.kill()
             burner.wait()
     assert loaded.starved, loaded
+    # Its own threads, more than its CPUs, keep it waiting as long, yet keep every CPU busy: a slow
+    # checkpoint's evaluation on a quiet machine is still the checkpoint's failure.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4 * len(os.sched_getaffinity(0)))
+    try:
+        started, square = CpuTime.now(), torch.randn(384, 384)
+        while time.monotonic() - started.wall < 2.0:
+            square = torch.tanh(square @ square)
+        oversubscribed = CpuTime.now().since(started)
+    finally:
+        torch.set_num_threads(threads)
+    assert oversubscribed.waited > oversubscribed.ran and not oversubscribed.starved, oversubscribed
     failure = budget.failure(budget.exceeded(), loaded)
     assert isinstance(failure, EvaluatorFaultError), failure
     assert agent_message(failure).startswith(EVALUATOR_FAULT_PREFIX) and "submit it again" in str(failure)

@@ -13,9 +13,9 @@ behind it, up to the hard timeout.
 
 A budget holds for a machine that gives the evaluation its CPU: an evaluation past it whose threads
 waited for a CPU (runnable, not running: the kernel's run delay) over :data:`STARVED_WAIT_RATIO`
-times as long as they ran was slowed by the machine, whoever slowed it (on one machine, another
-experiment's agent starting busy processes, each in a session of its own), and fails as the
-evaluator's fault, not counted.
+times as long as they ran, on under :data:`STARVED_SHARE` of its CPUs, was slowed by the machine,
+whoever slowed it (on one machine, another experiment's agent starting busy processes, each in a
+session of its own), and fails as the evaluator's fault, not counted.
 
 A baseline evaluation has no budget (it is the measure; the hard timeout bounds it), nor has an
 evaluation whose baseline was measured on another kind of device or batch size, or not yet: the
@@ -25,6 +25,7 @@ hard timeout (``AUTORL_EVAL_TIMEOUT_S``) bounds those.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,17 +40,33 @@ log = logging.getLogger("autorl.evaluator.budget")
 #: How many ``reused_from`` links lead from an experiment's baseline to the evaluation it reused.
 MAX_REUSE_HOPS = 8
 #: An evaluation past its budget whose threads waited for a CPU over this many times as long as they
-#: ran (and a second at least) was starved by the machine: the evaluator's failure, not the checkpoint's.
+#: ran (and a second at least), while they ran on under :data:`STARVED_SHARE` of the CPUs it may use,
+#: was starved by other work: the evaluator's failure, not the checkpoint's. (Its own threads, more
+#: than its CPUs, make it wait as long, but keep every CPU busy.)
 STARVED_WAIT_RATIO = 2.0
 STARVED_WAIT_MIN_S = 1.0
+STARVED_SHARE = 0.25  # a budget is several times what the base model needs: a quarter of it passes one
+
+
+def usable_cpus() -> float:
+    """The CPUs this process may run on: its affinity, less its cgroup's CPU quota where it has one."""
+    cpus = float(len(os.sched_getaffinity(0)))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 @dataclass(frozen=True)
 class CpuTime:
-    """How long this process's threads have run on a CPU and waited for one, in seconds."""
+    """How long this process's threads have run on a CPU and waited for one, and the time, in seconds."""
 
     ran: float
     waited: float
+    wall: float
 
     @classmethod
     def now(cls) -> CpuTime:
@@ -60,14 +77,15 @@ class CpuTime:
             except OSError:  # a thread that ended meanwhile, or a kernel without scheduler statistics
                 continue
             ran, waited = ran + int(fields[0]), waited + int(fields[1])
-        return cls(ran / 1e9, waited / 1e9)
+        return cls(ran / 1e9, waited / 1e9, time.monotonic())
 
     def since(self, earlier: CpuTime) -> CpuTime:
-        return CpuTime(self.ran - earlier.ran, self.waited - earlier.waited)
+        return CpuTime(self.ran - earlier.ran, self.waited - earlier.waited, self.wall - earlier.wall)
 
     @property
     def starved(self) -> bool:
-        return self.waited >= max(STARVED_WAIT_RATIO * self.ran, STARVED_WAIT_MIN_S)
+        kept_waiting = self.waited >= max(STARVED_WAIT_RATIO * self.ran, STARVED_WAIT_MIN_S)
+        return kept_waiting and self.ran <= STARVED_SHARE * usable_cpus() * self.wall
 
 
 class BudgetExceededError(PublicEvaluationError):
@@ -123,11 +141,16 @@ class TimeBudget:
         evaluator's fault where its threads were kept waiting for a CPU (:attr:`CpuTime.starved`)."""
         if not cpu.starved:
             return exceeded
-        log.warning("event=budget_exceeded_starved ran_s=%.1f waited_s=%.1f", cpu.ran, cpu.waited)
+        log.warning(
+            "event=budget_exceeded_starved ran_s=%.1f waited_s=%.1f wall_s=%.1f",
+            cpu.ran,
+            cpu.waited,
+            cpu.wall,
+        )
         return EvaluatorFaultError(
             "the evaluation passed its time budget while other work on the machine kept it waiting for "
             "a CPU, so this says nothing of the checkpoint; submit it again",
-            detail=f"cpu ran {cpu.ran:.1f} s, waited {cpu.waited:.1f} s",
+            detail=f"cpu ran {cpu.ran:.1f} s, waited {cpu.waited:.1f} s, in {cpu.wall:.1f} s",
         )
 
 
