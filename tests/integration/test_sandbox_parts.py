@@ -195,7 +195,7 @@ def test_view_never_exposes_platform_folders(tmp_path: Path) -> None:
         assert str(refused.value) == (
             f"{python} would be visible to the agent but holds (or lies in) platform data ({home}, {cache}); "
             "keep the agents' Python environment and agent programs outside the platform home, cache and "
-            "data folders"
+            "data folders and the Hugging Face caches (HF_HOME, HF_DATASETS_CACHE, HF_HUB_CACHE, ...)"
         )
 
 

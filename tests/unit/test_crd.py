@@ -295,5 +295,6 @@ def test_an_agent_never_takes_a_platform_secret_or_another_agents_token(secret: 
         return
     assert message == (
         f"invalid spec: spec.agent.envFrom[0].secretRef: {secret} is a Secret of the platform or another "
-        "experiment's agent token; pass the agent only credentials of its own, in a Secret of their own"
+        "experiment's agent token (names ending in -agent-token are theirs); pass the agent only "
+        "credentials of its own, in a Secret of their own"
     )

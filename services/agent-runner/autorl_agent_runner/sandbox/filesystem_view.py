@@ -123,7 +123,8 @@ class FilesystemView:
             raise ViewError(
                 f"{path} would be visible to the agent but holds (or lies in) platform data "
                 f"({', '.join(map(str, self.forbidden))}); keep the agents' Python environment and "
-                "agent programs outside the platform home, cache and data folders"
+                "agent programs outside the platform home, cache and data folders and the Hugging Face "
+                "caches (HF_HOME, HF_DATASETS_CACHE, HF_HUB_CACHE, ...)"
             )
 
     def etc_files(self, uid: int, gid: int) -> dict[str, str]:

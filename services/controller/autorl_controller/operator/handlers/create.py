@@ -55,8 +55,8 @@ def platform_secret_error(spec: ExperimentSpec, settings: ControllerSettings) ->
         if name is not None and (name in platform or name.endswith(AGENT_TOKEN_SUFFIX)):
             return (
                 f"invalid spec: spec.agent.envFrom[{index}].secretRef: {name} is a Secret of the platform "
-                "or another experiment's agent token; pass the agent only credentials of its own, in a "
-                "Secret of their own"
+                f"or another experiment's agent token (names ending in {AGENT_TOKEN_SUFFIX} are theirs); "
+                "pass the agent only credentials of its own, in a Secret of their own"
             )
     return None
 
