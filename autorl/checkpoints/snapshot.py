@@ -809,19 +809,13 @@ def _ignored_names(source: _Source, names: set[str]) -> Iterator[tuple[str, str,
         except OSError:
             is_dir = False
         suffix = "/" if is_dir else ""
-        yield _escaped(entry) + suffix, entry, suffix
-
-
-def _escaped(entry: str) -> str:
-    """A name as an answer lists it: the agent's to choose, so every character that does not show as
-    itself escaped (an undecodable byte, held as a lone surrogate, as ``\\udcff``)."""
-    return printable(entry)
+        yield printable(entry) + suffix, entry, suffix  # the agent's name: every hidden character escaped
 
 
 def _shortened(entry: str, suffix: str) -> str:
     """``entry`` shown in at most MAX_IGNORED_NAME_CHARS characters with its suffix, cut between
     characters (never inside an escape) and marked so."""
-    return shortened(entry, MAX_IGNORED_NAME_CHARS - len(suffix), _escaped) + suffix
+    return shortened(entry, MAX_IGNORED_NAME_CHARS - len(suffix), printable) + suffix
 
 
 def _open(source: _Source, entry: str, stack: ExitStack) -> _Opened:
