@@ -872,8 +872,6 @@ def test_a_file_rewritten_in_place_after_its_copy_is_refused(
 ) -> None:
     """A writer racing the copy: the bytes already copied and hashed no longer match the folder, so
     the re-check after the copy refuses the submission (same inode and size, new bytes and mtime)."""
-    from autorl.checkpoints import snapshot as snapshot_module
-
     copy_weights = snapshot_module._copy_weights
 
     def copy_then_rewrite(opened: Any, header: Any, writer: Any) -> None:
@@ -916,18 +914,22 @@ WEIGHT_EDITS = {
 }
 
 
-@pytest.mark.parametrize("edit", WEIGHT_EDITS)
+@pytest.fixture(params=list(WEIGHT_EDITS))
+def edit_weights(request: pytest.FixtureRequest, checkpoint: Path) -> Callable[[], None]:
+    """Changes the checkpoint's weights file in one of the ways of WEIGHT_EDITS (a test each)."""
+    edit = WEIGHT_EDITS[request.param]
+    return lambda: edit(checkpoint / "model.safetensors")
+
+
 def test_weights_changed_under_the_copy_stop_it_and_are_a_costly_refusal(
     take: Callable[..., Snapshot],
     snapshots: Path,
     checkpoint: Path,
     monkeypatch: pytest.MonkeyPatch,
-    edit: str,
+    edit_weights: Callable[[], None],
 ) -> None:
     """Bytes changed as the copy starts: the copy stops at the block where the change shows, and
     the refusal is a CostlyCheckpointError (tensor data was read: the grader counts it)."""
-    from autorl.checkpoints import snapshot as snapshot_module
-
     monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", 64 * 1024)
     monkeypatch.setattr(snapshot_module, "COPY_THREADS", 2)
     copy_weights, reads = snapshot_module._copy_weights, []
@@ -938,7 +940,7 @@ def test_weights_changed_under_the_copy_stop_it_and_are_a_costly_refusal(
         return pread(fd, size, offset)
 
     def edit_then_copy(opened: Any, header: Any, writer: Any) -> None:
-        WEIGHT_EDITS[edit](checkpoint / "model.safetensors")
+        edit_weights()
         monkeypatch.setattr(snapshot_module.os, "pread", counted_pread)
         copy_weights(opened, header, writer)
 
@@ -958,8 +960,6 @@ def test_the_weights_digest_is_over_their_blocks_in_order_whatever_the_threads(
     digest is SHA-256 over the header and each block's SHA-256 in file order: the same fingerprint
     however many threads hashed the blocks, and whatever order they finished in."""
     import hashlib
-
-    from autorl.checkpoints import snapshot as snapshot_module
 
     block = 48 * 1024
     monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", block)
@@ -1000,8 +1000,6 @@ def test_a_block_that_cannot_be_written_stops_the_copy_and_leaves_nothing(
     error is the storage's (not a refusal of the checkpoint), and the folder is removed."""
     import errno
 
-    from autorl.checkpoints import snapshot as snapshot_module
-
     monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", 32 * 1024)
     monkeypatch.setattr(snapshot_module, "COPY_THREADS", 2)
     reads, pread = [], os.pread
@@ -1022,17 +1020,14 @@ def test_a_block_that_cannot_be_written_stops_the_copy_and_leaves_nothing(
     assert list(snapshots.iterdir()) == []
 
 
-@pytest.mark.parametrize("edit", WEIGHT_EDITS)
 def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
     take: Callable[..., Snapshot],
     snapshots: Path,
-    checkpoint: Path,
     monkeypatch: pytest.MonkeyPatch,
-    edit: str,
+    edit_weights: Callable[[], None],
 ) -> None:
     """A change after the header and config checks, before the first tensor byte: refused by the
     re-check before the copy, which never starts; not a CostlyCheckpointError."""
-    from autorl.checkpoints import snapshot as snapshot_module
 
     def never_copy(*args: Any) -> None:
         raise AssertionError("the weights were copied")
@@ -1041,7 +1036,7 @@ def test_weights_changed_before_their_data_is_read_are_refused_at_no_cost(
 
     def read_then_edit(*args: Any) -> dict[str, bytes]:
         files = platform_files(*args)
-        WEIGHT_EDITS[edit](checkpoint / "model.safetensors")
+        edit_weights()
         return files
 
     written: list[str] = []
@@ -1066,8 +1061,6 @@ def test_the_descriptors_a_copy_holds_do_not_grow_with_the_number_of_weights_fil
 ) -> None:
     """The grader takes every experiment's snapshots under one limit of open files: the same weights
     saved one tensor a file hold no more of them while copied than saved as one file."""
-    from autorl.checkpoints import snapshot as snapshot_module
-
     held: list[int] = []
     copy_weights = snapshot_module._copy_weights
 
@@ -1091,8 +1084,6 @@ def test_a_weights_file_replaced_after_its_header_was_read_is_refused(
 ) -> None:
     """Each weights file is closed after its header is read and opened again for the copy: a file
     put in its place in between (another save's) is refused, not copied beside the others."""
-    from autorl.checkpoints import snapshot as snapshot_module
-
     shards = split_into_shards(checkpoint)
     read_headers = snapshot_module._read_headers
 
@@ -1115,8 +1106,6 @@ def test_base_model_files_changed_under_the_copy_are_the_platforms_failure(
 ) -> None:
     """The base model's files are the platform's: a change to them during a submission's copy is a
     503 to retry, never a refusal of the agent's checkpoint (which would count against its limit)."""
-    from autorl.checkpoints import snapshot as snapshot_module
-
     base = Path(shutil.copytree(tiny_base_model, tmp_path / "base"))
     snapshots = tmp_path / "own-snapshots"
     copy_weights = snapshot_module._copy_weights
@@ -1168,8 +1157,6 @@ def test_a_small_file_changed_before_it_is_read_is_refused(
 ) -> None:
     """A writer racing the snapshot: config.json changes size after it was opened and checked,
     before its bytes are read (the weights' header check comes in between)."""
-    from autorl.checkpoints import snapshot as snapshot_module
-
     compare = snapshot_module.compare_to_base
 
     def compare_then_rewrite(*args: Any) -> None:
