@@ -10,9 +10,11 @@ as zero in the process that evaluates, the hf backend's and the CPU engine serve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +35,7 @@ from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import EngineSpec, ResidentEngine
 from autorl_evaluator.failures import EvaluatorFaultError, agent_message
 from autorl_evaluator.jobs import evaluate
-from autorl_evaluator.time_budget import BudgetExceededError, CpuTime, TimeBudget, evaluation_budget
+from autorl_evaluator.time_budget import BudgetExceededError, CpuMeter, TimeBudget, evaluation_budget
 from tests.support.grading import RegisteredExperiment, admin_headers, copy_model, evaluating_settings, row_id
 from tests.support.settings import DeploymentSettings
 
@@ -117,27 +119,49 @@ def _busy(seconds: float) -> None:
         pass
 
 
+def _busy_child(seconds: float) -> None:
+    """The evaluation's work in a process of its own (as OpenCompass's is), ended before it is read."""
+    subprocess.run(
+        [sys.executable, "-c", f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"],
+        check=True,
+    )
+
+
 def test_an_evaluation_starved_of_the_cpu_past_its_budget_is_the_evaluators_failure() -> None:
     """Busy processes each in a session of their own (the kernel shares a CPU between sessions, and
     a sandboxed agent makes as many as it likes) keep the evaluation waiting for a CPU: past its
-    budget that is not the checkpoint's doing, and the agent is told so (not counted)."""
+    budget that is not the checkpoint's doing, and the agent is told so (not counted). The
+    evaluation's threads are its own process's and its descendants', ended or not (OpenCompass's)."""
     budget = TimeBudget(seconds=1, baseline_seconds=1, baseline_fill=1, factor=4, floor_s=0, device="cpu")
-    started = CpuTime.now()
-    _busy(1.0)
-    quiet = CpuTime.now().since(started)
-    assert not quiet.starved and budget.failure(budget.exceeded(), quiet).__class__ is BudgetExceededError
-    loop = "import os, time\nos.setsid()\nend = time.time() + 4\nwhile time.time() < end: pass"
-    burners = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(6 * (os.cpu_count() or 1))]
+    with CpuMeter() as meter:
+        _busy(1.0)
+        _busy_child(1.0)
+    quiet = meter.used()
+    assert quiet.ran > 1.5 and not quiet.starved, quiet  # the child's second counted
+    assert budget.failure(budget.exceeded(), quiet).__class__ is BudgetExceededError
+    # Not the evaluation's descendants (an agent's are not the evaluator's): started by a process that
+    # has ended, they are no process's children here.
+    launcher = (  # its burners write to no pipe of ours (-3: DEVNULL), so it returns at once
+        "import subprocess, sys\n"
+        "loop = 'import os, time\\nos.setsid()\\nend = time.time() + 8\\nwhile time.time() < end: pass'\n"
+        f"print(*(subprocess.Popen([sys.executable, '-c', loop], stdout=-3, stderr=-3).pid "
+        f"for _ in range({6 * (os.cpu_count() or 1)})))"
+    )
+    burners = subprocess.run([sys.executable, "-c", launcher], check=True, capture_output=True, text=True)
     try:
         time.sleep(0.3)
-        started = CpuTime.now()
-        _busy(2.0)
-        loaded = CpuTime.now().since(started)
+        with CpuMeter() as meter:
+            _busy(2.0)
+        loaded = meter.used()
+        with CpuMeter() as meter:
+            _busy_child(2.0)
+        loaded_child = meter.used()
     finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
+        for pid in burners.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
     assert loaded.starved, loaded
+    assert loaded_child.starved, loaded_child
     # Its own threads, more than its CPUs, keep it waiting as long, yet keep every CPU busy: a slow
     # checkpoint's evaluation on a quiet machine is still the checkpoint's failure.
     import torch
@@ -145,16 +169,18 @@ def test_an_evaluation_starved_of_the_cpu_past_its_budget_is_the_evaluators_fail
     threads = torch.get_num_threads()
     torch.set_num_threads(4 * len(os.sched_getaffinity(0)))
     try:
-        started, square = CpuTime.now(), torch.randn(384, 384)
-        while time.monotonic() - started.wall < 2.0:
-            square = torch.tanh(square @ square)
-        oversubscribed = CpuTime.now().since(started)
+        with CpuMeter() as meter:
+            square, started = torch.randn(384, 384), time.monotonic()
+            while time.monotonic() - started < 2.0:
+                square = torch.tanh(square @ square)
+        oversubscribed = meter.used()
     finally:
         torch.set_num_threads(threads)
     assert oversubscribed.waited > oversubscribed.ran and not oversubscribed.starved, oversubscribed
-    failure = budget.failure(budget.exceeded(), loaded)
-    assert isinstance(failure, EvaluatorFaultError), failure
-    assert agent_message(failure).startswith(EVALUATOR_FAULT_PREFIX) and "submit it again" in str(failure)
+    for starved in (loaded, loaded_child):
+        failure = budget.failure(budget.exceeded(), starved)
+        assert isinstance(failure, EvaluatorFaultError), failure
+        assert agent_message(failure).startswith(EVALUATOR_FAULT_PREFIX) and "submit it again" in str(failure)
 
 
 def _denormal_copy(source: Path, target: Path) -> Path:

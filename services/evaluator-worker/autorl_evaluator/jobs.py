@@ -18,6 +18,7 @@ too, so that a checkpoint scored on its own scores as a submission of the same f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from autorl.untrusted_text import log_printable_lines
 from autorl_evaluator.backends.base import EvalResult
 from autorl_evaluator.failures import agent_message, operator_detail, setup_message
 from autorl_evaluator.settings import WorkerSettings
-from autorl_evaluator.time_budget import BudgetExceededError, CpuTime, TimeBudget, evaluation_budget
+from autorl_evaluator.time_budget import BudgetExceededError, CpuMeter, TimeBudget, evaluation_budget
 from autorl_evaluator.versions import backend_versions
 
 log = logging.getLogger("autorl.evaluator")
@@ -205,7 +206,8 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
         worker,
         f"{budget.seconds:.0f}" if budget is not None else "-",
     )
-    started, cpu_started = time.monotonic(), CpuTime.now()
+    # What its threads ran and waited matters only past a budget.
+    started, cpu = time.monotonic(), CpuMeter() if budget is not None else None
     test_data_loaded = False
     try:
         with _lease(db, submission_id, worker, settings.eval_lease_s):
@@ -217,15 +219,16 @@ def evaluate(submission_id: int, settings: WorkerSettings | None = None) -> dict
             split = load_split(task, split_name, settings)
             test_data_loaded = True
             evaluated = measured_config(config, split, settings)
-            scored = evaluate_snapshot(model_dir, task, split, evaluated, settings, budget=budget)
+            with cpu or contextlib.nullcontext():
+                scored = evaluate_snapshot(model_dir, task, split, evaluated, settings, budget=budget)
             seconds = time.monotonic() - started
             descent = trace_lineage(model_dir, base_dir, traced, settings) if traced else None
         result = scored.result
         _write_predictions(predictions_path(settings, submission_id), scored.problems, result.completions)
     except Exception as raised:
         exc: Exception = raised
-        if isinstance(exc, BudgetExceededError) and budget is not None:
-            exc = budget.failure(exc, CpuTime.now().since(cpu_started))
+        if isinstance(exc, BudgetExceededError) and budget is not None and cpu is not None:
+            exc = budget.failure(exc, cpu.used())
         message = agent_message(exc) if test_data_loaded else setup_message(exc)
         # The set-up reads the split too: what either phase raised stays in evaluator storage.
         detail_path = _write_error(settings, submission_id, operator_detail(exc))

@@ -12,10 +12,11 @@ agent reads the budget. Otherwise it would hold a shared evaluator, and every ex
 behind it, up to the hard timeout.
 
 A budget holds for a machine that gives the evaluation its CPU: an evaluation past it whose threads
-waited for a CPU (runnable, not running: the kernel's run delay) over :data:`STARVED_WAIT_RATIO`
-times as long as they ran, on under :data:`STARVED_SHARE` of its CPUs, was slowed by the machine,
-whoever slowed it (on one machine, another experiment's agent starting busy processes, each in a
-session of its own), and fails as the evaluator's fault, not counted.
+(the worker's and every process it started for the evaluation: OpenCompass, its engine) waited for
+a CPU (runnable, not running: the kernel's run delay) over :data:`STARVED_WAIT_RATIO` times as long
+as they ran, on under :data:`STARVED_SHARE` of its CPUs, was slowed by the machine, whoever slowed
+it (on one machine, another experiment's agent starting busy processes, each in a session of its
+own), and fails as the evaluator's fault, not counted.
 
 A baseline evaluation has no budget (it is the measure; the hard timeout bounds it), nor has an
 evaluation whose baseline was measured on another kind of device or batch size, or not yet: the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,30 +64,87 @@ def usable_cpus() -> float:
 
 @dataclass(frozen=True)
 class CpuTime:
-    """How long this process's threads have run on a CPU and waited for one, and the time, in seconds."""
+    """How long an evaluation's threads ran on a CPU and waited for one, and the time, in seconds."""
 
     ran: float
     waited: float
     wall: float
 
-    @classmethod
-    def now(cls) -> CpuTime:
-        ran = waited = 0
-        for task in Path("/proc/self/task").iterdir():
-            try:
-                fields = (task / "schedstat").read_text().split()
-            except OSError:  # a thread that ended meanwhile, or a kernel without scheduler statistics
-                continue
-            ran, waited = ran + int(fields[0]), waited + int(fields[1])
-        return cls(ran / 1e9, waited / 1e9, time.monotonic())
-
-    def since(self, earlier: CpuTime) -> CpuTime:
-        return CpuTime(self.ran - earlier.ran, self.waited - earlier.waited, self.wall - earlier.wall)
-
     @property
     def starved(self) -> bool:
         kept_waiting = self.waited >= max(STARVED_WAIT_RATIO * self.ran, STARVED_WAIT_MIN_S)
         return kept_waiting and self.ran <= STARVED_SHARE * usable_cpus() * self.wall
+
+
+#: How often :class:`CpuMeter` reads the threads while an evaluation runs: a thread or process that
+#: ends between two reads loses at most this much of its counts.
+CPU_READ_INTERVAL_S = 0.5
+
+
+def _threads_under(root: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """The run and wait nanoseconds of every thread of process ``root`` and of its descendants, by
+    thread id and start time (a thread id can be reused)."""
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    pids = [root]
+    while pids:
+        pid = pids.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended meanwhile
+            continue
+        for tid in tids:
+            task = Path(f"/proc/{pid}/task/{tid}")
+            try:
+                ran, waited = (int(field) for field in (task / "schedstat").read_text().split()[:2])
+                start = int((task / "stat").read_text().rsplit(")", 1)[1].split()[19])
+                pids.extend(int(child) for child in (task / "children").read_text().split())
+            except (OSError, ValueError, IndexError):  # ended meanwhile, or no scheduler statistics
+                continue
+            found[(int(tid), start)] = (ran, waited)
+    return found
+
+
+class CpuMeter:
+    """What an evaluation's threads ran and waited (:class:`CpuTime`): this process's and every
+    descendant's (OpenCompass's processes, a kept server's, which end or were started before the
+    evaluation), read when made and every :data:`CPU_READ_INTERVAL_S` while used as a context."""
+
+    def __init__(self) -> None:
+        self._root = os.getpid()
+        self._first = _threads_under(self._root)
+        self._last = dict(self._first)
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._keep_reading, name="cpu-meter", daemon=True)
+
+    def __enter__(self) -> CpuMeter:
+        self._reader.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._reader.join()
+        self._read()
+
+    def _keep_reading(self) -> None:
+        while not self._stop.wait(CPU_READ_INTERVAL_S):
+            self._read()
+
+    def _read(self) -> None:
+        threads = _threads_under(self._root)
+        with self._lock:
+            self._last.update(threads)
+
+    def used(self) -> CpuTime:
+        """Since it was made: a thread that was there then counts from what it had run and waited."""
+        self._read()
+        ran = waited = 0
+        with self._lock:
+            for key, (last_ran, last_waited) in self._last.items():
+                first_ran, first_waited = self._first.get(key, (0, 0))
+                ran, waited = ran + last_ran - first_ran, waited + last_waited - first_waited
+        return CpuTime(ran / 1e9, waited / 1e9, time.monotonic() - self._started)
 
 
 class BudgetExceededError(PublicEvaluationError):
