@@ -64,6 +64,9 @@ ARCHITECTURE_FIELDS = frozenset(
         "quantization_config",
     }
 )
+#: The output embedding's tensor, which ``tie_word_embeddings`` makes the input embedding (the name
+#: every causal LM of transformers gives it).
+OUTPUT_EMBEDDING = "lm_head.weight"
 _SIZE_FIELD = re.compile(r"^(num_|n_).+|.+_size$")
 GENERATION_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 #: What transformers passes to a chat template besides the messages.

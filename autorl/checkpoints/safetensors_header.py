@@ -22,6 +22,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from autorl.checkpoints.agent_names import quoted, quoted_names, shown_value
@@ -86,21 +87,48 @@ class Header:
         return len(self.raw) + self.data_bytes
 
     def canonical(self) -> bytes:
-        """The length prefix and header that describe the same data, and nothing else: tensors in
-        name order, only ``format: pt`` as metadata, spaces to an 8-byte boundary as safetensors
+        """The length prefix and header that describe the same tensors and their data, packed in
+        the order the data lay (as it lies already in a file read whole), and nothing else: tensors
+        in name order, only ``format: pt`` as metadata, spaces to an 8-byte boundary as safetensors
         pads. Two files with the same tensors and data have the same canonical header, whatever
         metadata, key order or spacing their own headers had."""
+        packed: dict[str, tuple[int, int]] = {}
+        at = 0
+        for (start, end), name in sorted((offsets, name) for name, offsets in self.offsets.items()):
+            packed[name] = (at, at + end - start)
+            at += end - start
         entries: dict[str, object] = {METADATA_KEY: CANONICAL_METADATA}
         for name in sorted(self.tensors):
             tensor = self.tensors[name]
             entries[name] = {
                 "dtype": tensor.dtype,
                 "shape": list(tensor.shape),
-                "data_offsets": list(self.offsets[name]),
+                "data_offsets": list(packed[name]),
             }
         body = json.dumps(entries, separators=(",", ":")).encode("utf-8")
         body += b" " * (-len(body) % 8)
         return len(body).to_bytes(LENGTH_PREFIX_BYTES, "little") + body
+
+    def without(self, names: AbstractSet[str]) -> Header:
+        """The same file's header less the tensors ``names``: :meth:`ranges` then spans only the
+        data of the others, and :meth:`canonical` describes them packed."""
+        return Header(
+            raw=self.raw,
+            tensors={name: tensor for name, tensor in self.tensors.items() if name not in names},
+            data_bytes=self.data_bytes,
+            offsets={name: offsets for name, offsets in self.offsets.items() if name not in names},
+        )
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The byte ranges of the data its tensors take, in order, adjacent ones joined: the whole
+        data of a header read from a file, which its tensors tile."""
+        joined: list[tuple[int, int]] = []
+        for start, end in sorted(self.offsets.values()):
+            if joined and joined[-1][1] == start:
+                joined[-1] = (joined[-1][0], end)
+            elif end > start:
+                joined.append((start, end))
+        return joined
 
 
 def read_header(fd: int, file_bytes: int, shown: str, *, max_bytes: int = MAX_HEADER_BYTES) -> Header:

@@ -209,6 +209,22 @@ class BaseCheckpoint:
         size = self.config.get("vocab_size")
         return size if isinstance(size, int) else 2**31
 
+    @property
+    def tied(self) -> frozenset[str]:
+        """The tensors the base's config makes another's (``tie_word_embeddings``: the output
+        embedding is the input embedding), where the base stores them anyway: a submission may leave
+        them out, and what it holds of them is left out of its snapshot. Every engine then takes
+        the input embedding for both, as the config says; kept, each would take what it likes (one
+        the embedding, one the stored head, one whichever it copied last)."""
+        if self.config.get("tie_word_embeddings") is True and model_files.OUTPUT_EMBEDDING in self.tensors:
+            return frozenset({model_files.OUTPUT_EMBEDDING})
+        return frozenset()
+
+    @property
+    def required(self) -> dict[str, Tensor]:
+        """The tensors a submission must hold: the base's, less :attr:`tied`."""
+        return {name: tensor for name, tensor in self.tensors.items() if name not in self.tied}
+
 
 # --- entry points ---------------------------------------------------------------------------
 
@@ -586,14 +602,17 @@ def _build(source: _Source, platform: _Source, base: BaseCheckpoint, snapshot_ro
             reading_weights = True
             for entry, data in platform_written.items():
                 writer.write(entry, data)
-            for shard, header in headers.items():
+            kept = {shard: header.without(base.tied) for shard, header in headers.items()}
+            for shard, header in kept.items():
+                if not header.tensors:  # a shard of tied tensors only
+                    continue
                 with ExitStack() as shard_stack:
                     handle = _open(source, shard, shard_stack)
                     if _identity(handle.info) != _identity(seen[shard]):
                         raise CheckpointError(_CHANGED)
                     _copy_weights(handle, header, writer)
             if indexed:
-                total = sum(header.data_bytes for header in headers.values())
+                total = sum(end - start for header in kept.values() for start, end in header.ranges())
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
                 writer.write(WEIGHTS_INDEX, model_files.dump_json(index))
             for handle in opened.values():
@@ -643,7 +662,10 @@ def _checked_against_base(
                 )
             weight_map[tensor] = shard
         tensors.update(header.tensors)
-    compare_to_base(tensors, base.tensors, source.shown)
+    for tied in base.tied:
+        tensors.pop(tied, None)
+        weight_map.pop(tied, None)
+    compare_to_base(tensors, base.required, source.shown)
     parsed = model_files.parse_json_object(_read_small(config), config.name)
     model_files.check_config(parsed, base.config, config.name)
     return weight_map
@@ -745,7 +767,7 @@ def _weight_files(source: _Source, names: set[str], base: BaseCheckpoint) -> lis
             )
         weight_map = _weight_map(index, source.name(WEIGHTS_INDEX))
         # Checked before any shard is opened: the index names the base model's tensors, no others.
-        compare_names(set(weight_map), set(base.tensors), source.name(WEIGHTS_INDEX))
+        compare_names(set(weight_map) - base.tied, set(base.required), source.name(WEIGHTS_INDEX))
         return sorted(set(weight_map.values()))
     pickles = sorted(name for name in names if _PICKLE_WEIGHTS.fullmatch(name))
     if pickles:
@@ -900,10 +922,11 @@ def _read_small(opened: _Opened) -> bytes:
 
 
 def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
-    """Copy the checked header, then the tensor data in blocks of :data:`COPY_BLOCK_BYTES`, read and
-    written in order on this thread while up to :data:`COPY_THREADS` threads hash the blocks before
-    (hashlib releases the GIL): the copy takes about as long as the reads and writes, not as long
-    as hashing the file on one core. The file's digest is the SHA-256 of the canonical header
+    """Copy the checked header, made canonical, then its tensors' data (:meth:`Header.ranges`: all
+    of it, less a tied tensor's) in blocks of :data:`COPY_BLOCK_BYTES`, read and written in order
+    on this thread while up to :data:`COPY_THREADS` threads hash the blocks before (hashlib
+    releases the GIL): the copy takes about as long as the reads and writes, not as long as
+    hashing the file on one core. The file's digest is the SHA-256 of the canonical header
     followed by each block's SHA-256 in order. A file that changes (size or modification time)
     stops the copy at the next block."""
     target = writer.path / Path(opened.name).name
@@ -917,16 +940,19 @@ def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
     with target.open("xb") as out, pool:
         out.write(canonical)
         out.flush()
+        at = len(canonical)
         try:
-            for offset in range(0, size, COPY_BLOCK_BYTES):
-                length = min(COPY_BLOCK_BYTES, size - offset)
-                data = os.pread(opened.fd, length, source_start + offset)
-                if len(data) != length or _changed(opened):
-                    raise CheckpointError(_CHANGED)  # stop at once: the rest would be refused anyway
-                _write_all(out.fileno(), data, len(canonical) + offset)
-                if len(hashing) == COPY_THREADS:  # at most COPY_THREADS blocks wait to be hashed
-                    digest.update(hashing.popleft().result())
-                hashing.append(pool.submit(_block_digest, data))
+            for start, end in header.ranges():
+                for offset in range(start, end, COPY_BLOCK_BYTES):
+                    length = min(COPY_BLOCK_BYTES, end - offset)
+                    data = os.pread(opened.fd, length, source_start + offset)
+                    if len(data) != length or _changed(opened):
+                        raise CheckpointError(_CHANGED)  # stop at once: the rest would be refused anyway
+                    _write_all(out.fileno(), data, at)
+                    at += length
+                    if len(hashing) == COPY_THREADS:  # at most COPY_THREADS blocks wait to be hashed
+                        digest.update(hashing.popleft().result())
+                    hashing.append(pool.submit(_block_digest, data))
             if os.pread(opened.fd, 1, source_start + size):  # grown since its size was read
                 raise CheckpointError(_CHANGED)
             while hashing:

@@ -362,6 +362,71 @@ def test_the_base_models_template_and_stop_tokens_are_evaluated(
     assert kept["eos_token_id"] == base_generation["eos_token_id"]
 
 
+def test_a_tied_output_embedding_is_the_input_embedding_whatever_a_submission_stores(
+    tiny_base_model: Path, workspace: Path, snapshots: Path
+) -> None:
+    """A base whose config ties its output embedding to its input embedding and stores both (as
+    some Qwen3 checkpoints ship): a submission without the head (transformers' save of a tied
+    model) is accepted, and one with a head of its own is evaluated as the config says, the head
+    left out, whichever file holds it; every engine then loads the same model."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    base = Path(shutil.copytree(tiny_base_model, workspace / "base"))
+    weights = load_file(str(base / "model.safetensors"))
+    embedding = weights["model.embed_tokens.weight"]
+    assert json.loads((base / "config.json").read_text())["tie_word_embeddings"] is True
+    save_file({**weights, "lm_head.weight": embedding.clone()}, str(base / "model.safetensors"))
+    take = taker(workspace, base, snapshots)
+    baseline = snapshot_base_model(base, snapshots)
+    assert "lm_head.weight" not in read_safetensors(baseline.path / "model.safetensors")[0]
+
+    def submitted(name: str, head: torch.Tensor | None, *, shards: bool = False) -> Path:
+        folder = workspace / "output" / name
+        folder.mkdir(parents=True)
+        shutil.copy(base / "config.json", folder / "config.json")
+        own = {key: value + 0.5 for key, value in weights.items()}
+        if not shards:
+            save_file(
+                {**own, **({"lm_head.weight": head} if head is not None else {})},
+                str(folder / "model.safetensors"),
+            )
+            return folder
+        save_file(own, str(folder / "a.safetensors"))
+        index = {name: "a.safetensors" for name in own}
+        if head is not None:
+            save_file({"lm_head.weight": head}, str(folder / "b.safetensors"))
+            index["lm_head.weight"] = "b.safetensors"
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": index}))
+        return folder
+
+    other_head = torch.randn(embedding.shape)
+    saved_tied = take(submitted("saved", None).relative_to(workspace))
+    own_head = take(submitted("own_head", other_head).relative_to(workspace))
+    # What the submission stored as its head changes nothing that is evaluated.
+    assert own_head.fingerprint == saved_tied.fingerprint
+    copied = read_safetensors(own_head.path / "model.safetensors")
+    assert "lm_head.weight" not in copied[0]
+    kept = load_file(str(own_head.path / "model.safetensors"))
+    assert kept.keys() == weights.keys() - {"lm_head.weight"}
+    assert all(torch.equal(kept[key], weights[key] + 0.5) for key in kept)
+    sharded = take(submitted("sharded", other_head, shards=True).relative_to(workspace))
+    # The shard that held only the head is no part of it.
+    assert {"a.safetensors", "model.safetensors.index.json"} <= set(snapshot_files(sharded))
+    assert not (sharded.path / "b.safetensors").exists()
+    index = json.loads((sharded.path / "model.safetensors.index.json").read_text())
+    assert "lm_head.weight" not in index["weight_map"]
+    # A copy of the base, its head stored, is the base: the baseline's fingerprint.
+    assert take(
+        Path(shutil.copytree(base, workspace / "output" / "copy")).relative_to(workspace)
+    ).fingerprint == (baseline.fingerprint)
+    for snapshot in (own_head, sharded):
+        model = AutoModelForCausalLM.from_pretrained(snapshot.path)
+        assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
+        assert torch.equal(model.lm_head.weight, embedding + 0.5)
+
+
 # --- refused: where the folder is -----------------------------------------------------------
 
 
