@@ -130,8 +130,6 @@ COPY_BLOCK_BYTES = 8 * _MIB
 COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
 #: Small files (configs, an index) are read in pieces this large: each read allocates its size.
 SMALL_READ_BYTES = _MIB
-#: How often a submission the grader may not read yet is tried again (see snapshot_submission).
-UNREADABLE_POLL_S = 0.25
 #: Free space the snapshot storage keeps after a copy, for the evaluators' own files.
 MIN_FREE_BYTES = 1024 * _MIB
 #: A snapshot folder nothing refers to is removed once its newest file is this old.
@@ -236,36 +234,24 @@ def snapshot_submission(
     output_dir: Path,
     base_model_dir: Path,
     snapshot_root: Path,
-    unreadable_wait_s: float = 0.0,
 ) -> Snapshot:
     """Check a submitted checkpoint and copy its weights, beside the base model's other files,
     into a new snapshot.
 
     A relative ``model_path`` resolves against ``workspace``; it must lie inside ``output_dir``.
-    Each broken rule raises a :class:`CheckpointError` saying what to do instead.
-
-    A file or folder the grader may not read (saved 0600 by its writer; the agent's pod adds
-    group-read within seconds, autorl_agent_runner.workspace.group_read) is tried again every
-    :data:`UNREADABLE_POLL_S` for up to ``unreadable_wait_s``; then :class:`UnreadableCheckpointError`
-    names it and the ``chmod`` that fixes it. Every failed try leaves nothing behind.
+    Each broken rule raises a :class:`CheckpointError` saying what to do instead; a file or folder
+    the grader may not read (saved 0600 by its writer) raises :class:`UnreadableCheckpointError`,
+    naming it and the ``chmod`` that fixes it, and leaves nothing behind (the grader tries again
+    for a while: the agent's pod adds group-read within seconds, autorl_grader.snapshot_slots).
     """
     with _descriptors_are_the_platforms():
         base = read_base_model(base_model_dir)
-    deadline = time.monotonic() + unreadable_wait_s
-    while True:
-        try:
-            with _descriptors_are_the_platforms(), ExitStack() as stack:
-                folder, submitted = _open_submission_folder(
-                    model_path, workspace=workspace, output_dir=output_dir
-                )
-                stack.callback(os.close, folder)
-                source = _Source(folder, shown=str(model_path), follow_links=False, fix=submitted)
-                platform = _open_base_folder(base_model_dir, stack)
-                return _build(source, platform, base, snapshot_root)
-        except UnreadableCheckpointError:
-            if time.monotonic() + UNREADABLE_POLL_S > deadline:
-                raise
-        time.sleep(UNREADABLE_POLL_S)
+    with _descriptors_are_the_platforms(), ExitStack() as stack:
+        folder, submitted = _open_submission_folder(model_path, workspace=workspace, output_dir=output_dir)
+        stack.callback(os.close, folder)
+        source = _Source(folder, shown=str(model_path), follow_links=False, fix=submitted)
+        platform = _open_base_folder(base_model_dir, stack)
+        return _build(source, platform, base, snapshot_root)
 
 
 @contextmanager

@@ -357,7 +357,8 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
     settings.home.mkdir(parents=True)
     port = free_port()
     log = tmp_path / "grader.log"
-    env = service_env(settings) | {"AUTORL_UNREADABLE_WAIT_S": "3"}
+    # One agent thread: waits that held it would hold up every other request.
+    env = service_env(settings) | {"AUTORL_UNREADABLE_WAIT_S": "3", "AUTORL_AGENT_THREADS": "1"}
     # The grader under user 0 stripped of every capability, in the platform's group: reads through
     # the group like the platform's user, and can start Python from /root, which that user cannot.
     unprivileged = ["setpriv", f"--regid={PLATFORM}", f"--groups={PLATFORM}", "--inh-caps=-all"]
@@ -415,8 +416,17 @@ def test_without_the_keeper_the_grader_refuses_and_says_what_to_do(
                 return time.monotonic() - began
 
             with ThreadPoolExecutor(2) as pool:
-                took = list(pool.map(submit_to, [experiment, other]))
+                waiting = [pool.submit(submit_to, target) for target in (experiment, other)]
+                time.sleep(1.0)
+                began = time.monotonic()
+                scores = client.get(f"{experiment.url_path}/scores")
+                read_s = time.monotonic() - began
+                took = [future.result() for future in waiting]
             assert min(took) >= 2.5, took
+            # Waiting, they hold no thread: the one agent thread serves a read meanwhile, and the
+            # two wait at the same time, not one after the other.
+            assert scores.status_code == 200 and read_s < 1.0, read_s
+            assert max(took) < 5.0, took
 
             # The agent does what the answer says, while a second submit is still waiting: accepted.
             def fix_later() -> None:

@@ -9,7 +9,13 @@ import logging
 from sqlalchemy.orm import Session
 
 from autorl.api.answers import MAX_FINAL_ATTEMPTS
-from autorl.errors import CheckpointError, ConflictError, CostlyCheckpointError, DeadlineExceededError
+from autorl.errors import (
+    CheckpointError,
+    ConflictError,
+    CostlyCheckpointError,
+    DeadlineExceededError,
+    UnreadableCheckpointError,
+)
 from autorl.store import (
     Experiment,
     Feedback,
@@ -116,6 +122,8 @@ def _snapshot_and_nominate(
     try:
         # The path as the agent knows it (relative to the workspace): its reasons name it.
         snapshot = take_snapshot(state, experiment, shown)
+    except UnreadableCheckpointError:
+        raise  # tried again in the experiment's turn; it names the file and the fix
     except CheckpointError as exc:
         refused = CostlyCheckpointError if isinstance(exc, CostlyCheckpointError) else CheckpointError
         raise refused(

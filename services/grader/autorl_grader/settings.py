@@ -102,9 +102,10 @@ class GraderSettings(PlatformSettings, AdminTokenSettings):
     agent_threads: int = Field(
         default=AGENT_THREADS,
         gt=0,
-        description="Threads that serve the agent API's blocking work (database reads, snapshot copies), "
-        "shared by every experiment; the admin API, the dashboard and the probes have threads of their "
-        "own (AUTORL_ADMIN_THREADS), so agents never hold up the controller.",
+        description="Threads that serve the agent API's blocking work (database reads), shared by every "
+        "experiment, and as many again for submissions' checks and copies; the admin API, the dashboard "
+        "and the probes have threads of their own (AUTORL_ADMIN_THREADS), so agents never hold up the "
+        "controller.",
     )
     admin_threads: int = Field(
         default=ADMIN_THREADS,

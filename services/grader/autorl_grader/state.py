@@ -38,7 +38,7 @@ class GraderState:
     #: Experiment id → its heavy answers (GET /scores pages) while its submissions are unchanged.
     answers: AnswerCache = field(default_factory=AnswerCache)
     waits: ResultWaits = field(init=False)
-    snapshot_slots: SnapshotSlots = field(default_factory=SnapshotSlots)
+    snapshot_slots: SnapshotSlots = field(init=False)
     #: Each experiment's budget of agent requests (fair_share), and the agent API's threads.
     fair_share: FairShare = field(init=False)
     agent_threads: CapacityLimiter = field(init=False)
@@ -52,6 +52,12 @@ class GraderState:
             )
         )
         self.agent_threads = CapacityLimiter(settings.agent_threads)
+        # As many again for checks and copies (snapshot_slots), which never wait on these.
+        self.snapshot_slots = SnapshotSlots(
+            settings.agent_threads,
+            unreadable_wait_s=settings.unreadable_wait_s,
+            lease_wait_s=settings.snapshot_wait_s,
+        )
 
     def know_experiment_tokens(self) -> None:
         """The fair share learns every experiment's token from the database (those of the latest

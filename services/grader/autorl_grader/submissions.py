@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,12 +44,11 @@ from autorl.store import (
     submissions,
 )
 from autorl.store.models import utcnow
+from autorl_grader.snapshot_slots import LeaseHeldError
 from autorl_grader.state import GraderState
 from autorl_grader.views import agent_submission_view, pending_view, submission_view
 
 log = logging.getLogger("autorl.grader")
-#: How often a submit waiting for another grader replica's snapshot lease looks again.
-SNAPSHOT_LEASE_POLL_S = 0.25
 #: The Retry-After of a submit refused for the experiment's share of the evaluator storage: about
 #: the time in which an evaluation of a small model ends.
 SHARE_RETRY_AFTER_S = 30
@@ -123,9 +121,6 @@ def take_snapshot(state: GraderState, experiment: Experiment, agent_path: str) -
             output_dir=Path(experiment.output_dir),
             base_model_dir=Path(experiment.base_model_dir),
             snapshot_root=snapshot_root(state),
-            # Files saved 0600 become readable once the agent's pod adds group-read: wait for it,
-            # briefly, in the experiment's turn (one submit of the experiment at a time).
-            unreadable_wait_s=state.settings.unreadable_wait_s,
         )
     except MalformedCheckpointError as exc:
         log.warning(
@@ -209,28 +204,25 @@ def reserve_snapshot(
     experiment's share of the evaluator storage has room (autorl_grader.snapshot_slots): a submit
     refused here has read no file. ``checks`` replaces the budget and limit checks: a nomination's,
     whose snapshot replaces the one kept for the final (:func:`check_share`). Another grader
-    replica's lease is waited for, at most ``snapshot_wait_s``."""
-    deadline = time.monotonic() + state.settings.snapshot_wait_s
-    while True:
-        # What the experiment let go (a validation snapshot no longer the best) leaves the storage
-        # before its share is counted, so the count is what the storage holds.
-        release_snapshots(state, experiment.name)
-        with state.db.session() as session:
-            locked = experiments.get_experiment(session, experiment.name, for_update=True)
-            if checks is None:
-                check_open(locked)
-                check_limit(submissions.limited_submissions_count(session, locked), locked)
-            else:
-                checks(session, locked)
-            check_share(state, session, locked, replacing_kept=checks is not None)
-            if experiments.take_snapshot_lease(locked, holder, state.settings.snapshot_lease_s):
-                return
-        if time.monotonic() + SNAPSHOT_LEASE_POLL_S > deadline:
-            raise ServiceUnavailableError(
-                f"another checkpoint of experiment {experiment.name!r} is being copied; try again "
-                "once its /submit has answered (one checkpoint of an experiment is taken at a time)"
-            )
-        time.sleep(SNAPSHOT_LEASE_POLL_S)
+    replica's lease refuses it with :class:`LeaseHeldError`, which the experiment's turn tries again
+    (``snapshot_wait_s``)."""
+    # What the experiment let go (a validation snapshot no longer the best) leaves the storage
+    # before its share is counted, so the count is what the storage holds.
+    release_snapshots(state, experiment.name)
+    with state.db.session() as session:
+        locked = experiments.get_experiment(session, experiment.name, for_update=True)
+        if checks is None:
+            check_open(locked)
+            check_limit(submissions.limited_submissions_count(session, locked), locked)
+        else:
+            checks(session, locked)
+        check_share(state, session, locked, replacing_kept=checks is not None)
+        if experiments.take_snapshot_lease(locked, holder, state.settings.snapshot_lease_s):
+            return
+    raise LeaseHeldError(
+        f"another checkpoint of experiment {experiment.name!r} is being copied; try again "
+        "once its /submit has answered (one checkpoint of an experiment is taken at a time)"
+    )
 
 
 def accept(state: GraderState, experiment: Experiment, model_path: str) -> int:

@@ -79,8 +79,9 @@ async def submit(
     request: Request,
     wait: bool = Query(True, description="Wait for the score (at most the server's wait time, then 202)."),
 ) -> JSONResponse:
-    async with state.snapshot_slots.turn(experiment.id):
-        submission_id = await in_agent_threads(accept, state, experiment, body.model_path)
+    submission_id = await state.snapshot_slots.take(
+        experiment.id, lambda: accept(state, experiment, body.model_path)
+    )
     timeout = state.settings.submit_wait_s if wait else 0.0
     leave_in_flight(request.scope)  # waiting for the score holds no place in the fair share
     return answer_response(await wait_for_result(state, experiment.name, submission_id, timeout, agent=True))
@@ -123,8 +124,9 @@ async def final(body: NominateRequest, experiment: AgentExperimentDep, state: St
     evaluation on the test split after your budget ends (once). Without a nomination the best on
     validation is taken. A submission whose files are no longer kept is taken again from its
     folder, in the experiment's turn as a submit is."""
-    async with state.snapshot_slots.turn(experiment.id):
-        nominated = await in_agent_threads(nominate, state, experiment, body.submission_id)
+    nominated = await state.snapshot_slots.take(
+        experiment.id, lambda: nominate(state, experiment, body.submission_id)
+    )
     return NominatedAnswer(
         submission_id=body.submission_id,
         split=nominated.split.value,
