@@ -32,8 +32,14 @@ from autorl.settings import EvaluationSettings
 #: baselines are evaluated again. 2: the key covers the split's hash, the prompt version, the
 #: backend's package versions and the decoding.
 EVAL_PROTOCOL_VERSION = 2
-#: How every backend decodes: greedy (no sampling), one answer per problem.
-DECODING = "greedy"
+#: How every engine turns generated ids into an answer's text: special tokens dropped (a non-eos
+#: ``<|im_start|>`` between two digits too), as vLLM does by default and so as the reference
+#: (OpenCompass with vLLM) scores. Every engine is given it explicitly, never left to its default.
+SKIP_SPECIAL_TOKENS = True
+#: How every backend decodes: greedy (no sampling), one answer per problem, special tokens dropped
+#: (:data:`SKIP_SPECIAL_TOKENS`); plain ``greedy`` was recorded before that rule was one for every
+#: backend (the ``hf`` backend kept them).
+DECODING = "greedy, special tokens skipped" if SKIP_SPECIAL_TOKENS else "greedy, special tokens kept"
 #: Fields the evaluator measures (the grader records them as last measured, or leaves them unset).
 MEASURED_FIELDS = ("data_sha256", "backend_versions")
 #: Fields of the key added with protocol 2: left out of the hash while unset, so that configs
@@ -59,7 +65,7 @@ class EvalConfig(BaseModel):
     timeout_s: int | None = None
     batch_size: int | None = None
     prompt_version: str | None = Field(default=None, description="the task's prompt template version")
-    decoding: str | None = Field(default=None, description="how answers are decoded (greedy)")
+    decoding: str | None = Field(default=None, description="how answers are decoded (DECODING)")
     data_sha256: str | None = Field(
         default=None, description="SHA-256 of the whole evaluated split as JSON lines (before any limit)"
     )
@@ -123,9 +129,15 @@ class EvalConfig(BaseModel):
         return {name: value for name, value in facts.items() if value is not None}
 
     def with_measured(self, data_sha256: str, backend_versions: dict[str, str]) -> EvalConfig:
-        """This config as evaluated: with the split's hash and the package versions measured now."""
+        """This config as evaluated: with the split's hash and the package versions measured now,
+        and the decoding every backend applies now (:data:`DECODING`: a config recorded under an
+        earlier rule is scored under its own key, never the old one's)."""
         return self.model_copy(
-            update={"data_sha256": data_sha256, "backend_versions": dict(backend_versions)}
+            update={
+                "data_sha256": data_sha256,
+                "backend_versions": dict(backend_versions),
+                "decoding": DECODING,
+            }
         )
 
     def stored(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from redis import Redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from autorl.eval_config import EVAL_PROTOCOL_VERSION, EvalConfig
+from autorl.eval_config import DECODING, EVAL_PROTOCOL_VERSION, EvalConfig
 from autorl.queue import JOB_TIMEOUT_MARGIN_S, job_id
 from autorl_evaluator.settings import WorkerSettings
 from tests.integration.test_chart import IMAGES, RELEASE, merge, of_kind, render
@@ -153,7 +153,7 @@ def test_the_chart_values_are_the_recorded_config_and_the_job_timeout(
         "timeout_s": 1234,
         "batch_size": 24,
         "prompt_version": "gsm8k_gen_1d7fe4/1",
-        "decoding": "greedy",
+        "decoding": DECODING,
         # Measured by the evaluator: none has evaluated in this store yet, the first completes them.
         "data_sha256": None,
         "backend_versions": None,

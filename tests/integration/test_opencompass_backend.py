@@ -51,7 +51,7 @@ from tests.support.grading import (
     submit_accepted,
 )
 from tests.support.models import TrainedModel
-from tests.support.opencompass_models import corrupt_weights, save_sharp_model
+from tests.support.opencompass_models import corrupt_weights, save_answering_model, save_sharp_model
 from tests.support.settings import DeploymentSettings
 
 pytestmark = [pytest.mark.opencompass, pytest.mark.slow]
@@ -416,6 +416,34 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
     finally:
         ENGINES.stop()
         SERVERS.stop()
+
+
+def test_a_special_token_inside_an_answer_is_dropped_by_the_hf_backend_and_the_resident_engine(
+    tiny_base_model: Path, make_opencompass_settings: Callable[..., DeploymentSettings], tmp_path: Path
+) -> None:
+    """One decoding rule for every engine (special tokens dropped, as vLLM does): a model that puts
+    ``<|im_start|>`` between the two digits of its answer answers 19, not 9, through the ``hf``
+    backend and through OpenCompass with the resident engine (transformers on the CPU, given the
+    rule in OpenCompass's sampling parameters) alike, with the same scores."""
+    settings = make_opencompass_settings(vllm_python=Path(sys.executable))
+    task = get_task("gsm8k")
+    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=1)
+    assert problems[0].answer.endswith("#### 19")
+    answer = ["The", "Ġanswer", "Ġis", "Ġ", "1", "<|im_start|>", "9"]
+    checkpoint = save_answering_model(tiny_base_model, tmp_path / "model", answer, "<|im_start|>assistant\n")
+    config = EvalConfig.record(task.name, settings)
+    try:
+        engine = OpenCompassBackend().evaluate(checkpoint, task, problems, config, settings)
+    finally:
+        ENGINES.stop()
+        SERVERS.stop()
+    assert engine.details["engine"] == "resident"
+    hf = get_backend("hf").evaluate(
+        checkpoint, task, problems, config, settings.model_copy(update={"eval_backend": "hf"})
+    )
+    assert hf.completions == engine.completions == ["The answer is 19"]
+    assert hf.scores == engine.scores
+    assert hf.scores["opencompass"] == 100
 
 
 def test_the_warm_worker_forks_opencompass_from_one_server_and_answers_as_the_command(

@@ -222,7 +222,12 @@ def test_gpu_config_carries_the_reference_settings(allocations: list[Allocation]
         "enforce_eager": True,
         "distributed_executor_backend": "mp",
     }
-    assert result["generation_kwargs"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 1}
+    assert result["generation_kwargs"] == {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 1,
+        "skip_special_tokens": True,  # vLLM's default, the platform's rule: said, not assumed
+    }
     assert result["chat_template_kwargs"] == {"enable_thinking": False}
     assert result["pred_postprocessor"] == {"type": "extract-non-reasoning-content"}
     assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"

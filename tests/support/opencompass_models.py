@@ -3,6 +3,7 @@ checkpoints for it, written by transformers 5 as an agent's would be."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -65,3 +66,40 @@ def run_in_opencompass(
         env=env,
     )
     return json.loads((root / "out.json").read_text())
+
+
+def save_answering_model(base: Path, target: Path, answer: list[str], after: str) -> Path:
+    """``base`` (the builtin tiny Qwen2) rewired to answer every prompt that ends in ``after`` with
+    the tokens ``answer`` (each a token of the tokenizer's, special ones too) and then its eos:
+    every layer's output projections are zeroed, so a position's state is its own token's
+    embedding; the tokens of the chain get embeddings one-hot in a dimension of their own, and an
+    untied head maps each to the next token of the chain."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    [start] = tokenizer(after, add_special_tokens=False)["input_ids"][-1:]
+    chain = [start, *tokenizer.convert_tokens_to_ids(answer), tokenizer.eos_token_id]
+    if len(set(chain)) != len(chain):
+        raise ValueError(f"the chain of tokens must not repeat one: {chain}")
+    target.mkdir(parents=True)
+    for path in base.iterdir():
+        if path.name != "model.safetensors":
+            (target / path.name).write_bytes(path.read_bytes())
+    config = json.loads((base / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tensors = load_file(base / "model.safetensors")
+    for name in tensors:
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            tensors[name] = torch.zeros_like(tensors[name])
+    embeddings = tensors["model.embed_tokens.weight"].clone()
+    head = torch.zeros_like(embeddings)
+    for dimension, (token, following) in enumerate(itertools.pairwise(chain)):
+        embeddings[token] = 0.0
+        embeddings[token, dimension] = 1.0
+        head[following, dimension] = 10.0
+    tensors["model.embed_tokens.weight"], tensors["lm_head.weight"] = embeddings, head
+    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
+    return target

@@ -100,6 +100,18 @@ def test_a_key_recorded_without_the_evaluators_facts_differs_from_a_measured_one
     assert completed.key == config().key
 
 
+def test_a_config_recorded_before_the_decoding_rule_is_scored_under_a_key_of_its_own() -> None:
+    """Plain ``greedy`` was recorded while the ``hf`` backend kept special tokens: an evaluation now
+    drops them (every backend does), so it records the decoding it applied and a key that never
+    reuses a score or baseline of the earlier rule."""
+    earlier = config(decoding="greedy")
+    assert DECODING == "greedy, special tokens skipped"
+    evaluated = earlier.with_measured(DATA_SHA256, VERSIONS)
+    assert evaluated.decoding == DECODING
+    assert evaluated.key == config().key != earlier.key
+    assert differing_fields(earlier.stored(), evaluated.stored()) == ["decoding"]
+
+
 def test_the_split_hash_is_the_hash_of_the_cached_test_file(tmp_path: Path) -> None:
     problems = [Problem("Ann has 2 apples {x}. ünïcode?", "2 + 1 = 3\n#### 3"), Problem("b", "#### 4")]
     path = write_problems(tmp_path / "test.jsonl", problems)

@@ -19,11 +19,14 @@ from typing import Any
 
 import pytest
 
+from autorl.eval_config import SKIP_SPECIAL_TOKENS
 from autorl_evaluator import resident_key
 from autorl_evaluator.backends.opencompass import engine_server
 from autorl_evaluator.backends.opencompass.engine_server import Server, cut_at_stop, engine_state_key
 from autorl_evaluator.backends.opencompass.engine_shim import vllm as shim
 from autorl_evaluator.backends.opencompass.resident_engine import SERVER, SHIM
+from autorl_evaluator.model_settings import ModelSettings
+from tests.support.opencompass_models import save_answering_model
 from tests.support.waiting import wait_for
 
 PROMPTS = [f"<|im_start|>user\nWhat is {n} plus {n}?<|im_end|>\n<|im_start|>assistant\n" for n in range(5)]
@@ -145,6 +148,25 @@ def test_weights_loaded_in_place_answer_as_a_fresh_engine_does(tiny_base_model: 
     # A checkpoint of another architecture (here: other engine arguments) replaces the engine.
     assert resident.handle({"op": "load", "model": str(a), "engine_kwargs": {"seed": 1}})["reused"] is False
     assert resident.handle(generate)["texts"] == on_a
+
+
+def test_the_cpu_engine_decodes_special_tokens_as_the_sampling_parameters_say(
+    tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """The platform's sampling parameters drop special tokens (vLLM's default, said explicitly); the
+    engine keeps them only when told to, as vLLM does."""
+    answer = ["The", "Ġanswer", "Ġis", "Ġ", "1", "<|im_start|>", "9"]
+    model = save_answering_model(tiny_base_model, tmp_path / "model", answer, "<|im_start|>assistant\n")
+    platform = ModelSettings().vllm_generation_kwargs()
+    assert platform["skip_special_tokens"] is SKIP_SPECIAL_TOKENS is True
+    server = Server("transformers")
+    server.handle({"op": "load", "model": str(model)})
+
+    def texts(sampling: dict[str, Any]) -> list[str]:
+        return list(server.handle({"op": "generate", "prompts": PROMPTS[:1], "sampling": sampling})["texts"])
+
+    assert texts({**SAMPLING, **platform}) == texts(SAMPLING) == ["The answer is 19"]
+    assert texts({**SAMPLING, **platform, "skip_special_tokens": False}) == ["The answer is 1<|im_start|>9"]
 
 
 def with_extra_eos(base: Path, target: Path, eos_id: int) -> Path:

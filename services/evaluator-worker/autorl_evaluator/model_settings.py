@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autorl.eval_config import SKIP_SPECIAL_TOKENS
+
 
 @dataclass(frozen=True)
 class ModelSettings:
@@ -41,8 +43,10 @@ class ModelSettings:
     enforce_eager: bool = True
 
     def vllm_generation_kwargs(self) -> dict[str, Any]:
-        """vLLM ``SamplingParams`` for greedy decoding, as the reference writes them."""
-        return {"temperature": 0.0, "top_p": 1.0, "top_k": 1}
+        """vLLM ``SamplingParams`` for greedy decoding, as the reference writes them, and the
+        platform's decoding rule (:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`) stated, not left
+        to vLLM's default; the resident engine's transformers engine reads it too."""
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": 1, "skip_special_tokens": SKIP_SPECIAL_TOKENS}
 
     def hf_generation_kwargs(self) -> dict[str, Any]:
         """transformers ``generate`` arguments for greedy decoding.

@@ -6,7 +6,9 @@ handling of the task's few-shot turns (:mod:`autorl_evaluator.backends.hf.openco
 no special tokens added and truncated from the left to the model's context; completions come back
 in problem order; decoding is greedy with the per-model settings of
 :mod:`autorl_evaluator.model_settings`; generation stops at the eos ids, and the completion,
-decoded with special tokens kept, is cut at OpenCompass's stop words.
+decoded with special tokens dropped as every engine decodes (vLLM's way, the platform's rule:
+:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`; OpenCompass's own transformers model keeps them), is
+cut at OpenCompass's stop words.
 
 Generation runs on :mod:`autorl.decoding.greedy_engine`: the same greedy ids as
 ``generate``, batched from free GPU memory (or ``eval_batch_size``), the shared few-shot prefix
@@ -37,6 +39,7 @@ from typing import Any
 
 from autorl.checkpoints.chat_template import ChatTemplate, ChatTemplateError
 from autorl.decoding.greedy_engine import DeadlineExceededError, generate_greedy, unsupported_reason
+from autorl.eval_config import SKIP_SPECIAL_TOKENS
 from autorl.settings import CPU_EVAL_BATCH_SIZE, GPU_EVAL_BATCH_SIZE
 from autorl.tasks.base import Task, evaluation_messages
 from autorl_evaluator.backends.base import Backend, EvalResult, Evaluation
@@ -156,7 +159,8 @@ def _generate(evaluation: Evaluation, started: float) -> tuple[list[str], dict[s
         deadline=budget.deadline(started, device.type) if budget is not None else None,
     )
     seconds = time.monotonic() - generation_started
-    completions = [cut_at_stop_words(text, words) for text in tokenizer.batch_decode(output.tokens)]
+    texts = tokenizer.batch_decode(output.tokens, skip_special_tokens=SKIP_SPECIAL_TOKENS)
+    completions = [cut_at_stop_words(text, words) for text in texts]
     new_tokens = sum(len(ids) for ids in output.tokens)
     details: dict[str, object] = {
         "device": str(device),

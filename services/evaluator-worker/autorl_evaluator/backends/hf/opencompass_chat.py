@@ -11,8 +11,9 @@ few-shot GSM8K prompt, step by step:
 3. The model's chat template renders the turns with the generation prompt; the text is encoded
    with ``add_special_tokens=False``: a BOS appears only where the template writes one.
 4. Stop words are the decoded ``eos_token_id`` (one or a list) of ``generation_config.json`` plus
-   the tokenizer's ``eos_token``; a completion is decoded with special tokens kept and cut at the
-   first occurrence of each stop word.
+   the tokenizer's ``eos_token``; a completion is cut at the first occurrence of each stop word.
+   It is decoded with special tokens dropped, as vLLM decodes (the platform's rule,
+   :data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`); ``HuggingFacewithChatTemplate`` alone keeps them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ Two model types, chosen by where the evaluation runs:
   test split into that many consecutive shards, its ``LocalRunner`` runs them at once on separate
   devices, and the shards' predictions (``gsm8k_0.json``, ``gsm8k_1.json``, ...) are read back in
   order.
-- CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests.
+- CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests. It
+  alone keeps special tokens in an answer: its ``generate`` decodes with ``batch_decode(outputs)``
+  and no options, and its ``generation_kwargs`` go to ``model.generate``, so no config can give it
+  the platform's rule (:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`); on the CPU the resident
+  engine (below) follows the rule.
 - The resident engine (``resident=True``, ``AUTORL_VLLM_PYTHON`` set): ``VLLMwithChatTemplate``
   wherever the model runs, its ``vllm`` module the worker's shim (``resident_engine.py``); the
   task asks OpenCompass for no GPU (the engine server holds the devices) and one replica.

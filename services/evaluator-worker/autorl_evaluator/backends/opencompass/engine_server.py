@@ -154,10 +154,17 @@ def _load_in_place(worker: Any, path: str) -> int:
     return len(loaded) if loaded is not None else len(names)
 
 
+#: vLLM's ``SamplingParams.skip_special_tokens`` when a request does not say: the platform's
+#: configs always say (``autorl.eval_config.SKIP_SPECIAL_TOKENS``, through OpenCompass's sampling
+#: parameters), which this program cannot import.
+VLLM_SKIP_SPECIAL_TOKENS = True
+
+
 class TransformersEngine:
     """Greedy decoding on the CPU with vLLM's semantics for a text prompt: tokenized as vLLM does
-    (the tokenizer's special tokens added), stopped at end-of-text or ``max_tokens``, decoded without
-    special tokens, cut before the first stop string."""
+    (the tokenizer's special tokens added), stopped at end-of-text or ``max_tokens``, decoded with
+    or without special tokens as the sampling parameters' ``skip_special_tokens`` says (vLLM's
+    default: without), cut before the first stop string."""
 
     batch_size = 8
 
@@ -201,6 +208,7 @@ class TransformersEngine:
             raise ValueError("the transformers engine decodes greedily only (temperature 0)")
         stops = [str(stop) for stop in sampling.get("stop") or []]
         max_tokens = int(sampling.get("max_tokens") or 16)
+        skip_special_tokens = bool(sampling.get("skip_special_tokens", VLLM_SKIP_SPECIAL_TOKENS))
         texts: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = self.tokenizer(
@@ -217,7 +225,8 @@ class TransformersEngine:
                 )
             new = out[:, batch["input_ids"].shape[1] :]
             for row in new:
-                texts.append(cut_at_stop(str(self.tokenizer.decode(row, skip_special_tokens=True)), stops))
+                text = self.tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
+                texts.append(cut_at_stop(str(text), stops))
         return texts
 
 
