@@ -12,7 +12,6 @@ from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from autorl.api.answers import PendingAnswer, SubmissionAnswer
 from autorl.checkpoints.snapshot import (
@@ -46,6 +45,7 @@ from autorl.store import (
 from autorl.store.models import utcnow
 from autorl_grader.snapshot_slots import LeaseHeldError
 from autorl_grader.state import GraderState
+from autorl_grader.thread_pools import in_agent_threads
 from autorl_grader.views import agent_submission_view, pending_view, submission_view
 
 log = logging.getLogger("autorl.grader")
@@ -481,10 +481,11 @@ async def wait_for_result(
     """Wait until the submission (``submission_id``: its global id) is final or the wait ends (the
     process's one poller wakes the waiter: autorl_grader.result_waits). Returns its answer: the
     whole one once final, else the pending one; ``agent``: as its agent is shown it (under its
-    numbers, autorl_grader.views), else as an operator is."""
-    submission, view = await run_in_threadpool(_load, state, experiment_name, submission_id, agent)
+    numbers, autorl_grader.views), else as an operator is. Loaded on the threads of the route's
+    API (an agent's on the agent API's)."""
+    submission, view = await in_agent_threads(_load, state, experiment_name, submission_id, agent)
     if submission.status.final or timeout_s <= 0:
         return view
     await state.waits.wait(submission_id, timeout_s)
-    _, view = await run_in_threadpool(_load, state, experiment_name, submission_id, agent)
+    _, view = await in_agent_threads(_load, state, experiment_name, submission_id, agent)
     return view
