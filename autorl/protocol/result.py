@@ -30,7 +30,7 @@ class Comparison(BaseModel):
     discordant: list[int] = Field(
         description="[b, c]: problems only this submission got right, problems only the baseline got right"
     )
-    distinguishable: bool = Field(description="false when the interval contains 0")
+    distinguishable: bool = Field(description="false when the interval contains 0 or p_value is 0.05 or more")
 
     @classmethod
     def of(cls, comparison: statistics.Comparison) -> Comparison:

@@ -105,6 +105,23 @@ def test_a_large_paired_gain_is_distinguishable_and_a_small_one_is_not() -> None
     assert compare(small, baseline).interval[0] < 0 < compare(small, baseline).interval[1]
 
 
+@pytest.mark.parametrize("n", [20, 1319])
+def test_distinguishable_never_contradicts_the_exact_mcnemar_p_value_shown_beside_it(n: int) -> None:
+    """Few discordant problems, all on one side: Newcombe's interval excludes 0 where the exact
+    test does not reject (5 gains, no loss: p = 0.0625); such a difference is not distinguishable."""
+    baseline = "1" * (n // 2) + "0" * (n - n // 2)
+    for gains in range(min(n - n // 2, 60) + 1):
+        for losses in range(min(n // 2, 60) + 1):
+            submission = "1" * (n // 2 - losses) + "0" * losses + "1" * gains + "0" * (n - n // 2 - gains)
+            comparison = compare(submission, baseline)
+            exact = mcnemar([[n // 2 - losses, losses], [gains, n - n // 2 - gains]], exact=True).pvalue
+            low, high = comparison.interval
+            assert comparison.distinguishable == (exact < 0.05 and not low <= 0 <= high), (gains, losses)
+    five_gains = compare("1" * (n // 2) + "1" * 5 + "0" * (n - n // 2 - 5), baseline)
+    assert five_gains.interval[0] > 0 and five_gains.p_value == pytest.approx(0.0625)
+    assert not five_gains.distinguishable
+
+
 def test_identical_evaluations_have_no_discordant_pairs_and_no_difference() -> None:
     for correctness in ["1", "0", "1" * 1319, "0" * 1319, "10" * 50]:
         comparison = compare(correctness, correctness)
