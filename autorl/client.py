@@ -114,7 +114,13 @@ SUBMISSION = Endpoint[SubmissionAnswer](
     "GET", "/submissions/{submission_id}", SubmissionAnswer, AGENT_REFUSALS
 )
 SUBMIT = Endpoint[SubmissionAnswer | PendingAnswer](
-    "POST", "/submit", SubmissionAnswer, AGENT_REFUSALS, body=SubmitRequest, pending=PendingAnswer
+    "POST",
+    "/submit",
+    SubmissionAnswer,
+    AGENT_REFUSALS,
+    body=SubmitRequest,
+    # ?wait=false: 202 whatever it is, the whole answer where the score was known at once.
+    pending=SubmissionAnswer | PendingAnswer,
 )
 NOMINATE = Endpoint[NominatedAnswer]("POST", "/final", NominatedAnswer, AGENT_REFUSALS, body=NominateRequest)
 

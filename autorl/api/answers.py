@@ -10,11 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.protocol.feedback import Feedback, FeedbackField
+from autorl.protocol.feedback import Feedback, FeedbackField, Split
 
 # The protocol's result types, which these answers carry (and their callers import from here).
 from autorl.protocol.result import Comparison as Comparison
 from autorl.protocol.result import FinalResult as FinalResult
+from autorl.protocol.result import Pair
 from autorl.protocol.result import SubmissionStatusName as SubmissionStatusName
 from autorl.untrusted_text import Printable
 
@@ -68,8 +69,8 @@ class SubmissionAnswer(Answer):
     submission_id: int = Field(description=SUBMISSION_ID)
     status: SubmissionStatusName
     score: float | None = Field(description="the headline protocol's accuracy in percent")
-    split: str = Field(
-        "test",
+    split: Split = Field(
+        Split.TEST,
         description="the split scored: test, or validation (every submission of a sealed experiment)",
     )
     scores: ProtocolScores
@@ -104,7 +105,7 @@ class SubmissionAnswer(Answer):
         description="admin API only: the agent's number of this submission (the submission_id its "
         "agent is shown); null for a baseline or a sealed experiment's final evaluation",
     )
-    interval: list[float] | None = Field(
+    interval: Pair | None = Field(
         None, description="95 % Wilson interval of the score in percent, [low, high]; null unless scored"
     )
     comparison: Comparison | None = Field(
@@ -128,7 +129,7 @@ class NominatedAnswer(Answer):
     """``POST /final``: the nomination is recorded; its test score is never shown to the agent."""
 
     submission_id: int = Field(description=SUBMISSION_ID)
-    split: str = Field(description="the split of the score the agent was shown: validation")
+    split: Split = Field(description="the split of the score the agent was shown: validation")
     score: float | None = Field(description="the nominated submission's validation score")
     message: str
 
@@ -140,7 +141,8 @@ MAX_FINAL_ATTEMPTS = 3
 
 
 class PendingAnswer(Answer):
-    """A submission accepted and not scored yet (``?wait=false``, or the wait ran out)."""
+    """A submission accepted and not scored yet (``?wait=false``, or the wait ran out): its split,
+    and no interval or comparison yet (null), as every submission answer carries them."""
 
     submission_id: int = Field(description=SUBMISSION_ID)
     status: PendingStatusName
@@ -148,6 +150,9 @@ class PendingAnswer(Answer):
         description="your submissions waiting ahead of this one, plus one (0: being evaluated)"
     )
     ignored_files: list[Printable]
+    split: Split = Field(Split.TEST, description="the split it will be scored on")
+    interval: None = Field(None, description="null until scored")
+    comparison: None = Field(None, description="null until scored")
 
     @property
     def final(self) -> bool:

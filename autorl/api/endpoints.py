@@ -101,7 +101,7 @@ class Endpoint(Generic[A]):
     answer: Any
     refusals: Mapping[int, type[GradingError]]
     body: type[BaseModel] | None = None
-    pending: type[BaseModel] | None = None
+    pending: Any = None
 
     @cached_property
     def _answers(self) -> dict[int, TypeAdapter[Any]]:

@@ -126,8 +126,10 @@ class NominateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # 0 (the baseline's number) and unknown numbers are the grader's to refuse (400), as any id that
+    # is not one of the agent's scored submissions.
     submission_id: int = Field(
-        ge=1, le=2**31 - 1, description="One of your scored submissions (an id from GET /scores)."
+        ge=0, le=2**31 - 1, description="One of your scored submissions (an id from GET /scores)."
     )
 
 

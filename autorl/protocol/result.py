@@ -4,7 +4,7 @@ render the same frozen :class:`FinalResult` (built from the store by :mod:`autor
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,9 @@ from autorl.protocol import statistics
 Selection = Literal["best_on_test", "best_on_validation", "nominated"]
 #: A submission's status as an answer carries it (the store's SubmissionStatus values).
 SubmissionStatusName = Literal["queued", "running", "scored", "failed"]
+#: ``[low, high]`` of an interval; ``[b, c]`` of discordant problems.
+Pair = Annotated[list[float], Field(min_length=2, max_length=2)]
+CountPair = Annotated[list[int], Field(min_length=2, max_length=2)]
 
 
 class Comparison(BaseModel):
@@ -23,11 +26,11 @@ class Comparison(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     difference: float = Field(description="accuracy minus the baseline's, in points")
-    interval: list[float] = Field(
+    interval: Pair = Field(
         description="95 % interval of the difference in points, [low, high] (Newcombe's paired method 10)"
     )
     p_value: float = Field(description="exact (binomial) McNemar p-value of the paired difference")
-    discordant: list[int] = Field(
+    discordant: CountPair = Field(
         description="[b, c]: problems only this submission got right, problems only the baseline got right"
     )
     distinguishable: bool = Field(description="false when the interval contains 0 or p_value is 0.05 or more")
@@ -54,7 +57,7 @@ class FinalResult(BaseModel):
     selection: Selection
     status: SubmissionStatusName | None = Field(description="null before it is created")
     score: float | None
-    interval: list[float] | None = None
+    interval: Pair | None = None
     comparison: Comparison | None = None
     error: str | None = None
 

@@ -44,6 +44,11 @@ def nomination_candidate(session: Session, experiment: Experiment, number: int) 
             + (f" (submission {chosen.number} was nominated)" if chosen is not None else "")
             + "; a nomination is made once"
         )
+    if number == 0:  # the baseline's number in every answer
+        raise InvalidRequestError(
+            "submission 0 is the baseline, not one of your submissions; nominate an id from GET /scores "
+            "(1, 2, ...)"
+        )
     submission = session.scalar(of_experiment(experiment, Submission.number == number))
     if submission is None:
         raise InvalidRequestError(

@@ -75,10 +75,10 @@ class Submitted(NamedTuple):
 
 def submit(grading: Grader, experiment: RegisteredExperiment, name: str) -> Submitted:
     accepted = submit_no_wait(grading.client, experiment, f"output/{name}")
-    assert accepted.status_code in (200, 202), accepted.text
+    assert accepted.status_code == 202, accepted.text
     number: int = accepted.json()["submission_id"]
     submitted = Submitted(number, row_id(grading.db, experiment, number))
-    if accepted.status_code == 202:
+    if accepted.json()["status"] == "queued":  # else its score was known at once
         assert evaluate(submitted.id, grading.settings)["status"] == "scored"
     return submitted
 
@@ -151,7 +151,7 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
     for malformed in (
         {},
         {"submission_id": "x"},
-        {"submission_id": 0},
+        {"submission_id": -1},
         {"submission_id": a.number, "extra": 1},
     ):
         refused = nominate(malformed)
@@ -159,6 +159,9 @@ def test_sealed_mode_shows_the_agent_validation_only_and_evaluates_the_nominated
         assert refused.json()["error"]
     unknown = nominate({"submission_id": 2**31 - 1})
     assert unknown.status_code == 400 and "GET /scores" in unknown.json()["error"]
+    # 0 is the baseline's number: not one of the agent's submissions, refused as an unknown one.
+    baseline = nominate({"submission_id": 0})
+    assert baseline.status_code == 400 and "is the baseline" in baseline.json()["error"], baseline.text
     queued = submit_no_wait(grading.client, experiment, "output/b").json()["submission_id"]
     unscored = nominate({"submission_id": queued})
     assert unscored.status_code == 400 and "not scored" in unscored.json()["error"]

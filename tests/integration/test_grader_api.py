@@ -17,8 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from autorl.api.answers import PendingAnswer, SubmissionAnswer
 from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.checkpoints import model_files
+from autorl.client import SUBMIT
 from autorl.errors import ConfigurationError
 from autorl.store import Database, SubmissionStatus, caches, claims, experiments, outcomes
 from autorl.store import submissions as submission_store
@@ -799,8 +801,12 @@ def test_submit_without_waiting_answers_as_the_agents_guide_says(
     db.dispose()
     shutil.copytree(first_dir, experiment.output_dir / "two")
     known = submit(grading.client, experiment, "output/two", params={"wait": "false"})
-    assert known.status_code == known_status
+    assert known.status_code == known_status == 202  # the contract: ?wait=false answers 202
     assert known.json()["status"] == "scored" and known.json()["score"] == 50.0
+    # The client reads either 202 as what it is.
+    assert isinstance(SUBMIT.read(pending, "/submit"), PendingAnswer)
+    read = SUBMIT.read(known, "/submit")
+    assert isinstance(read, SubmissionAnswer) and read.final and read.score == 50.0
 
 
 def test_an_accepted_submission_is_logged_for_operators(

@@ -272,7 +272,7 @@ def test_another_experiments_scored_checkpoint_is_evaluated_again_not_reused(
     # Within the experiment, identical files still take its own earlier score at once.
     shutil.copytree(mine.workspace / path, mine.output_dir / "again")
     again = submit_no_wait(grader, mine, "output/again")
-    assert again.status_code == 200, again.text
+    assert again.status_code == 202 and again.json()["status"] == "scored", again.text
     assert again.json()["best"] == view["best"]  # the earlier one stays best (equal score, lower id)
     assert (again.json()["score"], again.json()["reused_from"], again.json()["eval_seconds"]) == (
         30.0,
@@ -304,7 +304,7 @@ def test_a_copy_of_the_base_model_takes_its_own_experiments_baseline_measured_on
     measure_baseline(grader, settings, mine)
     shutil.copytree(tiny_base_model, mine.output_dir / "untouched-again")
     again = submit_no_wait(grader, mine, "output/untouched-again")
-    assert again.status_code == 200, again.text
+    assert again.status_code == 202 and again.json()["status"] == "scored", again.text
     assert (again.json()["score"], again.json()["eval_seconds"], again.json()["reused_from"]) == (8.0, 0.0, 0)
 
     # Another base model's baseline is not this experiment's to take, even with the same bytes.

@@ -127,7 +127,7 @@ def test_an_experiment_past_its_share_is_refused_before_anything_is_read_and_oth
     shutil.copytree(hostile.output_dir / "h0", hostile.output_dir / "h0-again")
     shutil.copytree(hostile.output_dir / "h1", hostile.output_dir / "h1-again")
     reused = submit_no_wait(grading.client, hostile, "output/h0-again")
-    assert reused.status_code == 200 and reused.json()["reused_from"] == h0_number, reused.text
+    assert reused.status_code == 202 and reused.json()["reused_from"] == h0_number, reused.text
     waiting_id = row_id(
         grading.db, hostile, submit_accepted(grading.client, hostile, "output/h1-again")["submission_id"]
     )

@@ -42,11 +42,13 @@ def json_schema(response: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def typed(schema: dict[str, Any] | None) -> bool:
-    """A named model, or a list of one: not a free-form object."""
+    """A named model, a list of one, or one of several: not a free-form object."""
     if schema is None:
         return False
     if schema.get("type") == "array":
         return typed(schema.get("items"))
+    if "anyOf" in schema:
+        return all(typed(option) for option in schema["anyOf"])
     return schema.get("$ref", "").startswith("#/components/schemas/")
 
 
@@ -110,3 +112,20 @@ def test_the_probes_answer_named_models_and_readiness_refuses_as_every_route() -
     ready = DOCUMENT["paths"]["/readyz"]["get"]["responses"]
     assert typed(json_schema(live["200"])) and typed(json_schema(ready["200"]))
     assert json_schema(ready["503"]) == {"$ref": REFUSAL_REF}
+
+
+def test_every_submission_answer_types_its_split_and_intervals_as_the_contract_does() -> None:
+    """Every submission answer carries ``split`` (test or validation), ``interval`` and ``comparison``;
+    an interval is ``[low, high]`` and the discordant problems ``[b, c]``."""
+    schemas = DOCUMENT["components"]["schemas"]
+    for name in ("SubmissionAnswer", "PendingAnswer"):
+        properties = schemas[name]["properties"]
+        assert {"split", "interval", "comparison"} <= set(properties), name
+        split = properties["split"]
+        split = schemas[split["$ref"].rsplit("/", 1)[1]] if "$ref" in split else split
+        assert split["enum"] == ["test", "validation"], name
+    interval = schemas["SubmissionAnswer"]["properties"]["interval"]["anyOf"][0]
+    assert (interval["minItems"], interval["maxItems"]) == (2, 2)
+    comparison = schemas["Comparison"]["properties"]
+    for pair in ("interval", "discordant"):
+        assert (comparison[pair]["minItems"], comparison[pair]["maxItems"]) == (2, 2), pair

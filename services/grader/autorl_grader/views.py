@@ -281,6 +281,9 @@ def pending_view(session: Session, submission: Submission, *, agent: bool = Fals
         status=cast(PendingStatusName, submission.status.value),
         queue_position=submissions.queue_position(session, submission),
         ignored_files=submission.ignored_files or [],
+        split=submission.split,
+        interval=None,
+        comparison=None,
     )
 
 
@@ -289,13 +292,23 @@ ANSWER_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": SubmissionAnswer, "description": "scored or failed"},
     202: {"model": PendingAnswer, "description": "accepted; the evaluation is still running"},
 }
+#: ``POST /submit``'s: with ``?wait=false`` 202 whatever the submission is.
+SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ANSWER_RESPONSES,
+    202: {
+        "model": SubmissionAnswer | PendingAnswer,
+        "description": "accepted: the evaluation is still to come, or ?wait=false (then the whole "
+        "answer where its score was known at once: identical files reused one)",
+    },
+}
 
 
-def answer_response(answer: SubmissionAnswer | PendingAnswer) -> JSONResponse:
+def answer_response(answer: SubmissionAnswer | PendingAnswer, *, accepted: bool = False) -> JSONResponse:
     """A submission's answer where the route chooses its status code: 200 once it is final (scored
-    or failed), else 202 with the pending answer. Dumped as a ``response_model`` route dumps it:
-    every null the contract shows stays, and an unset optional field is left out."""
-    status_code = 200 if isinstance(answer, SubmissionAnswer) else 202
+    or failed), else 202 with the pending answer; ``accepted`` (``?wait=false``): 202 whatever it
+    is. Dumped as a ``response_model`` route dumps it: every null the contract shows stays, and an
+    unset optional field is left out."""
+    status_code = 200 if isinstance(answer, SubmissionAnswer) and not accepted else 202
     return JSONResponse(answer.model_dump(mode="json", exclude_unset=True), status_code=status_code)
 
 

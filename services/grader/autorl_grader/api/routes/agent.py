@@ -30,7 +30,7 @@ from autorl_grader.state import LastSubmit
 from autorl_grader.submissions import accept, wait_for_result
 from autorl_grader.thread_pools import AgentRoute, in_agent_threads
 from autorl_grader.views import (
-    ANSWER_RESPONSES,
+    SUBMIT_RESPONSES,
     agent_submission_view,
     answer_response,
     scores_view,
@@ -68,7 +68,7 @@ def lacks_model_path(errors: Sequence[Any]) -> bool:
 @router.post(
     "/submit",
     responses={
-        **ANSWER_RESPONSES,
+        **SUBMIT_RESPONSES,
         **refusals(400, 403, 409, 429),
     },
 )
@@ -84,7 +84,8 @@ async def submit(
     )
     timeout = state.settings.submit_wait_s if wait else 0.0
     leave_in_flight(request.scope)  # waiting for the score holds no place in the fair share
-    return answer_response(await wait_for_result(state, experiment.name, submission_id, timeout, agent=True))
+    answer = await wait_for_result(state, experiment.name, submission_id, timeout, agent=True)
+    return answer_response(answer, accepted=not wait)
 
 
 @router.get(
@@ -129,7 +130,7 @@ async def final(body: NominateRequest, experiment: AgentExperimentDep, state: St
     )
     return NominatedAnswer(
         submission_id=body.submission_id,
-        split=nominated.split.value,
+        split=nominated.split,
         score=nominated.score,
         message=f"submission {body.submission_id} will be evaluated once on the test split after your "
         "budget ends; its test score is not shown to you",
