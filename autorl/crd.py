@@ -109,16 +109,18 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def printer_columns() -> list[dict[str, Any]]:
+    """``kubectl get experiments``: phase, reason, best (with its interval), improvement, budget
+    left, age; ``-o wide`` (priority 1) adds the baseline, the queue and the message (what it waits
+    for and what to do, in words)."""
     return [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
-        {"name": "Baseline", "type": "number", "jsonPath": ".status.baselineScore"},
+        {"name": "Baseline", "type": "number", "jsonPath": ".status.baselineScore", "priority": 1},
         {"name": "Best", "type": "string", "jsonPath": ".status.result"},
         {"name": "Improvement", "type": "number", "jsonPath": ".status.improvement"},
         {"name": "Budget Left", "type": "string", "jsonPath": ".status.budgetLeft"},
-        {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},
+        {"name": "Queue", "type": "string", "jsonPath": ".status.queue", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        # `kubectl get experiments -o wide`: what it waits for and what to do, in words.
         {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
     ]
 

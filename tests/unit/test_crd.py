@@ -145,6 +145,9 @@ def test_crd_serves_status_and_the_documented_printer_columns() -> None:
         "Age": ".metadata.creationTimestamp",
         "Message": ".status.message",
     }
+    # What `kubectl get` shows by default is the documented six, in order; `-o wide` adds the rest.
+    shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert shown == ["Phase", "Reason", "Best", "Improvement", "Budget Left", "Age"]
     status = schema()["properties"]["status"]["properties"]
     assert set(status) == {
         "phase", "conditions", "baselineScore", "bestScore", "bestSubmission", "improvement", "submissions",
