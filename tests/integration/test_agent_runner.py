@@ -152,6 +152,7 @@ def test_agent_ignoring_sigterm_is_killed_with_its_escaped_children(
     assert "event=agent_kill signal=SIGKILL" in runner_log(workspace)
     meta = json.loads((workspace.root / "run_meta.json").read_text())
     assert meta["deadline"] - meta["start_time"] == pytest.approx(3.0, abs=0.5)
+    assert meta["timeout_s"] == 3 and isinstance(meta["timeout_s"], int)  # whole seconds, as /time's
     # end_time is when the run actually ended: after the deadline, by the grace period's SIGKILL.
     assert meta["deadline"] < meta["end_time"] == pytest.approx(outcome.finished_at, abs=0.01)
 

@@ -100,7 +100,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 
 def write_meta(workspace: Workspace) -> None:
-    write_run_meta(workspace, start_time=1.0, timeout_s=2.0, last_submit_time=None, deadline=3.0)
+    write_run_meta(workspace, start_time=1.0, timeout_s=2, last_submit_time=None, deadline=3.0)
 
 
 def test_a_folder_in_place_of_a_mirror_is_removed_and_the_mirror_written(

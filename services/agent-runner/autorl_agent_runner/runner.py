@@ -474,7 +474,7 @@ class AgentRunner:
             lambda: write_run_meta(
                 workspace,
                 start_time=self.start_time,
-                timeout_s=self.end_time - self.start_time,
+                timeout_s=round(self.end_time - self.start_time),  # whole seconds, as the grader's
                 last_submit_time=self._last_submit_time,
                 deadline=self.end_time,
                 end_time=self.finished_at,

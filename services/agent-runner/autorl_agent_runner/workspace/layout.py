@@ -202,7 +202,9 @@ def create_workspace(
         ),
     )
     if not workspace.run_meta.exists():
-        write_run_meta(workspace, start_time=None, timeout_s=timeout_s, last_submit_time=None, deadline=None)
+        write_run_meta(
+            workspace, start_time=None, timeout_s=round(timeout_s), last_submit_time=None, deadline=None
+        )
     if not workspace.scores.exists():
         write_scores(workspace, [])
     return workspace
@@ -331,7 +333,7 @@ def write_run_meta(
     workspace: Workspace,
     *,
     start_time: float | None,
-    timeout_s: float | None,
+    timeout_s: int | None,
     last_submit_time: float | None,
     deadline: float | None,
     end_time: float | None = None,
