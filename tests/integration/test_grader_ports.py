@@ -34,9 +34,9 @@ def grader_env(home: Path, agent_port: int, token: str) -> dict[str, str]:
         **os.environ,
         "AUTORL_HOME": str(home),  # SQLite in its home; local dispatch: no Redis needed here
         "AUTORL_ADMIN_TOKEN": token,
-        "AUTORL_PUBLIC_URL": f"http://127.0.0.1:{agent_port}",
     }
-    for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE"):
+    # Without AUTORL_PUBLIC_URL agents are sent where the grader listens (--host, --port).
+    for name in ("AUTORL_DATABASE_URL", "AUTORL_REDIS_URL", "AUTORL_LOCAL_MODE", "AUTORL_PUBLIC_URL"):
         env.pop(name, None)
     return env
 

@@ -47,6 +47,10 @@ def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> 
         limits = dataclasses.replace(limits, paced_port=args.port)
     protocol = AnsweringH11Protocol.limited(limits)
     settings = with_local_admin_token(GraderSettings())
+    if "public_url" not in settings.model_fields_set:  # agents reach this grader where it listens
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        shown = f"[{host}]" if ":" in host else host
+        settings = settings.model_copy(update={"public_url": f"http://{shown}:{args.port}"})
     app = create_app(settings)
     # The client is the connection's peer, never what a request says of itself (X-Forwarded-For,
     # which uvicorn trusts from 127.0.0.1 by default): each address's fair share is keyed on it.

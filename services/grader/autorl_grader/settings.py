@@ -113,7 +113,9 @@ class GraderSettings(PlatformSettings, AdminTokenSettings):
         description="Threads that serve the admin API, the dashboard and the probes.",
     )
     public_url: str = Field(
-        default="http://127.0.0.1:8000", description="Base URL agents use to reach the grader."
+        default="http://127.0.0.1:8000",
+        description="Base URL agents use to reach the grader; `autorl grader` without it: its own "
+        "--host (127.0.0.1 for a wildcard) and --port.",
     )
 
     def accepts_any_admin_token(self) -> bool:
