@@ -129,3 +129,13 @@ def test_every_submission_answer_types_its_split_and_intervals_as_the_contract_d
     comparison = schemas["Comparison"]["properties"]
     for pair in ("interval", "discordant"):
         assert (comparison[pair]["minItems"], comparison[pair]["maxItems"]) == (2, 2), pair
+
+
+@pytest.mark.parametrize("path", ["/time", "/scores", "/a/{token}/submit"])
+def test_agent_routes_declare_the_fair_shares_429_with_when_to_come_back_and_the_body_limit(
+    path: str,
+) -> None:
+    responses = next(iter(DOCUMENT["paths"][path].values()))["responses"]
+    assert "fair share" in responses["429"]["description"]
+    assert "Retry-After" in responses["429"]["headers"] and "Retry-After" in responses["503"]["headers"]
+    assert "413" in responses

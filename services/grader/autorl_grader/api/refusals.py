@@ -21,12 +21,25 @@ REFUSAL_MEANINGS: dict[int, str] = {
     403: "not allowed: outside the time budget, or never allowed to this caller",
     404: "no such experiment or submission",
     409: "the experiment's state forbids it: the name is taken, or it has finished",
-    413: "the request body is too large",
-    429: "the experiment's submission limit is reached",
-    503: "a store the grader needs is unreachable or the API is disabled; retry later",
+    413: "the request body is over the grading API's limit",
+    429: "past the experiment's fair share of the grader (retry after Retry-After seconds), or, for "
+    "POST /submit, its submission limit is reached",
+    503: "a store the grader needs is unreachable, the API is disabled, or the experiment's share of "
+    "the evaluator storage is full; retry later (Retry-After where it knows when)",
+}
+#: The refusals that say when to come back.
+_RETRY_AFTER = {
+    "Retry-After": {"description": "seconds to wait before asking again", "schema": {"type": "integer"}}
 }
 
 
 def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` declaring ``codes`` as refusals (``Refusal`` bodies)."""
-    return {code: {"model": Refusal, "description": REFUSAL_MEANINGS[code]} for code in codes}
+    return {
+        code: {
+            "model": Refusal,
+            "description": REFUSAL_MEANINGS[code],
+            **({"headers": _RETRY_AFTER} if code in (429, 503) else {}),
+        }
+        for code in codes
+    }

@@ -37,7 +37,7 @@ from autorl_grader.views import (
     time_view,
 )
 
-router = APIRouter(tags=["agent"], responses=refusals(401, 429, 503), route_class=AgentRoute)
+router = APIRouter(tags=["agent"], responses=refusals(401, 413, 429, 503), route_class=AgentRoute)
 #: Ids are the database's 32-bit integers: a larger one is a malformed request (422), not a lookup.
 MAX_ID = 2**31 - 1
 
