@@ -13,7 +13,9 @@ as a :class:`rich.text.Text`, never as markup, so brackets in a name stay bracke
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 import unicodedata
 from collections.abc import Callable
 from typing import Annotated
@@ -52,22 +54,35 @@ _BLANK_RANGES = (
     (0x1D173, 0x1D17A),
     (0xE0000, 0xE0FFF),
 )
-#: Combining marks: drawn over the character before them (strike-throughs, overlays, stacks).
-_COMBINING = frozenset({"Mn", "Me"})
+#: Categories of characters that show nothing of their own: format characters (zero-width spaces
+#: and joiners, bidi controls, the byte-order mark, soft hyphens) and combining marks, drawn over
+#: the character before them (strike-throughs, overlays, stacks).
+_NOTHING_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
 
 
-def _shows_nothing_of_its_own(char: str) -> bool:
+def shows_nothing(char: str) -> bool:
+    """Whether ``char`` shows nothing, or nothing of its own: a format character, a combining mark
+    or one of :data:`_BLANK_RANGES`. Every operator surface escapes it (:func:`printable`); the
+    overlap scan removes it from the words it compares (:func:`autorl.provenance.overlap.normalize`)."""
     code = ord(char)
-    if any(low <= code <= high for low, high in _BLANK_RANGES):
-        return True
-    return unicodedata.category(char) in _COMBINING
+    return unicodedata.category(char) in _NOTHING_CATEGORIES or any(
+        low <= code <= high for low, high in _BLANK_RANGES
+    )
+
+
+@functools.cache
+def code_points_showing_nothing() -> frozenset[int]:
+    """Every code point that :func:`shows_nothing` holds (computed once)."""
+    categories = _NOTHING_CATEGORIES
+    by_category = (c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) in categories)
+    return frozenset((*by_category, *(c for low, high in _BLANK_RANGES for c in range(low, high + 1))))
 
 
 def _unprintable(char: str) -> bool:
     # str.isprintable is false exactly for Unicode's "Other" (Cc, Cf, Cs, Co, Cn) and "Separator"
     # (Zl, Zp, Zs) categories, the ASCII space excepted; the rest are printable characters that
     # still show nothing of their own.
-    return not char.isprintable() or (not char.isascii() and _shows_nothing_of_its_own(char))
+    return not char.isprintable() or (not char.isascii() and shows_nothing(char))
 
 
 def _hidden(char: str) -> bool:

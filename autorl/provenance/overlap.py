@@ -4,7 +4,8 @@ After an agent has ended, the platform reads its files (weights are skipped) for
 the task's test split, each file's text taken from its content whatever its name
 (:mod:`autorl.provenance.file_text`: compressed files, archives and Parquet tables opened, the text
 runs of binary files read). Text is compared as words (:func:`normalize`): Unicode NFKC,
-casefolded, invisible format characters (zero-width spaces) removed, every run of characters that
+casefolded, characters that show nothing (zero-width spaces, variation selectors, fillers, stray
+combining marks: :func:`autorl.untrusted_text.shows_nothing`) removed, every run of characters that
 are not letters or digits a separator, JSON string escapes undone. So reformatting does not hide a
 question: JSON escaping, line breaks, extra spaces, upper case, changed punctuation, markdown, a
 Python list.
@@ -41,7 +42,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 import unicodedata
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -53,6 +53,7 @@ from autorl.provenance.agent_area import left_out
 from autorl.provenance.file_text import Reading, file_text
 from autorl.provenance.walk import Walk, shown_path
 from autorl.tasks.base import Problem
+from autorl.untrusted_text import code_points_showing_nothing
 
 #: The n of the word n-grams: 13, as in the contamination studies of GPT-3 and after.
 DEFAULT_N = 13
@@ -85,11 +86,10 @@ _DIGIT = re.compile(r"\d")
 #: Where a read's text is cut (the rest waits for the next): whitespace, and the NUL and the
 #: replacement character that stand between a binary file's text runs.
 _SEPARATORS = (" ", "\n", "\t", "\r", "\0", "\ufffd")
-#: Unicode's format characters (zero-width spaces and joiners, the byte-order mark, soft hyphens):
-#: invisible, so removed, not separators.
-_FORMAT_CHARACTERS = dict.fromkeys(
-    c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"
-)
+#: Characters that show nothing, or nothing of their own (:func:`autorl.untrusted_text.shows_nothing`:
+#: zero-width spaces and joiners, fillers, variation selectors, combining marks that compose with
+#: nothing): removed, not separators, so that one inside a word hides nothing.
+_SHOWING_NOTHING = dict.fromkeys(code_points_showing_nothing())
 #: Every ASCII byte that is not a letter or digit → a space.
 _ASCII_SEPARATORS = bytes(c if chr(c).isascii() and chr(c).isalnum() else 0x20 for c in range(256))
 
@@ -108,15 +108,18 @@ def _unescape(match: re.Match[str]) -> str:
 
 def normalize(text: str) -> list[str]:
     """The words of ``text`` for matching: JSON string escapes undone (``\\u00e9`` → é, ``\\n`` and
-    ``\\t`` → separators), format characters removed (a zero-width space inside a word), Unicode
-    NFKC, casefolded, split at every run of characters that are not letters or digits. Numbers are
+    ``\\t`` → separators), Unicode NFKC, casefolded, characters that show nothing removed (a
+    zero-width space, a variation selector or a Hangul filler inside a word, a combining mark left
+    over), split at every run of characters that are not letters or digits. Numbers are
     words too (``$1,200.50`` → ``1``, ``200``, ``50``)."""
     if "\\" in text:
         text = _ESCAPE.sub(_unescape, text)
     if text.isascii():
         # The same words, found twice as fast: NFKC leaves ASCII as it is and casefold lowers it.
         return text.lower().encode("ascii").translate(_ASCII_SEPARATORS).decode("ascii").split()
-    return _WORD.findall(unicodedata.normalize("NFKC", text.translate(_FORMAT_CHARACTERS)).casefold())
+    # Marks are removed after NFKC, which composes those that make a letter (e + U+0308 → ë), and
+    # after casefolding, which may add one (İ → i + U+0307).
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold().translate(_SHOWING_NOTHING))
 
 
 @dataclass(frozen=True)

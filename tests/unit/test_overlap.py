@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from autorl.provenance.agent_area import agent_area
 from autorl.provenance.overlap import OverlapIndex, normalize, scan_files
 from autorl.tasks.arith import ArithTask
 from autorl.tasks.base import Problem, read_problems
+from autorl.untrusted_text import code_points_showing_nothing
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
 TEST = read_problems(DATA / "test.jsonl")
@@ -45,6 +47,22 @@ def test_normalize_undoes_json_escapes_unicode_forms_case_and_punctuation() -> N
     assert normalize("- **Cost:** $18.50\n\n  (each)") == ["cost", "18", "50", "each"]
     assert normalize("\\ud835\\udc00 and \\\\n") == ["a", "and", "n"]  # a surrogate pair; \\ then n
     assert normalize("Ja\u200bnet\u00ad sold 1\u2060500\ufeff") == ["janet", "sold", "1500"]  # invisible
+
+
+def test_characters_that_show_nothing_inside_words_hide_no_question(roots: list[Path]) -> None:
+    # What every operator surface escapes as showing nothing (one definition) splits no word here;
+    # a mark that makes a letter with the one before it (p + U+0301 → ṕ) shows, and is that letter.
+    for code in code_points_showing_nothing():
+        char = chr(code)
+        if len(unicodedata.normalize("NFKC", "p" + char)) == 1 or char.casefold() != char:
+            continue
+        assert normalize(f"Janet ap{char}ples sold") == ["janet", "apples", "sold"], hex(code)
+    marks = ["\u034f", "\ufe0f", "\U000e0100", "\u3164", "\u115f", "\uffa0", "\u2800", "\u0332"]
+    for number, mark in enumerate(marks):
+        text = jsonl(TEST[number : number + 1])
+        hidden = " ".join(mark.join(word) if len(word) > 1 else word for word in text.split(" "))
+        (roots[1] / f"hidden-{number}.jsonl").write_text(hidden, encoding="utf-8")
+    assert scan_files(roots, INDEX).found == set(range(len(marks)))
 
 
 def test_json_lines_of_test_questions_are_found_exactly(roots: list[Path]) -> None:
