@@ -3,9 +3,15 @@
 A submission that is a public checkpoint of the base's family (an instruct or math model) with a
 little training or noise of its own is nearer that checkpoint than the base: every tensor moved a
 little from it, while it is as far from the base as the public checkpoint is. The distance of a
-submission S to a reference R is the median over S's tensors of ``‖S − R‖ / ‖R‖`` (Frobenius; a
-tensor R holds as zeros counts as 0 when S equals it, else 1). Computed once per evaluation from
-the snapshot, one tensor at a time.
+submission S to a reference R is the median over S's parameters of their tensor's
+``‖S − R‖ / ‖R‖`` (Frobenius; a tensor R holds as zeros counts as 0 when S equals it, else 1): the
+median over tensors, each weighing its size. So the tensors that hold most of the parameters decide
+(a checkpoint whose large matrices are the public one's and whose norms and biases are the base's
+is the public one's), while one tensor, however far it moved, shifts the median by no more than
+its share of the parameters; one distance over all parameters together would be that tensor's.
+A distance that is not a number (a NaN or infinite weight) is not compared: it is named in
+``skipped``, never read as "not nearer". Computed once per evaluation from the snapshot, one tensor
+at a time.
 
 It catches a public model submitted whole or fine-tuned a little. It cannot catch a checkpoint that
 is not registered, one distilled into fresh weights, one moved along a symmetry of its weights (its
@@ -17,11 +23,12 @@ weights further from the public checkpoint than from the base.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from autorl.untrusted_text import printable_within
 
 if TYPE_CHECKING:
     from autorl.store.models import Submission
@@ -87,15 +94,44 @@ def lineage(model_dir: Path, base_dir: Path, known: Sequence[tuple[str, Path]]) 
             skipped[label] = "other tensors than the submission's (another architecture or size)"
             continue
         references[label] = files
-    ratios: dict[str, list[float]] = {label: [] for label in references}
+    ratios: dict[str, list[tuple[float, int]]] = {label: [] for label in references}
     for name, own in _each_tensor(tensors):
         for label, files in references.items():
+            if label in skipped:
+                continue
             reference = _load(files, name) if name in files else None
-            ratios[label].append(_relative_distance(own, reference))
-    distances = {label: statistics.median(values) if values else math.inf for label, values in ratios.items()}
-    base = distances[BASE]
-    others = [(value, label) for label, value in distances.items() if label != BASE and value < base]
+            ratio = _relative_distance(own, reference)
+            if not math.isfinite(ratio):
+                skipped[label] = (
+                    f"not compared: the distance of {printable_within(name, 200)} is not a number"
+                )
+                continue
+            ratios[label].append((ratio, own.numel()))
+    distances = {label: _weighted_median(values) for label, values in ratios.items() if label not in skipped}
+    base = distances.get(BASE)
+    others = [
+        (value, label)
+        for label, value in distances.items()
+        if label != BASE and base is not None and value < base
+    ]
     return Lineage(nearest=min(others)[1] if others else None, distances=distances, skipped=skipped)
+
+
+def _weighted_median(values: Sequence[tuple[float, int]]) -> float:
+    """The median of ``(value, weight)`` pairs, each value counted ``weight`` times (the mean of the
+    two middle ones where they differ, as :func:`statistics.median`); inf for none."""
+    ordered = sorted(values)
+    total = sum(weight for _, weight in ordered)
+    if total <= 0:
+        return math.inf
+    below = 0
+    for at, (value, weight) in enumerate(ordered):
+        below += weight
+        if 2 * below > total:
+            return value
+        if 2 * below == total:
+            return (value + ordered[at + 1][0]) / 2 if at + 1 < len(ordered) else value
+    return ordered[-1][0]
 
 
 def _tensor_files(folder: Path) -> dict[str, Path]:
@@ -142,6 +178,8 @@ def _relative_distance(own: Any, reference: Any | None) -> float:
         return 1.0
     norm = float(reference.norm())
     gap = float((own - reference).norm())
+    if not (math.isfinite(norm) and math.isfinite(gap)):
+        return math.nan
     if norm == 0.0:
         return 0.0 if gap == 0.0 else 1.0
     return gap / norm
