@@ -55,8 +55,13 @@ MAX_NESTING = 2
 MAX_MEMBERS = 10_000
 #: A zip's central directory is read whole: longer ones (a bomb of empty members) are not opened.
 MAX_ZIP_DIRECTORY_BYTES = 16 * 1024 * 1024
-#: A safetensors header longer than this is not taken for one (real ones are under a megabyte).
-MAX_SAFETENSORS_HEADER = 16 * 1024 * 1024
+#: Bytes of a weights file's own description read at most to recognise it: a safetensors header (a
+#: real one is under a megabyte: Qwen2.5-72B's about 100 KB) or a PyTorch zip's central directory
+#: (about 100 bytes a tensor). A longer one is not taken for weights, and the file is read. The
+#: check runs in the grader's own process, which has no memory limit (:mod:`autorl.provenance.
+#: agent_copy`): what parsing a description costs is bounded by this (a 16 MiB header of empty JSON
+#: objects took 415 MiB).
+MAX_WEIGHTS_HEADER = 1024 * 1024
 #: A PyTorch checkpoint's members: its pickle, storages and bookkeeping (below one prefix).
 _TORCH_MEMBER = re.compile(
     r"[^/]+/(data\.pkl|data/\d+|\.data/serialization_id|\.format_version|\.storage_alignment|byteorder|version)"
@@ -124,11 +129,13 @@ def is_weights(fd: int) -> bool:
         return True
     if len(head) > 8 and head[8:9] == b"{":
         length: int = struct.unpack("<Q", head[:8])[0]
-        if length <= min(MAX_SAFETENSORS_HEADER, size - 8):
+        if length <= min(MAX_WEIGHTS_HEADER, size - 8):
             return _safetensors_end(os.pread(fd, length, 8)) == size - 8 - length
     if head.startswith(b"PK\x03\x04"):
         try:
-            with zipfile.ZipFile(_FileReader(fd, Reading(MAX_SAFETENSORS_HEADER))) as archive:
+            reader = _FileReader(fd, Reading(MAX_WEIGHTS_HEADER))
+            reader.max_read = MAX_WEIGHTS_HEADER
+            with zipfile.ZipFile(reader) as archive:
                 names = archive.namelist()
         except MemoryError:  # past the reading process's memory limit: not a finding, raised
             raise

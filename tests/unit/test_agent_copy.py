@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,28 @@ def test_links_fifos_and_weights_are_not_copied_and_binary_or_oddly_named_text_i
         "output/model.safetensors",
         "output/blob.txt",
     }
+
+
+def test_what_a_file_that_looks_like_weights_costs_the_grader_is_bounded(tmp_path: Path) -> None:
+    # The grader's process has no memory limit: recognising weights must not parse 16 MiB of an
+    # agent's header (a safetensors header of empty JSON objects, a zip's central directory).
+    code, output = workspace(tmp_path)
+    mib = 1024 * 1024
+    body = b'{"a":[' + b"{}," * (16 * mib // 3) + b"{}]}"
+    (output / "fake.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + b"x")
+    entry = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *[0] * 7, 1, *[0] * 6) + b"a"
+    directory = entry * (16 * mib // len(entry))
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, len(directory), 4, 0)
+    (output / "many.zip").write_bytes(b"PK\x03\x04" + directory + end)
+
+    tracemalloc.start()
+    try:
+        copy_text_files(roots(code, output), tmp_path / "copy")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * mib, f"recognising weights took {peak / mib:.0f} MiB"
+    assert copied_names(tmp_path / "copy") == {"output/fake.safetensors", "output/many.zip"}  # not weights
 
 
 def test_a_file_the_grader_may_not_read_is_named_not_skipped_in_silence(
