@@ -10,7 +10,9 @@ the copy for the test questions (:mod:`autorl.provenance.overlap`, the rule of `
 The copy follows the scan's own rules, so that it holds what the scan would read and no more: no
 link is followed (a root that is one is not copied), only regular files are opened (never a FIFO or
 a device), weights (recognised by their content, :func:`autorl.provenance.file_text.is_weights`)
-are left out, every other file is copied as it is (the evaluator opens its containers), and the
+are left out, of a PyTorch checkpoint only its pickle is copied
+(:func:`autorl.provenance.file_text.pytorch_pickles`; both named in the manifest's ``weights``),
+every other file is copied as it is (the evaluator opens its containers), and the
 per-file, total and file-count caps of :mod:`autorl.provenance.overlap` bound what is written. What
 a cap cut, and each regular file the grader may not read (an agent that took the group's read
 permission away), is named in the folder's manifest (:data:`MANIFEST`), which the evaluator's
@@ -21,17 +23,18 @@ File names are the agent's, kept as bytes; the manifest shows them as valid UTF-
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autorl.provenance.agent_area import left_out
-from autorl.provenance.file_text import is_weights
+from autorl.provenance.file_text import is_weights, pytorch_pickles
 from autorl.provenance.overlap import (
     CHUNK_BYTES,
     MAX_FILE_BYTES,
@@ -74,6 +77,9 @@ class CopiedFiles:
     skipped: tuple[str, ...] = ()
     #: Entries the walk looked at.
     entries: int = 0
+    #: Files recognised as weights and left out, and PyTorch checkpoints of which only the pickle
+    #: was copied: named, not unverified.
+    weights: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -90,6 +96,7 @@ class CopiedFiles:
             "stop_reason": self.stop_reason,
             "unreadable": list(self.unreadable),
             "skipped": list(self.skipped),
+            "weights": list(self.weights),
         }
 
 
@@ -133,6 +140,7 @@ def copy_text_files(
     dest.mkdir(mode=0o755)
     files = written = 0
     truncated: list[str] = []
+    weights: list[str] = []
     for label, root in roots.items():
         for below, name, dir_fd in walk.files(root, label, leave_out=left_out(roots, label, leave_out)):
             if files >= max_files or written >= max_total_bytes:
@@ -148,8 +156,14 @@ def copy_text_files(
             limit = min(max_file_bytes, max_total_bytes - written)
             try:
                 if is_weights(fd):
+                    weights.append(shown_path(below))
                     continue
-                read, more = _copy(fd, dest, below, limit)
+                pickles = pytorch_pickles(fd)
+                if pickles is not None:
+                    weights.append(shown_path(below))
+                read, more = _copy(
+                    pickles.read if pickles else functools.partial(os.read, fd), dest, below, limit
+                )
             except Exception:  # one file's error (a name too long, a permission): named, the copy goes on
                 walk.unreadable.append(shown_path(below))
                 continue
@@ -174,12 +188,14 @@ def copy_text_files(
         stop_reason=walk.stopped,
         skipped=listed(walk.skipped),
         entries=walk.entries,
+        weights=listed(weights),
     )
 
 
-def _copy(fd: int, dest: Path, below: str, limit: int) -> tuple[int, bool]:
-    """Copy ``fd`` to ``dest/below``, each folder made and opened relative to its parent's
-    descriptor (no path longer than one name); (bytes copied, whether bytes remain past ``limit``)."""
+def _copy(read: Callable[[int], bytes], dest: Path, below: str, limit: int) -> tuple[int, bool]:
+    """Copy what ``read`` gives (a file's bytes, a checkpoint's pickle) to ``dest/below``, each
+    folder made and opened relative to its parent's descriptor (no path longer than one name);
+    (bytes copied, whether bytes remain past ``limit``)."""
     *folders, name = below.split("/")
     parent = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -198,7 +214,7 @@ def _copy(fd: int, dest: Path, below: str, limit: int) -> tuple[int, bool]:
     copied = 0
     try:
         while copied < limit:
-            chunk = os.read(fd, min(CHUNK_BYTES, limit - copied))
+            chunk = read(min(CHUNK_BYTES, limit - copied))
             if not chunk:
                 break
             view = memoryview(chunk)
@@ -207,7 +223,7 @@ def _copy(fd: int, dest: Path, below: str, limit: int) -> tuple[int, bool]:
             copied += len(chunk)
     finally:
         os.close(out)
-    return copied, copied == limit and bool(os.read(fd, 1))
+    return copied, copied == limit and bool(read(1))
 
 
 def stage_copy(

@@ -8,11 +8,15 @@ never by its name.
   every byte that is not text (a NUL, an undecodable byte) a separator, so the text runs of a
   binary file (an Arrow table, a pickle, a file with one NUL byte) are read as its words.
 * Weights are recognised by their content and not read: safetensors (a header whose tensors
-  fill the rest of the file exactly), a PyTorch checkpoint (a zip of ``data.pkl``, its storages
-  and bookkeeping only, or the older pickle, by PyTorch's magic number alone), a NumPy array of
-  numbers (its header's shape and type account for the rest of the file). A text file named
-  ``x.safetensors`` is read, and so is a member of an archive whatever it holds; text stored
-  inside a weights file (its metadata, a tensor) is hidden on purpose and not found.
+  fill the rest of the file exactly), a NumPy array of numbers (its header's shape and type
+  account for the rest of the file). Of a PyTorch checkpoint only the tensors' storages are
+  skipped and its pickle is read as text (its bytes, never unpickled), since ``torch.save`` stores
+  any object: the zip format's ``data.pkl`` (:func:`_pytorch_pickle_member`), the older format's
+  pickles (:func:`_pytorch_legacy_end`: walked opcode by opcode, the rest of the file shaped as
+  storages). A text file named ``x.safetensors`` is read, and so is a member of an archive
+  whatever it holds; text stored inside a weights file (its metadata, a tensor) is hidden on
+  purpose and not found, and the file is named (:attr:`Reading.weights`, :attr:`Reading.tensors`)
+  in the scan's and the copy's records.
 
 Every byte read from the file and every byte a decoder expands counts towards :class:`Reading`'s
 limit (the scan's per-file and total caps); what a limit cut leaves the file marked as cut. A
@@ -39,6 +43,7 @@ import json
 import lzma
 import math
 import os
+import pickletools
 import re
 import struct
 import tarfile
@@ -66,6 +71,29 @@ MAX_WEIGHTS_HEADER = 1024 * 1024
 _TORCH_MEMBER = re.compile(
     r"[^/]+/(data\.pkl|data/\d+|\.data/serialization_id|\.format_version|\.storage_alignment|byteorder|version)"
 )
+#: A PyTorch checkpoint's storages (its tensors' bytes): the members not read.
+_TORCH_STORAGE = re.compile(r"[^/]+/data/\d+")
+#: A bookkeeping member of a PyTorch zip (a version, the byte order: a few bytes as PyTorch writes
+#: them) longer than this: not a checkpoint, and the zip is read as any other.
+MAX_TORCH_BOOKKEEPING = 64
+#: Opcodes of an older PyTorch checkpoint's pickles walked at most (a few a tensor), and storages
+#: of it looked at: past them, not a checkpoint, and the file is read whole.
+MAX_PICKLE_STEPS = 1_000_000
+#: Bytes of a pickle argument that ends at a line break (a global's name) looked through at most.
+MAX_PICKLE_LINE = 4096
+#: Pickles at the start of PyTorch's older format: its magic number, protocol version, system
+#: information, the object saved and its storages' keys.
+_TORCH_PICKLES = 5
+_PICKLE_OPCODES = {op.code.encode("latin-1"): op for op in pickletools.opcodes}
+#: An argument's length, by how a pickle's opcode gives it: (its bytes, struct format).
+_PICKLE_LENGTHS = {
+    pickletools.TAKEN_FROM_ARGUMENT1: (1, "<B"),
+    pickletools.TAKEN_FROM_ARGUMENT4: (4, "<i"),
+    pickletools.TAKEN_FROM_ARGUMENT4U: (4, "<I"),
+    pickletools.TAKEN_FROM_ARGUMENT8U: (8, "<Q"),
+}
+#: Bytes of an element of an older PyTorch storage (bool, half, float, double, complex double).
+_ELEMENT_BYTES = (4, 2, 8, 1, 16)
 #: Rows of a Parquet file decoded at once, at most.
 PARQUET_BATCH_ROWS = 1024
 #: Bytes of a Parquet file's text columns decoded at once, by the sizes its row groups declare:
@@ -98,7 +126,7 @@ _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 class Reading:
     """One file's reading: its byte limit, what it used, whether the limit cut it, whether it was
-    recognised as weights (and not read)."""
+    recognised as weights (and not read) or bytes of it were skipped as tensors."""
 
     def __init__(self, limit: int, chunk_bytes: int = READ_BYTES) -> None:
         self.limit = limit
@@ -107,6 +135,8 @@ class Reading:
         self.used = 0
         self.cut = False
         self.weights = False
+        #: A PyTorch checkpoint: its pickle was read, its storages skipped.
+        self.tensors = False
         self.members = 0
 
     @property
@@ -122,27 +152,149 @@ class _Stream(Protocol):
 
 
 def is_weights(fd: int) -> bool:
-    """Whether the open file ``fd`` is weights (the module's list), by its content."""
+    """Whether the open file ``fd`` is weights and nothing else (safetensors, a NumPy array of
+    numbers), by its content; a PyTorch checkpoint is not (:func:`pytorch_pickles`)."""
     size = os.fstat(fd).st_size
     head = os.pread(fd, HEAD_BYTES, 0)
-    if head.startswith(_TORCH_PICKLE) or _numbers_npy(head, size):
+    if _numbers_npy(head, size):
         return True
     if len(head) > 8 and head[8:9] == b"{":
         length: int = struct.unpack("<Q", head[:8])[0]
         if length <= min(MAX_WEIGHTS_HEADER, size - 8):
             return _safetensors_end(os.pread(fd, length, 8)) == size - 8 - length
-    if head.startswith(b"PK\x03\x04"):
-        try:
-            reader = _FileReader(fd, Reading(MAX_WEIGHTS_HEADER))
-            reader.max_read = MAX_WEIGHTS_HEADER
-            with zipfile.ZipFile(reader) as archive:
-                names = archive.namelist()
-        except MemoryError:  # past the reading process's memory limit: not a finding, raised
-            raise
-        except Exception:  # an agent's malformed zip: not a checkpoint
-            return False
-        return any(name.endswith("/data.pkl") for name in names) and all(map(_TORCH_MEMBER.fullmatch, names))
     return False
+
+
+def pytorch_pickles(fd: int) -> _Stream | None:
+    """The pickle of the PyTorch checkpoint in the open file ``fd`` as a stream of its bytes (the
+    older format's pickles, the zip format's ``data.pkl``): what of it is text, its storages left
+    out; None for any other file. A zip's directory is read within :data:`MAX_WEIGHTS_HEADER`."""
+    size = os.fstat(fd).st_size
+    end = _pytorch_legacy_end(fd, size)
+    if end is not None:
+        return _Slice(_FileReader(fd, Reading(end)), 0, end)
+    if not os.pread(fd, 4, 0).startswith(b"PK\x03\x04"):
+        return None
+    reader = _FileReader(fd, Reading(size))
+    reader.max_read = MAX_WEIGHTS_HEADER
+    try:
+        archive = zipfile.ZipFile(reader)
+        member = _pytorch_pickle_member(archive)
+        if member is None:
+            return None
+        reader.max_read = None
+        return archive.open(member)
+    except MemoryError:  # past the reading process's memory limit: not a finding, raised
+        raise
+    except Exception:  # an agent's malformed zip: not a checkpoint
+        return None
+
+
+def _pytorch_pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """The pickle (``data.pkl``) of ``archive`` where it is a PyTorch checkpoint: every member a
+    checkpoint's (:data:`_TORCH_MEMBER`), its bookkeeping at most :data:`MAX_TORCH_BOOKKEEPING`
+    bytes a member, its pickle stored or deflated; else None."""
+    members = archive.infolist()
+    pickles = [info for info in members if info.filename.endswith("/data.pkl")]
+    if len(pickles) != 1 or pickles[0].compress_type not in _BOUNDED_BY_ZIPFILE:
+        return None
+    for info in members:
+        if not _TORCH_MEMBER.fullmatch(info.filename):
+            return None
+        bookkeeping = info is not pickles[0] and not _TORCH_STORAGE.fullmatch(info.filename)
+        if bookkeeping and info.file_size > MAX_TORCH_BOOKKEEPING:
+            return None
+    return pickles[0]
+
+
+def _pytorch_legacy_end(fd: int, size: int) -> int | None:
+    """Where the pickles of a PyTorch checkpoint of the older format end: the file starts with
+    PyTorch's magic number, its :data:`_TORCH_PICKLES` pickles are walked opcode by opcode (never
+    unpickled), and what follows them is storages to the file's end, each an 8-byte count of its
+    elements then their bytes; None for any other file."""
+    if os.pread(fd, len(_TORCH_PICKLE), 0) != _TORCH_PICKLE:
+        return None
+    window = _Window(fd, size)
+    end: int | None = 0
+    for _ in range(_TORCH_PICKLES):
+        end = _pickle_end(window, end or 0)
+        if end is None:
+            return None
+    assert end is not None
+    return end if _storages_fill(window, end) else None
+
+
+def _pickle_end(window: _Window, start: int) -> int | None:
+    """Where the pickle at ``start`` ends (after its STOP), by its opcodes and their arguments'
+    lengths; None where an opcode is unknown or it runs past the file or :data:`MAX_PICKLE_STEPS`."""
+    position = start
+    for _ in range(MAX_PICKLE_STEPS):
+        op = _PICKLE_OPCODES.get(window.get(position, 1))
+        if op is None:
+            return None
+        position += 1
+        if op.name == "STOP":
+            return position
+        argument = op.arg
+        if argument is None:
+            continue
+        if argument.n >= 0:
+            position += argument.n
+        elif argument.n == pickletools.UP_TO_NEWLINE:
+            for _line in range(2 if argument.name == "stringnl_noescape_pair" else 1):
+                found = window.get(position, MAX_PICKLE_LINE).find(b"\n")
+                if found < 0:
+                    return None
+                position += found + 1
+        else:
+            width, layout = _PICKLE_LENGTHS[argument.n]
+            raw = window.get(position, width)
+            length = struct.unpack(layout, raw)[0] if len(raw) == width else -1
+            if length < 0:
+                return None
+            position += width + length
+        if position > window.size:
+            return None
+    return None
+
+
+def _storages_fill(window: _Window, start: int) -> bool:
+    """Whether the bytes from ``start`` to the file's end are storages of PyTorch's older format,
+    each an 8-byte count of elements of :data:`_ELEMENT_BYTES` then their bytes (the element size
+    is in the pickle, not read: each is tried, a storage's end looked at once)."""
+    pending, seen = [start], set[int]()
+    while pending and len(seen) < MAX_PICKLE_STEPS:
+        position = pending.pop()
+        if position == window.size:
+            return True
+        if position in seen:
+            continue
+        seen.add(position)
+        raw = window.get(position, 8)
+        if len(raw) < 8:
+            continue
+        count: int = struct.unpack("<Q", raw)[0]
+        pending.extend(
+            end for width in reversed(_ELEMENT_BYTES) if (end := position + 8 + count * width) <= window.size
+        )
+    return False
+
+
+class _Window:
+    """Bytes of the file ``fd`` at any position, read a megabyte at once."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self.start = 0
+        self.data = b""
+
+    def get(self, position: int, count: int) -> bytes:
+        offset = position - self.start
+        if offset < 0 or (offset + count > len(self.data) and self.start + len(self.data) < self.size):
+            self.start, offset = position, 0
+            self.data = os.pread(self.fd, max(count, READ_BYTES), position)
+        return self.data[offset : offset + count]
 
 
 def _numbers_npy(head: bytes, size: int) -> bool:
@@ -172,6 +324,12 @@ def file_text(fd: int, reading: Reading) -> Iterator[str]:
     weights (``reading.weights``)."""
     if is_weights(fd):
         reading.weights = True
+        return
+    size = os.fstat(fd).st_size
+    pickles_end = _pytorch_legacy_end(fd, size)
+    if pickles_end is not None:
+        reading.tensors = True
+        yield from _plain(_Slice(_FileReader(fd, reading), 0, pickles_end), reading)
         return
     head = os.pread(fd, HEAD_BYTES, 0)
     source = _FileReader(fd, reading)
@@ -243,7 +401,12 @@ def _zip(source: _Stream, reading: Reading, depth: int) -> Iterator[str]:
     if isinstance(seekable, _FileReader):
         seekable.max_read = MAX_ZIP_DIRECTORY_BYTES
     with zipfile.ZipFile(seekable) as archive:
-        for info in archive.infolist():
+        members = archive.infolist()
+        pickle = _pytorch_pickle_member(archive)
+        if pickle is not None:  # a PyTorch checkpoint: its pickle, not its storages
+            reading.tensors = True
+            members = [pickle]
+        for info in members:
             if reading.cut:
                 return
             if info.is_dir():

@@ -1,6 +1,6 @@
 """Test questions in an agent's files: a public test set brought in (to train on it) is found.
 
-After an agent has ended, the platform reads its files (weights are skipped) for the questions of
+After an agent has ended, the platform reads its files (weights are skipped, and named) for the questions of
 the task's test split, each file's text taken from its content whatever its name
 (:mod:`autorl.provenance.file_text`: compressed files, archives and Parquet tables opened, the text
 runs of binary files read). Text is compared as words (:func:`normalize`): Unicode NFKC,
@@ -261,6 +261,9 @@ class OverlapReport:
     entries: int = 0
     #: The questions each file of :attr:`files` holds.
     found_in: tuple[frozenset[int], ...] = ()
+    #: Files recognised as weights, whose tensors were not read (safetensors and NumPy files whole,
+    #: a PyTorch checkpoint's storages; its pickle is read): named, not unverified.
+    weights: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -312,6 +315,7 @@ class OverlapReport:
             "stop_reason": self.stop_reason,
             "unreadable": list(self.unreadable),
             "skipped": list(self.skipped),
+            "weights": list(self.weights),
         }
 
 
@@ -324,9 +328,10 @@ class _Budget:
 
 def _scan_fd(
     fd: int, index: OverlapIndex, limit: int, chunk_bytes: int, walk: Walk | None = None
-) -> tuple[set[int], int, bool] | None:
+) -> tuple[set[int], int, bool, bool] | None:
     """(questions found, bytes read and expanded, whether ``limit`` or ``walk``'s time budget cut
-    the file) for a file's text (:func:`autorl.provenance.file_text.file_text`); None for weights."""
+    the file, whether tensors of it were skipped) for a file's text
+    (:func:`autorl.provenance.file_text.file_text`); None for weights."""
     reading = Reading(limit, chunk_bytes)
     carry_words = max(index.longest - 1, 0)
     matches: set[tuple[int, int]] = set()
@@ -346,7 +351,8 @@ def _scan_fd(
     if reading.weights:
         return None
     matches |= index.matches_in(words_tail + normalize(text_tail))
-    return index.problems_with(matches), reading.used, reading.cut or bool(walk and walk.stopped)
+    cut = reading.cut or bool(walk and walk.stopped)
+    return index.problems_with(matches), reading.used, cut, reading.tensors
 
 
 def listed(paths: Sequence[str]) -> tuple[str, ...]:
@@ -374,7 +380,7 @@ def scan_files(
     workspace) is read once, under its own label, and nothing under ``leave_out``. The folders are
     walked by :class:`autorl.provenance.walk.Walk` (``walk`` sets its entry and time budgets).
     Skipped: links (a root that is one too), anything but regular files, weights (by their
-    content); recorded and
+    content; named in :attr:`OverlapReport.weights`); recorded and
     making the report incomplete: sparse files, folders too deep (the walk's ``max_depth``), what could
     not be read, a budget reached. ``on_found`` is told each file that holds a question as soon as
     it is read (the scan in a process of its own, :mod:`autorl.provenance.scan_process`, keeps what
@@ -396,6 +402,7 @@ def scan_files(
     found: set[int] = set()
     files: list[tuple[str, frozenset[int]]] = []
     truncated: list[str] = []
+    weights: list[str] = []
     scanned_files = scanned_bytes = 0
     for label, root in labelled.items():
         for below, name, dir_fd in walk.files(root, label, leave_out=left_out(labelled, label, leave_out)):
@@ -418,13 +425,16 @@ def scan_files(
                 continue
             finally:
                 os.close(fd)
+            shown = shown_path(below)
             if result is None:
+                weights.append(shown)
                 continue
-            in_file, read, more = result
+            in_file, read, more, tensors = result
             scanned_files += 1
             scanned_bytes += read
             budget.bytes_left -= read
-            shown = shown_path(below)
+            if tensors:
+                weights.append(shown)
             if more:
                 truncated.append(shown)
                 if limit < max_file_bytes:
@@ -451,4 +461,5 @@ def scan_files(
         skipped=listed(walk.skipped),
         entries=walk.entries,
         found_in=tuple(held for _, held in files),
+        weights=listed(weights),
     )

@@ -205,6 +205,7 @@ def _wire(report: OverlapReport) -> dict[str, Any]:
         "skipped": list(report.skipped),
         "entries": report.entries,
         "found_in": [sorted(held) for held in report.found_in],
+        "weights": list(report.weights),
     }
 
 
@@ -224,4 +225,5 @@ def _report(body: dict[str, Any]) -> OverlapReport:
         skipped=strings("skipped"),
         entries=int(body["entries"]),
         found_in=tuple(frozenset(int(i) for i in held) for held in body["found_in"]),
+        weights=strings("weights"),
     )

@@ -1,6 +1,7 @@
 """An agent's files are read by their content: compressed files, archives, Parquet tables, text
 with a byte-order mark and binary files' text runs give up their test questions; weights are
-recognised and skipped; a decompression bomb is cut at the caps. Real files; nothing mocked."""
+recognised, skipped and named (a PyTorch checkpoint's pickle read); a decompression bomb is cut at
+the caps. Real files; nothing mocked."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
+from autorl.provenance.agent_copy import copy_text_files
 from autorl.provenance.file_text import MAX_MEMBERS
 from autorl.provenance.overlap import OverlapIndex, scan_files
 from autorl.tasks.base import Problem, read_problems
@@ -114,14 +117,13 @@ def test_weights_are_recognised_by_content_and_skipped_and_a_weights_prefix_hide
     weights = {
         "model.safetensors": safetensors_bytes({"format": "pt"}),
         "weights.txt": safetensors_bytes({"format": "pt"}),  # weights whatever the name
-        "pytorch_model.bin": zipped({"archive/data.pkl": b"\x80\x02}q\0.", "archive/data/0": b"\0" * 64}),
-        "old.pt": b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19" + b"\0" * 64,
         "arrays.npy": npy(b"'<f4'", b"(4,)") + bytes(16),
     }
     for name, data in weights.items():
         (output / name).write_bytes(data)
     report = scan_files([output], INDEX)
     assert (report.scanned_files, report.scanned_bytes) == (0, 0)
+    assert set(report.weights) == {f"output/{name}" for name in weights}  # named, not ignored
 
     # What only looks like weights at its start is read.
     header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
@@ -134,6 +136,41 @@ def test_weights_are_recognised_by_content_and_skipped_and_a_weights_prefix_hide
     (output / "prefixed.npy").write_bytes(npy(b"'<f4'", b"(4,)") + bytes(16) + jsonl(TEST[5:6]))
 
     assert scan_files([output], INDEX).found == {0, 1, 2, 3, 4, 5}
+
+
+def test_a_pytorch_checkpoints_pickle_is_read_its_tensors_skipped_and_it_is_named(
+    output: Path, tmp_path: Path
+) -> None:
+    tensor = torch.ones(256 * 1024)  # 1 MiB of storage: not read
+    questions = [p.question for p in TEST[:2]]
+    torch.save({"questions": questions, "w": tensor}, output / "questions.pt")
+    torch.save(
+        {"questions": [TEST[2].question], "w": tensor},
+        output / "old.pt",
+        _use_new_zipfile_serialization=False,
+    )
+    magic = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+    (output / "prefixed.jsonl").write_bytes(magic + jsonl(TEST[3:4]))  # only its start is PyTorch's
+    torch.save({"step": 1}, output / "scheduler.pt")
+    hidden = zipped(
+        {"archive/data.pkl": b"\x80\x02}q\0.", "archive/data/0": jsonl(TEST[4:5])}, zipfile.ZIP_STORED
+    )
+    (output / "tensor.pt").write_bytes(hidden)  # text stored as a tensor: hidden, but named
+
+    report = scan_files([output], INDEX)
+    assert report.found == {0, 1, 2, 3} and report.complete
+    assert set(report.weights) == {
+        "output/questions.pt",
+        "output/old.pt",
+        "output/scheduler.pt",
+        "output/tensor.pt",
+    }
+    assert report.scanned_bytes < 100_000  # two megabytes of tensors not read
+
+    # The grader's copy for the evaluators holds the same text and names the same checkpoints.
+    copied = copy_text_files({"output": output}, tmp_path / "copy")
+    assert copied.complete and set(copied.weights) == set(report.weights) and copied.bytes < 100_000
+    assert scan_files([tmp_path / "copy" / "output"], INDEX).found == {0, 1, 2, 3}
 
 
 def test_a_decompression_bomb_costs_at_most_the_caps_and_is_named(output: Path) -> None:

@@ -271,6 +271,7 @@ def test_the_report_holds_paths_and_counts_never_question_text(roots: list[Path]
         "stop_reason": "",
         "unreadable": [],
         "skipped": [],
+        "weights": [],
     }
     question_words = {w for p in TEST for w in normalize(p.question) if not w.isdigit()}
     assert question_words & set(re.findall(r"[a-z]+", record.lower())) <= {"problems", "count", "files"}
