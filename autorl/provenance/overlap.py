@@ -345,7 +345,7 @@ def _scan_fd(
         text, text_tail = text[:cut], text[cut:]
         words = words_tail + normalize(text)
         matches |= index.matches_in(words)
-        words_tail = words[len(words) - carry_words :] if carry_words else []
+        words_tail = words[max(len(words) - carry_words, 0) :] if carry_words else []
         if walk is not None and walk.out_of_time():
             break  # text made slow to match (one phrase repeated) is bounded by time too
     if reading.weights:

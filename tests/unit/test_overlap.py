@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autorl.provenance.agent_area import agent_area
-from autorl.provenance.overlap import OverlapIndex, normalize, scan_files
+from autorl.provenance.overlap import CHUNK_BYTES, OverlapIndex, normalize, scan_files
 from autorl.tasks.arith import ArithTask
 from autorl.tasks.base import Problem, read_problems
 from autorl.untrusted_text import code_points_showing_nothing
@@ -229,6 +229,18 @@ def test_caps_name_what_they_cut_and_chunk_boundaries_hide_nothing(roots: list[P
     assert report.truncated == ("output/big.log",)
     assert report.stopped_early
     assert (report.scanned_files, report.scanned_bytes, report.count) == (1, 1_500, 0)
+
+
+def test_a_question_across_reads_that_hold_few_words_each_is_found(roots: list[Path]) -> None:
+    # A read (1 MiB) of a binary file may end with a few words: all of them carry over to the next.
+    question = TEST[1].question.encode()
+    start = len(b" ".join(question.split(b" ")[:9]))  # the read ends after 9 words
+    assert len(normalize(question[:start].decode())) == 9
+    (roots[1] / "blob.bin").write_bytes(b"\0" * (CHUNK_BYTES - start) + question)
+    assert scan_files(roots, INDEX).found == {1}
+    (roots[1] / "blob.bin").unlink()
+    (roots[1] / "q.jsonl").write_text(jsonl(TEST[2:3]))  # reads of 64 bytes
+    assert scan_files(roots, INDEX, chunk_bytes=64).found == {2}
 
 
 def test_deep_folders_are_not_entered_past_the_limit(roots: list[Path]) -> None:
