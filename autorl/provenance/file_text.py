@@ -4,9 +4,12 @@ never by its name.
 * Containers are opened: gzip (one or several members), zip, tar, Parquet (its string columns),
   nested at most :data:`MAX_NESTING` deep (a ``.tar.gz``, a ``.jsonl.gz`` in a zip), at most
   :data:`MAX_MEMBERS` members a file.
-* Text with a byte-order mark is decoded by it (UTF-8, UTF-16, UTF-32); everything else as UTF-8,
-  every byte that is not text (a NUL, an undecodable byte) a separator, so the text runs of a
-  binary file (an Arrow table, a pickle, a file with one NUL byte) are read as its words.
+* Text with a byte-order mark is decoded by it (UTF-8, UTF-16, UTF-32), and so is UTF-16 without
+  one, known by NUL bytes at alternate positions of its start (:func:`_utf16_without_bom`);
+  everything else as UTF-8, every byte that is not text (a NUL, an undecodable byte) a separator,
+  so the text runs of a binary file (an Arrow table, a pickle, a file with one NUL byte) are read
+  as its words. Text decoded from UTF-16 or UTF-32 is read as UTF-8 too (:class:`AsUtf8`): what
+  its start says holds for its start only, and a file may go on in another encoding.
 * Weights are recognised by their content and not read: safetensors (a header whose tensors
   fill the rest of the file exactly), a NumPy array of numbers (its header's shape and type
   account for the rest of the file). Of a PyTorch checkpoint only the tensors' storages are
@@ -357,7 +360,7 @@ def _text(source: _Stream, head: bytes, reading: Reading, depth: int) -> Iterato
             if head.startswith(bom):
                 yield from _plain(source, reading, encoding)
                 return
-        yield from _plain(source, reading)
+        yield from _plain(source, reading, _utf16_without_bom(head) or "utf-8")
         return
     yield from opener(source, reading, depth + 1)
 
@@ -374,11 +377,38 @@ def _container(head: bytes) -> Callable[[_Stream, Reading, int], Iterator[str]] 
     return None
 
 
+class AsUtf8(str):
+    """A piece of the same bytes read a second time, as UTF-8, beside their text in another
+    encoding: its words go on from the previous piece of this kind, not from the one before it."""
+
+
+def _utf16_without_bom(head: bytes) -> str | None:
+    """``utf-16-le`` or ``utf-16-be`` where ``head`` (at least two code units) holds NUL bytes at
+    alternate positions, as UTF-16 text of mostly Latin letters does: in more than half of its
+    code units the NUL is on one side, and in at most an eighth on the other."""
+    units = len(head) // 2
+    if units < 2:
+        return None
+    low, high = head[: 2 * units : 2].count(0), head[1 : 2 * units : 2].count(0)
+    if 2 * high > units and 8 * low <= units:
+        return "utf-16-le"
+    if 2 * low > units and 8 * high <= units:
+        return "utf-16-be"
+    return None
+
+
 def _plain(source: _Stream, reading: Reading, encoding: str = "utf-8") -> Iterator[str]:
+    """``source``'s text in ``encoding``, and in another encoding its bytes as UTF-8 too
+    (:class:`AsUtf8`), each byte read once."""
     decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    second = codecs.getincrementaldecoder("utf-8")(errors="replace") if encoding != "utf-8" else None
     while chunk := source.read(reading.chunk_bytes):
         yield decoder.decode(chunk)
+        if second is not None:
+            yield AsUtf8(second.decode(chunk))
     yield decoder.decode(b"", final=True)
+    if second is not None:
+        yield AsUtf8(second.decode(b"", final=True))
 
 
 def _member(stream: _Stream, reading: Reading, depth: int) -> Iterator[str]:

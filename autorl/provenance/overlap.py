@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.provenance.agent_area import left_out
-from autorl.provenance.file_text import Reading, file_text
+from autorl.provenance.file_text import AsUtf8, Reading, file_text
 from autorl.provenance.walk import Walk, shown_path
 from autorl.tasks.base import Problem
 from autorl.untrusted_text import code_points_showing_nothing
@@ -335,9 +335,12 @@ def _scan_fd(
     reading = Reading(limit, chunk_bytes)
     carry_words = max(index.longest - 1, 0)
     matches: set[tuple[int, int]] = set()
-    text_tail = ""
-    words_tail: list[str] = []
+    # What waits for the next piece (text, words) of each reading: the text, and its bytes read
+    # again as UTF-8 where it was decoded from another encoding (AsUtf8).
+    tails: dict[bool, tuple[str, list[str]]] = {False: ("", []), True: ("", [])}
     for piece in file_text(fd, reading):
+        second = isinstance(piece, AsUtf8)
+        text_tail, words_tail = tails[second]
         text = text_tail + piece
         # Cut after the last separator: no word and no escape is split; the rest waits for the
         # next piece. Text without one is taken whole.
@@ -345,12 +348,13 @@ def _scan_fd(
         text, text_tail = text[:cut], text[cut:]
         words = words_tail + normalize(text)
         matches |= index.matches_in(words)
-        words_tail = words[max(len(words) - carry_words, 0) :] if carry_words else []
+        tails[second] = (text_tail, words[max(len(words) - carry_words, 0) :] if carry_words else [])
         if walk is not None and walk.out_of_time():
             break  # text made slow to match (one phrase repeated) is bounded by time too
     if reading.weights:
         return None
-    matches |= index.matches_in(words_tail + normalize(text_tail))
+    for text_tail, words_tail in tails.values():
+        matches |= index.matches_in(words_tail + normalize(text_tail))
     cut = reading.cut or bool(walk and walk.stopped)
     return index.problems_with(matches), reading.used, cut, reading.tensors
 

@@ -5,6 +5,7 @@ the caps. Real files; nothing mocked."""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
@@ -98,6 +99,17 @@ def test_compressed_archived_and_parquet_test_questions_are_found_whatever_the_n
         "output/utf16.txt": 1,
     }
     assert report.complete
+
+
+def test_utf16_without_a_byte_order_mark_is_decoded_and_what_follows_in_utf8_is_read(output: Path) -> None:
+    (output / "le.jsonl").write_bytes(jsonl(TEST[:1]).decode().encode("utf-16-le"))
+    (output / "be.jsonl").write_bytes(jsonl(TEST[1:2]).decode().encode("utf-16-be"))
+    # What a file's start says of its encoding (NULs, a mark) holds for its start only.
+    notes = ("notes " * 100).encode("utf-16-le")
+    (output / "then-utf8.txt").write_bytes(notes + jsonl(TEST[2:3]))
+    (output / "marked-then-utf8.txt").write_bytes(codecs.BOM_UTF16_LE + notes + jsonl(TEST[3:4]))
+
+    assert scan_files([output], INDEX, chunk_bytes=64).found == {0, 1, 2, 3}  # across small reads
 
 
 def test_the_train_split_compressed_or_as_parquet_holds_no_test_question(output: Path) -> None:
