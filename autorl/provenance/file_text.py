@@ -79,9 +79,12 @@ _TORCH_STORAGE = re.compile(r"[^/]+/data/\d+")
 #: A bookkeeping member of a PyTorch zip (a version, the byte order: a few bytes as PyTorch writes
 #: them) longer than this: not a checkpoint, and the zip is read as any other.
 MAX_TORCH_BOOKKEEPING = 64
-#: Opcodes of an older PyTorch checkpoint's pickles walked at most (a few a tensor), and storages
-#: of it looked at: past them, not a checkpoint, and the file is read whole.
+#: Opcodes of an older PyTorch checkpoint's pickles walked at most (a few a tensor): past them, not
+#: a checkpoint, and the file is read whole.
 MAX_PICKLE_STEPS = 1_000_000
+#: Places in an older PyTorch checkpoint where a storage may start looked at, at most (each element
+#: size tried): past them, not a checkpoint.
+MAX_STORAGE_STEPS = 100_000
 #: Bytes of a pickle argument that ends at a line break (a global's name) looked through at most.
 MAX_PICKLE_LINE = 4096
 #: Pickles at the start of PyTorch's older format: its magic number, protocol version, system
@@ -266,14 +269,14 @@ def _storages_fill(window: _Window, start: int) -> bool:
     each an 8-byte count of elements of :data:`_ELEMENT_BYTES` then their bytes (the element size
     is in the pickle, not read: each is tried, a storage's end looked at once)."""
     pending, seen = [start], set[int]()
-    while pending and len(seen) < MAX_PICKLE_STEPS:
+    while pending and len(seen) < MAX_STORAGE_STEPS:
         position = pending.pop()
         if position == window.size:
             return True
         if position in seen:
             continue
         seen.add(position)
-        raw = window.get(position, 8)
+        raw = os.pread(window.fd, 8, position)  # one storage's count: no more read
         if len(raw) < 8:
             continue
         count: int = struct.unpack("<Q", raw)[0]
