@@ -928,17 +928,17 @@ def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
         out.flush()
         at = len(canonical)
         try:
-            for start, end in header.ranges():
-                for offset in range(start, end, COPY_BLOCK_BYTES):
-                    length = min(COPY_BLOCK_BYTES, end - offset)
-                    data = os.pread(opened.fd, length, source_start + offset)
-                    if len(data) != length or _changed(opened):
-                        raise CheckpointError(_CHANGED)  # stop at once: the rest would be refused anyway
-                    _write_all(out.fileno(), data, at)
-                    at += length
-                    if len(hashing) == COPY_THREADS:  # at most COPY_THREADS blocks wait to be hashed
-                        digest.update(hashing.popleft().result())
-                    hashing.append(pool.submit(_block_digest, data))
+            for pieces in _blocks(header.ranges()):
+                data = b"".join(
+                    os.pread(opened.fd, length, source_start + offset) for offset, length in pieces
+                )
+                if len(data) != sum(length for _, length in pieces) or _changed(opened):
+                    raise CheckpointError(_CHANGED)  # stop at once: the rest would be refused anyway
+                _write_all(out.fileno(), data, at)
+                at += len(data)
+                if len(hashing) == COPY_THREADS:  # at most COPY_THREADS blocks wait to be hashed
+                    digest.update(hashing.popleft().result())
+                hashing.append(pool.submit(_block_digest, data))
             if os.pread(opened.fd, 1, source_start + size):  # grown since its size was read
                 raise CheckpointError(_CHANGED)
             while hashing:
@@ -948,6 +948,24 @@ def _copy_weights(opened: _Opened, header: Header, writer: _Writer) -> None:
                 waiting.cancel()
             raise
     writer.digests[target.name] = digest.digest()
+
+
+def _blocks(ranges: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    """The copied data in blocks of :data:`COPY_BLOCK_BYTES` (the last one shorter), each as the
+    ``(offset, length)`` pieces of ``ranges`` that make it: blocks fall at the same places in what is
+    written however the source's ranges lie, so the same bytes hash the same."""
+    block: list[tuple[int, int]] = []
+    filled = 0
+    for start, end in ranges:
+        while start < end:
+            length = min(COPY_BLOCK_BYTES - filled, end - start)
+            block.append((start, length))
+            filled, start = filled + length, start + length
+            if filled == COPY_BLOCK_BYTES:
+                yield block
+                block, filled = [], 0
+    if block:
+        yield block
 
 
 def _write_all(fd: int, data: bytes, at: int) -> None:

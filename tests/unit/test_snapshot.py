@@ -363,7 +363,7 @@ def test_the_base_models_template_and_stop_tokens_are_evaluated(
 
 
 def test_a_tied_output_embedding_is_the_input_embedding_whatever_a_submission_stores(
-    tiny_base_model: Path, workspace: Path, snapshots: Path
+    tiny_base_model: Path, workspace: Path, snapshots: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A base whose config ties its output embedding to its input embedding and stores both (as
     some Qwen3 checkpoints ship): a submission without the head (transformers' save of a tied
@@ -421,6 +421,22 @@ def test_a_tied_output_embedding_is_the_input_embedding_whatever_a_submission_st
     assert take(
         Path(shutil.copytree(base, workspace / "output" / "copy")).relative_to(workspace)
     ).fingerprint == (baseline.fingerprint)
+    # The head anywhere in the data (a writer that does not sort), copied in blocks smaller than the
+    # file: the same bytes are written, and they hash the same.
+    monkeypatch.setattr(snapshot_module, "COPY_BLOCK_BYTES", 64 * 1024)
+    without_head = take(submitted("again", None).relative_to(workspace)).fingerprint
+    middle = submitted("middle", other_head)
+    header, data = read_safetensors(middle / "model.safetensors")
+    header.pop("__metadata__", None)
+    order = sorted(header, key=lambda name: (name == "lm_head.weight", name))
+    order.insert(len(order) // 2, order.pop())  # the head between two halves of the others
+    laid, at = bytearray(), 0
+    for name in order:
+        start, end = header[name]["data_offsets"]
+        laid += data[start:end]
+        header[name]["data_offsets"], at = [at, at + end - start], at + end - start
+    write_safetensors(middle / "model.safetensors", header, bytes(laid))
+    assert take(middle.relative_to(workspace)).fingerprint == without_head
     for snapshot in (own_head, sharded):
         model = AutoModelForCausalLM.from_pretrained(snapshot.path)
         assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
