@@ -254,6 +254,37 @@ def snapshot_submission(
         return _build(source, platform, base, snapshot_root)
 
 
+def submission_readable(model_path: str | Path, *, workspace: Path, output_dir: Path) -> bool:
+    """Whether the grader may open the submitted folder and the files a snapshot of it opens (its
+    config, weights and their index) now, checking nothing else: what a submit refused as
+    unreadable tries, without the database, before it tries the whole submit again. Any other
+    refusal is the whole submit's to make (True)."""
+    try:
+        folder, _ = _open_submission_folder(model_path, workspace=workspace, output_dir=output_dir)
+    except UnreadableCheckpointError:
+        return False
+    except (CheckpointError, OSError):
+        return True
+    try:
+        with os.scandir(folder) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_ENTRIES:
+                    break
+                if entry.name in (CONFIG, WEIGHTS_INDEX) or entry.name.endswith(".safetensors"):
+                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                    try:
+                        os.close(os.open(entry.name, flags, dir_fd=folder))
+                    except PermissionError:
+                        return False
+                    except OSError:
+                        continue
+    except PermissionError:
+        return False
+    finally:
+        os.close(folder)
+    return True
+
+
 @contextmanager
 def _descriptors_are_the_platforms() -> Iterator[None]:
     """Whatever failed for want of a file descriptor (the grader's, shared by every experiment)

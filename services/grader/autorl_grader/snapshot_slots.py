@@ -64,19 +64,35 @@ class SnapshotSlots:
                 del self._users[experiment_id]
                 del self._locks[experiment_id]
 
-    async def take(self, experiment_id: int, attempt: Callable[[], T]) -> T:
+    async def take(
+        self, experiment_id: int, attempt: Callable[[], T], ready: Callable[[], bool] | None = None
+    ) -> T:
         """``attempt()`` (a submit's or a nomination's checks and copy) in the experiment's turn, on
         :attr:`threads`, tried again every :data:`RETRY_S` while its files are unreadable (for
         ``unreadable_wait_s``: files saved 0600 until the agent's pod adds group-read) or another
-        replica holds the lease (for ``lease_wait_s``); then the last refusal stands."""
+        replica holds the lease (for ``lease_wait_s``), each wait counted from its first refusal;
+        then the last refusal stands. While unreadable, ``ready()`` (a look at the files, no
+        database) is asked before the whole attempt is made again."""
         async with self.turn(experiment_id):
-            started = time.monotonic()
+            first: dict[type, float] = {}
             while True:
                 try:
                     return await anyio.to_thread.run_sync(functools.partial(attempt), limiter=self.threads)
                 except (UnreadableCheckpointError, LeaseHeldError) as exc:
-                    unreadable = isinstance(exc, UnreadableCheckpointError)
-                    waited = self.unreadable_wait_s if unreadable else self.lease_wait_s
-                    if time.monotonic() + RETRY_S > started + waited:
+                    kind = (
+                        UnreadableCheckpointError
+                        if isinstance(exc, UnreadableCheckpointError)
+                        else LeaseHeldError
+                    )
+                    waited = (
+                        self.unreadable_wait_s if kind is UnreadableCheckpointError else self.lease_wait_s
+                    )
+                    deadline = first.setdefault(kind, time.monotonic()) + waited
+                    if time.monotonic() + RETRY_S > deadline:
                         raise
                 await asyncio.sleep(RETRY_S)
+                if kind is UnreadableCheckpointError and ready is not None:
+                    while time.monotonic() + RETRY_S <= deadline and not await anyio.to_thread.run_sync(
+                        ready, limiter=self.threads
+                    ):
+                        await asyncio.sleep(RETRY_S)

@@ -21,6 +21,7 @@ from autorl.checkpoints.snapshot import (
     snapshot_base_model,
     snapshot_submission,
 )
+from autorl.checkpoints.snapshot import submission_readable as files_readable
 from autorl.errors import (
     CheckpointError,
     ConflictError,
@@ -107,6 +108,15 @@ def check_limit(count: int, experiment: Experiment) -> None:
 
 def snapshot_root(state: GraderState) -> Path:
     return state.settings.snapshot_dir
+
+
+def submission_readable(experiment: Experiment, model_path: str) -> bool:
+    """Whether ``model_path``'s files can be opened now (autorl.checkpoints.snapshot.submission_readable)."""
+    return files_readable(
+        rebase_agent_path(experiment, model_path),
+        workspace=Path(experiment.workspace),
+        output_dir=Path(experiment.output_dir),
+    )
 
 
 def take_snapshot(state: GraderState, experiment: Experiment, agent_path: str) -> Snapshot:

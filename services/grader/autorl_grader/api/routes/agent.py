@@ -27,7 +27,7 @@ from autorl_grader.api.refusals import refusals
 from autorl_grader.fair_share import leave_in_flight
 from autorl_grader.final import nominate
 from autorl_grader.state import LastSubmit
-from autorl_grader.submissions import accept, wait_for_result
+from autorl_grader.submissions import accept, submission_readable, wait_for_result
 from autorl_grader.thread_pools import AgentRoute, in_agent_threads
 from autorl_grader.views import (
     SUBMIT_RESPONSES,
@@ -80,7 +80,9 @@ async def submit(
     wait: bool = Query(True, description="Wait for the score (at most the server's wait time, then 202)."),
 ) -> JSONResponse:
     submission_id = await state.snapshot_slots.take(
-        experiment.id, lambda: accept(state, experiment, body.model_path)
+        experiment.id,
+        lambda: accept(state, experiment, body.model_path),
+        ready=lambda: submission_readable(experiment, body.model_path),
     )
     timeout = state.settings.submit_wait_s if wait else 0.0
     leave_in_flight(request.scope)  # waiting for the score holds no place in the fair share
