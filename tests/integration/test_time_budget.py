@@ -119,6 +119,13 @@ def _busy(seconds: float) -> None:
         pass
 
 
+#: Every 0.1 s, in step with the others, 2 ms of work, for 3 s.
+BURSTS = (
+    "import time\nend = time.time() + 3\nwhile time.time() < end:\n    time.sleep(0.1 - time.time() % 0.1)\n"
+    "    began = time.thread_time()\n    while time.thread_time() - began < 0.002:\n        pass\n"
+)
+
+
 def _busy_child(seconds: float) -> None:
     """The evaluation's work in a process of its own (as OpenCompass's is), ended before it is read."""
     subprocess.run(
@@ -135,9 +142,9 @@ def test_an_evaluation_starved_of_the_cpu_past_its_budget_is_the_evaluators_fail
     budget = TimeBudget(seconds=1, baseline_seconds=1, baseline_fill=1, factor=4, floor_s=0, device="cpu")
     with CpuMeter() as meter:
         _busy(1.0)
-        _busy_child(1.0)
+        _busy_child(2.0)
     quiet = meter.used()
-    assert quiet.ran > 1.5 and not quiet.starved, quiet  # the child's second counted
+    assert quiet.ran > 2.2 and not quiet.starved, quiet  # the child's seconds counted (read twice a second)
     assert budget.failure(budget.exceeded(), quiet).__class__ is BudgetExceededError
     # Not the evaluation's descendants (an agent's are not the evaluator's): started by a process that
     # has ended, they are no process's children here.
@@ -177,6 +184,16 @@ def test_an_evaluation_starved_of_the_cpu_past_its_budget_is_the_evaluators_fail
     finally:
         torch.set_num_threads(threads)
     assert oversubscribed.waited > oversubscribed.ran and not oversubscribed.starved, oversubscribed
+    # Its own processes, more than its CPUs and waking together (a pool's short bursts), wait long
+    # and run on little of its CPUs, but leave them idle between: no other work starved it.
+    with CpuMeter() as meter:
+        pool = [
+            subprocess.Popen([sys.executable, "-c", BURSTS]) for _ in range(8 * len(os.sched_getaffinity(0)))
+        ]
+        for process in pool:
+            process.wait()
+    bursty = meter.used()
+    assert bursty.waited >= 2 * bursty.ran and not bursty.starved, bursty
     for starved in (loaded, loaded_child):
         failure = budget.failure(budget.exceeded(), starved)
         assert isinstance(failure, EvaluatorFaultError), failure

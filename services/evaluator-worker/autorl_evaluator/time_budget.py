@@ -14,9 +14,10 @@ behind it, up to the hard timeout.
 A budget holds for a machine that gives the evaluation its CPU: an evaluation past it whose threads
 (the worker's and every process it started for the evaluation: OpenCompass, its engine) waited for
 a CPU (runnable, not running: the kernel's run delay) over :data:`STARVED_WAIT_RATIO` times as long
-as they ran, on under :data:`STARVED_SHARE` of its CPUs, was slowed by the machine, whoever slowed
-it (on one machine, another experiment's agent starting busy processes, each in a session of its
-own), and fails as the evaluator's fault, not counted.
+as they ran, on under :data:`STARVED_SHARE` of its CPUs, while other work kept the rest of them
+busy, was slowed by the machine, whoever slowed it (on one machine, another experiment's agent
+starting busy processes, each in a session of its own), and fails as the evaluator's fault, not
+counted.
 
 A baseline evaluation has no budget (it is the measure; the hard timeout bounds it), nor has an
 evaluation whose baseline was measured on another kind of device or batch size, or not yet: the
@@ -69,15 +70,22 @@ class CpuTime:
     ran: float
     waited: float
     wall: float
+    #: What other work ran on its CPUs meanwhile (the CPUs' busy time less ``ran``).
+    others: float = 0.0
 
     @property
     def starved(self) -> bool:
+        """Kept waiting, while it ran on little of its CPUs and other work on the rest. (Its own
+        processes, more than its CPUs and waking together, wait as long and run as little, but
+        leave the CPUs idle between.)"""
         kept_waiting = self.waited >= max(STARVED_WAIT_RATIO * self.ran, STARVED_WAIT_MIN_S)
-        return kept_waiting and self.ran <= STARVED_SHARE * usable_cpus() * self.wall
+        cpu_seconds = usable_cpus() * self.wall
+        crowded = self.others >= (1 - STARVED_SHARE) * cpu_seconds
+        return kept_waiting and self.ran <= STARVED_SHARE * cpu_seconds and crowded
 
 
-#: How often :class:`CpuMeter` reads the threads while an evaluation runs: a thread or process that
-#: ends between two reads loses at most this much of its counts.
+#: How often :class:`CpuMeter` reads the threads while an evaluation runs (at least): a thread or
+#: process that ends between two reads loses what it did since the last.
 CPU_READ_INTERVAL_S = 0.5
 
 
@@ -104,6 +112,22 @@ def _threads_under(root: int) -> dict[tuple[int, int], tuple[int, int]]:
     return found
 
 
+def _busy_seconds() -> float:
+    """How long the CPUs this process may run on have been busy since boot (``/proc/stat``: user,
+    nice, system, irq, softirq and steal time), in seconds; 0 where it cannot be read."""
+    cpus = {f"cpu{cpu}" for cpu in os.sched_getaffinity(0)}
+    ticks = 0
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            fields = line.split()
+            if fields and fields[0] in cpus:
+                user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+                ticks += user + nice + system + irq + softirq + steal
+    except (OSError, ValueError):
+        return 0.0
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class CpuMeter:
     """What an evaluation's threads ran and waited (:class:`CpuTime`): this process's and every
     descendant's (OpenCompass's processes, a kept server's, which end or were started before the
@@ -114,6 +138,8 @@ class CpuMeter:
         self._first = _threads_under(self._root)
         self._last = dict(self._first)
         self._started = time.monotonic()
+        self._busy = _busy_seconds()
+        self._interval = CPU_READ_INTERVAL_S
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reader = threading.Thread(target=self._keep_reading, name="cpu-meter", daemon=True)
@@ -128,13 +154,16 @@ class CpuMeter:
         self._read()
 
     def _keep_reading(self) -> None:
-        while not self._stop.wait(CPU_READ_INTERVAL_S):
+        while not self._stop.wait(self._interval):
             self._read()
 
     def _read(self) -> None:
+        began = time.thread_time()
         threads = _threads_under(self._root)
         with self._lock:
             self._last.update(threads)
+        # A tree of many threads costs more to read: the reads then take at most a tenth of a CPU.
+        self._interval = max(CPU_READ_INTERVAL_S, 10 * (time.thread_time() - began))
 
     def used(self) -> CpuTime:
         """Since it was made: a thread that was there then counts from what it had run and waited."""
@@ -144,7 +173,8 @@ class CpuMeter:
             for key, (last_ran, last_waited) in self._last.items():
                 first_ran, first_waited = self._first.get(key, (0, 0))
                 ran, waited = ran + last_ran - first_ran, waited + last_waited - first_waited
-        return CpuTime(ran / 1e9, waited / 1e9, time.monotonic() - self._started)
+        others = max(0.0, _busy_seconds() - self._busy - ran / 1e9)
+        return CpuTime(ran / 1e9, waited / 1e9, time.monotonic() - self._started, others)
 
 
 class BudgetExceededError(PublicEvaluationError):
