@@ -423,8 +423,10 @@ def test_a_special_token_inside_an_answer_is_dropped_by_the_hf_backend_and_the_r
 ) -> None:
     """One decoding rule for every engine (special tokens dropped, as vLLM does): a model that puts
     ``<|im_start|>`` between the two digits of its answer answers 19, not 9, through the ``hf``
-    backend and through OpenCompass with the resident engine (transformers on the CPU, given the
-    rule in OpenCompass's sampling parameters) alike, with the same scores."""
+    backend, through OpenCompass with the resident engine (transformers on the CPU, given the
+    rule in OpenCompass's sampling parameters) and through OpenCompass's own transformers model
+    (given the rule by the config's model builder) alike, with the same scores; the eos after the
+    answer still ends it."""
     settings = make_opencompass_settings(vllm_python=Path(sys.executable))
     task = get_task("gsm8k")
     problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=1)
@@ -438,11 +440,13 @@ def test_a_special_token_inside_an_answer_is_dropped_by_the_hf_backend_and_the_r
         ENGINES.stop()
         SERVERS.stop()
     assert engine.details["engine"] == "resident"
+    own = OpenCompassBackend().evaluate(checkpoint, task, problems, config, make_opencompass_settings())
+    assert (own.details["engine"], own.details["device"]) == ("opencompass", "cpu")
     hf = get_backend("hf").evaluate(
         checkpoint, task, problems, config, settings.model_copy(update={"eval_backend": "hf"})
     )
-    assert hf.completions == engine.completions == ["The answer is 19"]
-    assert hf.scores == engine.scores
+    assert hf.completions == engine.completions == own.completions == ["The answer is 19"]
+    assert hf.scores == engine.scores == own.scores
     assert hf.scores["opencompass"] == 100
 
 

@@ -47,6 +47,7 @@ from autorl.tasks.base import Problem, Task, evaluation_messages, write_problems
 from autorl.tasks.gsm8k import GSM8KFormatTask
 from autorl_evaluator.backends.base import Backend, EvalResult, Evaluation
 from autorl_evaluator.backends.opencompass.config import (
+    CHAT_MODEL_FOLDER,
     DATASET_ABBR,
     DATASET_DATA_SUBDIR,
     MODEL_ABBR,
@@ -333,6 +334,8 @@ class OpenCompassBackend(Backend):
         config_path.write_text(render(inputs), encoding="utf-8")
         work_dir = run_dir / "work"
         env = subprocess_environment(os.environ, run_dir=run_dir, cache_dir=cache_dir, placement=placement)
+        if not inputs.uses_vllm_model:
+            env["PYTHONPATH"] = str(CHAT_MODEL_FOLDER)  # the config's model builder
         # The package versions the evaluation key records (measured for this evaluation, or now): a
         # kept server started under others is replaced, so what runs is what the key names.
         versions = config.backend_versions or backend_versions(self.name, settings)

@@ -10,11 +10,11 @@ Two model types, chosen by where the evaluation runs:
   test split into that many consecutive shards, its ``LocalRunner`` runs them at once on separate
   devices, and the shards' predictions (``gsm8k_0.json``, ``gsm8k_1.json``, ...) are read back in
   order.
-- CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests. It
-  alone keeps special tokens in an answer: its ``generate`` decodes with ``batch_decode(outputs)``
-  and no options, and its ``generation_kwargs`` go to ``model.generate``, so no config can give it
-  the platform's rule (:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`); on the CPU the resident
-  engine (below) follows the rule.
+- CPU: ``HuggingFacewithChatTemplate`` (transformers in float32), for development and tests,
+  built by our ``chat_model`` (``compass_models/autorl_chat_model.py``, on OpenCompass's path,
+  :data:`CHAT_MODEL_FOLDER`): OpenCompass's ``generate`` decodes with ``batch_decode(outputs)`` and
+  no options, keeping special tokens, so ``chat_model`` gives its tokenizer the platform's rule
+  (:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`, passed in the config) and keeps its stop words.
 - The resident engine (``resident=True``, ``AUTORL_VLLM_PYTHON`` set): ``VLLMwithChatTemplate``
   wherever the model runs, its ``vllm`` module the worker's shim (``resident_engine.py``); the
   task asks OpenCompass for no GPU (the engine server holds the devices) and one replica.
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.eval_config import SKIP_SPECIAL_TOKENS
 from autorl.tasks.base import Task
 from autorl.tasks.gsm8k import QUESTION_TEMPLATE
 from autorl_evaluator.model_settings import ModelSettings
@@ -43,6 +44,11 @@ DATASET_DATA_SUBDIR = Path("data") / "gsm8k"
 #: The model column of the summary and the predictions' folder name.
 MODEL_ABBR = "submission"
 _ROLES = {"user": "HUMAN", "assistant": "BOT", "system": "SYSTEM"}
+#: The folder put on OpenCompass's ``PYTHONPATH`` for a CPU config: the module of its model's builder.
+CHAT_MODEL_FOLDER = Path(__file__).resolve().parent / "compass_models"
+#: The builder's module (in :data:`CHAT_MODEL_FOLDER`, standard library only) and the builder.
+CHAT_MODEL_MODULE = "autorl_chat_model"
+CHAT_MODEL_BUILDER = "chat_model"
 
 
 @dataclass(frozen=True)
@@ -91,10 +97,18 @@ def render(inputs: ConfigInputs) -> str:
     model = _gpu_model(inputs) if inputs.uses_vllm_model else _cpu_model(inputs)
     type_name = model_type(inputs)
     replicas = inputs.replicas
+    if inputs.uses_vllm_model:
+        model_import = f"from opencompass.models import {type_name}"
+        model_line = f"models = [dict(type={type_name}, **{model!r})]"
+    else:
+        # OpenCompass's class, named by its path and built by ours (which imports nothing of OpenCompass's).
+        model_import = f"from {CHAT_MODEL_MODULE} import {CHAT_MODEL_BUILDER}"
+        model_class = f"opencompass.models.{type_name}"
+        model_line = f"models = [dict(type={CHAT_MODEL_BUILDER}, model_class={model_class!r}, **{model!r})]"
     lines = [
         "# Written by autorl_evaluator.backends.opencompass.config (one evaluation); not to be edited.",
         "from mmengine.config import read_base",
-        f"from opencompass.models import {type_name}",
+        model_import,
         "from opencompass.partitioners import NaivePartitioner, NumWorkerPartitioner",
         "from opencompass.runners import LocalRunner",
         "from opencompass.tasks import OpenICLEvalTask, OpenICLInferTask",
@@ -112,7 +126,7 @@ def render(inputs: ConfigInputs) -> str:
         lines.append(f"datasets[0]['infer_cfg']['prompt_template']['template']['round'] = {rounds!r}")
     lines += [
         "",
-        f"models = [dict(type={type_name}, **{model!r})]",
+        model_line,
         "",
         # One inference task per replica, on devices of its own; one evaluation task.
         "infer = dict(",
@@ -205,5 +219,6 @@ def _cpu_model(inputs: ConfigInputs) -> dict[str, Any]:
         "tokenizer_kwargs": {"trust_remote_code": False},
         "batch_size": inputs.cpu_batch_size,
         "generation_kwargs": inputs.model.hf_generation_kwargs(),
+        "skip_special_tokens": SKIP_SPECIAL_TOKENS,
         "run_cfg": {"num_gpus": 0, "num_procs": 1},
     }
