@@ -21,7 +21,7 @@ import pytest
 from autorl.tasks import get_task
 from autorl.tasks.base import Problem, read_problems, write_problems
 from autorl_evaluator.backends.hf.opencompass_chat import encode, stop_words
-from autorl_evaluator.backends.opencompass.config import DATASET_DATA_SUBDIR, ConfigInputs
+from autorl_evaluator.backends.opencompass.config import CHAT_MODEL_FOLDER, DATASET_DATA_SUBDIR, ConfigInputs
 from autorl_evaluator.backends.opencompass.config import render as render_config
 from autorl_evaluator.backends.opencompass.model_view import build_view
 from autorl_evaluator.backends.opencompass.warm_opencompass import SERVER
@@ -199,7 +199,13 @@ def opencompass_side(
         "t5": _prepare(t5_view, problems, root / "t5"),
         "t5-unfixed": _prepare(unfixed, problems, root / "t5-unfixed-work"),
     }
-    environment = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(root)}
+    # The config's model builder is ours, where the backend puts it for a CPU run.
+    environment = {
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "HOME": str(root),
+        "PYTHONPATH": str(CHAT_MODEL_FOLDER),
+    }
     results: dict[str, dict[str, Any]] = run_in_opencompass(
         OC_SCRIPT, cases, root, timeout_s=600, env=environment
     )
