@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 
 from autorl.store import migrate
+from autorl.store.db import MIGRATIONS_DIR
 from autorl.store.models import Base
 from tests.support.infra import new_run_id, postgres_database
 
@@ -33,6 +36,35 @@ def test_migrations_match_the_models(backend: str, request: pytest.FixtureReques
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_every_migration_goes_down_and_up_again(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Each migration's downgrade undoes its upgrade: down to an empty database, then up again,
+    the schema is the models' once more."""
+    if backend == "postgres":
+        url: str = request.getfixturevalue("fresh_pg_url")  # migrated by the fixture
+    else:
+        url = f"sqlite:///{tmp_path / 'autorl.db'}"
+        migrate(url)
+    command.downgrade(_alembic_config(url), "base")
+    engine = sa.create_engine(url)
+    try:
+        assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
+        migrate(url)
+        with engine.connect() as connection:
+            assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+def _alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url)
+    return config
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 def test_existing_submissions_are_numbered_by_experiment_in_the_order_received(
     backend: str, tmp_path: Path
 ) -> None:
@@ -46,15 +78,7 @@ def test_existing_submissions_are_numbered_by_experiment_in_the_order_received(
 
 
 def _number_existing_submissions(url: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    from autorl.store.db import MIGRATIONS_DIR
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", url)
-    command.upgrade(config, "0009_costly_refusals")
+    command.upgrade(_alembic_config(url), "0009_costly_refusals")
     engine = sa.create_engine(url)
     experiment = (
         "INSERT INTO experiments (id, name, task, model, base_model_dir, workspace, output_dir, token_hash,"

@@ -1,9 +1,4 @@
-"""initial schema
-
-Revision ID: 0001
-Revises: 
-Create Date: 2026-11-30 00:09:19.066140
-"""
+"""initial schema"""
 
 from alembic import op
 import sqlalchemy as sa

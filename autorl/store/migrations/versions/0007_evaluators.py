@@ -1,9 +1,4 @@
-"""evaluator workers report themselves alive (queue, backends, last heartbeat)
-
-Revision ID: 0007_evaluators
-Revises: 0006_correctness
-Create Date: 2026-12-03 21:00:00.000000
-"""
+"""evaluator workers report themselves alive (queue, backends, last heartbeat)"""
 
 from alembic import op
 import sqlalchemy as sa

@@ -1,22 +1,25 @@
-"""per-experiment submission numbers (what agents see as submission_id) and a per-row revision
-
-Revision ID: 0010_submission_numbers
-Revises: 0009_costly_refusals
-Create Date: 2026-12-06 09:00:00.000000
-"""
+"""per-experiment submission numbers (what agents see as submission_id) and a per-row revision"""
 
 from alembic import op
 import sqlalchemy as sa
+
+from autorl.store.migrations.added_columns import added_columns
 
 
 revision = '0010_submission_numbers'
 down_revision = '0009_costly_refusals'
 
 
+add_columns, drop_columns = added_columns(
+    submissions=[
+        sa.Column('number', sa.Integer(), nullable=True),
+        sa.Column('revision', sa.Integer(), nullable=False, server_default='0'),
+    ],
+)
+
+
 def upgrade() -> None:
-    with op.batch_alter_table('submissions', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('number', sa.Integer(), nullable=True))
-        batch_op.add_column(sa.Column('revision', sa.Integer(), nullable=False, server_default='0'))
+    add_columns()
     # The agent's submissions (neither a baseline nor a sealed experiment's final evaluation) are
     # numbered 1, 2, ... per experiment in the order they were received.
     submissions = sa.table(
@@ -53,5 +56,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table('submissions', schema=None) as batch_op:
         batch_op.drop_constraint('uq_submissions_number', type_='unique')
-        batch_op.drop_column('revision')
-        batch_op.drop_column('number')
+    drop_columns()

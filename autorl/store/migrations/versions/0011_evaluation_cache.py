@@ -1,9 +1,4 @@
-"""the results of `autorl evaluate`, one per snapshot fingerprint and evaluation key
-
-Revision ID: 0011_evaluation_cache
-Revises: 0010_submission_numbers
-Create Date: 2026-12-06 12:00:00.000000
-"""
+"""the results of `autorl evaluate`, one per snapshot fingerprint and evaluation key"""
 
 from alembic import op
 import sqlalchemy as sa
