@@ -4,7 +4,9 @@ Every operator surface (``autorl run``'s progress and summary, ``autorl results`
 dashboard, Kubernetes Events and status messages) shows such a string only through
 :func:`printable`: a character that is not plainly visible (C0 and C1 controls, DEL, bidi
 overrides, zero-width and other format characters, line and paragraph separators, unusual spaces,
-unassigned code points, default-ignorable fillers and selectors, combining marks) is written as
+unassigned code points, default-ignorable fillers and selectors, combining marks, and a character
+drawn as another: one that Unicode's canonical composition (NFC) changes alone, such as the Kelvin
+sign drawn as K, or composes with the one before it, such as a conjoining Hangul jamo) is written as
 its escape (``\\x1b``, ``\\n``, ``\\u202e``), and a backslash
 as ``\\\\``, so that what the operator sees spells the string exactly and can neither drive the
 terminal (titles, colours, cursor moves, hyperlinks) nor forge a line. Rich output takes the result
@@ -17,7 +19,7 @@ import functools
 import logging
 import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -78,21 +80,42 @@ def code_points_showing_nothing() -> frozenset[int]:
     return frozenset((*by_category, *(c for low, high in _BLANK_RANGES for c in range(low, high + 1))))
 
 
-def _unprintable(char: str) -> bool:
+def _drawn_as_another(char: str, before: str) -> bool:
+    """Whether ``char``, after ``before`` (the character before it, if any), is drawn as something
+    else: Unicode's canonical composition (NFC) changes it alone (a canonical singleton: the Kelvin
+    sign drawn as K, the Angstrom sign as Å, the Greek question mark as ';', a CJK compatibility
+    ideograph) or composes it with ``before`` (a conjoining Hangul jamo after a syllable, 가 + ᆨ
+    drawn as 각; a vowel sign that completes another). A name holding one looks like its NFC form,
+    another name; a precomposed letter (é, 각, ü) is its own NFC form and is drawn as itself."""
+    if not unicodedata.is_normalized("NFC", char):
+        return True
+    composes = not unicodedata.is_normalized("NFC", before + char)
+    return composes and unicodedata.is_normalized("NFC", before)
+
+
+def _unprintable(char: str, before: str) -> bool:
     # str.isprintable is false exactly for Unicode's "Other" (Cc, Cf, Cs, Co, Cn) and "Separator"
     # (Zl, Zp, Zs) categories, the ASCII space excepted; the rest are printable characters that
-    # still show nothing of their own.
-    return not char.isprintable() or (not char.isascii() and shows_nothing(char))
+    # still show nothing of their own, or are drawn as another (no ASCII character is either, nor
+    # composes with one before it).
+    if not char.isprintable():
+        return True
+    return not char.isascii() and (shows_nothing(char) or _drawn_as_another(char, before))
 
 
-def _hidden(char: str) -> bool:
-    return char == "\\" or _unprintable(char)
+def _characters(text: str) -> Iterator[tuple[str, bool]]:
+    """Each character of ``text`` and whether it does not show as itself where it stands (the one
+    definition every function here shows and checks by)."""
+    before = ""
+    for char in text:
+        yield char, _unprintable(char, before)
+        before = char
 
 
 def _printable_line(line: str) -> str:
     if line.isascii() and line.isprintable() and "\\" not in line:
         return line  # the common case, without a per-character pass
-    return "".join(_escape(char) if _hidden(char) else char for char in line)
+    return "".join(_escape(char) if hidden or char == "\\" else char for char, hidden in _characters(line))
 
 
 def printable(text: str, *, multiline: bool = False) -> str:
@@ -113,14 +136,17 @@ CUT = "…"
 
 
 def shortened(text: str, most: int, escape: Callable[[str], str] = str) -> str:
-    """``text`` as ``escape`` writes it (character by character), in at most ``most`` characters:
-    a longer one is cut between two characters, never inside an escape, and ends with :data:`CUT`.
-    Reads at most ``most + 1`` characters of ``text``, however long it is."""
+    """``text`` as ``escape`` writes it (character by character, each as it is written after the
+    one before it), in at most ``most`` characters: a longer one is cut between two characters,
+    never inside an escape, and ends with :data:`CUT`. Reads at most ``most + 1`` characters of
+    ``text``, however long it is."""
     room = most - len(CUT)
     cut = None
     length = 0
+    before = ""
     for index, char in enumerate(text):
-        length += len(escape(char))
+        length += len(escape(before + char)) - len(escape(before))
+        before = char
         if cut is None and length > room:
             cut = index
         if length > most:
@@ -149,7 +175,7 @@ def printable_within(text: str, most: int) -> str:
 def unprintable_characters(text: str) -> list[str]:
     """The escapes of the characters in ``text`` that do not show as themselves, each once, in order
     (a backslash shows as itself and is not one of them)."""
-    found = dict.fromkeys(_escape(char) for char in text if _unprintable(char))
+    found = dict.fromkeys(_escape(char) for char, hidden in _characters(text) if hidden)
     return list(found)
 
 

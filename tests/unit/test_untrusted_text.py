@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import sys
+import unicodedata
 
 import pytest
+from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
+from autorl.api.request_bodies import SubmitRequest
+from autorl.errors import CheckpointError
 from autorl.untrusted_text import (
+    Printable,
     PrintableArgs,
     PrintableFormatter,
     printable,
+    printable_once,
+    printable_within,
     rich_text,
     unprintable_characters,
 )
@@ -110,3 +118,77 @@ def test_log_lines_stay_one_line_whatever_their_arguments_hold() -> None:
 
     record = _record("event=x path=%s n=%d", "a\r\x9bb", 3)
     assert PrintableArgs().filter(record) and record.getMessage() == "event=x path=a\\r\\x9bb n=3"
+
+
+#: (a name, the name it is drawn as): Unicode's canonical equivalents, drawn alike by definition.
+LOOKALIKES = [
+    ("output/\u212aeep", "output/Keep"),  # KELVIN SIGN, a canonical singleton of K
+    ("output/\u212bngstrom", "output/\u00c5ngstrom"),  # ANGSTROM SIGN, of Å
+    ("output/step\u037e1", "output/step;1"),  # GREEK QUESTION MARK, of ';'
+    ("output/a\u0387b", "output/a\u00b7b"),  # GREEK ANO TELEIA, of the middle dot
+    ("output/\uf900", "output/\u8c48"),  # a CJK compatibility ideograph
+    ("output/\uac00\u11a8", "output/\uac01"),  # 가 + a conjoining final consonant: 각
+    ("output/\u1100\u1161\u11a8", "output/\uac01"),  # conjoining initial, vowel and final: 각
+    ("output/\u0b47\u0b3e", "output/\u0b4b"),  # a spacing vowel sign that completes the one before
+]
+
+
+@pytest.mark.parametrize(("name", "drawn_as"), LOOKALIKES)
+def test_a_lookalike_character_is_shown_escaped(name: str, drawn_as: str) -> None:
+    assert unicodedata.normalize("NFC", name) == drawn_as != name
+    shown = printable(name)
+    assert shown != name and "\\u" in shown
+    # What is shown is its own NFC form, and names what it was given: no reader takes it for another.
+    assert unicodedata.normalize("NFC", shown) == shown and shown != printable(drawn_as)
+    assert unprintable_characters(name) and printable_once(name) == shown
+    assert rich_text(name).plain == shown
+    assert TypeAdapter(Printable).validate_python(name) == shown
+    assert printable(f"x\t{name}", multiline=True) == f"x\t{shown}"
+    assert printable_within(name, 200) == shown and printable_within(name + "z" * 300, 60).startswith(shown)
+    # The grader refuses such a model_path as it refuses one that does not print.
+    with pytest.raises(CheckpointError, match=re.escape(unprintable_characters(name)[0])):
+        SubmitRequest(model_path=name)
+    # Escaped once: the shown text, given again, is kept as it is.
+    assert unprintable_characters(shown) == [] and printable_once(shown) == shown
+
+
+def test_two_folders_drawn_alike_are_shown_as_two_names() -> None:
+    honest, lookalike = "output/Keep", "output/\u212aeep"
+    assert printable(honest) == honest
+    assert printable(lookalike) == "output/\\u212aeep" != printable(honest)
+    assert rich_text(lookalike).plain != rich_text(honest).plain
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "output/caf\u00e9-\u00fcber",  # precomposed Latin letters
+        "output/\uac01-\ud55c\uae00",  # precomposed Hangul syllables
+        "output/\u65e5\u672c\u8a9e-\u6a21\u578b",  # CJK ideographs
+        "output/\u0b4b\u0915\u093e",  # a precomposed vowel sign; a spacing one that composes with nothing
+        "output/\u0391\u03b8\u03ae\u03bd\u03b1",  # Greek with a precomposed tonos
+    ],
+)
+def test_a_name_drawn_as_itself_is_shown_unchanged(name: str) -> None:
+    assert unicodedata.normalize("NFC", name) == name
+    assert printable(name) == name and unprintable_characters(name) == []
+    assert rich_text(name).plain == name and printable_within(name, 200) == name
+    assert TypeAdapter(Printable).validate_python(name) == name
+    assert SubmitRequest(model_path=name).model_path == name
+
+
+def test_nothing_shown_is_drawn_as_another_and_escaping_again_changes_nothing() -> None:
+    """Every character kept, after any other: what is shown is its own NFC form, so that no reader
+    can take it for another; and it holds nothing more to escape (no kept character composes with
+    the last character of an escape before it)."""
+    kept = [chr(code) for code in range(0x80, 0x30000) if not unprintable_characters(chr(code))]
+    followers = [
+        chr(code) for code in (*range(0x1100, 0x1200), *range(0xD7B0, 0xD800), *range(0x0900, 0x0E00))
+    ]
+    for before in ["a", "\\", "\x1b", "\u212a", "\u0301", "\uac00", "\u1100", "\u0b47", "\u0bc6", "\u0d46"]:
+        text = before + "".join(f"{char}{before}" for char in followers)
+        shown = printable(text)
+        assert unicodedata.normalize("NFC", shown) == shown, before
+        assert unprintable_characters(shown) == [] and printable_once(shown) == shown
+    singles = "".join(f"{char}x" for char in kept)
+    assert unicodedata.normalize("NFC", printable(singles)) == printable(singles)
