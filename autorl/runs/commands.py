@@ -446,7 +446,7 @@ def _report(args: argparse.Namespace) -> int:
     report = report_run(runs.settings, run_id, time.time())
     _print_report(report.metrics, args.json)
     if not args.json:
-        print(f"metrics: {report.metrics_path}\nplot:    {report.plot_path}")
+        print(f"metrics: {printable(str(report.metrics_path))}\nplot:    {printable(str(report.plot_path))}")
     return 0
 
 

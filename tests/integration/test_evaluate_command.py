@@ -8,8 +8,10 @@ so a second call evaluates nothing; it works from any folder; bad input exits 2 
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
+from rich.text import Text
 
 import autorl.tasks
 import autorl_evaluator.backends as backends
@@ -26,7 +30,8 @@ from autorl.cli import EXIT_BAD_INPUT, main
 from autorl.protocol.statistics import compare, wilson_interval
 from autorl.store import Database, submissions
 from autorl.tasks.arith import ArithTask
-from autorl_evaluator.evaluate_command import CACHED
+from autorl.untrusted_text import printable
+from autorl_evaluator.evaluate_command import CACHED, _status
 from autorl_evaluator.jobs import evaluate
 from autorl_grader.main import create_app
 from tests.conftest import FIXTURE_DATA, REPO_ROOT
@@ -376,3 +381,43 @@ def _no_leftover_snapshots(request: pytest.FixtureRequest) -> Iterator[None]:
     if isinstance(home_dir, Path):
         leftovers = list((home_dir / "eval").glob("evaluate-*"))
         assert leftovers == []
+
+
+#: A folder name that drives a terminal: a hyperlink, the window title, a cursor move, an erased
+#: line, colours and a C1 control.
+TERMINAL_NAME = (
+    "\x1b]8;;https:evil.example\x1b\\OK\x1b]8;;\x1b\\\x1b]0;title\x07\x1b[1A\x1b[2K\x1b[31mRED\x1b[0m\x9b2J"
+)
+#: What starts a terminal's control sequence or rings it: ESC, BEL, DEL and the C1 controls (a
+#: progress bar's carriage returns are the loading library's own).
+CONTROLS = re.compile("[\x07\x1b\x7f-\x9f]")
+
+
+def test_a_folder_reached_through_a_link_is_shown_escaped(
+    command: EvaluateCommand, tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """A checkpoint named through a link (as an agent's output/final) is shown by the folder the
+    link resolves to, whatever its name holds: escaped in the progress lines and the result."""
+    output = tmp_path / "output"
+    checkpoint = copy_model(tiny_base_model, output / TERMINAL_NAME)
+    (output / "final").symlink_to(TERMINAL_NAME)
+    code, out, err = command.run(
+        str(output / "final"), "-t", "arith", "--limit", "1", "--base", str(tiny_base_model)
+    )
+    assert code == 0, err
+    shown = printable(str(checkpoint.resolve()))
+    assert f"autorl evaluate: checking and copying {shown}\n" in err
+    assert out.startswith(f"{shown} on arith (test split, 1 problems)\n")
+    assert CONTROLS.search(out) is None and CONTROLS.search(err) is None
+
+
+def test_the_spinner_shows_its_message_escaped() -> None:
+    """On a terminal the progress is a spinner: its text is escaped too, and never read as markup."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=400)
+    with _status(console, f"evaluating {TERMINAL_NAME}[/bold] on 1 arith problems"):
+        console.print(Text("working"))
+    drawn = out.getvalue()
+    assert f"autorl evaluate: evaluating {printable(TERMINAL_NAME)}[/bold] on 1 arith problems" in drawn
+    # Only the spinner's own cursor moves: no title, hyperlink, bell or C1 control of the name's.
+    assert "\x1b]" not in drawn and "\x07" not in drawn and "\x9b" not in drawn

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import Field
 from rich.console import Console
+from rich.text import Text
 
 from autorl.api.answers import Answer, Comparison, ProtocolScores
 from autorl.checkpoints.snapshot import Snapshot, snapshot_base_model, snapshot_submission
@@ -46,6 +47,7 @@ from autorl.protocol.statistics import Evaluated, accuracy_interval, comparison_
 from autorl.store import Database, EvaluationCache, Split, caches, migrate
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import Problem
+from autorl.untrusted_text import printable
 from autorl_evaluator.settings import WorkerSettings
 
 #: Printed on stderr before a result taken from the cache (the tests read it).
@@ -334,7 +336,7 @@ def _text(answer: EvaluationAnswer, request: Request) -> str:
     low, high = answer.interval
     scores = answer.scores
     lines = [
-        f"{answer.model} on {answer.task} ({answer.split} split, {answer.n} problems)",
+        f"{printable(answer.model)} on {answer.task} ({answer.split} split, {answer.n} problems)",
         f"score {answer.score:.2f}  (95 % interval {low:.2f} to {high:.2f})",
         f"protocols: opencompass {_points(scores.opencompass)}  flexible {_points(scores.flexible)}  "
         f"strict {_points(scores.strict)}",
@@ -343,8 +345,9 @@ def _text(answer: EvaluationAnswer, request: Request) -> str:
         compared = answer.comparison
         gains, losses = compared.discordant
         verdict = "distinguishable" if compared.distinguishable else "not distinguishable from noise"
+        base = printable(str(request.base))
         lines.append(
-            f"against {request.base} on the same problems: {compared.difference:+.2f} points "
+            f"against {base} on the same problems: {compared.difference:+.2f} points "
             f"(95 % interval {compared.interval[0]:+.2f} to {compared.interval[1]:+.2f}), exact McNemar "
             f"p = {compared.p_value:.4g}, {gains} gained and {losses} lost: {verdict}"
         )
@@ -356,8 +359,14 @@ def _points(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _shown(message: str) -> Text:
+    """A progress line: ``message`` escaped (:func:`autorl.untrusted_text.printable`), as it names a
+    folder read from disk (a resolved link can name anything) and a model as given."""
+    return Text(f"autorl evaluate: {printable(message)}")
+
+
 def _say(console: Console, message: str) -> None:
-    console.print(f"autorl evaluate: {message}", markup=False, soft_wrap=True)
+    console.print(_shown(message), soft_wrap=True)
 
 
 @contextmanager
@@ -367,5 +376,5 @@ def _status(console: Console, message: str) -> Iterator[None]:
         _say(console, message)
         yield
         return
-    with console.status(f"autorl evaluate: {message}"):
+    with console.status(_shown(message)):
         yield

@@ -43,7 +43,7 @@ from autorl.runs.run_lock import RunInfo, RunLock, recover_orphaned_runs
 from autorl.runs.seeds import RunSeed, write_run_seed
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import write_agent_train
-from autorl.untrusted_text import printable
+from autorl.untrusted_text import printable, rich_text
 from autorl.wait_reasons import Reason
 from autorl_agent_runner.agent_command import AgentCommand
 from autorl_agent_runner.launch import AgentLaunch, launch_agent, links_base_model, resolve_launch_agent
@@ -127,7 +127,8 @@ def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
             "or stop what listens there"
         )
     for row in recover_orphaned_runs(settings.home, settings.database_url):
-        print(f"autorl run: run {row.run_id} was killed earlier; recorded it as interrupted", file=sys.stderr)
+        killed = printable(row.run_id)  # read from the run's lock file
+        print(f"autorl run: run {killed} was killed earlier; recorded it as interrupted", file=sys.stderr)
     run_id = new_run_id(task.name)
     run_dir = settings.home / "runs" / run_id
     workspace_root = (config.workspace or run_dir / "workspace").expanduser().absolute()
@@ -138,7 +139,7 @@ def prepare_run(config: LocalRunConfig, settings: RunSettings) -> LocalRun:
     # Preparing is part of validating: an unknown model source is bad input, refused before
     # anything starts. Both are cached, so a second run with the same inputs skips this.
     console = Console(stderr=True)
-    with console.status(f"preparing model {config.model} and the {task.name} train split"):
+    with console.status(rich_text(f"preparing model {config.model} and the {task.name} train split")):
         try:
             base_dir = resolve_model(config.model, settings.models_dir)
             known = tuple(

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from autorl.cli import EXIT_INTERRUPTED, UsageError
+from autorl.cli import EXIT_INTERRUPTED, UsageError, error_text
 from autorl.errors import AutoRLError
 from autorl.runs.repeats import RepeatGroup, group_runs
 from autorl.runs.results import read_rows
@@ -95,7 +95,7 @@ def _name_runs(console: Console, settings: RunSettings, run_ids: Sequence[str]) 
     try:
         rows = [row for row in read_rows(settings.home) if row.run_id in set(run_ids)]
     except AutoRLError as exc:
-        print(f"autorl run: cannot read the results rows: {exc}", file=sys.stderr)
+        print(f"autorl run: cannot read the results rows: {error_text(exc)}", file=sys.stderr)
         return
     seeds = {run_id: seed for run_id in run_ids if (seed := read_run_seed(settings.home, run_id)) is not None}
     for group in group_runs(rows, seeds, {}):
