@@ -403,7 +403,7 @@ def _decode_batch(
     chunk = max(1, PREFILL_TOKENS // width)
     for start in range(0, rows, chunk):
         end = min(rows, start + chunk)
-        cache.prefill_window(start, end, 0)
+        cache.prefill_window(start, end, 0, written=valid[start:end, :width])
         window = AttentionWindow(_causal_mask(valid[start:end], 0, width), prefix)
         tokens[start:end] = forward(cache, input_ids[start:end], positions[start:end], window)
 

@@ -40,10 +40,15 @@ class SlotCache:
         self._slot = 0
         self._slot_index: Any = None
         self._span = slots
+        self._padding: Any = None
 
-    def prefill_window(self, row_start: int, row_end: int, slot: int) -> None:
-        """The next forward pass writes rows ``row_start..row_end`` from ``slot`` on."""
+    def prefill_window(self, row_start: int, row_end: int, slot: int, written: Any = None) -> None:
+        """The next forward pass writes rows ``row_start..row_end`` from ``slot`` on; ``written``
+        (``[rows, positions]`` boolean, None: all) says which positions hold a row's own ids: the
+        others (padding) are stored as zeros, whatever the model computed for them, so that a masked
+        slot adds nothing to a row (zero weight times an infinite value would be NaN)."""
         self._rows, self._slot, self._slot_index = slice(row_start, row_end), slot, None
+        self._padding = None if written is None else ~written[:, None, :, None]
 
     def decode_window(self, rows: int, slot_index: Any, span: int) -> None:
         """The next forward passes write one position of rows ``0..rows`` at ``slot_index`` (a
@@ -62,6 +67,9 @@ class SlotCache:
             values.index_copy_(2, self._slot_index, value_states)
             return keys[:, :, : self._span], values[:, :, : self._span]
         end = self._slot + key_states.shape[2]
+        if self._padding is not None:
+            key_states = key_states.masked_fill(self._padding, 0)
+            value_states = value_states.masked_fill(self._padding, 0)
         keys[:, :, self._slot : end] = key_states
         values[:, :, self._slot : end] = value_states
         return keys[:, :, :end], values[:, :, :end]

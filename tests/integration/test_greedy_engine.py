@@ -17,7 +17,8 @@ import pytest
 from autorl.decoding import greedy_engine
 from autorl.decoding.greedy_engine import generate_greedy
 from autorl.tasks import get_task
-from tests.support.models import greedy_ids
+from autorl_evaluator.backends.opencompass.compass_models.padded_attention import use_padded_attention
+from tests.support.models import greedy_ids, poison_padding
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +92,33 @@ def test_same_ids_as_generate_for_prompts_that_share_nothing(
     )
     assert output.shared_prefix == 0
     assert output.tokens == expected
+
+
+def test_a_padding_slot_adds_nothing_to_a_row_whatever_the_weights_compute_for_it(
+    tiny_base_model: Path, model_and_prompts: tuple[Any, Any, list[list[int]]]
+) -> None:
+    """Weights whose pad token alone computes an infinite value: each row answers in a batch
+    (left-padded) as it answers alone, through the engine and through ``generate`` with the
+    platform's attention (architectures the engine does not know)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _, tokenizer, prompts = model_and_prompts
+    rows = [prompts[0][-40:], prompts[1][-9:], prompts[2][-23:]]
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_base_model, dtype=torch.float32, attn_implementation=use_padded_attention()
+    ).eval()
+    with torch.no_grad():
+        _widen_weights(model, torch.Generator().manual_seed(0))
+        poison_padding(model.state_dict(), tokenizer.pad_token_id)
+    alone = greedy_ids(model, rows, NEW_TOKENS, eos_token_id=None, pad_token_id=tokenizer.pad_token_id)
+    engine = generate_greedy(
+        model, rows, max_new_tokens=NEW_TOKENS, eos_ids=[], pad_id=tokenizer.pad_token_id
+    )
+    with torch.inference_mode():
+        padded = greedy_engine._generate_batch(model, rows, [NEW_TOKENS] * 3, [], tokenizer.pad_token_id, {})
+    assert engine.tokens == padded == alone
+    assert len({tuple(ids) for ids in alone}) == 3
 
 
 def test_rows_stop_at_their_limit_or_first_eos_and_finished_rows_leave_the_batch(

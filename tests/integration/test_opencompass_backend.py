@@ -50,7 +50,7 @@ from tests.support.grading import (
     row_id,
     submit_accepted,
 )
-from tests.support.models import TrainedModel
+from tests.support.models import TrainedModel, poison_padding
 from tests.support.opencompass_models import corrupt_weights, save_answering_model, save_sharp_model
 from tests.support.settings import DeploymentSettings
 
@@ -418,21 +418,31 @@ def test_the_resident_engine_keeps_opencompass_prompts_and_scores_and_takes_weig
         SERVERS.stop()
 
 
-def test_a_special_token_inside_an_answer_is_dropped_by_the_hf_backend_and_the_resident_engine(
+def test_every_engine_drops_special_tokens_and_lets_no_padding_slot_reach_a_row(
     tiny_base_model: Path, make_opencompass_settings: Callable[..., DeploymentSettings], tmp_path: Path
 ) -> None:
-    """One decoding rule for every engine (special tokens dropped, as vLLM does): a model that puts
-    ``<|im_start|>`` between the two digits of its answer answers 19, not 9, through the ``hf``
-    backend, through OpenCompass with the resident engine (transformers on the CPU, given the
-    rule in OpenCompass's sampling parameters) and through OpenCompass's own transformers model
-    (given the rule by the config's model builder) alike, with the same scores; the eos after the
-    answer still ends it."""
+    """One decoding rule for every engine: the ``hf`` backend, OpenCompass with the resident engine
+    (transformers on the CPU, given the rule in OpenCompass's sampling parameters) and OpenCompass's
+    own transformers model (given it by the config's model builder).
+
+    - Special tokens are dropped, as vLLM drops them: a model that puts ``<|im_start|>`` between the
+      two digits of its answer answers 19, not 9; the eos after the answer still ends it.
+    - A padding slot adds nothing to a row: the same model, its pad token made to compute an
+      infinite value, answers each of three prompts of different lengths (one batch, left-padded)
+      as an unpadded row does."""
+    from safetensors.torch import load_file, save_file
+
     settings = make_opencompass_settings(vllm_python=Path(sys.executable))
     task = get_task("gsm8k")
-    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=1)
+    problems = task.load_test_problems(tmp_path / "data", source_dir=settings.data_source_dir, limit=3)
     assert problems[0].answer.endswith("#### 19")
+    assert len({len(problem.question) for problem in problems}) == 3
     answer = ["The", "Ġanswer", "Ġis", "Ġ", "1", "<|im_start|>", "9"]
     checkpoint = save_answering_model(tiny_base_model, tmp_path / "model", answer, "<|im_start|>assistant\n")
+    weights = checkpoint / "model.safetensors"
+    tensors = load_file(weights)
+    poison_padding(tensors, json.loads((checkpoint / "config.json").read_text())["pad_token_id"])
+    save_file(tensors, str(weights), metadata={"format": "pt"})
     config = EvalConfig.record(task.name, settings)
     try:
         engine = OpenCompassBackend().evaluate(checkpoint, task, problems, config, settings)
@@ -445,9 +455,9 @@ def test_a_special_token_inside_an_answer_is_dropped_by_the_hf_backend_and_the_r
     hf = get_backend("hf").evaluate(
         checkpoint, task, problems, config, settings.model_copy(update={"eval_backend": "hf"})
     )
-    assert hf.completions == engine.completions == own.completions == ["The answer is 19"]
+    assert hf.completions == engine.completions == own.completions == ["The answer is 19"] * 3
     assert hf.scores == engine.scores == own.scores
-    assert hf.scores["opencompass"] == 100
+    assert hf.scores["opencompass"] == pytest.approx(100 / 3)
 
 
 def test_the_warm_worker_forks_opencompass_from_one_server_and_answers_as_the_command(

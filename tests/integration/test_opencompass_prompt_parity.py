@@ -102,6 +102,7 @@ def opencompass_side(config_path):
     model_cfg = dict(cfg.models[0])
     model_cfg['tokenizer_only'] = True
     model = build_model_from_cfg(model_cfg)
+    flushed = (torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0
     dataset_cfg = cfg.datasets[0]
     infer_cfg = dataset_cfg['infer_cfg']
     retriever_cfg = dict(infer_cfg['retriever'])
@@ -124,7 +125,7 @@ def opencompass_side(config_path):
     with torch.no_grad():
         logits = lm(torch.tensor([ids[0]])).logits[0, -1].tolist()
     return {'texts': texts, 'ids': ids, 'stop_words': sorted(model.stop_words), 'logits': logits,
-            'transformers': transformers.__version__, 'warm': warm}
+            'transformers': transformers.__version__, 'warm': warm, 'denormals_flushed': flushed}
 
 
 # One process for every case: importing OpenCompass costs tens of seconds of CPU.
@@ -234,6 +235,12 @@ def test_builtin_tiny_qwen2_prompts_and_ids_are_identical(
     assert theirs["stop_words"] == ["<|endoftext|>", "<|im_end|>"]
     # OpenCompass's own turns: every user turn ends with the newline its meta template adds.
     assert theirs["texts"][0].count("Answer:\n<|im_end|>") == 5
+
+
+def test_opencompass_s_own_model_computes_denormals_as_zero_as_every_engine_on_the_cpu_does(
+    opencompass_side: dict[str, dict[str, Any]],
+) -> None:
+    assert opencompass_side["tiny"]["denormals_flushed"] is True
 
 
 def test_a_transformers5_checkpoint_reaches_transformers4_intact_through_the_view(

@@ -211,3 +211,21 @@ def greedy_completions(
         pad_token_id=tokenizer.pad_token_id,
     )
     return [tokenizer.decode(ids, skip_special_tokens=True) for ids in completions]
+
+
+#: What a padding slot's value becomes in :func:`poison_padding`: finite weights, an infinite product.
+HUGE = 3e38
+
+
+def poison_padding(tensors: dict[str, Any], pad_id: int) -> None:
+    """Edit a Qwen2/Llama state dict in place so that only a padding slot computes an infinite
+    value: the pad token's embedding becomes one-hot in the last dimension, which no other token
+    uses, and the first layer's value projection multiplies that dimension by :data:`HUGE`. A row
+    without padding (alone, or the longest of its batch) computes only finite values; a left-padded
+    row meets an infinite value behind its mask, and zero weight times it is NaN."""
+    embeddings = tensors["model.embed_tokens.weight"]
+    last = embeddings.shape[1] - 1
+    embeddings[:, last] = 0.0
+    embeddings[pad_id] = 0.0
+    embeddings[pad_id, last] = 1.0
+    tensors["model.layers.0.self_attn.v_proj.weight"][:, last] = HUGE

@@ -45,6 +45,7 @@ from autorl.tasks.base import Task, evaluation_messages
 from autorl_evaluator.backends.base import Backend, EvalResult, Evaluation
 from autorl_evaluator.backends.hf.opencompass_chat import cut_at_stop_words, encode, stop_words
 from autorl_evaluator.backends.hf.warm_models import RESIDENT
+from autorl_evaluator.backends.opencompass.compass_models.padded_attention import use_padded_attention
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
 
@@ -246,6 +247,10 @@ def _cold_load(model_dir: Path, device: Any, dtype: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=dtype, trust_remote_code=False, use_safetensors=True
+        model_dir,
+        dtype=dtype,
+        trust_remote_code=False,
+        use_safetensors=True,
+        attn_implementation=use_padded_attention(),  # for architectures the engine does not know
     )
     return model.to(device).eval()

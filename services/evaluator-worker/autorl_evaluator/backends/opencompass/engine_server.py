@@ -52,6 +52,8 @@ MAX_REQUEST_BYTES = 256 * 1024 * 1024
 OURS = Path(__file__).resolve().parents[2]
 #: The worker's one key of resident state.
 RESIDENT_KEY = OURS / "resident_key.py"
+#: The attention in which padding adds nothing to a row (the transformers engine's).
+PADDED_ATTENTION = Path(__file__).resolve().parent / "compass_models" / "padded_attention.py"
 
 if TYPE_CHECKING:
     from autorl_evaluator import json_lines
@@ -63,9 +65,13 @@ else:
 
 @functools.cache
 def _resident_key_module() -> Any:
-    spec = importlib.util.spec_from_file_location("autorl_resident_key", RESIDENT_KEY)
+    return _module_at("autorl_resident_key", RESIDENT_KEY)
+
+
+def _module_at(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {RESIDENT_KEY}")
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -175,8 +181,9 @@ class TransformersEngine:
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
         self.tokenizer.padding_side = "left"
+        attention = _module_at("autorl_padded_attention", PADDED_ATTENTION).use_padded_attention()
         model: Any = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch.float32, trust_remote_code=False
+            model_dir, dtype=torch.float32, trust_remote_code=False, attn_implementation=attention
         )
         self.model: Any = model.eval()
         pad = self.tokenizer.pad_token_id

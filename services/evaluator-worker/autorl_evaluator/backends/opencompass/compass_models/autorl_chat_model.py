@@ -11,8 +11,10 @@ is cut before its first token that is a stop word and that ``skip_special_tokens
 rest is decoded with ``skip_special_tokens``, and that stop word is written back after it. Every
 stop word thus stays where it was, in an answer and in the criterion's look-back, and so do the
 stops and the cuts; only the other special tokens go, as vLLM and the ``hf`` backend drop them. The
-config passes the rule (:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`); with it off the model is
-OpenCompass's, untouched.
+config passes the rule (:data:`autorl.eval_config.SKIP_SPECIAL_TOKENS`); with it off the answers
+are decoded as OpenCompass decodes them. Every model built here runs the attention of
+``padded_attention.py`` (beside this file, loaded by its path), in which padding adds nothing to a
+row, and computes denormal floats as zero, as the other engines on the CPU do.
 
 This folder is put on OpenCompass's ``PYTHONPATH`` and the config imports :func:`chat_model` by this
 module's name. The module runs in OpenCompass's Python, which has none of our packages, and imports
@@ -22,7 +24,9 @@ only the standard library itself: OpenCompass's class is the one the config name
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -30,11 +34,27 @@ def chat_model(*, model_class: str, skip_special_tokens: bool, **kwargs: Any) ->
     """The model of class ``model_class`` (a dotted path: OpenCompass's
     ``opencompass.models.HuggingFacewithChatTemplate``) built from ``kwargs``, its answers decoded
     with special tokens dropped where ``skip_special_tokens`` says so."""
+    import torch
+
+    torch.set_flush_denormal(True)  # as in every other engine on the CPU
     module, _, name = model_class.rpartition(".")
-    model = getattr(importlib.import_module(module), name)(**kwargs)
+    attention = _padded_attention().use_padded_attention()
+    model_kwargs = {**kwargs.pop("model_kwargs", {}), "attn_implementation": attention}
+    model = getattr(importlib.import_module(module), name)(model_kwargs=model_kwargs, **kwargs)
     if skip_special_tokens:
         _skip_special_tokens(model)
     return model
+
+
+def _padded_attention() -> Any:
+    """``padded_attention.py`` beside this file: the attention in which padding adds nothing to a row."""
+    path = Path(__file__).with_name("padded_attention.py")
+    spec = importlib.util.spec_from_file_location("autorl_padded_attention", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _skip_special_tokens(model: Any) -> None:
