@@ -4,7 +4,9 @@
   named by its dotted path so the core never imports the evaluator, and serialized as JSON: nothing
   in Redis is ever unpickled. The database is the queue of record; Redis holds at most
   `queue_depth_per_experiment` waiting jobs of each experiment, fed from the database in fair
-  order (baselines first, at the front), so one flooding experiment cannot starve another.
+  order (baselines first, at the front) and put in the fair order of the moment at every dispatch,
+  so one flooding experiment cannot starve another, nor keep its next job ahead of one that comes
+  after it.
 - `LocalDispatcher`: single machine. The submissions table is the queue: `autorl worker` processes
   poll it in the same fair order and claim rows atomically, so nothing is lost when any process
   restarts.
@@ -37,6 +39,8 @@ JOB_RETRY_INTERVALS_S = [30, 120]
 #: How long one dispatch may hold the dispatch lock, and wait for it, in seconds.
 DISPATCH_LOCK_S = 30
 DISPATCH_LOCK_WAIT_S = 10
+#: Attempts at putting the waiting jobs in fair order while workers take jobs; the next dispatch tries again.
+REORDER_TRIES = 5
 
 
 class Dispatcher(Protocol):
@@ -116,7 +120,7 @@ class RQDispatcher:
     def _dispatch_locked(self, db: Database) -> int:
         waiting = self.waiting_submissions()
         with db.session() as session:
-            candidates = claims.claimable_in_fair_order(session)
+            candidates = claims.claimable_in_fair_order(session, taken=sorted(self._taken_submissions()))
         claimable = {c.submission_id for c in candidates}
         stale = waiting - claimable
         if stale:  # finished, cancelled or claimed elsewhere: their jobs would only be skipped
@@ -140,7 +144,38 @@ class RQDispatcher:
                 if not candidate.ahead:
                     depth[candidate.experiment_id] += 1
                 handed += 1
+        self._reorder([job_id(self.prefix, c.submission_id) for c in candidates])
         return handed
+
+    def _reorder(self, fair_order: list[str]) -> None:
+        """Put the waiting evaluation jobs in ``fair_order`` (today's fair order), other jobs where
+        they are. A job keeps the place it was queued at; the order it was queued in goes stale as
+        soon as work starts or ends (an experiment that always has its next job waiting would be
+        ahead of one that submits after it, whoever's turn it is), so the order is renewed at every
+        dispatch: on every submit, every job a worker starts, every reconciliation. A worker that
+        takes a job meanwhile makes the rewrite start again."""
+        from redis.exceptions import WatchError
+        from rq.utils import as_text
+
+        rank = {job: place for place, job in enumerate(fair_order)}
+        with self.redis.pipeline() as pipe:
+            for _ in range(REORDER_TRIES):
+                try:
+                    pipe.watch(self.queue.key)  # type: ignore[no-untyped-call]
+                    jobs = [as_text(raw) for raw in pipe.lrange(self.queue.key, 0, -1)]
+                    ours = [job for job in jobs if job in rank]
+                    ordered = sorted(ours, key=rank.__getitem__)
+                    if ours == ordered:
+                        pipe.unwatch()
+                        return
+                    fair = iter(ordered)
+                    pipe.multi()
+                    pipe.delete(self.queue.key)
+                    pipe.rpush(self.queue.key, *(next(fair) if job in rank else job for job in jobs))
+                    pipe.execute()
+                    return
+                except WatchError:
+                    continue
 
     def waiting_submissions(self) -> set[int]:
         """Submissions whose jobs wait in the queue (not yet taken by a worker)."""
@@ -148,6 +183,17 @@ class RQDispatcher:
 
         ids = (submission_of(self.prefix, as_text(raw)) for raw in self.redis.lrange(self.queue.key, 0, -1))
         return {i for i in ids if i is not None}
+
+    def _taken_submissions(self) -> set[int]:
+        """Submissions whose jobs a worker has taken off the queue (RQ's intermediate list) or
+        started."""
+        from rq.utils import as_text
+
+        jobs = [
+            *(as_text(raw) for raw in self.redis.lrange(self.queue.intermediate_queue_key, 0, -1)),
+            *self.queue.started_job_registry.get_job_ids(),
+        ]
+        return {i for i in (submission_of(self.prefix, job) for job in jobs) if i is not None}
 
     def discard_jobs(self, submission_ids: set[int]) -> None:
         from redis.exceptions import RedisError

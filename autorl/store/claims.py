@@ -90,7 +90,9 @@ def _claimable(now: datetime) -> ColumnElement[bool]:
 AGENT_RANK = 2
 
 
-def claimable_in_fair_order(session: Session, *, limit: int | None = None) -> list[Claimable]:
+def claimable_in_fair_order(
+    session: Session, *, limit: int | None = None, taken: Sequence[int] = ()
+) -> list[Claimable]:
     """Submissions waiting for an evaluator, in the order evaluators should take them.
 
     Baselines first (every experiment waits for its own), then sealed experiments' final
@@ -98,18 +100,26 @@ def claimable_in_fair_order(session: Session, *, limit: int | None = None) -> li
     across experiments:
     the experiment with the fewest evaluations running, then the one whose last evaluation started
     longest ago (never comes first), then the oldest submission. A flooding experiment therefore
-    gets one evaluator turn per round, like every other, however many submissions it queued."""
+    gets one evaluator turn per round, like every other, however many submissions it queued.
+    ``taken``: submissions whose jobs a worker has taken; those not claimed yet count as running,
+    started now (their claims come a moment later)."""
     now = utcnow()
     rank = case((Submission.is_baseline, 0), (Submission.final_of.is_not(None), 1), else_=AGENT_RANK)
+    is_taken = and_(Submission.id.in_(list(taken)), _claimable(now))
     served = (
         select(
             Submission.experiment_id.label("experiment_id"),
             func.count(Submission.id)
-            .filter(Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at >= now)
+            .filter(
+                or_(
+                    and_(Submission.status == SubmissionStatus.RUNNING, Submission.lease_expires_at >= now),
+                    is_taken,
+                )
+            )
             .label("running"),
-            func.max(Submission.started_at).label("last_started"),
+            func.max(case((is_taken, now), else_=Submission.started_at)).label("last_started"),
         )
-        .where(Submission.started_at.is_not(None), Submission.reused_from.is_(None))
+        .where(or_(Submission.started_at.is_not(None), is_taken), Submission.reused_from.is_(None))
         .group_by(Submission.experiment_id)
         .subquery()
     )

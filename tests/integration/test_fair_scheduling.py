@@ -110,6 +110,36 @@ def test_rq_worker_serves_a_single_submission_after_at_most_one_of_a_flood(
     assert sorted(order[3:]) == flood[1:], (order, attempts)
 
 
+def test_rq_puts_a_submission_made_while_a_flood_runs_before_the_floods_waiting_job(
+    make_isolated_settings: Callable[..., DeploymentSettings], tiny_base_model: Path, tmp_path: Path
+) -> None:
+    """A's next job always waits in Redis while its current one runs; B submits one checkpoint at a
+    time. B's job goes before A's waiting one (A has one running, B none), not behind it as
+    queued: else A would get two turns for each of B's."""
+    from autorl.queue import make_dispatcher
+
+    settings = make_isolated_settings(submit_wait_s=0.0)
+    redis = Redis.from_url(settings.redis_url or "")
+    queue = evaluation_queue(settings.queue_name, redis)
+    db = Database(settings.database_url or "")
+    try:
+        with TestClient(create_app(settings, reconcile=False)) as client:
+            flooding = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+            single = register(client, settings, tiny_base_model, make_workspace(tmp_path))
+            running, waiting = submit_copies(client, flooding, tiny_base_model, 2, "a")
+            # A worker takes A's first job and claims it; starting it feeds the queue A's next.
+            assert [job.rsplit("-", 1)[1] for job in queue.job_ids] == [str(running)]
+            redis.lpop(queue.key)
+            with db.session() as session:
+                assert claims.claim(session, running, worker="w0", lease_s=60)
+            make_dispatcher(settings).dispatch(db)
+            assert [job.rsplit("-", 1)[1] for job in queue.job_ids] == [str(waiting)]
+            (one,) = submit_copies(client, single, tiny_base_model, 1, "b")
+        assert [job.rsplit("-", 1)[1] for job in queue.job_ids] == [str(one), str(waiting)]
+    finally:
+        db.dispose()
+
+
 def test_a_sealed_experiments_final_evaluation_goes_before_any_agents_submissions(
     local_settings: DeploymentSettings, tiny_base_model: Path, tmp_path: Path
 ) -> None:
