@@ -191,7 +191,7 @@ class RQDispatcher:
 
         jobs = [
             *(as_text(raw) for raw in self.redis.lrange(self.queue.intermediate_queue_key, 0, -1)),
-            *self.queue.started_job_registry.get_job_ids(),
+            *self.queue.started_job_registry.get_job_ids(cleanup=False),  # RQ's clean-up is the workers'
         ]
         return {i for i in (submission_of(self.prefix, job) for job in jobs) if i is not None}
 

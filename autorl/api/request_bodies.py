@@ -57,6 +57,15 @@ class SubmitRequest(BaseModel):
                 f"model_path holds characters that do not print ({', '.join(hidden[:8])}); "
                 "rename the checkpoint folder to a name of visible characters, such as output/step-100"
             )
+        # A name operators compare with others: outside ASCII a letter can be drawn as another
+        # (Cyrillic К as K, a fullwidth Ｋ, a division slash as a folder's), whatever the escaping.
+        foreign = list(dict.fromkeys(f"\\u{ord(char):04x}" for char in value if not char.isascii()))
+        if foreign:
+            raise CheckpointError(
+                f"model_path holds characters outside ASCII ({', '.join(foreign[:8])}), which can look like "
+                "others; rename the checkpoint folder with ASCII letters, digits, '.', '-' and '_', such "
+                "as output/step-100"
+            )
         return value
 
 

@@ -40,7 +40,7 @@ from autorl.runs.seeds import RunSeed, read_run_seed
 from autorl.settings import HomeSettings
 from autorl.store import Database, Experiment, Submission, SubmissionStatus, experiments
 from autorl.store import submissions as submission_store
-from autorl.untrusted_text import printable_within
+from autorl.untrusted_text import printable, printable_within
 
 REPORTS_DIR = "reports"
 METRICS_FILE = "metrics.json"
@@ -547,5 +547,5 @@ def report_after_run(settings: HomeSettings, run_id: str) -> Report | None:
     except AutoRLError as exc:
         print(f"autorl run: no report: {printable_within(str(exc), MAX_MESSAGE_CHARS)}", file=sys.stderr)
         return None
-    print(f"autorl run: report in {report.metrics_path.parent}", file=sys.stderr)
+    print(f"autorl run: report in {printable(str(report.metrics_path.parent))}", file=sys.stderr)
     return report

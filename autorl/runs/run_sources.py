@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from autorl.errors import UsageError
 from autorl.runs.results import ResultRow, read_rows, results_path
 from autorl.runs.seeds import RunSeed, read_run_seed
+from autorl.untrusted_text import printable
 
 if TYPE_CHECKING:
     from autorl.settings import HomeSettings
@@ -109,7 +110,10 @@ class HomeRuns:
         from autorl.runs.run_lock import recover_orphaned_runs
 
         for row in recover_orphaned_runs(self.home, self.settings.database_url):
-            print(f"run {row.run_id} was killed before it finished; recorded as interrupted", file=sys.stderr)
+            print(
+                f"run {printable(row.run_id)} was killed before it finished; recorded as interrupted",
+                file=sys.stderr,
+            )
         return read_rows(self.home)
 
     def notes(self, run_ids: Sequence[str]) -> dict[str, str]:

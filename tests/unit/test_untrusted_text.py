@@ -174,7 +174,26 @@ def test_a_name_drawn_as_itself_is_shown_unchanged(name: str) -> None:
     assert printable(name) == name and unprintable_characters(name) == []
     assert rich_text(name).plain == name and printable_within(name, 200) == name
     assert TypeAdapter(Printable).validate_python(name) == name
-    assert SubmitRequest(model_path=name).model_path == name
+
+
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [
+        ("output/\u041aeep", "\\u041a"),  # CYRILLIC CAPITAL KA, drawn as K
+        ("output/\uff2beep", "\\uff2b"),  # FULLWIDTH K
+        ("output\u2215Keep", "\\u2215"),  # DIVISION SLASH, drawn as a folder's slash
+        ("output/caf\u00e9", "\\u00e9"),  # even a letter drawn as itself: the rule is one
+    ],
+)
+def test_a_model_path_outside_ascii_is_refused_naming_the_fix(name: str, named: str) -> None:
+    """A checkpoint's name is what operators tell submissions apart by; outside ASCII a name can
+    look like another whatever is escaped, so a submit names the characters, escaped, and the fix."""
+    with pytest.raises(CheckpointError) as refused:
+        SubmitRequest(model_path=name)
+    message = str(refused.value)
+    assert named in message and "ASCII" in message and "output/step-100" in message
+    assert message.isascii()
+    assert SubmitRequest(model_path="output/Keep-1.0_final").model_path == "output/Keep-1.0_final"
 
 
 def test_nothing_shown_is_drawn_as_another_and_escaping_again_changes_nothing() -> None:

@@ -6,7 +6,8 @@ only a padding slot's value infinite (the pad token's embedding, through a huge 
 padded row into NaN while an unpadded row, a batch of one and vLLM (which pads nothing) see an
 ordinary model: the answer would depend on the batch a row runs in, not on the weights alone. Here
 each slot that no query of its row may attend to has its key and value zeroed before SDPA, so a
-masked slot contributes exactly nothing and a row's answer is the same in any batch.
+masked slot contributes exactly nothing, whatever the weights compute for it (a batch's arithmetic
+may still round otherwise than a lone row's, as with any weights).
 
 :func:`use_padded_attention` registers the function (and SDPA's mask builder) under :data:`NAME`;
 a model loaded with ``attn_implementation=NAME`` then runs it in every layer. This module imports
