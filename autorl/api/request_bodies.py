@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autorl.errors import CheckpointError
 from autorl.experiment import MAX_KNOWN_CHECKPOINTS
+from autorl.layout import OUTPUT_DIR
 from autorl.protocol.feedback import Feedback, FeedbackField
 from autorl.untrusted_text import unprintable_characters
 
@@ -59,7 +60,10 @@ class SubmitRequest(BaseModel):
             )
         # A name operators compare with others: outside ASCII a letter can be drawn as another
         # (Cyrillic К as K, a fullwidth Ｋ, a division slash as a folder's), whatever the escaping.
-        foreign = list(dict.fromkeys(f"\\u{ord(char):04x}" for char in value if not char.isascii()))
+        # An absolute path's part up to its output folder must be the platform's own path (the
+        # snapshot checks it), which may be any operator's; what the agent named follows it.
+        named = _below_output(value)
+        foreign = list(dict.fromkeys(f"\\u{ord(char):04x}" for char in named if not char.isascii()))
         if foreign:
             raise CheckpointError(
                 f"model_path holds characters outside ASCII ({', '.join(foreign[:8])}), which can look like "
@@ -67,6 +71,14 @@ class SubmitRequest(BaseModel):
                 "as output/step-100"
             )
         return value
+
+
+def _below_output(model_path: str) -> str:
+    """What an absolute ``model_path`` names below its first ``output`` folder; a relative one whole."""
+    parts = Path(model_path).parts
+    if model_path.startswith("/") and OUTPUT_DIR in parts:
+        return "/".join(parts[parts.index(OUTPUT_DIR) + 1 :])
+    return model_path
 
 
 class RegisterExperiment(BaseModel):

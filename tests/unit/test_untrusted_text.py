@@ -194,6 +194,11 @@ def test_a_model_path_outside_ascii_is_refused_naming_the_fix(name: str, named: 
     assert named in message and "ASCII" in message and "output/step-100" in message
     assert message.isascii()
     assert SubmitRequest(model_path="output/Keep-1.0_final").model_path == "output/Keep-1.0_final"
+    # The platform's own folders, whatever their names, before an absolute path's output folder.
+    home = "/home/jos\u00e9/.autorl/runs/r1/workspace/output"
+    assert SubmitRequest(model_path=f"{home}/Keep").model_path == f"{home}/Keep"
+    with pytest.raises(CheckpointError, match=re.escape(named)):
+        SubmitRequest(model_path=f"{home}/{name.removeprefix('output/')}")
 
 
 def test_nothing_shown_is_drawn_as_another_and_escaping_again_changes_nothing() -> None:
