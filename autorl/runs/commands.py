@@ -310,11 +310,21 @@ def _home_settings(home: Path | None) -> HomeSettings:
     return HomeSettings() if home is None else HomeSettings(home=home)
 
 
+def _home_runs(home: Path | None) -> HomeRuns:
+    """The runs of the home a command reads; a ``--home`` that is a file is refused (exit 2)."""
+    if home is not None and home.expanduser().exists() and not home.expanduser().is_dir():
+        raise UsageError(
+            f"--home names {home}, which is a file, not a folder; give --home the platform's home folder "
+            "(the folder that holds results.csv and runs/)"
+        )
+    return HomeRuns(_home_settings(home))
+
+
 @contextmanager
 def _runs_of(args: argparse.Namespace) -> Iterator[RunSource]:
     """The runs a command reads: the grader's experiments with ``--grader``, else the home's runs."""
     if args.grader is None:
-        yield HomeRuns(_home_settings(args.home))
+        yield _home_runs(args.home)
         return
     from autorl.runs.grader_runs import grader_runs
 
@@ -366,6 +376,13 @@ def _show(args: argparse.Namespace, source: RunSource) -> int:
         print_results(rows, notes, source.metrics, title=title, wide=args.wide)
     elif row_filter.describe():
         print(f"no runs match {row_filter.describe()} in {source.where}", file=sys.stderr)
+    elif isinstance(source, HomeRuns) and not source.home.exists():
+        flag = "AUTORL_HOME" if args.home is None else "--home"
+        print(
+            f"no runs recorded yet: the home {printable(str(source.home))} does not exist (check {flag}; "
+            "`autorl run` creates it)",
+            file=sys.stderr,
+        )
     else:
         print(f"no runs recorded yet in {source.where}", file=sys.stderr)
     return 0
@@ -435,7 +452,7 @@ def _report(args: argparse.Namespace) -> int:
 
     from autorl.runs.reports import report_run
 
-    runs = HomeRuns(_home_settings(args.home))
+    runs = _home_runs(args.home)
     given = Path(args.run)
     run_id = resolve_run_id(
         given.name if given.is_dir() else args.run,

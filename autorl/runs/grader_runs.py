@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, TypeVar
 
+import httpx
+
 from autorl.api.admin_client import (
     AdminClient,
     AuthenticationError,
@@ -160,11 +162,40 @@ class GraderRuns:
             ) from exc
 
 
+def check_grader_url(url: str) -> None:
+    """Refuse (UsageError, exit 2) a ``--grader`` that the admin client could not send a request to:
+    it is parsed as the client parses it, and must name a scheme, a host and, if any, a port."""
+    try:
+        parsed = httpx.URL(url.rstrip("/"))
+    except httpx.InvalidURL as exc:
+        problem = str(exc)
+    else:
+        problem = _url_problem(url, parsed)
+    if problem:
+        raise UsageError(
+            f"--grader takes the grader's base URL, as http://HOST:PORT (e.g. http://127.0.0.1:8000), "
+            f"not {url!r}: {problem}"
+        )
+
+
+def _url_problem(url: str, parsed: httpx.URL) -> str:
+    if not url.startswith(("http://", "https://")):
+        return "it must begin with http:// or https://"
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "it holds a space or a control character"
+    if not parsed.host:
+        return "it names no host"
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return f"port {parsed.port} is not between 1 and 65535"
+    if parsed.query or parsed.fragment:
+        return "a base URL has no ?query or #fragment"
+    return ""
+
+
 @contextmanager
 def grader_runs(url: str) -> Iterator[GraderRuns]:
     """The experiments of the grader at ``url``, read with ``AUTORL_ADMIN_TOKEN``."""
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(f"--grader takes the grader's base URL, as http://HOST:PORT, not {url!r}")
+    check_grader_url(url)
     token = GraderReaderSettings().admin_token_value
     if not token:
         raise UsageError(f"no admin token to read the grader at {url}: {TOKEN_FIX}")

@@ -13,6 +13,8 @@ same report at any time after the run.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from autorl.api.answers import Comparison as ComparisonAnswer
 from autorl.api.answers import ExperimentAnswer, SubmissionAnswer
-from autorl.errors import AutoRLError
+from autorl.errors import AutoRLError, UsageError
 from autorl.protocol.feedback import Feedback
 from autorl.protocol.final import answer_columns, results_columns
 from autorl.protocol.statistics import TWIN_FLAG_P, Comparison, Evaluated, comparison_of, interval_of
@@ -55,6 +57,11 @@ BASELINE_COLOR = "#2ca02c"
 
 class ReportError(AutoRLError):
     """A report cannot be made (matplotlib missing, an unwritable folder)."""
+
+
+class ReportPathError(ReportError, UsageError):
+    """A report's folder cannot be made where it belongs (a file in its place): the home's keeper
+    fixes it (exit 2)."""
 
 
 def _epoch(moment: datetime | None) -> float | None:
@@ -512,16 +519,39 @@ class Report:
 
 def write_report(run: RunRecord, run_dir: Path, now: float, seed: RunSeed | None = None) -> Report:
     """Write RUN_DIR/reports/metrics.json and RUN_DIR/reports/figures/score_trajectory.png;
-    ``seed`` is the run's recorded seed (``autorl run --repeat``), named in both."""
+    ``seed`` is the run's recorded seed (``autorl run --repeat``), named in both.
+
+    Both are written whole or not at all: each goes to a hidden name beside its place and is
+    renamed there once both are written, so a failure leaves the last report as it was. A folder
+    that cannot be made (a file in its place) is a ReportPathError naming it."""
     reports = run_dir / REPORTS_DIR
+    metrics_path = reports / METRICS_FILE
+    plot_path = reports / TRAJECTORY_PNG
+    for folder in (reports, plot_path.parent):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportPathError(
+                f"cannot make the report folder {folder} ({exc.strerror or exc}); move aside what is "
+                f"in its place (a file of that name) and run `autorl report {run.run_id}` again"
+            ) from exc
+    metrics = {**compute_metrics(run, now), **seed_metrics(seed)}
+    suffix = f".{secrets.token_hex(4)}.tmp"
+    partial_plot = plot_path.with_name(f".{plot_path.stem}{suffix}{plot_path.suffix}")
+    partial_metrics = metrics_path.with_name(f".{metrics_path.name}{suffix}")
     try:
-        reports.mkdir(parents=True, exist_ok=True)
-        metrics = {**compute_metrics(run, now), **seed_metrics(seed)}
-        metrics_path = reports / METRICS_FILE
-        metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        plot_trajectory(run, partial_plot, seed)
+        partial_metrics.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        os.replace(partial_plot, plot_path)
+        os.replace(partial_metrics, metrics_path)
     except OSError as exc:
-        raise ReportError(f"cannot write the report in {reports}: {exc}") from exc
-    plot_path = plot_trajectory(run, reports / TRAJECTORY_PNG, seed)
+        raise ReportError(
+            f"cannot write the report in {reports}: {exc}; the last report is as it was: fix that and run "
+            f"`autorl report {run.run_id}` again"
+        ) from exc
+    finally:
+        partial_plot.unlink(missing_ok=True)
+        partial_metrics.unlink(missing_ok=True)
     return Report(metrics_path=metrics_path, plot_path=plot_path, metrics=metrics)
 
 

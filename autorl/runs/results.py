@@ -15,15 +15,16 @@ import math
 import os
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-from autorl.errors import AutoRLError
+from autorl.errors import AutoRLError, UsageError
 
 RESULTS_FILE = "results.csv"
 T = TypeVar("T")
@@ -49,6 +50,11 @@ def succeeded(status: RunStatus, scored: int) -> bool:
 
 class ResultsError(AutoRLError):
     """``results.csv`` cannot be read or appended to."""
+
+
+class ResultsFileError(ResultsError, UsageError):
+    """``results.csv`` (or its lock) is not a file that can be read as results: a folder, not UTF-8,
+    a line that is not a row. The person who keeps the home fixes it; commands exit 2."""
 
 
 @dataclass(frozen=True)
@@ -176,25 +182,65 @@ def _parse_row(record: dict[str, str], where: str) -> ResultRow:
                 values[name] = raw
         if values["duration_s"] is None:
             values["duration_s"] = 0.0
+        _check_numbers(values)
         return ResultRow(**values)
     except (TypeError, ValueError) as exc:
-        raise ResultsError(f"{where}: malformed row ({exc}); fix or remove that line") from exc
+        raise ResultsFileError(f"{where}: malformed row ({exc}); fix or remove that line") from exc
+
+
+def _check_numbers(values: dict[str, Any]) -> None:
+    """A count is never negative, a number never infinite or NaN (autorl writes neither)."""
+    for name, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, not {value}")
+        if name in {"submissions", "duration_s", *_OPTIONAL_INT_COLUMNS} and value is not None and value < 0:
+            raise ValueError(f"{name} must not be negative, not {value}")
 
 
 def read_rows(home: Path) -> list[ResultRow]:
-    """All rows, oldest first (the file's order). A missing file is an empty history."""
+    """All rows, oldest first (the file's order). A missing file is an empty history; a file that
+    cannot be read as rows (a folder, not UTF-8, a line that is not a row) is a ResultsFileError
+    naming the file, the line where there is one, and the fix."""
     path = results_path(home)
-    if not path.exists():
+    text = _text(path)
+    if text is None:
         return []
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         _check_header(reader.fieldnames, path)
         return [_parse_row(record, f"{path}:{reader.line_num}") for record in reader]
+    except csv.Error as exc:
+        line = reader.reader.line_num  # the line being read (the DictReader's counts whole rows)
+        raise ResultsFileError(f"{path}:{line}: not a CSV row ({exc}); fix or remove that line") from exc
+
+
+def _text(path: Path) -> str | None:
+    """The whole of ``path`` as text (None: there is no such file); every reason it cannot be read
+    is a ResultsFileError."""
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError as exc:
+        raise ResultsFileError(
+            f"{path} is a folder, not the results file; move it aside (autorl writes its results there)"
+        ) from exc
+    except OSError as exc:
+        raise ResultsFileError(
+            f"cannot read {path} ({exc.strerror or exc}); make it a file you can read, or move it aside"
+        ) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ResultsFileError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); fix or remove that line"
+        ) from exc
 
 
 def _check_header(header: Sequence[str] | None, path: Path) -> None:
     if header is not None and tuple(header) not in (COLUMNS, *LEGACY_COLUMNS):
-        raise ResultsError(
+        raise ResultsFileError(
             f"{path} has columns {','.join(header)}, expected {','.join(COLUMNS)}; "
             "move the old file aside and run again"
         )
@@ -217,18 +263,51 @@ def append_row(row: ResultRow, home: Path) -> Path:
     Refuses a ``run_id`` that is already recorded, so a retried finalization cannot count a run twice.
     """
     path = results_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsFileError(
+            f"cannot make the folder {path.parent} for the results ({exc.strerror or exc}); give a home "
+            "that is a folder you can write"
+        ) from exc
+    with _locked(path):
         existing = read_rows(home)
         if any(old.run_id == row.run_id for old in existing):
             raise ResultsError(f"run {row.run_id} is already recorded in {path}")
-        if existing and _header(path) != COLUMNS:
-            _rewrite(path, existing)
-        text = csv_text([row], header=not path.exists() or path.stat().st_size == 0)
-        # One write call per row: a reader without the lock sees whole lines.
-        with path.open("a", newline="", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            if existing and _header(path) != COLUMNS:
+                _rewrite(path, existing)
+            text = csv_text([row], header=not path.exists() or path.stat().st_size == 0)
+            # One write call per row: a reader without the lock sees whole lines.
+            with path.open("a", newline="", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise ResultsFileError(
+                f"cannot write {path} ({exc.strerror or exc}); make it a file you can write"
+            ) from exc
     return path
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """``path``'s file lock, held for the block; a lock that cannot be taken is a ResultsFileError."""
+    lock = FileLock(f"{path}.lock")
+    try:
+        lock.acquire(timeout=LOCK_TIMEOUT_S)
+    except Timeout as exc:
+        raise ResultsFileError(
+            f"another process has held {lock.lock_file} for {LOCK_TIMEOUT_S:g} s; wait for it to finish, "
+            "or remove that file if no autorl command runs"
+        ) from exc
+    except OSError as exc:
+        raise ResultsFileError(
+            f"cannot lock {path} through {lock.lock_file} ({exc.strerror or exc}); make it a file you can "
+            "write, or move it aside"
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _header(path: Path) -> tuple[str, ...]:

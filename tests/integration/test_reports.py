@@ -139,6 +139,37 @@ def test_autorl_report_regenerates_both(home: Path, run_id: str, capsys: pytest.
     assert (reports / "figures" / "score_trajectory.png").stat().st_size > 0
 
 
+def test_a_report_is_written_whole_or_not_at_all(
+    home: Path, run_id: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports = home / "runs" / run_id / "reports"
+    reports.mkdir(parents=True)
+    (reports / "figures").write_text("a file where the figures folder goes\n")
+    assert main(["report", run_id, "--home", str(home)]) == 2
+    error = capsys.readouterr().err
+    assert f"error: cannot make the report folder {reports / 'figures'} (" in error
+    assert f"move aside what is in its place (a file of that name) and run `autorl report {run_id}`" in error
+    assert "Traceback" not in error and sorted(p.name for p in reports.iterdir()) == ["figures"]
+    # A plot that fails once the folders are there leaves the last report as it was.
+    (reports / "figures").unlink()
+    assert main(["report", run_id, "--home", str(home)]) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in reports.rglob("*") if p.is_file()}
+    (reports / "metrics.json").write_text("{}\n")  # a stale report, to be kept whole
+    before[reports / "metrics.json"] = b"{}\n"
+
+    def fail(run: object, target: Path, seed: object = None) -> Path:
+        target.write_bytes(b"half a png")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("autorl.runs.reports.plot_trajectory", fail)
+    assert main(["report", run_id, "--home", str(home)]) == 1
+    assert (
+        f"cannot write the report in {reports}: [Errno 28] No space left on device" in capsys.readouterr().err
+    )
+    assert {p: p.read_bytes() for p in reports.rglob("*") if p.is_file()} == before
+
+
 def test_report_of_an_unknown_run_names_the_fix(
     home: Path, db: Database, capsys: pytest.CaptureFixture[str]
 ) -> None:

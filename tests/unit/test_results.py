@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from autorl.runs.results import (
     COLUMNS,
     ResultsError,
     append_row,
+    csv_text,
     new_run_id,
     read_rows,
     results_path,
@@ -202,6 +204,72 @@ def test_foreign_header_refused_with_the_fix(tmp_path: Path) -> None:
 def filtered_ids(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
     assert main(["results", "--json", "--home", str(home), *args]) == 0
     return [r["run_id"] for r in json.loads(capsys.readouterr().out)]
+
+
+def _written_row(**cells: str) -> str:
+    """A results.csv file's text: the header and row "a" as autorl writes it, cells replaced."""
+    record = dict(zip(COLUMNS, next(csv.reader([csv_text([row("a")], header=False)])), strict=True))
+    return csv_text([], header=True) + ",".join({**record, **cells}.values()) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            lambda: _written_row(submissions="-3").encode(),
+            ":2: malformed row (submissions must not be negative",
+        ),
+        (lambda: _written_row(duration_s="inf").encode(), ":2: malformed row (duration_s must be a finite"),
+        (lambda: _written_row(best_score="nan").encode(), ":2: malformed row (best_score must be a finite"),
+        (lambda: _written_row(test_overlap="-1").encode(), ":2: malformed row (test_overlap must not be neg"),
+        (lambda: _written_row(task="caf\xe9").encode("latin-1"), ":2: not UTF-8 text (byte 0xe9)"),
+        (lambda: _written_row(workspace="w" * 200_000).encode(), ":2: not a CSV row (field larger than"),
+    ],
+)
+def test_a_results_file_that_cannot_be_read_names_the_line_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Callable[[], bytes], message: str
+) -> None:
+    path = results_path(tmp_path)
+    path.write_bytes(content())
+    assert main(["results", "--home", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert f"{path}{message}" in error and error.rstrip().endswith("; fix or remove that line")
+    assert "Traceback" not in error
+    with pytest.raises(ResultsError, match="fix or remove that line"):  # and nothing is appended
+        append_row(row("b"), tmp_path)
+    assert path.read_bytes() == content()
+
+
+def test_a_results_file_that_is_a_folder_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = results_path(tmp_path)
+    path.mkdir()
+    assert main(["results", "--home", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert f"error: {path} is a folder, not the results file; move it aside" in error
+    assert "Traceback" not in error
+    with pytest.raises(ResultsError, match="is a folder, not the results file; move it aside"):
+        append_row(row("a"), tmp_path)  # `autorl run` reads the file so before it starts
+    assert list(path.iterdir()) == []
+
+
+def test_a_home_that_is_missing_is_named_and_one_that_is_a_file_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing"
+    assert main(["results", "--home", str(missing)]) == 0
+    assert f"no runs recorded yet: the home {missing} does not exist (check --home" in capsys.readouterr().err
+    assert not missing.exists()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a home\n")
+    for command in (["results"], ["report", "20261130-101500-arith-aaaaaa"]):
+        assert main([*command, "--home", str(a_file)]) == 2
+        error = capsys.readouterr().err
+        assert (
+            f"error: --home names {a_file}, which is a file, not a folder; give --home the platform's"
+            in error
+        )
 
 
 def test_results_filter_by_task_agent_and_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
