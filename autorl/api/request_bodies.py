@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autorl.errors import CheckpointError
-from autorl.experiment import MAX_KNOWN_CHECKPOINTS
+from autorl.experiment import MAX_INT32, MAX_KNOWN_CHECKPOINTS
 from autorl.layout import OUTPUT_DIR
 from autorl.protocol.feedback import Feedback, FeedbackField
 from autorl.untrusted_text import unprintable_characters
@@ -23,6 +23,12 @@ EXPERIMENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 #: its size is bounded where it arrives (a 1 MiB path would be copied into every ``/scores`` entry).
 MAX_MODEL_PATH_BYTES = 4096
 MAX_MODEL_PATH_PARTS = 64
+
+#: The longest time budget, in seconds (30 days), for ``autorl run --timeout`` and the API alike:
+#: generous for any real run, and far inside what the database and a deadline's date can hold.
+MAX_BUDGET_S = 30 * 24 * 3600
+#: The latest ``start_time`` a date can hold (9999-12-31T23:59:59Z); a later time counts as now anyway.
+MAX_EPOCH_S = 253_402_300_799
 
 FinishStatus = Literal["completed", "interrupted", "failed", "timed_out"]
 Protocol = Literal["opencompass", "flexible", "strict"]
@@ -89,14 +95,16 @@ class RegisterExperiment(BaseModel):
     name: str = Field(max_length=253, description="Unique name (lowercase DNS-1123, as a Kubernetes name).")
     task: str
     model: str = Field(min_length=1, description="Model source: hub id, local folder or builtin:NAME.")
-    timeout_s: int = Field(gt=0, description="The agent's time budget in seconds.")
+    timeout_s: int = Field(
+        gt=0, le=MAX_BUDGET_S, description="The agent's time budget in seconds (at most 30 days)."
+    )
     workspace: str = Field(description="The experiment's workspace as the grader sees it.")
     base_model_dir: str = Field(description="The prepared base model folder as the grader sees it.")
     output_dir: str | None = Field(default=None, description="Default: WORKSPACE/output.")
     agent_workspace: str | None = Field(
         default=None, description="The workspace as the agent sees it (pod mount)."
     )
-    max_submissions: int | None = Field(default=None, gt=0)
+    max_submissions: int | None = Field(default=None, gt=0, le=MAX_INT32)
     protocol: Protocol = Field(
         default="opencompass",
         description="Scoring protocol of the headline score; the others are stored beside it.",
@@ -137,7 +145,7 @@ class RecordProvenance(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    test_overlap: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    test_overlap: int | None = Field(default=None, ge=0, le=MAX_INT32)
     twin_score: float | None = Field(default=None, ge=0, le=100)
     twin_p_value: float | None = Field(default=None, ge=0, le=1)
 
@@ -150,7 +158,7 @@ class NominateRequest(BaseModel):
     # 0 (the baseline's number) and unknown numbers are the grader's to refuse (400), as any id that
     # is not one of the agent's scored submissions.
     submission_id: int = Field(
-        ge=0, le=2**31 - 1, description="One of your scored submissions (an id from GET /scores)."
+        ge=0, le=MAX_INT32, description="One of your scored submissions (an id from GET /scores)."
     )
 
 
@@ -159,10 +167,11 @@ class StartBudget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    timeout_s: int | None = Field(default=None, gt=0)
+    timeout_s: int | None = Field(default=None, gt=0, le=MAX_BUDGET_S, description="At most 30 days.")
     start_time: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_EPOCH_S,
         description="When the budget started, in epoch seconds (the agent container's start); default "
         "now. A time in the future counts as now, one before the registration as the registration.",
     )

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from autorl.api.answers import PendingAnswer, SubmissionAnswer
-from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
+from autorl.api.request_bodies import MAX_BUDGET_S, MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.checkpoints import model_files
 from autorl.client import SUBMIT
 from autorl.errors import ConfigurationError
@@ -658,6 +658,50 @@ def test_register_conflict_and_unknown_task(grading: Grader, experiment: Registe
     )
     assert negative.status_code == 422
     assert "timeout_s" in negative.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("timeout_s", 10**12),  # more than SQLite's and PostgreSQL's integers hold
+        ("timeout_s", MAX_BUDGET_S + 1),
+        ("max_submissions", 2**31),
+    ],
+)
+def test_a_number_the_database_cannot_store_is_refused_with_its_bound(
+    grading: Grader, experiment: RegisteredExperiment, field: str, value: int
+) -> None:
+    """Every integer of a body that reaches the database has a bound it fits: 422 naming the field and
+    the bound, not a 500 from the driver, and nothing is written."""
+    body = {
+        "name": "too-large",
+        "task": "gsm8k",
+        "model": "m",
+        "timeout_s": 10,
+        "workspace": str(experiment.workspace),
+        "base_model_dir": str(grading.base_model),
+        field: value,
+    }
+    headers = admin_headers(grading.settings)
+    refused = grading.client.post("/v1/experiments", json=body, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert field in refused.text and "less than or equal to" in refused.text
+    assert grading.client.get("/v1/experiments/too-large", headers=headers).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body", [{"timeout_s": 10**12}, {"timeout_s": MAX_BUDGET_S + 1}, {"start_time": 1e300}]
+)
+def test_a_start_the_database_cannot_store_is_refused_with_its_bound(
+    grading: Grader, experiment: RegisteredExperiment, body: dict[str, float]
+) -> None:
+    headers = admin_headers(grading.settings)
+    before = grading.client.get(f"/v1/experiments/{experiment.name}", headers=headers).json()
+    refused = grading.client.post(f"/v1/experiments/{experiment.name}/start", json=body, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert next(iter(body)) in refused.text and "less than or equal to" in refused.text
+    after = grading.client.get(f"/v1/experiments/{experiment.name}", headers=headers).json()
+    assert after["timeout_s"] == before["timeout_s"] and after["end_time"] == before["end_time"]
 
 
 def test_rotating_a_token_revokes_the_old_one(

@@ -73,6 +73,8 @@ def test_example_agent_folders_resolve(example: str) -> None:
         ("env_vars:\n  LIST: [1, 2]\n", "start.sh", "single value"),
         ("env_vars:\n  1BAD: x\n", "start.sh", "not a variable name"),
         ("env_vars:\n  YES: x\n", "start.sh", "quote it"),
+        ('env_vars:\n  KEY: "a\\0b"\n', "start.sh", r"env_vars.KEY holds a NUL byte"),
+        ('start: "start.sh\\0"\n', "start.sh", "start must be the start script's file name"),
         ("name: [unclosed\n", "start.sh", "cannot be read as YAML"),
         ("- a list\n", "start.sh", "must be a mapping"),
     ],
@@ -137,6 +139,8 @@ def test_env_file_reads_what_shells_and_dotenv_write(tmp_path: Path) -> None:
         ("HOME=/root\n", "platform sets HOME"),
         ('KEY="never closed\n', "never closes"),
         ("KEY='a' trailing\n", "after the closing quote"),
+        ("OK=1\nKEY=a\x00b\n", r"line 2: holds a NUL byte \(\\x00\).*remove it"),
+        ("# note \x00\n", "line 1: holds a NUL byte"),
     ],
 )
 def test_bad_env_files_are_refused_with_the_line(tmp_path: Path, text: str, fix: str) -> None:
@@ -149,6 +153,8 @@ def test_bad_env_files_are_refused_with_the_line(tmp_path: Path, text: str, fix:
 def test_missing_env_file_names_the_flag(tmp_path: Path) -> None:
     with pytest.raises(AgentEnvError, match=r"--env-file .*no such file"):
         parse_env_file(tmp_path / "absent.env")
+    with pytest.raises(AgentEnvError, match=r"--env-file .* is a folder; pass the path of the .env file"):
+        parse_env_file(tmp_path)
 
 
 def test_agent_python_setting_takes_an_interpreter_or_a_folder(tmp_path: Path) -> None:

@@ -172,6 +172,8 @@ def test_env_items_copy_set_and_refuse() -> None:
         parse_env_items(["GRADING_SERVER_URL=http://elsewhere"], parent)
     with pytest.raises(AgentEnvError, match="NAME or NAME=VALUE"):
         parse_env_items(["1BAD=x"], parent)
+    with pytest.raises(AgentEnvError, match=r"--env KEY: holds a NUL byte"):
+        parse_env_items(["KEY=a\x00b"], parent)
 
 
 def test_agents_resolve_by_name_or_executable_path(tmp_path: Path) -> None:

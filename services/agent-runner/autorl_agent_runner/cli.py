@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 from types import FrameType
 
-from autorl.cli import EXIT_INTERRUPTED, UsageError, check_seconds
+from autorl.cli import EXIT_INTERRUPTED, UsageError
 from autorl.errors import AutoRLError
 from autorl.protocol.feedback import FEEDBACK_MODES, Feedback
+from autorl_agent_runner.flags import check_duration, path_flag
 
 #: Exit status after SIGTERM to the runner itself (128 + 15, as a shell reports it).
 EXIT_TERMINATED = 143
@@ -48,18 +49,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=_env("AUTORL_AGENT"),
         help="built-in name, agent folder (config.yaml + start script) or executable path",
     )
-    parser.add_argument("--workspace", type=Path, default=_env("WORKSPACE"), help="the run's workspace")
+    parser.add_argument("--workspace", type=path_flag, default=_env("WORKSPACE"), help="the run's workspace")
     parser.add_argument("--task", "-t", default=_env("TASK"), help="task name (env TASK)")
     parser.add_argument("--base-model", default=_env("BASE_MODEL"), help="base model source (env BASE_MODEL)")
     parser.add_argument(
         "--model-dir",
-        type=Path,
+        type=path_flag,
         default=_env("AUTORL_BASE_MODEL_DIR"),
         help="prepared base model folder, linked into models/ when the workspace is new",
     )
     parser.add_argument(
         "--data-dir",
-        type=Path,
+        type=path_flag,
         default=_env("AUTORL_TRAIN_DATA_DIR"),
         help="folder with the train split, copied into data/ when the workspace is new",
     )
@@ -98,9 +99,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "train split once into AUTORL_CACHE_DIR/data/<task>; the workspace is created or completed. "
         "The Kubernetes prepare Job runs this before the agent pod starts.",
     )
-    prepare.add_argument("--task", "-t", dest="prepare_task", required=True, help="task name")
-    prepare.add_argument("--model", "-m", dest="prepare_model", required=True, help="base model source")
-    prepare.add_argument("--workspace", dest="prepare_workspace", type=Path, required=True)
+    # Each may also come before ``prepare`` (agent-runner's own --task, --base-model, --workspace).
+    prepare.add_argument("--task", "-t", dest="prepare_task", default=None, help="task name (required)")
+    prepare.add_argument(
+        "--model", "-m", dest="prepare_model", default=None, help="base model source (required)"
+    )
+    prepare.add_argument(
+        "--workspace", dest="prepare_workspace", type=path_flag, default=None, help="the workspace (required)"
+    )
     prepare.add_argument("--timeout", dest="prepare_timeout", type=float, default=0.0, help="budget (s)")
     prepare.add_argument("--run-id", dest="prepare_run_id", default=None, help="default: workspace name")
     prepare.add_argument(
@@ -129,7 +135,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prepare.add_argument(
         "--model-dir",
         dest="prepare_model_dir",
-        type=Path,
+        type=path_flag,
         default=None,
         help="workspace step: the cached model folder (read-only there; nothing is downloaded)",
     )
@@ -142,7 +148,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "exit. With --group-readable, also keep the workspace readable by its group. Reads "
         "GRADING_SERVER_URL, AUTORL_TOKEN, WORKSPACE and BASE_MODEL.",
     )
-    mirror.add_argument("--workspace", dest="mirror_workspace", type=Path, default=_env("WORKSPACE"))
+    mirror.add_argument("--workspace", dest="mirror_workspace", type=path_flag, default=_env("WORKSPACE"))
     mirror.add_argument(
         "--interval", dest="mirror_interval", type=float, default=10.0, help="seconds between refreshes"
     )
@@ -162,7 +168,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "agent's user with the workspace's group as the process's group (a folder chmodded by a user "
         "outside its group loses its setgid bit).",
     )
-    group_read.add_argument("--workspace", dest="group_read_workspace", type=Path, default=_env("WORKSPACE"))
+    group_read.add_argument(
+        "--workspace", dest="group_read_workspace", type=path_flag, default=_env("WORKSPACE")
+    )
     group_read.set_defaults(func=_group_read)
 
 
@@ -180,8 +188,7 @@ def _mirror(args: argparse.Namespace) -> int:
         raise UsageError(
             "mirror needs --workspace (or WORKSPACE), GRADING_SERVER_URL, AUTORL_TOKEN and BASE_MODEL"
         )
-    if args.mirror_interval <= 0:
-        raise UsageError(f"--interval must be positive, not {args.mirror_interval:g}")
+    check_duration("--interval", args.mirror_interval, example=10)
     workspace = Workspace(args.mirror_workspace.absolute(), model_dir_name(base_model))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
@@ -219,33 +226,57 @@ def _group_read(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare_inputs(args: argparse.Namespace) -> tuple[str, str, Path]:
+    """prepare's task, model and workspace: given after ``prepare``, else before it (agent-runner's
+    --task, --base-model, --workspace, or their environment variables)."""
+    task = args.prepare_task or args.task
+    model = args.prepare_model or args.base_model
+    root = args.prepare_workspace or args.workspace
+    missing = [
+        flag for flag, value in (("--task", task), ("--model", model), ("--workspace", root)) if not value
+    ]
+    if missing:
+        them = "it" if len(missing) == 1 else "them"
+        raise UsageError(
+            f"prepare needs {', '.join(missing)}: pass {them} after prepare, e.g. autorl agent-runner "
+            "prepare --task gsm8k --model Qwen/Qwen2.5-0.5B --workspace /experiments/NAME"
+        )
+    return task, model, root
+
+
 def _prepare(args: argparse.Namespace) -> int:
     from autorl.errors import ModelSourceError, ModelSourceUnreachableError, UnknownTaskError
     from autorl.models.sources import model_dir_name, reference_model_subpath, resolve_model
     from autorl.tasks import get_task
     from autorl.tasks.base import write_agent_train
     from autorl_agent_runner.settings import AgentRunnerSettings
-    from autorl_agent_runner.workspace.layout import create_workspace
+    from autorl_agent_runner.workspace.layout import check_workspace_free, create_workspace
     from autorl_agent_runner.workspace.ownership import claim_workspace, open_experiments_folder
 
-    if args.prepare_timeout < 0:
-        raise UsageError(f"--timeout must not be negative, not {args.prepare_timeout:g}")
+    task_name, model, given_root = _prepare_inputs(args)
+    check_duration("--timeout", args.prepare_timeout, example=3600, zero=True)
     if args.prepare_step == "workspace" and (args.prepare_group is None or args.prepare_model_dir is None):
         raise UsageError("--step workspace needs --group (the platform's group) and --model-dir")
     try:
-        task = get_task(args.prepare_task)
+        task = get_task(task_name)
     except UnknownTaskError as exc:
         raise UsageError(str(exc)) from exc
     settings = AgentRunnerSettings()
-    root: Path = args.prepare_workspace.absolute()
+    root: Path = given_root.absolute()
+    run_id = args.prepare_run_id or args.run_id or root.name
+    if args.prepare_step != "cache":  # before the cache is filled: an unusable workspace is refused at once
+        try:
+            check_workspace_free(root, run_id)
+        except AutoRLError as exc:
+            raise UsageError(str(exc)) from exc
     if args.prepare_step == "workspace":
         claim_workspace(root, args.prepare_group)
         base_dir: Path = args.prepare_model_dir
         train_dir = settings.data_dir / task.name
     else:
-        print(f"preparing {args.prepare_model} in {settings.models_dir}", file=sys.stderr, flush=True)
+        print(f"preparing {model} in {settings.models_dir}", file=sys.stderr, flush=True)
         try:
-            base_dir = resolve_model(args.prepare_model, settings.models_dir)
+            base_dir = resolve_model(model, settings.models_dir)
         except ModelSourceUnreachableError:
             raise  # exit code 1: the Job tries again, the hub may answer then
         except ModelSourceError as exc:
@@ -266,12 +297,12 @@ def _prepare(args: argparse.Namespace) -> int:
             train_dir = write_agent_train(train_dir / "train.jsonl", Path(scratch)).parent
         workspace = create_workspace(
             root,
-            run_id=args.prepare_run_id or root.name,
+            run_id=run_id,
             task_name=task.name,
             description=task.description(),
             base_model_dir=base_dir,
-            base_model_name=model_dir_name(args.prepare_model),
-            reference_model_subpath=reference_model_subpath(args.prepare_model),
+            base_model_name=model_dir_name(model),
+            reference_model_subpath=reference_model_subpath(model),
             train_data_dir=train_dir,
             timeout_s=args.prepare_timeout,
             model_mounted=args.prepare_step == "workspace",
@@ -305,8 +336,8 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
     if args.timeout is not None:
-        check_seconds("--timeout", args.timeout, example=3600)
-    check_seconds("--grace-period", args.grace_period, example=30, zero=True)
+        check_duration("--timeout", args.timeout, example=3600)
+    check_duration("--grace-period", args.grace_period, example=30, zero=True)
     settings = AgentRunnerSettings()
     sandbox = SandboxMode(args.sandbox)
     try:

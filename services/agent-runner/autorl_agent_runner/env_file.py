@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from autorl_agent_runner.sandbox.environment import PLATFORM_VARIABLES, AgentEnvError
+from autorl_agent_runner.sandbox.environment import PLATFORM_VARIABLES, AgentEnvError, check_no_nul
 
 _LINE = re.compile(r"(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*)")
 _DOUBLE_QUOTE_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
@@ -52,14 +52,19 @@ def parse_env_file(path: Path) -> dict[str, str]:
         text = path.expanduser().read_text(encoding="utf-8")
     except FileNotFoundError:
         raise AgentEnvError(f"--env-file {path}: no such file; pass the path of your .env") from None
+    except IsADirectoryError:
+        raise AgentEnvError(
+            f"--env-file {path} is a folder; pass the path of the .env file itself, such as {path / '.env'}"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise AgentEnvError(f"--env-file {path}: cannot be read as UTF-8 text ({exc})") from exc
     variables: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
+        where = f"--env-file {path}, line {number}"
+        check_no_nul(line, where)
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        where = f"--env-file {path}, line {number}"
         match = _LINE.fullmatch(stripped)
         if match is None:
             raise AgentEnvError(f"{where}: expected NAME=VALUE (or export NAME=VALUE), not {stripped[:40]!r}")

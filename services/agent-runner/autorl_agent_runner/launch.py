@@ -19,7 +19,7 @@ from autorl_agent_runner.agent_command import AgentCommand, resolve_agent
 from autorl_agent_runner.agent_python import find_agent_python
 from autorl_agent_runner.runner import GRACE_PERIOD_S, AgentRunner, RunnerConfig
 from autorl_agent_runner.sandbox.egress import Network
-from autorl_agent_runner.sandbox.environment import ContractValues, parse_env_items
+from autorl_agent_runner.sandbox.environment import ContractValues, check_no_nul, parse_env_items
 from autorl_agent_runner.sandbox.plan import (
     SandboxMode,
     can_share_base_model,
@@ -51,6 +51,8 @@ def resolve_launch_agent(
     ``--env`` item, or a script the sandbox's user could not read."""
     agent = resolve_agent(spec, find_agent_python(settings.agent_python))
     passed = parse_env_items(env_items, parent_env)
+    for arg in extra_args:
+        check_no_nul(arg, "--agent-arg")
     if extra_args:
         agent = dataclasses.replace(agent, argv=(*agent.argv, *extra_args))
     if agent.script is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from autorl.errors import AutoRLError
-from autorl_agent_runner.sandbox.environment import PLATFORM_VARIABLES
+from autorl_agent_runner.sandbox.environment import NUL, PLATFORM_VARIABLES
 
 CONFIG_FILE = "config.yaml"
 DEFAULT_START = "start.sh"
@@ -54,7 +54,13 @@ def _env_value(name: str, value: Any, config: Path) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str | int | float):
-        return str(value)
+        text = str(value)
+        if NUL in text:
+            raise AgentFolderError(
+                f"{config}: env_vars.{name} holds a NUL byte (\\x00), which no environment variable can "
+                "carry; remove it"
+            )
+        return text
     if value is None:
         return ""
     raise AgentFolderError(
@@ -94,7 +100,7 @@ def load_agent_folder(folder: Path) -> AgentFolder:
     if not isinstance(data, dict):
         raise AgentFolderError(f"{config} must be a mapping with name, start and env_vars")
     start_name = data.get("start", DEFAULT_START)
-    if not isinstance(start_name, str) or not start_name:
+    if not isinstance(start_name, str) or not start_name or NUL in start_name:
         raise AgentFolderError(f"{config}: start must be the start script's file name, e.g. start: start.sh")
     start = (folder / start_name).resolve()
     if not start.is_relative_to(folder):

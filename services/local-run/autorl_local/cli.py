@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 import signal
-from pathlib import Path
 
-from autorl.cli import UsageError, check_seconds
+from autorl.cli import UsageError
+from autorl.experiment import MAX_INT32
 from autorl.protocol.feedback import FEEDBACK_MODES, Feedback
+from autorl_agent_runner.flags import check_at_most, check_duration, check_not_empty, path_flag
 
 DEFAULT_PORT = 8000
+#: Local evaluator processes: each loads a model, so more than a machine's GPUs and cores can serve
+#: is a typo, which would start that many processes.
+MAX_WORKERS = 64
+#: Runs of one ``--repeat``, each with its own workspace, services and results row.
+MAX_REPEATS = 1000
 
 
 def _gpu_list(text: str) -> str:
@@ -44,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="grader port on 127.0.0.1")
     parser.add_argument(
         "--workspace",
-        type=Path,
+        type=path_flag,
         default=None,
         help="the run's workspace (default $AUTORL_HOME/runs/RUN_ID/workspace)",
     )
@@ -57,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--env-file",
-        type=Path,
+        type=path_flag,
         default=None,
         metavar="FILE",
         help="pass the variables of a .env file (LLM API keys) to the agent, and nothing else of this "
@@ -138,22 +144,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 #: The grader keeps ids and limits in 32-bit integers.
-MAX_SUBMISSIONS_LIMIT = 2**31 - 1
+MAX_SUBMISSIONS_LIMIT = MAX_INT32
 
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Refuse a number that cannot work before anything starts, naming the flag and the fix."""
-    check_seconds("--timeout", args.timeout, example=3600)
+    check_duration("--timeout", args.timeout, example=3600)
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, not {args.workers}")
-    check_seconds("--finish-wait", args.finish_wait, example=600, zero=True)
-    check_seconds("--grace-period", args.grace_period, example=30, zero=True)
-    if args.repeat < 1:
+    check_at_most("--workers", args.workers, MAX_WORKERS, "evaluator processes on this machine")
+    check_duration("--finish-wait", args.finish_wait, example=600, zero=True)
+    check_duration("--grace-period", args.grace_period, example=30, zero=True)
+    if not 1 <= args.repeat <= MAX_REPEATS:
         raise UsageError(
-            f"--repeat must be at least 1 (the number of runs, with seeds 0 to N-1), not {args.repeat}; "
-            "leave it out for one run"
+            f"--repeat must be from 1 to {MAX_REPEATS} (the number of runs, with seeds 0 to N-1), not "
+            f"{args.repeat}; leave it out for one run"
         )
     limit = args.max_submissions
     if limit is not None and not 1 <= limit <= MAX_SUBMISSIONS_LIMIT:
@@ -192,6 +197,9 @@ def _run(args: argparse.Namespace) -> int:
     from autorl_local.repeats import check_workspaces_free, repeat_workspaces, run_repeats
     from autorl_local.settings import RunSettings
 
+    check_not_empty(agent=args.agent, model=args.model, task=args.task)
+    for checkpoint in args.known_checkpoint:
+        check_not_empty(known_checkpoint=checkpoint)
     check_numbers(args)
     check_egress(args)
     take_ctrl_c()

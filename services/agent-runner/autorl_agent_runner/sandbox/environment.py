@@ -48,6 +48,19 @@ class AgentEnvError(AutoRLError):
     """A bad ``--env`` item."""
 
 
+#: A NUL ends a C string: no environment variable or argument of a process can hold one.
+NUL = "\x00"
+
+
+def check_no_nul(text: str, where: str) -> None:
+    """Refuse, where it is read, a string that is to become an environment entry or an argument."""
+    if NUL in text:
+        raise AgentEnvError(
+            f"{where}: holds a NUL byte (\\x00), which no environment variable or argument can carry; "
+            "remove it"
+        )
+
+
 @dataclass(frozen=True)
 class ContractValues:
     """The values of the contract's variables for one run."""
@@ -86,6 +99,7 @@ def parse_env_items(items: Iterable[str], parent: Mapping[str, str]) -> dict[str
             raise AgentEnvError(f"--env {item!r}: expected NAME or NAME=VALUE with a variable name")
         if name in PLATFORM_VARIABLES:
             raise AgentEnvError(f"--env {name}: the platform sets {name} itself; drop it from --env")
+        check_no_nul(value, f"--env {name}")
         if not sep:
             if name not in parent:
                 raise AgentEnvError(

@@ -105,13 +105,20 @@ class Workspace:
 
 
 def check_workspace_free(root: Path, run_id: str) -> None:
-    """Accept a missing or empty folder, or one this run created; refuse anything else."""
+    """Accept a missing folder that can be created, an empty folder, or one this run created;
+    refuse anything else."""
     if not root.exists():
+        _check_creatable(root)
         return
     if not root.is_dir():
         raise WorkspaceError(f"workspace {root} is a file; pass a new or empty folder with --workspace")
-    if not any(root.iterdir()):
-        return
+    try:
+        if not any(root.iterdir()):
+            return
+    except OSError as exc:
+        raise WorkspaceError(
+            f"workspace {root} cannot be read ({exc.strerror}); pass a new or empty folder with --workspace"
+        ) from None
     owner = _marker_run_id(root)
     if owner == run_id:
         return
@@ -119,6 +126,30 @@ def check_workspace_free(root: Path, run_id: str) -> None:
     raise WorkspaceError(
         f"workspace {root} is not empty (it holds {whose}); pass a new or empty folder with --workspace"
     )
+
+
+def _check_creatable(root: Path) -> None:
+    """Refuse a workspace that cannot be created (a parent that is a file, missing where nothing
+    can be made, or not writable): creating its first missing folder is tried, and undone."""
+    missing = root.absolute()
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    parent = missing.parent
+    if not parent.is_dir():
+        raise WorkspaceError(
+            f"workspace {root} cannot be created: {parent} is a file, not a folder; pass a --workspace "
+            "path under an existing folder"
+        )
+    try:
+        missing.mkdir()
+    except FileExistsError:
+        return  # made meanwhile: as an existing folder, it is checked when the workspace is made
+    except OSError as exc:
+        raise WorkspaceError(
+            f"workspace {root} cannot be created in {parent} ({exc.strerror}); pass a --workspace path "
+            "in a folder you can write to"
+        ) from None
+    missing.rmdir()
 
 
 def _marker_run_id(root: Path) -> str | None:
