@@ -15,8 +15,9 @@ class UsageError(AutoRLError):
     """Bad command-line input: `autorl` prints it as one line and exits with code 2."""
 
 
-class ConfigurationError(AutoRLError):
-    """A setting is missing or unsafe; the service refuses to start."""
+class ConfigurationError(UsageError):
+    """A setting is missing or unsafe; the service refuses to start. A setting is the user's input:
+    `autorl` exits with code 2, as for any bad input."""
 
 
 class UnknownTaskError(AutoRLError):

@@ -112,12 +112,30 @@ class HomeSettings(AutoRLSettings):
     @field_validator("home")
     @classmethod
     def _expand_home(cls, home: Path) -> Path:
-        return home.expanduser()
+        home = home.expanduser()
+        if home.exists() and not home.is_dir():
+            raise ValueError(f"is a file, not a folder; {HOME_FIX}")
+        return home
 
     @field_validator("database_url", mode="before")
     @classmethod
     def _database_in_home(cls, url: Any, info: ValidationInfo) -> Any:
         return url or f"sqlite:///{_home(info) / 'autorl.db'}"
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, url: str) -> str:
+        return supported_database_url(url)
+
+    @field_validator("data_source_dir")
+    @classmethod
+    def _data_source_folder(cls, folder: Path | None) -> Path | None:
+        if folder is not None and folder.expanduser().exists() and not folder.expanduser().is_dir():
+            raise ValueError(
+                "is a file, not a folder; point it at a folder holding <task>/train.jsonl and "
+                "<task>/test.jsonl, or unset it to download the data from the Hugging Face hub"
+            )
+        return folder
 
     @field_validator("cache_dir", mode="before")
     @classmethod
@@ -138,11 +156,39 @@ class HomeSettings(AutoRLSettings):
         return self.cache_dir / "data"
 
 
+#: What to do about a home that cannot be one.
+HOME_FIX = "point it at a folder (made if missing), such as ~/.autorl"
+#: The message of a setting refused only because one it derives from is (AUTORL_HOME...).
+NEEDS_VALID = "needs a valid AUTORL_"
+#: The database URLs the platform can open (scheme → the scheme of the driver it installs):
+#: ``postgresql://`` and ``postgres://`` are read as psycopg's, the one Postgres driver it installs.
+DATABASE_SCHEMES = {
+    "postgresql+psycopg": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite",
+}
+DATABASE_EXAMPLE = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB or sqlite:////PATH/autorl.db"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def supported_database_url(url: str) -> str:
+    """``url`` with the scheme of the driver the platform installs; a ValueError naming what is
+    expected for any other URL."""
+    scheme, sep, rest = url.partition("://")
+    own = DATABASE_SCHEMES.get(scheme.lower()) if sep else None
+    if own is None:
+        what = f"the scheme {scheme}:// is not supported" if sep else "not a database URL"
+        raise ValueError(f"{what}; use {DATABASE_EXAMPLE}")
+    return f"{own}://{rest}"
+
+
 def _home(info: ValidationInfo) -> Path:
     """The home validated before the field at hand (fields validate in order; the home is first)."""
     home = info.data.get("home")
     if not isinstance(home, Path):
-        raise ValueError("needs a valid AUTORL_HOME")
+        raise ValueError(f"{NEEDS_VALID}HOME")
     return home
 
 
@@ -183,7 +229,7 @@ class EvaluationSettings(HomeSettings):
             return folder
         eval_dir = info.data.get("eval_dir")
         if not isinstance(eval_dir, Path):
-            raise ValueError("needs a valid AUTORL_EVAL_DIR")
+            raise ValueError(f"{NEEDS_VALID}EVAL_DIR")
         return eval_dir / "snapshots"
 
 
@@ -249,6 +295,16 @@ class PlatformSettings(EvaluationSettings):
         description="How often an evaluator worker reports itself alive (queue, backends) in the database; "
         "the grader counts a worker as available while its last report is under three of these old.",
     )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url and urlsplit(url).scheme.lower() not in REDIS_SCHEMES:
+            raise ValueError(
+                "not a redis:// URL; use redis://:PASSWORD@HOST:6379/0 (rediss:// with TLS), "
+                "or unset it for local dispatch"
+            )
+        return url
 
     @property
     def queue_name(self) -> str:

@@ -153,8 +153,8 @@ class HomeRuns:
     def _from_store(self, run_ids: Sequence[str] | None, read: Callable[[Experiment], T]) -> dict[str, T]:
         """``read`` of each run (of every one, for None) whose experiment the store holds, oldest first."""
         from sqlalchemy import select
-        from sqlalchemy.exc import SQLAlchemyError
 
+        from autorl.errors import ServiceUnavailableError
         from autorl.store import Database, Experiment
 
         if no_store(self.settings.database_url):
@@ -166,7 +166,9 @@ class HomeRuns:
         try:
             with db.session() as session:
                 return {e.name: read(e) for e in session.scalars(query)}
-        except SQLAlchemyError:
-            return {}  # a store without experiments yet
+        except ServiceUnavailableError as exc:
+            if "no such table" in str(exc):
+                return {}  # a store no service has set up yet (an empty file): nothing recorded
+            raise  # a store that cannot be read (a damaged file, an unreachable server) says why
         finally:
             db.dispose()

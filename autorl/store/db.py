@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -11,13 +12,21 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, make_url, text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autorl.errors import ServiceUnavailableError
+from autorl.errors import ConfigurationError, ServiceUnavailableError
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: How long a service waits at start-up for its database (one that starts after it is normal in
+#: Kubernetes), and how often it says it still waits.
+DATABASE_WAIT_S = 60.0
+DATABASE_WAIT_REPORT_S = 15.0
+#: SQLite's own words for a file that is no database of its (or a damaged one).
+SQLITE_NOT_A_DATABASE = ("file is not a database", "database disk image is malformed")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -57,6 +66,39 @@ SQLITE_POOL_SIZE = 5
 SQLITE_POOL_OVERFLOW = 10
 
 
+def _sqlite_file_pragmas(path: str) -> Any:
+    """The pragmas of each new connection, with a file that is not a SQLite database (the first
+    pragma reads its header) named, with the fix, rather than as SQLite's bare words."""
+
+    def connect(dbapi_conn: Any, record: Any) -> None:
+        try:
+            _sqlite_pragmas(dbapi_conn, record)
+        except sqlite3.DatabaseError as exc:
+            if not str(exc).startswith(SQLITE_NOT_A_DATABASE):
+                raise
+            dbapi_conn.close()
+            raise not_a_database(path, exc) from None
+
+    return connect
+
+
+def not_a_database(path: str, exc: BaseException) -> ConfigurationError:
+    """The refusal of a SQLite file that is not a database (or a damaged one), with the fix."""
+    return ConfigurationError(
+        f"the database file {path} is not a SQLite database ({exc}): move it aside "
+        f"(mv {path} {path}.bad; a new, empty one is made) or point AUTORL_DATABASE_URL at "
+        "the platform's database"
+    )
+
+
+def shown_url(url: str) -> str:
+    """A database URL as it may be printed: its password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL: nothing in it can be told apart
+        return "(not a URL)"
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = make_url(url).database or ""
@@ -66,7 +108,7 @@ def make_engine(url: str) -> Engine:
         # A database in memory lives in its one connection (SQLAlchemy's single-connection pool).
         pool = {"pool_size": SQLITE_POOL_SIZE, "max_overflow": SQLITE_POOL_OVERFLOW} if on_disk else {}
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **pool)
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_file_pragmas(path))
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(
@@ -94,15 +136,19 @@ class Database:
     def session(self) -> AbstractContextManager[Session]:
         return self._transaction(self.sessions)
 
+    @property
+    def sqlite_path(self) -> str:
+        """The SQLite database's file ("" for another database or one in memory)."""
+        return (make_url(self.url).database or "") if self.is_sqlite else ""
+
     def read_session(self) -> AbstractContextManager[Session]:
         """A session whose transaction only reads: it never takes or waits for SQLite's write lock
         (writers go on while it reads), and on Postgres it is a READ ONLY transaction. A write in
         it is an error. For every route that only reads, so that a reader never delays a writer."""
         return self._transaction(self.read_sessions)
 
-    @staticmethod
     @contextmanager
-    def _transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    def _transaction(self, sessions: sessionmaker[Session]) -> Iterator[Session]:
         try:
             with sessions.begin() as session:
                 yield session
@@ -111,6 +157,10 @@ class Database:
                 f"the database is unreachable ({_short(exc)}); "
                 "check AUTORL_DATABASE_URL and that the database is running"
             ) from exc
+        except DatabaseError as exc:  # a SQLite file damaged past its header
+            if self.sqlite_path and str(exc.orig).startswith(SQLITE_NOT_A_DATABASE):
+                raise not_a_database(self.sqlite_path, exc.orig or exc) from exc
+            raise
 
     def ping(self) -> None:
         try:
@@ -119,17 +169,35 @@ class Database:
         except OperationalError as exc:
             raise ServiceUnavailableError(f"the database is unreachable ({_short(exc)})") from exc
 
-    def wait_until_ready(self, timeout_s: float = 60.0) -> None:
-        """Bounded retry at start-up: a database that starts after us is normal in Kubernetes."""
-        deadline = time.monotonic() + timeout_s
+    def wait_until_ready(self, timeout_s: float | None = None) -> None:
+        """Bounded retry at start-up (``DATABASE_WAIT_S`` by default): a database that starts after
+        us is normal in Kubernetes. Logs what it waits for while it waits; past the time, a
+        ServiceUnavailableError naming AUTORL_DATABASE_URL and the fix."""
+        wait_s = DATABASE_WAIT_S if timeout_s is None else timeout_s
+        start = time.monotonic()
+        reported = None
         while True:
             try:
                 self.ping()
                 return
-            except ServiceUnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
+            except ServiceUnavailableError as exc:
+                waited, why = time.monotonic() - start, _short(exc.__cause__ or exc)
+                if waited >= wait_s:
+                    raise ServiceUnavailableError(
+                        f"the database at AUTORL_DATABASE_URL={shown_url(self.url)} is unreachable "
+                        f"after {waited:.0f} s ({why}); check that it is running and that "
+                        "AUTORL_DATABASE_URL names its host, port, user and password"
+                    ) from exc
+                if reported is None or waited - reported >= DATABASE_WAIT_REPORT_S:
+                    reported = waited
+                    log.warning(
+                        "event=database_waiting waiting up to %.0f s more for the database at "
+                        "AUTORL_DATABASE_URL=%s (%s)",
+                        wait_s - waited,
+                        shown_url(self.url),
+                        why,
+                    )
+                time.sleep(min(1.0, max(wait_s - waited, 0.0)))
 
     def dispose(self) -> None:
         self.engine.dispose()
