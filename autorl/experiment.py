@@ -73,6 +73,9 @@ MAX_EGRESS_PORTS = 32
 MAX_CIDR_LENGTH = 64
 #: The grader keeps counts in 32-bit integers.
 MAX_INT32 = 2**31 - 1
+#: The longest time budget, in seconds (30 days): an Experiment's, ``autorl run --timeout`` and the
+#: API's alike; generous for any real run, far inside what the database and a deadline's date hold.
+MAX_BUDGET_S = 30 * 24 * 3600
 #: Resources Kubernetes knows by a bare name; any other is ``vendor.domain/name`` (e.g. ``nvidia.com/gpu``).
 _CORE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
@@ -396,7 +399,10 @@ class ExperimentSpec(_Model):
         description=f"The agent that post-trains the model (default: builtin {DEFAULT_AGENT}).",
     )
     timeoutSeconds: int = Field(
-        default=DEFAULT_TIMEOUT_S, ge=1, le=MAX_INT32, description="The agent's time budget in seconds."
+        default=DEFAULT_TIMEOUT_S,
+        ge=1,
+        le=MAX_BUDGET_S,
+        description="The agent's time budget in seconds (at most 30 days).",
     )
     evaluation: EvaluationSpec = Field(
         default_factory=lambda: EvaluationSpec(), description="How submissions are scored."

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autorl.errors import CheckpointError
-from autorl.experiment import MAX_INT32, MAX_KNOWN_CHECKPOINTS
+from autorl.experiment import MAX_BUDGET_S, MAX_INT32, MAX_KNOWN_CHECKPOINTS
 from autorl.layout import OUTPUT_DIR
 from autorl.protocol.feedback import Feedback, FeedbackField
 from autorl.untrusted_text import unprintable_characters
@@ -24,9 +24,6 @@ EXPERIMENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_MODEL_PATH_BYTES = 4096
 MAX_MODEL_PATH_PARTS = 64
 
-#: The longest time budget, in seconds (30 days), for ``autorl run --timeout`` and the API alike:
-#: generous for any real run, and far inside what the database and a deadline's date can hold.
-MAX_BUDGET_S = 30 * 24 * 3600
 #: The latest ``start_time`` a date can hold (9999-12-31T23:59:59Z); a later time counts as now anyway.
 MAX_EPOCH_S = 253_402_300_799
 

@@ -18,10 +18,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from autorl.api.answers import PendingAnswer, SubmissionAnswer
-from autorl.api.request_bodies import MAX_BUDGET_S, MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
+from autorl.api.request_bodies import MAX_MODEL_PATH_BYTES, MAX_MODEL_PATH_PARTS
 from autorl.checkpoints import model_files
 from autorl.client import SUBMIT
 from autorl.errors import ConfigurationError
+from autorl.experiment import MAX_BUDGET_S
 from autorl.store import Database, SubmissionStatus, caches, claims, experiments, outcomes
 from autorl.store import submissions as submission_store
 from autorl.untrusted_text import printable

@@ -107,3 +107,24 @@ def test_status_round_trips_and_refuses_unknown_fields() -> None:
     with pytest.raises(ValidationError):
         ExperimentResourceStatus.model_validate({"phase": "Running", "score": 1})
     assert {p for p in Phase if p.terminal} == {Phase.SUCCEEDED, Phase.FAILED, Phase.TIMED_OUT}
+
+
+def test_every_budget_and_limit_an_experiment_may_ask_for_the_grader_registers() -> None:
+    """The controller registers an Experiment with the grader as its spec says: a spec the API
+    server accepts must not be refused by the grader's API (30 days, and 32-bit limits, in both)."""
+    from autorl.api.request_bodies import RegisterExperiment
+    from autorl.experiment import MAX_BUDGET_S, MAX_INT32
+
+    longest = ExperimentSpec.model_validate(
+        spec(timeoutSeconds=MAX_BUDGET_S, evaluation={"maxSubmissions": MAX_INT32})
+    )
+    RegisterExperiment(
+        name="e",
+        task="gsm8k",
+        model="m",
+        timeout_s=longest.timeoutSeconds,
+        workspace="/w",
+        base_model_dir="/w/models/m",
+        max_submissions=longest.evaluation.maxSubmissions,
+    )
+    assert "less than or equal to 2592000" in error_text(spec(timeoutSeconds=MAX_BUDGET_S + 1))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from autorl.api.request_bodies import MAX_BUDGET_S
 from autorl.cli import UsageError, check_seconds
+from autorl.experiment import MAX_BUDGET_S
 from autorl_agent_runner.sandbox.environment import NUL
 
 
