@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from autorl.errors import ConfigurationError
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -119,25 +121,44 @@ def evaluation_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, st
     return merged
 
 
+class ProblemFileError(ConfigurationError, ValueError):
+    """A problems file that is not JSON lines of ``{"question", "answer"}`` objects: the message names
+    the file, the line and the fix (a ValueError too, as this refusal always was)."""
+
+
+_PROBLEM_FILE_FIX = (
+    'each line must be one JSON object with string "question" and "answer": fix the file or put a good '
+    "copy in its place"
+)
+
+
 def read_problems(path: Path) -> list[Problem]:
     """Problems from a JSON-lines file of ``{"question", "answer"}`` objects; errors name the line."""
     problems: list[Problem] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not JSON ({exc})") from exc
-            if not (
-                isinstance(record, dict)
-                and isinstance(record.get("question"), str)
-                and isinstance(record.get("answer"), str)
-            ):
-                raise ValueError(f'{path}:{number}: expected an object with string "question" and "answer"')
-            problems.append(Problem(record["question"], record["answer"]))
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                if line.strip():
+                    problems.append(_problem(path, number, line))
+    except UnicodeDecodeError as exc:
+        raise ProblemFileError(f"{path}: not UTF-8 text ({exc}); {_PROBLEM_FILE_FIX}") from exc
     return problems
+
+
+def _problem(path: Path, number: int, line: str) -> Problem:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ProblemFileError(f"{path}:{number}: not JSON ({exc}); {_PROBLEM_FILE_FIX}") from exc
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("question"), str)
+        and isinstance(record.get("answer"), str)
+    ):
+        raise ProblemFileError(
+            f'{path}:{number}: expected an object with string "question" and "answer"; {_PROBLEM_FILE_FIX}'
+        )
+    return Problem(record["question"], record["answer"])
 
 
 #: Sealed mode's validation split: GSM8K's is 500 of its 7,473 train problems; every task carves

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,10 +46,22 @@ def metrics_port(flag: int | None) -> int | None:
     return int(value)
 
 
+def metrics_bind_failure(host: str, port: int, exc: OSError) -> str:
+    """Why the metrics port could not be served, naming the flag that is wrong and its fix: a host
+    that is no address of this machine (or no address at all), else a port in use or forbidden."""
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"--metrics-host {host!r} is not an address of this machine ({exc.strerror or exc}); "
+            "pick a valid --metrics-host, such as 127.0.0.1 (this machine only) or 0.0.0.0 (all)"
+        )
+    return f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); pick a free --metrics-port"
+
+
 def run(args: argparse.Namespace) -> int:
     from autorl.cli import UsageError
     from autorl.store import Database, migrate
     from autorl.untrusted_text import log_printable_lines
+    from autorl_evaluator.eval_device import check_device
     from autorl_evaluator.metrics import WorkerMetrics
     from autorl_evaluator.settings import WorkerSettings
 
@@ -55,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     log_printable_lines(logging.INFO)
     settings = WorkerSettings()
     settings.require_store_credentials()
+    check_device(settings.eval_device)
     db = Database(settings.database_url)
     db.wait_until_ready()
     migrate(db)
@@ -63,9 +78,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             metrics.serve(args.metrics_host, port)
         except OSError as exc:
-            raise UsageError(
-                f"cannot serve metrics on {args.metrics_host}:{port} ({exc}); pick a free --metrics-port"
-            ) from exc
+            raise UsageError(metrics_bind_failure(args.metrics_host, port, exc)) from exc
     from autorl_evaluator.presence import Presence
 
     if not settings.redis_url:
@@ -81,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     redis = Redis.from_url(settings.redis_url)
     dispatcher = make_dispatcher(settings)
+    dispatcher.ping()  # an unreachable Redis is named, with the fix, before RQ's worker connects to it
     queues = [evaluation_queue(settings.queue_name, redis)]
     worker: EvaluationWorker | WarmEvaluationWorker
     if settings.eval_warm_worker:

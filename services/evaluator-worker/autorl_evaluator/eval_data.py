@@ -36,12 +36,17 @@ MAX_SPLIT_BYTES = 256 * 1024 * 1024
 
 
 def split_url(base_url: str, task: str) -> str:
-    """``<base_url>/<task>/test.jsonl``; only http and https URLs are accepted."""
-    scheme = urllib.parse.urlsplit(base_url).scheme
-    if scheme not in ("http", "https"):
+    """``<base_url>/<task>/test.jsonl``; only http and https URLs naming a host are accepted."""
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port that is not a number is refused here, not when fetching
+    except ValueError:  # an unclosed [IPv6 address, a port out of range
+        valid = False
+    if not valid:
         raise ConfigurationError(
-            f"test data URL {base_url!r} must be http:// or https:// (for an object store, a bucket's "
-            "HTTPS endpoint or a pre-signed URL of the folder)"
+            f"test data URL {base_url!r} must be http:// or https:// and name a host (for an object store, "
+            "a bucket's HTTPS endpoint or a pre-signed URL of the folder)"
         )
     return f"{base_url.rstrip('/')}/{task}/test.jsonl"
 
@@ -54,7 +59,7 @@ def fetch_split(base_url: str, task: str, target_dir: Path) -> Path:
     try:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as answer:
             body = answer.read(MAX_SPLIT_BYTES + 1)
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a URL http refuses
         raise ConfigurationError(
             f"could not fetch the {task} test split from {url}: {exc}; check evaluator.testData.url and "
             "that the evaluator pods may reach it"
@@ -105,6 +110,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autorl.cli import UsageError
+
+    if args.source_url is not None:
+        try:
+            split_url(args.source_url, args.task[0])
+        except ConfigurationError as exc:
+            raise UsageError(f"--source-url: {exc}") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     provide(args.task, HomeSettings(), source_url=args.source_url)
     return 0

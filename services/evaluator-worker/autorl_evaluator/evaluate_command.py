@@ -48,6 +48,7 @@ from autorl.store import Database, EvaluationCache, Split, caches, migrate
 from autorl.tasks import Task, get_task
 from autorl.tasks.base import Problem
 from autorl.untrusted_text import printable
+from autorl_evaluator.eval_device import check_device
 from autorl_evaluator.settings import WorkerSettings
 
 #: Printed on stderr before a result taken from the cache (the tests read it).
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     request = checked(args)
     console = Console(stderr=True, highlight=False)
     settings = WorkerSettings()
+    check_device(settings.eval_device)
     model_dir = _resolved(request.model, settings, console)
     base_dir = _resolved(request.base, settings, console) if request.base is not None else None
     db = Database(settings.database_url)

@@ -46,6 +46,7 @@ from autorl_evaluator.backends.base import Backend, EvalResult, Evaluation
 from autorl_evaluator.backends.hf.opencompass_chat import cut_at_stop_words, encode, stop_words
 from autorl_evaluator.backends.hf.warm_models import RESIDENT
 from autorl_evaluator.backends.opencompass.compass_models.padded_attention import use_padded_attention
+from autorl_evaluator.eval_device import require_device
 from autorl_evaluator.failures import PublicEvaluationError
 from autorl_evaluator.model_settings import ModelSettings, settings_for
 
@@ -126,6 +127,7 @@ def _generate(evaluation: Evaluation, started: float) -> tuple[list[str], dict[s
     config, settings, budget = evaluation.config, evaluation.worker, evaluation.budget
 
     model_settings = settings_for(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
+    require_device(settings.eval_device)  # a device that is not there is no checkpoint's fault
     device = torch.device(settings.eval_device or ("cuda" if torch.cuda.is_available() else "cpu"))
     # float32 on the CPU, as OpenCompass's CPU path loads it; the GPU dtype of the model settings.
     dtype = torch.float32 if device.type == "cpu" else getattr(torch, model_settings.dtype)

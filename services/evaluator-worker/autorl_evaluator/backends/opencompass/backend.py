@@ -161,8 +161,9 @@ def place(
     gpus = visible_gpus(environ)
     if not gpus:
         if settings.eval_device is not None and settings.eval_device.startswith("cuda"):
-            raise EvaluationError(
-                f"AUTORL_EVAL_DEVICE={settings.eval_device} but no GPU is visible to the worker"
+            raise EvaluatorFaultError(  # the worker's setting, never the checkpoint's fault
+                f"AUTORL_EVAL_DEVICE={settings.eval_device} but no GPU is visible to the worker; set it to "
+                "cpu or unset it"
             )
         return Placement(gpu=None)
     if fits_one_gpu and len(gpus) > 1:
