@@ -7,7 +7,7 @@ import argparse
 import errno
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,15 @@ def home(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_pa
     request.getfixturevalue("bare_environment")
     monkeypatch.setenv("AUTORL_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """The root logger as it was: a service command sets its handler on the stderr of its test."""
+    handlers, level = list(logging.root.handlers), logging.root.level
+    yield
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -124,25 +133,36 @@ def test_an_unreachable_database_is_waited_for_aloud_then_named_with_the_fix(
 ) -> None:
     monkeypatch.setattr(db, "DATABASE_WAIT_S", 0.5)
     monkeypatch.setenv("AUTORL_DATABASE_URL", CLOSED_PORT_DB)
-    with caplog.at_level(logging.WARNING, logger="autorl.store.db"):
-        code, err = run(capsys, "worker", "--burst")
-    assert code == 1
+    monkeypatch.setenv("AUTORL_REDIS_URL", "redis://:pw-0a1b2c@127.0.0.1:1/0")
+    monkeypatch.setenv("AUTORL_ADMIN_TOKEN", "a-long-enough-admin-token-0123456789")
     shown = "AUTORL_DATABASE_URL=postgresql+psycopg://autorl:***@127.0.0.1:1/autorl"
-    assert f"waiting up to 0 s more for the database at {shown}" in caplog.text
-    assert f"autorl worker: error: the database at {shown} is unreachable after " in err
-    assert "check that it is running and that AUTORL_DATABASE_URL names its host, port" in err
-    assert "pw-0a1b2c" not in err + caplog.text
+    for argv in (["worker", "--burst"], ["grader", "--port", str(free_port())]):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autorl.store.db"):
+            code, err = run(capsys, *argv)
+        assert code == 1, argv
+        assert f"waiting up to 0 s more for the database at {shown}" in caplog.text
+        assert f"autorl {argv[0]}: error: the database at {shown} is unreachable after " in err
+        assert "check that it is running and that AUTORL_DATABASE_URL names its host, port" in err
+        assert "pw-0a1b2c" not in err + caplog.text
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def test_a_file_that_is_not_a_database_is_named_with_the_fix(
-    capsys: pytest.CaptureFixture[str], home: Path
+    capsys: pytest.CaptureFixture[str], home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("AUTORL_LOCAL_MODE", "1")
     home.mkdir()
     database = home / "autorl.db"
     database.write_text("not a database\n" * 100)
-    for argv in (["report", "some-run"], ["worker", "--burst"]):
+    for argv in (["report", "some-run"], ["worker", "--burst"], ["grader", "--port", str(free_port())]):
         code, err = run(capsys, *argv)
-        assert code == cli.EXIT_BAD_INPUT, argv
+        assert code == cli.EXIT_BAD_INPUT, (argv, err)
         assert f"the database file {database} is not a SQLite database (file is not a database)" in err
         assert f"move it aside (mv {database} {database}.bad" in err
     assert database.read_text() == "not a database\n" * 100

@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from autorl.errors import ConfigurationError
+from autorl.errors import AutoRLError, ConfigurationError
 from autorl.settings import HomeSettings
 from autorl.tasks import get_task, task_names
 
@@ -60,7 +60,8 @@ def fetch_split(base_url: str, task: str, target_dir: Path) -> Path:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as answer:
             body = answer.read(MAX_SPLIT_BYTES + 1)
     except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a URL http refuses
-        raise ConfigurationError(
+        # A failure to fetch, not a setting known to be wrong (the network may be down): exit 1.
+        raise AutoRLError(
             f"could not fetch the {task} test split from {url}: {exc}; check evaluator.testData.url and "
             "that the evaluator pods may reach it"
         ) from exc

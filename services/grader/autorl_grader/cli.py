@@ -75,6 +75,8 @@ def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> 
             shown = f"[{host}]" if ":" in host else host
             settings = settings.model_copy(update={"public_url": f"http://{shown}:{args.port}"})
         app = create_app(settings)
+        # Before serving, where a store that cannot be used is a message, not uvicorn's traceback.
+        app.state.grader.db.wait_until_ready()
         # The client is the connection's peer, never what a request says of itself (X-Forwarded-For,
         # which uvicorn trusts from 127.0.0.1 by default): each address's fair share is keyed on it.
         options: dict[str, Any] = {"log_level": args.log_level, "http": protocol, "proxy_headers": False}

@@ -26,11 +26,12 @@ ADMIN_TOKEN_FILE = "grader-admin-token"
 OWNER_ONLY = 0o600
 
 
-def with_local_admin_token(settings: GraderSettings, out: TextIO = sys.stderr) -> GraderSettings:
+def with_local_admin_token(settings: GraderSettings, out: TextIO | None = None) -> GraderSettings:
     """``settings`` with an admin token: its own, else (local mode) the one stored in the home,
-    made and printed to ``out`` the first time."""
+    made and printed to ``out`` (stderr as it is at the call) the first time."""
     if settings.admin_token_value or not settings.local_mode:
         return settings
+    out = out or sys.stderr
     path = settings.home / ADMIN_TOKEN_FILE
     fix = f"set AUTORL_ADMIN_TOKEN, or let the grader keep its token in {path}"
     try:
