@@ -67,9 +67,15 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["--env-file", ""], "argument --env-file: is empty; pass a path"),
         (["--workspace", ""], "argument --workspace: is empty; pass a path"),
         (["--env", "KEY=a\x00b"], "--env KEY: holds a NUL byte"),
+        (["--egress-allow", "192.168.1.0/24"], "--egress-allow opens destinations of --egress, which is off"),
+        (
+            ["--egress", "--egress-allow", "10.1.2.3/8"],
+            "write the network, 10.0.0.0/8, or one address, 10.1.2.3",
+        ),
+        (["--egress", "--egress-allow", "llm.internal"], "is not an address or a network; give one such as"),
     ],
 )
-def test_a_bad_number_or_an_empty_value_is_refused_before_anything_starts(
+def test_a_bad_number_empty_value_or_egress_allowance_is_refused_before_anything_starts(
     nothing_starts: None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -143,33 +149,6 @@ def test_the_agent_runner_refuses_a_bad_duration_before_it_starts(
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not workspace.exists()
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--egress-allow", "192.168.1.0/24"], "--egress-allow opens destinations of --egress, which is off"),
-        (
-            ["--egress", "--egress-allow", "10.1.2.3/8"],
-            "write the network, 10.0.0.0/8, or one address, 10.1.2.3",
-        ),
-        (["--egress", "--egress-allow", "llm.internal"], "is not an address or a network; give one such as"),
-    ],
-)
-def test_a_bad_egress_allowance_is_refused_before_anything_starts(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    extra: list[str],
-    message: str,
-) -> None:
-    from autorl.cli import main
-
-    home = tmp_path / "home"
-    monkeypatch.setenv("AUTORL_HOME", str(home))
-    assert main([*BASE, *extra]) == 2
-    assert message in capsys.readouterr().err
-    assert not home.exists()
 
 
 def test_egress_allowances_become_networks() -> None:
