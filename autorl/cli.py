@@ -26,7 +26,15 @@ from autorl.errors import AutoRLError, UsageError
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "UsageError", "check_seconds", "error_text", "main"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INTERRUPTED",
+    "UsageError",
+    "check_port",
+    "check_seconds",
+    "error_text",
+    "main",
+]
 
 #: Exit code for bad input (argparse uses it too).
 EXIT_BAD_INPUT = 2
@@ -56,11 +64,25 @@ Command = Callable[[argparse.Namespace], int | None]
 
 
 def check_seconds(flag: str, value: float, *, example: int, zero: bool = False) -> None:
-    """Refuse a duration flag that cannot work (negative, zero unless ``zero``, nan or infinite)
-    with a message naming the flag and a value that would."""
+    """Refuse a duration flag that cannot work (negative, zero unless ``zero``, nan, infinite, or
+    past ``MAX_BUDGET_S``: a longer wait is a typo, and a budget the grader could not store) with a
+    message naming the flag and a value that would."""
+    from autorl.experiment import MAX_BUDGET_S
+
     if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
         kind = "a number of seconds, 0 or more," if zero else "a positive number of seconds,"
         raise UsageError(f"{flag} must be {kind} such as {example}, not {value:g}")
+    if value > MAX_BUDGET_S:
+        raise UsageError(
+            f"{flag} must be at most {MAX_BUDGET_S} seconds (30 days), not {value:g}; pass a number of "
+            f"seconds such as {example}"
+        )
+
+
+def check_port(flag: str, port: int) -> None:
+    """Refuse a port number no socket can have, naming the flag."""
+    if not 0 < port < 65536:
+        raise UsageError(f"{flag} must be between 1 and 65535, not {port}")
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):

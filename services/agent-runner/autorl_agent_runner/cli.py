@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 from types import FrameType
 
-from autorl.cli import EXIT_INTERRUPTED, UsageError
+from autorl.cli import EXIT_INTERRUPTED, UsageError, check_seconds
 from autorl.errors import AutoRLError
 from autorl.protocol.feedback import FEEDBACK_MODES, Feedback
-from autorl_agent_runner.flags import check_duration, path_flag
+from autorl_agent_runner.flags import path_flag
 
 #: Exit status after SIGTERM to the runner itself (128 + 15, as a shell reports it).
 EXIT_TERMINATED = 143
@@ -188,7 +188,7 @@ def _mirror(args: argparse.Namespace) -> int:
         raise UsageError(
             "mirror needs --workspace (or WORKSPACE), GRADING_SERVER_URL, AUTORL_TOKEN and BASE_MODEL"
         )
-    check_duration("--interval", args.mirror_interval, example=10)
+    check_seconds("--interval", args.mirror_interval, example=10)
     workspace = Workspace(args.mirror_workspace.absolute(), model_dir_name(base_model))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
@@ -254,7 +254,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from autorl_agent_runner.workspace.ownership import claim_workspace, open_experiments_folder
 
     task_name, model, given_root = _prepare_inputs(args)
-    check_duration("--timeout", args.prepare_timeout, example=3600, zero=True)
+    check_seconds("--timeout", args.prepare_timeout, example=3600, zero=True)
     if args.prepare_step == "workspace" and (args.prepare_group is None or args.prepare_model_dir is None):
         raise UsageError("--step workspace needs --group (the platform's group) and --model-dir")
     try:
@@ -336,8 +336,8 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or the matching environment variables)")
     if args.timeout is not None:
-        check_duration("--timeout", args.timeout, example=3600)
-    check_duration("--grace-period", args.grace_period, example=30, zero=True)
+        check_seconds("--timeout", args.timeout, example=3600)
+    check_seconds("--grace-period", args.grace_period, example=30, zero=True)
     settings = AgentRunnerSettings()
     sandbox = SandboxMode(args.sandbox)
     try:

@@ -6,20 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from autorl.cli import UsageError, check_seconds
-from autorl.experiment import MAX_BUDGET_S
+from autorl.cli import UsageError
 from autorl_agent_runner.sandbox.environment import NUL
-
-
-def check_duration(flag: str, value: float, *, example: int, zero: bool = False) -> None:
-    """``check_seconds``, and at most ``MAX_BUDGET_S`` (30 days): a longer wait is a typo, and a
-    budget the grader could not store."""
-    check_seconds(flag, value, example=example, zero=zero)
-    if value > MAX_BUDGET_S:
-        raise UsageError(
-            f"{flag} must be at most {MAX_BUDGET_S} seconds (30 days), not {value:g}; pass a number of "
-            f"seconds such as {example}"
-        )
 
 
 def check_at_most(flag: str, value: int, most: int, what: str) -> None:

@@ -32,20 +32,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
-def check_port(flag: str, port: int) -> None:
-    """Refuse a port number no socket can have, naming the flag (as `autorl run --port` does)."""
-    from autorl.cli import UsageError
-
-    if not 0 < port < 65536:
-        raise UsageError(f"{flag} must be between 1 and 65535, not {port}")
-
-
 def run(args: argparse.Namespace, *, limits: ConnectionLimits | None = None) -> int:
     """Serve until stopped. ``limits``: what each connection may take (by default
     autorl.api.request_limits'; tests shorten them)."""
     import uvicorn
 
-    from autorl.cli import UsageError
+    from autorl.cli import UsageError, check_port
     from autorl.untrusted_text import log_printable_lines
     from autorl_grader.http_server import AnsweringH11Protocol, ConnectionLimits
     from autorl_grader.local_admin_token import with_local_admin_token

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import signal
 
-from autorl.cli import UsageError
+from autorl.cli import UsageError, check_port, check_seconds
 from autorl.experiment import MAX_INT32
 from autorl.protocol.feedback import FEEDBACK_MODES, Feedback
-from autorl_agent_runner.flags import check_at_most, check_duration, check_not_empty, path_flag
+from autorl_agent_runner.flags import check_at_most, check_not_empty, path_flag
 
 DEFAULT_PORT = 8000
 #: Local evaluator processes: each loads a model, so more than a machine's GPUs and cores can serve
@@ -149,12 +149,11 @@ MAX_SUBMISSIONS_LIMIT = MAX_INT32
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Refuse a number that cannot work before anything starts, naming the flag and the fix."""
-    check_duration("--timeout", args.timeout, example=3600)
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    check_seconds("--timeout", args.timeout, example=3600)
+    check_port("--port", args.port)
     check_at_most("--workers", args.workers, MAX_WORKERS, "evaluator processes on this machine")
-    check_duration("--finish-wait", args.finish_wait, example=600, zero=True)
-    check_duration("--grace-period", args.grace_period, example=30, zero=True)
+    check_seconds("--finish-wait", args.finish_wait, example=600, zero=True)
+    check_seconds("--grace-period", args.grace_period, example=30, zero=True)
     if not 1 <= args.repeat <= MAX_REPEATS:
         raise UsageError(
             f"--repeat must be from 1 to {MAX_REPEATS} (the number of runs, with seeds 0 to N-1), not "
