@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     log_printable_lines(logging.INFO)
     settings = WorkerSettings()
     settings.require_store_credentials()
-    check_device(settings.eval_device)
+    # Its form only: the worker imports no torch; each evaluation counts the GPUs where it runs.
+    check_device(settings.eval_device, count_gpus=False)
     db = Database(settings.database_url)
     db.wait_until_ready()
     migrate(db)

@@ -12,9 +12,10 @@ from autorl_evaluator.failures import EvaluatorFaultError
 _DEVICE = re.compile(r"cuda(?::(\d+))?")
 
 
-def device_problem(device: str | None) -> str | None:
+def device_problem(device: str | None, *, count_gpus: bool = True) -> str | None:
     """Why the evaluator cannot evaluate on ``device`` (AUTORL_EVAL_DEVICE) here, naming the setting
-    and the fix; None when it can (or when it is unset: a GPU if one is visible, else the CPU)."""
+    and the fix; None when it can (or when it is unset: a GPU if one is visible, else the CPU).
+    ``count_gpus=False``: its form only, without torch (whose CUDA queries a later fork may not survive)."""
     if device is None or device == "cpu":
         return None
     unset = "or unset it (a GPU if one is visible, else the CPU)"
@@ -23,6 +24,8 @@ def device_problem(device: str | None) -> str | None:
         return (
             f"AUTORL_EVAL_DEVICE={device!r} is not a device; set it to cpu, cuda or cuda:N (a GPU), {unset}"
         )
+    if not count_gpus:
+        return None
     import torch
 
     count = torch.cuda.device_count()
@@ -36,9 +39,9 @@ def device_problem(device: str | None) -> str | None:
     return None
 
 
-def check_device(device: str | None) -> None:
+def check_device(device: str | None, *, count_gpus: bool = True) -> None:
     """At a command's start: a device the evaluator cannot use is bad input (exit 2)."""
-    problem = device_problem(device)
+    problem = device_problem(device, count_gpus=count_gpus)
     if problem is not None:
         raise UsageError(problem)
 
